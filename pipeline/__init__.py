@@ -1,0 +1,1 @@
+"""kvlab's pipeline: workload -> cache model -> per-access events -> aggregates -> report."""

@@ -1,0 +1,65 @@
+"""Shared test helpers: paths, and a deliberately simple list-based reference cache."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+KVLAB = ROOT / "kvlab"
+SHARED_TRACES = ROOT.parent / "shared" / "traces"
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+# Keep hypothesis quick and deterministic on CI's 2 cores.
+from hypothesis import settings  # noqa: E402
+
+settings.register_profile("kvlab", max_examples=int(os.environ.get("KVLAB_EXAMPLES", "150")),
+                          deadline=None, derandomize=True)
+settings.load_profile("kvlab")
+
+
+class ModelLRU:
+    """Reference LRU: a plain list, most recent last, written for clarity not speed."""
+
+    def __init__(self, capacity):
+        self.capacity = capacity
+        self.entries = []  # [key, size], oldest first
+
+    def used(self):
+        return sum(size for _, size in self.entries)
+
+    def has(self, key):
+        return any(k == key for k, _ in self.entries)
+
+    def access(self, key, size):
+        for index, (k, stored) in enumerate(self.entries):
+            if k == key:
+                self.entries.append(self.entries.pop(index))
+                return True
+        if 0 < self.capacity and size <= self.capacity:   # capacity 0 stores nothing
+            while self.used() + size > self.capacity:
+                self.entries.pop(0)
+            self.entries.append([key, size])
+        return False
+
+
+class ModelTwoTier:
+    """Reference two-tier cache: the lab's three rules, spelled out."""
+
+    def __init__(self, gpu_capacity, cpu_capacity):
+        self.gpu = ModelLRU(gpu_capacity)
+        self.cpu = ModelLRU(cpu_capacity)
+
+    def access(self, key, size):
+        if self.gpu.has(key):
+            self.gpu.access(key, size)
+            return "gpu"
+        if self.cpu.has(key):
+            self.cpu.access(key, size)
+            self.gpu.access(key, size)
+            return "cpu"
+        self.gpu.access(key, size)
+        self.cpu.access(key, size)
+        return "miss"
