@@ -1,0 +1,60 @@
+"""``python -m pipeline bench``: figures, not tests.
+
+1. The default ``run`` end to end in a fresh process (wall time, event count, bytes per
+   access of the Parquet event logs), written to a temporary folder.
+2. The one-pass LRU curves against kvlab's LRUCache and libCacheSim (pipeline.bench_curve).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import polars as pl
+
+from pipeline.sweeps import SWEEPS
+
+
+def bench_default_run(repeat: int = 3) -> dict[str, float]:
+    """Time ``python -m pipeline run`` (defaults, outputs in a temp folder); best of ``repeat``."""
+    times = []
+    with tempfile.TemporaryDirectory(prefix="kvlab-bench-") as tmp:
+        out = Path(tmp)
+        command = [sys.executable, "-m", "pipeline", "run", "--quiet",
+                   "--events-dir", str(out / "events"), "--exports-dir", str(out / "exports"),
+                   "--report", str(out / "report" / "index.html")]
+        for _ in range(repeat):
+            started = time.perf_counter()
+            subprocess.run(command, check=True, stdout=subprocess.DEVNULL,
+                           cwd=Path(__file__).resolve().parents[1])
+            times.append(time.perf_counter() - started)
+        logs = [out / "events" / f"{name}.parquet" for name in SWEEPS]
+        events = sum(pl.scan_parquet(path).select(pl.len()).collect().item() for path in logs)
+        size = sum(os.path.getsize(path) for path in logs)
+    return {"first_s": times[0], "best_s": min(times), "events": events, "bytes": size,
+            "bytes_per_access": size / max(events, 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipeline bench", description=__doc__)
+    parser.add_argument("--repeat", type=int, default=3, help="runs of the default pipeline")
+    parser.add_argument("--skip-curve", action="store_true",
+                        help="only time the default run, not the one-pass curve benchmark")
+    args, rest = parser.parse_known_args(argv)
+    figures = bench_default_run(max(args.repeat, 1))
+    print("== default pipeline run (python -m pipeline run, fresh process, 2-core budget) ==")
+    print(f"wall time: first {figures['first_s']:.2f} s (may include numba compile), "
+          f"best of {args.repeat} {figures['best_s']:.2f} s  (target < 10 s)")
+    print(f"event logs: {figures['events']:,} events, {figures['bytes']:,} bytes on disk = "
+          f"{figures['bytes_per_access']:.2f} bytes per access  (target <= 8)")
+    sys.stdout.flush()
+    if args.skip_curve:
+        return 0
+    from pipeline.bench_curve import main as curve_main
+    print()
+    return curve_main(rest)

@@ -1,0 +1,127 @@
+"""``python -m pipeline run``: the whole flow, inputs validated before anything is written.
+
+workload -> cache model -> events (Parquet) -> aggregates (polars) -> JSON exports and report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import polars as pl
+
+from kvlab import make_exports
+from kvlab.scenario import run as run_scenario
+from kvlab.summarize import InputError, read_records, summarize, write_json_atomic
+from pipeline import measured, report, sweeps
+from pipeline.cli import LAB_DEFAULTS, ROOT, CLIError
+from pipeline.workload import DocumentWorkload
+
+
+def _writable_dir(path: Path, what: str) -> Path:
+    """Create ``path`` if needed and prove we can write there, or raise CLIError."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise CLIError(f"{what} {path}: cannot write there ({exc.strerror or exc})") from None
+    return path
+
+
+def _with_spec(values: list[int] | None, default: tuple[int, ...], spec: tuple[int, ...]
+               ) -> tuple[int, ...]:
+    return tuple(sorted(set(values) | set(spec))) if values else default
+
+
+def plan_sweeps(args: argparse.Namespace, workload: DocumentWorkload) -> list[sweeps.Sweep]:
+    """The three sweeps from the options; the lab's spec points are always included."""
+    gpu_spec, cpu_spec = make_exports.GPU_CLIFF_CAPACITIES, make_exports.CPU_CLIFF_CAPACITIES
+    gpu_cliff, cpu_cliff, grid = sweeps.default_sweeps(
+        workload, gpu_spec, cpu_spec, args.cpu_sweep_gpu, args.points, args.grid_steps)
+    return [
+        sweeps.Sweep("gpu_cliff", _with_spec(args.gpu_capacities, gpu_cliff.gpu_capacities,
+                                             gpu_spec), (0,)),
+        sweeps.Sweep("cpu_cliff", (args.cpu_sweep_gpu,),
+                     _with_spec(args.cpu_capacities, cpu_cliff.cpu_capacities, cpu_spec)),
+        sweeps.Sweep("grid", tuple(args.grid_gpu or grid.gpu_capacities),
+                     tuple(args.grid_cpu or grid.cpu_capacities)),
+    ]
+
+
+def scenario_exports(workload: DocumentWorkload, aggregates: pl.DataFrame, gpu: int,
+                     cpu: int) -> dict[str, object]:
+    """The five simulator exports; the two cliffs come from the sweep aggregates."""
+    common = {"gpu": gpu, "docs": workload.docs, "tokens": workload.tokens}
+    return {
+        "cyclic.json": run_scenario(passes=["fwd", "fwd"], **common),
+        "baseline.json": run_scenario(passes=["fwd", "fwd", "rev"], **common),
+        "cliff.json": sweeps.cliff_export(aggregates, make_exports.GPU_CLIFF_CAPACITIES),
+        "offload.json": run_scenario(passes=["fwd", "fwd", "rev"], cpu=cpu, **common),
+        "cpu_cliff.json": sweeps.cpu_cliff_export(aggregates, make_exports.CPU_CLIFF_CAPACITIES),
+    }
+
+
+def run_all(args: argparse.Namespace) -> dict[str, Path]:
+    """Run everything; return the paths written. Raises CLIError on bad input."""
+    say = (lambda message: None) if args.quiet else (
+        lambda message: print(f"[kvlab] {message}", file=sys.stderr, flush=True))
+    try:
+        workload = DocumentWorkload(args.docs, args.tokens, tuple(args.passes))
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+    if len(workload.passes) < 2 or workload.passes[:2] != ("fwd", "fwd"):
+        raise CLIError("--passes must start with fwd,fwd: the cliffs are second-pass results")
+    is_lab = (workload.docs, workload.tokens) == (LAB_DEFAULTS["docs"], LAB_DEFAULTS["tokens"])
+    exports_dir = args.exports_dir or (make_exports.HERE if is_lab
+                                       else ROOT / "data" / "exports")
+    events_dir = _writable_dir(Path(args.events_dir), "--events-dir")
+    exports_dir = _writable_dir(Path(exports_dir), "--exports-dir")
+    _writable_dir(Path(args.report).parent, "--report folder")
+
+    source, synthetic = make_exports.measured_source(
+        str(args.measured) if args.measured else None)
+    try:
+        requests = measured.load_measured(source)
+    except InputError as exc:
+        raise CLIError(str(exc)) from None
+    say(f"measured input: {source} ({'SYNTHETIC bundled stand-in' if synthetic else 'real'}, "
+        f"{requests.height} requests)")
+
+    plan = plan_sweeps(args, workload)
+    say(f"sweeping {sum(s.pairs for s in plan)} capacity pairs x {workload.accesses().height} "
+        f"accesses ({args.engine} engine)")
+    aggregates = sweeps.run_sweeps(workload, plan, events_dir, args.engine, progress=say)
+
+    for name, document in scenario_exports(workload, aggregates, args.cpu_sweep_gpu,
+                                           args.offload_cpu).items():
+        write_json_atomic(str(exports_dir / name), document)
+    try:
+        provenance = make_exports.export_measured(source, synthetic, str(exports_dir))
+        contract_summary = summarize(read_records(source))
+    except InputError as exc:
+        raise CLIError(str(exc)) from None
+    if measured.summary(requests) != contract_summary:
+        raise CLIError("internal check failed: polars summary differs from kvlab/summarize.py")
+
+    attributed = measured.attribute_tiers(requests, gpu_capacity=args.cpu_sweep_gpu,
+                                          cpu_capacity=args.offload_cpu,
+                                          tokens=workload.tokens)
+    sweeps.write_parquet_atomic(attributed, events_dir / "measured_requests.parquet")
+    for note in measured.separation_notes(attributed):
+        say(note)
+
+    scenario = {"docs": workload.docs, "tokens": workload.tokens,
+                "passes": list(workload.passes),
+                "gpu_spec_points": list(make_exports.GPU_CLIFF_CAPACITIES),
+                "cpu_spec_points": list(make_exports.CPU_CLIFF_CAPACITIES),
+                "cpu_sweep_gpu": args.cpu_sweep_gpu, "offload_cpu": args.offload_cpu}
+    html = report.write_report(Path(args.report), aggregates=aggregates, requests=attributed,
+                               provenance=provenance, scenario=scenario)
+    written = {"events": events_dir, "exports": exports_dir, "report": Path(html)}
+    print(f"Parquet event logs and aggregates: {events_dir}")
+    print(f"JSON exports:                      {exports_dir}")
+    print(f"HTML report:                       {html}")
+    return written

@@ -1,0 +1,114 @@
+"""Workload x cache model -> one event row per access.
+
+Two engines give identical events (proven by tests/test_simulate.py):
+
+* ``direct`` replays the accesses through kvlab's ``TwoTierCache`` once per
+  (GPU, CPU) capacity pair: the reference, cache semantics straight from kvlab.
+* ``onepass`` (default) derives every capacity from LRU stack distances
+  (``pipeline.occupancy``): one pass over the trace for the GPU tier and one pass over
+  the GPU-miss stream per GPU capacity for the CPU tier.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import polars as pl
+
+from kvlab.kvsim import TIERS, TwoTierCache
+from pipeline.occupancy import lru_states
+from pipeline.stackdist import COLD, stack_distances
+from pipeline.workload import ACCESS_SCHEMA
+
+TIER = pl.Enum(list(TIERS))
+ENGINES = ("onepass", "direct")
+
+#: Columns the engines add to the access table, one row per (capacity pair, access).
+RESULT_SCHEMA = pl.Schema({
+    "stack_distance": pl.Int64,   # GPU-tier LRU stack distance; null on a first access
+    "gpu_capacity": pl.Int64,
+    "cpu_capacity": pl.Int64,
+    "tier": TIER,                 # gpu / cpu / miss
+    "gpu_used": pl.Int64,         # tokens stored in each tier after the access
+    "cpu_used": pl.Int64,
+    "gpu_evicted": pl.Int32,      # items each tier evicted on this access
+    "cpu_evicted": pl.Int32,
+})
+
+
+def check_capacities(name: str, capacities: Sequence[int]) -> list[int]:
+    """Return the capacities as ints; raise ValueError if empty or any is negative."""
+    values = [int(c) for c in capacities]
+    if not values:
+        raise ValueError(f"{name}: the capacity list is empty")
+    negative = [c for c in values if c < 0]
+    if negative:
+        raise ValueError(f"{name}: capacities must be >= 0, got {negative[0]}")
+    return values
+
+
+def _replay_direct(keys: np.ndarray, sizes: np.ndarray, gpu: int, cpu: int) -> dict:
+    """Per-access tier, occupancy and evictions from kvlab's TwoTierCache."""
+    cache = TwoTierCache(gpu, cpu)
+    n = len(keys)
+    tier = np.empty(n, dtype=np.int8)
+    used = np.empty((2, n), dtype=np.int64)
+    evicted = np.empty((2, n), dtype=np.int32)
+    code = {name: index for index, name in enumerate(TIERS)}
+    for i, (key, size) in enumerate(zip(keys.tolist(), sizes.tolist())):
+        before = cache.gpu.evictions, cache.cpu.evictions
+        tier[i] = code[cache.access(key, size)]
+        used[:, i] = cache.gpu.used, cache.cpu.used
+        evicted[:, i] = cache.gpu.evictions - before[0], cache.cpu.evictions - before[1]
+    return {"tier": tier, "gpu_used": used[0], "cpu_used": used[1],
+            "gpu_evicted": evicted[0], "cpu_evicted": evicted[1]}
+
+
+def _replay_onepass(keys: np.ndarray, sizes: np.ndarray, gpu: int,
+                    cpus: list[int]) -> list[dict]:
+    """The same columns as _replay_direct for every CPU capacity, from stack distances."""
+    gpu_state = lru_states(keys, sizes, [gpu])
+    gpu_miss = ~gpu_state.hits[0]
+    cpu_state = lru_states(keys[gpu_miss], sizes[gpu_miss], cpus)
+    # The CPU tier changes only on GPU misses: carry its occupancy over GPU hits.
+    last_miss = np.searchsorted(np.flatnonzero(gpu_miss), np.arange(len(keys)), side="right") - 1
+    results = []
+    for j in range(len(cpus)):
+        tier = np.zeros(len(keys), dtype=np.int8)
+        tier[gpu_miss] = np.where(cpu_state.hits[j], 1, 2)
+        cpu_evicted = np.zeros(len(keys), dtype=np.int32)
+        cpu_evicted[gpu_miss] = cpu_state.evicted[j]
+        cpu_used = np.where(last_miss >= 0, cpu_state.used[j][np.maximum(last_miss, 0)], 0)
+        results.append({"tier": tier, "gpu_used": gpu_state.used[0], "cpu_used": cpu_used,
+                        "gpu_evicted": gpu_state.evicted[0], "cpu_evicted": cpu_evicted})
+    return results
+
+
+def simulate(accesses: pl.DataFrame, gpu_capacities: Sequence[int],
+             cpu_capacities: Sequence[int] = (0,), engine: str = "onepass") -> pl.DataFrame:
+    """Events for every (GPU, CPU) capacity pair: the access table plus RESULT_SCHEMA."""
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}: expected one of {', '.join(ENGINES)}")
+    gpus = check_capacities("gpu capacities", gpu_capacities)
+    cpus = check_capacities("cpu capacities", cpu_capacities)
+    keys = accesses["doc"].to_numpy().astype(np.int64)
+    sizes = accesses["size"].to_numpy().astype(np.int64)
+    distance = pl.Series("stack_distance", stack_distances(keys, sizes), dtype=pl.Int64)
+    accesses = accesses.with_columns(
+        pl.when(distance != COLD).then(distance).alias("stack_distance"))
+    frames = []
+    for gpu in gpus:
+        if engine == "direct":
+            columns = [_replay_direct(keys, sizes, gpu, cpu) for cpu in cpus]
+        else:
+            columns = _replay_onepass(keys, sizes, gpu, cpus)
+        for cpu, result in zip(cpus, columns):
+            frames.append(accesses.with_columns(
+                pl.lit(gpu, dtype=pl.Int64).alias("gpu_capacity"),
+                pl.lit(cpu, dtype=pl.Int64).alias("cpu_capacity"),
+                pl.Series("tier", np.asarray(TIERS)[result["tier"]], dtype=TIER),
+                *(pl.Series(name, result[name], dtype=RESULT_SCHEMA[name])
+                  for name in ("gpu_used", "cpu_used", "gpu_evicted", "cpu_evicted")),
+            ))
+    return pl.concat(frames).select(*ACCESS_SCHEMA.names(), *RESULT_SCHEMA.names())

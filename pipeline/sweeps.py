@@ -1,0 +1,156 @@
+"""Capacity grids -> events (Parquet) -> polars aggregates (Parquet).
+
+Three sweeps over one workload, each a grid of (GPU, CPU) capacity pairs:
+
+* ``gpu_cliff``: GPU capacity 0..1.25x the working set, CPU 0;
+* ``cpu_cliff``: GPU fixed, CPU capacity over the same range;
+* ``grid``: a coarse GPU x CPU grid for a heatmap.
+
+Events and aggregates are written with pyarrow (zstd), each file atomically.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pyarrow.parquet as pq
+
+from pipeline.simulate import check_capacities, simulate
+from pipeline.workload import DocumentWorkload
+
+SWEEPS = ("gpu_cliff", "cpu_cliff", "grid")
+SWEEP = pl.Enum(list(SWEEPS))
+GROUP_KEYS = ("sweep", "gpu_capacity", "cpu_capacity", "pass_index", "pass_order")
+
+#: Columns of aggregates.parquet: hits by tier per (sweep, capacities, pass).
+AGGREGATE_SCHEMA = pl.Schema({
+    "sweep": SWEEP, "gpu_capacity": pl.Int64, "cpu_capacity": pl.Int64,
+    "pass_index": pl.Int16, "pass_order": pl.Enum(["fwd", "rev"]), "accesses": pl.Int32,
+    "gpu_hits": pl.Int32, "cpu_hits": pl.Int32, "misses": pl.Int32,
+})
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """One capacity grid: every GPU capacity crossed with every CPU capacity."""
+
+    name: str
+    gpu_capacities: tuple[int, ...]
+    cpu_capacities: tuple[int, ...]
+
+    @property
+    def pairs(self) -> int:
+        return len(self.gpu_capacities) * len(self.cpu_capacities)
+
+
+def cliff_capacities(workload: DocumentWorkload, spec_points: Sequence[int] = (),
+                     points: int = 64, factor: float = 1.25) -> tuple[int, ...]:
+    """0..factor x working set: an even grid, every k*tokens-1 / k*tokens edge, spec points."""
+    top = math.ceil(factor * workload.working_set)
+    even = np.linspace(0, top, max(points, 2)).round().astype(np.int64)
+    tokens = max(workload.tokens, 1)
+    edges = [value for k in range(top // tokens + 1) for value in (k * tokens - 1, k * tokens)]
+    values = {int(v) for v in (*even, *edges, *spec_points) if 0 <= v}
+    return tuple(sorted(values))
+
+
+def grid_capacities(workload: DocumentWorkload, steps: int = 13,
+                    factor: float = 1.25) -> tuple[int, ...]:
+    """A coarse, evenly spaced axis 0..factor x working set for the heatmap."""
+    top = math.ceil(factor * workload.working_set)
+    return tuple(sorted({int(v) for v in np.linspace(0, top, max(steps, 2)).round()}))
+
+
+def default_sweeps(workload: DocumentWorkload, gpu_spec: Sequence[int],
+                   cpu_spec: Sequence[int], cpu_sweep_gpu: int, points: int = 64,
+                   grid_steps: int = 13) -> list[Sweep]:
+    """The three sweeps with their default grids (spec points always included)."""
+    axis = grid_capacities(workload, grid_steps)
+    return [
+        Sweep("gpu_cliff", cliff_capacities(workload, gpu_spec, points), (0,)),
+        Sweep("cpu_cliff", (cpu_sweep_gpu,), cliff_capacities(workload, cpu_spec, points)),
+        Sweep("grid", axis, axis),
+    ]
+
+
+def run_sweep(workload: DocumentWorkload, sweep: Sweep, engine: str = "onepass") -> pl.DataFrame:
+    """Events of one sweep: simulate's events with a leading ``sweep`` column."""
+    check_capacities(f"{sweep.name} gpu", sweep.gpu_capacities)
+    check_capacities(f"{sweep.name} cpu", sweep.cpu_capacities)
+    events = simulate(workload.accesses(), sweep.gpu_capacities, sweep.cpu_capacities, engine)
+    return events.select(pl.lit(sweep.name, dtype=SWEEP).alias("sweep"), pl.all())
+
+
+def aggregate(events: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
+    """Hits by tier per (sweep, GPU capacity, CPU capacity, pass)."""
+    tier = pl.col("tier")
+    return (
+        events.lazy()
+        .group_by(GROUP_KEYS)
+        .agg(accesses=pl.len(), gpu_hits=(tier == "gpu").sum(), cpu_hits=(tier == "cpu").sum(),
+             misses=(tier == "miss").sum())
+        .sort(GROUP_KEYS)
+        .collect()
+        .cast({name: AGGREGATE_SCHEMA[name] for name in ("accesses", "gpu_hits", "cpu_hits",
+                                                         "misses")})
+        .match_to_schema(AGGREGATE_SCHEMA)
+    )
+
+
+def write_parquet_atomic(frame: pl.DataFrame, path: Path) -> Path:
+    """Write ``frame`` to ``path`` with pyarrow (zstd) via a temporary file and a rename."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".parquet", dir=path.parent)
+    os.close(fd)
+    try:
+        pq.write_table(frame.to_arrow(), tmp, compression="zstd", compression_level=9)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def run_sweeps(workload: DocumentWorkload, sweeps: Sequence[Sweep], events_dir: Path,
+               engine: str = "onepass",
+               progress: Callable[[str], None] | None = None) -> pl.DataFrame:
+    """Run every sweep, write ``<sweep>.parquet`` and ``aggregates.parquet``; return aggregates."""
+    events_dir = Path(events_dir)
+    aggregates = []
+    for number, sweep in enumerate(sweeps, start=1):
+        events = run_sweep(workload, sweep, engine)
+        write_parquet_atomic(events, events_dir / f"{sweep.name}.parquet")
+        aggregates.append(aggregate(events))
+        if progress:
+            progress(f"sweep {number}/{len(sweeps)} {sweep.name}: {sweep.pairs} capacity pairs, "
+                     f"{events.height} events")
+    result = pl.concat(aggregates)
+    write_parquet_atomic(result, events_dir / "aggregates.parquet")
+    return result
+
+
+def second_pass(aggregates: pl.DataFrame, sweep: str) -> pl.DataFrame:
+    """The second pass's rows of one sweep (pass_index 1)."""
+    return aggregates.filter(pl.col("sweep") == sweep, pl.col("pass_index") == 1)
+
+
+def cliff_export(aggregates: pl.DataFrame, capacities: Sequence[int]) -> dict[str, int]:
+    """cliff.json: second-pass hits (gpu + cpu) at each GPU capacity of the gpu_cliff sweep."""
+    rows = second_pass(aggregates, "gpu_cliff").select(
+        "gpu_capacity", hits=pl.col("gpu_hits") + pl.col("cpu_hits"))
+    found = dict(zip(rows["gpu_capacity"].to_list(), rows["hits"].to_list()))
+    return {str(c): int(found[c]) for c in capacities}
+
+
+def cpu_cliff_export(aggregates: pl.DataFrame, capacities: Sequence[int]) -> dict[str, int]:
+    """cpu_cliff.json: second-pass misses at each CPU capacity of the cpu_cliff sweep."""
+    rows = second_pass(aggregates, "cpu_cliff").select("cpu_capacity", "misses")
+    found = dict(zip(rows["cpu_capacity"].to_list(), rows["misses"].to_list()))
+    return {str(c): int(found[c]) for c in capacities}

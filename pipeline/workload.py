@@ -1,0 +1,64 @@
+"""Workloads: the ordered stream of (key, size) accesses a cache model replays.
+
+A workload knows nothing about caches. ``DocumentWorkload`` is the lab's: documents
+0..docs-1 of ``tokens`` each, read pass by pass (fwd = 0..docs-1, rev = docs-1..0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from kvlab.scenario import PASS_ORDERS, pass_keys
+
+PASS_ORDER = pl.Enum(list(PASS_ORDERS))
+
+#: Columns of ``DocumentWorkload.accesses()``, one row per access in reading order.
+ACCESS_SCHEMA = pl.Schema({
+    "pass_index": pl.Int16,   # 0-based pass number
+    "pass_order": PASS_ORDER,  # fwd or rev
+    "step": pl.Int32,         # position within the pass
+    "seq": pl.Int32,          # global access index
+    "doc": pl.Int32,          # the key: document number
+    "size": pl.Int64,         # tokens
+})
+
+
+@dataclass(frozen=True)
+class DocumentWorkload:
+    """``docs`` documents of ``tokens`` tokens read in ``passes`` (each fwd or rev)."""
+
+    docs: int = 10
+    tokens: int = 5011
+    passes: tuple[str, ...] = ("fwd", "fwd", "rev")
+
+    def __post_init__(self) -> None:
+        if self.docs < 0 or self.tokens < 0:
+            raise ValueError(f"docs and tokens must be >= 0, got {self.docs}, {self.tokens}")
+        if not self.passes:
+            raise ValueError("the pass list is empty: give e.g. fwd,fwd,rev")
+        bad = [order for order in self.passes if order not in PASS_ORDERS]
+        if bad:
+            raise ValueError(f"unknown pass {bad[0]!r}: each pass is fwd or rev")
+
+    @property
+    def working_set(self) -> int:
+        """Tokens needed to hold every document at once."""
+        return self.docs * self.tokens
+
+    def accesses(self) -> pl.DataFrame:
+        """One row per access, in reading order (see ACCESS_SCHEMA)."""
+        rows = [(index, order, step, doc)
+                for index, order in enumerate(self.passes)
+                for step, doc in enumerate(pass_keys(order, self.docs))]
+        frame = pl.DataFrame(rows, schema=["pass_index", "pass_order", "step", "doc"],
+                             orient="row")
+        return frame.select(
+            pl.col("pass_index").cast(pl.Int16),
+            pl.col("pass_order").cast(PASS_ORDER),
+            pl.col("step").cast(pl.Int32),
+            pl.int_range(pl.len(), dtype=pl.Int32).alias("seq"),
+            pl.col("doc").cast(pl.Int32),
+            pl.lit(self.tokens, dtype=pl.Int64).alias("size"),
+        ).match_to_schema(ACCESS_SCHEMA)
