@@ -85,6 +85,19 @@ def _replay_onepass(keys: np.ndarray, sizes: np.ndarray, gpu: int,
     return results
 
 
+def _stack_distance_column(keys: np.ndarray, sizes: np.ndarray, engine: str) -> pl.Series:
+    """GPU-tier stack distances (null on first reads; all null for the direct engine when a
+    key changes size, since a distance is then undefined)."""
+    try:
+        distances = stack_distances(keys, sizes)
+    except ValueError:
+        if engine == "onepass":
+            raise
+        return pl.Series("stack_distance", [None] * len(keys), dtype=pl.Int64)
+    distance = pl.Series("stack_distance", distances, dtype=pl.Int64)
+    return distance.set(distance == COLD, None)
+
+
 def simulate(accesses: pl.DataFrame, gpu_capacities: Sequence[int],
              cpu_capacities: Sequence[int] = (0,), engine: str = "onepass") -> pl.DataFrame:
     """Events for every (GPU, CPU) capacity pair: the access table plus RESULT_SCHEMA."""
@@ -94,9 +107,7 @@ def simulate(accesses: pl.DataFrame, gpu_capacities: Sequence[int],
     cpus = check_capacities("cpu capacities", cpu_capacities)
     keys = accesses["doc"].to_numpy().astype(np.int64)
     sizes = accesses["size"].to_numpy().astype(np.int64)
-    distance = pl.Series("stack_distance", stack_distances(keys, sizes), dtype=pl.Int64)
-    accesses = accesses.with_columns(
-        pl.when(distance != COLD).then(distance).alias("stack_distance"))
+    accesses = accesses.with_columns(_stack_distance_column(keys, sizes, engine))
     frames = []
     for gpu in gpus:
         if engine == "direct":

@@ -1,0 +1,95 @@
+"""pipeline.sweeps: grids, Parquet schema, aggregates equal to kvlab's scenario."""
+
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+
+from kvlab.make_exports import CPU_CLIFF_CAPACITIES, GPU_CLIFF_CAPACITIES
+from kvlab.scenario import run as run_scenario
+from pipeline import sweeps
+from pipeline.simulate import RESULT_SCHEMA
+from pipeline.workload import ACCESS_SCHEMA, DocumentWorkload
+
+WORKLOAD = DocumentWorkload()
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    out = tmp_path_factory.mktemp("events")
+    plan = sweeps.default_sweeps(WORKLOAD, GPU_CLIFF_CAPACITIES, CPU_CLIFF_CAPACITIES, 21520,
+                                 points=16, grid_steps=5)
+    return out, plan, sweeps.run_sweeps(WORKLOAD, plan, out)
+
+
+def test_cliff_grid_has_every_edge_and_spec_point():
+    grid = sweeps.cliff_capacities(WORKLOAD, GPU_CLIFF_CAPACITIES, points=8)
+    assert grid[0] == 0 and grid[-1] >= 1.25 * WORKLOAD.working_set
+    for k in range(1, 11):
+        assert k * 5011 - 1 in grid and k * 5011 in grid
+    assert set(GPU_CLIFF_CAPACITIES) <= set(grid)
+
+
+def test_aggregates_equal_kvlab_scenario_at_every_point(swept):
+    _, plan, aggregates = swept
+    for sweep in plan:
+        rows = aggregates.filter(pl.col("sweep") == sweep.name)
+        assert rows.height == sweep.pairs * len(WORKLOAD.passes)
+        for row in rows.filter(pl.col("pass_index") == 1).iter_rows(named=True):
+            expected = run_scenario(gpu=row["gpu_capacity"], cpu=row["cpu_capacity"])["passes"]
+            for index, entry in enumerate(expected):
+                got = rows.filter(pl.col("gpu_capacity") == row["gpu_capacity"],
+                                  pl.col("cpu_capacity") == row["cpu_capacity"],
+                                  pl.col("pass_index") == index).row(0, named=True)
+                assert (got["gpu_hits"], got["cpu_hits"], got["misses"]) == (
+                    entry["gpu_hits"], entry["cpu_hits"], entry["misses"])
+
+
+def test_cliff_exports_from_aggregates_equal_the_committed_contract(swept):
+    import json
+
+    from conftest import KVLAB
+    _, _, aggregates = swept
+    assert sweeps.cliff_export(aggregates, GPU_CLIFF_CAPACITIES) == json.loads(
+        (KVLAB / "cliff.json").read_text())
+    assert sweeps.cpu_cliff_export(aggregates, CPU_CLIFF_CAPACITIES) == json.loads(
+        (KVLAB / "cpu_cliff.json").read_text())
+
+
+def test_parquet_schema_is_what_data_readme_documents(swept):
+    out, plan, _ = swept
+    from conftest import ROOT
+    readme = (ROOT / "data" / "README.md").read_text()
+    for sweep in plan:
+        path = out / f"{sweep.name}.parquet"
+        schema = pq.read_schema(path)
+        assert schema.names == ["sweep", *ACCESS_SCHEMA.names(), *RESULT_SCHEMA.names()]
+        for name in schema.names:
+            assert f"`{name}`" in readme, name
+        assert pq.ParquetFile(path).metadata.row_group(0).column(0).compression == "ZSTD"
+        frame = pl.read_parquet(path)
+        assert frame["tier"].cast(pl.String).is_in(["gpu", "cpu", "miss"]).all()
+        assert str(schema.field("tier").type).startswith("dictionary")
+        assert schema.field("gpu_used").type == "int64"
+        assert schema.field("pass_index").type == "int16"
+    aggregates = pq.read_schema(out / "aggregates.parquet")
+    assert aggregates.names == list(sweeps.AGGREGATE_SCHEMA)
+
+
+def test_events_are_compact(swept):
+    out, plan, _ = swept
+    import os
+    events = sum(pl.read_parquet(out / f"{s.name}.parquet").height for s in plan)
+    size = sum(os.path.getsize(out / f"{s.name}.parquet") for s in plan)
+    assert size / events <= 8
+
+
+def test_no_temporary_files_left(swept):
+    out, _, _ = swept
+    assert not [p for p in out.iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_unwritable_folder_leaves_nothing(tmp_path):
+    frame = pl.DataFrame({"a": [1]})
+    with pytest.raises(OSError):
+        sweeps.write_parquet_atomic(frame, tmp_path / "missing" / "x.parquet")
+    assert list(tmp_path.iterdir()) == []
