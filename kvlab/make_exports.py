@@ -17,14 +17,15 @@ import hashlib
 import os
 import shutil
 import sys
-import tempfile
 
 try:
     from .scenario import run
-    from .summarize import InputError, read_records, summarize, write_json_atomic
+    from .summarize import (InputError, atomic_output, read_records, summarize,
+                            write_json_atomic)
 except ImportError:  # run as a script
     from scenario import run
-    from summarize import InputError, read_records, summarize, write_json_atomic
+    from summarize import (InputError, atomic_output, read_records, summarize,
+                           write_json_atomic)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REAL_MEASURED = "/opt/fixtures/kvoffload/ttft.jsonl"
@@ -64,21 +65,14 @@ def measured_source(explicit: str | None = None) -> tuple[str, bool]:
 
 
 def copy_atomic(source: str, destination: str) -> None:
-    """Copy ``source`` byte for byte to ``destination`` via a temporary file and a rename."""
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(os.path.abspath(destination)))
-    os.close(fd)
-    try:
-        shutil.copyfile(source, tmp)
-        os.replace(tmp, destination)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Copy ``source`` byte for byte to ``destination`` atomically."""
+    with open(source, "rb") as reader, atomic_output(destination, binary=True) as writer:
+        shutil.copyfileobj(reader, writer)
 
 
-def export_measured(source: str, synthetic: bool, out_dir: str = HERE) -> dict:
-    """Validate ``source``, copy it to ttft.jsonl, write measured.json and its provenance."""
-    summary = summarize(read_records(source))       # validate before touching any output
+def export_measured(source: str, synthetic: bool, out_dir: str = HERE) -> dict[str, object]:
+    """Validate ``source``, copy it to ttft.jsonl, write measured.json; return provenance."""
+    read_records(source)                             # validate before touching any output
     copy = os.path.join(out_dir, "ttft.jsonl")
     copy_atomic(source, copy)
     write_json_atomic(os.path.join(out_dir, "measured.json"), summarize(read_records(copy)))
@@ -91,7 +85,7 @@ def export_measured(source: str, synthetic: bool, out_dir: str = HERE) -> dict:
                   "note": ("bundled SYNTHETIC stand-in calibrated to the published figures; "
                            "see data/README.md") if synthetic else "real measurement file"}
     write_json_atomic(os.path.join(out_dir, "measured_source.json"), provenance)
-    return summary
+    return provenance
 
 
 def main(argv: list[str] | None = None) -> int:

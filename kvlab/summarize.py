@@ -19,12 +19,15 @@ only.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
 import statistics
 import sys
 import tempfile
+from collections.abc import Iterator
+from typing import IO
 
 CONFIGS = ("baseline", "lmcache")
 REQUIRED_FIELDS = ("config", "pass", "doc", "doc_tokens", "ttft_ms", "total_ms")
@@ -102,21 +105,34 @@ def summarize(records: list[dict]) -> dict:
     return summary
 
 
-def write_json_atomic(path: str, document: object) -> None:
-    """Write ``document`` as JSON to ``path`` via a temporary file and a rename."""
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike, binary: bool = False) -> Iterator[IO]:
+    """Open a temporary file beside ``path``; rename it onto ``path`` only on success.
+
+    A failure removes the temporary file and leaves any previous ``path`` untouched. The
+    file gets the usual permissions (0666 less the umask), not mkstemp's private 0600.
+    """
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(document, handle, indent=2)
-            handle.write("\n")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
+        with (os.fdopen(fd, "wb") if binary else
+              os.fdopen(fd, "w", encoding="utf-8", newline="")) as handle:
+            yield handle
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
+
+
+def write_json_atomic(path: str | os.PathLike, document: object) -> None:
+    """Write ``document`` as indented JSON to ``path`` atomically."""
+    with atomic_output(path) as handle:
+        json.dump(document, handle, indent=2)
+        handle.write("\n")
 
 
 class _OneLineParser(argparse.ArgumentParser):

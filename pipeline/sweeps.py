@@ -12,8 +12,6 @@ Events and aggregates are written with pyarrow (zstd), each file atomically.
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +20,7 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
+from kvlab.summarize import atomic_output
 from pipeline.simulate import check_capacities, simulate
 from pipeline.workload import DocumentWorkload
 
@@ -105,17 +104,10 @@ def aggregate(events: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
 
 
 def write_parquet_atomic(frame: pl.DataFrame, path: Path) -> Path:
-    """Write ``frame`` to ``path`` with pyarrow (zstd) via a temporary file and a rename."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".parquet", dir=path.parent)
-    os.close(fd)
-    try:
-        pq.write_table(frame.to_arrow(), tmp, compression="zstd", compression_level=9)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    """Write ``frame`` to ``path`` with pyarrow (zstd), atomically."""
+    with atomic_output(path, binary=True) as handle:
+        pq.write_table(frame.to_arrow(), handle, compression="zstd", compression_level=9)
+    return Path(path)
 
 
 def run_sweeps(workload: DocumentWorkload, sweeps: Sequence[Sweep], events_dir: Path,

@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
-import tempfile
 
 from kvlab.kvsim import TwoTierCache
 from kvlab.scenario import pass_keys
+from kvlab.summarize import atomic_output
 
 SEED = 20261003
 DOCS = 10
@@ -82,11 +81,8 @@ def generate(seed: int = SEED) -> list[dict]:
 
 def write_jsonl(path: str, records: list[dict]) -> None:
     """Write records one JSON object per line, atomically."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".jsonl", dir=directory)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+    with atomic_output(path) as handle:
         handle.writelines(json.dumps(record) + "\n" for record in records)
-    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> int:

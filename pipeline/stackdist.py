@@ -1,0 +1,360 @@
+"""Exact LRU hit curves for every capacity in one pass, from byte-weighted stack distances.
+
+LRU is a stack algorithm (Mattson et al., 1970). The byte-weighted stack distance of an
+access is the key's own size plus the summed sizes of the distinct other keys touched since
+the key's previous access (a first access is ``COLD``: infinitely far). One O(N log N) pass
+(a Fenwick tree over last-access positions) gives every distance, and then:
+
+    access i hits an LRU cache of capacity C  <=>  distance_i <= C
+
+which holds exactly for kvlab's ``LRUCache`` (``kvlab/kvsim.py``) once its two special rules
+are honoured:
+
+* **Oversize items.** An item larger than C is never stored and evicts nothing, so for that C
+  the trace behaves as if its accesses were not there: they are always misses and must not
+  count in anyone's distance. Which keys are storable depends on C only through the distinct
+  sizes at or below C, so capacities fall into *bands* ``[s_j, s_j+1)`` between consecutive
+  distinct trace sizes; within a band the set of storable keys is fixed and one pass with
+  ``size_limit=s_j`` is exact for every capacity in the band. All capacities >= the largest
+  size share one unfiltered pass. (Hit(C) is therefore not monotone in C below that size.)
+* **Capacity 0** stores nothing, not even size-0 items: every access misses.
+
+Why the equivalence is exact (storable keys only, C > 0): the cached set is always a prefix
+of the recency stack (a hit moves a cached key to the top; a miss pushes the new key on top
+and evicts from the bottom of the cached prefix). If x is cached at its next access, every
+key above it is cached too, so distance <= used <= C. Conversely x, cached right after its
+previous access, is evicted only when a new key y (not above x) needs room although x and
+every key above it are already counted: own size + those sizes + size(y) > C, which means
+distance > C. Sizes must be fixed per key (kvlab keeps the first stored size on a hit, which
+would make the state depend on C), so traces whose key sizes vary are rejected.
+
+A two-tier cache (``TwoTierCache``) is two passes: the GPU tier sees every access, and the
+CPU tier is an LRU cache fed exactly the GPU misses, so one more pass over that substream
+gives every CPU capacity at once.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+__all__ = ["COLD", "TIER_NAMES", "HitCurve", "stack_distances", "lru_hits",
+           "lru_hit_counts", "hit_curve", "two_tier_tiers"]
+
+#: Stack distance of a first access (or of an access excluded by ``size_limit``).
+COLD = int(np.iinfo(np.int64).max)
+#: Tier names of the codes that ``two_tier_tiers`` returns: 0 = gpu, 1 = cpu, 2 = miss.
+TIER_NAMES = ("gpu", "cpu", "miss")
+GPU_CODE, CPU_CODE, MISS_CODE = 0, 1, 2
+
+_NOTHING_STORED = -1          # band limit of a capacity that can store no key at all
+_DIRECT_CODE_SLACK = 1024     # keys in [0, 4 N + slack) index tables directly
+
+
+# --------------------------------------------------------------------------- numba kernels
+
+
+@njit(cache=True)
+def _fenwick_add(tree: np.ndarray, position: int, delta: int) -> None:
+    """Add ``delta`` at 0-based ``position`` of a 1-based Fenwick tree."""
+    index = position + 1
+    while index < tree.size:
+        tree[index] += delta
+        index += index & -index
+
+
+@njit(cache=True)
+def _fenwick_prefix(tree: np.ndarray, position: int) -> int:
+    """Sum of positions 0..``position`` (inclusive) of a 1-based Fenwick tree."""
+    total = 0
+    index = position + 1
+    while index > 0:
+        total += tree[index]
+        index -= index & -index
+    return total
+
+
+@njit(cache=True)
+def _first_size_change(codes: np.ndarray, sizes: np.ndarray, first_size: np.ndarray) -> int:
+    """Index of the first access whose size differs from its key's first size, or -1.
+
+    ``first_size`` is a work array with one slot per key code, filled with -1.
+    """
+    for i in range(codes.size):
+        code = codes[i]
+        if first_size[code] < 0:
+            first_size[code] = sizes[i]
+        elif first_size[code] != sizes[i]:
+            return i
+    return -1
+
+
+@njit(cache=True)
+def _stack_distance_pass(codes: np.ndarray, sizes: np.ndarray, size_limit: int,
+                         last_position: np.ndarray, tree: np.ndarray, out: np.ndarray) -> None:
+    """Fill ``out`` with byte-weighted LRU stack distances (``COLD`` for first accesses).
+
+    Accesses with size > ``size_limit`` are skipped (never stored, distance ``COLD``). The
+    tree holds each live key's size at its last-access position, so the bytes touched since
+    a key's previous access p are ``live_bytes - prefix(p)`` (the prefix includes the key).
+    Work arrays: ``last_position`` (one slot per code, -1), ``tree`` (N + 1 zeros).
+    """
+    live_bytes = 0
+    for i in range(codes.size):
+        size = sizes[i]
+        if size > size_limit:
+            out[i] = COLD
+            continue
+        code = codes[i]
+        previous = last_position[code]
+        if previous < 0:
+            out[i] = COLD
+            live_bytes += size
+        else:
+            out[i] = live_bytes - _fenwick_prefix(tree, previous) + size
+            _fenwick_add(tree, previous, -size)
+        _fenwick_add(tree, i, size)
+        last_position[code] = i
+
+
+# --------------------------------------------------------------------------- validation
+
+
+class _Trace(NamedTuple):
+    """A validated trace: keys, sizes, dense key codes 0..n_codes-1, and its sorted distinct
+    sizes (for a sub-trace, a superset of them: the bands it gives are finer but still exact)."""
+
+    keys: np.ndarray
+    sizes: np.ndarray
+    codes: np.ndarray
+    n_codes: int
+    distinct_sizes: np.ndarray
+
+    def take(self, indices: np.ndarray) -> _Trace:
+        """The sub-trace of the accesses at ``indices`` (codes stay valid)."""
+        return self._replace(keys=self.keys[indices], sizes=self.sizes[indices],
+                             codes=self.codes[indices])
+
+
+def _as_int64(name: str, values: object) -> np.ndarray:
+    """``values`` as a 1-D int64 array of non-negative integers, or raise."""
+    array = np.asarray(values)
+    if array.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if array.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {array.shape}")
+    if array.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be integers, got dtype {array.dtype}")
+    if array.dtype == np.uint64 and array.max() > COLD:
+        raise ValueError(f"{name} must fit in int64, got {array.max()}")
+    array = array.astype(np.int64, copy=False)
+    if array.min() < 0:
+        raise ValueError(f"{name} must be >= 0, got {array[np.argmax(array < 0)]}")
+    return array
+
+
+def _as_keys(keys: object) -> np.ndarray:
+    """``keys`` as a 1-D int64 array of key codes (any integers), or raise."""
+    array = np.asarray(keys)
+    if array.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if array.ndim != 1 or array.dtype.kind not in "iu":
+        raise TypeError("keys must be a 1-D array of integer codes; encode other keys first, "
+                        "e.g. np.unique(keys, return_inverse=True)[1]")
+    return array.astype(np.int64, copy=False)
+
+
+def _as_capacities(capacities: object) -> np.ndarray:
+    """``capacities`` (a number or a sequence) as a 1-D int64 array, or raise."""
+    array = _as_int64("capacity", np.atleast_1d(np.asarray(capacities)))
+    if array.size and array.max() >= COLD:
+        raise ValueError(f"capacity must be below {COLD}, got {array.max()}")
+    return array
+
+
+def _as_capacity(capacity: object) -> np.ndarray:
+    """A single capacity as a 1-element int64 array, or raise."""
+    if np.ndim(capacity) != 0:
+        raise TypeError(f"capacity must be a single number, got {capacity!r}")
+    return _as_capacities(capacity)
+
+
+def _dense_codes(keys: np.ndarray) -> tuple[np.ndarray, int]:
+    """Key codes 0..n_codes-1 for table lookups (the keys themselves when small enough)."""
+    if keys.size == 0:
+        return keys, 0
+    if keys.min() >= 0 and keys.max() < 4 * keys.size + _DIRECT_CODE_SLACK:
+        return keys, int(keys.max()) + 1
+    unique, codes = np.unique(keys, return_inverse=True)
+    return codes.astype(np.int64, copy=False).reshape(-1), unique.size
+
+
+def _fixed_key_sizes(keys: np.ndarray, sizes: np.ndarray, codes: np.ndarray,
+                     n_codes: int) -> np.ndarray:
+    """Each code's size (-1 for unused codes); raise ValueError naming the first key whose
+    size varies along the trace."""
+    key_sizes = np.full(n_codes, -1, dtype=np.int64)
+    index = _first_size_change(codes, sizes, key_sizes)
+    if index >= 0:
+        raise ValueError(
+            f"key {int(keys[index])} changes size at access {index}: "
+            f"{int(key_sizes[codes[index]])} then {int(sizes[index])}; "
+            "stack distances need one fixed size per key")
+    return key_sizes
+
+
+def _prepare(keys: object, sizes: object) -> _Trace:
+    """Validate a trace (integer keys, non-negative fixed sizes per key) and code its keys."""
+    keys_array, sizes_array = _as_keys(keys), _as_int64("size", sizes)
+    if keys_array.size != sizes_array.size:
+        raise ValueError(f"keys and sizes differ in length: {keys_array.size} != "
+                         f"{sizes_array.size}")
+    if sizes_array.size and int(sizes_array.max()) > COLD // (2 * sizes_array.size):
+        raise ValueError(f"size {int(sizes_array.max())} is too large: byte sums could "
+                         "overflow int64")
+    codes, n_codes = _dense_codes(keys_array)
+    key_sizes = _fixed_key_sizes(keys_array, sizes_array, codes, n_codes)
+    distinct_sizes = np.unique(key_sizes[key_sizes >= 0])   # one entry per key, not per access
+    return _Trace(keys_array, sizes_array, codes, n_codes, distinct_sizes)
+
+
+# --------------------------------------------------------------------------- passes and bands
+
+
+def _distances(trace: _Trace, size_limit: int) -> np.ndarray:
+    """Stack distances of a validated trace, keys larger than ``size_limit`` excluded."""
+    n = trace.sizes.size
+    out = np.empty(n, dtype=np.int64)
+    last_position = np.full(trace.n_codes, -1, dtype=np.int64)
+    tree = np.zeros(n + 1, dtype=np.int64)
+    _stack_distance_pass(trace.codes, trace.sizes, size_limit, last_position, tree, out)
+    return out
+
+
+def _band_limits(distinct: np.ndarray, capacities: np.ndarray) -> np.ndarray:
+    """Per capacity, the largest of the sorted ``distinct`` sizes that it can store
+    (``_NOTHING_STORED`` if none).
+
+    Every capacity with the same limit stores the same keys, so one pass serves them all.
+    Capacity 0 stores nothing, not even size-0 items.
+    """
+    storable = np.concatenate(([_NOTHING_STORED], distinct)).astype(np.int64)
+    limits = storable[np.searchsorted(distinct, capacities, side="right")]
+    return np.where(capacities == 0, _NOTHING_STORED, limits)
+
+
+def _passes_by_band(trace: _Trace, capacities: np.ndarray):
+    """Yield (row indices into ``capacities``, distances) once per band with a storable key."""
+    limits = _band_limits(trace.distinct_sizes, capacities)
+    for limit in np.unique(limits):
+        if limit == _NOTHING_STORED:
+            continue
+        yield np.flatnonzero(limits == limit), _distances(trace, int(limit))
+
+
+def _hits_of(trace: _Trace, capacities: np.ndarray) -> np.ndarray:
+    """Per-access LRU hits, shape (len(capacities), N), of a validated trace."""
+    hits = np.zeros((capacities.size, trace.sizes.size), dtype=bool)
+    for rows, distances in _passes_by_band(trace, capacities):
+        for row in rows:
+            np.less_equal(distances, capacities[row], out=hits[row])
+    return hits
+
+
+def _count_within(distances: np.ndarray, capacities: np.ndarray) -> np.ndarray:
+    """For each capacity, how many distances are <= it (``COLD`` never is)."""
+    return np.searchsorted(np.sort(distances), capacities, side="right").astype(np.int64)
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def stack_distances(keys: object, sizes: object, size_limit: int | None = None) -> np.ndarray:
+    """Byte-weighted LRU stack distance per access (int64; ``COLD`` for first accesses).
+
+    ``keys`` are integer key codes, ``sizes`` non-negative integers fixed per key. With
+    ``size_limit``, keys larger than it are treated as never stored: they count in no
+    distance and their own distance is ``COLD``.
+    """
+    trace = _prepare(keys, sizes)
+    if size_limit is None:
+        return _distances(trace, COLD)
+    limit = _as_int64("size_limit", [size_limit])[0]
+    return _distances(trace, int(limit))
+
+
+def lru_hits(keys: object, sizes: object, capacities: object) -> np.ndarray:
+    """Per-access hits of kvlab's ``LRUCache`` for each capacity: bool, shape (K, N).
+
+    Exact, including oversize items (one pass per size band that a capacity falls in) and
+    capacity 0 (all misses).
+    """
+    return _hits_of(_prepare(keys, sizes), _as_capacities(capacities))
+
+
+def lru_hit_counts(keys: object, sizes: object, capacities: object) -> np.ndarray:
+    """Total hits of kvlab's ``LRUCache`` per capacity (int64, shape (K,)); exact like
+    ``lru_hits`` but without the (K, N) matrix: one pass per size band."""
+    trace = _prepare(keys, sizes)
+    capacity_array = _as_capacities(capacities)
+    counts = np.zeros(capacity_array.size, dtype=np.int64)
+    for rows, distances in _passes_by_band(trace, capacity_array):
+        counts[rows] = _count_within(distances, capacity_array[rows])
+    return counts
+
+
+class HitCurve(NamedTuple):
+    """Hits as a step function of capacity, exact for capacities >= ``capacities[0]``.
+
+    ``hits[j]`` is the number of hits at every capacity in ``[capacities[j],
+    capacities[j + 1])`` (the last step lasts forever). ``capacities[0]`` is the largest item
+    size (at least 1): below it, oversize items break the stack property (see
+    ``lru_hit_counts``). ``accesses`` is the trace length.
+    """
+
+    capacities: np.ndarray
+    hits: np.ndarray
+    accesses: int
+
+    def at(self, capacities: object) -> np.ndarray:
+        """Hits at each of ``capacities`` (each must be >= ``self.capacities[0]``)."""
+        query = _as_capacities(capacities)
+        if query.size and query.min() < self.capacities[0]:
+            raise ValueError(f"capacity {int(query.min())} is below the curve's exact range "
+                             f"(>= {int(self.capacities[0])}); use lru_hit_counts")
+        return self.hits[np.searchsorted(self.capacities, query, side="right") - 1]
+
+
+def hit_curve(keys: object, sizes: object) -> HitCurve:
+    """The whole LRU hit curve for capacities >= the largest item size, from one pass.
+
+    Its steps (the distinct stack distances) are where the cliffs are.
+    """
+    trace = _prepare(keys, sizes)
+    distances = _distances(trace, COLD)
+    first = max(int(trace.distinct_sizes[-1]) if trace.distinct_sizes.size else 0, 1)
+    later = distances[(distances > first) & (distances != COLD)]
+    steps, step_hits = np.unique(later, return_counts=True)
+    capacities = np.concatenate(([first], steps)).astype(np.int64)
+    base = np.count_nonzero(distances <= first)
+    hits = base + np.concatenate(([0], np.cumsum(step_hits))).astype(np.int64)
+    return HitCurve(capacities, hits, int(trace.sizes.size))
+
+
+def two_tier_tiers(keys: object, sizes: object, gpu_capacity: int,
+                   cpu_capacities: object) -> np.ndarray:
+    """Per-access tier of kvlab's ``TwoTierCache`` for each CPU capacity: int8, shape (K, N).
+
+    Codes index ``TIER_NAMES``: 0 = gpu, 1 = cpu, 2 = miss. One pass for the GPU tier, one
+    more (per size band) over the GPU-miss substream for all CPU capacities.
+    """
+    trace = _prepare(keys, sizes)
+    gpu_hit = _hits_of(trace, _as_capacity(gpu_capacity))[0]
+    gpu_misses = np.flatnonzero(~gpu_hit)
+    cpu_hit = _hits_of(trace.take(gpu_misses), _as_capacities(cpu_capacities))
+    tiers = np.full(cpu_hit.shape[:1] + gpu_hit.shape, MISS_CODE, dtype=np.int8)
+    tiers[:, gpu_hit] = GPU_CODE
+    tiers[:, gpu_misses] = np.where(cpu_hit, CPU_CODE, MISS_CODE)
+    return tiers

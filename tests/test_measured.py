@@ -1,0 +1,359 @@
+"""pipeline/measured.py: loading, exact equality with kvlab's summary, tables, tiers, CLI."""
+
+import json
+import math
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import polars as pl
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from conftest import KVLAB, ROOT
+from kvlab.summarize import InputError, read_records, summarize
+from pipeline.measured import (RECORD_SCHEMA, attribute_tiers, load_measured, main,
+                               records_frame, separation_notes, stats_table, summary,
+                               tier_table)
+from pipeline.synthetic_ttft import simulated_tiers
+
+DATA = ROOT / "data" / "ttft.jsonl"
+
+
+def record(config, name, doc, ttft, total=1.0):
+    return {"config": config, "pass": name, "doc": doc, "doc_tokens": 4864, "ttft_ms": ttft,
+            "total_ms": total}
+
+
+def write_lines(path, lines):
+    path.write_text("".join(line + "\n" for line in lines))
+    return str(path)
+
+
+def assert_same(got, want, where="summary"):
+    """==, but NaN equals NaN; also the same types and the same key order."""
+    assert type(got) is type(want), (where, got, want)
+    if isinstance(want, dict):
+        assert list(got) == list(want), where
+        for key in want:
+            assert_same(got[key], want[key], f"{where}[{key!r}]")
+    elif isinstance(want, float) and math.isnan(want):
+        assert math.isnan(got), (where, got, want)
+    else:
+        assert got == want, (where, got, want)
+
+
+# --- exact equality with kvlab.summarize.summarize -----------------------------------------
+
+def nudge(value_and_ulps):
+    value, ulps = value_and_ulps
+    for _ in range(abs(ulps)):
+        value = math.nextafter(value, math.inf if ulps > 0 else 0.0)
+    return value
+
+
+half_way = st.integers(0, 40_000).map(lambda k: k / 20)           # x.x5: rounding ties
+ttfts = st.one_of(
+    st.integers(0, 2000), st.floats(0, 2000), st.just(0), st.just(-0.0),
+    st.tuples(half_way, st.integers(-2, 2)).map(nudge),            # 1-2 ulps off a tie
+    st.floats(0, 1e-300), st.floats(0, math.inf, allow_infinity=False),   # subnormal .. max
+    st.integers(0, 2**53), st.integers(0, 2**10).map(lambda k: k << 60),  # exact big ints
+)
+one_record = st.fixed_dictionaries({
+    "config": st.sampled_from(["baseline", "lmcache", "lmcache", "baseline", "other"]),
+    "pass": st.sampled_from(["pass1-cold", "pass2-replay", "pass3-reverse", "x"]),
+    "doc": st.integers(0, 12), "doc_tokens": st.just(4864), "ttft_ms": ttfts,
+    "total_ms": st.one_of(st.just(1.0), st.integers(0, 10))})
+# Two records of one group around a rounding tie: their median is within an ulp of x.x5.
+tie_pair = st.tuples(one_record, half_way, st.integers(1, 100_000).map(lambda m: m / 1000)).map(
+    lambda t: [dict(t[0], ttft_ms=max(t[1] - t[2], 0.0)), dict(t[0], ttft_ms=t[1] + t[2])])
+rows = st.lists(st.one_of(one_record.map(lambda r: [r]), tie_pair), max_size=25).map(
+    lambda groups: [r for group in groups for r in group])
+
+
+@given(rows, st.lists(st.sampled_from(["", "  ", "\t"]), max_size=5), st.randoms())
+@example([record("baseline", "a", 0, 1.04), record("lmcache", "a", 0, 0.96),
+          record("baseline", "b", 0, 3.0), record("lmcache", "b", 0, 0)], [], None)
+@example([record("lmcache", "p", 0, 1e308), record("lmcache", "p", 1, 1e308),
+          record("baseline", "p", 0, 1e308), record("baseline", "p", 1, 1.7e308)], [], None)
+@example([record("baseline", "p", i, v) for i, v in enumerate([34.57, 21.88, 95.2])], [], None)
+@example([record("lmcache", "p", 0, 31.26), record("lmcache", "p", 1, 76.84)], [], None)
+def test_summary_equals_kvlab_summarize(records, blanks, rng):
+    lines = [json.dumps(r) for r in records] + blanks
+    if rng is not None:
+        rng.shuffle(lines)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write_lines(Path(tmp) / "in.jsonl", lines)
+        want = summarize(read_records(path))
+        got = summary(load_measured(path))
+    assert_same(got, want)
+
+
+def same_float(got, want):
+    return got == want or (math.isnan(got) and math.isnan(want))
+
+
+@given(rows)
+def test_stats_table_statistics_are_bit_identical_to_python_s(records):
+    """Unrounded: a 1-ulp difference fails here even when no rounding would flip."""
+    groups = {}
+    for r in records:
+        groups.setdefault((r["config"], r["pass"]), []).append(r["ttft_ms"])
+    table = stats_table(records_frame(records))
+    assert table.height == len(groups)
+    for row in table.iter_rows(named=True):
+        values = groups[(row["config"], row["pass"])]
+        assert row["n"] == len(values)
+        assert row["p50_ms"] == float(statistics.median(values)), (values, row)
+        assert row["mean_ms"] == float(statistics.mean(values)), (values, row)
+        assert row["min_ms"] == min(values) and row["max_ms"] == max(values)
+        base = groups.get(("baseline", row["pass"]))
+        for stat, column in ((statistics.median, "ratio_p50"), (statistics.mean, "ratio_mean")):
+            mine = float(stat(values))
+            want = None if base is None or mine == 0 else float(stat(base)) / mine
+            assert (row[column] is None) == (want is None) and (
+                want is None or same_float(row[column], want)), (row, column)
+
+
+def test_polars_built_ins_would_not_do():
+    """Why the module does not use polars' mean / median / round: they differ here."""
+    mean_case, median_case = [34.57, 21.88, 95.2], [22.4, 1.6]
+    assert round(pl.Series(mean_case).mean(), 1) == 50.6       # float sum: 50.550000000000004
+    assert pl.Series(median_case).median() != 12.0             # 11.999999999999998
+    assert pl.Series([0.15]).round(1).item() == 0.2 != round(0.15, 1)
+    records = ([record("baseline", "m", i, v) for i, v in enumerate(mean_case)]
+               + [record("lmcache", "m", i, v) for i, v in enumerate(median_case)])
+    got = summary(records_frame(records))
+    assert got == summarize(records)
+    assert got["baseline"]["m"]["mean_ms"] == 50.5 and got["lmcache"]["m"]["p50_ms"] == 12.0
+
+
+# --- loading -------------------------------------------------------------------------------
+
+def test_load_schema_lines_and_request_order(tmp_path):
+    lines = [json.dumps(record("lmcache", "p2", 5, 10)), "", json.dumps(record("baseline", "p1", 1, 2.5)),
+             json.dumps(record("lmcache", "p1", 6, 11)), "   ",
+             json.dumps(record("lmcache", "p2", 7, 12)), json.dumps(record("baseline", "p1", 2, 3))]
+    frame = load_measured(write_lines(tmp_path / "in.jsonl", lines))
+    assert frame.schema == RECORD_SCHEMA
+    assert frame["line"].to_list() == [1, 3, 4, 6, 7]
+    # lmcache reads p2 (lines 1, 6) before p1 (line 4): p2 appeared first.
+    assert frame.select("config", "doc", "request").rows() == [
+        ("lmcache", 5, 0), ("baseline", 1, 0), ("lmcache", 6, 2), ("lmcache", 7, 1),
+        ("baseline", 2, 1)]
+    assert frame["ttft_ms"].to_list() == [10.0, 2.5, 11.0, 12.0, 3.0]
+
+
+BAD_LINES = [
+    "{not json", "[1, 2]", "",
+    json.dumps({"config": "baseline", "pass": "p", "doc": 0, "doc_tokens": 1, "total_ms": 1}),
+    json.dumps({"config": "baseline", "pass": "p", "doc": 0, "doc_tokens": 1,
+                "ttft_ms": "fast", "total_ms": 1}),
+    json.dumps({"config": "baseline", "pass": "p", "doc": 0, "doc_tokens": 1,
+                "ttft_ms": True, "total_ms": 1}),
+    json.dumps({"config": 3, "pass": "p", "doc": 0, "doc_tokens": 1, "ttft_ms": 1,
+                "total_ms": 1}),
+    '{"config": "baseline", "pass": "p", "doc": 0, "doc_tokens": 1, "ttft_ms": NaN, '
+    '"total_ms": 1}',
+    json.dumps({"config": "baseline", "pass": "p", "doc": 0, "doc_tokens": 1,
+                "ttft_ms": -1, "total_ms": 1}),
+]
+
+
+@pytest.mark.parametrize("bad", [b for b in BAD_LINES if b])
+def test_bad_lines_give_kvlab_summarize_s_exact_message(tmp_path, bad):
+    path = write_lines(tmp_path / "in.jsonl", [json.dumps(record("baseline", "p", 0, 5.0)),
+                                               "", bad, json.dumps(record("lmcache", "p", 0, 1))])
+    with pytest.raises(InputError) as kvlab_error:
+        read_records(path)
+    with pytest.raises(InputError) as ours:
+        load_measured(path)
+    assert str(ours.value) == str(kvlab_error.value)
+    assert str(ours.value).startswith(f"{path}:3: ") and "\n" not in str(ours.value)
+
+
+@pytest.mark.parametrize("field, value, reason", [
+    ("doc", "seven", "doc must be a 64-bit integer, got 'seven'"),
+    ("doc", 1.5, "doc must be a 64-bit integer, got 1.5"),
+    ("doc_tokens", True, "doc_tokens must be a 64-bit integer, got True"),
+    ("doc", 2**63, "doc must be a 64-bit integer"),
+    ("total_ms", None, "total_ms must be a number, got None"),
+    ("ttft_ms", 2**53 + 1, "ttft_ms is not exactly representable as a 64-bit float"),
+    ("total_ms", 10**400, "total_ms is not exactly representable as a 64-bit float"),
+])
+def test_fields_the_schema_cannot_hold_name_file_and_line(tmp_path, field, value, reason):
+    bad = record("lmcache", "p", 0, 5.0)
+    bad[field] = value
+    path = write_lines(tmp_path / "in.jsonl", ["", json.dumps(record("baseline", "p", 0, 5.0)),
+                                               json.dumps(bad)])
+    read_records(path)                                   # kvlab's summarize accepts it
+    with pytest.raises(InputError, match=f"^{path}:3: {reason}"):
+        load_measured(path)
+
+
+def test_integer_too_large_for_a_float_is_one_line_naming_the_file(tmp_path):
+    path = write_lines(tmp_path / "in.jsonl", [json.dumps(record("baseline", "p", 0, 10**400))])
+    with pytest.raises(InputError, match=re.escape(path)) as error:
+        load_measured(path)
+    assert "\n" not in str(error.value)
+
+
+def test_missing_file_names_the_file(tmp_path):
+    with pytest.raises(InputError, match="nope.jsonl"):
+        load_measured(str(tmp_path / "nope.jsonl"))
+
+
+def test_empty_file(tmp_path):
+    frame = load_measured(write_lines(tmp_path / "in.jsonl", ["", " "]))
+    assert frame.height == 0 and frame.schema == RECORD_SCHEMA
+    assert summary(frame) == {"baseline": {}, "lmcache": {}, "ratio": {}}
+    assert stats_table(frame).height == 0
+    attributed = attribute_tiers(frame)
+    assert tier_table(attributed).height == 0 and separation_notes(attributed) == []
+
+
+# --- the bundled data ----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def data():
+    return load_measured(str(DATA))
+
+
+@pytest.fixture(scope="module")
+def attributed(data):
+    return attribute_tiers(data)
+
+
+def test_bundled_summary_equals_kvlab_s_measured_json(data):
+    assert_same(summary(data), summarize(read_records(str(DATA))))
+    exported = json.loads((KVLAB / "measured.json").read_text())
+    assert_same(summary(load_measured(str(KVLAB / "ttft.jsonl"))), exported)
+
+
+def test_stats_table(data):
+    table = stats_table(data)
+    assert table.columns == ["config", "pass", "n", "p50_ms", "p90_ms", "min_ms", "mean_ms",
+                             "max_ms", "ratio_p50", "ratio_mean"]
+    assert table.select("config", "pass").rows() == [
+        (c, p) for c in ("baseline", "lmcache")
+        for p in ("pass1-cold", "pass2-replay", "pass3-reverse")]
+    lm2 = table.row(4, named=True)
+    assert lm2["n"] == 10 and round(lm2["p50_ms"], 1) == 48.6
+    assert lm2["min_ms"] <= lm2["p50_ms"] <= lm2["p90_ms"] <= lm2["max_ms"]
+    assert round(lm2["ratio_p50"], 2) == summary(data)["ratio"]["pass2-replay"]["p50"]
+    assert table.filter(pl.col("config") == "baseline")["ratio_p50"].to_list() == [1.0] * 3
+
+
+def test_attribution_matches_the_generator_s_simulation(attributed):
+    assert attributed.columns == [*RECORD_SCHEMA.names(), "tier"]
+    for config in ("baseline", "lmcache"):
+        rows = attributed.filter(pl.col("config") == config).sort("request")
+        assert rows.select("pass", "doc", pl.col("tier").cast(pl.String)).rows() == \
+            simulated_tiers(config)
+
+
+def tier_counts(table, config, name):
+    rows = table.filter((pl.col("config") == config) & (pl.col("pass") == name))
+    return dict(rows.select(pl.col("tier").cast(pl.String), "n").rows())
+
+
+def test_tier_table_and_notes_on_bundled_data(attributed):
+    table = tier_table(attributed)
+    assert table.columns == ["config", "pass", "tier", "n", "p50_ms", "mean_ms", "min_ms",
+                             "max_ms"]
+    assert tier_counts(table, "lmcache", "pass3-reverse") == {"gpu": 4, "cpu": 6}
+    assert tier_counts(table, "baseline", "pass3-reverse") == {"gpu": 4, "miss": 6}
+    assert tier_counts(table, "lmcache", "pass2-replay") == {"cpu": 10}
+    notes = separation_notes(attributed)
+    assert len(notes) == 2
+    assert notes[0].startswith("baseline pass3-reverse: predicted gpu (n=4, ")
+    assert notes[1].startswith("lmcache pass3-reverse: predicted gpu (n=4, 30.2-32.4 ms) and "
+                               "cpu (n=6, 46.5-48.2 ms) separate cleanly")
+    assert all("DO NOT" not in note for note in notes)
+
+
+def swapped(frame, config, name, doc_a, doc_b):
+    """frame with the TTFTs of two docs of one (config, pass) exchanged."""
+    where = (pl.col("config") == config) & (pl.col("pass") == name)
+    ttft = dict(frame.filter(where).select("doc", "ttft_ms").rows())
+    swap = {doc_a: ttft[doc_b], doc_b: ttft[doc_a]}
+    return frame.with_columns(ttft_ms=pl.when(where & pl.col("doc").is_in(list(swap)))
+                              .then(pl.col("doc").replace_strict(swap, default=None))
+                              .otherwise("ttft_ms"))
+
+
+def test_overlapping_tiers_are_reported_as_not_separating(data):
+    # doc 9 is a predicted GPU hit in lmcache's reverse pass, doc 0 a CPU reload.
+    notes = separation_notes(attribute_tiers(swapped(data, "lmcache", "pass3-reverse", 9, 0)))
+    note = next(n for n in notes if n.startswith("lmcache pass3-reverse"))
+    assert "DO NOT separate" in note and "overlap" in note and "separate cleanly" not in note
+    assert "gpu (n=4, 30.2-46.5 ms) and cpu (n=6, 31.8-48.2 ms)" in note
+
+
+def test_inverted_and_three_tier_notes():
+    records = ([record("lmcache", "p1", d, 600.0 + d) for d in range(3)]
+               + [record("lmcache", "p2", d, v) for d, v in zip((2, 0, 1, 5), (50, 30, 31, 40))])
+    # GPU 2 docs, CPU 3 docs: p2 reads 2 (gpu), 0 (cpu), 1 (cpu), 5 (miss).
+    attributed = attribute_tiers(records_frame(records), gpu_capacity=2, cpu_capacity=3,
+                                 tokens=1)
+    assert attributed["tier"].cast(pl.String).to_list()[3:] == ["gpu", "cpu", "cpu", "miss"]
+    (note,) = separation_notes(attributed)
+    assert note.startswith("lmcache p2: predicted gpu (n=1, 50.0-50.0 ms), cpu (n=2, "
+                           "30.0-31.0 ms) and miss (n=1, 40.0-40.0 ms) DO NOT separate: ")
+    assert "the reverse of the prediction" in note
+
+
+def test_other_configs_are_skipped_with_a_note():
+    records = [record("vllm-x", "p", 0, 1.0), record("baseline", "p", 0, 2.0),
+               record("vllm-x", "p", 1, 1.0)]
+    attributed = attribute_tiers(records_frame(records))
+    assert attributed["tier"].cast(pl.String).to_list() == [None, "miss", None]
+    assert separation_notes(attributed) == [
+        "vllm-x: 2 request(s) not attributed to tiers (kvlab models only baseline = GPU tier "
+        "and lmcache = GPU + CPU tiers)"]
+
+
+# --- command line --------------------------------------------------------------------------
+
+def test_cli_prints_tables_and_notes_and_writes_the_summary(tmp_path, capsys):
+    out = tmp_path / "measured.json"
+    assert main([str(DATA), "--json", str(out)]) == 0
+    printed = capsys.readouterr()
+    assert printed.err == ""
+    assert "pass3-reverse" in printed.out and "ratio_p50" in printed.out
+    assert "lmcache pass3-reverse: predicted gpu (n=4" in printed.out
+    assert json.loads(out.read_text()) == summarize(read_records(str(DATA)))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["measured.json"]
+
+
+def test_cli_capacities_change_the_attribution(capsys):
+    assert main([str(DATA), "--gpu", "0", "--cpu", "0"]) == 0
+    assert "separate" not in capsys.readouterr().out     # every request is a miss
+
+
+def test_cli_bad_input_is_one_line_and_exit_1(tmp_path, capsys):
+    path = write_lines(tmp_path / "in.jsonl", [json.dumps(record("baseline", "p", 0, 1)),
+                                               "{oops"])
+    out = tmp_path / "o.json"
+    assert main([path, "--json", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"{path}:2: not valid JSON") and err.count("\n") == 1
+    assert not out.exists()
+    assert main([str(tmp_path / "missing.jsonl")]) == 1
+    assert "missing.jsonl" in capsys.readouterr().err
+    assert main([str(DATA), "--json", str(tmp_path / "no" / "dir.json")]) == 1
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_python_dash_m_and_usage_errors():
+    proc = subprocess.run([sys.executable, "-m", "pipeline.measured", "data/ttft.jsonl"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "separate cleanly" in proc.stdout
+    with pytest.raises(SystemExit) as usage:
+        main([str(DATA), "--gpu", "-1"])
+    assert usage.value.code == 2
