@@ -52,7 +52,7 @@ def run(gpu: int = 21520, docs: int = 10, tokens: int = 5011,
     return {"passes": results}
 
 
-class _OneLineParser(argparse.ArgumentParser):
+class OneLineParser(argparse.ArgumentParser):
     """argparse, but a usage error is one line on stderr (exit status 2)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
@@ -83,7 +83,7 @@ def pass_list(text: str) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _OneLineParser(prog="scenario.py", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="scenario.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--gpu", type=non_negative_int, default=21520,
                         help="GPU KV capacity in tokens (default 21520)")
     parser.add_argument("--docs", type=non_negative_int, default=10,

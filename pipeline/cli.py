@@ -94,7 +94,9 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from kvlab.scenario import OneLineParser
+
+    parser = OneLineParser(
         prog="python -m pipeline",
         description="kvlab: how much prefix KV cache survives on the GPU, what a CPU tier "
                     "buys, and what that does to time-to-first-token.")

@@ -77,16 +77,15 @@ def run_all(args: argparse.Namespace) -> dict[str, Path]:
     is_lab = (workload.docs, workload.tokens) == (LAB_DEFAULTS["docs"], LAB_DEFAULTS["tokens"])
     exports_dir = args.exports_dir or (make_exports.HERE if is_lab
                                        else ROOT / "data" / "exports")
-    events_dir = _writable_dir(Path(args.events_dir), "--events-dir")
-    exports_dir = _writable_dir(Path(exports_dir), "--exports-dir")
-    _writable_dir(Path(args.report).parent, "--report folder")
-
     source, synthetic = make_exports.measured_source(
         str(args.measured) if args.measured else None)
     try:
         requests = measured.load_measured(source)
     except InputError as exc:
         raise CLIError(str(exc)) from None
+    events_dir = _writable_dir(Path(args.events_dir), "--events-dir")
+    exports_dir = _writable_dir(Path(exports_dir), "--exports-dir")
+    _writable_dir(Path(args.report).parent, "--report folder")
     say(f"measured input: {source} ({'SYNTHETIC bundled stand-in' if synthetic else 'real'}, "
         f"{requests.height} requests)")
 

@@ -1,0 +1,125 @@
+"""python -m pipeline: one command end to end, its outputs, and its bad-input errors."""
+
+import json
+import subprocess
+import sys
+
+import polars as pl
+import pytest
+
+from conftest import KVLAB, ROOT
+
+
+def pipeline(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def outputs(tmp_path):
+    return ["--events-dir", str(tmp_path / "events"), "--exports-dir", str(tmp_path / "exports"),
+            "--report", str(tmp_path / "report" / "index.html")]
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("run")
+    proc = pipeline("run", "--measured", str(ROOT / "data" / "ttft.jsonl"), "--points", "24",
+                    "--grid-steps", "6", *outputs(tmp_path))
+    return tmp_path, proc
+
+
+def test_run_writes_every_output_and_says_where(full_run):
+    tmp_path, proc = full_run
+    assert proc.returncode == 0, proc.stderr
+    assert str(tmp_path / "events") in proc.stdout and "index.html" in proc.stdout
+    assert "sweep 3/3" in proc.stderr                           # progress while sweeping
+    for name in ("gpu_cliff", "cpu_cliff", "grid", "aggregates", "measured_requests"):
+        assert (tmp_path / "events" / f"{name}.parquet").exists()
+    for name in ("cyclic.json", "baseline.json", "cliff.json", "offload.json", "cpu_cliff.json",
+                 "measured.json"):
+        assert json.loads((tmp_path / "exports" / name).read_text()) == json.loads(
+            (KVLAB / name).read_text()), name
+    assert (tmp_path / "exports" / "ttft.jsonl").read_bytes() == (
+        ROOT / "data" / "ttft.jsonl").read_bytes()
+    assert (tmp_path / "report" / "index.html").stat().st_size > 100_000
+
+
+def test_run_attributes_measured_requests_to_tiers(full_run):
+    tmp_path, proc = full_run
+    requests = pl.read_parquet(tmp_path / "events" / "measured_requests.parquet")
+    reverse = requests.filter(pl.col("config") == "lmcache", pl.col("pass") == "pass3-reverse")
+    assert reverse["tier"].cast(pl.String).value_counts(sort=True).rows() == [("cpu", 6),
+                                                                             ("gpu", 4)]
+    assert "separate" in proc.stderr
+
+
+def test_other_workload_goes_to_its_own_exports(tmp_path):
+    proc = pipeline("run", "--docs", "4", "--tokens", "100", "--passes", "fwd,fwd",
+                    "--measured", str(ROOT / "data" / "ttft.jsonl"), "--quiet",
+                    "--grid-steps", "3", "--points", "4", *outputs(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    cliff = json.loads((tmp_path / "exports" / "cliff.json").read_text())
+    assert set(cliff.values()) == {4}          # 4 x 100 tokens fit every lab capacity
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--gpu-capacities", "100,-5"], "--gpu-capacities"),
+    (["--cpu-capacities", ""], "--cpu-capacities"),
+    (["--grid-gpu", "x"], "--grid-gpu"),
+    (["--passes", "fwd,up"], "--passes"),
+    (["--docs", "-1"], "--docs"),
+    (["--points", "0"], "--points"),
+])
+def test_bad_arguments_exit_2_with_one_line(tmp_path, args, message):
+    proc = pipeline("run", *args, *outputs(tmp_path))
+    assert proc.returncode == 2
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not list(tmp_path.iterdir())
+
+
+def test_passes_must_start_with_two_forward_reads(tmp_path):
+    proc = pipeline("run", "--passes", "rev,fwd", *outputs(tmp_path))
+    assert proc.returncode == 1 and "fwd,fwd" in proc.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_missing_and_malformed_measured_files(tmp_path):
+    proc = pipeline("run", "--measured", str(tmp_path / "nope.jsonl"), *outputs(tmp_path))
+    assert proc.returncode == 1 and "nope.jsonl" in proc.stderr
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"config": "baseline", "pass": "p", "doc": 0, "doc_tokens": 1, '
+                   '"ttft_ms": "slow", "total_ms": 1}\n')
+    proc = pipeline("run", "--measured", str(bad), *outputs(tmp_path))
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == f"error: {bad}:1: ttft_ms must be a number, got 'slow'"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl"]
+
+
+def test_unwritable_output_folder(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    proc = pipeline("run", "--measured", str(ROOT / "data" / "ttft.jsonl"),
+                    "--events-dir", str(blocker / "events"),
+                    "--exports-dir", str(tmp_path / "exports"),
+                    "--report", str(tmp_path / "index.html"))
+    assert proc.returncode == 1
+    assert "--events-dir" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_help_explains_every_option():
+    proc = pipeline("run", "--help")
+    assert proc.returncode == 0
+    for option in ("--docs", "--tokens", "--passes", "--gpu-capacities", "--cpu-capacities",
+                   "--cpu-sweep-gpu", "--offload-cpu", "--grid-gpu", "--grid-cpu", "--measured",
+                   "--events-dir", "--exports-dir", "--report", "--engine"):
+        assert option in proc.stdout
+
+
+def test_readme_first_block_is_the_two_commands_and_ci_runs_the_second():
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("```")[1].strip().splitlines()
+    commands = [line for line in block[1:] if line.strip()]
+    assert len(commands) == 2
+    assert commands[0].endswith("-m pipeline run")
+    assert commands[1] in (ROOT / ".ci" / "run").read_text()
