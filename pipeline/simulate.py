@@ -5,7 +5,7 @@ Two engines give identical events (proven by tests/test_simulate.py):
 * ``direct`` replays the accesses through kvlab's ``TwoTierCache`` once per
   (GPU, CPU) capacity pair: the reference, cache semantics straight from kvlab.
 * ``onepass`` (default) derives every capacity from LRU stack distances
-  (``pipeline.occupancy``): one pass over the trace for the GPU tier and one pass over
+  (``pipeline.stackdist``): one pass over the trace for the GPU tier and one pass over
   the GPU-miss stream per GPU capacity for the CPU tier.
 """
 
@@ -17,8 +17,7 @@ import numpy as np
 import polars as pl
 
 from kvlab.kvsim import TIERS, TwoTierCache
-from pipeline.occupancy import lru_states
-from pipeline.stackdist import COLD, stack_distances
+from pipeline.stackdist import COLD, lru_states, stack_distances
 from pipeline.workload import ACCESS_SCHEMA
 
 TIER = pl.Enum(list(TIERS))

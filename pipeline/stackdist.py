@@ -28,6 +28,10 @@ every key above it are already counted: own size + those sizes + size(y) > C, wh
 distance > C. Sizes must be fixed per key (kvlab keeps the first stored size on a hit, which
 would make the state depend on C), so traces whose key sizes vary are rejected.
 
+The same prefix property gives the state itself: after any access the cache holds the
+longest top of the stack that fits, so ``lru_states`` finds the bytes used at every capacity
+with a Fenwick descent, and evictions from the change in items held.
+
 A two-tier cache (``TwoTierCache``) is two passes: the GPU tier sees every access, and the
 CPU tier is an LRU cache fed exactly the GPU misses, so one more pass over that substream
 gives every CPU capacity at once.
@@ -35,13 +39,14 @@ gives every CPU capacity at once.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import numpy as np
 from numba import njit
 
-__all__ = ["COLD", "TIER_NAMES", "HitCurve", "stack_distances", "lru_hits",
-           "lru_hit_counts", "hit_curve", "two_tier_tiers"]
+__all__ = ["COLD", "TIER_NAMES", "HitCurve", "LRUStates", "stack_distances", "lru_hits",
+           "lru_hit_counts", "lru_states", "hit_curve", "two_tier_tiers"]
 
 #: Stack distance of a first access (or of an access excluded by ``size_limit``).
 COLD = int(np.iinfo(np.int64).max)
@@ -117,6 +122,66 @@ def _stack_distance_pass(codes: np.ndarray, sizes: np.ndarray, size_limit: int,
             _fenwick_add(tree, previous, -size)
         _fenwick_add(tree, i, size)
         last_position[code] = i
+
+
+@njit(cache=True)
+def _occupancy_pass(codes: np.ndarray, sizes: np.ndarray, size_limit: int, hits: np.ndarray,
+                    capacities: np.ndarray, used: np.ndarray, evicted: np.ndarray) -> None:
+    """Fill ``used`` and ``evicted`` (shape (K, N)) for capacities > 0 of one size band.
+
+    The cache content is the longest top of the recency stack whose sizes fit the capacity,
+    so ``used`` is the live bytes minus the bottom part found by a Fenwick descent for the
+    first position whose prefix reaches ``live_bytes - capacity``. Evictions are the items
+    held before, plus one if the access stored its item, minus the items held after.
+    """
+    n = codes.size
+    last_position = np.full(codes.max() + 1 if n else 0, -1, np.int64)
+    tree_size = np.zeros(n + 1, np.int64)
+    tree_count = np.zeros(n + 1, np.int64)
+    point_size = np.zeros(n + 1, np.int64)
+    held = np.zeros(capacities.size, np.int64)
+    live_bytes = 0
+    live_keys = 0
+    top = 1
+    while top * 2 <= n:
+        top *= 2
+    for i in range(n):
+        size = sizes[i]
+        storable = size <= size_limit
+        if storable:
+            code = codes[i]
+            previous = last_position[code]
+            if previous < 0:
+                live_bytes += size
+                live_keys += 1
+            else:
+                _fenwick_add(tree_size, previous, -size)
+                _fenwick_add(tree_count, previous, -1)
+                point_size[previous] = 0
+            _fenwick_add(tree_size, i, size)
+            _fenwick_add(tree_count, i, 1)
+            point_size[i] = size
+            last_position[code] = i
+        for c in range(capacities.size):
+            excess = live_bytes - capacities[c]
+            if excess <= 0:
+                now_used, now_held = live_bytes, live_keys
+            else:  # positions 0..index-1 sum below excess; the cache holds those > index
+                index = 0
+                below = 0
+                step = top
+                while step > 0:
+                    probe = index + step
+                    if probe <= n and below + tree_size[probe] < excess:
+                        index = probe
+                        below += tree_size[probe]
+                    step //= 2
+                now_used = live_bytes - below - point_size[index]
+                now_held = live_keys - _fenwick_prefix(tree_count, index)
+            stored = 1 if storable and not hits[c, i] else 0
+            used[c, i] = now_used
+            evicted[c, i] = held[c] + stored - now_held
+            held[c] = now_held
 
 
 # --------------------------------------------------------------------------- validation
@@ -245,7 +310,8 @@ def _band_limits(distinct: np.ndarray, capacities: np.ndarray) -> np.ndarray:
     return np.where(capacities == 0, _NOTHING_STORED, limits)
 
 
-def _passes_by_band(trace: _Trace, capacities: np.ndarray):
+def _passes_by_band(trace: _Trace,
+                    capacities: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Yield (row indices into ``capacities``, distances) once per band with a storable key."""
     limits = _band_limits(trace.distinct_sizes, capacities)
     for limit in np.unique(limits):
@@ -303,6 +369,37 @@ def lru_hit_counts(keys: object, sizes: object, capacities: object) -> np.ndarra
     for rows, distances in _passes_by_band(trace, capacity_array):
         counts[rows] = _count_within(distances, capacity_array[rows])
     return counts
+
+
+class LRUStates(NamedTuple):
+    """Per (capacity, access) state of kvlab's ``LRUCache``, arrays of shape (K, N)."""
+
+    hits: np.ndarray       # bool: the access hit
+    used: np.ndarray       # int64: bytes stored after the access
+    evicted: np.ndarray    # int32: items the access evicted
+
+
+def lru_states(keys: object, sizes: object, capacities: object) -> LRUStates:
+    """Per-access hits, occupancy and evictions of ``LRUCache`` at every capacity, exactly.
+
+    One hit pass and one occupancy pass per size band (see the module docstring).
+    """
+    trace = _prepare(keys, sizes)
+    capacity_array = _as_capacities(capacities)
+    hits = _hits_of(trace, capacity_array)
+    used = np.zeros(hits.shape, dtype=np.int64)
+    evicted = np.zeros(hits.shape, dtype=np.int32)
+    limits = _band_limits(trace.distinct_sizes, capacity_array)
+    for limit in np.unique(limits):
+        if limit == _NOTHING_STORED:
+            continue
+        rows = np.flatnonzero(limits == limit)
+        band_used = np.zeros((rows.size, trace.sizes.size), dtype=np.int64)
+        band_evicted = np.zeros((rows.size, trace.sizes.size), dtype=np.int32)
+        _occupancy_pass(trace.codes, trace.sizes, int(limit), hits[rows], capacity_array[rows],
+                        band_used, band_evicted)
+        used[rows], evicted[rows] = band_used, band_evicted
+    return LRUStates(hits, used, evicted)
 
 
 class HitCurve(NamedTuple):
