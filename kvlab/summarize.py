@@ -37,6 +37,12 @@ class InputError(Exception):
     """A bad input line; the message is ``file:line: reason``."""
 
 
+def _shown(value: object, limit: int = 40) -> str:
+    """``repr(value)``, cut to ``limit`` characters for one-line messages."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def _parse_line(path: str, lineno: int, text: str) -> dict:
     where = f"{path}:{lineno}"
     try:
@@ -51,17 +57,21 @@ def _parse_line(path: str, lineno: int, text: str) -> dict:
                          f"{', '.join(missing)}")
     for field in ("config", "pass"):
         if not isinstance(record[field], str):
-            raise InputError(f"{where}: {field} must be a string, got {record[field]!r}")
+            raise InputError(f"{where}: {field} must be a string, got {_shown(record[field])}")
     ttft = record["ttft_ms"]
     if isinstance(ttft, bool) or not isinstance(ttft, (int, float)):
-        raise InputError(f"{where}: ttft_ms must be a number, got {ttft!r}")
-    if not math.isfinite(ttft) or ttft < 0:
-        raise InputError(f"{where}: ttft_ms must be a finite number >= 0, got {ttft!r}")
+        raise InputError(f"{where}: ttft_ms must be a number, got {_shown(ttft)}")
+    try:
+        finite = math.isfinite(ttft)
+    except OverflowError:           # an integer too large for a float
+        finite = False
+    if not finite or ttft < 0:
+        raise InputError(f"{where}: ttft_ms must be a finite number >= 0, got {_shown(ttft)}")
     return record
 
 
-def read_records(path: str) -> list[dict]:
-    """Parse and validate the input file; raise InputError naming file and line."""
+def read_numbered_records(path: str) -> list[tuple[int, dict]]:
+    """(1-based line number, record) for every non-blank line; InputError names file:line."""
     try:
         with open(path, encoding="utf-8") as handle:
             lines = list(handle)
@@ -69,8 +79,13 @@ def read_records(path: str) -> list[dict]:
         raise InputError(f"{path}: cannot read input ({exc.strerror or exc})") from None
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not UTF-8 text ({exc.reason})") from None
-    return [_parse_line(path, lineno, line)
+    return [(lineno, _parse_line(path, lineno, line))
             for lineno, line in enumerate(lines, start=1) if line.strip()]
+
+
+def read_records(path: str) -> list[dict]:
+    """Parse and validate the input file; raise InputError naming file and line."""
+    return [record for _, record in read_numbered_records(path)]
 
 
 def _stats(values: list[float]) -> tuple[float, float]:

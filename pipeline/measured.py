@@ -22,23 +22,28 @@ tier) and one sentence per pass saying whether the predicted tiers' latencies se
 from __future__ import annotations
 
 import argparse
+import reprlib
 import sys
 from collections.abc import Sequence
+from itertools import combinations
 
 import polars as pl
 
 from kvlab.kvsim import TIERS, TwoTierCache
 from kvlab.scenario import non_negative_int
-from kvlab.summarize import CONFIGS, InputError, read_records, write_json_atomic
+from kvlab.summarize import CONFIGS, InputError, read_numbered_records, write_json_atomic
 
-__all__ = ["RECORD_SCHEMA", "TIER", "load_measured", "records_frame", "summary", "stats_table",
-           "attribute_tiers", "tier_table", "separation_notes", "main"]
+__all__ = ["LINE_SCHEMA", "RECORD_SCHEMA", "TIER", "load_measured", "records_frame", "summary",
+           "stats_table", "tier_models", "attribute_tiers", "tier_table", "separation_notes",
+           "main"]
 
-#: Columns of a loaded file, in order (``request`` is derived; see ``records_frame``).
-RECORD_SCHEMA = pl.Schema({
+#: The fields of each line, and its 1-based line number in the file.
+LINE_SCHEMA = pl.Schema({
     "config": pl.String, "pass": pl.String, "doc": pl.Int64, "doc_tokens": pl.Int64,
-    "ttft_ms": pl.Float64, "total_ms": pl.Float64, "line": pl.Int64, "request": pl.Int64,
+    "ttft_ms": pl.Float64, "total_ms": pl.Float64, "line": pl.Int64,
 })
+#: A loaded file: LINE_SCHEMA plus ``request`` (see ``records_frame``).
+RECORD_SCHEMA = pl.Schema({**LINE_SCHEMA, "request": pl.Int64})
 #: The predicted tier, fastest first (sorting by it gives gpu, cpu, miss).
 TIER = pl.Enum(TIERS)
 FIELDS = ("config", "pass", "doc", "doc_tokens", "ttft_ms", "total_ms")
@@ -64,19 +69,17 @@ MANTISSA = pl.when(_BIASED_EXPONENT > 0).then(_FRACTION + 2**52).otherwise(_FRAC
 EXPONENT = pl.max_horizontal(_BIASED_EXPONENT, 1).cast(pl.Int64) - 1075
 
 FIRST_LINE = pl.col("line").min()
-#: Passes of a config in first-appearance order.
+#: The line where each row's (config, pass) first appears: orders a config's passes.
 PASS_START = pl.col("line").min().over("config", "pass")
 
 
 # --- loading -----------------------------------------------------------------------------
 
 def load_measured(path: str) -> pl.DataFrame:
-    """Read and validate a measured TTFT file (RECORD_SCHEMA); raise InputError naming file:line."""
-    try:
-        records = read_records(path)
-    except OverflowError as exc:    # read_records' isfinite() on an int beyond float range
-        raise InputError(f"{path}: a number is too large for a 64-bit float ({exc})") from None
-    lines = _record_lines(path, len(records))
+    """Read and validate a measured TTFT file into RECORD_SCHEMA; InputError names file:line."""
+    numbered = read_numbered_records(path)
+    lines = [lineno for lineno, _ in numbered]
+    records = [record for _, record in numbered]
     _check_typed_fields(path, lines, records)
     return records_frame(records, lines)
 
@@ -89,23 +92,10 @@ def records_frame(records: Sequence[dict], lines: Sequence[int] | None = None) -
     """
     columns = {field: [record[field] for record in records] for field in FIELDS}
     columns["line"] = list(range(1, len(records) + 1) if lines is None else lines)
-    frame = pl.DataFrame(columns, schema={k: v for k, v in RECORD_SCHEMA.items()
-                                          if k != "request"})
+    frame = pl.DataFrame(columns, schema=LINE_SCHEMA)
     return (frame.sort(PASS_START, "line")
                  .with_columns(request=pl.int_range(pl.len(), dtype=pl.Int64).over("config"))
                  .sort("line"))
-
-
-def _record_lines(path: str, expected: int) -> list[int]:
-    """The 1-based numbers of the non-blank lines, as read_records counts them."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            lines = [lineno for lineno, text in enumerate(handle, start=1) if text.strip()]
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read input ({exc})") from None
-    if len(lines) != expected:
-        raise InputError(f"{path}: the file changed while it was being read")
-    return lines
 
 
 def _typed_field_problem(record: dict) -> str | None:
@@ -113,13 +103,14 @@ def _typed_field_problem(record: dict) -> str | None:
     for field in ("doc", "doc_tokens"):
         value = record[field]
         if isinstance(value, bool) or not isinstance(value, int) or value not in INT64_RANGE:
-            return f"{field} must be a 64-bit integer, got {value!r}"
+            return f"{field} must be a 64-bit integer, got {reprlib.repr(value)}"
     total = record["total_ms"]
     if isinstance(total, bool) or not isinstance(total, (int, float)):
-        return f"total_ms must be a number, got {total!r}"
+        return f"total_ms must be a number, got {reprlib.repr(total)}"
     for field in ("ttft_ms", "total_ms"):
         if not _is_exact_float(record[field]):
-            return f"{field} is not exactly representable as a 64-bit float, got {record[field]!r}"
+            return (f"{field} is not exactly representable as a 64-bit float, "
+                    f"got {reprlib.repr(record[field])}")
     return None
 
 
@@ -157,7 +148,7 @@ def _correctly_rounded_mean(exponents: list[int], sums: list[int], n: int) -> fl
 
 
 def _group_stats(df: pl.DataFrame, keys: list[str], **extra: pl.Expr) -> pl.DataFrame:
-    """keys, n, p50_ms, mean_ms, extra aggregations, first_line; groups by first line."""
+    """keys, n, p50_ms, mean_ms, extra aggregations, first_line; ordered by first_line."""
     stats = df.group_by(keys).agg(n=N.cast(pl.Int64), p50_ms=MEDIAN, **extra,
                                   first_line=FIRST_LINE)
     return (stats.join(_exact_means(df, keys), on=keys, how="left")
@@ -187,7 +178,10 @@ def _pass_ratios(df: pl.DataFrame, stats: pl.DataFrame) -> pl.DataFrame:
 
 
 def summary(df: pl.DataFrame) -> dict:
-    """The measured.json document; equal (==, key order) to kvlab.summarize.summarize."""
+    """The measured.json document; equal (==, key order) to kvlab.summarize.summarize.
+
+    ``df`` as load_measured or records_frame returns it (``line`` gives the pass order).
+    """
     stats = _group_stats(df.filter(pl.col("config").is_in(CONFIGS)), ["config", "pass"])
     document: dict = {
         config: {row["pass"]: {"n": row["n"], "p50_ms": round(row["p50_ms"], 1),
@@ -294,18 +288,22 @@ def _pair_verdict(faster: dict, slower: dict) -> tuple[bool, str]:
 
 
 def _separation_note(config: str, name: str, tiers: list[dict]) -> str:
-    verdicts = [_pair_verdict(faster, slower) for faster, slower in zip(tiers, tiers[1:])]
+    """One sentence for one (config, pass); ``tiers`` fastest first."""
     head = f"{config} {name}: predicted {_and_join([_tier_range(row) for row in tiers])}"
-    if all(ok for ok, _ in verdicts):
-        return f"{head} separate cleanly: {_and_join([clause for _, clause in verdicts])}."
-    return f"{head} DO NOT separate: {_and_join([c for ok, c in verdicts if not ok])}."
+    failures = [clause for ok, clause in (_pair_verdict(faster, slower)
+                                          for faster, slower in combinations(tiers, 2)) if not ok]
+    if failures:
+        return f"{head} DO NOT separate: {'; '.join(failures)}."
+    steps = [_pair_verdict(faster, slower)[1] for faster, slower in zip(tiers, tiers[1:])]
+    return f"{head} separate cleanly: {_and_join(steps)}."
 
 
 def separation_notes(attributed: pl.DataFrame) -> list[str]:
     """One sentence per (config, pass) with two or more predicted tiers, then skipped configs.
 
     Tiers separate when each tier's slowest TTFT is below the next slower tier's fastest
-    (gpu < cpu < miss); overlapping or inverted ranges are reported as DO NOT separate.
+    (gpu < cpu < miss); otherwise the note says DO NOT separate and lists every pair of
+    tiers whose ranges overlap or run in the reverse order.
     """
     table = tier_table(attributed)
     notes = [_separation_note(config, name, group.rows(named=True))

@@ -135,9 +135,11 @@ def test_polars_built_ins_would_not_do():
 # --- loading -------------------------------------------------------------------------------
 
 def test_load_schema_lines_and_request_order(tmp_path):
-    lines = [json.dumps(record("lmcache", "p2", 5, 10)), "", json.dumps(record("baseline", "p1", 1, 2.5)),
+    lines = [json.dumps(record("lmcache", "p2", 5, 10)), "",
+             json.dumps(record("baseline", "p1", 1, 2.5)),
              json.dumps(record("lmcache", "p1", 6, 11)), "   ",
-             json.dumps(record("lmcache", "p2", 7, 12)), json.dumps(record("baseline", "p1", 2, 3))]
+             json.dumps(record("lmcache", "p2", 7, 12)),
+             json.dumps(record("baseline", "p1", 2, 3))]
     frame = load_measured(write_lines(tmp_path / "in.jsonl", lines))
     assert frame.schema == RECORD_SCHEMA
     assert frame["line"].to_list() == [1, 3, 4, 6, 7]
@@ -304,7 +306,22 @@ def test_inverted_and_three_tier_notes():
     (note,) = separation_notes(attributed)
     assert note.startswith("lmcache p2: predicted gpu (n=1, 50.0-50.0 ms), cpu (n=2, "
                            "30.0-31.0 ms) and miss (n=1, 40.0-40.0 ms) DO NOT separate: ")
-    assert "the reverse of the prediction" in note
+    assert note.endswith("DO NOT separate: every cpu TTFT is below every gpu TTFT "
+                         "(31.0 < 50.0 ms), the reverse of the prediction; every miss TTFT is "
+                         "below every gpu TTFT (40.0 < 50.0 ms), the reverse of the prediction.")
+    faster_gpu = records_frame(records).with_columns(
+        ttft_ms=pl.when(pl.col("ttft_ms") == 50).then(20.0).otherwise("ttft_ms"))
+    (note,) = separation_notes(attribute_tiers(faster_gpu, 2, 3, 1))
+    assert note.endswith("separate cleanly: every gpu TTFT is below every cpu TTFT (20.0 < 30.0 "
+                         "ms) and every cpu TTFT is below every miss TTFT (31.0 < 40.0 ms).")
+
+
+def test_close_boundaries_get_enough_digits_to_tell_them_apart():
+    records = ([record("lmcache", "p1", d, 600.0) for d in range(2)]
+               + [record("lmcache", "p2", d, v) for d, v in ((1, 45.01), (0, 45.04))])
+    (note,) = separation_notes(attribute_tiers(records_frame(records), 1, 2, 1))
+    assert note.endswith("separate cleanly: every gpu TTFT is below every cpu TTFT "
+                         "(45.01 < 45.04 ms).")
 
 
 def test_other_configs_are_skipped_with_a_note():
