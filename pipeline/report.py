@@ -400,7 +400,7 @@ def ratio_chart(requests: pl.DataFrame) -> alt.LayerChart:
                         scale=alt.Scale(range=["#6a51a3", "#bcbddc"])),
         tooltip=["pass:N", "statistic:N", alt.Tooltip("ratio:Q", format=".2f")])
     labels = base.mark_text(dy=-6, baseline="bottom", fontSize=11).encode(
-        text=alt.Text("ratio:Q", format=".1f"))
+        text=alt.Text("ratio:Q", format=".2f"))
     one = alt.Chart(pl.DataFrame({"y": [1.0]})).mark_rule(strokeDash=[5, 4], color="#555") \
         .encode(y="y:Q")
     return alt.layer(bars, labels, one).properties(
@@ -413,7 +413,7 @@ def ratio_caption(requests: pl.DataFrame) -> str:
     order = pass_order(requests)
     parts = (ratio_frame(requests).filter(pl.col("statistic") == "p50")
              .sort(pl.col("pass").cast(pl.Enum(order)))
-             .select(pl.format("{}× ({})", pl.col("ratio").round(1), "pass"))
+             .select(pl.format("{}× ({})", pl.col("ratio").round(2), "pass"))
              .to_series().to_list())
     return f"{BASELINE.capitalize()}/{OFFLOADED} p50 TTFT ratio by pass: {', '.join(parts)}."
 

@@ -97,6 +97,13 @@ def _stack_distance_column(keys: np.ndarray, sizes: np.ndarray, engine: str) -> 
     return distance.set(distance == COLD, None)
 
 
+def with_stack_distances(accesses: pl.DataFrame) -> pl.DataFrame:
+    """The access table plus its GPU-tier ``stack_distance`` column (null on first reads)."""
+    keys = accesses["doc"].to_numpy().astype(np.int64)
+    sizes = accesses["size"].to_numpy().astype(np.int64)
+    return accesses.with_columns(_stack_distance_column(keys, sizes, "onepass"))
+
+
 def simulate(accesses: pl.DataFrame, gpu_capacities: Sequence[int],
              cpu_capacities: Sequence[int] = (0,), engine: str = "onepass") -> pl.DataFrame:
     """Events for every (GPU, CPU) capacity pair: the access table plus RESULT_SCHEMA."""

@@ -128,6 +128,48 @@ def run_sweeps(workload: DocumentWorkload, sweeps: Sequence[Sweep], events_dir: 
     return result
 
 
+def hit_steps(accesses: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
+    """The whole GPU hit curve per pass, from the ``stack_distance`` column.
+
+    One row per (pass, distinct stack distance d): ``hits`` = the pass's hits at every GPU
+    capacity in [d, next d). Exact for capacities >= the largest item size (below it,
+    oversize items change the stack: use ``pipeline.stackdist.lru_hit_counts``).
+    """
+    return (
+        accesses.lazy()
+        .filter(pl.col("stack_distance").is_not_null())
+        .group_by("pass_index", "stack_distance")
+        .agg(new_hits=pl.len())
+        .sort("pass_index", "stack_distance")
+        .select("pass_index", pl.col("stack_distance").alias("capacity"),
+                hits=pl.col("new_hits").cum_sum().over("pass_index").cast(pl.Int64))
+        .collect()
+    )
+
+
+def hits_at(accesses: pl.DataFrame, capacities: Sequence[int]) -> pl.DataFrame:
+    """GPU hits per (pass, capacity) read off ``hit_steps``: columns pass_index, capacity, hits.
+
+    ``accesses`` needs ``pass_index``, ``size`` and ``stack_distance`` (see
+    ``pipeline.simulate.with_stack_distances``); every capacity must be >= the largest size.
+    """
+    largest = accesses["size"].max() or 0
+    too_small = [c for c in check_capacities("capacities", capacities) if c < largest]
+    if too_small:
+        raise ValueError(f"capacity {too_small[0]} is below the largest item ({largest}): the "
+                         "stack-distance curve is exact only from there; use "
+                         "pipeline.stackdist.lru_hit_counts")
+    grid = (pl.DataFrame({"capacity": list(capacities)}, schema={"capacity": pl.Int64})
+            .join(accesses.select(pl.col("pass_index").unique()), how="cross")
+            .sort("capacity"))
+    # Both sides are sorted by capacity (hit_steps by pass, then capacity).
+    return (grid.join_asof(hit_steps(accesses), on="capacity", by="pass_index",
+                           strategy="backward", check_sortedness=False)
+            .with_columns(pl.col("hits").fill_null(0))
+            .sort("pass_index", "capacity")
+            .select("pass_index", "capacity", "hits"))
+
+
 def second_pass(aggregates: pl.DataFrame, sweep: str) -> pl.DataFrame:
     """The second pass's rows of one sweep (pass_index 1)."""
     return aggregates.filter(pl.col("sweep") == sweep, pl.col("pass_index") == 1)

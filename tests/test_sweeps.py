@@ -93,3 +93,22 @@ def test_unwritable_folder_leaves_nothing(tmp_path):
     with pytest.raises(OSError):
         sweeps.write_parquet_atomic(frame, tmp_path / "missing" / "x.parquet")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_hit_curve_from_the_stack_distance_column_equals_the_sweep(swept):
+    from pipeline.simulate import with_stack_distances
+    _, plan, aggregates = swept
+    accesses = with_stack_distances(WORKLOAD.accesses())
+    gpu_cliff = aggregates.filter(pl.col("sweep") == "gpu_cliff",
+                                  pl.col("gpu_capacity") >= WORKLOAD.tokens)
+    capacities = gpu_cliff["gpu_capacity"].unique().sort().to_list()
+    curve = sweeps.hits_at(accesses, capacities)
+    expected = gpu_cliff.select("pass_index", pl.col("gpu_capacity").alias("capacity"),
+                                pl.col("gpu_hits").cast(pl.Int64).alias("hits"))
+    assert curve.sort("pass_index", "capacity").rows() == expected.sort(
+        "pass_index", "capacity").rows()
+    # The whole step function: second-pass hits jump from 0 to 10 at exactly 50110.
+    steps = sweeps.hit_steps(accesses).filter(pl.col("pass_index") == 1)
+    assert steps.rows() == [(1, 50110, 10)]
+    with pytest.raises(ValueError, match="below the largest item"):
+        sweeps.hits_at(accesses, [5010])
