@@ -20,28 +20,23 @@ import altair as alt
 import polars as pl
 import vl_convert as vlc
 
-from kvlab.summarize import atomic_output
+from kvlab.kvsim import TIERS
+from kvlab.summarize import CONFIGS, atomic_output
+from pipeline.sweeps import AGGREGATE_SCHEMA, SWEEPS
 
 __all__ = ["write_report", "render_html", "build_sections", "provenance_block", "Section",
-           "TIERS", "TIER_COLOURS", "AGGREGATE_SCHEMA", "REQUEST_COLUMNS"]
+           "TIER_COLOURS", "REQUEST_COLUMNS"]
 
 Chart = alt.Chart | alt.LayerChart | alt.FacetChart
 
-TIERS = ("gpu", "cpu", "miss")
 TIER_COLOURS = ("#2e7d32", "#1f6fb4", "#c62828")   # green, blue, red: fastest first
 TIER_NAMES = {"gpu": "GPU hits", "cpu": "CPU hits", "miss": "misses"}
 TIER_COLUMNS = {"gpu_hits": "gpu", "cpu_hits": "cpu", "misses": "miss"}
-BASELINE, OFFLOADED = "baseline", "lmcache"
+BASELINE, OFFLOADED = CONFIGS
 SECOND_PASS = 1                                      # 0-based pass_index of the replay
 WIDTH, HEIGHT = 620, 260
 
-AGGREGATE_SCHEMA = {
-    "sweep": pl.Utf8, "gpu_capacity": pl.Int64, "cpu_capacity": pl.Int64,
-    "pass_index": pl.Int16, "pass_order": pl.Utf8, "accesses": pl.Int32,
-    "gpu_hits": pl.Int32, "cpu_hits": pl.Int32, "misses": pl.Int32,
-}
 REQUEST_COLUMNS = ("config", "pass", "doc", "ttft_ms", "tier", "request")
-SWEEPS = ("gpu_cliff", "cpu_cliff", "grid")
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ import pytest
 from conftest import KVLAB, ROOT
 from kvlab.kvsim import TwoTierCache
 from kvlab.scenario import run
-from pipeline.report import AGGREGATE_SCHEMA, provenance_block, write_report
+from pipeline.report import provenance_block, write_report
+from pipeline.sweeps import AGGREGATE_SCHEMA
 
 SCENARIO = {"docs": 10, "tokens": 5011, "passes": ["fwd", "fwd", "rev"],
             "gpu_spec_points": [21520, 30000, 40000, 45000, 50109, 50110],
@@ -102,7 +103,8 @@ def test_captions_state_the_findings(report):
     assert "at least 50110 tokens" in grid and "every other cell gets 0%" in grid
     assert "4 GPU hits + 6 misses" in tiers and "4 GPU hits + 6 CPU hits" in tiers
     assert "baseline 576 ms (10 misses)" in ttft and "lmcache 48.6 ms (10 CPU hits)" in ttft
-    assert re.search(r"1[12]\.\d× \(pass2-replay\)", ratio), ratio
+    assert re.search(r"1[12]\.\d\d× \(pass2-replay\)", ratio), ratio
+    assert re.search(r"0\.9\d× \(pass1-cold\)", ratio), ratio     # storing costs: below 1
 
 
 def test_captions_follow_the_data(inputs, tmp_path):
