@@ -114,6 +114,14 @@ def test_captions_follow_the_data(inputs, tmp_path):
     assert "all 10 from 52500" in captions(path.read_text(encoding="utf-8"))[0]
 
 
+def test_one_config_only_drops_the_ratio_chart(inputs, tmp_path):
+    only_baseline = {**inputs, "requests": inputs["requests"].filter(
+        pl.col("config") == "baseline")}
+    text = write_report(tmp_path / "r.html", **only_baseline).read_text(encoding="utf-8")
+    assert text.count('class="chart"') == CHARTS - 1 and "chart-ratio" not in text
+    assert "baseline 576 ms (10 misses)." in captions(text)[-1]
+
+
 def test_provenance_says_synthetic_or_real(report):
     text = report.read_text(encoding="utf-8")
     digest = json.loads((KVLAB / "measured_source.json").read_text())["sha256"]
