@@ -35,10 +35,10 @@ def _int_list(text: str) -> list[int]:
 
 
 def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    """argparse type: an integer >= 1."""
+    from kvlab.scenario import non_negative_int
+
+    value = non_negative_int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
     return value

@@ -30,7 +30,7 @@ from itertools import combinations
 import polars as pl
 
 from kvlab.kvsim import TIERS, TwoTierCache
-from kvlab.scenario import non_negative_int
+from kvlab.scenario import OneLineParser, non_negative_int
 from kvlab.summarize import CONFIGS, InputError, read_numbered_records, write_json_atomic
 
 __all__ = ["LINE_SCHEMA", "RECORD_SCHEMA", "TIER", "load_measured", "records_frame", "summary",
@@ -319,16 +319,9 @@ def separation_notes(attributed: pl.DataFrame) -> list[str]:
 
 # --- command line ------------------------------------------------------------------------
 
-class _OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line on stderr (exit status 2)."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _OneLineParser(prog="python -m pipeline.measured",
-                            description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="python -m pipeline.measured",
+                           description=__doc__.split("\n\n")[0])
     parser.add_argument("input", help="measured TTFT file, one JSON object per line")
     parser.add_argument("--gpu", type=non_negative_int, default=21520,
                         help="GPU KV capacity in tokens (default 21520)")
