@@ -411,6 +411,65 @@ def ratio_caption(requests: pl.DataFrame) -> str:
     return f"{BASELINE.capitalize()}/{OFFLOADED} p50 TTFT ratio by pass: {', '.join(parts)}."
 
 
+# --------------------------------------------------------------------------- 8 predicted TTFT
+
+
+def predicted_frame(predicted: pl.DataFrame) -> pl.DataFrame:
+    """Second-pass predicted TTFT along both cliffs, long form: sweep, capacity, ttft."""
+    replay = predicted.filter(pl.col("pass_index") == SECOND_PASS)
+    return pl.concat([
+        replay.filter(pl.col("sweep") == "gpu_cliff").select(
+            pl.lit("GPU capacity, no CPU tier").alias("axis"),
+            pl.col("gpu_capacity").alias("capacity"), "predicted_ttft_ms"),
+        replay.filter(pl.col("sweep") == "cpu_cliff").select(
+            pl.lit("CPU capacity, GPU fixed").alias("axis"),
+            pl.col("cpu_capacity").alias("capacity"), "predicted_ttft_ms"),
+    ]).drop_nulls()
+
+
+def predicted_chart(predicted: pl.DataFrame, scenario: dict) -> alt.FacetChart:
+    """Predicted second-pass mean TTFT along the GPU cliff and along the CPU cliff."""
+    frame = pl.concat([change_points(part, "capacity", "predicted_ttft_ms")
+                       for part in predicted_frame(predicted).partition_by("axis")])
+    line = alt.Chart().mark_line(interpolate="step-after", strokeWidth=2, color="#6a51a3",
+                                 point=True).encode(
+        x=alt.X("capacity:Q", title="capacity (tokens)", axis=alt.Axis(format="d")),
+        y=alt.Y("predicted_ttft_ms:Q", title="predicted mean TTFT (ms, log scale)",
+                scale=alt.Scale(type="log")),
+        tooltip=[alt.Tooltip("capacity:Q", format="d"),
+                 alt.Tooltip("predicted_ttft_ms:Q", format=".1f")])
+    rule = alt.Chart().mark_rule(strokeDash=[5, 4], color="#555").encode(
+        x=alt.datum(working_set(scenario)))
+    return alt.layer(line, rule, data=frame).properties(
+        width=WIDTH // 2 - 20, height=HEIGHT - 40).facet(
+        column=alt.Column("axis:N", title=None, header=alt.Header(labelFontSize=13),
+                          sort=["GPU capacity, no CPU tier", "CPU capacity, GPU fixed"]),
+    ).resolve_scale(x="independent").properties(title=alt.Title(
+        "Predicted second-pass TTFT from simulated hits and measured tier latencies",
+        subtitle=f"left: GPU capacity, no CPU tier; right: CPU capacity at GPU "
+                 f"{scenario['cpu_sweep_gpu']}; dashed: working set"))
+
+
+def predicted_caption(predicted: pl.DataFrame, latencies: dict, scenario: dict) -> str:
+    """One sentence: the tier latencies and the predicted TTFT on both sides of each cliff."""
+    frame = predicted_frame(predicted)
+    ws = working_set(scenario)
+
+    def side(axis: str, below: bool) -> str:
+        part = frame.filter(pl.col("axis").str.starts_with(axis),
+                            (pl.col("capacity") < ws) if below else (pl.col("capacity") >= ws))
+        return _fmt(part["predicted_ttft_ms"].median()) if part.height else "n/a"
+
+    gpu_only, offload = (latencies[config] for config in (BASELINE, OFFLOADED))
+    known = lambda value: "n/a" if value is None else _fmt(value)  # noqa: E731
+    return (f"With the measured medians per tier (GPU hit {known(gpu_only['gpu'])} ms, CPU "
+            f"reload {known(offload['cpu'])} ms, recompute {known(gpu_only['miss'])} ms), the "
+            f"model predicts a second-pass mean TTFT of {side('GPU', True)} ms below GPU {ws} "
+            f"and {side('GPU', False)} ms from it; at GPU {scenario['cpu_sweep_gpu']} a CPU tier "
+            f"of {ws} tokens or more gives {side('CPU', False)} ms, less gives "
+            f"{side('CPU', True)} ms.")
+
+
 # --------------------------------------------------------------------------- 7 provenance
 
 
@@ -431,8 +490,9 @@ def provenance_block(provenance: dict) -> str:
 # --------------------------------------------------------------------------- page
 
 
-def build_sections(aggregates: pl.DataFrame, requests: pl.DataFrame,
-                   scenario: dict) -> tuple[list[Section], list[Section]]:
+def build_sections(aggregates: pl.DataFrame, requests: pl.DataFrame, scenario: dict,
+                   predicted: pl.DataFrame | None = None, latencies: dict | None = None
+                   ) -> tuple[list[Section], list[Section]]:
     """(simulator sections, measured sections), each chart with its caption."""
     simulated = [
         Section("gpu-cliff", gpu_cliff_chart(aggregates, scenario),
@@ -449,6 +509,9 @@ def build_sections(aggregates: pl.DataFrame, requests: pl.DataFrame,
         measured.append(Section("ttft", ttft_chart(requests), ttft_caption(requests)))
     if not ratio_frame(requests).is_empty():     # a pass measured under both configs
         measured.append(Section("ratio", ratio_chart(requests), ratio_caption(requests)))
+    if predicted is not None and not predicted_frame(predicted).is_empty():
+        measured.append(Section("predicted", predicted_chart(predicted, scenario),
+                                predicted_caption(predicted, latencies or {}, scenario)))
     return simulated, measured
 
 
@@ -498,10 +561,11 @@ def javascript_bundle() -> str:
 
 
 def render_html(aggregates: pl.DataFrame, requests: pl.DataFrame, provenance: dict,
-                scenario: dict) -> str:
+                scenario: dict, predicted: pl.DataFrame | None = None,
+                latencies: dict | None = None) -> str:
     """The whole report page as one HTML string, libraries inlined."""
     _check_inputs(aggregates, requests)
-    simulated, measured = build_sections(aggregates, requests, scenario)
+    simulated, measured = build_sections(aggregates, requests, scenario, predicted, latencies)
     passes = ", ".join(scenario["passes"])
     lede = (f"kvlab simulates {scenario['docs']} documents of {scenario['tokens']} tokens "
             f"reused as prompt prefixes, read in passes {passes} through a GPU LRU KV cache "
@@ -526,10 +590,15 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def write_report(path: str | os.PathLike, *, aggregates: pl.DataFrame,
-                 requests: pl.DataFrame, provenance: dict, scenario: dict) -> Path:
-    """Write the self-contained HTML report to ``path`` atomically; return the path."""
+                 requests: pl.DataFrame, provenance: dict, scenario: dict,
+                 predicted: pl.DataFrame | None = None, latencies: dict | None = None) -> Path:
+    """Write the self-contained HTML report to ``path`` atomically; return the path.
+
+    ``predicted`` (aggregates plus ``predicted_ttft_ms``) and ``latencies`` (see
+    ``pipeline.latency``) add the predicted-TTFT chart.
+    """
     target = Path(path)
-    text = render_html(aggregates, requests, provenance, scenario)
+    text = render_html(aggregates, requests, provenance, scenario, predicted, latencies)
     target.parent.mkdir(parents=True, exist_ok=True)
     _write_atomic(target, text)
     return target

@@ -15,7 +15,7 @@ import polars as pl
 from kvlab import make_exports
 from kvlab.scenario import run as run_scenario
 from kvlab.summarize import InputError, read_records, summarize, write_json_atomic
-from pipeline import measured, report, sweeps
+from pipeline import latency, measured, report, sweeps
 from pipeline.cli import LAB_DEFAULTS, ROOT, CLIError
 from pipeline.workload import DocumentWorkload
 
@@ -111,6 +111,14 @@ def run_all(args: argparse.Namespace) -> dict[str, Path]:
     sweeps.write_parquet_atomic(attributed, events_dir / "measured_requests.parquet")
     for note in measured.separation_notes(attributed):
         say(note)
+    latencies = latency.latency_model(attributed)
+    predicted = latency.predict(aggregates, latencies)
+    sweeps.write_parquet_atomic(predicted, events_dir / "predicted_ttft.parquet")
+    for row in latency.model_check(attributed, latencies).iter_rows(named=True):
+        say(f"latency model, {row['config']} {row['pass']}: predicted mean "
+            f"{row['predicted_ms']} ms vs measured {row['measured_ms']} ms "
+            f"({row['error_pct']:+}%)" if row["predicted_ms"] is not None else
+            f"latency model, {row['config']} {row['pass']}: a tier has no measured latency")
 
     scenario = {"docs": workload.docs, "tokens": workload.tokens,
                 "passes": list(workload.passes),
@@ -118,7 +126,8 @@ def run_all(args: argparse.Namespace) -> dict[str, Path]:
                 "cpu_spec_points": list(make_exports.CPU_CLIFF_CAPACITIES),
                 "cpu_sweep_gpu": args.cpu_sweep_gpu, "offload_cpu": args.offload_cpu}
     html = report.write_report(Path(args.report), aggregates=aggregates, requests=attributed,
-                               provenance=provenance, scenario=scenario)
+                               provenance=provenance, scenario=scenario, predicted=predicted,
+                               latencies=latencies)
     written = {"events": events_dir, "exports": exports_dir, "report": Path(html)}
     print(f"Parquet event logs and aggregates: {events_dir}")
     print(f"JSON exports:                      {exports_dir}")

@@ -15,6 +15,7 @@ import pytest
 from conftest import KVLAB, ROOT
 from kvlab.kvsim import TwoTierCache
 from kvlab.scenario import run
+from pipeline.latency import latency_model, predict
 from pipeline.report import provenance_block, write_report
 from pipeline.sweeps import AGGREGATE_SCHEMA
 
@@ -23,7 +24,7 @@ SCENARIO = {"docs": 10, "tokens": 5011, "passes": ["fwd", "fwd", "rev"],
             "cpu_spec_points": [0, 20000, 30000, 40000, 50109, 50110, 56000],
             "cpu_sweep_gpu": 21520, "offload_cpu": 56000}
 WORKING_SET = SCENARIO["docs"] * SCENARIO["tokens"]
-CHARTS = 6
+CHARTS = 7
 CONSOLE = re.compile(r':CONSOLE[:(]?\d*\)?\]\s*"(?P<message>.*)", source: (?P<source>.*)')
 EXTERNAL = re.compile(r"""(?:\bsrc|\bhref)\s*=\s*["']?\s*(?:https?:)?//"""
                       r"""|@import|url\(\s*["']?https?:""", re.IGNORECASE)
@@ -69,9 +70,12 @@ def build_requests() -> pl.DataFrame:
 
 @pytest.fixture(scope="module")
 def inputs() -> dict:
-    return {"aggregates": build_aggregates(), "requests": build_requests(),
+    aggregates, requests = build_aggregates(), build_requests()
+    latencies = latency_model(requests)
+    return {"aggregates": aggregates, "requests": requests,
             "provenance": json.loads((KVLAB / "measured_source.json").read_text()),
-            "scenario": SCENARIO}
+            "scenario": SCENARIO, "predicted": predict(aggregates, latencies),
+            "latencies": latencies}
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +100,10 @@ def test_report_is_one_offline_file(report):
 
 
 def test_captions_state_the_findings(report):
-    gpu, cpu, grid, tiers, ttft, ratio = captions(report.read_text(encoding="utf-8"))
+    gpu, cpu, grid, tiers, ttft, ratio, predicted = captions(report.read_text(encoding="utf-8"))
+    assert "GPU hit 30.4 ms, CPU reload 48.1 ms, recompute 576 ms" in predicted
+    assert "576 ms below GPU 50110 and 30.4 ms from it" in predicted
+    assert "50110 tokens or more gives 48.1 ms" in predicted
     assert "hits are 0 at every GPU capacity up to 50109 tokens (one token short" in gpu
     assert f"all 10 from {WORKING_SET}, the working set (10 × 5011)" in gpu
     assert "misses stay 10 at every CPU capacity up to 50109" in cpu and "0 from 50110" in cpu
@@ -119,7 +126,7 @@ def test_one_config_only_drops_the_ratio_chart(inputs, tmp_path):
         pl.col("config") == "baseline")}
     text = write_report(tmp_path / "r.html", **only_baseline).read_text(encoding="utf-8")
     assert text.count('class="chart"') == CHARTS - 1 and "chart-ratio" not in text
-    assert "baseline 576 ms (10 misses)." in captions(text)[-1]
+    assert "baseline 576 ms (10 misses)." in captions(text)[-2]
 
 
 def test_provenance_says_synthetic_or_real(report):
