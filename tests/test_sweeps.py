@@ -112,3 +112,25 @@ def test_hit_curve_from_the_stack_distance_column_equals_the_sweep(swept):
     assert steps.rows() == [(1, 50110, 10)]
     with pytest.raises(ValueError, match="below the largest item"):
         sweeps.hits_at(accesses, [5010])
+
+
+def test_cliff_exports_equal_what_scenario_py_prints(swept):
+    import json
+    import subprocess
+    import sys
+
+    from conftest import KVLAB
+    _, _, aggregates = swept
+
+    def printed_second_pass(*args):
+        out = subprocess.run([sys.executable, "-S", str(KVLAB / "scenario.py"), *args,
+                              "--passes", "fwd,fwd"], capture_output=True, text=True,
+                             check=True).stdout
+        return json.loads(out)["passes"][1]
+
+    gpu = {str(c): (lambda p: p["gpu_hits"] + p["cpu_hits"])(printed_second_pass("--gpu", str(c)))
+           for c in GPU_CLIFF_CAPACITIES}
+    cpu = {str(c): printed_second_pass("--gpu", "21520", "--cpu", str(c))["misses"]
+           for c in CPU_CLIFF_CAPACITIES}
+    assert sweeps.cliff_export(aggregates, GPU_CLIFF_CAPACITIES) == gpu
+    assert sweeps.cpu_cliff_export(aggregates, CPU_CLIFF_CAPACITIES) == cpu
