@@ -14,6 +14,7 @@ A script that prints figures, not a test:
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
 import sys
@@ -247,6 +248,10 @@ def python_rows_for(count: int, args: argparse.Namespace) -> np.ndarray | None:
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print its figures; 1 if any hit count disagrees."""
     args = parse_args(argv)
+    if importlib.util.find_spec("libcachesim") is None:
+        print("error: libCacheSim is not installed; it is a dev/bench dependency: "
+              ".venv/bin/pip install -e '.[dev]'", file=sys.stderr)
+        return 1
     keys, sizes = zipf_trace(args.requests, args.objects, args.seed)
     total = distinct_bytes(keys, sizes)
     print(f"trace: {keys.size:,} requests, Zipf({ZIPF_ALPHA}) over {args.objects:,} objects "
