@@ -41,7 +41,11 @@ def bench_default_run(repeat: int = 3) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline bench", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline bench", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Other options go to the curve benchmark (--requests, --objects, --seed, "
+               "--capacities, --full, --skip-python): see python -m pipeline.bench_curve --help.")
     parser.add_argument("--repeat", type=int, default=3, help="runs of the default pipeline")
     parser.add_argument("--skip-curve", action="store_true",
                         help="only time the default run, not the one-pass curve benchmark")
