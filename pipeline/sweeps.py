@@ -62,9 +62,11 @@ def cliff_capacities(workload: DocumentWorkload, spec_points: Sequence[int] = ()
 
 def grid_capacities(workload: DocumentWorkload, steps: int = 13,
                     factor: float = 1.25) -> tuple[int, ...]:
-    """A coarse, evenly spaced axis 0..factor x working set for the heatmap."""
+    """A coarse axis 0..factor x working set for the heatmap: evenly spaced, plus the
+    working set and one token less, so the heatmap shows the cliff's exact edge."""
     top = math.ceil(factor * workload.working_set)
-    return tuple(sorted({int(v) for v in np.linspace(0, top, max(steps, 2)).round()}))
+    edge = {workload.working_set - 1, workload.working_set} - {-1}
+    return tuple(sorted({int(v) for v in np.linspace(0, top, max(steps, 2)).round()} | edge))
 
 
 def default_sweeps(workload: DocumentWorkload, gpu_spec: Sequence[int],
