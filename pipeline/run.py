@@ -6,6 +6,7 @@ workload -> cache model -> events (Parquet) -> aggregates (polars) -> JSON expor
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 from pathlib import Path
@@ -14,7 +15,7 @@ import polars as pl
 
 from kvlab import make_exports
 from kvlab.scenario import run as run_scenario
-from kvlab.summarize import InputError, read_records, summarize, write_json_atomic
+from kvlab.summarize import InputError, write_json_atomic
 from pipeline import latency, measured, report, sweeps
 from pipeline.cli import LAB_DEFAULTS, ROOT, CLIError
 from pipeline.workload import DocumentWorkload
@@ -99,11 +100,12 @@ def run_all(args: argparse.Namespace) -> dict[str, Path]:
         write_json_atomic(str(exports_dir / name), document)
     try:
         provenance = make_exports.export_measured(source, synthetic, str(exports_dir))
-        contract_summary = summarize(read_records(source))
     except InputError as exc:
         raise CLIError(str(exc)) from None
-    if measured.summary(requests) != contract_summary:
-        raise CLIError("internal check failed: polars summary differs from kvlab/summarize.py")
+    exported_summary = json.loads((exports_dir / "measured.json").read_text(encoding="utf-8"))
+    if measured.summary(requests) != exported_summary:
+        raise CLIError("internal check failed: the polars summary differs from the "
+                       "measured.json that kvlab/summarize.py wrote")
 
     attributed = measured.attribute_tiers(requests, gpu_capacity=args.cpu_sweep_gpu,
                                           cpu_capacity=args.offload_cpu,
