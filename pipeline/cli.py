@@ -55,7 +55,9 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     workload.add_argument("--tokens", type=non_negative_int, default=LAB_DEFAULTS["tokens"],
                           help="KV tokens per document (default %(default)s)")
     workload.add_argument("--passes", type=pass_list, default=list(LAB_DEFAULTS["passes"]),
-                          help="reading orders, comma-separated fwd/rev (default fwd,fwd,rev)")
+                          help="reading orders, comma-separated fwd/rev, at least two: the cliffs "
+                               "are second-pass results (default fwd,fwd,rev; cliff.json and "
+                               "cpu_cliff.json are written only when it starts with fwd,fwd)")
     grids = parser.add_argument_group("capacity grids (tokens)")
     grids.add_argument("--gpu-capacities", type=_int_list,
                        help="GPU capacities of the GPU cliff (default: 0..1.25x the working set, "

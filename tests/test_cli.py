@@ -77,10 +77,20 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path, args, message):
     assert not list(tmp_path.iterdir())
 
 
-def test_passes_must_start_with_two_forward_reads(tmp_path):
-    proc = pipeline("run", "--passes", "rev,fwd", *outputs(tmp_path))
-    assert proc.returncode == 1 and "fwd,fwd" in proc.stderr
+def test_one_pass_is_refused_and_other_orders_skip_the_cliff_exports(tmp_path):
+    proc = pipeline("run", "--passes", "fwd", *outputs(tmp_path))
+    assert proc.returncode == 1 and "two passes" in proc.stderr
     assert not list(tmp_path.iterdir())
+    proc = pipeline("run", "--passes", "rev,fwd,rev", "--measured",
+                    str(ROOT / "data" / "ttft.jsonl"), "--grid-steps", "3", "--points", "4",
+                    *outputs(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert "cliff.json and cpu_cliff.json" in proc.stderr
+    exports = sorted(p.name for p in (tmp_path / "exports").iterdir())
+    assert "cliff.json" not in exports and "offload.json" in exports
+    events = pl.read_parquet(tmp_path / "events" / "gpu_cliff.parquet")
+    assert events["pass_order"].cast(pl.String).unique(maintain_order=True).to_list() == [
+        "rev", "fwd"]
 
 
 def test_missing_and_malformed_measured_files(tmp_path):
