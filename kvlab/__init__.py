@@ -1,0 +1,1 @@
+"""kvlab: the exact contract (kvsim, scenario, summarize), standard library only."""
