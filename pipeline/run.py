@@ -38,8 +38,10 @@ def _with_spec(values: list[int] | None, default: tuple[int, ...], spec: tuple[i
 
 
 def plan_sweeps(args: argparse.Namespace, workload: DocumentWorkload) -> list[sweeps.Sweep]:
-    """The three sweeps from the options; the lab's spec points are always included."""
-    gpu_spec, cpu_spec = make_exports.GPU_CLIFF_CAPACITIES, make_exports.CPU_CLIFF_CAPACITIES
+    """The three sweeps from the options; the lab's spec points are always included, and
+    the CPU cliff also holds the offload setup's CPU capacity (the report's tier breakdown)."""
+    gpu_spec = make_exports.GPU_CLIFF_CAPACITIES
+    cpu_spec = tuple(sorted({*make_exports.CPU_CLIFF_CAPACITIES, args.offload_cpu}))
     gpu_cliff, cpu_cliff, grid = sweeps.default_sweeps(
         workload, gpu_spec, cpu_spec, args.cpu_sweep_gpu, args.points, args.grid_steps)
     return [

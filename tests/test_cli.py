@@ -53,6 +53,16 @@ def test_run_attributes_measured_requests_to_tiers(full_run):
     assert "separate" in proc.stderr
 
 
+def test_any_offload_capacity_is_swept_for_the_report(tmp_path):
+    proc = pipeline("run", "--offload-cpu", "70000", "--cpu-capacities", "1000",
+                    "--measured", str(ROOT / "data" / "ttft.jsonl"), "--quiet",
+                    "--grid-steps", "3", "--points", "4", *outputs(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    cpu_cliff = pl.read_parquet(tmp_path / "events" / "cpu_cliff.parquet")
+    assert {0, 1000, 56000, 70000} <= set(cpu_cliff["cpu_capacity"].to_list())
+    assert "70000-token CPU tier" in (tmp_path / "report" / "index.html").read_text()
+
+
 def test_other_workload_goes_to_its_own_exports(tmp_path):
     proc = pipeline("run", "--docs", "4", "--tokens", "100", "--passes", "fwd,fwd",
                     "--measured", str(ROOT / "data" / "ttft.jsonl"), "--quiet",
