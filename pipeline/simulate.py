@@ -64,23 +64,30 @@ def _replay_direct(keys: np.ndarray, sizes: np.ndarray, gpu: int, cpu: int) -> d
             "gpu_evicted": evicted[0], "cpu_evicted": evicted[1]}
 
 
-def _replay_onepass(keys: np.ndarray, sizes: np.ndarray, gpu: int,
-                    cpus: list[int]) -> list[dict]:
-    """The same columns as _replay_direct for every CPU capacity, from stack distances."""
-    gpu_state = lru_states(keys, sizes, [gpu])
-    gpu_miss = ~gpu_state.hits[0]
-    cpu_state = lru_states(keys[gpu_miss], sizes[gpu_miss], cpus)
-    # The CPU tier changes only on GPU misses: carry its occupancy over GPU hits.
-    last_miss = np.searchsorted(np.flatnonzero(gpu_miss), np.arange(len(keys)), side="right") - 1
+def _replay_onepass(keys: np.ndarray, sizes: np.ndarray, gpus: list[int],
+                    cpus: list[int]) -> list[list[dict]]:
+    """_replay_direct's columns for every (GPU, CPU) pair, from stack distances: one pass
+    for every GPU capacity, then one pass over each GPU capacity's miss stream for every
+    CPU capacity."""
+    gpu_states = lru_states(keys, sizes, gpus)
+    positions = np.arange(len(keys))
     results = []
-    for j in range(len(cpus)):
-        tier = np.zeros(len(keys), dtype=np.int8)
-        tier[gpu_miss] = np.where(cpu_state.hits[j], 1, 2)
-        cpu_evicted = np.zeros(len(keys), dtype=np.int32)
-        cpu_evicted[gpu_miss] = cpu_state.evicted[j]
-        cpu_used = np.where(last_miss >= 0, cpu_state.used[j][np.maximum(last_miss, 0)], 0)
-        results.append({"tier": tier, "gpu_used": gpu_state.used[0], "cpu_used": cpu_used,
-                        "gpu_evicted": gpu_state.evicted[0], "cpu_evicted": cpu_evicted})
+    for g in range(len(gpus)):
+        gpu_miss = ~gpu_states.hits[g]
+        cpu_state = lru_states(keys[gpu_miss], sizes[gpu_miss], cpus)
+        # The CPU tier changes only on GPU misses: carry its occupancy over GPU hits.
+        last_miss = np.searchsorted(np.flatnonzero(gpu_miss), positions, side="right") - 1
+        per_cpu = []
+        for j in range(len(cpus)):
+            tier = np.zeros(len(keys), dtype=np.int8)
+            tier[gpu_miss] = np.where(cpu_state.hits[j], 1, 2)
+            cpu_evicted = np.zeros(len(keys), dtype=np.int32)
+            cpu_evicted[gpu_miss] = cpu_state.evicted[j]
+            cpu_used = np.where(last_miss >= 0, cpu_state.used[j][np.maximum(last_miss, 0)], 0)
+            per_cpu.append({"tier": tier, "gpu_used": gpu_states.used[g],
+                            "cpu_used": cpu_used, "gpu_evicted": gpu_states.evicted[g],
+                            "cpu_evicted": cpu_evicted})
+        results.append(per_cpu)
     return results
 
 
@@ -114,12 +121,12 @@ def simulate(accesses: pl.DataFrame, gpu_capacities: Sequence[int],
     keys = accesses["doc"].to_numpy().astype(np.int64)
     sizes = accesses["size"].to_numpy().astype(np.int64)
     accesses = accesses.with_columns(_stack_distance_column(keys, sizes, engine))
+    if engine == "direct":
+        results = [[_replay_direct(keys, sizes, gpu, cpu) for cpu in cpus] for gpu in gpus]
+    else:
+        results = _replay_onepass(keys, sizes, gpus, cpus)
     frames = []
-    for gpu in gpus:
-        if engine == "direct":
-            columns = [_replay_direct(keys, sizes, gpu, cpu) for cpu in cpus]
-        else:
-            columns = _replay_onepass(keys, sizes, gpu, cpus)
+    for gpu, columns in zip(gpus, results):
         for cpu, result in zip(cpus, columns):
             frames.append(accesses.with_columns(
                 pl.lit(gpu, dtype=pl.Int64).alias("gpu_capacity"),
