@@ -22,6 +22,7 @@ import vl_convert as vlc
 
 from kvlab.kvsim import TIERS
 from kvlab.summarize import CONFIGS, atomic_output
+from pipeline import measured
 from pipeline.sweeps import AGGREGATE_SCHEMA, SWEEPS
 
 __all__ = ["write_report", "render_html", "build_sections", "provenance_block", "Section",
@@ -36,7 +37,7 @@ BASELINE, OFFLOADED = CONFIGS
 SECOND_PASS = 1                                      # 0-based pass_index of the replay
 WIDTH, HEIGHT = 620, 260
 
-REQUEST_COLUMNS = ("config", "pass", "doc", "ttft_ms", "tier", "request")
+REQUEST_COLUMNS = ("config", "pass", "doc", "ttft_ms", "tier", "request", "line")
 
 
 @dataclass(frozen=True)
@@ -342,9 +343,9 @@ def ttft_chart(requests: pl.DataFrame) -> alt.FacetChart:
 
 
 def ttft_stats(requests: pl.DataFrame) -> pl.DataFrame:
-    """p50 and mean TTFT per (config, pass)."""
-    return requests.group_by("config", "pass").agg(p50=pl.col("ttft_ms").median(),
-                                                   mean=pl.col("ttft_ms").mean())
+    """config, pass, p50, mean: pipeline.measured's statistics (exactly summarize.py's)."""
+    return measured.stats_table(requests).select("config", "pass", p50="p50_ms",
+                                                 mean="mean_ms")
 
 
 def predicted_tiers(requests: pl.DataFrame, config: str, pass_name: str) -> str:

@@ -13,8 +13,8 @@ import polars as pl
 import pytest
 
 from conftest import KVLAB, ROOT
-from kvlab.kvsim import TwoTierCache
 from kvlab.scenario import run
+from pipeline import measured
 from pipeline.latency import latency_model, predict
 from pipeline.report import provenance_block, write_report
 from pipeline.sweeps import AGGREGATE_SCHEMA
@@ -57,15 +57,8 @@ def build_aggregates() -> pl.DataFrame:
 
 
 def build_requests() -> pl.DataFrame:
-    """data/ttft.jsonl with the simulator's tier per request (each config replayed in order)."""
-    frame = pl.read_ndjson(ROOT / "data" / "ttft.jsonl")
-    caches = {"baseline": TwoTierCache(21520, 0), "lmcache": TwoTierCache(21520, 56000)}
-    tiers = [caches[config].access(doc, SCENARIO["tokens"])
-             for config, doc in frame.select("config", "doc").iter_rows()]
-    return (frame.with_columns(tier=pl.Series(tiers, dtype=pl.Utf8))
-            .with_columns(request=pl.int_range(pl.len(), dtype=pl.Int64).over("config"))
-            .select("config", "pass", pl.col("doc").cast(pl.Int64), "ttft_ms", "tier",
-                    "request"))
+    """data/ttft.jsonl with the simulator's tier per request, as the pipeline builds it."""
+    return measured.attribute_tiers(measured.load_measured(str(ROOT / "data" / "ttft.jsonl")))
 
 
 @pytest.fixture(scope="module")
