@@ -4,7 +4,7 @@
 [--json measured.json]`` prints TTFT per (config, pass), TTFT per (config, pass, predicted
 tier) and one sentence per pass saying whether the predicted tiers' latencies separate.
 
-* Input is validated by ``kvlab.summarize.read_records``, so a bad line gives exactly the
+* Input is validated by ``kvlab.summarize.read_numbered_records``, so a bad line gives exactly the
   same ``file:line: reason`` as kvlab/summarize.py; on top of that ``doc`` and
   ``doc_tokens`` must be 64-bit integers and ``ttft_ms`` / ``total_ms`` numbers that a
   64-bit float holds exactly (same message format).
