@@ -24,6 +24,7 @@ False
 from __future__ import annotations
 
 import math
+import numbers
 from collections import OrderedDict
 from collections.abc import Hashable
 
@@ -34,8 +35,12 @@ TIERS = ("gpu", "cpu", "miss")
 
 
 def _check_amount(name: str, value: float, allow_inf: bool = False) -> float:
-    """Return ``value`` if it is a number >= 0 (finite unless ``allow_inf``), else raise."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    """Return ``value`` if it is a real number >= 0 (finite unless ``allow_inf``), else raise.
+
+    Any ``numbers.Real`` counts (int, float, Fraction, numpy integers and floats); bool does
+    not, and neither does NaN.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a number, got {value!r}")
     if math.isnan(value) or (math.isinf(value) and not allow_inf):
         raise ValueError(f"{name} must be finite, got {value!r}")
@@ -50,8 +55,9 @@ class LRUCache:
     ``access(key, size)`` returns True on a hit (the item becomes the most recent) and
     False on a miss, after which the oldest items are evicted until ``used + size <=
     capacity`` and the item is stored. An item larger than the capacity is not stored and
-    evicts nothing. A cache of capacity 0 stores nothing, not even zero-size items. A hit
-    keeps the size stored by the miss that inserted the item.
+    evicts nothing; that is the only rejection, so a size-0 item fits even a capacity-0
+    cache (stored, evicting nothing, and a hit next time). A hit keeps the size stored by
+    the miss that inserted the item.
 
     Attributes: ``capacity``, ``used`` (sum of stored sizes) and ``evictions`` (items
     evicted so far, for event logs).
@@ -70,7 +76,7 @@ class LRUCache:
         if key in items:
             items.move_to_end(key)
             return True
-        if size > self.capacity or not self.capacity:
+        if size > self.capacity:
             return False
         while self.used + size > self.capacity:
             _, old_size = items.popitem(last=False)
@@ -101,7 +107,10 @@ class TwoTierCache:
     ``access(key, size)`` returns ``"gpu"`` (GPU hit; the CPU tier is not touched),
     ``"cpu"`` (GPU miss, CPU hit: the CPU copy becomes most recent and the item is loaded
     into the GPU tier) or ``"miss"`` (stored in both tiers). The CPU tier therefore sees
-    exactly the stream of GPU misses. With ``cpu_capacity=0`` it behaves as one GPU tier.
+    exactly the stream of GPU misses. With ``cpu_capacity=0`` it behaves as one GPU tier
+    whenever no item has size 0 (the lab's documents all share one size, so a scenario with
+    ``--cpu 0`` always equals the GPU tier alone). The one corner: a size-0 item fits a
+    capacity-0 CPU tier, so after the GPU evicts it, it can come back as a ``"cpu"`` hit.
     """
 
     def __init__(self, gpu_capacity: float, cpu_capacity: float) -> None:

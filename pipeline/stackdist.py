@@ -17,9 +17,10 @@ are honoured:
   distinct trace sizes; within a band the set of storable keys is fixed and one pass with
   ``size_limit=s_j`` is exact for every capacity in the band. All capacities >= the largest
   size share one unfiltered pass. (Hit(C) is therefore not monotone in C below that size.)
-* **Capacity 0** stores nothing, not even size-0 items: every access misses.
+* **Capacity 0** is no special case: the only rejection is size > C, so size-0 keys are
+  stored at C = 0 (their distances are 0 when only size-0 keys are storable) and hit.
 
-Why the equivalence is exact (storable keys only, C > 0): the cached set is always a prefix
+Why the equivalence is exact (storable keys only): the cached set is always a prefix
 of the recency stack (a hit moves a cached key to the top; a miss pushes the new key on top
 and evicts from the bottom of the cached prefix). If x is cached at its next access, every
 key above it is cached too, so distance <= used <= C. Conversely x, cached right after its
@@ -127,7 +128,7 @@ def _stack_distance_pass(codes: np.ndarray, sizes: np.ndarray, size_limit: int,
 @njit(cache=True)
 def _occupancy_pass(codes: np.ndarray, sizes: np.ndarray, size_limit: int, hits: np.ndarray,
                     capacities: np.ndarray, used: np.ndarray, evicted: np.ndarray) -> None:
-    """Fill ``used`` and ``evicted`` (shape (K, N)) for capacities > 0 of one size band.
+    """Fill ``used`` and ``evicted`` (shape (K, N)) for the capacities of one size band.
 
     The cache content is the longest top of the recency stack whose sizes fit the capacity,
     so ``used`` is the live bytes minus the bottom part found by a Fenwick descent for the
@@ -303,11 +304,9 @@ def _band_limits(distinct: np.ndarray, capacities: np.ndarray) -> np.ndarray:
     (``_NOTHING_STORED`` if none).
 
     Every capacity with the same limit stores the same keys, so one pass serves them all.
-    Capacity 0 stores nothing, not even size-0 items.
     """
     storable = np.concatenate(([_NOTHING_STORED], distinct)).astype(np.int64)
-    limits = storable[np.searchsorted(distinct, capacities, side="right")]
-    return np.where(capacities == 0, _NOTHING_STORED, limits)
+    return storable[np.searchsorted(distinct, capacities, side="right")]
 
 
 def _passes_by_band(trace: _Trace,
@@ -355,7 +354,7 @@ def lru_hits(keys: object, sizes: object, capacities: object) -> np.ndarray:
     """Per-access hits of kvlab's ``LRUCache`` for each capacity: bool, shape (K, N).
 
     Exact, including oversize items (one pass per size band that a capacity falls in) and
-    capacity 0 (all misses).
+    capacity 0 (only size-0 items are stored there).
     """
     return _hits_of(_prepare(keys, sizes), _as_capacities(capacities))
 
@@ -407,7 +406,7 @@ class HitCurve(NamedTuple):
 
     ``hits[j]`` is the number of hits at every capacity in ``[capacities[j],
     capacities[j + 1])`` (the last step lasts forever). ``capacities[0]`` is the largest item
-    size (at least 1): below it, oversize items break the stack property (see
+    size (0 for an empty trace): below it, oversize items break the stack property (see
     ``lru_hit_counts``). ``accesses`` is the trace length.
     """
 
@@ -431,7 +430,7 @@ def hit_curve(keys: object, sizes: object) -> HitCurve:
     """
     trace = _prepare(keys, sizes)
     distances = _distances(trace, COLD)
-    first = max(int(trace.distinct_sizes[-1]) if trace.distinct_sizes.size else 0, 1)
+    first = int(trace.distinct_sizes[-1]) if trace.distinct_sizes.size else 0
     later = distances[(distances > first) & (distances != COLD)]
     steps, step_hits = np.unique(later, return_counts=True)
     capacities = np.concatenate(([first], steps)).astype(np.int64)

@@ -38,7 +38,7 @@ class ModelLRU:
             if k == key:
                 self.entries.append(self.entries.pop(index))
                 return True
-        if 0 < self.capacity and size <= self.capacity:   # capacity 0 stores nothing
+        if size <= self.capacity:       # the only rejection: larger than the capacity
             while self.used() + size > self.capacity:
                 self.entries.pop(0)
             self.entries.append([key, size])

@@ -1,5 +1,8 @@
 """kvlab/kvsim.py: the LRU and two-tier contract, examples, edges and a differential test."""
 
+from fractions import Fraction
+
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -47,12 +50,41 @@ def test_item_larger_than_capacity_is_not_stored_and_evicts_nothing():
     assert cache.access("huge", 11) is False
 
 
-def test_capacity_zero_stores_nothing():
+def test_capacity_zero_stores_only_size_zero_items():
     cache = LRUCache(0)
+    assert cache.access("a", 1) is False and "a" not in cache
+    assert cache.access("empty", 0) is False and "empty" in cache
     for _ in range(3):
         assert cache.access("a", 1) is False
-        assert cache.access("empty", 0) is False
-    assert cache.keys() == [] and cache.used == 0 and len(cache) == 0
+        assert cache.access("empty", 0) is True
+    assert cache.keys() == ["empty"] and cache.used == 0 and cache.evictions == 0
+
+
+def test_size_zero_item_evicted_from_gpu_comes_back_from_a_capacity_zero_cpu_tier():
+    tiers = TwoTierCache(gpu_capacity=5, cpu_capacity=0)
+    assert [tiers.access(k, s) for k, s in [("z", 0), ("a", 5), ("b", 5)]] == ["miss"] * 3
+    assert "z" not in tiers.gpu and tiers.access("z", 0) == "cpu"   # the documented corner
+
+
+@pytest.mark.parametrize("size, capacity", [
+    (np.int64(3), np.int64(4)), (np.float32(3.5), np.float64(4.0)), (Fraction(7, 2), 4),
+    (np.uint8(3), Fraction(4)), (3, np.int32(4)),
+])
+def test_any_real_number_is_a_size_or_capacity(size, capacity):
+    cache = LRUCache(capacity)
+    assert cache.access("a", size) is False and cache.access("a", size) is True
+    assert cache.used == size
+    tiers = TwoTierCache(capacity, capacity)
+    assert [tiers.access("a", size) for _ in range(2)] == ["miss", "gpu"]
+
+
+@pytest.mark.parametrize("bad", [True, np.bool_(False), float("nan"), np.float64("nan"), "3",
+                                 None, complex(1, 0), -1, np.int64(-1), Fraction(-1, 2)])
+def test_bool_nan_negative_and_non_reals_are_rejected(bad):
+    with pytest.raises((TypeError, ValueError)):
+        LRUCache(10).access("a", bad)
+    with pytest.raises((TypeError, ValueError)):
+        LRUCache(bad)
 
 
 def test_contains_does_not_change_order():
@@ -135,6 +167,16 @@ def test_two_tier_matches_reference_model(gpu, cpu, trace):
 
 @given(gpu=st.integers(0, 30), trace=traces)
 def test_two_tier_with_no_cpu_equals_lru(gpu, trace):
+    """Equal to one GPU tier, except that a size-0 item (which fits a capacity-0 CPU tier)
+    evicted from the GPU comes back as a CPU hit: the documented corner."""
     one, two = LRUCache(gpu), TwoTierCache(gpu, 0)
+    size_zero_keys = set()
     for key, size in trace:
-        assert two.access(key, size) == ("gpu" if one.access(key, size) else "miss")
+        if size == 0 and key not in two.cpu:
+            size_zero_keys.add(key)          # stored in the CPU tier (kept at size 0)
+        tier, hit = two.access(key, size), one.access(key, size)
+        if key not in size_zero_keys or hit:
+            assert tier == ("gpu" if hit else "miss")
+        else:
+            assert tier in ("cpu", "miss")
+        assert two.gpu.keys() == one.keys()

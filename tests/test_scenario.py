@@ -86,3 +86,21 @@ def test_bad_arguments_exit_2_with_one_line(args, tmp_path):
     assert proc.stdout == ""
     assert len(proc.stderr.strip().splitlines()) == 1
     assert "error" in proc.stderr
+
+
+@pytest.mark.parametrize("tokens", [0, 1, 16, 5011])
+@pytest.mark.parametrize("gpu", [0, 1, 5011, 21520, 50110])
+def test_cpu_zero_gives_the_gpu_only_result_for_every_document_size(tokens, gpu):
+    one_tier = run(gpu=gpu, tokens=tokens, passes=["fwd", "fwd", "rev"])
+    assert run(gpu=gpu, tokens=tokens, passes=["fwd", "fwd", "rev"], cpu=0) == one_tier
+    model = ModelTwoTier(gpu, 0)
+    for entry, reading in zip(one_tier["passes"], [range(10), range(10), range(9, -1, -1)]):
+        tiers = [model.access(doc, tokens) for doc in reading]
+        assert (entry["gpu_hits"], entry["cpu_hits"]) == (tiers.count("gpu"), 0)
+
+
+def test_size_zero_documents_hit_a_capacity_zero_gpu(tmp_path):
+    proc = scenario("--gpu", "0", "--tokens", "0", "--passes", "fwd,fwd", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    second = json.loads(proc.stdout)["passes"][1]
+    assert (second["gpu_hits"], second["misses"]) == (10, 0)

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvlab.kvsim import LRUCache, TwoTierCache
-from pipeline.stackdist import (COLD, TIER_NAMES, hit_curve, lru_hit_counts, lru_hits,
+from pipeline.stackdist import (COLD, TIER_NAMES, hit_curve, lru_hit_counts, lru_hits, lru_states,
                                 stack_distances, two_tier_tiers)
 
 DOC_TOKENS = 5011
@@ -88,7 +88,7 @@ def test_hit_curve_is_exact_from_the_largest_size_up(trace, drawn):
     keys, sizes = trace
     curve = hit_curve(keys, sizes)
     first = int(curve.capacities[0])
-    assert first == max(max(sizes, default=0), 1)
+    assert first == max(sizes, default=0)
     assert np.all(np.diff(curve.capacities) > 0) and np.all(np.diff(curve.hits) > 0)
     capacities = sorted({first + c for c in drawn} | set(curve.capacities.tolist()))
     expected = [sum(kvlab_lru_hits(keys, sizes, c)) for c in capacities]
@@ -140,11 +140,13 @@ def test_oversize_items_make_hits_non_monotone_in_capacity():
     assert stack_distances(keys, sizes, size_limit=10).tolist() == [COLD, COLD, 10]
 
 
-def test_capacity_zero_stores_nothing_not_even_size_zero_items():
-    keys, sizes = [0, 0, 1, 1], [0, 0, 0, 0]
-    assert lru_hits(keys, sizes, [0, 1]).tolist() == [[False] * 4, [False, True, False, True]]
-    assert two_tier_tiers(keys, sizes, 0, [0]).tolist() == [[2, 2, 2, 2]]
-    assert two_tier_tiers(keys, sizes, 0, [1]).tolist() == [[2, 1, 2, 1]]
+def test_capacity_zero_stores_size_zero_items():
+    keys, sizes = [0, 0, 1, 1, 2, 0], [0, 0, 0, 0, 3, 0]
+    hits = [False, True, False, True, False, True]
+    assert lru_hits(keys, sizes, [0, 1]).tolist() == [hits, hits]
+    assert two_tier_tiers(keys, sizes, 0, [0]).tolist() == [[2, 0, 2, 0, 2, 0]]
+    states = lru_states(keys, sizes, [0])
+    assert states.used.tolist() == [[0] * 6] and states.evicted.tolist() == [[0] * 6]
 
 
 def test_item_size_equal_to_capacity_is_stored():
