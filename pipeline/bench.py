@@ -17,6 +17,8 @@ from pathlib import Path
 
 import polars as pl
 
+from pipeline import bench_curve
+from pipeline.arguments import positive_int
 from pipeline.sweeps import SWEEPS
 
 
@@ -40,17 +42,21 @@ def bench_default_run(repeat: int = 3) -> dict[str, float]:
             "bytes_per_access": size / max(events, 1)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m pipeline bench", description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Other options go to the curve benchmark (--requests, --objects, --seed, "
-               "--capacities, --full, --skip-python): see python -m pipeline.bench_curve --help.")
-    parser.add_argument("--repeat", type=int, default=3, help="runs of the default pipeline")
+HELP = "time the default run and the one-pass curves (figures, not tests)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``bench``: its own, then those of the curve benchmark."""
+    parser.add_argument("--repeat", type=positive_int, default=3,
+                        help="runs of the default pipeline (default %(default)s)")
     parser.add_argument("--skip-curve", action="store_true",
                         help="only time the default run, not the one-pass curve benchmark")
-    args, rest = parser.parse_known_args(argv)
-    figures = bench_default_run(max(args.repeat, 1))
+    bench_curve.add_arguments(parser.add_argument_group("one-pass curve benchmark"))
+
+
+def main(args: argparse.Namespace) -> int:
+    """Print the figures; 1 if a benchmark's hit counts disagree."""
+    figures = bench_default_run(args.repeat)
     print("== default pipeline run (python -m pipeline run, fresh process, 2-core budget) ==")
     runs = ", ".join(f"{seconds:.2f}" for seconds in figures["times"])
     print(f"wall time: best {figures['best_s']:.2f} s of runs {runs} s (the first may include "
@@ -60,6 +66,5 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.flush()
     if args.skip_curve:
         return 0
-    from pipeline.bench_curve import main as curve_main
     print()
-    return curve_main(rest)
+    return bench_curve.main(args)

@@ -21,11 +21,11 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from collections.abc import Sequence
 
 import numpy as np
 
 from kvlab.kvsim import LRUCache
+from pipeline.arguments import positive_int
 from pipeline.stackdist import hit_curve, lru_hit_counts
 
 ZIPF_ALPHA = 1.0
@@ -216,14 +216,11 @@ def positive_counts(text: str) -> list[int]:
     return counts
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The benchmark's options."""
-    parser = argparse.ArgumentParser(
-        prog="python -m pipeline.bench_curve",
-        description="Time exact LRU hit counts at many capacities: kvlab's LRUCache, "
-                    "libCacheSim and the one-pass stack-distance curve.")
-    parser.add_argument("--requests", type=int, default=2_000_000, help="trace length")
-    parser.add_argument("--objects", type=int, default=100_000, help="distinct objects")
+    parser.add_argument("--requests", type=positive_int, default=2_000_000, help="trace length")
+    parser.add_argument("--objects", type=positive_int, default=100_000,
+                        help="distinct objects")
     parser.add_argument("--seed", type=int, default=20261003, help="numpy seed")
     parser.add_argument("--capacities", type=positive_counts, default=[20, 1000],
                         help="comma-separated capacity counts to compare (default 20,1000)")
@@ -232,10 +229,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                              f"extrapolating from {PYTHON_SAMPLE} (slow: ~0.5 s each)")
     parser.add_argument("--skip-python", action="store_true",
                         help="do not run kvlab's pure-Python LRUCache at all")
-    args = parser.parse_args(argv)
-    if args.requests < 1 or args.objects < 1:
-        parser.error("--requests and --objects must be >= 1")
-    return args
 
 
 def python_rows_for(count: int, args: argparse.Namespace) -> np.ndarray | None:
@@ -245,9 +238,8 @@ def python_rows_for(count: int, args: argparse.Namespace) -> np.ndarray | None:
     return np.arange(count) if args.full else sample_rows(count, PYTHON_SAMPLE)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(args: argparse.Namespace) -> int:
     """Run the benchmark and print its figures; 1 if any hit count disagrees."""
-    args = parse_args(argv)
     if importlib.util.find_spec("libcachesim") is None:
         print("error: libCacheSim is not installed; it is a dev/bench dependency: "
               ".venv/bin/pip install -e '.[dev]'", file=sys.stderr)
@@ -279,4 +271,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    _parser = argparse.ArgumentParser(prog="python -m pipeline.bench_curve",
+                                      description=__doc__.split("\n\n")[0])
+    add_arguments(_parser)
+    raise SystemExit(main(_parser.parse_args()))

@@ -1,6 +1,6 @@
 """Measured TTFT with polars: load, summarize, tabulate, and attribute requests to cache tiers.
 
-``python -m pipeline.measured data/ttft.jsonl [--gpu 21520] [--cpu 56000] [--tokens 5011]
+``python -m pipeline measured data/ttft.jsonl [--gpu 21520] [--cpu 56000] [--tokens 5011]
 [--json measured.json]`` prints TTFT per (config, pass), TTFT per (config, pass, predicted
 tier) and one sentence per pass saying whether the predicted tiers' latencies separate.
 
@@ -30,12 +30,14 @@ from itertools import combinations
 import polars as pl
 
 from kvlab.kvsim import TIERS, TwoTierCache
-from kvlab.scenario import OneLineParser, non_negative_int
+from kvlab.scenario import non_negative_int
 from kvlab.summarize import CONFIGS, InputError, read_numbered_records, write_json_atomic
+from pipeline.config import LAB_CPU, LAB_GPU, LAB_TOKENS
+from pipeline.errors import CLIError
 
 __all__ = ["LINE_SCHEMA", "RECORD_SCHEMA", "TIER", "load_measured", "records_frame", "summary",
            "stats_table", "tier_models", "attribute_tiers", "tier_table", "separation_notes",
-           "main"]
+           "add_arguments", "main"]
 
 #: The fields of each line, and its 1-based line number in the file.
 LINE_SCHEMA = pl.Schema({
@@ -229,8 +231,8 @@ def _replay(df: pl.DataFrame, config: str, cache: TwoTierCache, tokens: int) -> 
     return requests.select("config", "request", tier=pl.Series(tiers, dtype=TIER))
 
 
-def attribute_tiers(df: pl.DataFrame, gpu_capacity: int = 21520, cpu_capacity: int = 56000,
-                    tokens: int = 5011) -> pl.DataFrame:
+def attribute_tiers(df: pl.DataFrame, gpu_capacity: int = LAB_GPU, cpu_capacity: int = LAB_CPU,
+                    tokens: int = LAB_TOKENS) -> pl.DataFrame:
     """df plus ``tier`` (TIER): the tier kvlab's simulator predicts for each request.
 
     Configs other than baseline and lmcache are not modelled: their tier is null.
@@ -319,19 +321,20 @@ def separation_notes(attributed: pl.DataFrame) -> list[str]:
 
 # --- command line ------------------------------------------------------------------------
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="python -m pipeline.measured",
-                           description=__doc__.split("\n\n")[0])
+HELP = "summarize a measured TTFT file and attribute its requests to tiers"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``measured``."""
     parser.add_argument("input", help="measured TTFT file, one JSON object per line")
-    parser.add_argument("--gpu", type=non_negative_int, default=21520,
-                        help="GPU KV capacity in tokens (default 21520)")
-    parser.add_argument("--cpu", type=non_negative_int, default=56000,
-                        help="lmcache's CPU tier capacity in tokens (default 56000)")
-    parser.add_argument("--tokens", type=non_negative_int, default=5011,
-                        help="tokens per document in the simulator's units (default 5011)")
+    parser.add_argument("--gpu", type=non_negative_int, default=LAB_GPU,
+                        help="GPU KV capacity in tokens (default %(default)s)")
+    parser.add_argument("--cpu", type=non_negative_int, default=LAB_CPU,
+                        help="lmcache's CPU tier capacity in tokens (default %(default)s)")
+    parser.add_argument("--tokens", type=non_negative_int, default=LAB_TOKENS,
+                        help="tokens per document in the simulator's units (default %(default)s)")
     parser.add_argument("--json", metavar="OUT",
                         help="also write the summary (as kvlab/summarize.py) to OUT, atomically")
-    return parser
 
 
 def _for_display(table: pl.DataFrame) -> pl.DataFrame:
@@ -339,20 +342,17 @@ def _for_display(table: pl.DataFrame) -> pl.DataFrame:
     return table.with_columns(pl.col("^.*_ms$").round(1), pl.col("^ratio_.*$").round(2))
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(args: argparse.Namespace) -> int:
     """Print the stats table, the tier table and the separation notes; 1 on bad input."""
-    args = build_parser().parse_args(argv)
     try:
         df = load_measured(args.input)
     except InputError as exc:
-        print(exc, file=sys.stderr)
-        return 1
+        raise CLIError(str(exc)) from None
     if args.json:
         try:
             write_json_atomic(args.json, summary(df))
         except OSError as exc:
-            print(f"{args.json}: cannot write output ({exc.strerror or exc})", file=sys.stderr)
-            return 1
+            raise CLIError(f"{args.json}: cannot write output ({exc.strerror or exc})") from None
     attributed = attribute_tiers(df, args.gpu, args.cpu, args.tokens)
     with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_hide_dataframe_shape=True,
                    tbl_hide_column_data_types=True, tbl_width_chars=200):
@@ -366,4 +366,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from pipeline.cli import run_command
+
+    sys.exit(run_command("measured"))

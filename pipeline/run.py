@@ -1,6 +1,8 @@
-"""``python -m pipeline run``: the whole flow, inputs validated before anything is written.
+"""Run everything: the kvlab exports, the capacity sweeps (events and aggregates as Parquet),
+the measured-TTFT summary with tier attribution, and the HTML report.
 
-workload -> cache model -> events (Parquet) -> aggregates (polars) -> JSON exports and report.
+workload -> cache model -> events (Parquet) -> aggregates (polars) -> JSON exports and report;
+inputs are validated before anything is written.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ import argparse
 import json
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import polars as pl
@@ -17,8 +20,63 @@ from kvlab import make_exports
 from kvlab.scenario import run as run_scenario
 from kvlab.summarize import InputError, write_json_atomic
 from pipeline import latency, measured, report, sweeps
-from pipeline.cli import LAB_DEFAULTS, ROOT, CLIError
+from pipeline.arguments import int_list, non_negative_int, pass_list, positive_int
+from pipeline.config import (CPU_CLIFF_CAPACITIES, CPU_CLIFF_GPU, EVENTS_DIR, EXPORTS_DIR,
+                             GPU_CLIFF_CAPACITIES, KVLAB_DIR, LAB_CPU, LAB_DOCS, LAB_PASSES,
+                             LAB_TOKENS, REAL_MEASURED, REPORT_PATH)
+from pipeline.errors import CLIError
 from pipeline.workload import DocumentWorkload
+
+
+HELP = "exports, sweeps, aggregates, measured summary, report"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``run``."""
+    workload = parser.add_argument_group("workload")
+    workload.add_argument("--docs", type=non_negative_int, default=LAB_DOCS,
+                          help="documents reused as prefixes (default %(default)s)")
+    workload.add_argument("--tokens", type=non_negative_int, default=LAB_TOKENS,
+                          help="KV tokens per document (default %(default)s)")
+    workload.add_argument("--passes", type=pass_list, default=list(LAB_PASSES),
+                          help="reading orders, comma-separated fwd/rev, at least two: the cliffs "
+                               "are second-pass results (default fwd,fwd,rev; cliff.json and "
+                               "cpu_cliff.json are written only when it starts with fwd,fwd)")
+    grids = parser.add_argument_group("capacity grids (tokens)")
+    grids.add_argument("--gpu-capacities", type=int_list,
+                       help="GPU capacities of the GPU cliff (default: 0..1.25x the working set, "
+                            "every k*tokens-1/k*tokens edge and the lab's points "
+                            f"{','.join(map(str, GPU_CLIFF_CAPACITIES))})")
+    grids.add_argument("--cpu-capacities", type=int_list,
+                       help="CPU capacities of the CPU cliff (default: same range, with the "
+                            f"lab's points {','.join(map(str, CPU_CLIFF_CAPACITIES))})")
+    grids.add_argument("--cpu-sweep-gpu", type=non_negative_int, default=CPU_CLIFF_GPU,
+                       help="fixed GPU capacity of the CPU cliff (default %(default)s)")
+    grids.add_argument("--offload-cpu", type=non_negative_int, default=LAB_CPU,
+                       help="CPU capacity of the offload setup and of lmcache's tier "
+                            "attribution (default %(default)s)")
+    grids.add_argument("--points", type=positive_int, default=64,
+                       help="evenly spaced points in each default cliff grid (default %(default)s)")
+    grids.add_argument("--grid-steps", type=positive_int, default=13,
+                       help="points per axis of the GPU x CPU heatmap grid (default %(default)s)")
+    grids.add_argument("--grid-gpu", type=int_list, help="GPU axis of the heatmap grid")
+    grids.add_argument("--grid-cpu", type=int_list, help="CPU axis of the heatmap grid")
+    grids.add_argument("--engine", choices=("onepass", "direct"), default="onepass",
+                       help="onepass: every capacity from LRU stack distances (default); "
+                            "direct: replay kvlab's TwoTierCache per capacity pair (reference)")
+    paths = parser.add_argument_group("inputs and outputs")
+    paths.add_argument("--measured", type=Path,
+                       help=f"measured TTFT jsonl (default: {REAL_MEASURED} if present, "
+                            "else the bundled synthetic data/ttft.jsonl)")
+    paths.add_argument("--events-dir", type=Path, default=EVENTS_DIR,
+                       help="folder for the Parquet event logs and aggregates "
+                            "(default data/events)")
+    paths.add_argument("--exports-dir", type=Path,
+                       help="folder for the six JSON exports (default kvlab/ for the lab's "
+                            "workload, data/exports/ for any other)")
+    paths.add_argument("--report", type=Path, default=REPORT_PATH,
+                       help="HTML report to write (default reports/index.html)")
+    paths.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
 def _writable_dir(path: Path, what: str) -> Path:
@@ -40,8 +98,8 @@ def _with_spec(values: list[int] | None, default: tuple[int, ...], spec: tuple[i
 def plan_sweeps(args: argparse.Namespace, workload: DocumentWorkload) -> list[sweeps.Sweep]:
     """The three sweeps from the options; the lab's spec points are always included, and
     the CPU cliff also holds the offload setup's CPU capacity (the report's tier breakdown)."""
-    gpu_spec = make_exports.GPU_CLIFF_CAPACITIES
-    cpu_spec = tuple(sorted({*make_exports.CPU_CLIFF_CAPACITIES, args.offload_cpu}))
+    gpu_spec = GPU_CLIFF_CAPACITIES
+    cpu_spec = tuple(sorted({*CPU_CLIFF_CAPACITIES, args.offload_cpu}))
     gpu_cliff, cpu_cliff, grid = sweeps.default_sweeps(
         workload, gpu_spec, cpu_spec, args.cpu_sweep_gpu, args.points, args.grid_steps)
     return [
@@ -66,9 +124,9 @@ def scenario_exports(workload: DocumentWorkload, aggregates: pl.DataFrame, gpu: 
     }
     if workload.passes[:2] == ("fwd", "fwd"):
         exports["cliff.json"] = sweeps.cliff_export(aggregates,
-                                                    make_exports.GPU_CLIFF_CAPACITIES)
+                                                    GPU_CLIFF_CAPACITIES)
         exports["cpu_cliff.json"] = sweeps.cpu_cliff_export(aggregates,
-                                                            make_exports.CPU_CLIFF_CAPACITIES)
+                                                            CPU_CLIFF_CAPACITIES)
     return exports
 
 
@@ -85,9 +143,8 @@ def run_all(args: argparse.Namespace) -> dict[str, Path]:
     if workload.passes[:2] != ("fwd", "fwd"):
         say("passes do not start with fwd,fwd: cliff.json and cpu_cliff.json (defined on "
             "fwd,fwd) are not written")
-    is_lab = (workload.docs, workload.tokens) == (LAB_DEFAULTS["docs"], LAB_DEFAULTS["tokens"])
-    exports_dir = args.exports_dir or (make_exports.HERE if is_lab
-                                       else ROOT / "data" / "exports")
+    is_lab = (workload.docs, workload.tokens) == (LAB_DOCS, LAB_TOKENS)
+    exports_dir = args.exports_dir or (KVLAB_DIR if is_lab else EXPORTS_DIR)
     source, synthetic = make_exports.measured_source(
         str(args.measured) if args.measured else None)
     try:
@@ -134,8 +191,8 @@ def run_all(args: argparse.Namespace) -> dict[str, Path]:
 
     scenario = {"docs": workload.docs, "tokens": workload.tokens,
                 "passes": list(workload.passes),
-                "gpu_spec_points": list(make_exports.GPU_CLIFF_CAPACITIES),
-                "cpu_spec_points": list(make_exports.CPU_CLIFF_CAPACITIES),
+                "gpu_spec_points": list(GPU_CLIFF_CAPACITIES),
+                "cpu_spec_points": list(CPU_CLIFF_CAPACITIES),
                 "cpu_sweep_gpu": args.cpu_sweep_gpu, "offload_cpu": args.offload_cpu}
     html = report.write_report(Path(args.report), aggregates=aggregates, requests=attributed,
                                provenance=provenance, scenario=scenario, predicted=predicted,
@@ -145,3 +202,12 @@ def run_all(args: argparse.Namespace) -> dict[str, Path]:
     print(f"JSON exports:                      {exports_dir}")
     print(f"HTML report:                       {html}")
     return written
+
+
+def main(args: argparse.Namespace) -> int:
+    """``python -m pipeline run``; raises CLIError on bad input."""
+    started = time.perf_counter()
+    run_all(args)
+    if not args.quiet:
+        print(f"done in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    return 0

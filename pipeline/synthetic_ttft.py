@@ -15,7 +15,7 @@ GPU 21520 tokens only, lmcache is GPU 21520 + CPU 56000, 5011 tokens per documen
 units), passes fwd, fwd, rev. ``total_ms`` adds a decode time for a short answer (32 tokens
 at ~6.5 ms per token, with noise). Standard library only.
 
-Regenerate: ``python -m pipeline.synthetic_ttft --output data/ttft.jsonl``
+Regenerate: ``python -m pipeline synth-ttft``
 """
 
 from __future__ import annotations
@@ -28,13 +28,14 @@ import statistics
 from kvlab.kvsim import TwoTierCache
 from kvlab.scenario import pass_keys
 from kvlab.summarize import atomic_output
+from pipeline.config import BUNDLED_MEASURED, LAB_CPU, LAB_GPU, LAB_TOKENS
 
 SEED = 20261003
 DOCS = 10
 DOC_TOKENS = 4864            # tokens per document in the measurement
-SIM_TOKENS = 5011            # the lab's simulator units per document
-GPU_CAPACITY = 21520
-CPU_CAPACITY = 56000
+SIM_TOKENS = LAB_TOKENS      # the lab's simulator units per document
+GPU_CAPACITY = LAB_GPU
+CPU_CAPACITY = LAB_CPU
 PASSES = (("pass1-cold", "fwd"), ("pass2-replay", "fwd"), ("pass3-reverse", "rev"))
 CONFIG_CPU = {"baseline": 0, "lmcache": CPU_CAPACITY}
 
@@ -85,16 +86,24 @@ def write_jsonl(path: str, records: list[dict]) -> None:
         handle.writelines(json.dumps(record) + "\n" for record in records)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.synthetic_ttft",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--output", default="data/ttft.jsonl", help="file to write")
+HELP = "regenerate the synthetic data/ttft.jsonl"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``synth-ttft``."""
+    parser.add_argument("--output", default=str(BUNDLED_MEASURED),
+                        help="file to write (default: the bundled data/ttft.jsonl)")
     parser.add_argument("--seed", type=int, default=SEED, help=f"random seed (default {SEED})")
-    args = parser.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Write the synthetic file."""
     write_jsonl(args.output, generate(args.seed))
     print(f"wrote {args.output} (synthetic, seed {args.seed})")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from pipeline.cli import run_command
+
+    raise SystemExit(run_command("synth-ttft"))

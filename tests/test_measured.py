@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from conftest import KVLAB, ROOT
 from kvlab.summarize import InputError, read_records, summarize
-from pipeline.measured import (RECORD_SCHEMA, attribute_tiers, load_measured, main,
+from pipeline.cli import run_command
+from pipeline.measured import (RECORD_SCHEMA, attribute_tiers, load_measured,
                                records_frame, separation_notes, stats_table, summary,
                                tier_table)
 from pipeline.synthetic_ttft import simulated_tiers
@@ -338,7 +339,7 @@ def test_other_configs_are_skipped_with_a_note():
 
 def test_cli_prints_tables_and_notes_and_writes_the_summary(tmp_path, capsys):
     out = tmp_path / "measured.json"
-    assert main([str(DATA), "--json", str(out)]) == 0
+    assert run_command("measured", [str(DATA), "--json", str(out)]) == 0
     printed = capsys.readouterr()
     assert printed.err == ""
     assert "pass3-reverse" in printed.out and "ratio_p50" in printed.out
@@ -348,7 +349,7 @@ def test_cli_prints_tables_and_notes_and_writes_the_summary(tmp_path, capsys):
 
 
 def test_cli_capacities_change_the_attribution(capsys):
-    assert main([str(DATA), "--gpu", "0", "--cpu", "0"]) == 0
+    assert run_command("measured", [str(DATA), "--gpu", "0", "--cpu", "0"]) == 0
     assert "separate" not in capsys.readouterr().out     # every request is a miss
 
 
@@ -356,13 +357,13 @@ def test_cli_bad_input_is_one_line_and_exit_1(tmp_path, capsys):
     path = write_lines(tmp_path / "in.jsonl", [json.dumps(record("baseline", "p", 0, 1)),
                                                "{oops"])
     out = tmp_path / "o.json"
-    assert main([path, "--json", str(out)]) == 1
+    assert run_command("measured", [path, "--json", str(out)]) == 1
     err = capsys.readouterr().err
-    assert err.startswith(f"{path}:2: not valid JSON") and err.count("\n") == 1
+    assert err.startswith(f"error: {path}:2: not valid JSON") and err.count("\n") == 1
     assert not out.exists()
-    assert main([str(tmp_path / "missing.jsonl")]) == 1
+    assert run_command("measured", [str(tmp_path / "missing.jsonl")]) == 1
     assert "missing.jsonl" in capsys.readouterr().err
-    assert main([str(DATA), "--json", str(tmp_path / "no" / "dir.json")]) == 1
+    assert run_command("measured", [str(DATA), "--json", str(tmp_path / "no" / "dir.json")]) == 1
     assert capsys.readouterr().err.count("\n") == 1
 
 
@@ -372,5 +373,5 @@ def test_python_dash_m_and_usage_errors():
     assert proc.returncode == 0, proc.stderr
     assert "separate cleanly" in proc.stdout
     with pytest.raises(SystemExit) as usage:
-        main([str(DATA), "--gpu", "-1"])
+        run_command("measured", [str(DATA), "--gpu", "-1"])
     assert usage.value.code == 2

@@ -1,0 +1,32 @@
+"""argparse types shared by the commands (one definition each)."""
+
+from __future__ import annotations
+
+import argparse
+
+from kvlab.scenario import non_negative_int, pass_list
+
+__all__ = ["int_list", "non_negative_int", "pass_list", "positive_int"]
+
+
+def int_list(text: str) -> list[int]:
+    """argparse type: comma-separated integers >= 0, at least one."""
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError(f"empty capacity list {text!r}")
+    try:
+        values = [int(part) for part in parts]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") \
+            from None
+    if any(value < 0 for value in values):
+        raise argparse.ArgumentTypeError(f"capacities must be >= 0, got {text!r}")
+    return values
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    value = non_negative_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
