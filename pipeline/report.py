@@ -11,24 +11,21 @@ page fetches nothing; it is written atomically (temporary file + ``os.replace``)
 from __future__ import annotations
 
 import html
-import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import altair as alt
 import polars as pl
-import vl_convert as vlc
 
 from kvlab.kvsim import TIERS
 from kvlab.summarize import CONFIGS, atomic_output
 from pipeline import measured
+from pipeline.charts import Chart, Section, page_html
 from pipeline.sweeps import AGGREGATE_SCHEMA, SWEEPS
 
 __all__ = ["write_report", "render_html", "build_sections", "provenance_block", "Section",
            "TIER_COLOURS", "REQUEST_COLUMNS"]
 
-Chart = alt.Chart | alt.LayerChart | alt.FacetChart
 
 TIER_COLOURS = ("#2e7d32", "#1f6fb4", "#c62828")   # green, blue, red: fastest first
 TIER_NAMES = {"gpu": "GPU hits", "cpu": "CPU hits", "miss": "misses"}
@@ -38,15 +35,6 @@ SECOND_PASS = 1                                      # 0-based pass_index of the
 WIDTH, HEIGHT = 620, 260
 
 REQUEST_COLUMNS = ("config", "pass", "doc", "ttft_ms", "tier", "request", "line")
-
-
-@dataclass(frozen=True)
-class Section:
-    """One chart of the report: its container id, the chart and its one-sentence finding."""
-
-    key: str
-    chart: Chart
-    caption: str
 
 
 # --------------------------------------------------------------------------- inputs
@@ -516,51 +504,6 @@ def build_sections(aggregates: pl.DataFrame, requests: pl.DataFrame, scenario: d
     return simulated, measured
 
 
-STYLE = """
-body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; color: #222;
-       margin: 0; background: #fafafa; }
-main { max-width: 1000px; margin: 0 auto; padding: 24px 32px 48px; background: white; }
-h1 { margin-bottom: 4px; } h2 { margin-top: 36px; border-bottom: 1px solid #ddd; }
-.lede { color: #444; font-size: 1.05em; }
-figure { margin: 20px 0 28px; }
-figcaption { font-size: 1.05em; margin-top: 6px; color: #333; max-width: 820px; }
-.chart { min-height: 120px; }
-.provenance { padding: 8px 14px; border-radius: 6px; border-left: 6px solid; }
-.provenance.synthetic { background: #fff4e5; border-color: #e65100; }
-.provenance.real { background: #e8f5e9; border-color: #2e7d32; }
-.provenance p { margin: 6px 0; } code { word-break: break-all; }
-"""
-
-
-def _figure(section: Section) -> str:
-    """A chart container and its caption."""
-    return (f'<figure><div class="chart" id="chart-{section.key}"></div>'
-            f"<figcaption>{html.escape(section.caption)}</figcaption></figure>")
-
-
-def _script_json(value: object) -> str:
-    """JSON that is safe inside a <script> element."""
-    return (json.dumps(value).replace("<", "\\u003c").replace(">", "\\u003e")
-            .replace("&", "\\u0026"))
-
-
-def _embed_script(sections: list[Section]) -> str:
-    """One script that renders every chart into its container with vega-embed."""
-    with alt.data_transformers.enable("default", max_rows=None):
-        specs = {f"#chart-{s.key}": s.chart.to_dict() for s in sections}
-    options = {"mode": "vega-lite", "renderer": "svg", "actions": False}
-    return (f"const kvlabSpecs = {_script_json(specs)};\n"
-            f"const kvlabOptions = {_script_json(options)};\n"
-            "for (const [target, spec] of Object.entries(kvlabSpecs)) {\n"
-            "  vegaEmbed(target, spec, kvlabOptions).catch(console.error);\n}\n")
-
-
-def javascript_bundle() -> str:
-    """vega-embed, Vega-Lite (altair's version) and Vega as one inline-safe script."""
-    vl_version = "_".join(alt.SCHEMA_VERSION.split(".")[:2])          # "v6.4.1" -> "v6_4"
-    return vlc.javascript_bundle(vl_version=vl_version).replace("</script", "<\\/script")
-
-
 def render_html(aggregates: pl.DataFrame, requests: pl.DataFrame, provenance: dict,
                 scenario: dict, predicted: pl.DataFrame | None = None,
                 latencies: dict | None = None) -> str:
@@ -572,16 +515,9 @@ def render_html(aggregates: pl.DataFrame, requests: pl.DataFrame, provenance: di
             f"reused as prompt prefixes, read in passes {passes} through a GPU LRU KV cache "
             f"optionally backed by a CPU tier, and compares the predicted tiers with "
             f"measured time to first token.")
-    bundle = javascript_bundle()
-    return "\n".join([
-        "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
-        "<title>kvlab report</title>", f"<style>{STYLE}</style>",
-        f"<script>\n{bundle}\n</script>", "</head>", "<body><main>",
-        "<h1>kvlab report</h1>", f'<p class="lede">{html.escape(lede)}</p>',
-        "<h2>Simulated cache</h2>", *map(_figure, simulated),
-        "<h2>Measured TTFT</h2>", provenance_block(provenance), *map(_figure, measured),
-        "</main>", f"<script>\n{_embed_script(simulated + measured)}</script>",
-        "</body>", "</html>", ""])
+    return page_html("kvlab report", lede, [
+        ("Simulated cache", "", simulated),
+        ("Measured TTFT", provenance_block(provenance), measured)])
 
 
 def _write_atomic(path: Path, text: str) -> None:

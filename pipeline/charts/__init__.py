@@ -1,0 +1,90 @@
+"""Report sections: each chart with its one-sentence caption, and the page that holds them.
+
+A section module offers functions that return ``Section`` objects; ``page_html`` puts
+sections under headings into one self-contained HTML page (Vega, Vega-Lite and vega-embed
+inlined, so it renders offline).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass
+from functools import cache
+
+import altair as alt
+import vl_convert as vlc
+
+__all__ = ["Chart", "Section", "page_html", "javascript_bundle"]
+
+Chart = alt.Chart | alt.LayerChart | alt.FacetChart | alt.HConcatChart | alt.VConcatChart
+
+
+@dataclass(frozen=True)
+class Section:
+    """One chart of the report: its container id, the chart and its one-sentence finding."""
+
+    key: str
+    chart: Chart
+    caption: str
+
+
+STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; color: #222;
+       margin: 0; background: #fafafa; }
+main { max-width: 1000px; margin: 0 auto; padding: 24px 32px 48px; background: white; }
+h1 { margin-bottom: 4px; } h2 { margin-top: 36px; border-bottom: 1px solid #ddd; }
+.lede { color: #444; font-size: 1.05em; }
+figure { margin: 20px 0 28px; }
+figcaption { font-size: 1.05em; margin-top: 6px; color: #333; max-width: 820px; }
+.chart { min-height: 120px; }
+.provenance { padding: 8px 14px; border-radius: 6px; border-left: 6px solid; }
+.provenance.synthetic { background: #fff4e5; border-color: #e65100; }
+.provenance.real { background: #e8f5e9; border-color: #2e7d32; }
+.provenance p { margin: 6px 0; } code { word-break: break-all; }
+"""
+
+
+def _figure(section: Section) -> str:
+    """A chart container and its caption."""
+    return (f'<figure><div class="chart" id="chart-{section.key}"></div>'
+            f"<figcaption>{html.escape(section.caption)}</figcaption></figure>")
+
+
+def _script_json(value: object) -> str:
+    """JSON that is safe inside a <script> element."""
+    return (json.dumps(value).replace("<", "\\u003c").replace(">", "\\u003e")
+            .replace("&", "\\u0026"))
+
+
+def _embed_script(sections: list[Section]) -> str:
+    """One script that renders every chart into its container with vega-embed."""
+    with alt.data_transformers.enable("default", max_rows=None):
+        specs = {f"#chart-{s.key}": s.chart.to_dict() for s in sections}
+    options = {"mode": "vega-lite", "renderer": "svg", "actions": False}
+    return (f"const kvlabSpecs = {_script_json(specs)};\n"
+            f"const kvlabOptions = {_script_json(options)};\n"
+            "for (const [target, spec] of Object.entries(kvlabSpecs)) {\n"
+            "  vegaEmbed(target, spec, kvlabOptions).catch(console.error);\n}\n")
+
+
+@cache
+def javascript_bundle() -> str:
+    """vega-embed, Vega-Lite (altair's version) and Vega as one inline-safe script."""
+    vl_version = "_".join(alt.SCHEMA_VERSION.split(".")[:2])          # "v6.4.1" -> "v6_4"
+    return vlc.javascript_bundle(vl_version=vl_version).replace("</script", "<\\/script")
+
+
+def page_html(title: str, lede: str, groups: list[tuple[str, str, list[Section]]]) -> str:
+    """A whole page: ``groups`` of (heading, HTML shown under it, sections)."""
+    body = []
+    for heading, prelude, sections in groups:
+        body += [f"<h2>{html.escape(heading)}</h2>", prelude, *map(_figure, sections)]
+    every = [section for _, _, sections in groups for section in sections]
+    return "\n".join([
+        "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+        f"<title>{html.escape(title)}</title>", f"<style>{STYLE}</style>",
+        f"<script>\n{javascript_bundle()}\n</script>", "</head>", "<body><main>",
+        f"<h1>{html.escape(title)}</h1>", f'<p class="lede">{html.escape(lede)}</p>',
+        *body, "</main>", f"<script>\n{_embed_script(every)}</script>",
+        "</body>", "</html>", ""])
