@@ -33,7 +33,7 @@ from kvlab.summarize import CONFIGS
 
 __all__ = ["PARAMETERS", "TOKEN_COLUMNS", "FitError", "TTFTModel", "design_matrix",
            "fit_config", "fit_configs", "tokens_by_tier", "identifiable", "residuals_by_pass",
-           "pass_ttft", "predict_pass_ttft", "model_for_capacity"]
+           "pass_ttft", "predict_pass_ttft", "model_for_capacity", "measured_requests"]
 
 PARAMETERS = ("overhead_ms", "recompute_fixed_ms", "recompute_ms_per_token",
               "attention_ms_per_token2", "cpu_ms_per_token", "gpu_ms_per_token")
@@ -200,6 +200,10 @@ def fit_config(config: str, frame: pl.DataFrame) -> TTFTModel:
         return _least_squares(config, x[:, used], y, names, notes, skipped)
     notes.append(f"not identifiable: {', '.join(unidentified)} (design rank {rank} of "
                  f"{len(used)})")
+    lengths = frame.select(pl.sum_horizontal(TOKEN_COLUMNS).unique())
+    if lengths.height == 1:
+        notes.append(f"every request has {lengths.item():,} prompt tokens: per-token costs "
+                     f"cannot be told apart from fixed costs")
     linear = [j for j in used if PARAMETERS[j] in LINEAR]
     if linear != used and identifiable(x[:, linear])[1] == len(linear):
         notes.append("fitted the linear model instead (recompute_fixed_ms = "
@@ -304,3 +308,27 @@ def predict_pass_ttft(aggregates: pl.DataFrame, models: dict[str, TTFTModel],
         .otherwise(exprs["gpu_only"][0]),
         predicted_mean_ms=pl.when(offload).then(exprs["offload"][1])
         .otherwise(exprs["gpu_only"][1]))
+
+
+def measured_requests(path: str, gpu_capacity: int, cpu_capacity: int,
+                      tokens: int) -> pl.DataFrame:
+    """A measured JSONL joined with the simulator's tiers (``pipeline.measured``) as fit input:
+    config, pass, ttft_ms and TOKEN_COLUMNS (a whole document in its tier, ``doc_tokens``).
+
+    ValueError (one line) when the file is bad or none of its requests can be matched to a
+    simulated config (kvlab models baseline = GPU only and lmcache = GPU + CPU).
+    """
+    from kvlab.summarize import InputError
+    from pipeline.measured import attribute_tiers, load_measured
+
+    try:
+        frame = load_measured(path)
+    except InputError as exc:
+        raise ValueError(str(exc)) from None
+    attributed = attribute_tiers(frame, gpu_capacity, cpu_capacity, tokens)
+    matched = attributed.filter(pl.col("tier").is_not_null())
+    if matched.height == 0:
+        found = ", ".join(frame["config"].unique(maintain_order=True).to_list()) or "none"
+        raise ValueError(f"{path}: no request can be matched to a simulated scenario (configs "
+                         f"found: {found}; kvlab models {' and '.join(CONFIGS)})")
+    return tokens_by_tier(matched).select("config", "pass", "doc", "ttft_ms", *TOKEN_COLUMNS)

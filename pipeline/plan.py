@@ -1,0 +1,278 @@
+"""Plan a CPU offload tier: the smallest one that meets a TTFT or hit-ratio target.
+
+``python -m pipeline plan --target-ttft-ms 100`` answers for the lab's documents at the lab's
+GPU capacity (21520 tokens) with the lab's model (Qwen2.5-1.5B, 28,672 KV bytes per token):
+the CPU tier in tokens and in GiB/GB, with the predicted figures per pass there and one token
+below. TTFT comes from a model fitted per engine config on a measured file
+(``pipeline.ttft_model``); hits from the one-pass LRU engine (``pipeline.planner``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import polars as pl
+
+from kvlab import make_exports
+from pipeline.arguments import non_negative_int, pass_list, positive_int
+from pipeline.config import LAB_CPU, LAB_DOCS, LAB_GPU, LAB_PASSES, LAB_TOKENS, REAL_MEASURED
+from pipeline.errors import CLIError
+from pipeline.kvsize import KVSize, add_kv_arguments, capacity, format_bytes, kv_from_args
+from pipeline.planner import (Evaluator, PlanResult, PlanWorkload, Target, block_workload,
+                              document_workload, plan)
+from pipeline.ttft_model import FitError, TTFTModel, fit_configs, measured_requests, \
+    residuals_by_pass
+from pipeline.workload import DocumentWorkload
+from pipeline.workloads.blocks import REQUEST_SCHEMA, document_blocks
+
+HELP = "the smallest CPU tier (tokens and GiB) that meets a TTFT or hit-ratio target"
+TIER_WORDS = {"gpu": "GPU hit", "cpu": "CPU reload", "miss": "recompute"}
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not value > 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``plan``."""
+    target = parser.add_argument_group("target (one of)").add_mutually_exclusive_group(
+        required=True)
+    target.add_argument("--target-ttft-ms", type=_positive_float, metavar="MS",
+                        help="predicted TTFT (--statistic of a pass) at most MS")
+    target.add_argument("--target-hit-ratio", type=_positive_float, metavar="R",
+                        help="share of prompt tokens served from cache (GPU or CPU), "
+                             "at least R (0 < R <= 1)")
+    parser.add_argument("--statistic", choices=("p50", "mean"), default="p50",
+                        help="TTFT statistic of a pass (default %(default)s)")
+    parser.add_argument("--pass", dest="passes_to_meet", default="warm", metavar="WHICH",
+                        help="passes that must meet it: warm (every pass after the first; "
+                             "default), all, or 1-based numbers such as 2,3")
+    parser.add_argument("--gpu", type=capacity, default=None, metavar="CAP",
+                        help=f"GPU KV capacity: tokens or a size such as 0.6GiB "
+                             f"(default {LAB_GPU} tokens)")
+    add_kv_arguments(parser)
+    work = parser.add_argument_group("workload (default: the lab's documents)")
+    work.add_argument("--docs", type=non_negative_int, default=LAB_DOCS)
+    work.add_argument("--tokens", type=non_negative_int, default=LAB_TOKENS,
+                      help="KV tokens per document (default %(default)s)")
+    work.add_argument("--passes", type=pass_list, default=list(LAB_PASSES),
+                      help="fwd/rev per pass (default fwd,fwd,rev)")
+    work.add_argument("--block-size", type=positive_int, default=None,
+                      help="block mode: cut documents into blocks of this many tokens "
+                           "(vLLM 16, LMCache 256); default whole documents")
+    fit = parser.add_argument_group("TTFT model")
+    fit.add_argument("--measured", type=Path,
+                     help=f"measured TTFT jsonl (default: {REAL_MEASURED} if present, else "
+                          "the bundled synthetic data/ttft.jsonl)")
+    fit.add_argument("--measured-gpu", type=non_negative_int, default=LAB_GPU,
+                     help="GPU tokens the measurement ran with (default %(default)s)")
+    fit.add_argument("--measured-cpu", type=non_negative_int, default=LAB_CPU,
+                     help="lmcache CPU tokens the measurement ran with (default %(default)s)")
+    fit.add_argument("--measured-tokens", type=non_negative_int, default=LAB_TOKENS,
+                     help="simulator tokens per measured document (default %(default)s)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead")
+
+
+def _passes(text: str, count: int) -> tuple[int, ...]:
+    if text == "warm":
+        return tuple(range(1, count)) or (0,)
+    if text == "all":
+        return tuple(range(count))
+    try:
+        numbers = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        numbers = []
+    if not numbers or any(not 1 <= n <= count for n in numbers):
+        raise CLIError(f"--pass: expected warm, all or pass numbers 1..{count}, got {text!r}")
+    return tuple(sorted({n - 1 for n in numbers}))
+
+
+def _workload(args: argparse.Namespace) -> PlanWorkload:
+    try:
+        documents = DocumentWorkload(args.docs, args.tokens, tuple(args.passes))
+    except ValueError as exc:
+        raise CLIError(f"--docs/--tokens/--passes: {exc}") from None
+    if args.block_size is None:
+        return document_workload(documents)
+    accesses = documents.accesses()
+    blocks = document_blocks(accesses["doc"].to_list(), args.tokens, args.block_size)
+    requests = accesses.select(
+        pl.int_range(pl.len(), dtype=pl.UInt32).alias("request"),
+        pass_name=pl.format("pass{}-{}", pl.col("pass_index") + 1, pl.col("pass_order")),
+        doc=pl.col("doc").cast(pl.Int64), prompt_tokens=pl.col("size").cast(pl.UInt64),
+        timestamp_ms=pl.lit(None, pl.Float64)).match_to_schema(REQUEST_SCHEMA)
+    return block_workload(f"{documents.docs} documents x {documents.tokens} tokens in "
+                          f"{args.block_size}-token blocks, passes {','.join(documents.passes)}",
+                          blocks, requests, args.block_size)
+
+
+def _models(args: argparse.Namespace) -> tuple[dict[str, TTFTModel], pl.DataFrame, str, bool]:
+    source, synthetic = make_exports.measured_source(str(args.measured) if args.measured
+                                                     else None)
+    try:
+        requests = measured_requests(source, args.measured_gpu, args.measured_cpu,
+                                     args.measured_tokens)
+        return fit_configs(requests), requests, source, synthetic
+    except FitError as exc:
+        raise CLIError(f"{source}: {exc}") from None
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+
+
+def _tokens_and_size(tokens: int, kv: KVSize) -> dict:
+    size = kv.bytes(tokens)
+    return {"tokens": tokens, "bytes": size, "GiB": round(size / 2**30, 4),
+            "GB": round(size / 1e9, 4)}
+
+
+def _lmcache_setting(tokens: int, kv: KVSize) -> float:
+    """max_local_cpu_size that holds ``tokens`` (its "GB" are 2^30 bytes), rounded up."""
+    return math.ceil(kv.bytes(tokens) / 2**30 * 100 - 1e-9) / 100
+
+
+def _model_json(model: TTFTModel, kv: KVSize) -> dict:
+    bandwidth = model.reload_bandwidth_gbps(kv.bytes_per_token)
+    return {"method": model.method, "requests": model.n, "params": model.params,
+            "stderr": model.stderr, "tier_ms": model.tier_ms, "tier_stderr": model.tier_stderr,
+            "reference_tokens": model.reference_tokens,
+            "reload_bandwidth_gbps": None if bandwidth is None else
+            {"value": bandwidth[0], "stderr": bandwidth[1]},
+            "not_exercised": list(model.not_exercised),
+            "not_identifiable": list(model.not_identifiable), "notes": list(model.notes)}
+
+
+def _describe_target(target: Target, names: list[str]) -> str:
+    chosen = ", ".join(names[i] for i in target.passes)
+    if target.kind == "ttft":
+        return f"predicted {target.statistic} TTFT <= {target.value:g} ms in {chosen}"
+    return f"cache hit ratio >= {target.value:g} in {chosen}"
+
+
+def _model_lines(config: str, model: TTFTModel, kv: KVSize) -> list[str]:
+    label = {"baseline": "baseline (GPU only)", "lmcache": "lmcache (GPU + CPU)"}.get(config,
+                                                                                       config)
+    if model.method == "least squares":
+        parts = ", ".join(f"{name} {model.params[name]:.4g} +- {model.stderr[name]:.2g}"
+                          for name in model.params)
+    else:
+        parts = ", ".join(f"{TIER_WORDS[tier]} {ms:.1f} +- {model.tier_stderr.get(tier, 0):.1f}"
+                          f" ms" for tier, ms in sorted(model.tier_ms.items(),
+                                                        key=lambda item: item[1]))
+        parts = f"medians at {model.reference_tokens:,} tokens: {parts}"
+    lines = [f"  {label}, {model.method} over {model.n} requests: {parts}"]
+    bandwidth = model.reload_bandwidth_gbps(kv.bytes_per_token)
+    if bandwidth and config != "baseline":
+        lines.append(f"    effective CPU reload bandwidth {bandwidth[0]:.1f} +- {bandwidth[1]:.1f}"
+                     f" GB/s at {kv.bytes_per_token:,} bytes per token")
+    lines += [f"    {note}" for note in model.notes]
+    return lines
+
+
+def _figure_rows(result: PlanResult) -> list[dict]:
+    below = result.below.rows(named=True) if result.below is not None else [None] * \
+        result.figures.height
+    return [{"pass": row["pass_name"], "at": row, "below": low}
+            for row, low in zip(result.figures.rows(named=True), below)]
+
+
+def _text(document: dict, result: PlanResult, target: Target, names: list[str]) -> str:
+    kv, answer = document["kv"], document["answer"]
+    lines = [f"workload: {document['workload']}",
+             f"KV size: {kv['describe']}",
+             f"GPU KV cache: {document['gpu']['tokens']:,} tokens = "
+             f"{document['gpu']['GiB']:.2f} GiB",
+             f"target: {_describe_target(target, names)}",
+             f"TTFT model from {document['measured']['path']}"
+             f"{' (SYNTHETIC stand-in)' if document['measured']['synthetic'] else ''}:"]
+    lines += document["model_lines"]
+    worst = document["measured"]["worst_error_pct"]
+    lines.append(f"  predicted vs measured per pass: worst error {worst['p50']:.1f} % (p50), "
+                 f"{worst['mean']:.1f} % (mean)")
+    lines.append("")
+    cpu = answer["cpu"]
+    if answer["status"] == "gpu_alone":
+        lines.append(f"answer: no CPU tier needed: the GPU alone ({document['gpu']['tokens']:,} "
+                     f"tokens) already meets it")
+    elif answer["status"] == "unreachable":
+        lines.append(f"answer: NO CPU size can meet it: even {cpu['tokens']:,} tokens = "
+                     f"{cpu['GiB']:.2f} GiB (every CPU hit this workload can get) falls short")
+    else:
+        lines.append(f"answer: a CPU tier of {cpu['tokens']:,} tokens = {cpu['GiB']:.2f} GiB "
+                     f"({cpu['GB']:.2f} GB)")
+        lines.append(f"  LMCache: max_local_cpu_size: {answer['lmcache_max_local_cpu_size']:.2f}"
+                     f" (LMCache's GB are 2^30 bytes)")
+    lines.append(f"  ({result.search}; {result.evaluations} evaluations)")
+    columns = [f"CPU {cpu['tokens']:,} tokens"]
+    if result.below is not None:
+        columns.append(f"CPU {cpu['tokens'] - 1:,} tokens (one below)")
+    lines.append("\n" + f"{'':<14}" + "".join(f"  {title:<29}" for title in columns))
+    lines.append((f"{'pass':<14}" + "  p50 ms  mean ms  hit ratio  " * len(columns)).rstrip())
+    for row in _figure_rows(result):
+        cells = [row["at"]] + ([row["below"]] if row["below"] else [])
+        lines.append(f"{row['pass']:<14}" + "".join(
+            f"{c['p50_ms']:>8.1f}{c['mean_ms']:>9.1f}{c['hit_ratio']:>11.3f}  " for c in cells).rstrip())
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Validate everything, fit, search, print (text or --json)."""
+    try:
+        kv = kv_from_args(args)
+        gpu = LAB_GPU if args.gpu is None else args.gpu.tokens(kv)
+    except ValueError as exc:
+        raise CLIError(str(exc) if str(exc).startswith("--") else f"--gpu: {exc}") from None
+    if args.target_hit_ratio is not None and args.target_hit_ratio > 1:
+        raise CLIError(f"--target-hit-ratio: must be in (0, 1], got {args.target_hit_ratio:g}")
+    workload = _workload(args)
+    names = workload.requests.group_by("pass_index").agg(pl.col("pass_name").first()) \
+        .sort("pass_index")["pass_name"].to_list()
+    chosen = _passes(args.passes_to_meet, len(names))
+    models, measured, source, synthetic = _models(args)
+    target = (Target("ttft", args.target_ttft_ms, args.statistic, chosen)
+              if args.target_ttft_ms is not None
+              else Target("hit_ratio", args.target_hit_ratio, args.statistic, chosen))
+    result = plan(Evaluator(workload, gpu, models), target)
+    errors = residuals_by_pass(measured, models)
+    cpu_tokens = result.cpu_tokens
+    document = {
+        "workload": workload.description,
+        "kv": {"name": kv.name, "bytes_per_token": kv.bytes_per_token, "formula": kv.formula,
+               "source": kv.source, "describe": kv.describe()},
+        "gpu": _tokens_and_size(gpu, kv),
+        "target": {"kind": target.kind, "value": target.value, "statistic": target.statistic,
+                   "passes": [names[i] for i in target.passes]},
+        "measured": {"path": source, "synthetic": synthetic,
+                     "worst_error_pct": {"p50": errors["error_p50_pct"].abs().max(),
+                                         "mean": errors["error_mean_pct"].abs().max()},
+                     "per_pass": errors.to_dicts()},
+        "models": {config: _model_json(model, kv) for config, model in models.items()},
+        "answer": {"status": result.status, "cpu": _tokens_and_size(cpu_tokens, kv),
+                   "lmcache_max_local_cpu_size": _lmcache_setting(cpu_tokens, kv),
+                   "search": result.search, "evaluations": result.evaluations},
+        "figures": result.figures.to_dicts(),
+        "figures_one_token_below": None if result.below is None else result.below.to_dicts(),
+    }
+    if args.json:
+        print(json.dumps(document, indent=2))
+        return 0
+    document["model_lines"] = [line for config, model in models.items()
+                               for line in _model_lines(config, model, kv)]
+    print(_text(document, result, target, names))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    from pipeline.cli import run_command
+
+    sys.exit(run_command("plan"))

@@ -1,0 +1,249 @@
+"""`python -m pipeline plan`: the lab's answer, the other outcomes, bad input, and the search
+checked against a brute-force replay of kvlab's TwoTierCache at every CPU capacity."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from functools import lru_cache
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import ROOT
+from kvlab.kvsim import TwoTierCache
+from pipeline.cli import main as cli_main
+from pipeline.planner import Evaluator, Target, block_workload, document_workload, plan
+from pipeline.ttft_model import fit_configs, measured_requests
+from pipeline.workload import DocumentWorkload
+from pipeline.workloads.blocks import REQUEST_SCHEMA, document_blocks
+
+
+def run_plan(capsys, *argv: str) -> dict:
+    assert cli_main(["plan", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_lab_answer_is_the_whole_working_set(capsys):
+    out = run_plan(capsys, "--target-ttft-ms", "100")
+    answer = out["answer"]
+    assert answer["status"] == "met"
+    assert answer["cpu"]["tokens"] == 50_110 == 10 * 5011
+    assert round(answer["cpu"]["GiB"], 2) == 1.34
+    assert answer["lmcache_max_local_cpu_size"] == 1.34
+    assert out["kv"]["bytes_per_token"] == 28_672
+    at = {row["pass_name"]: row for row in out["figures"]}
+    below = {row["pass_name"]: row for row in out["figures_one_token_below"]}
+    assert at["pass2-fwd"]["p50_ms"] == pytest.approx(48.1, abs=0.1)
+    assert below["pass2-fwd"]["p50_ms"] > 500            # one token less: every doc recomputed
+    assert below["pass2-fwd"]["hit_ratio"] == 0 and at["pass2-fwd"]["hit_ratio"] == 1
+    assert out["models"]["lmcache"]["method"] == "per-tier medians"
+    assert "recompute_ms_per_token" in out["models"]["lmcache"]["not_identifiable"]
+
+
+def test_lab_hit_ratio_and_other_model(capsys):
+    out = run_plan(capsys, "--target-hit-ratio", "1", "--pass", "2", "--model", "llama-3.1-8b")
+    assert out["answer"]["cpu"]["tokens"] == 50_110
+    assert out["answer"]["cpu"]["bytes"] == 50_110 * 131_072
+
+
+def test_gpu_alone_and_unreachable(capsys):
+    assert run_plan(capsys, "--target-ttft-ms", "100", "--gpu", "50110")["answer"]["status"] \
+        == "gpu_alone"
+    out = run_plan(capsys, "--target-ttft-ms", "20")
+    assert out["answer"]["status"] == "unreachable"
+    assert out["figures_one_token_below"] is None
+
+
+def test_gpu_as_a_size(capsys):
+    # 1.5GiB of the 1.5B model is 56,173 tokens: every document fits on the GPU.
+    out = run_plan(capsys, "--target-hit-ratio", "1", "--gpu", "1.5GiB")
+    assert out["gpu"]["tokens"] == 56_173 and out["answer"]["status"] == "gpu_alone"
+
+
+def test_block_mode_stores_only_full_blocks(capsys):
+    out = run_plan(capsys, "--target-hit-ratio", "0.9", "--block-size", "256")
+    assert out["answer"]["cpu"]["tokens"] == 10 * 19 * 256      # 19 full chunks per document
+
+
+def test_text_output(capsys):
+    assert cli_main(["plan", "--target-ttft-ms", "100"]) == 0
+    text = capsys.readouterr().out
+    assert "a CPU tier of 50,110 tokens = 1.34 GiB (1.44 GB)" in text
+    assert "max_local_cpu_size: 1.34" in text and "SYNTHETIC" in text
+    assert "not identifiable" in text
+
+
+def bad_measured(tmp_path, configs: list[str]) -> str:
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps({"config": c, "pass": "p1", "doc": i, "doc_tokens": 4864,
+                                        "ttft_ms": 500.0 + i, "total_ms": 700.0}) + "\n"
+                            for i, c in enumerate(configs)))
+    return str(path)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--target-ttft-ms", "100", "--model", "gpt-5"], "--model: unknown model preset"),
+    (["--target-ttft-ms", "100", "--gpu", "1.5G"], "unknown unit"),
+    (["--target-ttft-ms", "100", "--gpu", "-3"], ">= 0"),
+    (["--target-ttft-ms", "0"], "expected a number > 0"),
+    (["--target-ttft-ms", "-5"], "expected a number > 0"),
+    (["--target-hit-ratio", "1.5"], "--target-hit-ratio: must be in (0, 1]"),
+    (["--target-ttft-ms", "100", "--pass", "4"], "--pass"),
+    (["--target-ttft-ms", "100", "--kv-shape", "28,2"], "--kv-shape"),
+    ([], "one of the arguments --target-ttft-ms --target-hit-ratio is required"),
+])
+def test_bad_input_is_one_line(argv, message, capsys):
+    try:
+        code = cli_main(["plan", *argv])
+    except SystemExit as exc:          # argparse's own errors
+        code = exc.code
+    out, err = capsys.readouterr()
+    assert code != 0 and out == ""
+    assert len(err.strip().splitlines()) == 1 and message in err
+
+
+def test_bad_input_from_a_subprocess():
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "plan", "--target-ttft-ms", "100",
+                           "--gpu", "12parsecs"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and "unknown unit 'parsecs'" in proc.stderr
+
+
+def test_unmatched_measured_file(tmp_path, capsys):
+    path = bad_measured(tmp_path, ["vllm-other"] * 5)
+    assert cli_main(["plan", "--target-ttft-ms", "100", "--measured", path]) == 1
+    err = capsys.readouterr().err
+    assert "no request can be matched to a simulated scenario" in err and path in err
+
+
+def test_fewer_points_than_parameters(tmp_path, capsys):
+    path = bad_measured(tmp_path, ["lmcache", "lmcache"])
+    assert cli_main(["plan", "--target-ttft-ms", "100", "--measured", path]) == 1
+    assert "fewer points than parameters" in capsys.readouterr().err
+
+
+# --- the search against a literal replay -------------------------------------------------
+
+@lru_cache(maxsize=1)
+def lab_models():
+    return fit_configs(measured_requests(str(ROOT / "data" / "ttft.jsonl"), 21520, 56000, 5011))
+
+
+def replay_figures(requests: list[list[tuple[int, int]]], partial: list[int], passes: list[int],
+                   gpu: int, cpu: int) -> dict[int, tuple[list[float], float]]:
+    """Per pass: (per-request TTFT, hit ratio) from kvlab's TwoTierCache, prefix rule by hand."""
+    cache, whole = TwoTierCache(gpu, cpu), lab_models()["lmcache" if cpu else "baseline"]
+    out: dict[int, tuple[list, list]] = {}
+    for blocks, extra, pass_index in zip(requests, partial, passes):
+        tokens = {"gpu": 0, "cpu": 0, "miss": extra}
+        broken = False
+        for key, size in blocks:
+            tier = cache.access(key, size)
+            broken = broken or tier == "miss"
+            tokens["miss" if broken else tier] += size
+        context = sum(tokens.values())
+        t = whole.tier_ms
+        ttft = (t["gpu"] + (t["cpu"] - t["gpu"]) * tokens["cpu"] / context
+                + (t["miss"] - t["gpu"]) * tokens["miss"] / context) if context else t["gpu"]
+        ttfts, hits = out.setdefault(pass_index, ([], []))
+        ttfts.append(ttft)
+        hits.append((tokens["gpu"] + tokens["cpu"], context))
+    return {p: (ttfts, sum(h for h, _ in hits) / max(sum(c for _, c in hits), 1))
+            for p, (ttfts, hits) in out.items()}
+
+
+def brute_force(requests, partial, passes, gpu, top, target: Target) -> int | None:
+    for cpu in range(top + 1):
+        figures = replay_figures(requests, partial, passes, gpu, cpu)
+        ok = True
+        for p in target.passes:
+            ttfts, ratio = figures[p]
+            value = (statistics.median(ttfts) if target.statistic == "p50"
+                     else statistics.fmean(ttfts)) if target.kind == "ttft" else ratio
+            ok &= value <= target.value + 1e-9 if target.kind == "ttft" \
+                else value >= target.value - 1e-12
+        if ok:
+            return cpu
+    return None
+
+
+@settings(max_examples=60)
+@given(docs=st.integers(1, 5), tokens=st.integers(1, 12),
+       orders=st.lists(st.sampled_from(["fwd", "rev"]), min_size=1, max_size=4),
+       block=st.one_of(st.none(), st.integers(1, 5)), gpu_share=st.floats(0, 1.2),
+       kind=st.sampled_from(["ttft", "hit_ratio"]), statistic=st.sampled_from(["p50", "mean"]),
+       level=st.floats(0.05, 1.0), which=st.integers(0, 3))
+def test_search_equals_brute_force(docs, tokens, orders, block, gpu_share, kind, statistic,
+                                   level, which):
+    workload = DocumentWorkload(docs, tokens, tuple(orders))
+    accesses = workload.accesses()
+    gpu = int(gpu_share * workload.working_set)
+    if block is None:
+        plan_workload = document_workload(workload)
+        requests = [[(doc, tokens)] for doc in accesses["doc"].to_list()]
+        partial = [0] * len(requests)
+    else:
+        blocks = document_blocks(accesses["doc"].to_list(), tokens, block)
+        meta = accesses.select(
+            pl.int_range(pl.len(), dtype=pl.UInt32).alias("request"),
+            pass_name=pl.format("p{}", pl.col("pass_index")), doc=pl.col("doc").cast(pl.Int64),
+            prompt_tokens=pl.col("size").cast(pl.UInt64),
+            timestamp_ms=pl.lit(None, pl.Float64)).match_to_schema(REQUEST_SCHEMA)
+        plan_workload = block_workload("t", blocks, meta, block)
+        requests = [[(k, s) for k, s in zip(g["block_key"], g["block_tokens"]) if s == block]
+                    for _, g in blocks.group_by("request", maintain_order=True)]
+        partial = [tokens % block] * len(requests)
+    passes = accesses["pass_index"].to_list()
+    chosen = (1 + which % (len(orders) - 1),) if len(orders) > 1 else (0,)
+    t = lab_models()["lmcache"].tier_ms
+    value = (t["gpu"] + level * (t["miss"] - t["gpu"])) if kind == "ttft" else level
+    target = Target(kind, value, statistic, chosen)
+    result = plan(Evaluator(plan_workload, gpu, lab_models()), target)
+    expected = brute_force(requests, partial, passes, gpu, workload.working_set + 1, target)
+    if expected is None:
+        assert result.status == "unreachable"
+    else:
+        assert result.cpu_tokens == expected
+        assert result.status == ("gpu_alone" if expected == 0 else "met")
+    # the figures reported at the answer are the replay's figures there
+    replay = replay_figures(requests, partial, passes, gpu, result.cpu_tokens)
+    for row in result.figures.iter_rows(named=True):
+        ttfts, ratio = replay[row["pass_index"]]
+        assert row["hit_ratio"] == pytest.approx(ratio)
+        assert row["p50_ms"] == pytest.approx(statistics.median(ttfts))
+        assert row["mean_ms"] == pytest.approx(statistics.fmean(ttfts))
+    assert np.isfinite(result.figures["mean_ms"].to_numpy()).all()
+
+
+@settings(max_examples=60)
+@given(sizes=st.lists(st.integers(0, 9), min_size=1, max_size=6),
+       stream=st.lists(st.integers(0, 5), min_size=1, max_size=25), gpu=st.integers(0, 20),
+       level=st.floats(0.05, 1.0))
+def test_search_with_oversize_bands_equals_brute_force(sizes, stream, gpu, level):
+    """Documents of different sizes (kvlab's oversize rule makes hits non-monotone below the
+    largest one): the band candidates are scanned, so the answer is still the brute force's."""
+    keys = [k % len(sizes) for k in stream]
+    requests = pl.DataFrame({"request": list(range(len(keys))), "pass_index": [0] * len(keys),
+                             "pass_name": ["all"] * len(keys),
+                             "context": [sizes[k] for k in keys]},
+                            schema={"request": pl.Int64, "pass_index": pl.Int64,
+                                    "pass_name": pl.String, "context": pl.Int64})
+    from pipeline.planner import PlanWorkload
+    workload = PlanWorkload("t", requests, np.array(keys, dtype=np.int64),
+                            np.array([sizes[k] for k in keys], dtype=np.int64),
+                            np.arange(len(keys), dtype=np.int64),
+                            np.zeros(len(keys), dtype=np.int64), prefix=False)
+    target = Target("hit_ratio", level, "p50", (0,))
+    result = plan(Evaluator(workload, gpu, lab_models()), target)
+    expected = brute_force([[(k, sizes[k])] for k in keys], [0] * len(keys), [0] * len(keys),
+                           gpu, sum(sizes) + 1, target)
+    if expected is None:
+        assert result.status == "unreachable"
+    else:
+        assert result.cpu_tokens == expected
