@@ -101,6 +101,9 @@ def _workload(args: argparse.Namespace) -> PlanWorkload:
         documents = DocumentWorkload(args.docs, args.tokens, tuple(args.passes))
     except ValueError as exc:
         raise CLIError(f"--docs/--tokens/--passes: {exc}") from None
+    if documents.working_set == 0:
+        raise CLIError(f"--docs/--tokens: the workload has no tokens to cache "
+                       f"({documents.docs} documents x {documents.tokens} tokens)")
     if args.block_size is None:
         return document_workload(documents)
     accesses = documents.accesses()
@@ -177,6 +180,10 @@ def _model_lines(config: str, model: TTFTModel, kv: KVSize) -> list[str]:
     return lines
 
 
+def _num(value: float | None, width: int, digits: int) -> str:
+    return f"{'-':>{width}}" if value is None else f"{value:>{width}.{digits}f}"
+
+
 def _figure_rows(result: PlanResult) -> list[dict]:
     below = result.below.rows(named=True) if result.below is not None else [None] * \
         result.figures.height
@@ -214,12 +221,13 @@ def _text(document: dict, result: PlanResult, target: Target, names: list[str]) 
     columns = [f"CPU {cpu['tokens']:,} tokens"]
     if result.below is not None:
         columns.append(f"CPU {cpu['tokens'] - 1:,} tokens (one below)")
-    lines.append("\n" + f"{'':<14}" + "".join(f"  {title:<29}" for title in columns))
+    lines.append(("\n" + f"{'':<14}" + "".join(f"  {title:<29}" for title in columns)).rstrip())
     lines.append((f"{'pass':<14}" + "  p50 ms  mean ms  hit ratio  " * len(columns)).rstrip())
     for row in _figure_rows(result):
         cells = [row["at"]] + ([row["below"]] if row["below"] else [])
         lines.append(f"{row['pass']:<14}" + "".join(
-            f"{c['p50_ms']:>8.1f}{c['mean_ms']:>9.1f}{c['hit_ratio']:>11.3f}  " for c in cells).rstrip())
+            f"{_num(c['p50_ms'], 8, 1)}{_num(c['mean_ms'], 9, 1)}{_num(c['hit_ratio'], 11, 3)}  "
+            for c in cells).rstrip())
     return "\n".join(lines)
 
 
