@@ -80,6 +80,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     fit.add_argument("--measured-tokens", type=non_negative_int, default=LAB_TOKENS,
                      help="simulator tokens per measured document (default %(default)s)")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead")
+    parser.add_argument("--report", type=Path, metavar="HTML",
+                        help="also write a page with predicted TTFT against the CPU capacity "
+                             "and the fit's error per pass (atomically)")
 
 
 def _passes(text: str, count: int) -> tuple[int, ...]:
@@ -231,6 +234,27 @@ def _text(document: dict, result: PlanResult, target: Target, names: list[str]) 
     return "\n".join(lines)
 
 
+def _write_report(args: argparse.Namespace, evaluator: Evaluator, kv: KVSize, target: Target,
+                  result: PlanResult, errors: pl.DataFrame, names: list[str], gpu: int) -> None:
+    from kvlab.summarize import atomic_output
+    from pipeline.charts import page_html
+    from pipeline.charts.plan import fit_section, measured_points, ttft_capacity_section
+
+    points = measured_points(errors, args.measured_cpu, names) if (
+        gpu == args.measured_gpu and args.block_size is None) else None
+    sections = [ttft_capacity_section(evaluator, kv, target.statistic, points, result),
+                fit_section(errors, target.statistic)]
+    page = page_html("kvlab: sizing the CPU tier", f"{evaluator.workload.description}; "
+                     f"{kv.describe()}; target: {_describe_target(target, names)}.",
+                     [("Predicted TTFT against the CPU tier", "", sections[:1]),
+                      ("The TTFT model against the measurement", "", sections[1:])])
+    try:
+        with atomic_output(args.report) as handle:
+            handle.write(page)
+    except OSError as exc:
+        raise CLIError(f"--report: cannot write {args.report} ({exc.strerror or exc})") from None
+
+
 def main(args: argparse.Namespace) -> int:
     """Validate everything, fit, search, print (text or --json)."""
     try:
@@ -248,8 +272,13 @@ def main(args: argparse.Namespace) -> int:
     target = (Target("ttft", args.target_ttft_ms, args.statistic, chosen)
               if args.target_ttft_ms is not None
               else Target("hit_ratio", args.target_hit_ratio, args.statistic, chosen))
-    result = plan(Evaluator(workload, gpu, models), target)
+    if args.report is not None and not args.report.parent.is_dir():
+        raise CLIError(f"--report: folder {args.report.parent} does not exist")
+    evaluator = Evaluator(workload, gpu, models)
+    result = plan(evaluator, target)
     errors = residuals_by_pass(measured, models)
+    if args.report is not None:
+        _write_report(args, evaluator, kv, target, result, errors, names, gpu)
     cpu_tokens = result.cpu_tokens
     document = {
         "workload": workload.description,
