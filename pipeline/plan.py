@@ -183,6 +183,17 @@ def _model_lines(config: str, model: TTFTModel, kv: KVSize) -> list[str]:
     return lines
 
 
+def _finite(value: object) -> object:
+    """``value`` with every NaN or infinity replaced by None (strict JSON)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
+
+
 def _num(value: float | None, width: int, digits: int) -> str:
     return f"{'-':>{width}}" if value is None else f"{value:>{width}.{digits}f}"
 
@@ -299,7 +310,7 @@ def main(args: argparse.Namespace) -> int:
         "figures_one_token_below": None if result.below is None else result.below.to_dicts(),
     }
     if args.json:
-        print(json.dumps(document, indent=2))
+        print(json.dumps(_finite(document), indent=2, allow_nan=False))
         return 0
     document["model_lines"] = [line for config, model in models.items()
                                for line in _model_lines(config, model, kv)]

@@ -248,3 +248,17 @@ def test_search_with_oversize_bands_equals_brute_force(sizes, stream, gpu, level
         assert result.status == "unreachable"
     else:
         assert result.cpu_tokens == expected
+
+
+def test_json_is_strict_when_a_tier_has_one_request(tmp_path, capsys):
+    # one CPU-served request: its median has no standard error (NaN), printed as null
+    path = tmp_path / "m.jsonl"
+    rows = [("baseline", "p1", d, 580.0 + d) for d in range(6)] + \
+        [("lmcache", "p1", d, 600.0 + d) for d in range(6)] + [("lmcache", "p2", 0, 48.0)]
+    path.write_text("".join(json.dumps({"config": c, "pass": p, "doc": d, "doc_tokens": 4864,
+                                        "ttft_ms": t, "total_ms": t + 200}) + "\n"
+                            for c, p, d, t in rows))
+    out = run_plan(capsys, "--target-ttft-ms", "100", "--measured", str(path),
+                   "--measured-gpu", "0", "--measured-cpu", "100000")
+    assert out["answer"]["cpu"]["tokens"] == 50_110
+    assert out["models"]["lmcache"]["tier_stderr"]["cpu"] is None

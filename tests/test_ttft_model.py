@@ -154,3 +154,13 @@ def test_pass_p50_from_counts_is_the_median_of_the_requests(gpu, cpu, miss, offl
 
 def test_token_columns_are_the_contract():
     assert TOKEN_COLUMNS == ("gpu_tokens", "cpu_tokens", "miss_tokens")
+
+
+def test_lab_file_is_within_ten_percent_on_every_pass():
+    from conftest import ROOT
+    from pipeline.ttft_model import measured_requests
+
+    requests = measured_requests(str(ROOT / "data" / "ttft.jsonl"), 21520, 56000, 5011)
+    table = residuals_by_pass(requests, fit_configs(requests))
+    assert table.height == 6
+    assert table["error_p50_pct"].abs().max() < 10 and table["error_mean_pct"].abs().max() < 10
