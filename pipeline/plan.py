@@ -209,8 +209,7 @@ def _text(document: dict, result: PlanResult, target: Target, names: list[str]) 
     kv, answer = document["kv"], document["answer"]
     lines = [f"workload: {document['workload']}",
              f"KV size: {kv['describe']}",
-             f"GPU KV cache: {document['gpu']['tokens']:,} tokens = "
-             f"{document['gpu']['GiB']:.2f} GiB",
+             f"GPU KV cache: {document['gpu']['given']}",
              f"target: {_describe_target(target, names)}",
              f"TTFT model from {document['measured']['path']}"
              f"{' (SYNTHETIC stand-in)' if document['measured']['synthetic'] else ''}:"]
@@ -228,7 +227,7 @@ def _text(document: dict, result: PlanResult, target: Target, names: list[str]) 
                      f"{cpu['GiB']:.2f} GiB (every CPU hit this workload can get) falls short")
     else:
         lines.append(f"answer: a CPU tier of {cpu['tokens']:,} tokens = {cpu['GiB']:.2f} GiB "
-                     f"({cpu['GB']:.2f} GB)")
+                     f"({cpu['GB']:.2f} GB; GiB = 2^30 bytes, GB = 10^9 bytes)")
         lines.append(f"  LMCache: max_local_cpu_size: {answer['lmcache_max_local_cpu_size']:.2f}"
                      f" (LMCache's GB are 2^30 bytes)")
     lines.append(f"  ({result.search}; {result.evaluations} evaluations)")
@@ -271,6 +270,9 @@ def main(args: argparse.Namespace) -> int:
     try:
         kv = kv_from_args(args)
         gpu = LAB_GPU if args.gpu is None else args.gpu.tokens(kv)
+        gpu_given = (args.gpu.describe(kv) if args.gpu is not None and args.gpu.unit else
+                     f"{gpu:,} tokens{' (the lab' + chr(39) + 's)' if args.gpu is None else ''} "
+                     f"= {kv.bytes(gpu) / 2**30:.2f} GiB")
     except ValueError as exc:
         raise CLIError(str(exc) if str(exc).startswith("--") else f"--gpu: {exc}") from None
     if args.target_hit_ratio is not None and args.target_hit_ratio > 1:
@@ -295,7 +297,7 @@ def main(args: argparse.Namespace) -> int:
         "workload": workload.description,
         "kv": {"name": kv.name, "bytes_per_token": kv.bytes_per_token, "formula": kv.formula,
                "source": kv.source, "describe": kv.describe()},
-        "gpu": _tokens_and_size(gpu, kv),
+        "gpu": {**_tokens_and_size(gpu, kv), "given": gpu_given},
         "target": {"kind": target.kind, "value": target.value, "statistic": target.statistic,
                    "passes": [names[i] for i in target.passes]},
         "measured": {"path": source, "synthetic": synthetic,

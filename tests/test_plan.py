@@ -74,7 +74,7 @@ def test_block_mode_stores_only_full_blocks(capsys):
 def test_text_output(capsys):
     assert cli_main(["plan", "--target-ttft-ms", "100"]) == 0
     text = capsys.readouterr().out
-    assert "a CPU tier of 50,110 tokens = 1.34 GiB (1.44 GB)" in text
+    assert "a CPU tier of 50,110 tokens = 1.34 GiB (1.44 GB; GiB = 2^30 bytes" in text
     assert "max_local_cpu_size: 1.34" in text and "SYNTHETIC" in text
     assert "not identifiable" in text
 

@@ -164,3 +164,24 @@ def test_lab_file_is_within_ten_percent_on_every_pass():
     table = residuals_by_pass(requests, fit_configs(requests))
     assert table.height == 6
     assert table["error_p50_pct"].abs().max() < 10 and table["error_mean_pct"].abs().max() < 10
+
+
+def test_predicted_columns_on_the_sweep_aggregates():
+    """The Parquet columns the sweeps get: second pass along the CPU cliff at GPU 21520."""
+    from conftest import ROOT
+    from pipeline.sweeps import Sweep, aggregate, run_sweep
+    from pipeline.ttft_model import measured_requests
+    from pipeline.workload import DocumentWorkload
+
+    models = fit_configs(measured_requests(str(ROOT / "data" / "ttft.jsonl"), 21520, 56000,
+                                           5011))
+    sweep = Sweep("cpu_cliff", (21520,), (0, 50109, 50110))
+    rows = predict_pass_ttft(aggregate(run_sweep(DocumentWorkload(), sweep)), models, 5011)
+    second = {row["cpu_capacity"]: row for row in rows.filter(pl.col("pass_index") == 1)
+              .iter_rows(named=True)}
+    assert second[0]["predicted_p50_ms"] == pytest.approx(576.3, abs=0.1)     # baseline recompute
+    assert second[50109]["predicted_p50_ms"] == pytest.approx(601.7, abs=0.1)  # lmcache recompute
+    assert second[50110]["predicted_p50_ms"] == pytest.approx(48.1, abs=0.1)   # CPU reloads
+    third = rows.filter(pl.col("pass_index") == 2, pl.col("cpu_capacity") == 50110).row(
+        0, named=True)
+    assert third["predicted_mean_ms"] == pytest.approx((4 * 31.085 + 6 * 48.145) / 10)
