@@ -33,7 +33,7 @@ from kvlab.summarize import CONFIGS
 
 __all__ = ["PARAMETERS", "TOKEN_COLUMNS", "FitError", "TTFTModel", "design_matrix",
            "fit_config", "fit_configs", "tokens_by_tier", "identifiable", "residuals_by_pass",
-           "pass_ttft", "predict_pass_ttft", "model_for_capacity", "measured_requests"]
+           "pass_ttft", "predicted_ttft", "predict_pass_ttft", "model_for_capacity", "measured_requests"]
 
 PARAMETERS = ("overhead_ms", "recompute_fixed_ms", "recompute_ms_per_token",
               "attention_ms_per_token2", "cpu_ms_per_token", "gpu_ms_per_token")
@@ -247,9 +247,21 @@ def model_for_capacity(models: dict[str, TTFTModel], cpu_capacity: int) -> TTFTM
     return model
 
 
-def pass_ttft(requests: pl.DataFrame, model: TTFTModel, by: list[str]) -> pl.DataFrame:
-    """by + n, predicted_p50_ms, predicted_mean_ms from per-request TOKEN_COLUMNS."""
-    return (requests.with_columns(predicted_ms=model.expression())
+def predicted_ttft(models: dict[str, TTFTModel] | TTFTModel) -> pl.Expr:
+    """Per-request predicted TTFT (ms) from TOKEN_COLUMNS; with a dict of models, rows with
+    ``cpu_capacity`` 0 use the GPU-only config's and the others the offload config's."""
+    if isinstance(models, TTFTModel):
+        return models.expression()
+    return (pl.when(pl.col("cpu_capacity") == 0)
+            .then(model_for_capacity(models, 0).expression())
+            .otherwise(model_for_capacity(models, 1).expression()))
+
+
+def pass_ttft(requests: pl.DataFrame, models: dict[str, TTFTModel] | TTFTModel,
+              by: list[str]) -> pl.DataFrame:
+    """by + n, predicted_p50_ms, predicted_mean_ms from per-request TOKEN_COLUMNS (block
+    mode: one row per request and capacity point; see ``predicted_ttft``)."""
+    return (requests.with_columns(predicted_ms=predicted_ttft(models))
             .group_by(by, maintain_order=True)
             .agg(n=pl.len(), predicted_p50_ms=pl.col("predicted_ms").median(),
                  predicted_mean_ms=pl.col("predicted_ms").mean()))

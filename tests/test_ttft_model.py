@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 
@@ -133,12 +134,18 @@ def test_missing_tier_is_borrowed_from_the_other_config():
     assert table.height == 2 and table["error_mean_pct"].abs().max() < 5
 
 
-@given(st.integers(0, 30), st.integers(0, 30), st.integers(0, 30), st.integers(0, 1))
-def test_pass_p50_from_counts_is_the_median_of_the_requests(gpu, cpu, miss, offload):
-    models = fit_configs(pl.concat([
+@functools.cache
+def two_configs():
+    return fit_configs(pl.concat([
         lab_like(np.random.default_rng(0), ["miss"] * 5 + ["gpu"] * 5)
         .with_columns(config=pl.lit("baseline")),
         lab_like(np.random.default_rng(1), ["miss"] * 5 + ["cpu"] * 5 + ["gpu"] * 3)]))
+
+
+@settings(max_examples=60)
+@given(st.integers(0, 30), st.integers(0, 30), st.integers(0, 30), st.integers(0, 1))
+def test_pass_p50_from_counts_is_the_median_of_the_requests(gpu, cpu, miss, offload):
+    models = two_configs()
     row = pl.DataFrame({"cpu_capacity": [offload * 1000], "gpu_hits": [gpu], "cpu_hits": [cpu],
                         "misses": [miss]})
     got = predict_pass_ttft(row, models, 4864).row(0, named=True)
@@ -185,3 +192,32 @@ def test_predicted_columns_on_the_sweep_aggregates():
     third = rows.filter(pl.col("pass_index") == 2, pl.col("cpu_capacity") == 50110).row(
         0, named=True)
     assert third["predicted_mean_ms"] == pytest.approx((4 * 31.085 + 6 * 48.145) / 10)
+
+
+def test_pass_ttft_per_request_frames_pick_the_config_by_cpu_capacity():
+    from pipeline.ttft_model import pass_ttft
+
+    models = two_configs()
+    frame = pl.DataFrame({"cpu_capacity": [0, 0, 100, 100, 100], "pass": ["a"] * 5,
+                          "gpu_tokens": [0, 100, 0, 0, 50], "cpu_tokens": [0, 0, 100, 0, 50],
+                          "miss_tokens": [100, 0, 0, 100, 0]})
+    table = pass_ttft(frame, models, ["cpu_capacity", "pass"]).sort("cpu_capacity")
+    base, off = models["baseline"].tier_ms, models["lmcache"].tier_ms
+    assert table["predicted_mean_ms"].to_list() == pytest.approx([
+        (base["miss"] + base["gpu"]) / 2,
+        (off["cpu"] + off["miss"] + (off["gpu"] + off["cpu"]) / 2) / 3])
+    assert table["predicted_p50_ms"][1] == pytest.approx(off["cpu"])
+
+
+def test_identifiable_from_the_null_space():
+    from pipeline.ttft_model import identifiable
+
+    t = np.array([1.0, 2.0, 3.0, 4.0])
+    ok, rank = identifiable(np.column_stack([np.ones(4), t]))
+    assert ok.tolist() == [True, True] and rank == 2
+    # a third column equal to the sum of two others: those three are confounded, t is not
+    a = np.array([1.0, 0.0, 1.0, 0.0])
+    ok, rank = identifiable(np.column_stack([np.ones(4), a, 1 - a, t]))
+    assert ok.tolist() == [False, False, False, True] and rank == 3
+    ok, _ = identifiable(np.column_stack([np.ones(4), t, np.zeros(4)]))
+    assert ok.tolist() == [True, True, False]       # an all-zero column identifies nothing
