@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
 __all__ = ["DTYPE_BYTES", "UNITS", "KVSize", "PRESETS", "Capacity", "preset", "shape",
-           "parse_capacity", "capacity", "capacity_list", "format_bytes", "gib", "gb",
+           "parse_capacity", "capacity", "capacities", "capacity_list", "format_bytes", "gib", "gb",
            "add_kv_arguments", "kv_from_args", "DEFAULT_PRESET"]
 
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2,
@@ -226,6 +226,18 @@ def capacity_list(kv: KVSize | None) -> Callable[[str], list[int]]:
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
     return parse
+
+
+def capacities(text: str) -> list[Capacity]:
+    """argparse type: comma-separated capacities kept as given; convert after parsing (when
+    the model options are known) with ``[c.tokens(kv) for c in ...]``."""
+    parts = [part for part in text.split(",") if part.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError(f"empty capacity list {text!r}")
+    try:
+        return [parse_capacity(part) for part in parts]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def gib(size_bytes: int) -> float:

@@ -111,3 +111,11 @@ def test_kv_from_args():
                         (["--kv-bytes-per-token", "0"], "--kv-bytes-per-token")):
         with pytest.raises(ValueError, match=match):
             kvsize.kv_from_args(parser.parse_args(argv))
+
+
+def test_deferred_capacity_list():
+    parsed = kvsize.capacities("21520,1.5GiB")
+    assert [c.tokens(LAB) for c in parsed] == [21520, 56173]
+    assert parsed[1].describe(LAB).startswith("56,173 tokens (1.5 GiB")
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown unit"):
+        kvsize.capacities("1,2 parsecs")
