@@ -70,3 +70,19 @@ def test_plan_report(tmp_path, monkeypatch, capsys):
     missing = tmp_path / "nope" / "plan.html"
     assert cli_main(["plan", "--target-ttft-ms", "100", "--report", str(missing)]) == 1
     assert "--report: folder" in capsys.readouterr().err and not missing.parent.exists()
+
+
+def test_sweep_section_next_to_the_cpu_cliff():
+    from pipeline.charts.plan import sweep_ttft_section
+    from pipeline.sweeps import Sweep, aggregate, run_sweep
+    from pipeline.ttft_model import predict_pass_ttft
+
+    requests = measured_requests(str(ROOT / "data" / "ttft.jsonl"), 21520, 56000, 5011)
+    sweep = Sweep("cpu_cliff", (21520,), (0, 20000, 50109, 50110, 56000))
+    rows = predict_pass_ttft(aggregate(run_sweep(DocumentWorkload(), sweep)),
+                             fit_configs(requests), 5011)
+    section = sweep_ttft_section(rows)
+    assert section.key == "plan-sweep-cpu_cliff"
+    assert "at GPU 21,520 tokens" in section.caption
+    assert "pass2-fwd 576.3 -> 48.1 ms" in section.caption
+    section.chart.to_dict()

@@ -16,7 +16,7 @@ from pipeline.kvsize import KVSize
 from pipeline.planner import Evaluator, PlanResult
 
 __all__ = ["curve_capacities", "capacity_curve", "measured_points", "ttft_capacity_section",
-           "fit_section"]
+           "fit_section", "sweep_ttft_section"]
 
 WIDTH, HEIGHT = 640, 300
 
@@ -136,3 +136,36 @@ def fit_section(residuals: pl.DataFrame, statistic: str = "p50") -> Section:
     caption = (f"The fitted TTFT model against the measured {statistic} per pass: the worst "
                f"error is {worst:.1f} % (goal: within 10 %).")
     return Section("plan-fit", chart, caption)
+
+
+def sweep_ttft_section(predicted: pl.DataFrame, sweep: str = "cpu_cliff",
+                       statistic: str = "p50") -> Section:
+    """Predicted TTFT per pass along one sweep of ``run`` (``predict_pass_ttft``'s output on
+    the aggregates: columns sweep, gpu_capacity, cpu_capacity, pass_index, pass_order,
+    predicted_p50_ms, predicted_mean_ms), to sit next to that sweep's hit curve."""
+    axis = "cpu_capacity" if sweep == "cpu_cliff" else "gpu_capacity"
+    column = f"predicted_{statistic}_ms"
+    frame = (predicted.filter(pl.col("sweep") == sweep)
+             .with_columns(pass_name=pl.format("pass{}-{}", pl.col("pass_index") + 1,
+                                               pl.col("pass_order")))
+             .sort("pass_index", axis))
+    tier = "CPU" if axis == "cpu_capacity" else "GPU"
+    chart = alt.Chart(frame).mark_line(interpolate="step-after", strokeWidth=2).encode(
+        x=alt.X(f"{axis}:Q", title=f"{tier} capacity (tokens)", axis=alt.Axis(format="~s")),
+        y=alt.Y(f"{column}:Q", title=f"predicted {statistic} TTFT (ms)"),
+        color=alt.Color("pass_name:N", title="pass", sort=None),
+        strokeDash=alt.StrokeDash("pass_name:N", title="pass", sort=None),
+        tooltip=[alt.Tooltip(f"{axis}:Q", format=",d"), "pass_name:N",
+                 alt.Tooltip(f"{column}:Q", format=".1f")],
+    ).properties(width=WIDTH, height=HEIGHT - 60)
+    ends = []
+    for (name,), group in frame.group_by("pass_name", maintain_order=True):
+        values = group[column].drop_nulls()
+        if values.len():
+            ends.append(f"{name} {values[0]:.1f} -> {values[-1]:.1f} ms")
+    fixed = frame["gpu_capacity"][0] if axis == "cpu_capacity" and frame.height else None
+    where = f" at GPU {fixed:,} tokens" if fixed is not None else " without a CPU tier"
+    caption = (f"Predicted {statistic} TTFT per pass along the {tier} capacity{where}, from the "
+               f"fitted TTFT model: {', '.join(ends)} from the smallest to the largest "
+               f"capacity.")
+    return Section(f"plan-sweep-{sweep}", chart, caption)
