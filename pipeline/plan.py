@@ -23,8 +23,9 @@ from pipeline.errors import CLIError
 from pipeline.kvsize import KVSize, add_kv_arguments, capacity, format_bytes, kv_from_args
 from pipeline.planner import (Evaluator, PlanResult, PlanWorkload, Target, block_workload,
                               document_workload, plan)
+from kvlab.kvsim import TIERS
 from pipeline.ttft_model import FitError, TTFTModel, fit_configs, measured_requests, \
-    residuals_by_pass
+    model_for_capacity, residuals_by_pass
 from pipeline.workload import DocumentWorkload
 from pipeline.workloads.blocks import REQUEST_SCHEMA, document_blocks
 
@@ -127,11 +128,18 @@ def _models(args: argparse.Namespace) -> tuple[dict[str, TTFTModel], pl.DataFram
     try:
         requests = measured_requests(source, args.measured_gpu, args.measured_cpu,
                                      args.measured_tokens)
-        return fit_configs(requests), requests, source, synthetic
+        models = fit_configs(requests)
+        for capacity, needed in ((0, ("gpu", "miss")), (1, TIERS)):
+            model = model_for_capacity(models, capacity)
+            unpriced = [tier for tier in model.unpriced_tiers() if tier in needed]
+            if unpriced:
+                raise FitError(f"no request of config {model.config} is served by the "
+                               f"{' or '.join(unpriced)} tier: the model cannot price it")
     except FitError as exc:
         raise CLIError(f"{source}: {exc}") from None
     except ValueError as exc:
         raise CLIError(str(exc)) from None
+    return models, requests, source, synthetic
 
 
 def _tokens_and_size(tokens: int, kv: KVSize) -> dict:

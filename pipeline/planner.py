@@ -27,6 +27,7 @@ import polars as pl
 from pipeline.stackdist import COLD, lru_hits, stack_distances
 from pipeline.ttft_model import TOKEN_COLUMNS, TTFTModel, model_for_capacity
 from pipeline.workload import DocumentWorkload
+from pipeline.workloads.blocks import check_blocks
 
 __all__ = ["PlanWorkload", "document_workload", "block_workload", "Target", "Evaluator",
            "PlanResult", "plan"]
@@ -70,6 +71,7 @@ def block_workload(description: str, blocks: pl.DataFrame, requests: pl.DataFram
     Only blocks of exactly ``block_size`` tokens (default: the largest block) are cached.
     Requests without a pass name form one pass called ``all``.
     """
+    check_blocks(blocks)
     size = int(blocks["block_tokens"].max() or 0) if block_size is None else block_size
     full = blocks.filter(pl.col("block_tokens") == size)
     per_request = (blocks.group_by("request").agg(context=pl.col("block_tokens").sum(),
@@ -106,6 +108,8 @@ class Target:
 
     def met(self, figures: pl.DataFrame) -> bool:
         chosen = figures.filter(pl.col("pass_index").is_in(list(self.passes)))[self.column()]
+        if chosen.len() != len(set(self.passes)):
+            raise ValueError(f"target passes {self.passes} are not all in the workload")
         if chosen.null_count():
             return False
         return bool((chosen <= self.value).all() if self.kind == "ttft"

@@ -100,6 +100,14 @@ class TTFTModel:
         return (t["gpu"] + share.then((t["cpu"] - t["gpu"]) * cpu / context).otherwise(0.0)
                 + share.then((t["miss"] - t["gpu"]) * miss / context).otherwise(0.0))
 
+    def unpriced_tiers(self) -> list[str]:
+        """Tiers this model has no figure for (no measured request was served by them)."""
+        if self.method == "least squares":
+            cost = {"gpu": "gpu_ms_per_token", "cpu": "cpu_ms_per_token",
+                    "miss": "recompute_ms_per_token"}
+            return [tier for tier in TIERS if cost[tier] not in self.params]
+        return [tier for tier in TIERS if not math.isfinite(self.tier_ms.get(tier, math.nan))]
+
     def whole_request_ms(self, tokens: int) -> dict[str, float]:
         """TTFT of a ``tokens``-token request served wholly by each tier."""
         frame = pl.DataFrame({name: [tokens if name == f"{tier}_tokens" else 0

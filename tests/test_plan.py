@@ -254,11 +254,22 @@ def test_json_is_strict_when_a_tier_has_one_request(tmp_path, capsys):
     # one CPU-served request: its median has no standard error (NaN), printed as null
     path = tmp_path / "m.jsonl"
     rows = [("baseline", "p1", d, 580.0 + d) for d in range(6)] + \
-        [("lmcache", "p1", d, 600.0 + d) for d in range(6)] + [("lmcache", "p2", 0, 48.0)]
+        [("baseline", "p2", 5, 30.0), ("baseline", "p2", 4, 31.0)] + \
+        [("lmcache", "p1", d, 600.0 + d) for d in range(6)] + \
+        [("lmcache", "p2", 5, 31.0), ("lmcache", "p2", 0, 48.0)]
     path.write_text("".join(json.dumps({"config": c, "pass": p, "doc": d, "doc_tokens": 4864,
                                         "ttft_ms": t, "total_ms": t + 200}) + "\n"
                             for c, p, d, t in rows))
     out = run_plan(capsys, "--target-ttft-ms", "100", "--measured", str(path),
-                   "--measured-gpu", "0", "--measured-cpu", "100000")
+                   "--measured-gpu", "10022", "--measured-cpu", "100000")
     assert out["answer"]["cpu"]["tokens"] == 50_110
+    assert out["models"]["lmcache"]["tier_ms"]["cpu"] == 48.0
     assert out["models"]["lmcache"]["tier_stderr"]["cpu"] is None
+
+
+def test_a_tier_the_measurement_never_saw_is_an_error(tmp_path, capsys):
+    # only lmcache, every request recomputed (a GPU too small to hit): no CPU or GPU figure
+    path = bad_measured(tmp_path, ["lmcache"] * 8)
+    assert cli_main(["plan", "--target-ttft-ms", "100", "--measured", path]) == 1
+    err = capsys.readouterr().err
+    assert "no request of config lmcache is served by the gpu tier" in err
