@@ -196,8 +196,11 @@ class Evaluator:
         context = (contexts.min() if p.get("attention_ms_per_token2", 0) >= 0
                    else contexts.max()) or 0
         recompute = p.get("recompute_ms_per_token", 0) + p.get("attention_ms_per_token2", 0) * context
-        return (p.get("recompute_fixed_ms", 0) >= 0 and p.get("cpu_ms_per_token", 0) <= recompute
-                and p.get("gpu_ms_per_token", 0) <= recompute)
+        slack = recompute - max(p.get("cpu_ms_per_token", 0), p.get("gpu_ms_per_token", 0))
+        positive = self.miss_sizes[self.miss_sizes > 0]
+        smallest = int(positive.min()) if positive.size else 0
+        # a token moving off recompute saves slack >= 0; the last one also drops the fixed a
+        return slack >= 0 and p.get("recompute_fixed_ms", 0) + slack * smallest >= 0
 
 
 @dataclass(frozen=True)

@@ -273,3 +273,57 @@ def test_a_tier_the_measurement_never_saw_is_an_error(tmp_path, capsys):
     assert cli_main(["plan", "--target-ttft-ms", "100", "--measured", path]) == 1
     err = capsys.readouterr().err
     assert "no request of config lmcache is served by the gpu tier" in err
+
+
+def test_a_measurement_with_several_lengths_gets_a_least_squares_fit(tmp_path, capsys):
+    """Documents of different lengths: the per-token costs become identifiable, and the fit
+    through the CLI recovers the costs the file was generated with."""
+    rng = np.random.default_rng(7)
+    true = {"overhead_ms": 20.0, "recompute_ms_per_token": 0.1, "cpu_ms_per_token": 0.004,
+            "gpu_ms_per_token": 0.001}
+    lengths = {doc: int(length) for doc, length in enumerate(rng.integers(1000, 9000, 10))}
+    cost = {"miss": true["recompute_ms_per_token"], "cpu": true["cpu_ms_per_token"],
+            "gpu": true["gpu_ms_per_token"]}
+    rows = []
+    for config, cpu in (("baseline", 0), ("lmcache", 56000)):
+        cache = TwoTierCache(21520, cpu)
+        for name, docs in (("p1", range(10)), ("p2", range(10)), ("p3", range(9, -1, -1))):
+            for doc in docs:
+                tier = cache.access(doc, 5011)
+                ttft = true["overhead_ms"] + cost[tier] * lengths[doc] + rng.normal(0, 0.5)
+                rows.append({"config": config, "pass": name, "doc": doc,
+                             "doc_tokens": lengths[doc], "ttft_ms": ttft, "total_ms": ttft + 1})
+    path = tmp_path / "lengths.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    out = run_plan(capsys, "--target-ttft-ms", "200", "--measured", str(path))
+    model = out["models"]["lmcache"]
+    assert model["method"] == "least squares"
+    assert model["not_identifiable"] == []        # ten lengths: even a and c are identified
+    for name, value in {**true, "recompute_fixed_ms": 0.0, "attention_ms_per_token2": 0.0}.items():
+        assert abs(model["params"][name] - value) <= 5 * model["stderr"][name], name
+    bandwidth = model["reload_bandwidth_gbps"]
+    assert abs(bandwidth["value"] - 28672 / 0.004e-3 / 1e9) <= 5 * bandwidth["stderr"]
+    assert out["answer"]["cpu"]["tokens"] == 50_110
+
+
+@pytest.mark.parametrize("params, monotone", [
+    ({"recompute_ms_per_token": 0.1, "cpu_ms_per_token": 0.004}, True),
+    ({"recompute_ms_per_token": 0.1, "cpu_ms_per_token": 0.004, "recompute_fixed_ms": -1}, True),
+    ({"recompute_ms_per_token": 0.1, "cpu_ms_per_token": 0.004, "recompute_fixed_ms": -600},
+     False),
+    ({"recompute_ms_per_token": 0.003, "cpu_ms_per_token": 0.004}, False),
+])
+def test_bisection_only_when_ttft_cannot_rise_with_the_cpu_tier(params, monotone):
+    from pipeline.ttft_model import TTFTModel
+
+    model = TTFTModel("lmcache", "least squares", 10, params={"overhead_ms": 10.0, **params})
+    evaluator = Evaluator(document_workload(DocumentWorkload()), 21520,
+                          {"lmcache": model, "baseline": model})
+    assert evaluator.monotone() is monotone
+    result = plan(evaluator, Target("ttft", 300, "mean", (1,)))
+    assert ("bisected" in result.search) is monotone
+    # either way the answer is the first capacity that meets it (a scan over every candidate)
+    low, high = evaluator.candidates()
+    scan = [int(c) for c in (0, *low, *high)
+            if Target("ttft", 300, "mean", (1,)).met(evaluator.figures(int(c)))]
+    assert result.cpu_tokens == (scan[0] if scan else int(high[-1]))
