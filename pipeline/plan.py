@@ -70,7 +70,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="fwd/rev per pass (default fwd,fwd,rev)")
     work.add_argument("--block-size", type=positive_int, default=None,
                       help="block mode: cut documents into blocks of this many tokens "
-                           "(vLLM 16, LMCache 256); default whole documents")
+                           "(vLLM 16, LMCache 256); default whole documents (512 for --trace)")
+    work.add_argument("--trace", type=Path, default=None, metavar="JSONL",
+                      help="a Mooncake trace (timestamp, input_length, output_length, "
+                           "hash_ids) instead of the documents: one pass, in blocks")
     fit = parser.add_argument_group("TTFT model")
     fit.add_argument("--measured", type=Path,
                      help=f"measured TTFT jsonl (default: {REAL_MEASURED} if present, else "
@@ -101,7 +104,27 @@ def _passes(text: str, count: int) -> tuple[int, ...]:
     return tuple(sorted({n - 1 for n in numbers}))
 
 
+def _trace_workload(args: argparse.Namespace) -> PlanWorkload:
+    """A Mooncake JSONL trace in blocks (512 tokens unless --block-size), one pass."""
+    try:
+        from pipeline.workloads.mooncake import MOONCAKE_BLOCK_SIZE, read_mooncake
+    except ImportError:
+        raise CLIError("--trace: the Mooncake reader (pipeline/workloads/mooncake.py) is not "
+                       "on this branch yet") from None
+    block_size = args.block_size or MOONCAKE_BLOCK_SIZE
+    try:
+        trace = read_mooncake(args.trace, block_size)
+    except ValueError as exc:
+        raise CLIError(f"--trace: {exc}") from None
+    if trace.requests.height == 0:
+        raise CLIError(f"--trace: {args.trace} has no requests")
+    return block_workload(f"{args.trace}: {trace.requests.height:,} requests in "
+                          f"{block_size}-token blocks", trace.blocks, trace.requests, block_size)
+
+
 def _workload(args: argparse.Namespace) -> PlanWorkload:
+    if args.trace is not None:
+        return _trace_workload(args)
     try:
         documents = DocumentWorkload(args.docs, args.tokens, tuple(args.passes))
     except ValueError as exc:
@@ -248,7 +271,7 @@ def _text(document: dict, result: PlanResult, target: Target, names: list[str]) 
     for row in _figure_rows(result):
         cells = [row["at"]] + ([row["below"]] if row["below"] else [])
         lines.append(f"{row['pass']:<14}" + "".join(
-            f"{_num(c['p50_ms'], 8, 1)}{_num(c['mean_ms'], 9, 1)}{_num(c['hit_ratio'], 11, 3)}  "
+            f"{_num(c['p50_ms'], 8, 1)}{_num(c['mean_ms'], 9, 1)}{_num(c['hit_ratio'], 11, 4)}  "
             for c in cells).rstrip())
     return "\n".join(lines)
 

@@ -327,3 +327,26 @@ def test_bisection_only_when_ttft_cannot_rise_with_the_cpu_tier(params, monotone
     scan = [int(c) for c in (0, *low, *high)
             if Target("ttft", 300, "mean", (1,)).met(evaluator.figures(int(c)))]
     assert result.cpu_tokens == (scan[0] if scan else int(high[-1]))
+
+
+def test_plan_for_the_shared_trace(capsys):
+    from conftest import SHARED_TRACES
+
+    trace = SHARED_TRACES / "synthetic_trace.jsonl"
+    if not trace.exists():
+        pytest.skip(f"{trace} is absent (the shared Mooncake trace)")
+    pytest.importorskip("pipeline.workloads.mooncake",
+                        reason="the Mooncake reader is not merged on this branch")
+    out = run_plan(capsys, "--trace", str(trace), "--gpu", "200000",
+                   "--target-hit-ratio", "0.5")
+    assert out["answer"]["status"] == "met"
+    assert out["answer"]["cpu"]["tokens"] == 6_558_720          # 12,810 blocks of 512 tokens
+    assert out["figures"][0]["hit_ratio"] >= 0.5 > out["figures_one_token_below"][0]["hit_ratio"]
+
+
+def test_trace_reader_missing_or_bad(tmp_path, capsys):
+    bad = tmp_path / "t.jsonl"
+    bad.write_text('{"timestamp": 0, "input_length": 10}\n')
+    assert cli_main(["plan", "--target-hit-ratio", "0.5", "--trace", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: --trace: ") and len(err.splitlines()) == 1
