@@ -78,10 +78,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     fit.add_argument("--measured", type=Path,
                      help=f"measured TTFT jsonl (default: {REAL_MEASURED} if present, else "
                           "the bundled synthetic data/ttft.jsonl)")
-    fit.add_argument("--measured-gpu", type=non_negative_int, default=LAB_GPU,
-                     help="GPU tokens the measurement ran with (default %(default)s)")
-    fit.add_argument("--measured-cpu", type=non_negative_int, default=LAB_CPU,
-                     help="lmcache CPU tokens the measurement ran with (default %(default)s)")
+    fit.add_argument("--measured-gpu", type=capacity, default=str(LAB_GPU),
+                     help="GPU capacity the measurement ran with, tokens or a size "
+                          "(default %(default)s)")
+    fit.add_argument("--measured-cpu", type=capacity, default=str(LAB_CPU),
+                     help="lmcache CPU capacity the measurement ran with, tokens or a "
+                          "size (default %(default)s)")
     fit.add_argument("--measured-tokens", type=non_negative_int, default=LAB_TOKENS,
                      help="simulator tokens per measured document (default %(default)s)")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead")
@@ -150,7 +152,7 @@ def _models(args: argparse.Namespace) -> tuple[dict[str, TTFTModel], pl.DataFram
     source, synthetic = make_exports.measured_source(str(args.measured) if args.measured
                                                      else None)
     try:
-        requests = measured_requests(source, args.measured_gpu, args.measured_cpu,
+        requests = measured_requests(source, args.measured_gpu_tokens, args.measured_cpu_tokens,
                                      args.measured_tokens)
         models = fit_configs(requests)
         for capacity, needed in ((0, ("gpu", "miss")), (1, TIERS)):
@@ -282,8 +284,9 @@ def _write_report(args: argparse.Namespace, evaluator: Evaluator, kv: KVSize, ta
     from pipeline.charts import page_html
     from pipeline.charts.plan import fit_section, measured_points, ttft_capacity_section
 
-    points = measured_points(errors, args.measured_cpu, names) if (
-        gpu == args.measured_gpu and args.block_size is None) else None
+    points = measured_points(errors, args.measured_cpu_tokens, names) if (
+        gpu == args.measured_gpu_tokens and args.block_size is None and args.trace is None) \
+        else None
     sections = [ttft_capacity_section(evaluator, kv, target.statistic, points, result),
                 fit_section(errors, target.statistic)]
     page = page_html("kvlab: sizing the CPU tier", f"{evaluator.workload.description}; "
@@ -302,6 +305,8 @@ def main(args: argparse.Namespace) -> int:
     try:
         kv = kv_from_args(args)
         gpu = LAB_GPU if args.gpu is None else args.gpu.tokens(kv)
+        args.measured_gpu_tokens = args.measured_gpu.tokens(kv)
+        args.measured_cpu_tokens = args.measured_cpu.tokens(kv)
         gpu_given = (args.gpu.describe(kv) if args.gpu is not None and args.gpu.unit else
                      f"{gpu:,} tokens{' (the lab' + chr(39) + 's)' if args.gpu is None else ''} "
                      f"= {kv.bytes(gpu) / 2**30:.2f} GiB")
