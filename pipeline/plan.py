@@ -307,9 +307,9 @@ def main(args: argparse.Namespace) -> int:
         gpu = LAB_GPU if args.gpu is None else args.gpu.tokens(kv)
         args.measured_gpu_tokens = args.measured_gpu.tokens(kv)
         args.measured_cpu_tokens = args.measured_cpu.tokens(kv)
+        default = " (the lab's)" if args.gpu is None else ""
         gpu_given = (args.gpu.describe(kv) if args.gpu is not None and args.gpu.unit else
-                     f"{gpu:,} tokens{' (the lab' + chr(39) + 's)' if args.gpu is None else ''} "
-                     f"= {kv.bytes(gpu) / 2**30:.2f} GiB")
+                     f"{gpu:,} tokens{default} = {kv.bytes(gpu) / 2**30:.2f} GiB")
     except ValueError as exc:
         raise CLIError(str(exc) if str(exc).startswith("--") else f"--gpu: {exc}") from None
     if args.target_hit_ratio is not None and args.target_hit_ratio > 1:
