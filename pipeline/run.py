@@ -25,7 +25,8 @@ from pipeline.config import (CPU_CLIFF_CAPACITIES, CPU_CLIFF_GPU, EVENTS_DIR, EX
                              GPU_CLIFF_CAPACITIES, KVLAB_DIR, LAB_CPU, LAB_DOCS, LAB_PASSES,
                              LAB_TOKENS, REAL_MEASURED, REPORT_PATH)
 from pipeline.errors import CLIError
-from pipeline.workload import DocumentWorkload
+from pipeline.simulate import METHODS
+from pipeline.workloads.documents import DocumentWorkload
 
 
 HELP = "exports, sweeps, aggregates, measured summary, report"
@@ -61,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="points per axis of the GPU x CPU heatmap grid (default %(default)s)")
     grids.add_argument("--grid-gpu", type=int_list, help="GPU axis of the heatmap grid")
     grids.add_argument("--grid-cpu", type=int_list, help="CPU axis of the heatmap grid")
-    grids.add_argument("--engine", choices=("onepass", "direct"), default="onepass",
+    grids.add_argument("--method", choices=METHODS, default="onepass",
                        help="onepass: every capacity from LRU stack distances (default); "
                             "direct: replay kvlab's TwoTierCache per capacity pair (reference)")
     paths = parser.add_argument_group("inputs and outputs")
@@ -159,8 +160,8 @@ def run_all(args: argparse.Namespace) -> dict[str, Path]:
 
     plan = plan_sweeps(args, workload)
     say(f"sweeping {sum(s.pairs for s in plan)} capacity pairs x {workload.accesses().height} "
-        f"accesses ({args.engine} engine)")
-    aggregates = sweeps.run_sweeps(workload, plan, events_dir, args.engine, progress=say)
+        f"accesses ({args.method} method)")
+    aggregates = sweeps.run_sweeps(workload, plan, events_dir, args.method, progress=say)
 
     for name, document in scenario_exports(workload, aggregates, args.cpu_sweep_gpu,
                                            args.offload_cpu).items():

@@ -1,6 +1,6 @@
 """Workload x cache model -> one event row per access.
 
-Two engines give identical events (proven by tests/test_simulate.py):
+Two methods give identical events (proven by tests/test_simulate.py):
 
 * ``direct`` replays the accesses through kvlab's ``TwoTierCache`` once per
   (GPU, CPU) capacity pair: the reference, cache semantics straight from kvlab.
@@ -18,12 +18,12 @@ import polars as pl
 
 from kvlab.kvsim import TIERS, TwoTierCache
 from pipeline.stackdist import COLD, lru_states, stack_distances
-from pipeline.workload import ACCESS_SCHEMA
+from pipeline.workloads.documents import ACCESS_SCHEMA
 
 TIER = pl.Enum(list(TIERS))
-ENGINES = ("onepass", "direct")
+METHODS = ("onepass", "direct")
 
-#: Columns the engines add to the access table, one row per (capacity pair, access).
+#: Columns the methods add to the access table, one row per (capacity pair, access).
 RESULT_SCHEMA = pl.Schema({
     "stack_distance": pl.Int64,   # GPU-tier LRU stack distance; null on a first access
     "gpu_capacity": pl.Int64,
@@ -91,13 +91,13 @@ def _replay_onepass(keys: np.ndarray, sizes: np.ndarray, gpus: list[int],
     return results
 
 
-def _stack_distance_column(keys: np.ndarray, sizes: np.ndarray, engine: str) -> pl.Series:
-    """GPU-tier stack distances (null on first reads; all null for the direct engine when a
+def _stack_distance_column(keys: np.ndarray, sizes: np.ndarray, method: str) -> pl.Series:
+    """GPU-tier stack distances (null on first reads; all null for the direct method when a
     key changes size, since a distance is then undefined)."""
     try:
         distances = stack_distances(keys, sizes)
     except ValueError:
-        if engine == "onepass":
+        if method == "onepass":
             raise
         return pl.Series("stack_distance", [None] * len(keys), dtype=pl.Int64)
     distance = pl.Series("stack_distance", distances, dtype=pl.Int64)
@@ -112,16 +112,16 @@ def with_stack_distances(accesses: pl.DataFrame) -> pl.DataFrame:
 
 
 def simulate(accesses: pl.DataFrame, gpu_capacities: Sequence[int],
-             cpu_capacities: Sequence[int] = (0,), engine: str = "onepass") -> pl.DataFrame:
+             cpu_capacities: Sequence[int] = (0,), method: str = "onepass") -> pl.DataFrame:
     """Events for every (GPU, CPU) capacity pair: the access table plus RESULT_SCHEMA."""
-    if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine!r}: expected one of {', '.join(ENGINES)}")
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}: expected one of {', '.join(METHODS)}")
     gpus = check_capacities("gpu capacities", gpu_capacities)
     cpus = check_capacities("cpu capacities", cpu_capacities)
     keys = accesses["doc"].to_numpy().astype(np.int64)
     sizes = accesses["size"].to_numpy().astype(np.int64)
-    accesses = accesses.with_columns(_stack_distance_column(keys, sizes, engine))
-    if engine == "direct":
+    accesses = accesses.with_columns(_stack_distance_column(keys, sizes, method))
+    if method == "direct":
         results = [[_replay_direct(keys, sizes, gpu, cpu) for cpu in cpus] for gpu in gpus]
     else:
         results = _replay_onepass(keys, sizes, gpus, cpus)

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from kvlab.summarize import atomic_output
 from pipeline.simulate import check_capacities, simulate
-from pipeline.workload import DocumentWorkload
+from pipeline.workloads.documents import DocumentWorkload
 
 SWEEPS = ("gpu_cliff", "cpu_cliff", "grid")
 SWEEP = pl.Enum(list(SWEEPS))
@@ -81,9 +81,9 @@ def default_sweeps(workload: DocumentWorkload, gpu_spec: Sequence[int],
     ]
 
 
-def run_sweep(workload: DocumentWorkload, sweep: Sweep, engine: str = "onepass") -> pl.DataFrame:
+def run_sweep(workload: DocumentWorkload, sweep: Sweep, method: str = "onepass") -> pl.DataFrame:
     """Events of one sweep: simulate's events with a leading ``sweep`` column."""
-    events = simulate(workload.accesses(), sweep.gpu_capacities, sweep.cpu_capacities, engine)
+    events = simulate(workload.accesses(), sweep.gpu_capacities, sweep.cpu_capacities, method)
     return events.select(pl.lit(sweep.name, dtype=SWEEP).alias("sweep"), pl.all())
 
 
@@ -111,13 +111,13 @@ def write_parquet_atomic(frame: pl.DataFrame, path: Path) -> Path:
 
 
 def run_sweeps(workload: DocumentWorkload, sweeps: Sequence[Sweep], events_dir: Path,
-               engine: str = "onepass",
+               method: str = "onepass",
                progress: Callable[[str], None] | None = None) -> pl.DataFrame:
     """Run every sweep, write ``<sweep>.parquet`` and ``aggregates.parquet``; return aggregates."""
     events_dir = Path(events_dir)
     aggregates = []
     for number, sweep in enumerate(sweeps, start=1):
-        events = run_sweep(workload, sweep, engine)
+        events = run_sweep(workload, sweep, method)
         write_parquet_atomic(events, events_dir / f"{sweep.name}.parquet")
         aggregates.append(aggregate(events))
         if progress:

@@ -132,7 +132,7 @@ def test_help_explains_every_option():
     assert proc.returncode == 0
     for option in ("--docs", "--tokens", "--passes", "--gpu-capacities", "--cpu-capacities",
                    "--cpu-sweep-gpu", "--offload-cpu", "--grid-gpu", "--grid-cpu", "--measured",
-                   "--events-dir", "--exports-dir", "--report", "--engine"):
+                   "--events-dir", "--exports-dir", "--report", "--method"):
         assert option in proc.stdout
 
 
