@@ -11,6 +11,7 @@ import inspect
 from pathlib import Path
 
 from kvlab import make_exports
+from kvlab.summarize import CONFIGS
 from kvlab.scenario import run as _lab_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,3 +34,6 @@ LAB_CPU: int = make_exports.OFFLOAD["cpu"]              # 56000 tokens of CPU of
 GPU_CLIFF_CAPACITIES: tuple[int, ...] = make_exports.GPU_CLIFF_CAPACITIES
 CPU_CLIFF_GPU: int = make_exports.CPU_CLIFF_GPU
 CPU_CLIFF_CAPACITIES: tuple[int, ...] = make_exports.CPU_CLIFF_CAPACITIES
+
+#: The two measured configs (kvlab/summarize.py): GPU cache only, and GPU + LMCache's CPU tier.
+BASELINE, OFFLOADED = CONFIGS

@@ -16,11 +16,12 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
-from kvlab.kvsim import TIERS, TwoTierCache
-from pipeline.stackdist import COLD, lru_states, stack_distances
+from kvlab.kvsim import TwoTierCache
+from pipeline.stackdist import COLD, stack_distances
+from pipeline.tiers import TIER, TIER_CODES, TIERS
+from pipeline.twotier import two_tier_states
 from pipeline.workloads.documents import ACCESS_SCHEMA
 
-TIER = pl.Enum(list(TIERS))
 METHODS = ("onepass", "direct")
 
 #: Columns the methods add to the access table, one row per (capacity pair, access).
@@ -54,10 +55,9 @@ def _replay_direct(keys: np.ndarray, sizes: np.ndarray, gpu: int, cpu: int) -> d
     tier = np.empty(n, dtype=np.int8)
     used = np.empty((2, n), dtype=np.int64)
     evicted = np.empty((2, n), dtype=np.int32)
-    code = {name: index for index, name in enumerate(TIERS)}
     for i, (key, size) in enumerate(zip(keys.tolist(), sizes.tolist())):
         before = cache.gpu.evictions, cache.cpu.evictions
-        tier[i] = code[cache.access(key, size)]
+        tier[i] = TIER_CODES[cache.access(key, size)]
         used[:, i] = cache.gpu.used, cache.cpu.used
         evicted[:, i] = cache.gpu.evictions - before[0], cache.cpu.evictions - before[1]
     return {"tier": tier, "gpu_used": used[0], "cpu_used": used[1],
@@ -66,29 +66,12 @@ def _replay_direct(keys: np.ndarray, sizes: np.ndarray, gpu: int, cpu: int) -> d
 
 def _replay_onepass(keys: np.ndarray, sizes: np.ndarray, gpus: list[int],
                     cpus: list[int]) -> list[list[dict]]:
-    """_replay_direct's columns for every (GPU, CPU) pair, from stack distances: one pass
-    for every GPU capacity, then one pass over each GPU capacity's miss stream for every
-    CPU capacity."""
-    gpu_states = lru_states(keys, sizes, gpus)
-    positions = np.arange(len(keys))
-    results = []
-    for g in range(len(gpus)):
-        gpu_miss = ~gpu_states.hits[g]
-        cpu_state = lru_states(keys[gpu_miss], sizes[gpu_miss], cpus)
-        # The CPU tier changes only on GPU misses: carry its occupancy over GPU hits.
-        last_miss = np.searchsorted(np.flatnonzero(gpu_miss), positions, side="right") - 1
-        per_cpu = []
-        for j in range(len(cpus)):
-            tier = np.zeros(len(keys), dtype=np.int8)
-            tier[gpu_miss] = np.where(cpu_state.hits[j], 1, 2)
-            cpu_evicted = np.zeros(len(keys), dtype=np.int32)
-            cpu_evicted[gpu_miss] = cpu_state.evicted[j]
-            cpu_used = np.where(last_miss >= 0, cpu_state.used[j][np.maximum(last_miss, 0)], 0)
-            per_cpu.append({"tier": tier, "gpu_used": gpu_states.used[g],
-                            "cpu_used": cpu_used, "gpu_evicted": gpu_states.evicted[g],
-                            "cpu_evicted": cpu_evicted})
-        results.append(per_cpu)
-    return results
+    """_replay_direct's columns for every (GPU, CPU) pair, from stack distances
+    (``pipeline.twotier``)."""
+    return [[{"tier": state.tiers[j], "gpu_used": state.gpu_used, "cpu_used": state.cpu_used[j],
+              "gpu_evicted": state.gpu_evicted, "cpu_evicted": state.cpu_evicted[j]}
+             for j in range(len(cpus))]
+            for state in two_tier_states(keys, sizes, gpus, cpus)]
 
 
 def _stack_distance_column(keys: np.ndarray, sizes: np.ndarray, method: str) -> pl.Series:

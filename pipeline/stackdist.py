@@ -33,9 +33,7 @@ The same prefix property gives the state itself: after any access the cache hold
 longest top of the stack that fits, so ``lru_states`` finds the bytes used at every capacity
 with a Fenwick descent, and evictions from the change in items held.
 
-A two-tier cache (``TwoTierCache``) is two passes: the GPU tier sees every access, and the
-CPU tier is an LRU cache fed exactly the GPU misses, so one more pass over that substream
-gives every CPU capacity at once.
+A two-tier cache (``TwoTierCache``) is two such passes: ``pipeline.twotier`` composes them.
 """
 
 from __future__ import annotations
@@ -46,14 +44,11 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-__all__ = ["COLD", "TIER_NAMES", "HitCurve", "LRUStates", "stack_distances", "lru_hits",
-           "lru_hit_counts", "lru_states", "hit_curve", "two_tier_tiers"]
+__all__ = ["COLD", "HitCurve", "LRUStates", "stack_distances", "lru_hits", "lru_hit_counts",
+           "lru_states", "hit_curve"]
 
 #: Stack distance of a first access (or of an access excluded by ``size_limit``).
 COLD = int(np.iinfo(np.int64).max)
-#: Tier names of the codes that ``two_tier_tiers`` returns: 0 = gpu, 1 = cpu, 2 = miss.
-TIER_NAMES = ("gpu", "cpu", "miss")
-GPU_CODE, CPU_CODE, MISS_CODE = 0, 1, 2
 
 _NOTHING_STORED = -1          # band limit of a capacity that can store no key at all
 _DIRECT_CODE_SLACK = 1024     # keys in [0, 4 N + slack) index tables directly
@@ -438,19 +433,3 @@ def hit_curve(keys: object, sizes: object) -> HitCurve:
     hits = base + np.concatenate(([0], np.cumsum(step_hits))).astype(np.int64)
     return HitCurve(capacities, hits, int(trace.sizes.size))
 
-
-def two_tier_tiers(keys: object, sizes: object, gpu_capacity: int,
-                   cpu_capacities: object) -> np.ndarray:
-    """Per-access tier of kvlab's ``TwoTierCache`` for each CPU capacity: int8, shape (K, N).
-
-    Codes index ``TIER_NAMES``: 0 = gpu, 1 = cpu, 2 = miss. One pass for the GPU tier, one
-    more (per size band) over the GPU-miss substream for all CPU capacities.
-    """
-    trace = _prepare(keys, sizes)
-    gpu_hit = _hits_of(trace, _as_capacity(gpu_capacity))[0]
-    gpu_misses = np.flatnonzero(~gpu_hit)
-    cpu_hit = _hits_of(trace.take(gpu_misses), _as_capacities(cpu_capacities))
-    tiers = np.full(cpu_hit.shape[:1] + gpu_hit.shape, MISS_CODE, dtype=np.int8)
-    tiers[:, gpu_hit] = GPU_CODE
-    tiers[:, gpu_misses] = np.where(cpu_hit, CPU_CODE, MISS_CODE)
-    return tiers

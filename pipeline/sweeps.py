@@ -25,6 +25,7 @@ from pipeline.simulate import check_capacities, simulate
 from pipeline.workloads.documents import DocumentWorkload
 
 SWEEPS = ("gpu_cliff", "cpu_cliff", "grid")
+SECOND_PASS = 1          # 0-based pass_index of the replay: the cliffs are its results
 SWEEP = pl.Enum(list(SWEEPS))
 GROUP_KEYS = ("sweep", "gpu_capacity", "cpu_capacity", "pass_index", "pass_order")
 
@@ -171,14 +172,15 @@ def hits_at(accesses: pl.DataFrame, capacities: Sequence[int]) -> pl.DataFrame:
 
 
 def second_pass(aggregates: pl.DataFrame, sweep: str) -> pl.DataFrame:
-    """The second pass's rows of one sweep (pass_index 1)."""
-    return aggregates.filter(pl.col("sweep") == sweep, pl.col("pass_index") == 1)
+    """The second pass's rows of one sweep, with ``hits`` = GPU + CPU hits appended."""
+    return (aggregates
+            .filter(pl.col("sweep") == sweep, pl.col("pass_index") == SECOND_PASS)
+            .with_columns(hits=pl.col("gpu_hits") + pl.col("cpu_hits")))
 
 
 def cliff_export(aggregates: pl.DataFrame, capacities: Sequence[int]) -> dict[str, int]:
     """cliff.json: second-pass hits (gpu + cpu) at each GPU capacity of the gpu_cliff sweep."""
-    rows = second_pass(aggregates, "gpu_cliff").select(
-        "gpu_capacity", hits=pl.col("gpu_hits") + pl.col("cpu_hits"))
+    rows = second_pass(aggregates, "gpu_cliff").select("gpu_capacity", "hits")
     found = dict(zip(rows["gpu_capacity"].to_list(), rows["hits"].to_list()))
     return {str(c): int(found[c]) for c in capacities}
 
