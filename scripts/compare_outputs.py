@@ -11,20 +11,25 @@ D/report/index.html``) and checks every file:
 
 A file present on one side only is a difference. Prints one line per difference and a
 verdict; exit status 0 when everything matches, 1 otherwise.
+
+``scripts/compare_outputs.py --generate DIR`` writes every output of this checkout into DIR
+first: ``lab/`` (the default run), ``docs20/`` (``--docs 20 --tokens 4096``), ``direct/``
+(``--method direct --passes fwd,rev,fwd``) and ``measured-cli/`` (the ``measured`` command's
+print-out and ``--json``). Run it before and after a change, then compare the two folders.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import subprocess
 import sys
 from pathlib import Path
 
 import polars as pl
 
-# Ids the page generator may number differently from run to run (vega-embed, altair).
-_IDS = re.compile(r"\b(?:id|view|param|data|selector)_?[-_]?[0-9a-f]{4,}\b|"
-                  r'"name":\s*"(?:data|param|view|selector)_[0-9a-f_-]+"')
+# Ids: id="..." attributes, and the names altair generates (view_1, param_2, data-<hash>).
+_IDS = re.compile(r'\bid="[^"]*"|\b(?:view|param|selector|data)[-_][0-9a-f]+\b')
 _SPACE = re.compile(r"\s+")
 
 
@@ -60,11 +65,40 @@ def compare(before: Path, after: Path) -> list[str]:
     return problems
 
 
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = {"lab": [], "docs20": ["--docs", "20", "--tokens", "4096"],
+        "direct": ["--method", "direct", "--passes", "fwd,rev,fwd"]}
+
+
+def generate(folder: Path) -> None:
+    """Write the outputs of this checkout's pipeline into ``folder`` (see the docstring)."""
+    for name, options in RUNS.items():
+        out = folder / name
+        subprocess.run([sys.executable, "-m", "pipeline", "run", "--quiet", *options,
+                        "--events-dir", str(out / "events"), "--exports-dir", str(out / "exports"),
+                        "--report", str(out / "report" / "index.html")],
+                       cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    out = folder / "measured-cli"
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "measured-cli.stdout", "w", encoding="utf-8") as stdout:
+        subprocess.run([sys.executable, "-m", "pipeline", "measured", "data/ttft.jsonl",
+                        "--json", str(out / "measured-cli.json")],
+                       cwd=ROOT, check=True, stdout=stdout)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("before", type=Path)
-    parser.add_argument("after", type=Path)
+    parser.add_argument("before", type=Path, nargs="?")
+    parser.add_argument("after", type=Path, nargs="?")
+    parser.add_argument("--generate", type=Path, metavar="DIR",
+                        help="write this checkout's outputs into DIR instead of comparing")
     args = parser.parse_args(argv)
+    if args.generate:
+        generate(args.generate)
+        print(f"outputs written to {args.generate}")
+        return 0
+    if args.after is None:
+        parser.error("give two folders to compare, or --generate DIR")
     for folder in (args.before, args.after):
         if not folder.is_dir():
             parser.error(f"{folder}: not a folder")

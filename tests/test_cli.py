@@ -136,6 +136,16 @@ def test_help_explains_every_option():
         assert option in proc.stdout
 
 
+def test_the_simulation_method_is_method_not_engine(capsys):
+    from pipeline.cli import build_parser
+    parser = build_parser()
+    assert parser.parse_args(["run"]).method == "onepass"
+    assert parser.parse_args(["run", "--method", "direct"]).method == "direct"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["run", "--engine", "direct"])      # "engine" means vLLM & co.
+    assert "--engine" in capsys.readouterr().err
+
+
 def test_readme_first_block_is_the_two_commands_and_ci_runs_the_second():
     readme = (ROOT / "README.md").read_text()
     block = readme.split("```")[1].strip().splitlines()

@@ -116,7 +116,8 @@ def libcachesim_hits(path: str, requests: int, capacities: np.ndarray,
     hits = np.empty(capacities.size, dtype=np.int64)
     start = time.perf_counter()
     for row, capacity in enumerate(capacities):
-        object_miss_ratio, _ = lcs.LRU(cache_size=int(capacity), hashpower=hashpower).process_trace(reader)
+        cache = lcs.LRU(cache_size=int(capacity), hashpower=hashpower)
+        object_miss_ratio, _ = cache.process_trace(reader)
         hits[row] = round((1.0 - object_miss_ratio) * requests)
     return hits, time.perf_counter() - start
 
