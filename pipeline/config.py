@@ -11,8 +11,8 @@ import inspect
 from pathlib import Path
 
 from kvlab import make_exports
-from kvlab.summarize import CONFIGS
 from kvlab.scenario import run as _lab_scenario
+from kvlab.summarize import CONFIGS
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = ROOT / "data"
