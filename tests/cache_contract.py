@@ -2,7 +2,7 @@
 
 ``CACHE_MODELS`` lists the models; ``tests/test_cache_contract.py`` runs every check on
 every one of them. To put a new cache class under the contract (a policy, another tier
-layout), add one ``CacheModel`` to the list.
+layout), add one ``CacheModel`` to the list (``single_store`` for LRUCache's interface).
 
 A model is a class built from capacities whose ``access(key, size)`` returns what served the
 read, and whose *stores* (the cache itself, or each of its tiers) offer ``capacity``,
@@ -50,8 +50,15 @@ def _tier_hit(result: object) -> bool:
     return result != "miss"
 
 
+def single_store(name: str, make: Callable[[float], object]) -> CacheModel:
+    """A cache with LRUCache's interface: one capacity, a bool hit flag, itself the store.
+    A policy family joins the contract with ``CACHE_MODELS += [single_store(name, cls)
+    for name, cls in POLICIES.items()]``."""
+    return CacheModel(name, 1, make, _bool_hit, lambda cache: [cache])
+
+
 CACHE_MODELS = [
-    CacheModel("LRUCache", 1, LRUCache, _bool_hit, lambda cache: [cache]),
+    single_store("LRUCache", LRUCache),
     CacheModel("TwoTierCache", 2, TwoTierCache, _tier_hit,
                lambda cache: [cache.gpu, cache.cpu]),
 ]

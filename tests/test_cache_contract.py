@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cache_contract import CACHE_MODELS, CacheModel, check_access, check_store, snapshot
+from cache_contract import CACHE_MODELS, check_access, check_store, single_store, snapshot
 from kvlab.kvsim import LRUCache
 
 
@@ -103,7 +103,7 @@ class _ForgetsEvictions(LRUCache):
 
 @pytest.mark.parametrize("broken", [_EvictsForOversize, _ForgetsEvictions])
 def test_the_contract_catches_a_broken_cache(broken):
-    model = CacheModel(broken.__name__, 1, broken, CACHE_MODELS[0].hit, lambda cache: [cache])
+    model = single_store(broken.__name__, broken)
     cache, sizes, seen = broken(5), {"a": 3, "b": 3, "big": 9}, set()
     with pytest.raises(AssertionError):
         for key in ("a", "b", "big"):
