@@ -3,8 +3,8 @@
 Trace: ``--blocks`` blocks (default 2,000,000) of 16 tokens in requests that each take a
 prefix of one of ``--contexts`` shared contexts (Zipf(1.0) popularity, 32..256 blocks each;
 the prefix is the whole context or, one time in four, a random part of it) followed by
-8..64 blocks of their own; half the requests end in a partial block. Capacities: ``--capacities`` GPU
-capacities evenly spaced from 2 % to 100 % of the distinct blocks, tail-first.
+8..64 blocks of their own; half the requests end in a partial block. Capacities:
+``--capacities`` GPU capacities evenly spaced from 2 % to 100 % of the distinct blocks, tail-first.
 
 (c) the fast engine (``onepass.ideal_gpu``: one pass per size band, then every capacity)
 runs at every capacity; (a) the literal replay (``model.replay_gpu``) runs at ``--sample``
