@@ -339,7 +339,8 @@ def measured_requests(path: str, gpu_capacity: int, cpu_capacity: int,
     simulated config (kvlab models baseline = GPU only and lmcache = GPU + CPU).
     """
     from kvlab.summarize import InputError
-    from pipeline.measured import attribute_tiers, load_measured
+    from pipeline.attribution import attribute_tiers
+    from pipeline.workloads.measured_file import load_measured
 
     try:
         frame = load_measured(path)
