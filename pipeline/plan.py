@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -21,12 +23,14 @@ from pipeline.arguments import non_negative_int, pass_list, positive_int
 from pipeline.config import LAB_CPU, LAB_DOCS, LAB_GPU, LAB_PASSES, LAB_TOKENS, REAL_MEASURED
 from pipeline.errors import CLIError
 from pipeline.kvsize import KVSize, add_kv_arguments, capacity, format_bytes, kv_from_args
-from pipeline.planner import (Evaluator, PlanResult, PlanWorkload, Target, block_workload,
-                              document_workload, plan)
+from pipeline.blocks.stream import HEAD_FIRST, ORDERS, TAIL_FIRST
+from pipeline.planner import DocumentEvaluator, Evaluator, PlanResult, Target, \
+    document_workload, plan
+from pipeline.planner_blocks import BlockEvaluator
 from kvlab.kvsim import TIERS
 from pipeline.ttft_model import FitError, TTFTModel, fit_configs, measured_requests, \
     model_for_capacity, residuals_by_pass
-from pipeline.workload import DocumentWorkload
+from pipeline.workloads.documents import DocumentWorkload
 from pipeline.workloads.blocks import REQUEST_SCHEMA, document_blocks
 
 HELP = "the smallest CPU tier (tokens and GiB) that meets a TTFT or hit-ratio target"
@@ -71,6 +75,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     work.add_argument("--block-size", type=positive_int, default=None,
                       help="block mode: cut documents into blocks of this many tokens "
                            "(vLLM 16, LMCache 256); default whole documents (512 for --trace)")
+    work.add_argument("--gpu-order", choices=ORDERS, default=TAIL_FIRST,
+                      help="block mode: order of a request's blocks in the GPU tier (default "
+                           "tail-first, vLLM's free queue)")
+    work.add_argument("--cpu-order", choices=ORDERS, default=HEAD_FIRST,
+                      help="block mode: order of a request's blocks in the CPU tier (default "
+                           "head-first, LMCache's LRU)")
     work.add_argument("--trace", type=Path, default=None, metavar="JSONL",
                       help="a Mooncake trace (timestamp, input_length, output_length, "
                            "hash_ids) instead of the documents: one pass, in blocks")
@@ -106,7 +116,33 @@ def _passes(text: str, count: int) -> tuple[int, ...]:
     return tuple(sorted({n - 1 for n in numbers}))
 
 
-def _trace_workload(args: argparse.Namespace) -> PlanWorkload:
+@dataclass(frozen=True)
+class _Input:
+    """The workload: its description, pass names in order, and how to build its evaluator."""
+
+    description: str
+    pass_names: list[str]
+    build: Callable[[int, dict[str, TTFTModel]], Evaluator]
+
+
+def _pass_names(pass_name: pl.Series) -> list[str]:
+    return pass_name.fill_null("all").unique(maintain_order=True).to_list()
+
+
+def _blocks_input(args: argparse.Namespace, description: str, blocks: pl.DataFrame,
+                  requests: pl.DataFrame, block_size: int, option: str) -> _Input:
+    description = f"{description} ({args.gpu_order} GPU, {args.cpu_order} CPU)"
+
+    def build(gpu: int, models: dict[str, TTFTModel]) -> Evaluator:
+        try:
+            return BlockEvaluator(description, blocks, requests, block_size, gpu, models,
+                                  args.gpu_order, args.cpu_order)
+        except ValueError as exc:
+            raise CLIError(f"{option}: {exc}") from None
+    return _Input(description, _pass_names(requests.sort("request")["pass_name"]), build)
+
+
+def _trace_input(args: argparse.Namespace) -> _Input:
     """A Mooncake JSONL trace in blocks (512 tokens unless --block-size), one pass."""
     try:
         from pipeline.workloads.mooncake import MOONCAKE_BLOCK_SIZE, read_mooncake
@@ -120,13 +156,14 @@ def _trace_workload(args: argparse.Namespace) -> PlanWorkload:
         raise CLIError(f"--trace: {exc}") from None
     if trace.requests.height == 0:
         raise CLIError(f"--trace: {args.trace} has no requests")
-    return block_workload(f"{args.trace}: {trace.requests.height:,} requests in "
-                          f"{block_size}-token blocks", trace.blocks, trace.requests, block_size)
+    return _blocks_input(args, f"{args.trace}: {trace.requests.height:,} requests in "
+                         f"{block_size}-token blocks", trace.blocks, trace.requests, block_size,
+                         "--trace")
 
 
-def _workload(args: argparse.Namespace) -> PlanWorkload:
+def _workload(args: argparse.Namespace) -> _Input:
     if args.trace is not None:
-        return _trace_workload(args)
+        return _trace_input(args)
     try:
         documents = DocumentWorkload(args.docs, args.tokens, tuple(args.passes))
     except ValueError as exc:
@@ -135,7 +172,9 @@ def _workload(args: argparse.Namespace) -> PlanWorkload:
         raise CLIError(f"--docs/--tokens: the workload has no tokens to cache "
                        f"({documents.docs} documents x {documents.tokens} tokens)")
     if args.block_size is None:
-        return document_workload(documents)
+        workload = document_workload(documents)
+        return _Input(workload.description, _pass_names(workload.requests["pass_name"]),
+                      lambda gpu, models: DocumentEvaluator(workload, gpu, models))
     accesses = documents.accesses()
     blocks = document_blocks(accesses["doc"].to_list(), args.tokens, args.block_size)
     requests = accesses.select(
@@ -143,9 +182,9 @@ def _workload(args: argparse.Namespace) -> PlanWorkload:
         pass_name=pl.format("pass{}-{}", pl.col("pass_index") + 1, pl.col("pass_order")),
         doc=pl.col("doc").cast(pl.Int64), prompt_tokens=pl.col("size").cast(pl.UInt64),
         timestamp_ms=pl.lit(None, pl.Float64)).match_to_schema(REQUEST_SCHEMA)
-    return block_workload(f"{documents.docs} documents x {documents.tokens} tokens in "
-                          f"{args.block_size}-token blocks, passes {','.join(documents.passes)}",
-                          blocks, requests, args.block_size)
+    return _blocks_input(args, f"{documents.docs} documents x {documents.tokens} tokens in "
+                         f"{args.block_size}-token blocks, passes {','.join(documents.passes)}",
+                         blocks, requests, args.block_size, "--block-size")
 
 
 def _models(args: argparse.Namespace) -> tuple[dict[str, TTFTModel], pl.DataFrame, str, bool]:
@@ -289,7 +328,7 @@ def _write_report(args: argparse.Namespace, evaluator: Evaluator, kv: KVSize, ta
         else None
     sections = [ttft_capacity_section(evaluator, kv, target.statistic, points, result),
                 fit_section(errors, target.statistic)]
-    page = page_html("kvlab: sizing the CPU tier", f"{evaluator.workload.description}; "
+    page = page_html("kvlab: sizing the CPU tier", f"{evaluator.description}; "
                      f"{kv.describe()}; target: {_describe_target(target, names)}.",
                      [("Predicted TTFT against the CPU tier", "", sections[:1]),
                       ("The TTFT model against the measurement", "", sections[1:])])
@@ -315,8 +354,7 @@ def main(args: argparse.Namespace) -> int:
     if args.target_hit_ratio is not None and args.target_hit_ratio > 1:
         raise CLIError(f"--target-hit-ratio: must be in (0, 1], got {args.target_hit_ratio:g}")
     workload = _workload(args)
-    names = workload.requests.group_by("pass_index").agg(pl.col("pass_name").first()) \
-        .sort("pass_index")["pass_name"].to_list()
+    names = workload.pass_names
     chosen = _passes(args.passes_to_meet, len(names))
     models, measured, source, synthetic = _models(args)
     target = (Target("ttft", args.target_ttft_ms, args.statistic, chosen)
@@ -324,14 +362,14 @@ def main(args: argparse.Namespace) -> int:
               else Target("hit_ratio", args.target_hit_ratio, args.statistic, chosen))
     if args.report is not None and not args.report.parent.is_dir():
         raise CLIError(f"--report: folder {args.report.parent} does not exist")
-    evaluator = Evaluator(workload, gpu, models)
+    evaluator = workload.build(gpu, models)
     result = plan(evaluator, target)
     errors = residuals_by_pass(measured, models)
     if args.report is not None:
         _write_report(args, evaluator, kv, target, result, errors, names, gpu)
     cpu_tokens = result.cpu_tokens
     document = {
-        "workload": workload.description,
+        "workload": evaluator.description,
         "kv": {"name": kv.name, "bytes_per_token": kv.bytes_per_token, "formula": kv.formula,
                "source": kv.source, "describe": kv.describe()},
         "gpu": {**_tokens_and_size(gpu, kv), "given": gpu_given},

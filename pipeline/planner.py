@@ -12,9 +12,9 @@ distances (the candidates), so the search visits candidates only:
   TTFT falls: the search bisects the candidates (exact under that check, else it scans);
 * below it (the oversize bands, where hits are not monotone) it scans every candidate.
 
-A request is one access in document mode; in block mode its full blocks are accesses, a
-partial last block is always recomputed, and the first miss ends the cached prefix (later
-blocks are recomputed too, as vLLM's and LMCache's prefix lookups stop there).
+``Evaluator`` holds what every mode shares (figures per pass, the monotonicity check);
+``DocumentEvaluator`` is document mode (one access per request, ``pipeline.stackdist``);
+``pipeline.planner_blocks.BlockEvaluator`` is block mode through ``pipeline.blocks``.
 """
 
 from __future__ import annotations
@@ -26,10 +26,9 @@ import polars as pl
 
 from pipeline.stackdist import COLD, lru_hits, stack_distances
 from pipeline.ttft_model import TOKEN_COLUMNS, TTFTModel, model_for_capacity
-from pipeline.workload import DocumentWorkload
-from pipeline.workloads.blocks import check_blocks
+from pipeline.workloads.documents import DocumentWorkload
 
-__all__ = ["PlanWorkload", "document_workload", "block_workload", "Target", "Evaluator",
+__all__ = ["PlanWorkload", "document_workload", "Target", "Evaluator", "DocumentEvaluator",
            "PlanResult", "plan"]
 
 GPU, CPU, MISS = 0, 1, 2
@@ -37,16 +36,13 @@ GPU, CPU, MISS = 0, 1, 2
 
 @dataclass(frozen=True)
 class PlanWorkload:
-    """Requests (request 0..R-1, pass_index, pass_name, context tokens) and the cacheable
-    access stream (keys, sizes, request of each access, in order)."""
+    """Document mode: requests (request 0..R-1, pass_index, pass_name, context tokens) and
+    one access per request (key = document, size = its tokens)."""
 
     description: str
     requests: pl.DataFrame
     keys: np.ndarray
     sizes: np.ndarray
-    request_of: np.ndarray
-    uncached: np.ndarray          # per request: tokens that are never cacheable
-    prefix: bool                  # block mode: a miss ends the request's cached prefix
 
 
 def document_workload(workload: DocumentWorkload) -> PlanWorkload:
@@ -60,38 +56,7 @@ def document_workload(workload: DocumentWorkload) -> PlanWorkload:
     return PlanWorkload(
         f"{workload.docs} documents x {workload.tokens} tokens, passes "
         f"{','.join(workload.passes)} ({n} requests)", requests,
-        accesses["doc"].to_numpy().astype(np.int64), accesses["size"].to_numpy().astype(np.int64),
-        np.arange(n, dtype=np.int64), np.zeros(n, dtype=np.int64), prefix=False)
-
-
-def block_workload(description: str, blocks: pl.DataFrame, requests: pl.DataFrame,
-                   block_size: int | None = None) -> PlanWorkload:
-    """A block-mode workload (``pipeline.workloads.blocks``: BLOCK_SCHEMA and REQUEST_SCHEMA).
-
-    Only blocks of exactly ``block_size`` tokens (default: the largest block) are cached.
-    Requests without a pass name form one pass called ``all``.
-    """
-    check_blocks(blocks)
-    size = int(blocks["block_tokens"].max() or 0) if block_size is None else block_size
-    full = blocks.filter(pl.col("block_tokens") == size)
-    per_request = (blocks.group_by("request").agg(context=pl.col("block_tokens").sum(),
-                                                   cached=pl.col("block_tokens")
-                                                   .filter(pl.col("block_tokens") == size).sum()))
-    frame = (requests.select("request", "pass_name").join(per_request, on="request", how="left")
-             .sort("request").with_columns(pl.col("context", "cached").fill_null(0)
-                                           .cast(pl.Int64), pl.col("pass_name").fill_null("all")))
-    if not frame["request"].cast(pl.Int64).equals(pl.int_range(frame.height, dtype=pl.Int64,
-                                                               eager=True), check_names=False):
-        raise ValueError("block workload: requests must be numbered 0, 1, 2, ...")
-    order = frame.group_by("pass_name", maintain_order=True).agg().with_row_index("pass_index")
-    frame = frame.join(order, on="pass_name", how="left").select(
-        pl.col("request").cast(pl.Int64), pl.col("pass_index").cast(pl.Int64), "pass_name",
-        "context", "cached")
-    return PlanWorkload(description, frame.drop("cached"),
-                        full["block_key"].to_numpy().astype(np.int64),
-                        full["block_tokens"].to_numpy().astype(np.int64),
-                        full["request"].to_numpy().astype(np.int64),
-                        (frame["context"] - frame["cached"]).to_numpy(), prefix=True)
+        accesses["doc"].to_numpy().astype(np.int64), accesses["size"].to_numpy().astype(np.int64))
 
 
 @dataclass(frozen=True)
@@ -117,58 +82,28 @@ class Target:
 
 
 class Evaluator:
-    """Per-pass figures of one workload at one GPU capacity, for any CPU capacity."""
+    """Per-pass figures of one workload at one GPU capacity, for any CPU capacity.
 
-    def __init__(self, workload: PlanWorkload, gpu_capacity: int,
-                 models: dict[str, TTFTModel]) -> None:
-        self.workload, self.gpu_capacity, self.models = workload, gpu_capacity, models
-        keys, sizes = workload.keys, workload.sizes
-        self.gpu_hit = (lru_hits(keys, sizes, [gpu_capacity])[0] if keys.size
-                        else np.zeros(0, dtype=bool))
-        self.miss_index = np.flatnonzero(~self.gpu_hit)
-        self.miss_keys, self.miss_sizes = keys[self.miss_index], sizes[self.miss_index]
-        self.max_size = int(self.miss_sizes.max()) if self.miss_sizes.size else 0
-        self.distances = stack_distances(self.miss_keys, self.miss_sizes)
-        self.evaluations = 0
+    A subclass sets ``description``, ``requests_frame`` (request, pass_index, pass_name,
+    context), ``gpu_capacity``, ``models`` and ``smallest_item`` (tokens of the smallest
+    cacheable item), and implements ``requests(cpu)`` (TOKEN_COLUMNS per request) and
+    ``candidates()`` (the capacities where figures change).
+    """
 
-    def candidates(self) -> tuple[np.ndarray, np.ndarray]:
-        """(band candidates below the largest item, sorted candidates from it up), all > 0."""
-        sizes = np.unique(self.miss_sizes)
-        low: set[int] = {int(s) for s in sizes if 0 < s < self.max_size}
-        for j, limit in enumerate(sizes[:-1]):
-            banded = stack_distances(self.miss_keys, self.miss_sizes, int(limit))
-            inside = banded[(banded >= limit) & (banded < sizes[j + 1]) & (banded != COLD)]
-            low.update(int(d) for d in inside if d > 0)
-        finite = self.distances[(self.distances != COLD) & (self.distances >= self.max_size)]
-        high = np.unique(np.concatenate(([self.max_size], finite))).astype(np.int64)
-        return np.array(sorted(low), dtype=np.int64), high[high > 0]
-
-    def tiers(self, cpu_capacity: int) -> np.ndarray:
-        """Tier code per access (GPU, CPU, MISS) before the prefix rule."""
-        if cpu_capacity >= self.max_size:
-            cpu_hit = (self.distances <= cpu_capacity) & (self.distances != COLD)
-        elif self.miss_keys.size:
-            cpu_hit = lru_hits(self.miss_keys, self.miss_sizes, [cpu_capacity])[0]
-        else:
-            cpu_hit = np.zeros(0, dtype=bool)
-        tiers = np.full(self.gpu_hit.size, GPU, dtype=np.int8)
-        tiers[self.miss_index] = np.where(cpu_hit, CPU, MISS)
-        if self.workload.prefix and tiers.size:
-            request = self.workload.request_of
-            missed = np.cumsum(tiers == MISS) - (tiers == MISS)
-            start = np.searchsorted(request, request, side="left")
-            tiers[missed - missed[start] > 0] = MISS
-        return tiers
+    description: str
+    requests_frame: pl.DataFrame
+    gpu_capacity: int
+    models: dict[str, TTFTModel]
+    smallest_item: int
+    evaluations: int = 0
 
     def requests(self, cpu_capacity: int) -> pl.DataFrame:
-        """The workload's requests with TOKEN_COLUMNS at this CPU capacity."""
-        tiers, n = self.tiers(cpu_capacity), self.workload.requests.height
-        counts = {name: np.bincount(self.workload.request_of, minlength=n,
-                                    weights=self.workload.sizes * (tiers == code)).astype(np.int64)
-                  for name, code in zip(TOKEN_COLUMNS, (GPU, CPU, MISS))}
-        counts["miss_tokens"] += self.workload.uncached
-        return self.workload.requests.with_columns(
-            pl.Series(name, values) for name, values in counts.items())
+        """``requests_frame`` plus TOKEN_COLUMNS at this CPU capacity."""
+        raise NotImplementedError
+
+    def candidates(self) -> tuple[np.ndarray, np.ndarray]:
+        """(scanned candidates of the oversize bands, bisectable candidates above), > 0."""
+        raise NotImplementedError
 
     def figures(self, cpu_capacity: int) -> pl.DataFrame:
         """Per pass: requests, p50_ms, mean_ms (predicted), hit_ratio (tokens), tier tokens."""
@@ -192,15 +127,65 @@ class Evaluator:
             t = model.tier_ms
             return t.get("cpu", 0) <= t.get("miss", 0) and t.get("gpu", 0) <= t.get("miss", 0)
         p = model.params
-        contexts = self.workload.requests["context"]
+        contexts = self.requests_frame["context"]
         context = (contexts.min() if p.get("attention_ms_per_token2", 0) >= 0
                    else contexts.max()) or 0
         recompute = p.get("recompute_ms_per_token", 0) + p.get("attention_ms_per_token2", 0) * context
         slack = recompute - max(p.get("cpu_ms_per_token", 0), p.get("gpu_ms_per_token", 0))
-        positive = self.miss_sizes[self.miss_sizes > 0]
-        smallest = int(positive.min()) if positive.size else 0
         # a token moving off recompute saves slack >= 0; the last one also drops the fixed a
-        return slack >= 0 and p.get("recompute_fixed_ms", 0) + slack * smallest >= 0
+        return slack >= 0 and p.get("recompute_fixed_ms", 0) + slack * self.smallest_item >= 0
+
+
+class DocumentEvaluator(Evaluator):
+    """Document mode: the GPU tier from one LRU pass, every CPU capacity from one
+    stack-distance pass over the GPU-miss stream (kvlab's ``TwoTierCache``, exactly)."""
+
+    def __init__(self, workload: PlanWorkload, gpu_capacity: int,
+                 models: dict[str, TTFTModel]) -> None:
+        self.workload, self.gpu_capacity, self.models = workload, gpu_capacity, models
+        self.description, self.requests_frame = workload.description, workload.requests
+        keys, sizes = workload.keys, workload.sizes
+        self.gpu_hit = (lru_hits(keys, sizes, [gpu_capacity])[0] if keys.size
+                        else np.zeros(0, dtype=bool))
+        self.miss_index = np.flatnonzero(~self.gpu_hit)
+        self.miss_keys, self.miss_sizes = keys[self.miss_index], sizes[self.miss_index]
+        self.max_size = int(self.miss_sizes.max()) if self.miss_sizes.size else 0
+        positive = self.miss_sizes[self.miss_sizes > 0]
+        self.smallest_item = int(positive.min()) if positive.size else 0
+        self.distances = stack_distances(self.miss_keys, self.miss_sizes)
+        self.evaluations = 0
+
+    def candidates(self) -> tuple[np.ndarray, np.ndarray]:
+        """(band candidates below the largest item, sorted candidates from it up), all > 0."""
+        sizes = np.unique(self.miss_sizes)
+        low: set[int] = {int(s) for s in sizes if 0 < s < self.max_size}
+        for j, limit in enumerate(sizes[:-1]):
+            banded = stack_distances(self.miss_keys, self.miss_sizes, int(limit))
+            inside = banded[(banded >= limit) & (banded < sizes[j + 1]) & (banded != COLD)]
+            low.update(int(d) for d in inside if d > 0)
+        finite = self.distances[(self.distances != COLD) & (self.distances >= self.max_size)]
+        high = np.unique(np.concatenate(([self.max_size], finite))).astype(np.int64)
+        return np.array(sorted(low), dtype=np.int64), high[high > 0]
+
+    def tiers(self, cpu_capacity: int) -> np.ndarray:
+        """Tier code per access (GPU, CPU, MISS)."""
+        if cpu_capacity >= self.max_size:
+            cpu_hit = (self.distances <= cpu_capacity) & (self.distances != COLD)
+        elif self.miss_keys.size:
+            cpu_hit = lru_hits(self.miss_keys, self.miss_sizes, [cpu_capacity])[0]
+        else:
+            cpu_hit = np.zeros(0, dtype=bool)
+        tiers = np.full(self.gpu_hit.size, GPU, dtype=np.int8)
+        tiers[self.miss_index] = np.where(cpu_hit, CPU, MISS)
+        return tiers
+
+    def requests(self, cpu_capacity: int) -> pl.DataFrame:
+        """The workload's requests with TOKEN_COLUMNS at this CPU capacity."""
+        tiers = self.tiers(cpu_capacity)
+        counts = {name: self.workload.sizes * (tiers == code)
+                  for name, code in zip(TOKEN_COLUMNS, (GPU, CPU, MISS))}
+        return self.requests_frame.with_columns(
+            pl.Series(name, values) for name, values in counts.items())
 
 
 @dataclass(frozen=True)
@@ -239,7 +224,7 @@ def plan(evaluator: Evaluator, target: Target) -> PlanResult:
             answer = next((int(c) for c in high if target.met(evaluator.figures(int(c)))), None)
             search += f"; scanned {high.size} candidate(s) (TTFT may rise with CPU capacity)"
     if answer is None:
-        top = int(high[-1]) if high.size else max(evaluator.max_size, 0)
+        top = int(high[-1]) if high.size else int(low[-1]) if low.size else 0
         return PlanResult("unreachable", top, evaluator.figures(top), None, search,
                           evaluator.evaluations)
     return PlanResult("met", answer, evaluator.figures(answer), evaluator.figures(answer - 1),

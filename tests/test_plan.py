@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from conftest import ROOT
 from kvlab.kvsim import TwoTierCache
 from pipeline.cli import main as cli_main
-from pipeline.planner import Evaluator, Target, block_workload, document_workload, plan
+from pipeline.planner import DocumentEvaluator, Target, document_workload, plan
 from pipeline.ttft_model import fit_configs, measured_requests
-from pipeline.workload import DocumentWorkload
+from pipeline.workloads.documents import DocumentWorkload
 from pipeline.workloads.blocks import REQUEST_SCHEMA, document_blocks
 
 
@@ -129,127 +129,6 @@ def test_fewer_points_than_parameters(tmp_path, capsys):
     assert "fewer points than parameters" in capsys.readouterr().err
 
 
-# --- the search against a literal replay -------------------------------------------------
-
-@lru_cache(maxsize=1)
-def lab_models():
-    return fit_configs(measured_requests(str(ROOT / "data" / "ttft.jsonl"), 21520, 56000, 5011))
-
-
-def replay_figures(requests: list[list[tuple[int, int]]], partial: list[int], passes: list[int],
-                   gpu: int, cpu: int) -> dict[int, tuple[list[float], float]]:
-    """Per pass: (per-request TTFT, hit ratio) from kvlab's TwoTierCache, prefix rule by hand."""
-    cache, whole = TwoTierCache(gpu, cpu), lab_models()["lmcache" if cpu else "baseline"]
-    out: dict[int, tuple[list, list]] = {}
-    for blocks, extra, pass_index in zip(requests, partial, passes):
-        tokens = {"gpu": 0, "cpu": 0, "miss": extra}
-        broken = False
-        for key, size in blocks:
-            tier = cache.access(key, size)
-            broken = broken or tier == "miss"
-            tokens["miss" if broken else tier] += size
-        context = sum(tokens.values())
-        t = whole.tier_ms
-        ttft = (t["gpu"] + (t["cpu"] - t["gpu"]) * tokens["cpu"] / context
-                + (t["miss"] - t["gpu"]) * tokens["miss"] / context) if context else t["gpu"]
-        ttfts, hits = out.setdefault(pass_index, ([], []))
-        ttfts.append(ttft)
-        hits.append((tokens["gpu"] + tokens["cpu"], context))
-    return {p: (ttfts, sum(h for h, _ in hits) / max(sum(c for _, c in hits), 1))
-            for p, (ttfts, hits) in out.items()}
-
-
-def brute_force(requests, partial, passes, gpu, top, target: Target) -> int | None:
-    for cpu in range(top + 1):
-        figures = replay_figures(requests, partial, passes, gpu, cpu)
-        ok = True
-        for p in target.passes:
-            ttfts, ratio = figures[p]
-            value = (statistics.median(ttfts) if target.statistic == "p50"
-                     else statistics.fmean(ttfts)) if target.kind == "ttft" else ratio
-            ok &= value <= target.value + 1e-9 if target.kind == "ttft" \
-                else value >= target.value - 1e-12
-        if ok:
-            return cpu
-    return None
-
-
-@settings(max_examples=60)
-@given(docs=st.integers(1, 5), tokens=st.integers(1, 12),
-       orders=st.lists(st.sampled_from(["fwd", "rev"]), min_size=1, max_size=4),
-       block=st.one_of(st.none(), st.integers(1, 5)), gpu_share=st.floats(0, 1.2),
-       kind=st.sampled_from(["ttft", "hit_ratio"]), statistic=st.sampled_from(["p50", "mean"]),
-       level=st.floats(0.05, 1.0), which=st.integers(0, 3))
-def test_search_equals_brute_force(docs, tokens, orders, block, gpu_share, kind, statistic,
-                                   level, which):
-    workload = DocumentWorkload(docs, tokens, tuple(orders))
-    accesses = workload.accesses()
-    gpu = int(gpu_share * workload.working_set)
-    if block is None:
-        plan_workload = document_workload(workload)
-        requests = [[(doc, tokens)] for doc in accesses["doc"].to_list()]
-        partial = [0] * len(requests)
-    else:
-        blocks = document_blocks(accesses["doc"].to_list(), tokens, block)
-        meta = accesses.select(
-            pl.int_range(pl.len(), dtype=pl.UInt32).alias("request"),
-            pass_name=pl.format("p{}", pl.col("pass_index")), doc=pl.col("doc").cast(pl.Int64),
-            prompt_tokens=pl.col("size").cast(pl.UInt64),
-            timestamp_ms=pl.lit(None, pl.Float64)).match_to_schema(REQUEST_SCHEMA)
-        plan_workload = block_workload("t", blocks, meta, block)
-        requests = [[(k, s) for k, s in zip(g["block_key"], g["block_tokens"]) if s == block]
-                    for _, g in blocks.group_by("request", maintain_order=True)]
-        partial = [tokens % block] * len(requests)
-    passes = accesses["pass_index"].to_list()
-    chosen = (1 + which % (len(orders) - 1),) if len(orders) > 1 else (0,)
-    t = lab_models()["lmcache"].tier_ms
-    value = (t["gpu"] + level * (t["miss"] - t["gpu"])) if kind == "ttft" else level
-    target = Target(kind, value, statistic, chosen)
-    result = plan(Evaluator(plan_workload, gpu, lab_models()), target)
-    expected = brute_force(requests, partial, passes, gpu, workload.working_set + 1, target)
-    if expected is None:
-        assert result.status == "unreachable"
-    else:
-        assert result.cpu_tokens == expected
-        assert result.status == ("gpu_alone" if expected == 0 else "met")
-    # the figures reported at the answer are the replay's figures there
-    replay = replay_figures(requests, partial, passes, gpu, result.cpu_tokens)
-    for row in result.figures.iter_rows(named=True):
-        ttfts, ratio = replay[row["pass_index"]]
-        assert row["hit_ratio"] == pytest.approx(ratio)
-        assert row["p50_ms"] == pytest.approx(statistics.median(ttfts))
-        assert row["mean_ms"] == pytest.approx(statistics.fmean(ttfts))
-    assert np.isfinite(result.figures["mean_ms"].to_numpy()).all()
-
-
-@settings(max_examples=60)
-@given(sizes=st.lists(st.integers(0, 9), min_size=1, max_size=6),
-       stream=st.lists(st.integers(0, 5), min_size=1, max_size=25), gpu=st.integers(0, 20),
-       level=st.floats(0.05, 1.0))
-def test_search_with_oversize_bands_equals_brute_force(sizes, stream, gpu, level):
-    """Documents of different sizes (kvlab's oversize rule makes hits non-monotone below the
-    largest one): the band candidates are scanned, so the answer is still the brute force's."""
-    keys = [k % len(sizes) for k in stream]
-    requests = pl.DataFrame({"request": list(range(len(keys))), "pass_index": [0] * len(keys),
-                             "pass_name": ["all"] * len(keys),
-                             "context": [sizes[k] for k in keys]},
-                            schema={"request": pl.Int64, "pass_index": pl.Int64,
-                                    "pass_name": pl.String, "context": pl.Int64})
-    from pipeline.planner import PlanWorkload
-    workload = PlanWorkload("t", requests, np.array(keys, dtype=np.int64),
-                            np.array([sizes[k] for k in keys], dtype=np.int64),
-                            np.arange(len(keys), dtype=np.int64),
-                            np.zeros(len(keys), dtype=np.int64), prefix=False)
-    target = Target("hit_ratio", level, "p50", (0,))
-    result = plan(Evaluator(workload, gpu, lab_models()), target)
-    expected = brute_force([[(k, sizes[k])] for k in keys], [0] * len(keys), [0] * len(keys),
-                           gpu, sum(sizes) + 1, target)
-    if expected is None:
-        assert result.status == "unreachable"
-    else:
-        assert result.cpu_tokens == expected
-
-
 def test_json_is_strict_when_a_tier_has_one_request(tmp_path, capsys):
     # one CPU-served request: its median has no standard error (NaN), printed as null
     path = tmp_path / "m.jsonl"
@@ -317,7 +196,7 @@ def test_bisection_only_when_ttft_cannot_rise_with_the_cpu_tier(params, monotone
     from pipeline.ttft_model import TTFTModel
 
     model = TTFTModel("lmcache", "least squares", 10, params={"overhead_ms": 10.0, **params})
-    evaluator = Evaluator(document_workload(DocumentWorkload()), 21520,
+    evaluator = DocumentEvaluator(document_workload(DocumentWorkload()), 21520,
                           {"lmcache": model, "baseline": model})
     assert evaluator.monotone() is monotone
     result = plan(evaluator, Target("ttft", 300, "mean", (1,)))

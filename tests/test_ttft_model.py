@@ -178,7 +178,7 @@ def test_predicted_columns_on_the_sweep_aggregates():
     from conftest import ROOT
     from pipeline.sweeps import Sweep, aggregate, run_sweep
     from pipeline.ttft_model import measured_requests
-    from pipeline.workload import DocumentWorkload
+    from pipeline.workloads.documents import DocumentWorkload
 
     models = fit_configs(measured_requests(str(ROOT / "data" / "ttft.jsonl"), 21520, 56000,
                                            5011))
