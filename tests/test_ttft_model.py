@@ -221,3 +221,28 @@ def test_identifiable_from_the_null_space():
     assert ok.tolist() == [False, False, False, True] and rank == 3
     ok, _ = identifiable(np.column_stack([np.ones(4), t, np.zeros(4)]))
     assert ok.tolist() == [True, True, False]       # an all-zero column identifies nothing
+
+
+def test_block_mode_request_frames_fit_directly():
+    """The block engine's per-request result (pipeline.blocks) renamed to TOKEN_COLUMNS is
+    fit input as it is: partial hits at several lengths make every cost identifiable."""
+    from pipeline.blocks.models import two_tier
+    from pipeline.blocks.stream import block_stream
+    from pipeline.workloads.blocks import BLOCK_SCHEMA
+
+    rng = np.random.default_rng(11)
+    length = {doc: int(n) for doc, n in enumerate(rng.integers(200, 2000, 12))}
+    rows = [(r, i, doc * 1000 + i, min(16, length[doc] - 16 * i))
+            for r, doc in enumerate(int(d) for d in rng.integers(0, 12, 200))
+            for i in range(-(-length[doc] // 16))]
+    blocks = pl.DataFrame(rows, schema=list(BLOCK_SCHEMA), orient="row").cast(BLOCK_SCHEMA)
+    stream = block_stream(blocks, 16)
+    result = two_tier(stream, 3000, 6000, "tail-first", "head-first")
+    frame = result.select(gpu_tokens="gpu_hit_tokens", cpu_tokens="cpu_hit_tokens",
+                          miss_tokens="miss_tokens")
+    linear = {**TRUE, "recompute_fixed_ms": 0.0, "attention_ms_per_token2": 0.0}
+    y = ttft(linear, *(frame[c].to_numpy() for c in TOKEN_COLUMNS))
+    model = fit_config("lmcache", frame.with_columns(ttft_ms=y + rng.normal(0, 0.2, len(y))))
+    assert model.method == "least squares"
+    assert model.params["cpu_ms_per_token"] == pytest.approx(0.004, abs=5 * model.stderr[
+        "cpu_ms_per_token"])
