@@ -1,0 +1,99 @@
+"""The shared base of the policy family, in the style of cachetools: one class holds the
+capacity, ``used``, the oversize rule and the eviction bookkeeping; a policy overrides a few
+small hooks (what a hit updates, which item to evict, where a new item goes).
+
+The rules every policy inherits are kvlab's (``kvlab/kvsim.py``) and libCacheSim's
+(``cache_get_base`` in ``libCacheSim/cache/cache.c``), which agree:
+
+* a hit keeps the size stored by the miss that inserted the item;
+* on a miss, an item larger than the capacity is not stored and evicts nothing (a size-0
+  item fits even capacity 0);
+* otherwise the policy evicts until ``used + size <= capacity`` and stores the item (S3-FIFO
+  may still decline it, as libCacheSim's does; see ``s3fifo.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+from kvlab.kvsim import _check_amount
+
+__all__ = ["Policy"]
+
+
+class Policy:
+    """A size-aware cache: ``access(key, size) -> bool`` (True on a hit), ``key in cache``,
+    ``used``, ``keys()``, ``capacity``, ``evictions``.
+
+    Subclasses override ``_hit`` (a resident key was read), ``_evict`` (remove one victim
+    from the policy's own structures and return its key, or None when this round only
+    moved items around), ``_insert`` (place a new key; return False to decline it) and,
+    when they keep history of absent keys, ``_miss`` (called on every miss before the fit
+    test, like libCacheSim's ``find``).
+    """
+
+    #: registry name, e.g. "fifo"
+    name = "base"
+    #: True for policies that must be given the future (Belady's OPT).
+    needs_future = False
+
+    def __init__(self, capacity: float) -> None:
+        self.capacity = _check_amount("capacity", capacity, allow_inf=True)
+        self.used = 0
+        self.evictions = 0
+        self._sizes: dict[Hashable, float] = {}
+
+    # ------------------------------------------------------------------ the interface
+
+    def access(self, key: Hashable, size: float) -> bool:
+        """Read ``key`` of ``size``; return True on a hit, False on a miss."""
+        _check_amount("size", size)
+        if key in self._sizes:
+            self._hit(key)
+            return True
+        self._miss(key, size)
+        if not self._admissible(size):
+            return False
+        while self.used + size > self.capacity:
+            victim = self._evict(key, size)
+            if victim is not None:
+                self.used -= self._sizes.pop(victim)
+                self.evictions += 1
+        if self._insert(key, size):
+            self._sizes[key] = size
+            self.used += size
+        return False
+
+    def keys(self) -> list:
+        """The stored keys (order: the policy's own, documented per policy)."""
+        return list(self._sizes)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._sizes
+
+    def __len__(self) -> int:
+        return len(self._sizes)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(capacity={self.capacity!r}) "
+                f"used={self.used!r} items={len(self._sizes)}")
+
+    # ------------------------------------------------------------------ the hooks
+
+    def _admissible(self, size: float) -> bool:
+        """kvlab's only rejection: an item larger than the capacity."""
+        return size <= self.capacity
+
+    def _hit(self, key: Hashable) -> None:
+        """Update the policy's state for a hit on resident ``key``."""
+
+    def _miss(self, key: Hashable, size: float) -> None:
+        """Called on every miss before the fit test (ghost lists live here)."""
+
+    def _evict(self, key: Hashable, size: float) -> Hashable | None:
+        """Remove one victim from the policy's structures and return its key."""
+        raise NotImplementedError
+
+    def _insert(self, key: Hashable, size: float) -> bool:
+        """Place new ``key``; False declines it (it is then not stored)."""
+        raise NotImplementedError
