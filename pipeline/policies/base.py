@@ -36,6 +36,8 @@ class Policy:
     name = "base"
     #: True for policies that must be given the future (Belady's OPT).
     needs_future = False
+    #: True for policies that may leave a miss unstored although it fits
+    may_decline = False
 
     def __init__(self, capacity: float) -> None:
         self.capacity = _check_amount("capacity", capacity, allow_inf=True)

@@ -39,6 +39,8 @@ class OPT(Policy):
 
     name = "opt"
     needs_future = True
+    #: with bypass, a miss may be left unstored
+    may_decline = True
 
     def __init__(self, capacity: float, future: Sequence[Hashable], bypass: bool = True) -> None:
         super().__init__(capacity)

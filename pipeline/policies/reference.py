@@ -44,7 +44,7 @@ def lcs_hits(name: str, keys: Sequence[int], sizes: Sequence[int], capacity: int
     keys = np.asarray(keys, dtype=np.int64)
     sizes = np.asarray(sizes, dtype=np.int64)
     nxt = oracle_next(keys)
-    cache = lcs_cache(name, capacity)
+    cache = lcs_cache(name, capacity, hashpower=12)
     req = lcs.Request()
     out = np.zeros(keys.size, dtype=bool)
     for i in range(keys.size):

@@ -35,6 +35,8 @@ class S3FIFO(Policy):
     """S3-FIFO. ``keys()``: small queue oldest first, then main oldest first."""
 
     name = "s3fifo"
+    #: it may decline a miss that fits (see the module docstring)
+    may_decline = True
 
     def __init__(self, capacity: float, small_ratio: float = 0.10, ghost_ratio: float = 0.90,
                  move_to_main: int = 2) -> None:
