@@ -64,3 +64,28 @@ def test_mooncake_objects_equal_libcachesim(mooncake, name, unit, capacity):
     hits = ours(name, keys, sizes, capacity)
     np.testing.assert_array_equal(hits, lcs_hits(name, keys, sizes, capacity))
     assert 0 < hits.sum() < hits.size
+
+
+@pytest.fixture(scope="module")
+def mooncake_file(tmp_path_factory):
+    if not MOONCAKE.exists():
+        pytest.skip(f"shared Mooncake trace not found at {MOONCAKE}")
+    from pipeline.policies.reference import write_oracle_trace
+    keys, _ = mooncake_objects(MOONCAKE)
+    path = tmp_path_factory.mktemp("lcs") / "mooncake.oracleGeneral.bin"
+    write_oracle_trace(str(path), keys, np.ones_like(keys))
+    return keys, str(path)
+
+
+@pytest.mark.parametrize("name", list(LCS_NAMES))
+def test_whole_mooncake_trace_hit_counts_equal_libcachesim(mooncake_file, name):
+    """The compiled replays over all 121,877 block accesses, at a small and a large cache."""
+    from pipeline.policies import kernels
+    from pipeline.policies.reference import lcs_hit_count
+    from pipeline.policies.replay import encode
+    keys, path = mooncake_file
+    codes = encode(keys)
+    for capacity in (878, 8784):
+        ours_hits = int(kernels.replay(name, codes, np.ones_like(codes), capacity,
+                                       bypass=False).sum())
+        assert ours_hits == lcs_hit_count(name, path, keys.size, capacity), capacity
