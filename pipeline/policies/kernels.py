@@ -157,13 +157,38 @@ def _sieve(codes, sizes, capacity, k, prev, nxt):
 
 
 @njit(cache=True, nogil=True)
+def _bucket_push(bhead, btail, prev, nxt, f, x):
+    prev[x] = NONE
+    nxt[x] = bhead[f]
+    if bhead[f] != NONE:
+        prev[bhead[f]] = x
+    else:
+        btail[f] = x
+    bhead[f] = x
+
+
+@njit(cache=True, nogil=True)
+def _bucket_unlink(bhead, btail, prev, nxt, f, x):
+    p, q = prev[x], nxt[x]
+    if p == NONE:
+        bhead[f] = q
+    else:
+        nxt[p] = q
+    if q == NONE:
+        btail[f] = p
+    else:
+        prev[q] = p
+
+
+@njit(cache=True, nogil=True)
 def _lfu(codes, sizes, capacity, k, prev, nxt):
     n = codes.size
     hits = np.zeros(n, np.bool_)
     resident = np.zeros(k, np.bool_)
     stored = np.zeros(k, np.int64)
     freq = np.zeros(k, np.int64)
-    bends = np.full((n + 2, 2), NONE, np.int64)     # per count: newest, oldest
+    bhead = np.full(n + 2, NONE, np.int64)      # per count: newest
+    btail = np.full(n + 2, NONE, np.int64)      # per count: oldest (the victim)
     bcount = np.zeros(n + 2, np.int64)
     low = 0
     used = 0
@@ -172,12 +197,12 @@ def _lfu(codes, sizes, capacity, k, prev, nxt):
         if resident[x]:
             hits[i] = True
             f = freq[x]
-            _unlink(bends[f], prev, nxt, x)
+            _bucket_unlink(bhead, btail, prev, nxt, f, x)
             bcount[f] -= 1
             if bcount[f] == 0 and low == f:
                 low = f + 1
             freq[x] = f + 1
-            _push(bends[f + 1], prev, nxt, x)
+            _bucket_push(bhead, btail, prev, nxt, f + 1, x)
             bcount[f + 1] += 1
             continue
         if s > capacity:
@@ -187,15 +212,15 @@ def _lfu(codes, sizes, capacity, k, prev, nxt):
                 low = 1
                 while bcount[low] == 0:
                     low += 1
-            v = bends[low][1]
-            _unlink(bends[low], prev, nxt, v)
+            v = btail[low]
+            _bucket_unlink(bhead, btail, prev, nxt, low, v)
             bcount[low] -= 1
             if bcount[low] == 0:
                 low = 0
             resident[v] = False
             used -= stored[v]
         freq[x] = 1
-        _push(bends[1], prev, nxt, x)
+        _bucket_push(bhead, btail, prev, nxt, 1, x)
         bcount[1] += 1
         low = 1
         resident[x] = True
@@ -298,21 +323,21 @@ def _ratio_max1(a, b):
 
 
 @njit(cache=True, nogil=True)
-def _arc_replace(lists, where, stored, prev, nxt, sz, p, ghost):
-    # lists rows: 0 T1, 1 T2, 2 B1, 3 B2; sz: sizes of the same
+def _arc_replace(t1e, t2e, b1e, b2e, where, stored, prev, nxt, sz, p, ghost):
+    # sz: bytes in T1, T2, B1, B2
     t1 = sz[0]
     if (t1 > 0 and (t1 > p or (t1 == p and ghost == 2))) or sz[1] == 0:
-        v = lists[0][1]
-        _unlink(lists[0], prev, nxt, v)
+        v = t1e[1]
+        _unlink(t1e, prev, nxt, v)
         sz[0] -= stored[v]
-        _push(lists[2], prev, nxt, v)
+        _push(b1e, prev, nxt, v)
         sz[2] += stored[v]
         where[v] = 3
     else:
-        v = lists[1][1]
-        _unlink(lists[1], prev, nxt, v)
+        v = t2e[1]
+        _unlink(t2e, prev, nxt, v)
         sz[1] -= stored[v]
-        _push(lists[3], prev, nxt, v)
+        _push(b2e, prev, nxt, v)
         sz[3] += stored[v]
         where[v] = 4
 
@@ -323,7 +348,10 @@ def _arc(codes, sizes, capacity, k, prev, nxt):
     hits = np.zeros(n, np.bool_)
     where = np.zeros(k, np.int8)          # 0 absent, 1 T1, 2 T2, 3 B1, 4 B2
     stored = np.zeros(k, np.int64)
-    lists = np.full((4, 2), NONE, np.int64)
+    t1e = np.array([NONE, NONE], np.int64)
+    t2e = np.array([NONE, NONE], np.int64)
+    b1e = np.array([NONE, NONE], np.int64)
+    b2e = np.array([NONE, NONE], np.int64)
     sz = np.zeros(4, np.int64)
     p = 0.0
     for i in range(n):
@@ -331,60 +359,64 @@ def _arc(codes, sizes, capacity, k, prev, nxt):
         w = where[x]
         if w == 1:
             hits[i] = True
-            _unlink(lists[0], prev, nxt, x)
+            _unlink(t1e, prev, nxt, x)
             sz[0] -= stored[x]
-            _push(lists[1], prev, nxt, x)
+            _push(t2e, prev, nxt, x)
             sz[1] += stored[x]
             where[x] = 2
             continue
         if w == 2:
             hits[i] = True
-            _unlink(lists[1], prev, nxt, x)
-            _push(lists[1], prev, nxt, x)
+            _unlink(t2e, prev, nxt, x)
+            _push(t2e, prev, nxt, x)
             continue
         ghost = 0
         if w == 3:
             ghost = 1
             delta = _ratio_max1(sz[3], sz[2])
             p = p + delta if p + delta < capacity else float(capacity)
-            _unlink(lists[2], prev, nxt, x)
+            _unlink(b1e, prev, nxt, x)
             sz[2] -= stored[x]
             where[x] = 0
         elif w == 4:
             ghost = 2
             delta = _ratio_max1(sz[2], sz[3])
             p = p - delta if p - delta > 0 else 0.0
-            _unlink(lists[3], prev, nxt, x)
+            _unlink(b2e, prev, nxt, x)
             sz[3] -= stored[x]
             where[x] = 0
         if s > capacity:
             continue
         while sz[0] + sz[1] + s > capacity:
             if ghost:
-                _arc_replace(lists, where, stored, prev, nxt, sz, p, ghost)
+                _arc_replace(t1e, t2e, b1e, b2e, where, stored, prev, nxt, sz, p, ghost)
             elif sz[0] + sz[2] + s > capacity:
                 if sz[2] > 0:
-                    g = lists[2][1]
-                    _unlink(lists[2], prev, nxt, g)
+                    g = b1e[1]
+                    _unlink(b1e, prev, nxt, g)
                     sz[2] -= stored[g]
                     where[g] = 0
-                    _arc_replace(lists, where, stored, prev, nxt, sz, p, ghost)
+                    _arc_replace(t1e, t2e, b1e, b2e, where, stored, prev, nxt, sz, p, ghost)
                 else:
-                    v = lists[0][1]
-                    _unlink(lists[0], prev, nxt, v)
+                    v = t1e[1]
+                    _unlink(t1e, prev, nxt, v)
                     sz[0] -= stored[v]
                     where[v] = 0
             else:
                 if sz[0] + sz[2] + sz[1] + sz[3] >= 2 * capacity and sz[3] > 0:
-                    g = lists[3][1]
-                    _unlink(lists[3], prev, nxt, g)
+                    g = b2e[1]
+                    _unlink(b2e, prev, nxt, g)
                     sz[3] -= stored[g]
                     where[g] = 0
-                _arc_replace(lists, where, stored, prev, nxt, sz, p, ghost)
-        row = 1 if ghost else 0
-        _push(lists[row], prev, nxt, x)
-        sz[row] += s
-        where[x] = row + 1
+                _arc_replace(t1e, t2e, b1e, b2e, where, stored, prev, nxt, sz, p, ghost)
+        if ghost:
+            _push(t2e, prev, nxt, x)
+            sz[1] += s
+            where[x] = 2
+        else:
+            _push(t1e, prev, nxt, x)
+            sz[0] += s
+            where[x] = 1
         stored[x] = s
     return hits
 
@@ -392,89 +424,101 @@ def _arc(codes, sizes, capacity, k, prev, nxt):
 # ----------------------------------------------------------------- Belady's OPT
 
 @njit(cache=True, nogil=True)
-def _heap_push(pri, seq, key, size, a, b, c):
-    i = size
-    pri[i], seq[i], key[i] = a, b, c
-    while i > 0:
-        parent = (i - 1) >> 1
-        if pri[parent] > pri[i] or (pri[parent] == pri[i] and seq[parent] > seq[i]):
-            break
-        pri[i], pri[parent] = pri[parent], pri[i]
-        seq[i], seq[parent] = seq[parent], seq[i]
-        key[i], key[parent] = key[parent], key[i]
-        i = parent
-    return size + 1
+def _above(pri, seq, a, b):
+    """Heap order: a later next use first; among equals, the later push first."""
+    return pri[a] > pri[b] or (pri[a] == pri[b] and seq[a] > seq[b])
 
 
 @njit(cache=True, nogil=True)
-def _heap_pop(pri, seq, key, size):
-    size -= 1
-    pri[0], seq[0], key[0] = pri[size], seq[size], key[size]
-    i = 0
+def _sift_up(heap, pos, pri, seq, i):
+    x = heap[i]
+    while i > 0:
+        parent = (i - 1) >> 1
+        y = heap[parent]
+        if not _above(pri, seq, x, y):
+            break
+        heap[i] = y
+        pos[y] = i
+        i = parent
+    heap[i] = x
+    pos[x] = i
+
+
+@njit(cache=True, nogil=True)
+def _sift_down(heap, pos, pri, seq, i, size):
+    x = heap[i]
     while True:
-        left, best = 2 * i + 1, i
-        for child in (left, left + 1):
-            if child < size and (pri[child] > pri[best]
-                                 or (pri[child] == pri[best] and seq[child] > seq[best])):
-                best = child
-        if best == i:
-            return size
-        pri[i], pri[best] = pri[best], pri[i]
-        seq[i], seq[best] = seq[best], seq[i]
-        key[i], key[best] = key[best], key[i]
-        i = best
+        child = 2 * i + 1
+        if child >= size:
+            break
+        if child + 1 < size and _above(pri, seq, heap[child + 1], heap[child]):
+            child += 1
+        y = heap[child]
+        if not _above(pri, seq, y, x):
+            break
+        heap[i] = y
+        pos[y] = i
+        i = child
+    heap[i] = x
+    pos[x] = i
 
 
 @njit(cache=True, nogil=True)
 def _opt(codes, sizes, capacity, k, next_use, bypass):
+    """An indexed max-heap of the resident keys by (next use, last push)."""
     n = codes.size
     hits = np.zeros(n, np.bool_)
-    due = np.full(k, -1, np.int64)          # resident key -> next use; -1 absent
+    pos = np.full(k, -1, np.int64)          # resident key -> heap slot; -1 absent
+    pri = np.zeros(k, np.int64)
+    seq = np.zeros(k, np.int64)
     stored = np.zeros(k, np.int64)
-    pri = np.empty(n, np.int64)
-    seq = np.empty(n, np.int64)
-    key = np.empty(n, np.int64)
+    heap = np.empty(k, np.int64)
     size = 0
     used = 0
-    resident = 0
     for i in range(n):
         x, s, now = codes[i], sizes[i], next_use[i]
-        if due[x] != -1:
+        if pos[x] != -1:
             hits[i] = True
-            due[x] = now
-            size = _heap_push(pri, seq, key, size, now, i, x)
+            pri[x] = now
+            seq[x] = i
+            _sift_up(heap, pos, pri, seq, pos[x])     # the next use only moves later
             continue
         if s > capacity:
             continue
-        if bypass and used + s > capacity and resident > 0:
-            while due[key[0]] != pri[0]:
-                size = _heap_pop(pri, seq, key, size)
-            if now >= pri[0]:
-                continue
+        if bypass and used + s > capacity and size > 0 and now >= pri[heap[0]]:
+            continue
         while used + s > capacity:
-            while due[key[0]] != pri[0]:
-                size = _heap_pop(pri, seq, key, size)
-            v = key[0]
-            size = _heap_pop(pri, seq, key, size)
-            due[v] = -1
+            v = heap[0]
+            size -= 1
+            pos[v] = -1
+            if size > 0:
+                heap[0] = heap[size]
+                _sift_down(heap, pos, pri, seq, 0, size)
             used -= stored[v]
-            resident -= 1
-        due[x] = now
+        pri[x] = now
+        seq[x] = i
         stored[x] = s
         used += s
-        resident += 1
-        size = _heap_push(pri, seq, key, size, now, i, x)
+        heap[size] = x
+        size += 1
+        _sift_up(heap, pos, pri, seq, size - 1)
     return hits
+
+
+@njit(cache=True, nogil=True)
+def _next_use(codes, k):
+    out = np.empty(codes.size, np.int64)
+    seen = np.full(k, NEVER, np.int64)
+    for i in range(codes.size - 1, -1, -1):
+        out[i] = seen[codes[i]]
+        seen[codes[i]] = i
+    return out
 
 
 def next_use_codes(codes: np.ndarray) -> np.ndarray:
     """Position of the next access of the same code; NEVER (int64 max) if none."""
-    n = codes.size
-    order = np.lexsort((np.arange(n), codes))
-    out = np.full(n, NEVER, dtype=np.int64)
-    same = codes[order[1:]] == codes[order[:-1]]
-    out[order[:-1][same]] = order[1:][same]
-    return out
+    codes = np.ascontiguousarray(codes, dtype=np.int64)
+    return _next_use(codes, int(codes.max()) + 1 if codes.size else 1)
 
 
 # ----------------------------------------------------------------- dispatch

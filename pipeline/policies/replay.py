@@ -14,7 +14,8 @@ import polars as pl
 
 from pipeline.policies import POLICIES, make_policy
 
-__all__ = ["ENGINES", "ONEPASS", "encode", "policy_hits", "hit_matrix", "tiered_codes",
+__all__ = ["ENGINES", "ONEPASS", "encode", "policy_hits", "hit_matrix", "hit_counts",
+           "tiered_codes",
            "curves_frame"]
 
 #: auto: one pass where exact, else the compiled replay; replay: compiled per capacity;
@@ -74,6 +75,26 @@ def hit_matrix(name: str, codes: np.ndarray, sizes: np.ndarray, capacities: Sequ
     with ThreadPoolExecutor(max_workers=min(workers, len(capacities))) as pool:
         rows = list(pool.map(lambda c: run(name, codes, sizes, c), capacities))
     return np.vstack(rows)
+
+
+def hit_counts(name: str, codes: np.ndarray, sizes: np.ndarray, capacities: Sequence[int],
+               engine: str = "auto", workers: int | None = None) -> np.ndarray:
+    """Hits per capacity (int64), without keeping per-access rows: one pass for LRU, else
+    one compiled replay per capacity on a thread pool (the kernels release the GIL)."""
+    capacities = [int(c) for c in capacities]
+    if name in ONEPASS and engine in ("auto", "onepass"):
+        from pipeline.stackdist import lru_hit_counts
+        return np.asarray(lru_hit_counts(codes, sizes, capacities), dtype=np.int64)
+    if engine not in ("auto", "replay"):
+        return hit_matrix(name, codes, sizes, capacities, engine, workers).sum(axis=1)
+    from pipeline.policies import kernels
+    codes = np.ascontiguousarray(codes, dtype=np.int64)
+    sizes = np.ascontiguousarray(sizes, dtype=np.int64)
+    workers = workers or os.cpu_count() or 1
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(capacities)))) as pool:
+        return np.array(list(pool.map(
+            lambda c: int(kernels.replay(name, codes, sizes, c).sum()), capacities)),
+            dtype=np.int64)
 
 
 def tiered_codes(gpu: str, cpu: str, codes: np.ndarray, sizes: np.ndarray, gpu_capacity: int,
