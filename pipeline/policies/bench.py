@@ -2,7 +2,7 @@
 
 Trace: ``pipeline.bench_curve.zipf_trace`` (default 2,000,000 requests, Zipf(1.0) over
 100,000 objects, sizes 256..8192 fixed per object). Per policy: accesses/s of one replay at
-10 % of the distinct bytes, ours (numba kernel; LRU: the one-pass engine) next to
+10 % of the distinct bytes, ours (numba kernel, LRU included) next to
 libCacheSim's ``process_trace`` on the same trace file, with hit counts asserted equal; and
 the wall time of a ``--points``-capacity curve (5 %..100 %): ours (LRU one pass, the others
 one kernel per capacity on a thread per core) next to libCacheSim's (measured for
@@ -23,17 +23,14 @@ import numpy as np
 from pipeline.bench_curve import capacity_grid, distinct_bytes, libcachesim_hashpower, zipf_trace
 from pipeline.policies import POLICIES, kernels
 from pipeline.policies.reference import LCS_NAMES, lcs_hit_count, write_oracle_trace
-from pipeline.policies.replay import ONEPASS, encode, hit_counts
+from pipeline.policies.replay import encode, hit_counts
 
 __all__ = ["run_bench", "main"]
 
 
 def _ours_one(name, codes, sizes, capacity):
     start = time.perf_counter()
-    if name in ONEPASS:
-        hits = int(hit_counts(name, codes, sizes, [capacity])[0])
-    else:
-        hits = int(kernels.replay(name, codes, sizes, capacity, bypass=False).sum())
+    hits = int(kernels.replay(name, codes, sizes, capacity, bypass=False).sum())
     return hits, time.perf_counter() - start
 
 
