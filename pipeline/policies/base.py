@@ -14,7 +14,7 @@ The rules every policy inherits are kvlab's (``kvlab/kvsim.py``) and libCacheSim
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 
 from kvlab.kvsim import _check_amount
 
@@ -50,6 +50,7 @@ class Policy:
     def access(self, key: Hashable, size: float) -> bool:
         """Read ``key`` of ``size``; return True on a hit, False on a miss."""
         _check_amount("size", size)
+        self._touch(key)
         if key in self._sizes:
             self._hit(key)
             return True
@@ -65,6 +66,42 @@ class Policy:
             self._sizes[key] = size
             self.used += size
         return False
+
+    def place(self, keys: Sequence[Hashable], size: float = 1) -> None:
+        """Block mode (the block issue's placement): read ``keys`` (one request's cacheable
+        blocks, in the tier's touch order) each as a hit or an insertion, then evict until
+        the tier fits, never a block of this request: a victim the policy picks among them
+        is set aside and inserted again afterwards. A request larger than the capacity is
+        not stored and evicts nothing. The lookup (the prefix hit) happens before, outside.
+        """
+        _check_amount("size", size)
+        if len(keys) * size > self.capacity:
+            return
+        for key in keys:
+            self._touch(key)
+            if key in self._sizes:
+                self._hit(key)
+            else:
+                self._miss(key, size)
+                if self._insert(key, size):
+                    self._sizes[key] = size
+                    self.used += size
+        pinned, aside, held = set(keys), [], 0
+        while self.used + held > self.capacity:
+            victim = self._evict(None, 0)
+            if victim is None:
+                continue
+            victim_size = self._sizes.pop(victim)
+            self.used -= victim_size
+            if victim in pinned:
+                aside.append((victim, victim_size))
+                held += victim_size
+            else:
+                self.evictions += 1
+        for key, key_size in aside:
+            if self._insert(key, key_size):
+                self._sizes[key] = key_size
+                self.used += key_size
 
     def keys(self) -> list:
         """The stored keys (order: the policy's own, documented per policy)."""
@@ -85,6 +122,9 @@ class Policy:
     def _admissible(self, size: float) -> bool:
         """kvlab's only rejection: an item larger than the capacity."""
         return size <= self.capacity
+
+    def _touch(self, key: Hashable) -> None:
+        """Called first on every read and every placed block (OPT's clock)."""
 
     def _hit(self, key: Hashable) -> None:
         """Update the policy's state for a hit on resident ``key``."""

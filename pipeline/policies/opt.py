@@ -34,7 +34,8 @@ def next_uses(keys: Sequence[Hashable]) -> list[float]:
 
 
 class OPT(Policy):
-    """Belady's OPT over ``future`` (the keys it will be given, in order).
+    """Belady's OPT over ``future`` (the keys it will be given, in order, by ``access`` and
+    ``place`` together).
     ``keys()``: eviction order, victim first."""
 
     name = "opt"
@@ -49,23 +50,23 @@ class OPT(Policy):
         self._bypass = bypass
         self._t = 0
         self._now = NEVER                               # next use of the current key
+        self._last: dict[Hashable, float] = {}          # key -> next use at its last touch
         self._due: dict[Hashable, float] = {}           # resident key -> its next use
         self._heap: list[tuple[float, int, Hashable]] = []   # (-next use, -seq, key), lazy
         self._seq = 0
 
-    def access(self, key: Hashable, size: float) -> bool:
-        """Read ``key``; it must be the next key of the future given at construction."""
+    def _touch(self, key: Hashable) -> None:
+        """Advance the clock; ``key`` must be the next key of the future given."""
         if self._t >= len(self._future) or self._future[self._t] != key:
             raise ValueError(f"OPT: access {self._t} is {key!r}, but the future given "
                              f"says {self._future[self._t] if self._t < len(self._future) else 'end'!r}")
-        self._now = self._next[self._t]
+        self._now = self._last[key] = self._next[self._t]
         self._t += 1
-        return super().access(key, size)
 
     def _push(self, key) -> None:
-        self._due[key] = self._now
+        due = self._due[key] = self._last[key]
         self._seq += 1
-        heapq.heappush(self._heap, (-self._now, -self._seq, key))
+        heapq.heappush(self._heap, (-due, -self._seq, key))
 
     def _top(self):
         heap = self._heap

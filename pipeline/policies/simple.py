@@ -1,4 +1,5 @@
-"""FIFO and MRU: one ordered dict each (LRU is kvlab's ``LRUCache`` itself)."""
+"""LRU, FIFO and MRU: one ordered dict each (the registry's LRU is kvlab's ``LRUCache``
+itself; ``LRU`` here is the same policy on the shared base, for block mode)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,32 @@ from collections.abc import Hashable
 
 from pipeline.policies.base import Policy
 
-__all__ = ["FIFO", "MRU"]
+__all__ = ["LRU", "FIFO", "MRU"]
+
+
+class LRU(Policy):
+    """Least recently used on the shared base, equal per access to kvlab's ``LRUCache``
+    (the registry's ``lru``; tests/test_policies_blocks.py proves it); block mode uses this
+    one for its ``place``. ``keys()``: least recent first."""
+
+    name = "lru"
+
+    def __init__(self, capacity: float) -> None:
+        super().__init__(capacity)
+        self._recency: OrderedDict[Hashable, None] = OrderedDict()
+
+    def _hit(self, key):
+        self._recency.move_to_end(key)
+
+    def _evict(self, key, size):
+        return self._recency.popitem(last=False)[0]
+
+    def _insert(self, key, size):
+        self._recency[key] = None
+        return True
+
+    def keys(self) -> list:
+        return list(self._recency)
 
 
 class FIFO(Policy):
