@@ -59,7 +59,7 @@ def test_lru_model_equals_the_ideal_model(case, capacities, gpu_order, cpu_order
                                   CPU_MODELS["ideal"](stream, gpu_hits, capacities, cpu_order))
 
 
-@settings(max_examples=40)
+@settings(max_examples=min(30, settings.default.max_examples))
 @pytest.mark.parametrize("name", list(POLICIES))
 @given(block_frames(), st.integers(0, 40), st.integers(0, 40), st.sampled_from(ORDERS))
 def test_every_policy_runs_as_both_tiers(name, case, gpu, cpu, order):
@@ -72,7 +72,7 @@ def test_every_policy_runs_as_both_tiers(name, case, gpu, cpu, order):
     assert (result["cpu_hit_tokens"] <= (cpu // block_size) * block_size).all()
 
 
-@settings(max_examples=60)
+@settings(max_examples=min(40, settings.default.max_examples))
 @pytest.mark.parametrize("name", list(BLOCK_POLICIES))
 @given(capacity=st.integers(0, 8),
        requests=st.lists(st.lists(st.integers(0, 9), max_size=5, unique=True), max_size=12))

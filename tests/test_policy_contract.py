@@ -7,7 +7,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvlab.kvsim import LRUCache
@@ -15,6 +15,8 @@ from pipeline.policies import OPT, POLICIES, make_policy
 
 NAMES = list(POLICIES)
 sized_traces = st.lists(st.tuples(st.integers(0, 7), st.integers(0, 12)), max_size=40)
+
+FEW = settings(max_examples=min(50, settings.default.max_examples))  # per policy: x9
 
 
 def fixed_sizes(trace):
@@ -27,6 +29,7 @@ def build(name, capacity, trace):
     return make_policy(name, capacity, [key for key, _ in trace])
 
 
+@FEW
 @pytest.mark.parametrize("name", NAMES)
 @given(capacity=st.integers(0, 40), trace=sized_traces)
 def test_contract(name, capacity, trace):

@@ -12,6 +12,8 @@ from pipeline.policies import POLICIES, kernels
 from pipeline.policies.replay import _classes, encode, hit_matrix, tiered_codes
 from kvlab.kvsim import TwoTierCache
 
+FEW = settings(max_examples=min(50, settings.default.max_examples))  # per policy: x9
+
 
 @st.composite
 def traces(draw):
@@ -25,6 +27,7 @@ def traces(draw):
     return np.array(keys, dtype=np.int64), np.array(sizes, dtype=np.int64)
 
 
+@FEW
 @pytest.mark.parametrize("name", list(POLICIES))
 @given(capacity=st.integers(0, 120), trace=traces())
 def test_kernel_equals_class(name, capacity, trace):
