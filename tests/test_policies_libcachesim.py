@@ -14,6 +14,7 @@ from conftest import SHARED_TRACES
 from pipeline.policies import OPT, make_policy
 from pipeline.policies.reference import LCS_NAMES, lcs_hits
 from pipeline.policies.traces import mooncake_objects
+from policy_traces import random_traces
 
 pytest.importorskip("libcachesim", reason="libCacheSim (a dev dependency) not installed")
 MOONCAKE = SHARED_TRACES / "synthetic_trace.jsonl"
@@ -92,3 +93,11 @@ def test_whole_mooncake_trace_hit_counts_equal_libcachesim(mooncake_file, name):
         ours_hits = int(kernels.replay(name, codes, np.ones_like(codes), capacity,
                                        bypass=False).sum())
         assert ours_hits == lcs_hit_count(name, path, keys.size, capacity), capacity
+
+
+@pytest.mark.parametrize("name", list(LCS_NAMES))
+def test_random_evicting_traces_equal_libcachesim(name):
+    for keys, sizes, capacity in random_traces(20261130):
+        capacity = max(capacity, 10) if name == "s3fifo" else capacity
+        np.testing.assert_array_equal(ours(name, keys, sizes, capacity),
+                                      lcs_hits(name, keys, sizes, capacity))

@@ -180,3 +180,14 @@ def test_opt_without_bypass_stores_every_miss():
     assert [always.access(k, 1) for k in keys] == [False, False, False]
     bypass = OPT(1, keys)
     assert [bypass.access(k, 1) for k in keys] == [False, False, True]
+
+
+def test_opt_hits_at_least_every_policy_on_random_evicting_traces():
+    from policy_traces import random_traces
+    for keys, sizes, capacity in random_traces(11, count=30):
+        keys, size = keys.tolist(), int(sizes[0]) or 1          # equal sizes
+        opt = OPT(capacity, keys)
+        bound = sum(opt.access(k, size) for k in keys)
+        for name in NAMES:
+            cache = make_policy(name, capacity, keys)
+            assert sum(cache.access(k, size) for k in keys) <= bound, (name, capacity)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from pipeline.policies import POLICIES, kernels
 from pipeline.policies.replay import _classes, encode, hit_matrix, tiered_codes
 from kvlab.kvsim import TwoTierCache
+from policy_traces import random_traces
 
 FEW = settings(max_examples=min(50, settings.default.max_examples))  # per policy: x9
 
@@ -65,3 +66,10 @@ def test_encode_is_dense_in_first_appearance_order():
 def test_onepass_only_where_exact():
     with pytest.raises(ValueError, match="onepass is exact only for lru, not fifo"):
         hit_matrix("fifo", np.array([0]), np.array([1]), [1], "onepass")
+
+
+@pytest.mark.parametrize("name", list(POLICIES))
+def test_kernel_equals_class_on_random_evicting_traces(name):
+    for codes, sizes, capacity in random_traces(7, count=30):
+        np.testing.assert_array_equal(kernels.replay(name, codes, sizes, capacity),
+                                      _classes(name, codes, sizes, capacity))
