@@ -1,6 +1,6 @@
 """Benchmark of the policy family against libCacheSim (prints figures; not a test).
 
-Trace: ``pipeline.bench_curve.zipf_trace`` (default 2,000,000 requests, Zipf(1.0) over
+Trace: ``pipeline.bench.curve.zipf_trace`` (default 2,000,000 requests, Zipf(1.0) over
 100,000 objects, sizes 256..8192 fixed per object). Per policy: accesses/s of one replay at
 10 % of the distinct bytes, ours (numba kernel, LRU included) next to
 libCacheSim's ``process_trace`` on the same trace file, with hit counts asserted equal; and
@@ -8,7 +8,7 @@ the wall time of a ``--points``-capacity curve (5 %..100 %): ours (LRU one pass,
 one kernel per capacity on a thread per core) next to libCacheSim's (measured for
 ``--lcs-curve`` policies, else estimated as points x its one-capacity time).
 
-    python -m pipeline.policies.bench [--requests N] [--points 50] [--lcs-curve lru]
+    python -m pipeline.bench.policies [--requests N] [--points 50] [--lcs-curve lru]
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from pipeline.bench_curve import capacity_grid, distinct_bytes, libcachesim_hashpower, zipf_trace
+from pipeline.bench.curve import capacity_grid, distinct_bytes, libcachesim_hashpower, zipf_trace
 from pipeline.policies import POLICIES, kernels
 from pipeline.policies.reference import LCS_NAMES, lcs_hit_count, write_oracle_trace
 from pipeline.policies.replay import encode, hit_counts
@@ -97,8 +97,8 @@ def run_bench(requests: int = 2_000_000, objects: int = 100_000, points: int = 5
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry: ``python -m pipeline.policies.bench``."""
-    parser = argparse.ArgumentParser(prog="python -m pipeline.policies.bench",
+    """Command-line entry: ``python -m pipeline.bench.policies``."""
+    parser = argparse.ArgumentParser(prog="python -m pipeline.bench.policies",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=2_000_000)
     parser.add_argument("--objects", type=int, default=100_000)
