@@ -9,6 +9,7 @@ import numpy as np
 import polars as pl
 
 from pipeline.errors import CLIError
+from pipeline.workloads.documents import DocumentWorkload
 
 __all__ = ["MOONCAKE_BLOCK", "mooncake_objects", "lab_objects"]
 
@@ -42,10 +43,8 @@ def mooncake_objects(path: str | Path, unit: bool = True) -> tuple[np.ndarray, n
 
 
 def lab_objects(docs: int, tokens: int, passes: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """The lab's document mode: one object per document, ``tokens`` each, read per pass
-    (fwd: 0..docs-1, rev: docs-1..0)."""
-    order = []
-    for name in passes:
-        order += list(range(docs)) if name == "fwd" else list(range(docs - 1, -1, -1))
-    keys = np.asarray(order, dtype=np.int64)
-    return keys, np.full(keys.size, tokens, dtype=np.int64)
+    """The lab's document mode (``pipeline.workloads.documents.DocumentWorkload``): one
+    object per document, ``tokens`` each, read per pass (fwd: 0..docs-1, rev: docs-1..0)."""
+    accesses = DocumentWorkload(docs, tokens, tuple(passes)).accesses()
+    return (accesses["doc"].to_numpy().astype(np.int64),
+            accesses["size"].to_numpy().astype(np.int64))
