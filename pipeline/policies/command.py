@@ -125,11 +125,14 @@ def simulate(args) -> tuple[str, pl.DataFrame, pl.DataFrame]:
     codes = encode(keys)
     curves, events = [], []
     for name in args.gpu_policy:
-        if args.cpu:
-            tiers = np.vstack([tiered_codes(name, args.cpu_policy, codes, sizes, c, args.cpu,
-                                            args.engine) for c in capacities])
-        else:
-            tiers = np.where(hit_matrix(name, codes, sizes, capacities, args.engine), 0, 2)
+        try:
+            if args.cpu:
+                tiers = np.vstack([tiered_codes(name, args.cpu_policy, codes, sizes, c,
+                                                args.cpu, args.engine) for c in capacities])
+            else:
+                tiers = np.where(hit_matrix(name, codes, sizes, capacities, args.engine), 0, 2)
+        except ValueError as exc:
+            raise CLIError(f"--engine {args.engine}: {exc}") from None
         n = codes.size
         events.append(pl.DataFrame({
             "policy": name, "capacity": np.repeat(np.asarray(capacities, np.int64), n),

@@ -25,6 +25,16 @@ ENGINES = ("auto", "onepass", "replay", "classes")
 ONEPASS = ("lru",)
 
 
+def _fixed_sizes(codes: np.ndarray, sizes: np.ndarray) -> bool:
+    """True when every key keeps one size (the one-pass LRU engine needs it; kvlab's LRU
+    keeps the first stored size, which makes the state depend on the capacity otherwise)."""
+    if codes.size == 0:
+        return True
+    first = np.full(int(codes.max()) + 1, -1, dtype=np.int64)
+    first[codes[::-1]] = sizes[::-1]
+    return bool((first[codes] == sizes).all())
+
+
 def encode(keys: Sequence) -> np.ndarray:
     """Dense int64 codes 0..K-1 in order of first appearance."""
     keys = np.asarray(keys)
@@ -60,7 +70,10 @@ def hit_matrix(name: str, codes: np.ndarray, sizes: np.ndarray, capacities: Sequ
     capacities = [int(c) for c in capacities]
     if engine == "onepass" and name not in ONEPASS:
         raise ValueError(f"engine onepass is exact only for {', '.join(ONEPASS)}, not {name}")
-    if name in ONEPASS and engine in ("auto", "onepass"):
+    if engine == "onepass" and not _fixed_sizes(codes, sizes):
+        raise ValueError("engine onepass needs one fixed size per key; this trace's sizes "
+                         "vary (use --engine auto or replay)")
+    if name in ONEPASS and engine in ("auto", "onepass") and _fixed_sizes(codes, sizes):
         from pipeline.stackdist import lru_hits
         return np.asarray(lru_hits(codes, sizes, capacities), dtype=bool).reshape(
             len(capacities), codes.size)
@@ -82,14 +95,14 @@ def hit_counts(name: str, codes: np.ndarray, sizes: np.ndarray, capacities: Sequ
     """Hits per capacity (int64), without keeping per-access rows: one pass for LRU, else
     one compiled replay per capacity on a thread pool (the kernels release the GIL)."""
     capacities = [int(c) for c in capacities]
-    if name in ONEPASS and engine in ("auto", "onepass"):
+    codes = np.ascontiguousarray(codes, dtype=np.int64)
+    sizes = np.ascontiguousarray(sizes, dtype=np.int64)
+    if name in ONEPASS and engine in ("auto", "onepass") and _fixed_sizes(codes, sizes):
         from pipeline.stackdist import lru_hit_counts
         return np.asarray(lru_hit_counts(codes, sizes, capacities), dtype=np.int64)
     if engine not in ("auto", "replay"):
         return hit_matrix(name, codes, sizes, capacities, engine, workers).sum(axis=1)
     from pipeline.policies import kernels
-    codes = np.ascontiguousarray(codes, dtype=np.int64)
-    sizes = np.ascontiguousarray(sizes, dtype=np.int64)
     workers = workers or os.cpu_count() or 1
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(capacities)))) as pool:
         return np.array(list(pool.map(
