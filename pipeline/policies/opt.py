@@ -58,8 +58,9 @@ class OPT(Policy):
     def _touch(self, key: Hashable) -> None:
         """Advance the clock; ``key`` must be the next key of the future given."""
         if self._t >= len(self._future) or self._future[self._t] != key:
+            expected = self._future[self._t] if self._t < len(self._future) else "the end"
             raise ValueError(f"OPT: access {self._t} is {key!r}, but the future given "
-                             f"says {self._future[self._t] if self._t < len(self._future) else 'end'!r}")
+                             f"says {expected!r}")
         self._now = self._last[key] = self._next[self._t]
         self._t += 1
 

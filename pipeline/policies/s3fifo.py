@@ -23,10 +23,10 @@ from collections.abc import Hashable
 
 from pipeline.policies.base import Policy
 
-__all__ = ["S3FIFO"]
+__all__ = ["S3FIFO", "share"]
 
 
-def _share(capacity: float, ratio: float) -> float:
+def share(capacity: float, ratio: float) -> float:
     """libCacheSim's ``(int64_t)(cache_size * ratio)``."""
     return capacity * ratio if math.isinf(capacity) else math.floor(capacity * ratio)
 
@@ -41,9 +41,9 @@ class S3FIFO(Policy):
     def __init__(self, capacity: float, small_ratio: float = 0.10, ghost_ratio: float = 0.90,
                  move_to_main: int = 2) -> None:
         super().__init__(capacity)
-        self.small_size = _share(self.capacity, small_ratio)
+        self.small_size = share(self.capacity, small_ratio)
         self.main_size = self.capacity - self.small_size
-        self.ghost_size = _share(self.capacity, ghost_ratio)
+        self.ghost_size = share(self.capacity, ghost_ratio)
         self._threshold = move_to_main
         self._small: OrderedDict[Hashable, float] = OrderedDict()   # oldest first
         self._main: OrderedDict[Hashable, float] = OrderedDict()
