@@ -8,7 +8,8 @@ the wall time of a ``--points``-capacity curve (5 %..100 %): ours (LRU one pass,
 one kernel per capacity on a thread per core) next to libCacheSim's (measured for
 ``--lcs-curve`` policies, else estimated as points x its one-capacity time).
 
-    python -m pipeline.bench.policies [--requests N] [--points 50] [--lcs-curve lru]
+    python -m pipeline.bench.policies [--policy-requests N] [--policy-points 50]
+                                      [--policy-lcs-curve lru] [--policy-names lru,opt]
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pipeline.policies import POLICIES, kernels
 from pipeline.policies.reference import LCS_NAMES, lcs_hit_count, write_oracle_trace
 from pipeline.policies.replay import encode, hit_counts
 
-__all__ = ["run_bench", "main"]
+__all__ = ["run_bench", "add_arguments", "main"]
 
 
 def _ours_one(name, codes, sizes, capacity):
@@ -96,24 +97,33 @@ def run_bench(requests: int = 2_000_000, objects: int = 100_000, points: int = 5
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry: ``python -m pipeline.bench.policies``."""
-    parser = argparse.ArgumentParser(prog="python -m pipeline.bench.policies",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--requests", type=int, default=2_000_000)
-    parser.add_argument("--objects", type=int, default=100_000)
-    parser.add_argument("--points", type=int, default=50)
-    parser.add_argument("--seed", type=int, default=20261003)
-    parser.add_argument("--lcs-curve", default="lru",
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options, prefixed ``--policy-`` so ``python -m pipeline bench`` can add them."""
+    parser.add_argument("--policy-requests", type=int, default=2_000_000,
+                        help="requests of the Zipf trace (default %(default)s)")
+    parser.add_argument("--policy-objects", type=int, default=100_000,
+                        help="objects of the Zipf trace (default %(default)s)")
+    parser.add_argument("--policy-points", type=int, default=50,
+                        help="capacities of the curve (default %(default)s)")
+    parser.add_argument("--policy-seed", type=int, default=20261003)
+    parser.add_argument("--policy-lcs-curve", default="lru",
                         help="policies whose libCacheSim curve is measured, not estimated "
                              "(comma-separated, or 'all'; default lru)")
-    parser.add_argument("--policies", default=",".join(POLICIES))
-    args = parser.parse_args(argv)
-    lcs_curve = tuple(LCS_NAMES) if args.lcs_curve == "all" else tuple(args.lcs_curve.split(","))
-    run_bench(args.requests, args.objects, args.points, args.seed, lcs_curve,
-              tuple(args.policies.split(",")))
+    parser.add_argument("--policy-names", default=",".join(POLICIES),
+                        help="policies to time (default all)")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the benchmark from parsed ``add_arguments`` options."""
+    lcs_curve = (tuple(LCS_NAMES) if args.policy_lcs_curve == "all"
+                 else tuple(args.policy_lcs_curve.split(",")))
+    run_bench(args.policy_requests, args.policy_objects, args.policy_points, args.policy_seed,
+              lcs_curve, tuple(args.policy_names.split(",")))
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    _parser = argparse.ArgumentParser(prog="python -m pipeline.bench.policies",
+                                      description=__doc__.split("\n\n")[0])
+    add_arguments(_parser)
+    raise SystemExit(main(_parser.parse_args()))
