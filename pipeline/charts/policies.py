@@ -94,8 +94,8 @@ def policy_sections(trace_path: str | Path | None = None,
         f"On the lab's cyclic workload ({LAB_DOCS} documents x {LAB_TOKENS} tokens read "
         f"fwd, fwd, rev) LRU and the recency/frequency policies fall to the reverse pass "
         f"alone below the working set ({lru_below[0]:.0%} of accesses one token short of it) "
-        f"while OPT keeps what fits ({opt_below[0]:.0%}), and MRU follows OPT; S3-FIFO "
-        f"stores nothing until a document fits its 10% small queue.")]
+        f"while OPT keeps what fits ({opt_below[0]:.0%}); MRU matches OPT from two documents "
+        f"up; S3-FIFO stores nothing until a document fits its 10% small queue.")]
     if trace is None and trace_path is not None and Path(trace_path).exists():
         trace = trace_curves(trace_path)
     if trace is not None:
