@@ -112,8 +112,40 @@ def _capacities(args, keys: np.ndarray, sizes: np.ndarray) -> list[int]:
     return sorted({max(1, int(distinct * f)) for f in TRACE_FRACTIONS})
 
 
-def simulate(args) -> tuple[str, pl.DataFrame, pl.DataFrame]:
-    """(workload label, curves, events) for the parsed arguments; validates first."""
+def _curve_rows(name: str, capacities: list[int], tiers: np.ndarray,
+                passes: np.ndarray | None) -> pl.DataFrame:
+    """Counts per capacity (and pass): accesses, GPU hits, CPU hits."""
+    labels = passes if passes is not None else np.zeros(tiers.shape[1], np.int64)
+    rows = []
+    for label in dict.fromkeys(labels.tolist()):
+        part = tiers[:, labels == label]
+        rows.append(pl.DataFrame({
+            "policy": name, "capacity": np.asarray(capacities, np.int64), "pass": label,
+            "accesses": part.shape[1], "gpu_hits": (part == 0).sum(axis=1),
+            "cpu_hits": (part == 1).sum(axis=1)},
+            schema_overrides={"pass": pl.Int16, "accesses": pl.Int64, "gpu_hits": pl.Int64,
+                              "cpu_hits": pl.Int64}))
+    frame = pl.concat(rows)
+    return frame if passes is not None else frame.drop("pass")
+
+
+def _event_rows(name: str, capacities: list[int], tiers: np.ndarray,
+                passes: np.ndarray | None) -> pl.DataFrame:
+    """One row per access, policy and capacity."""
+    n = tiers.shape[1]
+    return pl.DataFrame({
+        "policy": name, "capacity": np.repeat(np.asarray(capacities, np.int64), n),
+        "access": np.tile(np.arange(n, dtype=np.int32), len(capacities)),
+        "pass": np.tile(passes if passes is not None else np.zeros(n, np.int64),
+                        len(capacities)).astype(np.int16),
+        "tier": pl.Series(np.asarray(TIER_NAMES)[tiers.ravel()], dtype=pl.Categorical)})
+
+
+TIER_NAMES = ("gpu", "cpu", "miss")
+
+
+def simulate(args, events: bool = True) -> tuple[str, pl.DataFrame, pl.DataFrame | None]:
+    """(workload label, curves, events or None) for the parsed arguments; validates first."""
     if args.engine == "onepass":
         bad = [name for name in [*args.gpu_policy, *([args.cpu_policy] if args.cpu else [])]
                if name not in ONEPASS]
@@ -123,7 +155,7 @@ def simulate(args) -> tuple[str, pl.DataFrame, pl.DataFrame]:
     label, keys, sizes, passes = _workload(args)
     capacities = _capacities(args, keys, sizes)
     codes = encode(keys)
-    curves, events = [], []
+    curves, logs = [], []
     for name in args.gpu_policy:
         try:
             if args.cpu:
@@ -133,23 +165,14 @@ def simulate(args) -> tuple[str, pl.DataFrame, pl.DataFrame]:
                 tiers = np.where(hit_matrix(name, codes, sizes, capacities, args.engine), 0, 2)
         except ValueError as exc:
             raise CLIError(f"--engine {args.engine}: {exc}") from None
-        n = codes.size
-        events.append(pl.DataFrame({
-            "policy": name, "capacity": np.repeat(np.asarray(capacities, np.int64), n),
-            "access": np.tile(np.arange(n, dtype=np.int32), len(capacities)),
-            "pass": np.tile(passes if passes is not None else np.zeros(n, np.int64),
-                            len(capacities)).astype(np.int16),
-            "tier": tiers.ravel().astype(np.int8)}))
-    events = pl.concat(events).with_columns(
-        pl.col("tier").replace_strict({0: "gpu", 1: "cpu", 2: "miss"}, return_dtype=pl.Categorical))
-    group = ["policy", "capacity"] + (["pass"] if passes is not None else [])
-    curves = (events.group_by(group, maintain_order=True)
-              .agg(accesses=pl.len(), gpu_hits=(pl.col("tier") == "gpu").sum(),
-                   cpu_hits=(pl.col("tier") == "cpu").sum())
-              .with_columns(hit_ratio=pl.col("gpu_hits") / pl.col("accesses"),
-                            workload=pl.lit(label), cpu=pl.lit(args.cpu),
-                            cpu_policy=pl.lit(args.cpu_policy if args.cpu else None)))
-    return label, curves, events
+        curves.append(_curve_rows(name, capacities, tiers, passes))
+        if events:
+            logs.append(_event_rows(name, capacities, tiers, passes))
+    curves = pl.concat(curves).with_columns(
+        hit_ratio=pl.col("gpu_hits") / pl.col("accesses"), workload=pl.lit(label),
+        cpu=pl.lit(args.cpu, pl.Int64),
+        cpu_policy=pl.lit(args.cpu_policy if args.cpu else None, pl.String))
+    return label, curves, (pl.concat(logs) if events else None)
 
 
 def _totals(curves: pl.DataFrame) -> pl.DataFrame:
@@ -184,11 +207,11 @@ def _table(label: str, totals: pl.DataFrame, cpu: int) -> str:
 def main(args: argparse.Namespace) -> int:
     """Run the command; print the table (or JSON) and write the Parquet files."""
     start = time.perf_counter()
-    label, curves, events = simulate(args)
+    label, curves, events = simulate(args, events=args.trace is None or args.events)
     try:
         args.out.mkdir(parents=True, exist_ok=True)
         paths = [write_parquet_atomic(curves, args.out / "curves.parquet")]
-        if args.trace is None or args.events:
+        if events is not None:
             paths.append(write_parquet_atomic(events, args.out / "events.parquet"))
     except OSError as exc:
         raise CLIError(f"--out {args.out}: cannot write ({exc.strerror or exc})") from None
