@@ -50,7 +50,9 @@ class Infinite:
 
 def distinct_cacheable(stream: BlockStream) -> int:
     """Distinct keys among the cacheable blocks (what an infinite cache would hold)."""
-    return int(np.unique(stream.codes[stream.cacheable_mask()]).size)
+    seen = np.zeros(stream.n_codes, dtype=bool)
+    seen[stream.codes[stream.cacheable_mask()]] = True
+    return int(np.count_nonzero(seen))
 
 
 def infinite(stream: BlockStream) -> Infinite:
