@@ -9,6 +9,7 @@ import polars as pl
 import pytest
 from conftest import SHARED_TRACES
 
+from pipeline.blocks.sweep import block_hit_steps
 from pipeline.cli import main
 
 SYNTHETIC = SHARED_TRACES / "synthetic_trace.jsonl"
@@ -39,8 +40,13 @@ def test_parquet_events_give_the_gpu_curve_in_polars(tmp_path, capsys):
     assert summary["gpu_curve_exact_from_blocks"] <= 400
     events = pl.read_parquet(tmp_path / "events.parquet")
     assert events.height == summary["block_accesses"] == 121877
-    curve = [events.filter(pl.col("gpu_stack_distance") <= c // 512).height * 512 for c in gpu]
+    prefix = events.select(pl.col("stack_distance").fill_null(2 ** 40).cast(pl.Int64)
+                           .cum_max().over("request", order_by="block_index"))
+    curve = [prefix.filter(pl.col("stack_distance") <= c // 512).height * 512 for c in gpu]
     assert curve == [p["gpu_tokens"] for p in summary["points"]]
+    steps = block_hit_steps(events, 512)             # the blocks branch's reading of it
+    at = [steps.filter(pl.col("capacity") <= c)["hit_tokens"].max() for c in gpu]
+    assert at == curve
     for name in ("events", "requests"):
         assert summary["files"][name]["bytes_per_row"] <= 8
     per_request = pl.read_parquet(tmp_path / "requests.parquet")

@@ -88,12 +88,12 @@ def main(args: argparse.Namespace) -> int:
     infinite = engine.infinite(stream)
     points, per_request = engine.points(stream, gpu, cpu, args.gpu_order, args.cpu_order,
                                         args.gpu_model, args.cpu_model)
-    events, depth = engine.block_events(stream, args.gpu_order)
+    events = engine.block_events(stream, args.gpu_order)
     sizes = outputs.write_frames(args.out, events, per_request, points, workload.requests)
     summary = outputs.summary(workload, stream, infinite, args, sweep_gpu, sizes, points)
     if not args.no_report:
         outputs.write_report(args.report, workload, stream, infinite, args, sweep_gpu,
-                             depth)
+                             events)
         summary["report"] = str(args.report)
     if args.json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")

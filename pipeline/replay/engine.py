@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from pipeline.blocks import sweep
 from pipeline.blocks.models import CPU_MODELS, GPU_MODELS
 from pipeline.blocks.onepass import COLD, block_distances
 from pipeline.blocks.stream import BlockStream, capacity_blocks
@@ -20,11 +21,8 @@ from pipeline.stackdist import _NOTHING_STORED, _band_limits
 
 __all__ = ["Infinite", "infinite", "points", "gpu_curve", "cpu_curve", "block_events",
            "default_gpu_grid", "default_cpu_grid", "curve_grid", "distinct_cacheable",
-           "POINT_SCHEMA", "EVENT_SCHEMA", "REQUEST_POINT_SCHEMA"]
+           "POINT_SCHEMA", "REQUEST_POINT_SCHEMA"]
 
-#: One row per block access: the GPU running-max stack distance in blocks (null: never hits).
-EVENT_SCHEMA = pl.Schema({"request": pl.UInt32, "block_index": pl.UInt32,
-                          "gpu_stack_distance": pl.UInt32})
 #: One row per (capacity point, request): tokens served by each tier (miss = the rest).
 REQUEST_POINT_SCHEMA = pl.Schema({"point": pl.UInt16, "request": pl.UInt32,
                                   "gpu_hit_tokens": pl.UInt32, "cpu_hit_tokens": pl.UInt32})
@@ -144,17 +142,12 @@ def cpu_curve(stream: BlockStream, gpu_capacity: int, capacities: np.ndarray,
     return np.full(len(capacities), int(gpu_hits.sum())), served
 
 
-def block_events(stream: BlockStream, order: str) -> tuple[pl.DataFrame, np.ndarray]:
-    """One row per block access (``EVENT_SCHEMA``) from the unlimited pass, and the blocks'
-    own LRU depths (reuse distances in blocks, ``COLD`` for first touches and partial
-    blocks). A block hits a GPU of C blocks iff gpu_stack_distance <= C, exactly for every C
-    >= the largest request's cacheable blocks (below it, oversize requests change the
-    stack: ``gpu_curve`` runs one pass per band)."""
-    distances = block_distances(stream, order)
-    request = np.repeat(stream.request, np.diff(stream.starts))
-    prefix = distances.prefix
-    frame = pl.DataFrame({
-        "request": request, "block_index": stream.block_index,
-        "gpu_stack_distance": np.where(prefix == COLD, 0, prefix)}).with_columns(
-        pl.when(pl.col("gpu_stack_distance") > 0).then(pl.col("gpu_stack_distance")))
-    return frame.cast(dict(EVENT_SCHEMA)), distances.depth
+def block_events(stream: BlockStream, order: str) -> pl.DataFrame:
+    """One row per block access (``pipeline.blocks.sweep.EVENT_SCHEMA``: gpu_order, request,
+    block_index, stack_distance = the block's GPU LRU depth in blocks before its request,
+    null when cold or not cacheable), from the unlimited one-pass. A block hits a GPU of C
+    blocks iff the running max of the depths up to it in its request is <= C
+    (``pipeline.blocks.sweep.block_hit_steps``), exactly for every C >= the largest
+    request's cacheable blocks; below that, oversize requests change the stack and
+    ``gpu_curve`` runs one pass per band."""
+    return sweep.block_events(stream, [order])

@@ -10,7 +10,6 @@ import numpy as np
 import polars as pl
 
 from kvlab.summarize import atomic_output
-from pipeline.blocks.onepass import COLD
 from pipeline.blocks.stream import ORDERS, BlockStream
 from pipeline.charts import page_html
 from pipeline.charts import trace as charts
@@ -83,7 +82,7 @@ def _gpu_curves(stream: BlockStream, prompt: int) -> pl.DataFrame:
 
 
 def report_page(workload: Workload, stream: BlockStream, infinite: engine.Infinite,
-                args: argparse.Namespace, sweep_gpu: int, depth: np.ndarray) -> str:
+                args: argparse.Namespace, sweep_gpu: int, events: pl.DataFrame) -> str:
     """The whole trace.html page."""
     prompt = infinite.prompt_tokens
     curves = _gpu_curves(stream, prompt)
@@ -92,7 +91,8 @@ def report_page(workload: Workload, stream: BlockStream, infinite: engine.Infini
                                               args.cpu_order, args.gpu_model, args.cpu_model)
     cpu = pl.DataFrame({"cpu_capacity": grid, "gpu_token_ratio": gpu_tokens / max(prompt, 1),
                         "cpu_token_ratio": cpu_tokens / max(prompt, 1)})
-    reuse = pl.DataFrame({"reuse_tokens": depth[depth != COLD] * stream.block_size})
+    reuse = events.select(reuse_tokens=pl.col("stack_distance").drop_nulls().cast(pl.Int64)
+                          * stream.block_size)
     lede = (f"{workload.label}: {infinite.requests} requests, {infinite.blocks} block accesses "
             f"of {stream.block_size} tokens ({infinite.distinct_blocks} distinct). An "
             f"infinite cache hits {infinite.repeat_ratio:.4f} of block accesses (repeated "
@@ -114,9 +114,9 @@ def report_page(workload: Workload, stream: BlockStream, infinite: engine.Infini
 
 def write_report(path: Path, workload: Workload, stream: BlockStream,
                  infinite: engine.Infinite, args: argparse.Namespace, sweep_gpu: int,
-                 depth: np.ndarray) -> None:
+                 events: pl.DataFrame) -> None:
     """Write the report page atomically."""
-    page = report_page(workload, stream, infinite, args, sweep_gpu, depth)
+    page = report_page(workload, stream, infinite, args, sweep_gpu, events)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_output(path) as handle:
