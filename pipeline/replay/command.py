@@ -70,6 +70,14 @@ def _table(points: pl.DataFrame) -> str:
     return "\n".join([header, *rows])
 
 
+def _shown(path: str | Path) -> str:
+    """``path`` relative to the working folder when it lies under it."""
+    try:
+        return str(Path(path).absolute().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def main(args: argparse.Namespace) -> int:
     """``python -m pipeline trace``: validate, replay, write, print."""
     workload = load_workload(args)
@@ -110,11 +118,11 @@ def main(args: argparse.Namespace) -> int:
     print(f"GPU {args.gpu_order} ({args.gpu_model}), CPU {args.cpu_order} ({args.cpu_model}), "
           "capacities in tokens:")
     print(_table(points))
-    print(f"events: {sizes['events']['path']} ({sizes['events']['rows']} rows, "
+    print(f"events: {_shown(sizes['events']['path'])} ({sizes['events']['rows']} rows, "
           f"{sizes['events']['bytes_per_row']:.2f} bytes/access; GPU curve exact from "
           f"{int(np.max(stream.cacheable, initial=0))} blocks)")
-    print(f"per request: {sizes['requests']['path']} ({sizes['requests']['rows']} rows, "
+    print(f"per request: {_shown(sizes['requests']['path'])} ({sizes['requests']['rows']} rows, "
           f"{sizes['requests']['bytes_per_row']:.2f} bytes/request/point)")
     if not args.no_report:
-        print(f"report: {args.report}")
+        print(f"report: {_shown(args.report)}")
     return 0
