@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 
 from pipeline.blocks import sweep
-from pipeline.blocks.models import CPU_MODELS, GPU_MODELS
+from pipeline.blocks.models import CPU_MODELS, GPU_MODELS, request_result
 from pipeline.blocks.onepass import COLD, block_distances
 from pipeline.blocks.stream import BlockStream, capacity_blocks
 from pipeline.stackdist import _NOTHING_STORED, _band_limits
@@ -94,26 +94,28 @@ def points(stream: BlockStream, gpu: list[int], cpu: list[int], gpu_order: str,
     """Every (GPU, CPU) pair: the per-point totals (``POINT_SCHEMA``) and one row per
     (point, request) (``REQUEST_POINT_SCHEMA``)."""
     gpu_hits = GPU_MODELS[gpu_model](stream, gpu, gpu_order)              # (G, R) tokens
-    per_request, totals = [], []
-    prompt = int(stream.prompt_tokens.sum())
-    for g, gpu_capacity in enumerate(gpu):
+    per_request = []
+    for g in range(len(gpu)):
         cpu_prefix = CPU_MODELS[cpu_model](stream, gpu_hits[g], cpu, cpu_order)   # (C, R)
-        for c, cpu_capacity in enumerate(cpu):
-            point = g * len(cpu) + c
-            served = np.maximum(cpu_prefix[c] - gpu_hits[g], 0)
-            gpu_tokens, cpu_tokens = int(gpu_hits[g].sum()), int(served.sum())
-            hit_blocks = (gpu_tokens + cpu_tokens) // stream.block_size
-            totals.append((point, gpu_capacity, cpu_capacity, gpu_tokens, cpu_tokens,
-                           prompt - gpu_tokens - cpu_tokens, hit_blocks,
-                           hit_blocks / stream.blocks if stream.blocks else 0.0,
-                           (gpu_tokens + cpu_tokens) / prompt if prompt else 0.0))
-            per_request.append(pl.DataFrame({
-                "point": np.full(stream.requests, point), "request": stream.request,
-                "gpu_hit_tokens": gpu_hits[g], "cpu_hit_tokens": served},
-                schema_overrides={"point": pl.Int64}).cast(dict(REQUEST_POINT_SCHEMA)))
-    return (pl.DataFrame(totals, schema=POINT_SCHEMA, orient="row"),
-            pl.concat(per_request) if per_request else
-            pl.DataFrame(schema=REQUEST_POINT_SCHEMA))
+        for c in range(len(cpu)):
+            result = request_result(stream, gpu_hits[g], cpu_prefix[c])
+            per_request.append(result.select(
+                pl.lit(g * len(cpu) + c).alias("point"), "request", "gpu_hit_tokens",
+                "cpu_hit_tokens", "miss_tokens", "hit_blocks"))
+    frame = pl.concat(per_request)
+    capacities = pl.DataFrame({
+        "point": np.arange(len(gpu) * len(cpu)), "gpu_capacity": np.repeat(gpu, len(cpu)),
+        "cpu_capacity": np.tile(cpu, len(gpu))})
+    prompt, blocks = int(stream.prompt_tokens.sum()), max(stream.blocks, 1)
+    totals = (frame.group_by("point").agg(
+        gpu_tokens=pl.col("gpu_hit_tokens").sum(), cpu_tokens=pl.col("cpu_hit_tokens").sum(),
+        recomputed_tokens=pl.col("miss_tokens").sum(), hit_blocks=pl.col("hit_blocks").sum())
+        .join(capacities, on="point").sort("point")
+        .with_columns(block_hit_ratio=pl.col("hit_blocks") / blocks,
+                      token_hit_ratio=(pl.col("gpu_tokens") + pl.col("cpu_tokens"))
+                      / max(prompt, 1)))
+    return (totals.select(POINT_SCHEMA.names()).cast(dict(POINT_SCHEMA)),
+            frame.select(REQUEST_POINT_SCHEMA.names()).cast(dict(REQUEST_POINT_SCHEMA)))
 
 
 def gpu_curve(stream: BlockStream, capacities: np.ndarray, order: str) -> np.ndarray:
@@ -138,8 +140,8 @@ def cpu_curve(stream: BlockStream, gpu_capacity: int, capacities: np.ndarray,
     """At one GPU capacity: (GPU hit tokens, CPU-served tokens per CPU capacity)."""
     gpu_hits = GPU_MODELS[gpu_model](stream, [gpu_capacity], gpu_order)[0]
     cpu_prefix = CPU_MODELS[cpu_model](stream, gpu_hits, capacities, cpu_order)
-    served = np.maximum(cpu_prefix - gpu_hits[None, :], 0).sum(axis=1)
-    return np.full(len(capacities), int(gpu_hits.sum())), served
+    served = [request_result(stream, gpu_hits, row)["cpu_hit_tokens"].sum() for row in cpu_prefix]
+    return np.full(len(capacities), int(gpu_hits.sum())), np.array(served, dtype=np.int64)
 
 
 def block_events(stream: BlockStream, order: str) -> pl.DataFrame:
