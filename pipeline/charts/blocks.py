@@ -103,9 +103,10 @@ def gpu_orders_caption(aggregates: pl.DataFrame, scenario: dict) -> str:
              f"tokens ({hits['cached_tokens'][0]} second-pass tokens there, "
              f"{tail['cached_tokens'][-1]} at {tail['gpu_capacity'][-1]})")
     head = f"head-first keeps at most {int(head_below.max() or 0)} below the edge"
-    return (f"With a cyclic second pass, {start} while {head}; tail-first reaches {top} tokens from "
-            f"{full[0]} and head-first from {full[1]}: all {edge['full_blocks']} tokens of "
-            f"full blocks, {edge['working_set'] - edge['full_blocks']} below the working set "
+    return (f"With a cyclic second pass, {start} while {head}; tail-first reaches {top} "
+            f"tokens from {full[0]} and head-first from {full[1]}: all {edge['full_blocks']} "
+            f"tokens of full blocks, {edge['working_set'] - edge['full_blocks']} below the "
+            f"working set "
             f"of {edge['working_set']}, because a partial last block never hits.")
 
 
