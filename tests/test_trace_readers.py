@@ -181,3 +181,37 @@ def test_token_hashing_is_independent_of_the_other_requests(tmp_path):
         {"timestamp": 0, "tokens": [7, 7]}, {"timestamp": 1, "tokens": list(range(10))}]), 4)
     assert np.array_equal(alone.blocks["block_key"].to_numpy(),
                           mixed.blocks.filter(request=1)["block_key"].to_numpy())
+
+
+BAD_TEMPLATES = [record for record, _ in BAD_MOONCAKE]
+
+
+@given(lines=st.lists(st.one_of(
+    st.tuples(st.just("good"), st.integers(1, 4), st.integers(1, 512)),
+    st.tuples(st.just("bad"), st.integers(0, len(BAD_TEMPLATES) - 1), st.just(0)),
+    st.tuples(st.just("blank"), st.just(0), st.just(0))), min_size=1, max_size=12))
+def test_skipping_drops_exactly_the_bad_lines_and_names_the_first(lines, tmp_path_factory):
+    records, good, bad = [], [], []
+    for number, (kind, a, b) in enumerate(lines, start=1):
+        if kind == "good":
+            records.append(mooncake(list(range(number * 10, number * 10 + a)),
+                                    (a - 1) * 512 + b))
+            good.append(number)
+        elif kind == "bad":
+            records.append(BAD_TEMPLATES[a])
+            bad.append(number)
+        else:
+            records.append("")
+    path = write_lines(tmp_path_factory.mktemp("s") / "t.jsonl", records)
+    if bad:
+        with pytest.raises(TraceError, match=rf"^{path}:{bad[0]}: "):
+            read_mooncake(path)
+    if not good:
+        with pytest.raises(TraceError, match="no requests"):
+            read_mooncake(path, skip_bad_lines=True)
+        return
+    trace = read_mooncake(path, skip_bad_lines=True)
+    assert [line for line, _ in trace.skipped] == bad
+    assert trace.lines.tolist() == good
+    assert trace.requests["prompt_tokens"].to_list() == [
+        records[n - 1]["input_length"] for n in good]
