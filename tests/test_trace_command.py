@@ -138,3 +138,11 @@ def test_path_and_pattern_exclude_each_other_and_outputs_must_be_writable(tmp_pa
     assert main(["trace", str(trace), "--out", str(blocker / "sub"), "--no-report"]) == 1
     assert "--out" in capsys.readouterr().err
     assert not np.any([p.name.endswith(".parquet") for p in tmp_path.rglob("*")])
+
+
+def test_the_trace_benchmark_runs_small():
+    from pipeline.bench_trace import curve_figures
+    figures = curve_figures(requests=50, documents=10, document_length=64, question_length=16,
+                            capacities=10)
+    assert (figures["blocks"], figures["requests"]) == (250, 50)
+    assert 0 < figures["hit_ratio_at_top"] < 1

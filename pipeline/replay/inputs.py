@@ -54,33 +54,43 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skip-bad-lines", action="store_true",
                         help="skip and count bad trace lines instead of stopping at the first")
     group = parser.add_argument_group("pattern (instead of PATH; LMCache long_doc_qa's names)")
-    group.add_argument("--pattern", choices=patterns.PATTERNS, default=None)
-    group.add_argument("--num-documents", type=positive_int, default=8)
-    group.add_argument("--document-length", type=non_negative_int, default=20000)
-    group.add_argument("--repeat-count", type=non_negative_int, default=2)
-    group.add_argument("--repeat-mode", choices=patterns.REPEAT_MODES, default="random")
+    group.add_argument("--pattern", choices=patterns.PATTERNS, default=None,
+                       help="long-doc-qa: LMCache's benchmark; multi-tenant: a shared system "
+                            "prompt + per-user documents; zipf: Zipf-popular documents")
+    group.add_argument("--num-documents", type=positive_int, default=8,
+                       help="documents (per user for multi-tenant) (default %(default)s)")
+    group.add_argument("--document-length", type=non_negative_int, default=20000,
+                       help="tokens per document (default %(default)s)")
+    group.add_argument("--repeat-count", type=non_negative_int, default=2,
+                       help="long-doc-qa, multi-tenant: reads of each document after the "
+                            "first round (default %(default)s)")
+    group.add_argument("--repeat-mode", choices=patterns.REPEAT_MODES, default="random",
+                       help="long-doc-qa's query order (default %(default)s)")
     group.add_argument("--shuffle-seed", type=int, default=0,
                        help="seed of the random repeat mode, the users' interleaving and "
                             "the Zipf draws (default %(default)s)")
     group.add_argument("--system-prompt-length", type=non_negative_int, default=0,
-                       help="tokens of a system prompt shared by every request")
+                       help="tokens of a system prompt shared by every request (default 0)")
     group.add_argument("--users", type=positive_int, default=4,
-                       help="multi-tenant: users, each with --num-documents documents")
+                       help="multi-tenant: users, each with --num-documents documents "
+                            "(default %(default)s)")
     group.add_argument("--num-requests", type=non_negative_int, default=1000,
-                       help="zipf: requests drawn")
-    group.add_argument("--zipf-alpha", type=_non_negative_float, default=1.0)
+                       help="zipf: requests drawn (default %(default)s)")
+    group.add_argument("--zipf-alpha", type=_non_negative_float, default=1.0,
+                       help="zipf: popularity exponent (default %(default)s)")
     group.add_argument("--question-length", type=non_negative_int, default=0,
-                       help="zipf: tokens of a unique question after the document")
+                       help="tokens of a unique question after the document (default 0)")
 
 
 def _pattern(args: argparse.Namespace) -> patterns.Pattern:
     if args.pattern == "long-doc-qa":
         return patterns.long_doc_qa(args.num_documents, args.document_length,
-                                    args.repeat_count, args.repeat_mode, args.shuffle_seed)
+                                    args.repeat_count, args.repeat_mode, args.shuffle_seed,
+                                    True, args.system_prompt_length, args.question_length)
     if args.pattern == "multi-tenant":
         return patterns.multi_tenant(args.users, args.num_documents, args.document_length,
                                      args.system_prompt_length, args.repeat_count,
-                                     args.shuffle_seed)
+                                     args.shuffle_seed, args.question_length)
     return patterns.zipf_documents(args.num_documents, args.document_length,
                                    args.num_requests, args.zipf_alpha, args.shuffle_seed,
                                    args.system_prompt_length, args.question_length)

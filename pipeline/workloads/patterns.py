@@ -120,17 +120,21 @@ def repeat_order(num_documents: int, repeat_count: int, repeat_mode: str,
 
 
 def long_doc_qa(num_documents: int = 8, document_length: int = 20000, repeat_count: int = 2,
-                repeat_mode: str = "random", shuffle_seed: int = 0,
-                warmup: bool = True) -> Pattern:
-    """LMCache long_doc_qa (its defaults): a warm-up round, then the repeated query round."""
+                repeat_mode: str = "random", shuffle_seed: int = 0, warmup: bool = True,
+                system_prompt_length: int = 0, question_length: int = 0) -> Pattern:
+    """LMCache long_doc_qa (its defaults): a warm-up round, then the repeated query round.
+    A shared system prompt and a unique question per request are extensions (0 = as
+    LMCache's script)."""
     query = repeat_order(num_documents, repeat_count, repeat_mode, shuffle_seed)
     first = list(range(num_documents)) if warmup else []
     return Pattern(f"long_doc_qa {repeat_mode}", np.array(first + query, dtype=np.int64),
-                   ("warmup",) * len(first) + ("query",) * len(query), document_length)
+                   ("warmup",) * len(first) + ("query",) * len(query), document_length,
+                   system_prompt_length, question_length)
 
 
 def multi_tenant(num_users: int, documents_per_user: int, document_length: int,
-                 system_prompt_length: int, repeat_count: int = 2, seed: int = 0) -> Pattern:
+                 system_prompt_length: int, repeat_count: int = 2, seed: int = 0,
+                 question_length: int = 0) -> Pattern:
     """A shared system prompt + per-user documents; user u owns documents
     u * documents_per_user + (0..documents_per_user-1) and reads them ``repeat_count`` times
     in order; the users' streams are interleaved at random (seeded)."""
@@ -143,7 +147,7 @@ def multi_tenant(num_users: int, documents_per_user: int, document_length: int,
     occurrence[order] = np.tile(np.arange(per_user), num_users)   # k-th request of its user
     docs = users * documents_per_user + occurrence % documents_per_user
     return Pattern("multi-tenant", docs.astype(np.int64), (None,) * docs.size,
-                   document_length, system_prompt_length)
+                   document_length, system_prompt_length, question_length)
 
 
 def zipf_documents(num_documents: int, document_length: int, num_requests: int,
