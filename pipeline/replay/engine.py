@@ -23,9 +23,10 @@ __all__ = ["Infinite", "infinite", "points", "gpu_curve", "cpu_curve", "block_ev
            "default_gpu_grid", "default_cpu_grid", "curve_grid", "distinct_cacheable",
            "POINT_SCHEMA", "REQUEST_POINT_SCHEMA"]
 
-#: One row per (capacity point, request): tokens served by each tier (miss = the rest).
+#: One row per (capacity point, request): tokens served by each tier and recomputed.
 REQUEST_POINT_SCHEMA = pl.Schema({"point": pl.UInt16, "request": pl.UInt32,
-                                  "gpu_hit_tokens": pl.UInt32, "cpu_hit_tokens": pl.UInt32})
+                                  "gpu_hit_tokens": pl.UInt32, "cpu_hit_tokens": pl.UInt32,
+                                  "miss_tokens": pl.UInt32})
 #: One row per capacity point.
 POINT_SCHEMA = pl.Schema({
     "point": pl.UInt16, "gpu_capacity": pl.Int64, "cpu_capacity": pl.Int64,
