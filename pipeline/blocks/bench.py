@@ -1,17 +1,19 @@
 """Benchmark: the one-pass block engine vs the literal replay (figures, not tests).
 
-Trace: ``--blocks`` blocks (default 2,000,000) of 16 tokens in requests that each take a
-prefix of one of ``--contexts`` shared contexts (Zipf(1.0) popularity, 32..256 blocks each;
-the prefix is the whole context or, one time in four, a random part of it) followed by
+Trace: ``--block-blocks`` blocks (default 2,000,000) of 16 tokens in requests that each take
+a prefix of one of ``--block-contexts`` shared contexts (Zipf(1.0) popularity, 32..256 blocks
+each; the prefix is the whole context or, one time in four, a random part of it) followed by
 8..64 blocks of their own; half the requests end in a partial block. Capacities:
-``--capacities`` GPU capacities evenly spaced from 2 % to 100 % of the distinct blocks, tail-first.
+``--block-capacities`` GPU capacities evenly spaced from 2 % to 100 % of the distinct
+blocks, tail-first.
 
 (c) the fast engine (``onepass.ideal_gpu``: one pass per size band, then every capacity)
-runs at every capacity; (a) the literal replay (``model.replay_gpu``) runs at ``--sample``
-evenly spaced capacities and its time is extrapolated to all of them (``--full`` runs all);
-every replayed capacity's per-request hits must equal the fast engine's, else exit 1. It also
-writes the trace's block events (``sweep.block_events``) to a temporary Parquet file and
-reports bytes per block access. ``python -m pipeline.blocks.bench [--blocks N] ...``
+runs at every capacity (median of 3 runs); (a) the literal replay (``model.replay_gpu``) runs
+at ``--block-sample`` evenly spaced capacities and its time is extrapolated to all of them
+(``--block-full`` runs all); every replayed capacity's per-request hits must equal the fast
+engine's, else exit 1. It also writes the trace's block events (``sweep.block_events``) to a
+temporary Parquet file and reports bytes per block access.
+``python -m pipeline.blocks.bench [--block-blocks N] ...``, or ``run_bench()`` from Python.
 """
 
 from __future__ import annotations
@@ -69,61 +71,68 @@ def shared_prefix_trace(blocks: int, contexts: int, seed: int) -> pl.DataFrame:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of the block benchmark."""
-    parser.add_argument("--blocks", type=positive_int, default=2_000_000,
+    """The options of the block benchmark (prefixed ``--block-``, so ``pipeline.bench`` can
+    add them beside its own)."""
+    parser.add_argument("--block-blocks", type=positive_int, default=2_000_000,
                         help="block accesses in the trace (default %(default)s)")
-    parser.add_argument("--contexts", type=positive_int, default=2000,
+    parser.add_argument("--block-contexts", type=positive_int, default=2000,
                         help="shared contexts (default %(default)s)")
-    parser.add_argument("--capacities", type=positive_int, default=100,
+    parser.add_argument("--block-capacities", type=positive_int, default=100,
                         help="GPU capacities (default %(default)s)")
-    parser.add_argument("--sample", type=positive_int, default=3,
+    parser.add_argument("--block-sample", type=positive_int, default=3,
                         help="capacities the literal replay runs (default %(default)s)")
-    parser.add_argument("--full", action="store_true",
+    parser.add_argument("--block-full", action="store_true",
                         help="run the literal replay at every capacity (slow)")
-    parser.add_argument("--seed", type=int, default=20261130, help="trace seed")
+    parser.add_argument("--block-seed", type=int, default=20261130, help="trace seed")
 
 
 def main(args: argparse.Namespace) -> int:
+    """Print the figures from parsed options; 1 if the engines disagree."""
+    return run_bench(blocks=args.block_blocks, contexts=args.block_contexts,
+                     capacities=args.block_capacities, sample=args.block_sample,
+                     full=args.block_full, seed=args.block_seed)
+
+
+def run_bench(blocks: int = 2_000_000, contexts: int = 2000, capacities: int = 100,
+              sample: int = 3, full: bool = False, seed: int = 20261130) -> int:
     """Print the figures; 1 if the engines disagree."""
     started = time.perf_counter()
-    frame = shared_prefix_trace(args.blocks, args.contexts, args.seed)
+    frame = shared_prefix_trace(blocks, contexts, seed)
     stream = block_stream(frame, BLOCK_SIZE)
     prepare_s = time.perf_counter() - started
     distinct = stream.n_codes
-    capacities = (np.linspace(0.02, 1.0, args.capacities) * distinct).round().astype(np.int64) \
+    grid = (np.linspace(0.02, 1.0, capacities) * distinct).round().astype(np.int64) \
         * BLOCK_SIZE
     print(f"trace: {stream.blocks:,} block accesses in {stream.requests:,} requests, "
           f"{distinct:,} distinct blocks, largest request {int(stream.cacheable.max())} "
           f"cacheable blocks; prepared in {prepare_s:.2f} s")
 
-    onepass.ideal_gpu(stream, capacities[:1], TAIL_FIRST)          # compile outside timing
+    onepass.ideal_gpu(stream, grid[:1], TAIL_FIRST)          # compile outside timing
     times = []
     for _ in range(FAST_REPEATS):
         started = time.perf_counter()
-        fast = onepass.ideal_gpu(stream, capacities, TAIL_FIRST)
+        fast = onepass.ideal_gpu(stream, grid, TAIL_FIRST)
         times.append(time.perf_counter() - started)
     fast_s = float(np.median(times))
-    print(f"(c) one pass, {capacities.size} capacities: {fast_s:.2f} s, median of "
+    print(f"(c) one pass, {grid.size} capacities: {fast_s:.2f} s, median of "
           f"{FAST_REPEATS} ({stream.blocks / fast_s / 1e6:.1f} M block accesses/s)")
 
-    rows = (np.arange(capacities.size) if args.full else
-            np.unique(np.linspace(0, capacities.size - 1, min(args.sample,
-                                                              capacities.size)).round()
-                      .astype(int)))
+    rows = (np.arange(grid.size) if full else
+            np.unique(np.linspace(0, grid.size - 1, min(sample, grid.size)).round().astype(int)))
     replay_s = []
     for row in rows:
         started = time.perf_counter()
-        literal = model.replay_gpu(stream, capacities[row:row + 1], TAIL_FIRST)[0]
+        literal = model.replay_gpu(stream, grid[row:row + 1], TAIL_FIRST)[0]
         replay_s.append(time.perf_counter() - started)
         if not np.array_equal(literal, fast[row]):
-            print(f"MISMATCH at capacity {capacities[row]}: replay and one pass differ",
+            print(f"MISMATCH at capacity {grid[row]}: replay and one pass differ",
                   file=sys.stderr)
             return 1
-        print(f"(a) literal replay at {capacities[row]:,} tokens: {replay_s[-1]:.1f} s, "
+        print(f"(a) literal replay at {grid[row]:,} tokens: {replay_s[-1]:.1f} s, "
               f"{int(literal.sum()):,} hit tokens (identical per request)")
-    total = float(np.mean(replay_s)) * capacities.size
-    how = "measured" if args.full else f"extrapolated from {len(rows)} capacities"
-    print(f"(a) literal replay, {capacities.size} capacities: {total:.0f} s ({how}); "
+    total = float(np.mean(replay_s)) * grid.size
+    how = "measured" if full else f"extrapolated from {len(rows)} capacities"
+    print(f"(a) literal replay, {grid.size} capacities: {total:.0f} s ({how}); "
           f"(a)/(c) = {total / fast_s:.0f}x  (target >= 50x)")
 
     with tempfile.TemporaryDirectory(prefix="kvlab-blocks-") as tmp:
