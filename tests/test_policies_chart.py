@@ -3,6 +3,8 @@ the figures."""
 
 from __future__ import annotations
 
+import json
+
 import polars as pl
 
 from pipeline.charts.policies import lab_curves, policy_sections, trace_curves
@@ -24,8 +26,9 @@ def test_lab_curves_and_section():
 
 def test_trace_section(tmp_path):
     trace = tmp_path / "t.jsonl"
-    trace.write_text("".join(f'{{"input_length": 1024, "hash_ids": [{i % 7}, {i % 5 + 10}]}}\n'
-                             for i in range(60)))
+    trace.write_text("".join(json.dumps({"timestamp": i, "input_length": 1024,
+                                         "output_length": 1, "hash_ids": [i % 7, i % 5 + 10]})
+                             + "\n" for i in range(60)))
     curves = trace_curves(trace, points=6)
     sections = policy_sections(trace, lab=lab_curves(points=5), trace=curves)
     assert [s.key for s in sections] == ["policies-lab", "policies-trace"]

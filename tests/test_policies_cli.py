@@ -11,6 +11,11 @@ import pytest
 from pipeline.cli import main
 
 
+def mooncake_line(input_length, hash_ids):
+    return json.dumps({"timestamp": 0, "input_length": input_length, "output_length": 1,
+                       "hash_ids": hash_ids}) + "\n"
+
+
 def run_json(capsys, *argv):
     assert main(["policies", "--json", *argv]) == 0
     return json.loads(capsys.readouterr().out)
@@ -44,10 +49,8 @@ def test_table_output(tmp_path, capsys):
 
 def test_trace_and_cpu_tier(tmp_path, capsys):
     trace = tmp_path / "t.jsonl"
-    trace.write_text('{"input_length": 1024, "hash_ids": [1, 2]}\n'
-                     '{"input_length": 1500, "hash_ids": [1, 2, 3]}\n'
-                     '{"input_length": 600, "hash_ids": [4, 5]}\n'
-                     '{"input_length": 1024, "hash_ids": [1, 2]}\n')
+    trace.write_text("".join(mooncake_line(length, ids) for length, ids in
+                             [(1024, [1, 2]), (1500, [1, 2, 3]), (600, [4, 5]), (1024, [1, 2])]))
     out = run_json(capsys, "--trace", str(trace), "--capacities", "2,5",
                    "--gpu-policy", "fifo,opt", "--cpu", "3", "--out", str(tmp_path / "o"))
     rows = {(r["policy"], r["capacity"]): r for r in out["curves"]}
@@ -84,7 +87,7 @@ def test_bad_input_is_one_line(tmp_path, capsys, argv, status, message):
 
 def test_bad_trace_file_is_one_line(tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"input_length": 5}\n')
+    bad.write_text('{"timestamp": 0, "output_length": 1, "input_length": 5}\n')
     assert main(["policies", "--trace", str(bad), "--out", str(tmp_path / "o")]) == 1
     err = capsys.readouterr().err
     assert f"--trace {bad}" in err and err.count("\n") == 1 and not (tmp_path / "o").exists()
