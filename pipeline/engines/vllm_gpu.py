@@ -26,7 +26,10 @@ new blocks are popped from the head of the free queue, evicting their hash
 (``get_new_blocks`` / ``_maybe_evict_cached_block``); a block that becomes full is cached even
 when its hash is already cached by another block (no de-duplication). A request that needs
 more blocks than the pool has free is never scheduled: it changes nothing (its lookup is still
-reported, as in the idealized model's oversize rule).
+reported, as in the idealized model's oversize rule). vLLM itself refuses to start when a
+request cannot fit (max_model_len against the KV cache), so this is a convention for inputs
+vLLM never runs. ``scripts/vllm_reference.py`` drives vLLM's own ``KVCacheManager`` (0.11.0,
+0.23.0, 0.24.0, 0.33.0 wheels) and finds every request's hit equal to this replay.
 
 Workload as the issue ran it: concurrency 1 (each request finishes before the next arrives),
 ``max_tokens = output_tokens``; a request computes ``prompt + output - 1`` tokens (the last
