@@ -14,4 +14,4 @@ def test_mooncake_blocks_and_bench(tmp_path):
     frame = mooncake_blocks(trace)
     assert frame.filter(frame["request"] == 0)["block_tokens"].to_list() == [512, 512, 476]
     lines = bench(trace, capacities=4, literal=2)
-    assert lines[0].startswith("trace: 5 requests, 13 blocks") and len(lines) == 3
+    assert lines[0].startswith("trace: 5 requests, 14 blocks") and len(lines) == 3
