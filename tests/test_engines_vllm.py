@@ -12,6 +12,7 @@ from kvlab.scenario import pass_keys
 from pipeline.blocks.models import GPU_MODELS
 from pipeline.cli import main as cli_main
 from pipeline.blocks.stream import HEAD_FIRST, block_stream
+from pipeline.engines.vllm_compiled import replay_vllm_compiled
 from pipeline.engines.vllm_fast import vllm_gpu, vllm_hits
 from pipeline.engines.vllm_gpu import (VllmBlockPool, replay_gpu, replay_vllm,
                                        unhashed_to_head, usable_blocks, vllm_requests)
@@ -113,13 +114,23 @@ def test_one_pass_equals_literal_replay(case, output, version, drawn):
     tokens = [b * block_size + (b % block_size) for b in blocks]
     hits, exact = vllm_hits(stream, np.maximum(np.array(tokens) // block_size - 1, 0),
                             output, version)
-    for row, capacity in enumerate(tokens):
-        literal = replay_vllm(stream, capacity, output, version)
+    for row, capacity in enumerate(tokens):       # compiled == readable: the test below
+        literal = replay_vllm_compiled(stream, capacity, output, version)
         if exact[row]:
             assert hits[row].tolist() == literal.tolist()
         else:                                   # the API replays that capacity literally
             api = vllm_gpu(stream, [capacity], output_tokens=output, vllm_version=version)
             assert api[0].tolist() == (literal * block_size).tolist()
+
+
+@given(vllm_frames(), st.integers(1, 9), st.sampled_from(["0.11.0", "0.33.0"]),
+       st.integers(0, 40))
+def test_compiled_allocator_equals_readable_one(case, output, version, blocks):
+    frame, block_size = case
+    stream = block_stream(frame, block_size)
+    capacity = blocks * block_size + blocks % block_size
+    assert replay_vllm_compiled(stream, capacity, output, version).tolist() == \
+        replay_vllm(stream, capacity, output, version).tolist()
 
 
 def test_duplicate_is_detected_not_guessed():

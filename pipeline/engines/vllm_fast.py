@@ -34,7 +34,8 @@ multiple of the block size), the request computes that block again into a new sl
 the old copy survives the request's own evictions two blocks hold one hash. Later lookups
 touch the first-inserted copy, so which copy moves depends on the capacity: no
 capacity-independent stack. The old copy at depth d survives iff ``d - h_r <= K - n_r``; the
-kernel detects exactly that and the capacity is replayed literally (``vllm_gpu``) instead.
+kernel detects exactly that and the capacity is replayed literally instead
+(``vllm_compiled``, the allocator in numba).
 Requests with more slots than K are never scheduled; capacities fall into bands between the
 distinct ``n_r`` with one depth pass per band (as ``pipeline.stackdist``).
 """
@@ -45,8 +46,7 @@ import numpy as np
 from numba import njit
 
 from pipeline.blocks.stream import TAIL_FIRST, BlockStream
-from pipeline.engines.vllm_gpu import (DEFAULT_VLLM_VERSION, check_gpu_options, replay_vllm,
-                                       unhashed_to_head)
+from pipeline.engines.vllm_gpu import DEFAULT_VLLM_VERSION, check_gpu_options, unhashed_to_head
 from pipeline.stackdist import COLD, _fenwick_add, _fenwick_prefix
 
 __all__ = ["vllm_gpu", "VllmLayout", "vllm_layout", "vllm_hits"]
@@ -182,7 +182,8 @@ def vllm_gpu(stream: BlockStream, capacities: object, order: str = TAIL_FIRST, *
              output_tokens: int = 1, vllm_version: str = DEFAULT_VLLM_VERSION) -> np.ndarray:
     """GPU model API (``pipeline.blocks.models``): hit tokens per (capacity, request), (K, R),
     for KV cache sizes in tokens as vLLM logs them; a capacity where the one-pass form is not
-    exact (a duplicated block, see the module docstring) is replayed literally."""
+    exact (a duplicated block, see the module docstring) is replayed literally (compiled)."""
+    from pipeline.engines.vllm_compiled import replay_vllm_compiled
     check_gpu_options(order, output_tokens, vllm_version)
     tokens = np.atleast_1d(np.asarray(capacities, dtype=np.int64))
     if tokens.size and tokens.min() < 0:
@@ -190,5 +191,5 @@ def vllm_gpu(stream: BlockStream, capacities: object, order: str = TAIL_FIRST, *
     usable = np.maximum(tokens // stream.block_size - 1, 0)
     hits, exact = vllm_hits(stream, usable, output_tokens, vllm_version)
     for k in np.flatnonzero(~exact):
-        hits[k] = replay_vllm(stream, int(tokens[k]), output_tokens, vllm_version)
+        hits[k] = replay_vllm_compiled(stream, int(tokens[k]), output_tokens, vllm_version)
     return hits * stream.block_size
