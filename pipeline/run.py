@@ -166,7 +166,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Path]:
                                            args.offload_cpu).items():
         write_json_atomic(str(exports_dir / name), document)
     try:
-        provenance = make_exports.export_measured(source, synthetic, str(exports_dir))
+        provenance = make_exports.export_measured(source, str(exports_dir))
     except InputError as exc:
         raise CLIError(str(exc)) from None
     exported_summary = json.loads((exports_dir / "measured.json").read_text(encoding="utf-8"))

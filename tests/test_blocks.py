@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from kvlab.scenario import run as run_scenario
 from pipeline.blocks import model, onepass
 from pipeline.cli import main as cli_main
+from pipeline.stackdist import stack_distances
 from pipeline.blocks.command import run_blocks
 from pipeline.blocks.models import CPU_MODELS, GPU_MODELS, two_tier
 from pipeline.blocks.stream import ORDERS, block_stream
@@ -119,15 +120,6 @@ def test_larger_block_than_document_is_never_cached():
                                    "miss_tokens": 150, "hit_blocks": 0}
 
 
-def test_tail_first_sentence_the_touch_distance_is_not_exact():
-    """The module docstring's counterexample: depth_0 = 1, block 1 cold; C = 1."""
-    frame = pl.DataFrame([(0, 0, 5, 1), (1, 0, 5, 1), (1, 1, 6, 1)], schema=BLOCK_SCHEMA,
-                         orient="row")
-    stream = block_stream(frame, 1)
-    assert onepass.prefix_blocks(stream, np.array([1]), "tail-first")[0].tolist() == [0, 1]
-    assert model.replay(stream, 1, 0, "tail-first", "tail-first").gpu_prefix.tolist() == [0, 1]
-
-
 # --------------------------------------------------------------------------- the command
 
 
@@ -203,3 +195,59 @@ def test_stream_rejects_bad_block_size_and_repeated_keys():
         block_stream(repeated, 4)
     with pytest.raises(ValueError, match="unknown order"):
         onepass.ideal_gpu(block_stream(frame, 16), [100], "lru")
+
+
+def test_readme_block_table_matches_the_command():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Block-level prefix caching", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines()
+            if line.startswith("| ") and " / " in line]
+    assert len(rows) == 6
+    for line in rows:
+        gpu, tail, head = [cell.strip().replace(",", "").replace("*", "")
+                           for cell in line.strip("|").split("|")]
+        gpu = int(gpu.split()[0])
+        for order, cell in (("tail-first", tail), ("head-first", head)):
+            got = run_blocks(gpu=gpu, passes=["fwd", "fwd", "rev"], gpu_order=order)
+            assert [p["gpu_hit_tokens"] for p in got["passes"]] == \
+                [int(v) for v in cell.split(" / ")], (gpu, order)
+
+
+def touch_distance_prefix(stream, capacities):
+    """Prefix hits from the classic stack distance of each touch of the flattened head-first
+    touch sequence (pipeline.stackdist), running max per request."""
+    mask = stream.cacheable_mask()
+    codes = stream.codes[mask]
+    distances = stack_distances(codes, np.ones_like(codes)) if codes.size else codes
+    out = np.zeros((len(capacities), stream.requests), np.int64)
+    request_of = np.repeat(np.arange(stream.requests), stream.cacheable)
+    for r in range(stream.requests):
+        running = np.maximum.accumulate(distances[request_of == r]) \
+            if stream.cacheable[r] else np.zeros(0)
+        for k, capacity in enumerate(capacities):
+            out[k, r] = np.count_nonzero(running <= capacity)
+    return out
+
+
+@given(block_frames(), st.lists(st.integers(0, 40), max_size=4))
+def test_docstring_touch_distance_is_exact_head_first(case, drawn):
+    frame, block_size = case
+    stream = block_stream(frame, block_size)
+    largest = int(stream.cacheable.max()) if stream.requests else 0
+    capacities = sorted({largest + extra for extra in drawn} | {largest})
+    expected = onepass.prefix_blocks(stream, np.array(capacities), "head-first")
+    assert touch_distance_prefix(stream, capacities).tolist() == expected.tolist()
+
+
+def test_docstring_touch_distance_is_not_exact_tail_first():
+    """Requests [a], [b], [a, c] at C = 2 blocks (no request larger than C): a is present
+    before the third (depth 2), but tail-first touches c before a, so a's touch distance
+    counts b, c and a: 3 > 2."""
+    frame = pl.DataFrame([(0, 0, 1, 1), (1, 0, 2, 1), (2, 0, 1, 1), (2, 1, 3, 1)],
+                         schema=BLOCK_SCHEMA, orient="row")
+    stream = block_stream(frame, 1)
+    touches = np.array([1, 2, 3, 1])                  # tail-first: c, then a
+    assert stack_distances(touches, np.ones(4, np.int64))[3] == 3
+    assert onepass.prefix_blocks(stream, np.array([2]), "tail-first")[0].tolist() == [0, 0, 1]
+    assert model.replay(stream, 2, 0, "tail-first", "tail-first").gpu_prefix.tolist() == \
+        [0, 0, 1]

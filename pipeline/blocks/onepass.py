@@ -34,13 +34,15 @@ banded pass per GPU capacity over sizes n - g, looking up all n blocks.
 
 **Why depth at lookup, not the touch distance.** The classic stack distance of each touch
 in the flattened touch sequence (what ``stackdist.stack_distances`` gives) also counts the
-request's own blocks touched just before. Under head-first with distinct keys its running
-max is still exact: touch j's distance is depth_j + #{i < j : depth_i > depth_j}, which is
-<= C when all of depth_0..depth_j are <= C (the extra blocks are distinct and sit between
-depth_j and C) and > C as soon as one depth is. Under tail-first it is not: block 0 is
-touched last, after the request's deeper or cold blocks, e.g. depth_0 = 1 and block 1 cold
-gives block 0 a touch distance of 2 although it hits at C = 1. So the kernel reads every
-depth before it places the request, which is exact for both orders at the same cost.
+request's own blocks touched just before. Under head-first with distinct keys (and C at
+least every request's size) its running max is still exact: touch j's distance is depth_j +
+#{i < j : depth_i > depth_j}, which is <= C when all of depth_0..depth_j are <= C (the extra
+blocks are distinct and sit between depth_j and C) and > C as soon as one depth is. Under
+tail-first it is not: block 0 is touched last, after the request's deeper or cold blocks.
+E.g. requests [a], [b], [a, c] at C = 2: a is present before the third (depth 2) but its
+touch distance counts b, c and a (3 > 2). So the kernel reads every depth before it places
+the request, which is exact for both orders at the same cost (tests/test_blocks.py checks
+both statements).
 Keys repeated inside one request are rejected (``stream.block_stream``).
 """
 
