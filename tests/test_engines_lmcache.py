@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from kvlab.scenario import pass_keys
 from pipeline.blocks.command import run_blocks
-from pipeline.blocks.models import request_result
+from pipeline.blocks.models import request_result, two_tier
 from pipeline.blocks.stream import TAIL_FIRST, block_stream
 from pipeline.cli import main as cli_main
 from pipeline.engines.lmcache_cpu import lmcache_chunks, replay_cpu, replay_lmcache
@@ -160,3 +160,19 @@ def test_bad_engine_options_are_one_line(capsys, argv, names):
     assert cli_main(["blocks", *argv]) == 1
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and names in err
+
+
+@given(chunk_frames(), st.integers(0, 40), st.integers(0, 40), st.booleans())
+def test_registry_fast_pair_equals_replay_pair(case, gpu_blocks, cpu_chunks, unfull):
+    """Through the block models' two_tier: vllm + lmcache == vllm-replay + lmcache-replay."""
+    frame, block_size, chunk_size = case
+    stream = block_stream(frame, block_size)
+    gpu, cpu = gpu_blocks * block_size, cpu_chunks * chunk_size + 1
+    options = {"chunk_size": chunk_size, "save_unfull_chunk": unfull}
+    fast = two_tier(stream, gpu, cpu, "tail-first", "head-first", "vllm", "lmcache",
+                    {"output_tokens": 2}, options)
+    literal = two_tier(stream, gpu, cpu, "tail-first", "head-first", "vllm-replay",
+                       "lmcache-replay", {"output_tokens": 2}, options)
+    assert fast.equals(literal)
+    assert (fast["gpu_hit_tokens"] + fast["cpu_hit_tokens"] + fast["miss_tokens"]
+            == fast["prompt_tokens"]).all()
