@@ -10,8 +10,9 @@ Read in the lmcache 0.5.6 wheel (defaults as the issue checked them against 0.4.
   key of its last block (chained keys stand for the whole prefix); a partial chunk is keyed
   by the request's last block.
 * **Lookup.** The scheduler's ``LMCacheConnectorV1Impl.get_num_new_matched_tokens``
-  (``integration/vllm/vllm_v1_adapter.py``) calls ``LMCacheEngine.lookup(pin=True)``
-  (``v1/cache_engine.py``): the longest run of leading chunks present
+  (``integration/vllm/vllm_v1_adapter.py``) asks the lookup client (by default
+  ``LMCacheLookupClient``, ``v1/lookup_client/factory.py``), whose ``LMCacheLookupServer`` in
+  the worker calls ``LMCacheEngine.lookup(pin=True)`` (``v1/cache_engine.py``): the longest run of leading chunks present
   (``StorageManager.batched_contains``), c tokens; ``LocalCPUBackend.contains`` pins each
   hit chunk and records it, then ``touch_cache`` moves them to most recent in REVERSE order,
   so chunk 0 ends most recent (``LRUCachePolicy.update_on_hit`` = ``move_to_end``). This
