@@ -1,6 +1,8 @@
 """The ``lmcache`` CPU model, replayed literally: LMCache's local CPU backend under vLLM v1.
 
-Read in the lmcache 0.5.6 wheel (defaults as the issue checked them against 0.4.2 / 0.3.5):
+Read in the lmcache 0.5.6 wheel; the defaults of ``v1/config.py`` (chunk_size 256,
+max_local_cpu_size 5.0, save_unfull_chunk False) are the same in the 0.4.2 wheel, and 0.3.5
+differs only in save_unfull_chunk True:
 
 * **Keys.** ``v1/token_database.py`` ``ChunkedTokenDatabase``: ``chunk_size`` (256) token
   chunks, each keyed by a hash chained over the previous chunk's (``_prefix_hash``);
