@@ -122,11 +122,11 @@ class _StubModule(types.ModuleType):
 
 
 class _Importer(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """vLLM packages load bare (no __init__), modules from source; STUBBED vLLM modules and
-    any module vLLM imports that is not installed become stub modules."""
+    """Packages of ``top`` load bare (no __init__), modules from source; ``stubbed`` modules,
+    compiled ones and any module the package imports that is not installed become stubs."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
+    def __init__(self, root: Path, top: str = "vllm", stubbed: tuple = STUBBED) -> None:
+        self.root, self.top, self.stubbed = root, top, stubbed
 
     def _spec(self, fullname, locations):
         spec = importlib.machinery.ModuleSpec(fullname, self, is_package=True)
@@ -134,24 +134,30 @@ class _Importer(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return spec
 
     def find_spec(self, fullname, path, target=None):
-        if fullname == "vllm" or fullname.startswith("vllm."):
-            if any(fullname == s or fullname.startswith(s + ".") for s in STUBBED):
+        if fullname == self.top or fullname.startswith(self.top + "."):
+            if any(fullname == s or fullname.startswith(s + ".") for s in self.stubbed):
                 return self._spec(fullname, [])
             location = self.root.joinpath(*fullname.split("."))
             if location.is_dir():
                 return self._spec(fullname, [str(location)])
             source = location.with_suffix(".py")
             return importlib.util.spec_from_file_location(fullname, source) \
-                if source.is_file() else None
+                if source.is_file() else self._spec(fullname, [])
         frame = sys._getframe(1)
         while frame is not None and ("importlib" in frame.f_code.co_filename
-                                     or frame.f_code.co_filename == __file__):
+                                     or frame.f_code.co_filename == __file__
+                                     or frame.f_code.co_filename.endswith("_reference.py")):
             frame = frame.f_back
         if frame is None or str(self.root) not in frame.f_code.co_filename:
             return None                                 # only vLLM's own imports are stubbed
         for finder in sys.meta_path:
-            if finder is not self and finder.find_spec(fullname, path, target) is not None:
-                return None
+            if isinstance(finder, _Importer):
+                continue
+            try:
+                if finder.find_spec(fullname, path, target) is not None:
+                    return None
+            except Exception:
+                continue
         return self._spec(fullname, [])
 
     def create_module(self, spec):
