@@ -54,8 +54,8 @@ import numpy as np
 from numba import njit
 
 from pipeline.blocks.stream import TAIL_FIRST, BlockStream, capacity_blocks, check_order
-from pipeline.stackdist import (_NOTHING_STORED, COLD, _band_limits, _fenwick_add,
-                                _fenwick_prefix)
+from pipeline.stackdist import _NOTHING_STORED, _band_limits
+from pipeline.stackdist_kernels import COLD, fenwick_add, fenwick_prefix
 
 __all__ = ["COLD", "Distances", "block_distances", "distances_at", "prefix_counts",
            "ideal_gpu", "ideal_cpu", "prefix_blocks"]
@@ -78,7 +78,7 @@ def _depth_pass(starts: np.ndarray, codes: np.ndarray, lookup: np.ndarray,
         running = 0
         for b in range(start, end):
             stamp = last[codes[b]]
-            d = COLD if stamp < 0 else live - _fenwick_prefix(tree, stamp) + 1
+            d = COLD if stamp < 0 else live - fenwick_prefix(tree, stamp) + 1
             depth[b] = d
             if d > running:
                 running = d
@@ -93,8 +93,8 @@ def _depth_pass(starts: np.ndarray, codes: np.ndarray, lookup: np.ndarray,
             if stamp < 0:
                 live += 1
             else:
-                _fenwick_add(tree, stamp, -1)
-            _fenwick_add(tree, clock, 1)
+                fenwick_add(tree, stamp, -1)
+            fenwick_add(tree, clock, 1)
             last[code] = clock
             clock += 1
 
