@@ -15,6 +15,7 @@ from numba import njit
 
 from pipeline.blocks.stream import BlockStream
 from pipeline.engines.vllm_gpu import DEFAULT_VLLM_VERSION, unhashed_to_head
+from pipeline.engines.vllm_layout import vllm_layout
 
 __all__ = ["replay_vllm_compiled"]
 
@@ -102,7 +103,6 @@ def _replay(keys, key_starts, lookup, slots, num_blocks, n_codes, prepend, hits)
 def replay_vllm_compiled(stream: BlockStream, logged_tokens: int, output_tokens: int = 1,
                          vllm_version: str = DEFAULT_VLLM_VERSION) -> np.ndarray:
     """Equal to ``vllm_gpu.replay_vllm``: GPU hit blocks per request."""
-    from pipeline.engines.vllm_fast import vllm_layout
     layout = vllm_layout(stream, output_tokens)
     hits = np.zeros(stream.requests, np.int64)
     num_blocks = max(int(logged_tokens) // stream.block_size, 0)

@@ -46,48 +46,12 @@ import numpy as np
 from numba import njit
 
 from pipeline.blocks.stream import TAIL_FIRST, BlockStream
+from pipeline.engines.vllm_compiled import replay_vllm_compiled
 from pipeline.engines.vllm_gpu import DEFAULT_VLLM_VERSION, check_gpu_options, unhashed_to_head
-from pipeline.stackdist import COLD, _fenwick_add, _fenwick_prefix
+from pipeline.engines.vllm_layout import vllm_layout
+from pipeline.stackdist_kernels import COLD, fenwick_add, fenwick_prefix
 
-__all__ = ["vllm_gpu", "VllmLayout", "vllm_layout", "vllm_hits"]
-
-
-class VllmLayout:
-    """Flat arrays of what each request caches: ``keys[key_starts[r]:key_starts[r+1]]`` its
-    hashed keys (``prompt_keys[r]`` leading prompt keys, then fresh output keys), ``lookup``
-    its hittable leading blocks, ``slots`` the blocks it holds, ``n_codes`` key codes used."""
-
-    def __init__(self, keys, key_starts, prompt_keys, lookup, slots, n_codes):
-        self.keys, self.key_starts, self.prompt_keys = keys, key_starts, prompt_keys
-        self.lookup, self.slots, self.n_codes = lookup, slots, n_codes
-
-
-@njit(cache=True)
-def _fill_keys(codes, starts, prompt_keys, hashed, key_starts, first_fresh, keys):
-    fresh = first_fresh
-    for r in range(starts.size - 1):
-        out = key_starts[r]
-        for j in range(prompt_keys[r]):
-            keys[out + j] = codes[starts[r] + j]
-        for j in range(prompt_keys[r], hashed[r]):
-            keys[out + j] = fresh
-            fresh += 1
-    return fresh
-
-
-def vllm_layout(stream: BlockStream, output_tokens: int = 1) -> VllmLayout:
-    """The arrays of ``vllm_gpu.vllm_requests``, built without a Python loop per request."""
-    size = stream.block_size
-    prompt = stream.prompt_tokens.astype(np.int64)
-    computed = prompt + output_tokens - 1
-    hashed = computed // size
-    prompt_keys = np.minimum(stream.cacheable, hashed).astype(np.int64)
-    key_starts = np.concatenate(([0], np.cumsum(hashed))).astype(np.int64)
-    keys = np.zeros(int(key_starts[-1]), np.int64)
-    n_codes = _fill_keys(stream.codes.astype(np.int64), stream.starts.astype(np.int64),
-                         prompt_keys, hashed, key_starts, stream.n_codes, keys)
-    lookup = np.minimum(stream.cacheable, np.maximum(prompt - 1, 0) // size).astype(np.int64)
-    return VllmLayout(keys, key_starts, prompt_keys, lookup, -(-computed // size), n_codes)
+__all__ = ["vllm_gpu", "vllm_hits"]
 
 
 @njit(cache=True)
@@ -106,7 +70,7 @@ def _depth_pass(keys, key_starts, prompt_keys, slots, phantom, limit, n_codes, d
         running = 0
         for b in range(start, start + prompt_keys[r]):
             stamp = last[keys[b]]
-            d = COLD if stamp < 0 else live - _fenwick_prefix(tree, stamp) + 1
+            d = COLD if stamp < 0 else live - fenwick_prefix(tree, stamp) + 1
             depth[b] = d
             if d > running:
                 running = d
@@ -122,8 +86,8 @@ def _depth_pass(keys, key_starts, prompt_keys, slots, phantom, limit, n_codes, d
             if stamp < 0:
                 live += 1
             else:
-                _fenwick_add(tree, stamp, -1)
-            _fenwick_add(tree, clock, 1)
+                fenwick_add(tree, stamp, -1)
+            fenwick_add(tree, clock, 1)
             last[code] = clock
             clock += 1
 
@@ -183,7 +147,6 @@ def vllm_gpu(stream: BlockStream, capacities: object, order: str = TAIL_FIRST, *
     """GPU model API (``pipeline.blocks.models``): hit tokens per (capacity, request), (K, R),
     for KV cache sizes in tokens as vLLM logs them; a capacity where the one-pass form is not
     exact (a duplicated block, see the module docstring) is replayed literally (compiled)."""
-    from pipeline.engines.vllm_compiled import replay_vllm_compiled
     check_gpu_options(order, output_tokens, vllm_version)
     tokens = np.atleast_1d(np.asarray(capacities, dtype=np.int64))
     if tokens.size and tokens.min() < 0:
