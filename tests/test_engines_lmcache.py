@@ -176,3 +176,14 @@ def test_registry_fast_pair_equals_replay_pair(case, gpu_blocks, cpu_chunks, unf
     assert fast.equals(literal)
     assert (fast["gpu_hit_tokens"] + fast["cpu_hit_tokens"] + fast["miss_tokens"]
             == fast["prompt_tokens"]).all()
+
+
+def test_save_unfull_chunk_moves_the_cliff_to_the_documents_tokens():
+    """LMCache 0.3.5's default: the 147-token partial chunk is stored too, so the tier needs
+    all 50,110 tokens, and a whole-prompt hit still recomputes the last token."""
+    def second(cpu):
+        return run_blocks(gpu=21520, cpu=cpu, passes=["fwd", "fwd"], gpu_model="vllm",
+                          cpu_model="lmcache",
+                          cpu_options={"save_unfull_chunk": True})["passes"][1]
+    assert (second(50110)["cpu_hit_tokens"], second(50110)["miss_tokens"]) == (50_100, 10)
+    assert second(50109)["cpu_hit_tokens"] == 0
