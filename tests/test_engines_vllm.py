@@ -163,3 +163,13 @@ def test_done_when_command(capsys):
     passes = blocks_json(capsys, "--gpu-model", "vllm", "--gpu", "48000", "--block-size", "16",
                          "--passes", "fwd,fwd")
     assert passes[1]["gpu_hit_tokens"] == 28_960
+
+
+@pytest.mark.parametrize("argv", [["--vllm-version", "latest"], ["--output-tokens", "0"],
+                                  ["--chunk-size", "0"]])
+def test_unparsable_engine_options_are_one_line(capsys, argv):
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["blocks", *argv])
+    assert exit_info.value.code != 0
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and argv[0] in err
