@@ -35,7 +35,8 @@ the old copy survives the request's own evictions two blocks hold one hash. Late
 touch the first-inserted copy, so which copy moves depends on the capacity: no
 capacity-independent stack. The old copy at depth d survives iff ``d - h_r <= K - n_r``; the
 kernel detects exactly that and the capacity is replayed literally instead
-(``vllm_compiled``, the allocator in numba).
+(``vllm_compiled``, the allocator in numba). When the old copy is among the request's own
+evictions there is no duplicate and the recurrence holds as is (the key counts in ``p_r``).
 Requests with more slots than K are never scheduled; capacities fall into bands between the
 distinct ``n_r`` with one depth pass per band (as ``pipeline.stackdist``).
 """
