@@ -62,12 +62,14 @@ def _flag(dest: str) -> str:
 
 
 def model_options(args: argparse.Namespace) -> tuple[dict, dict]:
-    """(GPU model options, CPU model options) for ``args``; CLIError on an option the chosen
-    model does not take, an order it cannot follow, or a chunk size off the block grid."""
+    """(GPU model options, CPU model options) for ``args`` (a namespace with ``gpu_model``,
+    ``cpu_model`` and, where the command has them, ``gpu_order``, ``cpu_order``,
+    ``block_size``); CLIError on an option the chosen model does not take, an order it cannot
+    follow, or a chunk size off the block grid. Any block command can reuse it."""
     chosen = {"gpu": args.gpu_model, "cpu": args.cpu_model}
     for tier, model in chosen.items():
-        order = getattr(args, f"{tier}_order")
-        if model in MODEL_ORDERS and order != MODEL_ORDERS[model]:
+        order = getattr(args, f"{tier}_order", None)      # commands without orders: skip
+        if model in MODEL_ORDERS and order is not None and order != MODEL_ORDERS[model]:
             raise CLIError(f"--{tier}-order {order}: the {model} model is "
                            f"{MODEL_ORDERS[model]}")
     for dest in _DEFAULTS:
@@ -79,8 +81,8 @@ def model_options(args: argparse.Namespace) -> tuple[dict, dict]:
     for model in chosen.values():
         options.append({dest: _DEFAULTS[dest] if getattr(args, dest, None) is None
                         else getattr(args, dest) for dest in MODEL_OPTIONS.get(model, ())})
-    chunk = options[1].get("chunk_size")
-    if chunk is not None and chunk % args.block_size:
+    chunk, block_size = options[1].get("chunk_size"), getattr(args, "block_size", None)
+    if chunk is not None and block_size and chunk % block_size:
         raise CLIError(f"--chunk-size {chunk}: must be a multiple of --block-size "
-                       f"{args.block_size}")
+                       f"{block_size}")
     return options[0], options[1]
