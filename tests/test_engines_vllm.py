@@ -173,3 +173,11 @@ def test_unparsable_engine_options_are_one_line(capsys, argv):
     assert exit_info.value.code != 0
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and argv[0] in err
+
+
+@pytest.mark.parametrize("capacities", [[-1], [1.5]])
+def test_capacities_must_be_integers_at_least_zero(capacities):
+    stream = lab_stream(passes=("fwd",))
+    for model in (vllm_gpu, replay_gpu):
+        with pytest.raises(ValueError, match="capacities"):
+            model(stream, capacities)

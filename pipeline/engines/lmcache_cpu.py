@@ -49,7 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.blocks.stream import HEAD_FIRST, BlockStream
+from pipeline.blocks.stream import HEAD_FIRST, BlockStream, capacity_blocks
 
 __all__ = ["DEFAULT_CHUNK_SIZE", "Chunks", "lmcache_chunks", "LocalCpuBackend",
            "replay_lmcache", "replay_cpu", "check_cpu_options", "loadable_prefix"]
@@ -177,9 +177,7 @@ def replay_cpu(stream: BlockStream, gpu_hit_tokens: np.ndarray, capacities: obje
     (K, R). LMCache's state never depends on the GPU tier, so ``gpu_hit_tokens`` is unused:
     the split (what vLLM loads) is ``max(0, cpu - gpu)``."""
     check_cpu_options(stream, order, chunk_size)
-    tokens = np.atleast_1d(np.asarray(capacities, dtype=np.int64))
-    if tokens.size and tokens.min() < 0:
-        raise ValueError(f"capacities must be >= 0, got {tokens.tolist()}")
+    tokens = capacity_blocks(capacities, 1)              # validated integer tokens >= 0
     chunks = lmcache_chunks(stream, chunk_size, save_unfull_chunk)
     rows = [loadable_prefix(replay_lmcache(chunks, int(c)), chunks.prompt_tokens)
             for c in tokens]

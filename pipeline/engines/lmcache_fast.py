@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from pipeline.blocks.stream import HEAD_FIRST, BlockStream
+from pipeline.blocks.stream import HEAD_FIRST, BlockStream, capacity_blocks
 from pipeline.engines.lmcache_cpu import (DEFAULT_CHUNK_SIZE, Chunks, check_cpu_options,
                                           lmcache_chunks, loadable_prefix)
 
@@ -104,8 +104,6 @@ def lmcache_cpu(stream: BlockStream, gpu_hit_tokens: np.ndarray, capacities: obj
     prefix tokens per (capacity, request); ``gpu_hit_tokens`` is unused (LMCache's state
     never depends on vLLM's cache)."""
     check_cpu_options(stream, order, chunk_size)
-    tokens = np.atleast_1d(np.asarray(capacities, dtype=np.int64))
-    if tokens.size and tokens.min() < 0:
-        raise ValueError(f"capacities must be >= 0, got {tokens.tolist()}")
+    tokens = capacity_blocks(capacities, 1)              # validated integer tokens >= 0
     chunks = lmcache_chunks(stream, chunk_size, save_unfull_chunk)
     return loadable_prefix(lmcache_hits(chunks, tokens), chunks.prompt_tokens)

@@ -46,7 +46,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from pipeline.blocks.stream import TAIL_FIRST, BlockStream
+from pipeline.blocks.stream import TAIL_FIRST, BlockStream, capacity_blocks
 from pipeline.engines.vllm_compiled import replay_vllm_compiled
 from pipeline.engines.vllm_gpu import DEFAULT_VLLM_VERSION, check_gpu_options, unhashed_to_head
 from pipeline.engines.vllm_layout import vllm_layout
@@ -149,9 +149,7 @@ def vllm_gpu(stream: BlockStream, capacities: object, order: str = TAIL_FIRST, *
     for KV cache sizes in tokens as vLLM logs them; a capacity where the one-pass form is not
     exact (a duplicated block, see the module docstring) is replayed literally (compiled)."""
     check_gpu_options(order, output_tokens, vllm_version)
-    tokens = np.atleast_1d(np.asarray(capacities, dtype=np.int64))
-    if tokens.size and tokens.min() < 0:
-        raise ValueError(f"capacities must be >= 0, got {tokens.tolist()}")
+    tokens = capacity_blocks(capacities, 1)              # validated integer tokens >= 0
     usable = np.maximum(tokens // stream.block_size - 1, 0)
     hits, exact = vllm_hits(stream, usable, output_tokens, vllm_version)
     for k in np.flatnonzero(~exact):

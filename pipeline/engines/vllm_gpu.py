@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.blocks.stream import TAIL_FIRST, BlockStream
+from pipeline.blocks.stream import TAIL_FIRST, BlockStream, capacity_blocks
 
 __all__ = ["DEFAULT_VLLM_VERSION", "PREPEND_SINCE", "VllmRequest", "VllmBlockPool",
            "unhashed_to_head", "usable_blocks", "vllm_requests", "replay_vllm", "replay_gpu",
@@ -199,7 +199,7 @@ def replay_gpu(stream: BlockStream, capacities: object, order: str = TAIL_FIRST,
     """GPU model API (``pipeline.blocks.models``): hit tokens per (capacity, request), (K, R);
     capacities are KV cache sizes in tokens as vLLM logs them."""
     check_gpu_options(order, output_tokens, vllm_version)
-    tokens = np.atleast_1d(np.asarray(capacities, dtype=np.int64))
+    tokens = capacity_blocks(capacities, 1)              # validated integer tokens >= 0
     rows = [replay_vllm(stream, int(c), output_tokens, vllm_version) for c in tokens]
     return np.array(rows, dtype=np.int64).reshape(tokens.size, stream.requests) \
         * stream.block_size
