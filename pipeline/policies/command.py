@@ -22,7 +22,7 @@ from pipeline.arguments import int_list, non_negative_int, pass_list, positive_i
 from pipeline.config import EVENTS_DIR, GPU_CLIFF_CAPACITIES, LAB_DOCS, LAB_PASSES, LAB_TOKENS
 from pipeline.errors import CLIError
 from pipeline.policies import POLICIES
-from pipeline.policies.replay import ENGINES, ONEPASS, encode, hit_matrix, tiered_codes
+from pipeline.policies.replay import METHODS, ONEPASS, encode, hit_matrix, tiered_codes
 from pipeline.policies.traces import lab_objects, mooncake_objects
 from pipeline.sweeps import write_parquet_atomic
 
@@ -77,7 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="CPU tier capacity (default 0: no CPU tier)")
     model.add_argument("--cpu-policy", type=policy_name, default="lru",
                        help="policy of the CPU tier (default %(default)s)")
-    model.add_argument("--engine", choices=ENGINES, default="auto",
+    model.add_argument("--method", choices=METHODS, default="auto",
                        help="auto: one pass where exact (lru), else compiled replays; onepass: "
                             "lru only; replay; classes: the Python classes (slow reference)")
     out = parser.add_argument_group("output")
@@ -146,12 +146,12 @@ TIER_NAMES = ("gpu", "cpu", "miss")
 
 def simulate(args, events: bool = True) -> tuple[str, pl.DataFrame, pl.DataFrame | None]:
     """(workload label, curves, events or None) for the parsed arguments; validates first."""
-    if args.engine == "onepass":
+    if args.method == "onepass":
         bad = [name for name in [*args.gpu_policy, *([args.cpu_policy] if args.cpu else [])]
                if name not in ONEPASS]
         if bad:
-            raise CLIError(f"--engine onepass: exact only for {', '.join(ONEPASS)}, not "
-                           f"{bad[0]} (use --engine auto or replay)")
+            raise CLIError(f"--method onepass: exact only for {', '.join(ONEPASS)}, not "
+                           f"{bad[0]} (use --method auto or replay)")
     label, keys, sizes, passes = _workload(args)
     capacities = _capacities(args, keys, sizes)
     codes = encode(keys)
@@ -160,11 +160,11 @@ def simulate(args, events: bool = True) -> tuple[str, pl.DataFrame, pl.DataFrame
         try:
             if args.cpu:
                 tiers = np.vstack([tiered_codes(name, args.cpu_policy, codes, sizes, c,
-                                                args.cpu, args.engine) for c in capacities])
+                                                args.cpu, args.method) for c in capacities])
             else:
-                tiers = np.where(hit_matrix(name, codes, sizes, capacities, args.engine), 0, 2)
+                tiers = np.where(hit_matrix(name, codes, sizes, capacities, args.method), 0, 2)
         except ValueError as exc:
-            raise CLIError(f"--engine {args.engine}: {exc}") from None
+            raise CLIError(f"--method {args.method}: {exc}") from None
         curves.append(_curve_rows(name, capacities, tiers, passes))
         if events:
             logs.append(_event_rows(name, capacities, tiers, passes))

@@ -14,13 +14,13 @@ import polars as pl
 
 from pipeline.policies import POLICIES, make_policy
 
-__all__ = ["ENGINES", "ONEPASS", "encode", "policy_hits", "hit_matrix", "hit_counts",
+__all__ = ["METHODS", "ONEPASS", "encode", "policy_hits", "hit_matrix", "hit_counts",
            "tiered_codes",
            "curves_frame"]
 
 #: auto: one pass where exact, else the compiled replay; replay: compiled per capacity;
 #: classes: the Python classes (slow, the reference); onepass: only where exact.
-ENGINES = ("auto", "onepass", "replay", "classes")
+METHODS = ("auto", "onepass", "replay", "classes")
 #: policies whose every capacity comes from one exact pass
 ONEPASS = ("lru",)
 
@@ -53,31 +53,31 @@ def _classes(name: str, codes: np.ndarray, sizes: np.ndarray, capacity: int) -> 
 
 
 def policy_hits(name: str, codes: np.ndarray, sizes: np.ndarray, capacity: int,
-                engine: str = "auto") -> np.ndarray:
+                method: str = "auto") -> np.ndarray:
     """Per-access hits (bool) of policy ``name`` at one ``capacity``."""
-    return hit_matrix(name, codes, sizes, [capacity], engine)[0]
+    return hit_matrix(name, codes, sizes, [capacity], method)[0]
 
 
 def hit_matrix(name: str, codes: np.ndarray, sizes: np.ndarray, capacities: Sequence[int],
-               engine: str = "auto", workers: int | None = None) -> np.ndarray:
+               method: str = "auto", workers: int | None = None) -> np.ndarray:
     """Per-access hits, one row per capacity (bool array, capacities x accesses)."""
     if name not in POLICIES:
         raise ValueError(f"unknown policy {name!r}; accepted: {', '.join(POLICIES)}")
-    if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine!r}; accepted: {', '.join(ENGINES)}")
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; accepted: {', '.join(METHODS)}")
     codes = np.ascontiguousarray(codes, dtype=np.int64)
     sizes = np.ascontiguousarray(sizes, dtype=np.int64)
     capacities = [int(c) for c in capacities]
-    if engine == "onepass" and name not in ONEPASS:
-        raise ValueError(f"engine onepass is exact only for {', '.join(ONEPASS)}, not {name}")
-    if engine == "onepass" and not _fixed_sizes(codes, sizes):
-        raise ValueError("engine onepass needs one fixed size per key; this trace's sizes "
-                         "vary (use --engine auto or replay)")
-    if name in ONEPASS and engine in ("auto", "onepass") and _fixed_sizes(codes, sizes):
+    if method == "onepass" and name not in ONEPASS:
+        raise ValueError(f"method onepass is exact only for {', '.join(ONEPASS)}, not {name}")
+    if method == "onepass" and not _fixed_sizes(codes, sizes):
+        raise ValueError("method onepass needs one fixed size per key; this trace's sizes "
+                         "vary (use --method auto or replay)")
+    if name in ONEPASS and method in ("auto", "onepass") and _fixed_sizes(codes, sizes):
         from pipeline.stackdist import lru_hits
         return np.asarray(lru_hits(codes, sizes, capacities), dtype=bool).reshape(
             len(capacities), codes.size)
-    if engine == "classes":
+    if method == "classes":
         run = _classes
     else:
         from pipeline.policies import kernels
@@ -91,17 +91,17 @@ def hit_matrix(name: str, codes: np.ndarray, sizes: np.ndarray, capacities: Sequ
 
 
 def hit_counts(name: str, codes: np.ndarray, sizes: np.ndarray, capacities: Sequence[int],
-               engine: str = "auto", workers: int | None = None) -> np.ndarray:
+               method: str = "auto", workers: int | None = None) -> np.ndarray:
     """Hits per capacity (int64), without keeping per-access rows: one pass for LRU, else
     one compiled replay per capacity on a thread pool (the kernels release the GIL)."""
     capacities = [int(c) for c in capacities]
     codes = np.ascontiguousarray(codes, dtype=np.int64)
     sizes = np.ascontiguousarray(sizes, dtype=np.int64)
-    if name in ONEPASS and engine in ("auto", "onepass") and _fixed_sizes(codes, sizes):
+    if name in ONEPASS and method in ("auto", "onepass") and _fixed_sizes(codes, sizes):
         from pipeline.stackdist import lru_hit_counts
         return np.asarray(lru_hit_counts(codes, sizes, capacities), dtype=np.int64)
-    if engine not in ("auto", "replay"):
-        return hit_matrix(name, codes, sizes, capacities, engine, workers).sum(axis=1)
+    if method not in ("auto", "replay"):
+        return hit_matrix(name, codes, sizes, capacities, method, workers).sum(axis=1)
     from pipeline.policies import kernels
     workers = workers or os.cpu_count() or 1
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(capacities)))) as pool:
@@ -111,15 +111,15 @@ def hit_counts(name: str, codes: np.ndarray, sizes: np.ndarray, capacities: Sequ
 
 
 def tiered_codes(gpu: str, cpu: str, codes: np.ndarray, sizes: np.ndarray, gpu_capacity: int,
-                 cpu_capacity: int, engine: str = "auto") -> np.ndarray:
+                 cpu_capacity: int, method: str = "auto") -> np.ndarray:
     """kvlab's two tiers with any policy per tier: 0 = GPU hit, 1 = CPU hit, 2 = miss.
 
     As in ``TwoTierCache``, the GPU tier sees every access and the CPU tier exactly the GPU
     misses; the GPU tier never depends on the CPU tier, so two passes are exact (and give OPT
     the future of its own input)."""
-    gpu_hit = policy_hits(gpu, codes, sizes, gpu_capacity, engine)
+    gpu_hit = policy_hits(gpu, codes, sizes, gpu_capacity, method)
     missed = np.flatnonzero(~gpu_hit)
-    cpu_hit = policy_hits(cpu, codes[missed], sizes[missed], cpu_capacity, engine)
+    cpu_hit = policy_hits(cpu, codes[missed], sizes[missed], cpu_capacity, method)
     out = np.where(gpu_hit, 0, 2).astype(np.int8)
     out[missed[cpu_hit]] = 1
     return out
