@@ -23,6 +23,8 @@ COMMANDS = {
     "synth-ttft": "pipeline.synthetic_ttft",
     "bench": "pipeline.bench.run",
     "blocks": "pipeline.blocks.command",
+    "trace": "pipeline.replay.command",
+    "policies": "pipeline.policies.command",
     "plan": "pipeline.plan",
 }
 

@@ -23,7 +23,9 @@ from pipeline.arguments import non_negative_int, pass_list, positive_int
 from pipeline.config import LAB_CPU, LAB_DOCS, LAB_GPU, LAB_PASSES, LAB_TOKENS, REAL_MEASURED
 from pipeline.errors import CLIError
 from pipeline.kvsize import KVSize, add_kv_arguments, capacity, format_bytes, kv_from_args
+from pipeline.blocks.models import CPU_MODELS, GPU_MODELS
 from pipeline.blocks.stream import HEAD_FIRST, ORDERS, TAIL_FIRST
+from pipeline.engines.options import add_engine_arguments, model_options
 from pipeline.planner import DocumentEvaluator, Evaluator, PlanResult, Target, \
     document_workload, plan
 from pipeline.planner_blocks import BlockEvaluator
@@ -81,6 +83,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     work.add_argument("--cpu-order", choices=ORDERS, default=HEAD_FIRST,
                       help="block mode: order of a request's blocks in the CPU tier (default "
                            "head-first, LMCache's LRU)")
+    work.add_argument("--gpu-model", choices=tuple(GPU_MODELS), default="ideal",
+                      help="block mode: GPU cache model (default %(default)s)")
+    work.add_argument("--cpu-model", choices=tuple(CPU_MODELS), default="ideal",
+                      help="block mode: CPU cache model (default %(default)s: every capacity "
+                           "from one pass; others run per capacity step)")
+    add_engine_arguments(work)
     work.add_argument("--trace", type=Path, default=None, metavar="JSONL",
                       help="a Mooncake trace (timestamp, input_length, output_length, "
                            "hash_ids) instead of the documents: one pass, in blocks")
@@ -131,12 +139,15 @@ def _pass_names(pass_name: pl.Series) -> list[str]:
 
 def _blocks_input(args: argparse.Namespace, description: str, blocks: pl.DataFrame,
                   requests: pl.DataFrame, block_size: int, option: str) -> _Input:
-    description = f"{description} ({args.gpu_order} GPU, {args.cpu_order} CPU)"
+    gpu_options, cpu_options = model_options(args)
+    description = (f"{description} (GPU {args.gpu_model} {args.gpu_order}, CPU "
+                   f"{args.cpu_model} {args.cpu_order})")
 
     def build(gpu: int, models: dict[str, TTFTModel]) -> Evaluator:
         try:
             return BlockEvaluator(description, blocks, requests, block_size, gpu, models,
-                                  args.gpu_order, args.cpu_order)
+                                  args.gpu_order, args.cpu_order, args.gpu_model,
+                                  args.cpu_model, gpu_options, cpu_options)
         except ValueError as exc:
             raise CLIError(f"{option}: {exc}") from None
     return _Input(description, _pass_names(requests.sort("request")["pass_name"]), build)
@@ -172,6 +183,9 @@ def _workload(args: argparse.Namespace) -> _Input:
         raise CLIError(f"--docs/--tokens: the workload has no tokens to cache "
                        f"({documents.docs} documents x {documents.tokens} tokens)")
     if args.block_size is None:
+        if (args.gpu_model, args.cpu_model) != ("ideal", "ideal"):
+            raise CLIError("--gpu-model/--cpu-model: engine models need block mode "
+                           "(--block-size or --trace)")
         workload = document_workload(documents)
         return _Input(workload.description, _pass_names(workload.requests["pass_name"]),
                       lambda gpu, models: DocumentEvaluator(workload, gpu, models))

@@ -96,6 +96,8 @@ class Evaluator:
     models: dict[str, TTFTModel]
     smallest_item: int
     evaluations: int = 0
+    #: hits provably never fall as the CPU tier grows (above the oversize bands)
+    hits_monotone: bool = True
 
     def requests(self, cpu_capacity: int) -> pl.DataFrame:
         """``requests_frame`` plus TOKEN_COLUMNS at this CPU capacity."""
@@ -208,9 +210,9 @@ def plan(evaluator: Evaluator, target: Target) -> PlanResult:
         return PlanResult("gpu_alone", 0, at_zero, None, "CPU 0 meets it", evaluator.evaluations)
     low, high = evaluator.candidates()
     answer = next((int(c) for c in low if target.met(evaluator.figures(int(c)))), None)
-    search = f"scanned {low.size} band candidate(s)" if low.size else "no band candidates"
+    search = f"scanned {low.size} candidate(s)" if low.size else "nothing to scan"
     if answer is None and high.size:
-        if target.kind == "hit_ratio" or evaluator.monotone():
+        if not evaluator.hits_monotone or target.kind == "hit_ratio" or evaluator.monotone():
             lo, hi = 0, high.size            # first index that meets it, in [lo, hi]
             while lo < hi:
                 mid = (lo + hi) // 2
@@ -220,6 +222,8 @@ def plan(evaluator: Evaluator, target: Target) -> PlanResult:
                     lo = mid + 1
             answer = int(high[lo]) if lo < high.size else None
             search += f"; bisected {high.size} candidate(s) from {int(high[0]):,} tokens"
+            if not evaluator.hits_monotone or (target.kind == "ttft" and not evaluator.monotone()):
+                search += " (assuming the figures improve with the CPU tier: not proven here)"
         else:
             answer = next((int(c) for c in high if target.met(evaluator.figures(int(c)))), None)
             search += f"; scanned {high.size} candidate(s) (TTFT may rise with CPU capacity)"

@@ -16,14 +16,16 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from pipeline.blocks.models import request_result
-from pipeline.blocks.onepass import COLD, block_distances, ideal_gpu, prefix_blocks, \
-    prefix_counts
+from pipeline.blocks.models import CPU_MODELS, GPU_MODELS, request_result
+from pipeline.blocks.onepass import COLD, block_distances, prefix_blocks, prefix_counts
 from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST, block_stream, check_order
 from pipeline.planner import Evaluator
 from pipeline.ttft_model import TTFTModel
 
-__all__ = ["BlockEvaluator", "block_requests_frame"]
+__all__ = ["BlockEvaluator", "block_requests_frame", "SCAN_LIMIT"]
+
+#: Other CPU models: scan every capacity step up to this many, else bisect (and say so).
+SCAN_LIMIT = 2000
 
 
 def block_requests_frame(requests: pl.DataFrame, prompt_tokens: np.ndarray) -> pl.DataFrame:
@@ -38,11 +40,20 @@ def block_requests_frame(requests: pl.DataFrame, prompt_tokens: np.ndarray) -> p
 
 
 class BlockEvaluator(Evaluator):
-    """Per-pass figures of a block workload (BLOCK_SCHEMA and REQUEST_SCHEMA frames)."""
+    """Per-pass figures of a block workload (BLOCK_SCHEMA and REQUEST_SCHEMA frames).
+
+    Any GPU model of ``pipeline.blocks.models`` runs once. The ``ideal`` CPU model gets every
+    capacity from one pass (the candidates are exact); any other CPU model (``lmcache``, the
+    policies) is run per capacity on a grid of its granularity (the chunk size, else the
+    block size), every step scanned up to ``SCAN_LIMIT`` steps, bisected above that on the
+    stated assumption that its hits do not fall as the tier grows.
+    """
 
     def __init__(self, description: str, blocks: pl.DataFrame, requests: pl.DataFrame,
                  block_size: int, gpu_capacity: int, models: dict[str, TTFTModel],
-                 gpu_order: str = TAIL_FIRST, cpu_order: str = HEAD_FIRST) -> None:
+                 gpu_order: str = TAIL_FIRST, cpu_order: str = HEAD_FIRST,
+                 gpu_model: str = "ideal", cpu_model: str = "ideal",
+                 gpu_options: dict | None = None, cpu_options: dict | None = None) -> None:
         self.stream = stream = block_stream(blocks, block_size)
         if requests.height != stream.requests:
             raise ValueError(f"{requests.height} request rows for {stream.requests} requests "
@@ -51,7 +62,10 @@ class BlockEvaluator(Evaluator):
         self.gpu_order, self.cpu_order = check_order(gpu_order), check_order(cpu_order)
         self.requests_frame = block_requests_frame(requests, stream.prompt_tokens)
         self.smallest_item, self.evaluations = block_size, 0
-        self.gpu_hit = ideal_gpu(stream, [gpu_capacity], gpu_order)[0]
+        self.cpu_model, self.cpu_options = cpu_model, dict(cpu_options or {})
+        self.hits_monotone = cpu_model == "ideal"
+        self.gpu_hit = GPU_MODELS[gpu_model](stream, [gpu_capacity], gpu_order,
+                                             **(gpu_options or {}))[0]
         self.gpu_blocks = self.gpu_hit // block_size
         placed = stream.cacheable - np.minimum(self.gpu_blocks, stream.cacheable)
         self.placements = np.unique(placed)
@@ -60,6 +74,9 @@ class BlockEvaluator(Evaluator):
 
     def _cpu_prefix(self, cpu_capacity: int) -> np.ndarray:
         """CPU prefix hit tokens per request (counted from block 0) at ``cpu_capacity``."""
+        if self.cpu_model != "ideal":
+            return CPU_MODELS[self.cpu_model](self.stream, self.gpu_hit, [cpu_capacity],
+                                              self.cpu_order, **self.cpu_options)[0]
         blocks = np.array([cpu_capacity // self.stream.block_size], np.int64)
         if blocks[0] >= self.max_blocks:
             counts = prefix_counts(self.stream, self.prefix, blocks)[0]
@@ -75,6 +92,12 @@ class BlockEvaluator(Evaluator):
 
     def candidates(self) -> tuple[np.ndarray, np.ndarray]:
         size = self.stream.block_size
+        if self.cpu_model != "ideal":
+            step = int(self.cpu_options.get("chunk_size", size))
+            top = self.stream.n_codes * size + step          # every distinct block, and more
+            grid = np.arange(step, top + step, step, dtype=np.int64)
+            return (grid, np.zeros(0, np.int64)) if grid.size <= SCAN_LIMIT else \
+                (np.zeros(0, np.int64), grid)
         low: set[int] = {int(s) for s in self.placements if 0 < s < self.max_blocks}
         for j, limit in enumerate(self.placements[:-1]):
             banded = block_distances(self.stream, self.cpu_order, self.gpu_blocks,

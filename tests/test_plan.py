@@ -229,3 +229,24 @@ def test_trace_reader_missing_or_bad(tmp_path, capsys):
     assert cli_main(["plan", "--target-hit-ratio", "0.5", "--trace", str(bad)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: --trace: ") and len(err.splitlines()) == 1
+
+
+def test_engine_models_in_block_mode(capsys):
+    out = run_plan(capsys, "--target-hit-ratio", "0.9", "--block-size", "16",
+                   "--cpu-model", "lmcache", "--gpu-model", "vllm")
+    # LMCache stores whole 256-token chunks only (save_unfull_chunk off): 19 per document
+    assert out["answer"]["cpu"]["tokens"] == 10 * 19 * 256
+    assert "CPU lmcache head-first" in out["workload"]
+    assert "scanned" in out["answer"]["search"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--cpu-model", "lmcache"], "engine models need block mode"),
+    (["--block-size", "16", "--chunk-size", "256"], "--chunk-size applies to the lmcache"),
+    (["--block-size", "16", "--cpu-model", "lmcache", "--cpu-order", "tail-first"],
+     "--cpu-order tail-first: the lmcache model is head-first"),
+])
+def test_engine_model_options_are_checked(argv, message, capsys):
+    assert cli_main(["plan", "--target-hit-ratio", "0.9", *argv]) == 1
+    err = capsys.readouterr().err
+    assert message in err and len(err.splitlines()) == 1

@@ -190,3 +190,43 @@ def test_block_mode_equals_the_block_model_replay(docs, per_doc, block, tail, or
                                cpu_order)
     result = plan(evaluator, target)
     check(result, figures_at, [k * block for k in range(distinct + 2)], target)
+
+
+@settings(max_examples=10)
+@given(docs=st.integers(2, 4), per_doc=st.integers(2, 6), tail=st.integers(0, 3),
+       orders=st.lists(st.sampled_from(["fwd", "rev"]), min_size=2, max_size=3),
+       level=st.floats(0.05, 1.0))
+def test_other_cpu_models_scan_their_grid(docs, per_doc, tail, orders, level):
+    """A CPU model without the one-pass form (LMCache's) is run per chunk step: the answer is
+    the first step whose figures meet the target under the model's literal replay."""
+    from pipeline.blocks.models import CPU_MODELS, request_result
+
+    block, chunk = 2, 4
+    tokens = per_doc * block + tail % block
+    workload = DocumentWorkload(docs, tokens, tuple(orders))
+    accesses = workload.accesses()
+    blocks = document_blocks(accesses["doc"].to_list(), tokens, block)
+    requests = accesses.select(
+        pl.int_range(pl.len(), dtype=pl.UInt32).alias("request"),
+        pass_name=pl.format("p{}", pl.col("pass_index")), doc=pl.col("doc").cast(pl.Int64),
+        prompt_tokens=pl.col("size").cast(pl.UInt64),
+        timestamp_ms=pl.lit(None, pl.Float64)).match_to_schema(REQUEST_SCHEMA)
+    stream = block_stream(blocks, block)
+    passes = accesses["pass_index"].to_list()
+    gpu = block                                          # one block of GPU
+    evaluator = BlockEvaluator("t", blocks, requests, block, gpu, lab_models(),
+                               cpu_model="lmcache", cpu_options={"chunk_size": chunk})
+    gpu_hit = evaluator.gpu_hit
+
+    def figures_at(cpu: int) -> dict:
+        cpu_prefix = CPU_MODELS["lmcache-replay"](stream, gpu_hit, [cpu], "head-first",
+                                                  chunk_size=chunk)[0]
+        result = request_result(stream, gpu_hit, cpu_prefix)
+        return pass_figures([(p, {"gpu": g, "cpu": c, "miss": m}) for p, g, c, m in zip(
+            passes, result["gpu_hit_tokens"], result["cpu_hit_tokens"],
+            result["miss_tokens"])], cpu)
+
+    top = (stream.n_codes + 1) * block + chunk
+    target = make_target(("hit_ratio", "p50", level), len(orders), 0, figures_at, top)
+    result = plan(evaluator, target)
+    check(result, figures_at, [0, *range(chunk, top + chunk, chunk)], target)
