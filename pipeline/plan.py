@@ -3,8 +3,9 @@
 ``python -m pipeline plan --target-ttft-ms 100`` answers for the lab's documents at the lab's
 GPU capacity (21520 tokens) with the lab's model (Qwen2.5-1.5B, 28,672 KV bytes per token):
 the CPU tier in tokens and in GiB/GB, with the predicted figures per pass there and one token
-below. TTFT comes from a model fitted per engine config on a measured file
-(``pipeline.ttft_model``); hits from the one-pass LRU engine (``pipeline.planner``).
+below. Without a trace PATH or --pattern the workload is the lab's documents, whole (or in
+blocks with --block-size). TTFT comes from a model fitted per engine config on a measured
+file (``pipeline.ttft_model``); hits from the one-pass engines (``pipeline.planner``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pipeline.engines.options import add_engine_arguments, model_options
 from pipeline.planner import DocumentEvaluator, Evaluator, PlanResult, Target, \
     document_workload, plan
 from pipeline.planner_blocks import BlockEvaluator
+from pipeline.replay.inputs import add_input_arguments, load_workload
 from kvlab.kvsim import TIERS
 from pipeline.ttft_model import FitError, TTFTModel, fit_configs, measured_requests, \
     model_for_capacity, residuals_by_pass
@@ -74,9 +76,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="KV tokens per document (default %(default)s)")
     work.add_argument("--passes", type=pass_list, default=list(LAB_PASSES),
                       help="fwd/rev per pass (default fwd,fwd,rev)")
-    work.add_argument("--block-size", type=positive_int, default=None,
-                      help="block mode: cut documents into blocks of this many tokens "
-                           "(vLLM 16, LMCache 256); default whole documents (512 for --trace)")
     work.add_argument("--gpu-order", choices=ORDERS, default=TAIL_FIRST,
                       help="block mode: order of a request's blocks in the GPU tier (default "
                            "tail-first, vLLM's free queue)")
@@ -89,9 +88,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="block mode: CPU cache model (default %(default)s: every capacity "
                            "from one pass; others run per capacity step)")
     add_engine_arguments(work)
-    work.add_argument("--trace", type=Path, default=None, metavar="JSONL",
-                      help="a Mooncake trace (timestamp, input_length, output_length, "
-                           "hash_ids) instead of the documents: one pass, in blocks")
+    add_input_arguments(parser)
     fit = parser.add_argument_group("TTFT model")
     fit.add_argument("--measured", type=Path,
                      help=f"measured TTFT jsonl (default: {REAL_MEASURED} if present, else "
@@ -153,28 +150,15 @@ def _blocks_input(args: argparse.Namespace, description: str, blocks: pl.DataFra
     return _Input(description, _pass_names(requests.sort("request")["pass_name"]), build)
 
 
-def _trace_input(args: argparse.Namespace) -> _Input:
-    """A Mooncake JSONL trace in blocks (512 tokens unless --block-size), one pass."""
-    try:
-        from pipeline.workloads.mooncake import MOONCAKE_BLOCK_SIZE, read_mooncake
-    except ImportError:
-        raise CLIError("--trace: the Mooncake reader (pipeline/workloads/mooncake.py) is not "
-                       "on this branch yet") from None
-    block_size = args.block_size or MOONCAKE_BLOCK_SIZE
-    try:
-        trace = read_mooncake(args.trace, block_size)
-    except ValueError as exc:
-        raise CLIError(f"--trace: {exc}") from None
-    if trace.requests.height == 0:
-        raise CLIError(f"--trace: {args.trace} has no requests")
-    return _blocks_input(args, f"{args.trace}: {trace.requests.height:,} requests in "
-                         f"{block_size}-token blocks", trace.blocks, trace.requests, block_size,
-                         "--trace")
-
-
 def _workload(args: argparse.Namespace) -> _Input:
-    if args.trace is not None:
-        return _trace_input(args)
+    if args.path is not None or args.pattern is not None:
+        loaded = load_workload(args)
+        source = "PATH" if args.path is not None else f"--pattern {args.pattern}"
+        if loaded.requests.height == 0:
+            raise CLIError(f"{source}: the workload has no requests")
+        return _blocks_input(args, f"{loaded.label}: {loaded.requests.height:,} requests in "
+                             f"{loaded.block_size}-token blocks", loaded.blocks,
+                             loaded.requests, loaded.block_size, source)
     try:
         documents = DocumentWorkload(args.docs, args.tokens, tuple(args.passes))
     except ValueError as exc:
@@ -185,7 +169,7 @@ def _workload(args: argparse.Namespace) -> _Input:
     if args.block_size is None:
         if (args.gpu_model, args.cpu_model) != ("ideal", "ideal"):
             raise CLIError("--gpu-model/--cpu-model: engine models need block mode "
-                           "(--block-size or --trace)")
+                           "(--block-size, a trace PATH or --pattern)")
         workload = document_workload(documents)
         return _Input(workload.description, _pass_names(workload.requests["pass_name"]),
                       lambda gpu, models: DocumentEvaluator(workload, gpu, models))
@@ -338,7 +322,8 @@ def _write_report(args: argparse.Namespace, evaluator: Evaluator, kv: KVSize, ta
     from pipeline.charts.plan import fit_section, measured_points, ttft_capacity_section
 
     points = measured_points(errors, args.measured_cpu_tokens, names) if (
-        gpu == args.measured_gpu_tokens and args.block_size is None and args.trace is None) \
+        gpu == args.measured_gpu_tokens and args.block_size is None and args.path is None
+        and args.pattern is None) \
         else None
     sections = [ttft_capacity_section(evaluator, kv, target.statistic, points, result),
                 fit_section(errors, target.statistic)]

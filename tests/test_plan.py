@@ -214,21 +214,28 @@ def test_plan_for_the_shared_trace(capsys):
     trace = SHARED_TRACES / "synthetic_trace.jsonl"
     if not trace.exists():
         pytest.skip(f"{trace} is absent (the shared Mooncake trace)")
-    pytest.importorskip("pipeline.workloads.mooncake",
-                        reason="the Mooncake reader is not merged on this branch")
-    out = run_plan(capsys, "--trace", str(trace), "--gpu", "200000",
-                   "--target-hit-ratio", "0.5")
+    out = run_plan(capsys, str(trace), "--gpu", "200000", "--target-hit-ratio", "0.5")
     assert out["answer"]["status"] == "met"
     assert out["answer"]["cpu"]["tokens"] == 6_558_720          # 12,810 blocks of 512 tokens
     assert out["figures"][0]["hit_ratio"] >= 0.5 > out["figures_one_token_below"][0]["hit_ratio"]
 
 
-def test_trace_reader_missing_or_bad(tmp_path, capsys):
+def test_bad_trace_and_pattern(tmp_path, capsys):
     bad = tmp_path / "t.jsonl"
     bad.write_text('{"timestamp": 0, "input_length": 10}\n')
-    assert cli_main(["plan", "--target-hit-ratio", "0.5", "--trace", str(bad)]) == 1
+    assert cli_main(["plan", "--target-hit-ratio", "0.5", str(bad)]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("error: --trace: ") and len(err.splitlines()) == 1
+    assert err.startswith(f"error: {bad}:1: ") and len(err.splitlines()) == 1
+    assert cli_main(["plan", "--target-hit-ratio", "0.5", str(bad), "--pattern", "zipf"]) == 1
+    assert "not both" in capsys.readouterr().err
+
+
+def test_plan_for_a_pattern(capsys):
+    # LMCache's long_doc_qa: 8 documents of 20000 tokens, a warm-up round then 2 more reads
+    out = run_plan(capsys, "--pattern", "long-doc-qa", "--target-hit-ratio", "0.9",
+                   "--gpu", "40000", "--block-size", "256", "--pass", "all")
+    assert "long" in out["workload"] and out["answer"]["status"] in ("met", "unreachable")
+    assert out["answer"]["cpu"]["tokens"] % 256 == 0
 
 
 def test_engine_models_in_block_mode(capsys):
@@ -242,6 +249,7 @@ def test_engine_models_in_block_mode(capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["--cpu-model", "lmcache"], "engine models need block mode"),
+    (["--pattern", "zipf", "--num-requests", "0"], "no requests"),
     (["--block-size", "16", "--chunk-size", "256"], "--chunk-size applies to the lmcache"),
     (["--block-size", "16", "--cpu-model", "lmcache", "--cpu-order", "tail-first"],
      "--cpu-order tail-first: the lmcache model is head-first"),
