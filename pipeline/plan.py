@@ -20,15 +20,17 @@ from pathlib import Path
 import polars as pl
 
 from kvlab import make_exports
-from pipeline.arguments import non_negative_int, pass_list, positive_int
+from pipeline.arguments import non_negative_int, pass_list
 from pipeline.config import LAB_CPU, LAB_DOCS, LAB_GPU, LAB_PASSES, LAB_TOKENS, REAL_MEASURED
 from pipeline.errors import CLIError
-from pipeline.kvsize import KVSize, add_kv_arguments, capacity, format_bytes, kv_from_args
+from pipeline.kvsize import KVSize, add_kv_arguments, capacity, kv_from_args
 from pipeline.blocks.models import CPU_MODELS, GPU_MODELS
 from pipeline.blocks.stream import HEAD_FIRST, ORDERS, TAIL_FIRST
 from pipeline.engines.options import add_engine_arguments, model_options
 from pipeline.planner import DocumentEvaluator, Evaluator, PlanResult, Target, \
     document_workload, plan
+from pipeline.plan_output import describe_target, finite, lmcache_setting, model_json, \
+    model_lines, render_text, tokens_and_size
 from pipeline.planner_blocks import BlockEvaluator
 from pipeline.replay.inputs import add_input_arguments, load_workload
 from kvlab.kvsim import TIERS
@@ -38,7 +40,6 @@ from pipeline.workloads.documents import DocumentWorkload
 from pipeline.workloads.blocks import REQUEST_SCHEMA, document_blocks
 
 HELP = "the smallest CPU tier (tokens and GiB) that meets a TTFT or hit-ratio target"
-TIER_WORDS = {"gpu": "GPU hit", "cpu": "CPU reload", "miss": "recompute"}
 
 
 def _positive_float(text: str) -> float:
@@ -205,116 +206,6 @@ def _models(args: argparse.Namespace) -> tuple[dict[str, TTFTModel], pl.DataFram
     return models, requests, source, synthetic
 
 
-def _tokens_and_size(tokens: int, kv: KVSize) -> dict:
-    size = kv.bytes(tokens)
-    return {"tokens": tokens, "bytes": size, "GiB": round(size / 2**30, 4),
-            "GB": round(size / 1e9, 4)}
-
-
-def _lmcache_setting(tokens: int, kv: KVSize) -> float:
-    """max_local_cpu_size that holds ``tokens`` (its "GB" are 2^30 bytes), rounded up."""
-    return math.ceil(kv.bytes(tokens) / 2**30 * 100 - 1e-9) / 100
-
-
-def _model_json(model: TTFTModel, kv: KVSize) -> dict:
-    bandwidth = model.reload_bandwidth_gbps(kv.bytes_per_token)
-    return {"method": model.method, "requests": model.n, "params": model.params,
-            "stderr": model.stderr, "tier_ms": model.tier_ms, "tier_stderr": model.tier_stderr,
-            "reference_tokens": model.reference_tokens,
-            "reload_bandwidth_gbps": None if bandwidth is None else
-            {"value": bandwidth[0], "stderr": bandwidth[1]},
-            "not_exercised": list(model.not_exercised),
-            "not_identifiable": list(model.not_identifiable), "notes": list(model.notes)}
-
-
-def _describe_target(target: Target, names: list[str]) -> str:
-    chosen = ", ".join(names[i] for i in target.passes)
-    if target.kind == "ttft":
-        return f"predicted {target.statistic} TTFT <= {target.value:g} ms in {chosen}"
-    return f"cache hit ratio >= {target.value:g} in {chosen}"
-
-
-def _model_lines(config: str, model: TTFTModel, kv: KVSize) -> list[str]:
-    label = {"baseline": "baseline (GPU only)", "lmcache": "lmcache (GPU + CPU)"}.get(config,
-                                                                                       config)
-    if model.method == "least squares":
-        parts = ", ".join(f"{name} {model.params[name]:.4g} +- {model.stderr[name]:.2g}"
-                          for name in model.params)
-    else:
-        parts = ", ".join(f"{TIER_WORDS[tier]} {ms:.1f} +- {model.tier_stderr.get(tier, 0):.1f}"
-                          f" ms" for tier, ms in sorted(model.tier_ms.items(),
-                                                        key=lambda item: item[1]))
-        parts = f"medians at {model.reference_tokens:,} tokens: {parts}"
-    lines = [f"  {label}, {model.method} over {model.n} requests: {parts}"]
-    bandwidth = model.reload_bandwidth_gbps(kv.bytes_per_token)
-    if bandwidth and config != "baseline":
-        lines.append(f"    effective CPU reload bandwidth {bandwidth[0]:.1f} +- {bandwidth[1]:.1f}"
-                     f" GB/s at {kv.bytes_per_token:,} bytes per token")
-    lines += [f"    {note}" for note in model.notes]
-    return lines
-
-
-def _finite(value: object) -> object:
-    """``value`` with every NaN or infinity replaced by None (strict JSON)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(item) for item in value]
-    return value
-
-
-def _num(value: float | None, width: int, digits: int) -> str:
-    return f"{'-':>{width}}" if value is None else f"{value:>{width}.{digits}f}"
-
-
-def _figure_rows(result: PlanResult) -> list[dict]:
-    below = result.below.rows(named=True) if result.below is not None else [None] * \
-        result.figures.height
-    return [{"pass": row["pass_name"], "at": row, "below": low}
-            for row, low in zip(result.figures.rows(named=True), below)]
-
-
-def _text(document: dict, result: PlanResult, target: Target, names: list[str]) -> str:
-    kv, answer = document["kv"], document["answer"]
-    lines = [f"workload: {document['workload']}",
-             f"KV size: {kv['describe']}",
-             f"GPU KV cache: {document['gpu']['given']}",
-             f"target: {_describe_target(target, names)}",
-             f"TTFT model from {document['measured']['path']}"
-             f"{' (SYNTHETIC stand-in)' if document['measured']['synthetic'] else ''}:"]
-    lines += document["model_lines"]
-    worst = document["measured"]["worst_error_pct"]
-    lines.append(f"  predicted vs measured per pass: worst error {worst['p50']:.1f} % (p50), "
-                 f"{worst['mean']:.1f} % (mean)")
-    lines.append("")
-    cpu = answer["cpu"]
-    if answer["status"] == "gpu_alone":
-        lines.append(f"answer: no CPU tier needed: the GPU alone ({document['gpu']['tokens']:,} "
-                     f"tokens) already meets it")
-    elif answer["status"] == "unreachable":
-        lines.append(f"answer: NO CPU size can meet it: even {cpu['tokens']:,} tokens = "
-                     f"{cpu['GiB']:.2f} GiB (every CPU hit this workload can get) falls short")
-    else:
-        lines.append(f"answer: a CPU tier of {cpu['tokens']:,} tokens = {cpu['GiB']:.2f} GiB "
-                     f"({cpu['GB']:.2f} GB; GiB = 2^30 bytes, GB = 10^9 bytes)")
-        lines.append(f"  LMCache: max_local_cpu_size: {answer['lmcache_max_local_cpu_size']:.2f}"
-                     f" (LMCache's GB are 2^30 bytes)")
-    lines.append(f"  ({result.search}; {result.evaluations} evaluations)")
-    columns = [f"CPU {cpu['tokens']:,} tokens"]
-    if result.below is not None:
-        columns.append(f"CPU {cpu['tokens'] - 1:,} tokens (one below)")
-    lines.append(("\n" + f"{'':<14}" + "".join(f"  {title:<29}" for title in columns)).rstrip())
-    lines.append((f"{'pass':<14}" + "  p50 ms  mean ms  hit ratio  " * len(columns)).rstrip())
-    for row in _figure_rows(result):
-        cells = [row["at"]] + ([row["below"]] if row["below"] else [])
-        lines.append(f"{row['pass']:<14}" + "".join(
-            f"{_num(c['p50_ms'], 8, 1)}{_num(c['mean_ms'], 9, 1)}{_num(c['hit_ratio'], 11, 4)}  "
-            for c in cells).rstrip())
-    return "\n".join(lines)
-
-
 def _write_report(args: argparse.Namespace, evaluator: Evaluator, kv: KVSize, target: Target,
                   result: PlanResult, errors: pl.DataFrame, names: list[str], gpu: int) -> None:
     from kvlab.summarize import atomic_output
@@ -328,7 +219,7 @@ def _write_report(args: argparse.Namespace, evaluator: Evaluator, kv: KVSize, ta
     sections = [ttft_capacity_section(evaluator, kv, target.statistic, points, result),
                 fit_section(errors, target.statistic)]
     page = page_html("kvlab: sizing the CPU tier", f"{evaluator.description}; "
-                     f"{kv.describe()}; target: {_describe_target(target, names)}.",
+                     f"{kv.describe()}; target: {describe_target(target, names)}.",
                      [("Predicted TTFT against the CPU tier", "", sections[:1]),
                       ("The TTFT model against the measurement", "", sections[1:])])
     try:
@@ -371,26 +262,26 @@ def main(args: argparse.Namespace) -> int:
         "workload": evaluator.description,
         "kv": {"name": kv.name, "bytes_per_token": kv.bytes_per_token, "formula": kv.formula,
                "source": kv.source, "describe": kv.describe()},
-        "gpu": {**_tokens_and_size(gpu, kv), "given": gpu_given},
+        "gpu": {**tokens_and_size(gpu, kv), "given": gpu_given},
         "target": {"kind": target.kind, "value": target.value, "statistic": target.statistic,
                    "passes": [names[i] for i in target.passes]},
         "measured": {"path": source, "synthetic": synthetic,
                      "worst_error_pct": {"p50": errors["error_p50_pct"].abs().max(),
                                          "mean": errors["error_mean_pct"].abs().max()},
                      "per_pass": errors.to_dicts()},
-        "models": {config: _model_json(model, kv) for config, model in models.items()},
-        "answer": {"status": result.status, "cpu": _tokens_and_size(cpu_tokens, kv),
-                   "lmcache_max_local_cpu_size": _lmcache_setting(cpu_tokens, kv),
+        "models": {config: model_json(model, kv) for config, model in models.items()},
+        "answer": {"status": result.status, "cpu": tokens_and_size(cpu_tokens, kv),
+                   "lmcache_max_local_cpu_size": lmcache_setting(cpu_tokens, kv),
                    "search": result.search, "evaluations": result.evaluations},
         "figures": result.figures.to_dicts(),
         "figures_one_token_below": None if result.below is None else result.below.to_dicts(),
     }
     if args.json:
-        print(json.dumps(_finite(document), indent=2, allow_nan=False))
+        print(json.dumps(finite(document), indent=2, allow_nan=False))
         return 0
     document["model_lines"] = [line for config, model in models.items()
-                               for line in _model_lines(config, model, kv)]
-    print(_text(document, result, target, names))
+                               for line in model_lines(config, model, kv)]
+    print(render_text(document, result, target, names))
     return 0
 
 

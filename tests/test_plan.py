@@ -1,27 +1,20 @@
-"""`python -m pipeline plan`: the lab's answer, the other outcomes, bad input, and the search
-checked against a brute-force replay of kvlab's TwoTierCache at every CPU capacity."""
+"""`python -m pipeline plan`: the lab's answer, the other outcomes, engine models, traces and
+patterns, bad input (the search itself is checked in test_planner_search.py)."""
 
 from __future__ import annotations
 
 import json
-import statistics
 import subprocess
 import sys
-from functools import lru_cache
 
 import numpy as np
-import polars as pl
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from conftest import ROOT
 from kvlab.kvsim import TwoTierCache
 from pipeline.cli import main as cli_main
 from pipeline.planner import DocumentEvaluator, Target, document_workload, plan
-from pipeline.ttft_model import fit_configs, measured_requests
 from pipeline.workloads.documents import DocumentWorkload
-from pipeline.workloads.blocks import REQUEST_SCHEMA, document_blocks
 
 
 def run_plan(capsys, *argv: str) -> dict:
