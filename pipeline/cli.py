@@ -22,6 +22,7 @@ COMMANDS = {
     "measured": "pipeline.measured",
     "synth-ttft": "pipeline.synthetic_ttft",
     "bench": "pipeline.bench",
+    "measure": "pipeline.measure.cli",
 }
 
 

@@ -1,0 +1,172 @@
+"""Measure TTFT on a real server: the lab's workload as streaming completions, one JSON line each.
+
+``python -m pipeline measure --base-url http://127.0.0.1:8000 --output ttft.jsonl
+[--config NAME] [--docs 10] [--tokens 5000] [--passes fwd,fwd,rev] [--repeats 1]
+[--concurrency 1] [--resume]`` sends the lab's documents (plus a short question) to an
+OpenAI-compatible ``/v1/completions`` endpoint (vLLM, SGLang, llama.cpp) and appends one line
+per request: ``config, pass, doc, doc_tokens, ttft_ms, total_ms, repeat, step`` and what the
+server reports. ``--local-engine`` instead builds (or reuses) llama-cpp-python, writes a tiny
+random-weight GGUF model, and measures one fresh server per ``--ram-cache`` config and repeat
+(see pipeline/measure/llamacpp/local.py), with provenance beside the output.
+
+A failure (refused connection, timeout, HTTP error, malformed stream) stops with one line;
+every line already written stays, and the same command with ``--resume`` sends only the
+requests that have no line yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from pipeline.arguments import pass_list, positive_int
+from pipeline.config import LAB_DOCS, LAB_PASSES
+from pipeline.errors import CLIError
+from pipeline.measure.client import RequestFailed
+from pipeline.measure.runner import RunSettings, done_keys, run_requests
+from pipeline.measure.workload import WORDS, lab_requests
+
+__all__ = ["HELP", "add_arguments", "main", "check_output", "parse_ram_caches"]
+
+HELP = "measure TTFT on a real server (or a local llama.cpp one) into a JSON-lines file"
+DEFAULT_TOKENS = 5000
+DEFAULT_RAM_CACHES = "baseline=0,cache-4.5=4.5,cache=10.5"
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return value
+
+
+def _logit_bias(text: str) -> tuple[str, float]:
+    token, sep, value = text.partition("=")
+    try:
+        if not sep or not token.strip():
+            raise ValueError
+        return token.strip(), float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected TOKEN_ID=BIAS, got {text!r}") from None
+
+
+def parse_ram_caches(text: str) -> list[tuple[str, float]]:
+    """argparse type: NAME=DOCS,... (DOCS >= 0: RAM cache size in documents; 0 = none)."""
+    configs: list[tuple[str, float]] = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, sep, size = part.partition("=")
+        try:
+            value = float(size)
+        except ValueError:
+            value = -1.0
+        if not sep or not name or not value >= 0 or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"expected NAME=DOCS (DOCS a number >= 0), got {part!r}")
+        if name in {n for n, _ in configs}:
+            raise argparse.ArgumentTypeError(f"config {name!r} given twice")
+        configs.append((name, value))
+    if not configs:
+        raise argparse.ArgumentTypeError(f"empty config list {text!r}")
+    return configs
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``measure``."""
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--base-url", help="server to measure, e.g. http://127.0.0.1:8000")
+    target.add_argument("--local-engine", action="store_true",
+                        help="build/reuse llama-cpp-python, start its server on 127.0.0.1 with "
+                             "a tiny generated model, measure, stop it")
+    parser.add_argument("--output", required=True, type=Path, help="JSON-lines file to append to")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue OUTPUT: send only requests without a line in it")
+    parser.add_argument("--config", default="baseline",
+                        help="config name written on each line (--base-url; default %(default)s)")
+    parser.add_argument("--docs", type=positive_int, default=LAB_DOCS,
+                        help="documents (default %(default)s)")
+    parser.add_argument("--tokens", type=positive_int, default=DEFAULT_TOKENS,
+                        help="words (= tokens with the tiny model) per document "
+                             "(default %(default)s)")
+    parser.add_argument("--passes", type=pass_list, default=list(LAB_PASSES),
+                        help="reading orders, comma-separated fwd/rev (default fwd,fwd,rev)")
+    parser.add_argument("--repeats", type=positive_int, default=1,
+                        help="run the whole workload this many times (default %(default)s)")
+    parser.add_argument("--concurrency", type=positive_int, default=1,
+                        help="requests in flight at once (default %(default)s, as the lab)")
+    parser.add_argument("--timeout", type=_positive_float, default=300.0,
+                        help="seconds allowed per request (default %(default)s)")
+    parser.add_argument("--max-tokens", type=positive_int, default=16,
+                        help="tokens to generate per request (default %(default)s)")
+    parser.add_argument("--model", help="model name to send (--base-url)")
+    parser.add_argument("--logit-bias", type=_logit_bias, action="append", default=[],
+                        metavar="TOKEN_ID=BIAS", help="logit_bias entry to send (repeatable)")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    local = parser.add_argument_group("--local-engine")
+    local.add_argument("--ram-cache", type=parse_ram_caches, default=DEFAULT_RAM_CACHES,
+                       metavar="NAME=DOCS,...",
+                       help="one server per config: RAM prompt cache of DOCS documents' states "
+                            "(0 = no RAM cache) (default %(default)s)")
+    local.add_argument("--threads", type=positive_int, default=2,
+                       help="server threads (default %(default)s)")
+    local.add_argument("--work-dir", type=Path,
+                       help="model file and server logs (default: OUTPUT's folder/.measure-work)")
+
+
+def check_output(path: Path, resume: bool) -> set[tuple]:
+    """Validate OUTPUT before anything is sent; the keys already done when resuming."""
+    directory = path.parent if str(path.parent) else Path(".")
+    if not directory.is_dir():
+        raise CLIError(f"--output {path}: folder {directory} does not exist")
+    if not os.access(directory, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise CLIError(f"--output {path}: not writable")
+    if path.exists() and path.stat().st_size and not resume:
+        raise CLIError(f"--output {path} already has lines: pass --resume to continue it, "
+                       f"or choose another file")
+    try:
+        return done_keys(path) if resume else set()
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+
+
+def settings_from(args: argparse.Namespace, base_url: str) -> RunSettings:
+    return RunSettings(base_url=base_url, timeout_s=args.timeout, concurrency=args.concurrency,
+                       max_tokens=args.max_tokens, model=args.model,
+                       logit_bias=dict(args.logit_bias))
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the measurement; 1 with one line on stderr on a failure."""
+    if args.docs > len(WORDS) - 1:
+        raise CLIError(f"--docs must be at most {len(WORDS) - 1}, got {args.docs}")
+    if args.local_engine:
+        from pipeline.measure.llamacpp.local import run_local
+        return run_local(args)
+    if not args.base_url.startswith(("http://", "https://")):
+        raise CLIError(f"--base-url must start with http:// or https://, got {args.base_url!r}")
+    done = check_output(args.output, args.resume)
+    requests = [r for r in lab_requests(args.config, args.docs, args.tokens, args.passes,
+                                        args.repeats) if r.key not in done]
+    if not requests:
+        print(f"measure: nothing to do, {args.output} has every request", file=sys.stderr)
+        return 0
+    if done:
+        print(f"measure: resuming, {len(done)} line(s) already in {args.output}",
+              file=sys.stderr)
+    try:
+        written = run_requests(requests, settings_from(args, args.base_url), args.output,
+                               progress=None if args.quiet else sys.stderr)
+    except RequestFailed as exc:
+        raise CLIError(f"{exc}; lines so far are kept in {args.output}, rerun with --resume "
+                       f"to continue") from None
+    print(f"measure: wrote {written} line(s) to {args.output}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    from pipeline.cli import run_command
+
+    sys.exit(run_command("measure"))

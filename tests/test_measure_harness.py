@@ -1,0 +1,181 @@
+"""The measure harness against a small local streaming server: timing, reports, errors, resume."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.cli import main as cli_main
+from pipeline.measure.client import RequestFailed, parse_event
+from pipeline.measure.runner import RunSettings, done_keys, run_requests
+from pipeline.measure.workload import (FORCED_WORD, QUESTION_WORDS, WORD_INDEX, WORDS,
+                                       document_text, lab_requests, pass_names,
+                                       prompt_token_ids, question_text)
+from sse_server import SSEServer
+
+LAB_FIELDS = ("config", "pass", "doc", "doc_tokens", "ttft_ms", "total_ms")
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(text) for text in path.read_text().splitlines() if text.strip()]
+
+
+def measure(url: str, out: Path, *extra: str) -> int:
+    return cli_main(["measure", "--base-url", url, "--output", str(out), "--docs", "3",
+                     "--tokens", "12", "--passes", "fwd,rev", "--quiet", *extra])
+
+
+# --- workload ----------------------------------------------------------------------------
+
+def test_lab_workload_orders_names_and_sizes():
+    requests = lab_requests("baseline", 4, 30, ["fwd", "fwd", "rev"])
+    assert [r.doc for r in requests] == [0, 1, 2, 3, 0, 1, 2, 3, 3, 2, 1, 0]
+    assert pass_names(["fwd", "fwd", "rev"]) == ["pass1-cold", "pass2-replay", "pass3-reverse"]
+    assert [r.pass_name for r in requests[::4]] == ["pass1-cold", "pass2-replay", "pass3-reverse"]
+    tokens = {r.doc: prompt_token_ids(r.prompt) for r in requests}
+    assert all(len(t) == 1 + 30 + QUESTION_WORDS for t in tokens.values())
+    # documents share only the beginning-of-sequence token; the same doc is the same prompt
+    assert {t[:2] for t in tokens.values()} == {(-1, d) for d in range(4)}
+    assert len({r.key for r in requests}) == len(requests)
+
+
+@settings(max_examples=40)
+@given(st.integers(0, 4094), st.integers(1, 300))
+def test_documents_have_the_asked_length_and_known_words(doc, tokens):
+    words = document_text(doc, tokens).split(" ")
+    assert len(words) == tokens and words[0] == WORDS[doc] and FORCED_WORD not in words
+    assert all(word in WORD_INDEX for word in words + question_text().split(" "))
+
+
+# --- stream parsing ----------------------------------------------------------------------
+
+JSON_VALUES = st.none() | st.booleans() | st.integers() | st.text(max_size=8)
+JSON_OBJECTS = st.dictionaries(st.text(max_size=5), JSON_VALUES | st.lists(JSON_VALUES, max_size=3),
+                               max_size=4)
+
+
+@settings(max_examples=60)
+@given(JSON_OBJECTS)
+def test_parse_event_round_trips_any_json_object(event):
+    assert parse_event("data: " + json.dumps(event)) == event
+    assert parse_event("data:" + json.dumps(event)) == event
+
+
+def test_parse_event_skips_non_data_lines_and_rejects_bad_data():
+    assert [parse_event(x) for x in ("", ": ping", "event: x", "id: 3")] == [None] * 4
+    assert parse_event("data: [DONE]") == "[DONE]"
+    for bad in ("data: {oops", "data: [1, 2]", "data: 3"):
+        with pytest.raises(RequestFailed, match="malformed stream"):
+            parse_event(bad)
+
+
+# --- measuring ---------------------------------------------------------------------------
+
+def test_lines_have_the_lab_schema_timing_and_server_reports(tmp_path):
+    out = tmp_path / "ttft.jsonl"
+    with SSEServer(modes={1: "slow"}, delay_s=0.08) as server:
+        assert measure(server.base_url, out, "--logit-bias", "4626=100",
+                       "--max-tokens", "2") == 0
+    rows = lines(out)
+    assert [(r["pass"], r["doc"]) for r in rows] == [
+        ("pass1-cold", 0), ("pass1-cold", 1), ("pass1-cold", 2),
+        ("pass2-reverse", 2), ("pass2-reverse", 1), ("pass2-reverse", 0)]
+    for row in rows:
+        assert all(field in row for field in LAB_FIELDS)
+        assert row["config"] == "baseline" and row["doc_tokens"] == 12
+        assert 0 < row["ttft_ms"] <= row["total_ms"]
+        assert row["prompt_tokens"] == 7 and row["cached_tokens"] == 5
+        assert row["server_timings"] == {"prompt_n": 2, "prompt_ms": 1.5}
+    # headers and a ping come at once, the first text after 80 ms: TTFT waits for the text
+    assert min(r["ttft_ms"] for r in rows if r["doc"] == 1) >= 80.0
+    body = server.bodies[0]
+    assert body["stream"] is True and body["max_tokens"] == 2 and body["temperature"] == 0
+    assert body["logit_bias"] == {"4626": 100.0}
+    # kvlab's own reader accepts the file
+    from kvlab.summarize import read_records
+    assert len(read_records(str(out))) == 6
+
+
+@pytest.mark.parametrize("mode, message", [
+    ("http500", "HTTP 500 from .*: internal boom"),
+    ("not_json", "malformed stream: data is not JSON"),
+    ("no_done", "ended without 'data: \\[DONE\\]'"),
+    ("no_text", "no generated text before \\[DONE\\]"),
+    ("error_event", "error event in the stream .*context overflow"),
+])
+def test_a_failure_is_one_line_keeps_lines_and_resume_finishes(tmp_path, capsys, mode, message):
+    out = tmp_path / "ttft.jsonl"
+    with SSEServer(modes={2: mode}) as server:
+        assert measure(server.base_url, out) == 1
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1
+        assert err.startswith("error: baseline pass1-cold doc 2: ")
+        assert "rerun with --resume" in err
+        import re
+        assert re.search(message, err), err
+        assert [r["doc"] for r in lines(out)] == [0, 1]
+        # without --resume the file is not touched
+        assert measure(server.base_url, out) == 1
+        assert "already has lines" in capsys.readouterr().err
+        server.modes.clear()
+        sent = len(server.bodies)
+        assert measure(server.base_url, out, "--resume") == 0
+        assert len(server.bodies) == sent + 4          # only the 4 missing requests
+    rows = lines(out)
+    assert [(r["pass"], r["doc"]) for r in rows][2:] == [
+        ("pass1-cold", 2), ("pass2-reverse", 2), ("pass2-reverse", 1), ("pass2-reverse", 0)]
+    assert len({(r["config"], r["repeat"], r["pass"], r["step"]) for r in rows}) == 6
+
+
+def test_refused_connection_and_timeout_are_one_line(tmp_path, capsys):
+    with socket.socket() as sock:          # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    out = tmp_path / "a.jsonl"
+    assert measure(f"http://127.0.0.1:{port}", out) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "cannot connect to http://127.0.0.1:" in err
+    assert out.read_text() == ""
+    with SSEServer(modes={0: "hang"}, delay_s=1.0) as server:
+        assert measure(server.base_url, tmp_path / "b.jsonl", "--timeout", "0.2") == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "within 0.2 s (timeout)" in err
+
+
+def test_resume_with_nothing_left_sends_nothing(tmp_path, capsys):
+    out = tmp_path / "ttft.jsonl"
+    with SSEServer() as server:
+        assert measure(server.base_url, out) == 0
+        assert measure(server.base_url, out, "--resume", "--config", "other") == 0
+        assert measure(server.base_url, out, "--resume") == 0
+        assert "nothing to do" in capsys.readouterr().err
+        assert len(server.bodies) == 12
+    assert sorted({r["config"] for r in lines(out)}) == ["baseline", "other"]
+
+
+def test_concurrency_and_repeats_write_every_request_once(tmp_path):
+    requests = lab_requests("c", 4, 10, ["fwd", "rev"], repeats=2)
+    out = tmp_path / "ttft.jsonl"
+    with SSEServer(modes={1: "slow"}, delay_s=0.05) as server:
+        written = run_requests(requests, RunSettings(server.base_url, concurrency=3), out,
+                               progress=None)
+    assert written == 16
+    assert done_keys(out) == {r.key for r in requests}
+
+
+def test_bad_arguments_and_unreadable_resume_file(tmp_path, capsys):
+    assert measure("ftp://x", tmp_path / "a.jsonl") == 1
+    assert "--base-url must start with http" in capsys.readouterr().err
+    assert measure("http://127.0.0.1:9", tmp_path / "missing" / "a.jsonl") == 1
+    assert "does not exist" in capsys.readouterr().err
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"config": "x", "pass": "p", "step": 0}\nnot json\n')
+    assert measure("http://127.0.0.1:9", bad, "--resume") == 1
+    assert f"{bad}:2: not a measure line" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli_main(["measure", "--output", "x"])       # neither --base-url nor --local-engine
