@@ -1,0 +1,193 @@
+"""``python -m pipeline measure --local-engine``: the whole llama.cpp measurement in one command.
+
+Steps: make llama-cpp-python 0.3.36 importable (``scripts/ensure_llamacpp.sh``), write the
+tiny GGUF model into the work folder, fit the engine's state size, then for every
+``--ram-cache`` config and repeat start a fresh server (no RAM cache for DOCS = 0, else
+``--cache_size`` = DOCS x one request's state bytes), send the lab's workload through the
+harness with the server's log observed, and stop it. Writes OUTPUT (JSON lines) and
+OUTPUT's ``.provenance.json`` (engine version, model shape, machine, date, command,
+capacities), then prints the predicted vs measured tiers.
+
+``--resume`` keeps every line: a (config, repeat) already complete is skipped; one cut short
+is continued on a fresh server after replaying its finished requests unrecorded, so that the
+caches are in the state an uninterrupted run would have left.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import os
+import platform
+import sys
+from pathlib import Path
+
+import polars as pl
+
+from kvlab.summarize import write_json_atomic
+from pipeline.errors import CLIError
+from pipeline.measure.client import RequestFailed
+from pipeline.measure.llamacpp.cache_model import StateSize
+from pipeline.measure.llamacpp.compare import KEYS, agreement, predict, ttft_tier
+from pipeline.measure.llamacpp.engine import (LlamaServer, LogObserver, ensure_installed,
+                                              measure_state_size)
+from pipeline.measure.llamacpp.gguf_model import ModelShape, vocabulary, write_model
+from pipeline.measure.runner import run_requests
+from pipeline.measure.workload import (FORCED_WORD, QUESTION_WORDS, SEED, Request,
+                                       lab_requests)
+
+__all__ = ["cache_bytes_for", "provenance_path", "run_local"]
+
+N_CTX = 8192
+FORCED_BIAS = 100.0
+
+
+def provenance_path(output: Path) -> Path:
+    """OUTPUT's provenance file: ``x.jsonl`` -> ``x.provenance.json``."""
+    stem = output.name[:-len(".jsonl")] if output.name.endswith(".jsonl") else output.name
+    return output.with_name(stem + ".provenance.json")
+
+
+def cache_bytes_for(configs: list[tuple[str, float]], request_state: int) -> dict[str, int | None]:
+    """config -> RAM cache bytes (None for no RAM cache)."""
+    return {name: (None if docs == 0 else int(docs * request_state)) for name, docs in configs}
+
+
+def _machine() -> dict:
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory = None
+    try:
+        memory = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (ValueError, OSError, AttributeError):
+        pass
+    return {"cpu": cpu, "logical_cpus": os.cpu_count(), "memory_gib": memory,
+            "platform": platform.platform(), "python": platform.python_version()}
+
+
+def _command(args: argparse.Namespace) -> str:
+    caches = ",".join(f"{name}={docs:g}" for name, docs in args.ram_cache)
+    return (f"python -m pipeline measure --local-engine --output {args.output} "
+            f"--docs {args.docs} --tokens {args.tokens} --passes {','.join(args.passes)} "
+            f"--repeats {args.repeats} --max-tokens {args.max_tokens} --ram-cache {caches} "
+            f"--threads {args.threads}")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _validate(args: argparse.Namespace) -> None:
+    if args.base_url:
+        raise CLIError("--base-url and --local-engine exclude each other")
+    if args.concurrency != 1:
+        raise CLIError("--local-engine measures at --concurrency 1 (the server serves one "
+                       "request at a time and its log is read per request)")
+    prompt = 1 + args.tokens + QUESTION_WORDS
+    if prompt + args.max_tokens > N_CTX:
+        raise CLIError(f"--tokens {args.tokens}: prompt ({prompt}) + --max-tokens "
+                       f"({args.max_tokens}) exceed the model's context of {N_CTX} tokens")
+
+
+def run_local(args: argparse.Namespace) -> int:
+    """Measure the lab's workload on local llama.cpp servers (see the module docstring)."""
+    from pipeline.measure.cli import check_output
+
+    _validate(args)
+    done = check_output(args.output, args.resume)
+    work = args.work_dir or args.output.resolve().parent / ".measure-work"
+    work.mkdir(parents=True, exist_ok=True)
+    version = ensure_installed()
+    shape = ModelShape(context=N_CTX)
+    model = write_model(work / "kvlab-tiny.gguf", shape)
+    vocab = vocabulary()
+    state = measure_state_size(model, N_CTX, [1] + list(vocab.words.values())[:400])
+    prompt_tokens = 1 + args.tokens + QUESTION_WORDS
+    request_state = state(prompt_tokens + args.max_tokens - 1)
+    caches = cache_bytes_for(args.ram_cache, request_state)
+    requests = [r for name, _ in args.ram_cache
+                for r in lab_requests(name, args.docs, args.tokens, args.passes, args.repeats)]
+    provenance = {
+        "what": "TTFT of the lab's workload on llama.cpp (llama-cpp-python's server) with its "
+                "RAM prompt cache; tiny random-weight model generated by the project",
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": _command(args),
+        "engine": {"package": "llama-cpp-python[server]", "version": version,
+                   "build": "CMAKE_ARGS=-DGGML_NATIVE=OFF (scripts/ensure_llamacpp.sh)",
+                   "server": "python -m llama_cpp.server --model MODEL --host 127.0.0.1 "
+                             f"--port PORT --n_ctx {N_CTX} --n_threads {args.threads} "
+                             f"--n_threads_batch {args.threads} --cache true --cache_type ram "
+                             "--cache_size BYTES (--cache false when BYTES is null) "
+                             "--interrupt_requests false --verbose true; one fresh server per "
+                             "config and repeat"},
+        "model": {**shape.describe(), "file_sha256": _sha256(model)},
+        "state_size": {"fixed_bytes": state.fixed, "bytes_per_token": state.per_token,
+                       "one_request_bytes": request_state},
+        "workload": {"docs": args.docs, "doc_tokens": args.tokens, "prompt_tokens": prompt_tokens,
+                     "completion_tokens": args.max_tokens, "passes": list(args.passes),
+                     "repeats": args.repeats, "seed": SEED, "temperature": 0.0,
+                     "logit_bias": f"+{FORCED_BIAS:g} on {FORCED_WORD!r}", "concurrency": 1},
+        "configs": {name: {"ram_cache_docs": docs, "cache_bytes": caches[name]}
+                    for name, docs in args.ram_cache},
+        "machine": {**_machine(), "threads": args.threads},
+    }
+    write_json_atomic(provenance_path(args.output), provenance)
+    bias = {str(vocab.words[FORCED_WORD]): FORCED_BIAS}
+    for name, _ in args.ram_cache:
+        for repeat in range(args.repeats):
+            group = [r for r in requests if (r.config, r.repeat) == (name, repeat)]
+            _measure_group(args, group, done, model, work, caches[name], bias)
+    _report(args.output, requests, caches, state, args.max_tokens)
+    return 0
+
+
+def _measure_group(args: argparse.Namespace, group: list[Request], done: set[tuple],
+                   model: Path, work: Path, cache_bytes: int | None,
+                   bias: dict[str, float]) -> None:
+    todo = [r for r in group if r.key not in done]
+    if not todo:
+        return
+    replay = group[:group.index(todo[0])]
+    log = work / f"server-{group[0].config}-r{group[0].repeat}.log"
+    log.unlink(missing_ok=True)
+    progress = None if args.quiet else sys.stderr
+    from pipeline.measure.cli import settings_from
+    with LlamaServer(model, log, cache_bytes, N_CTX, args.threads) as server:
+        settings = settings_from(args, server.base_url)
+        settings.logit_bias = bias
+        if progress:
+            print(f"measure: {group[0].config} (repeat {group[0].repeat}): llama.cpp server on "
+                  f"{server.base_url}, RAM cache {cache_bytes or 'none'} bytes", file=progress)
+        try:
+            if replay:
+                if progress:
+                    print(f"measure: replaying {len(replay)} finished request(s) unrecorded to "
+                          f"restore the cache state", file=progress)
+                run_requests(replay, settings, Path(os.devnull), progress=None)
+            run_requests(todo, settings, args.output, observer=LogObserver(log),
+                         progress=progress)
+        except RequestFailed as exc:
+            raise CLIError(f"{exc}; lines so far are kept in {args.output}, rerun with "
+                           f"--resume to continue (server log: {log})") from None
+
+
+def _report(output: Path, requests: list[Request], caches: dict[str, int | None],
+            state: StateSize, max_tokens: int) -> None:
+    measured = pl.read_ndjson(output, infer_schema_length=None)
+    predicted = predict(requests, caches, state, max_tokens)
+    joined = ttft_tier(measured).join(predicted.drop("doc"), on=KEYS, how="left")
+    with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_hide_dataframe_shape=True,
+                   tbl_hide_column_data_types=True, tbl_width_chars=200, float_precision=1):
+        print(f"Predicted (llama.cpp model, plain LRU) vs measured tiers ({output}):")
+        print(agreement(joined))
