@@ -14,15 +14,18 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 
 import polars as pl
 
 from kvlab.kvsim import TIERS, TwoTierCache
 from pipeline.measure.llamacpp.cache_model import LlamaCppPromptCache, StateSize
-from pipeline.measure.workload import Request, prompt_token_ids
+from pipeline.measure.workload import Request, lab_requests, prompt_token_ids
 
-__all__ = ["HIT_BELOW", "MISS_ABOVE", "KEYS", "agreement", "predict", "ttft_tier"]
+__all__ = ["HIT_BELOW", "MISS_ABOVE", "KEYS", "agreement", "load_measurement", "predict",
+           "ttft_tier"]
 
 KEYS = ["config", "repeat", "pass", "step"]
 TIER = pl.Enum(TIERS)
@@ -82,3 +85,28 @@ def agreement(joined: pl.DataFrame) -> pl.DataFrame:
         slowest_hit_ms=pl.col("ttft_ms").filter(hit).max(),
         fastest_miss_ms=pl.col("ttft_ms").filter(~hit).min(),
     ))
+
+
+def load_measurement(path: str | Path) -> pl.DataFrame:
+    """A ``--local-engine`` file joined to its predictions (read from its provenance).
+
+    Columns: ``predict``'s, ``request`` (0-based sending order within each config), then the
+    measured lines' fields, ``cold_ms`` and ``ttft_class``; measured requests only, in
+    sending order.
+    """
+    from pipeline.measure.llamacpp.local import provenance_path
+
+    path = Path(path)
+    provenance = json.loads(provenance_path(path).read_text(encoding="utf-8"))
+    workload = provenance["workload"]
+    state = StateSize(provenance["state_size"]["fixed_bytes"],
+                      provenance["state_size"]["bytes_per_token"])
+    caches = {name: config["cache_bytes"] for name, config in provenance["configs"].items()}
+    requests = [r for name in caches
+                for r in lab_requests(name, workload["docs"], workload["doc_tokens"],
+                                      workload["passes"], workload["repeats"], workload["seed"])]
+    measured = pl.read_ndjson(path, infer_schema_length=None)
+    predicted = predict(requests, caches, state, workload["completion_tokens"])
+    predicted = predicted.with_columns(request=pl.int_range(pl.len()).over("config"))
+    return predicted.join(ttft_tier(measured).drop("doc"), on=KEYS, how="inner",
+                          maintain_order="left")

@@ -28,8 +28,7 @@ import polars as pl
 from kvlab.summarize import write_json_atomic
 from pipeline.errors import CLIError
 from pipeline.measure.client import RequestFailed
-from pipeline.measure.llamacpp.cache_model import StateSize
-from pipeline.measure.llamacpp.compare import KEYS, agreement, predict, ttft_tier
+from pipeline.measure.llamacpp.compare import agreement, load_measurement
 from pipeline.measure.llamacpp.engine import (LlamaServer, LogObserver, ensure_installed,
                                               measure_state_size)
 from pipeline.measure.llamacpp.gguf_model import ModelShape, vocabulary, write_model
@@ -148,7 +147,7 @@ def run_local(args: argparse.Namespace) -> int:
         for repeat in range(args.repeats):
             group = [r for r in requests if (r.config, r.repeat) == (name, repeat)]
             _measure_group(args, group, done, model, work, caches[name], bias)
-    _report(args.output, requests, caches, state, args.max_tokens)
+    _report(args.output)
     return 0
 
 
@@ -182,12 +181,8 @@ def _measure_group(args: argparse.Namespace, group: list[Request], done: set[tup
                            f"--resume to continue (server log: {log})") from None
 
 
-def _report(output: Path, requests: list[Request], caches: dict[str, int | None],
-            state: StateSize, max_tokens: int) -> None:
-    measured = pl.read_ndjson(output, infer_schema_length=None)
-    predicted = predict(requests, caches, state, max_tokens)
-    joined = ttft_tier(measured).join(predicted.drop("doc"), on=KEYS, how="left")
+def _report(output: Path) -> None:
     with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_hide_dataframe_shape=True,
                    tbl_hide_column_data_types=True, tbl_width_chars=200, float_precision=1):
         print(f"Predicted (llama.cpp model, plain LRU) vs measured tiers ({output}):")
-        print(agreement(joined))
+        print(agreement(load_measurement(output)))
