@@ -57,3 +57,14 @@ def test_sections_render_with_captions(tmp_path):
     assert "recomputed 9" in ttft.caption and "slower than a hit" in ttft.caption
     for section in (tiers, ttft):
         assert section.chart.to_dict()["facet"]
+
+
+def test_measure_show_prints_the_comparison(tmp_path, capsys):
+    from pipeline.cli import main as cli_main
+
+    path = fake_measurement(tmp_path)
+    assert cli_main(["measure", "--show", "--output", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "model_vs_server" in out and "pass2-replay" in out
+    assert cli_main(["measure", "--show", "--output", str(tmp_path / "none.jsonl")]) == 1
+    assert "no provenance file" in capsys.readouterr().err

@@ -78,6 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``measure``."""
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--base-url", help="server to measure, e.g. http://127.0.0.1:8000")
+    target.add_argument("--show", action="store_true",
+                        help="measure nothing: print predicted vs measured tiers and TTFT of "
+                             "an existing --local-engine OUTPUT (needs its provenance file)")
     target.add_argument("--local-engine", action="store_true",
                         help="build/reuse llama-cpp-python, start its server on 127.0.0.1 with "
                              "a tiny generated model, measure, stop it")
@@ -142,9 +145,9 @@ def main(args: argparse.Namespace) -> int:
     """Run the measurement; 1 with one line on stderr on a failure."""
     if args.docs > len(WORDS) - 1:
         raise CLIError(f"--docs must be at most {len(WORDS) - 1}, got {args.docs}")
-    if args.local_engine:
-        from pipeline.measure.llamacpp.local import run_local
-        return run_local(args)
+    if args.local_engine or args.show:
+        from pipeline.measure.llamacpp.local import run_local, show
+        return show(args.output) if args.show else run_local(args)
     if not args.base_url.startswith(("http://", "https://")):
         raise CLIError(f"--base-url must start with http:// or https://, got {args.base_url!r}")
     done = check_output(args.output, args.resume)

@@ -36,7 +36,7 @@ from pipeline.measure.runner import run_requests
 from pipeline.measure.workload import (FORCED_WORD, QUESTION_WORDS, SEED, Request,
                                        lab_requests)
 
-__all__ = ["cache_bytes_for", "provenance_path", "run_local"]
+__all__ = ["cache_bytes_for", "provenance_path", "run_local", "show"]
 
 N_CTX = 8192
 FORCED_BIAS = 100.0
@@ -147,8 +147,7 @@ def run_local(args: argparse.Namespace) -> int:
         for repeat in range(args.repeats):
             group = [r for r in requests if (r.config, r.repeat) == (name, repeat)]
             _measure_group(args, group, done, model, work, caches[name], bias)
-    _report(args.output)
-    return 0
+    return show(args.output)
 
 
 def _measure_group(args: argparse.Namespace, group: list[Request], done: set[tuple],
@@ -181,8 +180,23 @@ def _measure_group(args: argparse.Namespace, group: list[Request], done: set[tup
                            f"--resume to continue (server log: {log})") from None
 
 
-def _report(output: Path) -> None:
+def show(output: Path) -> int:
+    """Print predicted vs measured tiers and TTFT per (config, pass, measured tier)."""
+    if not provenance_path(output).exists():
+        raise CLIError(f"{output}: no provenance file {provenance_path(output)} (only "
+                       f"--local-engine outputs can be shown)")
+    try:
+        joined = load_measurement(output)
+    except (OSError, ValueError, KeyError, pl.exceptions.PolarsError) as exc:
+        raise CLIError(f"{output}: cannot read the measurement ({type(exc).__name__}: "
+                       f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+    per_tier = (joined.group_by("config", "pass", "server_tier", maintain_order=True)
+                .agg(n=pl.len(), p50_ms=pl.col("ttft_ms").median(),
+                     min_ms=pl.col("ttft_ms").min(), max_ms=pl.col("ttft_ms").max()))
     with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_hide_dataframe_shape=True,
                    tbl_hide_column_data_types=True, tbl_width_chars=200, float_precision=1):
-        print(f"Predicted (llama.cpp model, plain LRU) vs measured tiers ({output}):")
-        print(agreement(load_measurement(output)))
+        print(f"TTFT per config, pass and measured tier ({output}):")
+        print(per_tier)
+        print("\nPredicted (llama.cpp model, plain LRU) vs measured tiers, per config:")
+        print(agreement(joined))
+    return 0
