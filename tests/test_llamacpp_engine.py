@@ -1,6 +1,6 @@
 """End to end on the real engine: llama-cpp-python's server, its RAM prompt cache, our model.
 
-A small lab workload (6 documents of 2000 tokens, passes fwd, fwd, rev) runs through
+A small lab workload (6 documents of 1500 tokens, passes fwd, fwd, rev) runs through
 ``python -m pipeline measure --local-engine`` with a RAM cache of 2.5 documents and one of all
 6. Every request's tier, as the engine's own log reports it, must equal the tier the
 llama.cpp cache model predicts; TTFT alone must tell the same hits from misses; and hits must
@@ -22,7 +22,7 @@ from pipeline.measure.llamacpp.local import provenance_path
 from pipeline.measure.workload import lab_requests
 
 CONFIGS = [("small", 2.5), ("all", 6.5)]
-DOCS, TOKENS, COMPLETION = 6, 2000, 4
+DOCS, TOKENS, COMPLETION = 6, 1500, 4
 
 
 def test_log_parsing_reads_the_engines_account():

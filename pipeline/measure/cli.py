@@ -113,10 +113,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        metavar="NAME=DOCS,...",
                        help="one server per config: RAM prompt cache of DOCS documents' states "
                             "(0 = no RAM cache) (default %(default)s)")
-    local.add_argument("--threads", type=positive_int, default=2,
-                       help="server threads (default %(default)s)")
+    local.add_argument("--threads", type=positive_int, default=1,
+                       help="server threads (default %(default)s: on a shared machine, more "
+                            "threads than free cores make ggml's workers spin)")
     local.add_argument("--work-dir", type=Path,
-                       help="model file and server logs (default: OUTPUT's folder/.measure-work)")
+                       help="model file and server logs (default: a new temporary folder)")
 
 
 def check_output(path: Path, resume: bool) -> set[tuple]:

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 __all__ = ["ALPHABET", "BOS", "FORCED_WORD", "QUESTION_WORDS", "WORDS", "Request",
            "document_text", "lab_requests", "pass_names", "prompt_token_ids", "question_text"]
 
-ALPHABET = "abcdefghijklmnop"
-#: The lab's words: every 3-letter word over ALPHABET (4096), in a fixed order.
+ALPHABET = "abcdefghij"
+#: The lab's words: every 3-letter word over ALPHABET (1000), in a fixed order. A small
+#: vocabulary keeps llama-cpp-python's logits copy (context x vocabulary floats) small.
 WORDS: tuple[str, ...] = tuple("".join(p) for p in itertools.product(ALPHABET, repeat=3))
 WORD_INDEX = {word: index for index, word in enumerate(WORDS)}
 #: The word a completion repeats (an engine forces it with logit_bias); never in a prompt.

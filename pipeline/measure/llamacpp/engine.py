@@ -73,7 +73,7 @@ def ensure_installed() -> str:
 
 
 def measure_state_size(model: Path, n_ctx: int, token_ids: list[int],
-                       lengths: tuple[int, int, int] = (64, 128, 320)) -> StateSize:
+                       lengths: tuple[int, int, int] = (32, 64, 160)) -> StateSize:
     """Fit ``llama_state_get_size`` = fixed + per_token * tokens on this model, in-process.
 
     ``token_ids``: any valid ids (at least ``max(lengths)``). The third length checks the fit.

@@ -2,7 +2,7 @@
 
 The vocabulary is built so that text made of the lab's words tokenizes one word to one token
 under llama.cpp's SPM tokenizer: ``<unk> <s> </s>``, the 256 byte tokens, and the chains
-``▁a``, ``▁ab``, ``▁abc`` for every 3-letter word over a 16-letter alphabet. SPM merges
+``▁a``, ``▁ab``, ``▁abc`` for every 3-letter word over a 10-letter alphabet. SPM merges
 adjacent symbols only into pieces that are in the vocabulary; the only such merges of
 ``▁abc`` are the prefix chain, so every word ends as one token (checked against the real
 tokenizer by the integration test). Weights are random (seeded): the model emits noise, and a
@@ -27,7 +27,7 @@ BOS_ID, EOS_ID, UNK_ID = 1, 2, 0
 
 @dataclass(frozen=True)
 class ModelShape:
-    """The model's architecture; the defaults give a ~20 MB f32 file."""
+    """The model's architecture; the defaults give a ~8 MB f32 file."""
 
     layers: int = 4
     width: int = 256

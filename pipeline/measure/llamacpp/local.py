@@ -21,6 +21,7 @@ import hashlib
 import os
 import platform
 import sys
+import tempfile
 from pathlib import Path
 
 import polars as pl
@@ -38,7 +39,7 @@ from pipeline.measure.workload import (FORCED_WORD, QUESTION_WORDS, SEED, Reques
 
 __all__ = ["cache_bytes_for", "provenance_path", "run_local", "show"]
 
-N_CTX = 8192
+N_CTX = 8192                 # the model's context; a server gets just what the prompts need
 FORCED_BIAS = 100.0
 
 
@@ -68,7 +69,8 @@ def _machine() -> dict:
     except (ValueError, OSError, AttributeError):
         pass
     return {"cpu": cpu, "logical_cpus": os.cpu_count(), "memory_gib": memory,
-            "platform": platform.platform(), "python": platform.python_version()}
+            "platform": platform.platform(), "python": platform.python_version(),
+            "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
 
 
 def _command(args: argparse.Namespace) -> str:
@@ -85,6 +87,15 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def server_context(prompt_tokens: int, max_tokens: int) -> int:
+    """The server's --n_ctx: prompt + completion rounded up to 256, at most N_CTX.
+
+    A context no larger than needed matters: every RAM-cache load zeroes the logits rows
+    past the loaded tokens (``Llama.load_state``), a cost proportional to the spare context.
+    """
+    return min(N_CTX, -(-(prompt_tokens + max_tokens + 1) // 256) * 256)
 
 
 def _validate(args: argparse.Namespace) -> None:
@@ -105,14 +116,15 @@ def run_local(args: argparse.Namespace) -> int:
 
     _validate(args)
     done = check_output(args.output, args.resume)
-    work = args.work_dir or args.output.resolve().parent / ".measure-work"
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="kvlab-measure-"))
     work.mkdir(parents=True, exist_ok=True)
     version = ensure_installed()
     shape = ModelShape(context=N_CTX)
     model = write_model(work / "kvlab-tiny.gguf", shape)
     vocab = vocabulary()
-    state = measure_state_size(model, N_CTX, [1] + list(vocab.words.values())[:400])
     prompt_tokens = 1 + args.tokens + QUESTION_WORDS
+    n_ctx = server_context(prompt_tokens, args.max_tokens)
+    state = measure_state_size(model, n_ctx, [1] + list(vocab.words.values())[:400])
     request_state = state(prompt_tokens + args.max_tokens - 1)
     caches = cache_bytes_for(args.ram_cache, request_state)
     requests = [r for name, _ in args.ram_cache
@@ -125,7 +137,7 @@ def run_local(args: argparse.Namespace) -> int:
         "engine": {"package": "llama-cpp-python[server]", "version": version,
                    "build": "CMAKE_ARGS=-DGGML_NATIVE=OFF (scripts/ensure_llamacpp.sh)",
                    "server": "python -m llama_cpp.server --model MODEL --host 127.0.0.1 "
-                             f"--port PORT --n_ctx {N_CTX} --n_threads {args.threads} "
+                             f"--port PORT --n_ctx {n_ctx} --n_threads {args.threads} "
                              f"--n_threads_batch {args.threads} --cache true --cache_type ram "
                              "--cache_size BYTES (--cache false when BYTES is null) "
                              "--interrupt_requests false --verbose true; one fresh server per "
@@ -146,13 +158,15 @@ def run_local(args: argparse.Namespace) -> int:
     for name, _ in args.ram_cache:
         for repeat in range(args.repeats):
             group = [r for r in requests if (r.config, r.repeat) == (name, repeat)]
-            _measure_group(args, group, done, model, work, caches[name], bias)
+            _measure_group(args, group, done, model, work, caches[name], bias, n_ctx)
+    provenance["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    write_json_atomic(provenance_path(args.output), provenance)
     return show(args.output)
 
 
 def _measure_group(args: argparse.Namespace, group: list[Request], done: set[tuple],
                    model: Path, work: Path, cache_bytes: int | None,
-                   bias: dict[str, float]) -> None:
+                   bias: dict[str, float], n_ctx: int) -> None:
     todo = [r for r in group if r.key not in done]
     if not todo:
         return
@@ -161,7 +175,7 @@ def _measure_group(args: argparse.Namespace, group: list[Request], done: set[tup
     log.unlink(missing_ok=True)
     progress = None if args.quiet else sys.stderr
     from pipeline.measure.cli import settings_from
-    with LlamaServer(model, log, cache_bytes, N_CTX, args.threads) as server:
+    with LlamaServer(model, log, cache_bytes, n_ctx, args.threads) as server:
         settings = settings_from(args, server.base_url)
         settings.logit_bias = bias
         if progress:
