@@ -41,9 +41,11 @@ def tier_frame(joined: pl.DataFrame) -> pl.DataFrame:
 def tiers_chart(joined: pl.DataFrame) -> alt.FacetChart:
     """A strip per (config, source): one cell per request, coloured by tier."""
     frame = tier_frame(joined)
+    pass_starts = sorted(set(joined.group_by("config", "pass").agg(pl.col("request").min())
+                             ["request"].to_list()))
     return alt.Chart(frame).mark_rect(stroke="white", strokeWidth=0.5).encode(
-        x=alt.X("request:O", title="request (in sending order)", axis=alt.Axis(labelAngle=0,
-                                                                               values=[0])),
+        x=alt.X("request:O", title="request (in sending order; ticks where a pass starts)",
+                axis=alt.Axis(labelAngle=0, values=pass_starts)),
         y=alt.Y("source:N", title=None, sort=list(SOURCES.values())),
         color=_tier_colour(),
         tooltip=["config", "pass", "doc", "source", "tier",
