@@ -80,7 +80,7 @@ def test_lines_have_the_lab_schema_timing_and_server_reports(tmp_path):
     out = tmp_path / "ttft.jsonl"
     with SSEServer(modes={1: "slow"}, delay_s=0.08) as server:
         assert measure(server.base_url, out, "--logit-bias", "4626=100",
-                       "--max-tokens", "2") == 0
+                       "--max-tokens", "2", "--include-usage") == 0
     rows = lines(out)
     assert [(r["pass"], r["doc"]) for r in rows] == [
         ("pass1-cold", 0), ("pass1-cold", 1), ("pass1-cold", 2),
@@ -96,6 +96,7 @@ def test_lines_have_the_lab_schema_timing_and_server_reports(tmp_path):
     body = server.bodies[0]
     assert body["stream"] is True and body["max_tokens"] == 2 and body["temperature"] == 0
     assert body["logit_bias"] == {"4626": 100.0}
+    assert body["stream_options"] == {"include_usage": True}
     # kvlab's own reader accepts the file
     from kvlab.summarize import read_records
     assert len(read_records(str(out))) == 6

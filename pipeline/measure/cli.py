@@ -107,6 +107,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="model name to send (--base-url)")
     parser.add_argument("--logit-bias", type=_logit_bias, action="append", default=[],
                         metavar="TOKEN_ID=BIAS", help="logit_bias entry to send (repeatable)")
+    parser.add_argument("--include-usage", action="store_true",
+                        help="ask for a final usage event (stream_options.include_usage: vLLM "
+                             "and SGLang then report prompt and cached tokens)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     local = parser.add_argument_group("--local-engine")
     local.add_argument("--ram-cache", type=parse_ram_caches, default=DEFAULT_RAM_CACHES,
@@ -139,7 +142,7 @@ def check_output(path: Path, resume: bool) -> set[tuple]:
 def settings_from(args: argparse.Namespace, base_url: str) -> RunSettings:
     return RunSettings(base_url=base_url, timeout_s=args.timeout, concurrency=args.concurrency,
                        max_tokens=args.max_tokens, model=args.model,
-                       logit_bias=dict(args.logit_bias))
+                       logit_bias=dict(args.logit_bias), include_usage=args.include_usage)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -50,6 +50,7 @@ class RunSettings:
     temperature: float = 0.0
     model: str | None = None
     logit_bias: dict[str, float] = field(default_factory=dict)
+    include_usage: bool = False
 
     @property
     def url(self) -> str:
@@ -62,6 +63,8 @@ class RunSettings:
             body["model"] = self.model
         if self.logit_bias:
             body["logit_bias"] = dict(self.logit_bias)
+        if self.include_usage:
+            body["stream_options"] = {"include_usage": True}
         return body
 
 
