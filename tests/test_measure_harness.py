@@ -180,3 +180,49 @@ def test_bad_arguments_and_unreadable_resume_file(tmp_path, capsys):
     assert f"{bad}:2: not a measure line" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli_main(["measure", "--output", "x"])       # neither --base-url nor --local-engine
+
+
+def test_local_engine_resume_replays_the_cut_group_unrecorded(tmp_path, monkeypatch, capsys):
+    """--local-engine's flow with the engine replaced by the test server: a failure mid-group,
+    then --resume replays the group's finished requests (not written) and writes the rest."""
+    from pipeline.measure.llamacpp import local
+    from pipeline.measure.llamacpp.cache_model import StateSize
+
+    server = SSEServer(modes={1: "http500"})
+
+    class FakeEngine:
+        def __init__(self, model, log, cache_bytes, n_ctx, threads):
+            log.write_text("")
+            self.base_url = server.base_url
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+    monkeypatch.setattr(local, "LlamaServer", FakeEngine)
+    monkeypatch.setattr(local, "ensure_installed", lambda: "0.3.36")
+    monkeypatch.setattr(local, "measure_state_size", lambda *a: StateSize(100, 10))
+    monkeypatch.setattr(local, "write_model", lambda path, shape: (path.write_bytes(b"x"), path)[1])
+    out = tmp_path / "m.jsonl"
+    argv = ["measure", "--local-engine", "--output", str(out), "--docs", "2", "--tokens", "5",
+            "--passes", "fwd,rev", "--ram-cache", "a=0,b=1.5", "--quiet",
+            "--work-dir", str(tmp_path / "work")]
+    with server:
+        assert cli_main(argv) == 1                      # config a, doc 1: HTTP 500
+        assert "rerun with --resume" in capsys.readouterr().err
+        assert [(r["config"], r["doc"]) for r in lines(out)] == [("a", 0)]
+        server.modes.clear()
+        sent = len(server.bodies)
+        assert cli_main(argv + ["--resume"]) == 0
+        # group a: 1 replayed + 3 new; group b: 4 new
+        assert len(server.bodies) == sent + 1 + 3 + 4
+    rows = lines(out)
+    assert [(r["config"], r["pass"], r["doc"]) for r in rows] == [
+        ("a", "pass1-cold", 0), ("a", "pass1-cold", 1), ("a", "pass2-reverse", 1),
+        ("a", "pass2-reverse", 0), ("b", "pass1-cold", 0), ("b", "pass1-cold", 1),
+        ("b", "pass2-reverse", 1), ("b", "pass2-reverse", 0)]
+    provenance = json.loads((tmp_path / "m.provenance.json").read_text())
+    assert provenance["configs"]["b"]["cache_bytes"] == int(1.5 * (100 + 10 * (1 + 5 + 8 + 15)))
+    assert "model_vs_server" in capsys.readouterr().out

@@ -106,6 +106,8 @@ def load_measurement(path: str | Path) -> pl.DataFrame:
                 for r in lab_requests(name, workload["docs"], workload["doc_tokens"],
                                       workload["passes"], workload["repeats"], workload["seed"])]
     measured = pl.read_ndjson(path, infer_schema_length=None)
+    if "server_tier" not in measured.columns:       # a server that logged nothing usable
+        measured = measured.with_columns(server_tier=pl.lit(None, dtype=pl.String))
     predicted = predict(requests, caches, state, workload["completion_tokens"])
     predicted = predicted.with_columns(request=pl.int_range(pl.len()).over("config"))
     return predicted.join(ttft_tier(measured).drop("doc"), on=KEYS, how="inner",
