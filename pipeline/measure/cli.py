@@ -97,7 +97,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--passes", type=pass_list, default=list(LAB_PASSES),
                         help="reading orders, comma-separated fwd/rev (default fwd,fwd,rev)")
     parser.add_argument("--repeats", type=positive_int, default=1,
-                        help="run the whole workload this many times (default %(default)s)")
+                        help="run the whole workload this many times (default %(default)s; "
+                             "--local-engine starts a fresh server for each, a --base-url "
+                             "server keeps its cache across them)")
     parser.add_argument("--concurrency", type=positive_int, default=1,
                         help="requests in flight at once (default %(default)s, as the lab)")
     parser.add_argument("--timeout", type=_positive_float, default=300.0,
