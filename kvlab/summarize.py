@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import math
 import os
+import stat
 import statistics
 import sys
 import tempfile
@@ -120,14 +122,33 @@ def summarize(records: list[dict]) -> dict:
     return summary
 
 
+def check_output_path(path: str | os.PathLike) -> str:
+    """The absolute path an atomic write would replace (a symlink resolved to its target);
+    ``OSError`` naming ``path`` if that exists and is not a regular file."""
+    target = os.path.realpath(path)
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        return target
+    if not stat.S_ISREG(mode):
+        kind = "a folder" if stat.S_ISDIR(mode) else "not a regular file"
+        raise OSError(errno.EEXIST, f"exists and is {kind}; refusing to replace it",
+                      os.fspath(path))
+    return target
+
+
 @contextlib.contextmanager
 def atomic_output(path: str | os.PathLike, binary: bool = False) -> Iterator[IO]:
     """Open a temporary file beside ``path``; rename it onto ``path`` only on success.
 
     A failure removes the temporary file and leaves any previous ``path`` untouched. The
     file gets the usual permissions (0666 less the umask), not mkstemp's private 0600.
+    A symlink is written through: its regular-file target is replaced and the link stays.
+    A target that exists and is not a regular file (a folder, a device such as /dev/full or
+    /dev/stdout, a FIFO) is refused with ``OSError`` before anything is written.
     """
-    directory = os.path.dirname(os.path.abspath(path))
+    path = check_output_path(path)
+    directory = os.path.dirname(path)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
     try:
         umask = os.umask(0)

@@ -21,7 +21,8 @@ COMMANDS = {
     "run": "pipeline.run",
     "measured": "pipeline.measured",
     "synth-ttft": "pipeline.synthetic_ttft",
-    "bench": "pipeline.bench",
+    "bench": "pipeline.bench.run",
+    "blocks": "pipeline.blocks.command",
     "measure": "pipeline.measure.cli",
 }
 

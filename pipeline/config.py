@@ -12,6 +12,7 @@ from pathlib import Path
 
 from kvlab import make_exports
 from kvlab.scenario import run as _lab_scenario
+from kvlab.summarize import CONFIGS
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = ROOT / "data"
@@ -33,3 +34,6 @@ LAB_CPU: int = make_exports.OFFLOAD["cpu"]              # 56000 tokens of CPU of
 GPU_CLIFF_CAPACITIES: tuple[int, ...] = make_exports.GPU_CLIFF_CAPACITIES
 CPU_CLIFF_GPU: int = make_exports.CPU_CLIFF_GPU
 CPU_CLIFF_CAPACITIES: tuple[int, ...] = make_exports.CPU_CLIFF_CAPACITIES
+
+#: The two measured configs (kvlab/summarize.py): GPU cache only, and GPU + LMCache's CPU tier.
+BASELINE, OFFLOADED = CONFIGS

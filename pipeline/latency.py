@@ -2,7 +2,7 @@
 
 A request's TTFT is modelled by the tier that serves its prefix: a GPU hit, a CPU reload,
 or a recompute (miss). Each tier's latency is the median measured TTFT of the requests the
-simulator attributes to it (``pipeline.measured.attribute_tiers``), per setup: points
+simulator attributes to it (``pipeline.attribution.attribute_tiers``), per setup: points
 without a CPU tier use the GPU-only config (baseline), points with one use the offload
 config (lmcache); a tier one config never shows takes the other config's figure. A pass's
 predicted mean TTFT is then
@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from kvlab.kvsim import TIERS
-from kvlab.summarize import CONFIGS
-
-GPU_ONLY, OFFLOAD = CONFIGS              # baseline, lmcache
-COUNT_COLUMNS = {"gpu": "gpu_hits", "cpu": "cpu_hits", "miss": "misses"}
+from pipeline.config import BASELINE, CONFIGS, OFFLOADED
+from pipeline.stats import exact_mean, exact_median
+from pipeline.tiers import COUNT_COLUMNS, TIER, TIERS
 
 Latencies = dict[str, dict[str, float | None]]
 
@@ -34,10 +32,10 @@ def tier_latencies(attributed: pl.DataFrame) -> pl.DataFrame:
     """Median measured TTFT per (config, predicted tier): config, tier, n, ttft_ms."""
     return (attributed
             .filter(pl.col("tier").is_not_null(), pl.col("config").is_in(CONFIGS))
-            .group_by("config", pl.col("tier").cast(pl.String))
-            .agg(n=pl.len(), ttft_ms=pl.col("ttft_ms").median())
-            .sort("config", pl.col("tier").replace_strict(
-                {tier: rank for rank, tier in enumerate(TIERS)}, return_dtype=pl.Int8)))
+            .group_by("config", pl.col("tier").cast(TIER))
+            .agg(n=pl.len(), ttft_ms=exact_median("ttft_ms"))
+            .sort("config", "tier")
+            .with_columns(pl.col("tier").cast(pl.String)))
 
 
 def latency_model(attributed: pl.DataFrame) -> Latencies:
@@ -45,7 +43,7 @@ def latency_model(attributed: pl.DataFrame) -> Latencies:
     measured = {(config, tier): ms
                 for config, tier, _, ms in tier_latencies(attributed).iter_rows()}
     model: Latencies = {}
-    for config, other in ((GPU_ONLY, OFFLOAD), (OFFLOAD, GPU_ONLY)):
+    for config, other in ((BASELINE, OFFLOADED), (OFFLOADED, BASELINE)):
         model[config] = {tier: measured.get((config, tier), measured.get((other, tier)))
                          for tier in TIERS}
     return model
@@ -61,8 +59,8 @@ def _expected_ttft(latency: dict[str, float | None]) -> pl.Expr:
 
 def predict(aggregates: pl.DataFrame, latencies: Latencies) -> pl.DataFrame:
     """``aggregates`` plus ``predicted_ttft_ms``: the predicted mean TTFT of each row."""
-    predicted = (pl.when(pl.col("cpu_capacity") == 0).then(_expected_ttft(latencies[GPU_ONLY]))
-                 .otherwise(_expected_ttft(latencies[OFFLOAD])))
+    predicted = (pl.when(pl.col("cpu_capacity") == 0).then(_expected_ttft(latencies[BASELINE]))
+                 .otherwise(_expected_ttft(latencies[OFFLOADED])))
     return aggregates.with_columns(predicted.round(1).alias("predicted_ttft_ms"))
 
 
@@ -74,7 +72,7 @@ def model_check(attributed: pl.DataFrame, latencies: Latencies) -> pl.DataFrame:
     """
     counts = (attributed.filter(pl.col("config").is_in(CONFIGS), pl.col("tier").is_not_null())
               .group_by("config", "pass", maintain_order=True)
-              .agg(accesses=pl.len(), measured_ms=pl.col("ttft_ms").mean(),
+              .agg(accesses=pl.len(), measured_ms=exact_mean("ttft_ms"),
                    **{column: (pl.col("tier") == tier).sum()
                       for tier, column in COUNT_COLUMNS.items()}))
     predicted = pl.concat([

@@ -19,13 +19,18 @@ import polars as pl
 from kvlab import make_exports
 from kvlab.scenario import run as run_scenario
 from kvlab.summarize import InputError, write_json_atomic
-from pipeline import latency, measured, report, sweeps
+from pipeline import latency, report, sweeps
 from pipeline.arguments import int_list, non_negative_int, pass_list, positive_int
+from pipeline.attribution import attribute_tiers
 from pipeline.config import (CPU_CLIFF_CAPACITIES, CPU_CLIFF_GPU, EVENTS_DIR, EXPORTS_DIR,
                              GPU_CLIFF_CAPACITIES, KVLAB_DIR, LAB_CPU, LAB_DOCS, LAB_PASSES,
                              LAB_TOKENS, REAL_MEASURED, REPORT_PATH)
 from pipeline.errors import CLIError
-from pipeline.workload import DocumentWorkload
+from pipeline.simulate import METHODS
+from pipeline.summary import summary
+from pipeline.verdicts import separation_notes
+from pipeline.workloads.documents import DocumentWorkload
+from pipeline.workloads.measured_file import load_measured
 
 
 HELP = "exports, sweeps, aggregates, measured summary, report"
@@ -61,7 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="points per axis of the GPU x CPU heatmap grid (default %(default)s)")
     grids.add_argument("--grid-gpu", type=int_list, help="GPU axis of the heatmap grid")
     grids.add_argument("--grid-cpu", type=int_list, help="CPU axis of the heatmap grid")
-    grids.add_argument("--engine", choices=("onepass", "direct"), default="onepass",
+    grids.add_argument("--method", choices=METHODS, default="onepass",
                        help="onepass: every capacity from LRU stack distances (default); "
                             "direct: replay kvlab's TwoTierCache per capacity pair (reference)")
     paths = parser.add_argument_group("inputs and outputs")
@@ -148,7 +153,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Path]:
     source, synthetic = make_exports.measured_source(
         str(args.measured) if args.measured else None)
     try:
-        requests = measured.load_measured(source)
+        requests = load_measured(source)
     except InputError as exc:
         raise CLIError(str(exc)) from None
     events_dir = _writable_dir(Path(args.events_dir), "--events-dir")
@@ -159,26 +164,26 @@ def run_all(args: argparse.Namespace) -> dict[str, Path]:
 
     plan = plan_sweeps(args, workload)
     say(f"sweeping {sum(s.pairs for s in plan)} capacity pairs x {workload.accesses().height} "
-        f"accesses ({args.engine} engine)")
-    aggregates = sweeps.run_sweeps(workload, plan, events_dir, args.engine, progress=say)
+        f"accesses ({args.method} method)")
+    aggregates = sweeps.run_sweeps(workload, plan, events_dir, args.method, progress=say)
 
     for name, document in scenario_exports(workload, aggregates, args.cpu_sweep_gpu,
                                            args.offload_cpu).items():
         write_json_atomic(str(exports_dir / name), document)
     try:
-        provenance = make_exports.export_measured(source, synthetic, str(exports_dir))
+        provenance = make_exports.export_measured(source, str(exports_dir))
     except InputError as exc:
         raise CLIError(str(exc)) from None
     exported_summary = json.loads((exports_dir / "measured.json").read_text(encoding="utf-8"))
-    if measured.summary(requests) != exported_summary:
+    if summary(requests) != exported_summary:
         raise CLIError("internal check failed: the polars summary differs from the "
                        "measured.json that kvlab/summarize.py wrote")
 
-    attributed = measured.attribute_tiers(requests, gpu_capacity=args.cpu_sweep_gpu,
+    attributed = attribute_tiers(requests, gpu_capacity=args.cpu_sweep_gpu,
                                           cpu_capacity=args.offload_cpu,
                                           tokens=workload.tokens)
     sweeps.write_parquet_atomic(attributed, events_dir / "measured_requests.parquet")
-    for note in measured.separation_notes(attributed):
+    for note in separation_notes(attributed):
         say(note)
     latencies = latency.latency_model(attributed)
     predicted = latency.predict(aggregates, latencies)

@@ -1,6 +1,6 @@
 """Workload x cache model -> one event row per access.
 
-Two engines give identical events (proven by tests/test_simulate.py):
+Two methods give identical events (proven by tests/test_simulate.py):
 
 * ``direct`` replays the accesses through kvlab's ``TwoTierCache`` once per
   (GPU, CPU) capacity pair: the reference, cache semantics straight from kvlab.
@@ -16,14 +16,15 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
-from kvlab.kvsim import TIERS, TwoTierCache
-from pipeline.stackdist import COLD, lru_states, stack_distances
-from pipeline.workload import ACCESS_SCHEMA
+from kvlab.kvsim import TwoTierCache
+from pipeline.stackdist import COLD, stack_distances
+from pipeline.tiers import TIER, TIER_CODES, TIERS
+from pipeline.twotier import two_tier_states
+from pipeline.workloads.documents import ACCESS_SCHEMA
 
-TIER = pl.Enum(list(TIERS))
-ENGINES = ("onepass", "direct")
+METHODS = ("onepass", "direct")
 
-#: Columns the engines add to the access table, one row per (capacity pair, access).
+#: Columns the methods add to the access table, one row per (capacity pair, access).
 RESULT_SCHEMA = pl.Schema({
     "stack_distance": pl.Int64,   # GPU-tier LRU stack distance; null on a first access
     "gpu_capacity": pl.Int64,
@@ -54,10 +55,9 @@ def _replay_direct(keys: np.ndarray, sizes: np.ndarray, gpu: int, cpu: int) -> d
     tier = np.empty(n, dtype=np.int8)
     used = np.empty((2, n), dtype=np.int64)
     evicted = np.empty((2, n), dtype=np.int32)
-    code = {name: index for index, name in enumerate(TIERS)}
     for i, (key, size) in enumerate(zip(keys.tolist(), sizes.tolist())):
         before = cache.gpu.evictions, cache.cpu.evictions
-        tier[i] = code[cache.access(key, size)]
+        tier[i] = TIER_CODES[cache.access(key, size)]
         used[:, i] = cache.gpu.used, cache.cpu.used
         evicted[:, i] = cache.gpu.evictions - before[0], cache.cpu.evictions - before[1]
     return {"tier": tier, "gpu_used": used[0], "cpu_used": used[1],
@@ -66,38 +66,21 @@ def _replay_direct(keys: np.ndarray, sizes: np.ndarray, gpu: int, cpu: int) -> d
 
 def _replay_onepass(keys: np.ndarray, sizes: np.ndarray, gpus: list[int],
                     cpus: list[int]) -> list[list[dict]]:
-    """_replay_direct's columns for every (GPU, CPU) pair, from stack distances: one pass
-    for every GPU capacity, then one pass over each GPU capacity's miss stream for every
-    CPU capacity."""
-    gpu_states = lru_states(keys, sizes, gpus)
-    positions = np.arange(len(keys))
-    results = []
-    for g in range(len(gpus)):
-        gpu_miss = ~gpu_states.hits[g]
-        cpu_state = lru_states(keys[gpu_miss], sizes[gpu_miss], cpus)
-        # The CPU tier changes only on GPU misses: carry its occupancy over GPU hits.
-        last_miss = np.searchsorted(np.flatnonzero(gpu_miss), positions, side="right") - 1
-        per_cpu = []
-        for j in range(len(cpus)):
-            tier = np.zeros(len(keys), dtype=np.int8)
-            tier[gpu_miss] = np.where(cpu_state.hits[j], 1, 2)
-            cpu_evicted = np.zeros(len(keys), dtype=np.int32)
-            cpu_evicted[gpu_miss] = cpu_state.evicted[j]
-            cpu_used = np.where(last_miss >= 0, cpu_state.used[j][np.maximum(last_miss, 0)], 0)
-            per_cpu.append({"tier": tier, "gpu_used": gpu_states.used[g],
-                            "cpu_used": cpu_used, "gpu_evicted": gpu_states.evicted[g],
-                            "cpu_evicted": cpu_evicted})
-        results.append(per_cpu)
-    return results
+    """_replay_direct's columns for every (GPU, CPU) pair, from stack distances
+    (``pipeline.twotier``)."""
+    return [[{"tier": state.tiers[j], "gpu_used": state.gpu_used, "cpu_used": state.cpu_used[j],
+              "gpu_evicted": state.gpu_evicted, "cpu_evicted": state.cpu_evicted[j]}
+             for j in range(len(cpus))]
+            for state in two_tier_states(keys, sizes, gpus, cpus)]
 
 
-def _stack_distance_column(keys: np.ndarray, sizes: np.ndarray, engine: str) -> pl.Series:
-    """GPU-tier stack distances (null on first reads; all null for the direct engine when a
+def _stack_distance_column(keys: np.ndarray, sizes: np.ndarray, method: str) -> pl.Series:
+    """GPU-tier stack distances (null on first reads; all null for the direct method when a
     key changes size, since a distance is then undefined)."""
     try:
         distances = stack_distances(keys, sizes)
     except ValueError:
-        if engine == "onepass":
+        if method == "onepass":
             raise
         return pl.Series("stack_distance", [None] * len(keys), dtype=pl.Int64)
     distance = pl.Series("stack_distance", distances, dtype=pl.Int64)
@@ -112,16 +95,16 @@ def with_stack_distances(accesses: pl.DataFrame) -> pl.DataFrame:
 
 
 def simulate(accesses: pl.DataFrame, gpu_capacities: Sequence[int],
-             cpu_capacities: Sequence[int] = (0,), engine: str = "onepass") -> pl.DataFrame:
+             cpu_capacities: Sequence[int] = (0,), method: str = "onepass") -> pl.DataFrame:
     """Events for every (GPU, CPU) capacity pair: the access table plus RESULT_SCHEMA."""
-    if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine!r}: expected one of {', '.join(ENGINES)}")
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}: expected one of {', '.join(METHODS)}")
     gpus = check_capacities("gpu capacities", gpu_capacities)
     cpus = check_capacities("cpu capacities", cpu_capacities)
     keys = accesses["doc"].to_numpy().astype(np.int64)
     sizes = accesses["size"].to_numpy().astype(np.int64)
-    accesses = accesses.with_columns(_stack_distance_column(keys, sizes, engine))
-    if engine == "direct":
+    accesses = accesses.with_columns(_stack_distance_column(keys, sizes, method))
+    if method == "direct":
         results = [[_replay_direct(keys, sizes, gpu, cpu) for cpu in cpus] for gpu in gpus]
     else:
         results = _replay_onepass(keys, sizes, gpus, cpus)

@@ -33,9 +33,7 @@ The same prefix property gives the state itself: after any access the cache hold
 longest top of the stack that fits, so ``lru_states`` finds the bytes used at every capacity
 with a Fenwick descent, and evictions from the change in items held.
 
-A two-tier cache (``TwoTierCache``) is two passes: the GPU tier sees every access, and the
-CPU tier is an LRU cache fed exactly the GPU misses, so one more pass over that substream
-gives every CPU capacity at once.
+A two-tier cache (``TwoTierCache``) is two such passes: ``pipeline.twotier`` composes them.
 """
 
 from __future__ import annotations
@@ -44,145 +42,16 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
-__all__ = ["COLD", "TIER_NAMES", "HitCurve", "LRUStates", "stack_distances", "lru_hits",
-           "lru_hit_counts", "lru_states", "hit_curve", "two_tier_tiers"]
+from pipeline.stackdist_kernels import (COLD, first_size_change, occupancy_pass,
+                                        stack_distance_pass)
 
-#: Stack distance of a first access (or of an access excluded by ``size_limit``).
-COLD = int(np.iinfo(np.int64).max)
-#: Tier names of the codes that ``two_tier_tiers`` returns: 0 = gpu, 1 = cpu, 2 = miss.
-TIER_NAMES = ("gpu", "cpu", "miss")
-GPU_CODE, CPU_CODE, MISS_CODE = 0, 1, 2
+__all__ = ["COLD", "HitCurve", "LRUStates", "stack_distances", "lru_hits", "lru_hit_counts",
+           "lru_states", "hit_curve"]
+
 
 _NOTHING_STORED = -1          # band limit of a capacity that can store no key at all
 _DIRECT_CODE_SLACK = 1024     # keys in [0, 4 N + slack) index tables directly
-
-
-# --------------------------------------------------------------------------- numba kernels
-
-
-@njit(cache=True)
-def _fenwick_add(tree: np.ndarray, position: int, delta: int) -> None:
-    """Add ``delta`` at 0-based ``position`` of a 1-based Fenwick tree."""
-    index = position + 1
-    while index < tree.size:
-        tree[index] += delta
-        index += index & -index
-
-
-@njit(cache=True)
-def _fenwick_prefix(tree: np.ndarray, position: int) -> int:
-    """Sum of positions 0..``position`` (inclusive) of a 1-based Fenwick tree."""
-    total = 0
-    index = position + 1
-    while index > 0:
-        total += tree[index]
-        index -= index & -index
-    return total
-
-
-@njit(cache=True)
-def _first_size_change(codes: np.ndarray, sizes: np.ndarray, first_size: np.ndarray) -> int:
-    """Index of the first access whose size differs from its key's first size, or -1.
-
-    ``first_size`` is a work array with one slot per key code, filled with -1.
-    """
-    for i in range(codes.size):
-        code = codes[i]
-        if first_size[code] < 0:
-            first_size[code] = sizes[i]
-        elif first_size[code] != sizes[i]:
-            return i
-    return -1
-
-
-@njit(cache=True)
-def _stack_distance_pass(codes: np.ndarray, sizes: np.ndarray, size_limit: int,
-                         last_position: np.ndarray, tree: np.ndarray, out: np.ndarray) -> None:
-    """Fill ``out`` with byte-weighted LRU stack distances (``COLD`` for first accesses).
-
-    Accesses with size > ``size_limit`` are skipped (never stored, distance ``COLD``). The
-    tree holds each live key's size at its last-access position, so the bytes touched since
-    a key's previous access p are ``live_bytes - prefix(p)`` (the prefix includes the key).
-    Work arrays: ``last_position`` (one slot per code, -1), ``tree`` (N + 1 zeros).
-    """
-    live_bytes = 0
-    for i in range(codes.size):
-        size = sizes[i]
-        if size > size_limit:
-            out[i] = COLD
-            continue
-        code = codes[i]
-        previous = last_position[code]
-        if previous < 0:
-            out[i] = COLD
-            live_bytes += size
-        else:
-            out[i] = live_bytes - _fenwick_prefix(tree, previous) + size
-            _fenwick_add(tree, previous, -size)
-        _fenwick_add(tree, i, size)
-        last_position[code] = i
-
-
-@njit(cache=True)
-def _occupancy_pass(codes: np.ndarray, sizes: np.ndarray, size_limit: int, hits: np.ndarray,
-                    capacities: np.ndarray, used: np.ndarray, evicted: np.ndarray) -> None:
-    """Fill ``used`` and ``evicted`` (shape (K, N)) for the capacities of one size band.
-
-    The cache content is the longest top of the recency stack whose sizes fit the capacity,
-    so ``used`` is the live bytes minus the bottom part found by a Fenwick descent for the
-    first position whose prefix reaches ``live_bytes - capacity``. Evictions are the items
-    held before, plus one if the access stored its item, minus the items held after.
-    """
-    n = codes.size
-    last_position = np.full(codes.max() + 1 if n else 0, -1, np.int64)
-    tree_size = np.zeros(n + 1, np.int64)
-    tree_count = np.zeros(n + 1, np.int64)
-    point_size = np.zeros(n + 1, np.int64)
-    held = np.zeros(capacities.size, np.int64)
-    live_bytes = 0
-    live_keys = 0
-    top = 1
-    while top * 2 <= n:
-        top *= 2
-    for i in range(n):
-        size = sizes[i]
-        storable = size <= size_limit
-        if storable:
-            code = codes[i]
-            previous = last_position[code]
-            if previous < 0:
-                live_bytes += size
-                live_keys += 1
-            else:
-                _fenwick_add(tree_size, previous, -size)
-                _fenwick_add(tree_count, previous, -1)
-                point_size[previous] = 0
-            _fenwick_add(tree_size, i, size)
-            _fenwick_add(tree_count, i, 1)
-            point_size[i] = size
-            last_position[code] = i
-        for c in range(capacities.size):
-            excess = live_bytes - capacities[c]
-            if excess <= 0:
-                now_used, now_held = live_bytes, live_keys
-            else:  # positions 0..index-1 sum below excess; the cache holds those > index
-                index = 0
-                below = 0
-                step = top
-                while step > 0:
-                    probe = index + step
-                    if probe <= n and below + tree_size[probe] < excess:
-                        index = probe
-                        below += tree_size[probe]
-                    step //= 2
-                now_used = live_bytes - below - point_size[index]
-                now_held = live_keys - _fenwick_prefix(tree_count, index)
-            stored = 1 if storable and not hits[c, i] else 0
-            used[c, i] = now_used
-            evicted[c, i] = held[c] + stored - now_held
-            held[c] = now_held
 
 
 # --------------------------------------------------------------------------- validation
@@ -262,7 +131,7 @@ def _fixed_key_sizes(keys: np.ndarray, sizes: np.ndarray, codes: np.ndarray,
     """Each code's size (-1 for unused codes); raise ValueError naming the first key whose
     size varies along the trace."""
     key_sizes = np.full(n_codes, -1, dtype=np.int64)
-    index = _first_size_change(codes, sizes, key_sizes)
+    index = first_size_change(codes, sizes, key_sizes)
     if index >= 0:
         raise ValueError(
             f"key {int(keys[index])} changes size at access {index}: "
@@ -295,7 +164,7 @@ def _distances(trace: _Trace, size_limit: int) -> np.ndarray:
     out = np.empty(n, dtype=np.int64)
     last_position = np.full(trace.n_codes, -1, dtype=np.int64)
     tree = np.zeros(n + 1, dtype=np.int64)
-    _stack_distance_pass(trace.codes, trace.sizes, size_limit, last_position, tree, out)
+    stack_distance_pass(trace.codes, trace.sizes, size_limit, last_position, tree, out)
     return out
 
 
@@ -395,7 +264,7 @@ def lru_states(keys: object, sizes: object, capacities: object) -> LRUStates:
         rows = np.flatnonzero(limits == limit)
         band_used = np.zeros((rows.size, trace.sizes.size), dtype=np.int64)
         band_evicted = np.zeros((rows.size, trace.sizes.size), dtype=np.int32)
-        _occupancy_pass(trace.codes, trace.sizes, int(limit), hits[rows], capacity_array[rows],
+        occupancy_pass(trace.codes, trace.sizes, int(limit), hits[rows], capacity_array[rows],
                         band_used, band_evicted)
         used[rows], evicted[rows] = band_used, band_evicted
     return LRUStates(hits, used, evicted)
@@ -438,19 +307,3 @@ def hit_curve(keys: object, sizes: object) -> HitCurve:
     hits = base + np.concatenate(([0], np.cumsum(step_hits))).astype(np.int64)
     return HitCurve(capacities, hits, int(trace.sizes.size))
 
-
-def two_tier_tiers(keys: object, sizes: object, gpu_capacity: int,
-                   cpu_capacities: object) -> np.ndarray:
-    """Per-access tier of kvlab's ``TwoTierCache`` for each CPU capacity: int8, shape (K, N).
-
-    Codes index ``TIER_NAMES``: 0 = gpu, 1 = cpu, 2 = miss. One pass for the GPU tier, one
-    more (per size band) over the GPU-miss substream for all CPU capacities.
-    """
-    trace = _prepare(keys, sizes)
-    gpu_hit = _hits_of(trace, _as_capacity(gpu_capacity))[0]
-    gpu_misses = np.flatnonzero(~gpu_hit)
-    cpu_hit = _hits_of(trace.take(gpu_misses), _as_capacities(cpu_capacities))
-    tiers = np.full(cpu_hit.shape[:1] + gpu_hit.shape, MISS_CODE, dtype=np.int8)
-    tiers[:, gpu_hit] = GPU_CODE
-    tiers[:, gpu_misses] = np.where(cpu_hit, CPU_CODE, MISS_CODE)
-    return tiers

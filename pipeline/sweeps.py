@@ -22,9 +22,10 @@ import pyarrow.parquet as pq
 
 from kvlab.summarize import atomic_output
 from pipeline.simulate import check_capacities, simulate
-from pipeline.workload import DocumentWorkload
+from pipeline.workloads.documents import DocumentWorkload
 
 SWEEPS = ("gpu_cliff", "cpu_cliff", "grid")
+SECOND_PASS = 1          # 0-based pass_index of the replay: the cliffs are its results
 SWEEP = pl.Enum(list(SWEEPS))
 GROUP_KEYS = ("sweep", "gpu_capacity", "cpu_capacity", "pass_index", "pass_order")
 
@@ -81,9 +82,9 @@ def default_sweeps(workload: DocumentWorkload, gpu_spec: Sequence[int],
     ]
 
 
-def run_sweep(workload: DocumentWorkload, sweep: Sweep, engine: str = "onepass") -> pl.DataFrame:
+def run_sweep(workload: DocumentWorkload, sweep: Sweep, method: str = "onepass") -> pl.DataFrame:
     """Events of one sweep: simulate's events with a leading ``sweep`` column."""
-    events = simulate(workload.accesses(), sweep.gpu_capacities, sweep.cpu_capacities, engine)
+    events = simulate(workload.accesses(), sweep.gpu_capacities, sweep.cpu_capacities, method)
     return events.select(pl.lit(sweep.name, dtype=SWEEP).alias("sweep"), pl.all())
 
 
@@ -111,13 +112,13 @@ def write_parquet_atomic(frame: pl.DataFrame, path: Path) -> Path:
 
 
 def run_sweeps(workload: DocumentWorkload, sweeps: Sequence[Sweep], events_dir: Path,
-               engine: str = "onepass",
+               method: str = "onepass",
                progress: Callable[[str], None] | None = None) -> pl.DataFrame:
     """Run every sweep, write ``<sweep>.parquet`` and ``aggregates.parquet``; return aggregates."""
     events_dir = Path(events_dir)
     aggregates = []
     for number, sweep in enumerate(sweeps, start=1):
-        events = run_sweep(workload, sweep, engine)
+        events = run_sweep(workload, sweep, method)
         write_parquet_atomic(events, events_dir / f"{sweep.name}.parquet")
         aggregates.append(aggregate(events))
         if progress:
@@ -171,14 +172,15 @@ def hits_at(accesses: pl.DataFrame, capacities: Sequence[int]) -> pl.DataFrame:
 
 
 def second_pass(aggregates: pl.DataFrame, sweep: str) -> pl.DataFrame:
-    """The second pass's rows of one sweep (pass_index 1)."""
-    return aggregates.filter(pl.col("sweep") == sweep, pl.col("pass_index") == 1)
+    """The second pass's rows of one sweep, with ``hits`` = GPU + CPU hits appended."""
+    return (aggregates
+            .filter(pl.col("sweep") == sweep, pl.col("pass_index") == SECOND_PASS)
+            .with_columns(hits=pl.col("gpu_hits") + pl.col("cpu_hits")))
 
 
 def cliff_export(aggregates: pl.DataFrame, capacities: Sequence[int]) -> dict[str, int]:
     """cliff.json: second-pass hits (gpu + cpu) at each GPU capacity of the gpu_cliff sweep."""
-    rows = second_pass(aggregates, "gpu_cliff").select(
-        "gpu_capacity", hits=pl.col("gpu_hits") + pl.col("cpu_hits"))
+    rows = second_pass(aggregates, "gpu_cliff").select("gpu_capacity", "hits")
     found = dict(zip(rows["gpu_capacity"].to_list(), rows["hits"].to_list()))
     return {str(c): int(found[c]) for c in capacities}
 

@@ -25,36 +25,36 @@ import json
 import random
 import statistics
 
-from kvlab.kvsim import TwoTierCache
 from kvlab.scenario import pass_keys
 from kvlab.summarize import atomic_output
-from pipeline.config import BUNDLED_MEASURED, LAB_CPU, LAB_GPU, LAB_TOKENS
+from pipeline.attribution import tier_models
+from pipeline.config import (BASELINE, BUNDLED_MEASURED, CONFIGS, LAB_CPU, LAB_DOCS, LAB_GPU,
+                             LAB_TOKENS, OFFLOADED)
 
 SEED = 20261003
-DOCS = 10
+DOCS = LAB_DOCS
 DOC_TOKENS = 4864            # tokens per document in the measurement
 SIM_TOKENS = LAB_TOKENS      # the lab's simulator units per document
 GPU_CAPACITY = LAB_GPU
 CPU_CAPACITY = LAB_CPU
 PASSES = (("pass1-cold", "fwd"), ("pass2-replay", "fwd"), ("pass3-reverse", "rev"))
-CONFIG_CPU = {"baseline": 0, "lmcache": CPU_CAPACITY}
 
 #: (centre ms, relative standard deviation) per (config, tier).
 TTFT_MODEL = {
-    ("baseline", "miss"): (576.0, 0.012),
-    ("lmcache", "miss"): (600.0, 0.012),   # recompute + store to CPU
-    ("baseline", "gpu"): (30.0, 0.04),
-    ("lmcache", "gpu"): (30.0, 0.04),
-    ("lmcache", "cpu"): (48.2, 0.02),
+    (BASELINE, "miss"): (576.0, 0.012),
+    (OFFLOADED, "miss"): (600.0, 0.012),   # recompute + store to CPU
+    (BASELINE, "gpu"): (30.0, 0.04),
+    (OFFLOADED, "gpu"): (30.0, 0.04),
+    (OFFLOADED, "cpu"): (48.2, 0.02),
 }
 #: Published medians that the generated file reproduces exactly (after a shift of the group).
-EXACT_P50 = {("baseline", "pass2-replay"): 576.0, ("lmcache", "pass2-replay"): 48.6}
+EXACT_P50 = {(BASELINE, "pass2-replay"): 576.0, (OFFLOADED, "pass2-replay"): 48.6}
 DECODE_TOKENS, DECODE_MS_PER_TOKEN = 32, 6.5
 
 
 def simulated_tiers(config: str) -> list[tuple[str, int, str]]:
     """(pass name, doc, tier) for every request of one config, in reading order."""
-    cache = TwoTierCache(GPU_CAPACITY, CONFIG_CPU[config])
+    cache = tier_models(GPU_CAPACITY, CPU_CAPACITY)[config]
     return [(name, doc, cache.access(doc, SIM_TOKENS))
             for name, order in PASSES for doc in pass_keys(order, DOCS)]
 
@@ -63,7 +63,7 @@ def generate(seed: int = SEED) -> list[dict]:
     """All 60 records: configs x passes x docs, in reading order."""
     rng = random.Random(seed)
     records = []
-    for config in CONFIG_CPU:
+    for config in CONFIGS:
         for name, doc, tier in simulated_tiers(config):
             centre, rel_sd = TTFT_MODEL[(config, tier)]
             ttft = round(rng.gauss(centre, centre * rel_sd), 2)

@@ -132,8 +132,18 @@ def test_help_explains_every_option():
     assert proc.returncode == 0
     for option in ("--docs", "--tokens", "--passes", "--gpu-capacities", "--cpu-capacities",
                    "--cpu-sweep-gpu", "--offload-cpu", "--grid-gpu", "--grid-cpu", "--measured",
-                   "--events-dir", "--exports-dir", "--report", "--engine"):
+                   "--events-dir", "--exports-dir", "--report", "--method"):
         assert option in proc.stdout
+
+
+def test_the_simulation_method_is_method_not_engine(capsys):
+    from pipeline.cli import build_parser
+    parser = build_parser()
+    assert parser.parse_args(["run"]).method == "onepass"
+    assert parser.parse_args(["run", "--method", "direct"]).method == "direct"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["run", "--engine", "direct"])      # "engine" means vLLM & co.
+    assert "--engine" in capsys.readouterr().err
 
 
 def test_readme_first_block_is_the_two_commands_and_ci_runs_the_second():

@@ -4,6 +4,7 @@ import doctest
 import sys
 
 import pipeline.latency
+import pipeline.stats
 from conftest import KVLAB, ROOT
 
 
@@ -23,7 +24,7 @@ def test_readme_repl_sessions():
 def test_module_docstrings(monkeypatch):
     monkeypatch.syspath_prepend(str(KVLAB))        # kvsim's docstring imports it plainly
     import kvsim
-    for module in (kvsim, pipeline.latency):
+    for module in (kvsim, pipeline.latency, pipeline.stats):
         result = doctest.testmod(module)
         assert result.attempted > 0 and result.failed == 0, module.__name__
     sys.modules.pop("kvsim", None)

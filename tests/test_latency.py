@@ -1,22 +1,26 @@
 """pipeline.latency: tier latencies from attributed measurements -> predicted TTFT."""
 
+import statistics
+
 import polars as pl
 from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import ROOT
-from pipeline import latency, measured
+from pipeline import latency
+from pipeline.attribution import attribute_tiers
+from pipeline.workloads.measured_file import load_measured
 
 
 def attributed():
-    return measured.attribute_tiers(measured.load_measured(str(ROOT / "data" / "ttft.jsonl")))
+    return attribute_tiers(load_measured(str(ROOT / "data" / "ttft.jsonl")))
 
 
 def test_latencies_are_per_config_medians_with_fallback():
     frame = attributed()
     model = latency.latency_model(frame)
     lmcache_cpu = frame.filter(pl.col("config") == "lmcache", pl.col("tier") == "cpu")
-    assert model["lmcache"]["cpu"] == lmcache_cpu["ttft_ms"].median()
+    assert model["lmcache"]["cpu"] == statistics.median(lmcache_cpu["ttft_ms"])
     assert model["baseline"]["cpu"] == model["lmcache"]["cpu"]     # baseline never reloads
     assert 570 < model["baseline"]["miss"] < model["lmcache"]["miss"] < 610
     assert 25 < model["baseline"]["gpu"] < 35

@@ -1,4 +1,6 @@
-"""pipeline/measured.py: loading, exact equality with kvlab's summary, tables, tiers, CLI."""
+"""The measured file: loading (pipeline.workloads.measured_file), exact equality with kvlab's
+summary and the tables (pipeline.summary), tiers (pipeline.attribution), verdicts
+(pipeline.verdicts) and the measured command."""
 
 import json
 import math
@@ -17,9 +19,10 @@ from hypothesis import strategies as st
 from conftest import KVLAB, ROOT
 from kvlab.summarize import InputError, read_records, summarize
 from pipeline.cli import run_command
-from pipeline.measured import (RECORD_SCHEMA, attribute_tiers, load_measured,
-                               records_frame, separation_notes, stats_table, summary,
-                               tier_table)
+from pipeline.attribution import attribute_tiers
+from pipeline.summary import stats_table, summary, tier_table
+from pipeline.verdicts import separation_notes
+from pipeline.workloads.measured_file import RECORD_SCHEMA, load_measured, records_frame
 from pipeline.synthetic_ttft import simulated_tiers
 
 DATA = ROOT / "data" / "ttft.jsonl"

@@ -14,10 +14,12 @@ import pytest
 
 from conftest import KVLAB, ROOT
 from kvlab.scenario import run
-from pipeline import measured
+from pipeline.attribution import attribute_tiers
+from pipeline.charts.provenance import provenance_block
 from pipeline.latency import latency_model, predict
-from pipeline.report import provenance_block, write_report
+from pipeline.report import write_report
 from pipeline.sweeps import AGGREGATE_SCHEMA
+from pipeline.workloads.measured_file import load_measured
 
 SCENARIO = {"docs": 10, "tokens": 5011, "passes": ["fwd", "fwd", "rev"],
             "gpu_spec_points": [21520, 30000, 40000, 45000, 50109, 50110],
@@ -58,7 +60,7 @@ def build_aggregates() -> pl.DataFrame:
 
 def build_requests() -> pl.DataFrame:
     """data/ttft.jsonl with the simulator's tier per request, as the pipeline builds it."""
-    return measured.attribute_tiers(measured.load_measured(str(ROOT / "data" / "ttft.jsonl")))
+    return attribute_tiers(load_measured(str(ROOT / "data" / "ttft.jsonl")))
 
 
 @pytest.fixture(scope="module")

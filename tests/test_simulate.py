@@ -1,4 +1,4 @@
-"""pipeline.simulate: the one-pass engine equals kvlab's classes replayed directly."""
+"""pipeline.simulate: the one-pass method equals kvlab's classes replayed directly."""
 
 import numpy as np
 import polars as pl
@@ -10,7 +10,7 @@ from polars.testing import assert_frame_equal
 from kvlab.kvsim import TwoTierCache
 from pipeline.stackdist import lru_states
 from pipeline.simulate import RESULT_SCHEMA, simulate
-from pipeline.workload import ACCESS_SCHEMA, PASS_ORDER, DocumentWorkload
+from pipeline.workloads.documents import ACCESS_SCHEMA, PASS_ORDER, DocumentWorkload
 
 
 def trace_frame(keys, sizes):

@@ -6,8 +6,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvlab.kvsim import LRUCache, TwoTierCache
-from pipeline.stackdist import (COLD, TIER_NAMES, hit_curve, lru_hit_counts, lru_hits, lru_states,
-                                stack_distances, two_tier_tiers)
+from pipeline.stackdist import (COLD, hit_curve, lru_hit_counts, lru_hits, lru_states,
+                                stack_distances)
+from pipeline.tiers import TIERS
+from pipeline.twotier import two_tier_tiers
 
 DOC_TOKENS = 5011
 
@@ -102,7 +104,7 @@ def test_two_tier_tiers_match_kvlab_per_access(trace, gpu, drawn):
     tiers = two_tier_tiers(keys, sizes, gpu, cpu_capacities)
     assert tiers.shape == (len(cpu_capacities), len(keys)) and tiers.dtype == np.int8
     for row, cpu in zip(tiers, cpu_capacities):
-        assert [TIER_NAMES[code] for code in row] == kvlab_tiers(keys, sizes, gpu, cpu), cpu
+        assert [TIERS[code] for code in row] == kvlab_tiers(keys, sizes, gpu, cpu), cpu
 
 
 # --------------------------------------------------------------------------- examples
@@ -124,7 +126,7 @@ def test_lab_scenario_second_pass_hits_only_at_50110():
 def test_lab_scenario_two_tier_fwd_fwd_rev():
     keys = lab_pass_keys(["fwd", "fwd", "rev"])
     tiers = two_tier_tiers(keys, [DOC_TOKENS] * len(keys), 21520, [56000])[0]
-    names = [TIER_NAMES[code] for code in tiers]
+    names = [TIERS[code] for code in tiers]
     assert names[:10] == ["miss"] * 10
     assert names[10:20] == ["cpu"] * 10
     assert names[20:] == ["gpu"] * 4 + ["cpu"] * 6

@@ -8,7 +8,7 @@ from kvlab.make_exports import CPU_CLIFF_CAPACITIES, GPU_CLIFF_CAPACITIES
 from kvlab.scenario import run as run_scenario
 from pipeline import sweeps
 from pipeline.simulate import RESULT_SCHEMA
-from pipeline.workload import ACCESS_SCHEMA, DocumentWorkload
+from pipeline.workloads.documents import ACCESS_SCHEMA, DocumentWorkload
 
 WORKLOAD = DocumentWorkload()
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import altair as alt
 import polars as pl
 
-from kvlab.kvsim import TIERS
 from pipeline.charts import Section
+from pipeline.tiers import TIERS
 
 __all__ = ["sections", "tier_frame", "tiers_caption", "tiers_chart", "ttft_caption",
            "ttft_chart"]

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from pipeline.arguments import pass_list, positive_int
-from pipeline.config import LAB_DOCS, LAB_PASSES
+from pipeline.config import BASELINE, LAB_DOCS, LAB_PASSES
 from pipeline.errors import CLIError
 from pipeline.measure.client import RequestFailed
 from pipeline.measure.runner import RunSettings, done_keys, run_requests
@@ -32,7 +32,7 @@ __all__ = ["HELP", "add_arguments", "main", "check_output", "parse_ram_caches"]
 
 HELP = "measure TTFT on a real server (or a local llama.cpp one) into a JSON-lines file"
 DEFAULT_TOKENS = 5000
-DEFAULT_RAM_CACHES = "baseline=0,cache-4.5=4.5,cache=10.5"
+DEFAULT_RAM_CACHES = f"{BASELINE}=0,cache-4.5=4.5,cache=10.5"
 
 
 def _positive_float(text: str) -> float:
@@ -87,7 +87,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", required=True, type=Path, help="JSON-lines file to append to")
     parser.add_argument("--resume", action="store_true",
                         help="continue OUTPUT: send only requests without a line in it")
-    parser.add_argument("--config", default="baseline",
+    parser.add_argument("--config", default=BASELINE,
                         help="config name written on each line (--base-url; default %(default)s)")
     parser.add_argument("--docs", type=positive_int, default=LAB_DOCS,
                         help="documents (default %(default)s)")

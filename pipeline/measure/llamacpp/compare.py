@@ -20,15 +20,15 @@ from pathlib import Path
 
 import polars as pl
 
-from kvlab.kvsim import TIERS, TwoTierCache
+from kvlab.kvsim import TwoTierCache
 from pipeline.measure.llamacpp.cache_model import LlamaCppPromptCache, StateSize
+from pipeline.tiers import TIER
 from pipeline.measure.workload import Request, lab_requests, prompt_token_ids
 
 __all__ = ["HIT_BELOW", "MISS_ABOVE", "KEYS", "agreement", "load_measurement", "predict",
            "ttft_tier"]
 
 KEYS = ["config", "repeat", "pass", "step"]
-TIER = pl.Enum(TIERS)
 HIT_BELOW, MISS_ABOVE = 1 / 8, 1 / 4
 COMPLETION_TOKEN = -2          # the forced word, in prompt_token_ids' units
 

@@ -1,4 +1,4 @@
-"""Workloads: the ordered stream of (key, size) accesses a cache model replays.
+"""The lab's documents: the ordered stream of (key, size) accesses a cache model replays.
 
 A workload knows nothing about caches. ``DocumentWorkload`` is the lab's: documents
 0..docs-1 of ``tokens`` each, read pass by pass (fwd = 0..docs-1, rev = docs-1..0).
@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from kvlab.scenario import PASS_ORDERS, pass_keys
+from pipeline.config import LAB_DOCS, LAB_PASSES, LAB_TOKENS
 
 PASS_ORDER = pl.Enum(list(PASS_ORDERS))
 
@@ -29,9 +30,9 @@ ACCESS_SCHEMA = pl.Schema({
 class DocumentWorkload:
     """``docs`` documents of ``tokens`` tokens read in ``passes`` (each fwd or rev)."""
 
-    docs: int = 10
-    tokens: int = 5011
-    passes: tuple[str, ...] = ("fwd", "fwd", "rev")
+    docs: int = LAB_DOCS
+    tokens: int = LAB_TOKENS
+    passes: tuple[str, ...] = LAB_PASSES
 
     def __post_init__(self) -> None:
         if self.docs < 0 or self.tokens < 0:

@@ -8,7 +8,7 @@ count that (a) and (b) produce is checked against (c); a mismatch exits with sta
 Workload: Zipf(alpha=1.0) requests over ``--objects`` objects, sizes uniform 256..8192 fixed
 per object, seeded; capacities evenly spaced from 5% to 100% of the distinct bytes.
 A script that prints figures, not a test:
-``python -m pipeline.bench_curve [--requests N] [--capacities 20,1000] [--full]``
+``python -m pipeline.bench.curve [--requests N] [--capacities 20,1000] [--full]``
 """
 
 from __future__ import annotations
@@ -116,7 +116,8 @@ def libcachesim_hits(path: str, requests: int, capacities: np.ndarray,
     hits = np.empty(capacities.size, dtype=np.int64)
     start = time.perf_counter()
     for row, capacity in enumerate(capacities):
-        object_miss_ratio, _ = lcs.LRU(cache_size=int(capacity), hashpower=hashpower).process_trace(reader)
+        cache = lcs.LRU(cache_size=int(capacity), hashpower=hashpower)
+        object_miss_ratio, _ = cache.process_trace(reader)
         hits[row] = round((1.0 - object_miss_ratio) * requests)
     return hits, time.perf_counter() - start
 
@@ -271,7 +272,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    _parser = argparse.ArgumentParser(prog="python -m pipeline.bench_curve",
+    _parser = argparse.ArgumentParser(prog="python -m pipeline.bench.curve",
                                       description=__doc__.split("\n\n")[0])
     add_arguments(_parser)
     raise SystemExit(main(_parser.parse_args()))

@@ -2,7 +2,7 @@
 
 1. The default ``run`` end to end in a fresh process (wall time, event count, bytes per
    access of the Parquet event logs), written to a temporary folder.
-2. The one-pass LRU curves against kvlab's LRUCache and libCacheSim (pipeline.bench_curve).
+2. The one-pass LRU curves against kvlab's LRUCache and libCacheSim (pipeline.bench.curve).
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline import bench_curve
 from pipeline.arguments import positive_int
+from pipeline.bench import curve
+from pipeline.config import ROOT
 from pipeline.sweeps import SWEEPS
 
 
@@ -33,7 +34,7 @@ def bench_default_run(repeat: int = 3) -> dict[str, float]:
         for _ in range(repeat):
             started = time.perf_counter()
             subprocess.run(command, check=True, stdout=subprocess.DEVNULL,
-                           cwd=Path(__file__).resolve().parents[1])
+                           cwd=ROOT)
             times.append(time.perf_counter() - started)
         logs = [out / "events" / f"{name}.parquet" for name in SWEEPS]
         events = sum(pl.scan_parquet(path).select(pl.len()).collect().item() for path in logs)
@@ -51,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="runs of the default pipeline (default %(default)s)")
     parser.add_argument("--skip-curve", action="store_true",
                         help="only time the default run, not the one-pass curve benchmark")
-    bench_curve.add_arguments(parser.add_argument_group("one-pass curve benchmark"))
+    curve.add_arguments(parser.add_argument_group("one-pass curve benchmark"))
 
 
 def main(args: argparse.Namespace) -> int:
@@ -67,4 +68,4 @@ def main(args: argparse.Namespace) -> int:
     if args.skip_curve:
         return 0
     print()
-    return bench_curve.main(args)
+    return curve.main(args)

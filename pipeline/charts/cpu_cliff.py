@@ -1,0 +1,43 @@
+"""Report section: the CPU cliff (second-pass misses vs CPU capacity, GPU fixed)."""
+
+from __future__ import annotations
+
+import altair as alt
+import polars as pl
+
+from pipeline.charts import Section
+from pipeline.charts.parts import (HEIGHT, TIER_COLOURS, WIDTH, cliff_summary, span,
+                                   step_with_spec_points, working_set, working_set_rule)
+from pipeline.sweeps import second_pass
+
+
+def cpu_cliff_chart(aggregates: pl.DataFrame, scenario: dict) -> alt.LayerChart:
+    """Second-pass misses vs CPU capacity at a fixed GPU capacity."""
+    frame = second_pass(aggregates, "cpu_cliff")
+    steps = step_with_spec_points(frame, "cpu_capacity", "misses", scenario["cpu_spec_points"],
+                                  "CPU capacity (tokens)", "second-pass misses",
+                                  TIER_COLOURS[2])
+    return alt.layer(steps, working_set_rule(working_set(scenario))).properties(
+        title=f"CPU cliff: second-pass misses vs CPU capacity "
+              f"(GPU fixed at {scenario['cpu_sweep_gpu']})",
+        width=WIDTH, height=HEIGHT)
+
+
+def cpu_cliff_caption(aggregates: pl.DataFrame, scenario: dict) -> str:
+    """One sentence: misses before the CPU holds the working set, and where they vanish."""
+    frame = second_pass(aggregates, "cpu_cliff")
+    ws, gpu = working_set(scenario), scenario["cpu_sweep_gpu"]
+    s = cliff_summary(frame, "cpu_capacity", "misses", pl.col("misses") == 0)
+    if s["cliff"] is None:
+        return (f"With GPU {gpu}, second-pass misses stay {span(s['low'], s['high'])} at "
+                f"every CPU capacity up to {s['top']} tokens (working set {ws}).")
+    whole = ": the CPU tier must hold the whole working set" if s["cliff"] == ws else ""
+    return (f"With GPU {gpu}, second-pass misses stay {span(s['low'], s['high'])} at every "
+            f"CPU capacity up to {s['last_before']} tokens and drop to 0 from "
+            f"{s['cliff']}{whole} ({ws} tokens).")
+
+
+def section(aggregates: pl.DataFrame, scenario: dict) -> Section:
+    """The CPU cliff with its caption (aggregates of the cpu_cliff sweep)."""
+    return Section("cpu-cliff", cpu_cliff_chart(aggregates, scenario),
+                   cpu_cliff_caption(aggregates, scenario))
