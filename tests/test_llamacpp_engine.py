@@ -19,7 +19,7 @@ from pipeline.cli import main as cli_main
 from pipeline.measure.llamacpp.cache_model import StateSize
 from pipeline.measure.llamacpp.compare import KEYS, agreement, predict, ttft_tier
 from pipeline.measure.llamacpp.engine import parse_request_log
-from pipeline.measure.llamacpp.local import provenance_path
+from pipeline.measure.output import provenance_path
 from pipeline.measure.workload import lab_requests
 
 CONFIGS = [("small", 2.5), ("all", 6.5)]

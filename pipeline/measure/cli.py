@@ -17,7 +17,6 @@ requests that have no line yet.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -25,10 +24,11 @@ from pipeline.arguments import pass_list, positive_int
 from pipeline.config import BASELINE, LAB_DOCS, LAB_PASSES
 from pipeline.errors import CLIError
 from pipeline.measure.client import RequestFailed
-from pipeline.measure.runner import RunSettings, done_keys, run_requests
+from pipeline.measure.output import check_output
+from pipeline.measure.runner import run_requests, settings_from
 from pipeline.measure.workload import WORDS, lab_requests
 
-__all__ = ["HELP", "add_arguments", "main", "check_output", "parse_ram_caches"]
+__all__ = ["HELP", "add_arguments", "main", "parse_ram_caches"]
 
 HELP = "measure TTFT on a real server (or a local llama.cpp one) into a JSON-lines file"
 DEFAULT_TOKENS = 5000
@@ -123,28 +123,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "threads than free cores make ggml's workers spin)")
     local.add_argument("--work-dir", type=Path,
                        help="model file and server logs (default: a new temporary folder)")
-
-
-def check_output(path: Path, resume: bool) -> set[tuple]:
-    """Validate OUTPUT before anything is sent; the keys already done when resuming."""
-    directory = path.parent if str(path.parent) else Path(".")
-    if not directory.is_dir():
-        raise CLIError(f"--output {path}: folder {directory} does not exist")
-    if not os.access(directory, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise CLIError(f"--output {path}: not writable")
-    if path.exists() and path.stat().st_size and not resume:
-        raise CLIError(f"--output {path} already has lines: pass --resume to continue it, "
-                       f"or choose another file")
-    try:
-        return done_keys(path) if resume else set()
-    except ValueError as exc:
-        raise CLIError(str(exc)) from None
-
-
-def settings_from(args: argparse.Namespace, base_url: str) -> RunSettings:
-    return RunSettings(base_url=base_url, timeout_s=args.timeout, concurrency=args.concurrency,
-                       max_tokens=args.max_tokens, model=args.model,
-                       logit_bias=dict(args.logit_bias), include_usage=args.include_usage)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -15,6 +15,7 @@ many lines the file holds.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import sys
@@ -28,7 +29,7 @@ import httpx
 from pipeline.measure.client import RequestFailed, StreamResult, stream_completion
 from pipeline.measure.workload import Request
 
-__all__ = ["Observer", "RunSettings", "done_keys", "record", "run_requests"]
+__all__ = ["Observer", "RunSettings", "done_keys", "record", "run_requests", "settings_from"]
 
 
 class Observer(Protocol):
@@ -66,6 +67,13 @@ class RunSettings:
         if self.include_usage:
             body["stream_options"] = {"include_usage": True}
         return body
+
+
+def settings_from(args: argparse.Namespace, base_url: str) -> RunSettings:
+    """RunSettings from ``measure``'s options, for the server at ``base_url``."""
+    return RunSettings(base_url=base_url, timeout_s=args.timeout, concurrency=args.concurrency,
+                       max_tokens=args.max_tokens, model=args.model,
+                       logit_bias=dict(args.logit_bias), include_usage=args.include_usage)
 
 
 def record(request: Request, result: StreamResult, extra: dict | None = None) -> dict:

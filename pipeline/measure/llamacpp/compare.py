@@ -22,6 +22,7 @@ import polars as pl
 
 from kvlab.kvsim import TwoTierCache
 from pipeline.measure.llamacpp.cache_model import LlamaCppPromptCache, StateSize
+from pipeline.measure.output import provenance_path
 from pipeline.tiers import TIER
 from pipeline.measure.workload import Request, lab_requests, prompt_token_ids
 
@@ -94,8 +95,6 @@ def load_measurement(path: str | Path) -> pl.DataFrame:
     measured lines' fields, ``cold_ms`` and ``ttft_class``; measured requests only, in
     sending order.
     """
-    from pipeline.measure.llamacpp.local import provenance_path
-
     path = Path(path)
     provenance = json.loads(provenance_path(path).read_text(encoding="utf-8"))
     workload = provenance["workload"]

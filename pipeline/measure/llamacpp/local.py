@@ -33,20 +33,15 @@ from pipeline.measure.llamacpp.compare import agreement, load_measurement
 from pipeline.measure.llamacpp.engine import (LlamaServer, LogObserver, ensure_installed,
                                               measure_state_size)
 from pipeline.measure.llamacpp.gguf_model import ModelShape, vocabulary, write_model
-from pipeline.measure.runner import run_requests
+from pipeline.measure.output import check_output, provenance_path
+from pipeline.measure.runner import run_requests, settings_from
 from pipeline.measure.workload import (FORCED_WORD, QUESTION_WORDS, SEED, Request,
                                        lab_requests)
 
-__all__ = ["cache_bytes_for", "provenance_path", "run_local", "show"]
+__all__ = ["cache_bytes_for", "run_local", "server_context", "show"]
 
 N_CTX = 8192                 # the model's context; a server gets just what the prompts need
 FORCED_BIAS = 100.0
-
-
-def provenance_path(output: Path) -> Path:
-    """OUTPUT's provenance file: ``x.jsonl`` -> ``x.provenance.json``."""
-    stem = output.name[:-len(".jsonl")] if output.name.endswith(".jsonl") else output.name
-    return output.with_name(stem + ".provenance.json")
 
 
 def cache_bytes_for(configs: list[tuple[str, float]], request_state: int) -> dict[str, int | None]:
@@ -112,8 +107,6 @@ def _validate(args: argparse.Namespace) -> None:
 
 def run_local(args: argparse.Namespace) -> int:
     """Measure the lab's workload on local llama.cpp servers (see the module docstring)."""
-    from pipeline.measure.cli import check_output
-
     _validate(args)
     done = check_output(args.output, args.resume)
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="kvlab-measure-"))
@@ -174,7 +167,6 @@ def _measure_group(args: argparse.Namespace, group: list[Request], done: set[tup
     log = work / f"server-{group[0].config}-r{group[0].repeat}.log"
     log.unlink(missing_ok=True)
     progress = None if args.quiet else sys.stderr
-    from pipeline.measure.cli import settings_from
     with LlamaServer(model, log, cache_bytes, n_ctx, args.threads) as server:
         settings = settings_from(args, server.base_url)
         settings.logit_bias = bias
