@@ -226,3 +226,19 @@ def test_local_engine_resume_replays_the_cut_group_unrecorded(tmp_path, monkeypa
     provenance = json.loads((tmp_path / "m.provenance.json").read_text())
     assert provenance["configs"]["b"]["cache_bytes"] == int(1.5 * (100 + 10 * (1 + 5 + 8 + 15)))
     assert "model_vs_server" in capsys.readouterr().out
+
+
+def test_ram_cache_configs_and_server_context():
+    import argparse
+
+    from pipeline.measure.cli import parse_ram_caches
+    from pipeline.measure.llamacpp.local import cache_bytes_for, server_context
+
+    configs = parse_ram_caches("baseline=0, small=2.5,all=10")
+    assert configs == [("baseline", 0.0), ("small", 2.5), ("all", 10.0)]
+    assert cache_bytes_for(configs, 1000) == {"baseline": None, "small": 2500, "all": 10000}
+    for bad in ("", "a", "a=-1", "a=x", "=3", "a=1,a=2", "a=inf"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_ram_caches(bad)
+    assert server_context(5009, 16) == 5120 and server_context(20, 4) == 256
+    assert server_context(8000, 16) == 8192
