@@ -23,6 +23,7 @@ COMMANDS = {
     "synth-ttft": "pipeline.synthetic_ttft",
     "bench": "pipeline.bench.run",
     "blocks": "pipeline.blocks.command",
+    "trace": "pipeline.replay.command",
     "measure": "pipeline.measure.cli",
 }
 

@@ -23,6 +23,7 @@ from kvlab.scenario import pass_keys
 from pipeline.arguments import non_negative_int, pass_list, positive_int
 from pipeline.blocks.models import CPU_MODELS, GPU_MODELS, two_tier
 from pipeline.blocks.stream import HEAD_FIRST, ORDERS, TAIL_FIRST, block_stream
+from pipeline.engines.options import add_engine_arguments, model_options
 from pipeline.config import LAB_DOCS, LAB_GPU, LAB_PASSES, LAB_TOKENS
 from pipeline.workloads.blocks import document_blocks
 
@@ -55,17 +56,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="GPU cache model (default %(default)s)")
     parser.add_argument("--cpu-model", choices=tuple(CPU_MODELS), default="ideal",
                         help="CPU cache model (default %(default)s)")
+    add_engine_arguments(parser)
 
 
 def run_blocks(gpu: int = LAB_GPU, docs: int = LAB_DOCS, tokens: int = LAB_TOKENS,
                passes: list[str] | tuple[str, ...] = LAB_PASSES, cpu: int = 0,
                block_size: int = DEFAULT_BLOCK_SIZE, gpu_order: str = TAIL_FIRST,
                cpu_order: str = HEAD_FIRST, gpu_model: str = "ideal",
-               cpu_model: str = "ideal") -> dict:
+               cpu_model: str = "ideal", gpu_options: dict | None = None,
+               cpu_options: dict | None = None) -> dict:
     """Run the block-mode scenario and return ``{"passes": [...]}`` as the command prints."""
     doc_order = [doc for order in passes for doc in pass_keys(order, docs)]
     stream = block_stream(document_blocks(doc_order, tokens, block_size), block_size)
-    result = two_tier(stream, gpu, cpu, gpu_order, cpu_order, gpu_model, cpu_model)
+    result = two_tier(stream, gpu, cpu, gpu_order, cpu_order, gpu_model, cpu_model,
+                      gpu_options, cpu_options)
     sums = (result.group_by(pass_index=pl.col("request") // max(docs, 1))
             .agg(pl.col("gpu_hit_tokens", "cpu_hit_tokens", "miss_tokens", "hit_blocks").sum()))
     found = {row["pass_index"]: row for row in sums.iter_rows(named=True)}
@@ -77,9 +81,11 @@ def run_blocks(gpu: int = LAB_GPU, docs: int = LAB_DOCS, tokens: int = LAB_TOKEN
 
 def main(args: argparse.Namespace) -> int:
     """``python -m pipeline blocks``: print the JSON."""
+    gpu_options, cpu_options = model_options(args)
     result = run_blocks(gpu=args.gpu, docs=args.docs, tokens=args.tokens, passes=args.passes,
                         cpu=args.cpu, block_size=args.block_size, gpu_order=args.gpu_order,
                         cpu_order=args.cpu_order, gpu_model=args.gpu_model,
-                        cpu_model=args.cpu_model)
+                        cpu_model=args.cpu_model, gpu_options=gpu_options,
+                        cpu_options=cpu_options)
     sys.stdout.write(json.dumps(result, indent=2) + "\n")
     return 0

@@ -22,6 +22,7 @@ import polars as pl
 
 from pipeline.blocks import model, onepass
 from pipeline.blocks.stream import BlockStream, check_order
+from pipeline.engines import lmcache_cpu, lmcache_fast, vllm_fast, vllm_gpu
 
 __all__ = ["GPU_MODELS", "CPU_MODELS", "RESULT_SCHEMA", "GpuModel", "CpuModel", "two_tier",
            "request_result"]
@@ -33,6 +34,11 @@ CpuModel = Callable[[BlockStream, np.ndarray, object, str], np.ndarray]
 #: same model replayed literally request by request (the reference, slow).
 GPU_MODELS: dict[str, GpuModel] = {"ideal": onepass.ideal_gpu, "ideal-replay": model.replay_gpu}
 CPU_MODELS: dict[str, CpuModel] = {"ideal": onepass.ideal_cpu, "ideal-replay": model.replay_cpu}
+#: Engine models (issues 15, 16; pipeline/engines): vLLM's v1 allocator and LMCache's CPU
+#: backend, each fast and literal; their own options come as keyword arguments
+#: (``pipeline.engines.options.MODEL_OPTIONS``).
+GPU_MODELS.update({"vllm": vllm_fast.vllm_gpu, "vllm-replay": vllm_gpu.replay_gpu})
+CPU_MODELS.update({"lmcache": lmcache_fast.lmcache_cpu, "lmcache-replay": lmcache_cpu.replay_cpu})
 
 #: One row per request of a two-tier run.
 RESULT_SCHEMA = pl.Schema({
@@ -56,10 +62,13 @@ def request_result(stream: BlockStream, gpu_hit_tokens: np.ndarray,
 
 def two_tier(stream: BlockStream, gpu_capacity: int, cpu_capacity: int,
              gpu_order: str, cpu_order: str, gpu_model: str = "ideal",
-             cpu_model: str = "ideal") -> pl.DataFrame:
-    """Run a GPU model and a CPU model on one (GPU, CPU) pair; one row per request."""
+             cpu_model: str = "ideal", gpu_options: dict | None = None,
+             cpu_options: dict | None = None) -> pl.DataFrame:
+    """Run a GPU model and a CPU model on one (GPU, CPU) pair; one row per request.
+    ``gpu_options`` / ``cpu_options``: keyword arguments of an engine model."""
     check_order(gpu_order)
     check_order(cpu_order)
-    gpu = GPU_MODELS[gpu_model](stream, [gpu_capacity], gpu_order)[0]
-    cpu = CPU_MODELS[cpu_model](stream, gpu, [cpu_capacity], cpu_order)[0]
+    gpu = GPU_MODELS[gpu_model](stream, [gpu_capacity], gpu_order, **(gpu_options or {}))[0]
+    cpu = CPU_MODELS[cpu_model](stream, gpu, [cpu_capacity], cpu_order,
+                                **(cpu_options or {}))[0]
     return request_result(stream, gpu, cpu)
