@@ -242,3 +242,28 @@ def test_ram_cache_configs_and_server_context():
             parse_ram_caches(bad)
     assert server_context(5009, 16) == 5120 and server_context(20, 4) == 256
     assert server_context(8000, 16) == 8192
+
+
+@pytest.mark.parametrize("mode", ["tile", "interleave", "random"])
+def test_long_doc_qa_pattern_sends_lmcache_s_order(tmp_path, mode):
+    from pipeline.workloads.patterns import repeat_order
+
+    out = tmp_path / "q.jsonl"
+    with SSEServer() as server:
+        assert measure(server.base_url, out, "--pattern", "long-doc-qa", "--repeat-count", "2",
+                       "--repeat-mode", mode, "--shuffle-seed", "7") == 0
+    rows = lines(out)
+    assert [r["doc"] for r in rows] == [0, 1, 2] + repeat_order(3, 2, mode, 7)
+    assert [(r["pass"], r["step"]) for r in rows] == (
+        [("warmup", s) for s in range(3)] + [("query", s) for s in range(6)])
+
+
+def test_long_doc_qa_interleave_is_served_by_the_live_context():
+    from pipeline.measure.llamacpp.cache_model import StateSize
+    from pipeline.measure.llamacpp.compare import predict
+    from pipeline.measure.workload import spec_requests
+
+    spec = {"pattern": "long-doc-qa", "docs": 3, "doc_tokens": 20, "repeats": 1,
+            "seed": 20261003, "repeat_count": 2, "repeat_mode": "interleave", "shuffle_seed": 0}
+    frame = predict(spec_requests("x", spec), {"x": None}, StateSize(100, 10), 4)
+    assert frame["predicted_tier"].to_list() == ["miss"] * 3 + ["miss", "gpu"] * 3

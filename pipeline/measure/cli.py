@@ -26,7 +26,8 @@ from pipeline.errors import CLIError
 from pipeline.measure.client import RequestFailed
 from pipeline.measure.output import check_output
 from pipeline.measure.runner import run_requests, settings_from
-from pipeline.measure.workload import WORDS, lab_requests
+from pipeline.measure.workload import WORDS, spec_requests, workload_spec
+from pipeline.workloads.patterns import REPEAT_MODES
 
 __all__ = ["HELP", "add_arguments", "main", "parse_ram_caches"]
 
@@ -96,6 +97,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default %(default)s)")
     parser.add_argument("--passes", type=pass_list, default=list(LAB_PASSES),
                         help="reading orders, comma-separated fwd/rev (default fwd,fwd,rev)")
+    parser.add_argument("--pattern", choices=("lab", "long-doc-qa"), default="lab",
+                        help="lab: --passes over the documents; long-doc-qa: LMCache's "
+                             "long_doc_qa order (a warmup pass, then --repeat-count reads of "
+                             "each document by --repeat-mode) (default %(default)s)")
+    parser.add_argument("--repeat-count", type=positive_int, default=2,
+                        help="long-doc-qa: reads of each document in the query pass "
+                             "(default %(default)s)")
+    parser.add_argument("--repeat-mode", choices=REPEAT_MODES, default="random",
+                        help="long-doc-qa: order of the query pass (default %(default)s)")
+    parser.add_argument("--shuffle-seed", type=int, default=0,
+                        help="long-doc-qa: seed of the random order (default %(default)s)")
     parser.add_argument("--repeats", type=positive_int, default=1,
                         help="run the whole workload this many times (default %(default)s; "
                              "--local-engine starts a fresh server for each, a --base-url "
@@ -135,8 +147,7 @@ def main(args: argparse.Namespace) -> int:
     if not args.base_url.startswith(("http://", "https://")):
         raise CLIError(f"--base-url must start with http:// or https://, got {args.base_url!r}")
     done = check_output(args.output, args.resume)
-    requests = [r for r in lab_requests(args.config, args.docs, args.tokens, args.passes,
-                                        args.repeats) if r.key not in done]
+    requests = [r for r in spec_requests(args.config, workload_spec(args)) if r.key not in done]
     if not requests:
         print(f"measure: nothing to do, {args.output} has every request", file=sys.stderr)
         return 0

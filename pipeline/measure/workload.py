@@ -10,16 +10,22 @@ With the project's tiny GGUF model every word is one token, so a prompt has
 ``1 + T + QUESTION_WORDS`` tokens and ``prompt_token_ids`` gives them engine-independently
 (word ids, not the engine's, but with the same prefix structure), which is all a cache
 model needs.
+
+``--pattern long-doc-qa`` sends the same documents in LMCache's long_doc_qa order instead
+(``long_doc_qa_requests``); ``workload_spec`` / ``spec_requests`` describe either workload as a
+plain dict (kept in the provenance file) and rebuild its requests from it.
 """
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import random
 from dataclasses import dataclass
 
 __all__ = ["ALPHABET", "BOS", "FORCED_WORD", "QUESTION_WORDS", "WORDS", "Request",
-           "document_text", "lab_requests", "pass_names", "prompt_token_ids", "question_text"]
+           "document_text", "lab_requests", "long_doc_qa_requests", "pass_names",
+           "prompt_token_ids", "question_text", "spec_requests", "workload_spec"]
 
 ALPHABET = "abcdefghij"
 #: The lab's words: every 3-letter word over ALPHABET (1000), in a fixed order. A small
@@ -93,3 +99,42 @@ def lab_requests(config: str, docs: int, tokens: int, passes: list[str], repeats
             requests += [Request(config, repeat, name, step, doc, tokens, prompts[doc])
                          for step, doc in enumerate(doc_order)]
     return requests
+
+
+def long_doc_qa_requests(config: str, docs: int, tokens: int, repeat_count: int = 2,
+                         repeat_mode: str = "random", shuffle_seed: int = 0, repeats: int = 1,
+                         seed: int = SEED) -> list[Request]:
+    """LMCache's long_doc_qa order (``pipeline.workloads.patterns.long_doc_qa``: a ``warmup``
+    pass over every document, then the ``query`` pass) over the lab's documents."""
+    from pipeline.workloads.patterns import long_doc_qa
+
+    pattern = long_doc_qa(docs, tokens, repeat_count, repeat_mode, shuffle_seed)
+    question = question_text(seed)
+    prompts = {doc: f"{document_text(doc, tokens, seed)} {question}" for doc in range(docs)}
+    requests = []
+    for repeat in range(repeats):
+        steps: dict[str, int] = {}
+        for doc, name in zip(pattern.docs.tolist(), pattern.pass_names):
+            step = steps[name] = steps.get(name, -1) + 1
+            requests.append(Request(config, repeat, name, step, doc, tokens, prompts[doc]))
+    return requests
+
+
+def workload_spec(args: argparse.Namespace) -> dict:
+    """The workload ``measure``'s options describe, as stored in a provenance file."""
+    spec = {"pattern": args.pattern, "docs": args.docs, "doc_tokens": args.tokens,
+            "repeats": args.repeats, "seed": SEED}
+    if args.pattern == "lab":
+        return {**spec, "passes": list(args.passes)}
+    return {**spec, "repeat_count": args.repeat_count, "repeat_mode": args.repeat_mode,
+            "shuffle_seed": args.shuffle_seed}
+
+
+def spec_requests(config: str, spec: dict) -> list[Request]:
+    """Every request of the workload ``spec`` (``workload_spec``) for ``config``."""
+    if spec.get("pattern", "lab") == "lab":
+        return lab_requests(config, spec["docs"], spec["doc_tokens"], spec["passes"],
+                            spec["repeats"], spec["seed"])
+    return long_doc_qa_requests(config, spec["docs"], spec["doc_tokens"], spec["repeat_count"],
+                                spec["repeat_mode"], spec["shuffle_seed"], spec["repeats"],
+                                spec["seed"])

@@ -24,7 +24,7 @@ from kvlab.kvsim import TwoTierCache
 from pipeline.measure.llamacpp.cache_model import LlamaCppPromptCache, StateSize
 from pipeline.measure.output import provenance_path
 from pipeline.tiers import TIER
-from pipeline.measure.workload import Request, lab_requests, prompt_token_ids
+from pipeline.measure.workload import Request, prompt_token_ids, spec_requests
 
 __all__ = ["HIT_BELOW", "MISS_ABOVE", "KEYS", "agreement", "load_measurement", "predict",
            "ttft_tier"]
@@ -101,9 +101,7 @@ def load_measurement(path: str | Path) -> pl.DataFrame:
     state = StateSize(provenance["state_size"]["fixed_bytes"],
                       provenance["state_size"]["bytes_per_token"])
     caches = {name: config["cache_bytes"] for name, config in provenance["configs"].items()}
-    requests = [r for name in caches
-                for r in lab_requests(name, workload["docs"], workload["doc_tokens"],
-                                      workload["passes"], workload["repeats"], workload["seed"])]
+    requests = [r for name in caches for r in spec_requests(name, workload)]
     measured = pl.read_ndjson(path, infer_schema_length=None)
     if "server_tier" not in measured.columns:       # a server that logged nothing usable
         measured = measured.with_columns(server_tier=pl.lit(None, dtype=pl.String))
