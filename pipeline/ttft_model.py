@@ -156,6 +156,9 @@ def _least_squares(config: str, x: np.ndarray, y: np.ndarray, names: list[str],
     else:
         se = np.full(p, math.nan)
         notes.append(f"{n} points for {p} parameters: an exact fit, no uncertainty")
+    loose = [name for name, value, error in zip(names, coef, se) if abs(error) > abs(value)]
+    if loose:
+        notes.append(f"poorly determined (standard error above the value): {', '.join(loose)}")
     return TTFTModel(config, "least squares", n, params=dict(zip(names, coef.tolist())),
                      stderr=dict(zip(names, se.tolist())), not_exercised=skipped,
                      notes=tuple(notes))
