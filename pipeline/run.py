@@ -171,8 +171,6 @@ def _measured(args: argparse.Namespace, say: Callable[[str], None]
     setup = resolve_setup(source, synthetic, {field: getattr(args, f"measured_{field}")
                                               for field in SETUP_FIELDS})
     check_docs(requests, setup, source)
-    say(f"measured input: {source} ({'SYNTHETIC bundled stand-in' if synthetic else 'real'}, "
-        f"{plural(requests.height, 'request')}); measured under {setup.describe()}")
     return source, requests, documents, setup
 
 
@@ -204,12 +202,16 @@ def run_all(args: argparse.Namespace) -> dict[str, Path]:
     source, requests, measured_documents, setup = _measured(args, say)
     differences = lab_differences(workload, args.cpu_sweep_gpu, args.offload_cpu, setup)
     exports_dir = exports_folder(args.exports_dir, differences)
+    provenance = measured_documents["measured_source.json"]
     events_dir = Path(args.events_dir)
     report_path = Path(args.report)
     for target, what in ((events_dir / "aggregates.parquet", "--events-dir"),
                          (exports_dir / "measured.json", "--exports-dir"),
                          (report_path, "--report")):
         check_target(target, what)
+    kind = "SYNTHETIC bundled stand-in" if provenance["synthetic"] else "real"
+    say(f"measured input: {source} ({kind}, {plural(requests.height, 'request')}); measured "
+        f"under {setup.describe()}")
     if workload.passes[:2] != ("fwd", "fwd"):
         say("passes do not start with fwd,fwd: cliff.json and cpu_cliff.json (defined on "
             "fwd,fwd) are not written")
@@ -235,7 +237,6 @@ def run_all(args: argparse.Namespace) -> dict[str, Path]:
     gpu_points, cpu_points = marked(workload)
     exports = {**scenario_exports(workload, aggregates, args.cpu_sweep_gpu, args.offload_cpu,
                                   gpu_points, cpu_points), **measured_documents}
-    provenance = measured_documents["measured_source.json"]
     if summary(requests) != exports["measured.json"]:
         raise CLIError("internal check failed: the polars summary differs from the "
                        "measured.json that kvlab/summarize.py builds")
