@@ -6,7 +6,7 @@ Three sweeps over one workload, each a grid of (GPU, CPU) capacity pairs:
 * ``cpu_cliff``: GPU fixed, CPU capacity over the same range;
 * ``grid``: a coarse GPU x CPU grid for a heatmap.
 
-Events and aggregates are written with pyarrow (zstd), each file atomically.
+Events and aggregates are written as zstd Parquet (``pipeline.staging``), atomically.
 """
 
 from __future__ import annotations
@@ -18,12 +18,11 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-import pyarrow.parquet as pq
 
 from kvlab.summarize import atomic_output
 from pipeline.config import LAB_DOCS, LAB_TOKENS
 from pipeline.simulate import check_capacities, simulate
-from pipeline.staging import ZSTD_LEVEL
+from pipeline.staging import parquet_bytes
 from pipeline.workloads.documents import DocumentWorkload
 
 SWEEPS = ("gpu_cliff", "cpu_cliff", "grid")
@@ -127,9 +126,9 @@ def aggregate(events: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
 
 
 def write_parquet_atomic(frame: pl.DataFrame, path: Path) -> Path:
-    """Write ``frame`` to ``path`` with pyarrow (zstd), atomically."""
+    """Write ``frame`` to ``path`` (zstd, ``pipeline.staging.parquet_bytes``), atomically."""
     with atomic_output(path, binary=True) as handle:
-        pq.write_table(frame.to_arrow(), handle, compression="zstd", compression_level=ZSTD_LEVEL)
+        handle.write(parquet_bytes(frame))
     return Path(path)
 
 
