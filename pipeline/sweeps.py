@@ -158,15 +158,28 @@ def run_sweeps(workload: DocumentWorkload, sweeps: Sequence[Sweep], events_dir: 
     return result
 
 
+def one_pair(accesses: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
+    """The accesses once each: an events log (``<sweep>.parquet``) repeats every access per
+    (GPU, CPU) capacity pair, and its ``stack_distance`` does not depend on the pair, so the
+    first pair's rows are kept (sweep, then capacities); a plain access table passes as is."""
+    frame = accesses.lazy()
+    keys = [c for c in ("sweep", "gpu_capacity", "cpu_capacity")
+            if c in frame.collect_schema().names()]
+    if not keys:
+        return frame
+    return frame.filter(pl.struct(keys) == pl.struct(keys).first())
+
+
 def hit_steps(accesses: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
     """The whole GPU hit curve per pass, from the ``stack_distance`` column.
 
     One row per (pass, distinct stack distance d): ``hits`` = the pass's hits at every GPU
     capacity in [d, next d). Exact for capacities >= the largest item size (below it,
-    oversize items change the stack: use ``pipeline.stackdist.lru_hit_counts``).
+    oversize items change the stack: use ``pipeline.stackdist.lru_hit_counts``). An events
+    log may be passed whole: each access counts once (``one_pair``).
     """
     return (
-        accesses.lazy()
+        one_pair(accesses)
         .filter(pl.col("stack_distance").is_not_null())
         .group_by("pass_index", "stack_distance")
         .agg(new_hits=pl.len())
@@ -181,8 +194,10 @@ def hits_at(accesses: pl.DataFrame, capacities: Sequence[int]) -> pl.DataFrame:
     """GPU hits per (pass, capacity) read off ``hit_steps``: columns pass_index, capacity, hits.
 
     ``accesses`` needs ``pass_index``, ``size`` and ``stack_distance`` (see
-    ``pipeline.simulate.with_stack_distances``); every capacity must be >= the largest size.
+    ``pipeline.simulate.with_stack_distances``, or any events log: each access counts once);
+    every capacity must be >= the largest size.
     """
+    accesses = one_pair(accesses).collect()
     largest = accesses["size"].max() or 0
     too_small = [c for c in check_capacities("capacities", capacities) if c < largest]
     if too_small:

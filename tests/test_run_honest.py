@@ -246,3 +246,27 @@ def test_zero_ttfts_and_one_request_read_right(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "1 request)" in err and "1 requests" not in err and "nan" not in err
     assert "error n/a: measured mean is 0 ms" in err
+
+
+# --- item 10: help and helpers ---------------------------------------------------------------
+
+def test_curve_helpers_count_each_access_once_on_an_events_log(seeded):
+    from pipeline import sweeps
+    events = pl.read_parquet(seeded / "events" / "gpu_cliff.parquet")
+    assert events.select("gpu_capacity").n_unique() > 1
+    steps = sweeps.hit_steps(events)
+    assert steps.group_by("pass_index").agg(pl.col("hits").max())["hits"].max() == 10
+    at = sweeps.hits_at(events, [50109, 50110]).filter(pl.col("pass_index") == 1)
+    assert at["hits"].to_list() == [0, 10]
+
+
+def test_help_says_what_the_options_set(capsys):
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "``" not in out
+    assert "also the GPU of cyclic.json, baseline.json and offload.json" in out
+    assert "0 = no CPU tier" in out and "--measured-tokens" in out
+    with pytest.raises(SystemExit):
+        main(["measured", "--help"], prog="python -m pipeline")
+    assert capsys.readouterr().out.startswith("usage: python -m pipeline measured")
