@@ -270,3 +270,29 @@ def test_help_says_what_the_options_set(capsys):
     with pytest.raises(SystemExit):
         main(["measured", "--help"], prog="python -m pipeline")
     assert capsys.readouterr().out.startswith("usage: python -m pipeline measured")
+
+
+# --- item 9: readable off the defaults ------------------------------------------------------
+
+def test_a_large_measured_file_draws_a_sample_but_exact_medians():
+    from pipeline.charts import ttft
+    from pipeline.stats import exact_median
+    n = 20_000
+    requests = pl.DataFrame({
+        "config": ["baseline"] * n, "pass": ["p1"] * n, "doc": list(range(n)),
+        "tier": pl.Series(["miss"] * n), "ttft_ms": [float(i % 997) for i in range(n)],
+        "request": list(range(n))})
+    frame, shown = ttft.chart_frame(requests, max_dots=1000)
+    assert shown == frame.filter(pl.col("kind") == "request").height <= 1000
+    median = frame.filter(pl.col("kind") == "median")["ttft_ms"].item()
+    assert median == requests.select(exact_median("ttft_ms")).item()
+    small, shown = ttft.chart_frame(requests.head(50))
+    assert shown == 50
+
+
+def test_the_heatmap_does_not_paint_zero_green_and_marks_the_edge(seeded):
+    from pipeline.charts import heatmap
+    aggregates = pl.read_parquet(seeded / "events" / "aggregates.parquet")
+    spec = json.dumps(heatmap.heatmap_chart(aggregates, {"docs": 10, "tokens": 5011}).to_dict())
+    assert heatmap.RATIO_RANGE[0] == "#eeeeee" and '"greens"' not in spec
+    assert spec.count(heatmap.EDGE_COLOUR) == 2 and "50109" in spec
