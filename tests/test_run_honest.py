@@ -296,3 +296,10 @@ def test_the_heatmap_does_not_paint_zero_green_and_marks_the_edge(seeded):
     spec = json.dumps(heatmap.heatmap_chart(aggregates, {"docs": 10, "tokens": 5011}).to_dict())
     assert heatmap.RATIO_RANGE[0] == "#eeeeee" and '"greens"' not in spec
     assert spec.count(heatmap.EDGE_COLOUR) == 2 and "50109" in spec
+
+
+def test_synth_ttft_into_a_folder_is_one_line(tmp_path, capsys):
+    assert main(["synth-ttft", "--output", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "--output" in err and len(err.strip().splitlines()) == 1
+    assert not list(tmp_path.iterdir())
