@@ -25,8 +25,9 @@ from pipeline.config import (CPU_CLIFF_CAPACITIES, CPU_CLIFF_GPU, EVENTS_DIR,
                              GPU_CLIFF_CAPACITIES, LAB_CPU, LAB_DOCS, LAB_PASSES,
                              LAB_TOKENS, REAL_MEASURED, REPORT_PATH)
 from pipeline.errors import CLIError
-from pipeline.measured_setup import (FIELDS as SETUP_FIELDS, MAX_VALUE, MeasuredSetup,
-                                     check_docs, prediction_problem, resolve_setup)
+from pipeline.measured_setup import (FIELDS as SETUP_FIELDS, LAB_SETUP, MAX_VALUE,
+                                     MeasuredSetup, check_docs, prediction_problem,
+                                     resolve_setup)
 from pipeline.run_exports import (EXPORT_NAMES, exports_folder, lab_differences,
                                   params_document, scenario_exports)
 from pipeline.staging import Outputs, check_target, json_bytes, parquet_bytes
@@ -170,7 +171,12 @@ def _measured(args: argparse.Namespace, say: Callable[[str], None]
     synthetic = documents["measured_source.json"]["synthetic"]
     setup = resolve_setup(source, synthetic, {field: getattr(args, f"measured_{field}")
                                               for field in SETUP_FIELDS})
-    check_docs(requests, setup, source)
+    try:
+        check_docs(requests, setup, source)
+    except CLIError as exc:
+        if setup != LAB_SETUP:
+            raise
+        say(f"warning: {exc}")          # the lab's own file is never refused for its numbering
     return source, requests, documents, setup
 
 
