@@ -22,6 +22,9 @@ COMMANDS = {
     "measured": "pipeline.measured",
     "synth-ttft": "pipeline.synthetic_ttft",
     "bench": "pipeline.bench.run",
+    "blocks": "pipeline.blocks.command",
+    "trace": "pipeline.replay.command",
+    "policies": "pipeline.policies.command",
 }
 
 

@@ -1,0 +1,137 @@
+"""Trace-replay benchmarks (issue 9): figures, not tests.
+
+1. A generated 10M-block trace with Zipf-like prefix sharing (``zipf_documents``: popular
+   documents shared as prefixes, then a unique question per request), 16-token blocks: the
+   whole GPU curve at 1000 capacities through the blocks engine, wall time and peak RSS,
+   in a fresh process.
+2. The shared Mooncake trace end to end (``python -m pipeline trace``: read, replay,
+   Parquet, report) in a fresh process, best of ``repeat``, and the event sizes on disk.
+
+``python -m pipeline.bench_trace`` prints both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def _cpu_s() -> float:
+    """CPU seconds (user + system) of this process so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_TRACE = ROOT.parent / "shared" / "traces" / "synthetic_trace.jsonl"
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds of this process's finished children."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def curve_figures(requests: int = 62_500, documents: int = 20_000, document_length: int = 2048,
+                  question_length: int = 512, capacities: int = 1000, alpha: float = 1.0,
+                  seed: int = 20261130, block_size: int = 16) -> dict:
+    """Generate the trace, build the stream, compute the GPU curve; time each step (this
+    process). Default: 62,500 requests x 160 blocks = 10M block accesses."""
+    from pipeline.blocks.stream import TAIL_FIRST, block_stream
+    from pipeline.replay.engine import distinct_cacheable, gpu_curve
+    from pipeline.workloads.patterns import zipf_documents
+
+    started, cpu_started = time.perf_counter(), _cpu_s()
+    frame = zipf_documents(documents, document_length, requests, alpha, seed,
+                           question_length=question_length).blocks(block_size)
+    generated, cpu_generated = time.perf_counter(), _cpu_s()
+    stream = block_stream(frame, block_size)
+    del frame
+    streamed = time.perf_counter()
+    distinct = distinct_cacheable(stream)
+    grid = np.linspace(distinct / capacities, distinct, capacities).round().astype(np.int64)
+    hits = gpu_curve(stream, grid * block_size, TAIL_FIRST)
+    done = time.perf_counter()
+    return {"blocks": stream.blocks, "requests": stream.requests, "distinct_blocks": distinct,
+            "capacities": capacities, "generate_s": generated - started,
+            "stream_s": streamed - generated, "curve_s": done - streamed,
+            "frame_to_curve_s": done - generated, "total_s": done - started,
+            "frame_to_curve_cpu_s": _cpu_s() - cpu_generated,
+            "total_cpu_s": _cpu_s() - cpu_started, "load_average": os.getloadavg()[0],
+            "hit_ratio_at_top": float(hits[-1] / stream.blocks),
+            "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20}
+
+
+def bench_curve_fresh(**kwargs: object) -> dict:
+    """``curve_figures`` in a fresh interpreter, so the peak RSS is its own."""
+    code = ("import json, sys; from pipeline.bench_trace import curve_figures; "
+            f"print(json.dumps(curve_figures(**{kwargs!r})))")
+    result = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                            text=True, cwd=ROOT)
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def bench_shared_trace(repeat: int = 3, trace: Path = SHARED_TRACE) -> dict:
+    """``python -m pipeline trace`` on the shared trace, fresh process, best of ``repeat``."""
+    times, cpu = [], []
+    with tempfile.TemporaryDirectory(prefix="kvlab-trace-") as tmp:
+        command = [sys.executable, "-m", "pipeline", "trace", str(trace), "--out",
+                   f"{tmp}/out", "--report", f"{tmp}/trace.html", "--json"]
+        for _ in range(repeat):
+            started, children = time.perf_counter(), _children_cpu_s()
+            result = subprocess.run(command, check=True, capture_output=True, text=True,
+                                    cwd=ROOT)
+            times.append(time.perf_counter() - started)
+            cpu.append(_children_cpu_s() - children)
+        summary = json.loads(result.stdout)
+    files = summary["files"]
+    return {"times": times, "best_s": min(times), "cpu_s": cpu, "best_cpu_s": min(cpu),
+            "events_bytes_per_access": files["events"]["bytes_per_row"],
+            "request_bytes_per_point": files["requests"]["bytes_per_row"],
+            "points": len(summary["points"]),
+            "ratio": summary["infinite_cache_block_hit_ratio"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the figures."""
+    parser = argparse.ArgumentParser(prog="python -m pipeline.bench_trace",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--skip-curve", action="store_true")
+    args = parser.parse_args(argv)
+    if SHARED_TRACE.exists():
+        shared = bench_shared_trace(args.repeat)
+        print("== shared Mooncake trace end to end (python -m pipeline trace, fresh process) ==")
+        print(f"wall: best {shared['best_s']:.2f} s of {[round(t, 2) for t in shared['times']]}"
+              f" (target < 5 s); CPU {shared['best_cpu_s']:.2f} s; infinite-cache ratio "
+              f"{shared['ratio']}; load average {os.getloadavg()[0]:.1f}")
+        print(f"events: {shared['events_bytes_per_access']:.2f} bytes per block access; "
+              f"per request per capacity point: {shared['request_bytes_per_point']:.2f} bytes "
+              f"({shared['points']} points) (targets <= 8)")
+    else:
+        print(f"shared trace not found at {SHARED_TRACE}: end-to-end figure skipped")
+    if not args.skip_curve:
+        curve = bench_curve_fresh()
+        print("== 10M-block Zipf prefix-sharing trace, GPU curve at 1000 capacities ==")
+        print(f"{curve['blocks']} block accesses, {curve['requests']} requests, "
+              f"{curve['distinct_blocks']} distinct blocks; hit ratio at the top "
+              f"{curve['hit_ratio_at_top']:.4f}")
+        print(f"generate {curve['generate_s']:.2f} s, stream {curve['stream_s']:.2f} s, "
+              f"curve {curve['curve_s']:.2f} s: frame to curve {curve['frame_to_curve_s']:.2f} s"
+              f" (target < 15 s; {curve['frame_to_curve_cpu_s']:.2f} CPU s), total "
+              f"{curve['total_s']:.2f} s ({curve['total_cpu_s']:.2f} CPU s); peak RSS "
+              f"{curve['peak_rss_gib']:.2f} GiB (target < 4); load average "
+              f"{curve['load_average']:.1f} on {os.cpu_count()} cores")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,7 @@
+"""Block-level prefix caching (issue 8): requests as prefix-chained blocks, two tiers,
+tail-first or head-first order per tier.
+
+``stream`` turns a block frame into arrays, ``model`` replays the rules literally (the
+reference), ``onepass`` gives every capacity from one pass of LRU depths, ``models`` holds
+the model API and registries, ``command`` is ``python -m pipeline blocks``.
+"""

@@ -1,0 +1,91 @@
+"""The lab's scenario in block mode: documents as prefix-chained blocks through a GPU tier
+(+ optional CPU tier); prints JSON.
+
+Same flags as ``kvlab/scenario.py`` plus the block size, each tier's order and model.
+Output, one pass per entry::
+
+    {"passes": [{"order": "fwd", "gpu_hit_tokens": 0, "cpu_hit_tokens": 0,
+                 "miss_tokens": 50110, "hit_blocks": 0}, ...]}
+
+``hit_blocks`` counts the blocks served from either tier. Example: ``python -m pipeline
+blocks --gpu 48000 --passes fwd,fwd --gpu-order head-first``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import polars as pl
+
+from kvlab.scenario import pass_keys
+from pipeline.arguments import non_negative_int, pass_list, positive_int
+from pipeline.blocks.models import CPU_MODELS, GPU_MODELS, two_tier
+from pipeline.blocks.stream import HEAD_FIRST, ORDERS, TAIL_FIRST, block_stream
+from pipeline.engines.options import add_engine_arguments, model_options
+from pipeline.config import LAB_DOCS, LAB_GPU, LAB_PASSES, LAB_TOKENS
+from pipeline.workloads.blocks import document_blocks
+
+HELP = "the lab's scenario in block mode (tail-first / head-first tiers), JSON"
+DEFAULT_BLOCK_SIZE = 16
+PASS_KEYS = ("order", "gpu_hit_tokens", "cpu_hit_tokens", "miss_tokens", "hit_blocks")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``blocks``."""
+    parser.add_argument("--gpu", type=non_negative_int, default=LAB_GPU,
+                        help="GPU KV capacity in tokens (default %(default)s)")
+    parser.add_argument("--docs", type=non_negative_int, default=LAB_DOCS,
+                        help="number of documents (default %(default)s)")
+    parser.add_argument("--tokens", type=non_negative_int, default=LAB_TOKENS,
+                        help="tokens per document (default %(default)s)")
+    parser.add_argument("--passes", type=pass_list, default=list(LAB_PASSES),
+                        help="comma-separated reading orders, fwd or rev (default fwd,fwd,rev)")
+    parser.add_argument("--cpu", type=non_negative_int, default=0,
+                        help="CPU offload capacity in tokens; 0 = GPU tier only (default 0)")
+    parser.add_argument("--block-size", type=positive_int, default=DEFAULT_BLOCK_SIZE,
+                        help="tokens per block; only full blocks are cached (default 16)")
+    parser.add_argument("--gpu-order", choices=ORDERS, default=TAIL_FIRST,
+                        help="order of a request's blocks in the GPU tier (default tail-first, "
+                             "as vLLM)")
+    parser.add_argument("--cpu-order", choices=ORDERS, default=HEAD_FIRST,
+                        help="order of a request's blocks in the CPU tier (default head-first, "
+                             "as LMCache)")
+    parser.add_argument("--gpu-model", choices=tuple(GPU_MODELS), default="ideal",
+                        help="GPU cache model (default %(default)s)")
+    parser.add_argument("--cpu-model", choices=tuple(CPU_MODELS), default="ideal",
+                        help="CPU cache model (default %(default)s)")
+    add_engine_arguments(parser)
+
+
+def run_blocks(gpu: int = LAB_GPU, docs: int = LAB_DOCS, tokens: int = LAB_TOKENS,
+               passes: list[str] | tuple[str, ...] = LAB_PASSES, cpu: int = 0,
+               block_size: int = DEFAULT_BLOCK_SIZE, gpu_order: str = TAIL_FIRST,
+               cpu_order: str = HEAD_FIRST, gpu_model: str = "ideal",
+               cpu_model: str = "ideal", gpu_options: dict | None = None,
+               cpu_options: dict | None = None) -> dict:
+    """Run the block-mode scenario and return ``{"passes": [...]}`` as the command prints."""
+    doc_order = [doc for order in passes for doc in pass_keys(order, docs)]
+    stream = block_stream(document_blocks(doc_order, tokens, block_size), block_size)
+    result = two_tier(stream, gpu, cpu, gpu_order, cpu_order, gpu_model, cpu_model,
+                      gpu_options, cpu_options)
+    sums = (result.group_by(pass_index=pl.col("request") // max(docs, 1))
+            .agg(pl.col("gpu_hit_tokens", "cpu_hit_tokens", "miss_tokens", "hit_blocks").sum()))
+    found = {row["pass_index"]: row for row in sums.iter_rows(named=True)}
+    empty = {"gpu_hit_tokens": 0, "cpu_hit_tokens": 0, "miss_tokens": 0, "hit_blocks": 0}
+    return {"passes": [
+        {"order": order, **{key: int(found.get(index, empty)[key]) for key in PASS_KEYS[1:]}}
+        for index, order in enumerate(passes)]}
+
+
+def main(args: argparse.Namespace) -> int:
+    """``python -m pipeline blocks``: print the JSON."""
+    gpu_options, cpu_options = model_options(args)
+    result = run_blocks(gpu=args.gpu, docs=args.docs, tokens=args.tokens, passes=args.passes,
+                        cpu=args.cpu, block_size=args.block_size, gpu_order=args.gpu_order,
+                        cpu_order=args.cpu_order, gpu_model=args.gpu_model,
+                        cpu_model=args.cpu_model, gpu_options=gpu_options,
+                        cpu_options=cpu_options)
+    sys.stdout.write(json.dumps(result, indent=2) + "\n")
+    return 0

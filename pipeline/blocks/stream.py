@@ -1,0 +1,105 @@
+"""A block frame (``pipeline.workloads.blocks.BLOCK_SCHEMA``) as the arrays the engines read.
+
+``block_stream(blocks, block_size)`` validates the frame once and returns a ``BlockStream``:
+per request its block range, its *cacheable* blocks (the leading run of full blocks: a block
+of exactly ``block_size`` tokens; a partial block and everything after it is never cached)
+and its prompt tokens; per block a dense key code. Every cache model reads this.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from pipeline.workloads.blocks import check_blocks
+
+__all__ = ["ORDERS", "TAIL_FIRST", "HEAD_FIRST", "BlockStream", "block_stream",
+           "capacity_blocks", "check_order"]
+
+TAIL_FIRST, HEAD_FIRST = "tail-first", "head-first"
+#: How a tier orders a request's blocks among themselves when it makes them most recent.
+#: tail-first: the head becomes the most recent, the tail goes first (vLLM's free queue).
+#: head-first: the tail becomes the most recent, the head goes first (LMCache's LRU).
+ORDERS = (TAIL_FIRST, HEAD_FIRST)
+
+
+def check_order(order: str) -> str:
+    """Return ``order`` if it is one of ``ORDERS``, else raise ValueError."""
+    if order not in ORDERS:
+        raise ValueError(f"unknown order {order!r}: expected one of {', '.join(ORDERS)}")
+    return order
+
+
+@dataclass(frozen=True)
+class BlockStream:
+    """A validated block-level request stream (R requests, N blocks).
+
+    ``starts`` (R + 1): request r's blocks are ``starts[r]:starts[r + 1]``;
+    ``cacheable`` (R): its leading full blocks; ``prompt_tokens`` (R); ``request`` (R): the
+    frame's request numbers; ``codes`` (N): dense block-key codes 0..n_codes-1;
+    ``block_index`` (N): the frame's block_index.
+    """
+
+    block_size: int
+    request: np.ndarray
+    starts: np.ndarray
+    cacheable: np.ndarray
+    prompt_tokens: np.ndarray
+    codes: np.ndarray
+    block_index: np.ndarray
+    n_codes: int
+
+    @property
+    def requests(self) -> int:
+        return int(self.request.size)
+
+    @property
+    def blocks(self) -> int:
+        return int(self.codes.size)
+
+    def cacheable_mask(self) -> np.ndarray:
+        """Per block: True for the cacheable blocks (each request's leading full blocks)."""
+        lengths = np.diff(self.starts)
+        return self.block_index < np.repeat(self.cacheable, lengths)
+
+
+def capacity_blocks(capacity_tokens: object, block_size: int) -> np.ndarray:
+    """Token capacities as whole blocks: a tier of C tokens holds C // block_size blocks."""
+    tokens = np.atleast_1d(np.asarray(capacity_tokens))
+    if tokens.size and (tokens.dtype.kind not in "iu" or tokens.min() < 0):
+        raise ValueError(f"capacities must be integers >= 0, got {tokens.tolist()}")
+    return tokens.astype(np.int64) // block_size
+
+
+def block_stream(blocks: pl.DataFrame, block_size: int) -> BlockStream:
+    """Validate a block frame and turn it into a ``BlockStream``.
+
+    Raises ValueError on a block size < 1, a frame that fails ``check_blocks``, or a block
+    key repeated inside one request (chained keys are distinct along a prefix).
+    """
+    if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) \
+            or block_size < 1:
+        raise ValueError(f"block size must be an integer >= 1, got {block_size!r}")
+    check_blocks(blocks)
+    full = pl.col("block_tokens") == block_size
+    per_request = (blocks.group_by("request", maintain_order=True)
+                   .agg(n=pl.len(), tokens=pl.col("block_tokens").cast(pl.Int64).sum(),
+                        cacheable=((~full).cum_sum() == 0).sum(),
+                        repeated=pl.col("block_key").is_duplicated().any()))
+    if per_request["repeated"].any():
+        bad = per_request.filter("repeated")["request"][0]
+        raise ValueError(f"request {bad} repeats a block key: chained keys are distinct "
+                         "along a prefix")
+    codes = blocks.select(pl.col("block_key").rank("dense").cast(pl.Int64) - 1)
+    return BlockStream(
+        block_size=int(block_size),
+        request=per_request["request"].cast(pl.Int64).to_numpy(),
+        starts=np.concatenate(([0], np.cumsum(per_request["n"].to_numpy()))).astype(np.int64),
+        cacheable=per_request["cacheable"].cast(pl.Int64).to_numpy(),
+        prompt_tokens=per_request["tokens"].to_numpy(),
+        codes=codes.to_series().to_numpy(),
+        block_index=blocks["block_index"].cast(pl.Int64).to_numpy(),
+        n_codes=int(codes.max().item() + 1) if blocks.height else 0,
+    )

@@ -1,0 +1,156 @@
+"""A trace through the block engine: summary, capacity points, curves and event frames.
+
+Every figure comes from ``pipeline.blocks`` (issue 8's model and fast engine): a tier of C
+tokens holds C // block_size blocks; a request's GPU hit is its longest cached prefix, the
+CPU serves what lies beyond it. This module only groups the engine's per-block and
+per-request answers into what ``python -m pipeline trace`` prints, stores and draws.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from pipeline.blocks import sweep
+from pipeline.blocks.models import CPU_MODELS, GPU_MODELS, request_result
+from pipeline.blocks.onepass import COLD, block_distances
+from pipeline.blocks.stream import BlockStream, capacity_blocks
+from pipeline.stackdist import _NOTHING_STORED, _band_limits
+
+__all__ = ["Infinite", "infinite", "points", "gpu_curve", "cpu_curve", "block_events",
+           "default_gpu_grid", "default_cpu_grid", "curve_grid", "distinct_cacheable",
+           "POINT_SCHEMA", "REQUEST_POINT_SCHEMA"]
+
+#: One row per (capacity point, request): tokens served by each tier and recomputed.
+REQUEST_POINT_SCHEMA = pl.Schema({"point": pl.UInt16, "request": pl.UInt32,
+                                  "gpu_hit_tokens": pl.UInt32, "cpu_hit_tokens": pl.UInt32,
+                                  "miss_tokens": pl.UInt32})
+#: One row per capacity point.
+POINT_SCHEMA = pl.Schema({
+    "point": pl.UInt16, "gpu_capacity": pl.Int64, "cpu_capacity": pl.Int64,
+    "gpu_tokens": pl.Int64, "cpu_tokens": pl.Int64, "recomputed_tokens": pl.Int64,
+    "hit_blocks": pl.Int64, "block_hit_ratio": pl.Float64, "token_hit_ratio": pl.Float64})
+
+
+@dataclass(frozen=True)
+class Infinite:
+    """What an infinite cache gets."""
+
+    repeat_ratio: float        # block accesses whose key was seen before (every block)
+    block_hit_ratio: float     # the model: prefix hits of full blocks only
+    token_hit_ratio: float
+    blocks: int
+    distinct_blocks: int
+    requests: int
+    prompt_tokens: int
+
+
+def distinct_cacheable(stream: BlockStream) -> int:
+    """Distinct keys among the cacheable blocks (what an infinite cache would hold)."""
+    seen = np.zeros(stream.n_codes, dtype=bool)
+    seen[stream.codes[stream.cacheable_mask()]] = True
+    return int(np.count_nonzero(seen))
+
+
+def infinite(stream: BlockStream) -> Infinite:
+    """The infinite-cache figures (one unlimited engine pass)."""
+    prefix = block_distances(stream, "tail-first").prefix
+    hits = int(np.count_nonzero(prefix != COLD))
+    tokens = int(stream.prompt_tokens.sum())
+    return Infinite(
+        repeat_ratio=1.0 - stream.n_codes / stream.blocks if stream.blocks else 0.0,
+        block_hit_ratio=hits / stream.blocks if stream.blocks else 0.0,
+        token_hit_ratio=hits * stream.block_size / tokens if tokens else 0.0,
+        blocks=stream.blocks, distinct_blocks=stream.n_codes, requests=stream.requests,
+        prompt_tokens=tokens)
+
+
+def _grid(top_blocks: int, block_size: int, fractions: list[float]) -> list[int]:
+    return sorted({int(round(top_blocks * f)) * block_size for f in fractions})
+
+
+def default_gpu_grid(stream: BlockStream) -> list[int]:
+    """GPU capacities (tokens): 0 and 1/32 .. 1 of the distinct cacheable blocks."""
+    return _grid(distinct_cacheable(stream), stream.block_size,
+                 [0, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1])
+
+
+def default_cpu_grid(stream: BlockStream) -> list[int]:
+    """CPU capacities (tokens): none, 1/4 and all of the distinct cacheable blocks."""
+    return _grid(distinct_cacheable(stream), stream.block_size, [0, 1 / 4, 1])
+
+
+def curve_grid(stream: BlockStream, points: int = 120) -> np.ndarray:
+    """Capacities (tokens) for a curve: 0 and log-spaced from one block to all distinct."""
+    top = max(distinct_cacheable(stream), 1)
+    blocks = np.unique(np.geomspace(1, top, points).round().astype(np.int64))
+    return np.concatenate(([0], blocks)) * stream.block_size
+
+
+def points(stream: BlockStream, gpu: list[int], cpu: list[int], gpu_order: str,
+           cpu_order: str, gpu_model: str = "ideal",
+           cpu_model: str = "ideal") -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Every (GPU, CPU) pair: the per-point totals (``POINT_SCHEMA``) and one row per
+    (point, request) (``REQUEST_POINT_SCHEMA``)."""
+    gpu_hits = GPU_MODELS[gpu_model](stream, gpu, gpu_order)              # (G, R) tokens
+    per_request = []
+    for g in range(len(gpu)):
+        cpu_prefix = CPU_MODELS[cpu_model](stream, gpu_hits[g], cpu, cpu_order)   # (C, R)
+        for c in range(len(cpu)):
+            result = request_result(stream, gpu_hits[g], cpu_prefix[c])
+            per_request.append(result.select(
+                pl.lit(g * len(cpu) + c).alias("point"), "request", "gpu_hit_tokens",
+                "cpu_hit_tokens", "miss_tokens", "hit_blocks"))
+    frame = pl.concat(per_request)
+    capacities = pl.DataFrame({
+        "point": np.arange(len(gpu) * len(cpu)), "gpu_capacity": np.repeat(gpu, len(cpu)),
+        "cpu_capacity": np.tile(cpu, len(gpu))})
+    prompt, blocks = int(stream.prompt_tokens.sum()), max(stream.blocks, 1)
+    totals = (frame.group_by("point").agg(
+        gpu_tokens=pl.col("gpu_hit_tokens").sum(), cpu_tokens=pl.col("cpu_hit_tokens").sum(),
+        recomputed_tokens=pl.col("miss_tokens").sum(), hit_blocks=pl.col("hit_blocks").sum())
+        .join(capacities, on="point").sort("point")
+        .with_columns(block_hit_ratio=pl.col("hit_blocks") / blocks,
+                      token_hit_ratio=(pl.col("gpu_tokens") + pl.col("cpu_tokens"))
+                      / max(prompt, 1)))
+    return (totals.select(POINT_SCHEMA.names()).cast(dict(POINT_SCHEMA)),
+            frame.select(REQUEST_POINT_SCHEMA.names()).cast(dict(REQUEST_POINT_SCHEMA)))
+
+
+def gpu_curve(stream: BlockStream, capacities: np.ndarray, order: str) -> np.ndarray:
+    """GPU prefix hit blocks per capacity (tokens), summed over requests: one engine pass per
+    size band (``pipeline.blocks.onepass``), then a sort, with no (capacity, request)
+    matrix."""
+    capacity = capacity_blocks(capacities, stream.block_size)
+    out = np.zeros(capacity.size, dtype=np.int64)
+    limits = _band_limits(np.unique(stream.cacheable), capacity)
+    for limit in np.unique(limits):
+        if limit == _NOTHING_STORED:
+            continue
+        rows = np.flatnonzero(limits == limit)
+        prefix = np.sort(block_distances(stream, order, size_limit=int(limit)).prefix)
+        out[rows] = np.searchsorted(prefix, capacity[rows], side="right")
+    return out
+
+
+def cpu_curve(stream: BlockStream, gpu_capacity: int, capacities: np.ndarray,
+              gpu_order: str, cpu_order: str, gpu_model: str = "ideal",
+              cpu_model: str = "ideal") -> tuple[np.ndarray, np.ndarray]:
+    """At one GPU capacity: (GPU hit tokens, CPU-served tokens per CPU capacity)."""
+    gpu_hits = GPU_MODELS[gpu_model](stream, [gpu_capacity], gpu_order)[0]
+    cpu_prefix = CPU_MODELS[cpu_model](stream, gpu_hits, capacities, cpu_order)
+    served = [request_result(stream, gpu_hits, row)["cpu_hit_tokens"].sum() for row in cpu_prefix]
+    return np.full(len(capacities), int(gpu_hits.sum())), np.array(served, dtype=np.int64)
+
+
+def block_events(stream: BlockStream, order: str) -> pl.DataFrame:
+    """One row per block access (``pipeline.blocks.sweep.EVENT_SCHEMA``: gpu_order, request,
+    block_index, stack_distance = the block's GPU LRU depth in blocks before its request,
+    null when cold or not cacheable), from the unlimited one-pass. A block hits a GPU of C
+    blocks iff the running max of the depths up to it in its request is <= C
+    (``pipeline.blocks.sweep.block_hit_steps``), exactly for every C >= the largest
+    request's cacheable blocks; below that, oversize requests change the stack and
+    ``gpu_curve`` runs one pass per band."""
+    return sweep.block_events(stream, [order])

@@ -1,0 +1,122 @@
+"""What ``trace`` replays: a trace file (Mooncake or token ids) or a generated pattern."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from pipeline.arguments import non_negative_int, positive_int
+from pipeline.errors import CLIError
+from pipeline.workloads import patterns
+from pipeline.workloads.jsonl import TraceError
+from pipeline.workloads.mooncake import MOONCAKE_BLOCK_SIZE, read_mooncake
+from pipeline.workloads.tokens import read_tokens
+
+__all__ = ["FORMATS", "Workload", "add_input_arguments", "load_workload"]
+
+FORMATS = ("mooncake", "tokens")
+TOKENS_BLOCK_SIZE = 16          # vLLM's default block size
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Block and request frames with their block size, a label, and skipped lines."""
+
+    label: str
+    blocks: pl.DataFrame
+    requests: pl.DataFrame
+    block_size: int
+    skipped: list[tuple[int, str]] = field(default_factory=list)
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def add_input_arguments(parser: argparse.ArgumentParser) -> None:
+    """PATH and --format, or --pattern with long_doc_qa's vocabulary."""
+    parser.add_argument("path", nargs="?", metavar="PATH",
+                        help="trace file (JSONL); or give --pattern instead")
+    parser.add_argument("--format", choices=FORMATS, default="mooncake",
+                        help="mooncake: {timestamp, input_length, output_length, hash_ids}; "
+                             "tokens: {timestamp, tokens} (default %(default)s)")
+    parser.add_argument("--block-size", type=positive_int, default=None,
+                        help=f"tokens per block (default {MOONCAKE_BLOCK_SIZE} for mooncake, "
+                             f"{TOKENS_BLOCK_SIZE} for tokens and patterns)")
+    parser.add_argument("--skip-bad-lines", action="store_true",
+                        help="skip and count bad trace lines instead of stopping at the first")
+    group = parser.add_argument_group("pattern (instead of PATH; LMCache long_doc_qa's names)")
+    group.add_argument("--pattern", choices=patterns.PATTERNS, default=None,
+                       help="long-doc-qa: LMCache's benchmark; multi-tenant: a shared system "
+                            "prompt + per-user documents; zipf: Zipf-popular documents")
+    group.add_argument("--num-documents", type=positive_int, default=8,
+                       help="documents (per user for multi-tenant) (default %(default)s)")
+    group.add_argument("--document-length", type=non_negative_int, default=20000,
+                       help="tokens per document (default %(default)s)")
+    group.add_argument("--repeat-count", type=non_negative_int, default=2,
+                       help="long-doc-qa, multi-tenant: reads of each document after the "
+                            "first round (default %(default)s)")
+    group.add_argument("--repeat-mode", choices=patterns.REPEAT_MODES, default="random",
+                       help="long-doc-qa's query order (default %(default)s)")
+    group.add_argument("--shuffle-seed", type=int, default=0,
+                       help="seed of the random repeat mode, the users' interleaving and "
+                            "the Zipf draws (default %(default)s)")
+    group.add_argument("--system-prompt-length", type=non_negative_int, default=0,
+                       help="tokens of a system prompt shared by every request (default 0)")
+    group.add_argument("--users", type=positive_int, default=4,
+                       help="multi-tenant: users, each with --num-documents documents "
+                            "(default %(default)s)")
+    group.add_argument("--num-requests", type=non_negative_int, default=1000,
+                       help="zipf: requests drawn (default %(default)s)")
+    group.add_argument("--zipf-alpha", type=_non_negative_float, default=1.0,
+                       help="zipf: popularity exponent (default %(default)s)")
+    group.add_argument("--question-length", type=non_negative_int, default=0,
+                       help="tokens of a unique question after the document (default 0)")
+
+
+def _pattern(args: argparse.Namespace) -> patterns.Pattern:
+    if args.pattern == "long-doc-qa":
+        return patterns.long_doc_qa(args.num_documents, args.document_length,
+                                    args.repeat_count, args.repeat_mode, args.shuffle_seed,
+                                    True, args.system_prompt_length, args.question_length)
+    if args.pattern == "multi-tenant":
+        return patterns.multi_tenant(args.users, args.num_documents, args.document_length,
+                                     args.system_prompt_length, args.repeat_count,
+                                     args.shuffle_seed, args.question_length)
+    return patterns.zipf_documents(args.num_documents, args.document_length,
+                                   args.num_requests, args.zipf_alpha, args.shuffle_seed,
+                                   args.system_prompt_length, args.question_length)
+
+
+def load_workload(args: argparse.Namespace) -> Workload:
+    """Read or generate the workload; a user error becomes one ``CLIError`` line."""
+    if (args.path is None) == (args.pattern is None):
+        raise CLIError("give a trace PATH or --pattern, not both or neither")
+    if args.pattern is not None:
+        block_size = args.block_size or TOKENS_BLOCK_SIZE
+        try:
+            pattern = _pattern(args)
+            if pattern.requests_count == 0:
+                raise ValueError("the pattern has no requests")
+        except ValueError as exc:
+            raise CLIError(f"--pattern {args.pattern}: {exc}") from None
+        return Workload(pattern.name, pattern.blocks(block_size), pattern.requests(),
+                        block_size)
+    try:
+        if args.format == "mooncake":
+            block_size = args.block_size or MOONCAKE_BLOCK_SIZE
+            trace = read_mooncake(args.path, block_size, args.skip_bad_lines)
+        else:
+            block_size = args.block_size or TOKENS_BLOCK_SIZE
+            trace = read_tokens(args.path, block_size, args.skip_bad_lines)
+    except TraceError as exc:
+        raise CLIError(str(exc)) from None
+    return Workload(str(args.path), trace.blocks, trace.requests, block_size, trace.skipped)

@@ -1,0 +1,125 @@
+"""What ``trace`` writes: the Parquet frames, the JSON summary and reports/trace.html."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from kvlab.summarize import atomic_output
+from pipeline.blocks.stream import ORDERS, BlockStream
+from pipeline.charts import page_html
+from pipeline.charts import trace as charts
+from pipeline.errors import CLIError
+from pipeline.replay import engine
+from pipeline.replay.inputs import Workload
+from pipeline.sweeps import write_parquet_atomic
+
+__all__ = ["check_writable", "write_frames", "summary", "write_report", "report_page"]
+
+
+def check_writable(folder: Path, report: Path | None) -> None:
+    """Refuse (before any work) an output place that cannot be created or written."""
+    for argument, path in (("--out", folder), ("--report", report and report.parent)):
+        if path is None:
+            continue
+        existing = Path(path).absolute()
+        while not existing.exists():
+            existing = existing.parent
+        if not existing.is_dir() or not os.access(existing, os.W_OK):
+            raise CLIError(f"{argument} {path}: cannot write under {existing}")
+
+
+def write_frames(folder: Path, events: pl.DataFrame, per_request: pl.DataFrame,
+                 points: pl.DataFrame, requests: pl.DataFrame) -> dict:
+    """Write the four Parquet files; return each one's path, rows and bytes per row."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        sizes = {}
+        for name, frame in (("events", events), ("requests", per_request),
+                            ("points", points), ("request_info", requests)):
+            path = write_parquet_atomic(frame, folder / f"{name}.parquet")
+            size = path.stat().st_size
+            sizes[name] = {"path": str(path), "rows": frame.height, "bytes": size,
+                           "bytes_per_row": size / max(frame.height, 1)}
+    except OSError as exc:
+        raise CLIError(f"--out {folder}: {exc.strerror or exc}") from None
+    return sizes
+
+
+def summary(workload: Workload, stream: BlockStream, infinite: engine.Infinite,
+            args: argparse.Namespace, sweep_gpu: int, sizes: dict,
+            points: pl.DataFrame) -> dict:
+    """The ``--json`` document."""
+    return {
+        "trace": workload.label, "block_size": stream.block_size,
+        "requests": infinite.requests, "block_accesses": infinite.blocks,
+        "distinct_blocks": infinite.distinct_blocks, "prompt_tokens": infinite.prompt_tokens,
+        "skipped_lines": [{"line": line, "reason": reason} for line, reason in workload.skipped],
+        "infinite_cache_block_hit_ratio": round(infinite.repeat_ratio, 4),
+        "infinite_model_block_hit_ratio": round(infinite.block_hit_ratio, 4),
+        "infinite_model_token_hit_ratio": round(infinite.token_hit_ratio, 4),
+        "gpu_order": args.gpu_order, "cpu_order": args.cpu_order,
+        "gpu_model": args.gpu_model, "cpu_model": args.cpu_model, "cpu_sweep_gpu": sweep_gpu,
+        "gpu_curve_exact_from_blocks": int(np.max(stream.cacheable, initial=0)),
+        "points": points.drop("point").to_dicts(), "files": sizes,
+    }
+
+
+def _gpu_curves(stream: BlockStream, prompt: int) -> pl.DataFrame:
+    grid = engine.curve_grid(stream)
+    frames = []
+    for order in ORDERS:
+        hits = engine.gpu_curve(stream, grid, order)
+        frames.append(pl.DataFrame({
+            "order": order, "gpu_capacity": grid,
+            "block_hit_ratio": hits / max(stream.blocks, 1),
+            "token_hit_ratio": hits * stream.block_size / max(prompt, 1)}))
+    return pl.concat(frames)
+
+
+def report_page(workload: Workload, stream: BlockStream, infinite: engine.Infinite,
+                args: argparse.Namespace, sweep_gpu: int, events: pl.DataFrame) -> str:
+    """The whole trace.html page."""
+    prompt = infinite.prompt_tokens
+    curves = _gpu_curves(stream, prompt)
+    grid = engine.curve_grid(stream)
+    gpu_tokens, cpu_tokens = engine.cpu_curve(stream, sweep_gpu, grid, args.gpu_order,
+                                              args.cpu_order, args.gpu_model, args.cpu_model)
+    cpu = pl.DataFrame({"cpu_capacity": grid, "gpu_token_ratio": gpu_tokens / max(prompt, 1),
+                        "cpu_token_ratio": cpu_tokens / max(prompt, 1)})
+    reuse = events.select(reuse_tokens=pl.col("stack_distance").drop_nulls().cast(pl.Int64)
+                          * stream.block_size)
+    lede = (f"{workload.label}: {infinite.requests} requests, {infinite.blocks} block accesses "
+            f"of {stream.block_size} tokens ({infinite.distinct_blocks} distinct). An "
+            f"infinite cache hits {infinite.repeat_ratio:.4f} of block accesses (repeated "
+            f"blocks); in the block model, where only full blocks are cached and a request "
+            f"reuses its longest cached prefix, {infinite.block_hit_ratio:.4f} of blocks and "
+            f"{infinite.token_hit_ratio:.4f} of prompt tokens.")
+    order_curve = curves.filter(order=args.gpu_order).drop("order")
+    note = ("<p>Capacities are in tokens; a tier of C tokens holds C // block size blocks. "
+            "Model: <code>pipeline.blocks</code> (README, block-level prefix caching).</p>")
+    groups = [
+        ("GPU capacity", note, [
+            charts.gpu_section(order_curve, args.gpu_order, infinite.block_hit_ratio),
+            charts.orders_section(curves.select("order", "gpu_capacity", "token_hit_ratio"))]),
+        ("A CPU tier", "", [charts.cpu_section(cpu, sweep_gpu, args.cpu_order)]),
+        ("Reuse distances", "", [charts.reuse_section(reuse, sweep_gpu)]),
+    ]
+    return page_html(f"kvlab trace: {Path(workload.label).name}", lede, groups)
+
+
+def write_report(path: Path, workload: Workload, stream: BlockStream,
+                 infinite: engine.Infinite, args: argparse.Namespace, sweep_gpu: int,
+                 events: pl.DataFrame) -> None:
+    """Write the report page atomically."""
+    page = report_page(workload, stream, infinite, args, sweep_gpu, events)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_output(path) as handle:
+            handle.write(page)
+    except OSError as exc:
+        raise CLIError(f"--report {path}: {exc.strerror or exc}") from None

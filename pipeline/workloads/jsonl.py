@@ -1,0 +1,164 @@
+"""Strict JSONL reading for the trace readers: one polars parse, every bad line named.
+
+The happy path is one ``pl.read_ndjson`` with an explicit schema (polars rejects wrong JSON
+types itself), then vectorized checks written as polars expressions by each format. Only when
+polars refuses the file (a line that is not JSON, a wrong type) are the lines parsed one by
+one with ``json`` to find out which; that loop runs on the error path only.
+
+A bad line is ``file:line: reason``. By default the first one raises ``TraceError`` (nothing
+is returned, so nothing gets written); with ``skip_bad_lines`` every bad line is dropped and
+listed in the result. Blank lines are ignored (they are not requests) but keep the line
+numbering of the file.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+__all__ = ["TraceError", "Field", "Lines", "read_lines", "apply_checks"]
+
+_WHITESPACE = np.array([9, 10, 13, 32], dtype=np.uint8)
+_INT64 = (-(2 ** 63), 2 ** 63 - 1)
+
+
+class TraceError(ValueError):
+    """A trace that cannot be read: the message is ``file:line: reason`` (or ``file: reason``)."""
+
+
+@dataclass(frozen=True)
+class Field:
+    """A required JSON field: ``kind`` is ``"number"``, ``"int"`` or ``"int list"``."""
+
+    name: str
+    kind: str
+
+    @property
+    def dtype(self) -> pl.DataType:
+        return {"number": pl.Float64(), "int": pl.Int64(),
+                "int list": pl.List(pl.Int64)}[self.kind]
+
+    def problem(self, value: object) -> str | None:
+        """Why a parsed JSON value does not fit (None if it does, or if it is missing)."""
+        if value is None:
+            return None                      # missing/null: the vectorized check names it
+        if self.kind == "number":
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            return None if ok else f"{self.name} is not a number"
+        if self.kind == "int":
+            return None if _is_int64(value) else f"{self.name} is not a 64-bit integer"
+        if not isinstance(value, list):
+            return f"{self.name} is not a list"
+        if not all(item is None or _is_int64(item) for item in value):
+            return f"non-integer {self.name}"
+        return None
+
+
+def _is_int64(value: object) -> bool:
+    return (isinstance(value, int) and not isinstance(value, bool)
+            and _INT64[0] <= value <= _INT64[1])
+
+
+@dataclass
+class Lines:
+    """The parsed good rows of a trace file (column ``line``: 1-based line number) and the
+    bad lines found so far (line -> reason)."""
+
+    path: Path
+    frame: pl.DataFrame
+    bad: dict[int, str] = field(default_factory=dict)
+
+
+def _line_numbers(data: np.ndarray) -> np.ndarray:
+    """1-based numbers of the lines holding anything but whitespace."""
+    newlines = np.flatnonzero(data == 10)
+    starts = np.concatenate(([0], newlines + 1))
+    ends = np.concatenate((newlines, [data.size]))
+    solid = np.concatenate(([0], np.cumsum(~np.isin(data, _WHITESPACE), dtype=np.int64)))
+    return np.flatnonzero(solid[ends] > solid[starts]) + 1
+
+
+def _diagnose(raw: bytes, numbers: np.ndarray, fields: tuple[Field, ...]) -> dict[int, str]:
+    """Lines that polars refuses, with the reason (the error path only: a Python loop)."""
+    lines = raw.split(b"\n")
+    bad = {}
+    for number in numbers.tolist():
+        try:
+            record = json.loads(lines[number - 1])
+        except (ValueError, UnicodeDecodeError) as exc:
+            bad[number] = f"not JSON ({exc})"
+            continue
+        if not isinstance(record, dict):
+            bad[number] = "not a JSON object"
+            continue
+        reason = next((r for f in fields if (r := f.problem(record.get(f.name)))), None)
+        if reason:
+            bad[number] = reason
+    return bad
+
+
+def _parse(raw: bytes, fields: tuple[Field, ...]) -> pl.DataFrame:
+    schema = {f.name: f.dtype for f in fields}
+    if not raw.strip():
+        return pl.DataFrame(schema=schema)
+    return pl.read_ndjson(raw, schema=schema)
+
+
+def read_lines(path: str | Path, fields: tuple[Field, ...]) -> Lines:
+    """Read a JSONL file into the ``fields`` (plus ``line``), collecting unparseable lines."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    numbers = _line_numbers(np.frombuffer(raw, dtype=np.uint8))
+    bad: dict[int, str] = {}
+    try:
+        frame = _parse(raw, fields)
+    except (pl.exceptions.PolarsError, ValueError):
+        bad = _diagnose(raw, numbers, fields)
+        if not bad:
+            raise TraceError(f"{path}: polars cannot read it as JSONL") from None
+        lines = raw.split(b"\n")
+        numbers = np.array([n for n in numbers.tolist() if n not in bad], dtype=np.int64)
+        try:
+            frame = _parse(b"\n".join(lines[n - 1] for n in numbers.tolist()), fields)
+        except (pl.exceptions.PolarsError, ValueError) as exc:
+            raise TraceError(f"{path}: polars cannot read it as JSONL ({exc})") from None
+    if frame.height != numbers.size:
+        raise TraceError(f"{path}: {frame.height} records parsed from {numbers.size} lines")
+    frame = frame.with_columns(line=pl.Series(numbers, dtype=pl.Int64))
+    return Lines(path, frame, bad)
+
+
+def apply_checks(lines: Lines, reasons: list[tuple[pl.Expr, str | pl.Expr]],
+                 skip_bad_lines: bool) -> tuple[pl.DataFrame, list[tuple[int, str]]]:
+    """Run vectorized checks (condition true = bad line), then raise or skip.
+
+    Returns the good rows and the skipped (line, reason) pairs in line order. Without
+    ``skip_bad_lines`` the first bad line raises ``TraceError``; so does a trace with no
+    good request left.
+    """
+    reason = pl.lit(None, dtype=pl.String)
+    for condition, text in reversed(reasons):
+        text = pl.lit(text) if isinstance(text, str) else text
+        reason = pl.when(condition).then(text).otherwise(reason)
+    frame = lines.frame.with_columns(_reason=reason)
+    flagged = frame.filter(pl.col("_reason").is_not_null()).select("line", "_reason")
+    bad = dict(lines.bad)
+    bad.update(zip(flagged["line"].to_list(), flagged["_reason"].to_list()))
+    skipped = sorted(bad.items())
+    if skipped and not skip_bad_lines:
+        line, text = skipped[0]
+        more = (f" ({len(skipped) - 1} more bad lines; --skip-bad-lines skips them)"
+                if len(skipped) > 1 else "")
+        raise TraceError(f"{lines.path}:{line}: {text}{more}")
+    good = frame.filter(pl.col("_reason").is_null()).drop("_reason")
+    if good.height == 0:
+        raise TraceError(f"{lines.path}: no requests" + (
+            f" ({len(skipped)} bad lines skipped)" if skipped else ""))
+    return good, skipped

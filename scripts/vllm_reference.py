@@ -1,0 +1,337 @@
+"""Cross-check the ``vllm`` GPU model against vLLM's own v1 allocator (optional, never in CI).
+
+Downloads the vLLM wheel of ``--version`` with pip (``--no-deps``, about 330 MB, once, into
+``--cache``), extracts only its Python files there, imports ``vllm.v1.core.kv_cache_manager``
+with every unavailable dependency (torch, pydantic, ...) replaced by an inert stub and vLLM's
+package ``__init__`` files not run, and drives ``KVCacheManager`` request by request like the
+scheduler at concurrency 1 (``get_computed_blocks`` -> ``allocate_slots`` -> decode steps
+-> ``free``). Then it compares every request's GPU hit with
+``pipeline.engines.vllm_gpu.replay_vllm`` on the issue's workload and on random prompts with
+shared prefixes. Nothing of vLLM is copied into this repository.
+
+    .venv/bin/python scripts/vllm_reference.py --version 0.33.0
+    .venv/bin/python scripts/vllm_reference.py --version 0.11.0 --random 200
+
+Prints JSON; exit status 1 on any mismatch. Seen 2026-11-30 (400 random workloads each):
+0.33.0 and 0.24.0 give the issue's figures (0 / 18,880 / 28,960 / 49,920 at 30000 / 47000 /
+48000 / 50110 tokens, 49,920 for 5008-token documents at 50110), 0.23.0 and 0.11.0 give 0 /
+17,600 / 27,680 / 48,640 (empty tail slots appended), and every request's hit equals the
+model's. Random workloads keep every request within the pool, as vLLM itself requires
+(it refuses a max_model_len the KV cache cannot hold).
+"""
+
+from __future__ import annotations
+
+import abc
+import argparse
+import hashlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import inspect
+import json
+import os
+import random
+import subprocess
+import sys
+import types
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+#: vLLM modules replaced by stubs: model execution, platforms, configs (not needed here).
+STUBBED = ("vllm.model_executor", "vllm.forward_context", "vllm.v1.attention",
+           "vllm.distributed.parallel_state", "vllm.distributed.communication_op",
+           "vllm.platforms", "vllm.sampling_params", "vllm.pooling_params", "vllm.config",
+           "vllm.multimodal", "vllm.lora", "vllm.inputs", "vllm.tokenizers",
+           "vllm.transformers_utils", "vllm.v1.worker", "vllm.v1.sample", "vllm.v1.spec_decode",
+           "vllm.v1.structured_output", "vllm.compilation", "vllm.entrypoints",
+           "vllm.v1.metrics.perf", "vllm.v1.metrics.loggers")
+
+
+# --------------------------------------------------------------------------- inert stubs
+
+class _Meta(abc.ABCMeta):
+    """Stub classes: any attribute is another stub class; subscriptable, unionable."""
+
+    def __new__(mcls, name, bases, namespace, **kwargs):
+        return super().__new__(mcls, name, bases, namespace)
+
+    def __init__(cls, name, bases, namespace, **kwargs):
+        super().__init__(name, bases, namespace)
+
+    def __getattr__(cls, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        value = _stub_class(f"{cls.__name__}.{name}")
+        setattr(cls, name, value)
+        return value
+
+    def __getitem__(cls, key):
+        return cls
+
+    def __or__(cls, other):
+        return cls
+
+    __ror__ = __or__
+
+    def __iter__(cls):
+        return iter(())
+
+
+class _Any(metaclass=_Meta):
+    def __init_subclass__(cls, **kwargs):
+        pass
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __call__(self, *args, **kwargs):
+        return _Any()
+
+    def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return _Any()
+
+    def __getitem__(self, key):
+        return _Any()
+
+    def __iter__(self):
+        return iter(())
+
+    def __bool__(self):
+        return False
+
+
+def _stub_class(name: str) -> type:
+    return _Meta(name, (_Any,), {})
+
+
+class _StubModule(types.ModuleType):
+    def __getattr__(self, name):
+        if name == "__version__":
+            return "2.9.0"
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        value = _stub_class(f"{self.__name__}.{name}")
+        setattr(self, name, value)
+        return value
+
+
+class _Importer(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Packages of ``top`` load bare (no __init__), modules from source; ``stubbed`` modules,
+    compiled ones and any module the package imports that is not installed become stubs."""
+
+    def __init__(self, root: Path, top: str = "vllm", stubbed: tuple = STUBBED) -> None:
+        self.root, self.top, self.stubbed = root, top, stubbed
+
+    def _spec(self, fullname, locations):
+        spec = importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        spec.submodule_search_locations = locations
+        return spec
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname == self.top or fullname.startswith(self.top + "."):
+            if any(fullname == s or fullname.startswith(s + ".") for s in self.stubbed):
+                return self._spec(fullname, [])
+            location = self.root.joinpath(*fullname.split("."))
+            if location.is_dir():
+                return self._spec(fullname, [str(location)])
+            source = location.with_suffix(".py")
+            return importlib.util.spec_from_file_location(fullname, source) \
+                if source.is_file() else self._spec(fullname, [])
+        frame = sys._getframe(1)
+        while frame is not None and ("importlib" in frame.f_code.co_filename
+                                     or frame.f_code.co_filename == __file__
+                                     or frame.f_code.co_filename.endswith("_reference.py")):
+            frame = frame.f_back
+        if frame is None or str(self.root) not in frame.f_code.co_filename:
+            return None                                 # only vLLM's own imports are stubbed
+        for finder in sys.meta_path:
+            if isinstance(finder, _Importer):
+                continue
+            try:
+                if finder.find_spec(fullname, path, target) is not None:
+                    return None
+            except Exception:
+                continue
+        return self._spec(fullname, [])
+
+    def create_module(self, spec):
+        module = _StubModule(spec.name)
+        module.__path__ = spec.submodule_search_locations or []
+        return module
+
+    def exec_module(self, module):
+        pass
+
+
+def vllm_sources(version: str, cache: Path) -> Path:
+    """The Python files of the vLLM ``version`` wheel, downloaded and extracted once."""
+    target = cache / f"vllm-{version}"
+    if (target / "vllm" / "v1" / "core" / "kv_cache_manager.py").is_file():
+        return target
+    wheels = cache / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                    f"vllm=={version}", "-d", str(wheels)], check=True, stdout=sys.stderr)
+    wheel = next(wheels.glob(f"vllm-{version}-*.whl"))
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(target, [n for n in archive.namelist()
+                                    if n.startswith("vllm/") and n.endswith(".py")])
+    wheel.unlink()
+    return target
+
+
+def load_vllm(source: Path):
+    """vLLM's KVCacheManager and the config classes it takes."""
+    sys.meta_path.insert(0, _Importer(source))
+    import vllm.utils as vllm_utils                    # bare: its __init__ defines cdiv
+    vllm_utils.cdiv = lambda a, b: -(-a // b)
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    return KVCacheManager, FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+
+
+# --------------------------------------------------------------------------- the driver
+
+class Prompt:
+    """The few Request attributes the v1 KV cache manager reads."""
+
+    def __init__(self, request_id: str, tokens: list[int], block_size: int) -> None:
+        self.request_id = request_id
+        self.prompt_token_ids = list(tokens)
+        self.all_token_ids = list(tokens)
+        self.num_prompt_tokens = len(tokens)
+        self.num_computed_tokens = 0
+        self.block_size = block_size
+        self.block_hashes: list[bytes] = []
+        self.lora_request = self.cache_salt = self.sampling_params = None
+        self.pooling_params = self.status = None
+        self.mm_features: list = []
+        self.spec_token_ids: list = []
+        self.skip_reading_prefix_cache = False
+        self.num_preemptions = self.num_in_flight_tokens = self.num_output_placeholders = 0
+        self.shared_prefix_boundary = 0
+        self.hash_blocks()
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.all_token_ids)
+
+    def hash_blocks(self) -> None:
+        """Chained hashes of the full blocks (vLLM's hash function does not matter here)."""
+        parent = self.block_hashes[-1] if self.block_hashes else b""
+        while (len(self.block_hashes) + 1) * self.block_size <= len(self.all_token_ids):
+            index = len(self.block_hashes)
+            block = self.all_token_ids[index * self.block_size:(index + 1) * self.block_size]
+            parent = hashlib.sha256(parent + repr(block).encode()).digest()
+            self.block_hashes.append(parent)
+
+
+def vllm_hits(classes, prompts: list[list[int]], logged_tokens: int, block_size: int,
+              output_tokens: int) -> list[int]:
+    """GPU hit tokens per prompt from vLLM's own KVCacheManager."""
+    manager_class, spec_class, config_class, group_class = classes
+    spec = spec_class(block_size=block_size, num_kv_heads=1, head_size=1, dtype="float32")
+    config = config_class(num_blocks=logged_tokens // block_size, kv_cache_tensors=[],
+                          kv_cache_groups=[group_class(["layer.0"], spec)])
+    accepted = inspect.signature(manager_class.__init__).parameters
+    extra = {k: block_size for k in ("scheduler_block_size", "hash_block_size")
+             if k in accepted}
+    manager = manager_class(config, max_model_len=10**7, **extra)
+    hits = []
+    for number, tokens in enumerate(prompts):
+        request = Prompt(f"r{number}", tokens, block_size)
+        blocks, computed = manager.get_computed_blocks(request)[:2]
+        hits.append(computed)
+        if manager.allocate_slots(request, request.num_tokens - computed, computed,
+                                  blocks) is None:
+            continue                                    # never scheduled
+        request.num_computed_tokens = request.num_tokens
+        for step in range(output_tokens - 1):           # decode: feed back each sampled token
+            request.all_token_ids.append(-1 - number * 100_000 - step)
+            request.hash_blocks()
+            manager.allocate_slots(request, 1)
+            request.num_computed_tokens += 1
+        manager.free(request)
+    return hits
+
+
+def model_hits(prompts: list[list[int]], logged_tokens: int, block_size: int,
+               output_tokens: int, version: str) -> list[int]:
+    """The same from ``pipeline.engines.vllm_gpu`` (prompts as a block frame)."""
+    import polars as pl
+
+    from pipeline.blocks.stream import block_stream
+    from pipeline.engines.vllm_gpu import replay_vllm
+    from pipeline.workloads.blocks import BLOCK_SCHEMA
+    keys: dict[tuple, int] = {}
+    rows = []
+    for number, tokens in enumerate(prompts):
+        for index, start in enumerate(range(0, len(tokens), block_size)):
+            prefix = tuple(tokens[:start + block_size])
+            rows.append((number, index, keys.setdefault(prefix, len(keys)),
+                         len(prefix) - start))
+    stream = block_stream(pl.DataFrame(rows, schema=BLOCK_SCHEMA, orient="row"), block_size)
+    return (replay_vllm(stream, logged_tokens, output_tokens, version) * block_size).tolist()
+
+
+def lab_prompts(tokens: int, docs: int = 10, passes: int = 2) -> list[list[int]]:
+    return [[doc * 1_000_000 + t for t in range(tokens)] for _ in range(passes)
+            for doc in range(docs)]
+
+
+def random_prompts(rng: random.Random, block_size: int) -> list[list[int]]:
+    """Prompts drawn from a small trie of block contents: shared prefixes, partial tails,
+    exact block multiples."""
+    prompts = []
+    for _ in range(rng.randint(1, 14)):
+        path = [rng.randint(0, 2) for _ in range(rng.randint(1, 6))]
+        tokens = [hash(tuple(path[:i + 1])) % 997 * 100 + t
+                  for i in range(len(path)) for t in range(block_size)]
+        prompts.append(tokens[:len(tokens) - rng.randint(0, block_size - 1)])
+    return prompts
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", default="0.33.0")
+    parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "kvlab")
+    parser.add_argument("--random", type=int, default=100, help="random workloads to compare")
+    parser.add_argument("--seed", type=int, default=20261130)
+    args = parser.parse_args()
+    classes = load_vllm(vllm_sources(args.version, args.cache))
+    report = {"version": args.version, "lab": {}, "mismatches": []}
+    for tokens, capacities in ((5011, (30000, 47000, 48000, 50110)), (5008, (50110,))):
+        prompts = lab_prompts(tokens)
+        for capacity in capacities:
+            theirs = vllm_hits(classes, prompts, capacity, 16, 1)
+            ours = model_hits(prompts, capacity, 16, 1, args.version)
+            report["lab"][f"{tokens}@{capacity}"] = sum(theirs[10:])
+            if theirs != ours:
+                report["mismatches"].append({"case": f"lab {tokens}@{capacity}"})
+    rng = random.Random(args.seed)
+    for case in range(args.random):
+        block_size = rng.randint(1, 4)
+        prompts = random_prompts(rng, block_size)
+        output = rng.randint(1, 9)
+        # vLLM refuses to start when a request cannot fit (max_model_len vs the KV cache), so
+        # compare where every request fits: at least its slots plus the null block
+        need = max(-(-(len(p) + output - 1) // block_size) for p in prompts) + 1
+        capacity = rng.randint(need, need + 30) * block_size + rng.randint(0, block_size - 1)
+        theirs = vllm_hits(classes, prompts, capacity, block_size, output)
+        ours = model_hits(prompts, capacity, block_size, output, args.version)
+        if theirs != ours:
+            report["mismatches"].append({"case": case, "block_size": block_size,
+                                         "capacity": capacity, "output": output,
+                                         "vllm": theirs, "model": ours})
+    report["random_cases"] = args.random
+    print(json.dumps(report, indent=2))
+    return 1 if report["mismatches"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""The engine-model tables in README.md are what the blocks command prints."""
+
+import re
+
+from pipeline.blocks.command import run_blocks
+
+from conftest import ROOT
+
+
+def section_rows():
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Engine models:", 1)[1].split("\n## ", 1)[0]
+    return [[cell.strip() for cell in line.strip("|").split("|")]
+            for line in section.splitlines() if re.match(r"\| \d", line)]
+
+
+def number(text):
+    return int(text.replace(",", ""))
+
+
+def test_readme_engine_tables_match_the_command():
+    rows = section_rows()
+    gpu_rows = [r for r in rows if len(r) == 4 and "/" not in r[1]]
+    cpu_rows = [r for r in rows if len(r) == 4 and "/" in r[1]]
+    assert len(gpu_rows) == 4 and len(cpu_rows) == 4
+    for capacity, ideal, vllm, old in gpu_rows:
+        got = [run_blocks(gpu=number(capacity), passes=["fwd", "fwd"], gpu_model=model,
+                          gpu_options=options)["passes"][1]["gpu_hit_tokens"]
+               for model, options in (("ideal", None), ("vllm", None),
+                                      ("vllm", {"vllm_version": "0.11.0"}))]
+        assert got == [number(ideal), number(vllm), number(old)]
+    for capacity, *passes in cpu_rows:
+        result = run_blocks(gpu=21520, cpu=number(capacity), gpu_model="vllm",
+                            cpu_model="lmcache")["passes"]
+        assert [[p["gpu_hit_tokens"], p["cpu_hit_tokens"], p["miss_tokens"]] for p in result] \
+            == [[number(x) for x in cell.split(" / ")] for cell in passes]
