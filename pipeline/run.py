@@ -206,7 +206,8 @@ def run_all(args: argparse.Namespace) -> dict[str, Path]:
         lambda message: print(f"[kvlab] {message}", file=sys.stderr, flush=True))
     workload = _workload(args)
     source, requests, measured_documents, setup = _measured(args, say)
-    differences = lab_differences(workload, args.cpu_sweep_gpu, args.offload_cpu, setup)
+    differences = lab_differences(workload, args.cpu_sweep_gpu, args.offload_cpu, setup,
+                                  source)
     exports_dir = exports_folder(args.exports_dir, differences)
     provenance = measured_documents["measured_source.json"]
     events_dir = Path(args.events_dir)

@@ -16,13 +16,13 @@ import polars as pl
 
 from kvlab.scenario import run as run_scenario
 from pipeline import sweeps
-from pipeline.config import (EXPORTS_DIR, KVLAB_DIR, LAB_CPU, LAB_DOCS, LAB_GPU,
-                             LAB_PASSES, LAB_TOKENS)
+from pipeline.config import (BUNDLED_MEASURED, EXPORTS_DIR, KVLAB_DIR, LAB_CPU, LAB_DOCS,
+                             LAB_GPU, LAB_PASSES, LAB_TOKENS, REAL_MEASURED)
 from pipeline.errors import CLIError
 from pipeline.measured_setup import LAB_SETUP, MeasuredSetup
 from pipeline.workloads.documents import DocumentWorkload
 
-__all__ = ["EXPORT_NAMES", "lab_differences", "exports_folder", "scenario_exports",
+__all__ = ["EXPORT_NAMES", "is_lab_file", "lab_differences", "exports_folder", "scenario_exports",
            "params_document"]
 
 #: Every file a run may write into its exports folder (the six exports, the measured file's
@@ -31,15 +31,23 @@ EXPORT_NAMES = ("cyclic.json", "baseline.json", "cliff.json", "offload.json", "c
                 "measured.json", "ttft.jsonl", "measured_source.json", "params.json")
 
 
+def is_lab_file(source: str | None) -> bool:
+    """Whether ``source`` is the lab's measured file itself: the bundled file or the real
+    fixture, by path (a byte copy elsewhere is synthetic, but its path would change
+    kvlab/measured_source.json)."""
+    return source is None or os.path.realpath(source) in {
+        os.path.realpath(BUNDLED_MEASURED), os.path.realpath(REAL_MEASURED)}
+
+
 def lab_differences(workload: DocumentWorkload, gpu: int, cpu: int,
-                    setup: MeasuredSetup) -> list[str]:
+                    setup: MeasuredSetup, source: str | None = None) -> list[str]:
     """How this run differs from the lab's (empty: it is the lab's run)."""
     checks = [("--docs", workload.docs, LAB_DOCS), ("--tokens", workload.tokens, LAB_TOKENS),
               ("--passes", ",".join(workload.passes), ",".join(LAB_PASSES)),
               ("--cpu-sweep-gpu", gpu, LAB_GPU), ("--offload-cpu", cpu, LAB_CPU)]
     found = [f"{name} {value} (lab: {lab})" for name, value, lab in checks if value != lab]
-    if setup != LAB_SETUP:
-        found.append("--measured (not the lab's measured file)")
+    if setup != LAB_SETUP or not is_lab_file(source):
+        found.append(f"--measured {source} (not the lab's measured file)")
     return found
 
 

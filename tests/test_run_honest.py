@@ -107,9 +107,17 @@ def test_offload_cpu_zero_means_no_cpu_tier(tmp_path, capsys):
 
 # --- item 1: the measured file keeps its own setup -------------------------------------------
 
-def test_other_workload_attributes_under_the_measured_setup_and_withholds(tmp_path, capsys):
+@pytest.fixture(scope="module")
+def docs20(tmp_path_factory):
+    """The README's example: 20 x 4096 with the CPU cliff at GPU 40000."""
+    root = tmp_path_factory.mktemp("docs20")
     assert main(["run", *SMALL, "--docs", "20", "--tokens", "4096", "--cpu-sweep-gpu", "40000",
-                 "--measured", str(DATA), *outputs(tmp_path)]) == 0
+                 "--measured", str(DATA), *outputs(root)]) == 0
+    return root
+
+
+def test_other_workload_attributes_under_the_measured_setup_and_withholds(docs20):
+    tmp_path = docs20
     requests = pl.read_parquet(tmp_path / "events" / "measured_requests.parquet")
     tiers = (requests.filter(pl.col("config") == "lmcache", pl.col("pass") == "pass3-reverse")
              ["tier"].cast(pl.String).value_counts(sort=True).rows())
@@ -168,6 +176,9 @@ def test_only_the_lab_run_goes_to_kvlab():
         assert differences and run_exports.exports_folder(None, differences) == EXPORTS_DIR
     other = resolve_setup(str(ROOT / "nowhere.jsonl"), False)
     assert run_exports.lab_differences(lab, 21520, 56000, other)
+    copy = str(ROOT / "elsewhere" / "ttft.jsonl")       # synthetic bytes, another path
+    assert run_exports.lab_differences(lab, 21520, 56000, LAB_SETUP, copy)
+    assert not run_exports.lab_differences(lab, 21520, 56000, LAB_SETUP, str(DATA))
     four = DocumentWorkload(10, 5011, ("fwd", "fwd", "rev", "fwd"))
     assert run_exports.lab_differences(four, 21520, 56000, LAB_SETUP)
 
@@ -197,9 +208,8 @@ def test_passes_reach_the_exports_and_stale_files_go(tmp_path, capsys):
 
 # --- item 2: cliffs at this workload's points -----------------------------------------------
 
-def test_cliff_exports_sample_the_workloads_own_edge(tmp_path, capsys):
-    assert main(["run", *SMALL, "--docs", "20", "--tokens", "4096", "--measured", str(DATA),
-                 *outputs(tmp_path)]) == 0
+def test_cliff_exports_sample_the_workloads_own_edge(docs20):
+    tmp_path = docs20
     cliff = json.loads((tmp_path / "exports" / "cliff.json").read_text())
     cpu_cliff = json.loads((tmp_path / "exports" / "cpu_cliff.json").read_text())
     assert (cliff["81919"], cliff["81920"]) == (0, 20)
@@ -207,11 +217,10 @@ def test_cliff_exports_sample_the_workloads_own_edge(tmp_path, capsys):
     assert "50109" not in (tmp_path / "report" / "index.html").read_text()
 
 
-def test_the_lab_run_still_writes_the_tracked_exports_byte_for_byte(tmp_path, capsys):
-    assert main(["run", *SMALL, "--measured", str(DATA), *outputs(tmp_path)]) == 0
-    for path in (tmp_path / "exports").iterdir():
+def test_the_lab_run_still_writes_the_tracked_exports_byte_for_byte(seeded):
+    for path in (seeded / "exports").iterdir():
         assert path.read_bytes() == (KVLAB / path.name).read_bytes(), path.name
-    assert not (tmp_path / "exports" / "params.json").exists()
+    assert not (seeded / "exports" / "params.json").exists()
 
 
 # --- item 8: the pipeline's loader is strict (kvlab/summarize.py stays the lenient contract) --
