@@ -312,3 +312,12 @@ def test_synth_ttft_into_a_folder_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--output" in err and len(err.strip().splitlines()) == 1
     assert not list(tmp_path.iterdir())
+
+
+def test_default_paths_do_not_depend_on_the_working_folder():
+    from pipeline.cli import build_parser
+    args = build_parser().parse_args(["run"])
+    assert args.events_dir.is_absolute() and args.report.is_absolute()
+    assert run_exports.exports_folder(None, []).is_absolute() and EXPORTS_DIR.is_absolute()
+    synth = build_parser().parse_args(["synth-ttft"])
+    assert synth.output.startswith("/")
