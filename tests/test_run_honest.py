@@ -321,3 +321,20 @@ def test_default_paths_do_not_depend_on_the_working_folder():
     assert run_exports.exports_folder(None, []).is_absolute() and EXPORTS_DIR.is_absolute()
     synth = build_parser().parse_args(["synth-ttft"])
     assert synth.output.startswith("/")
+
+
+def test_the_javascript_bundle_is_built_once_and_kept(tmp_path, monkeypatch):
+    from pipeline import charts
+    calls = []
+
+    def fake_bundle(vl_version):
+        calls.append(vl_version)
+        return "var vega = 1; </script>"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(charts.vlc, "javascript_bundle", fake_bundle)
+    build = charts.javascript_bundle.__wrapped__          # past the in-process cache
+    assert build() == build() == "var vega = 1; <\\/script>" and len(calls) == 1
+    path = charts.bundle_cache_path()
+    assert path.parent == tmp_path / "kvlab"
+    path.write_text("var vega = 1; </scr")                # an incomplete file is rebuilt
+    assert build() == "var vega = 1; <\\/script>" and len(calls) == 2
