@@ -338,3 +338,15 @@ def test_the_javascript_bundle_is_built_once_and_kept(tmp_path, monkeypatch):
     assert path.parent == tmp_path / "kvlab"
     path.write_text("var vega = 1; </scr")                # an incomplete file is rebuilt
     assert build() == "var vega = 1; <\\/script>" and len(calls) == 2
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("{oops", "not valid JSON"), ('{"gpu": -1}', "gpu must be an integer"),
+    ('{"docs": 0}', "docs and tokens must be >= 1"), ('{"cores": 2}', "unknown field 'cores'"),
+])
+def test_a_bad_sidecar_is_one_line_naming_it(tmp_path, capsys, text, reason):
+    own = tmp_path / "mine.jsonl"
+    own.write_bytes(DATA.read_bytes() + b"\n")
+    (tmp_path / "mine.setup.json").write_text(text)
+    err = run_fails(capsys, tmp_path / "out", "--measured", str(own))
+    assert "mine.setup.json" in err and reason in err
