@@ -25,6 +25,7 @@ COMMANDS = {
     "blocks": "pipeline.blocks.command",
     "trace": "pipeline.replay.command",
     "policies": "pipeline.policies.command",
+    "measure": "pipeline.measure.cli",
 }
 
 
