@@ -88,14 +88,17 @@ def javascript_bundle() -> str:
     Building it takes vl-convert about 2.5 s, a large part of a run, so it is built once per
     version and kept in ``bundle_cache_path()`` (written atomically; an unreadable or
     unwritable cache only means building it again)."""
-    path = bundle_cache_path()
-    with contextlib.suppress(OSError, UnicodeDecodeError):
+    try:
+        path: Path | None = bundle_cache_path()
+    except (RuntimeError, KeyError):                  # no home folder to cache in
+        path = None
+    with contextlib.suppress(OSError, UnicodeDecodeError, AttributeError):
         text = path.read_text(encoding="utf-8")
         if text.endswith(_BUNDLE_END):
             return text[:-len(_BUNDLE_END)]
     vl_version = "_".join(alt.SCHEMA_VERSION.split(".")[:2])
     text = vlc.javascript_bundle(vl_version=vl_version).replace("</script", "<\\/script")
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, AttributeError):
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_output(path) as handle:
             handle.write(text + _BUNDLE_END)
