@@ -6,6 +6,7 @@
   ``vllm`` model adds for output tokens): 10x the 10M-block benchmark trace of issue 9.
   Beyond it the arrays alone need tens of GiB, so the commands say so instead of swapping,
   hanging or dying on a MemoryError.
+* A block holds at most ``MAX_BLOCK_SIZE`` tokens (``block_tokens`` is a UInt32 column).
 * ``model_capacities`` clips a capacity to one that holds everything a run can ever store.
   Past that size no model (ideal, vllm, lmcache, their replays) evicts or refuses anything,
   so every larger capacity gives the same answer; the clip only keeps the literal replays
@@ -21,11 +22,19 @@ import numpy as np
 from pipeline.blocks.stream import BlockStream
 from pipeline.errors import CLIError
 
-__all__ = ["MAX_BLOCKS", "MAX_CAPACITY", "check_capacities", "check_block_count",
-           "storable_tokens", "model_capacities"]
+__all__ = ["MAX_BLOCKS", "MAX_CAPACITY", "MAX_BLOCK_SIZE", "check_capacities",
+           "check_block_count", "check_block_size", "output_blocks", "storable_tokens",
+           "model_capacities"]
 
 MAX_BLOCKS = 100_000_000
 MAX_CAPACITY = int(np.iinfo(np.int64).max)
+MAX_BLOCK_SIZE = int(np.iinfo(np.uint32).max)
+
+
+def check_block_size(block_size: int | None) -> None:
+    """CLIError unless ``--block-size`` (None: the default) is at most ``MAX_BLOCK_SIZE``."""
+    if block_size is not None and block_size > MAX_BLOCK_SIZE:
+        raise CLIError(f"--block-size {block_size}: at most {MAX_BLOCK_SIZE} tokens")
 
 
 def check_capacities(argument: str, capacities: int | Iterable[int] | None) -> None:
