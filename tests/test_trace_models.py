@@ -83,8 +83,9 @@ def test_the_issue_command_runs_and_says_which_models_ran(tmp_path, capsys):
                  "--gpu", "200000", "--cpu", "1000000", "--no-report", "--out",
                  str(tmp_path / "tr")]) == 0
     out = capsys.readouterr().out
-    assert "models: GPU vllm tail-first (output_tokens=1, vllm_version=0.33.0), CPU lmcache " \
-           "head-first (chunk_size=512, save_unfull_chunk=False)" in out
+    assert "GPU tail-first (vllm: output_tokens=1, vllm_version=0.33.0), CPU head-first " \
+           "(lmcache: chunk_size=512, save_unfull_chunk=False), capacities in tokens:" in out
+    assert "the ideal model: GPU curve exact from" in out
 
 
 @pytest.mark.parametrize("gpu_model", sorted(GPU_MODELS))

@@ -120,13 +120,13 @@ def main(args: argparse.Namespace) -> int:
     print(f"infinite-cache block hit ratio: {infinite.repeat_ratio:.4f} (repeated blocks); "
           f"the model, full blocks only: {infinite.block_hit_ratio:.4f} of blocks, "
           f"{infinite.token_hit_ratio:.4f} of tokens")
-    print(f"models: GPU {models.describe('gpu', args.gpu_order)}, "
-          f"CPU {models.describe('cpu', args.cpu_order)}; capacities in tokens:")
+    print(f"GPU {args.gpu_order} ({models.describe('gpu')}), CPU {args.cpu_order} "
+          f"({models.describe('cpu')}), capacities in tokens:")
     print(_table(points))
     print(f"events: {_shown(sizes['events']['path'])} ({sizes['events']['rows']} rows, "
-          f"{sizes['events']['bytes_per_row']:.2f} bytes/access; the ideal {args.gpu_order} "
-          f"model's depths, GPU curve exact from {int(np.max(stream.cacheable, initial=0))} "
-          f"blocks)")
+          f"{sizes['events']['bytes_per_row']:.2f} bytes/access; "
+          f"{'' if args.gpu_model == 'ideal' else 'the ideal model: '}GPU curve exact from "
+          f"{int(np.max(stream.cacheable, initial=0))} blocks)")
     print(f"per request: {_shown(sizes['requests']['path'])} ({sizes['requests']['rows']} rows, "
           f"{sizes['requests']['bytes_per_row']:.2f} bytes/request/point)")
     if not args.no_report:

@@ -36,12 +36,12 @@ class Models(NamedTuple):
     gpu_options: dict
     cpu_options: dict
 
-    def describe(self, tier: str, order: str) -> str:
-        """e.g. ``vllm tail-first (output_tokens=1, vllm_version=0.33.0)``."""
+    def describe(self, tier: str) -> str:
+        """``ideal``, or e.g. ``vllm: output_tokens=1, vllm_version=0.33.0``."""
         model, options = (self.gpu_model, self.gpu_options) if tier == "gpu" else \
             (self.cpu_model, self.cpu_options)
         extra = ", ".join(f"{key}={value}" for key, value in options.items())
-        return f"{model} {order}" + (f" ({extra})" if extra else "")
+        return f"{model}: {extra}" if extra else model
 
 
 def name_models(points: pl.DataFrame, per_request: pl.DataFrame,
@@ -144,9 +144,9 @@ def report_page(workload: Workload, stream: BlockStream, infinite: engine.Infini
             f"blocks); in the block model, where only full blocks are cached and a request "
             f"reuses its longest cached prefix, {infinite.block_hit_ratio:.4f} of blocks and "
             f"{infinite.token_hit_ratio:.4f} of prompt tokens. Models: GPU "
-            f"{models.describe('gpu', args.gpu_order)}, CPU "
-            f"{models.describe('cpu', args.cpu_order)} (the GPU capacity curves and reuse "
-            f"distances are the ideal model's; the CPU curve is these models').")
+            f"{args.gpu_order} ({models.describe('gpu')}), CPU {args.cpu_order} "
+            f"({models.describe('cpu')}); the GPU capacity curves and reuse distances are "
+            f"the ideal model's, the CPU curve these models'.")
     order_curve = curves.filter(order=args.gpu_order).drop("order")
     note = ("<p>Capacities are in tokens; a tier of C tokens holds C // block size blocks. "
             "Model: <code>pipeline.blocks</code> (README, block-level prefix caching).</p>")
