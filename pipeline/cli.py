@@ -27,6 +27,8 @@ COMMANDS = {
     "bench": "pipeline.bench.run",
     "blocks": "pipeline.blocks.command",
     "trace": "pipeline.replay.command",
+    "policies": "pipeline.policies.command",
+    "measure": "pipeline.measure.cli",
 }
 
 

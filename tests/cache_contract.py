@@ -100,3 +100,11 @@ def check_access(model: CacheModel, cache: object, key: object, size: int, sizes
     if held[0]:
         assert [set(keys) for keys, _, _ in before] == [set(keys) for keys, _, _ in after]
     return hit
+
+# The policy family (pipeline/policies): every policy that stores each fitting miss and needs
+# no future (S3-FIFO and OPT may decline a miss: tests/test_policy_contract.py checks them).
+from pipeline.policies.blockmode import BLOCK_POLICIES  # noqa: E402
+
+CACHE_MODELS += [single_store(f"policy-{name}", cls) for name, cls in BLOCK_POLICIES.items()
+                 if not getattr(cls, "may_decline", False)
+                 and not getattr(cls, "needs_future", False)]

@@ -72,3 +72,9 @@ def two_tier(stream: BlockStream, gpu_capacity: int, cpu_capacity: int,
     cpu = CPU_MODELS[cpu_model](stream, gpu, [cpu_capacity], cpu_order,
                                 **(cpu_options or {}))[0]
     return request_result(stream, gpu, cpu)
+
+
+# The policy family (pipeline/policies) as GPU and CPU models, under the policies' names.
+from pipeline.policies.blockmode import register as _register_policies  # noqa: E402
+
+_register_policies(GPU_MODELS, CPU_MODELS)

@@ -1,0 +1,129 @@
+"""Benchmark of the policy family against libCacheSim (prints figures; not a test).
+
+Trace: ``pipeline.bench.curve.zipf_trace`` (default 2,000,000 requests, Zipf(1.0) over
+100,000 objects, sizes 256..8192 fixed per object). Per policy: accesses/s of one replay at
+10 % of the distinct bytes, ours (numba kernel, LRU included) next to
+libCacheSim's ``process_trace`` on the same trace file, with hit counts asserted equal; and
+the wall time of a ``--points``-capacity curve (5 %..100 %): ours (LRU one pass, the others
+one kernel per capacity on a thread per core) next to libCacheSim's (measured for
+``--lcs-curve`` policies, else estimated as points x its one-capacity time).
+
+    python -m pipeline.bench.policies [--policy-requests N] [--policy-points 50]
+                                      [--policy-lcs-curve lru] [--policy-names lru,opt]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+
+import numpy as np
+
+from pipeline.bench.curve import capacity_grid, distinct_bytes, libcachesim_hashpower, zipf_trace
+from pipeline.policies import POLICIES, kernels
+from pipeline.policies.reference import LCS_NAMES, lcs_hit_count, write_oracle_trace
+from pipeline.policies.replay import encode, hit_counts
+
+__all__ = ["run_bench", "add_arguments", "main"]
+
+
+def _ours_one(name, codes, sizes, capacity):
+    start = time.perf_counter()
+    hits = int(kernels.replay(name, codes, sizes, capacity, bypass=False).sum())
+    return hits, time.perf_counter() - start
+
+
+def run_bench(requests: int = 2_000_000, objects: int = 100_000, points: int = 50,
+              seed: int = 20261003, lcs_curve: tuple[str, ...] = ("lru",),
+              policies: tuple[str, ...] = tuple(POLICIES), workers: int | None = None) -> list:
+    """Run and print the benchmark; return its rows (dicts)."""
+    keys, sizes = zipf_trace(requests, objects, seed)
+    codes = encode(keys)
+    total = distinct_bytes(keys, sizes)
+    one = int(round(0.10 * total))
+    grid = capacity_grid(total, points)
+    hashpower = libcachesim_hashpower(objects)
+    workers = workers or os.cpu_count() or 1
+    print(f"trace: {requests:,} requests, Zipf(1.0) over {objects:,} objects, seed {seed}; "
+          f"one capacity = 10% of {total:,} distinct bytes; curve = {points} capacities; "
+          f"{workers} worker threads")
+    for name in policies:                          # compile every kernel before timing
+        kernels.replay(name, codes[:1000], sizes[:1000], one)
+    fd, path = tempfile.mkstemp(suffix=".oracleGeneral.bin")
+    os.close(fd)
+    rows = []
+    try:
+        write_oracle_trace(path, keys, sizes)
+        print(f"{'policy':8}{'hits@10%':>10}{'ours M/s':>10}{'lcs M/s':>9}{'ratio':>7}"
+              f"{'ours curve s':>13}{'lcs curve s':>12}{'speedup':>9}")
+        for name in policies:
+            hits, ours_s = _ours_one(name, codes, sizes, one)
+            lcs_s = lcs_hits = None
+            if name in LCS_NAMES:
+                start = time.perf_counter()
+                lcs_hits = lcs_hit_count(name, path, requests, one, hashpower)
+                lcs_s = time.perf_counter() - start
+                if lcs_hits != hits:
+                    raise AssertionError(f"{name}: ours {hits} hits, libCacheSim {lcs_hits}")
+            start = time.perf_counter()
+            hit_counts(name, codes, sizes, grid, workers=workers)
+            curve_s = time.perf_counter() - start
+            lcs_curve_s, measured = None, False
+            if lcs_s is not None and name in lcs_curve:
+                start = time.perf_counter()
+                for capacity in grid:
+                    lcs_hit_count(name, path, requests, int(capacity), hashpower)
+                lcs_curve_s, measured = time.perf_counter() - start, True
+            elif lcs_s is not None:
+                lcs_curve_s = points * lcs_s
+            row = {"policy": name, "hits": hits, "ours_mps": requests / ours_s / 1e6,
+                   "lcs_mps": requests / lcs_s / 1e6 if lcs_s else None,
+                   "curve_s": curve_s, "lcs_curve_s": lcs_curve_s,
+                   "lcs_curve_measured": measured}
+            rows.append(row)
+            lcs_mps = f"{row['lcs_mps']:.1f}" if lcs_s else "n/a"
+            ratio = f"{row['ours_mps'] / row['lcs_mps']:.2f}" if lcs_s else "n/a"
+            lcs_c = (f"{lcs_curve_s:.1f}{'' if measured else '*'}" if lcs_curve_s else "n/a")
+            speed = f"{lcs_curve_s / curve_s:.1f}x" if lcs_curve_s else "n/a"
+            print(f"{name:8}{hits:>10,}{row['ours_mps']:>10.1f}{lcs_mps:>9}{ratio:>7}"
+                  f"{curve_s:>13.2f}{lcs_c:>12}{speed:>9}", flush=True)
+    finally:
+        os.unlink(path)
+    print("* estimated: points x libCacheSim's one-capacity time. ratio = ours/lcs "
+          "accesses per second (target >= 0.5); opt compared without bypass (= Belady); "
+          "libCacheSim's wheel has no MRU.")
+    return rows
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options, prefixed ``--policy-`` so ``python -m pipeline bench`` can add them."""
+    parser.add_argument("--policy-requests", type=int, default=2_000_000,
+                        help="requests of the Zipf trace (default %(default)s)")
+    parser.add_argument("--policy-objects", type=int, default=100_000,
+                        help="objects of the Zipf trace (default %(default)s)")
+    parser.add_argument("--policy-points", type=int, default=50,
+                        help="capacities of the curve (default %(default)s)")
+    parser.add_argument("--policy-seed", type=int, default=20261003)
+    parser.add_argument("--policy-lcs-curve", default="lru",
+                        help="policies whose libCacheSim curve is measured, not estimated "
+                             "(comma-separated, or 'all'; default lru)")
+    parser.add_argument("--policy-names", default=",".join(POLICIES),
+                        help="policies to time (default all)")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the benchmark from parsed ``add_arguments`` options."""
+    lcs_curve = (tuple(LCS_NAMES) if args.policy_lcs_curve == "all"
+                 else tuple(args.policy_lcs_curve.split(",")))
+    run_bench(args.policy_requests, args.policy_objects, args.policy_points, args.policy_seed,
+              lcs_curve, tuple(args.policy_names.split(",")))
+    return 0
+
+
+if __name__ == "__main__":
+    _parser = argparse.ArgumentParser(prog="python -m pipeline.bench.policies",
+                                      description=__doc__.split("\n\n")[0])
+    add_arguments(_parser)
+    raise SystemExit(main(_parser.parse_args()))

@@ -1,0 +1,96 @@
+"""The policy family as block-mode GPU and CPU models (``pipeline.blocks.models``' API).
+
+Per capacity, one policy instance holds ``capacity // block_size`` unit blocks and sees
+the block issue's rules: a request's prefix hit is its leading cacheable blocks present
+before it (looked up first); then ``Policy.place`` reads its cacheable blocks in the tier's
+order (tail-first: tail .. head; head-first: head .. tail) and evicts other blocks until it
+fits. The CPU tier places blocks g.. of each request (g its GPU hit) and looks up all of
+them. OPT is given the future of the tier's own placements, which never depends on its
+hits, so it is exact as a replay (a reference for prefix hits, not a bound). The ``lru``
+model equals the block issue's ``ideal`` model (tests/test_policies_blocks.py).
+
+Registered by ``register(GPU_MODELS, CPU_MODELS)`` under the policies' names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from pipeline.blocks.stream import TAIL_FIRST, BlockStream, capacity_blocks, check_order
+from pipeline.policies import POLICIES
+from pipeline.policies.simple import LRU
+
+__all__ = ["BLOCK_POLICIES", "policy_gpu_model", "policy_cpu_model", "register"]
+
+#: name -> class with ``place``: the registry, with LRU on the shared base
+BLOCK_POLICIES = {**POLICIES, "lru": LRU}
+
+
+def _requests(stream: BlockStream) -> list[list[int]]:
+    codes = stream.codes.tolist()
+    return [codes[int(s):int(s) + int(n)] for s, n in zip(stream.starts[:-1], stream.cacheable)]
+
+
+def _prefix(tier, keys: list[int]) -> int:
+    run = 0
+    for key in keys:
+        if key not in tier:
+            break
+        run += 1
+    return run
+
+
+def _replay(name: str, requests: list[list[int]], starts: list[int], capacity: int,
+            order: str) -> np.ndarray:
+    """Prefix hits (blocks) per request; request r places ``requests[r][starts[r]:]``."""
+    touches = [keys[start:][::-1] if order == TAIL_FIRST else keys[start:]
+               for keys, start in zip(requests, starts)]
+    cls = BLOCK_POLICIES[name]
+    if getattr(cls, "needs_future", False):
+        tier = cls(capacity, [k for t in touches if len(t) <= capacity for k in t])
+    else:
+        tier = cls(capacity)
+    out = np.zeros(len(requests), np.int64)
+    for r, keys in enumerate(requests):
+        out[r] = _prefix(tier, keys)
+        tier.place(touches[r], 1)
+    return out
+
+
+def policy_gpu_model(name: str) -> Callable:
+    """GPU model of policy ``name``: prefix hit tokens per (capacity, request)."""
+    def gpu_model(stream: BlockStream, capacities: object, order: str) -> np.ndarray:
+        check_order(order)
+        blocks = capacity_blocks(capacities, stream.block_size)
+        requests = _requests(stream)
+        rows = [_replay(name, requests, [0] * len(requests), int(c), order) for c in blocks]
+        return np.array(rows, np.int64).reshape(blocks.size, stream.requests) \
+            * stream.block_size
+    gpu_model.__doc__ = f"{name} as a block-mode GPU model (pipeline.policies.blockmode)."
+    return gpu_model
+
+
+def policy_cpu_model(name: str) -> Callable:
+    """CPU model of policy ``name``: CPU prefix hit tokens (from block 0) per (capacity,
+    request), placing blocks g.. of each request."""
+    def cpu_model(stream: BlockStream, gpu_hit_tokens: np.ndarray, capacities: object,
+                  order: str) -> np.ndarray:
+        check_order(order)
+        blocks = capacity_blocks(capacities, stream.block_size)
+        requests = _requests(stream)
+        starts = [min(int(g), len(keys)) for g, keys in
+                  zip(np.asarray(gpu_hit_tokens, np.int64) // stream.block_size, requests)]
+        rows = [_replay(name, requests, starts, int(c), order) for c in blocks]
+        return np.array(rows, np.int64).reshape(blocks.size, stream.requests) \
+            * stream.block_size
+    cpu_model.__doc__ = f"{name} as a block-mode CPU model (pipeline.policies.blockmode)."
+    return cpu_model
+
+
+def register(gpu_models: dict, cpu_models: dict) -> None:
+    """Add every policy of the family to the block engine's registries."""
+    for name in POLICIES:
+        gpu_models.setdefault(name, policy_gpu_model(name))
+        cpu_models.setdefault(name, policy_cpu_model(name))

@@ -1,0 +1,236 @@
+"""Hit ratio of every cache policy (LRU, FIFO, MRU, LFU, CLOCK, SIEVE, S3-FIFO, ARC and
+Belady's OPT as the ceiling) per capacity, on the lab's documents or a Mooncake trace.
+
+Default: the lab's document mode (10 documents x 5011 tokens, passes fwd,fwd,rev, one object
+per document). ``--trace PATH``: a Mooncake JSONL trace at object level (each block one
+object, no prefix rule). ``--cpu N`` adds kvlab's CPU tier (fed the GPU misses) with
+``--cpu-policy``. Curves (and per-access events) go to Parquet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from pipeline.arguments import int_list, non_negative_int, pass_list, positive_int
+from pipeline.config import EVENTS_DIR, GPU_CLIFF_CAPACITIES, LAB_DOCS, LAB_PASSES, LAB_TOKENS
+from pipeline.errors import CLIError
+from pipeline.policies import POLICIES
+from pipeline.policies.replay import METHODS, ONEPASS, encode, hit_matrix, tiered_codes
+from pipeline.policies.traces import lab_objects, mooncake_objects
+from pipeline.sweeps import write_parquet_atomic
+
+HELP = "hit ratio per cache policy (LRU ... ARC, OPT) per capacity: lab or Mooncake trace"
+OUT_DIR = EVENTS_DIR / "policies"
+#: default trace capacities, as fractions of the trace's distinct bytes
+TRACE_FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+
+
+def policy_list(text: str) -> list[str]:
+    """argparse type: comma-separated policy names (or ``all``)."""
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if names == ["all"]:
+        return list(POLICIES)
+    bad = [name for name in names if name not in POLICIES]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown policy {bad[0] if bad else text!r}; accepted: {', '.join(POLICIES)}, all")
+    return list(dict.fromkeys(names))
+
+
+def policy_name(text: str) -> str:
+    """argparse type: one policy name."""
+    if text not in POLICIES:
+        raise argparse.ArgumentTypeError(
+            f"unknown policy {text!r}; accepted: {', '.join(POLICIES)}")
+    return text
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``policies``."""
+    work = parser.add_argument_group("workload (default: the lab's documents)")
+    work.add_argument("--trace", type=Path, help="Mooncake JSONL trace, replayed per block")
+    work.add_argument("--sizes", choices=("unit", "tokens"), default="unit",
+                      help="trace block sizes: unit (capacity in blocks, default) or tokens")
+    work.add_argument("--docs", type=non_negative_int, default=LAB_DOCS,
+                      help="lab: documents (default %(default)s)")
+    work.add_argument("--tokens", type=positive_int, default=LAB_TOKENS,
+                      help="lab: KV tokens per document (default %(default)s)")
+    work.add_argument("--passes", type=pass_list, default=list(LAB_PASSES),
+                      help="lab: reading orders (default fwd,fwd,rev)")
+    model = parser.add_argument_group("cache model")
+    model.add_argument("--gpu-policy", type=policy_list, default=list(POLICIES),
+                       metavar="NAMES", help=f"policies of the GPU tier, comma-separated "
+                       f"({', '.join(POLICIES)}; default all)")
+    model.add_argument("--capacities", type=int_list,
+                       help="GPU capacities (lab default: "
+                            f"{','.join(map(str, GPU_CLIFF_CAPACITIES))}; trace default: "
+                            f"{', '.join(f'{f:g}' for f in TRACE_FRACTIONS)} of its distinct "
+                            "bytes)")
+    model.add_argument("--cpu", type=non_negative_int, default=0,
+                       help="CPU tier capacity (default 0: no CPU tier)")
+    model.add_argument("--cpu-policy", type=policy_name, default="lru",
+                       help="policy of the CPU tier (default %(default)s)")
+    model.add_argument("--method", choices=METHODS, default="auto",
+                       help="auto: one pass where exact (lru), else compiled replays; onepass: "
+                            "lru only; replay; classes: the Python classes (slow reference)")
+    out = parser.add_argument_group("output")
+    out.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    out.add_argument("--out", type=Path, default=OUT_DIR,
+                     help="folder for curves.parquet and events.parquet "
+                          "(default data/events/policies)")
+    out.add_argument("--events", action="store_true",
+                     help="also write per-access events for a trace (always for the lab)")
+
+
+def _workload(args) -> tuple[str, np.ndarray, np.ndarray, np.ndarray | None]:
+    """(label, keys, sizes, pass index per access or None)."""
+    if args.trace is not None:
+        if not args.trace.is_file():
+            raise CLIError(f"--trace {args.trace}: no such file")
+        keys, sizes = mooncake_objects(args.trace, unit=args.sizes == "unit")
+        return f"{args.trace.name} ({args.sizes})", keys, sizes, None
+    if args.docs == 0:
+        raise CLIError("--docs 0: the lab needs at least one document")
+    keys, sizes = lab_objects(args.docs, args.tokens, args.passes)
+    passes = np.repeat(np.arange(len(args.passes)), args.docs)
+    return f"lab ({args.docs} docs x {args.tokens}, {','.join(args.passes)})", keys, sizes, passes
+
+
+def _capacities(args, keys: np.ndarray, sizes: np.ndarray) -> list[int]:
+    if args.capacities is not None:
+        return sorted(set(args.capacities))
+    if args.trace is None:
+        return list(GPU_CLIFF_CAPACITIES)
+    distinct = int(pl.DataFrame({"k": keys, "s": sizes}).unique("k")["s"].sum())
+    return sorted({max(1, int(distinct * f)) for f in TRACE_FRACTIONS})
+
+
+def _curve_rows(name: str, capacities: list[int], tiers: np.ndarray,
+                passes: np.ndarray | None) -> pl.DataFrame:
+    """Counts per capacity (and pass): accesses, GPU hits, CPU hits."""
+    labels = passes if passes is not None else np.zeros(tiers.shape[1], np.int64)
+    rows = []
+    for label in dict.fromkeys(labels.tolist()):
+        part = tiers[:, labels == label]
+        rows.append(pl.DataFrame({
+            "policy": name, "capacity": np.asarray(capacities, np.int64), "pass": label,
+            "accesses": part.shape[1], "gpu_hits": (part == 0).sum(axis=1),
+            "cpu_hits": (part == 1).sum(axis=1)},
+            schema_overrides={"pass": pl.Int16, "accesses": pl.Int64, "gpu_hits": pl.Int64,
+                              "cpu_hits": pl.Int64}))
+    frame = pl.concat(rows)
+    return frame if passes is not None else frame.drop("pass")
+
+
+def _event_rows(name: str, capacities: list[int], tiers: np.ndarray,
+                passes: np.ndarray | None) -> pl.DataFrame:
+    """One row per access, policy and capacity."""
+    n = tiers.shape[1]
+    return pl.DataFrame({
+        "policy": name, "capacity": np.repeat(np.asarray(capacities, np.int64), n),
+        "access": np.tile(np.arange(n, dtype=np.int32), len(capacities)),
+        "pass": np.tile(passes if passes is not None else np.zeros(n, np.int64),
+                        len(capacities)).astype(np.int16),
+        "tier": pl.Series(np.asarray(TIER_NAMES)[tiers.ravel()], dtype=pl.Categorical)})
+
+
+TIER_NAMES = ("gpu", "cpu", "miss")
+
+
+def simulate(args, events: bool = True) -> tuple[str, pl.DataFrame, pl.DataFrame | None]:
+    """(workload label, curves, events or None) for the parsed arguments; validates first."""
+    if args.method == "onepass":
+        bad = [name for name in [*args.gpu_policy, *([args.cpu_policy] if args.cpu else [])]
+               if name not in ONEPASS]
+        if bad:
+            raise CLIError(f"--method onepass: exact only for {', '.join(ONEPASS)}, not "
+                           f"{bad[0]} (use --method auto or replay)")
+    label, keys, sizes, passes = _workload(args)
+    capacities = _capacities(args, keys, sizes)
+    codes = encode(keys)
+    curves, logs = [], []
+    for name in args.gpu_policy:
+        try:
+            if args.cpu:
+                tiers = np.vstack([tiered_codes(name, args.cpu_policy, codes, sizes, c,
+                                                args.cpu, args.method) for c in capacities])
+            else:
+                tiers = np.where(hit_matrix(name, codes, sizes, capacities, args.method), 0, 2)
+        except ValueError as exc:
+            raise CLIError(f"--method {args.method}: {exc}") from None
+        curves.append(_curve_rows(name, capacities, tiers, passes))
+        if events:
+            logs.append(_event_rows(name, capacities, tiers, passes))
+    curves = pl.concat(curves).with_columns(
+        hit_ratio=pl.col("gpu_hits") / pl.col("accesses"), workload=pl.lit(label),
+        cpu=pl.lit(args.cpu, pl.Int64),
+        cpu_policy=pl.lit(args.cpu_policy if args.cpu else None, pl.String))
+    return label, curves, (pl.concat(logs) if events else None)
+
+
+def _totals(curves: pl.DataFrame) -> pl.DataFrame:
+    return (curves.group_by(["policy", "capacity"], maintain_order=True)
+            .agg(pl.col("accesses", "gpu_hits", "cpu_hits").sum(),
+                 pass_hits=pl.col("gpu_hits") if "pass" in curves.columns else pl.lit(None))
+            .with_columns(hit_ratio=pl.col("gpu_hits") / pl.col("accesses")))
+
+
+def _table(label: str, totals: pl.DataFrame, cpu: int) -> str:
+    capacities = totals["capacity"].unique(maintain_order=True).to_list()
+    lines = [f"workload: {label}; GPU hit ratio (%) per policy and capacity"
+             + (f"; + CPU tier of {cpu} (its hits in brackets)" if cpu else "")]
+    width = max(9, *(len(str(c)) + 1 for c in capacities))
+    lines.append("policy".ljust(8) + "".join(str(c).rjust(width) for c in capacities))
+    for (name,), rows in totals.group_by(["policy"], maintain_order=True):
+        cells = []
+        for row in rows.iter_rows(named=True):
+            cell = f"{100 * row['hit_ratio']:.1f}"
+            if cpu:
+                cell += f"[{100 * row['cpu_hits'] / row['accesses']:.0f}]"
+            cells.append(cell.rjust(width))
+        lines.append(name.ljust(8) + "".join(cells))
+    if totals["pass_hits"].dtype != pl.Null:
+        lines.append("hits per pass (p1/p2/...):")
+        for (name,), rows in totals.group_by(["policy"], maintain_order=True):
+            lines.append(name.ljust(8) + "".join(
+                "/".join(map(str, h)).rjust(width) for h in rows["pass_hits"].to_list()))
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the command; print the table (or JSON) and write the Parquet files."""
+    start = time.perf_counter()
+    label, curves, events = simulate(args, events=args.trace is None or args.events)
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+        paths = [write_parquet_atomic(curves, args.out / "curves.parquet")]
+        if events is not None:
+            paths.append(write_parquet_atomic(events, args.out / "events.parquet"))
+    except OSError as exc:
+        raise CLIError(f"--out {args.out}: cannot write ({exc.strerror or exc})") from None
+    totals = _totals(curves)
+    if args.json:
+        payload = {"workload": label, "cpu": args.cpu,
+                   "cpu_policy": args.cpu_policy if args.cpu else None,
+                   "curves": totals.drop("pass_hits" if totals["pass_hits"].dtype == pl.Null
+                                         else []).to_dicts(),
+                   "files": [str(path) for path in paths]}
+        json.dump(payload, sys.stdout, indent=1)
+        print()
+    else:
+        print(_table(label, totals, args.cpu))
+        print(f"wrote {' and '.join(map(str, paths))} ({time.perf_counter() - start:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    from pipeline.cli import run_command
+
+    raise SystemExit(run_command("policies"))

@@ -1,0 +1,45 @@
+"""Linked lists over int64 arrays for the kernels: ``ends[0]`` is the head (newest),
+``ends[1]`` the tail (oldest); ``prev`` points towards the head, ``nxt`` towards the tail,
+as libCacheSim's queues."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["NONE", "NEVER", "push", "unlink", "arrays"]
+
+NONE = -1
+NEVER = np.iinfo(np.int64).max
+
+
+@njit(cache=True, nogil=True)
+def push(ends, prev, nxt, x):
+    prev[x] = NONE
+    nxt[x] = ends[0]
+    if ends[0] != NONE:
+        prev[ends[0]] = x
+    else:
+        ends[1] = x
+    ends[0] = x
+
+
+@njit(cache=True, nogil=True)
+def unlink(ends, prev, nxt, x):
+    p, n = prev[x], nxt[x]
+    if p == NONE:
+        ends[0] = n
+    else:
+        nxt[p] = n
+    if n == NONE:
+        ends[1] = p
+    else:
+        prev[n] = p
+    prev[x] = NONE
+    nxt[x] = NONE
+
+
+def arrays(codes: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
+    """(K, prev, nxt) for dense codes 0..K-1."""
+    k = int(codes.max()) + 1 if codes.size else 1
+    return k, np.full(k, NONE, np.int64), np.full(k, NONE, np.int64)

@@ -1,0 +1,111 @@
+"""Belady's OPT kernel: an indexed max-heap of the resident keys by next use."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from pipeline.policies.kernels.lists import NEVER
+
+__all__ = ["opt", "next_use_codes"]
+
+
+@njit(cache=True, nogil=True)
+def _above(pri, seq, a, b):
+    """Heap order: a later next use first; among equals, the later push first."""
+    return pri[a] > pri[b] or (pri[a] == pri[b] and seq[a] > seq[b])
+
+
+@njit(cache=True, nogil=True)
+def _sift_up(heap, pos, pri, seq, i):
+    x = heap[i]
+    while i > 0:
+        parent = (i - 1) >> 1
+        y = heap[parent]
+        if not _above(pri, seq, x, y):
+            break
+        heap[i] = y
+        pos[y] = i
+        i = parent
+    heap[i] = x
+    pos[x] = i
+
+
+@njit(cache=True, nogil=True)
+def _sift_down(heap, pos, pri, seq, i, size):
+    x = heap[i]
+    while True:
+        child = 2 * i + 1
+        if child >= size:
+            break
+        if child + 1 < size and _above(pri, seq, heap[child + 1], heap[child]):
+            child += 1
+        y = heap[child]
+        if not _above(pri, seq, y, x):
+            break
+        heap[i] = y
+        pos[y] = i
+        i = child
+    heap[i] = x
+    pos[x] = i
+
+
+@njit(cache=True, nogil=True)
+def _opt(codes, sizes, capacity, k, next_use, bypass):
+    """An indexed max-heap of the resident keys by (next use, last push)."""
+    n = codes.size
+    hits = np.zeros(n, np.bool_)
+    pos = np.full(k, -1, np.int64)          # resident key -> heap slot; -1 absent
+    pri = np.zeros(k, np.int64)
+    seq = np.zeros(k, np.int64)
+    stored = np.zeros(k, np.int64)
+    heap = np.empty(k, np.int64)
+    size = 0
+    used = 0
+    for i in range(n):
+        x, s, now = codes[i], sizes[i], next_use[i]
+        if pos[x] != -1:
+            hits[i] = True
+            pri[x] = now
+            seq[x] = i
+            _sift_up(heap, pos, pri, seq, pos[x])     # the next use only moves later
+            continue
+        if s > capacity:
+            continue
+        if bypass and used + s > capacity and size > 0 and now >= pri[heap[0]]:
+            continue
+        while used + s > capacity:
+            v = heap[0]
+            size -= 1
+            pos[v] = -1
+            if size > 0:
+                heap[0] = heap[size]
+                _sift_down(heap, pos, pri, seq, 0, size)
+            used -= stored[v]
+        pri[x] = now
+        seq[x] = i
+        stored[x] = s
+        used += s
+        heap[size] = x
+        size += 1
+        _sift_up(heap, pos, pri, seq, size - 1)
+    return hits
+
+
+@njit(cache=True, nogil=True)
+def _next_use(codes, k):
+    out = np.empty(codes.size, np.int64)
+    seen = np.full(k, NEVER, np.int64)
+    for i in range(codes.size - 1, -1, -1):
+        out[i] = seen[codes[i]]
+        seen[codes[i]] = i
+    return out
+
+
+def next_use_codes(codes: np.ndarray) -> np.ndarray:
+    """Position of the next access of the same code; NEVER (int64 max) if none."""
+    codes = np.ascontiguousarray(codes, dtype=np.int64)
+    return _next_use(codes, int(codes.max()) + 1 if codes.size else 1)
+
+
+opt = _opt

@@ -1,0 +1,146 @@
+"""Hits of any policy over a whole trace, at many capacities: one pass for LRU (kvlab's
+stack distances, ``pipeline/stackdist.py``), compiled per-capacity replays for the others
+(``pipeline/policies/kernels.py``), fanned out over the machine's cores; the Python classes
+are the reference engine."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import polars as pl
+
+from pipeline.policies import POLICIES, make_policy
+
+__all__ = ["METHODS", "ONEPASS", "encode", "policy_hits", "hit_matrix", "hit_counts",
+           "tiered_codes",
+           "curves_frame"]
+
+#: auto: one pass where exact, else the compiled replay; replay: compiled per capacity;
+#: classes: the Python classes (slow, the reference); onepass: only where exact.
+METHODS = ("auto", "onepass", "replay", "classes")
+#: policies whose every capacity comes from one exact pass
+ONEPASS = ("lru",)
+
+
+def _fixed_sizes(codes: np.ndarray, sizes: np.ndarray) -> bool:
+    """True when every key keeps one size (the one-pass LRU engine needs it; kvlab's LRU
+    keeps the first stored size, which makes the state depend on the capacity otherwise)."""
+    if codes.size == 0:
+        return True
+    first = np.full(int(codes.max()) + 1, -1, dtype=np.int64)
+    first[codes[::-1]] = sizes[::-1]
+    return bool((first[codes] == sizes).all())
+
+
+def encode(keys: Sequence) -> np.ndarray:
+    """Dense int64 codes 0..K-1 in order of first appearance."""
+    keys = np.asarray(keys)
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    rank = np.empty(first.size, dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(first.size)
+    return rank[inverse.ravel()]
+
+
+def _classes(name: str, codes: np.ndarray, sizes: np.ndarray, capacity: int) -> np.ndarray:
+    keys = codes.tolist()
+    cache = make_policy(name, capacity, keys)
+    access = cache.access
+    return np.fromiter((access(k, s) for k, s in zip(keys, sizes.tolist())), dtype=bool,
+                       count=len(keys))
+
+
+def policy_hits(name: str, codes: np.ndarray, sizes: np.ndarray, capacity: int,
+                method: str = "auto") -> np.ndarray:
+    """Per-access hits (bool) of policy ``name`` at one ``capacity``."""
+    return hit_matrix(name, codes, sizes, [capacity], method)[0]
+
+
+def hit_matrix(name: str, codes: np.ndarray, sizes: np.ndarray, capacities: Sequence[int],
+               method: str = "auto", workers: int | None = None) -> np.ndarray:
+    """Per-access hits, one row per capacity (bool array, capacities x accesses)."""
+    if name not in POLICIES:
+        raise ValueError(f"unknown policy {name!r}; accepted: {', '.join(POLICIES)}")
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; accepted: {', '.join(METHODS)}")
+    codes = np.ascontiguousarray(codes, dtype=np.int64)
+    sizes = np.ascontiguousarray(sizes, dtype=np.int64)
+    capacities = [int(c) for c in capacities]
+    if method == "onepass" and name not in ONEPASS:
+        raise ValueError(f"method onepass is exact only for {', '.join(ONEPASS)}, not {name}")
+    if method == "onepass" and not _fixed_sizes(codes, sizes):
+        raise ValueError("method onepass needs one fixed size per key; this trace's sizes "
+                         "vary (use --method auto or replay)")
+    if name in ONEPASS and method in ("auto", "onepass") and _fixed_sizes(codes, sizes):
+        from pipeline.stackdist import lru_hits
+        return np.asarray(lru_hits(codes, sizes, capacities), dtype=bool).reshape(
+            len(capacities), codes.size)
+    if method == "classes":
+        run = _classes
+    else:
+        from pipeline.policies import kernels
+        run = kernels.replay
+    if len(capacities) == 1:
+        return run(name, codes, sizes, capacities[0])[None, :]
+    workers = workers or os.cpu_count() or 1
+    with ThreadPoolExecutor(max_workers=min(workers, len(capacities))) as pool:
+        rows = list(pool.map(lambda c: run(name, codes, sizes, c), capacities))
+    return np.vstack(rows)
+
+
+def hit_counts(name: str, codes: np.ndarray, sizes: np.ndarray, capacities: Sequence[int],
+               method: str = "auto", workers: int | None = None) -> np.ndarray:
+    """Hits per capacity (int64), without keeping per-access rows: one pass for LRU, else
+    one compiled replay per capacity on a thread pool (the kernels release the GIL)."""
+    capacities = [int(c) for c in capacities]
+    codes = np.ascontiguousarray(codes, dtype=np.int64)
+    sizes = np.ascontiguousarray(sizes, dtype=np.int64)
+    if name in ONEPASS and method in ("auto", "onepass") and _fixed_sizes(codes, sizes):
+        from pipeline.stackdist import lru_hit_counts
+        return np.asarray(lru_hit_counts(codes, sizes, capacities), dtype=np.int64)
+    if method not in ("auto", "replay"):
+        return hit_matrix(name, codes, sizes, capacities, method, workers).sum(axis=1)
+    from pipeline.policies import kernels
+    workers = workers or os.cpu_count() or 1
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(capacities)))) as pool:
+        return np.array(list(pool.map(
+            lambda c: int(kernels.replay(name, codes, sizes, c).sum()), capacities)),
+            dtype=np.int64)
+
+
+def tiered_codes(gpu: str, cpu: str, codes: np.ndarray, sizes: np.ndarray, gpu_capacity: int,
+                 cpu_capacity: int, method: str = "auto") -> np.ndarray:
+    """kvlab's two tiers with any policy per tier: 0 = GPU hit, 1 = CPU hit, 2 = miss.
+
+    As in ``TwoTierCache``, the GPU tier sees every access and the CPU tier exactly the GPU
+    misses; the GPU tier never depends on the CPU tier, so two passes are exact (and give OPT
+    the future of its own input)."""
+    gpu_hit = policy_hits(gpu, codes, sizes, gpu_capacity, method)
+    missed = np.flatnonzero(~gpu_hit)
+    cpu_hit = policy_hits(cpu, codes[missed], sizes[missed], cpu_capacity, method)
+    out = np.where(gpu_hit, 0, 2).astype(np.int8)
+    out[missed[cpu_hit]] = 1
+    return out
+
+
+def curves_frame(policy: str, capacities: Sequence[int], hits: np.ndarray,
+                 passes: np.ndarray | None = None) -> pl.DataFrame:
+    """One row per capacity (and pass, when ``passes`` labels every access)."""
+    capacities = list(capacities)
+    if passes is None:
+        counts = hits.sum(axis=1)
+        return pl.DataFrame({"policy": policy, "capacity": capacities,
+                             "accesses": hits.shape[1], "hits": counts},
+                            schema_overrides={"capacity": pl.Int64, "accesses": pl.Int64,
+                                              "hits": pl.Int64})
+    frames = []
+    for label in dict.fromkeys(passes.tolist()):
+        mask = passes == label
+        frames.append(pl.DataFrame({"policy": policy, "pass": int(label),
+                                    "capacity": capacities, "accesses": int(mask.sum()),
+                                    "hits": hits[:, mask].sum(axis=1)},
+                                   schema_overrides={"capacity": pl.Int64,
+                                                     "accesses": pl.Int64, "hits": pl.Int64}))
+    return pl.concat(frames)

@@ -1,0 +1,83 @@
+"""LRU, FIFO and MRU: one ordered dict each (the registry's LRU is kvlab's ``LRUCache``
+itself; ``LRU`` here is the same policy on the shared base, for block mode)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable
+
+from pipeline.policies.base import Policy
+
+__all__ = ["LRU", "FIFO", "MRU"]
+
+
+class LRU(Policy):
+    """Least recently used on the shared base, equal per access to kvlab's ``LRUCache``
+    (the registry's ``lru``; tests/test_policies_blocks.py proves it); block mode uses this
+    one for its ``place``. ``keys()``: least recent first."""
+
+    name = "lru"
+
+    def __init__(self, capacity: float) -> None:
+        super().__init__(capacity)
+        self._recency: OrderedDict[Hashable, None] = OrderedDict()
+
+    def _hit(self, key):
+        self._recency.move_to_end(key)
+
+    def _evict(self, key, size):
+        return self._recency.popitem(last=False)[0]
+
+    def _insert(self, key, size):
+        self._recency[key] = None
+        return True
+
+    def keys(self) -> list:
+        return list(self._recency)
+
+
+class FIFO(Policy):
+    """First in, first out: a hit changes nothing; evict the oldest insertion.
+    ``keys()`` lists insertion order, oldest first (libCacheSim ``FIFO.c``)."""
+
+    name = "fifo"
+
+    def __init__(self, capacity: float) -> None:
+        super().__init__(capacity)
+        self._queue: OrderedDict[Hashable, None] = OrderedDict()
+
+    def _evict(self, key, size):
+        return self._queue.popitem(last=False)[0]
+
+    def _insert(self, key, size):
+        self._queue[key] = None
+        return True
+
+    def keys(self) -> list:
+        return list(self._queue)
+
+
+class MRU(Policy):
+    """Most recently used: evict the most recently read resident item (the incoming item
+    is not yet resident, so it is never its own victim). libCacheSim ``MRU.c`` does the
+    same; its PyPI wheel (0.3.5) does not ship MRU, so the cross-check tests a literal
+    model instead. ``keys()``: least recent first."""
+
+    name = "mru"
+
+    def __init__(self, capacity: float) -> None:
+        super().__init__(capacity)
+        self._recency: OrderedDict[Hashable, None] = OrderedDict()
+
+    def _hit(self, key):
+        self._recency.move_to_end(key)
+
+    def _evict(self, key, size):
+        return self._recency.popitem(last=True)[0]
+
+    def _insert(self, key, size):
+        self._recency[key] = None
+        return True
+
+    def keys(self) -> list:
+        return list(self._recency)

@@ -1,0 +1,13 @@
+"""Smoke test of the policy benchmark (the figures themselves are not tested)."""
+
+import pytest
+
+pytest.importorskip("libcachesim", reason="libCacheSim (a dev dependency) not installed")
+
+
+def test_bench_runs_and_agrees_with_libcachesim(capsys):
+    from pipeline.bench.policies import run_bench
+    rows = run_bench(requests=3000, objects=300, points=2, policies=("lru", "mru", "opt"))
+    assert [row["policy"] for row in rows] == ["lru", "mru", "opt"]
+    assert rows[1]["lcs_mps"] is None and rows[0]["lcs_curve_measured"]
+    assert "ours M/s" in capsys.readouterr().out

@@ -1,0 +1,100 @@
+"""The policy family in block mode (pipeline/policies/blockmode.py, registered in
+pipeline.blocks.models): LRU equals the block issue's ideal model on both tiers and orders,
+every policy runs through the two-tier API, and ``Policy.place`` keeps its contract."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvlab.kvsim import LRUCache
+from pipeline.blocks.command import run_blocks
+from pipeline.blocks.models import CPU_MODELS, GPU_MODELS, two_tier
+from pipeline.blocks.stream import ORDERS, block_stream
+from pipeline.policies import POLICIES
+from pipeline.policies.blockmode import BLOCK_POLICIES
+from pipeline.policies.simple import LRU
+from pipeline.workloads.blocks import BLOCK_SCHEMA
+
+
+@st.composite
+def block_frames(draw, max_requests=12, max_blocks=6):
+    """(frame, block_size): requests as paths in a small trie (shared prefixes), a request
+    may end in a partial block."""
+    block_size = draw(st.integers(1, 3))
+    keys: dict[tuple, int] = {}
+    rows = []
+    for request in range(draw(st.integers(1, max_requests))):
+        path = draw(st.lists(st.integers(0, 2), min_size=1, max_size=max_blocks))
+        partial = draw(st.integers(0, block_size - 1)) if draw(st.booleans()) else 0
+        for index in range(len(path)):
+            key = keys.setdefault(tuple(path[:index + 1]), len(keys) * 5 + 1)
+            tokens = partial if index == len(path) - 1 and partial else block_size
+            rows.append((request, index, key, tokens))
+    return pl.DataFrame(rows, schema=BLOCK_SCHEMA, orient="row"), block_size
+
+
+@given(capacity=st.integers(0, 30),
+       trace=st.lists(st.tuples(st.integers(0, 7), st.integers(0, 12)), max_size=40))
+def test_lru_on_the_base_equals_kvlab_lru(capacity, trace):
+    ours, kvlab = LRU(capacity), LRUCache(capacity)
+    for key, size in trace:
+        assert ours.access(key, size) == kvlab.access(key, size)
+        assert ours.keys() == kvlab.keys() and ours.used == kvlab.used
+        assert ours.evictions == kvlab.evictions
+
+
+@given(block_frames(), st.lists(st.integers(0, 30), min_size=1, max_size=3),
+       st.sampled_from(ORDERS), st.sampled_from(ORDERS), st.integers(0, 20))
+def test_lru_model_equals_the_ideal_model(case, capacities, gpu_order, cpu_order, gpu):
+    frame, block_size = case
+    stream = block_stream(frame, block_size)
+    np.testing.assert_array_equal(GPU_MODELS["lru"](stream, capacities, gpu_order),
+                                  GPU_MODELS["ideal"](stream, capacities, gpu_order))
+    gpu_hits = GPU_MODELS["ideal"](stream, [gpu], gpu_order)[0]
+    np.testing.assert_array_equal(CPU_MODELS["lru"](stream, gpu_hits, capacities, cpu_order),
+                                  CPU_MODELS["ideal"](stream, gpu_hits, capacities, cpu_order))
+
+
+@settings(max_examples=min(30, settings.default.max_examples))
+@pytest.mark.parametrize("name", list(POLICIES))
+@given(block_frames(), st.integers(0, 40), st.integers(0, 40), st.sampled_from(ORDERS))
+def test_every_policy_runs_as_both_tiers(name, case, gpu, cpu, order):
+    frame, block_size = case
+    stream = block_stream(frame, block_size)
+    result = two_tier(stream, gpu, cpu, order, order, name, name)
+    assert (result["gpu_hit_tokens"] + result["cpu_hit_tokens"] + result["miss_tokens"]
+            == result["prompt_tokens"]).all()
+    assert (result["gpu_hit_tokens"] <= (gpu // block_size) * block_size).all()
+    assert (result["cpu_hit_tokens"] <= (cpu // block_size) * block_size).all()
+
+
+@settings(max_examples=min(40, settings.default.max_examples))
+@pytest.mark.parametrize("name", list(BLOCK_POLICIES))
+@given(capacity=st.integers(0, 8),
+       requests=st.lists(st.lists(st.integers(0, 9), max_size=5, unique=True), max_size=12))
+def test_place_contract(name, capacity, requests):
+    cls = BLOCK_POLICIES[name]
+    future = [k for keys in requests if len(keys) <= capacity for k in keys]
+    tier = cls(capacity, future) if cls.needs_future else cls(capacity)
+    for keys in requests:
+        before = set(tier.keys())
+        tier.place(keys, 1)
+        after = set(tier.keys())
+        assert tier.used == len(after) <= capacity
+        if len(keys) > capacity:
+            assert after == before                      # not stored, evicts nothing
+        elif not getattr(tier, "may_decline", False):
+            assert set(keys) <= after                   # its own blocks are never evicted
+
+
+def test_blocks_command_takes_policy_models():
+    lab = run_blocks(passes=["fwd", "fwd", "rev"])
+    assert run_blocks(passes=["fwd", "fwd", "rev"], gpu_model="lru") == lab
+    mru = run_blocks(passes=["fwd", "fwd"], gpu_model="mru")["passes"][1]
+    assert mru["gpu_hit_tokens"] > 0                    # MRU keeps blocks of the cycle
+    opt = run_blocks(passes=["fwd", "fwd"], gpu_model="opt", cpu=30000, cpu_model="opt")
+    assert opt["passes"][1]["gpu_hit_tokens"] + opt["passes"][1]["cpu_hit_tokens"] >= 30000
