@@ -7,10 +7,12 @@
   Beyond it the arrays alone need tens of GiB, so the commands say so instead of swapping,
   hanging or dying on a MemoryError.
 * A block holds at most ``MAX_BLOCK_SIZE`` tokens (``block_tokens`` is a UInt32 column).
-* ``model_capacities`` clips a capacity to one that holds everything a run can ever store.
-  Past that size no model (ideal, vllm, lmcache, their replays) evicts or refuses anything,
-  so every larger capacity gives the same answer; the clip only keeps the literal replays
-  (which allocate the whole pool) from building a pool of 2**60 blocks.
+* ``model_capacities`` clips a capacity to ``CLIP_FACTOR`` times what a run can ever store.
+  Past that size no registered model evicts or refuses anything (ideal, vllm, lmcache, their
+  replays, and the policies: S3-FIFO's small queue, the smallest share of a tier, is 10 %
+  of it), so every larger capacity gives the same answer (hypothesis-tested for every
+  registered model in tests/test_trace_models.py); the clip only keeps the literal replays,
+  which allocate the whole pool, from building a pool of 2**59 blocks.
 """
 
 from __future__ import annotations
@@ -22,13 +24,15 @@ import numpy as np
 from pipeline.blocks.stream import BlockStream
 from pipeline.errors import CLIError
 
-__all__ = ["MAX_BLOCKS", "MAX_CAPACITY", "MAX_BLOCK_SIZE", "check_capacities",
+__all__ = ["MAX_BLOCKS", "MAX_CAPACITY", "MAX_BLOCK_SIZE", "CLIP_FACTOR", "check_capacities",
            "check_block_count", "check_block_size", "output_blocks", "storable_tokens",
            "model_capacities"]
 
 MAX_BLOCKS = 100_000_000
 MAX_CAPACITY = int(np.iinfo(np.int64).max)
 MAX_BLOCK_SIZE = int(np.iinfo(np.uint32).max)
+#: A clipped capacity holds this many times everything a run stores (>= 10: S3-FIFO).
+CLIP_FACTOR = 16
 
 
 def check_block_size(block_size: int | None) -> None:
@@ -61,10 +65,10 @@ def output_blocks(requests: int, output_tokens: int, block_size: int) -> int:
 
 
 def storable_tokens(stream: BlockStream, output_tokens: int = 1) -> int:
-    """Tokens a cache would need to never evict in a run of ``stream``: every block access
-    (prompt and output blocks) stored once, plus vLLM's null block and one spare."""
+    """A capacity (tokens) at which no model evicts in a run of ``stream``: ``CLIP_FACTOR``
+    times every block access (prompt and output blocks) plus vLLM's null block and a spare."""
     blocks = stream.blocks + output_blocks(stream.requests, output_tokens, stream.block_size)
-    return (blocks + 2) * stream.block_size
+    return CLIP_FACTOR * (blocks + 2) * stream.block_size
 
 
 def model_capacities(stream: BlockStream, capacities: Iterable[int],
