@@ -1,5 +1,7 @@
 """The engine models' own options on the block commands, and their checks (one place).
 
+``add_model_arguments`` defines ``--gpu-model``/``--cpu-model`` and the engine options for
+every block command; ``run_options`` is their one check (``blocks`` and ``trace`` call it).
 ``--output-tokens`` and ``--vllm-version`` belong to the ``vllm`` GPU model, ``--chunk-size``
 and ``--save-unfull-chunk`` to the ``lmcache`` CPU model; giving one to another model, or an
 order the engine cannot follow, is a one-line error naming the argument.
@@ -10,9 +12,9 @@ from __future__ import annotations
 import argparse
 
 from pipeline.arguments import positive_int
-from pipeline.blocks.models import CPU_MODELS, GPU_MODELS
 from pipeline.blocks.limits import (MAX_BLOCKS, check_block_count, check_capacities,
                                     output_blocks)
+from pipeline.blocks.models import CPU_MODELS, GPU_MODELS
 from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST
 from pipeline.engines.lmcache_cpu import DEFAULT_CHUNK_SIZE
 from pipeline.engines.vllm_gpu import DEFAULT_VLLM_VERSION, PREPEND_SINCE, unhashed_to_head
