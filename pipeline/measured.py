@@ -19,12 +19,12 @@ from dataclasses import replace
 import polars as pl
 
 from kvlab.make_exports import is_synthetic
-from kvlab.scenario import non_negative_int
 from kvlab.summarize import InputError, write_json_atomic
 from pipeline.attribution import attribute_tiers
 from pipeline.config import LAB_CPU, LAB_GPU, LAB_TOKENS
 from pipeline.arguments import positive_int
 from pipeline.errors import CLIError
+from pipeline.kvsize import add_kv_arguments, capacity, resolve_capacities, size_lines
 from pipeline.measured_setup import resolve_setup
 from pipeline.summary import stats_table, summary, tier_table
 from pipeline.verdicts import separation_notes
@@ -36,15 +36,18 @@ HELP = "summarize a measured TTFT file and attribute its requests to tiers"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``measured``."""
     parser.add_argument("input", help="measured TTFT file, one JSON object per line")
-    parser.add_argument("--gpu", type=non_negative_int,
-                        help="GPU KV capacity in tokens (default: the file's measured setup, "
+    parser.add_argument("--gpu", type=capacity, metavar="CAP",
+                        help="GPU KV capacity, tokens or a size such as 0.6GiB through "
+                             "--model's bytes per token (default: the file's measured setup, "
                              f"see --help of run; the lab's {LAB_GPU} for the bundled file)")
-    parser.add_argument("--cpu", type=non_negative_int,
-                        help="lmcache's CPU tier capacity in tokens (default: the measured "
+    parser.add_argument("--cpu", type=capacity, metavar="CAP",
+                        help="lmcache's CPU tier capacity, tokens or a size (LMCache's "
+                             "max_local_cpu_size 1.5 as 1.5lmcacheGB or 1.5GiB; default: the measured "
                              f"setup's; the lab's {LAB_CPU})")
     parser.add_argument("--tokens", type=positive_int,
                         help="tokens per document in the simulator's units (default: the "
                              f"measured setup's; the lab's {LAB_TOKENS})")
+    add_kv_arguments(parser)
     parser.add_argument("--json", metavar="OUT",
                         help="also write the summary (as kvlab/summarize.py) to OUT, atomically")
 
@@ -56,6 +59,7 @@ def _for_display(table: pl.DataFrame) -> pl.DataFrame:
 
 def main(args: argparse.Namespace) -> int:
     """Print the stats table, the tier table and the separation notes; 1 on bad input."""
+    sizes = resolve_capacities(args, "gpu", "cpu")
     try:
         df = load_measured(args.input)
     except InputError as exc:
@@ -78,6 +82,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"\nTTFT per predicted tier (GPU {setup.gpu} tokens; lmcache CPU {setup.cpu} "
               f"tokens; {setup.tokens} tokens per doc; {setup.origin}):")
         print(_for_display(tier_table(attributed)))
+    for line in size_lines(sizes):
+        print(line)
     print("\n" + "\n".join(separation_notes(attributed) or ["(no pass has two or more tiers)"]))
     return 0
 
