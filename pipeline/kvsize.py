@@ -56,7 +56,7 @@ _UNIT_MEANING = {"B": "1 byte", "KB": "10^3 bytes", "MB": "10^6 bytes", "GB": "1
                  "LMCACHEGB": "2^30 bytes, LMCache's max_local_cpu_size GB"}
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 DEFAULT_PRESET = "qwen2.5-1.5b"       # the lab's model
-_LIMIT = Decimal(2**62)               # no capacity (in tokens or units) beyond this
+_LIMIT = Decimal(2**63 - 1)           # no capacity (in tokens or units) beyond int64
 
 
 @dataclass(frozen=True)
