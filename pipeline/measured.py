@@ -25,6 +25,7 @@ from pipeline.config import LAB_CPU, LAB_GPU, LAB_TOKENS
 from pipeline.arguments import positive_int
 from pipeline.errors import CLIError
 from pipeline.kvsize import add_kv_arguments, capacity, resolve_capacities, size_lines
+from pipeline.measured_configs import agreement_lines
 from pipeline.measured_setup import resolve_setup
 from pipeline.summary import stats_table, summary, tier_table
 from pipeline.verdicts import separation_notes
@@ -57,6 +58,15 @@ def _for_display(table: pl.DataFrame) -> pl.DataFrame:
     return table.with_columns(pl.col("^.*_ms$").round(1), pl.col("^ratio_.*$").round(2))
 
 
+def _server_tiers(path: str, df: pl.DataFrame) -> pl.DataFrame | None:
+    """config, request, server_tier: the engine's own account (``pipeline measure``'s
+    ``server_tier``), in the loaded frame's numbering; None when the file has none."""
+    raw = pl.read_ndjson(path, infer_schema_length=None)
+    if "server_tier" not in raw.columns or raw.height != df.height:
+        return None
+    return df.select("config", "request", server_tier=raw["server_tier"].cast(pl.String))
+
+
 def main(args: argparse.Namespace) -> int:
     """Print the stats table, the tier table and the separation notes; 1 on bad input."""
     sizes = resolve_capacities(args, "gpu", "cpu")
@@ -74,16 +84,23 @@ def main(args: argparse.Namespace) -> int:
     if any(value is not None for value in chosen.values()):     # a what-if: flags win
         setup = replace(setup, **{k: v for k, v in chosen.items() if v is not None},
                         origin="--gpu/--cpu/--tokens over " + setup.origin)
-    attributed = attribute_tiers(df, setup.gpu, setup.cpu, setup.tokens)
+    attributed = attribute_tiers(df, setup.gpu, setup.cpu, setup.tokens, setup.configs,
+                                 args.input)
     with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_hide_dataframe_shape=True,
                    tbl_hide_column_data_types=True, tbl_width_chars=200):
         print(f"TTFT per config and pass ({args.input}):")
         print(_for_display(stats_table(df)))
-        print(f"\nTTFT per predicted tier (GPU {setup.gpu} tokens; lmcache CPU {setup.cpu} "
-              f"tokens; {setup.tokens} tokens per doc; {setup.origin}):")
+        where = (f"GPU {setup.gpu} tokens; lmcache CPU {setup.cpu} tokens; {setup.tokens} "
+                 f"tokens per doc" if not setup.configs else
+                 f"each config's cache model below; {setup.tokens} tokens per doc")
+        print(f"\nTTFT per predicted tier ({where}; {setup.origin}):")
         print(_for_display(tier_table(attributed)))
     for line in size_lines(sizes):
         print(line)
+    if setup.configs:
+        print("\ncache model per config (vs the engine's own tiers where the file logs them):")
+        print("\n".join(agreement_lines(attributed, _server_tiers(args.input, df),
+                                         setup.configs)))
     print("\n" + "\n".join(separation_notes(attributed) or ["(no pass has two or more tiers)"]))
     return 0
 
