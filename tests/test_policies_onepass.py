@@ -100,3 +100,16 @@ def test_opt_bounds_the_others_on_a_one_pass_curve():
     best = hit_counts("opt", codes, ones, capacities)
     for name in ("lru", "mru", "fifo", "lfu", "arc"):
         assert (best >= hit_counts(name, codes, ones, capacities)).all(), name
+
+
+@pytest.mark.parametrize("bypass", [True, False])
+def test_blocks_and_super_blocks_of_the_stack_are_exact(bypass):
+    """Stacks deeper than a block (32) and a super block (1024): the skipped blocks' bounds."""
+    rng = np.random.default_rng(11)
+    for codes in (encode(rng.integers(0, 2500, 12_000)), encode(rng.zipf(1.1, 12_000) % 3000)):
+        ones = np.ones_like(codes)
+        limit = int(codes.max()) + 1
+        dist = distances("opt", codes, limit, bypass)
+        for capacity in (1, 31, 33, 1023, 1025, 2049, limit):
+            np.testing.assert_array_equal(
+                dist < capacity, kernels.replay("opt", codes, ones, capacity, bypass=bypass))

@@ -30,11 +30,32 @@ from pipeline.policies.kernels.lists import NEVER
 
 __all__ = ["opt_distances", "mru_distances", "NEVER"]
 
-_W = 32                                     # entries compared per chunk before a record scan
+_B = 32                                     # entries per block
+_S = 1024                                   # entries per super block (32 blocks)
+
+
+@njit(cache=True, nogil=True)
+def _scan_block(skey, spri, pos, lo, hi, ck, cp):
+    """Swap the records of ``skey[lo:hi]`` with the carry; return (carry, its rank, max)."""
+    top = -1
+    for q in range(lo, hi):
+        if spri[q] > cp:
+            y = skey[q]
+            yp = spri[q]
+            skey[q] = ck
+            spri[q] = cp
+            pos[ck] = q
+            ck = y
+            cp = yp
+        top = max(top, spri[q])
+    return ck, cp, top
 
 
 @njit(cache=True, nogil=True)
 def _opt(codes, next_use, k, limit, bypass):
+    """Mattson's update over a stack whose blocks (and super blocks) keep an upper bound of
+    their next uses: a block that cannot hold a record is skipped unread. A write only
+    lowers a rank except the final placement, which raises its bounds."""
     n = codes.size
     dist = np.full(n, NEVER, np.int64)
     if limit <= 0:
@@ -42,6 +63,8 @@ def _opt(codes, next_use, k, limit, bypass):
     pos = np.full(k, -1, np.int64)         # key -> depth; -1 when not in the (truncated) stack
     skey = np.empty(limit + 1, np.int64)    # slot ``limit`` takes the entry that falls off
     spri = np.zeros(limit + 1, np.int64)    # next use of the entry at each depth
+    bmax = np.zeros(limit // _B + 2, np.int64)
+    smax = np.zeros(limit // _S + 2, np.int64)
     length = 0
     for i in range(n):
         x = codes[i]
@@ -56,40 +79,52 @@ def _opt(codes, next_use, k, limit, bypass):
         ck = x
         cp = next_use[i]
         j = 0
-        if not bypass:
-            if d == 0:
-                skey[0] = x
-                spri[0] = cp
-                pos[x] = 0
-                continue
-            ck = skey[0]
-            cp, spri[0] = spri[0], cp
+        if not bypass:                      # x goes on top; the old top is carried
+            now = cp
+            if d > 0:
+                ck = skey[0]
+                cp = spri[0]
+                j = 1
             skey[0] = x
+            spri[0] = now
             pos[x] = 0
-            j = 1
+            bmax[0] = max(bmax[0], now)
+            smax[0] = max(smax[0], now)
+            if d == 0:
+                continue
         while j < d and cp != NEVER:
-            end = min(j + _W, d)
-            if end - j == _W:
-                top = spri[j]
-                for q in range(j + 1, end):
-                    top = max(top, spri[q])
-                if top <= cp:
-                    j = end
-                    continue
-            for q in range(j, end):
-                if spri[q] > cp:
-                    y = skey[q]
-                    yp = spri[q]
-                    skey[q] = ck
-                    spri[q] = cp
-                    pos[ck] = q
+            if (j & (_S - 1)) == 0 and j + _S <= d:
+                sb = j // _S
+                if smax[sb] > cp:
+                    top = -1
+                    for b in range(j // _B, j // _B + _S // _B):
+                        if bmax[b] > cp:
+                            ck, cp, bmax[b] = _scan_block(skey, spri, pos, b * _B,
+                                                          b * _B + _B, ck, cp)
+                        top = max(top, bmax[b])
+                    smax[sb] = top
+                j += _S
+            elif (j & (_B - 1)) == 0 and j + _B <= d:
+                b = j // _B
+                if bmax[b] > cp:
+                    ck, cp, bmax[b] = _scan_block(skey, spri, pos, j, j + _B, ck, cp)
+                j += _B
+            else:
+                if spri[j] > cp:
+                    y = skey[j]
+                    yp = spri[j]
+                    skey[j] = ck
+                    spri[j] = cp
+                    pos[ck] = j
                     ck = y
                     cp = yp
-            j = end
+                j += 1
         if d < limit:
             skey[d] = ck
             spri[d] = cp
             pos[ck] = d
+            bmax[d // _B] = max(bmax[d // _B], cp)
+            smax[d // _S] = max(smax[d // _S], cp)
         else:
             pos[ck] = -1
     return dist
