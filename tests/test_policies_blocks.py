@@ -15,7 +15,7 @@ from pipeline.blocks.command import run_blocks
 from pipeline.blocks.models import CPU_MODELS, GPU_MODELS, two_tier
 from pipeline.blocks.stream import ORDERS, block_stream
 from pipeline.policies import POLICIES
-from pipeline.policies.blockmode import BLOCK_POLICIES
+from pipeline.policies.blockmode import BLOCK_POLICIES, policy_cpu_model, policy_gpu_model
 from pipeline.policies.simple import LRU
 from pipeline.workloads.blocks import BLOCK_SCHEMA
 
@@ -50,13 +50,17 @@ def test_lru_on_the_base_equals_kvlab_lru(capacity, trace):
 @given(block_frames(), st.lists(st.integers(0, 30), min_size=1, max_size=3),
        st.sampled_from(ORDERS), st.sampled_from(ORDERS), st.integers(0, 20))
 def test_lru_model_equals_the_ideal_model(case, capacities, gpu_order, cpu_order, gpu):
+    """The class replay of LRU equals the one-pass ideal model, which is what ``lru`` is
+    registered as."""
     frame, block_size = case
     stream = block_stream(frame, block_size)
-    np.testing.assert_array_equal(GPU_MODELS["lru"](stream, capacities, gpu_order),
+    assert GPU_MODELS["lru"] is GPU_MODELS["ideal"] and CPU_MODELS["lru"] is CPU_MODELS["ideal"]
+    np.testing.assert_array_equal(policy_gpu_model("lru")(stream, capacities, gpu_order),
                                   GPU_MODELS["ideal"](stream, capacities, gpu_order))
     gpu_hits = GPU_MODELS["ideal"](stream, [gpu], gpu_order)[0]
-    np.testing.assert_array_equal(CPU_MODELS["lru"](stream, gpu_hits, capacities, cpu_order),
-                                  CPU_MODELS["ideal"](stream, gpu_hits, capacities, cpu_order))
+    np.testing.assert_array_equal(
+        policy_cpu_model("lru")(stream, gpu_hits, capacities, cpu_order),
+        CPU_MODELS["ideal"](stream, gpu_hits, capacities, cpu_order))
 
 
 @settings(max_examples=min(30, settings.default.max_examples))

@@ -9,7 +9,12 @@ them. OPT is given the future of the tier's own placements, which never depends 
 hits, so it is exact as a replay (a reference for prefix hits, not a bound). The ``lru``
 model equals the block issue's ``ideal`` model (tests/test_policies_blocks.py).
 
-Registered by ``register(GPU_MODELS, CPU_MODELS)`` under the policies' names.
+Registered by ``register(GPU_MODELS, CPU_MODELS)`` under the policies' names; ``lru`` is
+registered as the block engine's one-pass ``ideal`` model (``pipeline/blocks/onepass.py``),
+which the tests prove equal to the class replay here. The other policies replay the classes
+per capacity: ``place`` is a request-level step (look up the whole prefix, read every block,
+then evict with the request's own blocks set aside and put back), not the per-access rule
+the numba kernels implement.
 """
 
 from __future__ import annotations
@@ -90,7 +95,12 @@ def policy_cpu_model(name: str) -> Callable:
 
 
 def register(gpu_models: dict, cpu_models: dict) -> None:
-    """Add every policy of the family to the block engine's registries."""
+    """Add every policy of the family to the block engine's registries (``lru``: the
+    one-pass ``ideal`` engine, equal to its class replay)."""
+    from pipeline.blocks import onepass
+
+    gpu_models.setdefault("lru", onepass.ideal_gpu)
+    cpu_models.setdefault("lru", onepass.ideal_cpu)
     for name in POLICIES:
         gpu_models.setdefault(name, policy_gpu_model(name))
         cpu_models.setdefault(name, policy_cpu_model(name))
