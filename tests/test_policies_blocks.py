@@ -15,7 +15,8 @@ from pipeline.blocks.command import run_blocks
 from pipeline.blocks.models import CPU_MODELS, GPU_MODELS, two_tier
 from pipeline.blocks.stream import ORDERS, block_stream
 from pipeline.policies import POLICIES
-from pipeline.policies.blockmode import BLOCK_POLICIES, policy_cpu_model, policy_gpu_model
+from pipeline.policies.blockmode import (BLOCK_POLICIES, COMPILED, policy_cpu_model,
+                                         policy_gpu_model)
 from pipeline.policies.simple import LRU
 from pipeline.workloads.blocks import BLOCK_SCHEMA
 
@@ -55,12 +56,32 @@ def test_lru_model_equals_the_ideal_model(case, capacities, gpu_order, cpu_order
     frame, block_size = case
     stream = block_stream(frame, block_size)
     assert GPU_MODELS["lru"] is GPU_MODELS["ideal"] and CPU_MODELS["lru"] is CPU_MODELS["ideal"]
-    np.testing.assert_array_equal(policy_gpu_model("lru")(stream, capacities, gpu_order),
-                                  GPU_MODELS["ideal"](stream, capacities, gpu_order))
+    np.testing.assert_array_equal(
+        policy_gpu_model("lru", compiled=False)(stream, capacities, gpu_order),
+        GPU_MODELS["ideal"](stream, capacities, gpu_order))
     gpu_hits = GPU_MODELS["ideal"](stream, [gpu], gpu_order)[0]
     np.testing.assert_array_equal(
-        policy_cpu_model("lru")(stream, gpu_hits, capacities, cpu_order),
+        policy_cpu_model("lru", compiled=False)(stream, gpu_hits, capacities, cpu_order),
         CPU_MODELS["ideal"](stream, gpu_hits, capacities, cpu_order))
+
+
+@settings(max_examples=60)
+@pytest.mark.parametrize("name", COMPILED)
+@given(case=block_frames(max_requests=16, max_blocks=8),
+       capacities=st.lists(st.integers(0, 24), min_size=1, max_size=3),
+       gpu_order=st.sampled_from(ORDERS), cpu_order=st.sampled_from(ORDERS),
+       gpu=st.integers(0, 12))
+def test_compiled_block_models_equal_the_classes(name, case, capacities, gpu_order,
+                                                 cpu_order, gpu):
+    frame, block_size = case
+    stream = block_stream(frame, block_size)
+    np.testing.assert_array_equal(
+        policy_gpu_model(name)(stream, capacities, gpu_order),
+        policy_gpu_model(name, compiled=False)(stream, capacities, gpu_order))
+    gpu_hits = policy_gpu_model(name)(stream, [gpu], gpu_order)[0]
+    np.testing.assert_array_equal(
+        policy_cpu_model(name)(stream, gpu_hits, capacities, cpu_order),
+        policy_cpu_model(name, compiled=False)(stream, gpu_hits, capacities, cpu_order))
 
 
 @settings(max_examples=min(30, settings.default.max_examples))

@@ -27,10 +27,12 @@ from pipeline.blocks.stream import TAIL_FIRST, BlockStream, capacity_blocks, che
 from pipeline.policies import POLICIES
 from pipeline.policies.simple import LRU
 
-__all__ = ["BLOCK_POLICIES", "policy_gpu_model", "policy_cpu_model", "register"]
+__all__ = ["BLOCK_POLICIES", "COMPILED", "policy_gpu_model", "policy_cpu_model", "register"]
 
 #: name -> class with ``place``: the registry, with LRU on the shared base
 BLOCK_POLICIES = {**POLICIES, "lru": LRU}
+#: policies whose block mode runs compiled (``kernels/blocks.py``)
+COMPILED = ("lru", "fifo", "mru", "opt")
 
 
 def _requests(stream: BlockStream) -> list[list[int]]:
@@ -48,10 +50,14 @@ def _prefix(tier, keys: list[int]) -> int:
 
 
 def _replay(name: str, requests: list[list[int]], starts: list[int], capacity: int,
-            order: str) -> np.ndarray:
-    """Prefix hits (blocks) per request; request r places ``requests[r][starts[r]:]``."""
+            order: str, compiled: bool = True) -> np.ndarray:
+    """Prefix hits (blocks) per request; request r places ``requests[r][starts[r]:]``.
+    LRU, FIFO, MRU and OPT run compiled (``kernels/blocks.py``) unless ``compiled`` is
+    False; the other policies replay their classes."""
     touches = [keys[start:][::-1] if order == TAIL_FIRST else keys[start:]
                for keys, start in zip(requests, starts)]
+    if compiled and name in COMPILED:
+        return _compiled(name, requests, touches, capacity)
     cls = BLOCK_POLICIES[name]
     if getattr(cls, "needs_future", False):
         tier = cls(capacity, [k for t in touches if len(t) <= capacity for k in t])
@@ -64,22 +70,47 @@ def _replay(name: str, requests: list[list[int]], starts: list[int], capacity: i
     return out
 
 
-def policy_gpu_model(name: str) -> Callable:
-    """GPU model of policy ``name``: prefix hit tokens per (capacity, request)."""
+def _flat(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    offsets = np.zeros(len(lists) + 1, np.int64)
+    offsets[1:] = np.cumsum([len(x) for x in lists])
+    flat = np.fromiter((k for x in lists for k in x), np.int64, count=int(offsets[-1]))
+    return flat, offsets
+
+
+def _compiled(name: str, requests: list[list[int]], touches: list[list[int]],
+              capacity: int) -> np.ndarray:
+    from pipeline.policies.kernels import next_use_codes
+    from pipeline.policies.kernels.blocks import QUEUE_MODES, place_opt, place_queue
+
+    flat, t_off = _flat(touches)
+    lookup, l_off = _flat(requests)
+    k = int(max(flat.max(initial=-1), lookup.max(initial=-1))) + 1
+    if name == "opt":
+        placed = np.diff(t_off) <= capacity
+        future = flat[np.repeat(placed, np.diff(t_off))]
+        return place_opt(flat, t_off, lookup, l_off, capacity, max(k, 1),
+                         next_use_codes(future) if future.size else np.zeros(1, np.int64))
+    return place_queue(flat, t_off, lookup, l_off, capacity, max(k, 1), QUEUE_MODES[name])
+
+
+def policy_gpu_model(name: str, compiled: bool = True) -> Callable:
+    """GPU model of policy ``name``: prefix hit tokens per (capacity, request); ``compiled``
+    False forces the class replay (the reference)."""
     def gpu_model(stream: BlockStream, capacities: object, order: str) -> np.ndarray:
         check_order(order)
         blocks = capacity_blocks(capacities, stream.block_size)
         requests = _requests(stream)
-        rows = [_replay(name, requests, [0] * len(requests), int(c), order) for c in blocks]
+        rows = [_replay(name, requests, [0] * len(requests), int(c), order, compiled)
+                for c in blocks]
         return np.array(rows, np.int64).reshape(blocks.size, stream.requests) \
             * stream.block_size
     gpu_model.__doc__ = f"{name} as a block-mode GPU model (pipeline.policies.blockmode)."
     return gpu_model
 
 
-def policy_cpu_model(name: str) -> Callable:
+def policy_cpu_model(name: str, compiled: bool = True) -> Callable:
     """CPU model of policy ``name``: CPU prefix hit tokens (from block 0) per (capacity,
-    request), placing blocks g.. of each request."""
+    request), placing blocks g.. of each request; ``compiled`` as in the GPU model."""
     def cpu_model(stream: BlockStream, gpu_hit_tokens: np.ndarray, capacities: object,
                   order: str) -> np.ndarray:
         check_order(order)
@@ -87,7 +118,7 @@ def policy_cpu_model(name: str) -> Callable:
         requests = _requests(stream)
         starts = [min(int(g), len(keys)) for g, keys in
                   zip(np.asarray(gpu_hit_tokens, np.int64) // stream.block_size, requests)]
-        rows = [_replay(name, requests, starts, int(c), order) for c in blocks]
+        rows = [_replay(name, requests, starts, int(c), order, compiled) for c in blocks]
         return np.array(rows, np.int64).reshape(blocks.size, stream.requests) \
             * stream.block_size
     cpu_model.__doc__ = f"{name} as a block-mode CPU model (pipeline.policies.blockmode)."

@@ -1,0 +1,129 @@
+"""Block-mode kernels: ``Policy.place`` compiled for the queue policies (LRU, FIFO, MRU)
+and OPT, equal per request to the classes' replay (tests/test_policies_blocks.py).
+
+A request: look its blocks up (the prefix hit: the leading blocks present), then read its
+touches (each a hit or an insertion), then evict until the tier fits, setting aside a victim
+of this request and inserting the set-aside ones again, in the order they were set aside.
+Requests with more touches than the tier's blocks are looked up and not placed."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from pipeline.policies.kernels.lists import NONE, push, unlink
+from pipeline.policies.kernels.opt import _sift_down, _sift_up
+
+__all__ = ["place_queue", "place_opt", "QUEUE_MODES"]
+
+#: the queue kernel's modes
+QUEUE_MODES = {"lru": 0, "fifo": 1, "mru": 2}
+
+
+@njit(cache=True, nogil=True)
+def place_queue(touches, t_off, lookup, l_off, capacity, k, mode):
+    """Prefix hits (blocks) per request of LRU (0), FIFO (1) or MRU (2)."""
+    requests = t_off.size - 1
+    out = np.zeros(requests, np.int64)
+    resident = np.zeros(k, np.bool_)
+    pin = np.full(k, -1, np.int64)
+    prev = np.full(k, NONE, np.int64)
+    nxt = np.full(k, NONE, np.int64)
+    ends = np.array([NONE, NONE], np.int64)
+    aside = np.empty(max(capacity, 1), np.int64)
+    used = 0
+    for r in range(requests):
+        run = 0
+        for q in range(l_off[r], l_off[r + 1]):
+            if not resident[lookup[q]]:
+                break
+            run += 1
+        out[r] = run
+        if t_off[r + 1] - t_off[r] > capacity:
+            continue
+        for q in range(t_off[r], t_off[r + 1]):
+            x = touches[q]
+            pin[x] = r
+            if resident[x]:
+                if mode != 1:
+                    unlink(ends, prev, nxt, x)
+                    push(ends, prev, nxt, x)
+            else:
+                push(ends, prev, nxt, x)
+                resident[x] = True
+                used += 1
+        held = 0
+        while used + held > capacity:
+            v = ends[0] if mode == 2 else ends[1]
+            unlink(ends, prev, nxt, v)
+            resident[v] = False
+            used -= 1
+            if pin[v] == r:
+                aside[held] = v
+                held += 1
+        for a in range(held):
+            push(ends, prev, nxt, aside[a])
+            resident[aside[a]] = True
+            used += 1
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _heap_push(heap, pos, pri, seq, size, x):
+    heap[size] = x
+    pos[x] = size
+    _sift_up(heap, pos, pri, seq, size)
+    return size + 1
+
+
+@njit(cache=True, nogil=True)
+def place_opt(touches, t_off, lookup, l_off, capacity, k, next_use):
+    """Prefix hits (blocks) per request of OPT; ``next_use`` indexes the placed touches
+    (those of requests that fit), as ``OPT``'s future."""
+    requests = t_off.size - 1
+    out = np.zeros(requests, np.int64)
+    pos = np.full(k, -1, np.int64)
+    pri = np.zeros(k, np.int64)
+    seq = np.zeros(k, np.int64)
+    heap = np.empty(k, np.int64)
+    pin = np.full(k, -1, np.int64)
+    aside = np.empty(max(capacity, 1), np.int64)
+    size = 0
+    clock = 0                                   # position in the placed touches
+    count = 0                                   # pushes so far (the tie order)
+    for r in range(requests):
+        run = 0
+        for q in range(l_off[r], l_off[r + 1]):
+            if pos[lookup[q]] == -1:
+                break
+            run += 1
+        out[r] = run
+        if t_off[r + 1] - t_off[r] > capacity:
+            continue
+        for q in range(t_off[r], t_off[r + 1]):
+            x = touches[q]
+            pin[x] = r
+            pri[x] = next_use[clock]
+            clock += 1
+            count += 1
+            seq[x] = count
+            if pos[x] != -1:
+                _sift_up(heap, pos, pri, seq, pos[x])
+            else:
+                size = _heap_push(heap, pos, pri, seq, size, x)
+        held = 0
+        while size + held > capacity:
+            v = heap[0]
+            size -= 1
+            pos[v] = -1
+            if size > 0:
+                heap[0] = heap[size]
+                _sift_down(heap, pos, pri, seq, 0, size)
+            if pin[v] == r:
+                aside[held] = v
+                held += 1
+        for a in range(held):
+            count += 1
+            seq[aside[a]] = count
+            size = _heap_push(heap, pos, pri, seq, size, aside[a])
+    return out
