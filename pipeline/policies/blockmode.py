@@ -50,14 +50,11 @@ def _prefix(tier, keys: list[int]) -> int:
 
 
 def _replay(name: str, requests: list[list[int]], starts: list[int], capacity: int,
-            order: str, compiled: bool = True) -> np.ndarray:
-    """Prefix hits (blocks) per request; request r places ``requests[r][starts[r]:]``.
-    LRU, FIFO, MRU and OPT run compiled (``kernels/blocks.py``) unless ``compiled`` is
-    False; the other policies replay their classes."""
+            order: str) -> np.ndarray:
+    """Prefix hits (blocks) per request, by the classes; request r places
+    ``requests[r][starts[r]:]``."""
     touches = [keys[start:][::-1] if order == TAIL_FIRST else keys[start:]
                for keys, start in zip(requests, starts)]
-    if compiled and name in COMPILED:
-        return _compiled(name, requests, touches, capacity)
     cls = BLOCK_POLICIES[name]
     if getattr(cls, "needs_future", False):
         tier = cls(capacity, [k for t in touches if len(t) <= capacity for k in t])
@@ -70,27 +67,52 @@ def _replay(name: str, requests: list[list[int]], starts: list[int], capacity: i
     return out
 
 
-def _flat(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
-    offsets = np.zeros(len(lists) + 1, np.int64)
-    offsets[1:] = np.cumsum([len(x) for x in lists])
-    flat = np.fromiter((k for x in lists for k in x), np.int64, count=int(offsets[-1]))
-    return flat, offsets
+def _ranges(lo: np.ndarray, lengths: np.ndarray, step: int = 1) -> np.ndarray:
+    """Concatenated ``lo[r], lo[r] + step, ...`` (``lengths[r]`` of each)."""
+    offsets = np.zeros(lengths.size + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    within = np.arange(offsets[-1], dtype=np.int64) - np.repeat(offsets[:-1], lengths)
+    return np.repeat(lo, lengths) + step * within, offsets
 
 
-def _compiled(name: str, requests: list[list[int]], touches: list[list[int]],
-              capacity: int) -> np.ndarray:
+def _compiled(name: str, stream: BlockStream, starts: np.ndarray, blocks: np.ndarray,
+              order: str) -> list[np.ndarray]:
+    """Prefix hits per capacity by the kernels of ``kernels/blocks.py``."""
     from pipeline.policies.kernels import next_use_codes
     from pipeline.policies.kernels.blocks import QUEUE_MODES, place_opt, place_queue
 
-    flat, t_off = _flat(touches)
-    lookup, l_off = _flat(requests)
-    k = int(max(flat.max(initial=-1), lookup.max(initial=-1))) + 1
-    if name == "opt":
-        placed = np.diff(t_off) <= capacity
-        future = flat[np.repeat(placed, np.diff(t_off))]
-        return place_opt(flat, t_off, lookup, l_off, capacity, max(k, 1),
-                         next_use_codes(future) if future.size else np.zeros(1, np.int64))
-    return place_queue(flat, t_off, lookup, l_off, capacity, max(k, 1), QUEUE_MODES[name])
+    codes = np.ascontiguousarray(stream.codes, dtype=np.int64)
+    first = np.asarray(stream.starts[:-1], np.int64)
+    lengths = np.asarray(stream.cacheable, np.int64)
+    index, l_off = _ranges(first, lengths)
+    lookup = codes[index]
+    if order == TAIL_FIRST:
+        index, t_off = _ranges(first + lengths - 1, lengths - starts, -1)
+    else:
+        index, t_off = _ranges(first + starts, lengths - starts)
+    touches = codes[index]
+    k = int(codes.max()) + 1 if codes.size else 1
+    rows = []
+    for capacity in blocks.tolist():
+        if name == "opt":
+            placed = np.repeat(np.diff(t_off) <= capacity, np.diff(t_off))
+            future = touches[placed]
+            next_use = next_use_codes(future) if future.size else np.zeros(1, np.int64)
+            rows.append(place_opt(touches, t_off, lookup, l_off, capacity, k, next_use))
+        else:
+            rows.append(place_queue(touches, t_off, lookup, l_off, capacity, k,
+                                    QUEUE_MODES[name]))
+    return rows
+
+
+def _model_rows(name: str, stream: BlockStream, starts: np.ndarray, blocks: np.ndarray,
+                order: str, compiled: bool) -> np.ndarray:
+    if compiled and name in COMPILED:
+        rows = _compiled(name, stream, starts, blocks, order)
+    else:
+        requests = _requests(stream)
+        rows = [_replay(name, requests, starts.tolist(), int(c), order) for c in blocks]
+    return np.array(rows, np.int64).reshape(blocks.size, stream.requests) * stream.block_size
 
 
 def policy_gpu_model(name: str, compiled: bool = True) -> Callable:
@@ -99,11 +121,8 @@ def policy_gpu_model(name: str, compiled: bool = True) -> Callable:
     def gpu_model(stream: BlockStream, capacities: object, order: str) -> np.ndarray:
         check_order(order)
         blocks = capacity_blocks(capacities, stream.block_size)
-        requests = _requests(stream)
-        rows = [_replay(name, requests, [0] * len(requests), int(c), order, compiled)
-                for c in blocks]
-        return np.array(rows, np.int64).reshape(blocks.size, stream.requests) \
-            * stream.block_size
+        starts = np.zeros(stream.requests, np.int64)
+        return _model_rows(name, stream, starts, blocks, order, compiled)
     gpu_model.__doc__ = f"{name} as a block-mode GPU model (pipeline.policies.blockmode)."
     return gpu_model
 
@@ -115,12 +134,9 @@ def policy_cpu_model(name: str, compiled: bool = True) -> Callable:
                   order: str) -> np.ndarray:
         check_order(order)
         blocks = capacity_blocks(capacities, stream.block_size)
-        requests = _requests(stream)
-        starts = [min(int(g), len(keys)) for g, keys in
-                  zip(np.asarray(gpu_hit_tokens, np.int64) // stream.block_size, requests)]
-        rows = [_replay(name, requests, starts, int(c), order, compiled) for c in blocks]
-        return np.array(rows, np.int64).reshape(blocks.size, stream.requests) \
-            * stream.block_size
+        starts = np.minimum(np.asarray(gpu_hit_tokens, np.int64) // stream.block_size,
+                            np.asarray(stream.cacheable, np.int64))
+        return _model_rows(name, stream, starts, blocks, order, compiled)
     cpu_model.__doc__ = f"{name} as a block-mode CPU model (pipeline.policies.blockmode)."
     return cpu_model
 
