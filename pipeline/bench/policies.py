@@ -172,6 +172,36 @@ def run_onepass_bench(requests: int = 2_000_000, objects: int = 100_000, points:
     return rows
 
 
+def run_block_bench(path: str, fractions: tuple[float, ...] = (0.01, 0.10, 0.50),
+                    order: str = "tail-first") -> list:
+    """Block mode on a Mooncake trace: each compiled GPU model (LRU: the ``ideal`` one pass)
+    next to its class replay, hit tokens asserted equal."""
+    from pipeline.blocks.models import GPU_MODELS
+    from pipeline.blocks.stream import block_stream
+    from pipeline.policies.blockmode import COMPILED, policy_gpu_model
+    from pipeline.workloads.mooncake import MOONCAKE_BLOCK_SIZE, read_mooncake
+
+    stream = block_stream(read_mooncake(path).blocks, MOONCAKE_BLOCK_SIZE)
+    distinct = int(stream.codes.max()) + 1
+    blocks = [int(f * distinct) for f in fractions]
+    capacities = [b * MOONCAKE_BLOCK_SIZE for b in blocks]
+    print(f"block mode: {stream.requests:,} requests, {stream.codes.size:,} block reads, "
+          f"{distinct:,} distinct blocks; GPU capacities {blocks} blocks, {order}")
+    print(f"{'model':8}{'compiled s':>12}{'classes s':>11}")
+    rows = []
+    for name in COMPILED:
+        fast = GPU_MODELS[name]
+        fast(stream, capacities[:1], order)                 # compile
+        got, fast_s = _timed(fast, stream, capacities, order)
+        expected, slow_s = _timed(policy_gpu_model(name, compiled=False), stream, capacities,
+                                  order)
+        if not np.array_equal(got, expected):
+            raise AssertionError(f"{name}: compiled block model differs from the classes")
+        rows.append({"policy": name, "compiled_s": fast_s, "classes_s": slow_s})
+        print(f"{name:8}{fast_s:>12.3f}{slow_s:>11.2f}", flush=True)
+    return rows
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options, prefixed ``--policy-`` so ``python -m pipeline bench`` can add them."""
     parser.add_argument("--policy-requests", type=int, default=2_000_000,
@@ -186,12 +216,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(comma-separated, or 'all'; default lru)")
     parser.add_argument("--policy-names", default=",".join(POLICIES),
                         help="policies to time (default all)")
+    parser.add_argument("--policy-block-trace", default=None,
+                        help="only time block mode on this Mooncake trace (compiled models "
+                             "vs their class replay)")
     parser.add_argument("--policy-no-onepass", action="store_true",
                         help="skip the unit-size one-pass table (lru, mru, opt, belady)")
 
 
 def main(args: argparse.Namespace) -> int:
     """Run the benchmark from parsed ``add_arguments`` options."""
+    if args.policy_block_trace:
+        run_block_bench(args.policy_block_trace)
+        return 0
     lcs_curve = (tuple(LCS_NAMES) if args.policy_lcs_curve == "all"
                  else tuple(args.policy_lcs_curve.split(",")))
     run_bench(args.policy_requests, args.policy_objects, args.policy_points, args.policy_seed,
