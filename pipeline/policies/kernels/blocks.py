@@ -1,5 +1,5 @@
-"""Block-mode kernels: ``Policy.place`` compiled for the queue policies (LRU, FIFO, MRU)
-and OPT, equal per request to the classes' replay (tests/test_policies_blocks.py).
+"""Block-mode kernels: ``Policy.place`` compiled for the queue policies (LRU, FIFO, MRU),
+CLOCK, SIEVE and OPT, equal per request to the classes' replay (tests/test_policies_blocks.py).
 
 A request: look its blocks up (the prefix hit: the leading blocks present), then read its
 touches (each a hit or an insertion), then evict until the tier fits, setting aside a victim
@@ -14,7 +14,7 @@ from numba import njit
 from pipeline.policies.kernels.lists import NONE, push, unlink
 from pipeline.policies.kernels.opt import _sift_down, _sift_up
 
-__all__ = ["place_queue", "place_opt", "QUEUE_MODES"]
+__all__ = ["place_queue", "place_opt", "place_ring", "QUEUE_MODES"]
 
 #: the queue kernel's modes
 QUEUE_MODES = {"lru": 0, "fifo": 1, "mru": 2}
@@ -126,4 +126,67 @@ def place_opt(touches, t_off, lookup, l_off, capacity, k, next_use):
             count += 1
             seq[aside[a]] = count
             size = _heap_push(heap, pos, pri, seq, size, aside[a])
+    return out
+
+
+@njit(cache=True, nogil=True)
+def place_ring(touches, t_off, lookup, l_off, capacity, k, sieve):
+    """Prefix hits (blocks) per request of CLOCK (1-bit counter, 0 on insertion; ``sieve``
+    False) or SIEVE (visited bit, a hand that stays; ``sieve`` True)."""
+    requests = t_off.size - 1
+    out = np.zeros(requests, np.int64)
+    resident = np.zeros(k, np.bool_)
+    bit = np.zeros(k, np.bool_)                 # CLOCK's counter / SIEVE's visited bit
+    pin = np.full(k, -1, np.int64)
+    prev = np.full(k, NONE, np.int64)
+    nxt = np.full(k, NONE, np.int64)
+    ends = np.array([NONE, NONE], np.int64)
+    aside = np.empty(max(capacity, 1), np.int64)
+    hand = NONE
+    used = 0
+    for r in range(requests):
+        run = 0
+        for q in range(l_off[r], l_off[r + 1]):
+            if not resident[lookup[q]]:
+                break
+            run += 1
+        out[r] = run
+        if t_off[r + 1] - t_off[r] > capacity:
+            continue
+        for q in range(t_off[r], t_off[r + 1]):
+            x = touches[q]
+            pin[x] = r
+            if resident[x]:
+                bit[x] = True
+            else:
+                push(ends, prev, nxt, x)
+                resident[x] = True
+                bit[x] = False
+                used += 1
+        held = 0
+        while used + held > capacity:
+            if sieve:
+                v = ends[1] if hand == NONE else hand
+                while bit[v]:
+                    bit[v] = False
+                    v = ends[1] if prev[v] == NONE else prev[v]
+                hand = prev[v]
+            else:
+                v = ends[1]
+                while bit[v]:
+                    bit[v] = False
+                    unlink(ends, prev, nxt, v)
+                    push(ends, prev, nxt, v)
+                    v = ends[1]
+            unlink(ends, prev, nxt, v)
+            resident[v] = False
+            used -= 1
+            if pin[v] == r:
+                aside[held] = v
+                held += 1
+        for a in range(held):
+            push(ends, prev, nxt, aside[a])
+            resident[aside[a]] = True
+            bit[aside[a]] = False
+            used += 1
     return out
