@@ -123,3 +123,16 @@ def test_blocks_command_takes_policy_models():
     assert mru["gpu_hit_tokens"] > 0                    # MRU keeps blocks of the cycle
     opt = run_blocks(passes=["fwd", "fwd"], gpu_model="opt", cpu=30000, cpu_model="opt")
     assert opt["passes"][1]["gpu_hit_tokens"] + opt["passes"][1]["cpu_hit_tokens"] >= 30000
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_lfu_block_kernel_resets_a_set_aside_count(order):
+    """A block of the request set aside as LFU's victim comes back at count 1 (``_insert``):
+    ``a`` (count 3) is set aside, reinserted at 1 and later evicted before ``m``."""
+    X, Y, a, n, m, p = 1, 2, 3, 4, 5, 6
+    requests = [[X]] * 5 + [[Y]] * 4 + [[a], [a], [a, n], [m], [p], [a]]
+    rows = [(r, i, key, 1) for r, keys in enumerate(requests) for i, key in enumerate(keys)]
+    stream = block_stream(pl.DataFrame(rows, schema=BLOCK_SCHEMA, orient="row"), 1)
+    expected = policy_gpu_model("lfu", compiled=False)(stream, [3], order)
+    np.testing.assert_array_equal(policy_gpu_model("lfu")(stream, [3], order), expected)
+    assert expected[0, -1] == 0

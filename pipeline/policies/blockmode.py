@@ -13,9 +13,9 @@ Registered by ``register(GPU_MODELS, CPU_MODELS)`` under the policies' names; ``
 registered as the block engine's one-pass ``ideal`` model (``pipeline/blocks/onepass.py``),
 which the tests prove equal to the class replay here. ``place`` is a request-level step
 (look up the whole prefix, read every block, then evict with the request's own blocks set
-aside and put back), not the per-access rule of the replay kernels, so FIFO, MRU, CLOCK,
-SIEVE and OPT have request-level kernels (``kernels/blocks.py``, proven equal to the
-classes); LFU, S3-FIFO and ARC replay the classes per capacity.
+aside and put back), not the per-access rule of the replay kernels, so FIFO, MRU, LFU,
+CLOCK, SIEVE and OPT have request-level kernels (``kernels/blocks.py``, proven equal to the
+classes); S3-FIFO and ARC replay the classes per capacity.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ __all__ = ["BLOCK_POLICIES", "COMPILED", "policy_gpu_model", "policy_cpu_model",
 #: name -> class with ``place``: the registry, with LRU on the shared base
 BLOCK_POLICIES = {**POLICIES, "lru": LRU}
 #: policies whose block mode runs compiled (``kernels/blocks.py``)
-COMPILED = ("lru", "fifo", "mru", "clock", "sieve", "opt")
+COMPILED = ("lru", "fifo", "mru", "lfu", "clock", "sieve", "opt")
 
 
 def _requests(stream: BlockStream) -> list[list[int]]:
@@ -80,7 +80,8 @@ def _compiled(name: str, stream: BlockStream, starts: np.ndarray, blocks: np.nda
               order: str) -> list[np.ndarray]:
     """Prefix hits per capacity by the kernels of ``kernels/blocks.py``."""
     from pipeline.policies.kernels import next_use_codes
-    from pipeline.policies.kernels.blocks import QUEUE_MODES, place_opt, place_queue, place_ring
+    from pipeline.policies.kernels.blocks import (QUEUE_MODES, place_lfu, place_opt,
+                                                 place_queue, place_ring)
 
     codes = np.ascontiguousarray(stream.codes, dtype=np.int64)
     first = np.asarray(stream.starts[:-1], np.int64)
@@ -100,6 +101,8 @@ def _compiled(name: str, stream: BlockStream, starts: np.ndarray, blocks: np.nda
             future = touches[placed]
             next_use = next_use_codes(future) if future.size else np.zeros(1, np.int64)
             rows.append(place_opt(touches, t_off, lookup, l_off, capacity, k, next_use))
+        elif name == "lfu":
+            rows.append(place_lfu(touches, t_off, lookup, l_off, capacity, k))
         elif name in ("clock", "sieve"):
             rows.append(place_ring(touches, t_off, lookup, l_off, capacity, k,
                                    name == "sieve"))

@@ -1,5 +1,5 @@
 """Block-mode kernels: ``Policy.place`` compiled for the queue policies (LRU, FIFO, MRU),
-CLOCK, SIEVE and OPT, equal per request to the classes' replay (tests/test_policies_blocks.py).
+CLOCK, SIEVE, LFU and OPT, equal per request to the classes' replay (tests/test_policies_blocks.py).
 
 A request: look its blocks up (the prefix hit: the leading blocks present), then read its
 touches (each a hit or an insertion), then evict until the tier fits, setting aside a victim
@@ -13,8 +13,9 @@ from numba import njit
 
 from pipeline.policies.kernels.lists import NONE, push, unlink
 from pipeline.policies.kernels.opt import _sift_down, _sift_up
+from pipeline.policies.kernels.simple import _bucket_push, _bucket_unlink
 
-__all__ = ["place_queue", "place_opt", "place_ring", "QUEUE_MODES"]
+__all__ = ["place_queue", "place_opt", "place_ring", "place_lfu", "QUEUE_MODES"]
 
 #: the queue kernel's modes
 QUEUE_MODES = {"lru": 0, "fifo": 1, "mru": 2}
@@ -188,5 +189,72 @@ def place_ring(touches, t_off, lookup, l_off, capacity, k, sieve):
             push(ends, prev, nxt, aside[a])
             resident[aside[a]] = True
             bit[aside[a]] = False
+            used += 1
+    return out
+
+
+@njit(cache=True, nogil=True)
+def place_lfu(touches, t_off, lookup, l_off, capacity, k):
+    """Prefix hits (blocks) per request of LFU (in-cache counts, ties to the oldest of the
+    lowest count; a set-aside block is inserted again at count 1, as ``LFU._insert``)."""
+    requests = t_off.size - 1
+    out = np.zeros(requests, np.int64)
+    resident = np.zeros(k, np.bool_)
+    freq = np.zeros(k, np.int64)
+    pin = np.full(k, -1, np.int64)
+    prev = np.full(k, NONE, np.int64)
+    nxt = np.full(k, NONE, np.int64)
+    top = touches.size + 2
+    bhead = np.full(top, NONE, np.int64)        # per count: newest
+    btail = np.full(top, NONE, np.int64)        # per count: oldest (the victim)
+    bcount = np.zeros(top, np.int64)
+    aside = np.empty(max(capacity, 1), np.int64)
+    low = 1                                     # <= the lowest non-empty count
+    used = 0
+    for r in range(requests):
+        run = 0
+        for q in range(l_off[r], l_off[r + 1]):
+            if not resident[lookup[q]]:
+                break
+            run += 1
+        out[r] = run
+        if t_off[r + 1] - t_off[r] > capacity:
+            continue
+        for q in range(t_off[r], t_off[r + 1]):
+            x = touches[q]
+            pin[x] = r
+            if resident[x]:
+                f = freq[x]
+                _bucket_unlink(bhead, btail, prev, nxt, f, x)
+                bcount[f] -= 1
+                freq[x] = f + 1
+                _bucket_push(bhead, btail, prev, nxt, f + 1, x)
+                bcount[f + 1] += 1
+            else:
+                freq[x] = 1
+                _bucket_push(bhead, btail, prev, nxt, 1, x)
+                bcount[1] += 1
+                low = 1
+                resident[x] = True
+                used += 1
+        held = 0
+        while used + held > capacity:
+            while bcount[low] == 0:
+                low += 1
+            v = btail[low]
+            _bucket_unlink(bhead, btail, prev, nxt, low, v)
+            bcount[low] -= 1
+            resident[v] = False
+            used -= 1
+            if pin[v] == r:
+                aside[held] = v
+                held += 1
+        for a in range(held):
+            x = aside[a]
+            freq[x] = 1
+            _bucket_push(bhead, btail, prev, nxt, 1, x)
+            bcount[1] += 1
+            low = 1
+            resident[x] = True
             used += 1
     return out
