@@ -136,3 +136,14 @@ def test_lfu_block_kernel_resets_a_set_aside_count(order):
     expected = policy_gpu_model("lfu", compiled=False)(stream, [3], order)
     np.testing.assert_array_equal(policy_gpu_model("lfu")(stream, [3], order), expected)
     assert expected[0, -1] == 0
+
+
+def test_arc_place_drops_the_ghost_of_a_set_aside_block():
+    """Placing [2, 6] in ARC(2) sets both aside after ``_replace`` made them B1 ghosts; put
+    back, they are resident and not ghosts, and the ghost sizes add up (it used to raise
+    KeyError later, on the Mooncake trace at 439 blocks)."""
+    tier = POLICIES["arc"](2)
+    for keys in ([4], [4], [2, 6]):
+        tier.place(keys, 1)
+    assert tier.keys() == [2, 6] and not set(tier._b1) & {2, 6}
+    assert tier._b1_size == sum(tier._b1.values()) and tier._b2_size == sum(tier._b2.values())
