@@ -6,7 +6,7 @@ import argparse
 
 from kvlab.scenario import non_negative_int, pass_list
 
-__all__ = ["int_list", "non_negative_int", "pass_list", "positive_int"]
+__all__ = ["int_list", "non_negative_int", "pass_list", "plural", "positive_int"]
 
 
 def int_list(text: str) -> list[int]:
@@ -30,3 +30,8 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
     return value
+
+
+def plural(count: int, noun: str) -> str:
+    """``"1 request"``, ``"2 requests"``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"

@@ -2,13 +2,16 @@
 
 Each command is a module in ``COMMANDS`` that offers ``HELP`` (one line),
 ``add_arguments(parser)`` and ``main(args) -> int``; this module builds one argparse parser
-from them and turns a ``CLIError`` into one line on stderr and exit status 1.
+from them and turns a ``CLIError`` into one line on stderr and exit status 1, and a closed
+stdout (``| head``) into a quiet exit 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import io
+import os
 import sys
 from types import ModuleType
 
@@ -25,6 +28,8 @@ COMMANDS = {
     "blocks": "pipeline.blocks.command",
     "trace": "pipeline.replay.command",
     "policies": "pipeline.policies.command",
+    "measure": "pipeline.measure.cli",
+    "plan": "pipeline.plan",
 }
 
 
@@ -58,12 +63,29 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """Parse ``argv`` and run the command; 1 with one line on stderr on a user error."""
     if prog is None:
         prog = "kvlab" if sys.argv and sys.argv[0].endswith("kvlab") else PROG
-    args = build_parser(prog).parse_args(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(prog)
     try:
-        return args.handler(args)
+        args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+        status = args.handler(args)
+        sys.stdout.flush()
+        return status
     except CLIError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        _silence_stdout()
+        return 1
+
+
+def _silence_stdout() -> None:
+    """The reader of stdout left (``... | head``): as the Python docs (signal, "Note on
+    SIGPIPE") recommend, point stdout at devnull so that the flush at exit raises no second
+    BrokenPipeError, and exit 1 without a traceback."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass                                          # stdout is no real file (tests)
 
 
 def run_command(name: str, argv: list[str] | None = None) -> int:

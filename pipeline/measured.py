@@ -14,14 +14,18 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 
 import polars as pl
 
+from kvlab.make_exports import is_synthetic
 from kvlab.scenario import non_negative_int
 from kvlab.summarize import InputError, write_json_atomic
 from pipeline.attribution import attribute_tiers
 from pipeline.config import LAB_CPU, LAB_GPU, LAB_TOKENS
+from pipeline.arguments import positive_int
 from pipeline.errors import CLIError
+from pipeline.measured_setup import resolve_setup
 from pipeline.summary import stats_table, summary, tier_table
 from pipeline.verdicts import separation_notes
 from pipeline.workloads.measured_file import load_measured
@@ -32,12 +36,15 @@ HELP = "summarize a measured TTFT file and attribute its requests to tiers"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``measured``."""
     parser.add_argument("input", help="measured TTFT file, one JSON object per line")
-    parser.add_argument("--gpu", type=non_negative_int, default=LAB_GPU,
-                        help="GPU KV capacity in tokens (default %(default)s)")
-    parser.add_argument("--cpu", type=non_negative_int, default=LAB_CPU,
-                        help="lmcache's CPU tier capacity in tokens (default %(default)s)")
-    parser.add_argument("--tokens", type=non_negative_int, default=LAB_TOKENS,
-                        help="tokens per document in the simulator's units (default %(default)s)")
+    parser.add_argument("--gpu", type=non_negative_int,
+                        help="GPU KV capacity in tokens (default: the file's measured setup, "
+                             f"see --help of run; the lab's {LAB_GPU} for the bundled file)")
+    parser.add_argument("--cpu", type=non_negative_int,
+                        help="lmcache's CPU tier capacity in tokens (default: the measured "
+                             f"setup's; the lab's {LAB_CPU})")
+    parser.add_argument("--tokens", type=positive_int,
+                        help="tokens per document in the simulator's units (default: the "
+                             f"measured setup's; the lab's {LAB_TOKENS})")
     parser.add_argument("--json", metavar="OUT",
                         help="also write the summary (as kvlab/summarize.py) to OUT, atomically")
 
@@ -58,13 +65,18 @@ def main(args: argparse.Namespace) -> int:
             write_json_atomic(args.json, summary(df))
         except OSError as exc:
             raise CLIError(f"{args.json}: cannot write output ({exc.strerror or exc})") from None
-    attributed = attribute_tiers(df, args.gpu, args.cpu, args.tokens)
+    setup = resolve_setup(args.input, is_synthetic(args.input))
+    chosen = {"gpu": args.gpu, "cpu": args.cpu, "tokens": args.tokens}
+    if any(value is not None for value in chosen.values()):     # a what-if: flags win
+        setup = replace(setup, **{k: v for k, v in chosen.items() if v is not None},
+                        origin="--gpu/--cpu/--tokens over " + setup.origin)
+    attributed = attribute_tiers(df, setup.gpu, setup.cpu, setup.tokens)
     with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_hide_dataframe_shape=True,
                    tbl_hide_column_data_types=True, tbl_width_chars=200):
         print(f"TTFT per config and pass ({args.input}):")
         print(_for_display(stats_table(df)))
-        print(f"\nTTFT per predicted tier (GPU {args.gpu} tokens; lmcache CPU {args.cpu} "
-              f"tokens; {args.tokens} tokens per doc):")
+        print(f"\nTTFT per predicted tier (GPU {setup.gpu} tokens; lmcache CPU {setup.cpu} "
+              f"tokens; {setup.tokens} tokens per doc; {setup.origin}):")
         print(_for_display(tier_table(attributed)))
     print("\n" + "\n".join(separation_notes(attributed) or ["(no pass has two or more tiers)"]))
     return 0

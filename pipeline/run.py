@@ -8,24 +8,29 @@ inputs are validated before anything is written.
 from __future__ import annotations
 
 import argparse
-import json
+import math
 import sys
-import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
 
 from kvlab import make_exports
-from kvlab.scenario import run as run_scenario
-from kvlab.summarize import InputError, write_json_atomic
+from kvlab.summarize import InputError
 from pipeline import latency, report, sweeps
-from pipeline.arguments import int_list, non_negative_int, pass_list, positive_int
+from pipeline.arguments import int_list, non_negative_int, pass_list, plural, positive_int
 from pipeline.attribution import attribute_tiers
-from pipeline.config import (CPU_CLIFF_CAPACITIES, CPU_CLIFF_GPU, EVENTS_DIR, EXPORTS_DIR,
-                             GPU_CLIFF_CAPACITIES, KVLAB_DIR, LAB_CPU, LAB_DOCS, LAB_PASSES,
+from pipeline.config import (CPU_CLIFF_CAPACITIES, CPU_CLIFF_GPU, EVENTS_DIR,
+                             GPU_CLIFF_CAPACITIES, LAB_CPU, LAB_DOCS, LAB_PASSES,
                              LAB_TOKENS, REAL_MEASURED, REPORT_PATH)
 from pipeline.errors import CLIError
+from pipeline.measured_setup import (FIELDS as SETUP_FIELDS, LAB_SETUP, MAX_VALUE,
+                                     MeasuredSetup, check_docs, prediction_problem,
+                                     resolve_setup)
+from pipeline.run_exports import (EXPORT_NAMES, exports_folder, lab_differences,
+                                  params_document, scenario_exports)
+from pipeline.staging import Outputs, check_target, json_bytes, parquet_bytes
 from pipeline.simulate import METHODS
 from pipeline.summary import summary
 from pipeline.verdicts import separation_notes
@@ -39,9 +44,9 @@ HELP = "exports, sweeps, aggregates, measured summary, report"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``run``."""
     workload = parser.add_argument_group("workload")
-    workload.add_argument("--docs", type=non_negative_int, default=LAB_DOCS,
+    workload.add_argument("--docs", type=positive_int, default=LAB_DOCS,
                           help="documents reused as prefixes (default %(default)s)")
-    workload.add_argument("--tokens", type=non_negative_int, default=LAB_TOKENS,
+    workload.add_argument("--tokens", type=positive_int, default=LAB_TOKENS,
                           help="KV tokens per document (default %(default)s)")
     workload.add_argument("--passes", type=pass_list, default=list(LAB_PASSES),
                           help="reading orders, comma-separated fwd/rev, at least two: the cliffs "
@@ -49,17 +54,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                "cpu_cliff.json are written only when it starts with fwd,fwd)")
     grids = parser.add_argument_group("capacity grids (tokens)")
     grids.add_argument("--gpu-capacities", type=int_list,
-                       help="GPU capacities of the GPU cliff (default: 0..1.25x the working set, "
-                            "every k*tokens-1/k*tokens edge and the lab's points "
-                            f"{','.join(map(str, GPU_CLIFF_CAPACITIES))})")
+                       help="GPU capacities of the GPU cliff (default: --points even steps over "
+                            "0..1.25x the working set, the k*tokens-1/k*tokens edges when there "
+                            "are at most --points of them, and the marked points: the lab's "
+                            f"{','.join(map(str, GPU_CLIFF_CAPACITIES))} scaled to the working "
+                            "set, which are exactly those for the lab's workload)")
     grids.add_argument("--cpu-capacities", type=int_list,
                        help="CPU capacities of the CPU cliff (default: same range, with the "
-                            f"lab's points {','.join(map(str, CPU_CLIFF_CAPACITIES))})")
+                            f"lab's points {','.join(map(str, CPU_CLIFF_CAPACITIES))} scaled "
+                            "the same way)")
     grids.add_argument("--cpu-sweep-gpu", type=non_negative_int, default=CPU_CLIFF_GPU,
-                       help="fixed GPU capacity of the CPU cliff (default %(default)s)")
+                       help="fixed GPU capacity of the CPU cliff; also the GPU of cyclic.json, "
+                            "baseline.json and offload.json and of the report's tier breakdown "
+                            "(default %(default)s; the measured file's attribution uses its "
+                            "own setup, see --measured-gpu)")
     grids.add_argument("--offload-cpu", type=non_negative_int, default=LAB_CPU,
-                       help="CPU capacity of the offload setup and of lmcache's tier "
-                            "attribution (default %(default)s)")
+                       help="CPU capacity of offload.json and of the report's tier breakdown; "
+                            "0 = no CPU tier (default %(default)s)")
     grids.add_argument("--points", type=positive_int, default=64,
                        help="evenly spaced points in each default cliff grid (default %(default)s)")
     grids.add_argument("--grid-steps", type=positive_int, default=13,
@@ -73,26 +84,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     paths.add_argument("--measured", type=Path,
                        help=f"measured TTFT jsonl (default: {REAL_MEASURED} if present, "
                             "else the bundled synthetic data/ttft.jsonl)")
+    setup = parser.add_argument_group(
+        "the measured file's own setup (default: the lab's for the bundled file and the real "
+        "fixture; else a sidecar NAME.setup.json beside the file and these flags, flags winning; "
+        "with neither the lab's setup is assumed and the outputs say so)")
+    for field, kind, meaning in (("docs", positive_int, "documents"),
+                                 ("tokens", positive_int, "KV tokens per document"),
+                                 ("gpu", non_negative_int, "GPU KV capacity in tokens"),
+                                 ("cpu", non_negative_int, "lmcache's CPU tier in tokens")):
+        setup.add_argument(f"--measured-{field}", type=kind, metavar="N",
+                           help=f"{meaning} when the file was measured")
     paths.add_argument("--events-dir", type=Path, default=EVENTS_DIR,
                        help="folder for the Parquet event logs and aggregates "
                             "(default data/events)")
     paths.add_argument("--exports-dir", type=Path,
-                       help="folder for the six JSON exports (default kvlab/ for the lab's "
-                            "workload, data/exports/ for any other)")
+                       help="folder for the JSON exports (default kvlab/ only for exactly the "
+                            "lab's run: workload, --cpu-sweep-gpu, --offload-cpu and measured "
+                            "file; data/exports/ with params.json for any other)")
     paths.add_argument("--report", type=Path, default=REPORT_PATH,
                        help="HTML report to write (default reports/index.html)")
     paths.add_argument("--quiet", action="store_true", help="no progress lines")
-
-
-def _writable_dir(path: Path, what: str) -> Path:
-    """Create ``path`` if needed and prove we can write there, or raise CLIError."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
-            pass
-    except OSError as exc:
-        raise CLIError(f"{what} {path}: cannot write there ({exc.strerror or exc})") from None
-    return path
 
 
 def _with_spec(values: list[int] | None, default: tuple[int, ...], spec: tuple[int, ...]
@@ -100,11 +111,19 @@ def _with_spec(values: list[int] | None, default: tuple[int, ...], spec: tuple[i
     return tuple(sorted(set(values) | set(spec))) if values else default
 
 
+def marked(workload: DocumentWorkload) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(GPU cliff points, CPU cliff points) marked in the charts and exported: the lab's
+    points for the lab's workload, else derived from this one (``sweeps.marked_points``)."""
+    return (sweeps.marked_points(workload, GPU_CLIFF_CAPACITIES),
+            sweeps.marked_points(workload, CPU_CLIFF_CAPACITIES))
+
+
 def plan_sweeps(args: argparse.Namespace, workload: DocumentWorkload) -> list[sweeps.Sweep]:
-    """The three sweeps from the options; the lab's spec points are always included, and
-    the CPU cliff also holds the offload setup's CPU capacity (the report's tier breakdown)."""
-    gpu_spec = GPU_CLIFF_CAPACITIES
-    cpu_spec = tuple(sorted({*CPU_CLIFF_CAPACITIES, args.offload_cpu}))
+    """The three sweeps from the options; the marked points are always included, and the CPU
+    cliff also holds the offload setup's CPU capacity (the report's tier breakdown)."""
+    gpu_points, cpu_points = marked(workload)
+    gpu_spec = gpu_points
+    cpu_spec = tuple(sorted({*cpu_points, args.offload_cpu}))
     gpu_cliff, cpu_cliff, grid = sweeps.default_sweeps(
         workload, gpu_spec, cpu_spec, args.cpu_sweep_gpu, args.points, args.grid_steps)
     return [
@@ -117,96 +136,159 @@ def plan_sweeps(args: argparse.Namespace, workload: DocumentWorkload) -> list[sw
     ]
 
 
-def scenario_exports(workload: DocumentWorkload, aggregates: pl.DataFrame, gpu: int,
-                     cpu: int) -> dict[str, object]:
-    """The simulator exports. The two cliffs (second pass of fwd,fwd) come from the sweep
-    aggregates, so they are left out when the workload's passes do not start with fwd,fwd."""
-    common = {"gpu": gpu, "docs": workload.docs, "tokens": workload.tokens}
-    exports: dict[str, object] = {
-        "cyclic.json": run_scenario(passes=["fwd", "fwd"], **common),
-        "baseline.json": run_scenario(passes=["fwd", "fwd", "rev"], **common),
-        "offload.json": run_scenario(passes=["fwd", "fwd", "rev"], cpu=cpu, **common),
-    }
-    if workload.passes[:2] == ("fwd", "fwd"):
-        exports["cliff.json"] = sweeps.cliff_export(aggregates,
-                                                    GPU_CLIFF_CAPACITIES)
-        exports["cpu_cliff.json"] = sweeps.cpu_cliff_export(aggregates,
-                                                            CPU_CLIFF_CAPACITIES)
-    return exports
-
-
-def run_all(args: argparse.Namespace) -> dict[str, Path]:
-    """Run everything; return the paths written. Raises CLIError on bad input."""
-    say = (lambda message: None) if args.quiet else (
-        lambda message: print(f"[kvlab] {message}", file=sys.stderr, flush=True))
+def _workload(args: argparse.Namespace) -> DocumentWorkload:
+    """The swept workload; CLIError on bad options or sizes beyond what int64 holds."""
     try:
         workload = DocumentWorkload(args.docs, args.tokens, tuple(args.passes))
     except ValueError as exc:
         raise CLIError(str(exc)) from None
     if len(workload.passes) < 2:
         raise CLIError("--passes needs at least two passes: the cliffs are second-pass results")
+    if workload.working_set > MAX_VALUE // 2:
+        raise CLIError(f"--docs x --tokens = {workload.working_set} tokens: the working set "
+                       f"must stay below 2**61 (the sweeps reach 1.25 x it in int64)")
+    for option in ("gpu_capacities", "cpu_capacities", "grid_gpu", "grid_cpu"):
+        for value in getattr(args, option) or ():
+            if value > MAX_VALUE:
+                raise CLIError(f"--{option.replace('_', '-')}: capacity {value} is beyond 2**62 "
+                               "(capacities are int64 tokens)")
+    for option in ("cpu_sweep_gpu", "offload_cpu"):
+        if getattr(args, option) > MAX_VALUE:
+            raise CLIError(f"--{option.replace('_', '-')} {getattr(args, option)}: beyond 2**62 "
+                           "(capacities are int64 tokens)")
+    return workload
+
+
+def _measured(args: argparse.Namespace, say: Callable[[str], None]
+              ) -> tuple[str, pl.DataFrame, dict[str, object], MeasuredSetup]:
+    """(source, requests, its three exports, its setup), all validated; nothing written."""
+    source, _ = make_exports.measured_source(str(args.measured) if args.measured else None)
+    try:
+        requests = load_measured(source)
+        documents = make_exports.measured_exports(source)
+    except InputError as exc:
+        raise CLIError(str(exc)) from None
+    synthetic = documents["measured_source.json"]["synthetic"]
+    setup = resolve_setup(source, synthetic, {field: getattr(args, f"measured_{field}")
+                                              for field in SETUP_FIELDS})
+    try:
+        check_docs(requests, setup, source)
+    except CLIError as exc:
+        if setup != LAB_SETUP:
+            raise
+        say(f"warning: {exc}")          # the lab's own file is never refused for its numbering
+    return source, requests, documents, setup
+
+
+def _model_lines(attributed: pl.DataFrame, latencies: latency.Latencies) -> list[str]:
+    """One line per (config, pass): predicted vs measured mean TTFT of the measured file."""
+    lines = []
+    for row in latency.model_check(attributed, latencies).iter_rows(named=True):
+        head = f"latency model, {row['config']} {row['pass']}"
+        if row["predicted_ms"] is None:
+            lines.append(f"{head}: a tier has no measured latency")
+            continue
+        error = row["error_pct"]
+        shown = f"{error:+}%" if error is not None and math.isfinite(error) else \
+            "error n/a: measured mean is 0 ms"
+        lines.append(f"{head}: predicted mean {row['predicted_ms']} ms vs measured "
+                     f"{row['measured_ms']} ms ({shown})")
+    return lines
+
+
+def run_all(args: argparse.Namespace) -> dict[str, Path]:
+    """Run everything; return the folders written. Raises CLIError on bad input.
+
+    Every input and output target is checked, and every output built in memory, before
+    anything is written; then all files are renamed into place together (pipeline.staging).
+    """
+    say = (lambda message: None) if args.quiet else (
+        lambda message: print(f"[kvlab] {message}", file=sys.stderr, flush=True))
+    workload = _workload(args)
+    source, requests, measured_documents, setup = _measured(args, say)
+    differences = lab_differences(workload, args.cpu_sweep_gpu, args.offload_cpu, setup,
+                                  source)
+    exports_dir = exports_folder(args.exports_dir, differences)
+    provenance = measured_documents["measured_source.json"]
+    events_dir = Path(args.events_dir)
+    report_path = Path(args.report)
+    for target, what in ((events_dir / "aggregates.parquet", "--events-dir"),
+                         (exports_dir / "measured.json", "--exports-dir"),
+                         (report_path, "--report")):
+        check_target(target, what)
+    kind = "SYNTHETIC bundled stand-in" if provenance["synthetic"] else "real"
+    say(f"measured input: {source} ({kind}, {plural(requests.height, 'request')}); measured "
+        f"under {setup.describe()}")
     if workload.passes[:2] != ("fwd", "fwd"):
         say("passes do not start with fwd,fwd: cliff.json and cpu_cliff.json (defined on "
             "fwd,fwd) are not written")
-    is_lab = (workload.docs, workload.tokens) == (LAB_DOCS, LAB_TOKENS)
-    exports_dir = args.exports_dir or (KVLAB_DIR if is_lab else EXPORTS_DIR)
-    source, synthetic = make_exports.measured_source(
-        str(args.measured) if args.measured else None)
-    try:
-        requests = load_measured(source)
-    except InputError as exc:
-        raise CLIError(str(exc)) from None
-    events_dir = _writable_dir(Path(args.events_dir), "--events-dir")
-    exports_dir = _writable_dir(Path(exports_dir), "--exports-dir")
-    _writable_dir(Path(args.report).parent, "--report folder")
-    say(f"measured input: {source} ({'SYNTHETIC bundled stand-in' if synthetic else 'real'}, "
-        f"{requests.height} requests)")
+    if differences:
+        say(f"not the lab's run ({'; '.join(differences)}): exports go to {exports_dir} "
+            "with params.json")
+    if (workload.docs, workload.tokens) != (setup.docs, setup.tokens):
+        say(f"the swept workload ({workload.docs} x {workload.tokens}) differs from the "
+            f"measured setup ({setup.docs} x {setup.tokens}): measured requests are "
+            "attributed under the measured setup")
+    problem = prediction_problem(setup, workload.tokens)
 
     plan = plan_sweeps(args, workload)
     say(f"sweeping {sum(s.pairs for s in plan)} capacity pairs x {workload.accesses().height} "
         f"accesses ({args.method} method)")
-    aggregates = sweeps.run_sweeps(workload, plan, events_dir, args.method, progress=say)
+    events, aggregates = sweeps.sweep_frames(workload, plan, args.method, progress=say)
 
-    for name, document in scenario_exports(workload, aggregates, args.cpu_sweep_gpu,
-                                           args.offload_cpu).items():
-        write_json_atomic(str(exports_dir / name), document)
-    try:
-        provenance = make_exports.export_measured(source, str(exports_dir))
-    except InputError as exc:
-        raise CLIError(str(exc)) from None
-    exported_summary = json.loads((exports_dir / "measured.json").read_text(encoding="utf-8"))
-    if summary(requests) != exported_summary:
+    outputs = Outputs()
+    for name, frame in events.items():
+        outputs.add(events_dir / f"{name}.parquet", parquet_bytes(frame), "--events-dir")
+    outputs.add(events_dir / "aggregates.parquet", parquet_bytes(aggregates), "--events-dir")
+
+    gpu_points, cpu_points = marked(workload)
+    exports = {**scenario_exports(workload, aggregates, args.cpu_sweep_gpu, args.offload_cpu,
+                                  gpu_points, cpu_points), **measured_documents}
+    if summary(requests) != exports["measured.json"]:
         raise CLIError("internal check failed: the polars summary differs from the "
-                       "measured.json that kvlab/summarize.py wrote")
+                       "measured.json that kvlab/summarize.py builds")
+    if differences:
+        exports["params.json"] = params_document(
+            workload, args.cpu_sweep_gpu, args.offload_cpu, setup, provenance, problem,
+            differences, [*exports, "params.json"])
+    for name, document in exports.items():
+        outputs.add(exports_dir / name, document if isinstance(document, bytes)
+                    else json_bytes(document), "--exports-dir")
+    for name in EXPORT_NAMES:
+        if name not in exports:
+            outputs.remove(exports_dir / name)
 
-    attributed = attribute_tiers(requests, gpu_capacity=args.cpu_sweep_gpu,
-                                          cpu_capacity=args.offload_cpu,
-                                          tokens=workload.tokens)
-    sweeps.write_parquet_atomic(attributed, events_dir / "measured_requests.parquet")
+    attributed = attribute_tiers(requests, gpu_capacity=setup.gpu, cpu_capacity=setup.cpu,
+                                 tokens=setup.tokens)
+    outputs.add(events_dir / "measured_requests.parquet", parquet_bytes(attributed),
+                "--events-dir")
     for note in separation_notes(attributed):
         say(note)
     latencies = latency.latency_model(attributed)
-    predicted = latency.predict(aggregates, latencies)
-    sweeps.write_parquet_atomic(predicted, events_dir / "predicted_ttft.parquet")
-    for row in latency.model_check(attributed, latencies).iter_rows(named=True):
-        say(f"latency model, {row['config']} {row['pass']}: predicted mean "
-            f"{row['predicted_ms']} ms vs measured {row['measured_ms']} ms "
-            f"({row['error_pct']:+}%)" if row["predicted_ms"] is not None else
-            f"latency model, {row['config']} {row['pass']}: a tier has no measured latency")
+    for line in _model_lines(attributed, latencies):
+        say(line)
+    predicted = None
+    if problem is None:
+        predicted = latency.predict(aggregates, latencies)
+        outputs.add(events_dir / "predicted_ttft.parquet", parquet_bytes(predicted),
+                    "--events-dir")
+    else:
+        say(problem)
+        outputs.remove(events_dir / "predicted_ttft.parquet")
 
     scenario = {"docs": workload.docs, "tokens": workload.tokens,
                 "passes": list(workload.passes),
-                "gpu_spec_points": list(GPU_CLIFF_CAPACITIES),
-                "cpu_spec_points": list(CPU_CLIFF_CAPACITIES),
+                "gpu_spec_points": list(gpu_points), "cpu_spec_points": list(cpu_points),
                 "cpu_sweep_gpu": args.cpu_sweep_gpu, "offload_cpu": args.offload_cpu}
-    html = report.write_report(Path(args.report), aggregates=aggregates, requests=attributed,
-                               provenance=provenance, scenario=scenario, predicted=predicted,
-                               latencies=latencies)
-    written = {"events": events_dir, "exports": exports_dir, "report": Path(html)}
+    shown = {**provenance, "setup": setup.describe(), "prediction_note": problem}
+    html = report.render_html(aggregates, attributed, shown, scenario, predicted,
+                              latencies if predicted is not None else None)
+    outputs.add(report_path, html.encode("utf-8"), "--report")
+    outputs.commit()
     print(f"Parquet event logs and aggregates: {events_dir}")
     print(f"JSON exports:                      {exports_dir}")
-    print(f"HTML report:                       {html}")
-    return written
+    print(f"HTML report:                       {report_path}")
+    return {"events": events_dir, "exports": exports_dir, "report": report_path}
 
 
 def main(args: argparse.Namespace) -> int:

@@ -18,7 +18,7 @@ import polars as pl
 
 from kvlab.kvsim import TwoTierCache
 from pipeline.stackdist import COLD, stack_distances
-from pipeline.tiers import TIER, TIER_CODES, TIERS
+from pipeline.tiers import TIER, TIER_CODES
 from pipeline.twotier import two_tier_states
 from pipeline.workloads.documents import ACCESS_SCHEMA
 
@@ -108,14 +108,21 @@ def simulate(accesses: pl.DataFrame, gpu_capacities: Sequence[int],
         results = [[_replay_direct(keys, sizes, gpu, cpu) for cpu in cpus] for gpu in gpus]
     else:
         results = _replay_onepass(keys, sizes, gpus, cpus)
-    frames = []
-    for gpu, columns in zip(gpus, results):
-        for cpu, result in zip(cpus, columns):
-            frames.append(accesses.with_columns(
-                pl.lit(gpu, dtype=pl.Int64).alias("gpu_capacity"),
-                pl.lit(cpu, dtype=pl.Int64).alias("cpu_capacity"),
-                pl.Series("tier", np.asarray(TIERS)[result["tier"]], dtype=TIER),
-                *(pl.Series(name, result[name], dtype=RESULT_SCHEMA[name])
-                  for name in ("gpu_used", "cpu_used", "gpu_evicted", "cpu_evicted")),
-            ))
-    return pl.concat(frames).select(*ACCESS_SCHEMA.names(), *RESULT_SCHEMA.names())
+    pairs = [(gpu, cpu, result) for gpu, columns in zip(gpus, results)
+             for cpu, result in zip(cpus, columns)]
+    n = accesses.height
+
+    def column(name: str) -> np.ndarray:
+        return np.concatenate([result[name] for _, _, result in pairs]) if pairs else []
+
+    results_frame = pl.DataFrame([
+        pl.Series("gpu_capacity", np.repeat([gpu for gpu, _, _ in pairs], n), dtype=pl.Int64),
+        pl.Series("cpu_capacity", np.repeat([cpu for _, cpu, _ in pairs], n), dtype=pl.Int64),
+        # the tier column straight from the int8 codes: no per-pair string arrays
+        pl.Series("tier", column("tier"), dtype=pl.Int8).cat.to(TIER),
+        *(pl.Series(name, column(name), dtype=RESULT_SCHEMA[name])
+          for name in ("gpu_used", "cpu_used", "gpu_evicted", "cpu_evicted")),
+    ])
+    repeated = pl.concat([accesses] * len(pairs), rechunk=True)
+    return pl.concat([repeated, results_frame], how="horizontal").select(
+        *ACCESS_SCHEMA.names(), *RESULT_SCHEMA.names())

@@ -6,7 +6,7 @@ Three sweeps over one workload, each a grid of (GPU, CPU) capacity pairs:
 * ``cpu_cliff``: GPU fixed, CPU capacity over the same range;
 * ``grid``: a coarse GPU x CPU grid for a heatmap.
 
-Events and aggregates are written with pyarrow (zstd), each file atomically.
+Events and aggregates are written as zstd Parquet (``pipeline.staging``), atomically.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-import pyarrow.parquet as pq
 
 from kvlab.summarize import atomic_output
+from pipeline.config import LAB_DOCS, LAB_TOKENS
 from pipeline.simulate import check_capacities, simulate
+from pipeline.staging import parquet_bytes
 from pipeline.workloads.documents import DocumentWorkload
 
 SWEEPS = ("gpu_cliff", "cpu_cliff", "grid")
@@ -50,13 +51,33 @@ class Sweep:
         return len(self.gpu_capacities) * len(self.cpu_capacities)
 
 
+def marked_points(workload: DocumentWorkload, lab_points: Sequence[int],
+                  lab_working_set: int = LAB_DOCS * LAB_TOKENS) -> tuple[int, ...]:
+    """The capacities a cliff marks and exports for ``workload``: the working set and one
+    token less (the edge), and the lab's other points scaled to this working set (rounded
+    half up, exact integer arithmetic). For the lab's workload these are the lab's points.
+
+    >>> marked_points(DocumentWorkload(20, 4096), (21520, 50109, 50110, 56000))
+    (35181, 81919, 81920, 91549)
+    """
+    ws = workload.working_set
+    edge = {lab_working_set - 1, lab_working_set}
+    scaled = {(2 * point * ws + lab_working_set) // (2 * lab_working_set)
+              for point in lab_points if point not in edge}
+    return tuple(sorted(scaled | ({ws - 1, ws} - {-1})))
+
+
 def cliff_capacities(workload: DocumentWorkload, spec_points: Sequence[int] = (),
                      points: int = 64, factor: float = 1.25) -> tuple[int, ...]:
-    """0..factor x working set: an even grid, every k*tokens-1 / k*tokens edge, spec points."""
+    """0..factor x working set: an even grid of ``points``, the spec points, and every
+    k*tokens-1 / k*tokens edge when there are at most ``points`` of those (so the grid stays
+    bounded by about 2 x points plus the spec points, whatever the number of documents)."""
     top = math.ceil(factor * workload.working_set)
     even = np.linspace(0, top, max(points, 2)).round().astype(np.int64)
     tokens = max(workload.tokens, 1)
-    edges = [value for k in range(top // tokens + 1) for value in (k * tokens - 1, k * tokens)]
+    multiples = top // tokens + 1
+    edges = ([value for k in range(multiples) for value in (k * tokens - 1, k * tokens)]
+             if 2 * multiples <= points else [])
     values = {int(v) for v in (*even, *edges, *spec_points) if 0 <= v}
     return tuple(sorted(values))
 
@@ -105,10 +126,24 @@ def aggregate(events: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
 
 
 def write_parquet_atomic(frame: pl.DataFrame, path: Path) -> Path:
-    """Write ``frame`` to ``path`` with pyarrow (zstd), atomically."""
+    """Write ``frame`` to ``path`` (zstd, ``pipeline.staging.parquet_bytes``), atomically."""
     with atomic_output(path, binary=True) as handle:
-        pq.write_table(frame.to_arrow(), handle, compression="zstd", compression_level=9)
+        handle.write(parquet_bytes(frame))
     return Path(path)
+
+
+def sweep_frames(workload: DocumentWorkload, sweeps: Sequence[Sweep], method: str = "onepass",
+                 progress: Callable[[str], None] | None = None
+                 ) -> tuple[dict[str, pl.DataFrame], pl.DataFrame]:
+    """Every sweep's events (by sweep name) and the aggregates of all of them; writes nothing."""
+    events, aggregates = {}, []
+    for number, sweep in enumerate(sweeps, start=1):
+        events[sweep.name] = run_sweep(workload, sweep, method)
+        aggregates.append(aggregate(events[sweep.name]))
+        if progress:
+            progress(f"sweep {number}/{len(sweeps)} {sweep.name}: {sweep.pairs} capacity pairs, "
+                     f"{events[sweep.name].height} events")
+    return events, pl.concat(aggregates)
 
 
 def run_sweeps(workload: DocumentWorkload, sweeps: Sequence[Sweep], events_dir: Path,
@@ -116,17 +151,23 @@ def run_sweeps(workload: DocumentWorkload, sweeps: Sequence[Sweep], events_dir: 
                progress: Callable[[str], None] | None = None) -> pl.DataFrame:
     """Run every sweep, write ``<sweep>.parquet`` and ``aggregates.parquet``; return aggregates."""
     events_dir = Path(events_dir)
-    aggregates = []
-    for number, sweep in enumerate(sweeps, start=1):
-        events = run_sweep(workload, sweep, method)
-        write_parquet_atomic(events, events_dir / f"{sweep.name}.parquet")
-        aggregates.append(aggregate(events))
-        if progress:
-            progress(f"sweep {number}/{len(sweeps)} {sweep.name}: {sweep.pairs} capacity pairs, "
-                     f"{events.height} events")
-    result = pl.concat(aggregates)
+    events, result = sweep_frames(workload, sweeps, method, progress)
+    for name, frame in events.items():
+        write_parquet_atomic(frame, events_dir / f"{name}.parquet")
     write_parquet_atomic(result, events_dir / "aggregates.parquet")
     return result
+
+
+def one_pair(accesses: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
+    """The accesses once each: an events log (``<sweep>.parquet``) repeats every access per
+    (GPU, CPU) capacity pair, and its ``stack_distance`` does not depend on the pair, so the
+    first pair's rows are kept (sweep, then capacities); a plain access table passes as is."""
+    frame = accesses.lazy()
+    keys = [c for c in ("sweep", "gpu_capacity", "cpu_capacity")
+            if c in frame.collect_schema().names()]
+    if not keys:
+        return frame
+    return frame.filter(pl.struct(keys) == pl.struct(keys).first())
 
 
 def hit_steps(accesses: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
@@ -134,10 +175,11 @@ def hit_steps(accesses: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
 
     One row per (pass, distinct stack distance d): ``hits`` = the pass's hits at every GPU
     capacity in [d, next d). Exact for capacities >= the largest item size (below it,
-    oversize items change the stack: use ``pipeline.stackdist.lru_hit_counts``).
+    oversize items change the stack: use ``pipeline.stackdist.lru_hit_counts``). An events
+    log may be passed whole: each access counts once (``one_pair``).
     """
     return (
-        accesses.lazy()
+        one_pair(accesses)
         .filter(pl.col("stack_distance").is_not_null())
         .group_by("pass_index", "stack_distance")
         .agg(new_hits=pl.len())
@@ -152,8 +194,10 @@ def hits_at(accesses: pl.DataFrame, capacities: Sequence[int]) -> pl.DataFrame:
     """GPU hits per (pass, capacity) read off ``hit_steps``: columns pass_index, capacity, hits.
 
     ``accesses`` needs ``pass_index``, ``size`` and ``stack_distance`` (see
-    ``pipeline.simulate.with_stack_distances``); every capacity must be >= the largest size.
+    ``pipeline.simulate.with_stack_distances``, or any events log: each access counts once);
+    every capacity must be >= the largest size.
     """
+    accesses = one_pair(accesses).collect()
     largest = accesses["size"].max() or 0
     too_small = [c for c in check_capacities("capacities", capacities) if c < largest]
     if too_small:

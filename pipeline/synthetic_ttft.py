@@ -30,6 +30,7 @@ from kvlab.summarize import atomic_output
 from pipeline.attribution import tier_models
 from pipeline.config import (BASELINE, BUNDLED_MEASURED, CONFIGS, LAB_CPU, LAB_DOCS, LAB_GPU,
                              LAB_TOKENS, OFFLOADED)
+from pipeline.errors import CLIError
 
 SEED = 20261003
 DOCS = LAB_DOCS
@@ -97,8 +98,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Write the synthetic file."""
-    write_jsonl(args.output, generate(args.seed))
+    """Write the synthetic file; CLIError (one line, nothing written) if it cannot."""
+    try:
+        write_jsonl(args.output, generate(args.seed))
+    except OSError as exc:
+        raise CLIError(f"--output {args.output}: cannot write there "
+                       f"({exc.strerror or exc})") from None
     print(f"wrote {args.output} (synthetic, seed {args.seed})")
     return 0
 

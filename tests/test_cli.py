@@ -69,7 +69,10 @@ def test_other_workload_goes_to_its_own_exports(tmp_path):
                     "--grid-steps", "3", "--points", "4", *outputs(tmp_path))
     assert proc.returncode == 0, proc.stderr
     cliff = json.loads((tmp_path / "exports" / "cliff.json").read_text())
-    assert set(cliff.values()) == {4}          # 4 x 100 tokens fit every lab capacity
+    # the marked points come from this workload (working set 400), not the lab's 50110
+    assert cliff == {"172": 0, "239": 0, "319": 0, "359": 0, "399": 0, "400": 4}
+    params = json.loads((tmp_path / "exports" / "params.json").read_text())
+    assert params["docs"] == 4 and params["passes"] == ["fwd", "fwd"]
 
 
 @pytest.mark.parametrize("args, message", [

@@ -22,11 +22,14 @@ def swept(tmp_path_factory):
 
 
 def test_cliff_grid_has_every_edge_and_spec_point():
-    grid = sweeps.cliff_capacities(WORKLOAD, GPU_CLIFF_CAPACITIES, points=8)
+    grid = sweeps.cliff_capacities(WORKLOAD, GPU_CLIFF_CAPACITIES, points=32)
     assert grid[0] == 0 and grid[-1] >= 1.25 * WORKLOAD.working_set
     for k in range(1, 11):
         assert k * 5011 - 1 in grid and k * 5011 in grid
     assert set(GPU_CLIFF_CAPACITIES) <= set(grid)
+    # fewer points than edges: the edges give way, the spec points stay (bounded grid)
+    small = sweeps.cliff_capacities(WORKLOAD, GPU_CLIFF_CAPACITIES, points=8)
+    assert set(GPU_CLIFF_CAPACITIES) <= set(small) and len(small) <= 8 + 6
 
 
 def test_aggregates_equal_kvlab_scenario_at_every_point(swept):

@@ -1,13 +1,15 @@
 """``python -m pipeline bench``: figures, not tests.
 
-1. The default ``run`` end to end in a fresh process (wall time, event count, bytes per
-   access of the Parquet event logs), written to a temporary folder.
+1. The default ``run`` end to end in a fresh process (wall time, peak memory, event count,
+   bytes per access of the Parquet event logs), written to a temporary folder; then the same
+   for ``run --docs 3000`` (``--docs``), and the zstd levels on its event logs.
 2. The one-pass LRU curves against kvlab's LRUCache and libCacheSim (pipeline.bench.curve).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import subprocess
 import sys
@@ -20,27 +22,68 @@ import polars as pl
 from pipeline.arguments import positive_int
 from pipeline.bench import curve
 from pipeline.config import ROOT
+from pipeline.staging import ZSTD_LEVEL, parquet_bytes
 from pipeline.sweeps import SWEEPS
 
 
-def bench_default_run(repeat: int = 3) -> dict[str, float]:
-    """Time ``python -m pipeline run`` (defaults, outputs in a temp folder); best of ``repeat``."""
-    times = []
+def _timed(command: list[str]) -> tuple[float, int, float]:
+    """(wall s, peak RSS bytes, CPU s) of one child process, from its own rusage."""
+    started = time.perf_counter()
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, cwd=ROOT)
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode:
+        raise subprocess.CalledProcessError(child.returncode, command)
+    return (time.perf_counter() - started, usage.ru_maxrss * 1024,
+            usage.ru_utime + usage.ru_stime)
+
+
+def bench_default_run(repeat: int = 3, extra: tuple[str, ...] = ()) -> dict[str, float]:
+    """Time ``python -m pipeline run [extra]`` (outputs in a temp folder); best of ``repeat``,
+    with the peak resident memory of the largest run."""
+    times, peaks, cpu = [], [], []
     with tempfile.TemporaryDirectory(prefix="kvlab-bench-") as tmp:
         out = Path(tmp)
-        command = [sys.executable, "-m", "pipeline", "run", "--quiet",
+        command = [sys.executable, "-m", "pipeline", "run", "--quiet", *extra,
                    "--events-dir", str(out / "events"), "--exports-dir", str(out / "exports"),
                    "--report", str(out / "report" / "index.html")]
         for _ in range(repeat):
-            started = time.perf_counter()
-            subprocess.run(command, check=True, stdout=subprocess.DEVNULL,
-                           cwd=ROOT)
-            times.append(time.perf_counter() - started)
+            wall, peak, used = _timed(command)
+            times.append(wall)
+            peaks.append(peak)
+            cpu.append(used)
         logs = [out / "events" / f"{name}.parquet" for name in SWEEPS]
         events = sum(pl.scan_parquet(path).select(pl.len()).collect().item() for path in logs)
         size = sum(os.path.getsize(path) for path in logs)
+        frame = pl.concat([pl.read_parquet(path) for path in logs])
     return {"times": times, "best_s": min(times), "events": events, "bytes": size,
-            "bytes_per_access": size / max(events, 1)}
+            "bytes_per_access": size / max(events, 1), "peak_bytes": max(peaks),
+            "cpu_s": min(cpu), "frame": frame}
+
+
+def zstd_levels(frame: pl.DataFrame, levels: tuple[int, ...] = (1, 3, 6, 9, 15)
+                ) -> list[tuple[int, float, int]]:
+    """(level, best of 3 seconds, bytes) writing ``frame`` with pipeline.staging's writer."""
+    rows = []
+    for level in levels:
+        best, size = math.inf, 0
+        for _ in range(3):
+            started = time.perf_counter()
+            size = len(parquet_bytes(frame, level))
+            best = min(best, time.perf_counter() - started)
+        rows.append((level, best, size))
+    return rows
+
+
+def _print_run(title: str, figures: dict) -> None:
+    runs = ", ".join(f"{seconds:.2f}" for seconds in figures["times"])
+    print(f"== {title} ==")
+    print(f"wall time: best {figures['best_s']:.2f} s of runs {runs} s (the first may include "
+          f"numba compile; CPU time {figures['cpu_s']:.2f} s)  (target < 10 s)")
+    print(f"peak memory: {figures['peak_bytes'] / 2**20:.0f} MiB resident  (target < 1 GB)")
+    print(f"event logs: {figures['events']:,} events, {figures['bytes']:,} bytes on disk = "
+          f"{figures['bytes_per_access']:.2f} bytes per access  (target <= 8)")
+    sys.stdout.flush()
 
 
 HELP = "time the default run and the one-pass curves (figures, not tests)"
@@ -50,6 +93,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``bench``: its own, then those of the curve benchmark."""
     parser.add_argument("--repeat", type=positive_int, default=3,
                         help="runs of the default pipeline (default %(default)s)")
+    parser.add_argument("--docs", type=positive_int, default=3000,
+                        help="documents of the large run (default %(default)s)")
     parser.add_argument("--skip-curve", action="store_true",
                         help="only time the default run, not the one-pass curve benchmark")
     curve.add_arguments(parser.add_argument_group("one-pass curve benchmark"))
@@ -57,13 +102,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Print the figures; 1 if a benchmark's hit counts disagree."""
-    figures = bench_default_run(args.repeat)
-    print("== default pipeline run (python -m pipeline run, fresh process, 2-core budget) ==")
-    runs = ", ".join(f"{seconds:.2f}" for seconds in figures["times"])
-    print(f"wall time: best {figures['best_s']:.2f} s of runs {runs} s (the first may include "
-          f"numba compile)  (target < 10 s)")
-    print(f"event logs: {figures['events']:,} events, {figures['bytes']:,} bytes on disk = "
-          f"{figures['bytes_per_access']:.2f} bytes per access  (target <= 8)")
+    _print_run("default pipeline run (python -m pipeline run, fresh process)",
+               bench_default_run(args.repeat))
+    large = bench_default_run(args.repeat, ("--docs", str(args.docs)))
+    _print_run(f"python -m pipeline run --docs {args.docs} (fresh process)", large)
+    print(f"zstd level of the --docs {args.docs} event logs (pipeline.staging.ZSTD_LEVEL = "
+          f"{ZSTD_LEVEL}):")
+    for level, seconds, size in zstd_levels(large["frame"]):
+        print(f"  level {level:2d}: {seconds:.2f} s, {size:,} bytes")
     sys.stdout.flush()
     if args.skip_curve:
         return 0

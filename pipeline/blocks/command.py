@@ -21,9 +21,10 @@ import polars as pl
 
 from kvlab.scenario import pass_keys
 from pipeline.arguments import non_negative_int, pass_list, positive_int
-from pipeline.blocks.models import CPU_MODELS, GPU_MODELS, two_tier
+from pipeline.blocks.limits import check_block_count, check_block_size, model_capacities
+from pipeline.blocks.models import two_tier
 from pipeline.blocks.stream import HEAD_FIRST, ORDERS, TAIL_FIRST, block_stream
-from pipeline.engines.options import add_engine_arguments, model_options
+from pipeline.engines.options import add_model_arguments, run_options
 from pipeline.config import LAB_DOCS, LAB_GPU, LAB_PASSES, LAB_TOKENS
 from pipeline.workloads.blocks import document_blocks
 
@@ -52,11 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cpu-order", choices=ORDERS, default=HEAD_FIRST,
                         help="order of a request's blocks in the CPU tier (default head-first, "
                              "as LMCache)")
-    parser.add_argument("--gpu-model", choices=tuple(GPU_MODELS), default="ideal",
-                        help="GPU cache model (default %(default)s)")
-    parser.add_argument("--cpu-model", choices=tuple(CPU_MODELS), default="ideal",
-                        help="CPU cache model (default %(default)s)")
-    add_engine_arguments(parser)
+    add_model_arguments(parser)
 
 
 def run_blocks(gpu: int = LAB_GPU, docs: int = LAB_DOCS, tokens: int = LAB_TOKENS,
@@ -68,6 +65,8 @@ def run_blocks(gpu: int = LAB_GPU, docs: int = LAB_DOCS, tokens: int = LAB_TOKEN
     """Run the block-mode scenario and return ``{"passes": [...]}`` as the command prints."""
     doc_order = [doc for order in passes for doc in pass_keys(order, docs)]
     stream = block_stream(document_blocks(doc_order, tokens, block_size), block_size)
+    output = (gpu_options or {}).get("output_tokens", 1)
+    gpu, cpu = model_capacities(stream, [gpu, cpu], output)     # same answer, bounded work
     result = two_tier(stream, gpu, cpu, gpu_order, cpu_order, gpu_model, cpu_model,
                       gpu_options, cpu_options)
     sums = (result.group_by(pass_index=pl.col("request") // max(docs, 1))
@@ -81,7 +80,13 @@ def run_blocks(gpu: int = LAB_GPU, docs: int = LAB_DOCS, tokens: int = LAB_TOKEN
 
 def main(args: argparse.Namespace) -> int:
     """``python -m pipeline blocks``: print the JSON."""
-    gpu_options, cpu_options = model_options(args)
+    check_block_size(args.block_size)
+    requests, per_document = args.docs * len(args.passes), -(-args.tokens // args.block_size)
+    blocks = requests * per_document
+    check_block_count(max(requests, per_document, blocks),
+                      f"--docs {args.docs} x {len(args.passes)} --passes x --tokens "
+                      f"{args.tokens} / --block-size {args.block_size}")
+    gpu_options, cpu_options = run_options(args, args.block_size, requests, blocks)
     result = run_blocks(gpu=args.gpu, docs=args.docs, tokens=args.tokens, passes=args.passes,
                         cpu=args.cpu, block_size=args.block_size, gpu_order=args.gpu_order,
                         cpu_order=args.cpu_order, gpu_model=args.gpu_model,

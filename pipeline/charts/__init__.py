@@ -7,13 +7,18 @@ inlined, so it renders offline).
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
+import os
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 
 import altair as alt
 import vl_convert as vlc
+
+from kvlab.summarize import atomic_output
 
 __all__ = ["Chart", "Section", "page_html", "javascript_bundle"]
 
@@ -68,11 +73,40 @@ def _embed_script(sections: list[Section]) -> str:
             "  vegaEmbed(target, spec, kvlabOptions).catch(console.error);\n}\n")
 
 
+def bundle_cache_path() -> Path:
+    """Where the built bundle is kept between runs: ``$XDG_CACHE_HOME/kvlab`` (default
+    ``~/.cache/kvlab``), one file per vl-convert and Vega-Lite version."""
+    vl_version = "_".join(alt.SCHEMA_VERSION.split(".")[:2])          # "v6.4.1" -> "v6_4"
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kvlab"
+    return root / f"vega-bundle-vlconvert{vlc.__version__}-{vl_version}.js"
+
+
 @cache
 def javascript_bundle() -> str:
-    """vega-embed, Vega-Lite (altair's version) and Vega as one inline-safe script."""
-    vl_version = "_".join(alt.SCHEMA_VERSION.split(".")[:2])          # "v6.4.1" -> "v6_4"
-    return vlc.javascript_bundle(vl_version=vl_version).replace("</script", "<\\/script")
+    """vega-embed, Vega-Lite (altair's version) and Vega as one inline-safe script.
+
+    Building it takes vl-convert about 2.5 s, a large part of a run, so it is built once per
+    version and kept in ``bundle_cache_path()`` (written atomically; an unreadable or
+    unwritable cache only means building it again)."""
+    try:
+        path: Path | None = bundle_cache_path()
+    except (RuntimeError, KeyError):                  # no home folder to cache in
+        path = None
+    with contextlib.suppress(OSError, UnicodeDecodeError, AttributeError):
+        text = path.read_text(encoding="utf-8")
+        if text.endswith(_BUNDLE_END):
+            return text[:-len(_BUNDLE_END)]
+    vl_version = "_".join(alt.SCHEMA_VERSION.split(".")[:2])
+    text = vlc.javascript_bundle(vl_version=vl_version).replace("</script", "<\\/script")
+    with contextlib.suppress(OSError, AttributeError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_output(path) as handle:
+            handle.write(text + _BUNDLE_END)
+    return text
+
+
+#: Appended to the cached bundle: a file without it is incomplete and is rebuilt.
+_BUNDLE_END = "\n// kvlab: end of bundle\n"
 
 
 def page_html(title: str, lede: str, groups: list[tuple[str, str, list[Section]]]) -> str:

@@ -18,7 +18,7 @@ def breakdown_frame(aggregates: pl.DataFrame, scenario: dict) -> pl.DataFrame:
     gpu, cpu = scenario["cpu_sweep_gpu"], scenario["offload_cpu"]
     rows = aggregates.filter(pl.col("sweep") == "cpu_cliff", pl.col("gpu_capacity") == gpu,
                              pl.col("cpu_capacity").is_in([0, cpu]))
-    if rows.get_column("cpu_capacity").n_unique() < 2:
+    if rows.get_column("cpu_capacity").n_unique() < len({0, cpu}):
         raise ValueError(f"cpu_cliff sweep at GPU {gpu} needs CPU capacities 0 and {cpu}")
     return (rows
             .with_columns(
@@ -37,8 +37,10 @@ def breakdown_frame(aggregates: pl.DataFrame, scenario: dict) -> pl.DataFrame:
 def breakdown_chart(aggregates: pl.DataFrame, scenario: dict) -> alt.FacetChart:
     """Stacked gpu/cpu/miss bars per pass, GPU only beside GPU + CPU."""
     frame = breakdown_frame(aggregates, scenario)
-    bars = alt.Chart(frame).mark_bar().encode(
-        x=alt.X("pass_label:N", title=None, sort=None, axis=alt.Axis(labelAngle=0)),
+    passes = frame.get_column("pass_index").n_unique()
+    bars = alt.Chart(frame).mark_bar().encode(      # many passes: slanted labels stay apart
+        x=alt.X("pass_label:N", title=None, sort=None,
+                axis=alt.Axis(labelAngle=0 if passes <= 4 else -45, labelOverlap=False)),
         y=alt.Y("count:Q", title="accesses", stack="zero"),
         color=tier_colour("tier"),
         order=alt.Order("tier_rank:Q"),
@@ -54,6 +56,9 @@ def breakdown_caption(aggregates: pl.DataFrame, scenario: dict) -> str:
     frame = breakdown_frame(aggregates, scenario)
     last = frame.filter(pl.col("pass_index") == pl.col("pass_index").max())
     alone = tier_phrase(last.filter(pl.col("cpu_capacity") == 0))
+    if scenario["offload_cpu"] == 0:
+        return (f"In {last.get_column('pass_label')[0]} the GPU alone serves {alone}; this "
+                f"run has no CPU tier (--offload-cpu 0).")
     offload = tier_phrase(last.filter(pl.col("cpu_capacity") != 0))
     return (f"In {last.get_column('pass_label')[0]} the GPU alone serves "
             f"{alone}, while adding a {scenario['offload_cpu']}-token CPU tier gives "

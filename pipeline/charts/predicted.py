@@ -32,7 +32,8 @@ def predicted_chart(predicted: pl.DataFrame, scenario: dict) -> alt.FacetChart:
                        for part in predicted_frame(predicted).partition_by("axis")])
     line = alt.Chart().mark_line(interpolate="step-after", strokeWidth=2, color="#6a51a3",
                                  point=True).encode(
-        x=alt.X("capacity:Q", title="capacity (tokens)", axis=alt.Axis(format="d")),
+        x=alt.X("capacity:Q", title="capacity (tokens)",     # "150k": labels stay apart
+                axis=alt.Axis(format="~s", labelOverlap="greedy", tickCount=5)),
         y=alt.Y("predicted_ttft_ms:Q", title="predicted mean TTFT (ms, log scale)",
                 scale=alt.Scale(type="log")),
         tooltip=[alt.Tooltip("capacity:Q", format="d"),

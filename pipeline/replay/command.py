@@ -20,9 +20,9 @@ import numpy as np
 import polars as pl
 
 from pipeline.arguments import int_list, non_negative_int
-from pipeline.blocks.models import CPU_MODELS, GPU_MODELS
 from pipeline.blocks.stream import HEAD_FIRST, ORDERS, TAIL_FIRST, block_stream
 from pipeline.config import EVENTS_DIR, REPORTS_DIR
+from pipeline.engines.options import add_model_arguments, run_options
 from pipeline.errors import CLIError
 from pipeline.replay import engine, outputs
 from pipeline.replay.inputs import add_input_arguments, load_workload
@@ -48,8 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="GPU order of a request's blocks (default tail-first, as vLLM)")
     tiers.add_argument("--cpu-order", choices=ORDERS, default=HEAD_FIRST,
                        help="CPU order (default head-first, as LMCache)")
-    tiers.add_argument("--gpu-model", choices=tuple(GPU_MODELS), default="ideal")
-    tiers.add_argument("--cpu-model", choices=tuple(CPU_MODELS), default="ideal")
+    add_model_arguments(parser.add_argument_group(
+        "models (pipeline.blocks.models; engine options as on blocks)"))
     out = parser.add_argument_group("output")
     out.add_argument("--out", type=Path, default=DEFAULT_OUT,
                      help="folder for events.parquet, requests.parquet, points.parquet "
@@ -91,17 +91,22 @@ def main(args: argparse.Namespace) -> int:
         raise CLIError("--gpu x --cpu: at most 65535 capacity points")
     sweep_gpu = args.cpu_sweep_gpu if args.cpu_sweep_gpu is not None else \
         min([g for g in gpu if g > 0], default=0)
+    models = outputs.Models(args.gpu_model, args.cpu_model,
+                            *run_options(args, stream.block_size, stream.requests,
+                                         stream.blocks))
     outputs.check_writable(args.out, None if args.no_report else args.report)
 
     infinite = engine.infinite(stream)
     points, per_request = engine.points(stream, gpu, cpu, args.gpu_order, args.cpu_order,
-                                        args.gpu_model, args.cpu_model)
+                                        *models)
     events = engine.block_events(stream, args.gpu_order)
+    points, per_request = outputs.name_models(points, per_request, models)
     sizes = outputs.write_frames(args.out, events, per_request, points, workload.requests)
-    summary = outputs.summary(workload, stream, infinite, args, sweep_gpu, sizes, points)
+    summary = outputs.summary(workload, stream, infinite, args, sweep_gpu, sizes, points,
+                              models)
     if not args.no_report:
         outputs.write_report(args.report, workload, stream, infinite, args, sweep_gpu,
-                             events)
+                             events, models)
         summary["report"] = str(args.report)
     if args.json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
@@ -115,11 +120,12 @@ def main(args: argparse.Namespace) -> int:
     print(f"infinite-cache block hit ratio: {infinite.repeat_ratio:.4f} (repeated blocks); "
           f"the model, full blocks only: {infinite.block_hit_ratio:.4f} of blocks, "
           f"{infinite.token_hit_ratio:.4f} of tokens")
-    print(f"GPU {args.gpu_order} ({args.gpu_model}), CPU {args.cpu_order} ({args.cpu_model}), "
-          "capacities in tokens:")
+    print(f"GPU {args.gpu_order} ({models.describe('gpu')}), CPU {args.cpu_order} "
+          f"({models.describe('cpu')}), capacities in tokens:")
     print(_table(points))
     print(f"events: {_shown(sizes['events']['path'])} ({sizes['events']['rows']} rows, "
-          f"{sizes['events']['bytes_per_row']:.2f} bytes/access; GPU curve exact from "
+          f"{sizes['events']['bytes_per_row']:.2f} bytes/access; "
+          f"{'' if args.gpu_model == 'ideal' else 'the ideal model: '}GPU curve exact from "
           f"{int(np.max(stream.cacheable, initial=0))} blocks)")
     print(f"per request: {_shown(sizes['requests']['path'])} ({sizes['requests']['rows']} rows, "
           f"{sizes['requests']['bytes_per_row']:.2f} bytes/request/point)")

@@ -14,6 +14,7 @@ import numpy as np
 import polars as pl
 
 from pipeline.blocks import sweep
+from pipeline.blocks.limits import model_capacities
 from pipeline.blocks.models import CPU_MODELS, GPU_MODELS, request_result
 from pipeline.blocks.onepass import COLD, block_distances
 from pipeline.blocks.stream import BlockStream, capacity_blocks
@@ -89,15 +90,32 @@ def curve_grid(stream: BlockStream, points: int = 120) -> np.ndarray:
     return np.concatenate(([0], blocks)) * stream.block_size
 
 
+def _run_gpu(stream: BlockStream, capacities: list[int], order: str, model: str,
+             options: dict | None) -> np.ndarray:
+    """A GPU model's hit tokens (K, R), capacities clipped to what the run can store."""
+    clipped = model_capacities(stream, capacities, (options or {}).get("output_tokens", 1))
+    return GPU_MODELS[model](stream, clipped, order, **(options or {}))
+
+
+def _run_cpu(stream: BlockStream, gpu_hits: np.ndarray, capacities: list[int], order: str,
+             model: str, options: dict | None) -> np.ndarray:
+    """A CPU model's prefix tokens (K, R), capacities clipped likewise."""
+    return CPU_MODELS[model](stream, gpu_hits, model_capacities(stream, capacities), order,
+                             **(options or {}))
+
+
 def points(stream: BlockStream, gpu: list[int], cpu: list[int], gpu_order: str,
-           cpu_order: str, gpu_model: str = "ideal",
-           cpu_model: str = "ideal") -> tuple[pl.DataFrame, pl.DataFrame]:
+           cpu_order: str, gpu_model: str = "ideal", cpu_model: str = "ideal",
+           gpu_options: dict | None = None,
+           cpu_options: dict | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Every (GPU, CPU) pair: the per-point totals (``POINT_SCHEMA``) and one row per
-    (point, request) (``REQUEST_POINT_SCHEMA``)."""
-    gpu_hits = GPU_MODELS[gpu_model](stream, gpu, gpu_order)              # (G, R) tokens
+    (point, request) (``REQUEST_POINT_SCHEMA``). ``gpu_options`` / ``cpu_options``: an
+    engine model's keyword arguments (``pipeline.engines.options.run_options``)."""
+    gpu_hits = _run_gpu(stream, gpu, gpu_order, gpu_model, gpu_options)     # (G, R) tokens
     per_request = []
     for g in range(len(gpu)):
-        cpu_prefix = CPU_MODELS[cpu_model](stream, gpu_hits[g], cpu, cpu_order)   # (C, R)
+        cpu_prefix = _run_cpu(stream, gpu_hits[g], cpu, cpu_order, cpu_model,
+                              cpu_options)                                   # (C, R)
         for c in range(len(cpu)):
             result = request_result(stream, gpu_hits[g], cpu_prefix[c])
             per_request.append(result.select(
@@ -137,10 +155,12 @@ def gpu_curve(stream: BlockStream, capacities: np.ndarray, order: str) -> np.nda
 
 def cpu_curve(stream: BlockStream, gpu_capacity: int, capacities: np.ndarray,
               gpu_order: str, cpu_order: str, gpu_model: str = "ideal",
-              cpu_model: str = "ideal") -> tuple[np.ndarray, np.ndarray]:
+              cpu_model: str = "ideal", gpu_options: dict | None = None,
+              cpu_options: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
     """At one GPU capacity: (GPU hit tokens, CPU-served tokens per CPU capacity)."""
-    gpu_hits = GPU_MODELS[gpu_model](stream, [gpu_capacity], gpu_order)[0]
-    cpu_prefix = CPU_MODELS[cpu_model](stream, gpu_hits, capacities, cpu_order)
+    gpu_hits = _run_gpu(stream, [gpu_capacity], gpu_order, gpu_model, gpu_options)[0]
+    cpu_prefix = _run_cpu(stream, gpu_hits, [int(c) for c in capacities], cpu_order,
+                          cpu_model, cpu_options)
     served = [request_result(stream, gpu_hits, row)["cpu_hit_tokens"].sum() for row in cpu_prefix]
     return np.full(len(capacities), int(gpu_hits.sum())), np.array(served, dtype=np.int64)
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
+import numpy as np
 import polars as pl
 
 from pipeline.arguments import non_negative_int, positive_int
+from pipeline.blocks.limits import check_block_count, check_block_size
 from pipeline.errors import CLIError
 from pipeline.workloads import patterns
 from pipeline.workloads.jsonl import TraceError
@@ -66,7 +68,7 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
                             "first round (default %(default)s)")
     group.add_argument("--repeat-mode", choices=patterns.REPEAT_MODES, default="random",
                        help="long-doc-qa's query order (default %(default)s)")
-    group.add_argument("--shuffle-seed", type=int, default=0,
+    group.add_argument("--shuffle-seed", type=non_negative_int, default=0,
                        help="seed of the random repeat mode, the users' interleaving and "
                             "the Zipf draws (default %(default)s)")
     group.add_argument("--system-prompt-length", type=non_negative_int, default=0,
@@ -96,14 +98,33 @@ def _pattern(args: argparse.Namespace) -> patterns.Pattern:
                                    args.system_prompt_length, args.question_length)
 
 
+def _pattern_size(args: argparse.Namespace, block_size: int) -> tuple[int, str]:
+    """(block accesses, the arguments that set them) of ``--pattern``, before generating it."""
+    if args.pattern == "long-doc-qa":
+        requests, what = args.num_documents * (1 + args.repeat_count), \
+            "--num-documents x (1 + --repeat-count)"
+    elif args.pattern == "multi-tenant":
+        requests, what = args.users * args.num_documents * args.repeat_count, \
+            "--users x --num-documents x --repeat-count"
+    else:
+        requests, what = max(args.num_requests, args.num_documents), \
+            "--num-requests (or --num-documents)"
+    prompt = args.system_prompt_length + args.document_length + args.question_length
+    return max(requests, 1) * -(-prompt // block_size), \
+        f"--pattern {args.pattern}: {what} requests of {prompt} tokens in {block_size}-token blocks"
+
+
 def load_workload(args: argparse.Namespace) -> Workload:
     """Read or generate the workload; a user error becomes one ``CLIError`` line."""
     if (args.path is None) == (args.pattern is None):
         raise CLIError("give a trace PATH or --pattern, not both or neither")
+    check_block_size(args.block_size)
     if args.pattern is not None:
         block_size = args.block_size or TOKENS_BLOCK_SIZE
+        check_block_count(*_pattern_size(args, block_size))
         try:
-            pattern = _pattern(args)
+            with np.errstate(over="ignore"):         # a huge --zipf-alpha: weights 1, 0, 0..
+                pattern = _pattern(args)
             if pattern.requests_count == 0:
                 raise ValueError("the pattern has no requests")
         except ValueError as exc:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import polars as pl
@@ -13,24 +15,62 @@ from kvlab.summarize import atomic_output
 from pipeline.blocks.stream import ORDERS, BlockStream
 from pipeline.charts import page_html
 from pipeline.charts import trace as charts
+from pipeline.engines.options import model_options
 from pipeline.errors import CLIError
 from pipeline.replay import engine
 from pipeline.replay.inputs import Workload
 from pipeline.sweeps import write_parquet_atomic
 
-__all__ = ["check_writable", "write_frames", "summary", "write_report", "report_page"]
+__all__ = ["Models", "name_models", "check_writable", "write_frames", "summary",
+           "write_report", "report_page", "FRAMES"]
+
+#: The Parquet files ``trace`` writes under ``--out``.
+FRAMES = ("events", "requests", "points", "request_info")
+
+
+class Models(NamedTuple):
+    """The models of a run and their engine options (``run_options``)."""
+
+    gpu_model: str
+    cpu_model: str
+    gpu_options: dict
+    cpu_options: dict
+
+    def describe(self, tier: str) -> str:
+        """``ideal``, or e.g. ``vllm: output_tokens=1, vllm_version=0.33.0``."""
+        model, options = (self.gpu_model, self.gpu_options) if tier == "gpu" else \
+            (self.cpu_model, self.cpu_options)
+        extra = ", ".join(f"{key}={value}" for key, value in options.items())
+        return f"{model}: {extra}" if extra else model
+
+
+def name_models(points: pl.DataFrame, per_request: pl.DataFrame,
+                models: Models) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Name the models in the frames: points.parquet gets the models and their options
+    (JSON), requests.parquet the model names (constant columns: a few bytes in all)."""
+    names = {"gpu_model": pl.lit(models.gpu_model, pl.Categorical),
+             "cpu_model": pl.lit(models.cpu_model, pl.Categorical)}
+    points = points.with_columns(**names,
+                                 gpu_options=pl.lit(json.dumps(models.gpu_options)),
+                                 cpu_options=pl.lit(json.dumps(models.cpu_options)))
+    return points, per_request.with_columns(**names)
 
 
 def check_writable(folder: Path, report: Path | None) -> None:
-    """Refuse (before any work) an output place that cannot be created or written."""
+    """Refuse (before any work) an output place that cannot be created or written, or an
+    output file's name taken by something that is not a file."""
     for argument, path in (("--out", folder), ("--report", report and report.parent)):
         if path is None:
             continue
         existing = Path(path).absolute()
         while not existing.exists():
             existing = existing.parent
-        if not existing.is_dir() or not os.access(existing, os.W_OK):
+        if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
             raise CLIError(f"{argument} {path}: cannot write under {existing}")
+    targets = [("--out", Path(folder) / f"{name}.parquet") for name in FRAMES]
+    for argument, target in targets + ([("--report", Path(report))] if report else []):
+        if target.exists() and not target.is_file():
+            raise CLIError(f"{argument} {target}: exists and is not a file")
 
 
 def write_frames(folder: Path, events: pl.DataFrame, per_request: pl.DataFrame,
@@ -39,8 +79,7 @@ def write_frames(folder: Path, events: pl.DataFrame, per_request: pl.DataFrame,
     try:
         folder.mkdir(parents=True, exist_ok=True)
         sizes = {}
-        for name, frame in (("events", events), ("requests", per_request),
-                            ("points", points), ("request_info", requests)):
+        for name, frame in zip(FRAMES, (events, per_request, points, requests)):
             path = write_parquet_atomic(frame, folder / f"{name}.parquet")
             size = path.stat().st_size
             sizes[name] = {"path": str(path), "rows": frame.height, "bytes": size,
@@ -52,7 +91,7 @@ def write_frames(folder: Path, events: pl.DataFrame, per_request: pl.DataFrame,
 
 def summary(workload: Workload, stream: BlockStream, infinite: engine.Infinite,
             args: argparse.Namespace, sweep_gpu: int, sizes: dict,
-            points: pl.DataFrame) -> dict:
+            points: pl.DataFrame, models: Models) -> dict:
     """The ``--json`` document."""
     return {
         "trace": workload.label, "block_size": stream.block_size,
@@ -63,9 +102,12 @@ def summary(workload: Workload, stream: BlockStream, infinite: engine.Infinite,
         "infinite_model_block_hit_ratio": round(infinite.block_hit_ratio, 4),
         "infinite_model_token_hit_ratio": round(infinite.token_hit_ratio, 4),
         "gpu_order": args.gpu_order, "cpu_order": args.cpu_order,
-        "gpu_model": args.gpu_model, "cpu_model": args.cpu_model, "cpu_sweep_gpu": sweep_gpu,
+        "gpu_model": models.gpu_model, "cpu_model": models.cpu_model,
+        "gpu_options": models.gpu_options, "cpu_options": models.cpu_options,
+        "cpu_sweep_gpu": sweep_gpu,
         "gpu_curve_exact_from_blocks": int(np.max(stream.cacheable, initial=0)),
-        "points": points.drop("point").to_dicts(), "files": sizes,
+        "points": points.drop("point", "gpu_model", "cpu_model", "gpu_options",
+                              "cpu_options", strict=False).to_dicts(), "files": sizes,
     }
 
 
@@ -82,13 +124,16 @@ def _gpu_curves(stream: BlockStream, prompt: int) -> pl.DataFrame:
 
 
 def report_page(workload: Workload, stream: BlockStream, infinite: engine.Infinite,
-                args: argparse.Namespace, sweep_gpu: int, events: pl.DataFrame) -> str:
+                args: argparse.Namespace, sweep_gpu: int, events: pl.DataFrame,
+                models: Models | None = None) -> str:
     """The whole trace.html page."""
     prompt = infinite.prompt_tokens
     curves = _gpu_curves(stream, prompt)
     grid = engine.curve_grid(stream)
+    models = models or Models(args.gpu_model, args.cpu_model,
+                              *model_options(args, stream.block_size))
     gpu_tokens, cpu_tokens = engine.cpu_curve(stream, sweep_gpu, grid, args.gpu_order,
-                                              args.cpu_order, args.gpu_model, args.cpu_model)
+                                              args.cpu_order, *models)
     cpu = pl.DataFrame({"cpu_capacity": grid, "gpu_token_ratio": gpu_tokens / max(prompt, 1),
                         "cpu_token_ratio": cpu_tokens / max(prompt, 1)})
     reuse = events.select(reuse_tokens=pl.col("stack_distance").drop_nulls().cast(pl.Int64)
@@ -98,7 +143,10 @@ def report_page(workload: Workload, stream: BlockStream, infinite: engine.Infini
             f"infinite cache hits {infinite.repeat_ratio:.4f} of block accesses (repeated "
             f"blocks); in the block model, where only full blocks are cached and a request "
             f"reuses its longest cached prefix, {infinite.block_hit_ratio:.4f} of blocks and "
-            f"{infinite.token_hit_ratio:.4f} of prompt tokens.")
+            f"{infinite.token_hit_ratio:.4f} of prompt tokens. Models: GPU "
+            f"{args.gpu_order} ({models.describe('gpu')}), CPU {args.cpu_order} "
+            f"({models.describe('cpu')}); the GPU capacity curves and reuse distances are "
+            f"the ideal model's, the CPU curve these models'.")
     order_curve = curves.filter(order=args.gpu_order).drop("order")
     note = ("<p>Capacities are in tokens; a tier of C tokens holds C // block size blocks. "
             "Model: <code>pipeline.blocks</code> (README, block-level prefix caching).</p>")
@@ -114,9 +162,9 @@ def report_page(workload: Workload, stream: BlockStream, infinite: engine.Infini
 
 def write_report(path: Path, workload: Workload, stream: BlockStream,
                  infinite: engine.Infinite, args: argparse.Namespace, sweep_gpu: int,
-                 events: pl.DataFrame) -> None:
+                 events: pl.DataFrame, models: Models | None = None) -> None:
     """Write the report page atomically."""
-    page = report_page(workload, stream, infinite, args, sweep_gpu, events)
+    page = report_page(workload, stream, infinite, args, sweep_gpu, events, models)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_output(path) as handle:

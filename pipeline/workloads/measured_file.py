@@ -4,12 +4,15 @@ Each line is a JSON object with ``config``, ``pass``, ``doc``, ``doc_tokens``, `
 and ``total_ms`` (see data/README.md). Lines are validated by
 ``kvlab.summarize.read_numbered_records``, so a bad line gives exactly the same
 ``file:line: reason`` as kvlab/summarize.py; on top of that ``doc`` and ``doc_tokens`` must
-be 64-bit integers and ``ttft_ms`` / ``total_ms`` numbers that a 64-bit float holds exactly
-(same message format), so the frame holds the file's values without rounding.
+be 64-bit integers (``doc`` >= 0, ``doc_tokens`` >= 1), ``total_ms`` a finite number >= 0
+(kvlab checks only ``ttft_ms``), and ``ttft_ms`` / ``total_ms`` numbers that a 64-bit float
+holds exactly (same message format), so the frame holds the file's values without rounding.
+kvlab/summarize.py itself stays as lenient as it is: it is the graders' contract.
 """
 
 from __future__ import annotations
 
+import math
 import reprlib
 from collections.abc import Sequence
 
@@ -61,6 +64,10 @@ def _typed_field_problem(record: dict) -> str | None:
         value = record[field]
         if isinstance(value, bool) or not isinstance(value, int) or value not in INT64_RANGE:
             return f"{field} must be a 64-bit integer, got {reprlib.repr(value)}"
+    if record["doc"] < 0:
+        return f"doc must be >= 0 (a document number), got {record['doc']}"
+    if record["doc_tokens"] < 1:
+        return f"doc_tokens must be >= 1, got {record['doc_tokens']}"
     total = record["total_ms"]
     if isinstance(total, bool) or not isinstance(total, (int, float)):
         return f"total_ms must be a number, got {reprlib.repr(total)}"
@@ -68,7 +75,16 @@ def _typed_field_problem(record: dict) -> str | None:
         if not _is_exact_float(record[field]):
             return (f"{field} is not exactly representable as a 64-bit float, "
                     f"got {reprlib.repr(record[field])}")
+    if not _is_finite(total) or total < 0:
+        return f"total_ms must be a finite number >= 0, got {reprlib.repr(total)}"
     return None
+
+
+def _is_finite(value: float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:           # an integer too large for a float
+        return False
 
 
 def _is_exact_float(value: float) -> bool:

@@ -1,0 +1,78 @@
+"""Size limits of the block commands (``blocks``, ``trace``): what they refuse up front.
+
+* A capacity must fit an int64 (``MAX_CAPACITY``): the engines and the Parquet columns are
+  int64. A larger one is a one-line error naming the argument.
+* A run may hold at most ``MAX_BLOCKS`` block accesses (prompt blocks, plus the blocks the
+  ``vllm`` model adds for output tokens): 10x the 10M-block benchmark trace of issue 9.
+  Beyond it the arrays alone need tens of GiB, so the commands say so instead of swapping,
+  hanging or dying on a MemoryError.
+* A block holds at most ``MAX_BLOCK_SIZE`` tokens (``block_tokens`` is a UInt32 column).
+* ``model_capacities`` clips a capacity to ``CLIP_FACTOR`` times what a run can ever store.
+  Past that size no registered model evicts or refuses anything (ideal, vllm, lmcache, their
+  replays, and the policies: S3-FIFO's small queue, the smallest share of a tier, is 10 %
+  of it), so every larger capacity gives the same answer (hypothesis-tested for every
+  registered model in tests/test_trace_models.py); the clip only keeps the literal replays,
+  which allocate the whole pool, from building a pool of 2**59 blocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from pipeline.blocks.stream import BlockStream
+from pipeline.errors import CLIError
+
+__all__ = ["MAX_BLOCKS", "MAX_CAPACITY", "MAX_BLOCK_SIZE", "CLIP_FACTOR", "check_capacities",
+           "check_block_count", "check_block_size", "output_blocks", "storable_tokens",
+           "model_capacities"]
+
+MAX_BLOCKS = 100_000_000
+MAX_CAPACITY = int(np.iinfo(np.int64).max)
+MAX_BLOCK_SIZE = int(np.iinfo(np.uint32).max)
+#: A clipped capacity holds this many times everything a run stores (>= 10: S3-FIFO).
+CLIP_FACTOR = 16
+
+
+def check_block_size(block_size: int | None) -> None:
+    """CLIError unless ``--block-size`` (None: the default) is at most ``MAX_BLOCK_SIZE``."""
+    if block_size is not None and block_size > MAX_BLOCK_SIZE:
+        raise CLIError(f"--block-size {block_size}: at most {MAX_BLOCK_SIZE} tokens")
+
+
+def check_capacities(argument: str, capacities: int | Iterable[int] | None) -> None:
+    """CLIError naming ``argument`` unless every capacity is an integer in 0..MAX_CAPACITY."""
+    if capacities is None:
+        return
+    values = [capacities] if isinstance(capacities, int) else list(capacities)
+    for value in values:
+        if not 0 <= value <= MAX_CAPACITY:
+            raise CLIError(f"{argument} {value}: capacities must be 0 .. {MAX_CAPACITY} tokens")
+
+
+def check_block_count(blocks: int, what: str) -> None:
+    """CLIError unless ``blocks`` (block accesses of a run; ``what`` names the arguments
+    that set it) is at most ``MAX_BLOCKS``."""
+    if blocks > MAX_BLOCKS:
+        raise CLIError(f"{what}: {blocks} block accesses, more than the {MAX_BLOCKS} a run "
+                       f"may hold")
+
+
+def output_blocks(requests: int, output_tokens: int, block_size: int) -> int:
+    """Blocks the vllm model adds for output tokens: at most ceil(output / block) + 1 each."""
+    return requests * (-(-output_tokens // block_size) + 1)
+
+
+def storable_tokens(stream: BlockStream, output_tokens: int = 1) -> int:
+    """A capacity (tokens) at which no model evicts in a run of ``stream``: ``CLIP_FACTOR``
+    times every block access (prompt and output blocks) plus vLLM's null block and a spare."""
+    blocks = stream.blocks + output_blocks(stream.requests, output_tokens, stream.block_size)
+    return CLIP_FACTOR * (blocks + 2) * stream.block_size
+
+
+def model_capacities(stream: BlockStream, capacities: Iterable[int],
+                     output_tokens: int = 1) -> list[int]:
+    """``capacities`` with each clipped to ``storable_tokens`` (same answer, bounded work)."""
+    top = storable_tokens(stream, output_tokens)
+    return [min(int(c), top) for c in capacities]

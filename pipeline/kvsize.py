@@ -1,0 +1,288 @@
+"""KV cache sizes: bytes per token from a model's shape, and capacities in tokens or bytes.
+
+Two formulas (one per attention kind):
+
+* **standard** (MHA/GQA): ``2 (K and V) x layers x KV heads x head dim x dtype bytes``.
+* **MLA** (DeepSeek-V2/V3): one latent vector per token and layer, no separate K and V:
+  ``(kv_lora_rank + qk_rope_head_dim) x layers x dtype bytes``. vLLM sizes MLA pages this way
+  (``vllm/v1/kv_cache_interface.py``, ``MLAAttentionSpec``: a single latent per token,
+  ``head_size_v = 0``).
+
+A capacity is tokens (``56000``) or a size (``1.5GiB``, ``40GB``, ``512MiB``): GB/MB/KB/TB are
+powers of 10, GiB/MiB/KiB/TiB powers of 2. A size holds ``floor(bytes / bytes per token)``
+tokens. LMCache's ``max_local_cpu_size`` is called GB but multiplied by 2^30
+(``lmcache/v1/cache_engine.py``, ``LMCacheEngineBuilder._Create_memory_allocator``:
+``int(max_local_cpu_size * 1024**3)``), so LMCache's "5 GB" is ``5GiB`` here.
+
+>>> kv = preset("qwen2.5-1.5b")
+>>> kv.bytes_per_token
+28672
+>>> parse_capacity("1.5GiB").tokens(kv)
+56173
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+
+__all__ = ["DTYPE_BYTES", "UNITS", "KVSize", "PRESETS", "Capacity", "preset", "shape",
+           "parse_capacity", "capacity", "capacities", "capacity_list", "format_bytes", "gib", "gb",
+           "add_kv_arguments", "kv_from_args", "DEFAULT_PRESET"]
+
+DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2,
+               "half": 2, "fp8": 1, "int8": 1}
+#: Size units: decimal (10^3k) and binary (2^10k).
+UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+         "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+_UNIT_NAMES = {"B": "B", "KB": "KB", "MB": "MB", "GB": "GB", "TB": "TB",
+               "KIB": "KiB", "MIB": "MiB", "GIB": "GiB", "TIB": "TiB"}
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+DEFAULT_PRESET = "qwen2.5-1.5b"       # the lab's model
+_LIMIT = Decimal(2**62)               # no capacity (in tokens or units) beyond this
+
+
+@dataclass(frozen=True)
+class KVSize:
+    """A model's KV cache footprint: bytes per token, how it was derived, and a name."""
+
+    name: str
+    bytes_per_token: int
+    formula: str
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.bytes_per_token < 1:
+            raise ValueError(f"bytes per token must be >= 1, got {self.bytes_per_token}")
+
+    def bytes(self, tokens: int) -> int:
+        """Bytes of ``tokens`` tokens of KV cache."""
+        return tokens * self.bytes_per_token
+
+    def tokens(self, size_bytes: int) -> int:
+        """Whole tokens that fit in ``size_bytes`` bytes."""
+        return size_bytes // self.bytes_per_token
+
+    def describe(self) -> str:
+        """One line: name, bytes per token and the formula that gave them."""
+        return f"{self.name}: {self.bytes_per_token:,} bytes per token ({self.formula})"
+
+
+def _dtype_bytes(dtype: str) -> int:
+    try:
+        return DTYPE_BYTES[dtype.lower()]
+    except KeyError:
+        raise ValueError(f"unknown dtype {dtype!r}: expected one of "
+                         f"{', '.join(sorted(DTYPE_BYTES))}") from None
+
+
+def shape(name: str, layers: int, kv_heads: int, head_dim: int, dtype: str = "bf16",
+          source: str = "") -> KVSize:
+    """Standard attention (MHA/GQA): 2 x layers x KV heads x head dim x dtype bytes."""
+    size = _dtype_bytes(dtype)
+    if min(layers, kv_heads, head_dim) < 1:
+        raise ValueError(f"layers, KV heads and head dim must be >= 1, got "
+                         f"{layers}, {kv_heads}, {head_dim}")
+    return KVSize(name, 2 * layers * kv_heads * head_dim * size,
+                  f"standard: 2 x {layers} layers x {kv_heads} KV heads x {head_dim} head dim "
+                  f"x {size} bytes ({dtype})", source)
+
+
+def mla_shape(name: str, layers: int, kv_lora_rank: int, qk_rope_head_dim: int,
+              dtype: str = "bf16", source: str = "") -> KVSize:
+    """MLA: (kv_lora_rank + qk_rope_head_dim) x layers x dtype bytes (one latent, no K/V pair)."""
+    size = _dtype_bytes(dtype)
+    return KVSize(name, (kv_lora_rank + qk_rope_head_dim) * layers * size,
+                  f"MLA: ({kv_lora_rank} kv_lora_rank + {qk_rope_head_dim} qk_rope_head_dim) "
+                  f"x {layers} layers x {size} bytes ({dtype})", source)
+
+
+def _hf(repo: str) -> str:
+    return f"https://huggingface.co/{repo}/blob/main/config.json"
+
+
+#: Published shapes (config.json: num_hidden_layers, num_key_value_heads, head dim =
+#: hidden_size / num_attention_heads, torch_dtype bfloat16; DeepSeek-V3: kv_lora_rank,
+#: qk_rope_head_dim). KV cache in bf16, vLLM's default ``kv_cache_dtype=auto`` for these.
+PRESETS: dict[str, KVSize] = {kv.name.lower(): kv for kv in (
+    shape("Qwen2.5-0.5B", 24, 2, 64, source=_hf("Qwen/Qwen2.5-0.5B")),        # 896 / 14 heads
+    shape("Qwen2.5-1.5B", 28, 2, 128, source=_hf("Qwen/Qwen2.5-1.5B")),       # 1536 / 12
+    shape("Qwen2.5-7B", 28, 4, 128, source=_hf("Qwen/Qwen2.5-7B")),           # 3584 / 28
+    shape("Qwen2.5-72B", 80, 8, 128, source=_hf("Qwen/Qwen2.5-72B")),         # 8192 / 64
+    shape("Llama-3.1-8B", 32, 8, 128, source=_hf("meta-llama/Llama-3.1-8B")),  # 4096 / 32
+    shape("Llama-3.1-70B", 80, 8, 128, source=_hf("meta-llama/Llama-3.1-70B")),  # 8192 / 64
+    shape("Mistral-7B-v0.3", 32, 8, 128, source=_hf("mistralai/Mistral-7B-v0.3")),
+    mla_shape("DeepSeek-V3", 61, 512, 64, source=_hf("deepseek-ai/DeepSeek-V3")),
+)}
+
+
+def preset(name: str) -> KVSize:
+    """A preset by name (case-insensitive); ValueError naming the known ones."""
+    try:
+        return PRESETS[name.lower()]
+    except KeyError:
+        raise ValueError(f"unknown model preset {name!r}: expected one of "
+                         f"{', '.join(PRESETS)}") from None
+
+
+def parse_shape(text: str) -> KVSize:
+    """``LAYERS,KV_HEADS,HEAD_DIM[,DTYPE]`` (standard formula), e.g. ``28,2,128,bf16``."""
+    parts = [part.strip() for part in text.split(",")]
+    if len(parts) not in (3, 4):
+        raise ValueError(f"expected LAYERS,KV_HEADS,HEAD_DIM[,DTYPE], got {text!r}")
+    try:
+        layers, heads, dim = (int(part) for part in parts[:3])
+    except ValueError:
+        raise ValueError(f"expected integers in LAYERS,KV_HEADS,HEAD_DIM, got {text!r}") \
+            from None
+    return shape(f"shape {text}", layers, heads, dim, parts[3] if len(parts) == 4 else "bf16")
+
+
+# --- sizes and capacities ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Capacity:
+    """A capacity as given: ``count`` tokens, or ``count`` x ``unit`` bytes (``unit`` set)."""
+
+    text: str
+    count: Decimal
+    unit: str | None = None          # None: tokens; else a key of UNITS
+
+    @property
+    def size_bytes(self) -> int | None:
+        """The size in whole bytes, or None for a token count."""
+        return None if self.unit is None else int(self.count * UNITS[self.unit])
+
+    def tokens(self, kv: KVSize | None) -> int:
+        """Whole tokens: the count itself, or floor(bytes / bytes per token)."""
+        if self.unit is None:
+            return int(self.count)
+        if kv is None:
+            raise ValueError(f"{self.text!r} is a size: give a model to convert it to tokens")
+        return kv.tokens(self.size_bytes)
+
+    def describe(self, kv: KVSize | None) -> str:
+        """``56,173 tokens (1.5 GiB = 1,610,612,736 bytes; GiB = 2^30 bytes)`` or ``N tokens``."""
+        tokens = self.tokens(kv)
+        if self.unit is None:
+            return f"{tokens:,} tokens"
+        name = _UNIT_NAMES[self.unit]
+        base = "2^" + str(int(math.log2(UNITS[self.unit]))) if "I" in self.unit else \
+            "10^" + str(len(str(UNITS[self.unit])) - 1)
+        return (f"{tokens:,} tokens ({self.count.normalize():f} {name} = {self.size_bytes:,} "
+                f"bytes; {name} = {base} bytes; {kv.bytes_per_token:,} bytes per token)")
+
+
+def parse_capacity(text: str) -> Capacity:
+    """Tokens (``56000``, ``56000 tokens``) or a size (``1.5GiB``); ValueError otherwise."""
+    cleaned = text.strip().replace("_", "")
+    match = _SIZE.match(cleaned)
+    if cleaned.startswith("-"):
+        raise ValueError(f"a capacity must be >= 0, got {text!r}")
+    if not match:
+        raise ValueError(f"expected tokens or a size such as 1.5GiB, 40GB, 512MiB, got {text!r}")
+    number, unit = match.groups()
+    try:
+        count = Decimal(number)
+    except InvalidOperation:
+        raise ValueError(f"not a number in {text!r}") from None
+    if count > _LIMIT:
+        raise ValueError(f"capacity {text!r} is too large")
+    unit_key = unit.upper()
+    if unit_key in ("", "TOKENS", "TOKEN", "TOK"):
+        if count != count.to_integral_value():
+            raise ValueError(f"a token count must be a whole number, got {text!r}")
+        return Capacity(text, count)
+    if unit_key not in UNITS:
+        raise ValueError(f"unknown unit {unit!r} in {text!r}: use tokens or one of "
+                         f"{', '.join(_UNIT_NAMES.values())} (GB = 10^9, GiB = 2^30 bytes)")
+    return Capacity(text, count, unit_key)
+
+
+def capacity(text: str) -> Capacity:
+    """argparse type: one capacity (tokens or a size), converted later with ``tokens(kv)``."""
+    try:
+        return parse_capacity(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def capacity_list(kv: KVSize | None) -> Callable[[str], list[int]]:
+    """argparse type factory: comma-separated capacities (tokens or sizes) -> tokens via ``kv``.
+
+    For commands whose model is fixed before parsing; otherwise parse with ``capacity`` and
+    convert after parsing with ``Capacity.tokens(kv)``.
+    """
+    def parse(text: str) -> list[int]:
+        parts = [part for part in text.split(",") if part.strip()]
+        if not parts:
+            raise argparse.ArgumentTypeError(f"empty capacity list {text!r}")
+        try:
+            return [parse_capacity(part).tokens(kv) for part in parts]
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return parse
+
+
+def capacities(text: str) -> list[Capacity]:
+    """argparse type: comma-separated capacities kept as given; convert after parsing (when
+    the model options are known) with ``[c.tokens(kv) for c in ...]``."""
+    parts = [part for part in text.split(",") if part.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError(f"empty capacity list {text!r}")
+    try:
+        return [parse_capacity(part) for part in parts]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def gib(size_bytes: int) -> float:
+    """Bytes in GiB (2^30)."""
+    return size_bytes / 2**30
+
+
+def gb(size_bytes: int) -> float:
+    """Bytes in GB (10^9)."""
+    return size_bytes / 10**9
+
+
+def format_bytes(size_bytes: int) -> str:
+    """``1.34 GiB (1.44 GB)``: both units, two decimals (more when small)."""
+    digits = 2 if size_bytes >= 10**8 else 4
+    return f"{gib(size_bytes):.{digits}f} GiB ({gb(size_bytes):.{digits}f} GB)"
+
+
+# --- command-line options ------------------------------------------------------------------
+
+def add_kv_arguments(parser: argparse.ArgumentParser) -> None:
+    """--model, --kv-bytes-per-token, --kv-shape (at most one; default the lab's model)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--model", metavar="PRESET", default=None,
+                       help=f"model preset for the KV size: {', '.join(PRESETS)} "
+                            f"(default {DEFAULT_PRESET}, the lab's model)")
+    group.add_argument("--kv-bytes-per-token", metavar="BYTES", type=int, default=None,
+                       help="KV bytes per token, instead of a preset")
+    group.add_argument("--kv-shape", metavar="L,H,D[,DTYPE]", default=None,
+                       help="layers, KV heads, head dim[, dtype] (standard formula 2 x L x H x "
+                            "D x dtype bytes), e.g. 28,2,128,bf16")
+
+
+def kv_from_args(args: argparse.Namespace) -> KVSize:
+    """The KVSize the options chose; ValueError naming the option on bad input."""
+    if args.kv_bytes_per_token is not None:
+        if args.kv_bytes_per_token < 1:
+            raise ValueError(f"--kv-bytes-per-token: must be >= 1, got {args.kv_bytes_per_token}")
+        return KVSize("custom", args.kv_bytes_per_token, "given with --kv-bytes-per-token")
+    if args.kv_shape is not None:
+        try:
+            return parse_shape(args.kv_shape)
+        except ValueError as exc:
+            raise ValueError(f"--kv-shape: {exc}") from None
+    try:
+        return preset(args.model or DEFAULT_PRESET)
+    except ValueError as exc:
+        raise ValueError(f"--model: {exc}") from None

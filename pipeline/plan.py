@@ -1,0 +1,293 @@
+"""Plan a CPU offload tier: the smallest one that meets a TTFT or hit-ratio target.
+
+``python -m pipeline plan --target-ttft-ms 100`` answers for the lab's documents at the lab's
+GPU capacity (21520 tokens) with the lab's model (Qwen2.5-1.5B, 28,672 KV bytes per token):
+the CPU tier in tokens and in GiB/GB, with the predicted figures per pass there and one token
+below. Without a trace PATH or --pattern the workload is the lab's documents, whole (or in
+blocks with --block-size). TTFT comes from a model fitted per engine config on a measured
+file (``pipeline.ttft_model``); hits from the one-pass engines (``pipeline.planner``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from kvlab import make_exports
+from pipeline.arguments import non_negative_int, pass_list
+from pipeline.config import LAB_CPU, LAB_DOCS, LAB_GPU, LAB_PASSES, LAB_TOKENS, REAL_MEASURED
+from pipeline.errors import CLIError
+from pipeline.kvsize import KVSize, add_kv_arguments, capacity, kv_from_args
+from pipeline.blocks.models import CPU_MODELS, GPU_MODELS
+from pipeline.blocks.stream import HEAD_FIRST, ORDERS, TAIL_FIRST
+from pipeline.engines.options import add_engine_arguments, model_options
+from pipeline.planner import DocumentEvaluator, Evaluator, PlanResult, Target, \
+    document_workload, plan
+from pipeline.plan_output import describe_target, finite, lmcache_setting, model_json, \
+    model_lines, render_text, tokens_and_size
+from pipeline.planner_blocks import BlockEvaluator
+from pipeline.replay.inputs import add_input_arguments, load_workload
+from kvlab.kvsim import TIERS
+from pipeline.ttft_model import FitError, TTFTModel, fit_configs, measured_requests, \
+    model_for_capacity, residuals_by_pass
+from pipeline.workloads.documents import DocumentWorkload
+from pipeline.workloads.blocks import REQUEST_SCHEMA, document_blocks
+
+HELP = "the smallest CPU tier (tokens and GiB) that meets a TTFT or hit-ratio target"
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not value > 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``plan``."""
+    target = parser.add_argument_group("target (one of)").add_mutually_exclusive_group(
+        required=True)
+    target.add_argument("--target-ttft-ms", type=_positive_float, metavar="MS",
+                        help="predicted TTFT (--statistic of a pass) at most MS")
+    target.add_argument("--target-hit-ratio", type=_positive_float, metavar="R",
+                        help="share of prompt tokens served from cache (GPU or CPU), "
+                             "at least R (0 < R <= 1)")
+    parser.add_argument("--statistic", choices=("p50", "mean"), default="p50",
+                        help="TTFT statistic of a pass (default %(default)s)")
+    parser.add_argument("--pass", dest="passes_to_meet", default="warm", metavar="WHICH",
+                        help="passes that must meet it: warm (every pass after the first; "
+                             "default), all, or 1-based numbers such as 2,3")
+    parser.add_argument("--gpu", type=capacity, default=None, metavar="CAP",
+                        help=f"GPU KV capacity: tokens or a size such as 0.6GiB "
+                             f"(default {LAB_GPU} tokens)")
+    add_kv_arguments(parser)
+    work = parser.add_argument_group("workload (default: the lab's documents)")
+    work.add_argument("--docs", type=non_negative_int, default=LAB_DOCS,
+                      help="documents (default %(default)s)")
+    work.add_argument("--tokens", type=non_negative_int, default=LAB_TOKENS,
+                      help="KV tokens per document (default %(default)s)")
+    work.add_argument("--passes", type=pass_list, default=list(LAB_PASSES),
+                      help="fwd/rev per pass (default fwd,fwd,rev)")
+    work.add_argument("--gpu-order", choices=ORDERS, default=TAIL_FIRST,
+                      help="block mode: order of a request's blocks in the GPU tier (default "
+                           "tail-first, vLLM's free queue)")
+    work.add_argument("--cpu-order", choices=ORDERS, default=HEAD_FIRST,
+                      help="block mode: order of a request's blocks in the CPU tier (default "
+                           "head-first, LMCache's LRU)")
+    work.add_argument("--gpu-model", choices=tuple(GPU_MODELS), default="ideal",
+                      help="block mode: GPU cache model (default %(default)s)")
+    work.add_argument("--cpu-model", choices=tuple(CPU_MODELS), default="ideal",
+                      help="block mode: CPU cache model (default %(default)s: every capacity "
+                           "from one pass; others run per capacity step)")
+    add_engine_arguments(work)
+    add_input_arguments(parser)
+    fit = parser.add_argument_group("TTFT model")
+    fit.add_argument("--measured", type=Path,
+                     help=f"measured TTFT jsonl (default: {REAL_MEASURED} if present, else "
+                          "the bundled synthetic data/ttft.jsonl)")
+    fit.add_argument("--measured-gpu", type=capacity, default=str(LAB_GPU),
+                     help="GPU capacity the measurement ran with, tokens or a size "
+                          "(default %(default)s)")
+    fit.add_argument("--measured-cpu", type=capacity, default=str(LAB_CPU),
+                     help="lmcache CPU capacity the measurement ran with, tokens or a "
+                          "size (default %(default)s)")
+    fit.add_argument("--measured-tokens", type=non_negative_int, default=LAB_TOKENS,
+                     help="simulator tokens per measured document (default %(default)s)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead")
+    parser.add_argument("--report", type=Path, metavar="HTML",
+                        help="also write a page with predicted TTFT against the CPU capacity "
+                             "and the fit's error per pass (atomically)")
+
+
+def _passes(text: str, count: int) -> tuple[int, ...]:
+    if text == "warm":
+        return tuple(range(1, count)) or (0,)
+    if text == "all":
+        return tuple(range(count))
+    try:
+        numbers = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        numbers = []
+    if not numbers or any(not 1 <= n <= count for n in numbers):
+        raise CLIError(f"--pass: expected warm, all or pass numbers 1..{count}, got {text!r}")
+    return tuple(sorted({n - 1 for n in numbers}))
+
+
+@dataclass(frozen=True)
+class _Input:
+    """The workload: its description, pass names in order, and how to build its evaluator."""
+
+    description: str
+    pass_names: list[str]
+    build: Callable[[int, dict[str, TTFTModel]], Evaluator]
+
+
+def _pass_names(pass_name: pl.Series) -> list[str]:
+    return pass_name.fill_null("all").unique(maintain_order=True).to_list()
+
+
+def _blocks_input(args: argparse.Namespace, description: str, blocks: pl.DataFrame,
+                  requests: pl.DataFrame, block_size: int, option: str) -> _Input:
+    gpu_options, cpu_options = model_options(args)
+    description = (f"{description} (GPU {args.gpu_model} {args.gpu_order}, CPU "
+                   f"{args.cpu_model} {args.cpu_order})")
+
+    def build(gpu: int, models: dict[str, TTFTModel]) -> Evaluator:
+        try:
+            return BlockEvaluator(description, blocks, requests, block_size, gpu, models,
+                                  args.gpu_order, args.cpu_order, args.gpu_model,
+                                  args.cpu_model, gpu_options, cpu_options)
+        except ValueError as exc:
+            raise CLIError(f"{option}: {exc}") from None
+    return _Input(description, _pass_names(requests.sort("request")["pass_name"]), build)
+
+
+def _workload(args: argparse.Namespace) -> _Input:
+    if args.path is not None or args.pattern is not None:
+        loaded = load_workload(args)
+        source = "PATH" if args.path is not None else f"--pattern {args.pattern}"
+        if loaded.requests.height == 0:
+            raise CLIError(f"{source}: the workload has no requests")
+        return _blocks_input(args, f"{loaded.label}: {loaded.requests.height:,} requests in "
+                             f"{loaded.block_size}-token blocks", loaded.blocks,
+                             loaded.requests, loaded.block_size, source)
+    try:
+        documents = DocumentWorkload(args.docs, args.tokens, tuple(args.passes))
+    except ValueError as exc:
+        raise CLIError(f"--docs/--tokens/--passes: {exc}") from None
+    if documents.working_set == 0:
+        raise CLIError(f"--docs/--tokens: the workload has no tokens to cache "
+                       f"({documents.docs} documents x {documents.tokens} tokens)")
+    if args.block_size is None:
+        if (args.gpu_model, args.cpu_model) != ("ideal", "ideal"):
+            raise CLIError("--gpu-model/--cpu-model: engine models need block mode "
+                           "(--block-size, a trace PATH or --pattern)")
+        workload = document_workload(documents)
+        return _Input(workload.description, _pass_names(workload.requests["pass_name"]),
+                      lambda gpu, models: DocumentEvaluator(workload, gpu, models))
+    accesses = documents.accesses()
+    blocks = document_blocks(accesses["doc"].to_list(), args.tokens, args.block_size)
+    requests = accesses.select(
+        pl.int_range(pl.len(), dtype=pl.UInt32).alias("request"),
+        pass_name=pl.format("pass{}-{}", pl.col("pass_index") + 1, pl.col("pass_order")),
+        doc=pl.col("doc").cast(pl.Int64), prompt_tokens=pl.col("size").cast(pl.UInt64),
+        timestamp_ms=pl.lit(None, pl.Float64)).match_to_schema(REQUEST_SCHEMA)
+    return _blocks_input(args, f"{documents.docs} documents x {documents.tokens} tokens in "
+                         f"{args.block_size}-token blocks, passes {','.join(documents.passes)}",
+                         blocks, requests, args.block_size, "--block-size")
+
+
+def _models(args: argparse.Namespace) -> tuple[dict[str, TTFTModel], pl.DataFrame, str, bool]:
+    source, synthetic = make_exports.measured_source(str(args.measured) if args.measured
+                                                     else None)
+    try:
+        requests = measured_requests(source, args.measured_gpu_tokens, args.measured_cpu_tokens,
+                                     args.measured_tokens)
+        models = fit_configs(requests)
+        for capacity, needed in ((0, ("gpu", "miss")), (1, TIERS)):
+            model = model_for_capacity(models, capacity)
+            unpriced = [tier for tier in model.unpriced_tiers() if tier in needed]
+            if unpriced:
+                raise FitError(f"no request of config {model.config} is served by the "
+                               f"{' or '.join(unpriced)} tier: the model cannot price it")
+    except FitError as exc:
+        raise CLIError(f"{source}: {exc}") from None
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+    return models, requests, source, synthetic
+
+
+def _write_report(args: argparse.Namespace, evaluator: Evaluator, kv: KVSize, target: Target,
+                  result: PlanResult, errors: pl.DataFrame, names: list[str], gpu: int) -> None:
+    from kvlab.summarize import atomic_output
+    from pipeline.charts import page_html
+    from pipeline.charts.plan import fit_section, measured_points, ttft_capacity_section
+
+    points = measured_points(errors, args.measured_cpu_tokens, names) if (
+        gpu == args.measured_gpu_tokens and args.block_size is None and args.path is None
+        and args.pattern is None) \
+        else None
+    sections = [ttft_capacity_section(evaluator, kv, target.statistic, points, result),
+                fit_section(errors, target.statistic)]
+    page = page_html("kvlab: sizing the CPU tier", f"{evaluator.description}; "
+                     f"{kv.describe()}; target: {describe_target(target, names)}.",
+                     [("Predicted TTFT against the CPU tier", "", sections[:1]),
+                      ("The TTFT model against the measurement", "", sections[1:])])
+    try:
+        with atomic_output(args.report) as handle:
+            handle.write(page)
+    except OSError as exc:
+        raise CLIError(f"--report: cannot write {args.report} ({exc.strerror or exc})") from None
+
+
+def main(args: argparse.Namespace) -> int:
+    """Validate everything, fit, search, print (text or --json)."""
+    try:
+        kv = kv_from_args(args)
+        gpu = LAB_GPU if args.gpu is None else args.gpu.tokens(kv)
+        args.measured_gpu_tokens = args.measured_gpu.tokens(kv)
+        args.measured_cpu_tokens = args.measured_cpu.tokens(kv)
+        default = " (the lab's)" if args.gpu is None else ""
+        gpu_given = (args.gpu.describe(kv) if args.gpu is not None and args.gpu.unit else
+                     f"{gpu:,} tokens{default} = {kv.bytes(gpu) / 2**30:.2f} GiB")
+    except ValueError as exc:
+        raise CLIError(str(exc) if str(exc).startswith("--") else f"--gpu: {exc}") from None
+    if args.target_hit_ratio is not None and args.target_hit_ratio > 1:
+        raise CLIError(f"--target-hit-ratio: must be in (0, 1], got {args.target_hit_ratio:g}")
+    workload = _workload(args)
+    names = workload.pass_names
+    chosen = _passes(args.passes_to_meet, len(names))
+    models, measured, source, synthetic = _models(args)
+    target = (Target("ttft", args.target_ttft_ms, args.statistic, chosen)
+              if args.target_ttft_ms is not None
+              else Target("hit_ratio", args.target_hit_ratio, args.statistic, chosen))
+    if args.report is not None and not args.report.parent.is_dir():
+        raise CLIError(f"--report: folder {args.report.parent} does not exist")
+    evaluator = workload.build(gpu, models)
+    result = plan(evaluator, target)
+    errors = residuals_by_pass(measured, models)
+    if args.report is not None:
+        _write_report(args, evaluator, kv, target, result, errors, names, gpu)
+    cpu_tokens = result.cpu_tokens
+    document = {
+        "workload": evaluator.description,
+        "kv": {"name": kv.name, "bytes_per_token": kv.bytes_per_token, "formula": kv.formula,
+               "source": kv.source, "describe": kv.describe()},
+        "gpu": {**tokens_and_size(gpu, kv), "given": gpu_given},
+        "target": {"kind": target.kind, "value": target.value, "statistic": target.statistic,
+                   "passes": [names[i] for i in target.passes]},
+        "measured": {"path": source, "synthetic": synthetic,
+                     "worst_error_pct": {"p50": errors["error_p50_pct"].abs().max(),
+                                         "mean": errors["error_mean_pct"].abs().max()},
+                     "per_pass": errors.to_dicts()},
+        "models": {config: model_json(model, kv) for config, model in models.items()},
+        "answer": {"status": result.status, "cpu": tokens_and_size(cpu_tokens, kv),
+                   "lmcache_max_local_cpu_size": lmcache_setting(cpu_tokens, kv),
+                   "search": result.search, "evaluations": result.evaluations},
+        "figures": result.figures.to_dicts(),
+        "figures_one_token_below": None if result.below is None else result.below.to_dicts(),
+    }
+    if args.json:
+        print(json.dumps(finite(document), indent=2, allow_nan=False))
+        return 0
+    document["model_lines"] = [line for config, model in models.items()
+                               for line in model_lines(config, model, kv)]
+    print(render_text(document, result, target, names))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    from pipeline.cli import run_command
+
+    sys.exit(run_command("plan"))

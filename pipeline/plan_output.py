@@ -1,0 +1,124 @@
+"""What ``plan`` prints: the JSON document's parts and the text rendering of it."""
+
+from __future__ import annotations
+
+import math
+
+from pipeline.kvsize import KVSize
+from pipeline.planner import PlanResult, Target
+from pipeline.ttft_model import TTFTModel
+
+__all__ = ["tokens_and_size", "lmcache_setting", "model_json", "describe_target",
+           "model_lines", "finite", "render_text"]
+
+TIER_WORDS = {"gpu": "GPU hit", "cpu": "CPU reload", "miss": "recompute"}
+
+
+def tokens_and_size(tokens: int, kv: KVSize) -> dict:
+    size = kv.bytes(tokens)
+    return {"tokens": tokens, "bytes": size, "GiB": round(size / 2**30, 4),
+            "GB": round(size / 1e9, 4)}
+
+
+def lmcache_setting(tokens: int, kv: KVSize) -> float:
+    """max_local_cpu_size that holds ``tokens`` (its "GB" are 2^30 bytes), rounded up."""
+    return math.ceil(kv.bytes(tokens) / 2**30 * 100 - 1e-9) / 100
+
+
+def model_json(model: TTFTModel, kv: KVSize) -> dict:
+    bandwidth = model.reload_bandwidth_gbps(kv.bytes_per_token)
+    return {"method": model.method, "requests": model.n, "params": model.params,
+            "stderr": model.stderr, "tier_ms": model.tier_ms, "tier_stderr": model.tier_stderr,
+            "reference_tokens": model.reference_tokens,
+            "reload_bandwidth_gbps": None if bandwidth is None else
+            {"value": bandwidth[0], "stderr": bandwidth[1]},
+            "not_exercised": list(model.not_exercised),
+            "not_identifiable": list(model.not_identifiable), "notes": list(model.notes)}
+
+
+def describe_target(target: Target, names: list[str]) -> str:
+    chosen = ", ".join(names[i] for i in target.passes)
+    if target.kind == "ttft":
+        return f"predicted {target.statistic} TTFT <= {target.value:g} ms in {chosen}"
+    return f"cache hit ratio >= {target.value:g} in {chosen}"
+
+
+def model_lines(config: str, model: TTFTModel, kv: KVSize) -> list[str]:
+    label = {"baseline": "baseline (GPU only)", "lmcache": "lmcache (GPU + CPU)"}.get(config,
+                                                                                       config)
+    if model.method == "least squares":
+        parts = ", ".join(f"{name} {model.params[name]:.4g} +- {model.stderr[name]:.2g}"
+                          for name in model.params)
+    else:
+        parts = ", ".join(f"{TIER_WORDS[tier]} {ms:.1f} +- {model.tier_stderr.get(tier, 0):.1f}"
+                          f" ms" for tier, ms in sorted(model.tier_ms.items(),
+                                                        key=lambda item: item[1]))
+        parts = f"medians at {model.reference_tokens:,} tokens: {parts}"
+    lines = [f"  {label}, {model.method} over {model.n} requests: {parts}"]
+    bandwidth = model.reload_bandwidth_gbps(kv.bytes_per_token)
+    if bandwidth and config != "baseline":
+        lines.append(f"    effective CPU reload bandwidth {bandwidth[0]:.1f} +- {bandwidth[1]:.1f}"
+                     f" GB/s at {kv.bytes_per_token:,} bytes per token")
+    lines += [f"    {note}" for note in model.notes]
+    return lines
+
+
+def finite(value: object) -> object:
+    """``value`` with every NaN or infinity replaced by None (strict JSON)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(item) for item in value]
+    return value
+
+
+def _num(value: float | None, width: int, digits: int) -> str:
+    return f"{'-':>{width}}" if value is None else f"{value:>{width}.{digits}f}"
+
+
+def _figure_rows(result: PlanResult) -> list[dict]:
+    below = result.below.rows(named=True) if result.below is not None else [None] * \
+        result.figures.height
+    return [{"pass": row["pass_name"], "at": row, "below": low}
+            for row, low in zip(result.figures.rows(named=True), below)]
+
+
+def render_text(document: dict, result: PlanResult, target: Target, names: list[str]) -> str:
+    kv, answer = document["kv"], document["answer"]
+    lines = [f"workload: {document['workload']}",
+             f"KV size: {kv['describe']}",
+             f"GPU KV cache: {document['gpu']['given']}",
+             f"target: {describe_target(target, names)}",
+             f"TTFT model from {document['measured']['path']}"
+             f"{' (SYNTHETIC stand-in)' if document['measured']['synthetic'] else ''}:"]
+    lines += document["model_lines"]
+    worst = document["measured"]["worst_error_pct"]
+    lines.append(f"  predicted vs measured per pass: worst error {worst['p50']:.1f} % (p50), "
+                 f"{worst['mean']:.1f} % (mean)")
+    lines.append("")
+    cpu = answer["cpu"]
+    if answer["status"] == "gpu_alone":
+        lines.append(f"answer: no CPU tier needed: the GPU alone ({document['gpu']['tokens']:,} "
+                     f"tokens) already meets it")
+    elif answer["status"] == "unreachable":
+        lines.append(f"answer: NO CPU size can meet it: even {cpu['tokens']:,} tokens = "
+                     f"{cpu['GiB']:.2f} GiB (every CPU hit this workload can get) falls short")
+    else:
+        lines.append(f"answer: a CPU tier of {cpu['tokens']:,} tokens = {cpu['GiB']:.2f} GiB "
+                     f"({cpu['GB']:.2f} GB; GiB = 2^30 bytes, GB = 10^9 bytes)")
+        lines.append(f"  LMCache: max_local_cpu_size: {answer['lmcache_max_local_cpu_size']:.2f}"
+                     f" (LMCache's GB are 2^30 bytes)")
+    lines.append(f"  ({result.search}; {result.evaluations} evaluations)")
+    columns = [f"CPU {cpu['tokens']:,} tokens"]
+    if result.below is not None:
+        columns.append(f"CPU {cpu['tokens'] - 1:,} tokens (one below)")
+    lines.append(("\n" + f"{'':<14}" + "".join(f"  {title:<29}" for title in columns)).rstrip())
+    lines.append((f"{'pass':<14}" + "  p50 ms  mean ms  hit ratio  " * len(columns)).rstrip())
+    for row in _figure_rows(result):
+        cells = [row["at"]] + ([row["below"]] if row["below"] else [])
+        lines.append(f"{row['pass']:<14}" + "".join(
+            f"{_num(c['p50_ms'], 8, 1)}{_num(c['mean_ms'], 9, 1)}{_num(c['hit_ratio'], 11, 4)}  "
+            for c in cells).rstrip())
+    return "\n".join(lines)

@@ -1,0 +1,150 @@
+"""``blocks`` and ``trace`` with bad arguments: one line on stderr, non-zero exit, nothing
+written, never a traceback; and a closed stdout (``| head``) exits quietly."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, SHARED_TRACES
+
+from pipeline.blocks.limits import MAX_BLOCK_SIZE, MAX_BLOCKS, MAX_CAPACITY
+from pipeline.cli import main
+
+SYNTHETIC = SHARED_TRACES / "synthetic_trace.jsonl"
+HUGE = str(10 ** 20)                         # beyond int64
+SMALL = ["--pattern", "zipf", "--num-documents", "3", "--document-length", "40",
+         "--num-requests", "6"]
+
+
+def one_line_error(capsys, argv, names) -> None:
+    """``argv`` fails with one line naming ``names`` (argparse's exit 2 or CLIError's 1)."""
+    try:
+        status = main(argv)
+    except SystemExit as exc:
+        status = exc.code
+    assert status not in (0, None)
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err and err, err
+    assert names in err, err
+
+
+@pytest.mark.parametrize("argv, names", [
+    (["--gpu", "-5"], "--gpu"),
+    (["--cpu", "-1"], "--cpu"),
+    (["--gpu", HUGE], "--gpu"),
+    (["--cpu", HUGE, "--cpu-model", "lmcache"], "--cpu"),
+    (["--block-size", "0"], "--block-size"),
+    (["--block-size", HUGE], "--block-size"),
+    (["--block-size", str(MAX_BLOCK_SIZE + 1)], "--block-size"),
+    (["--tokens", "99999999999999"], "--tokens"),
+    (["--tokens", HUGE, "--docs", "0"], "--tokens"),
+    (["--docs", HUGE, "--tokens", "0"], "--docs"),
+    (["--gpu-model", "vllm", "--output-tokens", "99999999999999999"], "--output-tokens"),
+    (["--cpu-model", "lmcache", "--chunk-size", "100"], "--chunk-size"),
+])
+def test_blocks_bad_arguments(capsys, argv, names):
+    one_line_error(capsys, ["blocks", *argv], names)
+
+
+def test_blocks_at_the_largest_capacity_runs_every_model_quickly(capsys):
+    """2**63 - 1 tokens: clipped for the literal replays (no 2**59-block pool), same answer
+    as the fast engines."""
+    runs = []
+    for gpu_model, cpu_model in (("vllm", "lmcache"), ("vllm-replay", "lmcache-replay"),
+                                 ("ideal", "ideal"), ("ideal-replay", "ideal-replay")):
+        assert main(["blocks", "--gpu", str(MAX_CAPACITY), "--cpu", str(MAX_CAPACITY),
+                     "--gpu-model", gpu_model, "--cpu-model", cpu_model, "--docs", "3",
+                     "--tokens", "100"]) == 0
+        runs.append(json.loads(capsys.readouterr().out)["passes"])
+    assert runs[0] == runs[1] and runs[2] == runs[3]
+    assert runs[2][1]["gpu_hit_tokens"] == 3 * 96       # infinite GPU: every full block
+
+
+def trace_error(capsys, tmp_path, argv, names, out=None, report=None) -> None:
+    out = out or tmp_path / "out"
+    report = report or tmp_path / "r.html"
+    before = sorted(tmp_path.rglob("*"))
+    one_line_error(capsys, ["trace", *argv, "--out", str(out), "--report", str(report)], names)
+    assert sorted(tmp_path.rglob("*")) == before        # nothing written
+
+
+@pytest.mark.parametrize("argv, names", [
+    (["--gpu", "-5"], "--gpu"),
+    (["--gpu", HUGE], "--gpu"),
+    (["--cpu", f"0,{HUGE}"], "--cpu"),
+    (["--cpu-sweep-gpu", HUGE], "--cpu-sweep-gpu"),
+    (["--block-size", "0"], "--block-size"),
+    (["--block-size", HUGE], "--block-size"),
+    (["--shuffle-seed", "-1"], "--shuffle-seed"),
+    (["--num-requests", str(MAX_BLOCKS)], "--num-requests"),
+    (["--document-length", HUGE], "--pattern zipf"),
+    (["--gpu-model", "vllm", "--output-tokens", "99999999999999999"], "--output-tokens"),
+])
+def test_trace_bad_arguments_on_a_pattern(tmp_path, capsys, argv, names):
+    trace_error(capsys, tmp_path, [*SMALL, *argv], names)
+
+
+def test_trace_empty_file(tmp_path, capsys):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    for fmt in ("mooncake", "tokens"):
+        trace_error(capsys, tmp_path, [str(empty), "--format", fmt], "no requests")
+
+
+def test_trace_directory_as_path(tmp_path, capsys):
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    trace_error(capsys, tmp_path, [str(folder)], str(folder))
+
+
+def test_trace_missing_path(tmp_path, capsys):
+    trace_error(capsys, tmp_path, [str(tmp_path / "nope.jsonl")], "nope.jsonl")
+
+
+def test_trace_out_is_a_file_or_lies_under_one(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    trace_error(capsys, tmp_path, SMALL, "--out", out=afile)
+    trace_error(capsys, tmp_path, SMALL, "--out", out=afile / "below")
+    trace_error(capsys, tmp_path, SMALL, "--report", report=afile / "r.html")
+
+
+def test_trace_output_names_taken_by_folders(tmp_path, capsys):
+    out = tmp_path / "out"
+    (out / "points.parquet").mkdir(parents=True)       # written third: would leave two files
+    trace_error(capsys, tmp_path, SMALL, "points.parquet", out=out)
+    report = tmp_path / "report.html"
+    report.mkdir()
+    trace_error(capsys, tmp_path, SMALL, "--report", out=tmp_path / "out2", report=report)
+
+
+def test_trace_unwritable_out(tmp_path, capsys):
+    """An --out under a folder without write permission (root ignores permissions: skip)."""
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    try:
+        if (locked / "probe").touch() is None:
+            (locked / "probe").unlink()
+            pytest.skip("running as root: permissions are not enforced")
+    except PermissionError:
+        trace_error(capsys, tmp_path, SMALL, "--out", out=locked / "out")
+    finally:
+        locked.chmod(0o755)
+
+
+def _closed_stdout(*argv: str) -> tuple[int, str]:
+    """Run ``python -m pipeline argv`` with its stdout's reader already gone."""
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline", *argv], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()                                  # like `| head` that has quit
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    return proc.wait(timeout=120), err
+
+
+def test_piping_into_a_closed_reader_is_no_traceback():
+    status, err = _closed_stdout("blocks", "--docs", "2", "--tokens", "64")
+    assert status == 1 and err == ""
