@@ -82,8 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--cpu-policy", type=policy_name, default="lru",
                        help="policy of the CPU tier (default %(default)s)")
     model.add_argument("--method", choices=METHODS, default="auto",
-                       help="auto: one pass where exact (lru), else compiled replays; onepass: "
-                            "lru only; replay; classes: the Python classes (slow reference)")
+                       help="auto: one pass where exact (lru with one size per key; mru, opt "
+                            "with one size for all), else compiled replays; onepass: only "
+                            "there; replay; classes: the Python classes (slow reference)")
     add_kv_arguments(parser.add_argument_group("KV size (converts sizes to tokens)"))
     out = parser.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print JSON instead of a table")
