@@ -49,6 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="tokens per document in the simulator's units (default: the "
                              f"measured setup's; the lab's {LAB_TOKENS})")
     add_kv_arguments(parser)
+    parser.add_argument("--every-config", metavar="OUT",
+                        help="also write every config's TTFT per pass with its ratios to "
+                             "baseline (p50, mean; baseline's over this config's) to OUT as "
+                             "JSON, atomically (--json is kvlab's baseline/lmcache summary)")
     parser.add_argument("--json", metavar="OUT",
                         help="also write the summary (as kvlab/summarize.py) to OUT, atomically")
 
@@ -56,6 +60,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _for_display(table: pl.DataFrame) -> pl.DataFrame:
     """ms columns to 1 decimal, ratios to 2 (display only)."""
     return table.with_columns(pl.col("^.*_ms$").round(1), pl.col("^ratio_.*$").round(2))
+
+
+def every_config(df: pl.DataFrame) -> dict:
+    """``{config: {pass: {n, p50_ms, mean_ms, ratio_p50, ratio_mean}}}`` for every config in
+    file order (ms to 1 decimal, ratios to 2; a ratio is null where baseline lacks the pass)."""
+    document: dict = {}
+    for row in stats_table(df).iter_rows(named=True):
+        document.setdefault(row["config"], {})[row["pass"]] = {
+            "n": row["n"], "p50_ms": round(row["p50_ms"], 1), "mean_ms": round(row["mean_ms"], 1),
+            **{key: None if row[key] is None else round(row[key], 2)
+               for key in ("ratio_p50", "ratio_mean")}}
+    return document
 
 
 def _server_tiers(path: str, df: pl.DataFrame) -> pl.DataFrame | None:
@@ -79,6 +95,12 @@ def main(args: argparse.Namespace) -> int:
             write_json_atomic(args.json, summary(df))
         except OSError as exc:
             raise CLIError(f"{args.json}: cannot write output ({exc.strerror or exc})") from None
+    if args.every_config:
+        try:
+            write_json_atomic(args.every_config, every_config(df))
+        except OSError as exc:
+            raise CLIError(f"{args.every_config}: cannot write output "
+                           f"({exc.strerror or exc})") from None
     setup = resolve_setup(args.input, is_synthetic(args.input))
     chosen = {"gpu": args.gpu, "cpu": args.cpu, "tokens": args.tokens}
     if any(value is not None for value in chosen.values()):     # a what-if: flags win

@@ -125,3 +125,25 @@ def test_two_tier_by_name_equals_kvlab_attribution(tmp_path):
     got = _attributed(renamed)
     assert got["tier"].to_list() == expected["tier"].to_list()
     assert got["config"].to_list() == [names[c] for c in expected["config"]]
+
+
+def test_every_config_json_has_ratios_to_baseline(tmp_path, capsys):
+    out = tmp_path / "every.json"
+    assert main(["measured", str(LLAMA), "--every-config", str(out)]) == 0
+    capsys.readouterr()
+    document = json.loads(out.read_text())
+    assert list(document) == ["baseline", "cache-4.5", "cache"]
+    rows = pl.read_ndjson(LLAMA, infer_schema_length=None)
+
+    def p50(config: str, name: str) -> float:
+        return rows.filter((pl.col("config") == config) & (pl.col("pass") == name))[
+            "ttft_ms"].median()
+    for config, passes in document.items():
+        for name, stats in passes.items():
+            assert stats["n"] == 10 and stats["p50_ms"] == round(p50(config, name), 1)
+            assert stats["ratio_p50"] == round(p50("baseline", name) / p50(config, name), 2)
+
+
+def test_every_config_unwritable_is_one_line(tmp_path, capsys):
+    _one_line_error(capsys, ["measured", str(LLAMA), "--every-config",
+                             str(tmp_path / "no" / "x.json")], "x.json: cannot write")
