@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 from kvlab.scenario import non_negative_int, pass_list
 
@@ -35,3 +36,29 @@ def positive_int(text: str) -> int:
 def plural(count: int, noun: str) -> str:
     """``"1 request"``, ``"2 requests"``."""
     return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _finite_float(text: str, bound: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number {bound}, got {text!r}") from None
+    if math.isnan(value) or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number {bound}, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    value = _finite_float(text, "> 0")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """argparse type: a finite number >= 0."""
+    value = _finite_float(text, ">= 0")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,7 @@ from pathlib import Path
 import polars as pl
 
 from kvlab import make_exports
-from pipeline.arguments import non_negative_int, pass_list
+from pipeline.arguments import non_negative_int, pass_list, positive_float
 from pipeline.config import LAB_CPU, LAB_DOCS, LAB_GPU, LAB_PASSES, LAB_TOKENS, REAL_MEASURED
 from pipeline.errors import CLIError
 from pipeline.kvsize import KVSize, add_kv_arguments, capacity, kv_from_args
@@ -42,23 +41,14 @@ from pipeline.workloads.blocks import REQUEST_SCHEMA, document_blocks
 HELP = "the smallest CPU tier (tokens and GiB) that meets a TTFT or hit-ratio target"
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
-    if not value > 0 or math.isinf(value):
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
-    return value
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``plan``."""
     target = parser.add_argument_group("target (one of)").add_mutually_exclusive_group(
         required=True)
-    target.add_argument("--target-ttft-ms", type=_positive_float, metavar="MS",
+    target.add_argument("--target-ttft-ms", type=positive_float, metavar="MS",
                         help="predicted TTFT (--statistic of a pass) at most MS")
-    target.add_argument("--target-hit-ratio", type=_positive_float, metavar="R",
+    target.add_argument("--target-hit-ratio", type=positive_float, metavar="R",
                         help="share of prompt tokens served from cache (GPU or CPU), "
                              "at least R (0 < R <= 1)")
     parser.add_argument("--statistic", choices=("p50", "mean"), default="p50",

@@ -20,7 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from pipeline.arguments import pass_list, positive_int
+from pipeline.arguments import pass_list, positive_float, positive_int
 from pipeline.config import BASELINE, LAB_DOCS, LAB_PASSES
 from pipeline.errors import CLIError
 from pipeline.measure.client import RequestFailed
@@ -35,15 +35,6 @@ HELP = "measure TTFT on a real server (or a local llama.cpp one) into a JSON-lin
 DEFAULT_TOKENS = 5000
 DEFAULT_RAM_CACHES = f"{BASELINE}=0,cache-4.5=4.5,cache=10.5"
 
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
-    return value
 
 
 def _logit_bias(text: str) -> tuple[str, float]:
@@ -114,7 +105,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "server keeps its cache across them)")
     parser.add_argument("--concurrency", type=positive_int, default=1,
                         help="requests in flight at once (default %(default)s, as the lab)")
-    parser.add_argument("--timeout", type=_positive_float, default=300.0,
+    parser.add_argument("--timeout", type=positive_float, default=300.0,
                         help="seconds allowed per request (default %(default)s)")
     parser.add_argument("--max-tokens", type=positive_int, default=16,
                         help="tokens to generate per request (default %(default)s)")

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from pipeline.arguments import non_negative_int, positive_int
+from pipeline.arguments import non_negative_float, non_negative_int, positive_int
 from pipeline.blocks.limits import check_block_count, check_block_size
 from pipeline.errors import CLIError
 from pipeline.workloads import patterns
@@ -32,15 +32,6 @@ class Workload:
     block_size: int
     skipped: list[tuple[int, str]] = field(default_factory=list)
 
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return value
 
 
 def add_input_arguments(parser: argparse.ArgumentParser) -> None:
@@ -78,7 +69,7 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
                             "(default %(default)s)")
     group.add_argument("--num-requests", type=non_negative_int, default=1000,
                        help="zipf: requests drawn (default %(default)s)")
-    group.add_argument("--zipf-alpha", type=_non_negative_float, default=1.0,
+    group.add_argument("--zipf-alpha", type=non_negative_float, default=1.0,
                        help="zipf: popularity exponent (default %(default)s)")
     group.add_argument("--question-length", type=non_negative_int, default=0,
                        help="tokens of a unique question after the document (default 0)")
