@@ -88,4 +88,3 @@ def test_report_section_states_the_lab_figures(lab_sweep):
     for section in (gpu, cpu):
         spec = section.chart.to_dict()
         assert len(spec["hconcat"]) == 2
-
