@@ -18,12 +18,15 @@ import polars as pl
 
 from kvlab import make_exports
 from kvlab.summarize import InputError
-from pipeline import latency, report, sweeps
+from pipeline import latency, report, run_blocks, sweeps
 from pipeline.arguments import int_list, non_negative_int, pass_list, plural, positive_int
 from pipeline.attribution import attribute_tiers
+from pipeline.blocks.sweep import AGGREGATES_FILE as BLOCK_AGGREGATES
+from pipeline.blocks.sweep import EVENTS_FILE as BLOCK_EVENTS
+from pipeline.blocks.sweep import block_frames
 from pipeline.config import (CPU_CLIFF_CAPACITIES, CPU_CLIFF_GPU, EVENTS_DIR,
                              GPU_CLIFF_CAPACITIES, LAB_CPU, LAB_DOCS, LAB_PASSES,
-                             LAB_TOKENS, REAL_MEASURED, REPORT_PATH)
+                             LAB_TOKENS, REAL_MEASURED, REPORT_PATH, ROOT)
 from pipeline.errors import CLIError
 from pipeline.measured_setup import (FIELDS as SETUP_FIELDS, LAB_SETUP, MAX_VALUE,
                                      MeasuredSetup, check_docs, prediction_problem,
@@ -104,6 +107,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     paths.add_argument("--report", type=Path, default=REPORT_PATH,
                        help="HTML report to write (default reports/index.html)")
     paths.add_argument("--quiet", action="store_true", help="no progress lines")
+    run_blocks.add_arguments(parser)
+
+
+#: The real engine's committed measurement, drawn in the report's measured group.
+REAL_ENGINE_FILE = ROOT / "data" / "measured" / "llamacpp_lab.jsonl"
 
 
 def _with_spec(values: list[int] | None, default: tuple[int, ...], spec: tuple[int, ...]
@@ -196,6 +204,32 @@ def _model_lines(attributed: pl.DataFrame, latencies: latency.Latencies) -> list
     return lines
 
 
+def _extra_groups(args: argparse.Namespace, blocks: run_blocks.BlockSetup | None,
+                  block_report: tuple | None, report_path: Path) -> list[report.Group]:
+    """The report's groups beyond document mode: block mode (the run's ideal block sweeps,
+    else the lab's workload at 16-token blocks, about 0.3 s), cache policies, the trace link."""
+    note = ""
+    if block_report is None:
+        size = blocks.block_size if blocks is not None else run_blocks.REPORT_BLOCK_SIZE
+        lab = DocumentWorkload(LAB_DOCS, LAB_TOKENS, LAB_PASSES)
+        _, frame = block_frames(lab.docs, lab.tokens, lab.passes, size,
+                                cpu_sweep_gpu=CPU_CLIFF_GPU,
+                                spec_points=(*GPU_CLIFF_CAPACITIES, CPU_CLIFF_GPU, LAB_CPU))
+        block_report = (frame, lab, size, "")
+        note = ("The lab's workload with the ideal model in both orders" +
+                (f"; this run's {blocks.describe()} sweeps are in blocks_aggregates.parquet."
+                 if blocks is not None else
+                 "; run with --block-size N for the run's own workload."))
+    frame, workload, size, _ = block_report
+    scenario = {"docs": workload.docs, "tokens": workload.tokens, "block_size": size,
+                "cpu_sweep_gpu": args.cpu_sweep_gpu if blocks is not None else CPU_CLIFF_GPU}
+    groups = [report.block_group(frame, scenario, note), report.policy_group()]
+    trace = report_path.parent / "trace.html"
+    if trace.is_file():
+        groups.append(report.trace_group(trace.name))
+    return groups
+
+
 def run_all(args: argparse.Namespace) -> dict[str, Path]:
     """Run everything; return the folders written. Raises CLIError on bad input.
 
@@ -205,6 +239,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Path]:
     say = (lambda message: None) if args.quiet else (
         lambda message: print(f"[kvlab] {message}", file=sys.stderr, flush=True))
     workload = _workload(args)
+    blocks = run_blocks.block_setup(args, workload)
     source, requests, measured_documents, setup = _measured(args, say)
     differences = lab_differences(workload, args.cpu_sweep_gpu, args.offload_cpu, setup,
                                   source)
@@ -242,6 +277,22 @@ def run_all(args: argparse.Namespace) -> dict[str, Path]:
     outputs.add(events_dir / "aggregates.parquet", parquet_bytes(aggregates), "--events-dir")
 
     gpu_points, cpu_points = marked(workload)
+    block_spec = tuple(sorted({*gpu_points, args.cpu_sweep_gpu, args.offload_cpu}))
+    block_report = None
+    if blocks is not None:
+        say(f"block mode: {blocks.describe()}")
+        block_events, block_aggregates = run_blocks.block_frames(blocks, workload, args,
+                                                                 block_spec)
+        outputs.add(events_dir / BLOCK_EVENTS, parquet_bytes(block_events), "--events-dir")
+        outputs.add(events_dir / BLOCK_AGGREGATES, parquet_bytes(block_aggregates),
+                    "--events-dir")
+        say(f"block mode: {block_events.height} block events, "
+            f"{block_aggregates.height} aggregate rows")
+        if (blocks.gpu_model, blocks.cpu_model) == ("ideal", "ideal"):
+            block_report = (block_aggregates, workload, blocks.block_size, "")
+    else:
+        for name in (BLOCK_EVENTS, BLOCK_AGGREGATES):
+            outputs.remove(events_dir / name)
     exports = {**scenario_exports(workload, aggregates, args.cpu_sweep_gpu, args.offload_cpu,
                                   gpu_points, cpu_points), **measured_documents}
     if summary(requests) != exports["measured.json"]:
@@ -267,9 +318,15 @@ def run_all(args: argparse.Namespace) -> dict[str, Path]:
     latencies = latency.latency_model(attributed)
     for line in _model_lines(attributed, latencies):
         say(line)
-    predicted = None
+    predicted, plan_sections = None, []
     if problem is None:
         predicted = latency.predict(aggregates, latencies)
+        fit = run_blocks.ttft_fit(attributed, predicted, setup.tokens)
+        if isinstance(fit, str):
+            say(fit)
+        else:
+            predicted = fit.predicted
+            plan_sections = report.plan_sections(predicted, fit.residuals)
         outputs.add(events_dir / "predicted_ttft.parquet", parquet_bytes(predicted),
                     "--events-dir")
     else:
@@ -282,7 +339,11 @@ def run_all(args: argparse.Namespace) -> dict[str, Path]:
                 "cpu_sweep_gpu": args.cpu_sweep_gpu, "offload_cpu": args.offload_cpu}
     shown = {**provenance, "setup": setup.describe(), "prediction_note": problem}
     html = report.render_html(aggregates, attributed, shown, scenario, predicted,
-                              latencies if predicted is not None else None)
+                              latencies if predicted is not None else None,
+                              measured_extra=[*plan_sections,
+                                              *report.real_engine_sections(REAL_ENGINE_FILE)],
+                              extra_groups=_extra_groups(args, blocks, block_report,
+                                                         report_path))
     outputs.add(report_path, html.encode("utf-8"), "--report")
     outputs.commit()
     print(f"Parquet event logs and aggregates: {events_dir}")

@@ -1,0 +1,124 @@
+"""What ``run`` adds beyond document mode: block mode (``--block-size``, with the engine
+models of ``pipeline.engines.options``) and the fitted TTFT model's per-pass predictions.
+
+``add_arguments`` defines the block-mode group; ``block_setup`` is its one check (before
+anything is computed); ``block_frames`` runs ``pipeline.blocks.sweep.block_frames`` for the
+run's workload and models; ``ttft_fit`` fits ``pipeline.ttft_model`` on the measured requests
+and adds predicted p50 and mean TTFT per pass to the predicted sweeps.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from pipeline.arguments import positive_int
+from pipeline.blocks.limits import check_block_count, check_block_size
+from pipeline.blocks.sweep import block_frames as sweep_block_frames
+from pipeline.engines.options import add_model_arguments, run_options
+from pipeline.errors import CLIError
+from pipeline.ttft_model import (TOKEN_COLUMNS, FitError, TTFTModel, fit_configs,
+                                 predict_pass_ttft, residuals_by_pass, tokens_by_tier)
+from pipeline.workloads.documents import DocumentWorkload
+
+__all__ = ["BlockSetup", "add_arguments", "block_setup", "block_frames", "TTFTFit", "ttft_fit",
+           "REPORT_BLOCK_SIZE"]
+
+#: Block size of the report's block-mode group when ``run`` has no ``--block-size``
+#: (vLLM's default block): the lab's workload costs about 0.3 s at this size.
+REPORT_BLOCK_SIZE = 16
+_ENGINE_DESTS = ("output_tokens", "vllm_version", "chunk_size", "save_unfull_chunk")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--block-size`` and the engine models (one definition: ``add_model_arguments``)."""
+    group = parser.add_argument_group(
+        "block mode (also writes blocks_events.parquet and blocks_aggregates.parquet; "
+        "document mode stays the default)")
+    group.add_argument("--block-size", type=positive_int, default=None,
+                       help="tokens per block: also run the sweeps in block mode (prefix "
+                            "caching, both orders per tier; see python -m pipeline blocks)")
+    add_model_arguments(group)
+
+
+@dataclass(frozen=True)
+class BlockSetup:
+    """Block mode as the options ask for it."""
+
+    block_size: int
+    gpu_model: str = "ideal"
+    cpu_model: str = "ideal"
+    gpu_options: dict = field(default_factory=dict)
+    cpu_options: dict = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """One line: block size and models with their options."""
+        def one(model: str, options: dict) -> str:
+            shown = ", ".join(f"{k}={v}" for k, v in options.items())
+            return f"{model} ({shown})" if shown else model
+        return (f"{self.block_size}-token blocks, GPU {one(self.gpu_model, self.gpu_options)}, "
+                f"CPU {one(self.cpu_model, self.cpu_options)}")
+
+
+def block_setup(args: argparse.Namespace, workload: DocumentWorkload) -> BlockSetup | None:
+    """The run's block mode, or None without ``--block-size``; CLIError naming the argument
+    for an engine model or option without ``--block-size``, a block size beyond the limit, a
+    run over ``MAX_BLOCKS`` block accesses, or a model option the model does not take."""
+    if args.block_size is None:
+        for dest in ("gpu_model", "cpu_model"):
+            if getattr(args, dest) != "ideal":
+                raise CLIError(f"--{dest.replace('_', '-')} {getattr(args, dest)}: engine "
+                               "models run in block mode only (add --block-size N)")
+        for dest in _ENGINE_DESTS:
+            if getattr(args, dest) is not None:
+                raise CLIError(f"--{dest.replace('_', '-')}: an engine model option, block "
+                               "mode only (add --block-size N)")
+        return None
+    check_block_size(args.block_size)
+    requests = workload.docs * len(workload.passes)
+    blocks = requests * -(-workload.tokens // args.block_size)
+    check_block_count(max(requests, blocks),
+                      f"--docs {workload.docs} x {len(workload.passes)} --passes x --tokens "
+                      f"{workload.tokens} / --block-size {args.block_size}")
+    gpu_options, cpu_options = run_options(args, args.block_size, requests, blocks)
+    return BlockSetup(args.block_size, args.gpu_model, args.cpu_model, gpu_options,
+                      cpu_options)
+
+
+def block_frames(setup: BlockSetup, workload: DocumentWorkload, args: argparse.Namespace,
+                 spec_points: tuple[int, ...]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(events, aggregates) of the block sweeps for the run's workload, grids and models."""
+    return sweep_block_frames(workload.docs, workload.tokens, workload.passes,
+                              setup.block_size, args.gpu_capacities, args.cpu_capacities,
+                              args.cpu_sweep_gpu, spec_points, setup.gpu_model,
+                              setup.cpu_model, setup.gpu_options, setup.cpu_options)
+
+
+@dataclass(frozen=True)
+class TTFTFit:
+    """The fitted TTFT model of a run: per-config models, residuals per pass, and the
+    predicted sweeps with ``predicted_p50_ms`` / ``predicted_mean_ms`` per pass."""
+
+    models: dict[str, TTFTModel]
+    residuals: pl.DataFrame
+    predicted: pl.DataFrame
+
+
+def ttft_fit(attributed: pl.DataFrame, predicted: pl.DataFrame, tokens: int
+             ) -> TTFTFit | str:
+    """Fit ``pipeline.ttft_model`` on the attributed measured requests (whole documents in
+    their simulated tier) and predict p50 and mean TTFT per pass at every sweep point of
+    ``predicted`` (documents of ``tokens`` tokens). A string says why not, instead."""
+    matched = attributed.filter(pl.col("tier").is_not_null())
+    if matched.is_empty():
+        return "TTFT model not fitted: no measured request is in a simulated config"
+    requests = tokens_by_tier(matched).select("config", "pass", "doc", "ttft_ms",
+                                              *TOKEN_COLUMNS)
+    try:
+        models = fit_configs(requests)
+        return TTFTFit(models, residuals_by_pass(requests, models),
+                       predict_pass_ttft(predicted, models, tokens))
+    except FitError as exc:
+        return f"TTFT model not fitted: {exc}"
