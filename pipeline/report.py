@@ -10,8 +10,8 @@ atomically (temporary file + ``os.replace``).
 
 ``run`` adds more (``render_html(..., measured_extra=..., extra_groups=...)``, built here):
 the fitted TTFT model's predictions along both cliffs and its error per pass, and the real
-engine's measurement, in the measured group (``plan_sections``, ``real_engine_sections``);
-groups for block mode with the engine models (``block_group``), the cache policies
+engine's measurement right after it (``plan_sections``, ``real_engine_group``); groups for
+block mode with the engine models (``block_group``), the cache policies
 (``policy_group``) and a link to the trace report (``trace_group``).
 """
 
@@ -31,7 +31,7 @@ from pipeline.charts.provenance import provenance_block
 from pipeline.sweeps import AGGREGATE_SCHEMA, SWEEPS
 
 __all__ = ["write_report", "render_html", "build_sections", "REQUEST_COLUMNS", "Group",
-           "block_group", "policy_group", "plan_sections", "real_engine_sections",
+           "block_group", "policy_group", "plan_sections", "real_engine_group",
            "trace_group"]
 
 #: A page group: (heading, HTML shown under it, sections).
@@ -73,18 +73,23 @@ def plan_sections(fit_predicted: pl.DataFrame, residuals: pl.DataFrame) -> list[
             plan.sweep_ttft_section(fit_predicted, "cpu_cliff"), plan.fit_section(residuals)]
 
 
-def real_engine_sections(path: str | os.PathLike) -> list[Section]:
-    """The committed llama.cpp measurement (``data/measured/llamacpp_lab.jsonl``): measured vs
-    predicted tiers and its TTFT; none when the file or its provenance is missing."""
+def real_engine_group(path: str | os.PathLike) -> Group | None:
+    """The committed llama.cpp measurement (``data/measured/llamacpp_lab.jsonl``), placed
+    right after the synthetic stand-in: measured vs predicted tiers and its TTFT; None when
+    the file or its provenance is missing or unreadable."""
     from pipeline.charts import real_engine
     from pipeline.measure.llamacpp.compare import load_measurement
     if not Path(path).is_file():
-        return []
+        return None
     try:
         joined = load_measurement(path)
     except (OSError, ValueError, KeyError):
-        return []
-    return real_engine.sections(joined)
+        return None
+    prelude = (f"<p>A REAL measurement next to the synthetic stand-in above: llama.cpp's "
+               f"server with its RAM prompt cache on this machine, the lab's experiment "
+               f"({html.escape(Path(path).name)}; provenance beside it; <code>python -m "
+               f"pipeline measure --local-engine</code>).</p>")
+    return ("Measured TTFT: a real engine (llama.cpp)", prelude, real_engine.sections(joined))
 
 
 def block_group(aggregates: pl.DataFrame, scenario: dict, note: str = "") -> Group:

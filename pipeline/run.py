@@ -206,8 +206,9 @@ def _model_lines(attributed: pl.DataFrame, latencies: latency.Latencies) -> list
 
 def _extra_groups(args: argparse.Namespace, blocks: run_blocks.BlockSetup | None,
                   block_report: tuple | None, report_path: Path) -> list[report.Group]:
-    """The report's groups beyond document mode: block mode (the run's ideal block sweeps,
-    else the lab's workload at 16-token blocks, about 0.3 s), cache policies, the trace link."""
+    """The report's groups after the measured one: the real engine's measurement, block mode
+    (the run's ideal block sweeps, else the lab's workload at 16-token blocks, about 0.3 s),
+    cache policies, and a link to the trace report when one sits beside this one."""
     note = ""
     if block_report is None:
         size = blocks.block_size if blocks is not None else run_blocks.REPORT_BLOCK_SIZE
@@ -223,7 +224,9 @@ def _extra_groups(args: argparse.Namespace, blocks: run_blocks.BlockSetup | None
     frame, workload, size, _ = block_report
     scenario = {"docs": workload.docs, "tokens": workload.tokens, "block_size": size,
                 "cpu_sweep_gpu": args.cpu_sweep_gpu if blocks is not None else CPU_CLIFF_GPU}
-    groups = [report.block_group(frame, scenario, note), report.policy_group()]
+    real = report.real_engine_group(REAL_ENGINE_FILE)
+    groups = [*([real] if real else []), report.block_group(frame, scenario, note),
+              report.policy_group()]
     trace = report_path.parent / "trace.html"
     if trace.is_file():
         groups.append(report.trace_group(trace.name))
@@ -340,8 +343,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Path]:
     shown = {**provenance, "setup": setup.describe(), "prediction_note": problem}
     html = report.render_html(aggregates, attributed, shown, scenario, predicted,
                               latencies if predicted is not None else None,
-                              measured_extra=[*plan_sections,
-                                              *report.real_engine_sections(REAL_ENGINE_FILE)],
+                              measured_extra=plan_sections,
                               extra_groups=_extra_groups(args, blocks, block_report,
                                                          report_path))
     outputs.add(report_path, html.encode("utf-8"), "--report")

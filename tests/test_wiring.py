@@ -37,3 +37,98 @@ def test_engine_models_in_the_sweeps_equal_the_registries():
     # issue 16's figures: 48,640 CPU tokens in pass 2 at CPU 56000 and 48640, none below
     assert rows.filter(pl.col("cpu_capacity") == 56000)["cpu_hit_tokens"].item() == 48640
     assert rows.filter(pl.col("cpu_capacity") == 48640)["cpu_hit_tokens"].item() == 48640
+
+
+# --- run --block-size and the report's new groups --------------------------------------------
+
+import shutil  # noqa: E402
+
+import pytest  # noqa: E402
+
+from conftest import ROOT  # noqa: E402
+from pipeline.cli import main  # noqa: E402
+
+DATA = ROOT / "data" / "ttft.jsonl"
+SMALL = ["--points", "6", "--grid-steps", "3", "--quiet", "--measured", str(DATA)]
+NEW_SECTIONS = ("plan-sweep-gpu_cliff", "plan-sweep-cpu_cliff", "plan-fit", "real-engine-tiers",
+                "real-engine-ttft", "blocks-gpu-orders", "blocks-cpu-tier", "engines-gpu",
+                "engines-cpu", "policies-lab")
+
+
+def outputs(root):
+    return ["--events-dir", str(root / "events"), "--exports-dir", str(root / "exports"),
+            "--report", str(root / "report" / "index.html")]
+
+
+def snapshot(root):
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None)
+            for p in sorted(root.rglob("*"))}
+
+
+@pytest.fixture(scope="module")
+def engine_run(tmp_path_factory):
+    """run --block-size 16 with the vllm and lmcache models, a trace report beside it."""
+    root = tmp_path_factory.mktemp("engines")
+    (root / "report").mkdir()
+    (root / "report" / "trace.html").write_text("<html></html>")
+    assert main(["run", *SMALL, *outputs(root), "--block-size", "16", "--gpu-model", "vllm",
+                 "--cpu-model", "lmcache"]) == 0
+    return root
+
+
+def test_run_block_size_writes_the_engine_models_sweeps(engine_run):
+    events = pl.read_parquet(engine_run / "events" / "blocks_events.parquet")
+    assert events.height == 2 * 10 * 3 * 314                  # both orders, every block access
+    aggregates = pl.read_parquet(engine_run / "events" / "blocks_aggregates.parquet")
+    assert set(aggregates["gpu_model"]) == {"vllm"} and set(aggregates["cpu_model"]) == {"lmcache"}
+    rows = aggregates.filter(pl.col("sweep") == "cpu_cliff", pl.col("cpu_capacity") == 56000)
+    per_pass = rows.sort("pass_index").select("gpu_hit_tokens", "cpu_hit_tokens",
+                                              "miss_tokens").rows()
+    assert per_pass == [(0, 0, 50110), (0, 48640, 1470), (21488, 27728, 894)]   # issue 16
+    cliff = aggregates.filter(pl.col("sweep") == "gpu_cliff", pl.col("pass_index") == 1,
+                              pl.col("gpu_capacity") == 48000)
+    assert cliff["gpu_hit_tokens"].item() == 28960                               # issue 15
+
+
+def test_report_has_the_new_sections_and_the_trace_link(engine_run):
+    page = (engine_run / "report" / "index.html").read_text()
+    for key in NEW_SECTIONS:
+        assert f'id="chart-{key}"' in page, key
+    for heading in ("Block mode", "Cache policies", "a real engine (llama.cpp)", "Trace replay"):
+        assert heading in page
+    assert 'href="trace.html"' in page
+    assert "vllm (output_tokens=1, vllm_version=0.33.0)" in page   # the run's models named
+
+
+def test_document_mode_run_removes_stale_block_files_and_predicts_per_pass(engine_run,
+                                                                           tmp_path):
+    root = tmp_path / "out"
+    shutil.copytree(engine_run, root)
+    (root / "report" / "trace.html").unlink()
+    assert main(["run", *SMALL, *outputs(root)]) == 0
+    assert not (root / "events" / "blocks_events.parquet").exists()
+    assert not (root / "events" / "blocks_aggregates.parquet").exists()
+    page = (root / "report" / "index.html").read_text()
+    assert all(f'id="chart-{key}"' in page for key in NEW_SECTIONS)
+    assert "trace.html" not in page
+    predicted = pl.read_parquet(root / "events" / "predicted_ttft.parquet")
+    second = predicted.filter(pl.col("sweep") == "gpu_cliff", pl.col("pass_index") == 1)
+    below = second.filter(pl.col("gpu_capacity") == 50109).row(0, named=True)
+    at = second.filter(pl.col("gpu_capacity") == 50110).row(0, named=True)
+    assert below["predicted_p50_ms"] > 500 and below["predicted_mean_ms"] > 500
+    assert at["predicted_p50_ms"] < 40 and at["predicted_mean_ms"] < 40
+
+
+@pytest.mark.parametrize("args, names", [
+    (["--gpu-model", "vllm"], "--gpu-model"),
+    (["--chunk-size", "256"], "--chunk-size"),
+    (["--block-size", "16", "--chunk-size", "100", "--cpu-model", "lmcache"], "--chunk-size"),
+    (["--block-size", "16", "--output-tokens", "4"], "--output-tokens"),
+    (["--block-size", str(2**33)], "--block-size"),
+])
+def test_bad_block_options_write_nothing(capsys, tmp_path, args, names):
+    before = snapshot(tmp_path)
+    code = main(["run", *SMALL, *outputs(tmp_path), *args])
+    err = capsys.readouterr().err
+    assert code != 0 and len(err.strip().splitlines()) == 1 and names in err, err
+    assert snapshot(tmp_path) == before
