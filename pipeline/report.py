@@ -92,17 +92,21 @@ def real_engine_group(path: str | os.PathLike) -> Group | None:
     return ("Measured TTFT: a real engine (llama.cpp)", prelude, real_engine.sections(joined))
 
 
-def block_group(aggregates: pl.DataFrame, scenario: dict, note: str = "") -> Group:
+def block_group(aggregates: pl.DataFrame, scenario: dict, note: str = "",
+                engines: bool = True) -> Group:
     """Block mode: tail-first vs head-first (``block_sections``: ``aggregates`` of the ideal
     model in both orders, ``scenario`` with docs, tokens, block_size, cpu_sweep_gpu), then
-    ideal vs vllm and LMCache's chunk-level CPU cliff (the lab's workload)."""
-    from pipeline.charts import blocks, engines
+    with ``engines``, ideal vs vllm and LMCache's chunk-level CPU cliff (the lab's workload)."""
+    from pipeline.charts import blocks
+    from pipeline.charts import engines as engine_charts
     prelude = (f"<p>Engines cache fixed-size blocks and reuse a request's longest cached "
                f"prefix (<code>python -m pipeline blocks</code>): {scenario['docs']} documents "
                f"x {scenario['tokens']} tokens in {scenario['block_size']}-token blocks. "
                f"{html.escape(note)}</p>")
-    return ("Block mode", prelude, [*blocks.block_sections(aggregates, scenario),
-                                    engines.gpu_models_section(), engines.cpu_models_section()])
+    sections = blocks.block_sections(aggregates, scenario)
+    if engines:
+        sections += [engine_charts.gpu_models_section(), engine_charts.cpu_models_section()]
+    return ("Block mode", prelude, sections)
 
 
 def policy_group() -> Group:

@@ -23,10 +23,9 @@ from pipeline.arguments import int_list, non_negative_int, pass_list, plural, po
 from pipeline.attribution import attribute_tiers
 from pipeline.blocks.sweep import AGGREGATES_FILE as BLOCK_AGGREGATES
 from pipeline.blocks.sweep import EVENTS_FILE as BLOCK_EVENTS
-from pipeline.blocks.sweep import block_frames
 from pipeline.config import (CPU_CLIFF_CAPACITIES, CPU_CLIFF_GPU, EVENTS_DIR,
                              GPU_CLIFF_CAPACITIES, LAB_CPU, LAB_DOCS, LAB_PASSES,
-                             LAB_TOKENS, REAL_MEASURED, REPORT_PATH, ROOT)
+                             LAB_TOKENS, REAL_MEASURED, REPORT_PATH)
 from pipeline.errors import CLIError
 from pipeline.measured_setup import (FIELDS as SETUP_FIELDS, LAB_SETUP, MAX_VALUE,
                                      MeasuredSetup, check_docs, prediction_problem,
@@ -108,10 +107,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="HTML report to write (default reports/index.html)")
     paths.add_argument("--quiet", action="store_true", help="no progress lines")
     run_blocks.add_arguments(parser)
-
-
-#: The real engine's committed measurement, drawn in the report's measured group.
-REAL_ENGINE_FILE = ROOT / "data" / "measured" / "llamacpp_lab.jsonl"
 
 
 def _with_spec(values: list[int] | None, default: tuple[int, ...], spec: tuple[int, ...]
@@ -204,35 +199,6 @@ def _model_lines(attributed: pl.DataFrame, latencies: latency.Latencies) -> list
     return lines
 
 
-def _extra_groups(args: argparse.Namespace, blocks: run_blocks.BlockSetup | None,
-                  block_report: tuple | None, report_path: Path) -> list[report.Group]:
-    """The report's groups after the measured one: the real engine's measurement, block mode
-    (the run's ideal block sweeps, else the lab's workload at 16-token blocks, about 0.3 s),
-    cache policies, and a link to the trace report when one sits beside this one."""
-    note = ""
-    if block_report is None:
-        size = blocks.block_size if blocks is not None else run_blocks.REPORT_BLOCK_SIZE
-        lab = DocumentWorkload(LAB_DOCS, LAB_TOKENS, LAB_PASSES)
-        _, frame = block_frames(lab.docs, lab.tokens, lab.passes, size,
-                                cpu_sweep_gpu=CPU_CLIFF_GPU,
-                                spec_points=(*GPU_CLIFF_CAPACITIES, CPU_CLIFF_GPU, LAB_CPU))
-        block_report = (frame, lab, size, "")
-        note = ("The lab's workload with the ideal model in both orders" +
-                (f"; this run's {blocks.describe()} sweeps are in blocks_aggregates.parquet."
-                 if blocks is not None else
-                 "; run with --block-size N for the run's own workload."))
-    frame, workload, size, _ = block_report
-    scenario = {"docs": workload.docs, "tokens": workload.tokens, "block_size": size,
-                "cpu_sweep_gpu": args.cpu_sweep_gpu if blocks is not None else CPU_CLIFF_GPU}
-    real = report.real_engine_group(REAL_ENGINE_FILE)
-    groups = [*([real] if real else []), report.block_group(frame, scenario, note),
-              report.policy_group()]
-    trace = report_path.parent / "trace.html"
-    if trace.is_file():
-        groups.append(report.trace_group(trace.name))
-    return groups
-
-
 def run_all(args: argparse.Namespace) -> dict[str, Path]:
     """Run everything; return the folders written. Raises CLIError on bad input.
 
@@ -292,7 +258,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Path]:
         say(f"block mode: {block_events.height} block events, "
             f"{block_aggregates.height} aggregate rows")
         if (blocks.gpu_model, blocks.cpu_model) == ("ideal", "ideal"):
-            block_report = (block_aggregates, workload, blocks.block_size, "")
+            block_report = block_aggregates
     else:
         for name in (BLOCK_EVENTS, BLOCK_AGGREGATES):
             outputs.remove(events_dir / name)
@@ -344,8 +310,9 @@ def run_all(args: argparse.Namespace) -> dict[str, Path]:
     html = report.render_html(aggregates, attributed, shown, scenario, predicted,
                               latencies if predicted is not None else None,
                               measured_extra=plan_sections,
-                              extra_groups=_extra_groups(args, blocks, block_report,
-                                                         report_path))
+                              extra_groups=run_blocks.report_groups(
+                                  args, workload, blocks, block_report, block_spec,
+                                  report_path))
     outputs.add(report_path, html.encode("utf-8"), "--report")
     outputs.commit()
     print(f"Parquet event logs and aggregates: {events_dir}")

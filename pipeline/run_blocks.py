@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import polars as pl
+
+from pipeline import report
 
 from pipeline.arguments import positive_int
 from pipeline.blocks.limits import check_block_count, check_block_size
 from pipeline.blocks.sweep import block_frames as sweep_block_frames
+from pipeline.config import (CPU_CLIFF_GPU, GPU_CLIFF_CAPACITIES, LAB_CPU, LAB_DOCS,
+                             LAB_PASSES, LAB_TOKENS, ROOT)
 from pipeline.engines.options import add_model_arguments, run_options
 from pipeline.errors import CLIError
 from pipeline.ttft_model import (TOKEN_COLUMNS, FitError, TTFTModel, fit_configs,
@@ -24,11 +29,13 @@ from pipeline.ttft_model import (TOKEN_COLUMNS, FitError, TTFTModel, fit_configs
 from pipeline.workloads.documents import DocumentWorkload
 
 __all__ = ["BlockSetup", "add_arguments", "block_setup", "block_frames", "TTFTFit", "ttft_fit",
-           "REPORT_BLOCK_SIZE"]
+           "REPORT_BLOCK_SIZE", "REAL_ENGINE_FILE", "report_groups"]
 
 #: Block size of the report's block-mode group when ``run`` has no ``--block-size``
 #: (vLLM's default block): the lab's workload costs about 0.3 s at this size.
 REPORT_BLOCK_SIZE = 16
+#: The real engine's committed measurement, drawn after the report's measured group.
+REAL_ENGINE_FILE = ROOT / "data" / "measured" / "llamacpp_lab.jsonl"
 _ENGINE_DESTS = ("output_tokens", "vllm_version", "chunk_size", "save_unfull_chunk")
 
 
@@ -122,3 +129,43 @@ def ttft_fit(attributed: pl.DataFrame, predicted: pl.DataFrame, tokens: int
                        predict_pass_ttft(predicted, models, tokens))
     except FitError as exc:
         return f"TTFT model not fitted: {exc}"
+
+
+def report_groups(args: argparse.Namespace, workload: DocumentWorkload,
+                  blocks: BlockSetup | None, block_aggregates: pl.DataFrame | None,
+                  spec_points: tuple[int, ...], report_path: Path) -> list[report.Group]:
+    """The report's groups after the measured one: the real engine's measurement; block mode
+    (tail-first vs head-first from ideal-model sweeps: the run's own, computed for the run's
+    workload when it ran engine models, or the lab's at 16-token blocks without
+    ``--block-size``, about 0.3 s; ideal vs vllm and LMCache's chunk cliff, which are the
+    lab's); the cache policies on the lab; a link to ``trace.html`` beside the report. The
+    lab-only sections appear only when the run's workload is the lab's, so a run on another
+    workload shows none of the lab's capacities."""
+    lab = (workload.docs, workload.tokens, tuple(workload.passes)) == \
+        (LAB_DOCS, LAB_TOKENS, tuple(LAB_PASSES))
+    real = report.real_engine_group(REAL_ENGINE_FILE)
+    groups = [real] if real else []
+    note, size = "", blocks.block_size if blocks else REPORT_BLOCK_SIZE
+    if blocks is not None and block_aggregates is None:        # engine models: ideal too
+        _, block_aggregates = sweep_block_frames(
+            workload.docs, workload.tokens, workload.passes, size, args.gpu_capacities,
+            args.cpu_capacities, args.cpu_sweep_gpu, spec_points)
+        note = (f"Drawn with the ideal model in both orders; this run's {blocks.describe()} "
+                f"sweeps are in blocks_aggregates.parquet.")
+    elif blocks is None and lab:
+        _, block_aggregates = sweep_block_frames(
+            workload.docs, workload.tokens, workload.passes, size, cpu_sweep_gpu=CPU_CLIFF_GPU,
+            spec_points=(*GPU_CLIFF_CAPACITIES, CPU_CLIFF_GPU, LAB_CPU))
+        note = (f"The ideal model at {size}-token blocks; run with --block-size N (and "
+                f"--gpu-model vllm / --cpu-model lmcache) for other block sizes and models.")
+    if block_aggregates is not None:
+        scenario = {"docs": workload.docs, "tokens": workload.tokens, "block_size": size,
+                    "cpu_sweep_gpu": args.cpu_sweep_gpu if blocks else CPU_CLIFF_GPU}
+        groups.append(report.block_group(block_aggregates, scenario, note, engines=lab))
+    if lab:
+        groups.append(report.policy_group())
+    trace = Path(report_path).parent / "trace.html"
+    if trace.is_file():
+        groups.append(report.trace_group(trace.name))
+    return groups
+

@@ -132,3 +132,14 @@ def test_bad_block_options_write_nothing(capsys, tmp_path, args, names):
     err = capsys.readouterr().err
     assert code != 0 and len(err.strip().splitlines()) == 1 and names in err, err
     assert snapshot(tmp_path) == before
+
+
+def test_off_lab_block_run_draws_its_own_workload_and_no_lab_sections(tmp_path):
+    assert main(["run", *SMALL, *outputs(tmp_path), "--docs", "4", "--tokens", "100",
+                 "--block-size", "16", "--gpu-model", "vllm"]) == 0
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert 'id="chart-blocks-gpu-orders"' in page and "4 documents x 100 tokens" in page
+    for key in ("engines-gpu", "engines-cpu", "policies-lab"):
+        assert f'id="chart-{key}"' not in page
+    aggregates = pl.read_parquet(tmp_path / "events" / "blocks_aggregates.parquet")
+    assert set(aggregates["gpu_model"]) == {"vllm"} and aggregates["gpu_capacity"].max() > 0
