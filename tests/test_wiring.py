@@ -143,3 +143,33 @@ def test_off_lab_block_run_draws_its_own_workload_and_no_lab_sections(tmp_path):
         assert f'id="chart-{key}"' not in page
     aggregates = pl.read_parquet(tmp_path / "events" / "blocks_aggregates.parquet")
     assert set(aggregates["gpu_model"]) == {"vllm"} and aggregates["gpu_capacity"].max() > 0
+
+
+# --- bench ------------------------------------------------------------------------------------
+
+def test_bench_help_lists_every_benchmark_group(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    text = capsys.readouterr().out
+    for option in ("--with NAME[,NAME]", "--block-blocks", "--engines-capacities",
+                   "--trace-repeat", "--policy-requests", "--skip-run", "--requests"):
+        assert option in text
+    for group in ("--with blocks", "--with engines", "--with trace", "--with policies"):
+        assert group in text
+
+
+def test_bench_with_runs_the_named_benchmarks_small(capsys):
+    assert main(["bench", "--skip-run", "--skip-curve", "--with", "blocks,policies",
+                 "--block-blocks", "2000", "--block-contexts", "20", "--block-capacities", "5",
+                 "--policy-requests", "2000", "--policy-objects", "100", "--policy-points",
+                 "3", "--policy-names", "lru,fifo"]) == 0
+    out = capsys.readouterr().out
+    assert "== --with blocks" in out and "identical per request" in out
+    assert "== --with policies" in out and "\nfifo " in out
+    assert "default pipeline run" not in out and "== --with trace" not in out
+
+
+def test_bench_with_an_unknown_name_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["bench", "--with", "blocks,bogus"])
+    assert stop.value.code == 2 and "unknown benchmark bogus" in capsys.readouterr().err
