@@ -247,21 +247,6 @@ def run_all(args: argparse.Namespace) -> dict[str, Path]:
 
     gpu_points, cpu_points = marked(workload)
     block_spec = tuple(sorted({*gpu_points, args.cpu_sweep_gpu, args.offload_cpu}))
-    block_report = None
-    if blocks is not None:
-        say(f"block mode: {blocks.describe()}")
-        block_events, block_aggregates = run_blocks.block_frames(blocks, workload, args,
-                                                                 block_spec)
-        outputs.add(events_dir / BLOCK_EVENTS, parquet_bytes(block_events), "--events-dir")
-        outputs.add(events_dir / BLOCK_AGGREGATES, parquet_bytes(block_aggregates),
-                    "--events-dir")
-        say(f"block mode: {block_events.height} block events, "
-            f"{block_aggregates.height} aggregate rows")
-        if (blocks.gpu_model, blocks.cpu_model) == ("ideal", "ideal"):
-            block_report = block_aggregates
-    else:
-        for name in (BLOCK_EVENTS, BLOCK_AGGREGATES):
-            outputs.remove(events_dir / name)
     exports = {**scenario_exports(workload, aggregates, args.cpu_sweep_gpu, args.offload_cpu,
                                   gpu_points, cpu_points), **measured_documents}
     if summary(requests) != exports["measured.json"]:
@@ -287,20 +272,36 @@ def run_all(args: argparse.Namespace) -> dict[str, Path]:
     latencies = latency.latency_model(attributed)
     for line in _model_lines(attributed, latencies):
         say(line)
-    predicted, plan_sections = None, []
+    predicted, plan_sections, fit = None, [], None
     if problem is None:
         predicted = latency.predict(aggregates, latencies)
-        fit = run_blocks.ttft_fit(attributed, predicted, setup.tokens)
-        if isinstance(fit, str):
-            say(fit)
+        fitted = run_blocks.ttft_fit(attributed, predicted, setup.tokens)
+        if isinstance(fitted, str):
+            say(fitted)
         else:
-            predicted = fit.predicted
+            fit, predicted = fitted, fitted.predicted
             plan_sections = report.plan_sections(predicted, fit.residuals)
         outputs.add(events_dir / "predicted_ttft.parquet", parquet_bytes(predicted),
                     "--events-dir")
     else:
         say(problem)
         outputs.remove(events_dir / "predicted_ttft.parquet")
+
+    block_report = None
+    if blocks is not None:
+        say(f"block mode: {blocks.describe()}")
+        block_events, block_aggregates = run_blocks.block_frames(blocks, workload, args,
+                                                                 block_spec, fit)
+        outputs.add(events_dir / BLOCK_EVENTS, parquet_bytes(block_events), "--events-dir")
+        outputs.add(events_dir / BLOCK_AGGREGATES, parquet_bytes(block_aggregates),
+                    "--events-dir")
+        say(f"block mode: {block_events.height} block events, "
+            f"{block_aggregates.height} aggregate rows")
+        if (blocks.gpu_model, blocks.cpu_model) == ("ideal", "ideal"):
+            block_report = block_aggregates
+    else:
+        for name in (BLOCK_EVENTS, BLOCK_AGGREGATES):
+            outputs.remove(events_dir / name)
 
     scenario = {"docs": workload.docs, "tokens": workload.tokens,
                 "passes": list(workload.passes),

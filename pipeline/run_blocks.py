@@ -25,7 +25,8 @@ from pipeline.config import (CPU_CLIFF_GPU, GPU_CLIFF_CAPACITIES, LAB_CPU, LAB_D
 from pipeline.engines.options import add_model_arguments, run_options
 from pipeline.errors import CLIError
 from pipeline.ttft_model import (TOKEN_COLUMNS, FitError, TTFTModel, fit_configs,
-                                 predict_pass_ttft, residuals_by_pass, tokens_by_tier)
+                                 predict_pass_ttft, predicted_ttft, residuals_by_pass,
+                                 tokens_by_tier)
 from pipeline.workloads.documents import DocumentWorkload
 
 __all__ = ["BlockSetup", "add_arguments", "block_setup", "block_frames", "TTFTFit", "ttft_fit",
@@ -95,12 +96,16 @@ def block_setup(args: argparse.Namespace, workload: DocumentWorkload) -> BlockSe
 
 
 def block_frames(setup: BlockSetup, workload: DocumentWorkload, args: argparse.Namespace,
-                 spec_points: tuple[int, ...]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(events, aggregates) of the block sweeps for the run's workload, grids and models."""
+                 spec_points: tuple[int, ...], fit: TTFTFit | None = None
+                 ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(events, aggregates) of the block sweeps for the run's workload, grids and models;
+    with the run's fitted TTFT model, predicted p50 and mean TTFT per pass too (each request
+    priced by its tokens per tier)."""
     return sweep_block_frames(workload.docs, workload.tokens, workload.passes,
                               setup.block_size, args.gpu_capacities, args.cpu_capacities,
                               args.cpu_sweep_gpu, spec_points, setup.gpu_model,
-                              setup.cpu_model, setup.gpu_options, setup.cpu_options)
+                              setup.cpu_model, setup.gpu_options, setup.cpu_options,
+                              predicted_ttft(fit.models) if fit is not None else None)
 
 
 @dataclass(frozen=True)

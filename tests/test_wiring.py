@@ -173,3 +173,16 @@ def test_bench_with_an_unknown_name_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as stop:
         main(["bench", "--with", "blocks,bogus"])
     assert stop.value.code == 2 and "unknown benchmark bogus" in capsys.readouterr().err
+
+
+def test_block_aggregates_carry_predicted_ttft_per_pass(engine_run):
+    """Each request priced by its tokens per tier (the fitted model: per-tier medians on the
+    bundled file, interpolated by token share): recomputing everything costs the recompute
+    median; LMCache's pass 2 reloads all but the 147-token tails."""
+    aggregates = pl.read_parquet(engine_run / "events" / "blocks_aggregates.parquet")
+    rows = aggregates.filter(pl.col("sweep") == "cpu_cliff", pl.col("pass_index") == 1)
+    none = rows.filter(pl.col("cpu_capacity") == 0).row(0, named=True)
+    full = rows.filter(pl.col("cpu_capacity") == 56000).row(0, named=True)
+    assert none["predicted_p50_ms"] == none["predicted_mean_ms"] > 500
+    assert 48 < full["predicted_p50_ms"] == pytest.approx(full["predicted_mean_ms"]) < 70
+    assert aggregates["predicted_p50_ms"].null_count() == 0

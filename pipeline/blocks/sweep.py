@@ -134,8 +134,10 @@ def block_hit_steps(events: pl.DataFrame | pl.LazyFrame, block_size: int) -> pl.
 def _summarise(sweep: str, gpu_order: str, cpu_order: str, gpu_caps: np.ndarray,
                cpu_caps: np.ndarray, stream: BlockStream, pass_index: np.ndarray,
                passes: Sequence[str], gpu_tokens: np.ndarray, cpu_tokens: np.ndarray,
-               models: tuple[str, str] = ("ideal", "ideal")) -> pl.DataFrame:
-    """Per (capacity row, pass) sums of (K, R) token matrices."""
+               models: tuple[str, str] = ("ideal", "ideal"), ttft: pl.Expr | None = None
+               ) -> pl.DataFrame:
+    """Per (capacity row, pass) sums of (K, R) token matrices; with ``ttft`` (a per-request
+    TTFT expression), also its median and mean per pass."""
     k, r = gpu_tokens.shape
     served = np.maximum(cpu_tokens - gpu_tokens, 0)
     long = pl.DataFrame({
@@ -144,8 +146,17 @@ def _summarise(sweep: str, gpu_order: str, cpu_order: str, gpu_caps: np.ndarray,
         "prompt_tokens": np.tile(stream.prompt_tokens, k),
         "gpu_hit_tokens": gpu_tokens.ravel(), "cpu_hit_tokens": served.ravel(),
     })
+    predicted, extra = [], []
+    if ttft is not None:
+        long = long.with_columns(gpu_tokens=pl.col("gpu_hit_tokens"),
+                                 cpu_tokens=pl.col("cpu_hit_tokens"),
+                                 miss_tokens=pl.col("prompt_tokens") - pl.col("gpu_hit_tokens")
+                                 - pl.col("cpu_hit_tokens")).with_columns(predicted_ms=ttft)
+        predicted = [pl.col("predicted_ms").median().alias("predicted_p50_ms"),
+                     pl.col("predicted_ms").mean().alias("predicted_mean_ms")]
+        extra = ["predicted_p50_ms", "predicted_mean_ms"]
     return (long.group_by("gpu_capacity", "cpu_capacity", "pass_index")
-            .agg(pl.col("prompt_tokens", "gpu_hit_tokens", "cpu_hit_tokens").sum())
+            .agg(pl.col("prompt_tokens", "gpu_hit_tokens", "cpu_hit_tokens").sum(), *predicted)
             .with_columns(miss_tokens=pl.col("prompt_tokens") - pl.col("gpu_hit_tokens")
                           - pl.col("cpu_hit_tokens"),
                           hit_blocks=(pl.col("gpu_hit_tokens") + pl.col("cpu_hit_tokens"))
@@ -156,18 +167,21 @@ def _summarise(sweep: str, gpu_order: str, cpu_order: str, gpu_caps: np.ndarray,
                           cpu_order=pl.lit(cpu_order), gpu_model=pl.lit(models[0]),
                           cpu_model=pl.lit(models[1]))
             .cast({name: dtype for name, dtype in AGGREGATE_SCHEMA.items()})
-            .select(list(AGGREGATE_SCHEMA)))
+            .select(*AGGREGATE_SCHEMA, *extra))
 
 
 def block_aggregates(stream: BlockStream, pass_index: np.ndarray, passes: Sequence[str],
                      gpu_capacities: Sequence[int], cpu_capacities: Sequence[int],
                      cpu_sweep_gpu: int, orders: Sequence[str] = ORDERS,
                      gpu_model: str = "ideal", cpu_model: str = "ideal",
-                     gpu_options: dict | None = None, cpu_options: dict | None = None
-                     ) -> pl.DataFrame:
+                     gpu_options: dict | None = None, cpu_options: dict | None = None,
+                     ttft: pl.Expr | None = None) -> pl.DataFrame:
     """Both sweeps' aggregates (see the module docstring), every capacity exact. Each model
     sees its capacities clipped to what the run can store (``limits.model_capacities``: the
-    same answer, bounded work); the aggregates keep the capacities asked for."""
+    same answer, bounded work); the aggregates keep the capacities asked for. ``ttft``: a
+    per-request TTFT expression over gpu_tokens, cpu_tokens, miss_tokens and cpu_capacity
+    (``pipeline.ttft_model.predicted_ttft(models)``) adds ``predicted_p50_ms`` and
+    ``predicted_mean_ms`` per pass."""
     gpu_options, cpu_options = gpu_options or {}, cpu_options or {}
     gpu_caps = np.asarray(gpu_capacities, np.int64)
     cpu_caps = np.asarray(cpu_capacities, np.int64)
@@ -181,7 +195,7 @@ def block_aggregates(stream: BlockStream, pass_index: np.ndarray, passes: Sequen
         gpu = gpu_run(stream, clipped["gpu"], gpu_order, **gpu_options)
         frames.append(_summarise("gpu_cliff", gpu_order, HEAD_FIRST, gpu_caps,
                                  np.zeros_like(gpu_caps), stream, pass_index, passes, gpu,
-                                 np.zeros_like(gpu), models))
+                                 np.zeros_like(gpu), models, ttft))
         fixed = np.asarray(gpu_run(stream, clipped["fixed"], gpu_order, **gpu_options)[0],
                            np.int64)
         for cpu_order in model_orders(cpu_model, orders):
@@ -189,7 +203,7 @@ def block_aggregates(stream: BlockStream, pass_index: np.ndarray, passes: Sequen
             frames.append(_summarise("cpu_cliff", gpu_order, cpu_order,
                                      np.full_like(cpu_caps, cpu_sweep_gpu), cpu_caps, stream,
                                      pass_index, passes, np.broadcast_to(fixed, cpu.shape),
-                                     cpu, models))
+                                     cpu, models, ttft))
     return (pl.concat(frames).sort("sweep", "gpu_order", "cpu_order", "gpu_capacity",
                                    "cpu_capacity", "pass_index"))
 
@@ -213,9 +227,11 @@ def block_frames(docs: int, tokens: int, passes: Sequence[str], block_size: int,
                  cpu_capacities: Sequence[int] | None = None, cpu_sweep_gpu: int = 21520,
                  spec_points: Sequence[int] = (), gpu_model: str = "ideal",
                  cpu_model: str = "ideal", gpu_options: dict | None = None,
-                 cpu_options: dict | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
+                 cpu_options: dict | None = None, ttft: pl.Expr | None = None
+                 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(events, aggregates) of both block sweeps, in memory; inputs validated first
-    (ValueError). Default grids: ``block_cliff_capacities`` with ``spec_points``."""
+    (ValueError). Default grids: ``block_cliff_capacities`` with ``spec_points``; ``ttft``
+    as for ``block_aggregates``."""
     _check(block_size, gpu_capacities, cpu_capacities, gpu_model, cpu_model)
     grid = block_cliff_capacities(docs, tokens, block_size, spec_points)
     stream, pass_index = _stream(docs, tokens, passes, block_size)
@@ -223,7 +239,7 @@ def block_frames(docs: int, tokens: int, passes: Sequence[str], block_size: int,
     aggregates = block_aggregates(stream, pass_index, passes, gpu_capacities or grid,
                                   cpu_capacities or grid, cpu_sweep_gpu,
                                   gpu_model=gpu_model, cpu_model=cpu_model,
-                                  gpu_options=gpu_options, cpu_options=cpu_options)
+                                  gpu_options=gpu_options, cpu_options=cpu_options, ttft=ttft)
     return events, aggregates
 
 
