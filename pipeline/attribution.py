@@ -31,11 +31,18 @@ def _replay(df: pl.DataFrame, config: str, cache: TwoTierCache, tokens: int) -> 
 
 
 def attribute_tiers(df: pl.DataFrame, gpu_capacity: int = LAB_GPU, cpu_capacity: int = LAB_CPU,
-                    tokens: int = LAB_TOKENS) -> pl.DataFrame:
+                    tokens: int = LAB_TOKENS, configs: dict | None = None,
+                    measured: str | None = None) -> pl.DataFrame:
     """df plus ``tier`` (TIER): the tier kvlab's simulator predicts for each request.
 
-    Configs other than baseline and lmcache are not modelled: their tier is null.
+    ``configs`` (a measured setup's, ``pipeline.measured_configs``; ``measured`` the file's
+    path) gives a cache model per config and then also ``lru_tier``, plain LRU's prediction;
+    without one, configs other than baseline and lmcache are not modelled: their tier is null.
     """
+    if configs:
+        from pipeline.measured_configs import attribute_configs
+        return df.join(attribute_configs(df, measured, configs, tokens),
+                       on=["config", "request"], how="left", maintain_order="left")
     predicted = [_replay(df, config, cache, tokens)
                  for config, cache in tier_models(gpu_capacity, cpu_capacity).items()]
     schema = {"config": pl.String, "request": pl.Int64, "tier": TIER}

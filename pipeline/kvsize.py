@@ -12,7 +12,14 @@ A capacity is tokens (``56000``) or a size (``1.5GiB``, ``40GB``, ``512MiB``): G
 powers of 10, GiB/MiB/KiB/TiB powers of 2. A size holds ``floor(bytes / bytes per token)``
 tokens. LMCache's ``max_local_cpu_size`` is called GB but multiplied by 2^30
 (``lmcache/v1/cache_engine.py``, ``LMCacheEngineBuilder._Create_memory_allocator``:
-``int(max_local_cpu_size * 1024**3)``), so LMCache's "5 GB" is ``5GiB`` here.
+``int(max_local_cpu_size * 1024**3)``), so LMCache's "5 GB" is ``5GiB`` here, or, written
+as LMCache's setting, ``5lmcacheGB`` (the unit ``lmcacheGB`` = 2^30 bytes, and the output
+says so).
+
+Commands: ``add_kv_arguments`` adds the model options, a capacity option takes
+``type=capacity`` (one) or ``type=capacities`` (a comma list), and after parsing
+``resolve_capacities(args, "gpu", "cpu")`` turns them into tokens in place and returns what
+``size_report`` / ``size_lines`` print (empty when every capacity was given in tokens).
 
 >>> kv = preset("qwen2.5-1.5b")
 >>> kv.bytes_per_token
@@ -24,7 +31,6 @@ tokens. LMCache's ``max_local_cpu_size`` is called GB but multiplied by 2^30
 from __future__ import annotations
 
 import argparse
-import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,18 +38,25 @@ from decimal import Decimal, InvalidOperation
 
 __all__ = ["DTYPE_BYTES", "UNITS", "KVSize", "PRESETS", "Capacity", "preset", "shape",
            "parse_capacity", "capacity", "capacities", "capacity_list", "format_bytes", "gib", "gb",
-           "add_kv_arguments", "kv_from_args", "DEFAULT_PRESET"]
+           "add_kv_arguments", "kv_from_args", "DEFAULT_PRESET", "resolve_capacities",
+           "size_lines"]
 
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2,
                "half": 2, "fp8": 1, "int8": 1}
 #: Size units: decimal (10^3k) and binary (2^10k).
 UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-         "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+         "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "LMCACHEGB": 2**30}
 _UNIT_NAMES = {"B": "B", "KB": "KB", "MB": "MB", "GB": "GB", "TB": "TB",
-               "KIB": "KiB", "MIB": "MiB", "GIB": "GiB", "TIB": "TiB"}
+               "KIB": "KiB", "MIB": "MiB", "GIB": "GiB", "TIB": "TiB",
+               "LMCACHEGB": "lmcacheGB"}
+#: what each unit is, as the output says it
+_UNIT_MEANING = {"B": "1 byte", "KB": "10^3 bytes", "MB": "10^6 bytes", "GB": "10^9 bytes",
+                 "TB": "10^12 bytes", "KIB": "2^10 bytes", "MIB": "2^20 bytes",
+                 "GIB": "2^30 bytes", "TIB": "2^40 bytes",
+                 "LMCACHEGB": "2^30 bytes, LMCache's max_local_cpu_size GB"}
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 DEFAULT_PRESET = "qwen2.5-1.5b"       # the lab's model
-_LIMIT = Decimal(2**62)               # no capacity (in tokens or units) beyond this
+_LIMIT = Decimal(2**63 - 1)           # no capacity (in tokens or units) beyond int64
 
 
 @dataclass(frozen=True)
@@ -171,10 +184,17 @@ class Capacity:
         if self.unit is None:
             return f"{tokens:,} tokens"
         name = _UNIT_NAMES[self.unit]
-        base = "2^" + str(int(math.log2(UNITS[self.unit]))) if "I" in self.unit else \
-            "10^" + str(len(str(UNITS[self.unit])) - 1)
         return (f"{tokens:,} tokens ({self.count.normalize():f} {name} = {self.size_bytes:,} "
-                f"bytes; {name} = {base} bytes; {kv.bytes_per_token:,} bytes per token)")
+                f"bytes; {name} = {_UNIT_MEANING[self.unit]}; {kv.bytes_per_token:,} bytes "
+                f"per token)")
+
+    def as_dict(self, kv: KVSize) -> dict[str, object]:
+        """JSON form: as given, tokens, and for a size its bytes, unit and unit's bytes."""
+        out: dict[str, object] = {"given": self.text, "tokens": self.tokens(kv)}
+        if self.unit is not None:
+            out.update(bytes=self.size_bytes, unit=_UNIT_NAMES[self.unit],
+                       unit_bytes=UNITS[self.unit], unit_meaning=_UNIT_MEANING[self.unit])
+        return out
 
 
 def parse_capacity(text: str) -> Capacity:
@@ -199,7 +219,8 @@ def parse_capacity(text: str) -> Capacity:
         return Capacity(text, count)
     if unit_key not in UNITS:
         raise ValueError(f"unknown unit {unit!r} in {text!r}: use tokens or one of "
-                         f"{', '.join(_UNIT_NAMES.values())} (GB = 10^9, GiB = 2^30 bytes)")
+                         f"{', '.join(_UNIT_NAMES.values())} (GB = 10^9, GiB = 2^30 bytes, "
+                         f"lmcacheGB = LMCache's max_local_cpu_size GB = 2^30 bytes)")
     return Capacity(text, count, unit_key)
 
 
@@ -286,3 +307,54 @@ def kv_from_args(args: argparse.Namespace) -> KVSize:
         return preset(args.model or DEFAULT_PRESET)
     except ValueError as exc:
         raise ValueError(f"--model: {exc}") from None
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def resolve_capacities(args: argparse.Namespace, *dests: str) -> dict[str, object]:
+    """Turn the capacity options ``dests`` of ``args`` (a ``Capacity``, a list of them, an
+    int, or None) into tokens in place, through the model ``kv_from_args`` chooses.
+
+    Returns ``{}`` when every one was given in tokens, else ``{"kv": {...}, "options":
+    {"--cpu": Capacity.as_dict}}`` for the output (which unit, which bytes per token).
+    CLIError naming the option on a bad model option. Commands call it first in ``main``.
+    """
+    from pipeline.errors import CLIError
+    try:
+        kv = kv_from_args(args)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+    options: dict[str, object] = {}
+    for dest in dests:
+        value = getattr(args, dest, None)
+        given = value if isinstance(value, list) else [value]
+        if not any(isinstance(item, Capacity) for item in given):
+            continue
+        tokens = [item.tokens(kv) if isinstance(item, Capacity) else item for item in given]
+        setattr(args, dest, tokens if isinstance(value, list) else tokens[0])
+        sized = [item for item in given if isinstance(item, Capacity) and item.unit]
+        if sized:
+            parts = [item.as_dict(kv) for item in given]
+            options[_flag(dest)] = parts if isinstance(value, list) else parts[0]
+    if not options:
+        return {}
+    return {"kv": {"name": kv.name, "bytes_per_token": kv.bytes_per_token,
+                   "formula": kv.formula}, "options": options}
+
+
+def size_lines(sizes: dict[str, object]) -> list[str]:
+    """The text form of ``resolve_capacities``' answer: one line per option given as a size."""
+    if not sizes:
+        return []
+    kv = sizes["kv"]
+    lines = [f"sizes converted with {kv['name']}: {kv['bytes_per_token']:,} bytes per token "
+             f"({kv['formula']})"]
+    for flag, value in sizes["options"].items():
+        parts = value if isinstance(value, list) else [value]
+        lines.append(f"{flag} " + ", ".join(
+            f"{p['given']} = {p['tokens']:,} tokens" + (
+                f" ({p['bytes']:,} bytes; {p['unit']} = {p['unit_meaning']})"
+                if "unit" in p else "") for p in parts))
+    return lines

@@ -19,12 +19,13 @@ from dataclasses import replace
 import polars as pl
 
 from kvlab.make_exports import is_synthetic
-from kvlab.scenario import non_negative_int
 from kvlab.summarize import InputError, write_json_atomic
 from pipeline.attribution import attribute_tiers
 from pipeline.config import LAB_CPU, LAB_GPU, LAB_TOKENS
 from pipeline.arguments import positive_int
 from pipeline.errors import CLIError
+from pipeline.kvsize import add_kv_arguments, capacity, resolve_capacities, size_lines
+from pipeline.measured_configs import agreement_lines
 from pipeline.measured_setup import resolve_setup
 from pipeline.summary import stats_table, summary, tier_table
 from pipeline.verdicts import separation_notes
@@ -36,15 +37,22 @@ HELP = "summarize a measured TTFT file and attribute its requests to tiers"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``measured``."""
     parser.add_argument("input", help="measured TTFT file, one JSON object per line")
-    parser.add_argument("--gpu", type=non_negative_int,
-                        help="GPU KV capacity in tokens (default: the file's measured setup, "
+    parser.add_argument("--gpu", type=capacity, metavar="CAP",
+                        help="GPU KV capacity, tokens or a size such as 0.6GiB through "
+                             "--model's bytes per token (default: the file's measured setup, "
                              f"see --help of run; the lab's {LAB_GPU} for the bundled file)")
-    parser.add_argument("--cpu", type=non_negative_int,
-                        help="lmcache's CPU tier capacity in tokens (default: the measured "
+    parser.add_argument("--cpu", type=capacity, metavar="CAP",
+                        help="lmcache's CPU tier capacity, tokens or a size (LMCache's "
+                             "max_local_cpu_size 1.5 as 1.5lmcacheGB or 1.5GiB; default: the measured "
                              f"setup's; the lab's {LAB_CPU})")
     parser.add_argument("--tokens", type=positive_int,
                         help="tokens per document in the simulator's units (default: the "
                              f"measured setup's; the lab's {LAB_TOKENS})")
+    add_kv_arguments(parser)
+    parser.add_argument("--every-config", metavar="OUT",
+                        help="also write every config's TTFT per pass with its ratios to "
+                             "baseline (p50, mean; baseline's over this config's) to OUT as "
+                             "JSON, atomically (--json is kvlab's baseline/lmcache summary)")
     parser.add_argument("--json", metavar="OUT",
                         help="also write the summary (as kvlab/summarize.py) to OUT, atomically")
 
@@ -54,8 +62,30 @@ def _for_display(table: pl.DataFrame) -> pl.DataFrame:
     return table.with_columns(pl.col("^.*_ms$").round(1), pl.col("^ratio_.*$").round(2))
 
 
+def every_config(df: pl.DataFrame) -> dict:
+    """``{config: {pass: {n, p50_ms, mean_ms, ratio_p50, ratio_mean}}}`` for every config in
+    file order (ms to 1 decimal, ratios to 2; a ratio is null where baseline lacks the pass)."""
+    document: dict = {}
+    for row in stats_table(df).iter_rows(named=True):
+        document.setdefault(row["config"], {})[row["pass"]] = {
+            "n": row["n"], "p50_ms": round(row["p50_ms"], 1), "mean_ms": round(row["mean_ms"], 1),
+            **{key: None if row[key] is None else round(row[key], 2)
+               for key in ("ratio_p50", "ratio_mean")}}
+    return document
+
+
+def _server_tiers(path: str, df: pl.DataFrame) -> pl.DataFrame | None:
+    """config, request, server_tier: the engine's own account (``pipeline measure``'s
+    ``server_tier``), in the loaded frame's numbering; None when the file has none."""
+    raw = pl.read_ndjson(path, infer_schema_length=None)
+    if "server_tier" not in raw.columns or raw.height != df.height:
+        return None
+    return df.select("config", "request", server_tier=raw["server_tier"].cast(pl.String))
+
+
 def main(args: argparse.Namespace) -> int:
     """Print the stats table, the tier table and the separation notes; 1 on bad input."""
+    sizes = resolve_capacities(args, "gpu", "cpu")
     try:
         df = load_measured(args.input)
     except InputError as exc:
@@ -65,19 +95,34 @@ def main(args: argparse.Namespace) -> int:
             write_json_atomic(args.json, summary(df))
         except OSError as exc:
             raise CLIError(f"{args.json}: cannot write output ({exc.strerror or exc})") from None
+    if args.every_config:
+        try:
+            write_json_atomic(args.every_config, every_config(df))
+        except OSError as exc:
+            raise CLIError(f"{args.every_config}: cannot write output "
+                           f"({exc.strerror or exc})") from None
     setup = resolve_setup(args.input, is_synthetic(args.input))
     chosen = {"gpu": args.gpu, "cpu": args.cpu, "tokens": args.tokens}
     if any(value is not None for value in chosen.values()):     # a what-if: flags win
         setup = replace(setup, **{k: v for k, v in chosen.items() if v is not None},
                         origin="--gpu/--cpu/--tokens over " + setup.origin)
-    attributed = attribute_tiers(df, setup.gpu, setup.cpu, setup.tokens)
+    attributed = attribute_tiers(df, setup.gpu, setup.cpu, setup.tokens, setup.configs,
+                                 args.input)
     with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_hide_dataframe_shape=True,
                    tbl_hide_column_data_types=True, tbl_width_chars=200):
         print(f"TTFT per config and pass ({args.input}):")
         print(_for_display(stats_table(df)))
-        print(f"\nTTFT per predicted tier (GPU {setup.gpu} tokens; lmcache CPU {setup.cpu} "
-              f"tokens; {setup.tokens} tokens per doc; {setup.origin}):")
+        where = (f"GPU {setup.gpu} tokens; lmcache CPU {setup.cpu} tokens; {setup.tokens} "
+                 f"tokens per doc" if not setup.configs else
+                 f"each config's cache model below; {setup.tokens} tokens per doc")
+        print(f"\nTTFT per predicted tier ({where}; {setup.origin}):")
         print(_for_display(tier_table(attributed)))
+    for line in size_lines(sizes):
+        print(line)
+    if setup.configs:
+        print("\ncache model per config (vs the engine's own tiers where the file logs them):")
+        print("\n".join(agreement_lines(attributed, _server_tiers(args.input, df),
+                                         setup.configs)))
     print("\n" + "\n".join(separation_notes(attributed) or ["(no pass has two or more tiers)"]))
     return 0
 

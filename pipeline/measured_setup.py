@@ -9,7 +9,9 @@ tiers under *that* setup, never under the options of the run that reads it. The 
 * for any other file: a sidecar ``<name>.setup.json`` beside it (``{"docs": 10, "tokens":
   5011, "gpu": 21520, "cpu": 56000}``) and/or the ``--measured-docs/-tokens/-gpu/-cpu``
   flags (flags win; a field neither gives is the lab's); with neither, the lab's setup is
-  *assumed* and every output says so.
+  *assumed* and every output says so. A sidecar's optional ``configs`` names a cache model
+  per config (``pipeline.measured_configs``: llama.cpp's prompt cache, or kvlab's two-tier
+  LRU) for files whose configs are not kvlab's baseline/lmcache.
 
 Tier latencies are per request at the measured document size (concurrency 1), so they carry
 over to any number of documents of the same size, but not to another document size:
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field as dataclass_field, replace
 from pathlib import Path
 
 import polars as pl
@@ -29,6 +31,7 @@ from pipeline.config import LAB_CPU, LAB_DOCS, LAB_GPU, LAB_TOKENS, REAL_MEASURE
 from pipeline.errors import CLIError
 
 __all__ = ["MeasuredSetup", "LAB_SETUP", "FIELDS", "sidecar_path", "resolve_setup",
+           "sidecar_configs",
            "check_docs", "prediction_problem", "MAX_VALUE"]
 
 FIELDS = ("docs", "tokens", "gpu", "cpu")
@@ -46,6 +49,8 @@ class MeasuredSetup:
     gpu: int
     cpu: int
     origin: str
+    #: the sidecar's per-config cache models (``pipeline.measured_configs``); empty: kvlab's
+    configs: dict = dataclass_field(default_factory=dict, compare=False)
 
     def describe(self) -> str:
         return (f"{self.docs} docs x {self.tokens} tokens, GPU {self.gpu}, CPU {self.cpu} "
@@ -71,7 +76,7 @@ def _is_lab_file(measured: str, synthetic: bool) -> bool:
     return synthetic or os.path.realpath(measured) == os.path.realpath(REAL_MEASURED)
 
 
-def _read_sidecar(path: Path) -> dict[str, int]:
+def _read_sidecar(path: Path) -> dict[str, object]:
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
@@ -80,10 +85,16 @@ def _read_sidecar(path: Path) -> dict[str, int]:
         raise CLIError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
     if not isinstance(document, dict):
         raise CLIError(f"{path}: expected a JSON object with {', '.join(FIELDS)}")
-    unknown = sorted(set(document) - set(FIELDS))
+    unknown = sorted(set(document) - set(FIELDS) - {"configs"})
     if unknown:
-        raise CLIError(f"{path}: unknown field {unknown[0]!r} (expected {', '.join(FIELDS)})")
+        raise CLIError(f"{path}: unknown field {unknown[0]!r} (expected "
+                       f"{', '.join(FIELDS)}, configs)")
+    if "configs" in document:
+        from pipeline.measured_configs import parse_configs
+        document["configs"] = parse_configs(path, document["configs"])
     for field, value in document.items():
+        if field == "configs":
+            continue
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_VALUE:
             raise CLIError(f"{path}: {field} must be an integer in 0..2**62, got {value!r}")
     if document.get("docs", 1) < 1 or document.get("tokens", 1) < 1:
@@ -104,15 +115,28 @@ def resolve_setup(measured: str, synthetic: bool,
                            f"under the lab's setup ({clash[0]} = {getattr(LAB_SETUP, clash[0])})")
         return LAB_SETUP
     from_file = _read_sidecar(sidecar) if sidecar.is_file() else {}
-    if not from_file and not given:
+    configs = from_file.pop("configs", {})
+    if not from_file and not given and not configs:
         return replace(LAB_SETUP, origin="ASSUMED the lab's setup: give --measured-docs/"
                                          "-tokens/-gpu/-cpu or a sidecar " + sidecar.name)
-    parts = ([f"sidecar {sidecar.name}"] if from_file else []) + (
+    parts = ([f"sidecar {sidecar.name}"] if from_file or configs else []) + (
         ["--measured-* flags"] if given else [])
     numbers = {**LAB_SETUP.as_dict(), **from_file, **given}
     return MeasuredSetup(numbers["docs"], numbers["tokens"], numbers["gpu"], numbers["cpu"],
                          " + ".join(parts) + (", the lab's for the rest"
-                                              if len({**from_file, **given}) < 4 else ""))
+                                              if len({**from_file, **given}) < 4 else ""),
+                         configs)
+
+
+def sidecar_configs(measured: str) -> dict:
+    """The per-config cache models of ``measured``'s sidecar (``{}`` for the lab's files and
+    for a file without a sidecar or without ``configs``); CLIError on a malformed sidecar."""
+    from kvlab.make_exports import is_synthetic
+
+    sidecar = sidecar_path(measured)
+    if not sidecar.is_file() or _is_lab_file(measured, is_synthetic(measured)):
+        return {}
+    return _read_sidecar(sidecar).get("configs", {})
 
 
 def check_docs(requests: pl.DataFrame, setup: MeasuredSetup, path: str) -> None:

@@ -345,13 +345,17 @@ def measured_requests(path: str, gpu_capacity: int, cpu_capacity: int,
     """
     from kvlab.summarize import InputError
     from pipeline.attribution import attribute_tiers
+    from pipeline.measured_configs import as_roles
+    from pipeline.measured_setup import sidecar_configs
     from pipeline.workloads.measured_file import load_measured
 
     try:
         frame = load_measured(path)
     except InputError as exc:
         raise ValueError(str(exc)) from None
-    attributed = attribute_tiers(frame, gpu_capacity, cpu_capacity, tokens)
+    configs = sidecar_configs(path)          # a sidecar's per-config models, their roles
+    attributed = as_roles(attribute_tiers(frame, gpu_capacity, cpu_capacity, tokens, configs,
+                                          path), configs)
     matched = attributed.filter(pl.col("tier").is_not_null())
     if matched.height == 0:
         found = ", ".join(frame["config"].unique(maintain_order=True).to_list()) or "none"

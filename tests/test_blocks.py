@@ -176,7 +176,7 @@ def test_model_choices_come_from_the_registries():
 @pytest.mark.parametrize("argv, names", [
     (["--block-size", "0"], "--block-size"), (["--block-size", "-16"], "--block-size"),
     (["--block-size", "x"], "--block-size"), (["--gpu-order", "lifo"], "--gpu-order"),
-    (["--cpu-order", "tail"], "--cpu-order"), (["--gpu", "4e4"], "--gpu"),
+    (["--cpu-order", "tail"], "--cpu-order"), (["--gpu", "4.5"], "--gpu"),
     (["--cpu", "-1"], "--cpu"), (["--gpu-model", "nope"], "--gpu-model"),
 ])
 def test_bad_input_is_one_line_naming_the_argument(argv, names):

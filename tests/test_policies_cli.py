@@ -66,10 +66,10 @@ def test_trace_and_cpu_tier(tmp_path, capsys):
     (["--gpu-policy", "lru,belady"], 2,
      "unknown policy 'belady'; accepted: lru, fifo, mru, lfu, clock, sieve, s3fifo, arc, opt, all"),
     (["--cpu-policy", "x", "--cpu", "5"], 2, "unknown policy 'x'; accepted: lru, fifo"),
-    (["--capacities", "10,-5"], 2, "capacities must be >= 0"),
-    (["--cpu", "-1"], 2, "argument --cpu: expected an integer >= 0"),
+    (["--capacities", "10,-5"], 2, "argument --capacities: a capacity must be >= 0"),
+    (["--cpu", "-1"], 2, "argument --cpu: a capacity must be >= 0"),
     (["--method", "onepass", "--gpu-policy", "lru,arc"], 1,
-     "--method onepass: exact only for lru, not arc"),
+     "--method onepass: exact only for lru, mru, opt, not arc"),
     (["--trace", "/nonexistent.jsonl"], 1, "--trace /nonexistent.jsonl: no such file"),
 ])
 def test_bad_input_is_one_line(tmp_path, capsys, argv, status, message):

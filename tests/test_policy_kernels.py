@@ -64,7 +64,7 @@ def test_encode_is_dense_in_first_appearance_order():
 
 
 def test_onepass_only_where_exact():
-    with pytest.raises(ValueError, match="onepass is exact only for lru, not fifo"):
+    with pytest.raises(ValueError, match="onepass is exact only for lru, mru, opt, not fifo"):
         hit_matrix("fifo", np.array([0]), np.array([1]), [1], "onepass")
 
 

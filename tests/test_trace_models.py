@@ -90,11 +90,9 @@ def test_the_issue_command_runs_and_says_which_models_ran(tmp_path, capsys):
 
 TWINS = {"ideal": "ideal-replay", "vllm": "vllm-replay", "lmcache": "lmcache-replay",
          "lru": "ideal"}           # fast engine -> its literal replay (lru: the block model)
-ARC_BUG = pytest.mark.xfail(raises=KeyError, strict=True,
-                            reason="pipeline/policies/arc.py _evict pops an empty B1 (main's bug)")
-PAIRS = [pytest.param(*pair, marks=ARC_BUG) if pair[0] == "arc" else pair for pair in sorted(
+PAIRS = sorted(   # arc GPU: was xfail (KeyError), fixed in pipeline/policies/arc.py _insert
     {(gpu, "ideal") for gpu in GPU_MODELS} | {("ideal", cpu) for cpu in CPU_MODELS}
-    | {("vllm", "lmcache"), ("vllm-replay", "lmcache-replay")})]
+    | {("vllm", "lmcache"), ("vllm-replay", "lmcache-replay")})
 
 
 @pytest.mark.parametrize("gpu_model, cpu_model", PAIRS)

@@ -8,6 +8,11 @@ the wall time of a ``--points``-capacity curve (5 %..100 %): ours (LRU one pass,
 one kernel per capacity on a thread per core) next to libCacheSim's (measured for
 ``--lcs-curve`` policies, else estimated as points x its one-capacity time).
 
+A second table (``run_onepass_bench``) takes the same keys at unit size, where LRU, MRU and
+OPT are stack algorithms: each one's curve from one pass next to our per-capacity replays and
+libCacheSim's curve; ``belady`` is OPT without bypass, libCacheSim's definition, so its hits
+are asserted equal to libCacheSim's (the family's ``opt`` bypasses and has no libCacheSim twin).
+
     python -m pipeline.bench.policies [--policy-requests N] [--policy-points 50]
                                       [--policy-lcs-curve lru] [--policy-names lru,opt]
 """
@@ -24,9 +29,10 @@ import numpy as np
 from pipeline.bench.curve import capacity_grid, distinct_bytes, libcachesim_hashpower, zipf_trace
 from pipeline.policies import POLICIES, kernels
 from pipeline.policies.reference import LCS_NAMES, lcs_hit_count, write_oracle_trace
+from pipeline.policies.onepass import onepass_counts
 from pipeline.policies.replay import encode, hit_counts
 
-__all__ = ["run_bench", "add_arguments", "main"]
+__all__ = ["run_bench", "run_onepass_bench", "add_arguments", "main"]
 
 
 def _ours_one(name, codes, sizes, capacity):
@@ -97,6 +103,105 @@ def run_bench(requests: int = 2_000_000, objects: int = 100_000, points: int = 5
     return rows
 
 
+def _timed(function, *args, **kwargs):
+    start = time.perf_counter()
+    out = function(*args, **kwargs)
+    return out, time.perf_counter() - start
+
+
+def run_onepass_bench(requests: int = 2_000_000, objects: int = 100_000, points: int = 50,
+                      seed: int = 20261003, lcs_curve: tuple[str, ...] = ("lru",),
+                      workers: int | None = None) -> list:
+    """Unit sizes: one-pass curves of the stack algorithms vs replays and libCacheSim."""
+    keys, _ = zipf_trace(requests, objects, seed)
+    codes = encode(keys)
+    ones = np.ones_like(codes)
+    total = int(codes.max()) + 1
+    grid = capacity_grid(total, points)
+    one = int(round(0.10 * total))
+    hashpower = libcachesim_hashpower(objects)
+    workers = workers or os.cpu_count() or 1
+    print(f"unit sizes: {total:,} distinct objects; one capacity = {one:,} objects; curve = "
+          f"{points} capacities; replay on {workers} threads")
+    for name in ("lru", "mru", "opt"):                 # compile before timing
+        hit_counts(name, codes[:1000], ones[:1000], [1, 2])
+        kernels.replay(name, codes[:1000], ones[:1000], 2)
+    onepass_counts("opt", codes[:1000], ones[:1000], [1, 2], bypass=False)
+    fd, path = tempfile.mkstemp(suffix=".oracleGeneral.bin")
+    os.close(fd)
+    rows = []
+    try:
+        write_oracle_trace(path, keys, ones)
+        print(f"{'policy':8}{'hits@10%':>10}{'one pass s':>11}{'replay s':>10}"
+              f"{'lcs curve s':>12}{'vs replay':>10}{'vs lcs':>8}")
+        for label, name, bypass in (("lru", "lru", True), ("mru", "mru", True),
+                                    ("opt", "opt", True), ("belady", "opt", False)):
+            counts, onepass_s = _timed(onepass_counts, name, codes, ones, grid, bypass)
+            replay_s = None
+            if bypass:
+                replayed, replay_s = _timed(hit_counts, name, codes, ones, grid, "replay",
+                                            workers)
+                if not np.array_equal(replayed, counts):
+                    raise AssertionError(f"{label}: one pass and replay differ")
+            hits = int(onepass_counts(name, codes, ones, [one], bypass)[0])
+            lcs_name = {"lru": "lru", "belady": "opt"}.get(label)
+            lcs_s, measured = None, False
+            if lcs_name:
+                lcs_hits, lcs_one = _timed(lcs_hit_count, lcs_name, path, requests, one,
+                                           hashpower)
+                if lcs_hits != hits:
+                    raise AssertionError(f"{label}: ours {hits} hits, libCacheSim {lcs_hits}")
+                lcs_s = points * lcs_one
+                if label in lcs_curve or lcs_name in lcs_curve:
+                    _, lcs_s = _timed(lambda: [lcs_hit_count(lcs_name, path, requests, int(c),
+                                                             hashpower) for c in grid])
+                    measured = True
+            row = {"policy": label, "hits": hits, "onepass_s": onepass_s,
+                   "replay_s": replay_s, "lcs_curve_s": lcs_s, "lcs_curve_measured": measured}
+            rows.append(row)
+            replay = f"{replay_s:.2f}" if replay_s else "n/a"
+            lcs = f"{lcs_s:.1f}{'' if measured else '*'}" if lcs_s else "n/a"
+            print(f"{label:8}{hits:>10,}{onepass_s:>11.2f}{replay:>10}{lcs:>12}"
+                  f"{(f'{replay_s / onepass_s:.1f}x' if replay_s else 'n/a'):>10}"
+                  f"{(f'{lcs_s / onepass_s:.1f}x' if lcs_s else 'n/a'):>8}", flush=True)
+    finally:
+        os.unlink(path)
+    print("* estimated: points x libCacheSim's one-capacity time. belady = OPT without "
+          "bypass (libCacheSim's Belady); opt = the family's OPT (bypass), no libCacheSim "
+          "twin; libCacheSim's wheel has no MRU.")
+    return rows
+
+
+def run_block_bench(path: str, fractions: tuple[float, ...] = (0.01, 0.10, 0.50),
+                    order: str = "tail-first") -> list:
+    """Block mode on a Mooncake trace: each compiled GPU model (LRU: the ``ideal`` one pass)
+    next to its class replay, hit tokens asserted equal."""
+    from pipeline.blocks.models import GPU_MODELS
+    from pipeline.blocks.stream import block_stream
+    from pipeline.policies.blockmode import COMPILED, policy_gpu_model
+    from pipeline.workloads.mooncake import MOONCAKE_BLOCK_SIZE, read_mooncake
+
+    stream = block_stream(read_mooncake(path).blocks, MOONCAKE_BLOCK_SIZE)
+    distinct = int(stream.codes.max()) + 1
+    blocks = [int(f * distinct) for f in fractions]
+    capacities = [b * MOONCAKE_BLOCK_SIZE for b in blocks]
+    print(f"block mode: {stream.requests:,} requests, {stream.codes.size:,} block reads, "
+          f"{distinct:,} distinct blocks; GPU capacities {blocks} blocks, {order}")
+    print(f"{'model':8}{'compiled s':>12}{'classes s':>11}")
+    rows = []
+    for name in COMPILED:
+        fast = GPU_MODELS[name]
+        fast(stream, capacities[:1], order)                 # compile
+        got, fast_s = _timed(fast, stream, capacities, order)
+        expected, slow_s = _timed(policy_gpu_model(name, compiled=False), stream, capacities,
+                                  order)
+        if not np.array_equal(got, expected):
+            raise AssertionError(f"{name}: compiled block model differs from the classes")
+        rows.append({"policy": name, "compiled_s": fast_s, "classes_s": slow_s})
+        print(f"{name:8}{fast_s:>12.3f}{slow_s:>11.2f}", flush=True)
+    return rows
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options, prefixed ``--policy-`` so ``python -m pipeline bench`` can add them."""
     parser.add_argument("--policy-requests", type=int, default=2_000_000,
@@ -111,14 +216,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(comma-separated, or 'all'; default lru)")
     parser.add_argument("--policy-names", default=",".join(POLICIES),
                         help="policies to time (default all)")
+    parser.add_argument("--policy-block-trace", default=None,
+                        help="only time block mode on this Mooncake trace (compiled models "
+                             "vs their class replay)")
+    parser.add_argument("--policy-no-onepass", action="store_true",
+                        help="skip the unit-size one-pass table (lru, mru, opt, belady)")
 
 
 def main(args: argparse.Namespace) -> int:
     """Run the benchmark from parsed ``add_arguments`` options."""
+    if args.policy_block_trace:
+        run_block_bench(args.policy_block_trace)
+        return 0
     lcs_curve = (tuple(LCS_NAMES) if args.policy_lcs_curve == "all"
                  else tuple(args.policy_lcs_curve.split(",")))
     run_bench(args.policy_requests, args.policy_objects, args.policy_points, args.policy_seed,
               lcs_curve, tuple(args.policy_names.split(",")))
+    if not args.policy_no_onepass:
+        run_onepass_bench(args.policy_requests, args.policy_objects, args.policy_points,
+                          args.policy_seed, lcs_curve + (("belady",) if "opt" in lcs_curve
+                                                         else ()))
     return 0
 
 

@@ -7,7 +7,9 @@ Output, one pass per entry::
     {"passes": [{"order": "fwd", "gpu_hit_tokens": 0, "cpu_hit_tokens": 0,
                  "miss_tokens": 50110, "hit_blocks": 0}, ...]}
 
-``hit_blocks`` counts the blocks served from either tier. Example: ``python -m pipeline
+``hit_blocks`` counts the blocks served from either tier. ``--gpu``/``--cpu`` take tokens or
+a size (``1.5GiB``, ``40GB``) through ``--model``'s bytes per token (``pipeline.kvsize``);
+then the JSON has ``sizes``, saying the unit and the bytes per token used. Example: ``python -m pipeline
 blocks --gpu 48000 --passes fwd,fwd --gpu-order head-first``.
 """
 
@@ -26,6 +28,7 @@ from pipeline.blocks.models import two_tier
 from pipeline.blocks.stream import HEAD_FIRST, ORDERS, TAIL_FIRST, block_stream
 from pipeline.engines.options import add_model_arguments, run_options
 from pipeline.config import LAB_DOCS, LAB_GPU, LAB_PASSES, LAB_TOKENS
+from pipeline.kvsize import add_kv_arguments, capacity, resolve_capacities
 from pipeline.workloads.blocks import document_blocks
 
 HELP = "the lab's scenario in block mode (tail-first / head-first tiers), JSON"
@@ -35,16 +38,19 @@ PASS_KEYS = ("order", "gpu_hit_tokens", "cpu_hit_tokens", "miss_tokens", "hit_bl
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``blocks``."""
-    parser.add_argument("--gpu", type=non_negative_int, default=LAB_GPU,
-                        help="GPU KV capacity in tokens (default %(default)s)")
+    parser.add_argument("--gpu", type=capacity, default=LAB_GPU, metavar="CAP",
+                        help="GPU KV capacity: tokens or a size such as 0.6GiB, through "
+                             "--model's bytes per token (default %(default)s tokens)")
     parser.add_argument("--docs", type=non_negative_int, default=LAB_DOCS,
                         help="number of documents (default %(default)s)")
     parser.add_argument("--tokens", type=non_negative_int, default=LAB_TOKENS,
                         help="tokens per document (default %(default)s)")
     parser.add_argument("--passes", type=pass_list, default=list(LAB_PASSES),
                         help="comma-separated reading orders, fwd or rev (default fwd,fwd,rev)")
-    parser.add_argument("--cpu", type=non_negative_int, default=0,
-                        help="CPU offload capacity in tokens; 0 = GPU tier only (default 0)")
+    parser.add_argument("--cpu", type=capacity, default=0, metavar="CAP",
+                        help="CPU offload capacity: tokens or a size (1.5GiB; LMCache's "
+                             "max_local_cpu_size 1.5 as 1.5lmcacheGB); 0 = GPU tier only "
+                             "(default 0)")
     parser.add_argument("--block-size", type=positive_int, default=DEFAULT_BLOCK_SIZE,
                         help="tokens per block; only full blocks are cached (default 16)")
     parser.add_argument("--gpu-order", choices=ORDERS, default=TAIL_FIRST,
@@ -54,6 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="order of a request's blocks in the CPU tier (default head-first, "
                              "as LMCache)")
     add_model_arguments(parser)
+    add_kv_arguments(parser)
 
 
 def run_blocks(gpu: int = LAB_GPU, docs: int = LAB_DOCS, tokens: int = LAB_TOKENS,
@@ -79,7 +86,9 @@ def run_blocks(gpu: int = LAB_GPU, docs: int = LAB_DOCS, tokens: int = LAB_TOKEN
 
 
 def main(args: argparse.Namespace) -> int:
-    """``python -m pipeline blocks``: print the JSON."""
+    """``python -m pipeline blocks``: print the JSON (with ``sizes`` when a capacity was
+    given as a size: its unit and the bytes per token)."""
+    sizes = resolve_capacities(args, "gpu", "cpu")
     check_block_size(args.block_size)
     requests, per_document = args.docs * len(args.passes), -(-args.tokens // args.block_size)
     blocks = requests * per_document
@@ -92,5 +101,7 @@ def main(args: argparse.Namespace) -> int:
                         cpu_order=args.cpu_order, gpu_model=args.gpu_model,
                         cpu_model=args.cpu_model, gpu_options=gpu_options,
                         cpu_options=cpu_options)
+    if sizes:
+        result["sizes"] = sizes
     sys.stdout.write(json.dumps(result, indent=2) + "\n")
     return 0

@@ -102,6 +102,12 @@ class ARC(Policy):
         return victim
 
     def _insert(self, key, size):
+        # block mode's place puts back a set-aside victim that ``_replace`` already made a
+        # ghost: drop that ghost (per access a miss has left the ghosts in ``_miss``)
+        if key in self._b1:
+            self._b1_size -= self._b1.pop(key)
+        elif key in self._b2:
+            self._b2_size -= self._b2.pop(key)
         if self._ghost:
             self._ghost = 0
             self._t2[key] = size

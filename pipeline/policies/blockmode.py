@@ -9,7 +9,13 @@ them. OPT is given the future of the tier's own placements, which never depends 
 hits, so it is exact as a replay (a reference for prefix hits, not a bound). The ``lru``
 model equals the block issue's ``ideal`` model (tests/test_policies_blocks.py).
 
-Registered by ``register(GPU_MODELS, CPU_MODELS)`` under the policies' names.
+Registered by ``register(GPU_MODELS, CPU_MODELS)`` under the policies' names; ``lru`` is
+registered as the block engine's one-pass ``ideal`` model (``pipeline/blocks/onepass.py``),
+which the tests prove equal to the class replay here. ``place`` is a request-level step
+(look up the whole prefix, read every block, then evict with the request's own blocks set
+aside and put back), not the per-access rule of the replay kernels, so FIFO, MRU, LFU,
+CLOCK, SIEVE and OPT have request-level kernels (``kernels/blocks.py``, proven equal to the
+classes); S3-FIFO and ARC replay the classes per capacity.
 """
 
 from __future__ import annotations
@@ -22,10 +28,12 @@ from pipeline.blocks.stream import TAIL_FIRST, BlockStream, capacity_blocks, che
 from pipeline.policies import POLICIES
 from pipeline.policies.simple import LRU
 
-__all__ = ["BLOCK_POLICIES", "policy_gpu_model", "policy_cpu_model", "register"]
+__all__ = ["BLOCK_POLICIES", "COMPILED", "policy_gpu_model", "policy_cpu_model", "register"]
 
 #: name -> class with ``place``: the registry, with LRU on the shared base
 BLOCK_POLICIES = {**POLICIES, "lru": LRU}
+#: policies whose block mode runs compiled (``kernels/blocks.py``)
+COMPILED = ("lru", "fifo", "mru", "lfu", "clock", "sieve", "opt")
 
 
 def _requests(stream: BlockStream) -> list[list[int]]:
@@ -44,7 +52,8 @@ def _prefix(tier, keys: list[int]) -> int:
 
 def _replay(name: str, requests: list[list[int]], starts: list[int], capacity: int,
             order: str) -> np.ndarray:
-    """Prefix hits (blocks) per request; request r places ``requests[r][starts[r]:]``."""
+    """Prefix hits (blocks) per request, by the classes; request r places
+    ``requests[r][starts[r]:]``."""
     touches = [keys[start:][::-1] if order == TAIL_FIRST else keys[start:]
                for keys, start in zip(requests, starts)]
     cls = BLOCK_POLICIES[name]
@@ -59,38 +68,93 @@ def _replay(name: str, requests: list[list[int]], starts: list[int], capacity: i
     return out
 
 
-def policy_gpu_model(name: str) -> Callable:
-    """GPU model of policy ``name``: prefix hit tokens per (capacity, request)."""
+def _ranges(lo: np.ndarray, lengths: np.ndarray, step: int = 1) -> np.ndarray:
+    """Concatenated ``lo[r], lo[r] + step, ...`` (``lengths[r]`` of each)."""
+    offsets = np.zeros(lengths.size + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    within = np.arange(offsets[-1], dtype=np.int64) - np.repeat(offsets[:-1], lengths)
+    return np.repeat(lo, lengths) + step * within, offsets
+
+
+def _compiled(name: str, stream: BlockStream, starts: np.ndarray, blocks: np.ndarray,
+              order: str) -> list[np.ndarray]:
+    """Prefix hits per capacity by the kernels of ``kernels/blocks.py``."""
+    from pipeline.policies.kernels import next_use_codes
+    from pipeline.policies.kernels.blocks import (QUEUE_MODES, place_lfu, place_opt,
+                                                 place_queue, place_ring)
+
+    codes = np.ascontiguousarray(stream.codes, dtype=np.int64)
+    first = np.asarray(stream.starts[:-1], np.int64)
+    lengths = np.asarray(stream.cacheable, np.int64)
+    index, l_off = _ranges(first, lengths)
+    lookup = codes[index]
+    if order == TAIL_FIRST:
+        index, t_off = _ranges(first + lengths - 1, lengths - starts, -1)
+    else:
+        index, t_off = _ranges(first + starts, lengths - starts)
+    touches = codes[index]
+    k = int(codes.max()) + 1 if codes.size else 1
+    rows = []
+    for capacity in blocks.tolist():
+        if name == "opt":
+            placed = np.repeat(np.diff(t_off) <= capacity, np.diff(t_off))
+            future = touches[placed]
+            next_use = next_use_codes(future) if future.size else np.zeros(1, np.int64)
+            rows.append(place_opt(touches, t_off, lookup, l_off, capacity, k, next_use))
+        elif name == "lfu":
+            rows.append(place_lfu(touches, t_off, lookup, l_off, capacity, k))
+        elif name in ("clock", "sieve"):
+            rows.append(place_ring(touches, t_off, lookup, l_off, capacity, k,
+                                   name == "sieve"))
+        else:
+            rows.append(place_queue(touches, t_off, lookup, l_off, capacity, k,
+                                    QUEUE_MODES[name]))
+    return rows
+
+
+def _model_rows(name: str, stream: BlockStream, starts: np.ndarray, blocks: np.ndarray,
+                order: str, compiled: bool) -> np.ndarray:
+    if compiled and name in COMPILED:
+        rows = _compiled(name, stream, starts, blocks, order)
+    else:
+        requests = _requests(stream)
+        rows = [_replay(name, requests, starts.tolist(), int(c), order) for c in blocks]
+    return np.array(rows, np.int64).reshape(blocks.size, stream.requests) * stream.block_size
+
+
+def policy_gpu_model(name: str, compiled: bool = True) -> Callable:
+    """GPU model of policy ``name``: prefix hit tokens per (capacity, request); ``compiled``
+    False forces the class replay (the reference)."""
     def gpu_model(stream: BlockStream, capacities: object, order: str) -> np.ndarray:
         check_order(order)
         blocks = capacity_blocks(capacities, stream.block_size)
-        requests = _requests(stream)
-        rows = [_replay(name, requests, [0] * len(requests), int(c), order) for c in blocks]
-        return np.array(rows, np.int64).reshape(blocks.size, stream.requests) \
-            * stream.block_size
+        starts = np.zeros(stream.requests, np.int64)
+        return _model_rows(name, stream, starts, blocks, order, compiled)
     gpu_model.__doc__ = f"{name} as a block-mode GPU model (pipeline.policies.blockmode)."
     return gpu_model
 
 
-def policy_cpu_model(name: str) -> Callable:
+def policy_cpu_model(name: str, compiled: bool = True) -> Callable:
     """CPU model of policy ``name``: CPU prefix hit tokens (from block 0) per (capacity,
-    request), placing blocks g.. of each request."""
+    request), placing blocks g.. of each request; ``compiled`` as in the GPU model."""
     def cpu_model(stream: BlockStream, gpu_hit_tokens: np.ndarray, capacities: object,
                   order: str) -> np.ndarray:
         check_order(order)
         blocks = capacity_blocks(capacities, stream.block_size)
-        requests = _requests(stream)
-        starts = [min(int(g), len(keys)) for g, keys in
-                  zip(np.asarray(gpu_hit_tokens, np.int64) // stream.block_size, requests)]
-        rows = [_replay(name, requests, starts, int(c), order) for c in blocks]
-        return np.array(rows, np.int64).reshape(blocks.size, stream.requests) \
-            * stream.block_size
+        starts = np.minimum(np.asarray(gpu_hit_tokens, np.int64) // stream.block_size,
+                            np.asarray(stream.cacheable, np.int64))
+        return _model_rows(name, stream, starts, blocks, order, compiled)
     cpu_model.__doc__ = f"{name} as a block-mode CPU model (pipeline.policies.blockmode)."
     return cpu_model
 
 
 def register(gpu_models: dict, cpu_models: dict) -> None:
-    """Add every policy of the family to the block engine's registries."""
+    """Add every policy of the family to the block engine's registries (``lru``: the
+    one-pass ``ideal`` engine, equal to its class replay)."""
+    from pipeline.blocks import onepass
+
+    gpu_models.setdefault("lru", onepass.ideal_gpu)
+    cpu_models.setdefault("lru", onepass.ideal_cpu)
     for name in POLICIES:
         gpu_models.setdefault(name, policy_gpu_model(name))
         cpu_models.setdefault(name, policy_cpu_model(name))

@@ -18,9 +18,11 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pipeline.arguments import int_list, non_negative_int, pass_list, positive_int
+from pipeline.arguments import non_negative_int, pass_list, positive_int
 from pipeline.config import EVENTS_DIR, GPU_CLIFF_CAPACITIES, LAB_DOCS, LAB_PASSES, LAB_TOKENS
 from pipeline.errors import CLIError
+from pipeline.kvsize import Capacity, add_kv_arguments, capacities, capacity, \
+    resolve_capacities, size_lines
 from pipeline.policies import POLICIES
 from pipeline.policies.replay import METHODS, ONEPASS, encode, hit_matrix, tiered_codes
 from pipeline.policies.traces import lab_objects, mooncake_objects
@@ -68,18 +70,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--gpu-policy", type=policy_list, default=list(POLICIES),
                        metavar="NAMES", help=f"policies of the GPU tier, comma-separated "
                        f"({', '.join(POLICIES)}; default all)")
-    model.add_argument("--capacities", type=int_list,
-                       help="GPU capacities (lab default: "
+    model.add_argument("--capacities", type=capacities, metavar="CAPS",
+                       help="GPU capacities, tokens (blocks with --sizes unit) or sizes such "
+                            "as 0.6GiB through --model's bytes per token (lab default: "
                             f"{','.join(map(str, GPU_CLIFF_CAPACITIES))}; trace default: "
                             f"{', '.join(f'{f:g}' for f in TRACE_FRACTIONS)} of its distinct "
                             "bytes)")
-    model.add_argument("--cpu", type=non_negative_int, default=0,
-                       help="CPU tier capacity (default 0: no CPU tier)")
+    model.add_argument("--cpu", type=capacity, default=0, metavar="CAP",
+                       help="CPU tier capacity, as --capacities (1.5GiB, or LMCache's "
+                            "max_local_cpu_size 1.5 as 1.5lmcacheGB; default 0: no CPU tier)")
     model.add_argument("--cpu-policy", type=policy_name, default="lru",
                        help="policy of the CPU tier (default %(default)s)")
     model.add_argument("--method", choices=METHODS, default="auto",
-                       help="auto: one pass where exact (lru), else compiled replays; onepass: "
-                            "lru only; replay; classes: the Python classes (slow reference)")
+                       help="auto: one pass where exact (lru with one size per key; mru, opt "
+                            "with one size for all), else compiled replays; onepass: only "
+                            "there; replay; classes: the Python classes (slow reference)")
+    add_kv_arguments(parser.add_argument_group("KV size (converts sizes to tokens)"))
     out = parser.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print JSON instead of a table")
     out.add_argument("--out", type=Path, default=OUT_DIR,
@@ -144,8 +150,24 @@ def _event_rows(name: str, capacities: list[int], tiers: np.ndarray,
 TIER_NAMES = ("gpu", "cpu", "miss")
 
 
+def _resolve_sizes(args) -> dict:
+    """``--capacities``/``--cpu`` to tokens (``pipeline.kvsize``); a size where capacities
+    count blocks (a trace with ``--sizes unit``) is a CLIError."""
+    if args.trace is not None and args.sizes == "unit":
+        for dest in ("capacities", "cpu"):
+            value = getattr(args, dest)
+            given = value if isinstance(value, list) else [value]
+            sized = [c for c in given if isinstance(c, Capacity) and c.unit]
+            if sized:
+                raise CLIError(f"--{dest} {sized[0].text}: with --sizes unit capacities count "
+                               f"blocks; a size needs --sizes tokens")
+    return resolve_capacities(args, "capacities", "cpu")
+
+
 def simulate(args, events: bool = True) -> tuple[str, pl.DataFrame, pl.DataFrame | None]:
-    """(workload label, curves, events or None) for the parsed arguments; validates first."""
+    """(workload label, curves, events or None) for the parsed arguments; validates first.
+    Capacities given as sizes are converted here (``args.sizes_given`` says how)."""
+    args.sizes_given = _resolve_sizes(args)
     if args.method == "onepass":
         bad = [name for name in [*args.gpu_policy, *([args.cpu_policy] if args.cpu else [])]
                if name not in ONEPASS]
@@ -222,10 +244,14 @@ def main(args: argparse.Namespace) -> int:
                    "curves": totals.drop("pass_hits" if totals["pass_hits"].dtype == pl.Null
                                          else []).to_dicts(),
                    "files": [str(path) for path in paths]}
+        if args.sizes_given:
+            payload["sizes"] = args.sizes_given
         json.dump(payload, sys.stdout, indent=1)
         print()
     else:
         print(_table(label, totals, args.cpu))
+        for line in size_lines(args.sizes_given):
+            print(line)
         print(f"wrote {' and '.join(map(str, paths))} ({time.perf_counter() - start:.1f} s)")
     return 0
 

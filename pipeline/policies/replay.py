@@ -1,5 +1,5 @@
-"""Hits of any policy over a whole trace, at many capacities: one pass for LRU (kvlab's
-stack distances, ``pipeline/stackdist.py``), compiled per-capacity replays for the others
+"""Hits of any policy over a whole trace, at many capacities: one pass for the stack
+algorithms where exact (LRU, MRU, OPT; ``onepass.py``), compiled per-capacity replays for the others
 (``pipeline/policies/kernels.py``), fanned out over the machine's cores; the Python classes
 are the reference engine."""
 
@@ -13,26 +13,34 @@ import numpy as np
 import polars as pl
 
 from pipeline.policies import POLICIES, make_policy
+from pipeline.policies.onepass import ONEPASS as _ONEPASS_RULES
+from pipeline.policies.onepass import applies, onepass_counts, onepass_hits
 
 __all__ = ["METHODS", "ONEPASS", "encode", "policy_hits", "hit_matrix", "hit_counts",
            "tiered_codes",
            "curves_frame"]
 
-#: auto: one pass where exact, else the compiled replay; replay: compiled per capacity;
-#: classes: the Python classes (slow, the reference); onepass: only where exact.
+#: auto: one pass where exact (a policy of ``ONEPASS`` on sizes it allows), else the
+#: compiled replay; replay: compiled per capacity; classes: the Python classes (slow, the
+#: reference); onepass: only where exact.
 METHODS = ("auto", "onepass", "replay", "classes")
-#: policies whose every capacity comes from one exact pass
-ONEPASS = ("lru",)
+#: policies whose every capacity comes from one exact pass (``onepass.py``: lru needs one
+#: fixed size per key, mru and opt one size for every access)
+ONEPASS = tuple(_ONEPASS_RULES)
 
 
-def _fixed_sizes(codes: np.ndarray, sizes: np.ndarray) -> bool:
-    """True when every key keeps one size (the one-pass LRU engine needs it; kvlab's LRU
-    keeps the first stored size, which makes the state depend on the capacity otherwise)."""
-    if codes.size == 0:
-        return True
-    first = np.full(int(codes.max()) + 1, -1, dtype=np.int64)
-    first[codes[::-1]] = sizes[::-1]
-    return bool((first[codes] == sizes).all())
+def _one_pass(name: str, method: str, codes: np.ndarray, sizes: np.ndarray,
+              points: int) -> bool:
+    """True when ``method`` takes the one-pass engine; raises when onepass cannot be exact.
+    auto replays MRU and OPT at a single capacity (the compiled replay is the cheaper one)."""
+    if method == "onepass" and name not in ONEPASS:
+        raise ValueError(f"method onepass is exact only for {', '.join(ONEPASS)}, not {name}")
+    if method == "onepass" and not applies(name, codes, sizes):
+        raise ValueError(f"method onepass for {name} needs {_ONEPASS_RULES[name]}; this "
+                         "trace's sizes differ (use --method auto or replay)")
+    if method == "auto" and name != "lru" and points < 2:
+        return False
+    return method in ("auto", "onepass") and applies(name, codes, sizes)
 
 
 def encode(keys: Sequence) -> np.ndarray:
@@ -68,15 +76,8 @@ def hit_matrix(name: str, codes: np.ndarray, sizes: np.ndarray, capacities: Sequ
     codes = np.ascontiguousarray(codes, dtype=np.int64)
     sizes = np.ascontiguousarray(sizes, dtype=np.int64)
     capacities = [int(c) for c in capacities]
-    if method == "onepass" and name not in ONEPASS:
-        raise ValueError(f"method onepass is exact only for {', '.join(ONEPASS)}, not {name}")
-    if method == "onepass" and not _fixed_sizes(codes, sizes):
-        raise ValueError("method onepass needs one fixed size per key; this trace's sizes "
-                         "vary (use --method auto or replay)")
-    if name in ONEPASS and method in ("auto", "onepass") and _fixed_sizes(codes, sizes):
-        from pipeline.stackdist import lru_hits
-        return np.asarray(lru_hits(codes, sizes, capacities), dtype=bool).reshape(
-            len(capacities), codes.size)
+    if _one_pass(name, method, codes, sizes, len(capacities)):
+        return onepass_hits(name, codes, sizes, capacities)
     if method == "classes":
         run = _classes
     else:
@@ -92,14 +93,15 @@ def hit_matrix(name: str, codes: np.ndarray, sizes: np.ndarray, capacities: Sequ
 
 def hit_counts(name: str, codes: np.ndarray, sizes: np.ndarray, capacities: Sequence[int],
                method: str = "auto", workers: int | None = None) -> np.ndarray:
-    """Hits per capacity (int64), without keeping per-access rows: one pass for LRU, else
+    """Hits per capacity (int64), without keeping per-access rows: one pass where exact, else
     one compiled replay per capacity on a thread pool (the kernels release the GIL)."""
     capacities = [int(c) for c in capacities]
     codes = np.ascontiguousarray(codes, dtype=np.int64)
     sizes = np.ascontiguousarray(sizes, dtype=np.int64)
-    if name in ONEPASS and method in ("auto", "onepass") and _fixed_sizes(codes, sizes):
-        from pipeline.stackdist import lru_hit_counts
-        return np.asarray(lru_hit_counts(codes, sizes, capacities), dtype=np.int64)
+    if name not in POLICIES:
+        raise ValueError(f"unknown policy {name!r}; accepted: {', '.join(POLICIES)}")
+    if _one_pass(name, method, codes, sizes, len(capacities)):
+        return onepass_counts(name, codes, sizes, capacities)
     if method not in ("auto", "replay"):
         return hit_matrix(name, codes, sizes, capacities, method, workers).sum(axis=1)
     from pipeline.policies import kernels

@@ -5,7 +5,9 @@ blocks) or token ids (``--format tokens``, hashed into chained blocks of ``--blo
 ``--pattern`` generates LMCache long_doc_qa, multi-tenant or Zipf traffic instead. It prints
 the infinite-cache block hit ratio and, per (GPU, CPU) capacity point in tokens, the tokens
 each tier serves and the block and token hit ratios; writes the block events and per-request
-tokens to Parquet and the report to reports/trace.html. Bad input stops it before anything is
+tokens to Parquet and the report to reports/trace.html. Capacities are tokens or sizes
+(``pipeline.kvsize``: ``1.5GiB``, ``40GB``, ``1.5lmcacheGB``) through ``--model``'s bytes per
+token; the output then says the unit and bytes per token used. Bad input stops it before anything is
 written.
 """
 
@@ -19,11 +21,12 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pipeline.arguments import int_list, non_negative_int
 from pipeline.blocks.stream import HEAD_FIRST, ORDERS, TAIL_FIRST, block_stream
 from pipeline.config import EVENTS_DIR, REPORTS_DIR
 from pipeline.engines.options import add_model_arguments, run_options
 from pipeline.errors import CLIError
+from pipeline.kvsize import add_kv_arguments, capacities, capacity, resolve_capacities, \
+    size_lines
 from pipeline.replay import engine, outputs
 from pipeline.replay.inputs import add_input_arguments, load_workload
 
@@ -35,13 +38,14 @@ DEFAULT_REPORT = REPORTS_DIR / "trace.html"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``trace``."""
     add_input_arguments(parser)
-    tiers = parser.add_argument_group("tiers (capacities in tokens; a tier holds "
-                                      "capacity // block-size blocks)")
-    tiers.add_argument("--gpu", type=int_list, default=None,
+    tiers = parser.add_argument_group("tiers (capacities in tokens or sizes such as 1.5GiB, "
+                                      "40GB, 1.5lmcacheGB through --model's bytes per token; "
+                                      "a tier holds capacity // block-size blocks)")
+    tiers.add_argument("--gpu", type=capacities, default=None, metavar="CAPS",
                        help="GPU capacities (default: 0 and 1/32 .. 1 of the distinct blocks)")
-    tiers.add_argument("--cpu", type=int_list, default=None,
+    tiers.add_argument("--cpu", type=capacities, default=None, metavar="CAPS",
                        help="CPU capacities (default: 0, 1/4 and all of the distinct blocks)")
-    tiers.add_argument("--cpu-sweep-gpu", type=non_negative_int, default=None,
+    tiers.add_argument("--cpu-sweep-gpu", type=capacity, default=None, metavar="CAP",
                        help="the GPU capacity of the report's CPU curve (default: the "
                             "smallest non-zero --gpu)")
     tiers.add_argument("--gpu-order", choices=ORDERS, default=TAIL_FIRST,
@@ -50,6 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="CPU order (default head-first, as LMCache)")
     add_model_arguments(parser.add_argument_group(
         "models (pipeline.blocks.models; engine options as on blocks)"))
+    add_kv_arguments(parser.add_argument_group("KV size (converts sizes to tokens)"))
     out = parser.add_argument_group("output")
     out.add_argument("--out", type=Path, default=DEFAULT_OUT,
                      help="folder for events.parquet, requests.parquet, points.parquet "
@@ -80,6 +85,7 @@ def _shown(path: str | Path) -> str:
 
 def main(args: argparse.Namespace) -> int:
     """``python -m pipeline trace``: validate, replay, write, print."""
+    as_sizes = resolve_capacities(args, "gpu", "cpu", "cpu_sweep_gpu")
     workload = load_workload(args)
     try:
         stream = block_stream(workload.blocks, workload.block_size)
@@ -108,6 +114,8 @@ def main(args: argparse.Namespace) -> int:
         outputs.write_report(args.report, workload, stream, infinite, args, sweep_gpu,
                              events, models)
         summary["report"] = str(args.report)
+    if as_sizes:
+        summary["sizes"] = as_sizes
     if args.json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
         return 0
@@ -123,6 +131,8 @@ def main(args: argparse.Namespace) -> int:
     print(f"GPU {args.gpu_order} ({models.describe('gpu')}), CPU {args.cpu_order} "
           f"({models.describe('cpu')}), capacities in tokens:")
     print(_table(points))
+    for line in size_lines(as_sizes):
+        print(line)
     print(f"events: {_shown(sizes['events']['path'])} ({sizes['events']['rows']} rows, "
           f"{sizes['events']['bytes_per_row']:.2f} bytes/access; "
           f"{'' if args.gpu_model == 'ideal' else 'the ideal model: '}GPU curve exact from "
