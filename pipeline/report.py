@@ -7,10 +7,17 @@ per request, baseline/lmcache TTFT ratios, predicted TTFT and the provenance of 
 file. Every caption states its finding with numbers computed from the inputs. The page
 (``pipeline.charts.page_html``) inlines its libraries, fetches nothing and is written
 atomically (temporary file + ``os.replace``).
+
+``run`` adds more (``render_html(..., measured_extra=..., extra_groups=...)``, built here):
+the fitted TTFT model's predictions along both cliffs and its error per pass, and the real
+engine's measurement right after it (``plan_sections``, ``real_engine_group``); groups for
+block mode with the engine models (``block_group``), the cache policies
+(``policy_group``) and a link to the trace report (``trace_group``).
 """
 
 from __future__ import annotations
 
+import html
 import os
 from pathlib import Path
 
@@ -23,7 +30,12 @@ from pipeline.charts import ratio, ttft
 from pipeline.charts.provenance import provenance_block
 from pipeline.sweeps import AGGREGATE_SCHEMA, SWEEPS
 
-__all__ = ["write_report", "render_html", "build_sections", "REQUEST_COLUMNS"]
+__all__ = ["write_report", "render_html", "build_sections", "REQUEST_COLUMNS", "Group",
+           "block_group", "policy_group", "plan_sections", "real_engine_group",
+           "trace_group"]
+
+#: A page group: (heading, HTML shown under it, sections).
+Group = tuple[str, str, list[Section]]
 
 REQUEST_COLUMNS = ("config", "pass", "doc", "ttft_ms", "tier", "request", "line")
 
@@ -53,12 +65,74 @@ def build_sections(aggregates: pl.DataFrame, requests: pl.DataFrame, scenario: d
     return simulated, [section for section in measured if section is not None]
 
 
+def plan_sections(fit_predicted: pl.DataFrame, residuals: pl.DataFrame) -> list[Section]:
+    """The fitted TTFT model (``pipeline.run_blocks.ttft_fit``): predicted p50 TTFT per pass
+    along the GPU and the CPU cliff, and measured vs predicted per (config, pass)."""
+    from pipeline.charts import plan
+    return [plan.sweep_ttft_section(fit_predicted, "gpu_cliff"),
+            plan.sweep_ttft_section(fit_predicted, "cpu_cliff"), plan.fit_section(residuals)]
+
+
+def real_engine_group(path: str | os.PathLike) -> Group | None:
+    """The committed llama.cpp measurement (``data/measured/llamacpp_lab.jsonl``), placed
+    right after the synthetic stand-in: measured vs predicted tiers and its TTFT; None when
+    the file or its provenance is missing or unreadable."""
+    from pipeline.charts import real_engine
+    from pipeline.measure.llamacpp.compare import load_measurement
+    if not Path(path).is_file():
+        return None
+    try:
+        joined = load_measurement(path)
+    except (OSError, ValueError, KeyError):
+        return None
+    prelude = (f"<p>A REAL measurement next to the synthetic stand-in above: llama.cpp's "
+               f"server with its RAM prompt cache on this machine, the lab's experiment "
+               f"({html.escape(Path(path).name)}; provenance beside it; <code>python -m "
+               f"pipeline measure --local-engine</code>).</p>")
+    return ("Measured TTFT: a real engine (llama.cpp)", prelude, real_engine.sections(joined))
+
+
+def block_group(aggregates: pl.DataFrame, scenario: dict, note: str = "",
+                engines: bool = True) -> Group:
+    """Block mode: tail-first vs head-first (``block_sections``: ``aggregates`` of the ideal
+    model in both orders, ``scenario`` with docs, tokens, block_size, cpu_sweep_gpu), then
+    with ``engines``, ideal vs vllm and LMCache's chunk-level CPU cliff (the lab's workload)."""
+    from pipeline.charts import blocks
+    from pipeline.charts import engines as engine_charts
+    prelude = (f"<p>Engines cache fixed-size blocks and reuse a request's longest cached "
+               f"prefix (<code>python -m pipeline blocks</code>): {scenario['docs']} documents "
+               f"x {scenario['tokens']} tokens in {scenario['block_size']}-token blocks. "
+               f"{html.escape(note)}</p>")
+    sections = blocks.block_sections(aggregates, scenario)
+    if engines:
+        sections += [engine_charts.gpu_models_section(), engine_charts.cpu_models_section()]
+    return ("Block mode", prelude, sections)
+
+
+def policy_group() -> Group:
+    """Hit ratio per cache policy on the lab's workload, OPT as the ceiling."""
+    from pipeline.charts import policies
+    return ("Cache policies", "<p>Nine policies on the lab's documents "
+            "(<code>python -m pipeline policies</code>; a trace: <code>--trace PATH</code>)."
+            "</p>", policies.policy_sections())
+
+
+def trace_group(link: str) -> Group:
+    """A link to the trace report written by ``python -m pipeline trace``."""
+    return ("Trace replay", f'<p>The last <code>python -m pipeline trace</code> run: '
+            f'<a href="{html.escape(link)}">{html.escape(link)}</a> (GPU and CPU hit ratios '
+            f'over capacity, tail-first vs head-first, reuse distances).</p>', [])
+
+
 def render_html(aggregates: pl.DataFrame, requests: pl.DataFrame, provenance: dict,
                 scenario: dict, predicted: pl.DataFrame | None = None,
-                latencies: dict | None = None) -> str:
-    """The whole report page as one HTML string, libraries inlined."""
+                latencies: dict | None = None, measured_extra: list[Section] = (),
+                extra_groups: list[Group] = ()) -> str:
+    """The whole report page as one HTML string, libraries inlined. ``measured_extra`` goes
+    at the end of the measured group; ``extra_groups`` after it."""
     _check_inputs(aggregates, requests)
     simulated, measured = build_sections(aggregates, requests, scenario, predicted, latencies)
+    measured = [*measured, *measured_extra]
     passes = ", ".join(scenario["passes"])
     lede = (f"kvlab simulates {scenario['docs']} documents of {scenario['tokens']} tokens "
             f"reused as prompt prefixes, read in passes {passes} through a GPU LRU KV cache "
@@ -66,7 +140,7 @@ def render_html(aggregates: pl.DataFrame, requests: pl.DataFrame, provenance: di
             f"measured time to first token.")
     return page_html("kvlab report", lede, [
         ("Simulated cache", "", simulated),
-        ("Measured TTFT", provenance_block(provenance), measured)])
+        ("Measured TTFT", provenance_block(provenance), measured), *extra_groups])
 
 
 def write_report(path: str | os.PathLike, *, aggregates: pl.DataFrame,

@@ -18,9 +18,11 @@ import polars as pl
 
 from kvlab import make_exports
 from kvlab.summarize import InputError
-from pipeline import latency, report, sweeps
+from pipeline import latency, report, run_blocks, sweeps
 from pipeline.arguments import int_list, non_negative_int, pass_list, plural, positive_int
 from pipeline.attribution import attribute_tiers
+from pipeline.blocks.sweep import AGGREGATES_FILE as BLOCK_AGGREGATES
+from pipeline.blocks.sweep import EVENTS_FILE as BLOCK_EVENTS
 from pipeline.config import (CPU_CLIFF_CAPACITIES, CPU_CLIFF_GPU, EVENTS_DIR,
                              GPU_CLIFF_CAPACITIES, LAB_CPU, LAB_DOCS, LAB_PASSES,
                              LAB_TOKENS, REAL_MEASURED, REPORT_PATH)
@@ -104,6 +106,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     paths.add_argument("--report", type=Path, default=REPORT_PATH,
                        help="HTML report to write (default reports/index.html)")
     paths.add_argument("--quiet", action="store_true", help="no progress lines")
+    run_blocks.add_arguments(parser)
 
 
 def _with_spec(values: list[int] | None, default: tuple[int, ...], spec: tuple[int, ...]
@@ -205,6 +208,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Path]:
     say = (lambda message: None) if args.quiet else (
         lambda message: print(f"[kvlab] {message}", file=sys.stderr, flush=True))
     workload = _workload(args)
+    blocks = run_blocks.block_setup(args, workload)
     source, requests, measured_documents, setup = _measured(args, say)
     differences = lab_differences(workload, args.cpu_sweep_gpu, args.offload_cpu, setup,
                                   source)
@@ -242,6 +246,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Path]:
     outputs.add(events_dir / "aggregates.parquet", parquet_bytes(aggregates), "--events-dir")
 
     gpu_points, cpu_points = marked(workload)
+    block_spec = tuple(sorted({*gpu_points, args.cpu_sweep_gpu, args.offload_cpu}))
     exports = {**scenario_exports(workload, aggregates, args.cpu_sweep_gpu, args.offload_cpu,
                                   gpu_points, cpu_points), **measured_documents}
     if summary(requests) != exports["measured.json"]:
@@ -267,14 +272,36 @@ def run_all(args: argparse.Namespace) -> dict[str, Path]:
     latencies = latency.latency_model(attributed)
     for line in _model_lines(attributed, latencies):
         say(line)
-    predicted = None
+    predicted, plan_sections, fit = None, [], None
     if problem is None:
         predicted = latency.predict(aggregates, latencies)
+        fitted = run_blocks.ttft_fit(attributed, predicted, setup.tokens)
+        if isinstance(fitted, str):
+            say(fitted)
+        else:
+            fit, predicted = fitted, fitted.predicted
+            plan_sections = report.plan_sections(predicted, fit.residuals)
         outputs.add(events_dir / "predicted_ttft.parquet", parquet_bytes(predicted),
                     "--events-dir")
     else:
         say(problem)
         outputs.remove(events_dir / "predicted_ttft.parquet")
+
+    block_report = None
+    if blocks is not None:
+        say(f"block mode: {blocks.describe()}")
+        block_events, block_aggregates = run_blocks.block_frames(blocks, workload, args,
+                                                                 block_spec, fit)
+        outputs.add(events_dir / BLOCK_EVENTS, parquet_bytes(block_events), "--events-dir")
+        outputs.add(events_dir / BLOCK_AGGREGATES, parquet_bytes(block_aggregates),
+                    "--events-dir")
+        say(f"block mode: {block_events.height} block events, "
+            f"{block_aggregates.height} aggregate rows")
+        if (blocks.gpu_model, blocks.cpu_model) == ("ideal", "ideal"):
+            block_report = block_aggregates
+    else:
+        for name in (BLOCK_EVENTS, BLOCK_AGGREGATES):
+            outputs.remove(events_dir / name)
 
     scenario = {"docs": workload.docs, "tokens": workload.tokens,
                 "passes": list(workload.passes),
@@ -282,7 +309,11 @@ def run_all(args: argparse.Namespace) -> dict[str, Path]:
                 "cpu_sweep_gpu": args.cpu_sweep_gpu, "offload_cpu": args.offload_cpu}
     shown = {**provenance, "setup": setup.describe(), "prediction_note": problem}
     html = report.render_html(aggregates, attributed, shown, scenario, predicted,
-                              latencies if predicted is not None else None)
+                              latencies if predicted is not None else None,
+                              measured_extra=plan_sections,
+                              extra_groups=run_blocks.report_groups(
+                                  args, workload, blocks, block_report, block_spec,
+                                  report_path))
     outputs.add(report_path, html.encode("utf-8"), "--report")
     outputs.commit()
     print(f"Parquet event logs and aggregates: {events_dir}")

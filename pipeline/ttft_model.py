@@ -30,6 +30,7 @@ import polars as pl
 
 from kvlab.kvsim import TIERS
 from kvlab.summarize import CONFIGS
+from pipeline.arguments import plural
 
 __all__ = ["PARAMETERS", "TOKEN_COLUMNS", "FitError", "TTFTModel", "design_matrix",
            "fit_config", "fit_configs", "tokens_by_tier", "identifiable", "residuals_by_pass",
@@ -202,7 +203,8 @@ def fit_config(config: str, frame: pl.DataFrame) -> TTFTModel:
     skipped = tuple(PARAMETERS[j] for j in range(x.shape[1]) if j not in used)
     names = [PARAMETERS[j] for j in used]
     if frame.height < len(names):
-        raise FitError(f"config {config}: {frame.height} requests for {len(names)} parameters "
+        raise FitError(f"config {config}: {plural(frame.height, 'request')} for {len(names)} "
+                       f"parameters "
                        f"({', '.join(names)}): fewer points than parameters")
     ok, rank = identifiable(x[:, used])
     unidentified = tuple(name for name, good in zip(names, ok) if not good)

@@ -142,7 +142,7 @@ def test_path_and_pattern_exclude_each_other_and_outputs_must_be_writable(tmp_pa
 
 
 def test_the_trace_benchmark_runs_small():
-    from pipeline.bench_trace import curve_figures
+    from pipeline.bench.trace import curve_figures
     figures = curve_figures(requests=50, documents=10, document_length=64, question_length=16,
                             capacities=10)
     assert (figures["blocks"], figures["requests"]) == (250, 50)

@@ -4,6 +4,12 @@
    bytes per access of the Parquet event logs), written to a temporary folder; then the same
    for ``run --docs 3000`` (``--docs``), and the zstd levels on its event logs.
 2. The one-pass LRU curves against kvlab's LRUCache and libCacheSim (pipeline.bench.curve).
+3. With ``--with NAME[,NAME]``, each behind its own flag so the default stays short:
+   ``blocks`` (block one-pass vs literal replay, ``pipeline.blocks.bench``), ``engines``
+   (vllm / lmcache fast vs literal, ``pipeline.engines.bench``), ``trace`` (10M-block curve
+   and the shared trace end to end, ``pipeline.bench.trace``), ``policies`` (the policy
+   family vs libCacheSim, ``pipeline.bench.policies``); ``all`` runs the four. Each has its
+   option group, prefixed by its name, so no option clashes.
 """
 
 from __future__ import annotations
@@ -21,6 +27,9 @@ import polars as pl
 
 from pipeline.arguments import positive_int
 from pipeline.bench import curve
+from pipeline.bench import policies as policies_bench
+from pipeline.bench import trace as trace_bench
+from pipeline.blocks import bench as blocks_bench
 from pipeline.config import ROOT
 from pipeline.staging import ZSTD_LEVEL, parquet_bytes
 from pipeline.sweeps import SWEEPS
@@ -86,22 +95,88 @@ def _print_run(title: str, figures: dict) -> None:
     sys.stdout.flush()
 
 
-HELP = "time the default run and the one-pass curves (figures, not tests)"
+HELP = "time the default run and the one-pass curves; --with adds the others (figures)"
+
+#: name -> what it measures; each runs only when named in ``--with``.
+OPTIONAL = {
+    "blocks": "block one-pass vs literal replay on a 2M-block shared-prefix trace (issue 8)",
+    "engines": "vllm / lmcache fast engines vs their literal replays on the shared trace "
+               "(issues 15, 16)",
+    "trace": "10M-block Zipf trace's GPU curve, and the shared trace end to end (issue 9)",
+    "policies": "every policy vs libCacheSim: one capacity and a 50-capacity curve (issue 10)",
+}
+
+
+def benchmark_list(text: str) -> tuple[str, ...]:
+    """argparse type: comma-separated names of ``OPTIONAL`` or ``all``."""
+    names = tuple(OPTIONAL) if text == "all" else tuple(n for n in text.split(",") if n)
+    unknown = [n for n in names if n not in OPTIONAL]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown benchmark {', '.join(unknown) or repr(text)}; known: "
+            f"{', '.join(OPTIONAL)}, all")
+    return names
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``bench``: its own, then those of the curve benchmark."""
+    """The options of ``bench``: its own, then one group per benchmark."""
     parser.add_argument("--repeat", type=positive_int, default=3,
                         help="runs of the default pipeline (default %(default)s)")
     parser.add_argument("--docs", type=positive_int, default=3000,
                         help="documents of the large run (default %(default)s)")
+    parser.add_argument("--skip-run", action="store_true",
+                        help="do not time the pipeline runs (e.g. with --with only)")
     parser.add_argument("--skip-curve", action="store_true",
                         help="only time the default run, not the one-pass curve benchmark")
+    parser.add_argument("--with", dest="benchmarks", type=benchmark_list, default=(),
+                        metavar="NAME[,NAME]",
+                        help="also run these benchmarks (all = every one): " +
+                             "; ".join(f"{name}: {what}" for name, what in OPTIONAL.items()))
     curve.add_arguments(parser.add_argument_group("one-pass curve benchmark"))
+    blocks_bench.add_arguments(parser.add_argument_group(
+        "--with blocks (python -m pipeline.blocks.bench)"))
+    engines = parser.add_argument_group("--with engines (python -m pipeline.engines.bench)")
+    engines.add_argument("--engines-trace", type=Path, default=None,
+                         help="Mooncake trace (default ../shared/traces/synthetic_trace.jsonl)")
+    engines.add_argument("--engines-capacities", type=positive_int, default=50,
+                         help="capacities of each engine's curve (default %(default)s)")
+    trace_bench.add_arguments(parser.add_argument_group(
+        "--with trace (python -m pipeline.bench.trace)"))
+    policies_bench.add_arguments(parser.add_argument_group(
+        "--with policies (python -m pipeline.bench.policies)"))
+
+
+def _optional(name: str, args: argparse.Namespace) -> int:
+    """Run one optional benchmark; its exit code."""
+    print(f"\n== --with {name}: {OPTIONAL[name]} ==", flush=True)
+    if name == "blocks":
+        return blocks_bench.main(args)
+    if name == "engines":
+        from pipeline.engines import bench as engines_bench
+        trace = args.engines_trace or engines_bench.DEFAULT_TRACE
+        if not Path(trace).is_file():
+            print(f"trace not found at {trace}: engines benchmark skipped")
+            return 0
+        print("\n".join(engines_bench.bench(Path(trace), args.engines_capacities)))
+        return 0
+    if name == "trace":
+        return trace_bench.main(args)
+    return policies_bench.main(args)
 
 
 def main(args: argparse.Namespace) -> int:
     """Print the figures; 1 if a benchmark's hit counts disagree."""
+    code = 0 if args.skip_run else _runs(args)
+    if code == 0 and not args.skip_curve:
+        print()
+        code = curve.main(args)
+    for name in args.benchmarks:
+        code = max(code, _optional(name, args))
+    return code
+
+
+def _runs(args: argparse.Namespace) -> int:
+    """The default run and the --docs run, timed in fresh processes."""
     _print_run("default pipeline run (python -m pipeline run, fresh process)",
                bench_default_run(args.repeat))
     large = bench_default_run(args.repeat, ("--docs", str(args.docs)))
@@ -111,7 +186,4 @@ def main(args: argparse.Namespace) -> int:
     for level, seconds, size in zstd_levels(large["frame"]):
         print(f"  level {level:2d}: {seconds:.2f} s, {size:,} bytes")
     sys.stdout.flush()
-    if args.skip_curve:
-        return 0
-    print()
-    return curve.main(args)
+    return 0

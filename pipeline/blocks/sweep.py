@@ -13,6 +13,13 @@ in block mode and writes
   exact, oversize bands included. Sweeps: ``gpu_cliff`` (each GPU order, no CPU tier) and
   ``cpu_cliff`` (GPU fixed at ``cpu_sweep_gpu``, each GPU order x CPU order).
 
+Any registered model runs the tiers (``pipeline.blocks.models``: ``GPU_MODELS[name](stream,
+caps, order, **options)``, ``CPU_MODELS[name](stream, gpu_tokens, caps, order, **options)``;
+``ideal`` by default); the aggregates name them (``gpu_model``, ``cpu_model``), and an engine
+model runs only the order it follows (vllm tail-first, lmcache head-first). The events are
+always the ideal model's LRU depths. ``block_frames`` builds both frames in memory (for
+``run --block-size``, which stages its outputs); ``block_sweeps`` also writes them.
+
 Capacities are in tokens; a tier of C tokens holds C // block_size blocks.
 """
 
@@ -27,12 +34,16 @@ import polars as pl
 
 from kvlab.scenario import pass_keys
 from pipeline.blocks import onepass
-from pipeline.blocks.stream import HEAD_FIRST, ORDERS, BlockStream, block_stream, capacity_blocks
+from pipeline.blocks.limits import model_capacities
+from pipeline.blocks.models import CPU_MODELS, GPU_MODELS
+from pipeline.blocks.stream import HEAD_FIRST, ORDERS, BlockStream, block_stream
+from pipeline.engines.options import MODEL_ORDERS
 from pipeline.sweeps import write_parquet_atomic
 from pipeline.workloads.blocks import document_blocks
 
 __all__ = ["BLOCK_SWEEPS", "EVENT_SCHEMA", "AGGREGATE_SCHEMA", "block_cliff_capacities",
-           "block_events", "block_aggregates", "block_sweeps", "block_hit_steps", "edges"]
+           "block_events", "block_aggregates", "block_frames", "block_sweeps", "block_hit_steps",
+           "edges", "model_orders"]
 
 BLOCK_SWEEPS = ("gpu_cliff", "cpu_cliff")
 ORDER = pl.Enum(list(ORDERS))
@@ -48,8 +59,13 @@ AGGREGATE_SCHEMA = pl.Schema({
     "gpu_capacity": pl.Int64, "cpu_capacity": pl.Int64, "pass_index": pl.Int16,
     "pass_order": pl.Enum(["fwd", "rev"]), "prompt_tokens": pl.Int64,
     "gpu_hit_tokens": pl.Int64, "cpu_hit_tokens": pl.Int64, "miss_tokens": pl.Int64,
-    "hit_blocks": pl.Int64,
+    "hit_blocks": pl.Int64, "gpu_model": pl.String, "cpu_model": pl.String,
 })
+
+
+def model_orders(model: str, orders: Sequence[str] = ORDERS) -> tuple[str, ...]:
+    """The orders a model is swept in: its own for an engine model, else ``orders``."""
+    return (MODEL_ORDERS[model],) if model in MODEL_ORDERS else tuple(orders)
 
 
 def edges(docs: int, tokens: int, block_size: int) -> dict[str, int]:
@@ -117,9 +133,11 @@ def block_hit_steps(events: pl.DataFrame | pl.LazyFrame, block_size: int) -> pl.
 
 def _summarise(sweep: str, gpu_order: str, cpu_order: str, gpu_caps: np.ndarray,
                cpu_caps: np.ndarray, stream: BlockStream, pass_index: np.ndarray,
-               passes: Sequence[str], gpu_tokens: np.ndarray, cpu_tokens: np.ndarray
+               passes: Sequence[str], gpu_tokens: np.ndarray, cpu_tokens: np.ndarray,
+               models: tuple[str, str] = ("ideal", "ideal"), ttft: pl.Expr | None = None
                ) -> pl.DataFrame:
-    """Per (capacity row, pass) sums of (K, R) token matrices."""
+    """Per (capacity row, pass) sums of (K, R) token matrices; with ``ttft`` (a per-request
+    TTFT expression), also its median and mean per pass."""
     k, r = gpu_tokens.shape
     served = np.maximum(cpu_tokens - gpu_tokens, 0)
     long = pl.DataFrame({
@@ -128,8 +146,17 @@ def _summarise(sweep: str, gpu_order: str, cpu_order: str, gpu_caps: np.ndarray,
         "prompt_tokens": np.tile(stream.prompt_tokens, k),
         "gpu_hit_tokens": gpu_tokens.ravel(), "cpu_hit_tokens": served.ravel(),
     })
+    predicted, extra = [], []
+    if ttft is not None:
+        long = long.with_columns(gpu_tokens=pl.col("gpu_hit_tokens"),
+                                 cpu_tokens=pl.col("cpu_hit_tokens"),
+                                 miss_tokens=pl.col("prompt_tokens") - pl.col("gpu_hit_tokens")
+                                 - pl.col("cpu_hit_tokens")).with_columns(predicted_ms=ttft)
+        predicted = [pl.col("predicted_ms").median().alias("predicted_p50_ms"),
+                     pl.col("predicted_ms").mean().alias("predicted_mean_ms")]
+        extra = ["predicted_p50_ms", "predicted_mean_ms"]
     return (long.group_by("gpu_capacity", "cpu_capacity", "pass_index")
-            .agg(pl.col("prompt_tokens", "gpu_hit_tokens", "cpu_hit_tokens").sum())
+            .agg(pl.col("prompt_tokens", "gpu_hit_tokens", "cpu_hit_tokens").sum(), *predicted)
             .with_columns(miss_tokens=pl.col("prompt_tokens") - pl.col("gpu_hit_tokens")
                           - pl.col("cpu_hit_tokens"),
                           hit_blocks=(pl.col("gpu_hit_tokens") + pl.col("cpu_hit_tokens"))
@@ -137,53 +164,96 @@ def _summarise(sweep: str, gpu_order: str, cpu_order: str, gpu_caps: np.ndarray,
                           pass_order=pl.col("pass_index").map_elements(
                               lambda i: passes[i], return_dtype=pl.String),
                           sweep=pl.lit(sweep), gpu_order=pl.lit(gpu_order),
-                          cpu_order=pl.lit(cpu_order))
+                          cpu_order=pl.lit(cpu_order), gpu_model=pl.lit(models[0]),
+                          cpu_model=pl.lit(models[1]))
             .cast({name: dtype for name, dtype in AGGREGATE_SCHEMA.items()})
-            .select(list(AGGREGATE_SCHEMA)))
+            .select(*AGGREGATE_SCHEMA, *extra))
 
 
 def block_aggregates(stream: BlockStream, pass_index: np.ndarray, passes: Sequence[str],
                      gpu_capacities: Sequence[int], cpu_capacities: Sequence[int],
-                     cpu_sweep_gpu: int, orders: Sequence[str] = ORDERS) -> pl.DataFrame:
-    """Both sweeps' aggregates (see the module docstring), every capacity exact."""
+                     cpu_sweep_gpu: int, orders: Sequence[str] = ORDERS,
+                     gpu_model: str = "ideal", cpu_model: str = "ideal",
+                     gpu_options: dict | None = None, cpu_options: dict | None = None,
+                     ttft: pl.Expr | None = None) -> pl.DataFrame:
+    """Both sweeps' aggregates (see the module docstring), every capacity exact. Each model
+    sees its capacities clipped to what the run can store (``limits.model_capacities``: the
+    same answer, bounded work); the aggregates keep the capacities asked for. ``ttft``: a
+    per-request TTFT expression over gpu_tokens, cpu_tokens, miss_tokens and cpu_capacity
+    (``pipeline.ttft_model.predicted_ttft(models)``) adds ``predicted_p50_ms`` and
+    ``predicted_mean_ms`` per pass."""
+    gpu_options, cpu_options = gpu_options or {}, cpu_options or {}
     gpu_caps = np.asarray(gpu_capacities, np.int64)
     cpu_caps = np.asarray(cpu_capacities, np.int64)
-    bs, frames = stream.block_size, []
-    for gpu_order in orders:
-        gpu = onepass.prefix_blocks(stream, capacity_blocks(gpu_caps, bs), gpu_order) * bs
+    output = gpu_options.get("output_tokens", 1)
+    clipped = {name: model_capacities(stream, caps, output)
+               for name, caps in (("gpu", gpu_caps), ("cpu", cpu_caps),
+                                  ("fixed", [cpu_sweep_gpu]))}
+    gpu_run, cpu_run = GPU_MODELS[gpu_model], CPU_MODELS[cpu_model]
+    models, frames = (gpu_model, cpu_model), []
+    for gpu_order in model_orders(gpu_model, orders):
+        gpu = gpu_run(stream, clipped["gpu"], gpu_order, **gpu_options)
         frames.append(_summarise("gpu_cliff", gpu_order, HEAD_FIRST, gpu_caps,
                                  np.zeros_like(gpu_caps), stream, pass_index, passes, gpu,
-                                 np.zeros_like(gpu)))
-        fixed = onepass.prefix_blocks(stream, capacity_blocks([cpu_sweep_gpu], bs),
-                                      gpu_order)[0]
-        for cpu_order in orders:
-            cpu = onepass.prefix_blocks(stream, capacity_blocks(cpu_caps, bs), cpu_order,
-                                        touch_from=fixed) * bs
+                                 np.zeros_like(gpu), models, ttft))
+        fixed = np.asarray(gpu_run(stream, clipped["fixed"], gpu_order, **gpu_options)[0],
+                           np.int64)
+        for cpu_order in model_orders(cpu_model, orders):
+            cpu = cpu_run(stream, fixed, clipped["cpu"], cpu_order, **cpu_options)
             frames.append(_summarise("cpu_cliff", gpu_order, cpu_order,
                                      np.full_like(cpu_caps, cpu_sweep_gpu), cpu_caps, stream,
-                                     pass_index, passes,
-                                     np.broadcast_to(fixed * bs, cpu.shape), cpu))
+                                     pass_index, passes, np.broadcast_to(fixed, cpu.shape),
+                                     cpu, models, ttft))
     return (pl.concat(frames).sort("sweep", "gpu_order", "cpu_order", "gpu_capacity",
                                    "cpu_capacity", "pass_index"))
 
 
-def block_sweeps(docs: int, tokens: int, passes: Sequence[str], block_size: int,
-                 events_dir: Path, gpu_capacities: Sequence[int] | None = None,
-                 cpu_capacities: Sequence[int] | None = None, cpu_sweep_gpu: int = 21520,
-                 spec_points: Sequence[int] = ()) -> pl.DataFrame:
-    """Run both block sweeps, write the events and aggregates Parquet files into
-    ``events_dir`` (atomically), and return the aggregates. Inputs are validated first."""
+def _check(block_size: int, gpu_capacities: Sequence[int] | None,
+           cpu_capacities: Sequence[int] | None, gpu_model: str, cpu_model: str) -> None:
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block size must be an integer >= 1, got {block_size!r}")
     for name, values in (("gpu capacities", gpu_capacities),
                          ("cpu capacities", cpu_capacities)):
         if values is not None and (not len(values) or min(values) < 0):
             raise ValueError(f"{name} must be a non-empty list of integers >= 0")
+    for name, model, known in (("gpu model", gpu_model, GPU_MODELS),
+                               ("cpu model", cpu_model, CPU_MODELS)):
+        if model not in known:
+            raise ValueError(f"unknown {name} {model!r}; known: {', '.join(known)}")
+
+
+def block_frames(docs: int, tokens: int, passes: Sequence[str], block_size: int,
+                 gpu_capacities: Sequence[int] | None = None,
+                 cpu_capacities: Sequence[int] | None = None, cpu_sweep_gpu: int = 21520,
+                 spec_points: Sequence[int] = (), gpu_model: str = "ideal",
+                 cpu_model: str = "ideal", gpu_options: dict | None = None,
+                 cpu_options: dict | None = None, ttft: pl.Expr | None = None
+                 ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(events, aggregates) of both block sweeps, in memory; inputs validated first
+    (ValueError). Default grids: ``block_cliff_capacities`` with ``spec_points``; ``ttft``
+    as for ``block_aggregates``."""
+    _check(block_size, gpu_capacities, cpu_capacities, gpu_model, cpu_model)
     grid = block_cliff_capacities(docs, tokens, block_size, spec_points)
     stream, pass_index = _stream(docs, tokens, passes, block_size)
     events = block_events(stream)
     aggregates = block_aggregates(stream, pass_index, passes, gpu_capacities or grid,
-                                  cpu_capacities or grid, cpu_sweep_gpu)
+                                  cpu_capacities or grid, cpu_sweep_gpu,
+                                  gpu_model=gpu_model, cpu_model=cpu_model,
+                                  gpu_options=gpu_options, cpu_options=cpu_options, ttft=ttft)
+    return events, aggregates
+
+
+def block_sweeps(docs: int, tokens: int, passes: Sequence[str], block_size: int,
+                 events_dir: Path, gpu_capacities: Sequence[int] | None = None,
+                 cpu_capacities: Sequence[int] | None = None, cpu_sweep_gpu: int = 21520,
+                 spec_points: Sequence[int] = (), gpu_model: str = "ideal",
+                 cpu_model: str = "ideal", gpu_options: dict | None = None,
+                 cpu_options: dict | None = None) -> pl.DataFrame:
+    """Run both block sweeps (``block_frames``), write the events and aggregates Parquet files
+    into ``events_dir`` (atomically), and return the aggregates. Inputs are validated first."""
+    events, aggregates = block_frames(docs, tokens, passes, block_size, gpu_capacities,
+                                      cpu_capacities, cpu_sweep_gpu, spec_points, gpu_model,
+                                      cpu_model, gpu_options, cpu_options)
     events_dir = Path(events_dir)
     events_dir.mkdir(parents=True, exist_ok=True)
     write_parquet_atomic(events, events_dir / EVENTS_FILE)

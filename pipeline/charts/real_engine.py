@@ -74,7 +74,7 @@ def ttft_chart(joined: pl.DataFrame) -> alt.FacetChart:
         y=alt.Y("ttft_ms:Q", title="TTFT (ms, log scale)", scale=alt.Scale(type="log")),
         color=_tier_colour(),
         tooltip=["config", "pass", "doc", "tier", alt.Tooltip("ttft_ms:Q", format=".1f")],
-    ).properties(width=300, height=220).facet(
+    ).properties(width=230, height=220).facet(
         column=alt.Column("config:N", title=None, sort=list(dict.fromkeys(joined["config"]))))
 
 

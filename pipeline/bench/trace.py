@@ -7,7 +7,8 @@
 2. The shared Mooncake trace end to end (``python -m pipeline trace``: read, replay,
    Parquet, report) in a fresh process, best of ``repeat``, and the event sizes on disk.
 
-``python -m pipeline.bench_trace`` prints both.
+``python -m pipeline.bench.trace`` prints both (``python -m pipeline bench --with trace``
+runs it too).
 """
 
 from __future__ import annotations
@@ -24,14 +25,16 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.arguments import positive_int
+from pipeline.config import ROOT
+
+SHARED_TRACE = ROOT.parent / "shared" / "traces" / "synthetic_trace.jsonl"
+
 
 def _cpu_s() -> float:
     """CPU seconds (user + system) of this process so far."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
-
-ROOT = Path(__file__).resolve().parents[1]
-SHARED_TRACE = ROOT.parent / "shared" / "traces" / "synthetic_trace.jsonl"
 
 
 def _children_cpu_s() -> float:
@@ -72,7 +75,7 @@ def curve_figures(requests: int = 62_500, documents: int = 20_000, document_leng
 
 def bench_curve_fresh(**kwargs: object) -> dict:
     """``curve_figures`` in a fresh interpreter, so the peak RSS is its own."""
-    code = ("import json, sys; from pipeline.bench_trace import curve_figures; "
+    code = ("import json, sys; from pipeline.bench.trace import curve_figures; "
             f"print(json.dumps(curve_figures(**{kwargs!r})))")
     result = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                             text=True, cwd=ROOT)
@@ -100,15 +103,18 @@ def bench_shared_trace(repeat: int = 3, trace: Path = SHARED_TRACE) -> dict:
             "ratio": summary["infinite_cache_block_hit_ratio"]}
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Print the figures."""
-    parser = argparse.ArgumentParser(prog="python -m pipeline.bench_trace",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--skip-curve", action="store_true")
-    args = parser.parse_args(argv)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options, prefixed ``--trace-`` so ``python -m pipeline bench`` can add them."""
+    parser.add_argument("--trace-repeat", type=positive_int, default=3,
+                        help="runs of the shared trace end to end (default %(default)s)")
+    parser.add_argument("--trace-skip-curve", action="store_true",
+                        help="skip the 10M-block curve (about 15 s and 0.7 GiB)")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Print the figures from parsed ``add_arguments`` options."""
     if SHARED_TRACE.exists():
-        shared = bench_shared_trace(args.repeat)
+        shared = bench_shared_trace(args.trace_repeat)
         print("== shared Mooncake trace end to end (python -m pipeline trace, fresh process) ==")
         print(f"wall: best {shared['best_s']:.2f} s of {[round(t, 2) for t in shared['times']]}"
               f" (target < 5 s); CPU {shared['best_cpu_s']:.2f} s; infinite-cache ratio "
@@ -118,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
               f"({shared['points']} points) (targets <= 8)")
     else:
         print(f"shared trace not found at {SHARED_TRACE}: end-to-end figure skipped")
-    if not args.skip_curve:
+    if not args.trace_skip_curve:
         curve = bench_curve_fresh()
         print("== 10M-block Zipf prefix-sharing trace, GPU curve at 1000 capacities ==")
         print(f"{curve['blocks']} block accesses, {curve['requests']} requests, "
@@ -134,4 +140,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _parser = argparse.ArgumentParser(prog="python -m pipeline.bench.trace",
+                                      description=__doc__.split("\n\n")[0])
+    add_arguments(_parser)
+    sys.exit(main(_parser.parse_args()))
