@@ -35,6 +35,18 @@ def fenwick_prefix(tree: np.ndarray, position: int) -> int:
 
 
 @njit(cache=True)
+def touch(tree: np.ndarray, last: np.ndarray, code: int, clock: int) -> int:
+    """Make ``code`` the most recent key at time ``clock`` in a Fenwick tree of one count per
+    key's last touch (``last[code]`` = that time, -1 before the first); 1 if it is new."""
+    stamp = last[code]
+    if stamp >= 0:
+        fenwick_add(tree, stamp, -1)
+    fenwick_add(tree, clock, 1)
+    last[code] = clock
+    return 1 if stamp < 0 else 0
+
+
+@njit(cache=True)
 def first_size_change(codes: np.ndarray, sizes: np.ndarray, first_size: np.ndarray) -> int:
     """Index of the first access whose size differs from its key's first size, or -1.
 

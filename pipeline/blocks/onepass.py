@@ -55,7 +55,7 @@ from numba import njit
 
 from pipeline.blocks.stream import TAIL_FIRST, BlockStream, capacity_blocks, check_order
 from pipeline.stackdist import _NOTHING_STORED, _band_limits
-from pipeline.stackdist_kernels import COLD, fenwick_add, fenwick_prefix
+from pipeline.stackdist_kernels import COLD, fenwick_prefix, touch
 
 __all__ = ["COLD", "Distances", "block_distances", "distances_at", "prefix_counts",
            "ideal_gpu", "ideal_cpu", "prefix_blocks"]
@@ -89,13 +89,7 @@ def _depth_pass(starts: np.ndarray, codes: np.ndarray, lookup: np.ndarray,
         for t in range(end - low):
             b = end - 1 - t if tail_first else low + t
             code = codes[b]
-            stamp = last[code]
-            if stamp < 0:
-                live += 1
-            else:
-                fenwick_add(tree, stamp, -1)
-            fenwick_add(tree, clock, 1)
-            last[code] = clock
+            live += touch(tree, last, code, clock)
             clock += 1
 
 

@@ -50,7 +50,7 @@ from pipeline.blocks.stream import TAIL_FIRST, BlockStream, capacity_blocks
 from pipeline.engines.vllm_compiled import replay_vllm_compiled
 from pipeline.engines.vllm_gpu import DEFAULT_VLLM_VERSION, check_gpu_options, unhashed_to_head
 from pipeline.engines.vllm_layout import vllm_layout
-from pipeline.stackdist_kernels import COLD, fenwick_add, fenwick_prefix
+from pipeline.stackdist_kernels import COLD, fenwick_prefix, touch
 
 __all__ = ["vllm_gpu", "vllm_hits"]
 
@@ -83,13 +83,7 @@ def _depth_pass(keys, key_starts, prompt_keys, slots, phantom, limit, n_codes, d
         extra = 1 if phantom and slots[r] > items else 0
         for t in range(items + extra):
             code = n_codes + r if t < extra else keys[end - 1 - (t - extra)]
-            stamp = last[code]
-            if stamp < 0:
-                live += 1
-            else:
-                fenwick_add(tree, stamp, -1)
-            fenwick_add(tree, clock, 1)
-            last[code] = clock
+            live += touch(tree, last, code, clock)
             clock += 1
 
 
