@@ -63,3 +63,15 @@ class ModelTwoTier:
         self.gpu.access(key, size)
         self.cpu.access(key, size)
         return "miss"
+
+
+def run_outputs(root):
+    """``python -m pipeline run`` options that send every output under ``root``."""
+    return ["--events-dir", str(root / "events"), "--exports-dir", str(root / "exports"),
+            "--report", str(root / "report" / "index.html")]
+
+
+def folder_snapshot(root):
+    """Every file under ``root`` with its bytes, and every folder (None)."""
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None)
+            for p in sorted(root.rglob("*"))}

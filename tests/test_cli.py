@@ -7,7 +7,7 @@ import sys
 import polars as pl
 import pytest
 
-from conftest import KVLAB, ROOT
+from conftest import KVLAB, ROOT, run_outputs
 
 
 def pipeline(*args, timeout=120):
@@ -15,16 +15,12 @@ def pipeline(*args, timeout=120):
                           capture_output=True, text=True, timeout=timeout)
 
 
-def outputs(tmp_path):
-    return ["--events-dir", str(tmp_path / "events"), "--exports-dir", str(tmp_path / "exports"),
-            "--report", str(tmp_path / "report" / "index.html")]
-
 
 @pytest.fixture(scope="module")
 def full_run(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("run")
     proc = pipeline("run", "--measured", str(ROOT / "data" / "ttft.jsonl"), "--points", "24",
-                    "--grid-steps", "6", *outputs(tmp_path))
+                    "--grid-steps", "6", *run_outputs(tmp_path))
     return tmp_path, proc
 
 
@@ -56,7 +52,7 @@ def test_run_attributes_measured_requests_to_tiers(full_run):
 def test_any_offload_capacity_is_swept_for_the_report(tmp_path):
     proc = pipeline("run", "--offload-cpu", "70000", "--cpu-capacities", "1000",
                     "--measured", str(ROOT / "data" / "ttft.jsonl"), "--quiet",
-                    "--grid-steps", "3", "--points", "4", *outputs(tmp_path))
+                    "--grid-steps", "3", "--points", "4", *run_outputs(tmp_path))
     assert proc.returncode == 0, proc.stderr
     cpu_cliff = pl.read_parquet(tmp_path / "events" / "cpu_cliff.parquet")
     assert {0, 1000, 56000, 70000} <= set(cpu_cliff["cpu_capacity"].to_list())
@@ -66,7 +62,7 @@ def test_any_offload_capacity_is_swept_for_the_report(tmp_path):
 def test_other_workload_goes_to_its_own_exports(tmp_path):
     proc = pipeline("run", "--docs", "4", "--tokens", "100", "--passes", "fwd,fwd",
                     "--measured", str(ROOT / "data" / "ttft.jsonl"), "--quiet",
-                    "--grid-steps", "3", "--points", "4", *outputs(tmp_path))
+                    "--grid-steps", "3", "--points", "4", *run_outputs(tmp_path))
     assert proc.returncode == 0, proc.stderr
     cliff = json.loads((tmp_path / "exports" / "cliff.json").read_text())
     # the marked points come from this workload (working set 400), not the lab's 50110
@@ -84,19 +80,19 @@ def test_other_workload_goes_to_its_own_exports(tmp_path):
     (["--points", "0"], "--points"),
 ])
 def test_bad_arguments_exit_2_with_one_line(tmp_path, args, message):
-    proc = pipeline("run", *args, *outputs(tmp_path))
+    proc = pipeline("run", *args, *run_outputs(tmp_path))
     assert proc.returncode == 2
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not list(tmp_path.iterdir())
 
 
 def test_one_pass_is_refused_and_other_orders_skip_the_cliff_exports(tmp_path):
-    proc = pipeline("run", "--passes", "fwd", *outputs(tmp_path))
+    proc = pipeline("run", "--passes", "fwd", *run_outputs(tmp_path))
     assert proc.returncode == 1 and "two passes" in proc.stderr
     assert not list(tmp_path.iterdir())
     proc = pipeline("run", "--passes", "rev,fwd,rev", "--measured",
                     str(ROOT / "data" / "ttft.jsonl"), "--grid-steps", "3", "--points", "4",
-                    *outputs(tmp_path))
+                    *run_outputs(tmp_path))
     assert proc.returncode == 0, proc.stderr
     assert "cliff.json and cpu_cliff.json" in proc.stderr
     exports = sorted(p.name for p in (tmp_path / "exports").iterdir())
@@ -107,12 +103,12 @@ def test_one_pass_is_refused_and_other_orders_skip_the_cliff_exports(tmp_path):
 
 
 def test_missing_and_malformed_measured_files(tmp_path):
-    proc = pipeline("run", "--measured", str(tmp_path / "nope.jsonl"), *outputs(tmp_path))
+    proc = pipeline("run", "--measured", str(tmp_path / "nope.jsonl"), *run_outputs(tmp_path))
     assert proc.returncode == 1 and "nope.jsonl" in proc.stderr
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"config": "baseline", "pass": "p", "doc": 0, "doc_tokens": 1, '
                    '"ttft_ms": "slow", "total_ms": 1}\n')
-    proc = pipeline("run", "--measured", str(bad), *outputs(tmp_path))
+    proc = pipeline("run", "--measured", str(bad), *run_outputs(tmp_path))
     assert proc.returncode == 1
     assert proc.stderr.strip() == f"error: {bad}:1: ttft_ms must be a number, got 'slow'"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl"]

@@ -10,7 +10,7 @@ import shutil
 import polars as pl
 import pytest
 
-from conftest import KVLAB, ROOT
+from conftest import KVLAB, ROOT, folder_snapshot, run_outputs
 from pipeline import report, run_exports
 from pipeline.cli import main
 from pipeline.config import EXPORTS_DIR, KVLAB_DIR
@@ -21,21 +21,12 @@ DATA = ROOT / "data" / "ttft.jsonl"
 SMALL = ["--points", "6", "--grid-steps", "3", "--quiet"]
 
 
-def outputs(root):
-    return ["--events-dir", str(root / "events"), "--exports-dir", str(root / "exports"),
-            "--report", str(root / "report" / "index.html")]
-
-
-def snapshot(root):
-    """Every file under ``root`` with its bytes, and every folder."""
-    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None)
-            for p in sorted(root.rglob("*"))}
 
 
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory):
     root = tmp_path_factory.mktemp("seed")
-    assert main(["run", *SMALL, "--measured", str(DATA), *outputs(root)]) == 0
+    assert main(["run", *SMALL, "--measured", str(DATA), *run_outputs(root)]) == 0
     return root
 
 
@@ -47,11 +38,11 @@ def previous(seeded, tmp_path):
 
 
 def run_fails(capsys, root, *args):
-    before = snapshot(root)
-    code = main(["run", *SMALL, "--measured", str(DATA), *outputs(root), *args])
+    before = folder_snapshot(root)
+    code = main(["run", *SMALL, "--measured", str(DATA), *run_outputs(root), *args])
     err = capsys.readouterr().err
     assert code != 0 and len(err.strip().splitlines()) == 1, err
-    assert snapshot(root) == before
+    assert folder_snapshot(root) == before
     return err
 
 
@@ -72,17 +63,17 @@ def test_a_folder_at_the_report_path_fails_before_writing(previous, capsys):
     folder = previous / "report" / "index.html"
     folder.unlink()
     folder.mkdir()
-    before = snapshot(previous)
-    code = main(["run", *SMALL, "--measured", str(DATA), *outputs(previous)])
+    before = folder_snapshot(previous)
+    code = main(["run", *SMALL, "--measured", str(DATA), *run_outputs(previous)])
     err = capsys.readouterr().err
     assert code == 1 and "--report" in err and len(err.strip().splitlines()) == 1
-    assert snapshot(previous) == before
+    assert folder_snapshot(previous) == before
 
 
 def test_zero_docs_and_tokens_are_usage_errors(tmp_path, capsys):
     for option in ("--docs", "--tokens"):
         with pytest.raises(SystemExit) as usage:
-            main(["run", option, "0", *outputs(tmp_path)])
+            main(["run", option, "0", *run_outputs(tmp_path)])
         assert usage.value.code == 2 and option in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
 
@@ -91,15 +82,15 @@ def test_a_failure_after_the_simulation_writes_nothing(previous, capsys, monkeyp
     def broken(*args, **kwargs):
         raise RuntimeError("report failed")
     monkeypatch.setattr(report, "render_html", broken)
-    before = snapshot(previous)
+    before = folder_snapshot(previous)
     with pytest.raises(RuntimeError):
-        main(["run", *SMALL, "--docs", "7", "--measured", str(DATA), *outputs(previous)])
-    assert snapshot(previous) == before
+        main(["run", *SMALL, "--docs", "7", "--measured", str(DATA), *run_outputs(previous)])
+    assert folder_snapshot(previous) == before
 
 
 def test_offload_cpu_zero_means_no_cpu_tier(tmp_path, capsys):
     assert main(["run", *SMALL, "--offload-cpu", "0", "--measured", str(DATA),
-                 *outputs(tmp_path)]) == 0
+                 *run_outputs(tmp_path)]) == 0
     offload = json.loads((tmp_path / "exports" / "offload.json").read_text())
     assert all(p["cpu_hits"] == 0 for p in offload["passes"])
     assert "no CPU tier" in (tmp_path / "report" / "index.html").read_text()
@@ -112,7 +103,7 @@ def docs20(tmp_path_factory):
     """The README's example: 20 x 4096 with the CPU cliff at GPU 40000."""
     root = tmp_path_factory.mktemp("docs20")
     assert main(["run", *SMALL, "--docs", "20", "--tokens", "4096", "--cpu-sweep-gpu", "40000",
-                 "--measured", str(DATA), *outputs(root)]) == 0
+                 "--measured", str(DATA), *run_outputs(root)]) == 0
     return root
 
 
@@ -133,7 +124,7 @@ def test_other_workload_attributes_under_the_measured_setup_and_withholds(docs20
 
 def test_more_docs_of_the_same_size_keep_the_predictions(tmp_path, capsys):
     assert main(["run", *SMALL, "--docs", "30", "--measured", str(DATA),
-                 *outputs(tmp_path)]) == 0
+                 *run_outputs(tmp_path)]) == 0
     predicted = pl.read_parquet(tmp_path / "events" / "predicted_ttft.parquet")
     second = predicted.filter(pl.col("sweep") == "gpu_cliff", pl.col("pass_index") == 1)
     below = second.filter(pl.col("gpu_capacity") < 30 * 5011)["predicted_ttft_ms"]
@@ -151,7 +142,7 @@ def test_a_sidecar_or_flags_give_another_files_setup(tmp_path, capsys):
     assert resolve_setup(str(own), False, {"gpu": 7, "cpu": None}).gpu == 7
     assert resolve_setup(str(DATA), True) == LAB_SETUP
     out = tmp_path / "out"
-    assert main(["run", *SMALL, "--measured", str(own), *outputs(out)]) == 0
+    assert main(["run", *SMALL, "--measured", str(own), *run_outputs(out)]) == 0
     requests = pl.read_parquet(out / "events" / "measured_requests.parquet")
     assert set(requests["tier"].cast(pl.String)) == {"miss", "cpu"}    # GPU 0 from the sidecar
 
@@ -194,10 +185,10 @@ def test_a_non_lab_run_cannot_write_into_kvlab(tmp_path, capsys):
 
 
 def test_passes_reach_the_exports_and_stale_files_go(tmp_path, capsys):
-    assert main(["run", *SMALL, "--measured", str(DATA), *outputs(tmp_path)]) == 0
+    assert main(["run", *SMALL, "--measured", str(DATA), *run_outputs(tmp_path)]) == 0
     assert (tmp_path / "exports" / "cliff.json").exists()
     assert main(["run", *SMALL, "--passes", "rev,fwd,fwd,rev", "--measured", str(DATA),
-                 *outputs(tmp_path)]) == 0
+                 *run_outputs(tmp_path)]) == 0
     names = {p.name for p in (tmp_path / "exports").iterdir()}
     assert "cliff.json" not in names and "cpu_cliff.json" not in names
     baseline = json.loads((tmp_path / "exports" / "baseline.json").read_text())
@@ -251,7 +242,7 @@ def test_zero_ttfts_and_one_request_read_right(tmp_path, capsys):
     own = tmp_path / "zero.jsonl"
     own.write_text(line(ttft_ms=0.0) + "\n")
     assert main(["run", "--points", "6", "--grid-steps", "3", "--measured", str(own),
-                 *outputs(tmp_path / "out")]) == 0
+                 *run_outputs(tmp_path / "out")]) == 0
     err = capsys.readouterr().err
     assert "1 request)" in err and "1 requests" not in err and "nan" not in err
     assert "error n/a: measured mean is 0 ms" in err

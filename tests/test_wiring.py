@@ -45,7 +45,7 @@ import shutil  # noqa: E402
 
 import pytest  # noqa: E402
 
-from conftest import ROOT  # noqa: E402
+from conftest import ROOT, folder_snapshot, run_outputs  # noqa: E402
 from pipeline.cli import main  # noqa: E402
 
 DATA = ROOT / "data" / "ttft.jsonl"
@@ -55,14 +55,6 @@ NEW_SECTIONS = ("plan-sweep-gpu_cliff", "plan-sweep-cpu_cliff", "plan-fit", "rea
                 "engines-cpu", "policies-lab")
 
 
-def outputs(root):
-    return ["--events-dir", str(root / "events"), "--exports-dir", str(root / "exports"),
-            "--report", str(root / "report" / "index.html")]
-
-
-def snapshot(root):
-    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None)
-            for p in sorted(root.rglob("*"))}
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +63,7 @@ def engine_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("engines")
     (root / "report").mkdir()
     (root / "report" / "trace.html").write_text("<html></html>")
-    assert main(["run", *SMALL, *outputs(root), "--block-size", "16", "--gpu-model", "vllm",
+    assert main(["run", *SMALL, *run_outputs(root), "--block-size", "16", "--gpu-model", "vllm",
                  "--cpu-model", "lmcache"]) == 0
     return root
 
@@ -105,7 +97,7 @@ def test_document_mode_run_removes_stale_block_files_and_predicts_per_pass(engin
     root = tmp_path / "out"
     shutil.copytree(engine_run, root)
     (root / "report" / "trace.html").unlink()
-    assert main(["run", *SMALL, *outputs(root)]) == 0
+    assert main(["run", *SMALL, *run_outputs(root)]) == 0
     assert not (root / "events" / "blocks_events.parquet").exists()
     assert not (root / "events" / "blocks_aggregates.parquet").exists()
     page = (root / "report" / "index.html").read_text()
@@ -127,15 +119,15 @@ def test_document_mode_run_removes_stale_block_files_and_predicts_per_pass(engin
     (["--block-size", str(2**33)], "--block-size"),
 ])
 def test_bad_block_options_write_nothing(capsys, tmp_path, args, names):
-    before = snapshot(tmp_path)
-    code = main(["run", *SMALL, *outputs(tmp_path), *args])
+    before = folder_snapshot(tmp_path)
+    code = main(["run", *SMALL, *run_outputs(tmp_path), *args])
     err = capsys.readouterr().err
     assert code != 0 and len(err.strip().splitlines()) == 1 and names in err, err
-    assert snapshot(tmp_path) == before
+    assert folder_snapshot(tmp_path) == before
 
 
 def test_off_lab_block_run_draws_its_own_workload_and_no_lab_sections(tmp_path):
-    assert main(["run", *SMALL, *outputs(tmp_path), "--docs", "4", "--tokens", "100",
+    assert main(["run", *SMALL, *run_outputs(tmp_path), "--docs", "4", "--tokens", "100",
                  "--block-size", "16", "--gpu-model", "vllm"]) == 0
     page = (tmp_path / "report" / "index.html").read_text()
     assert 'id="chart-blocks-gpu-orders"' in page and "4 documents x 100 tokens" in page
