@@ -57,27 +57,14 @@ class FIFO(Policy):
         return list(self._queue)
 
 
-class MRU(Policy):
+class MRU(LRU):
     """Most recently used: evict the most recently read resident item (the incoming item
     is not yet resident, so it is never its own victim). libCacheSim ``MRU.c`` does the
     same; its PyPI wheel (0.3.5) does not ship MRU, so the cross-check tests a literal
-    model instead. ``keys()``: least recent first."""
+    model instead. LRU's bookkeeping, the other end of the recency order.
+    ``keys()``: least recent first."""
 
     name = "mru"
 
-    def __init__(self, capacity: float) -> None:
-        super().__init__(capacity)
-        self._recency: OrderedDict[Hashable, None] = OrderedDict()
-
-    def _hit(self, key):
-        self._recency.move_to_end(key)
-
     def _evict(self, key, size):
         return self._recency.popitem(last=True)[0]
-
-    def _insert(self, key, size):
-        self._recency[key] = None
-        return True
-
-    def keys(self) -> list:
-        return list(self._recency)
