@@ -22,6 +22,18 @@ QUEUE_MODES = {"lru": 0, "fifo": 1, "mru": 2}
 
 
 @njit(cache=True, nogil=True)
+def prefix_run(resident, lookup, start, end):
+    """The request's prefix hit: how many of its leading blocks ``lookup[start:end]`` are
+    resident before it is placed."""
+    run = 0
+    for q in range(start, end):
+        if not resident[lookup[q]]:
+            break
+        run += 1
+    return run
+
+
+@njit(cache=True, nogil=True)
 def place_queue(touches, t_off, lookup, l_off, capacity, k, mode):
     """Prefix hits (blocks) per request of LRU (0), FIFO (1) or MRU (2)."""
     requests = t_off.size - 1
@@ -34,12 +46,7 @@ def place_queue(touches, t_off, lookup, l_off, capacity, k, mode):
     aside = np.empty(max(capacity, 1), np.int64)
     used = 0
     for r in range(requests):
-        run = 0
-        for q in range(l_off[r], l_off[r + 1]):
-            if not resident[lookup[q]]:
-                break
-            run += 1
-        out[r] = run
+        out[r] = prefix_run(resident, lookup, l_off[r], l_off[r + 1])
         if t_off[r + 1] - t_off[r] > capacity:
             continue
         for q in range(t_off[r], t_off[r + 1]):
@@ -146,12 +153,7 @@ def place_ring(touches, t_off, lookup, l_off, capacity, k, sieve):
     hand = NONE
     used = 0
     for r in range(requests):
-        run = 0
-        for q in range(l_off[r], l_off[r + 1]):
-            if not resident[lookup[q]]:
-                break
-            run += 1
-        out[r] = run
+        out[r] = prefix_run(resident, lookup, l_off[r], l_off[r + 1])
         if t_off[r + 1] - t_off[r] > capacity:
             continue
         for q in range(t_off[r], t_off[r + 1]):
@@ -212,12 +214,7 @@ def place_lfu(touches, t_off, lookup, l_off, capacity, k):
     low = 1                                     # <= the lowest non-empty count
     used = 0
     for r in range(requests):
-        run = 0
-        for q in range(l_off[r], l_off[r + 1]):
-            if not resident[lookup[q]]:
-                break
-            run += 1
-        out[r] = run
+        out[r] = prefix_run(resident, lookup, l_off[r], l_off[r + 1])
         if t_off[r + 1] - t_off[r] > capacity:
             continue
         for q in range(t_off[r], t_off[r + 1]):
