@@ -23,9 +23,7 @@ from pipeline.arguments import non_negative_int, pass_list, positive_float
 from pipeline.config import LAB_CPU, LAB_DOCS, LAB_GPU, LAB_PASSES, LAB_TOKENS, REAL_MEASURED
 from pipeline.errors import CLIError
 from pipeline.kvsize import KVSize, add_kv_arguments, capacity, kv_from_args
-from pipeline.blocks.models import CPU_MODELS, GPU_MODELS
-from pipeline.blocks.stream import HEAD_FIRST, ORDERS, TAIL_FIRST
-from pipeline.engines.options import add_engine_arguments, model_options
+from pipeline.engines.options import add_model_arguments, add_order_arguments, model_options
 from pipeline.planner import DocumentEvaluator, Evaluator, PlanResult, Target, \
     document_workload, plan
 from pipeline.plan_output import describe_target, finite, lmcache_setting, model_json, \
@@ -67,18 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="KV tokens per document (default %(default)s)")
     work.add_argument("--passes", type=pass_list, default=list(LAB_PASSES),
                       help="fwd/rev per pass (default fwd,fwd,rev)")
-    work.add_argument("--gpu-order", choices=ORDERS, default=TAIL_FIRST,
-                      help="block mode: order of a request's blocks in the GPU tier (default "
-                           "tail-first, vLLM's free queue)")
-    work.add_argument("--cpu-order", choices=ORDERS, default=HEAD_FIRST,
-                      help="block mode: order of a request's blocks in the CPU tier (default "
-                           "head-first, LMCache's LRU)")
-    work.add_argument("--gpu-model", choices=tuple(GPU_MODELS), default="ideal",
-                      help="block mode: GPU cache model (default %(default)s)")
-    work.add_argument("--cpu-model", choices=tuple(CPU_MODELS), default="ideal",
-                      help="block mode: CPU cache model (default %(default)s: every capacity "
-                           "from one pass; others run per capacity step)")
-    add_engine_arguments(work)
+    add_order_arguments(work)
+    add_model_arguments(work)
     add_input_arguments(parser)
     fit = parser.add_argument_group("TTFT model")
     fit.add_argument("--measured", type=Path,

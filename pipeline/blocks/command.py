@@ -25,8 +25,8 @@ from kvlab.scenario import pass_keys
 from pipeline.arguments import non_negative_int, pass_list, positive_int
 from pipeline.blocks.limits import check_block_count, check_block_size, model_capacities
 from pipeline.blocks.models import two_tier
-from pipeline.blocks.stream import HEAD_FIRST, ORDERS, TAIL_FIRST, block_stream
-from pipeline.engines.options import add_model_arguments, run_options
+from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST, block_stream
+from pipeline.engines.options import add_model_arguments, add_order_arguments, run_options
 from pipeline.config import LAB_DOCS, LAB_GPU, LAB_PASSES, LAB_TOKENS
 from pipeline.kvsize import add_kv_arguments, capacity, resolve_capacities
 from pipeline.workloads.blocks import document_blocks
@@ -53,12 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default 0)")
     parser.add_argument("--block-size", type=positive_int, default=DEFAULT_BLOCK_SIZE,
                         help="tokens per block; only full blocks are cached (default 16)")
-    parser.add_argument("--gpu-order", choices=ORDERS, default=TAIL_FIRST,
-                        help="order of a request's blocks in the GPU tier (default tail-first, "
-                             "as vLLM)")
-    parser.add_argument("--cpu-order", choices=ORDERS, default=HEAD_FIRST,
-                        help="order of a request's blocks in the CPU tier (default head-first, "
-                             "as LMCache)")
+    add_order_arguments(parser)
     add_model_arguments(parser)
     add_kv_arguments(parser)
 

@@ -15,12 +15,12 @@ from pipeline.arguments import positive_int
 from pipeline.blocks.limits import (MAX_BLOCKS, check_block_count, check_capacities,
                                     output_blocks)
 from pipeline.blocks.models import CPU_MODELS, GPU_MODELS
-from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST
+from pipeline.blocks.stream import HEAD_FIRST, ORDERS, TAIL_FIRST
 from pipeline.engines.lmcache_cpu import DEFAULT_CHUNK_SIZE
 from pipeline.engines.vllm_gpu import DEFAULT_VLLM_VERSION, PREPEND_SINCE, unhashed_to_head
 from pipeline.errors import CLIError
 
-__all__ = ["MODEL_OPTIONS", "MODEL_ORDERS", "add_engine_arguments", "model_options",
+__all__ = ["MODEL_OPTIONS", "MODEL_ORDERS", "add_engine_arguments", "add_order_arguments", "model_options",
            "default_chunk_size", "vllm_version", "add_model_arguments", "run_options"]
 
 #: model name -> the option names (argparse dests) it takes.
@@ -61,6 +61,16 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                         default=None,
                         help="lmcache model: store a prompt's partial last chunk (default off, "
                              "as LMCache >= 0.4)")
+
+
+def add_order_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--gpu-order`` / ``--cpu-order``: the order of a request's blocks in each tier."""
+    parser.add_argument("--gpu-order", choices=ORDERS, default=TAIL_FIRST,
+                        help="order of a request's blocks in the GPU tier (default tail-first, "
+                             "vLLM's free queue)")
+    parser.add_argument("--cpu-order", choices=ORDERS, default=HEAD_FIRST,
+                        help="order of a request's blocks in the CPU tier (default head-first, "
+                             "LMCache's LRU)")
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:

@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pipeline.blocks.stream import HEAD_FIRST, ORDERS, TAIL_FIRST, block_stream
+from pipeline.blocks.stream import block_stream
 from pipeline.config import EVENTS_DIR, REPORTS_DIR
-from pipeline.engines.options import add_model_arguments, run_options
+from pipeline.engines.options import add_model_arguments, add_order_arguments, run_options
 from pipeline.errors import CLIError
 from pipeline.kvsize import add_kv_arguments, capacities, capacity, resolve_capacities, \
     size_lines
@@ -48,10 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     tiers.add_argument("--cpu-sweep-gpu", type=capacity, default=None, metavar="CAP",
                        help="the GPU capacity of the report's CPU curve (default: the "
                             "smallest non-zero --gpu)")
-    tiers.add_argument("--gpu-order", choices=ORDERS, default=TAIL_FIRST,
-                       help="GPU order of a request's blocks (default tail-first, as vLLM)")
-    tiers.add_argument("--cpu-order", choices=ORDERS, default=HEAD_FIRST,
-                       help="CPU order (default head-first, as LMCache)")
+    add_order_arguments(tiers)
     add_model_arguments(parser.add_argument_group(
         "models (pipeline.blocks.models; engine options as on blocks)"))
     add_kv_arguments(parser.add_argument_group("KV size (converts sizes to tokens)"))
