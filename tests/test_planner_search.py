@@ -106,6 +106,18 @@ def make_target(spec, passes: int, which: int, figures_at, top: int) -> Target:
     return Target(kind, max(value, 1e-3), statistic, chosen)
 
 
+def lab_blocks(docs, tokens, orders, block):
+    """Lab-style documents in blocks: (accesses, block frame, request frame, block stream)."""
+    accesses = DocumentWorkload(docs, tokens, tuple(orders)).accesses()
+    blocks = document_blocks(accesses["doc"].to_list(), tokens, block)
+    requests = accesses.select(
+        pl.int_range(pl.len(), dtype=pl.UInt32).alias("request"),
+        pass_name=pl.format("p{}", pl.col("pass_index")), doc=pl.col("doc").cast(pl.Int64),
+        prompt_tokens=pl.col("size").cast(pl.UInt64),
+        timestamp_ms=pl.lit(None, pl.Float64)).match_to_schema(REQUEST_SCHEMA)
+    return accesses, blocks, requests, block_stream(blocks, block)
+
+
 @settings(max_examples=50)
 @given(docs=st.integers(1, 5), tokens=st.integers(1, 12),
        orders=st.lists(st.sampled_from(["fwd", "rev"]), min_size=1, max_size=4),
@@ -162,15 +174,7 @@ def test_oversize_bands_equal_two_tier_replay(sizes, stream, gpu, level):
 def test_block_mode_equals_the_block_model_replay(docs, per_doc, block, tail, orders,
                                                   gpu_share, gpu_order, cpu_order, spec, which):
     tokens = per_doc * block + tail % block
-    workload = DocumentWorkload(docs, tokens, tuple(orders))
-    accesses = workload.accesses()
-    blocks = document_blocks(accesses["doc"].to_list(), tokens, block)
-    requests = accesses.select(
-        pl.int_range(pl.len(), dtype=pl.UInt32).alias("request"),
-        pass_name=pl.format("p{}", pl.col("pass_index")), doc=pl.col("doc").cast(pl.Int64),
-        prompt_tokens=pl.col("size").cast(pl.UInt64),
-        timestamp_ms=pl.lit(None, pl.Float64)).match_to_schema(REQUEST_SCHEMA)
-    stream = block_stream(blocks, block)
+    accesses, blocks, requests, stream = lab_blocks(docs, tokens, orders, block)
     passes = accesses["pass_index"].to_list()
     gpu = int(gpu_share * docs * per_doc) * block
 
@@ -203,15 +207,7 @@ def test_other_cpu_models_scan_their_grid(docs, per_doc, tail, orders, level):
 
     block, chunk = 2, 4
     tokens = per_doc * block + tail % block
-    workload = DocumentWorkload(docs, tokens, tuple(orders))
-    accesses = workload.accesses()
-    blocks = document_blocks(accesses["doc"].to_list(), tokens, block)
-    requests = accesses.select(
-        pl.int_range(pl.len(), dtype=pl.UInt32).alias("request"),
-        pass_name=pl.format("p{}", pl.col("pass_index")), doc=pl.col("doc").cast(pl.Int64),
-        prompt_tokens=pl.col("size").cast(pl.UInt64),
-        timestamp_ms=pl.lit(None, pl.Float64)).match_to_schema(REQUEST_SCHEMA)
-    stream = block_stream(blocks, block)
+    accesses, blocks, requests, stream = lab_blocks(docs, tokens, orders, block)
     passes = accesses["pass_index"].to_list()
     gpu = block                                          # one block of GPU
     evaluator = BlockEvaluator("t", blocks, requests, block, gpu, lab_models(),
