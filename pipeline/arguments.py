@@ -7,7 +7,8 @@ import math
 
 from kvlab.scenario import non_negative_int, pass_list
 
-__all__ = ["int_list", "non_negative_int", "pass_list", "plural", "positive_int"]
+__all__ = ["int_list", "non_negative_int", "pass_list", "plural", "positive_int",
+           "positive_float", "non_negative_float", "unit_ratio"]
 
 
 def int_list(text: str) -> list[int]:
@@ -53,6 +54,14 @@ def positive_float(text: str) -> float:
     value = _finite_float(text, "> 0")
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def unit_ratio(text: str) -> float:
+    """argparse type: a finite number in (0, 1] (a share such as a hit ratio)."""
+    value = _finite_float(text, "in (0, 1]")
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
     return value
 
 

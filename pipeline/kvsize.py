@@ -38,6 +38,7 @@ from decimal import Decimal, InvalidOperation
 
 __all__ = ["DTYPE_BYTES", "UNITS", "KVSize", "PRESETS", "Capacity", "preset", "shape",
            "parse_capacity", "capacity", "capacities", "capacity_list", "format_bytes", "gib", "gb",
+           "size_up",
            "add_kv_arguments", "kv_from_args", "DEFAULT_PRESET", "resolve_capacities",
            "size_lines"]
 
@@ -269,6 +270,17 @@ def gib(size_bytes: int) -> float:
 def gb(size_bytes: int) -> float:
     """Bytes in GB (10^9)."""
     return size_bytes / 10**9
+
+
+def size_up(size_bytes: int, unit: int, digits: int) -> float:
+    """``size_bytes`` in ``unit`` bytes, rounded *up* to ``digits`` decimals (exact integer
+    arithmetic): the figure for a size that must hold at least ``size_bytes``.
+
+    >>> size_up(200_000 * 131_072, 2**30, 2)      # 24.414... GiB: 24.41 GiB holds less
+    24.42
+    """
+    scale = 10**digits
+    return -(-size_bytes * scale // unit) / scale
 
 
 def format_bytes(size_bytes: int) -> str:

@@ -1,0 +1,27 @@
+"""Work limits of the document-mode commands (``run``'s sweeps, ``plan``'s search): what they
+refuse before allocating anything, one line naming the arguments (as the block commands do
+with ``pipeline.blocks.limits``).
+
+* ``run`` sweeps at most ``MAX_PAIRS`` (GPU, CPU) capacity pairs, as ``trace`` does, and its
+  events (one per access and capacity pair) stay within ``MAX_EVENTS``. ``run --docs 3000``
+  (3.3 M events) peaks at about 0.5 GB (2-core machine, 2026-12-01), so the limit is a few GB.
+* ``plan`` in document mode searches at most ``MAX_ACCESSES`` accesses (documents x
+  passes); ``plan --docs 300000`` (0.9 M accesses) peaks at about 0.46 GB and 24 s.
+"""
+
+from __future__ import annotations
+
+from pipeline.errors import CLIError
+
+__all__ = ["MAX_PAIRS", "MAX_EVENTS", "MAX_ACCESSES", "check_count"]
+
+MAX_PAIRS = 65535
+MAX_EVENTS = 20_000_000
+MAX_ACCESSES = 10_000_000
+
+
+def check_count(count: int, limit: int, what: str, noun: str) -> None:
+    """CLIError ``"<what>: <count> <noun>, more than the <limit> a run may hold"`` when
+    ``count`` is beyond ``limit`` (``what`` names the arguments that set it)."""
+    if count > limit:
+        raise CLIError(f"{what}: {count} {noun}, more than the {limit} a run may hold")
