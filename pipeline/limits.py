@@ -20,8 +20,8 @@ MAX_EVENTS = 20_000_000
 MAX_ACCESSES = 10_000_000
 
 
-def check_count(count: int, limit: int, what: str, noun: str) -> None:
-    """CLIError ``"<what>: <count> <noun>, more than the <limit> a run may hold"`` when
+def check_count(count: int, limit: int, what: str, noun: str, verb: str = "hold") -> None:
+    """CLIError ``"<what>: <count> <noun>, more than the <limit> a run may <verb>"`` when
     ``count`` is beyond ``limit`` (``what`` names the arguments that set it)."""
     if count > limit:
-        raise CLIError(f"{what}: {count} {noun}, more than the {limit} a run may hold")
+        raise CLIError(f"{what}: {count} {noun}, more than the {limit} a run may {verb}")

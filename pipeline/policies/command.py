@@ -26,7 +26,7 @@ from pipeline.kvsize import Capacity, add_kv_arguments, capacities, capacity, \
 from pipeline.policies import POLICIES
 from pipeline.policies.replay import METHODS, ONEPASS, encode, hit_matrix, tiered_codes
 from pipeline.policies.traces import lab_objects, mooncake_objects
-from pipeline.sweeps import write_parquet_atomic
+from pipeline.staging import Outputs, parquet_bytes
 
 HELP = "hit ratio per cache policy (LRU ... ARC, OPT) per capacity: lab or Mooncake trace"
 OUT_DIR = EVENTS_DIR / "policies"
@@ -230,13 +230,13 @@ def main(args: argparse.Namespace) -> int:
     """Run the command; print the table (or JSON) and write the Parquet files."""
     start = time.perf_counter()
     label, curves, events = simulate(args, events=args.trace is None or args.events)
-    try:
-        args.out.mkdir(parents=True, exist_ok=True)
-        paths = [write_parquet_atomic(curves, args.out / "curves.parquet")]
-        if events is not None:
-            paths.append(write_parquet_atomic(events, args.out / "events.parquet"))
-    except OSError as exc:
-        raise CLIError(f"--out {args.out}: cannot write ({exc.strerror or exc})") from None
+    staged = Outputs()                  # both files or neither (pipeline.staging)
+    staged.add(args.out / "curves.parquet", parquet_bytes(curves), "--out")
+    if events is not None:
+        staged.add(args.out / "events.parquet", parquet_bytes(events), "--out")
+    paths = [args.out / "curves.parquet"] + (
+        [args.out / "events.parquet"] if events is not None else [])
+    staged.commit()
     totals = _totals(curves)
     if args.json:
         payload = {"workload": label, "cpu": args.cpu,
