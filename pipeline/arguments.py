@@ -4,11 +4,28 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 
-from kvlab.scenario import non_negative_int, pass_list
+from kvlab.scenario import OneLineParser, non_negative_int, pass_list
 
-__all__ = ["int_list", "non_negative_int", "pass_list", "plural", "positive_int",
+__all__ = ["Parser", "int_list", "non_negative_int", "pass_list", "plural", "positive_int",
            "positive_float", "non_negative_float", "unit_ratio"]
+
+
+#: What argparse should read as a value, never as an option: a minus sign and a digit
+#: (``-1``, ``-1GiB``, ``-.5``), so that the option's own type says what it accepts.
+_NEGATIVE = re.compile(r"^-\.?[0-9]")
+
+
+class Parser(OneLineParser):
+    """The pipeline's parser: usage errors are one line (``OneLineParser``, exit 2), and a
+    value that starts with a minus sign and a digit (``--gpu -1GiB``) is a value, so the
+    option's type refuses it with its own bound instead of "expected one argument"."""
+
+    def _parse_optional(self, arg_string):  # type: ignore[override]
+        if _NEGATIVE.match(arg_string) and arg_string not in self._option_string_actions:
+            return None
+        return super()._parse_optional(arg_string)
 
 
 def int_list(text: str) -> list[int]:
@@ -27,8 +44,11 @@ def int_list(text: str) -> list[int]:
 
 
 def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    value = non_negative_int(text)
+    """argparse type: an integer >= 1 (one message for every value it refuses)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
     return value

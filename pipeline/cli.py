@@ -16,7 +16,7 @@ import os
 import sys
 from types import ModuleType
 
-from kvlab.scenario import OneLineParser
+from pipeline.arguments import Parser
 from pipeline.errors import CLIError
 
 PROG = "python -m pipeline"
@@ -46,7 +46,7 @@ def _description(module: ModuleType) -> str:
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     """The parser of every command."""
-    parser = OneLineParser(
+    parser = Parser(
         prog=prog,
         description="kvlab: how much prefix KV cache survives on the GPU, what a CPU tier "
                     "buys, and what that does to time-to-first-token.")

@@ -293,11 +293,12 @@ def format_bytes(size_bytes: int) -> str:
 
 def add_kv_arguments(parser: argparse.ArgumentParser) -> None:
     """--model, --kv-bytes-per-token, --kv-shape (at most one; default the lab's model)."""
+    from pipeline.arguments import positive_int
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--model", metavar="PRESET", default=None,
                        help=f"model preset for the KV size: {', '.join(PRESETS)} "
                             f"(default {DEFAULT_PRESET}, the lab's model)")
-    group.add_argument("--kv-bytes-per-token", metavar="BYTES", type=int, default=None,
+    group.add_argument("--kv-bytes-per-token", metavar="BYTES", type=positive_int, default=None,
                        help="KV bytes per token, instead of a preset")
     group.add_argument("--kv-shape", metavar="L,H,D[,DTYPE]", default=None,
                        help="layers, KV heads, head dim[, dtype] (standard formula 2 x L x H x "
