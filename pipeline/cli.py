@@ -65,7 +65,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     with one line on Ctrl-C."""
     if prog is None:
         prog = "kvlab" if sys.argv and sys.argv[0].endswith("kvlab") else PROG
+    from pipeline import staging
+
     args = None
+    staging.committed.clear()                 # this command's commits only (see interrupted)
     try:
         parser = build_parser(prog)
         args = parser.parse_args(sys.argv[1:] if argv is None else argv)
