@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 
 from pipeline.charts import Section
-from pipeline.kvsize import KVSize
+from pipeline.kvsize import KVSize, size_up
 from pipeline.planner import Evaluator, PlanResult
 
 __all__ = ["curve_capacities", "capacity_curve", "measured_points", "ttft_capacity_section",
@@ -61,7 +61,7 @@ def measured_points(residuals: pl.DataFrame, measured_cpu: int,
 
 
 def _answer_rule(result: PlanResult, kv: KVSize) -> alt.LayerChart:
-    gib = kv.bytes(result.cpu_tokens) / 2**30
+    gib = size_up(kv.bytes(result.cpu_tokens), 2**30, 2)      # "at least": rounded up
     frame = pl.DataFrame({"x": [result.cpu_tokens],
                           "label": [f"plan: {result.cpu_tokens:,} tokens = {gib:.2f} GiB"]})
     base = alt.Chart(frame).encode(x="x:Q")
