@@ -238,10 +238,13 @@ def test_a_hash_id_beyond_int64_is_named_as_such(tmp_path, capsys):
       "--block-size", "1"], "--block-size 1"),
     (["plan", "--target-hit-ratio", "0.5", "--block-size", "16", "--gpu-model", "vllm",
       "--output-tokens", "99999999999999999"], "--output-tokens"),
+    (["policies", "--docs", "10000000"], "--docs 10000000 x 3 --passes x 6 --capacities"),
+    (["policies", "--docs", "1000000", "--capacities", "1,2,3"], "x 3 --capacities x 9"),
 ])
 def test_work_beyond_the_limits_is_refused_before_allocating(tmp_path, capsys, argv, names):
     from conftest import folder_snapshot, run_outputs
 
-    extra = run_outputs(tmp_path) if argv[0] == "run" else []
+    extra = {"run": run_outputs(tmp_path), "policies": ["--out", str(tmp_path / "p")]}.get(
+        argv[0], [])
     one_line_error(capsys, [*argv, *extra], names)
     assert folder_snapshot(tmp_path) == {}

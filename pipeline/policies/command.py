@@ -21,6 +21,7 @@ import polars as pl
 from pipeline.arguments import non_negative_int, pass_list, positive_int
 from pipeline.config import EVENTS_DIR, GPU_CLIFF_CAPACITIES, LAB_DOCS, LAB_PASSES, LAB_TOKENS
 from pipeline.errors import CLIError
+from pipeline.limits import MAX_EVENTS, check_count
 from pipeline.kvsize import Capacity, add_kv_arguments, capacities, capacity, \
     resolve_capacities, size_lines
 from pipeline.policies import POLICIES
@@ -174,8 +175,19 @@ def simulate(args, events: bool = True) -> tuple[str, pl.DataFrame, pl.DataFrame
         if bad:
             raise CLIError(f"--method onepass: exact only for {', '.join(ONEPASS)}, not "
                            f"{bad[0]} (use --method auto or replay)")
+    policies = len(args.gpu_policy)
+    if args.trace is None:             # the lab: its size is known before it is built
+        count = len(set(args.capacities)) if args.capacities else len(GPU_CLIFF_CAPACITIES)
+        check_count(policies * count * args.docs * len(args.passes), MAX_EVENTS,
+                    f"--docs {args.docs} x {len(args.passes)} --passes x {count} --capacities "
+                    f"x {policies} --gpu-policy", "events")
     label, keys, sizes, passes = _workload(args)
     capacities = _capacities(args, keys, sizes)
+    if args.trace is not None:
+        check_count(len(capacities) * keys.size * (policies if events else 1), MAX_EVENTS,
+                    f"--trace {args.trace}: {keys.size} block accesses x {len(capacities)} "
+                    f"--capacities" + (f" x {policies} --gpu-policy" if events else ""),
+                    "events")
     codes = encode(keys)
     curves, logs = [], []
     for name in args.gpu_policy:
