@@ -197,22 +197,6 @@ def test_stream_rejects_bad_block_size_and_repeated_keys():
         onepass.ideal_gpu(block_stream(frame, 16), [100], "lru")
 
 
-def test_readme_block_table_matches_the_command():
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Block-level prefix caching", 1)[1].split("\n## ", 1)[0]
-    rows = [line for line in section.splitlines()
-            if line.startswith("| ") and " / " in line]
-    assert len(rows) == 6
-    for line in rows:
-        gpu, tail, head = [cell.strip().replace(",", "").replace("*", "")
-                           for cell in line.strip("|").split("|")]
-        gpu = int(gpu.split()[0])
-        for order, cell in (("tail-first", tail), ("head-first", head)):
-            got = run_blocks(gpu=gpu, passes=["fwd", "fwd", "rev"], gpu_order=order)
-            assert [p["gpu_hit_tokens"] for p in got["passes"]] == \
-                [int(v) for v in cell.split(" / ")], (gpu, order)
-
-
 def touch_distance_prefix(stream, capacities):
     """Prefix hits from the classic stack distance of each touch of the flattened head-first
     touch sequence (pipeline.stackdist), running max per request."""

@@ -1,4 +1,5 @@
-"""The engine-model tables in README.md are what the blocks command prints."""
+"""The tables of the docs pages are what the blocks command prints: the engine models'
+(docs/engines.md) and the lab's block orders (docs/blocks.md)."""
 
 import re
 
@@ -8,8 +9,7 @@ from conftest import ROOT
 
 
 def section_rows():
-    text = (ROOT / "README.md").read_text()
-    section = text.split("## Engine models:", 1)[1].split("\n## ", 1)[0]
+    section = (ROOT / "docs" / "engines.md").read_text().split("\n## ", 1)[0]
     return [[cell.strip() for cell in line.strip("|").split("|")]
             for line in section.splitlines() if re.match(r"\| \d", line)]
 
@@ -18,7 +18,7 @@ def number(text):
     return int(text.replace(",", ""))
 
 
-def test_readme_engine_tables_match_the_command():
+def test_engine_tables_match_the_command():
     rows = section_rows()
     gpu_rows = [r for r in rows if len(r) == 4 and "/" not in r[1]]
     cpu_rows = [r for r in rows if len(r) == 4 and "/" in r[1]]
@@ -34,3 +34,19 @@ def test_readme_engine_tables_match_the_command():
                             cpu_model="lmcache")["passes"]
         assert [[p["gpu_hit_tokens"], p["cpu_hit_tokens"], p["miss_tokens"]] for p in result] \
             == [[number(x) for x in cell.split(" / ")] for cell in passes]
+
+
+def test_block_order_table_matches_the_command():
+    page = (ROOT / "docs" / "blocks.md").read_text()
+    section = page.split("**The lab's cyclic workload under both orders**", 1)[1]
+    rows = [line for line in section.split("\n\n", 2)[1].splitlines()
+            if line.startswith("| ") and " / " in line]
+    assert len(rows) == 6
+    for line in rows:
+        gpu, tail, head = [cell.strip().replace(",", "").replace("*", "")
+                           for cell in line.strip("|").split("|")]
+        gpu = int(gpu.split()[0])
+        for order, cell in (("tail-first", tail), ("head-first", head)):
+            got = run_blocks(gpu=gpu, passes=["fwd", "fwd", "rev"], gpu_order=order)
+            assert [p["gpu_hit_tokens"] for p in got["passes"]] == \
+                [int(v) for v in cell.split(" / ")], (gpu, order)
