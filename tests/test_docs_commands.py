@@ -37,8 +37,9 @@ def runnable():
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    """Run every runnable command once, in order, in a copy of the checkout."""
+def docs_run(tmp_path_factory):
+    """Run every runnable command once, in order, in a copy of the checkout: (results by
+    command name, the folder that holds the copy and the commands' /tmp/)."""
     base = tmp_path_factory.mktemp("docs")
     copy = base / "repo"
     shutil.copytree(ROOT, copy, ignore=NOT_COPIED)   # __pycache__ too: numba's caches
@@ -53,7 +54,12 @@ def results(tmp_path_factory):
                            str(result), str(base / "tmp")], cwd=copy, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    return {r["name"]: r for r in json.loads(result.read_text())}
+    return {r["name"]: r for r in json.loads(result.read_text())}, base
+
+
+@pytest.fixture(scope="module")
+def results(docs_run):
+    return docs_run[0]
 
 
 def test_the_pages_show_commands_and_every_skip_says_why():
@@ -79,3 +85,14 @@ def test_command_prints_what_the_page_shows(command, request):
     assert got["status"] == command.status, (command.text, got["output"][-2000:])
     assert missing_lines(command.expected, got["output"]) == [], \
         (command.text, got["output"][-4000:])
+
+
+def test_the_schemas_page_names_every_column_the_commands_wrote(docs_run):
+    import pyarrow.parquet as pq
+    _, base = docs_run
+    page = (ROOT / "docs" / "schemas.md").read_text()
+    files = sorted(base.rglob("*.parquet"))
+    assert any(f.name == "gpu_cliff.parquet" for f in files)
+    for path in files:
+        for name in pq.read_schema(path).names:
+            assert f"`{name}`" in page, (path.relative_to(base), name)
