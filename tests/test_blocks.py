@@ -1,4 +1,4 @@
-"""Block mode (issue 8): the one-pass engine equals the literal replay, per request and per
+"""Block mode: the one-pass engine equals the literal replay, per request and per
 block; block mode with one full block per document equals kvlab's document mode."""
 
 import contextlib
@@ -153,7 +153,7 @@ def test_python_dash_m_pipeline_blocks_prints_json():
     assert json.loads(done.stdout)["passes"][1]["gpu_hit_tokens"] == 29280
 
 
-def test_issue_figures_tail_first_vs_head_first():
+def test_lab_figures_tail_first_vs_head_first():
     tail = second_pass("--block-size", "16", "--gpu", "48000")
     head = second_pass("--block-size", "16", "--gpu", "48000", "--gpu-order", "head-first")
     assert tail == {"order": "fwd", "gpu_hit_tokens": 29280, "cpu_hit_tokens": 0,

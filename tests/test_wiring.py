@@ -34,7 +34,7 @@ def test_engine_models_in_the_sweeps_equal_the_registries():
     served = np.maximum(cpu - fixed, 0)[:, second].sum(axis=1)
     rows = aggregates.filter(pl.col("sweep") == "cpu_cliff", pl.col("pass_index") == 1)
     assert rows.sort("cpu_capacity")["cpu_hit_tokens"].to_list() == served.tolist()
-    # issue 16's figures: 48,640 CPU tokens in pass 2 at CPU 56000 and 48640, none below
+    # LMCache on the lab: 48,640 CPU tokens in pass 2 at CPU 56000 and 48640, none below
     assert rows.filter(pl.col("cpu_capacity") == 56000)["cpu_hit_tokens"].item() == 48640
     assert rows.filter(pl.col("cpu_capacity") == 48640)["cpu_hit_tokens"].item() == 48640
 
@@ -76,10 +76,10 @@ def test_run_block_size_writes_the_engine_models_sweeps(engine_run):
     rows = aggregates.filter(pl.col("sweep") == "cpu_cliff", pl.col("cpu_capacity") == 56000)
     per_pass = rows.sort("pass_index").select("gpu_hit_tokens", "cpu_hit_tokens",
                                               "miss_tokens").rows()
-    assert per_pass == [(0, 0, 50110), (0, 48640, 1470), (21488, 27728, 894)]   # issue 16
+    assert per_pass == [(0, 0, 50110), (0, 48640, 1470), (21488, 27728, 894)]   # LMCache
     cliff = aggregates.filter(pl.col("sweep") == "gpu_cliff", pl.col("pass_index") == 1,
                               pl.col("gpu_capacity") == 48000)
-    assert cliff["gpu_hit_tokens"].item() == 28960                               # issue 15
+    assert cliff["gpu_hit_tokens"].item() == 28960                               # vLLM 0.33.0
 
 
 def test_report_has_the_new_sections_and_the_trace_link(engine_run):
