@@ -12,7 +12,7 @@ here (``python`` blocks are doctests: tests/test_docs.py).
 Run as a script (``python tests/docs_commands.py PLAN.json RESULT.json``) in a copy of the
 checkout, it runs every command of the plan there: ``python -m pipeline ...`` in this one
 process (one import of the pipeline for all of them), anything else through the shell.
-``/tmp/`` in a command is the run's own temporary folder.
+``/tmp/`` in a command is the run's own temporary folder (shown as ``/tmp/`` in the output).
 """
 
 from __future__ import annotations
@@ -120,10 +120,11 @@ def run_in_process(argv: list[str]) -> tuple[int, str]:
 
 
 def run_plan(commands: list[dict], tmp: str) -> list[dict]:
-    """Run every command in the current folder; ``/tmp/`` becomes ``tmp``."""
-    results = []
+    """Run every command in the current folder; ``/tmp/`` becomes ``tmp`` (and back again in
+    what they print)."""
+    results, tmp = [], tmp.rstrip("/") + "/"
     for command in commands:
-        text = command["text"].replace("/tmp/", tmp.rstrip("/") + "/")
+        text = command["text"].replace("/tmp/", tmp)
         argv = pipeline_argv(text)
         if argv is not None:
             status, output = run_in_process(argv)
@@ -131,7 +132,8 @@ def run_plan(commands: list[dict], tmp: str) -> list[dict]:
             done = subprocess.run(["bash", "-c", text], capture_output=True, text=True,
                                   timeout=120)
             status, output = done.returncode, done.stdout + done.stderr
-        results.append({"name": command["name"], "status": status, "output": output})
+        results.append({"name": command["name"], "status": status,
+                        "output": output.replace(tmp, "/tmp/")})
     return results
 
 
