@@ -50,3 +50,19 @@ def test_block_order_table_matches_the_command():
             got = run_blocks(gpu=gpu, passes=["fwd", "fwd", "rev"], gpu_order=order)
             assert [p["gpu_hit_tokens"] for p in got["passes"]] == \
                 [int(v) for v in cell.split(" / ")], (gpu, order)
+
+
+def test_policy_block_mode_table_matches_the_command():
+    page = (ROOT / "docs" / "policies.md").read_text()
+    lines = page.split("| order | lru, fifo, lfu, clock, sieve, arc | mru | s3fifo | opt |", 1)[1]
+    header = ["lru, fifo, lfu, clock, sieve, arc", "mru", "s3fifo", "opt"]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")]
+            for line in lines.strip().splitlines()[1:3]]
+    assert [row[0] for row in rows] == ["tail-first", "head-first"]
+    for order, *cells in rows:
+        for names, cell in zip(header, cells):
+            for name in names.split(", "):
+                got = run_blocks(gpu=21520, passes=["fwd", "fwd", "rev"], gpu_model=name,
+                                 gpu_order=order)
+                assert [p["gpu_hit_tokens"] for p in got["passes"]] == \
+                    [int(v) for v in cell.split(" / ")], (name, order)
