@@ -123,3 +123,23 @@ def test_every_file_and_module_the_pages_name_exists():
             for attribute in parts[cut:]:
                 assert hasattr(obj, attribute), (page.name, name)
                 obj = getattr(obj, attribute)
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading."""
+    import re
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_link_between_the_pages_resolves():
+    import re
+    for page in [*PAGES, ROOT / "CHANGELOG.md"]:
+        for target, _, fragment in re.findall(r"\]\(([^)#\s]*)(#([^)\s]+))?\)", page.read_text()):
+            if target.startswith("http"):
+                continue
+            path = (page.parent / target).resolve() if target else page
+            assert path.exists(), (page.name, target)
+            if fragment and path.suffix == ".md":
+                headings = [anchor(line.lstrip("#")) for line in path.read_text().splitlines()
+                            if line.startswith("#")]
+                assert fragment in headings, (page.name, target, fragment)
