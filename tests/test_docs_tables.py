@@ -1,5 +1,6 @@
-"""The tables of the docs pages are what the blocks command prints: the engine models'
-(docs/engines.md) and the lab's block orders (docs/blocks.md)."""
+"""The tables of the pages are what the commands and exports say: the engine models'
+(docs/engines.md), the lab's block orders (docs/blocks.md), the policies in block mode
+(docs/policies.md) and the lab's findings (README.md, from kvlab/*.json)."""
 
 import re
 
@@ -66,3 +67,30 @@ def test_policy_block_mode_table_matches_the_command():
                                  gpu_order=order)
                 assert [p["gpu_hit_tokens"] for p in got["passes"]] == \
                     [int(v) for v in cell.split(" / ")], (name, order)
+
+
+def test_readme_findings_are_the_exports():
+    import json
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Findings of the lab", 1)[1].split("\n## ", 1)[0]
+    table = "\n".join(line for line in section.splitlines() if line.startswith("|"))
+    export = {name: json.loads((ROOT / "kvlab" / f"{name}.json").read_text())
+              for name in ("baseline", "cliff", "offload", "cpu_cliff", "measured")}
+    zero = [gpu for gpu, hits in export["cliff"].items() if hits == 0]
+    full = [gpu for gpu, hits in export["cliff"].items() if hits == 10]
+    assert f"0 hits at GPU {', '.join(zero)}; all 10 at {full[0]}" in table
+    assert f"third pass hits docs {export['baseline']['passes'][2]['hit_docs']}" in table
+    second, third = export["offload"]["passes"][1:]
+    assert f"pass 2 = {second['cpu_hits']} CPU hits" in table
+    assert f"pass 3 = {third['gpu_hits']} GPU + {third['cpu_hits']} CPU hits" in table
+    missing = [cpu for cpu, misses in export["cpu_cliff"].items() if misses == 10]
+    assert f"misses 10 at CPU {missing[0]} .. {missing[-1]}" in table
+    m = export["measured"]
+    for pass_name, words in (("pass2-replay", "pass 2 p50 {} ms recomputing vs {} ms"),
+                             ("pass3-reverse", "pass 3 p50 {} vs {} ms")):
+        assert words.format(m["baseline"][pass_name]["p50_ms"],
+                            m["lmcache"][pass_name]["p50_ms"]) in table
+        assert f"{m['ratio'][pass_name]['p50']}" in table
+    cold = "pass1-cold"
+    assert f"({m['lmcache'][cold]['p50_ms']} vs {m['baseline'][cold]['p50_ms']} ms, ratio " \
+           f"{m['ratio'][cold]['p50']})" in table
