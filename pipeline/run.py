@@ -16,8 +16,6 @@ from pathlib import Path
 
 import polars as pl
 
-from kvlab import make_exports
-from kvlab.summarize import InputError
 from pipeline import latency, report, run_blocks, sweeps
 from pipeline.arguments import int_list, non_negative_int, pass_list, plural, positive_int
 from pipeline.attribution import attribute_tiers
@@ -27,9 +25,8 @@ from pipeline.config import (CPU_CLIFF_CAPACITIES, CPU_CLIFF_GPU, EVENTS_DIR,
                              GPU_CLIFF_CAPACITIES, LAB_CPU, LAB_DOCS, LAB_PASSES,
                              LAB_TOKENS, REAL_MEASURED, REPORT_PATH)
 from pipeline.errors import CLIError
-from pipeline.measured_setup import (FIELDS as SETUP_FIELDS, LAB_SETUP, MAX_VALUE,
-                                     MeasuredSetup, check_docs, prediction_problem,
-                                     resolve_setup)
+from pipeline.measured_input import add_setup_arguments, read_measured, setup_flags
+from pipeline.measured_setup import MAX_VALUE, MeasuredSetup, prediction_problem
 from pipeline.run_exports import (EXPORT_NAMES, exports_folder, lab_differences,
                                   params_document, scenario_exports)
 from pipeline.staging import Outputs, check_target, json_bytes, parquet_bytes
@@ -37,7 +34,6 @@ from pipeline.simulate import METHODS
 from pipeline.summary import summary
 from pipeline.verdicts import separation_notes
 from pipeline.workloads.documents import DocumentWorkload
-from pipeline.workloads.measured_file import load_measured
 
 
 HELP = "exports, sweeps, aggregates, measured summary, report"
@@ -86,16 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     paths.add_argument("--measured", type=Path,
                        help=f"measured TTFT jsonl (default: {REAL_MEASURED} if present, "
                             "else the bundled synthetic data/ttft.jsonl)")
-    setup = parser.add_argument_group(
-        "the measured file's own setup (default: the lab's for the bundled file and the real "
-        "fixture; else a sidecar NAME.setup.json beside the file and these flags, flags winning; "
-        "with neither the lab's setup is assumed and the outputs say so)")
-    for field, kind, meaning in (("docs", positive_int, "documents"),
-                                 ("tokens", positive_int, "KV tokens per document"),
-                                 ("gpu", non_negative_int, "GPU KV capacity in tokens"),
-                                 ("cpu", non_negative_int, "lmcache's CPU tier in tokens")):
-        setup.add_argument(f"--measured-{field}", type=kind, metavar="N",
-                           help=f"{meaning} when the file was measured")
+    add_setup_arguments(parser)
     paths.add_argument("--events-dir", type=Path, default=EVENTS_DIR,
                        help="folder for the Parquet event logs and aggregates "
                             "(default data/events)")
@@ -165,22 +152,9 @@ def _workload(args: argparse.Namespace) -> DocumentWorkload:
 def _measured(args: argparse.Namespace, say: Callable[[str], None]
               ) -> tuple[str, pl.DataFrame, dict[str, object], MeasuredSetup]:
     """(source, requests, its three exports, its setup), all validated; nothing written."""
-    source, _ = make_exports.measured_source(str(args.measured) if args.measured else None)
-    try:
-        requests = load_measured(source)
-        documents = make_exports.measured_exports(source)
-    except InputError as exc:
-        raise CLIError(str(exc)) from None
-    synthetic = documents["measured_source.json"]["synthetic"]
-    setup = resolve_setup(source, synthetic, {field: getattr(args, f"measured_{field}")
-                                              for field in SETUP_FIELDS})
-    try:
-        check_docs(requests, setup, source)
-    except CLIError as exc:
-        if setup != LAB_SETUP:
-            raise
-        say(f"warning: {exc}")          # the lab's own file is never refused for its numbering
-    return source, requests, documents, setup
+    measured = read_measured(str(args.measured) if args.measured else None, setup_flags(args),
+                             say)
+    return measured.source, measured.requests, measured.documents, measured.setup
 
 
 def _model_lines(attributed: pl.DataFrame, latencies: latency.Latencies) -> list[str]:
