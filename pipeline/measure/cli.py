@@ -24,7 +24,7 @@ from pipeline.arguments import pass_list, positive_float, positive_int
 from pipeline.config import BASELINE, LAB_DOCS, LAB_PASSES
 from pipeline.errors import CLIError
 from pipeline.measure.client import RequestFailed
-from pipeline.measure.output import check_output
+from pipeline.measure.output import check_output, kept_note
 from pipeline.measure.runner import run_requests, settings_from
 from pipeline.measure.workload import WORDS, spec_requests, workload_spec
 from pipeline.workloads.patterns import REPEAT_MODES
@@ -149,8 +149,7 @@ def main(args: argparse.Namespace) -> int:
         written = run_requests(requests, settings_from(args, args.base_url), args.output,
                                progress=None if args.quiet else sys.stderr)
     except RequestFailed as exc:
-        raise CLIError(f"{exc}; lines so far are kept in {args.output}, rerun with --resume "
-                       f"to continue") from None
+        raise CLIError(f"{exc}; {kept_note(args.output)}") from None
     print(f"measure: wrote {written} line(s) to {args.output}", file=sys.stderr)
     return 0
 
