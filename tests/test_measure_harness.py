@@ -30,6 +30,17 @@ def measure(url: str, out: Path, *extra: str) -> int:
                      "--tokens", "12", "--passes", "fwd,rev", "--quiet", *extra])
 
 
+def test_the_served_models_name_is_served_model_not_the_kv_preset_option(tmp_path, capsys):
+    out = tmp_path / "ttft.jsonl"
+    with SSEServer() as server:
+        assert measure(server.base_url, out, "--served-model", "meta-llama/Llama-3.1-8B") == 0
+        assert {body["model"] for body in server.bodies} == {"meta-llama/Llama-3.1-8B"}
+        with pytest.raises(SystemExit) as usage:       # --model is kvlab's KV-size preset
+            measure(server.base_url, tmp_path / "b.jsonl", "--model", "llama-3.1-8b")
+    assert usage.value.code == 2 and "--model" in capsys.readouterr().err
+    assert not (tmp_path / "b.jsonl").exists()
+
+
 # --- workload ----------------------------------------------------------------------------
 
 def test_lab_workload_orders_names_and_sizes():

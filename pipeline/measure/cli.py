@@ -2,9 +2,9 @@
 
 ``python -m pipeline measure --base-url http://127.0.0.1:8000 --output ttft.jsonl
 [--config NAME] [--docs 10] [--tokens 5000] [--passes fwd,fwd,rev] [--repeats 1]
-[--concurrency 1] [--resume]`` sends the lab's documents (plus a short question) to an
-OpenAI-compatible ``/v1/completions`` endpoint (vLLM, SGLang, llama.cpp) and appends one line
-per request: ``config, pass, doc, doc_tokens, ttft_ms, total_ms, repeat, step`` and what the
+[--concurrency 1] [--served-model NAME] [--resume]`` sends the lab's documents (plus a short
+question) to an OpenAI-compatible ``/v1/completions`` endpoint (vLLM, SGLang, llama.cpp) and
+appends one line per request: ``config, pass, doc, doc_tokens, ttft_ms, total_ms, repeat, step`` and what the
 server reports. ``--local-engine`` instead builds (or reuses) llama-cpp-python, writes a tiny
 random-weight GGUF model, and measures one fresh server per ``--ram-cache`` config and repeat
 (see pipeline/measure/llamacpp/local.py), with provenance beside the output.
@@ -109,7 +109,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds allowed per request (default %(default)s)")
     parser.add_argument("--max-tokens", type=positive_int, default=16,
                         help="tokens to generate per request (default %(default)s)")
-    parser.add_argument("--model", help="model name to send (--base-url)")
+    parser.add_argument("--served-model", metavar="NAME",
+                        help="the served model's name, sent as the request's \"model\" field "
+                             "(--base-url; what vLLM's --served-model-name gives; not kvlab's "
+                             "--model KV-size preset)")
     parser.add_argument("--logit-bias", type=_logit_bias, action="append", default=[],
                         metavar="TOKEN_ID=BIAS", help="logit_bias entry to send (repeatable)")
     parser.add_argument("--include-usage", action="store_true",

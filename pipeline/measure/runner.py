@@ -73,7 +73,7 @@ class RunSettings:
 def settings_from(args: argparse.Namespace, base_url: str) -> RunSettings:
     """RunSettings from ``measure``'s options, for the server at ``base_url``."""
     return RunSettings(base_url=base_url, timeout_s=args.timeout, concurrency=args.concurrency,
-                       max_tokens=args.max_tokens, model=args.model,
+                       max_tokens=args.max_tokens, model=args.served_model,
                        logit_bias=dict(args.logit_bias), include_usage=args.include_usage)
 
 
