@@ -109,7 +109,7 @@ def main(args: argparse.Namespace) -> int:
                               models)
     if not args.no_report:
         outputs.write_report(args.report, workload, stream, infinite, args, sweep_gpu,
-                             events, models)
+                             events, models, outputs.trace_units(args, as_sizes))
         summary["report"] = str(args.report)
     if as_sizes:
         summary["sizes"] = as_sizes
