@@ -8,13 +8,11 @@ through a KV model (``--model`` and the like)."""
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import altair as alt
 import polars as pl
 
 from pipeline.charts import Section
+from pipeline.charts.parts import TOKENS, Units
 
 __all__ = ["Units", "gpu_section", "cpu_section", "orders_section", "reuse_section"]
 
@@ -29,49 +27,6 @@ def _long_ratios(frame: pl.DataFrame, x: str) -> pl.DataFrame:
         pl.col("ratio").str.replace_all("_", " "))
 
 
-@dataclass(frozen=True)
-class Units:
-    """Tokens, and GiB through ``bytes_per_token`` (of KV model ``name``) when given."""
-
-    bytes_per_token: int | None = None
-    name: str = ""
-
-    def gib(self, tokens: int) -> float:
-        """``tokens`` in GiB, rounded up to 0.01 (a capacity that answers "at least")."""
-        return math.ceil(tokens * self.bytes_per_token / 2**30 * 100) / 100
-
-    def tokens(self, tokens: int) -> str:
-        """``"3,057,664 tokens"``, with ``" (373.25 GiB)"`` when sizes were given."""
-        text = f"{tokens:,} tokens"
-        return text if self.bytes_per_token is None else f"{text} ({self.gib(tokens):,.2f} GiB)"
-
-    def axis(self, field: str, title: str) -> alt.X:
-        """A log capacity axis in tokens, GiB on a second label line when sizes were given."""
-        if self.bytes_per_token is None:
-            return alt.X(f"{field}:Q", title=title, scale=alt.Scale(type="log"),
-                         axis=alt.Axis(format="~s"))
-        label = (f"datum.label ? [datum.label, format(datum.value * {self.bytes_per_token} "
-                 "/ 1073741824, ',.3~r') + ' GiB'] : ''")
-        return alt.X(f"{field}:Q", title=f"{title}; GiB of {self.name} below",
-                     scale=alt.Scale(type="log"),
-                     axis=alt.Axis(format="~s", labelExpr=label, labelPadding=4))
-
-    def tooltip(self, field: str) -> list[alt.Tooltip]:
-        """Tooltips of a token field: tokens, and GiB when sizes were given."""
-        tips = [alt.Tooltip(f"{field}:Q", title="tokens", format=",")]
-        if self.bytes_per_token is not None:
-            tips.append(alt.Tooltip(f"{field}_gib:Q", title="GiB", format=",.2f"))
-        return tips
-
-    def with_gib(self, frame: pl.DataFrame, field: str) -> pl.DataFrame:
-        """``frame`` plus ``<field>_gib`` when sizes were given."""
-        if self.bytes_per_token is None:
-            return frame
-        return frame.with_columns((pl.col(field) * self.bytes_per_token / 2**30)
-                                  .alias(f"{field}_gib"))
-
-
-TOKENS = Units()
 
 
 def _positive(frame: pl.DataFrame, field: str) -> pl.DataFrame:

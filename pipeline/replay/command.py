@@ -83,6 +83,7 @@ def _shown(path: str | Path) -> str:
 def main(args: argparse.Namespace) -> int:
     """``python -m pipeline trace``: validate, replay, write, print."""
     as_sizes = resolve_capacities(args, "gpu", "cpu", "cpu_sweep_gpu")
+    args.sizes_given = bool(as_sizes)           # the report adds GiB (outputs.trace_units)
     workload = load_workload(args)
     try:
         stream = block_stream(workload.blocks, workload.block_size)
@@ -109,7 +110,7 @@ def main(args: argparse.Namespace) -> int:
                               models)
     if not args.no_report:
         outputs.write_report(args.report, workload, stream, infinite, args, sweep_gpu,
-                             events, models, outputs.trace_units(args, as_sizes))
+                             events, models)
         summary["report"] = str(args.report)
     if as_sizes:
         summary["sizes"] = as_sizes

@@ -139,14 +139,15 @@ def _half_crossing(stream: BlockStream, order: str, curve: pl.DataFrame,
     return None if blocks is None else blocks * stream.block_size
 
 
-def trace_units(args: argparse.Namespace, sizes: dict) -> charts.Units:
-    """GiB beside tokens in the report when capacities were given as sizes or a KV model
-    was named (``--model``, ``--kv-bytes-per-token``, ``--kv-shape``)."""
+def trace_units(args: argparse.Namespace) -> charts.Units:
+    """GiB beside tokens in the report when capacities were given as sizes
+    (``args.sizes_given``, set by the command) or a KV model was named (``--model``,
+    ``--kv-bytes-per-token``, ``--kv-shape``)."""
     from pipeline.kvsize import kv_from_args
 
     named = any(getattr(args, option, None) is not None
                 for option in ("model", "kv_bytes_per_token", "kv_shape"))
-    if not sizes and not named:
+    if not getattr(args, "sizes_given", False) and not named:
         return charts.TOKENS
     kv = kv_from_args(args)
     return charts.Units(kv.bytes_per_token, kv.name)
@@ -154,8 +155,9 @@ def trace_units(args: argparse.Namespace, sizes: dict) -> charts.Units:
 
 def report_page(workload: Workload, stream: BlockStream, infinite: engine.Infinite,
                 args: argparse.Namespace, sweep_gpu: int, events: pl.DataFrame,
-                models: Models | None = None, units: charts.Units = charts.TOKENS) -> str:
+                models: Models | None = None) -> str:
     """The whole trace.html page."""
+    units = trace_units(args)
     prompt = infinite.prompt_tokens
     curves = _gpu_curves(stream, prompt)
     grid = engine.curve_grid(stream)
@@ -197,10 +199,9 @@ def report_page(workload: Workload, stream: BlockStream, infinite: engine.Infini
 
 def write_report(path: Path, workload: Workload, stream: BlockStream,
                  infinite: engine.Infinite, args: argparse.Namespace, sweep_gpu: int,
-                 events: pl.DataFrame, models: Models | None = None,
-                 units: charts.Units = charts.TOKENS) -> None:
+                 events: pl.DataFrame, models: Models | None = None) -> None:
     """Write the report page atomically."""
-    page = report_page(workload, stream, infinite, args, sweep_gpu, events, models, units)
+    page = report_page(workload, stream, infinite, args, sweep_gpu, events, models)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_output(path) as handle:
