@@ -185,21 +185,30 @@ def _models(args: argparse.Namespace) -> tuple[dict[str, TTFTModel], pl.DataFram
 
 
 def _write_report(args: argparse.Namespace, evaluator: Evaluator, kv: KVSize, target: Target,
-                  result: PlanResult, errors: pl.DataFrame, names: list[str], gpu: int) -> None:
+                  result: PlanResult, errors: pl.DataFrame, names: list[str], gpu: int,
+                  provenance: str) -> None:
     from kvlab.summarize import atomic_output
     from pipeline.charts import page_html
-    from pipeline.charts.plan import fit_section, measured_points, ttft_capacity_section
+    from pipeline.charts.plan import (fit_section, hit_ratio_section, measured_points,
+                                      ttft_capacity_section)
 
     points = measured_points(errors, args.measured_cpu_tokens, names) if (
         gpu == args.measured_gpu_tokens and args.block_size is None and args.path is None
         and args.pattern is None) \
         else None
-    sections = [ttft_capacity_section(evaluator, kv, target.statistic, points, result),
-                fit_section(errors, target.statistic)]
+    hits = ("Cache hit ratio against the CPU tier", "",
+            [hit_ratio_section(evaluator, kv, target, names, result,
+                               int(points["cpu_capacity"].max()) if points is not None
+                               and points.height else 0)])
+    ttft = ("Predicted TTFT against the CPU tier", "",
+            [ttft_capacity_section(evaluator, kv, target.statistic, points, result,
+                                   provenance)])
     page = page_html("kvlab: sizing the CPU tier", f"{evaluator.description}; "
-                     f"{kv.describe()}; target: {describe_target(target, names)}.",
-                     [("Predicted TTFT against the CPU tier", "", sections[:1]),
-                      ("The TTFT model against the measurement", "", sections[1:])])
+                     f"{kv.describe()}; target: {describe_target(target, names)}; TTFT model "
+                     f"fitted on {provenance}.",
+                     [*([hits, ttft] if target.kind == "hit_ratio" else [ttft, hits]),
+                      ("The TTFT model against the measurement", "",
+                       [fit_section(errors, target.statistic)])])
     try:
         with atomic_output(args.report) as handle:
             handle.write(page)
@@ -234,7 +243,8 @@ def main(args: argparse.Namespace) -> int:
     result = plan(evaluator, target)
     errors = residuals_by_pass(measured, models)
     if args.report is not None:
-        _write_report(args, evaluator, kv, target, result, errors, names, gpu)
+        _write_report(args, evaluator, kv, target, result, errors, names, gpu,
+                      f"{source} ({'SYNTHETIC stand-in' if synthetic else 'real measurement'})")
     cpu_tokens = result.cpu_tokens
     document = {
         "workload": evaluator.description,
