@@ -113,8 +113,8 @@ def hit_ratio_section(evaluator: Evaluator, kv: KVSize, target: Target, names: l
     if target.kind == "hit_ratio":
         goal = alt.Chart(pl.DataFrame({"y": [target.value],
                                        "label": [f"target {target.value:g}"]})).encode(y="y:Q")
-        layers += [goal.mark_rule(strokeDash=[2, 3], color="#c62828"),
-                   goal.mark_text(align="right", dy=-6, color="#c62828")
+        layers += [goal.mark_rule(strokeDash=[10, 3, 2, 3], color="#222", strokeWidth=1.5),
+                   goal.mark_text(align="right", dy=-6, color="#222", fontWeight="bold")
                    .encode(x=alt.value(WIDTH - 4), text="label:N")]
     if result is not None and result.status == "met":
         layers.append(_answer_rule(result, kv, int(curve["cpu_capacity"].max())))
