@@ -21,14 +21,14 @@ from pipeline.arguments import int_list, non_negative_int, pass_list, plural, po
 from pipeline.attribution import attribute_tiers
 from pipeline.blocks.sweep import AGGREGATES_FILE as BLOCK_AGGREGATES
 from pipeline.blocks.sweep import EVENTS_FILE as BLOCK_EVENTS
-from pipeline.config import (CPU_CLIFF_CAPACITIES, CPU_CLIFF_GPU, EVENTS_DIR,
-                             GPU_CLIFF_CAPACITIES, LAB_CPU, LAB_DOCS, LAB_PASSES,
-                             LAB_TOKENS, REAL_MEASURED, REPORT_PATH)
+from pipeline.config import (CPU_CLIFF_CAPACITIES, CPU_CLIFF_GPU, GPU_CLIFF_CAPACITIES,
+                             LAB_CPU, LAB_DOCS, LAB_PASSES, LAB_TOKENS, REAL_MEASURED)
 from pipeline.errors import CLIError
 from pipeline.measured_input import add_setup_arguments, read_measured, setup_flags
 from pipeline.measured_setup import MAX_VALUE, MeasuredSetup, prediction_problem
 from pipeline.run_exports import (EXPORT_NAMES, exports_folder, lab_differences,
-                                  params_document, scenario_exports)
+                                  output_places, params_document, replaced_lab_outputs,
+                                  scenario_exports)
 from pipeline.staging import Outputs, check_target, json_bytes, parquet_bytes
 from pipeline.simulate import METHODS
 from pipeline.summary import summary
@@ -83,15 +83,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help=f"measured TTFT jsonl (default: {REAL_MEASURED} if present, "
                             "else the bundled synthetic data/ttft.jsonl)")
     add_setup_arguments(parser)
-    paths.add_argument("--events-dir", type=Path, default=EVENTS_DIR,
-                       help="folder for the Parquet event logs and aggregates "
-                            "(default data/events)")
+    paths.add_argument("--events-dir", type=Path,
+                       help="folder for the Parquet event logs and aggregates (default "
+                            "data/events for exactly the lab's run, data/events/run for any "
+                            "other, so the lab's are not replaced)")
     paths.add_argument("--exports-dir", type=Path,
                        help="folder for the JSON exports (default kvlab/ only for exactly the "
                             "lab's run: workload, --cpu-sweep-gpu, --offload-cpu and measured "
                             "file; data/exports/ with params.json for any other)")
-    paths.add_argument("--report", type=Path, default=REPORT_PATH,
-                       help="HTML report to write (default reports/index.html)")
+    paths.add_argument("--report", type=Path,
+                       help="HTML report to write (default reports/index.html for exactly the "
+                            "lab's run, reports/run.html for any other)")
     paths.add_argument("--quiet", action="store_true", help="no progress lines")
     run_blocks.add_arguments(parser)
 
@@ -188,8 +190,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Path]:
                                   source)
     exports_dir = exports_folder(args.exports_dir, differences)
     provenance = measured_documents["measured_source.json"]
-    events_dir = Path(args.events_dir)
-    report_path = Path(args.report)
+    events_dir, report_path = output_places(args.events_dir, args.report, differences)
     for target, what in ((events_dir / "aggregates.parquet", "--events-dir"),
                          (exports_dir / "measured.json", "--exports-dir"),
                          (report_path, "--report")):
@@ -202,7 +203,11 @@ def run_all(args: argparse.Namespace) -> dict[str, Path]:
             "fwd,fwd) are not written")
     if differences:
         say(f"not the lab's run ({'; '.join(differences)}): exports go to {exports_dir} "
-            "with params.json")
+            f"with params.json, events to {events_dir}, the report to {report_path}")
+    for given in replaced_lab_outputs(events_dir, report_path, differences):
+        print(f"[kvlab] note: {given} replaces the lab's own output with this run's "
+              "(not the lab's numbers; without the option it goes beside them)",
+              file=sys.stderr)
     if (workload.docs, workload.tokens) != (setup.docs, setup.tokens):
         say(f"the swept workload ({workload.docs} x {workload.tokens}) differs from the "
             f"measured setup ({setup.docs} x {setup.tokens}): measured requests are "
