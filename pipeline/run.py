@@ -276,8 +276,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Path]:
                     "--events-dir")
         say(f"block mode: {block_events.height} block events, "
             f"{block_aggregates.height} aggregate rows")
-        if (blocks.gpu_model, blocks.cpu_model) == ("ideal", "ideal"):
-            block_report = block_aggregates
+        block_report = block_aggregates
     else:
         for name in (BLOCK_EVENTS, BLOCK_AGGREGATES):
             outputs.remove(events_dir / name)
