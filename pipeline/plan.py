@@ -19,7 +19,7 @@ from pathlib import Path
 import polars as pl
 
 from kvlab import make_exports
-from pipeline.arguments import non_negative_int, pass_list, positive_float
+from pipeline.arguments import non_negative_int, pass_list, positive_float, positive_int
 from pipeline.config import LAB_CPU, LAB_DOCS, LAB_GPU, LAB_PASSES, LAB_TOKENS, REAL_MEASURED
 from pipeline.errors import CLIError
 from pipeline.kvsize import KVSize, add_kv_arguments, capacity, kv_from_args
@@ -80,6 +80,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "size (default %(default)s)")
     fit.add_argument("--measured-tokens", type=non_negative_int, default=LAB_TOKENS,
                      help="simulator tokens per measured document (default %(default)s)")
+    fit.add_argument("--measured-docs", type=positive_int, metavar="N",
+                     help="documents the measurement read (default: its sidecar's, else the "
+                          f"lab's {LAB_DOCS}); a request of a document beyond is refused")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead")
     parser.add_argument("--report", type=Path, metavar="HTML",
                         help="also write a page with predicted TTFT against the CPU capacity "
@@ -169,7 +172,7 @@ def _models(args: argparse.Namespace) -> tuple[dict[str, TTFTModel], pl.DataFram
                                                      else None)
     try:
         requests = measured_requests(source, args.measured_gpu_tokens, args.measured_cpu_tokens,
-                                     args.measured_tokens)
+                                     args.measured_tokens, args.measured_docs)
         models = fit_configs(requests)
         for capacity, needed in ((0, ("gpu", "miss")), (1, TIERS)):
             model = model_for_capacity(models, capacity)

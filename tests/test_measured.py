@@ -420,3 +420,18 @@ def test_measured_refuses_an_empty_file_in_one_line_as_run_does(tmp_path, capsys
     captured = capsys.readouterr()
     assert captured.err == f"error: {path}: no measurement records (the file is empty)\n"
     assert captured.out == ""
+
+
+def test_plan_reads_the_measured_file_with_the_same_checks(tmp_path, capsys):
+    path = _one_line_changed(tmp_path, 33)
+    assert run_command("plan", ["--measured", path, "--target-hit-ratio", "0.5"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}:4: doc 33 is outside the measured setup's 10 "
+                          "documents") and err.count("\n") == 1
+    assert run_command("plan", ["--measured", path, "--measured-docs", "40",
+                                "--target-hit-ratio", "0.5"]) == 0
+    capsys.readouterr()
+    empty = write_lines(tmp_path / "empty.jsonl", [])
+    assert run_command("plan", ["--measured", empty, "--target-hit-ratio", "0.5"]) == 1
+    assert capsys.readouterr().err == \
+        f"error: {empty}: no measurement records (the file is empty)\n"
