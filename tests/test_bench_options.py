@@ -1,7 +1,6 @@
 """bench: the trace the engine and trace benchmarks run on (--trace), what a skip says, and
 the landmark hits the curve benchmark prints."""
 
-import json
 import re
 
 import numpy as np
@@ -11,17 +10,9 @@ from pipeline.bench import curve
 from pipeline.bench import trace as trace_bench
 from pipeline.cli import main
 from pipeline.stackdist import lru_hit_counts
+from test_engines_bench import tiny_trace
 
 QUICK = ["bench", "--skip-run", "--skip-curve"]
-
-
-def tiny_trace(tmp_path):
-    trace = tmp_path / "trace.jsonl"
-    rows = [{"timestamp": t, "input_length": n, "output_length": 1, "hash_ids": ids}
-            for t, (n, ids) in enumerate([(1500, [0, 1, 2]), (1024, [0, 1]), (600, [3, 4]),
-                                          (1500, [0, 1, 2]), (2000, [0, 1, 5, 6])])]
-    trace.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    return trace
 
 
 def test_with_engines_runs_on_the_trace_given(tmp_path, capsys):
