@@ -189,7 +189,12 @@ def _models(args: argparse.Namespace) -> tuple[dict[str, TTFTModel], pl.DataFram
 
 def _write_report(args: argparse.Namespace, evaluator: Evaluator, kv: KVSize, target: Target,
                   result: PlanResult, errors: pl.DataFrame, names: list[str], gpu: int,
-                  provenance: str) -> None:
+                  provenance: str, withheld: str | None = None) -> None:
+    """The page: what the target was first (hit ratio or TTFT against the CPU tier, the
+    answer marked), then the other, then the fit; ``withheld`` (why TTFT is not predicted)
+    replaces the TTFT chart by that sentence."""
+    import html
+
     from kvlab.summarize import atomic_output
     from pipeline.charts import page_html
     from pipeline.charts.plan import (fit_section, hit_ratio_section, measured_points,
@@ -205,7 +210,9 @@ def _write_report(args: argparse.Namespace, evaluator: Evaluator, kv: KVSize, ta
                                and points.height else 0)])
     ttft = ("Predicted TTFT against the CPU tier", "",
             [ttft_capacity_section(evaluator, kv, target.statistic, points, result,
-                                   provenance)])
+                                   provenance)]) if withheld is None else (
+        "Predicted TTFT against the CPU tier", f"<p>TTFT withheld: {html.escape(withheld)}.</p>",
+        [])
     page = page_html("kvlab: sizing the CPU tier", f"{evaluator.description}; "
                      f"{kv.describe()}; target: {describe_target(target, names)}; TTFT model "
                      f"fitted on {provenance}.",
