@@ -3,6 +3,8 @@ and LMCache's chunk-level CPU cliff next to the document and ideal block models'
 
 Both sections compute their curves from the lab's workload (documents x tokens, passes
 fwd,fwd) with the fast engines, so they need only the workload and the capacity grid.
+``run_engine_sections`` draws a run's own engine models instead (any workload: its block
+aggregates next to the ideal model's in the same orders).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pipeline.config import LAB_DOCS, LAB_GPU, LAB_TOKENS
 from pipeline.workloads.blocks import document_blocks
 
 __all__ = ["gpu_model_curves", "cpu_model_curves", "gpu_models_section",
-           "cpu_models_section"]
+           "cpu_models_section", "run_engine_sections"]
 
 
 def _stream(docs: int, tokens: int, block_size: int):

@@ -16,7 +16,8 @@ from pipeline.summary import stats_table
 from pipeline.tiers import COUNT_NAMES, TIER, TIERS
 
 __all__ = ["Units", "TOKENS", "TIER_COLOURS", "WIDTH", "HEIGHT", "working_set",
-           "change_points", "fmt", "span", "tier_colour", "working_set_rule", "step_with_spec_points", "cliff_summary",
+           "change_points", "fmt", "span", "tier_colour", "working_set_rule",
+           "step_with_spec_points", "cliff_summary",
            "tier_phrase", "pass_order", "ttft_stats"]
 
 TIER_COLOURS = ("#2e7d32", "#1f6fb4", "#c62828")   # green, blue, red: fastest first

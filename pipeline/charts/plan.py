@@ -76,8 +76,8 @@ def _answer_rule(result: PlanResult, kv: KVSize, top: int) -> alt.LayerChart:
     the label never runs over the y-axis ticks)."""
     left = result.cpu_tokens <= 0.6 * max(top, 1)
     tokens = result.cpu_tokens
-    frame = pl.DataFrame({"x": [tokens],
-                          "label": [f"plan: {tokens:,} tokens = {_units(kv).gib(tokens):,.2f} GiB"]})
+    label = f"plan: {tokens:,} tokens = {_units(kv).gib(tokens):,.2f} GiB"
+    frame = pl.DataFrame({"x": [tokens], "label": [label]})
     base = alt.Chart(frame).encode(x="x:Q")
     return alt.layer(base.mark_rule(strokeDash=[5, 4], color="#555"),
                      base.mark_text(align="left" if left else "right", dx=5 if left else -5,
