@@ -5,9 +5,10 @@
 [--concurrency 1] [--served-model NAME] [--resume]`` sends the lab's documents (plus a short
 question) to an OpenAI-compatible ``/v1/completions`` endpoint (vLLM, SGLang, llama.cpp) and
 appends one line per request: ``config, pass, doc, doc_tokens, ttft_ms, total_ms, repeat,
-step`` and what the server reports. ``--local-engine`` instead builds (or reuses) llama-cpp-python, writes a tiny
-random-weight GGUF model, and measures one fresh server per ``--ram-cache`` config and repeat
-(see pipeline/measure/llamacpp/local.py), with provenance beside the output.
+step`` and what the server reports. ``--local-engine`` instead builds (or reuses)
+llama-cpp-python, writes a tiny random-weight GGUF model, and measures one fresh server per
+``--ram-cache`` config and repeat (see pipeline/measure/llamacpp/local.py), with provenance
+beside the output.
 
 A failure (refused connection, timeout, HTTP error, malformed stream) stops with one line;
 every line already written stays, and the same command with ``--resume`` sends only the
