@@ -312,6 +312,9 @@ def test_default_paths_do_not_depend_on_the_working_folder():
         events, report_path = run_exports.output_places(args.events_dir, args.report,
                                                         differences)
         assert events.is_absolute() and report_path.is_absolute()
+        lab = not differences          # the lab's run keeps the lab's places
+        assert (events == ROOT / "data" / "events") is lab
+        assert (report_path == ROOT / "reports" / "index.html") is lab
     assert run_exports.exports_folder(None, []).is_absolute() and EXPORTS_DIR.is_absolute()
     synth = build_parser().parse_args(["synth-ttft"])
     assert synth.output.startswith("/")
