@@ -65,9 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"(default {LAB_GPU} tokens)")
     add_kv_arguments(parser)
     work = parser.add_argument_group("workload (default: the lab's documents)")
-    work.add_argument("--docs", type=non_negative_int, default=LAB_DOCS,
+    work.add_argument("--docs", type=positive_int, default=LAB_DOCS,
                       help="documents (default %(default)s)")
-    work.add_argument("--tokens", type=non_negative_int, default=LAB_TOKENS,
+    work.add_argument("--tokens", type=positive_int, default=LAB_TOKENS,
                       help="KV tokens per document (default %(default)s)")
     work.add_argument("--passes", type=pass_list, default=list(LAB_PASSES),
                       help="fwd/rev per pass (default fwd,fwd,rev)")

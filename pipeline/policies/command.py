@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pipeline.arguments import non_negative_int, pass_list, positive_int
+from pipeline.arguments import pass_list, positive_int
 from pipeline.config import EVENTS_DIR, GPU_CLIFF_CAPACITIES, LAB_DOCS, LAB_PASSES, LAB_TOKENS
 from pipeline.errors import CLIError
 from pipeline.limits import MAX_EVENTS, check_count
@@ -61,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     work.add_argument("--trace", type=Path, help="Mooncake JSONL trace, replayed per block")
     work.add_argument("--sizes", choices=("unit", "tokens"), default="unit",
                       help="trace block sizes: unit (capacity in blocks, default) or tokens")
-    work.add_argument("--docs", type=non_negative_int, default=LAB_DOCS,
+    work.add_argument("--docs", type=positive_int, default=LAB_DOCS,
                       help="lab: documents (default %(default)s)")
     work.add_argument("--tokens", type=positive_int, default=LAB_TOKENS,
                       help="lab: KV tokens per document (default %(default)s)")
