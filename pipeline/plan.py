@@ -57,7 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "at least R (0 < R <= 1)")
     parser.add_argument("--statistic", choices=("p50", "mean"), default="p50",
                         help="TTFT statistic of a pass (default %(default)s)")
-    parser.add_argument("--pass", dest="passes_to_meet", default="warm", metavar="WHICH",
+    parser.add_argument("--pass", dest="passes_to_meet", type=pass_choice, default="warm",
+                        metavar="WHICH",
                         help="passes that must meet it: warm (every pass after the first; "
                              "default), all, or 1-based numbers such as 2,3")
     parser.add_argument("--gpu", type=capacity, default=None, metavar="CAP",
@@ -93,6 +94,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", type=Path, metavar="HTML",
                         help="also write a page with predicted TTFT against the CPU capacity "
                              "and the fit's error per pass (atomically)")
+
+
+def pass_choice(text: str) -> str:
+    """argparse type of ``--pass``: warm, all, or comma-separated pass numbers >= 1 (whether
+    the workload has them is checked once it is built)."""
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if text not in ("warm", "all") and (not parts or not all(
+            part.isdigit() and int(part) >= 1 for part in parts)):
+        raise argparse.ArgumentTypeError(f"expected warm, all or pass numbers >= 1 such as "
+                                          f"2,3, got {text!r}")
+    return text
 
 
 def _passes(text: str, count: int) -> tuple[int, ...]:

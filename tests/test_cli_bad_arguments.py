@@ -178,6 +178,8 @@ def usage_error(capsys, argv, message) -> None:
     (["plan", "--target-hit-ratio", "0.5", "--docs", "0"], "--docs: expected an integer >= 1"),
     (["plan", "--target-hit-ratio", "0.5", "--docs", "-1"], "--docs: expected an integer >= 1"),
     (["plan", "--target-hit-ratio", "0.5", "--tokens", "0"], "--tokens: expected an integer >= 1"),
+    (["plan", "--target-hit-ratio", "0.5", "--pass", "first"], "--pass: expected warm, all"),
+    (["plan", "--target-hit-ratio", "0.5", "--pass", "0,2"], "--pass: expected warm, all"),
     (["policies", "--docs", "0"], "--docs: expected an integer >= 1"),
     (["policies", "--docs", "-1"], "--docs: expected an integer >= 1"),
     (["run", "--points", "-1"], "--points: expected an integer >= 1"),
