@@ -17,7 +17,7 @@ first: ``lab/`` (the default run), ``docs20/`` (``--docs 20 --tokens 4096``), ``
 (``--method direct --passes fwd,rev,fwd``), ``engines/`` (block mode with the vllm and lmcache
 models), ``measured-cli/`` (the ``measured`` command's print-out and ``--json``) and
 ``commands/`` (``blocks``, ``trace``, ``policies`` and ``plan`` answers and files, with the
-output folder's path replaced by ``DIR``; the trace cases need ``--trace PATH``, default the
+output folder's path replaced by ``DIR`` and the checkout's by ``ROOT``; the trace cases need ``--trace PATH``, default the
 shared synthetic trace). Run it before and after a change, then compare the two folders.
 """
 
@@ -134,7 +134,8 @@ def generate(folder: Path, trace: Path | None = None) -> None:
         (out / name).mkdir(parents=True, exist_ok=True)
         done = subprocess.run([sys.executable, "-m", "pipeline", *arguments], cwd=ROOT,
                               check=True, capture_output=True, text=True)
-        shown = re.sub(r"\(\d+\.\d s\)", "(T s)", done.stdout.replace(str(folder), "DIR"))
+        shown = re.sub(r"\(\d+\.\d s\)", "(T s)", done.stdout.replace(str(folder), "DIR")
+                       .replace(str(ROOT), "ROOT"))
         (out / name / "stdout.txt").write_text(shown, encoding="utf-8")
 
 

@@ -1,0 +1,151 @@
+"""The one registry of cache models: its views follow the entries, and a policy registered
+from outside (here: a toy defined in this file, one ``register`` call, no other edit) works
+in ``trace``, ``policies``, ``blocks``, ``plan`` and the report."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+from conftest import run_outputs
+from kvlab.scenario import pass_keys
+from pipeline import registry
+from pipeline.blocks.stream import block_stream
+from pipeline.cli import main
+from pipeline.policies.traces import lab_objects
+from pipeline.tiers import Tier, TwoTier
+from pipeline.workloads.blocks import document_blocks
+
+
+class LowestKeyFirst(Tier):
+    """A toy policy: evict the resident key that sorts first."""
+
+    name = "toy"
+
+    def _evict(self, key, size):
+        return min(self._sizes)
+
+    def _insert(self, key, size):
+        return True
+
+
+@pytest.fixture
+def toy():
+    entry = registry.register(registry.policy_entry("toy", LowestKeyFirst, "lowest key first"))
+    yield entry
+    registry.unregister("toy")
+
+
+def _replay_blocks(docs: int, tokens: int, passes: list[str], block_size: int, gpu: int,
+                   cpu: int) -> list[dict]:
+    """The block scenario with toy tiers, request by request through ``TwoTier`` (GPU
+    tail-first, CPU head-first): per pass, GPU and CPU tokens."""
+    stream = block_stream(document_blocks([d for p in passes for d in pass_keys(p, docs)],
+                                          tokens, block_size), block_size)
+    tiers = TwoTier(LowestKeyFirst(gpu // block_size), LowestKeyFirst(cpu // block_size))
+    codes = stream.codes.tolist()
+    out = [{"gpu_hit_tokens": 0, "cpu_hit_tokens": 0} for _ in passes]
+    for r in range(stream.requests):
+        keys = codes[stream.starts[r]:stream.starts[r] + stream.cacheable[r]]
+        g, c = tiers.gpu.lookup(keys), tiers.cpu.lookup(keys)
+        tiers.gpu.place(keys[::-1])                    # tail-first: the head ends newest
+        tiers.cpu.place(keys[g:])                      # head-first
+        out[r // docs]["gpu_hit_tokens"] += g * block_size
+        out[r // docs]["cpu_hit_tokens"] += max(0, c - g) * block_size
+    return out
+
+
+def test_views_follow_the_entries(toy):
+    for view in (registry.GPU_MODELS, registry.CPU_MODELS, registry.POLICIES):
+        assert list(view)[-1] == "toy"
+    assert registry.make_policy("toy", 3).capacity == 3
+    assert "toy" not in registry.MODEL_OPTIONS and "toy" not in registry.MODEL_ORDERS
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register(registry.policy_entry("toy", LowestKeyFirst, "again"))
+
+
+def test_views_drop_an_unregistered_entry():
+    registry.register(registry.policy_entry("toy", LowestKeyFirst, "lowest key first"))
+    registry.unregister("toy")
+    assert "toy" not in registry.GPU_MODELS and "toy" not in registry.POLICIES
+
+
+def test_builtin_names_and_options():
+    assert list(registry.GPU_MODELS)[:4] == ["ideal", "ideal-replay", "vllm", "vllm-replay"]
+    assert list(registry.CPU_MODELS)[:4] == ["ideal", "ideal-replay", "lmcache",
+                                             "lmcache-replay"]
+    assert registry.MODEL_OPTIONS["vllm"] == ("output_tokens", "vllm_version")
+    assert registry.MODEL_ORDERS == {"vllm": "tail-first", "vllm-replay": "tail-first",
+                                     "lmcache": "head-first", "lmcache-replay": "head-first"}
+    assert registry.names(measured=True) == ["llamacpp", "two-tier"]
+    assert registry.option_owner("chunk_size") == "lmcache"
+
+
+def test_tier_lookup_changes_nothing_and_place_pins_the_request():
+    tier = LowestKeyFirst(3)
+    tier.place([5, 6, 7])
+    assert tier.lookup([5, 6, 9, 7]) == 2 and sorted(tier.keys()) == [5, 6, 7]
+    tier.place([1, 2])                        # evicts 5 and 6, never 1 or 2
+    assert sorted(tier.keys()) == [1, 2, 7] and tier.evictions == 2
+    tier.place([1, 2, 3, 4])                  # larger than the tier: nothing changes
+    assert sorted(tier.keys()) == [1, 2, 7]
+
+
+def test_engine_tiers_as_objects():
+    lmcache = registry.entry("lmcache").tier(512, chunk_size=256)
+    lmcache.place(["a", "b"], 256)
+    assert lmcache.lookup(["a", "b", "c"]) == 2 and lmcache.used == 512
+    lmcache.place(["c"], 256)                 # the least recent chunk goes
+    assert lmcache.lookup(["a"]) == 0 and lmcache.lookup(["b", "c"]) == 2
+    vllm = registry.entry("vllm").tier(16 * 4, block_size=16)   # 3 usable blocks
+    vllm.place(["x", "y"])
+    assert vllm.lookup(["x", "y", "z"]) == 2
+
+
+def test_toy_policy_in_policies(toy, tmp_path, capsys):
+    assert main(["policies", "--gpu-policy", "toy", "--json", "--out", str(tmp_path)]) == 0
+    curves = json.loads(capsys.readouterr().out)["curves"]
+    keys, sizes = lab_objects(10, 5011, ["fwd", "fwd", "rev"])
+    for row in curves:
+        tier = LowestKeyFirst(row["capacity"])
+        assert row["gpu_hits"] == sum(map(tier.access, keys.tolist(), sizes.tolist()))
+    assert {row["policy"] for row in curves} == {"toy"}
+    assert any(row["gpu_hits"] for row in curves)
+
+
+def test_toy_policy_in_blocks(toy, capsys):
+    assert main(["blocks", "--gpu", "20000", "--cpu", "50000", "--gpu-model", "toy",
+                 "--cpu-model", "toy"]) == 0
+    passes = json.loads(capsys.readouterr().out)["passes"]
+    expected = _replay_blocks(10, 5011, ["fwd", "fwd", "rev"], 16, 20000, 50000)
+    assert [{k: p[k] for k in ("gpu_hit_tokens", "cpu_hit_tokens")} for p in passes] == expected
+    assert any(p["cpu_hit_tokens"] for p in passes)
+
+
+def test_toy_policy_in_trace(toy, tmp_path, capsys):
+    assert main(["trace", "--pattern", "long-doc-qa", "--num-documents", "4",
+                 "--document-length", "2000", "--gpu", "0,4000", "--cpu", "0,6000",
+                 "--gpu-model", "toy", "--cpu-model", "toy", "--json", "--no-report",
+                 "--out", str(tmp_path)]) == 0
+    capsys.readouterr()
+    points = pl.read_parquet(tmp_path / "points.parquet")
+    assert set(points["gpu_model"].cast(pl.String)) == {"toy"}
+    assert points.filter(pl.col("gpu_capacity") == 4000)["gpu_tokens"].min() > 0
+
+
+def test_toy_policy_in_plan(toy, capsys):
+    assert main(["plan", "--target-hit-ratio", "0.6", "--block-size", "256", "--cpu-model",
+                 "toy", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert "CPU toy head-first" in document["workload"]
+    assert document["answer"]["status"] == "met"
+    hit = [row["hit_ratio"] for row in document["figures"]][1:]
+    assert min(hit) >= 0.6
+
+
+def test_toy_policy_in_the_report(toy, tmp_path):
+    assert main(["run", "--quiet", *run_outputs(tmp_path)]) == 0
+    page = (tmp_path / "report" / "index.html").read_text(encoding="utf-8")
+    assert '"policy": "toy"' in page or '"policy":"toy"' in page
