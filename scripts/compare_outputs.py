@@ -16,14 +16,15 @@ verdict; exit status 0 when everything matches, 1 otherwise.
 first: ``lab/`` (the default run), ``docs20/`` (``--docs 20 --tokens 4096``), ``direct/``
 (``--method direct --passes fwd,rev,fwd``), ``engines/`` (block mode with the vllm and lmcache
 models), ``measured-cli/`` (the ``measured`` command's print-out and ``--json``) and
-``commands/`` (``blocks``, ``trace``, ``policies`` and ``plan`` answers and files, with the
-output folder's path replaced by ``DIR`` and the checkout's by ``ROOT``; the trace cases need ``--trace PATH``, default the
+``commands/`` (``blocks``, ``trace``, ``policies`` and ``plan`` answers and files; JSON with sorted keys,
+the output folder's path replaced by ``DIR`` and the checkout's by ``ROOT``; the trace cases need ``--trace PATH``, default the
 shared synthetic trace). Run it before and after a change, then compare the two folders.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import subprocess
 import sys
@@ -136,7 +137,16 @@ def generate(folder: Path, trace: Path | None = None) -> None:
                               check=True, capture_output=True, text=True)
         shown = re.sub(r"\(\d+\.\d s\)", "(T s)", done.stdout.replace(str(folder), "DIR")
                        .replace(str(ROOT), "ROOT"))
-        (out / name / "stdout.txt").write_text(shown, encoding="utf-8")
+        (out / name / "stdout.txt").write_text(stable_json(shown), encoding="utf-8")
+
+
+def stable_json(text: str) -> str:
+    """A JSON print-out with its keys sorted (the order of some dicts varies from run to
+    run, e.g. plan's per-tier medians); any other text unchanged."""
+    try:
+        return json.dumps(json.loads(text), indent=1, sort_keys=True) + "\n"
+    except ValueError:
+        return text
 
 
 def main(argv: list[str] | None = None) -> int:
