@@ -36,7 +36,7 @@ from pipeline.policies.onepass import ONEPASS as _ONEPASS_RULES
 
 __all__ = ["Option", "CacheModel", "MODELS", "register", "unregister", "entry", "names",
            "GPU_MODELS", "CPU_MODELS", "POLICIES", "MODEL_OPTIONS", "MODEL_ORDERS",
-           "options", "option_owner", "policy_entry", "make_policy", "policy_names",
+           "options", "option_owner", "policy_entry", "make_policy", "make_tier", "policy_names",
            "vllm_version"]
 
 
@@ -296,3 +296,16 @@ def make_policy(name: str, capacity: float, future: Sequence[Hashable] | None = 
             raise ValueError(f"policy {name!r} needs the future key sequence")
         return cls(capacity, future)
     return cls(capacity)
+
+
+def make_tier(name: str, capacity: float, **options: object):
+    """A fresh tier object of model ``name`` (``lookup``/``place``; a policy's also
+    ``access``): a policy's class, or an engine's (``pipeline.engines.tier_objects``) with its
+    options; OPT takes ``future=``. Keys are placed in the tier's touch order by the caller.
+    ValueError for a model without a tier object or an unknown name."""
+    model = entry(name)
+    if model.tier is None:
+        raise ValueError(f"cache model {name!r} has no tier object")
+    if getattr(model.tier, "needs_future", False):
+        return make_policy(name, capacity, options.get("future"))
+    return model.tier(capacity, **options)

@@ -16,6 +16,7 @@ stored and evicts nothing) and ``access(key, size)`` (kvlab's per-access signatu
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Hashable, Sequence
 
 import numpy as np
@@ -24,7 +25,7 @@ import polars as pl
 from kvlab.kvsim import TIERS, _check_amount
 
 __all__ = ["TIERS", "TIER", "GPU_CODE", "CPU_CODE", "MISS_CODE", "TIER_CODES", "COUNT_COLUMNS",
-           "COUNT_NAMES", "Tier", "TwoTier", "served_beyond"]
+           "COUNT_NAMES", "Tier", "TwoTier", "served_beyond", "access_tiers"]
 
 #: The tier names as a polars Enum, fastest first.
 TIER = pl.Enum(list(TIERS))
@@ -41,6 +42,19 @@ def served_beyond(gpu_hit: object, cpu_prefix: object) -> np.ndarray:
     """What the CPU tier serves: its prefix hit (counted from the request's start) beyond
     the GPU hit, ``max(0, cpu - gpu)``, elementwise (tokens or blocks)."""
     return np.maximum(np.asarray(cpu_prefix, np.int64) - np.asarray(gpu_hit, np.int64), 0)
+
+
+def access_tiers(gpu_hit: np.ndarray, cpu_hit: np.ndarray) -> np.ndarray:
+    """The same composition per access (one key per request, so the CPU tier sees exactly
+    the GPU misses): tier codes (K, N) from GPU hits (N,) and CPU hits (K, M) over the M GPU
+    misses (a 1-D ``cpu_hit`` gives codes of shape (N,))."""
+    gpu_hit = np.asarray(gpu_hit, bool)
+    cpu_hit = np.asarray(cpu_hit, bool)
+    rows = cpu_hit if cpu_hit.ndim > 1 else cpu_hit[None, :]
+    tiers = np.full((rows.shape[0], gpu_hit.size), MISS_CODE, dtype=np.int8)
+    tiers[:, gpu_hit] = GPU_CODE
+    tiers[:, ~gpu_hit] = np.where(rows, CPU_CODE, MISS_CODE)
+    return tiers if cpu_hit.ndim > 1 else tiers[0]
 
 
 class Tier:
@@ -113,11 +127,12 @@ class Tier:
         set aside and inserted again afterwards. A request larger than the capacity is not
         stored and evicts nothing. The lookup (the prefix hit) happens before, outside."""
         if isinstance(sizes, (int, float)):
-            _check_amount("size", sizes)
-            sizes = [sizes] * len(keys)
+            total = len(keys) * _check_amount("size", sizes)
+            sizes = itertools.repeat(sizes)
         else:
             sizes = [_check_amount("size", size) for size in sizes]
-        if sum(sizes) > self.capacity:
+            total = sum(sizes)
+        if total > self.capacity:
             return
         for key, size in zip(keys, sizes):
             self._touch(key)

@@ -149,3 +149,17 @@ def test_toy_policy_in_the_report(toy, tmp_path):
     assert main(["run", "--quiet", *run_outputs(tmp_path)]) == 0
     page = (tmp_path / "report" / "index.html").read_text(encoding="utf-8")
     assert '"policy": "toy"' in page or '"policy":"toy"' in page
+
+
+def test_the_cache_models_page_runs_as_shown():
+    import doctest
+
+    from conftest import ROOT
+    page = (ROOT / "docs" / "cache-models.md").read_text(encoding="utf-8")
+    sessions = [block.split("\n", 1)[1] for block in page.split("```")[1::2]
+                if block.startswith("python\n")]
+    runner = doctest.DocTestRunner()
+    for number, text in enumerate(sessions):
+        runner.run(doctest.DocTestParser().get_doctest(text, {}, f"block {number}",
+                                                       "docs/cache-models.md", 0))
+    assert sessions and runner.summarize(verbose=False).failed == 0

@@ -12,11 +12,12 @@ model equals the block issue's ``ideal`` model (tests/test_policies_blocks.py).
 The registry (``pipeline.registry``) makes each policy's models with ``policy_gpu_model`` /
 ``policy_cpu_model``; ``lru``'s are the block engine's one-pass ``ideal`` model
 (``pipeline/blocks/onepass.py``), which the tests prove equal to the class replay here; a
-policy without a kernel here (one registered from outside) replays its class. ``place`` is a request-level step
-(look up the whole prefix, read every block, then evict with the request's own blocks set
-aside and put back), not the per-access rule of the replay kernels, so FIFO, MRU, LFU,
-CLOCK, SIEVE and OPT have request-level kernels (``kernels/blocks.py``, proven equal to the
-classes); S3-FIFO and ARC replay the classes per capacity.
+policy without a kernel here (one registered from outside) replays its class. ``place`` is a
+request-level step (look up the whole prefix, read every block, then evict with the
+request's own blocks set aside and put back), not the per-access rule of the replay
+kernels, so FIFO, MRU, LFU, CLOCK, SIEVE and OPT have request-level kernels
+(``kernels/blocks.py``, proven equal to the classes); S3-FIFO and ARC replay the classes
+per capacity.
 """
 
 from __future__ import annotations

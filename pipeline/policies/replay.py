@@ -14,6 +14,7 @@ import polars as pl
 
 from pipeline.policies.onepass import applies, onepass_counts, onepass_hits
 from pipeline.registry import POLICIES, make_policy
+from pipeline.tiers import access_tiers
 from pipeline.registry import entry as _entry
 from pipeline.registry import names as _names
 
@@ -125,9 +126,7 @@ def tiered_codes(gpu: str, cpu: str, codes: np.ndarray, sizes: np.ndarray, gpu_c
     gpu_hit = policy_hits(gpu, codes, sizes, gpu_capacity, method)
     missed = np.flatnonzero(~gpu_hit)
     cpu_hit = policy_hits(cpu, codes[missed], sizes[missed], cpu_capacity, method)
-    out = np.where(gpu_hit, 0, 2).astype(np.int8)
-    out[missed[cpu_hit]] = 1
-    return out
+    return access_tiers(gpu_hit, cpu_hit)
 
 
 def curves_frame(policy: str, capacities: Sequence[int], hits: np.ndarray,
