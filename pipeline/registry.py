@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pipeline.arguments import positive_int
 from pipeline.blocks import model as block_replay
@@ -29,7 +29,13 @@ from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST
 from pipeline.engines import lmcache_cpu, lmcache_fast, vllm_fast, vllm_gpu
 from pipeline.engines.lmcache_cpu import DEFAULT_CHUNK_SIZE
 from pipeline.engines.vllm_gpu import DEFAULT_VLLM_VERSION, PREPEND_SINCE, unhashed_to_head
-from pipeline.policies import ARC, FIFO, LFU, LRU, MRU, OPT, S3FIFO, Clock, Sieve
+from pipeline.policies.arc import ARC
+from pipeline.policies.clock import Clock
+from pipeline.policies.lfu import LFU
+from pipeline.policies.opt import OPT
+from pipeline.policies.s3fifo import S3FIFO
+from pipeline.policies.sieve import Sieve
+from pipeline.policies.simple import FIFO, LRU, MRU
 from pipeline.policies.blockmode import COMPILED as _BLOCK_KERNELS
 from pipeline.policies.blockmode import policy_cpu_model, policy_gpu_model
 from pipeline.policies.onepass import ONEPASS as _ONEPASS_RULES
@@ -138,11 +144,15 @@ def _vllm_tier(capacity: int, block_size: int = 16, output_tokens: int = 1,
 
 def _lmcache_tier(capacity: int, chunk_size: int = DEFAULT_CHUNK_SIZE,
                   save_unfull_chunk: bool = False):
+    """LMCache's CPU backend; the caller's chunk keys decide whether a partial last chunk
+    is stored (``save_unfull_chunk``)."""
     from pipeline.engines.tier_objects import LMCacheTier
     return LMCacheTier(capacity, chunk_size)
 
 
 def _llamacpp_tier(capacity: int | None, state_size=None):
+    """llama.cpp's live context and RAM prompt cache of ``capacity`` bytes (None: no RAM
+    cache); it serves ``request(prompt, completion)`` (token sequences, not keys)."""
     from pipeline.measure.llamacpp.cache_model import LlamaCppPromptCache
     return LlamaCppPromptCache(capacity, state_size)
 
@@ -171,9 +181,7 @@ def _builtin() -> list[CacheModel]:
     policies = [policy_entry(name, cls, summary, _ONEPASS_RULES.get(name), compiled=True)
                 for name, cls, summary in family]
     # lru in block mode is the one-pass ideal engine (proven equal to its class replay)
-    policies[0] = CacheModel("lru", "least recently used", "block", tier=LRU, gpu=ideal_gpu,
-                             cpu=ideal_cpu, onepass=_ONEPASS_RULES["lru"], compiled=True,
-                             block_compiled=True, policy=True)
+    policies[0] = replace(policies[0], gpu=ideal_gpu, cpu=ideal_cpu)
     return [
         CacheModel("ideal", "the block model (LRU, one pass)", "block", tier=LRU,
                    gpu=ideal_gpu, cpu=ideal_cpu),

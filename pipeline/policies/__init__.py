@@ -1,6 +1,7 @@
 """A family of cache policies on one base (``pipeline.tiers.Tier``: ``access(key, size) ->
 bool``, ``lookup``, ``place``, ``key in cache``, ``used``, ``keys()``), one small module
-each. Their registry entries (name, class, fast paths) are in ``pipeline.registry``.
+each. Their registry entries (name, class, fast paths) are in ``pipeline.registry``;
+``POLICIES``, ``make_policy`` and ``policy_names`` are read from there on first use.
 
 LRU is equal per access to kvlab's own ``LRUCache`` (the contract's class; tests prove it).
 Every other policy follows libCacheSim's default definition (``libCacheSim/cache/eviction/*.c``)
@@ -19,4 +20,15 @@ from pipeline.policies.s3fifo import S3FIFO
 from pipeline.policies.sieve import Sieve
 from pipeline.policies.simple import FIFO, LRU, MRU
 
-__all__ = ["Policy", "LRU", "FIFO", "MRU", "LFU", "Clock", "Sieve", "S3FIFO", "ARC", "OPT"]
+__all__ = ["Policy", "LRU", "FIFO", "MRU", "LFU", "Clock", "Sieve", "S3FIFO", "ARC", "OPT",
+           "POLICIES", "make_policy", "policy_names"]
+_FROM_REGISTRY = ("POLICIES", "make_policy", "policy_names")
+
+
+def __getattr__(name: str):
+    """``POLICIES``, ``make_policy``, ``policy_names``: the registry's (imported on first use,
+    so the registry can import the policy classes)."""
+    if name in _FROM_REGISTRY:
+        from pipeline import registry
+        return getattr(registry, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
