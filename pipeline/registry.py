@@ -309,8 +309,9 @@ def make_policy(name: str, capacity: float, future: Sequence[Hashable] | None = 
 def make_tier(name: str, capacity: float, **options: object):
     """A fresh tier object of model ``name`` (``lookup``/``place``; a policy's also
     ``access``): a policy's class, or an engine's (``pipeline.engines.tier_objects``) with its
-    options; OPT takes ``future=``. Keys are placed in the tier's touch order by the caller.
-    ValueError for a model without a tier object or an unknown name."""
+    options; OPT takes ``future=``. ``capacity`` is in the entry's sizes: a policy's in the
+    sizes it is given (blocks when every size is 1), vllm's and lmcache's in tokens. Keys
+    are placed in the tier's touch order by the caller. ValueError for an unknown name."""
     model = entry(name)
     if model.tier is None:
         raise ValueError(f"cache model {name!r} has no tier object")

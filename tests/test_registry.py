@@ -163,3 +163,21 @@ def test_the_cache_models_page_runs_as_shown():
         runner.run(doctest.DocTestParser().get_doctest(text, {}, f"block {number}",
                                                        "docs/cache-models.md", 0))
     assert sessions and runner.summarize(verbose=False).failed == 0
+
+
+def test_two_tier_with_one_key_per_request_is_kvlabs_two_tier_cache():
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from kvlab.kvsim import TwoTierCache
+    from pipeline.tiers import TIERS
+
+    @given(gpu=st.integers(0, 6), cpu=st.integers(0, 6),
+           accesses=st.lists(st.tuples(st.integers(0, 7), st.integers(0, 3)), max_size=40))
+    def check(gpu, cpu, accesses):
+        ours = TwoTier(registry.make_tier("lru", gpu), registry.make_tier("lru", cpu))
+        theirs = TwoTierCache(gpu, cpu)
+        for key, size in accesses:
+            g, c = ours.request([key], [size])
+            assert TIERS[0 if g else 1 if c else 2] == theirs.access(key, size)
+    check()
