@@ -127,6 +127,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "pipeline", "pipeline.config", "pipeline.errors", "pipeline.arguments",
         "pipeline.tiers", "pipeline.kvsize", "pipeline.staging", "pipeline.stats",
         "pipeline.charts", "pipeline.charts.provenance", "pipeline.measure.client",
+        "pipeline.limits",
         # packages whose __init__ is a docstring
         "pipeline.blocks", "pipeline.engines", "pipeline.bench", "pipeline.replay",
         "pipeline.measure", "pipeline.measure.llamacpp", "pipeline.workloads"),
@@ -143,18 +144,23 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "pipeline.measure.llamacpp.compare", "pipeline.measure.llamacpp.engine",
         "pipeline.ttft_model", "pipeline.latency", "pipeline.attribution",
         "pipeline.measured_configs", "pipeline.measured_setup", "pipeline.planner",
-        "pipeline.planner_blocks", "pipeline.engines.options"),
+        "pipeline.planner_blocks", "pipeline.engines.options", "pipeline.ttft_scope",
+        "pipeline.measured_input",
+        # the engine loop and its step-time models (their own branches)
+        "pipeline.engine", "pipeline.engine.*", "pipeline.steptime", "pipeline.steptime.*"),
     "stages": (
         "pipeline.simulate", "pipeline.sweeps", "pipeline.measured", "pipeline.report",
         "pipeline.charts.*", "pipeline.blocks.sweep", "pipeline.run_blocks",
         "pipeline.run_exports", "pipeline.engines.curves", "pipeline.policies.curves",
         "pipeline.replay.engine", "pipeline.replay.outputs", "pipeline.plan_output",
-        "pipeline.measure.llamacpp.local"),
+        "pipeline.measure.llamacpp.local", "pipeline.measure.*", "pipeline.fleet",
+        "pipeline.fleet.*", "pipeline.fit", "pipeline.fit.*"),
     "commands": (
         "pipeline.cli", "pipeline.__main__", "pipeline.run", "pipeline.plan",
         "pipeline.synthetic_ttft", "pipeline.blocks.command", "pipeline.replay.command",
         "pipeline.policies.command", "pipeline.measure.cli", "pipeline.bench.*",
-        "pipeline.blocks.bench", "pipeline.engines.bench"),
+        "pipeline.blocks.bench", "pipeline.engines.bench", "pipeline.engine.command",
+        "pipeline.fleet.command", "pipeline.fit.command", "pipeline.commands.*"),
 }
 ORDER = list(LAYERS)
 #: the report's renderers: they draw frames and import no model

@@ -27,8 +27,7 @@ import time
 import numpy as np
 
 from pipeline.bench.curve import capacity_grid, distinct_bytes, libcachesim_hashpower, zipf_trace
-from pipeline.policies import kernels
-from pipeline.registry import POLICIES
+from pipeline.policies import POLICIES, kernels
 from pipeline.policies.reference import LCS_NAMES, lcs_hit_count, write_oracle_trace
 from pipeline.policies.onepass import onepass_counts
 from pipeline.policies.replay import encode, hit_counts
@@ -180,7 +179,6 @@ def run_block_bench(path: str, fractions: tuple[float, ...] = (0.01, 0.10, 0.50)
     from pipeline.blocks.models import GPU_MODELS
     from pipeline.blocks.stream import block_stream
     from pipeline.policies.blockmode import COMPILED, policy_gpu_model
-    from pipeline.registry import POLICIES
     from pipeline.workloads.mooncake import MOONCAKE_BLOCK_SIZE, read_mooncake
 
     stream = block_stream(read_mooncake(path).blocks, MOONCAKE_BLOCK_SIZE)
@@ -195,8 +193,8 @@ def run_block_bench(path: str, fractions: tuple[float, ...] = (0.01, 0.10, 0.50)
         fast = GPU_MODELS[name]
         fast(stream, capacities[:1], order)                 # compile
         got, fast_s = _timed(fast, stream, capacities, order)
-        expected, slow_s = _timed(policy_gpu_model(name, POLICIES[name], compiled=False), stream, capacities,
-                                  order)
+        expected, slow_s = _timed(policy_gpu_model(name, POLICIES[name], compiled=False),
+                                  stream, capacities, order)
         if not np.array_equal(got, expected):
             raise AssertionError(f"{name}: compiled block model differs from the classes")
         rows.append({"policy": name, "compiled_s": fast_s, "classes_s": slow_s})

@@ -23,9 +23,9 @@ from pipeline.config import EVENTS_DIR, GPU_CLIFF_CAPACITIES, LAB_DOCS, LAB_PASS
 from pipeline.errors import CLIError
 from pipeline.kvsize import Capacity, add_kv_arguments, capacities, capacity, \
     resolve_capacities, size_lines
+from pipeline.policies import POLICIES
 from pipeline.policies.replay import METHODS, ONEPASS, encode, hit_matrix, tiered_codes
 from pipeline.policies.traces import lab_objects, mooncake_objects
-from pipeline.registry import POLICIES
 from pipeline.sweeps import write_parquet_atomic
 
 HELP = "hit ratio per cache policy (LRU ... ARC, OPT) per capacity: lab or Mooncake trace"
