@@ -181,3 +181,49 @@ def test_two_tier_with_one_key_per_request_is_kvlabs_two_tier_cache():
             g, c = ours.request([key], [size])
             assert TIERS[0 if g else 1 if c else 2] == theirs.access(key, size)
     check()
+
+
+def _tier_for(name: str, blocks: int, future: list):
+    """A registered model's tier holding ``blocks`` keys, and the size of one key."""
+    if name.startswith("vllm"):
+        return registry.make_tier(name, (blocks + 1) * 16, block_size=16), 16   # + null block
+    if name.startswith("lmcache"):
+        return registry.make_tier(name, blocks * 256, chunk_size=256), 256
+    model = registry.entry(name)
+    options = {"future": future} if getattr(model.tier, "needs_future", False) else {}
+    return registry.make_tier(name, blocks, **options), 1
+
+
+KEYED = [name for name, model in registry.MODELS.items() if model.unit in ("block", "chunk")]
+
+
+def test_every_keyed_model_is_in_the_contract():
+    assert len(KEYED) == 15 and {"vllm", "lmcache", "ideal", "opt"} <= set(KEYED)
+
+
+@pytest.mark.parametrize("name", KEYED)
+def test_every_registered_tier_keeps_the_contract(name):
+    """lookup counts the leading keys held and changes nothing; a request that fits is held
+    after ``place`` (unless the policy may decline a key), never more than the tier holds."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=min(40, settings.default.max_examples))
+    @given(blocks=st.integers(0, 6),
+           requests=st.lists(st.lists(st.integers(0, 9), max_size=5, unique=True),
+                             max_size=10))
+    def check(blocks, requests):
+        future = [k for keys in requests if len(keys) <= blocks for k in keys]
+        tier, size = _tier_for(name, blocks, future)
+        declines = getattr(registry.entry(name).tier, "may_decline", False)
+        for keys in requests:
+            before = sorted(tier.keys())
+            held = set(before)
+            expected = next((i for i, k in enumerate(keys) if k not in held), len(keys))
+            assert tier.lookup(keys) == expected == tier.lookup(keys)
+            assert sorted(tier.keys()) == before
+            tier.place(keys, size)
+            assert len(tier.keys()) <= blocks
+            if len(keys) <= blocks and not declines:
+                assert set(keys) <= set(tier.keys())
+    check()
