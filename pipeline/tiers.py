@@ -25,7 +25,7 @@ import polars as pl
 from kvlab.kvsim import TIERS, _check_amount
 
 __all__ = ["TIERS", "TIER", "GPU_CODE", "CPU_CODE", "MISS_CODE", "TIER_CODES", "COUNT_COLUMNS",
-           "COUNT_NAMES", "Tier", "TwoTier", "served_beyond", "access_tiers"]
+           "COUNT_NAMES", "Tier", "TwoTier", "served_beyond", "access_tiers", "leading_run"]
 
 #: The tier names as a polars Enum, fastest first.
 TIER = pl.Enum(list(TIERS))
@@ -36,6 +36,16 @@ TIER_CODES = {name: code for code, name in enumerate(TIERS)}
 COUNT_COLUMNS = {"gpu": "gpu_hits", "cpu": "cpu_hits", "miss": "misses"}
 #: tier -> how a count of it reads in a sentence ("4 GPU hits + 6 misses").
 COUNT_NAMES = {"gpu": "GPU hits", "cpu": "CPU hits", "miss": "misses"}
+
+
+def leading_run(keys: Sequence[Hashable], held: object) -> int:
+    """How many leading ``keys`` are in ``held`` (a container): a tier's prefix hit."""
+    run = 0
+    for key in keys:
+        if key not in held:
+            break
+        run += 1
+    return run
 
 
 def served_beyond(gpu_hit: object, cpu_prefix: object) -> np.ndarray:
@@ -113,12 +123,7 @@ class Tier:
 
     def lookup(self, keys: Sequence[Hashable]) -> int:
         """How many leading ``keys`` the tier holds (the prefix hit); changes nothing."""
-        run = 0
-        for key in keys:
-            if key not in self._sizes:
-                break
-            run += 1
-        return run
+        return leading_run(keys, self._sizes)
 
     def place(self, keys: Sequence[Hashable], sizes: float | Sequence[float] = 1) -> None:
         """Read ``keys`` (one request's cacheable blocks, in the tier's touch order; ``sizes``

@@ -15,6 +15,7 @@ from collections.abc import Hashable, Sequence
 from pipeline.engines.lmcache_cpu import DEFAULT_CHUNK_SIZE, LocalCpuBackend
 from pipeline.engines.vllm_gpu import (DEFAULT_VLLM_VERSION, VllmBlockPool, VllmRequest,
                                        unhashed_to_head)
+from pipeline.tiers import leading_run
 
 __all__ = ["VllmTier", "LMCacheTier"]
 
@@ -62,10 +63,7 @@ class LMCacheTier:
     def lookup(self, keys: Sequence[Hashable]) -> int:
         """Leading chunks of ``keys`` stored now; no change (LMCache's own lookup also
         refreshes them, which ``place`` does)."""
-        hit = 0
-        while hit < len(keys) and keys[hit] in self.backend.hot:
-            hit += 1
-        return hit
+        return leading_run(keys, self.backend.hot)
 
     def place(self, keys: Sequence[Hashable], sizes: int | Sequence[int] | None = None) -> None:
         """One request: LMCache's lookup (refreshing the hit chunks), then its store from its
