@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from pipeline.arguments import positive_int
 from pipeline.blocks import model as block_replay
@@ -96,7 +96,6 @@ class CacheModel:
     block_compiled: bool = False             # block mode: compiled kernels
     policy: bool = False                     # one of the policy family (``policies``)
     measured: bool = False                   # a measured config's model (sidecar ``model``)
-    extra: dict = field(default_factory=dict)
 
     @property
     def option_names(self) -> tuple[str, ...]:

@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvlab.kvsim import LRUCache
 from pipeline.policies import LRU, OPT
 from pipeline.registry import POLICIES, make_policy
 
