@@ -4,7 +4,8 @@ Document mode's two LRU tiers at every capacity, composed by ``pipeline.tiers.ac
 (the one composition): the GPU tier is an LRU cache that sees every access; the CPU tier is
 an LRU cache fed exactly the GPU misses (a GPU hit leaves it untouched). So one
 ``lru_states`` pass gives the GPU tier at every GPU capacity, and one more over each GPU
-capacity's miss stream gives the CPU tier at every CPU capacity. An access's tier is gpu on a GPU hit, else cpu on a CPU hit, else miss (``pipeline.tiers``).
+capacity's miss stream gives the CPU tier at every CPU capacity. An access's tier is gpu on
+a GPU hit, else cpu on a CPU hit, else miss (``pipeline.tiers``).
 """
 
 from __future__ import annotations
