@@ -97,6 +97,7 @@ def command_cases(out: Path, trace: Path | None) -> dict[str, list[str]]:
                          "--gpu-model", "vllm", "--cpu-model", "lmcache", "--json"],
         "plan-policy": ["plan", "--target-hit-ratio", "0.6", "--block-size", "256",
                         "--cpu-model", "fifo"],
+        "measured-llamacpp": ["measured", "data/measured/llamacpp_lab.jsonl"],
         "trace-pattern": ["trace", "--pattern", "long-doc-qa", "--num-documents", "4",
                           "--document-length", "2000", "--gpu-model", "lru", "--cpu-model",
                           "s3fifo", "--json", "--out", str(out / "trace-pattern"),
