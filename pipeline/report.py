@@ -89,10 +89,12 @@ def real_engine_group(joined: pl.DataFrame, path: str | os.PathLike) -> Group:
 
 
 def block_group(aggregates: pl.DataFrame, scenario: dict, note: str = "",
-                engines: tuple[pl.DataFrame, pl.DataFrame] | None = None) -> Group:
+                engines: tuple[pl.DataFrame, pl.DataFrame] | None = None,
+                extra: list[Section] = ()) -> Group:
     """Block mode: tail-first vs head-first (``block_sections``: ``aggregates`` of the ideal
     model in both orders, ``scenario`` with docs, tokens, block_size, cpu_sweep_gpu), then
-    with ``engines`` (GPU and CPU curves of ``pipeline.engines.curves``), ideal vs vllm and
+    ``extra`` (a run's own engine models), then with ``engines`` (GPU and CPU curves of
+    ``pipeline.engines.curves``), ideal vs vllm and
     LMCache's chunk-level CPU cliff (the lab's workload)."""
     from pipeline.charts import blocks
     from pipeline.charts import engines as engine_charts
@@ -100,7 +102,7 @@ def block_group(aggregates: pl.DataFrame, scenario: dict, note: str = "",
                f"prefix (<code>python -m pipeline blocks</code>): {scenario['docs']} documents "
                f"x {scenario['tokens']} tokens in {scenario['block_size']}-token blocks. "
                f"{html.escape(note)}</p>")
-    sections = blocks.block_sections(aggregates, scenario)
+    sections = [*blocks.block_sections(aggregates, scenario), *extra]
     if engines is not None:
         sections += [engine_charts.gpu_models_section(engines[0]),
                      engine_charts.cpu_models_section(engines[1])]

@@ -141,8 +141,9 @@ class ReportInputs:
     """Every frame of the report's groups after the measured one, computed by ``run``
     (``report_inputs``) so that the report only draws: the real engine's measurement (or
     None), the block-mode aggregates of the ideal model with their scenario and note (or
-    None), the engine models' GPU and CPU curves and the policies' lab curves (None off the
-    lab's workload), and the trace page's name beside the report (or None)."""
+    None), the run's own engine-model aggregates and their description (or None), the
+    engine models' GPU and CPU curves and the policies' lab curves (None off the lab's
+    workload), and the trace page's name beside the report (or None)."""
 
     real_engine: pl.DataFrame | None
     block_aggregates: pl.DataFrame | None
@@ -151,6 +152,8 @@ class ReportInputs:
     engine_curves: tuple[pl.DataFrame, pl.DataFrame] | None
     policy_curves: pl.DataFrame | None
     trace_link: str | None
+    engine_aggregates: pl.DataFrame | None = None
+    engine_describe: str = ""
 
 
 def _real_engine(path: Path) -> pl.DataFrame | None:
@@ -170,23 +173,27 @@ def report_inputs(args: argparse.Namespace, workload: DocumentWorkload,
                   spec_points: tuple[int, ...], report_path: Path) -> ReportInputs:
     """The frames of ``report_groups``: block mode's tail-first vs head-first from
     ideal-model sweeps (the run's own, computed for the run's workload when it ran engine
-    models, or the lab's at 16-token blocks without ``--block-size``, about 0.3 s); ideal vs
-    vllm, LMCache's chunk cliff and the cache policies, which are the lab's; the real
-    engine's measurement and the trace page's name. The lab-only frames exist only when the
-    run's workload is the lab's, so a run on another workload shows none of the lab's
-    capacities."""
+    models, or the lab's at 16-token blocks without ``--block-size``, about 0.3 s); with
+    engine models, the run's own ``block_aggregates``, drawn next to the ideal model in their
+    orders; ideal vs vllm, LMCache's chunk cliff and the cache policies, which are the lab's;
+    the real engine's measurement and the trace page's name. The lab-only frames exist only
+    when the run's workload is the lab's, so a run on another workload shows none of the
+    lab's capacities."""
     from pipeline.engines.curves import cpu_model_curves, gpu_model_curves
     from pipeline.policies.curves import lab_curves
 
     lab = (workload.docs, workload.tokens, tuple(workload.passes)) == \
         (LAB_DOCS, LAB_TOKENS, tuple(LAB_PASSES))
     note, size = "", blocks.block_size if blocks else REPORT_BLOCK_SIZE
-    if blocks is not None and block_aggregates is None:        # engine models: ideal too
+    engine_aggregates = None
+    if blocks is not None and (blocks.gpu_model, blocks.cpu_model) != ("ideal", "ideal"):
+        engine_aggregates = block_aggregates            # engine models: the ideal one too
         _, block_aggregates = sweep_block_frames(
             workload.docs, workload.tokens, workload.passes, size, args.gpu_capacities,
             args.cpu_capacities, args.cpu_sweep_gpu, spec_points)
-        note = (f"Drawn with the ideal model in both orders; this run's {blocks.describe()} "
-                f"sweeps are in blocks_aggregates.parquet.")
+        note = (f"Tail-first vs head-first is drawn with the ideal model in both orders; this "
+                f"run's {blocks.describe()} follow, next to the ideal model in their orders "
+                f"(all in blocks_aggregates.parquet).")
     elif blocks is None and lab:
         _, block_aggregates = sweep_block_frames(
             workload.docs, workload.tokens, workload.passes, size, cpu_sweep_gpu=CPU_CLIFF_GPU,
@@ -200,17 +207,23 @@ def report_inputs(args: argparse.Namespace, workload: DocumentWorkload,
         _real_engine(REAL_ENGINE_FILE), block_aggregates, scenario, note,
         (gpu_model_curves(), cpu_model_curves()) if lab and block_aggregates is not None
         else None,
-        lab_curves() if lab else None, trace.name if trace.is_file() else None)
+        lab_curves() if lab else None, trace.name if trace.is_file() else None,
+        engine_aggregates, blocks.describe() if engine_aggregates is not None else "")
 
 
 def render_groups(inputs: ReportInputs) -> list[report.Group]:
     """The report's groups after the measured one, drawn from ``inputs`` (no model runs)."""
+    from pipeline.charts.engines import run_engine_sections
+
     groups = []
     if inputs.real_engine is not None:
         groups.append(report.real_engine_group(inputs.real_engine, REAL_ENGINE_FILE))
     if inputs.block_aggregates is not None:
+        extra = ([] if inputs.engine_aggregates is None else
+                 run_engine_sections(inputs.engine_aggregates, inputs.block_aggregates,
+                                     inputs.block_scenario, inputs.engine_describe))
         groups.append(report.block_group(inputs.block_aggregates, inputs.block_scenario,
-                                         inputs.block_note, inputs.engine_curves))
+                                         inputs.block_note, inputs.engine_curves, extra))
     if inputs.policy_curves is not None:
         groups.append(report.policy_group(inputs.policy_curves))
     if inputs.trace_link is not None:
