@@ -16,10 +16,10 @@ verdict; exit status 0 when everything matches, 1 otherwise.
 first: ``lab/`` (the default run), ``docs20/`` (``--docs 20 --tokens 4096``), ``direct/``
 (``--method direct --passes fwd,rev,fwd``), ``engines/`` (block mode with the vllm and lmcache
 models), ``measured-cli/`` (the ``measured`` command's print-out and ``--json``) and
-``commands/`` (``blocks``, ``trace``, ``policies`` and ``plan`` answers and files; JSON with
-sorted keys, the output folder's path replaced by ``DIR`` and the checkout's by ``ROOT``;
-the trace cases need ``--trace PATH``, default the shared synthetic trace). Run it before and
-after a change, then compare the two folders.
+``commands/`` (``blocks``, ``trace``, ``policies``, ``plan`` and ``measured`` answers and
+files; JSON with sorted keys, the output folder's path replaced by ``DIR`` and the
+checkout's by ``ROOT``, in pages too; the trace cases need ``--trace PATH``, default the
+shared synthetic trace). Run it before and after a change, then compare the two folders.
 """
 
 from __future__ import annotations
@@ -140,6 +140,9 @@ def generate(folder: Path, trace: Path | None = None) -> None:
         shown = re.sub(r"\(\d+\.\d s\)", "(T s)", done.stdout.replace(str(folder), "DIR")
                        .replace(str(ROOT), "ROOT"))
         (out / name / "stdout.txt").write_text(stable_json(shown), encoding="utf-8")
+        for page in (out / name).glob("*.html"):          # pages that name the checkout
+            text = page.read_text(encoding="utf-8")
+            page.write_text(text.replace(str(ROOT), "ROOT"), encoding="utf-8")
 
 
 def stable_json(text: str) -> str:
