@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pipeline.engine.config import SchedulerConfig
-from pipeline.engine.hashing import block_keys
+from pipeline.engine.hashing import block_keys, request_keys
 from pipeline.engine.pool import BlockPool
-from pipeline.engine.request import SimRequest, sequence_tokens
+from pipeline.engine.request import SimRequest
 
 __all__ = ["EngineSim", "StepRecord"]
 
@@ -68,7 +68,7 @@ class _Req:
         self.num_prompt = len(sim.prompt_token_ids)
         self.max_tokens = sim.max_tokens
         self.num_tokens = self.num_prompt
-        self.keys = block_keys(sequence_tokens(sim), block_size)
+        self.keys = request_keys(sim, block_size)
         self.blocks: list[int] = []
         self.num_cached_block: int | None = None
         self.computed = self.placeholders = self.in_flight = self.stale = 0
@@ -144,6 +144,9 @@ class EngineSim:
 
     def request_block_hashes(self, request: SimRequest) -> list[int]:
         """The block keys of ``request``'s prompt, as the engine computes them."""
+        if request.prompt_keys is not None:
+            return [int(k) for k in request.prompt_keys[:len(request.prompt_token_ids)
+                                                        // self.block_size]]
         tokens = np.asarray(request.prompt_token_ids, dtype=np.int64)
         return block_keys(tokens, self.block_size)
 

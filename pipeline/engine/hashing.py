@@ -12,7 +12,9 @@ import numpy as np
 
 from pipeline.workloads.tokens import splitmix64
 
-__all__ = ["block_keys"]
+__all__ = ["block_keys", "request_keys"]
+
+_FRESH = np.uint64(0xD1B54A32D192ED03)
 
 
 def block_keys(tokens: np.ndarray, block_size: int) -> list[int]:
@@ -27,3 +29,16 @@ def block_keys(tokens: np.ndarray, block_size: int) -> list[int]:
         running = np.cumsum(token_hash.reshape(full, block_size).sum(axis=1, dtype=np.uint64),
                             dtype=np.uint64)
         return splitmix64(running).tolist()
+
+
+def request_keys(request, block_size: int) -> list[int]:
+    """Keys of every full block of the request's sequence (prompt + all its outputs)."""
+    from pipeline.engine.request import sequence_tokens
+    if request.prompt_keys is None:
+        return block_keys(sequence_tokens(request), block_size)
+    prompt = len(request.prompt_token_ids)
+    full = (prompt + request.max_tokens) // block_size
+    own = np.arange(full - prompt // block_size, dtype=np.uint64)
+    with np.errstate(over="ignore"):                # blocks holding placeholders: fresh
+        fresh = splitmix64(_FRESH ^ (np.uint64(request.index) << np.uint64(24)) ^ own)
+    return [int(k) for k in request.prompt_keys[:prompt // block_size]] + fresh.tolist()
