@@ -100,15 +100,19 @@ class VllmRequest:
     blocks: int
 
 
-def vllm_requests(stream: BlockStream, output_tokens: int = 1) -> list[VllmRequest]:
-    """Per request of ``stream``: what vLLM allocates, caches and may hit."""
+def vllm_requests(stream: BlockStream, output_tokens: int | np.ndarray = 1
+                  ) -> list[VllmRequest]:
+    """Per request of ``stream``: what vLLM allocates, caches and may hit (``output_tokens``
+    one number, or one per request)."""
     size = stream.block_size
     codes = stream.codes.tolist()
     fresh = stream.n_codes
+    outputs = np.broadcast_to(np.asarray(output_tokens, dtype=np.int64),
+                              (stream.requests,)).tolist()
     out = []
     for r in range(stream.requests):
         prompt = int(stream.prompt_tokens[r])
-        computed = prompt + output_tokens - 1           # the last sampled token is never fed
+        computed = prompt + outputs[r] - 1              # the last sampled token is never fed
         full_prompt = int(stream.cacheable[r])
         hashed = computed // size
         start = int(stream.starts[r])
@@ -185,7 +189,7 @@ class VllmBlockPool:
         return len(hit)
 
 
-def replay_vllm(stream: BlockStream, logged_tokens: int, output_tokens: int = 1,
+def replay_vllm(stream: BlockStream, logged_tokens: int, output_tokens: int | np.ndarray = 1,
                 vllm_version: str = DEFAULT_VLLM_VERSION) -> np.ndarray:
     """GPU hit blocks per request for a vLLM KV cache of ``logged_tokens`` (as vLLM logs it)."""
     pool = VllmBlockPool(max(int(logged_tokens) // stream.block_size, 0),
