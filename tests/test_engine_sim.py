@@ -180,3 +180,17 @@ def test_mooncake_and_patterns_run(tmp_path):
     assert done.returncode == 0, done.stderr
     frame = pl.read_parquet(tmp_path / "p" / "requests.parquet")
     assert frame.height == 9 and frame["gpu_hit_tokens"].sum() > 0
+
+
+def test_docs_commands_run_as_shown(tmp_path):
+    text = (ROOT / "docs" / "simulate.md").read_text()
+    commands = [block.split("\n", 1)[1].strip() for block in text.split("```")[1::2]
+                if block.startswith("sh\n")]
+    assert commands
+    for command in commands:
+        words = command.replace("out/", f"{tmp_path}/").split()
+        assert words[:3] == ["python", "-m", "pipeline"]
+        done = subprocess.run([sys.executable, *words[1:]], cwd=ROOT, capture_output=True,
+                              text=True)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split("%)")[0] in text.replace("\n", " "), done.stdout
