@@ -10,6 +10,7 @@ import polars as pl
 
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.core import EngineSim, StepRecord
+from pipeline.engine.hashing import bulk_request_keys
 from pipeline.engine.request import SimRequest
 
 __all__ = ["SimResult", "simulate", "CLOCKS", "REQUEST_COLUMNS", "STEP_COLUMNS"]
@@ -53,6 +54,7 @@ def simulate(requests: Sequence[SimRequest], config: SchedulerConfig, *, cpu_tie
     if any(r.index != i for i, r in enumerate(requests)):
         raise ValueError("requests must be numbered 0..n-1 in input order")
     engine = EngineSim(config, cpu_tier)
+    keys = bulk_request_keys(requests, config.block_size)
     timed = clock == "time"
     if concurrency is None:
         due = np.array([(r.arrival_s or 0.0) * 1000.0 if timed else (r.arrival_step or 0)
@@ -70,12 +72,14 @@ def simulate(requests: Sequence[SimRequest], config: SchedulerConfig, *, cpu_tie
         if concurrency is None:
             while pointer < n and due[pointer] <= clock_now:
                 arrival[pointer] = clock_now if not timed else due[pointer]
-                engine.add_request(requests[pointer])
+                engine.add_request(requests[pointer], keys[pointer])
+                keys[pointer] = None
                 pointer += 1
         else:
             while pointer < n and engine.outstanding() < concurrency:
                 arrival[pointer] = clock_now
-                engine.add_request(requests[pointer])
+                engine.add_request(requests[pointer], keys[pointer])
+                keys[pointer] = None
                 pointer += 1
         if not engine.has_work():
             if pointer == n:
