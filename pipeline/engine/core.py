@@ -106,6 +106,31 @@ class _Rows:
         return repr(list(self))
 
 
+class _DecodeRows:
+    """StepRecord.scheduled of a pure decode step: every running request, one token."""
+
+    __slots__ = ("reqs", "starts", "offset")
+
+    def __init__(self, reqs, starts, offset):
+        self.reqs, self.starts, self.offset = reqs, starts, offset
+
+    def __iter__(self):
+        return ((req.index, 1, start + self.offset) for req, start in zip(self.reqs,
+                                                                           self.starts))
+
+    def __len__(self):
+        return len(self.reqs)
+
+    def __getitem__(self, item):
+        return list(self)[item]
+
+    def __eq__(self, other):
+        return list(self) == list(other)
+
+    def __repr__(self):
+        return repr(list(self))
+
+
 class _Batch:
     __slots__ = ("step", "scheduled", "samples", "record")
 
@@ -209,6 +234,83 @@ class EngineSim:
             return None
         self._update_from_output(queue.pop())
         return record
+
+    def advance(self, limit: int) -> list[StepRecord] | None:
+        """Up to ``limit`` steps at once where each would be a pure decode step (sync
+        scheduling, every running request decoding one token, none finishing, every new
+        block available, the waiting queue unable to move: empty, or ``max_num_seqs``
+        running, or no token budget left). The same state and records as that many
+        ``step()`` calls; None (nothing done) when the next step is not such a step."""
+        running = self.running
+        config = self.config
+        n = len(running)
+        if self.queue_size != 1 or limit < 2 or not n or n > config.max_num_batched_tokens:
+            return None
+        if self.waiting and n < config.max_num_seqs and n < config.max_num_batched_tokens:
+            return None
+        size, max_len = self.block_size, config.max_model_len
+        k = int(limit)
+        for req in running:
+            tokens = req.num_tokens
+            if tokens - req.computed != 1 or tokens <= req.num_prompt:
+                return None
+            left = min(req.max_tokens - tokens + req.num_prompt, max_len - tokens) - 1
+            if left < k:                                # stop before anybody finishes
+                if left < 2:
+                    return None
+                k = left
+        pool = self.pool
+        free = pool.num_free
+
+        def allocations(steps: int) -> int:
+            return sum(max(-(-(r.computed + steps) // size) - len(r.blocks), 0)
+                       for r in running)
+
+        if allocations(k) > free:                       # the largest k whose blocks exist
+            low, high = 0, k
+            while low < high:
+                mid = (low + high + 1) // 2
+                low, high = (mid, high) if allocations(mid) <= free else (low, mid - 1)
+            if low < 2:
+                return None
+            k = low
+        # block m of request i is allocated at step m * size - computed, filled (hashed)
+        # at step (m + 1) * size - computed - 1; both in running order within a step
+        grows, fills = [], []
+        for i, req in enumerate(running):
+            c = req.computed
+            for m in range(len(req.blocks), -(-(c + k) // size)):
+                grows.append((m * size - c, i))
+            for m in range(req.num_cached_block or 0, (c + k) // size):
+                fills.append(((m + 1) * size - c - 1, i, m))
+        if grows:
+            grows.sort()
+            for (_, i), block in zip(grows, pool.get_new_blocks(len(grows))):
+                running[i].blocks.append(block)
+        if fills:
+            fills.sort()
+            for _, i, m in fills:
+                req = running[i]
+                pool.cache_full_blocks(req.keys, req.blocks, m, m + 1)
+                req.num_cached_block = m + 1
+        starts = [req.computed for req in running]
+        for req in running:
+            req.computed += k
+            req.num_tokens += k
+        frees, taken, g = [], 0, 0
+        for j in range(k):
+            while g < len(grows) and grows[g][0] <= j:
+                g += 1
+            frees.append(free - g)
+        base = sum(starts) + n
+        snapshot = list(running)
+        waiting = len(self.waiting)
+        first = self.step_count
+        records = [StepRecord(first + j, _DecodeRows(snapshot, starts, j), 0, n,
+                              base + n * j, 0, n, waiting, frees[j]) for j in range(k)]
+        self.step_count += k
+        self.finished_ids = set()
+        return records
 
     # ------------------------------------------------------------------ allocation
 

@@ -89,6 +89,14 @@ def simulate(requests: Sequence[SimRequest], config: SchedulerConfig, *, cpu_tie
             else:
                 engine.step_count = max(engine.step_count, int(due[pointer]))
             continue
+        if not timed:                           # a run of pure decode steps at once
+            ahead = (1 << 62) if concurrency is not None or pointer == n \
+                else int(due[pointer]) - engine.step_count
+            batch = engine.advance(ahead)
+            if batch:
+                records.extend(batch)
+                idle_calls = 0
+                continue
         record = engine.step()
         if record is None:
             idle_calls += 1
