@@ -31,7 +31,7 @@ from pipeline.engine.hashing import block_keys, request_keys
 from pipeline.engine.pool import BlockPool
 from pipeline.engine.request import SimRequest
 
-__all__ = ["EngineSim", "StepRecord"]
+__all__ = ["EngineSim", "StepRecord", "DecodeRun"]
 
 WAITING, RUNNING, PREEMPTED, FINISHED = range(4)
 
@@ -51,6 +51,31 @@ class StepRecord:
     free_blocks: int
     first_tokens: list[int] = field(default_factory=list)
     finished: list[int] = field(default_factory=list)
+
+
+@dataclass
+class DecodeRun:
+    """``count`` consecutive pure decode steps from ``first_step`` (``EngineSim.advance``):
+    every one of the ``num_running`` running requests decodes one token; ``free_blocks``
+    per step. ``records()`` gives the StepRecords ``step()`` would have returned."""
+
+    first_step: int
+    count: int
+    num_running: int
+    num_waiting: int
+    context_base: int
+    free_blocks: list[int]
+    rows: list = field(repr=False, default_factory=list)
+    starts: list[int] = field(repr=False, default_factory=list)
+
+    def context_tokens(self, j: int) -> int:
+        return self.context_base + self.num_running * j
+
+    def records(self) -> list[StepRecord]:
+        n = self.num_running
+        return [StepRecord(self.first_step + j, _DecodeRows(self.rows, self.starts, j), 0, n,
+                           self.context_tokens(j), 0, n, self.num_waiting,
+                           self.free_blocks[j]) for j in range(self.count)]
 
 
 class _Req:
@@ -235,12 +260,13 @@ class EngineSim:
         self._update_from_output(queue.pop())
         return record
 
-    def advance(self, limit: int) -> list[StepRecord] | None:
+    def advance(self, limit: int) -> DecodeRun | None:
         """Up to ``limit`` steps at once where each would be a pure decode step (sync
         scheduling, every running request decoding one token, none finishing, every new
         block available, the waiting queue unable to move: empty, or ``max_num_seqs``
         running, or no token budget left). The same state and records as that many
-        ``step()`` calls; None (nothing done) when the next step is not such a step."""
+        ``step()`` calls (``DecodeRun.records()``); None (nothing done) when the next step
+        is not such a step."""
         running = self.running
         config = self.config
         n = len(running)
@@ -297,20 +323,16 @@ class EngineSim:
         for req in running:
             req.computed += k
             req.num_tokens += k
-        frees, taken, g = [], 0, 0
+        frees, g = [], 0
         for j in range(k):
             while g < len(grows) and grows[g][0] <= j:
                 g += 1
             frees.append(free - g)
-        base = sum(starts) + n
-        snapshot = list(running)
-        waiting = len(self.waiting)
-        first = self.step_count
-        records = [StepRecord(first + j, _DecodeRows(snapshot, starts, j), 0, n,
-                              base + n * j, 0, n, waiting, frees[j]) for j in range(k)]
+        run = DecodeRun(self.step_count, k, n, len(self.waiting), sum(starts) + n, frees,
+                        list(running), starts)
         self.step_count += k
         self.finished_ids = set()
-        return records
+        return run
 
     # ------------------------------------------------------------------ allocation
 

@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 
 from pipeline.engine.config import SchedulerConfig
-from pipeline.engine.core import EngineSim, StepRecord
+from pipeline.engine.core import DecodeRun, EngineSim, StepRecord
 from pipeline.engine.hashing import bulk_request_keys
 from pipeline.engine.request import SimRequest
 
@@ -66,6 +66,7 @@ def simulate(requests: Sequence[SimRequest], config: SchedulerConfig, *, cpu_tie
     ends: dict[int, float] = {}                 # step -> end time (time clock)
     starts: dict[int, float] = {}
     records: list[StepRecord] = []
+    runs: list[tuple[int, DecodeRun]] = []      # (records before it, run)
     pointer, idle_calls = 0, 0
     while True:
         clock_now = now if timed else engine.step_count
@@ -92,9 +93,9 @@ def simulate(requests: Sequence[SimRequest], config: SchedulerConfig, *, cpu_tie
         if not timed:                           # a run of pure decode steps at once
             ahead = (1 << 62) if concurrency is not None or pointer == n \
                 else int(due[pointer]) - engine.step_count
-            batch = engine.advance(ahead)
-            if batch:
-                records.extend(batch)
+            run = engine.advance(ahead)
+            if run is not None:
+                runs.append((len(records), run))
                 idle_calls = 0
                 continue
         record = engine.step()
@@ -112,7 +113,7 @@ def simulate(requests: Sequence[SimRequest], config: SchedulerConfig, *, cpu_tie
             now += duration
             ends[record.step] = now
     return SimResult(_request_frame(engine, requests, arrival, timed, starts, ends),
-                     _step_frame(records, timed, starts, ends))
+                     _step_frame(records, runs, timed, starts, ends))
 
 
 def _request_frame(engine: EngineSim, requests: Sequence[SimRequest], arrival: np.ndarray,
@@ -144,10 +145,22 @@ def _request_frame(engine: EngineSim, requests: Sequence[SimRequest], arrival: n
                               e2e_ms=pl.col("finish_ms") - pl.col("arrival_ms"))
 
 
-def _step_frame(records: list[StepRecord], timed: bool, starts: dict,
-                ends: dict) -> pl.DataFrame:
+def _step_frame(records: list[StepRecord], runs: list[tuple[int, DecodeRun]], timed: bool,
+                starts: dict, ends: dict) -> pl.DataFrame:
     frame = pl.DataFrame({name: [getattr(r, name) for r in records] for name in STEP_COLUMNS},
                          schema={name: pl.Int64 for name in STEP_COLUMNS})
+    if runs:
+        parts = [pl.DataFrame({
+            "step": np.arange(run.first_step, run.first_step + run.count),
+            "prefill_tokens": np.zeros(run.count, np.int64),
+            "decode_seqs": np.full(run.count, run.num_running),
+            "context_tokens": run.context_base + run.num_running * np.arange(run.count),
+            "reload_tokens": np.zeros(run.count, np.int64),
+            "num_running": np.full(run.count, run.num_running),
+            "num_waiting": np.full(run.count, run.num_waiting),
+            "free_blocks": np.asarray(run.free_blocks, np.int64)},
+            schema={name: pl.Int64 for name in STEP_COLUMNS}) for _, run in runs]
+        frame = pl.concat([frame, *parts]).sort("step")
     if timed:
         frame = frame.with_columns(
             start_ms=pl.Series([starts[r.step] for r in records], dtype=pl.Float64),
