@@ -147,20 +147,23 @@ def _request_frame(engine: EngineSim, requests: Sequence[SimRequest], arrival: n
 
 def _step_frame(records: list[StepRecord], runs: list[tuple[int, DecodeRun]], timed: bool,
                 starts: dict, ends: dict) -> pl.DataFrame:
-    frame = pl.DataFrame({name: [getattr(r, name) for r in records] for name in STEP_COLUMNS},
-                         schema={name: pl.Int64 for name in STEP_COLUMNS})
+    columns = {name: [np.fromiter((getattr(r, name) for r in records), np.int64,
+                                  len(records))] for name in STEP_COLUMNS}
+    for _, run in runs:
+        count, n = run.count, run.num_running
+        values = {"step": np.arange(run.first_step, run.first_step + count),
+                  "prefill_tokens": np.zeros(count, np.int64),
+                  "decode_seqs": np.full(count, n),
+                  "context_tokens": run.context_base + n * np.arange(count),
+                  "reload_tokens": np.zeros(count, np.int64),
+                  "num_running": np.full(count, n), "num_waiting": np.full(count, run.num_waiting),
+                  "free_blocks": np.asarray(run.free_blocks, np.int64)}
+        for name in STEP_COLUMNS:
+            columns[name].append(values[name])
+    frame = pl.DataFrame({name: np.concatenate(parts).astype(np.int64)
+                          for name, parts in columns.items()})
     if runs:
-        parts = [pl.DataFrame({
-            "step": np.arange(run.first_step, run.first_step + run.count),
-            "prefill_tokens": np.zeros(run.count, np.int64),
-            "decode_seqs": np.full(run.count, run.num_running),
-            "context_tokens": run.context_base + run.num_running * np.arange(run.count),
-            "reload_tokens": np.zeros(run.count, np.int64),
-            "num_running": np.full(run.count, run.num_running),
-            "num_waiting": np.full(run.count, run.num_waiting),
-            "free_blocks": np.asarray(run.free_blocks, np.int64)},
-            schema={name: pl.Int64 for name in STEP_COLUMNS}) for _, run in runs]
-        frame = pl.concat([frame, *parts]).sort("step")
+        frame = frame.sort("step")
     if timed:
         frame = frame.with_columns(
             start_ms=pl.Series([starts[r.step] for r in records], dtype=pl.Float64),
