@@ -194,3 +194,34 @@ def test_docs_commands_run_as_shown(tmp_path):
                               text=True)
         assert done.returncode == 0, done.stderr
         assert done.stdout.split("%)")[0] in text.replace("\n", " "), done.stdout
+
+
+@given(st.data())
+def test_the_vllm_model_takes_per_request_output_lengths(data):
+    """The fast ``vllm`` GPU model and its literal replay agree with one output length per
+    request (the replay equals the engine at concurrency 1, above)."""
+    from pipeline.engines.vllm_fast import vllm_gpu
+    from pipeline.engines.vllm_gpu import replay_gpu
+    block_size = data.draw(st.sampled_from([1, 2, 4]))
+    prompts = data.draw(prompt_sets(block_size))
+    outputs = np.array(data.draw(st.lists(st.integers(1, 9), min_size=len(prompts),
+                                          max_size=len(prompts))))
+    stream = _stream(prompts, block_size)
+    capacities = [block_size * c for c in range(0, 40, 3)]
+    assert np.array_equal(vllm_gpu(stream, capacities, output_tokens=outputs),
+                          replay_gpu(stream, capacities, output_tokens=outputs))
+
+
+def test_the_time_clock_prices_each_batch():
+    requests = [SimRequest(i, list(range(10 * i, 10 * i + 20)), 3, arrival_s=0.002 * i)
+                for i in range(4)]
+    config = SchedulerConfig(num_gpu_blocks=40, max_model_len=64, block_size=4)
+    result = simulate(requests, config, clock="time",
+                      step_ms=lambda record: 1.0 + 0.01 * record.prefill_tokens)
+    frame, steps = result.requests, result.steps
+    assert (steps["duration_ms"] == 1.0 + 0.01 * steps["prefill_tokens"]).all()
+    assert np.allclose(steps["start_ms"][1:].to_numpy(),
+                       (steps["start_ms"] + steps["duration_ms"])[:-1].to_numpy())
+    assert frame["arrival_ms"].to_list() == pytest.approx([0.0, 2.0, 4.0, 6.0])
+    assert (frame["ttft_ms"] == frame["first_token_ms"] - frame["arrival_ms"]).all()
+    assert (frame["queue_ms"] >= 0).all() and (frame["e2e_ms"] >= frame["ttft_ms"]).all()

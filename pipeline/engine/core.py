@@ -51,6 +51,7 @@ class StepRecord:
     free_blocks: int
     first_tokens: list[int] = field(default_factory=list)
     finished: list[int] = field(default_factory=list)
+    duration_ms: float | None = None          # set by the time clock
 
 
 @dataclass

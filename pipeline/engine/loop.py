@@ -109,6 +109,7 @@ def simulate(requests: Sequence[SimRequest], config: SchedulerConfig, *, cpu_tie
         records.append(record)
         if timed:
             duration = float(step_ms(record))
+            record.duration_ms = duration
             starts[record.step] = now
             now += duration
             ends[record.step] = now
@@ -167,6 +168,5 @@ def _step_frame(records: list[StepRecord], runs: list[tuple[int, DecodeRun]], ti
     if timed:
         frame = frame.with_columns(
             start_ms=pl.Series([starts[r.step] for r in records], dtype=pl.Float64),
-            duration_ms=pl.Series([ends[r.step] - starts[r.step] for r in records],
-                                  dtype=pl.Float64))
+            duration_ms=pl.Series([r.duration_ms for r in records], dtype=pl.Float64))
     return frame

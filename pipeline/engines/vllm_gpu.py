@@ -78,11 +78,16 @@ def usable_blocks(logged_tokens: int, block_size: int) -> int:
     return max(int(logged_tokens) // block_size - 1, 0)
 
 
-def check_gpu_options(order: str, output_tokens: int, vllm_version: str) -> None:
-    """Raise ValueError on an order other than tail-first, output < 1 or a bad version."""
+def check_gpu_options(order: str, output_tokens: int | np.ndarray, vllm_version: str) -> None:
+    """Raise ValueError on an order other than tail-first, output < 1 (one number, or one
+    per request) or a bad version."""
     if order != TAIL_FIRST:
         raise ValueError(f"the vllm GPU model is tail-first by construction, got {order!r}")
-    if isinstance(output_tokens, bool) or int(output_tokens) != output_tokens \
+    if np.ndim(output_tokens) == 1:
+        values = np.asarray(output_tokens)
+        if values.dtype.kind not in "iu" or values.size == 0 or values.min() < 1:
+            raise ValueError("per-request output tokens must be integers >= 1")
+    elif isinstance(output_tokens, bool) or int(output_tokens) != output_tokens \
             or output_tokens < 1:
         raise ValueError(f"output tokens must be an integer >= 1, got {output_tokens!r}")
     _version_tuple(vllm_version)
