@@ -132,29 +132,19 @@ class _Rows:
         return repr(list(self))
 
 
-class _DecodeRows:
-    """StepRecord.scheduled of a pure decode step: every running request, one token."""
+class _DecodeRows(_Rows):
+    """StepRecord.scheduled of a pure decode step: every running request, one token, from
+    ``starts`` + ``offset`` computed tokens."""
 
-    __slots__ = ("reqs", "starts", "offset")
+    __slots__ = ("starts", "offset")
 
     def __init__(self, reqs, starts, offset):
-        self.reqs, self.starts, self.offset = reqs, starts, offset
+        super().__init__(reqs)
+        self.starts, self.offset = starts, offset
 
     def __iter__(self):
-        return ((req.index, 1, start + self.offset) for req, start in zip(self.reqs,
-                                                                           self.starts))
-
-    def __len__(self):
-        return len(self.reqs)
-
-    def __getitem__(self, item):
-        return list(self)[item]
-
-    def __eq__(self, other):
-        return list(self) == list(other)
-
-    def __repr__(self):
-        return repr(list(self))
+        return ((req.index, 1, start + self.offset)
+                for req, start in zip(self.entries, self.starts))
 
 
 class _Batch:
