@@ -536,6 +536,12 @@ class EngineSim:
                 if req.stale > 0:                   # output of a preempted request
                     req.stale -= num_new
                     stale.add(req)
+        if self.cpu_tier is not None:
+            for req, _, _ in batch.scheduled:
+                if not req.stored and req.status != PREEMPTED \
+                        and req.computed - req.in_flight >= req.num_prompt:
+                    req.stored = True
+                    self.cpu_tier.store(req)
         stopped = []
         for req in batch.samples:
             if req.status == FINISHED:
@@ -557,18 +563,13 @@ class EngineSim:
                 record.finished.append(req.index)
                 self.finished_ids.add(req.index)
                 self._free_blocks(req)
+                req.keys = req.sim = None           # a finished request keeps its counters
                 del self.requests[req.index]
                 self.done[req.index] = req
                 if status_before == RUNNING:
                     stopped.append(req)
                 else:
                     self.waiting.remove(req)
-        if self.cpu_tier is not None:
-            for req, _, _ in batch.scheduled:
-                if not req.stored and req.status != PREEMPTED \
-                        and req.computed - req.in_flight >= req.num_prompt:
-                    req.stored = True
-                    self.cpu_tier.store(req)
         if stopped:
             gone = set(stopped)
             self.running = [r for r in self.running if r not in gone]
