@@ -234,3 +234,19 @@ def test_the_time_clock_prices_each_batch():
     assert frame["arrival_ms"].to_list() == pytest.approx([0.0, 2.0, 4.0, 6.0])
     assert (frame["ttft_ms"] == frame["first_token_ms"] - frame["arrival_ms"]).all()
     assert (frame["queue_ms"] >= 0).all() and (frame["e2e_ms"] >= frame["ttft_ms"]).all()
+
+
+def test_a_router_sees_what_the_next_admission_hits():
+    """cached_prefix_blocks(request_block_hashes(r)) = the GPU hit r gets when admitted."""
+    from pipeline.engine.core import EngineSim
+    engine = EngineSim(SchedulerConfig(num_gpu_blocks=30, max_model_len=100, block_size=4))
+    first = SimRequest(0, list(range(14)), 3, output_token_ids=[70, 71, 72])
+    engine.add_request(first)
+    while engine.has_unfinished():
+        engine.step()
+    turn = SimRequest(1, list(range(14)) + [70, 71, 72, 9], 1)
+    seen = engine.cached_prefix_blocks(engine.request_block_hashes(turn))
+    assert seen == 4 and engine.free_blocks == 29 and engine.outstanding() == 0
+    engine.add_request(turn)
+    engine.step()
+    assert engine.result(1).gpu_hit == seen * 4
