@@ -250,3 +250,34 @@ def test_a_router_sees_what_the_next_admission_hits():
     engine.add_request(turn)
     engine.step()
     assert engine.result(1).gpu_hit == seen * 4
+
+
+@given(loaded_runs())
+def test_advance_equals_stepping_one_by_one(run):
+    """A DecodeRun leaves the engine as its steps one by one would, with the same records."""
+    from pipeline.engine.core import EngineSim
+    requests, config = run
+    if config.async_scheduling:
+        return
+    one, fast = EngineSim(config), EngineSim(config)
+    for request in requests:
+        one.add_request(request)
+        fast.add_request(request)
+    mine, theirs = [], []
+    while fast.has_work():
+        batch = fast.advance(7)
+        if batch is not None:
+            mine.extend(batch.records())
+        else:
+            record = fast.step()
+            mine.extend([record] if record else [])
+    while one.has_work():
+        record = one.step()
+        theirs.extend([record] if record else [])
+    assert [(r.step, list(r.scheduled), r.decode_seqs, r.context_tokens, r.free_blocks,
+             r.num_waiting) for r in mine] == \
+        [(r.step, list(r.scheduled), r.decode_seqs, r.context_tokens, r.free_blocks,
+          r.num_waiting) for r in theirs]
+    assert [(s.first_token_step, s.finish_step, s.gpu_hit) for s in map(fast.result, range(
+        len(requests)))] == [(s.first_token_step, s.finish_step, s.gpu_hit)
+                             for s in map(one.result, range(len(requests)))]

@@ -22,61 +22,19 @@ arrives (``num_stale_output_tokens``).
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from pipeline.engine.config import SchedulerConfig
+from pipeline.engine.fastforward import advance
 from pipeline.engine.hashing import block_keys, request_keys
 from pipeline.engine.pool import BlockPool
 from pipeline.engine.request import SimRequest
+from pipeline.engine.step import DecodeRun, Rows, StepRecord
 
 __all__ = ["EngineSim", "StepRecord", "DecodeRun"]
 
 WAITING, RUNNING, PREEMPTED, FINISHED = range(4)
-
-
-@dataclass
-class StepRecord:
-    """One executed batch (a ``schedule()`` that scheduled > 0 tokens)."""
-
-    step: int
-    scheduled: list[tuple[int, int, int]]
-    prefill_tokens: int
-    decode_seqs: int
-    context_tokens: int
-    reload_tokens: int
-    num_running: int
-    num_waiting: int
-    free_blocks: int
-    first_tokens: list[int] = field(default_factory=list)
-    finished: list[int] = field(default_factory=list)
-    duration_ms: float | None = None          # set by the time clock
-
-
-@dataclass
-class DecodeRun:
-    """``count`` consecutive pure decode steps from ``first_step`` (``EngineSim.advance``):
-    every one of the ``num_running`` running requests decodes one token; ``free_blocks``
-    per step. ``records()`` gives the StepRecords ``step()`` would have returned."""
-
-    first_step: int
-    count: int
-    num_running: int
-    num_waiting: int
-    context_base: int
-    free_blocks: list[int]
-    rows: list = field(repr=False, default_factory=list)
-    starts: list[int] = field(repr=False, default_factory=list)
-
-    def context_tokens(self, j: int) -> int:
-        return self.context_base + self.num_running * j
-
-    def records(self) -> list[StepRecord]:
-        n = self.num_running
-        return [StepRecord(self.first_step + j, _DecodeRows(self.rows, self.starts, j), 0, n,
-                           self.context_tokens(j), 0, n, self.num_waiting,
-                           self.free_blocks[j]) for j in range(self.count)]
 
 
 class _Req:
@@ -105,46 +63,6 @@ class _Req:
         self.first_scheduled_step = self.first_token_step = self.finish_step = None
         self.stored = False
         self.cpu_state = None                         # the CPU tier's own per-request data
-
-
-class _Rows:
-    """StepRecord.scheduled: (request index, new tokens, computed before) per request,
-    built when read."""
-
-    __slots__ = ("entries",)
-
-    def __init__(self, entries):
-        self.entries = entries
-
-    def __iter__(self):
-        return ((req.index, num_new, start) for req, num_new, start in self.entries)
-
-    def __len__(self):
-        return len(self.entries)
-
-    def __getitem__(self, item):
-        return list(self)[item]
-
-    def __eq__(self, other):
-        return list(self) == list(other)
-
-    def __repr__(self):
-        return repr(list(self))
-
-
-class _DecodeRows(_Rows):
-    """StepRecord.scheduled of a pure decode step: every running request, one token, from
-    ``starts`` + ``offset`` computed tokens."""
-
-    __slots__ = ("starts", "offset")
-
-    def __init__(self, reqs, starts, offset):
-        super().__init__(reqs)
-        self.starts, self.offset = starts, offset
-
-    def __iter__(self):
-        return ((req.index, 1, start + self.offset)
-                for req, start in zip(self.entries, self.starts))
 
 
 class _Batch:
@@ -252,78 +170,9 @@ class EngineSim:
         return record
 
     def advance(self, limit: int) -> DecodeRun | None:
-        """Up to ``limit`` steps at once where each would be a pure decode step (sync
-        scheduling, every running request decoding one token, none finishing, every new
-        block available, the waiting queue unable to move: empty, or ``max_num_seqs``
-        running, or no token budget left). The same state and records as that many
-        ``step()`` calls (``DecodeRun.records()``); None (nothing done) when the next step
-        is not such a step."""
-        running = self.running
-        config = self.config
-        n = len(running)
-        if self.queue_size != 1 or limit < 2 or not n or n > config.max_num_batched_tokens:
-            return None
-        if self.waiting and n < config.max_num_seqs and n < config.max_num_batched_tokens:
-            return None
-        size, max_len = self.block_size, config.max_model_len
-        k = int(limit)
-        for req in running:
-            tokens = req.num_tokens
-            if tokens - req.computed != 1 or tokens <= req.num_prompt:
-                return None
-            left = min(req.max_tokens - tokens + req.num_prompt, max_len - tokens) - 1
-            if left < k:                                # stop before anybody finishes
-                if left < 2:
-                    return None
-                k = left
-        pool = self.pool
-        free = pool.num_free
-
-        def allocations(steps: int) -> int:
-            return sum(max(-(-(r.computed + steps) // size) - len(r.blocks), 0)
-                       for r in running)
-
-        if allocations(k) > free:                       # the largest k whose blocks exist
-            low, high = 0, k
-            while low < high:
-                mid = (low + high + 1) // 2
-                low, high = (mid, high) if allocations(mid) <= free else (low, mid - 1)
-            if low < 2:
-                return None
-            k = low
-        # block m of request i is allocated at step m * size - computed, filled (hashed)
-        # at step (m + 1) * size - computed - 1; both in running order within a step
-        grows, fills = [], []
-        for i, req in enumerate(running):
-            c = req.computed
-            for m in range(len(req.blocks), -(-(c + k) // size)):
-                grows.append((m * size - c, i))
-            for m in range(req.num_cached_block or 0, (c + k) // size):
-                fills.append(((m + 1) * size - c - 1, i, m))
-        if grows:
-            grows.sort()
-            for (_, i), block in zip(grows, pool.get_new_blocks(len(grows))):
-                running[i].blocks.append(block)
-        if fills:
-            fills.sort()
-            for _, i, m in fills:
-                req = running[i]
-                pool.cache_full_blocks(req.keys, req.blocks, m, m + 1)
-                req.num_cached_block = m + 1
-        starts = [req.computed for req in running]
-        for req in running:
-            req.computed += k
-            req.num_tokens += k
-        frees, g = [], 0
-        for j in range(k):
-            while g < len(grows) and grows[g][0] <= j:
-                g += 1
-            frees.append(free - g)
-        run = DecodeRun(self.step_count, k, n, len(self.waiting), sum(starts) + n, frees,
-                        list(running), starts)
-        self.step_count += k
-        self.finished_ids = set()
-        return run
+        """Up to ``limit`` pure decode steps at once (``fastforward.advance``); None when
+        the next step is not one."""
+        return advance(self, limit)
 
     # ------------------------------------------------------------------ allocation
 
@@ -473,7 +322,7 @@ class EngineSim:
                 samples.append(req)
                 if async_mode:
                     req.placeholders += 1
-        record = StepRecord(step, _Rows(scheduled), prefill, decode, context, reloads,
+        record = StepRecord(step, Rows(scheduled), prefill, decode, context, reloads,
                             len(running), len(self.waiting), pool.num_free)
         return _Batch(step, scheduled, samples, record)
 
