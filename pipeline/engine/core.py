@@ -254,32 +254,28 @@ class EngineSim:
         reloads = 0
         preempted = False
         running = self.running
-        index = 0
-        while index < len(running) and budget > 0:
-            req = running[index]
+        for req in running:                    # the list only shrinks at its end (preemption)
+            if budget <= 0:
+                break
             computed, holds = req.computed, req.placeholders
             if holds > 0 and computed + 2 - holds >= req.num_prompt + req.max_tokens:
-                index += 1
                 continue
             num_new = req.num_tokens + holds - computed
-            if num_new == 1 and computed + 1 < max_len \
-                    and computed < len(req.blocks) * size:
+            if num_new == 1 and computed + 1 < max_len and computed < len(req.blocks) * size:
                 # a decode within its last block: allocate_slots allocates nothing and
-                # caches the block it fills
-                full = min(computed + 1, req.num_tokens) // size
+                # caches the block it fills (num_tokens <= computed + 1 here)
+                full = req.num_tokens // size
                 cached = req.num_cached_block or 0
                 if full > cached:
                     pool.cache_full_blocks(req.keys, req.blocks, cached, full)
                     req.num_cached_block = full
                 scheduled.append((req, 1, computed))
                 budget -= 1
-                index += 1
                 continue
             if 0 < threshold < num_new:
                 num_new = threshold
             num_new = max(min(num_new, budget, max_len - computed - 1), 0)
             if num_new == 0:
-                index += 1
                 continue
             while True:
                 if self._allocate_slots(req, num_new):
@@ -295,7 +291,6 @@ class EngineSim:
                 break
             scheduled.append((req, num_new, computed))
             budget -= num_new
-            index += 1
         if not preempted:
             budget, reloads = self._schedule_waiting(budget, threshold, scheduled)
         self.finished_ids = set()
