@@ -190,21 +190,6 @@ def test_mooncake_and_patterns_run(tmp_path):
     assert frame.height == 9 and frame["gpu_hit_tokens"].sum() > 0
 
 
-def test_docs_commands_run_as_shown(tmp_path):
-    text = (ROOT / "docs" / "simulate.md").read_text()
-    commands = [block.split("\n", 1)[1].strip() for block in text.split("```")[1::2]
-                if block.startswith("sh\n")]
-    assert commands
-    for command in commands:
-        words = command.replace("out/", f"{tmp_path}/").split()
-        assert words[:3] == ["python", "-m", "pipeline"]
-        assert words[3] == "simulate"
-        with contextlib.chdir(ROOT):
-            done = _run(*words[4:])
-        assert done.returncode == 0, done.stderr
-        assert done.stdout.split("%)")[0] in text.replace("\n", " "), done.stdout
-
-
 @given(st.data())
 def test_the_vllm_model_takes_per_request_output_lengths(data):
     """The fast ``vllm`` GPU model and its literal replay agree with one output length per
