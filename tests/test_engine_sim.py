@@ -242,8 +242,6 @@ def test_advance_equals_stepping_one_by_one(run):
     """A DecodeRun leaves the engine as its steps one by one would, with the same records."""
     from pipeline.engine.core import EngineSim
     requests, config = run
-    if config.async_scheduling:
-        return
     one, fast = EngineSim(config), EngineSim(config)
     for request in requests:
         one.add_request(request)
