@@ -129,13 +129,14 @@ def _write(path, rows):
 
 
 def test_simulate_writes_the_step_interface(tmp_path):
-    """The issue's case: a reply of 2 output tokens re-sent by the next turn is hit."""
+    """A reply of 2 output tokens re-sent by the next turn is hit (a pool of 48 tokens:
+    vLLM hits [0, 16])."""
     trace = _write(tmp_path / "t.jsonl", [
         {"arrival_step": 0, "prompt_token_ids": list(range(1, 16)), "max_tokens": 2,
          "output_token_ids": [900001, 900002]},
         {"arrival_step": 4, "prompt_token_ids": list(range(1, 16)) + [900001, 900002],
          "max_tokens": 1}])
-    done = _run(trace, "--format", "tokens", "--num-gpu-blocks", "4", "--out",
+    done = _run(trace, "--format", "tokens", "--num-gpu-blocks", "3", "--out",
                 str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr
     requests = pl.read_parquet(tmp_path / "out" / "requests.parquet")
