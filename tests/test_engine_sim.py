@@ -146,7 +146,7 @@ def test_simulate_writes_the_step_interface(tmp_path):
     steps = pl.read_parquet(tmp_path / "out" / "steps.parquet")
     assert steps.select("step", "prefill_tokens", "decode_seqs", "num_running",
                         "num_waiting", "free_blocks").rows() == [
-        (0, 15, 0, 1, 0, 2), (1, 0, 1, 1, 0, 2), (4, 1, 0, 1, 0, 1)]
+        (0, 15, 0, 1, 0, 1), (1, 0, 1, 1, 0, 1), (4, 1, 0, 1, 0, 0)]
 
 
 @pytest.mark.parametrize("rows, options, message", [
