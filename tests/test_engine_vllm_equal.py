@@ -86,7 +86,7 @@ def test_decode_growth_preempts_and_a_reply_is_hit(async_scheduling):
     config = SchedulerConfig(num_gpu_blocks=3, max_model_len=64, block_size=16,   # 48 tokens
                              async_scheduling=async_scheduling)
     theirs, _ = reference.run_vllm([first, turn], config)
-    assert theirs[1][3] == 16                               # the issue's [0, 16]
+    assert theirs[1][3] == 16                               # vLLM hits [0, 16]
     _compare([first, turn], config)
     crowd = [SimRequest(i, [i] * 6, 12, arrival_step=0) for i in range(3)]
     config = SchedulerConfig(num_gpu_blocks=12, max_model_len=64, block_size=2,
