@@ -282,3 +282,18 @@ def test_arrival_patterns():
     timed = make()
     with_arrivals(timed, "time", rate=100.0, seed=1)
     assert 0.2 < timed[-1].arrival_s < 1.0                        # about 10 ms apart
+
+
+@given(st.lists(st.tuples(st.lists(st.integers(0, 4), min_size=1, max_size=40),
+                          st.integers(1, 9)), min_size=1, max_size=8),
+       st.sampled_from([1, 3, 16]))
+def test_keys_in_one_pass_equal_keys_one_by_one(prompts, block_size):
+    from pipeline.engine.hashing import block_keys, bulk_request_keys, request_keys
+    from pipeline.engine.request import sequence_tokens
+    requests = [SimRequest(i, p, m) for i, (p, m) in enumerate(prompts)]
+    bulk = bulk_request_keys(requests, block_size)
+    for request, keys in zip(requests, bulk):
+        assert keys == request_keys(request, block_size)
+        assert keys == block_keys(sequence_tokens(request), block_size)
+        prompt = block_keys(np.asarray(request.prompt_token_ids), block_size)
+        assert keys[:len(prompt)] == prompt                 # a prefix keeps its keys
