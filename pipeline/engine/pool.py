@@ -73,6 +73,19 @@ class BlockPool:
             out.append(block)
         return out
 
+    def get_new_block(self) -> int:
+        """get_new_blocks(1)[0]."""
+        block = self.head.pop() if self.head else self.body.popitem(last=False)[0]
+        key = self.block_hash[block]
+        if key is not None:
+            holders = self.cached[key]
+            del holders[block]
+            if not holders:
+                del self.cached[key]
+            self.block_hash[block] = None
+        self.ref_cnt[block] += 1
+        return block
+
     def touch(self, blocks: Iterable[int]) -> None:
         """A hit takes a reference; a block with none leaves the free queue."""
         ref_cnt, body = self.ref_cnt, self.body
