@@ -44,7 +44,7 @@ class _Req:
                  "num_cached_block", "computed", "placeholders", "in_flight", "stale",
                  "status", "is_prefill_chunk", "preemptions", "gpu_hit", "cpu_hit",
                  "first_scheduled_step", "first_token_step", "finish_step", "stored",
-                 "cpu_state")
+                 "cpu_state", "limit")
 
     def __init__(self, sim: SimRequest, block_size: int, keys: list[int] | None = None) -> None:
         self.sim = sim
@@ -63,6 +63,7 @@ class _Req:
         self.first_scheduled_step = self.first_token_step = self.finish_step = None
         self.stored = False
         self.cpu_state = None                         # the CPU tier's own per-request data
+        self.limit = self.num_prompt + self.max_tokens  # tokens at which it finishes
 
 
 class EngineSim:
@@ -94,6 +95,7 @@ class EngineSim:
         if request.index in self.requests or request.index in self.done:
             raise ValueError(f"request {request.index} added twice")
         state = _Req(request, self.block_size, keys)
+        state.limit = min(state.limit, self.config.max_model_len)
         self.requests[request.index] = state
         self.waiting.append(state)
 
@@ -396,7 +398,6 @@ class EngineSim:
 
     def _update_from_output(self, batch: Batch) -> None:
         """Scheduler.update_from_output with one sampled token per finished chunk."""
-        max_len = self.config.max_model_len
         record = batch.record
         stale = set()
         for req, num_new, _ in (batch.scheduled if self.queue_size > 1 else ()):
@@ -413,20 +414,19 @@ class EngineSim:
                     self.cpu_tier.store(req)
         stopped = []
         for req in batch.samples:
-            if req.status == FINISHED:
-                continue
-            is_stale = req in stale
             status_before = req.status
+            if status_before == FINISHED:
+                continue
             holds = req.placeholders
             req.num_tokens += 1
-            if not is_stale and holds > 0:
+            if holds > 0 and not (stale and req in stale):
                 req.placeholders = holds - 1
                 if status_before == RUNNING:
                     self._cache_blocks(req, req.computed - req.in_flight)
             if req.first_token_step is None:
                 req.first_token_step = batch.step
                 record.first_tokens.append(req.index)
-            if req.num_tokens >= max_len or req.num_tokens - req.num_prompt >= req.max_tokens:
+            if req.num_tokens >= req.limit:         # max_model_len or max_tokens reached
                 req.status = FINISHED
                 req.finish_step = batch.step
                 record.finished.append(req.index)
