@@ -116,19 +116,22 @@ def _read_mooncake(path: Path, block_size: int) -> Workload:
     good, _ = apply_checks(read_lines(path, mooncake.FIELDS), checks, False)
     _backwards(good, "timestamp", path)
     per = _MOONCAKE_BLOCK // block_size
-    lengths = good["input_length"].to_numpy()
-    ids = good["hash_ids"].to_list()
+    lengths = good["input_length"].to_numpy().astype(np.int64)
+    ids = good["hash_ids"].explode().to_numpy().astype(np.int64)
+    id_start = np.cumsum(good["hash_ids"].list.len().to_numpy()) - good["hash_ids"].list.len()
+    full = lengths // block_size                    # every request's keys in one pass
+    key_start = np.cumsum(full) - full
+    block = np.arange(int(full.sum()), dtype=np.int64) - np.repeat(key_start, full)
+    raw = ids[np.repeat(id_start.to_numpy().astype(np.int64), full) + block // per] * per \
+        + block % per
+    with np.errstate(over="ignore"):
+        keys = splitmix64(raw.view(np.uint64))
     outputs = good["output_length"].to_list()
     stamps = good["timestamp"].to_list()
-    requests = []
-    for i, hash_ids in enumerate(ids):
-        full = int(lengths[i]) // block_size
-        block = np.arange(full, dtype=np.int64)
-        raw = np.asarray(hash_ids, dtype=np.int64)[block // per] * per + block % per
-        with np.errstate(over="ignore"):
-            keys = splitmix64(raw.view(np.uint64))
-        requests.append(SimRequest(i, range(int(lengths[i])), int(outputs[i]),
-                                   arrival_s=float(stamps[i]) / 1000.0, prompt_keys=keys))
+    requests = [SimRequest(i, range(length), int(outputs[i]),
+                           arrival_s=float(stamps[i]) / 1000.0, prompt_keys=keys[a:a + f])
+                for i, (length, a, f) in enumerate(zip(lengths.tolist(), key_start.tolist(),
+                                                       full.tolist()))]
     return Workload(requests, good["line"].to_numpy(), path, "seconds")
 
 
