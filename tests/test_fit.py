@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from pipeline.cli import main as cli_main
 from pipeline.fit.inputs import Run, prompt_tokens
@@ -19,9 +19,10 @@ SERIAL = EngineModel(max_num_seqs=1, max_num_batched_tokens=512, block_size=16)
 
 
 def synthetic_run(rng: np.random.Generator, rate_per_s: float, n: int, true: np.ndarray,
-                  noise: float = 0.0, label: str = "rate") -> Run:
-    """Requests of 300..8000 tokens, half sharing the previous prompt's blocks, measured by
-    the serial schedule under ``true`` (times multiplied by lognormal ``noise``)."""
+                  noise: float = 0.0, label: str = "rate", bos: bool = True,
+                  source=simulate_run, granule: int = 1) -> Run:
+    """Requests of 300..8000 tokens, half sharing a prefix of the previous prompt's blocks,
+    measured by ``source``'s schedule under ``true`` (times times lognormal ``noise``)."""
     arrival = np.cumsum(rng.exponential(1000.0 / rate_per_s, n))
     arrival -= arrival[0]
     ids: list[list[int]] = []
@@ -35,12 +36,12 @@ def synthetic_run(rng: np.random.Generator, rate_per_s: float, n: int, true: np.
             block_ids = list(range(next_id, next_id + count))
             next_id += count
         ids.append(block_ids)
-        tokens = len(block_ids) * 512 - int(rng.integers(0, 200))
-        prompts.append(prompt_tokens(block_ids, 512, tokens, True))
+        tokens = len(block_ids) * 512 - granule * int(rng.integers(0, 200 // granule))
+        prompts.append(prompt_tokens(block_ids, 512, tokens, bos))
     run = Run("synthetic.jsonl", label, {}, list(range(1, n + 1)), arrival, np.zeros(n),
               np.zeros(n), np.array([p.size for p in prompts]),
               rng.integers(2, 12, n), prompts, np.full(n, -1))
-    schedule = serial_schedule(run, SERIAL, true)
+    schedule = source(run, SERIAL, true)
     run.ttft_ms = schedule.ttft_ms(arrival) * rng.lognormal(0.0, noise, n)
     run.e2e_ms = np.maximum(schedule.e2e_ms(arrival) * rng.lognormal(0.0, noise, n), run.ttft_ms)
     return run
@@ -49,6 +50,7 @@ def synthetic_run(rng: np.random.Generator, rate_per_s: float, n: int, true: np.
 coefficient = st.floats(0.0, 10.0)
 
 
+@settings(max_examples=20)
 @given(fixed=coefficient, prefill=st.floats(0.01, 2.0), context=st.floats(0.0, 0.01),
        decode=coefficient, seed=st.integers(0, 10_000))
 def test_fit_recovers_known_coefficients_from_noise_free_schedules(fixed, prefill, context,
@@ -68,6 +70,7 @@ def test_fit_recovers_known_coefficients_from_noise_free_schedules(fixed, prefil
         assert np.allclose(predicted, run.ttft_ms, rtol=1e-6, atol=1e-6)
 
 
+@settings(max_examples=20)
 @given(seed=st.integers(0, 10_000))
 def test_design_rows_sum_to_simulated_times(seed):
     """On a fixed schedule a request's TTFT is offset + row @ coefficients, exactly."""
@@ -181,3 +184,23 @@ def test_missing_sidecar_and_bad_options(tmp_path, capsys):
             cli_main(["fit", str(path), "--output", "f.json", "--holdout", bad])
         assert exit_info.value.code == 2
         assert "expected a fraction between 0 and 1" in capsys.readouterr().err
+
+
+@settings(max_examples=20)
+@given(seed=st.integers(0, 10_000))
+def test_engine_simulation_at_one_sequence_matches_the_serial_schedule(seed):
+    """pipeline.engine with max_num_seqs 1 and 512-token chunks schedules the synthetic
+    workloads (each prompt sharing only a prefix of the previous one, every length a multiple
+    of the block size: llama.cpp reuses tokens, vLLM whole blocks) exactly
+    as the plain serial engine: same steps, same first-token and finish steps, same times."""
+    from pipeline.fit.schedule import engine_schedule
+    rng = np.random.default_rng(seed)
+    true = np.array([2.0, 0.3, 0.001, 5.0, 0.0])
+    run = synthetic_run(rng, float(rng.uniform(0.05, 5.0)), 12, true, bos=False,
+                        source=serial_schedule, granule=16)
+    serial = serial_schedule(run, SERIAL, true)
+    engine = engine_schedule(run, SERIAL, true)
+    assert np.array_equal(serial.first_token_step, engine.first_token_step)
+    assert np.array_equal(serial.finish_step, engine.finish_step)
+    assert np.allclose(serial.features, engine.features)
+    assert np.allclose(serial.end_ms, engine.end_ms)

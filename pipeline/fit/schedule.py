@@ -6,9 +6,9 @@ sequences, reloaded tokens) and its start and end under the step-time model
 ``step_ms = features @ coefficients`` (at least 0), the step that samples each request's
 first token and the step that finishes it, and the prefix tokens each request found cached.
 
-Source: the engine simulation (``pipeline.engine``, vLLM v1's scheduler and KV cache manager,
-time clock) when it is importable; otherwise ``serial_schedule``, a one-sequence-at-a-time
-engine (llama.cpp: ``max_num_seqs`` 1, the prompt in chunks of ``max_num_batched_tokens``
+Source (``SOURCE``): the engine simulation (``pipeline.engine``: vLLM v1's scheduler and KV
+cache manager on the time clock, ``engine_schedule``). ``serial_schedule`` is a plain
+one-sequence-at-a-time engine that the tests hold it against (llama.cpp: ``max_num_seqs`` 1, the prompt in chunks of ``max_num_batched_tokens``
 after the longest common prefix with the previous request's context, then one decode step
 per further output token).
 """
@@ -18,10 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import polars as pl
 
 from pipeline.fit.inputs import Run
 
-__all__ = ["FEATURES", "EngineModel", "Schedule", "serial_schedule", "simulate_run"]
+__all__ = ["FEATURES", "EngineModel", "Schedule", "engine_schedule", "serial_schedule",
+           "simulate_run"]
 
 FEATURES = ("fixed_ms", "prefill_token_ms", "context_token_ms", "decode_seq_ms",
             "reload_token_ms")
@@ -109,6 +111,53 @@ def serial_schedule(run: Run, engine: EngineModel, coefficients: np.ndarray) -> 
                     np.array(hits), "serial (one sequence at a time)")
 
 
+def _features(record) -> tuple[float, float, float, float, float]:
+    return (1.0, float(record.prefill_tokens), float(record.context_tokens),
+            float(record.decode_seqs), float(record.reload_tokens))
+
+
+def engine_schedule(run: Run, engine: EngineModel, coefficients: np.ndarray) -> Schedule:
+    """The run through ``pipeline.engine`` (vLLM v1's engine loop) on the time clock."""
+    from pipeline.engine.config import SchedulerConfig
+    from pipeline.engine.loop import simulate
+    from pipeline.engine.request import SimRequest
+
+    longest = int(max(p.size for p in run.prompts) + run.max_tokens.max())
+    model_len = max(engine.max_model_len, longest)
+    blocks = engine.num_gpu_blocks or (
+        -(-int(sum(p.size for p in run.prompts) + run.max_tokens.sum()) // engine.block_size) + 2)
+    config = SchedulerConfig(num_gpu_blocks=blocks, max_model_len=model_len,
+                             block_size=engine.block_size, max_num_seqs=engine.max_num_seqs,
+                             max_num_batched_tokens=engine.max_num_batched_tokens,
+                             chunked_prefill=engine.chunked_prefill)
+    requests = [SimRequest(index=i, prompt_token_ids=prompt, max_tokens=int(run.max_tokens[i]),
+                           arrival_s=float(run.arrival_ms[i]) / 1000.0)
+                for i, prompt in enumerate(run.prompts)]
+    beta = np.asarray(coefficients, dtype=np.float64)
+    result = simulate(requests, config, clock="time",
+                      step_ms=lambda record: max(float(np.dot(_features(record), beta)), 0.0))
+    steps, frame = result.steps, result.requests
+    position = {step: i for i, step in enumerate(steps["step"].to_list())}
+    features = steps.select(pl.lit(1.0), "prefill_tokens", "context_tokens", "decode_seqs",
+                            "reload_tokens").to_numpy().astype(np.float64)
+    start = steps["start_ms"].to_numpy()
+
+    def index(column: str) -> np.ndarray:
+        return np.array([position[s] for s in frame[column].to_list()], dtype=np.int64)
+
+    return Schedule(features.reshape(-1, len(FEATURES)), start,
+                    start + steps["duration_ms"].to_numpy(), index("first_scheduled_step"),
+                    index("first_token_step"), index("finish_step"),
+                    frame["gpu_hit_tokens"].to_numpy() + frame["cpu_hit_tokens"].to_numpy(),
+                    f"pipeline.engine (vLLM v1 scheduler: max_num_seqs {engine.max_num_seqs}, "
+                    f"max_num_batched_tokens {engine.max_num_batched_tokens}, block size "
+                    f"{engine.block_size})")
+
+
 def simulate_run(run: Run, engine: EngineModel, coefficients: np.ndarray) -> Schedule:
     """The run's schedule under ``coefficients`` (the source described above)."""
-    return serial_schedule(run, engine, coefficients)
+    return SOURCE(run, engine, coefficients)
+
+
+#: The schedule source: the engine simulation (swap for ``serial_schedule`` to compare).
+SOURCE = engine_schedule
