@@ -180,26 +180,50 @@ def _structure(schedules: list[Schedule]) -> tuple:
     return tuple(parts)
 
 
+def _loss(runs: list[Run], schedules: list[Schedule], masks: list[np.ndarray],
+          use_e2e: bool) -> float:
+    """Sum of squared relative errors of the simulated TTFT (and end times) on ``masks``."""
+    total = 0.0
+    for run, schedule, mask in zip(runs, schedules, masks):
+        pairs = [(schedule.ttft_ms(run.arrival_ms), run.ttft_ms)]
+        if use_e2e:
+            pairs.append((schedule.e2e_ms(run.arrival_ms), run.e2e_ms))
+        for predicted, measured in pairs:
+            keep = mask & (measured > 0)
+            total += float(np.sum(((predicted[keep] - measured[keep]) / measured[keep]) ** 2))
+    return total
+
+
 def fit_runs(runs: list[Run], engine_of: list[EngineModel], masks: list[np.ndarray],
              use_e2e: bool = True, held: list[np.ndarray] | None = None) -> Fit:
     """Fit the coefficients on the requests selected by ``masks`` (one per run).
 
     ``held``: held-out requests; a row whose waiting includes one of their steps is left
-    out too, so that nothing of a held-out request's cost enters the fit.
+    out too, so that nothing of a held-out request's cost enters the fit. Each iteration
+    simulates with the last solution; when the schedule repeats one seen before (a fixed
+    point, or a cycle between schedules) the iteration stops, and the solution whose
+    simulation has the smallest relative error on the fitted requests is kept.
     """
     if sum(int(m.sum()) for m in masks) < 2:
         raise FitError("fewer than 2 measured requests to fit on")
     coef = _initial(runs, masks)
-    previous, converged, unidentified, clamped = None, False, {}, []
-    se = np.full(len(FEATURES), math.nan)
+    seen: list[tuple] = []
+    best: tuple | None = None                  # (loss, coef, se, unidentified, clamped)
+    pending: tuple | None = None
+    converged, cycled = False, 0
     iteration = 0
     for iteration in range(1, MAX_ITERATIONS + 1):
         schedules = [simulate_run(r, e, coef) for r, e in zip(runs, engine_of)]
+        if pending is not None:                # score the last solution on its own schedule
+            loss = _loss(runs, schedules, masks, use_e2e)
+            if best is None or loss < best[0]:
+                best = (loss, *pending)
         structure = _structure(schedules)
-        if structure == previous:
-            converged = True
+        if structure in seen:
+            cycled = len(seen) - seen.index(structure)
+            converged = cycled == 1
             break
-        previous = structure
+        seen.append(structure)
         x, y, w = _system(runs, schedules, masks, use_e2e, held)
         if x.shape[0] < 2:
             raise FitError(f"{x.shape[0]} row(s) left to fit on (held-out requests delay the "
@@ -209,12 +233,20 @@ def fit_runs(runs: list[Run], engine_of: list[EngineModel], masks: list[np.ndarr
         if not active:
             raise FitError("no coefficient is identifiable from these requests")
         coef, se, clamped_columns = _solve(x, y, w, active)
-        clamped = [FEATURES[j] for j in clamped_columns]
+        pending = (coef, se, unidentified, [FEATURES[j] for j in clamped_columns], x.shape[0])
+    else:
+        schedules = [simulate_run(r, e, coef) for r, e in zip(runs, engine_of)]
+        loss = _loss(runs, schedules, masks, use_e2e)
+        if best is None or loss < best[0]:
+            best = (loss, *pending)
+    _, coef, se, unidentified, clamped, rows = best
     notes = [f"{name}: least squares gives it a negative value, so it is held at 0 and the "
              f"others refitted" for name in clamped]
     if not converged:
-        notes.append(f"the schedule still changed after {MAX_ITERATIONS} iterations "
-                     f"(the last fit is kept)")
-    x, _, _ = _system(runs, schedules, masks, use_e2e, held)
+        notes.append(f"the simulated schedule alternates between {cycled} schedules (queueing "
+                     f"depends on the coefficients): the solution with the smallest error is "
+                     f"kept" if cycled else
+                     f"the schedule still changed after {MAX_ITERATIONS} iterations: the "
+                     f"solution with the smallest error is kept")
     return Fit(dict(zip(FEATURES, coef.tolist())), dict(zip(FEATURES, se.tolist())),
-               unidentified, iteration, converged, int(x.shape[0]), clamped, notes)
+               unidentified, iteration, converged, int(rows), clamped, notes)

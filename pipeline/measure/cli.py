@@ -125,6 +125,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     local.add_argument("--threads", type=positive_int, default=1,
                        help="server threads (default %(default)s: on a shared machine, more "
                             "threads than free cores make ggml's workers spin)")
+    local.add_argument("--nice", type=int,
+                       help="replay: the server's niceness (negative = higher priority, needs "
+                            "root; keeps neighbours on a shared machine from setting the pace)")
     local.add_argument("--work-dir", type=Path,
                        help="model file and server logs (default: a new temporary folder)")
 

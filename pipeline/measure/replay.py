@@ -111,7 +111,7 @@ def _served_model(args: argparse.Namespace) -> str | None:
 
 
 def _send(requests: list[Request], args: argparse.Namespace, base_url: str, tags: dict,
-          bias: dict | None = None) -> int:
+          bias: dict | None = None, observer=None) -> int:
     settings = settings_from(args, base_url)
     settings.concurrency = args.concurrency or 1
     settings.tags = tags
@@ -122,7 +122,7 @@ def _send(requests: list[Request], args: argparse.Namespace, base_url: str, tags
         requests = [Request(**{**r.__dict__, "send_at_s": r.send_at_s - first})
                     for r in requests]
     try:
-        return run_requests(requests, settings, args.output,
+        return run_requests(requests, settings, args.output, observer=observer,
                             progress=None if args.quiet else sys.stderr)
     except RequestFailed as exc:
         raise CLIError(f"{exc}; every line is kept in {args.output}, rerun with --resume to "

@@ -61,6 +61,8 @@ class RunSettings:
     include_usage: bool = False
     #: fields added to every line (the sidecar session a line belongs to, for instance)
     tags: dict = field(default_factory=dict)
+    #: send nothing more after a failure (when later requests depend on the cache state)
+    stop_on_failure: bool = False
 
     @property
     def url(self) -> str:
@@ -155,7 +157,6 @@ def _label(request: Request) -> str:
 async def _run(requests: Sequence[Request], settings: RunSettings, out: TextIO,
                observer: Observer | None, progress: TextIO | None,
                open_loop: bool) -> tuple[int, list[str]]:
-    start = time.perf_counter()
     written = 0
     failures: list[str] = []
     refused = False
@@ -174,7 +175,7 @@ async def _run(requests: Sequence[Request], settings: RunSettings, out: TextIO,
         except RequestFailed as exc:
             line = failure_record(request, exc, sent)
             failures.append(f"{_label(request)}: {exc}")
-            refused = refused or exc.kind == "refused"
+            refused = refused or exc.kind == "refused" or settings.stop_on_failure
             print(f"measure: failed: {_label(request)}: {exc}", file=sys.stderr, flush=True)
         else:
             line = record(request, result,
@@ -190,6 +191,7 @@ async def _run(requests: Sequence[Request], settings: RunSettings, out: TextIO,
 
     limits = httpx.Limits(max_connections=None if open_loop else settings.concurrency)
     async with httpx.AsyncClient(limits=limits, trust_env=False) as client:
+        start = time.perf_counter()        # the run's clock: send_s, end_s, send_at_s
         if open_loop:                      # send at the planned times, whatever is in flight
             tasks = []
             for request in requests:
@@ -220,7 +222,8 @@ def run_requests(requests: Sequence[Request], settings: RunSettings, output: Pat
     Requests with ``send_at_s`` go out at those times (open loop), others ``concurrency`` at
     a time. ``observer`` needs one request at a time (ValueError otherwise). Every failure
     is a line of its own (and one on stderr) and the run goes on, except that a refused
-    connection stops new requests; at the end RequestFailed says how many failed.
+    connection (or any failure, with ``stop_on_failure``) stops new requests; at the end
+    RequestFailed says how many failed.
     """
     open_loop = any(r.send_at_s is not None for r in requests)
     if observer is not None and (settings.concurrency != 1 or open_loop):

@@ -172,6 +172,7 @@ def _measure_group(args: argparse.Namespace, group: list[Request], done: set[tup
     with LlamaServer(model, log, cache_bytes, n_ctx, args.threads) as server:
         settings = settings_from(args, server.base_url)
         settings.logit_bias = bias
+        settings.stop_on_failure = True      # later requests would meet another cache state
         if progress:
             print(f"measure: {group[0].config} (repeat {group[0].repeat}): llama.cpp server on "
                   f"{server.base_url}, RAM cache {cache_bytes or 'none'} bytes", file=progress)

@@ -6,17 +6,19 @@ requests (a new sidecar session, simulated by ``fit`` from an empty cache). At o
 at a time (closed loop, ``--concurrency 1``) the server's log adds its own account of each
 request (``server_reused_tokens`` and so on, see ``engine.LogObserver``). The sidecar's
 ``engine_model`` is how ``fit`` simulates this engine: one sequence at a time
-(``max_num_seqs`` 1), the prompt in chunks of llama-cpp-python's ``n_batch`` (512).
+(``max_num_seqs`` 1), the prompt in chunks of llama-cpp-python's ``n_batch`` (512) after
+the prefix it shares token by token with the live context (block size 1).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 
 from pipeline.errors import CLIError
-from pipeline.measure.llamacpp.engine import LlamaServer, ensure_installed
+from pipeline.measure.llamacpp.engine import LlamaServer, LogObserver, ensure_installed
 from pipeline.measure.llamacpp.gguf_model import ModelShape, vocabulary, write_model
 from pipeline.measure.llamacpp.local import FORCED_BIAS, N_CTX, server_context
 from pipeline.measure.output import provenance_path
@@ -26,7 +28,8 @@ from pipeline.measure.workload import FORCED_WORD, Request
 
 __all__ = ["local_replay", "kv_bytes_per_token"]
 
-BLOCK = 16
+#: llama.cpp matches prompts token by token: the engine model's block size is 1
+BLOCK = 1
 
 
 def kv_bytes_per_token(shape: ModelShape) -> int:
@@ -54,7 +57,10 @@ def local_replay(args: argparse.Namespace, todo: list[Request], workload: dict,
     vocab = vocabulary()
     bias = {str(vocab.words[FORCED_WORD]): FORCED_BIAS}
     log = work / f"server-{timing.label}.log"
-    with LlamaServer(model, log, None, n_ctx, args.threads) as server:
+    nice = getattr(args, "nice", None)
+    if nice is not None and nice < 0 and os.geteuid() != 0:
+        raise CLIError(f"--nice {nice}: a negative niceness needs root")
+    with LlamaServer(model, log, None, n_ctx, args.threads, nice=nice) as server:
         document = write_sidecar(args.output, {
             "what": "a replay measured on llama.cpp (llama-cpp-python's server, one request at "
                     "a time) with the project's tiny random-weight model on this machine",
@@ -66,18 +72,22 @@ def local_replay(args: argparse.Namespace, todo: list[Request], workload: dict,
             "kv_bytes_per_token": kv_bytes_per_token(shape),
             "hardware": {"described": "this machine's CPU (llama.cpp CPU build, "
                                       f"{args.threads} thread(s))", **machine()},
-            "options": {**options, "threads": args.threads, "n_ctx": n_ctx,
+            "options": {**options, "threads": args.threads, "n_ctx": n_ctx, "nice": nice,
                         "logit_bias": f"+{FORCED_BIAS:g} on {FORCED_WORD!r}"},
             "workload": workload, "timing": timing.describe(),
             "engine_model": {"max_num_seqs": 1, "max_num_batched_tokens": 512,
                              "block_size": BLOCK, "num_gpu_blocks": n_ctx // BLOCK + 1,
-                             "max_model_len": n_ctx, "chunked_prefill": True}},
+                             "max_model_len": n_ctx, "chunked_prefill": True,
+                             "note": "llama.cpp reuses the longest common token prefix with "
+                                     "the live context: a prefix cache of 1-token blocks"}},
             args.resume)
         session = len(document["sessions"]) - 1
         if not args.quiet:
             print(f"measure: llama.cpp server on {server.base_url} (session {session}), "
                   f"{len(todo)} request(s), timing {timing.label}", file=sys.stderr)
-        written = send(todo, args, server.base_url, {"session": session}, bias)
+        one_at_a_time = not timing.open_loop and timing.concurrency == 1
+        written = send(todo, args, server.base_url, {"session": session}, bias,
+                       LogObserver(log) if one_at_a_time else None)
     print(f"measure: wrote {written} line(s) to {args.output} (sidecar "
           f"{provenance_path(args.output)})", file=sys.stderr)
     return 0
