@@ -204,3 +204,48 @@ def test_engine_simulation_at_one_sequence_matches_the_serial_schedule(seed):
     assert np.array_equal(serial.finish_step, engine.finish_step)
     assert np.allclose(serial.features, engine.features)
     assert np.allclose(serial.end_ms, engine.end_ms)
+
+
+@settings(max_examples=40)
+@given(cached=st.integers(0, 6000), miss=st.integers(0, 6000), cpu_share=st.floats(0, 1),
+       fixed=coefficient, prefill=st.floats(0, 2), context=st.floats(0, 0.01),
+       reload=st.floats(0, 0.1))
+def test_plan_step_time_ttft_equals_one_request_on_the_serial_engine(
+        cached, miss, cpu_share, fixed, prefill, context, reload):
+    """plan's closed form prices a lone request exactly as the simulated engine runs it
+    (reload aside, which the serial engine has no CPU tier for)."""
+    import polars as pl
+    from pipeline.fit.plan_ttft import StepTimeTTFT
+    if cached + miss == 0:
+        return
+    coefficients = dict(zip(FEATURES, (fixed, prefill, context, 0.0, 0.0)))
+    model = StepTimeTTFT(coefficients, 512, "f.json", "m", None, (1, 10_000))
+    prompt = np.arange(1, cached + miss + 1, dtype=np.int64)
+    previous = np.concatenate([prompt[:cached], -np.arange(1, 4, dtype=np.int64)])
+    run = Run("f", "x", {}, [1, 2], np.array([0.0, 1e6]), np.zeros(2), np.zeros(2),
+              np.array([previous.size, prompt.size]), np.array([1, 1]), [previous, prompt],
+              np.full(2, -1))
+    schedule = serial_schedule(run, SERIAL, np.array([*coefficients.values()]))
+    expected = schedule.ttft_ms(run.arrival_ms)[1]
+    cpu = int(cached * cpu_share)
+    frame = pl.DataFrame({"gpu_tokens": [cached - cpu], "cpu_tokens": [cpu],
+                          "miss_tokens": [miss]})
+    got = frame.select(model.expression()).item()
+    assert got == pytest.approx(expected, rel=1e-9, abs=1e-9)
+    with_reload = StepTimeTTFT({**coefficients, "reload_token_ms": reload}, 512, "f", "m",
+                               None, (1, 10_000))
+    extra = frame.select(with_reload.expression()).item() - got
+    assert extra == pytest.approx(reload * min(cpu, cached + miss - max(miss, 1)), abs=1e-6)
+
+
+def test_fitted_problem_names_model_kv_size_and_range():
+    import polars as pl
+    from pipeline.fit.plan_ttft import StepTimeTTFT, fitted_problem
+    model = StepTimeTTFT(dict.fromkeys(FEATURES, 0.0), 512, "f.json", "tiny", 2048, (500, 8000))
+    lengths = pl.Series([600, 7000])
+    assert fitted_problem(model, None, None, lengths) is None
+    assert "fitted on tiny, not llama" in fitted_problem(model, "llama", None, lengths)
+    assert "2,048 KV bytes per token, this plan sizes 4,096" in fitted_problem(
+        model, None, 4096, lengths)
+    assert "1 of 3 prompts lie outside the 500..8000" in fitted_problem(
+        model, None, 2048, pl.Series([600, 9000, 700]))
