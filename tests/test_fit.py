@@ -52,17 +52,17 @@ coefficient = st.floats(0.0, 10.0)
 
 @settings(max_examples=20)
 @given(fixed=coefficient, prefill=st.floats(0.01, 2.0), context=st.floats(0.0, 0.01),
-       decode=coefficient, seed=st.integers(0, 10_000))
+       decode=coefficient, pairs=st.floats(0.0, 1e-4), seed=st.integers(0, 10_000))
 def test_fit_recovers_known_coefficients_from_noise_free_schedules(fixed, prefill, context,
-                                                                   decode, seed):
-    true = np.array([fixed, prefill, context, decode, 0.0])
+                                                                   decode, pairs, seed):
+    true = np.array([fixed, prefill, context, decode, 0.0, pairs])
     rng = np.random.default_rng(seed)
     runs = [synthetic_run(rng, rate, 25, true) for rate in (0.05, 0.5, 5.0)]
     fit = fit_runs(runs, [SERIAL] * 3, [np.ones(r.n, dtype=bool) for r in runs])
     assert fit.converged
     assert fit.unidentified.keys() == {"reload_token_ms"}
     got = fit.vector()
-    scale = np.array([1.0, 0.01, 1e-4, 1.0, 1.0])       # absolute tolerance per coefficient
+    scale = np.array([1.0, 0.01, 1e-4, 1.0, 1.0, 1e-6])  # absolute tolerance per coefficient
     assert np.all(np.abs(got - true) <= 1e-6 * np.maximum(true, 1.0) + 1e-6 * scale), (got, true)
     # the fitted model reproduces every request's TTFT, queueing included
     for run in runs:
@@ -75,7 +75,7 @@ def test_fit_recovers_known_coefficients_from_noise_free_schedules(fixed, prefil
 def test_design_rows_sum_to_simulated_times(seed):
     """On a fixed schedule a request's TTFT is offset + row @ coefficients, exactly."""
     rng = np.random.default_rng(seed)
-    true = np.array([2.0, 0.3, 0.001, 5.0, 0.0])
+    true = np.array([2.0, 0.3, 0.001, 5.0, 0.0, 2e-5])
     run = synthetic_run(rng, float(rng.uniform(0.05, 5.0)), 15, true)
     schedule = serial_schedule(run, SERIAL, true)
     rows, offset, _ = design_rows(schedule, run.arrival_ms, schedule.first_token_step)
@@ -84,7 +84,7 @@ def test_design_rows_sum_to_simulated_times(seed):
 
 
 def test_noisy_fit_is_close_and_has_standard_errors():
-    true = np.array([3.0, 0.5, 0.002, 4.0, 0.0])
+    true = np.array([3.0, 0.5, 0.002, 4.0, 0.0, 3e-5])
     rng = np.random.default_rng(7)
     runs = [synthetic_run(rng, rate, 40, true, noise=0.03) for rate in (0.1, 0.3, 1.0)]
     fit = fit_runs(runs, [SERIAL] * 3, [np.ones(r.n, dtype=bool) for r in runs])
@@ -94,13 +94,13 @@ def test_noisy_fit_is_close_and_has_standard_errors():
 
 
 def test_identifiability_names_zero_and_tied_columns():
-    x = np.array([[1.0, 2.0, 0.0, 3.0, 0.0], [1.0, 5.0, 0.0, 3.0, 0.0],
-                  [1.0, 7.0, 0.0, 3.0, 0.0]])
+    x = np.array([[1.0, 2.0, 0.0, 3.0, 0.0, 1.0], [1.0, 5.0, 0.0, 3.0, 0.0, 4.0],
+                  [1.0, 7.0, 0.0, 3.0, 0.0, 2.0]])
     reasons = identifiability(x)
     assert "no step reloaded tokens" in reasons["reload_token_ms"]
     assert "context_token_ms" in reasons
     assert "moves together with decode_seq_ms" in reasons["fixed_ms"]
-    assert "prefill_token_ms" not in reasons
+    assert "prefill_token_ms" not in reasons and "attention_pair_ms" not in reasons
 
 
 # --- the command ---------------------------------------------------------------------------
@@ -127,7 +127,7 @@ def write_measurement(path, run: Run, engine_model: dict | None = None) -> None:
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
     folder = tmp_path_factory.mktemp("fit")
-    true = np.array([3.0, 0.5, 0.002, 4.0, 0.0])
+    true = np.array([3.0, 0.5, 0.002, 4.0, 0.0, 3e-5])
     rng = np.random.default_rng(3)
     paths = []
     for rate in (0.1, 0.4, 2.0):
@@ -195,7 +195,7 @@ def test_engine_simulation_at_one_sequence_matches_the_serial_schedule(seed):
     as the plain serial engine: same steps, same first-token and finish steps, same times."""
     from pipeline.fit.schedule import engine_schedule
     rng = np.random.default_rng(seed)
-    true = np.array([2.0, 0.3, 0.001, 5.0, 0.0])
+    true = np.array([2.0, 0.3, 0.001, 5.0, 0.0, 2e-5])
     run = synthetic_run(rng, float(rng.uniform(0.05, 5.0)), 12, true, bos=False,
                         source=serial_schedule, granule=16)
     serial = serial_schedule(run, SERIAL, true)
@@ -209,16 +209,16 @@ def test_engine_simulation_at_one_sequence_matches_the_serial_schedule(seed):
 @settings(max_examples=40)
 @given(cached=st.integers(0, 6000), miss=st.integers(0, 6000), cpu_share=st.floats(0, 1),
        fixed=coefficient, prefill=st.floats(0, 2), context=st.floats(0, 0.01),
-       reload=st.floats(0, 0.1))
+       reload=st.floats(0, 0.1), pairs=st.floats(0, 1e-4))
 def test_plan_step_time_ttft_equals_one_request_on_the_serial_engine(
-        cached, miss, cpu_share, fixed, prefill, context, reload):
+        cached, miss, cpu_share, fixed, prefill, context, reload, pairs):
     """plan's closed form prices a lone request exactly as the simulated engine runs it
     (reload aside, which the serial engine has no CPU tier for)."""
     import polars as pl
     from pipeline.fit.plan_ttft import StepTimeTTFT
     if cached + miss == 0:
         return
-    coefficients = dict(zip(FEATURES, (fixed, prefill, context, 0.0, 0.0)))
+    coefficients = dict(zip(FEATURES, (fixed, prefill, context, 0.0, 0.0, pairs)))
     model = StepTimeTTFT(coefficients, 512, "f.json", "m", None, (1, 10_000))
     prompt = np.arange(1, cached + miss + 1, dtype=np.int64)
     previous = np.concatenate([prompt[:cached], -np.arange(1, 4, dtype=np.int64)])

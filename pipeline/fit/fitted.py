@@ -3,7 +3,7 @@
 ``fitted_document`` builds it from a fit: ``kind``, ``version``, ``engine``,
 ``served_model``, ``kv_bytes_per_token``, ``coefficients`` and ``stderr`` (milliseconds per
 step, per prefilled token, per attended context token, per decode sequence, per reloaded
-token), ``unidentified`` (names) with ``unidentified_why``, ``prompt_tokens_range`` (the
+token, and ``attention_pair_ms`` per query-key pair: see ENGINE-SPEC's Changes), ``unidentified`` (names) with ``unidentified_why``, ``prompt_tokens_range`` (the
 fitted requests' prompt lengths: the range the figures are backed on), ``source`` (files),
 ``holdout``, plus ``engine_model`` (the scheduler settings simulated), ``provenance`` and the
 fit's residuals. ``check_fitted`` validates a document as a reader would.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from pipeline.fit.schedule import FEATURES
+from pipeline.fit.schedule import FEATURES, SPEC_FEATURES
 from pipeline.fit.solve import Fit
 
 __all__ = ["KIND", "VERSION", "check_fitted", "fitted_document"]
@@ -57,8 +57,10 @@ def check_fitted(document: object, where: str) -> dict:
     if document.get("version") != VERSION:
         raise ValueError(f"{where}: version {document.get('version')!r}, expected {VERSION}")
     coefficients = document.get("coefficients")
-    if not isinstance(coefficients, dict) or set(coefficients) != set(FEATURES):
-        raise ValueError(f"{where}: coefficients must have exactly {', '.join(FEATURES)}")
+    if (not isinstance(coefficients, dict) or not set(SPEC_FEATURES) <= set(coefficients)
+            or not set(coefficients) <= set(FEATURES)):
+        raise ValueError(f"{where}: coefficients must have {', '.join(SPEC_FEATURES)} "
+                         f"(and optionally attention_pair_ms)")
     for name, value in coefficients.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
             raise ValueError(f"{where}: coefficients.{name} must be a number >= 0")

@@ -8,8 +8,10 @@ model's ``max_num_batched_tokens``). With ``k = ceil(m / chunk)`` chunks after `
 tokens, the chunks attend ``k h + chunk k (k - 1) / 2 + m`` context tokens in all, so
 
     TTFT = k fixed + m prefill + (k h + chunk k (k-1)/2 + m) context + cpu reload
+           + (m h + m (m + 1) / 2) attention_pair
 
-(the fitted coefficients in ms; ``expression`` is this as a polars expression on plan's
+(the query-key pairs of the new tokens do not depend on the chunking)
+with the fitted coefficients in ms (``expression`` is this as a polars expression on plan's
 token columns). ``fitted_problem`` says why a fitted file cannot back a workload's TTFT: a
 different served model, a different KV size per token, or prompts outside the fitted
 ``prompt_tokens_range``.
@@ -51,9 +53,10 @@ class StepTimeTTFT:
         h = context - m
         k = (m / self.chunk).ceil()
         attended = k * h + self.chunk * k * (k - 1) / 2 + m
+        pairs = m * h + m * (m + 1) / 2          # every new token attends to all before it
         reloaded = pl.min_horizontal(cpu, h)
         return (k * c["fixed_ms"] + m * c["prefill_token_ms"] + attended * c["context_token_ms"]
-                + reloaded * c["reload_token_ms"])
+                + reloaded * c["reload_token_ms"] + pairs * c.get("attention_pair_ms", 0.0))
 
     def unpriced_tiers(self) -> list[str]:
         return []

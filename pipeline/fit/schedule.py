@@ -2,7 +2,8 @@
 
 ``simulate_run(run, engine, coefficients)`` is the one place the schedule comes from: every
 step's cost features (``FEATURES``: 1, prefilled tokens, attended context tokens, decode
-sequences, reloaded tokens) and its start and end under the step-time model
+sequences, reloaded tokens, and attention pairs: query-key pairs under the causal mask,
+``new x before + new (new + 1) / 2`` per scheduled request, what prefill attention costs) and its start and end under the step-time model
 ``step_ms = features @ coefficients`` (at least 0), the step that samples each request's
 first token and the step that finishes it, and the prefix tokens each request found cached.
 
@@ -26,7 +27,14 @@ __all__ = ["FEATURES", "EngineModel", "Schedule", "engine_schedule", "serial_sch
            "simulate_run"]
 
 FEATURES = ("fixed_ms", "prefill_token_ms", "context_token_ms", "decode_seq_ms",
-            "reload_token_ms")
+            "reload_token_ms", "attention_pair_ms")
+#: the engine contract's five; ``attention_pair_ms`` is the sixth (ENGINE-SPEC, Changes)
+SPEC_FEATURES = FEATURES[:5]
+
+
+def attention_pairs(new: int, before: int) -> int:
+    """Query-key pairs of ``new`` tokens after ``before`` under the causal mask."""
+    return new * before + new * (new + 1) // 2
 
 
 @dataclass(frozen=True)
@@ -87,13 +95,13 @@ def serial_schedule(run: Run, engine: EngineModel, coefficients: np.ndarray) -> 
         done = reused
         while done < length:
             new = min(chunk, length - done)
-            steps.append((1.0, new, done + new, 0.0, 0.0))
+            steps.append((1.0, new, done + new, 0.0, 0.0, attention_pairs(new, done)))
             done += new
         first_index = len(rows) + len(steps) - 1
         context = length
         for _ in range(int(run.max_tokens[index]) - 1):
             context += 1
-            steps.append((1.0, 0.0, context, 1.0, 0.0))
+            steps.append((1.0, 0.0, context, 1.0, 0.0, context))
         for row in steps:
             duration = max(float(np.dot(row, coefficients)), 0.0)
             rows.append(row)
@@ -111,9 +119,10 @@ def serial_schedule(run: Run, engine: EngineModel, coefficients: np.ndarray) -> 
                     np.array(hits), "serial (one sequence at a time)")
 
 
-def _features(record) -> tuple[float, float, float, float, float]:
+def _features(record) -> tuple[float, ...]:
+    pairs = sum(attention_pairs(new, before) for _, new, before in record.scheduled)
     return (1.0, float(record.prefill_tokens), float(record.context_tokens),
-            float(record.decode_seqs), float(record.reload_tokens))
+            float(record.decode_seqs), float(record.reload_tokens), float(pairs))
 
 
 def engine_schedule(run: Run, engine: EngineModel, coefficients: np.ndarray) -> Schedule:
@@ -134,12 +143,17 @@ def engine_schedule(run: Run, engine: EngineModel, coefficients: np.ndarray) -> 
                            arrival_s=float(run.arrival_ms[i]) / 1000.0)
                 for i, prompt in enumerate(run.prompts)]
     beta = np.asarray(coefficients, dtype=np.float64)
-    result = simulate(requests, config, clock="time",
-                      step_ms=lambda record: max(float(np.dot(_features(record), beta)), 0.0))
+    rows: dict[int, tuple[float, ...]] = {}
+
+    def step_ms(record) -> float:
+        rows[record.step] = _features(record)
+        return max(float(np.dot(rows[record.step], beta)), 0.0)
+
+    result = simulate(requests, config, clock="time", step_ms=step_ms)
     steps, frame = result.steps, result.requests
-    position = {step: i for i, step in enumerate(steps["step"].to_list())}
-    features = steps.select(pl.lit(1.0), "prefill_tokens", "context_tokens", "decode_seqs",
-                            "reload_tokens").to_numpy().astype(np.float64)
+    order = steps["step"].to_list()
+    position = {step: i for i, step in enumerate(order)}
+    features = np.array([rows[step] for step in order], dtype=np.float64)
     start = steps["start_ms"].to_numpy()
 
     def index(column: str) -> np.ndarray:

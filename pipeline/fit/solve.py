@@ -110,6 +110,7 @@ def identifiability(x: np.ndarray) -> dict[str, str]:
                 "reload_token_ms": "no step reloaded tokens from a CPU tier",
                 "decode_seq_ms": "no step decoded (every request generated one token)",
                 "prefill_token_ms": "no step prefilled tokens",
+                "attention_pair_ms": "no step attended anything",
             }.get(name, "its feature is zero in every step")
     scaled = x / np.where(norms > 0, norms, 1.0)
     _, singular, vt = np.linalg.svd(scaled, full_matrices=True)
