@@ -42,8 +42,8 @@ def synthetic_run(rng: np.random.Generator, rate_per_s: float, n: int, true: np.
               np.zeros(n), np.array([p.size for p in prompts]),
               rng.integers(2, 12, n), prompts, np.full(n, -1))
     schedule = source(run, SERIAL, true)
-    run.ttft_ms = schedule.ttft_ms(arrival) * rng.lognormal(0.0, noise, n)
-    run.e2e_ms = np.maximum(schedule.e2e_ms(arrival) * rng.lognormal(0.0, noise, n), run.ttft_ms)
+    run.ttft_ms = schedule.ttft_ms() * rng.lognormal(0.0, noise, n)
+    run.e2e_ms = np.maximum(schedule.e2e_ms() * rng.lognormal(0.0, noise, n), run.ttft_ms)
     return run
 
 
@@ -66,7 +66,7 @@ def test_fit_recovers_known_coefficients_from_noise_free_schedules(fixed, prefil
     assert np.all(np.abs(got - true) <= 1e-6 * np.maximum(true, 1.0) + 1e-6 * scale), (got, true)
     # the fitted model reproduces every request's TTFT, queueing included
     for run in runs:
-        predicted = simulate_run(run, SERIAL, got).ttft_ms(run.arrival_ms)
+        predicted = simulate_run(run, SERIAL, got).ttft_ms()
         assert np.allclose(predicted, run.ttft_ms, rtol=1e-6, atol=1e-6)
 
 
@@ -78,8 +78,8 @@ def test_design_rows_sum_to_simulated_times(seed):
     true = np.array([2.0, 0.3, 0.001, 5.0, 0.0, 2e-5])
     run = synthetic_run(rng, float(rng.uniform(0.05, 5.0)), 15, true)
     schedule = serial_schedule(run, SERIAL, true)
-    rows, offset, _ = design_rows(schedule, run.arrival_ms, schedule.first_token_step)
-    assert np.allclose(offset + rows @ true, schedule.ttft_ms(run.arrival_ms))
+    rows, offset, _ = design_rows(schedule, schedule.first_token_step)
+    assert np.allclose(offset + rows @ true, schedule.ttft_ms())
     assert np.all(offset <= 1e-9)                    # a busy period starts at or before arrival
 
 
@@ -226,7 +226,7 @@ def test_plan_step_time_ttft_equals_one_request_on_the_serial_engine(
               np.array([previous.size, prompt.size]), np.array([1, 1]), [previous, prompt],
               np.full(2, -1))
     schedule = serial_schedule(run, SERIAL, np.array([*coefficients.values()]))
-    expected = schedule.ttft_ms(run.arrival_ms)[1]
+    expected = schedule.ttft_ms()[1]
     cpu = int(cached * cpu_share)
     frame = pl.DataFrame({"gpu_tokens": [cached - cpu], "cpu_tokens": [cpu],
                           "miss_tokens": [miss]})

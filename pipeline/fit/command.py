@@ -94,40 +94,56 @@ def _print_fit(fit, frame: pl.DataFrame, table: pl.DataFrame, holdout: dict | No
         value, se = fit.coefficients[name], fit.stderr[name]
         shown = "not identified" if name in fit.unidentified else f"{value:.6g}"
         print(f"  {name:<20} {shown:>12} {'' if not np.isfinite(se) else f'± {se:.3g}'}")
-    if fit.unidentified:
+    if fit.unidentified or fit.clamped:
         print("what the data cannot identify:")
         for name, why in fit.unidentified.items():
             print(f"  {name}: {why}")
+        for name in fit.clamped:
+            print(f"  {name}: its least-squares value is negative (the data cannot tell it "
+                  f"from 0 against the other costs): held at 0")
     else:
         print("every coefficient is identified by these requests")
     for note in fit.notes:
-        print(f"note: {note}")
+        if not note.endswith("others refitted"):
+            print(f"note: {note}")
     with pl.Config(tbl_rows=-1, tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True,
                    float_precision=1, tbl_width_chars=120):
         print("TTFT residuals (predicted vs measured) per prompt-length band and load:")
         print(table)
     if holdout is not None:
+        which = holdout.get("held_out")
+        shown = ("" if not which else ": " + ", ".join(
+            str(w) if holdout["by"] == "length" else w[1] for w in which) +
+            (" tokens" if holdout["by"] == "length" else ""))
         print(f"held-out TTFT error: p50 {holdout['p50_pct']:.1f} %, "
               f"p90 {holdout['p90_pct']:.1f} % ({holdout['requests']} requests held out "
-              f"by {holdout['by']})")
+              f"by {holdout['by']}{shown})")
 
 
-def _chart(frame: pl.DataFrame) -> bytes:
+def chart(frame: pl.DataFrame, fmt: str = "html") -> bytes:
+    """Measured against predicted TTFT per request (``predictions``' frame), html or png."""
     import altair as alt
     data = frame.select("measured_ttft_ms", "predicted_ttft_ms", "prompt_tokens", "load",
                         pl.when(pl.col("held_out")).then(pl.lit("held out"))
                         .otherwise(pl.lit("fitted")).alias("set"))
-    top = float(max(data["measured_ttft_ms"].max(), data["predicted_ttft_ms"].max()))
+    both = pl.concat([data["measured_ttft_ms"], data["predicted_ttft_ms"]])
+    low, top = float(max(both.min(), 1e-3)), float(both.max())
+    scale = alt.Scale(type="log")
     points = alt.Chart(data).mark_point().encode(
-        x=alt.X("measured_ttft_ms:Q", title="measured TTFT (ms)"),
-        y=alt.Y("predicted_ttft_ms:Q", title="predicted TTFT (ms)"),
+        x=alt.X("measured_ttft_ms:Q", title="measured TTFT (ms)", scale=scale),
+        y=alt.Y("predicted_ttft_ms:Q", title="predicted TTFT (ms)", scale=scale),
         color="load:N", shape="set:N", tooltip=["prompt_tokens", "load", "set"])
-    line = alt.Chart(pl.DataFrame({"x": [0.0, top], "y": [0.0, top]})).mark_line(
-        color="gray").encode(x="x:Q", y="y:Q")
+    line = alt.Chart(pl.DataFrame({"x": [low, top], "y": [low, top]})).mark_line(
+        color="gray").encode(x=alt.X("x:Q", scale=scale), y=alt.Y("y:Q", scale=scale))
     import io
+    figure = (line + points).properties(title="measured vs predicted TTFT per request",
+                                        width=420, height=420)
+    if fmt == "png":
+        data = io.BytesIO()
+        figure.save(data, format="png")
+        return data.getvalue()
     buffer = io.StringIO()
-    (line + points).properties(title="measured vs predicted TTFT per request").save(
-        buffer, format="html", inline=True)
+    figure.save(buffer, format="html", inline=True)
     return buffer.getvalue().encode("utf-8")
 
 
@@ -149,8 +165,12 @@ def main(args: argparse.Namespace) -> int:
     table = residuals(frame)
     holdout = None
     if args.holdout:
+        out = frame.filter(pl.col("held_out"))
+        which = {"length": out["prompt_tokens"].unique().sort().to_list(),
+                 "load": sorted(set(zip(out["file"].to_list(), out["load"].to_list())))
+                 }.get(args.holdout_by)
         holdout = {"fraction": args.holdout, "by": args.holdout_by, "seed": args.seed,
-                   **error_summary(frame.filter(pl.col("held_out")))}
+                   **error_summary(out), **({"held_out": which} if which else {})}
     engine_names = {str(r.sidecar.get("engine", {}).get("name")) for r in runs}
     models = {str(r.sidecar.get("served_model")) for r in runs}
     fitted_rows = frame.filter(~pl.col("held_out"))
@@ -170,7 +190,7 @@ def main(args: argparse.Namespace) -> int:
     if args.report:
         outputs.add(args.report / "requests.csv", frame.write_csv().encode(), "--report")
         outputs.add(args.report / "residuals.csv", table.write_csv().encode(), "--report")
-        outputs.add(args.report / "measured_vs_predicted.html", _chart(frame), "--report")
+        outputs.add(args.report / "measured_vs_predicted.html", chart(frame), "--report")
     _print_fit(fit, frame, table, holdout)
     outputs.commit()
     print(f"fit: wrote {args.output}" + (f" and {args.report}/" if args.report else ""),

@@ -58,8 +58,8 @@ def predictions(runs: list[Run], engines: list[EngineModel], coefficients: np.nd
             "arrival_ms": run.arrival_ms, "prompt_tokens": run.prompt_tokens,
             "sim_cached_tokens": schedule.hit_tokens.astype(np.int64),
             "server_cached_tokens": run.cached_tokens,
-            "measured_ttft_ms": run.ttft_ms, "predicted_ttft_ms": schedule.ttft_ms(run.arrival_ms),
-            "measured_e2e_ms": run.e2e_ms, "predicted_e2e_ms": schedule.e2e_ms(run.arrival_ms),
+            "measured_ttft_ms": run.ttft_ms, "predicted_ttft_ms": schedule.ttft_ms(),
+            "measured_e2e_ms": run.e2e_ms, "predicted_e2e_ms": schedule.e2e_ms(),
             "held_out": out}, strict=False))
     frame = pl.concat(frames, how="vertical_relaxed")
     return frame.with_columns(

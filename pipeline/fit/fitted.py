@@ -3,7 +3,8 @@
 ``fitted_document`` builds it from a fit: ``kind``, ``version``, ``engine``,
 ``served_model``, ``kv_bytes_per_token``, ``coefficients`` and ``stderr`` (milliseconds per
 step, per prefilled token, per attended context token, per decode sequence, per reloaded
-token, and ``attention_pair_ms`` per query-key pair: see ENGINE-SPEC's Changes), ``unidentified`` (names) with ``unidentified_why``, ``prompt_tokens_range`` (the
+token, and ``attention_pair_ms`` per query-key pair: see ENGINE-SPEC's Changes), ``unidentified`` (names) with ``unidentified_why``, ``held_at_zero`` (coefficients whose
+least-squares value came out negative), ``prompt_tokens_range`` (the
 fitted requests' prompt lengths: the range the figures are backed on), ``source`` (files),
 ``holdout``, plus ``engine_model`` (the scheduler settings simulated), ``provenance`` and the
 fit's residuals. ``check_fitted`` validates a document as a reader would.
@@ -38,6 +39,7 @@ def fitted_document(fit: Fit, *, engine: str, served_model: str | None,
         "unidentified": [name for name in FEATURES if name in fit.unidentified],
         "unidentified_why": {name: fit.unidentified[name] for name in FEATURES
                              if name in fit.unidentified},
+        "held_at_zero": list(fit.clamped),
         "prompt_tokens_range": [int(prompt_range[0]), int(prompt_range[1])],
         "source": sources, "holdout": holdout, "engine_model": engine_model,
         "provenance": (f"fitted: weighted least squares (relative errors) of {requests} "

@@ -1,7 +1,9 @@
 """Measured replay files (``measure --trace``) as runs of requests for ``fit``.
 
 A run is the requests of one file measured in one session of one (config, repeat, pass):
-one server state and one clock, simulated together from an empty cache. Each request keeps
+one server state and one clock, simulated together from an empty cache. Open-loop runs arrive
+at their measured send times; a closed loop (the sidecar's timing ``concurrency``) is
+simulated as one: a request arrives when the one ``concurrency`` places ahead finishes. Each request keeps
 its arrival (``send_s``, milliseconds from the run's first send), measured TTFT and end time,
 prompt tokens as the engine counts them (the server's ``prompt_tokens`` when reported, else
 the trace's plus a beginning-of-sequence token for text prompts), tokens to generate, its
@@ -44,6 +46,8 @@ class Run:
     cached_tokens: np.ndarray        # server-reported (-1: not reported)
     failures: int = 0
     sidecar: dict = field(default_factory=dict)
+    #: a closed loop's requests in flight (None: open loop at the measured send times)
+    concurrency: int | None = None
 
     @property
     def n(self) -> int:
@@ -142,7 +146,7 @@ def load_runs(paths: list[Path]) -> list[Run]:
                 max_tokens=np.array([r["max_tokens"] for _, r in rows], dtype=np.int64),
                 prompts=prompts,
                 cached_tokens=np.array([_cached(r) for _, r in rows], dtype=np.int64),
-                failures=failures, sidecar=sidecar))
+                failures=failures, sidecar=sidecar, concurrency=_closed(sidecar)))
     return runs
 
 
@@ -152,3 +156,11 @@ def _cached(record: dict) -> int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     return -1
+
+
+def _closed(sidecar: dict) -> int | None:
+    timing = sidecar.get("timing") or {}
+    if timing.get("kind") == "concurrency":
+        value = timing.get("concurrency")
+        return value if isinstance(value, int) and value >= 1 else 1
+    return None

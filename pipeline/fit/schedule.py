@@ -66,12 +66,16 @@ class Schedule:
     finish_step: np.ndarray
     hit_tokens: np.ndarray
     source: str
+    #: when each request arrived: the measured send times (open loop) or, closed loop, the
+    #: end of the step that freed its slot in the simulation
+    arrival_ms: np.ndarray
+    closed_loop: bool = False
 
-    def ttft_ms(self, arrival_ms: np.ndarray) -> np.ndarray:
-        return self.end_ms[self.first_token_step] - arrival_ms
+    def ttft_ms(self) -> np.ndarray:
+        return self.end_ms[self.first_token_step] - self.arrival_ms
 
-    def e2e_ms(self, arrival_ms: np.ndarray) -> np.ndarray:
-        return self.end_ms[self.finish_step] - arrival_ms
+    def e2e_ms(self) -> np.ndarray:
+        return self.end_ms[self.finish_step] - self.arrival_ms
 
 
 def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
@@ -84,13 +88,19 @@ def serial_schedule(run: Run, engine: EngineModel, coefficients: np.ndarray) -> 
     """One request at a time in arrival order (see the module docstring)."""
     chunk = engine.max_num_batched_tokens
     rows, starts, ends = [], [], []
-    begin, first, finish, hits = [], [], [], []
+    begin, first, finish, hits, arrivals = [], [], [], [], []
     clock, live = 0.0, np.zeros(0, dtype=np.int64)
+    closed = run.concurrency
     for index, prompt in enumerate(run.prompts):
         length = prompt.size
         reused = _common_prefix(live, prompt)
         reused = min(reused, length - 1)               # one token is evaluated for the logits
-        clock = max(clock, float(run.arrival_ms[index]))
+        if closed:                 # arrives when the request `closed` places ahead finishes
+            arrival = ends[finish[index - closed]] if index >= closed else 0.0
+        else:
+            arrival = float(run.arrival_ms[index])
+        arrivals.append(arrival)
+        clock = max(clock, arrival)
         steps = []
         done = reused
         while done < length:
@@ -116,7 +126,8 @@ def serial_schedule(run: Run, engine: EngineModel, coefficients: np.ndarray) -> 
     return Schedule(np.array(rows, dtype=np.float64).reshape(-1, len(FEATURES)),
                     np.array(starts), np.array(ends), np.array(begin), np.array(first),
                     np.array(finish),
-                    np.array(hits), "serial (one sequence at a time)")
+                    np.array(hits), "serial (one sequence at a time)", np.array(arrivals),
+                    bool(closed))
 
 
 def _features(record) -> tuple[float, ...]:
@@ -149,7 +160,8 @@ def engine_schedule(run: Run, engine: EngineModel, coefficients: np.ndarray) -> 
         rows[record.step] = _features(record)
         return max(float(np.dot(rows[record.step], beta)), 0.0)
 
-    result = simulate(requests, config, clock="time", step_ms=step_ms)
+    result = simulate(requests, config, clock="time", step_ms=step_ms,
+                      concurrency=run.concurrency)
     steps, frame = result.steps, result.requests
     order = steps["step"].to_list()
     position = {step: i for i, step in enumerate(order)}
@@ -165,7 +177,8 @@ def engine_schedule(run: Run, engine: EngineModel, coefficients: np.ndarray) -> 
                     frame["gpu_hit_tokens"].to_numpy() + frame["cpu_hit_tokens"].to_numpy(),
                     f"pipeline.engine (vLLM v1 scheduler: max_num_seqs {engine.max_num_seqs}, "
                     f"max_num_batched_tokens {engine.max_num_batched_tokens}, block size "
-                    f"{engine.block_size})")
+                    f"{engine.block_size})", frame["arrival_ms"].to_numpy(),
+                    bool(run.concurrency))
 
 
 def simulate_run(run: Run, engine: EngineModel, coefficients: np.ndarray) -> Schedule:

@@ -2,7 +2,8 @@
 
 On a fixed schedule, a request's TTFT is linear in the coefficients: the engine's busy
 period that serves it starts at a known time ``b`` (an arrival: an idle engine starts when a
-request comes), and every step from there to the step that samples its first token takes
+request comes; in a closed loop the request itself arrives as a step ends, and its window
+starts there), and every step from there to the step that samples its first token takes
 ``features @ coefficients``, so ``TTFT - (b - arrival) = (sum of those steps' features) @
 coefficients``; the same holds for the end time with the finishing step. ``fit_runs``
 simulates every run with the current coefficients, solves the weighted least squares of
@@ -54,20 +55,26 @@ class Fit:
         return np.array([self.coefficients[name] for name in FEATURES])
 
 
-def design_rows(schedule: Schedule, arrival_ms: np.ndarray, step_of: np.ndarray
+def design_rows(schedule: Schedule, step_of: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(rows, offsets, first steps): for each request, the summed features of the steps
     from its busy period's start to ``step_of``, ``busy start - arrival``, and the busy
-    period's first step (see the module docstring)."""
+    period's first step (see the module docstring). In a closed loop a request arrives as
+    a step ends, so its window starts with the next step and its offset is 0."""
     steps = schedule.features.shape[0]
+    cumulative = np.vstack([np.zeros((1, schedule.features.shape[1])),
+                            np.cumsum(schedule.features, axis=0)])
+    if schedule.closed_loop:
+        begin = np.searchsorted(schedule.end_ms, schedule.arrival_ms + 1e-9, side="right")
+        begin = np.minimum(begin, step_of)
+        return (cumulative[step_of + 1] - cumulative[begin],
+                np.zeros(step_of.size), begin)
     gap = np.ones(steps, dtype=bool)
     gap[1:] = schedule.start_ms[1:] > schedule.end_ms[:-1] + 1e-9
     period_first = np.maximum.accumulate(np.where(gap, np.arange(steps), 0))
-    cumulative = np.vstack([np.zeros((1, schedule.features.shape[1])),
-                            np.cumsum(schedule.features, axis=0)])
     begin = period_first[step_of]
     rows = cumulative[step_of + 1] - cumulative[begin]
-    return rows, schedule.start_ms[begin] - arrival_ms, begin
+    return rows, schedule.start_ms[begin] - schedule.arrival_ms, begin
 
 
 def _overlaps_held(schedule: Schedule, begin: np.ndarray, step_of: np.ndarray,
@@ -89,7 +96,7 @@ def _system(runs: list[Run], schedules: list[Schedule], masks: list[np.ndarray],
         if use_e2e:
             targets.append((schedule.finish_step, run.e2e_ms))
         for step_of, measured in targets:
-            rows, offset, begin = design_rows(schedule, run.arrival_ms, step_of)
+            rows, offset, begin = design_rows(schedule, step_of)
             keep = mask & (measured > 0) & ~_overlaps_held(schedule, begin, step_of, out)
             xs.append(rows[keep])
             ys.append(measured[keep] - offset[keep])
@@ -186,9 +193,9 @@ def _loss(runs: list[Run], schedules: list[Schedule], masks: list[np.ndarray],
     """Sum of squared relative errors of the simulated TTFT (and end times) on ``masks``."""
     total = 0.0
     for run, schedule, mask in zip(runs, schedules, masks):
-        pairs = [(schedule.ttft_ms(run.arrival_ms), run.ttft_ms)]
+        pairs = [(schedule.ttft_ms(), run.ttft_ms)]
         if use_e2e:
-            pairs.append((schedule.e2e_ms(run.arrival_ms), run.e2e_ms))
+            pairs.append((schedule.e2e_ms(), run.e2e_ms))
         for predicted, measured in pairs:
             keep = mask & (measured > 0)
             total += float(np.sum(((predicted[keep] - measured[keep]) / measured[keep]) ** 2))
