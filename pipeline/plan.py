@@ -80,6 +80,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "size (default %(default)s)")
     fit.add_argument("--measured-tokens", type=non_negative_int, default=LAB_TOKENS,
                      help="simulator tokens per measured document (default %(default)s)")
+    fit.add_argument("--latency", type=Path, metavar="FITTED",
+                     help="TTFT from a fitted step-time file (python -m pipeline fit) instead "
+                          "of --measured; printed only when its KV bytes per token (and "
+                          "--served-model) match and its prompt range covers the workload")
+    fit.add_argument("--served-model", metavar="NAME",
+                     help="with --latency: the model planned for (TTFT is withheld when the "
+                          "fitted file was fitted on another)")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead")
     parser.add_argument("--report", type=Path, metavar="HTML",
                         help="also write a page with predicted TTFT against the CPU capacity "
@@ -224,10 +231,13 @@ def main(args: argparse.Namespace) -> int:
     workload = _workload(args)
     names = workload.pass_names
     chosen = _passes(args.passes_to_meet, len(names))
-    models, measured, source, synthetic = _models(args)
     target = (Target("ttft", args.target_ttft_ms, args.statistic, chosen)
               if args.target_ttft_ms is not None
               else Target("hit_ratio", args.target_hit_ratio, args.statistic, chosen))
+    if args.latency is not None:
+        from pipeline.plan_fitted import fitted_plan
+        return fitted_plan(args, kv, gpu, gpu_given, workload, names, target)
+    models, measured, source, synthetic = _models(args)
     if args.report is not None and not args.report.parent.is_dir():
         raise CLIError(f"--report: folder {args.report.parent} does not exist")
     evaluator = workload.build(gpu, models)

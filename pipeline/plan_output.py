@@ -94,9 +94,12 @@ def render_text(document: dict, result: PlanResult, target: Target, names: list[
              f"TTFT model from {document['measured']['path']}"
              f"{' (SYNTHETIC stand-in)' if document['measured']['synthetic'] else ''}:"]
     lines += document["model_lines"]
-    worst = document["measured"]["worst_error_pct"]
-    lines.append(f"  predicted vs measured per pass: worst error {worst['p50']:.1f} % (p50), "
-                 f"{worst['mean']:.1f} % (mean)")
+    if document["measured"].get("fitted"):          # plan --latency: a fitted step-time file
+        lines[4] = f"TTFT model: fitted step time from {document['measured']['path']}:"
+    else:
+        worst = document["measured"]["worst_error_pct"]
+        lines.append(f"  predicted vs measured per pass: worst error {worst['p50']:.1f} % "
+                     f"(p50), {worst['mean']:.1f} % (mean)")
     lines.append("")
     cpu = answer["cpu"]
     if answer["status"] == "gpu_alone":

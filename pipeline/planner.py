@@ -125,6 +125,8 @@ class Evaluator:
         """True when serving a token from CPU (or GPU) never costs more than recomputing it
         under the offload model, so TTFT cannot rise with the CPU capacity."""
         model = model_for_capacity(self.models, 1)
+        if hasattr(model, "monotone"):               # a fitted step-time file
+            return model.monotone()
         if model.method != "least squares":
             t = model.tier_ms
             return t.get("cpu", 0) <= t.get("miss", 0) and t.get("gpu", 0) <= t.get("miss", 0)

@@ -61,6 +61,14 @@ class StepTimeTTFT:
     def unpriced_tiers(self) -> list[str]:
         return []
 
+    def monotone(self) -> bool:
+        """True when moving a prompt token from recompute to a cache never raises TTFT: the
+        pairs, prefill and chunk terms only fall, but the context term can rise (a later
+        first chunk attends more), so it must be 0, and a reload must cost no more than a
+        prefilled token."""
+        c = self.coefficients
+        return c["context_token_ms"] == 0 and c["reload_token_ms"] <= c["prefill_token_ms"]
+
     def describe(self) -> str:
         lo, hi = self.prompt_tokens_range
         return (f"fitted step time ({self.source}: {self.served_model}, prompts {lo}..{hi} "
