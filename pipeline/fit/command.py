@@ -93,7 +93,7 @@ def _print_fit(fit, frame: pl.DataFrame, table: pl.DataFrame, holdout: dict | No
     for name in FEATURES:
         value, se = fit.coefficients[name], fit.stderr[name]
         shown = "not identified" if name in fit.unidentified else f"{value:.6g}"
-        print(f"  {name:<20} {shown:>12} {'' if not np.isfinite(se) else f'± {se:.3g}'}")
+        print(f"  {name:<20} {shown:>12} {'' if not np.isfinite(se) else f'± {se:.3g}'}".rstrip())
     if fit.unidentified or fit.clamped:
         print("what the data cannot identify:")
         for name, why in fit.unidentified.items():
