@@ -129,3 +129,52 @@ def test_a_bad_trace_line_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"{trace}:2: input_length 900" in err
     assert not (tmp_path / "m.jsonl").exists() or not (tmp_path / "m.jsonl").read_text()
+
+
+def test_local_engine_replay_writes_the_engine_model_and_a_session_per_server(
+        tmp_path, monkeypatch, capsys):
+    """--local-engine --trace with the engine replaced by the test server: the sidecar
+    describes llama.cpp's engine model; --resume starts a new server (a new session)."""
+    from pipeline.measure.llamacpp import replay
+
+    server = SSEServer()
+    started = []
+
+    class FakeEngine:
+        def __init__(self, model, log, cache_bytes, n_ctx, threads, nice=None):
+            log.write_text("")
+            self.base_url, self.port = server.base_url, 1
+            started.append((cache_bytes, n_ctx, nice))
+
+        def command(self):
+            return ["python", "-m", "llama_cpp.server"]
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+    monkeypatch.setattr(replay, "LlamaServer", FakeEngine)
+    monkeypatch.setattr(replay, "ensure_installed", lambda: "0.3.36")
+    monkeypatch.setattr(replay, "write_model",
+                        lambda path, shape: (path.write_bytes(b"x"), path)[1])
+    rows = [{"timestamp": i, "input_length": 600, "output_length": 3, "hash_ids": [i, 9 + i]}
+            for i in range(4)]
+    trace = write_trace(tmp_path / "t.jsonl", rows)
+    out = tmp_path / "m.jsonl"
+    argv = ["measure", "--local-engine", "--trace", str(trace), "--rate", "20", "--nice", "5",
+            "--output", str(out), "--quiet", "--work-dir", str(tmp_path / "work")]
+    with server:
+        assert cli_main([*argv, "--limit", "2"]) == 0
+        assert cli_main([*argv, "--resume"]) == 0
+    assert started == [(None, 768, 5), (None, 768, 5)]      # no RAM cache; 601 + 3 -> 768
+    got = lines(out)
+    assert [(r["step"], r["session"]) for r in got] == [(0, 0), (1, 0), (2, 1), (3, 1)]
+    sidecar = json.loads((tmp_path / "m.provenance.json").read_text())
+    assert sidecar["engine"]["name"] == "llama.cpp" and sidecar["kv_bytes_per_token"] == 2048
+    model = sidecar["engine_model"]
+    assert (model["max_num_seqs"], model["max_num_batched_tokens"], model["block_size"]) == (
+        1, 512, 1)
+    assert sidecar["options"]["nice"] == 5 and len(sidecar["sessions"]) == 2
+    assert sidecar["timing"]["kind"] == "rate" and sidecar["workload"]["requests"] == 4
