@@ -29,8 +29,9 @@ def model_lines(model: StepTimeTTFT) -> list[str]:
 
 
 def fitted_plan(args: argparse.Namespace, kv, gpu: int, gpu_given: str, workload,
-                names: list[str], target: Target) -> int:
-    """Plan with the fitted file ``args.latency`` (see the module docstring)."""
+                names: list[str], target: Target, without_ttft) -> int:
+    """Plan with the fitted file ``args.latency`` (see the module docstring);
+    ``without_ttft(result)`` empties a result's TTFT columns (plan's own)."""
     if args.measured is not None:
         raise CLIError("--latency and --measured exclude each other (one TTFT model)")
     if args.report is not None:
@@ -47,7 +48,6 @@ def fitted_plan(args: argparse.Namespace, kv, gpu: int, gpu_given: str, workload
                        f"--target-hit-ratio instead")
     result = plan(evaluator, target)
     if withheld is not None:
-        from pipeline.plan import without_ttft
         result = without_ttft(result)
     cpu = result.cpu_tokens
     document = {

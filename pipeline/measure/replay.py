@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
 
 import httpx
@@ -168,10 +167,3 @@ def _engine_model(args: argparse.Namespace) -> dict | None:
               "max_num_batched_tokens": args.max_num_batched_tokens}
     given = {k: v for k, v in fields.items() if v}
     return given or None
-
-
-def work_dir(args: argparse.Namespace) -> Path:
-    """``--work-dir`` or a new temporary folder."""
-    work = args.work_dir or Path(tempfile.mkdtemp(prefix="kvlab-measure-"))
-    work.mkdir(parents=True, exist_ok=True)
-    return work

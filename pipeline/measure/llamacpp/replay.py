@@ -15,7 +15,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 
 from pipeline.errors import CLIError
 from pipeline.measure.llamacpp.engine import LlamaServer, LogObserver, ensure_installed
@@ -48,8 +50,8 @@ def local_replay(args: argparse.Namespace, todo: list[Request], workload: dict,
     if any(isinstance(r.prompt, tuple) for r in todo):
         raise CLIError("--local-engine sends text prompts (llama-cpp-python's server takes no "
                        "token ids): drop --token-ids / use a Mooncake trace")
-    from pipeline.measure.replay import work_dir
-    work = work_dir(args)
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="kvlab-measure-"))
+    work.mkdir(parents=True, exist_ok=True)
     version = ensure_installed()
     shape = ModelShape(context=N_CTX)
     model = write_model(work / "kvlab-tiny.gguf", shape)
