@@ -236,7 +236,7 @@ def main(args: argparse.Namespace) -> int:
               else Target("hit_ratio", args.target_hit_ratio, args.statistic, chosen))
     if args.latency is not None:
         from pipeline.plan_fitted import fitted_plan
-        return fitted_plan(args, kv, gpu, gpu_given, workload, names, target, without_ttft)
+        return fitted_plan(args, kv, gpu, gpu_given, workload, names, target)
     models, measured, source, synthetic = _models(args)
     if args.report is not None and not args.report.parent.is_dir():
         raise CLIError(f"--report: folder {args.report.parent} does not exist")
