@@ -7,8 +7,9 @@ fields an ``Observer`` adds (an engine's log, for instance), and the timing: ``s
 ``end_s`` (seconds after the run's start, monotonic clock), ``send_unix`` (wall clock),
 ``max_tokens``, and for trace requests ``scheduled_s``, ``prefix_block`` and ``prefix_ids``
 (the prompt's block structure, which ``fit`` simulates). Lines are appended and flushed one
-request at a time, so a failure keeps everything written before it; ``done_keys`` reads a
-file back so that a rerun skips what is done.
+request at a time, so a failure keeps everything written before it (the file is opened at
+the first line: a run that sends nothing leaves no file); ``done_keys`` reads a file back so
+that a rerun skips what is done.
 
 Requests go out in workload order, ``concurrency`` at a time (1 by default: the next request
 is sent when the previous answer is complete), or, open loop, each at its ``send_at_s``.
@@ -84,7 +85,7 @@ class RunSettings:
 def settings_from(args: argparse.Namespace, base_url: str) -> RunSettings:
     """RunSettings from ``measure``'s options, for the server at ``base_url``."""
     return RunSettings(base_url=base_url, timeout_s=args.timeout, concurrency=args.concurrency,
-                       max_tokens=args.max_tokens, model=args.model,
+                       max_tokens=args.max_tokens, model=args.served_model,
                        logit_bias=dict(args.logit_bias), include_usage=args.include_usage)
 
 
@@ -215,6 +216,26 @@ async def _run(requests: Sequence[Request], settings: RunSettings, out: TextIO,
     return written, failures
 
 
+class _AppendOnFirstWrite:
+    """A text file opened for appending only when the first line is written."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.handle = path, None
+
+    def write(self, text: str) -> None:
+        if self.handle is None:
+            self.handle = self.path.open("a", encoding="utf-8")
+        self.handle.write(text)
+
+    def flush(self) -> None:
+        if self.handle is not None:
+            self.handle.flush()
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+
+
 def run_requests(requests: Sequence[Request], settings: RunSettings, output: Path,
                  observer: Observer | None = None, progress: TextIO | None = sys.stderr) -> int:
     """Send ``requests`` and append their lines to ``output``; return the lines answered.
@@ -223,14 +244,19 @@ def run_requests(requests: Sequence[Request], settings: RunSettings, output: Pat
     a time. ``observer`` needs one request at a time (ValueError otherwise). Every failure
     is a line of its own (and one on stderr) and the run goes on, except that a refused
     connection (or any failure, with ``stop_on_failure``) stops new requests; at the end
-    RequestFailed says how many failed.
+    RequestFailed says how many failed, and when ``output`` cannot be written.
     """
     open_loop = any(r.send_at_s is not None for r in requests)
     if observer is not None and (settings.concurrency != 1 or open_loop):
         raise ValueError("an observer needs one request at a time (concurrency 1)")
-    with output.open("a", encoding="utf-8") as out:
+    out = _AppendOnFirstWrite(output)
+    try:
         written, failures = asyncio.run(_run(requests, settings, out, observer, progress,
                                              open_loop))
+    except OSError as exc:
+        raise RequestFailed(f"{output}: cannot write a line ({exc.strerror or exc})") from None
+    finally:
+        out.close()
     if failures:
         unsent = len(requests) - written - len(failures)
         raise RequestFailed(f"{plural(len(failures), 'request')} of {len(requests)} failed "
