@@ -26,8 +26,8 @@ from pipeline.kvsize import KVSize, add_kv_arguments, capacity, kv_from_args
 from pipeline.engines.options import add_model_arguments, add_order_arguments, model_options
 from pipeline.planner import DocumentEvaluator, Evaluator, PlanResult, Target, \
     document_workload, plan
-from pipeline.plan_output import describe_target, finite, lmcache_setting, model_json, \
-    model_lines, render_text, tokens_and_size
+from pipeline.plan_output import describe_target, document_head, finite, lmcache_setting, \
+    model_json, model_lines, render_text, tokens_and_size
 from pipeline.planner_blocks import BlockEvaluator
 from pipeline.replay.inputs import add_input_arguments, load_workload
 from kvlab.kvsim import TIERS
@@ -267,12 +267,7 @@ def main(args: argparse.Namespace) -> int:
                       f"{source} ({'SYNTHETIC stand-in' if synthetic else 'real measurement'})")
     cpu_tokens = result.cpu_tokens
     document = {
-        "workload": evaluator.description,
-        "kv": {"name": kv.name, "bytes_per_token": kv.bytes_per_token, "formula": kv.formula,
-               "source": kv.source, "describe": kv.describe()},
-        "gpu": {**tokens_and_size(gpu, kv), "given": gpu_given},
-        "target": {"kind": target.kind, "value": target.value, "statistic": target.statistic,
-                   "passes": [names[i] for i in target.passes]},
+        **document_head(evaluator.description, kv, gpu, gpu_given, target, names),
         "measured": {"path": source, "synthetic": synthetic,
                      "worst_error_pct": {"p50": errors["error_p50_pct"].abs().max(),
                                          "mean": errors["error_mean_pct"].abs().max()},

@@ -18,7 +18,8 @@ import polars as pl
 from pipeline.errors import CLIError
 from pipeline.fit.plan_ttft import StepTimeTTFT, fitted_problem, load_step_time_ttft
 from pipeline.planner import PlanResult, Target, plan
-from pipeline.plan_output import finite, lmcache_setting, render_text, tokens_and_size
+from pipeline.plan_output import document_head, finite, lmcache_setting, render_text, \
+    tokens_and_size
 from pipeline.ttft_model import GPU_ONLY, OFFLOAD
 
 __all__ = ["fitted_plan", "model_lines", "without_ttft"]
@@ -61,12 +62,7 @@ def fitted_plan(args: argparse.Namespace, kv, gpu: int, gpu_given: str, workload
         result = without_ttft(result)
     cpu = result.cpu_tokens
     document = {
-        "workload": evaluator.description,
-        "kv": {"name": kv.name, "bytes_per_token": kv.bytes_per_token, "formula": kv.formula,
-               "source": kv.source, "describe": kv.describe()},
-        "gpu": {**tokens_and_size(gpu, kv), "given": gpu_given},
-        "target": {"kind": target.kind, "value": target.value, "statistic": target.statistic,
-                   "passes": [names[i] for i in target.passes]},
+        **document_head(evaluator.description, kv, gpu, gpu_given, target, names),
         "measured": {"path": str(args.latency), "synthetic": False, "fitted": True},
         "models": {"fitted step time": {"path": str(args.latency),
                                         "served_model": model.served_model,

@@ -8,7 +8,7 @@ from pipeline.kvsize import KVSize
 from pipeline.planner import PlanResult, Target
 from pipeline.ttft_model import TTFTModel
 
-__all__ = ["tokens_and_size", "lmcache_setting", "model_json", "describe_target",
+__all__ = ["document_head", "tokens_and_size", "lmcache_setting", "model_json", "describe_target",
            "model_lines", "finite", "render_text"]
 
 TIER_WORDS = {"gpu": "GPU hit", "cpu": "CPU reload", "miss": "recompute"}
@@ -18,6 +18,19 @@ def tokens_and_size(tokens: int, kv: KVSize) -> dict:
     size = kv.bytes(tokens)
     return {"tokens": tokens, "bytes": size, "GiB": round(size / 2**30, 4),
             "GB": round(size / 1e9, 4)}
+
+
+def document_head(description: str, kv: KVSize, gpu: int, gpu_given: str, target: Target,
+                  names: list[str]) -> dict:
+    """The workload, KV size, GPU and target parts of plan's JSON document."""
+    return {
+        "workload": description,
+        "kv": {"name": kv.name, "bytes_per_token": kv.bytes_per_token, "formula": kv.formula,
+               "source": kv.source, "describe": kv.describe()},
+        "gpu": {**tokens_and_size(gpu, kv), "given": gpu_given},
+        "target": {"kind": target.kind, "value": target.value, "statistic": target.statistic,
+                   "passes": [names[i] for i in target.passes]},
+    }
 
 
 def lmcache_setting(tokens: int, kv: KVSize) -> float:
