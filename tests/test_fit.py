@@ -50,14 +50,14 @@ def synthetic_run(rng: np.random.Generator, rate_per_s: float, n: int, true: np.
 coefficient = st.floats(0.0, 10.0)
 
 
-@settings(max_examples=20)
+@settings(max_examples=10)
 @given(fixed=coefficient, prefill=st.floats(0.01, 2.0), context=st.floats(0.0, 0.01),
        decode=coefficient, pairs=st.floats(0.0, 1e-4), seed=st.integers(0, 10_000))
 def test_fit_recovers_known_coefficients_from_noise_free_schedules(fixed, prefill, context,
                                                                    decode, pairs, seed):
     true = np.array([fixed, prefill, context, decode, 0.0, pairs])
     rng = np.random.default_rng(seed)
-    runs = [synthetic_run(rng, rate, 25, true) for rate in (0.05, 0.5, 5.0)]
+    runs = [synthetic_run(rng, rate, 12, true) for rate in (0.05, 0.5, 5.0)]
     fit = fit_runs(runs, [SERIAL] * 3, [np.ones(r.n, dtype=bool) for r in runs])
     assert fit.converged
     assert fit.unidentified.keys() == {"reload_token_ms"}
@@ -149,7 +149,7 @@ def measured(tmp_path_factory):
     paths = []
     for rate in (0.1, 0.4, 2.0):
         path = folder / f"rate-{rate}.jsonl"
-        write_measurement(path, synthetic_run(rng, rate, 30, true, 0.02, f"rate-{rate}"))
+        write_measurement(path, synthetic_run(rng, rate, 16, true, 0.02, f"rate-{rate}"))
         paths.append(path)
     return folder, paths
 
@@ -169,11 +169,11 @@ def test_fit_command_writes_the_contract_json_and_holdout_line(measured, capsys)
     assert set(doc["coefficients"]) == set(FEATURES) == set(doc["stderr"])
     assert doc["unidentified"] == ["reload_token_ms"]
     assert abs(doc["coefficients"]["prefill_token_ms"] - 0.5) < 0.03
-    assert doc["holdout"]["by"] == "load" and doc["holdout"]["requests"] == 30
+    assert doc["holdout"]["by"] == "load" and doc["holdout"]["requests"] == 16
     lo, hi = doc["prompt_tokens_range"]
     assert 1 < lo < hi <= 15 * 512 + 1
     rows = (folder / "report" / "requests.csv").read_text().splitlines()
-    assert rows[0].startswith("file,load,line") and len(rows) == 91
+    assert rows[0].startswith("file,load,line") and len(rows) == 49
 
 
 @pytest.mark.parametrize("content, message", [

@@ -136,15 +136,20 @@ def chart(frame: pl.DataFrame, fmt: str = "html") -> bytes:
     line = alt.Chart(pl.DataFrame({"x": [low, top], "y": [low, top]})).mark_line(
         color="gray").encode(x=alt.X("x:Q", scale=scale), y=alt.Y("y:Q", scale=scale))
     import io
+
+    from pipeline.charts import Section, page_html
     figure = (line + points).properties(title="measured vs predicted TTFT per request",
                                         width=420, height=420)
     if fmt == "png":
         data = io.BytesIO()
         figure.save(data, format="png")
         return data.getvalue()
-    buffer = io.StringIO()
-    figure.save(buffer, format="html", inline=True)
-    return buffer.getvalue().encode("utf-8")
+    held = frame.filter(pl.col("held_out"))
+    caption = (f"{frame.height} requests; points on the grey line are predicted exactly"
+               + (f"; {held.height} held out (squares)" if held.height else ""))
+    return page_html("fit: measured vs predicted TTFT", "Every measured request against the "
+                     "fitted step-time model's simulated TTFT (log scales).",
+                     [("Per request", "", [Section("ttft", figure, caption)])]).encode("utf-8")
 
 
 def main(args: argparse.Namespace) -> int:
