@@ -266,3 +266,21 @@ def test_fitted_problem_names_model_kv_size_and_range():
         model, None, 4096, lengths)
     assert "1 of 3 prompts lie outside the 500..8000" in fitted_problem(
         model, None, 2048, pl.Series([600, 9000, 700]))
+
+
+def test_the_committed_fitted_file_is_what_the_step_time_reader_takes():
+    """data/measured/llamacpp_calib.fitted.json through the engine contract's reader
+    (steptime's load_latency, once that branch is here) and plan's."""
+    from conftest import ROOT
+    from pipeline.fit.plan_ttft import load_step_time_ttft
+    path = ROOT / "data" / "measured" / "llamacpp_calib.fitted.json"
+    doc = json.loads(path.read_text())
+    model = load_step_time_ttft(path)
+    assert model.coefficients == doc["coefficients"] and model.chunk == 512
+    assert model.prompt_tokens_range == (513, 8001) and model.kv_bytes_per_token == 2048
+    assert doc["unidentified"] == ["reload_token_ms"] and doc["source"]
+    steptime = pytest.importorskip("pipeline.steptime.fitted")
+    linear = steptime.load_latency(path)
+    for name in steptime.COEFFICIENTS:
+        assert linear.coefficients[name] == pytest.approx(doc["coefficients"][name])
+    assert linear.prompt_tokens_range == (513, 8001)

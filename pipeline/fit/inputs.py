@@ -6,7 +6,7 @@ at their measured send times; a closed loop (the sidecar's timing ``concurrency`
 simulated as one: a request arrives when the one ``concurrency`` places ahead finishes. Each request keeps
 its arrival (``send_s``, milliseconds from the run's first send), measured TTFT and end time,
 prompt tokens as the engine counts them (the server's ``prompt_tokens`` when reported, else
-the trace's plus a beginning-of-sequence token for text prompts), tokens to generate, its
+``input_tokens``, or ``doc_tokens``, plus a beginning-of-sequence token for text prompts), tokens to generate, its
 prefix structure (``prefix_ids``) and the cached tokens the server reported, if any.
 Failure lines (``error``) are skipped and counted. Every problem is one ``CLIError`` naming
 ``file:line``.
@@ -130,7 +130,7 @@ def load_runs(paths: list[Path]) -> list[Run]:
             first = rows[0][1]["send_s"]
             prompts, counts = [], []
             for number, r in rows:
-                count = r.get("prompt_tokens") or r["doc_tokens"] + bos
+                count = r.get("prompt_tokens") or r.get("input_tokens", r["doc_tokens"]) + bos
                 try:
                     prompts.append(prompt_tokens(r["prefix_ids"], r["prefix_block"], count, bos))
                 except ValueError as exc:

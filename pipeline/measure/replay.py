@@ -91,7 +91,8 @@ def replay_requests(args: argparse.Namespace) -> tuple[list[Request], dict, Timi
     if times is not None:
         requests = [Request(r.config, r.repeat, timing.label, index, r.doc, r.doc_tokens,
                             r.prompt, send_at_s=float(times[index]),
-                            prefix_ids=(r.doc,), prefix_block=r.doc_tokens + QUESTION_WORDS)
+                            prefix_ids=(r.doc,), prefix_block=r.doc_tokens + QUESTION_WORDS,
+                            input_tokens=r.doc_tokens + QUESTION_WORDS)
                     for index, r in enumerate(requests)]
     return requests, {**workload_spec(args), "requests": len(requests)}, timing
 

@@ -94,7 +94,8 @@ def _place(request: Request) -> dict:
     line = {"config": request.config, "pass": request.pass_name, "doc": request.doc,
             "doc_tokens": request.doc_tokens, "repeat": request.repeat, "step": request.step}
     if request.prefix_ids:
-        line.update(prefix_block=request.prefix_block, prefix_ids=list(request.prefix_ids))
+        line.update(prefix_block=request.prefix_block, prefix_ids=list(request.prefix_ids),
+                    input_tokens=request.input_tokens or request.doc_tokens)
     if request.send_at_s is not None:
         line["scheduled_s"] = round(request.send_at_s, 6)
     return line

@@ -59,6 +59,8 @@ class Request:
     prefix_block: int = 0
     #: tokens to generate (None: the run's --max-tokens)
     max_tokens: int | None = None
+    #: the prompt's tokens without a beginning-of-sequence token (None: ``doc_tokens``)
+    input_tokens: int | None = None
 
     @property
     def key(self) -> tuple[str, int, str, int]:
