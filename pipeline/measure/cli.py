@@ -10,9 +10,14 @@ llama-cpp-python, writes a tiny random-weight GGUF model, and measures one fresh
 ``--ram-cache`` config and repeat (see pipeline/measure/llamacpp/local.py), with provenance
 beside the output.
 
-A failure (refused connection, timeout, HTTP error, malformed stream) stops with one line;
-every line already written stays, and the same command with ``--resume`` sends only the
-requests that have no line yet.
+``--trace FILE`` (Mooncake or token-id JSONL) replays real traffic instead, at the trace's
+timestamps (``--speed``), a Poisson ``--rate`` or a closed-loop ``--concurrency``, and writes a
+sidecar describing engine, model, hardware, options and workload (pipeline/measure/replay.py).
+
+A failure (refused connection, timeout, HTTP error, malformed stream) is one line in OUTPUT
+(``error``, ``error_kind``) and one on stderr; the run goes on (a refused connection stops
+it), every line already written stays, and the same command with ``--resume`` sends only the
+requests that have no answered line yet.
 """
 
 from __future__ import annotations
