@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import replace
-
-import polars as pl
 
 from pipeline.errors import CLIError
 from pipeline.fit.plan_ttft import StepTimeTTFT, fitted_problem, load_step_time_ttft
-from pipeline.planner import PlanResult, Target, plan
+from pipeline.planner import Target, plan
 from pipeline.plan_output import document_head, finite, lmcache_setting, render_text, \
     tokens_and_size
 from pipeline.ttft_model import GPU_ONLY, OFFLOAD
 
-__all__ = ["fitted_plan", "model_lines", "without_ttft"]
+__all__ = ["fitted_plan", "model_lines"]
 
 
 def model_lines(model: StepTimeTTFT) -> list[str]:
@@ -32,17 +29,10 @@ def model_lines(model: StepTimeTTFT) -> list[str]:
     return [f"  {model.describe()}: {parts}"]
 
 
-def without_ttft(result: PlanResult) -> PlanResult:
-    """``result`` with its predicted TTFT columns emptied (TTFT withheld)."""
-    def clear(figures: pl.DataFrame | None) -> pl.DataFrame | None:
-        return None if figures is None else figures.with_columns(
-            pl.lit(None, pl.Float64).alias("p50_ms"), pl.lit(None, pl.Float64).alias("mean_ms"))
-    return replace(result, figures=clear(result.figures), below=clear(result.below))
-
-
 def fitted_plan(args: argparse.Namespace, kv, gpu: int, gpu_given: str, workload,
-                names: list[str], target: Target) -> int:
-    """Plan with the fitted file ``args.latency`` (see the module docstring)."""
+                names: list[str], target: Target, without_ttft) -> int:
+    """Plan with the fitted file ``args.latency`` (see the module docstring);
+    ``without_ttft(result)`` is plan's: the result with its TTFT columns emptied."""
     if args.measured is not None:
         raise CLIError("--latency and --measured exclude each other (one TTFT model)")
     if args.report is not None:
@@ -70,7 +60,7 @@ def fitted_plan(args: argparse.Namespace, kv, gpu: int, gpu_given: str, workload
                                         "prompt_tokens_range": list(model.prompt_tokens_range),
                                         "chunk": model.chunk,
                                         "coefficients": model.coefficients}},
-        "answer": {"status": result.status, "cpu": tokens_and_size(cpu, kv),
+        "answer": {"status": result.status, "cpu": tokens_and_size(cpu, kv, at_least=True),
                    "lmcache_max_local_cpu_size": lmcache_setting(cpu, kv),
                    "search": result.search, "evaluations": result.evaluations},
         "figures": result.figures.to_dicts(),
@@ -82,8 +72,5 @@ def fitted_plan(args: argparse.Namespace, kv, gpu: int, gpu_given: str, workload
         print(json.dumps(finite(document), indent=2, allow_nan=False))
         return 0
     document["model_lines"] = model_lines(model)
-    text = render_text(document, result, target, names)
-    if withheld is not None and "TTFT withheld" not in text:
-        text += f"\nTTFT withheld: {withheld}; the figures are hit ratios only"
-    print(text)
+    print(render_text(document, result, target, names))
     return 0

@@ -42,3 +42,29 @@ def request_keys(request, block_size: int) -> list[int]:
     with np.errstate(over="ignore"):                # blocks holding placeholders: fresh
         fresh = splitmix64(_FRESH ^ (np.uint64(request.index) << np.uint64(24)) ^ own)
     return [int(k) for k in request.prompt_keys[:prompt // block_size]] + fresh.tolist()
+
+
+def bulk_request_keys(requests, block_size: int) -> list[list[int]]:
+    """``request_keys`` of the token-id requests in one numpy pass (None for requests with
+    ``prompt_keys``: ``request_keys`` is cheap for them, when they are added)."""
+    from pipeline.engine.request import sequence_tokens
+    out: list[list[int] | None] = [None] * len(requests)
+    plain = [i for i, r in enumerate(requests) if r.prompt_keys is None]
+    if not plain:
+        return out
+    sequences = [sequence_tokens(requests[i]) for i in plain]
+    full = np.array([s.size // block_size for s in sequences], dtype=np.int64)
+    body = np.concatenate([s[:f * block_size] for s, f in zip(sequences, full)])
+    starts = np.concatenate(([0], np.cumsum(full * block_size)[:-1]))
+    position = np.arange(body.size, dtype=np.int64) - np.repeat(starts, full * block_size)
+    with np.errstate(over="ignore"):
+        mixed = splitmix64(np.arange(int(position.max(initial=0)) + 1, dtype=np.uint64))
+        token_hash = splitmix64(body.view(np.uint64) ^ mixed[position])
+        sums = token_hash.reshape(-1, block_size).sum(axis=1, dtype=np.uint64)
+        running = np.cumsum(sums, dtype=np.uint64)
+        first = np.concatenate(([0], np.cumsum(full)[:-1]))
+        offset = np.concatenate(([np.uint64(0)], running))[first]
+        keys = splitmix64(running - np.repeat(offset, full)).tolist()
+    for i, a, n in zip(plain, first.tolist(), full.tolist()):
+        out[i] = keys[a:a + n]
+    return out
