@@ -235,8 +235,9 @@ def read_both(read, path, chunk_bytes, **options):
     st.sampled_from([("bad", "x"), ("bad", '{"timestamp": 0, "tokens": []}'),
                      ("bad", '{"timestamp": 0, "tokens": [1, "a"]}'), ("blank", ""),
                      ("blank", " \t\r")])), min_size=1, max_size=10),
-       chunk_bytes=st.integers(1, 80), skip=st.booleans())
-def test_reading_in_pieces_changes_nothing(lines, chunk_bytes, skip, tmp_path_factory):
+       chunk_bytes=st.integers(1, 80), skip=st.booleans(), last_newline=st.booleans())
+def test_reading_in_pieces_changes_nothing(lines, chunk_bytes, skip, last_newline,
+                                           tmp_path_factory):
     """Tokens and Mooncake files read in pieces of any size: the same frames, lines,
     skipped lines and errors as in one piece."""
     records = [json.dumps({"timestamp": i, "tokens": value}) if kind == "good" else value
@@ -246,6 +247,9 @@ def test_reading_in_pieces_changes_nothing(lines, chunk_bytes, skip, tmp_path_fa
     moon = write_lines(folder / "m.jsonl", [
         json.dumps(mooncake(sorted(set(value)), len(set(value)) * 2)) if kind == "good"
         else value for kind, value in lines])
+    if not last_newline:
+        for path in (tokens, moon):
+            path.write_text(path.read_text()[:-1])
     whole = 1 << 30
     assert (read_both(read_tokens, tokens, chunk_bytes, block_size=2, skip_bad_lines=skip)
             == read_both(read_tokens, tokens, whole, block_size=2, skip_bad_lines=skip))
