@@ -30,7 +30,7 @@ from pipeline.engine.fastforward import advance
 from pipeline.engine.hashing import block_keys, request_keys
 from pipeline.engine.pool import BlockPool
 from pipeline.engine.request import SimRequest
-from pipeline.engine.step import DecodeRun, Rows, StepRecord
+from pipeline.engine.step import Batch, DecodeRun, Rows, StepRecord
 
 __all__ = ["EngineSim", "StepRecord", "DecodeRun"]
 
@@ -65,13 +65,6 @@ class _Req:
         self.cpu_state = None                         # the CPU tier's own per-request data
 
 
-class _Batch:
-    __slots__ = ("step", "scheduled", "samples", "record")
-
-    def __init__(self, step, scheduled, samples, record):
-        self.step, self.scheduled, self.samples, self.record = step, scheduled, samples, record
-
-
 class EngineSim:
     """vLLM's scheduler + KV cache manager (+ an optional CPU tier) for ``config``.
 
@@ -89,7 +82,7 @@ class EngineSim:
         self.requests: dict[int, _Req] = {}
         self.done: dict[int, _Req] = {}
         self.finished_ids: set[int] = set()
-        self.batch_queue: deque[_Batch] = deque()
+        self.batch_queue: deque[Batch] = deque()
         self.queue_size = 2 if config.async_scheduling else 1
         self.step_count = 0
 
@@ -241,7 +234,7 @@ class EngineSim:
 
     # ------------------------------------------------------------------ schedule
 
-    def _schedule(self) -> _Batch:
+    def _schedule(self) -> Batch:
         """Scheduler.schedule, then _update_after_schedule."""
         config = self.config
         budget = config.max_num_batched_tokens
@@ -254,32 +247,33 @@ class EngineSim:
         reloads = 0
         preempted = False
         running = self.running
-        index = 0
-        while index < len(running) and budget > 0:
-            req = running[index]
+        for req in running:                    # the list only shrinks at its end (preemption)
+            if budget <= 0:
+                break
             computed, holds = req.computed, req.placeholders
             if holds > 0 and computed + 2 - holds >= req.num_prompt + req.max_tokens:
-                index += 1
                 continue
             num_new = req.num_tokens + holds - computed
-            if num_new == 1 and computed + 1 < max_len \
-                    and computed < len(req.blocks) * size:
-                # a decode within its last block: allocate_slots allocates nothing and
-                # caches the block it fills
-                full = min(computed + 1, req.num_tokens) // size
-                cached = req.num_cached_block or 0
-                if full > cached:
-                    pool.cache_full_blocks(req.keys, req.blocks, cached, full)
-                    req.num_cached_block = full
-                scheduled.append((req, 1, computed))
-                budget -= 1
-                index += 1
-                continue
+            if num_new == 1 and computed + 1 < max_len:
+                # a decode: allocate_slots gives it one more block when its last one is full
+                # (when one is free; else the general path below preempts), and caches the
+                # block it fills (num_tokens <= computed + 1 here)
+                held = len(req.blocks) * size
+                if computed < held or (computed == held and pool.num_free):
+                    if computed == held:
+                        req.blocks.append(pool.get_new_block())
+                    full = req.num_tokens // size
+                    cached = req.num_cached_block or 0
+                    if full > cached:
+                        pool.cache_full_blocks(req.keys, req.blocks, cached, full)
+                        req.num_cached_block = full
+                    scheduled.append((req, 1, computed))
+                    budget -= 1
+                    continue
             if 0 < threshold < num_new:
                 num_new = threshold
             num_new = max(min(num_new, budget, max_len - computed - 1), 0)
             if num_new == 0:
-                index += 1
                 continue
             while True:
                 if self._allocate_slots(req, num_new):
@@ -295,12 +289,11 @@ class EngineSim:
                 break
             scheduled.append((req, num_new, computed))
             budget -= num_new
-            index += 1
         if not preempted:
             budget, reloads = self._schedule_waiting(budget, threshold, scheduled)
         self.finished_ids = set()
         if not scheduled:
-            return _Batch(None, scheduled, (), None)
+            return Batch(None, scheduled, (), None)
         step = self.step_count
         self.step_count += 1
         samples = []
@@ -324,7 +317,7 @@ class EngineSim:
                     req.placeholders += 1
         record = StepRecord(step, Rows(scheduled), prefill, decode, context, reloads,
                             len(running), len(self.waiting), pool.num_free)
-        return _Batch(step, scheduled, samples, record)
+        return Batch(step, scheduled, samples, record)
 
     def _schedule_waiting(self, budget: int, threshold: int,
                           scheduled: list) -> tuple[int, int]:
@@ -374,7 +367,7 @@ class EngineSim:
 
     # ------------------------------------------------------------------ outputs
 
-    def _update_from_output(self, batch: _Batch) -> None:
+    def _update_from_output(self, batch: Batch) -> None:
         """Scheduler.update_from_output with one sampled token per finished chunk."""
         max_len = self.config.max_model_len
         record = batch.record
