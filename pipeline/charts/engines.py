@@ -13,20 +13,19 @@ import altair as alt
 import numpy as np
 import polars as pl
 
-from kvlab.scenario import pass_keys
 from pipeline.blocks.models import CPU_MODELS, GPU_MODELS
 from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST, block_stream
 from pipeline.charts import Section
 from pipeline.config import LAB_DOCS, LAB_GPU, LAB_TOKENS
-from pipeline.workloads.blocks import document_blocks
+from pipeline.workloads.documents import documents_workload
 
 __all__ = ["gpu_model_curves", "cpu_model_curves", "gpu_models_section",
            "cpu_models_section", "run_engine_sections"]
 
 
 def _stream(docs: int, tokens: int, block_size: int):
-    order = [doc for name in ("fwd", "fwd") for doc in pass_keys(name, docs)]
-    return block_stream(document_blocks(order, tokens, block_size), block_size)
+    return block_stream(documents_workload(docs, tokens, ("fwd", "fwd"), block_size).blocks,
+                        block_size)
 
 
 def gpu_model_curves(capacities: list[int], docs: int = LAB_DOCS, tokens: int = LAB_TOKENS,

@@ -15,7 +15,7 @@ import polars as pl
 
 from pipeline.workloads.blocks import BLOCK_SCHEMA, REQUEST_SCHEMA
 from pipeline.workloads.jsonl import Field, checked_pieces
-from pipeline.workloads.trace import Trace
+from pipeline.workloads.workload import Workload
 
 __all__ = ["MOONCAKE_BLOCK_SIZE", "FIELDS", "read_mooncake"]
 
@@ -57,11 +57,11 @@ def _blocks(requests: pl.DataFrame, block_size: int) -> pl.DataFrame:
 
 
 def read_mooncake(path: str | Path, block_size: int = MOONCAKE_BLOCK_SIZE,
-                  skip_bad_lines: bool = False) -> Trace:
-    """Read a Mooncake JSONL trace into a ``Trace`` (block and request frames).
+                  skip_bad_lines: bool = False) -> Workload:
+    """Read a Mooncake JSONL trace into a ``Workload`` (block and request frames).
 
     Raises ``TraceError`` (``file:line: reason``) on the first bad line unless
-    ``skip_bad_lines``, which drops bad lines and lists them in ``Trace.skipped``. The file
+    ``skip_bad_lines``, which drops bad lines and lists them in ``Workload.skipped``. The file
     is read piece by piece (``pipeline.workloads.jsonl.checked_pieces``).
     """
     if block_size < 1:
@@ -78,6 +78,6 @@ def read_mooncake(path: str | Path, block_size: int = MOONCAKE_BLOCK_SIZE,
         pl.col("request").cast(pl.UInt32), pass_name=pl.lit(None, pl.String),
         doc=pl.lit(None, pl.Int64), prompt_tokens=pl.col("input_length").cast(pl.UInt64),
         timestamp_ms=pl.col("timestamp"))
-    return Trace(pl.concat(blocks).match_to_schema(BLOCK_SCHEMA),
-                 request_frame.match_to_schema(REQUEST_SCHEMA), block_size,
-                 good["line"].to_numpy(), skipped)
+    return Workload(pl.concat(blocks).match_to_schema(BLOCK_SCHEMA),
+                    request_frame.match_to_schema(REQUEST_SCHEMA), block_size,
+                    good["line"].to_numpy(), skipped, str(path))

@@ -22,7 +22,7 @@ from numba import njit
 
 from pipeline.workloads.blocks import BLOCK_SCHEMA, REQUEST_SCHEMA
 from pipeline.workloads.jsonl import Field, checked_pieces
-from pipeline.workloads.trace import Trace
+from pipeline.workloads.workload import Workload
 
 __all__ = ["FIELDS", "read_tokens", "token_blocks", "splitmix64"]
 
@@ -107,11 +107,11 @@ def _checks() -> list[tuple[pl.Expr, str]]:
     ]
 
 
-def read_tokens(path: str | Path, block_size: int, skip_bad_lines: bool = False) -> Trace:
-    """Read a token-id JSONL trace into a ``Trace`` with chained ``block_size`` blocks.
+def read_tokens(path: str | Path, block_size: int, skip_bad_lines: bool = False) -> Workload:
+    """Read a token-id JSONL trace into a ``Workload`` with chained ``block_size`` blocks.
 
     Raises ``TraceError`` (``file:line: reason``) on the first bad line unless
-    ``skip_bad_lines``, which drops bad lines and lists them in ``Trace.skipped``. The file
+    ``skip_bad_lines``, which drops bad lines and lists them in ``Workload.skipped``. The file
     is read piece by piece (``pipeline.workloads.jsonl.checked_pieces``): memory holds one
     piece's tokens at a time, then only the blocks.
     """
@@ -130,5 +130,5 @@ def read_tokens(path: str | Path, block_size: int, skip_bad_lines: bool = False)
         pl.col("request").cast(pl.UInt32), pass_name=pl.lit(None, pl.String),
         doc=pl.lit(None, pl.Int64), prompt_tokens=pl.col("prompt_tokens").cast(pl.UInt64),
         timestamp_ms=pl.col("timestamp"))
-    return Trace(pl.concat(blocks), request_frame.match_to_schema(REQUEST_SCHEMA), block_size,
-                 good["line"].to_numpy(), skipped)
+    return Workload(pl.concat(blocks), request_frame.match_to_schema(REQUEST_SCHEMA),
+                    block_size, good["line"].to_numpy(), skipped, str(path))
