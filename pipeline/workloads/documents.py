@@ -33,6 +33,12 @@ ACCESS_SCHEMA = pl.Schema({
 })
 
 
+def pass_name(pass_index: pl.Expr, pass_order: pl.Expr) -> pl.Expr:
+    """The pass-name vocabulary of the lab's documents: ``pass<i>-<order>`` with ``i``
+    1-based (``pass1-fwd``, ``pass3-rev``), from the 0-based index and the order."""
+    return pl.format("pass{}-{}", pass_index + 1, pass_order)
+
+
 @dataclass(frozen=True)
 class DocumentWorkload:
     """``docs`` documents of ``tokens`` tokens read in ``passes`` (each fwd or rev)."""
@@ -83,10 +89,13 @@ def documents_workload(docs: int, tokens: int, passes: Sequence[str],
     (``document_blocks``), or one whole item per request (key = document) when
     ``block_size`` is None."""
     order = [doc for name in passes for doc in pass_keys(name, docs)]
-    names = [f"pass{index + 1}-{name}" for index, name in enumerate(passes) for _ in range(docs)]
+    reads = pl.DataFrame({"pass_index": np.repeat(np.arange(len(passes)), docs),
+                          "pass_order": np.repeat(list(passes), docs)})
     requests = pl.DataFrame({
-        "request": np.arange(len(order)), "pass_name": names, "doc": order,
-        "prompt_tokens": np.full(len(order), tokens), "timestamp_ms": None},
+        "request": np.arange(len(order)),
+        "pass_name": reads.select(pass_name(pl.col("pass_index"), pl.col("pass_order")))
+        .to_series(),
+        "doc": order, "prompt_tokens": np.full(len(order), tokens), "timestamp_ms": None},
         schema=REQUEST_SCHEMA)
     if block_size is None:
         blocks = pl.DataFrame({"request": np.arange(len(order)), "block_index": 0,
