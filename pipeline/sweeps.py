@@ -20,6 +20,7 @@ import numpy as np
 import polars as pl
 
 from kvlab.summarize import atomic_output
+from pipeline import grids
 from pipeline.config import LAB_DOCS, LAB_TOKENS
 from pipeline.simulate import check_capacities, simulate
 from pipeline.staging import parquet_bytes
@@ -73,7 +74,7 @@ def cliff_capacities(workload: DocumentWorkload, spec_points: Sequence[int] = ()
     k*tokens-1 / k*tokens edge when there are at most ``points`` of those (so the grid stays
     bounded by about 2 x points plus the spec points, whatever the number of documents)."""
     top = math.ceil(factor * workload.working_set)
-    even = np.linspace(0, top, max(points, 2)).round().astype(np.int64)
+    even = grids.even(top, max(points, 2))
     tokens = max(workload.tokens, 1)
     multiples = top // tokens + 1
     edges = ([value for k in range(multiples) for value in (k * tokens - 1, k * tokens)]
@@ -88,7 +89,7 @@ def grid_capacities(workload: DocumentWorkload, steps: int = 13,
     working set and one token less, so the heatmap shows the cliff's exact edge."""
     top = math.ceil(factor * workload.working_set)
     edge = {workload.working_set - 1, workload.working_set} - {-1}
-    return tuple(sorted({int(v) for v in np.linspace(0, top, max(steps, 2)).round()} | edge))
+    return tuple(sorted({int(v) for v in grids.even(top, max(steps, 2))} | edge))
 
 
 def default_sweeps(workload: DocumentWorkload, gpu_spec: Sequence[int],

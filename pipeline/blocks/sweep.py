@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from pipeline import grids
 from pipeline.blocks import onepass
 from pipeline.blocks.limits import model_capacities
 from pipeline.blocks.models import CPU_MODELS, GPU_MODELS
@@ -83,7 +84,7 @@ def block_cliff_capacities(docs: int, tokens: int, block_size: int,
     the full-block edge (where tail-first keeps partial prefixes), and the spec points."""
     edge = edges(docs, tokens, block_size)
     top = math.ceil(factor * edge["working_set"])
-    even = np.linspace(0, top, max(points, 2)).round().astype(np.int64).tolist()
+    even = grids.even(top, max(points, 2)).tolist()
     full = (tokens // block_size) * block_size
     per_doc = [k * full + d for k in range(docs + 1) for d in (-block_size, 0)]
     marks = [v + d for v in edge.values() for d in (-1, 0, -block_size)]

@@ -13,6 +13,7 @@ import altair as alt
 import numpy as np
 import polars as pl
 
+from pipeline import grids
 from pipeline.charts import Section
 from pipeline.charts.parts import Units
 from pipeline.kvsize import KVSize
@@ -34,7 +35,7 @@ def curve_capacities(evaluator: Evaluator, points: int = 40, limit: int = 400,
     if changes.size > limit // 2:
         changes = changes[np.linspace(0, changes.size - 1, limit // 2).round().astype(int)]
     top = max(int(changes.max()) if changes.size else 1, extra)
-    grid = np.linspace(0, 1.1 * top, points).round().astype(np.int64)
+    grid = grids.even(1.1 * top, points)
     values = {0, *grid.tolist(), *changes.tolist(), *(changes - 1).tolist()}
     return sorted(int(v) for v in values if v >= 0)
 
