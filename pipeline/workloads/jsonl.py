@@ -27,6 +27,7 @@ __all__ = ["TraceError", "Field", "Lines", "read_lines", "read_pieces", "apply_c
            "checked_pieces", "CHUNK_BYTES"]
 
 _WHITESPACE = np.array([9, 10, 13, 32], dtype=np.uint8)
+_BOM = b"\xef\xbb\xbf"
 _INT64 = (-(2 ** 63), 2 ** 63 - 1)
 
 
@@ -54,17 +55,25 @@ class Field:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool)
             return None if ok else f"{self.name} is not a number"
         if self.kind == "int":
+            if _is_integer(value) and not _is_int64(value):
+                return f"{self.name} {value} is beyond the 64-bit integer range"
             return None if _is_int64(value) else f"{self.name} is not a 64-bit integer"
         if not isinstance(value, list):
             return f"{self.name} is not a list"
-        if not all(item is None or _is_int64(item) for item in value):
+        if not all(item is None or _is_integer(item) for item in value):
             return f"non-integer {self.name}"
+        huge = next((item for item in value if item is not None and not _is_int64(item)), None)
+        if huge is not None:
+            return f"{self.name} holds {huge}, beyond the 64-bit integer range"
         return None
 
 
+def _is_integer(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _is_int64(value: object) -> bool:
-    return (isinstance(value, int) and not isinstance(value, bool)
-            and _INT64[0] <= value <= _INT64[1])
+    return _is_integer(value) and _INT64[0] <= value <= _INT64[1]
 
 
 @dataclass
@@ -167,6 +176,8 @@ def read_pieces(path: str | Path, fields: tuple[Field, ...]) -> Iterator[Lines]:
     path = Path(path)
     before = 0
     for raw in _pieces(path):
+        if before == 0:
+            raw = raw.removeprefix(_BOM)    # a UTF-8 byte order mark is no part of line 1
         numbers, newlines = _line_numbers(raw)
         yield _read_piece(path, raw, numbers, before, fields)
         before += newlines
