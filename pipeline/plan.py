@@ -40,7 +40,6 @@ from pipeline.ttft_model import FitError, TTFTModel, fit_configs, measured_reque
     model_for_capacity, residuals_by_pass
 from pipeline.ttft_scope import measured_kv, ttft_problem
 from pipeline.workloads.documents import DocumentWorkload
-from pipeline.workloads.blocks import REQUEST_SCHEMA, document_blocks
 
 HELP = "the smallest CPU tier (tokens and GiB) that meets a TTFT or hit-ratio target"
 
@@ -184,16 +183,10 @@ def _workload(args: argparse.Namespace) -> _Input:
                       lambda gpu, models: DocumentEvaluator(workload, gpu, models))
     check_document_blocks(documents.docs, len(documents.passes), documents.tokens,
                           args.block_size)
-    accesses = documents.accesses()
-    blocks = document_blocks(accesses["doc"].to_list(), args.tokens, args.block_size)
-    requests = accesses.select(
-        pl.int_range(pl.len(), dtype=pl.UInt32).alias("request"),
-        pass_name=pl.format("pass{}-{}", pl.col("pass_index") + 1, pl.col("pass_order")),
-        doc=pl.col("doc").cast(pl.Int64), prompt_tokens=pl.col("size").cast(pl.UInt64),
-        timestamp_ms=pl.lit(None, pl.Float64)).match_to_schema(REQUEST_SCHEMA)
+    blocks = documents.workload(args.block_size)
     return _blocks_input(args, f"{documents.docs} documents x {documents.tokens} tokens in "
                          f"{args.block_size}-token blocks, passes {','.join(documents.passes)}",
-                         blocks, requests, args.block_size, "--block-size")
+                         blocks.blocks, blocks.requests, args.block_size, "--block-size")
 
 
 def _models(args: argparse.Namespace) -> tuple[dict[str, TTFTModel], pl.DataFrame, str, bool]:

@@ -127,7 +127,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "pipeline", "pipeline.config", "pipeline.errors", "pipeline.arguments",
         "pipeline.tiers", "pipeline.kvsize", "pipeline.staging", "pipeline.stats",
         "pipeline.charts", "pipeline.charts.provenance", "pipeline.measure.client",
-        "pipeline.limits",
+        "pipeline.limits", "pipeline.grids",
         # packages whose __init__ is a docstring
         "pipeline.blocks", "pipeline.engines", "pipeline.bench", "pipeline.replay",
         "pipeline.measure", "pipeline.measure.llamacpp", "pipeline.workloads"),
