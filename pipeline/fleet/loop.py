@@ -1,0 +1,181 @@
+"""N simulated engines behind a router, on one clock (milliseconds).
+
+Each instance is an ``EngineSim`` with its own step-time model. Events are taken in time
+order: an arrival at t is routed at t (after every first-token and finish the router
+should have heard of by t) and added to its instance; an instance with work schedules its
+next batch at its own clock and advances it by the batch's duration. At equal times,
+arrivals come before batches (as ``simulate`` adds every request due before scheduling)
+and instances go in index order. An idle instance's clock jumps to the arrival that
+wakes it. With one instance this is exactly ``pipeline.engine.loop.simulate`` with the
+time clock.
+
+Engine-side effects of a batch (blocks allocated and hashed, requests finished) are
+visible from the batch's start, as vLLM hashes blocks when it schedules them; the router
+hears a request's first token and finish at the end of the batch that sampled it.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from pipeline.engine.config import SchedulerConfig
+from pipeline.engine.core import EngineSim, StepRecord
+from pipeline.engine.loop import _request_frame, _step_frame
+from pipeline.engine.request import SimRequest
+from pipeline.fleet.routers.base import RouteRequest, Router
+from pipeline.fleet.view import FleetView
+
+__all__ = ["FleetResult", "simulate_fleet"]
+
+_STUCK_CALLS = 64
+StepMs = Callable[[StepRecord], float]
+
+
+@dataclass(frozen=True)
+class FleetResult:
+    """``requests``: one row per request (input order) with its ``instance`` and the
+    router's ``decision``; ``steps``: one row per batch with its ``instance``."""
+
+    requests: pl.DataFrame
+    steps: pl.DataFrame
+
+
+class _Instance:
+    def __init__(self, index: int, engine: EngineSim, step_ms: StepMs) -> None:
+        self.index, self.engine, self.step_ms = index, engine, step_ms
+        self.now = 0.0
+        self.requests: list[SimRequest] = []
+        self.arrival: list[float] = []
+        self.records: list[StepRecord] = []
+        self.starts: dict[int, float] = {}
+        self.ends: dict[int, float] = {}
+        self.open: list[list] = []            # [record, first tokens heard, finishes heard]
+        self.idle_calls = 0
+
+
+def _per_instance(value, n: int, what: str) -> list:
+    values = list(value) if isinstance(value, (list, tuple)) else [value] * n
+    if len(values) != n:
+        raise ValueError(f"{what}: one per instance ({n}), got {len(values)}")
+    return values
+
+
+def simulate_fleet(requests: Sequence[SimRequest], config: SchedulerConfig | Sequence,
+                   router: Router, step_ms: StepMs | Sequence[StepMs], *,
+                   cpu_tiers: Sequence | None = None,
+                   staleness_ms: float = 0.0) -> FleetResult:
+    """Route ``requests`` (numbered 0..n-1, arrivals ``arrival_s`` non-decreasing) over
+    ``router.num_instances`` engines (``config`` and ``step_ms``: one, or one per
+    instance; ``cpu_tiers``: one CPU-tier object per instance, or None)."""
+    n_inst = router.num_instances
+    configs = _per_instance(config, n_inst, "config")
+    models = _per_instance(step_ms, n_inst, "step_ms")
+    tiers = list(cpu_tiers) if cpu_tiers is not None else [None] * n_inst
+    if len(tiers) != n_inst:
+        raise ValueError(f"cpu_tiers: one per instance ({n_inst}), got {len(tiers)}")
+    if len({c.block_size for c in configs}) != 1:
+        raise ValueError("every instance needs the same block size (the router hashes once)")
+    if any(r.index != i for i, r in enumerate(requests)):
+        raise ValueError("requests must be numbered 0..n-1 in input order")
+    due = np.array([(r.arrival_s or 0.0) * 1000.0 for r in requests], dtype=np.float64)
+    if due.size and np.any(np.diff(due) < 0):
+        raise ValueError("arrivals must be non-decreasing in input order")
+    fleet = [_Instance(i, EngineSim(configs[i], tiers[i]), models[i]) for i in range(n_inst)]
+    view = FleetView([inst.engine for inst in fleet], staleness_ms)
+    heard: list = []                          # (time, order, kind, instance, request)
+    routed: dict[int, RouteRequest] = {}
+    placement = np.zeros(len(requests), dtype=np.int64)
+    decisions: list[str] = [""] * len(requests)
+    pointer, order = 0, 0
+
+    def hear(until: float) -> None:
+        while heard and heard[0][0] <= until:
+            _, _, kind, instance, index = heapq.heappop(heard)
+            if kind == 0:
+                router.on_first_token(instance, routed[index])
+            else:
+                router.on_finish(instance, routed[index])
+                view.outstanding[instance] -= 1
+
+    while True:
+        t_arrival = due[pointer] if pointer < len(requests) else np.inf
+        busy = [inst for inst in fleet if inst.engine.has_work()]
+        nxt = min(busy, key=lambda inst: (inst.now, inst.index)) if busy else None
+        t_step = nxt.now if nxt is not None else np.inf
+        if t_arrival == np.inf and nxt is None:
+            break
+        if t_arrival <= t_step:
+            now = float(t_arrival)
+            hear(now)
+            view.advance(now)
+            sim = requests[pointer]
+            request = RouteRequest(sim.index, fleet[0].engine.request_block_hashes(sim),
+                                   len(sim.prompt_token_ids), now, sim.session)
+            choice, decision = router.route(request, view)
+            if not 0 <= choice < n_inst:
+                raise RuntimeError(f"router {router.NAME} chose instance {choice}")
+            inst = fleet[choice]
+            if not inst.engine.has_work():
+                inst.now = max(inst.now, now)
+            inst.engine.add_request(sim)
+            inst.requests.append(sim)
+            inst.arrival.append(now)
+            routed[sim.index] = request
+            placement[sim.index], decisions[sim.index] = choice, decision
+            view.outstanding[choice] += 1
+            pointer += 1
+            continue
+        inst = nxt
+        hear(inst.now)
+        view.advance(inst.now)
+        record = inst.engine.step()
+        if record is None:
+            inst.idle_calls += 1
+            if inst.idle_calls > _STUCK_CALLS:
+                raise RuntimeError(f"instance {inst.index} schedules nothing while requests "
+                                   "wait (a request that can never fit)")
+        else:
+            inst.idle_calls = 0
+            inst.records.append(record)
+            inst.starts[record.step] = inst.now
+            inst.now += float(inst.step_ms(record))
+            inst.ends[record.step] = inst.now
+            inst.open.append([record, 0, 0])
+        for entry in inst.open:               # outputs processed by this call
+            rec, firsts, finishes = entry
+            when = inst.ends[rec.step]
+            for index in rec.first_tokens[firsts:]:
+                heapq.heappush(heard, (when, order, 0, inst.index, index))
+                order += 1
+            for index in rec.finished[finishes:]:
+                heapq.heappush(heard, (when, order, 1, inst.index, index))
+                order += 1
+            entry[1], entry[2] = len(rec.first_tokens), len(rec.finished)
+        inst.open = inst.open[-3:]
+    return _fleet_frames(fleet, placement, decisions)
+
+
+def _fleet_frames(fleet: list[_Instance], placement: np.ndarray,
+                  decisions: list[str]) -> FleetResult:
+    frames, steps = [], []
+    for inst in fleet:
+        if inst.requests:
+            frame = _request_frame(inst.engine, inst.requests, np.array(inst.arrival),
+                                   True, inst.starts, inst.ends)
+            frames.append(frame.with_columns(instance=pl.lit(inst.index, pl.Int64)))
+        steps.append(_step_frame(inst.records, True, inst.starts, inst.ends)
+                     .with_columns(instance=pl.lit(inst.index, pl.Int64)))
+    requests = (pl.concat(frames).sort("request") if frames else pl.DataFrame())
+    if frames:
+        requests = requests.with_columns(
+            decision=pl.Series([decisions[i] for i in requests["request"].to_list()],
+                               dtype=pl.String))
+        requests = requests.select("request", "instance", "decision",
+                                   pl.exclude("request", "instance", "decision"))
+    steps_frame = pl.concat(steps).select("instance", pl.exclude("instance"))
+    return FleetResult(requests, steps_frame)
