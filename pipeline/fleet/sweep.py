@@ -14,6 +14,7 @@ results are equal row for row.
 from __future__ import annotations
 
 import concurrent.futures as futures
+import multiprocessing as mp
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -130,8 +131,10 @@ def _local(settings: Settings, points: list[Point], workload: Workload,
             except Exception as exc:                       # reported by point
                 yield point, None, exc
         return
-    with futures.ProcessPoolExecutor(max_workers=jobs, initializer=_init_worker,
-                                     initargs=(workload,)) as pool:
+    # spawn, not fork: a forked child of a process whose polars thread pool runs can
+    # deadlock (polars' documentation says so)
+    with futures.ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"),
+                                     initializer=_init_worker, initargs=(workload,)) as pool:
         pending = {pool.submit(_run_in_worker, settings, point): point for point in points}
         for future in futures.as_completed(pending):
             point = pending[future]
