@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pipeline.engine.config import SchedulerConfig
-from pipeline.engine.hashing import block_keys
+from pipeline.engine.hashing import block_keys, request_keys
 from pipeline.engine.pool import BlockPool
-from pipeline.engine.request import SimRequest, sequence_tokens
+from pipeline.engine.request import SimRequest
 
-__all__ = ["EngineSim", "StepRecord"]
+__all__ = ["EngineSim", "StepRecord", "DecodeRun"]
 
 WAITING, RUNNING, PREEMPTED, FINISHED = range(4)
 
@@ -51,6 +51,32 @@ class StepRecord:
     free_blocks: int
     first_tokens: list[int] = field(default_factory=list)
     finished: list[int] = field(default_factory=list)
+    duration_ms: float | None = None          # set by the time clock
+
+
+@dataclass
+class DecodeRun:
+    """``count`` consecutive pure decode steps from ``first_step`` (``EngineSim.advance``):
+    every one of the ``num_running`` running requests decodes one token; ``free_blocks``
+    per step. ``records()`` gives the StepRecords ``step()`` would have returned."""
+
+    first_step: int
+    count: int
+    num_running: int
+    num_waiting: int
+    context_base: int
+    free_blocks: list[int]
+    rows: list = field(repr=False, default_factory=list)
+    starts: list[int] = field(repr=False, default_factory=list)
+
+    def context_tokens(self, j: int) -> int:
+        return self.context_base + self.num_running * j
+
+    def records(self) -> list[StepRecord]:
+        n = self.num_running
+        return [StepRecord(self.first_step + j, _DecodeRows(self.rows, self.starts, j), 0, n,
+                           self.context_tokens(j), 0, n, self.num_waiting,
+                           self.free_blocks[j]) for j in range(self.count)]
 
 
 class _Req:
@@ -62,13 +88,13 @@ class _Req:
                  "first_scheduled_step", "first_token_step", "finish_step", "stored",
                  "cpu_state")
 
-    def __init__(self, sim: SimRequest, block_size: int) -> None:
+    def __init__(self, sim: SimRequest, block_size: int, keys: list[int] | None = None) -> None:
         self.sim = sim
         self.index = sim.index
         self.num_prompt = len(sim.prompt_token_ids)
         self.max_tokens = sim.max_tokens
         self.num_tokens = self.num_prompt
-        self.keys = block_keys(sequence_tokens(sim), block_size)
+        self.keys = request_keys(sim, block_size) if keys is None else keys
         self.blocks: list[int] = []
         self.num_cached_block: int | None = None
         self.computed = self.placeholders = self.in_flight = self.stale = 0
@@ -79,6 +105,46 @@ class _Req:
         self.first_scheduled_step = self.first_token_step = self.finish_step = None
         self.stored = False
         self.cpu_state = None                         # the CPU tier's own per-request data
+
+
+class _Rows:
+    """StepRecord.scheduled: (request index, new tokens, computed before) per request,
+    built when read."""
+
+    __slots__ = ("entries",)
+
+    def __init__(self, entries):
+        self.entries = entries
+
+    def __iter__(self):
+        return ((req.index, num_new, start) for req, num_new, start in self.entries)
+
+    def __len__(self):
+        return len(self.entries)
+
+    def __getitem__(self, item):
+        return list(self)[item]
+
+    def __eq__(self, other):
+        return list(self) == list(other)
+
+    def __repr__(self):
+        return repr(list(self))
+
+
+class _DecodeRows(_Rows):
+    """StepRecord.scheduled of a pure decode step: every running request, one token, from
+    ``starts`` + ``offset`` computed tokens."""
+
+    __slots__ = ("starts", "offset")
+
+    def __init__(self, reqs, starts, offset):
+        super().__init__(reqs)
+        self.starts, self.offset = starts, offset
+
+    def __iter__(self):
+        return ((req.index, 1, start + self.offset)
+                for req, start in zip(self.entries, self.starts))
 
 
 class _Batch:
@@ -111,11 +177,12 @@ class EngineSim:
 
     # ------------------------------------------------------------------ public API
 
-    def add_request(self, request: SimRequest) -> None:
-        """Queue ``request`` (vLLM's ``add_request``): FCFS at the back of the queue."""
+    def add_request(self, request: SimRequest, keys: list[int] | None = None) -> None:
+        """Queue ``request`` (vLLM's ``add_request``): FCFS at the back of the queue.
+        ``keys``: its ``hashing.request_keys``, if computed already."""
         if request.index in self.requests or request.index in self.done:
             raise ValueError(f"request {request.index} added twice")
-        state = _Req(request, self.block_size)
+        state = _Req(request, self.block_size, keys)
         self.requests[request.index] = state
         self.waiting.append(state)
 
@@ -144,6 +211,9 @@ class EngineSim:
 
     def request_block_hashes(self, request: SimRequest) -> list[int]:
         """The block keys of ``request``'s prompt, as the engine computes them."""
+        if request.prompt_keys is not None:
+            return [int(k) for k in request.prompt_keys[:len(request.prompt_token_ids)
+                                                        // self.block_size]]
         tokens = np.asarray(request.prompt_token_ids, dtype=np.int64)
         return block_keys(tokens, self.block_size)
 
@@ -180,6 +250,80 @@ class EngineSim:
             return None
         self._update_from_output(queue.pop())
         return record
+
+    def advance(self, limit: int) -> DecodeRun | None:
+        """Up to ``limit`` steps at once where each would be a pure decode step (sync
+        scheduling, every running request decoding one token, none finishing, every new
+        block available, the waiting queue unable to move: empty, or ``max_num_seqs``
+        running, or no token budget left). The same state and records as that many
+        ``step()`` calls (``DecodeRun.records()``); None (nothing done) when the next step
+        is not such a step."""
+        running = self.running
+        config = self.config
+        n = len(running)
+        if self.queue_size != 1 or limit < 2 or not n or n > config.max_num_batched_tokens:
+            return None
+        if self.waiting and n < config.max_num_seqs and n < config.max_num_batched_tokens:
+            return None
+        size, max_len = self.block_size, config.max_model_len
+        k = int(limit)
+        for req in running:
+            tokens = req.num_tokens
+            if tokens - req.computed != 1 or tokens <= req.num_prompt:
+                return None
+            left = min(req.max_tokens - tokens + req.num_prompt, max_len - tokens) - 1
+            if left < k:                                # stop before anybody finishes
+                if left < 2:
+                    return None
+                k = left
+        pool = self.pool
+        free = pool.num_free
+
+        def allocations(steps: int) -> int:
+            return sum(max(-(-(r.computed + steps) // size) - len(r.blocks), 0)
+                       for r in running)
+
+        if allocations(k) > free:                       # the largest k whose blocks exist
+            low, high = 0, k
+            while low < high:
+                mid = (low + high + 1) // 2
+                low, high = (mid, high) if allocations(mid) <= free else (low, mid - 1)
+            if low < 2:
+                return None
+            k = low
+        # block m of request i is allocated at step m * size - computed, filled (hashed)
+        # at step (m + 1) * size - computed - 1; both in running order within a step
+        grows, fills = [], []
+        for i, req in enumerate(running):
+            c = req.computed
+            for m in range(len(req.blocks), -(-(c + k) // size)):
+                grows.append((m * size - c, i))
+            for m in range(req.num_cached_block or 0, (c + k) // size):
+                fills.append(((m + 1) * size - c - 1, i, m))
+        if grows:
+            grows.sort()
+            for (_, i), block in zip(grows, pool.get_new_blocks(len(grows))):
+                running[i].blocks.append(block)
+        if fills:
+            fills.sort()
+            for _, i, m in fills:
+                req = running[i]
+                pool.cache_full_blocks(req.keys, req.blocks, m, m + 1)
+                req.num_cached_block = m + 1
+        starts = [req.computed for req in running]
+        for req in running:
+            req.computed += k
+            req.num_tokens += k
+        frees, g = [], 0
+        for j in range(k):
+            while g < len(grows) and grows[g][0] <= j:
+                g += 1
+            frees.append(free - g)
+        run = DecodeRun(self.step_count, k, n, len(self.waiting), sum(starts) + n, frees,
+                        list(running), starts)
+        self.step_count += k
+        self.finished_ids = set()
+        return run
 
     # ------------------------------------------------------------------ allocation
 
@@ -255,22 +399,36 @@ class EngineSim:
         eligible = len(self.running) + len(self.waiting)
         threshold = config.long_prefill_token_threshold if eligible > 1 else 0
         max_len = config.max_model_len
-        scheduled: dict[_Req, int] = {}
-        before: dict[_Req, int] = {}
+        size = self.block_size
+        pool = self.pool
+        scheduled: list[tuple[_Req, int, int]] = []     # (request, new tokens, computed)
         reloads = 0
         preempted = False
         running = self.running
         index = 0
         while index < len(running) and budget > 0:
             req = running[index]
-            if req.placeholders > 0 and \
-                    req.computed + 2 - req.placeholders >= req.num_prompt + req.max_tokens:
+            computed, holds = req.computed, req.placeholders
+            if holds > 0 and computed + 2 - holds >= req.num_prompt + req.max_tokens:
                 index += 1
                 continue
-            num_new = req.num_tokens + req.placeholders - req.computed
+            num_new = req.num_tokens + holds - computed
+            if num_new == 1 and computed + 1 < max_len \
+                    and computed < len(req.blocks) * size:
+                # a decode within its last block: allocate_slots allocates nothing and
+                # caches the block it fills
+                full = min(computed + 1, req.num_tokens) // size
+                cached = req.num_cached_block or 0
+                if full > cached:
+                    pool.cache_full_blocks(req.keys, req.blocks, cached, full)
+                    req.num_cached_block = full
+                scheduled.append((req, 1, computed))
+                budget -= 1
+                index += 1
+                continue
             if 0 < threshold < num_new:
                 num_new = threshold
-            num_new = max(min(num_new, budget, max_len - req.computed - 1), 0)
+            num_new = max(min(num_new, budget, max_len - computed - 1), 0)
             if num_new == 0:
                 index += 1
                 continue
@@ -286,46 +444,41 @@ class EngineSim:
                     break
             if not ok:
                 break
-            scheduled[req] = num_new
-            before[req] = req.computed
+            scheduled.append((req, num_new, computed))
             budget -= num_new
             index += 1
         if not preempted:
-            budget, reloads = self._schedule_waiting(budget, threshold, scheduled, before)
+            budget, reloads = self._schedule_waiting(budget, threshold, scheduled)
         self.finished_ids = set()
-        total = sum(scheduled.values())
+        if not scheduled:
+            return _Batch(None, scheduled, (), None)
+        step = self.step_count
+        self.step_count += 1
         samples = []
         async_mode = config.async_scheduling
-        for req, num_new in scheduled.items():
-            req.computed += num_new
+        prefill = decode = context = 0
+        for req, num_new, start in scheduled:
+            computed = start + num_new
+            req.computed = computed
             req.in_flight += num_new
-            req.is_prefill_chunk = req.computed < req.num_tokens + req.placeholders
+            context += computed
+            if req.first_scheduled_step is None:
+                req.first_scheduled_step = step
+            if num_new == 1 and start >= req.num_prompt:
+                decode += 1
+            else:
+                prefill += num_new
+            req.is_prefill_chunk = computed < req.num_tokens + req.placeholders
             if not req.is_prefill_chunk:
                 samples.append(req)
                 if async_mode:
                     req.placeholders += 1
-        if total == 0:
-            return _Batch(None, scheduled, samples, None)
-        step = self.step_count
-        self.step_count += 1
-        prefill = decode = context = 0
-        rows = []
-        for req, num_new in scheduled.items():
-            start = before[req]
-            rows.append((req.index, num_new, start))
-            context += start + num_new
-            if req.first_scheduled_step is None:
-                req.first_scheduled_step = step
-            if start + num_new >= req.num_tokens and num_new == 1 and start >= req.num_prompt:
-                decode += 1
-            else:
-                prefill += num_new
-        record = StepRecord(step, rows, prefill, decode, context, reloads, len(running),
-                            len(self.waiting), self.pool.num_free)
+        record = StepRecord(step, _Rows(scheduled), prefill, decode, context, reloads,
+                            len(running), len(self.waiting), pool.num_free)
         return _Batch(step, scheduled, samples, record)
 
-    def _schedule_waiting(self, budget: int, threshold: int, scheduled: dict,
-                          before: dict) -> tuple[int, int]:
+    def _schedule_waiting(self, budget: int, threshold: int,
+                          scheduled: list) -> tuple[int, int]:
         """The waiting-queue half of schedule(); returns (budget left, reloaded tokens)."""
         config = self.config
         size = self.block_size
@@ -363,8 +516,7 @@ class EngineSim:
             running.append(req)
             req.status = RUNNING
             req.computed = computed
-            scheduled[req] = num_new
-            before[req] = computed
+            scheduled.append((req, num_new, computed))
             budget -= num_new
             reloads += external
         if skipped:
@@ -376,49 +528,47 @@ class EngineSim:
     def _update_from_output(self, batch: _Batch) -> None:
         """Scheduler.update_from_output with one sampled token per finished chunk."""
         max_len = self.config.max_model_len
-        sampled = set(batch.samples)
         record = batch.record
-        stopped_running = []
-        for req, num_new in batch.scheduled.items():
+        stale = set()
+        for req, num_new, _ in batch.scheduled:
+            if req.status != FINISHED:
+                req.in_flight -= num_new
+                if req.stale > 0:                   # output of a preempted request
+                    req.stale -= num_new
+                    stale.add(req)
+        stopped = []
+        for req in batch.samples:
             if req.status == FINISHED:
                 continue
-            req.in_flight -= num_new
-            stale = req.stale > 0
-            if stale:
-                req.stale -= num_new
-            if req not in sampled:
-                continue
+            is_stale = req in stale
             status_before = req.status
-            had_placeholders = req.placeholders > 0
+            holds = req.placeholders
             req.num_tokens += 1
-            stopped = req.num_tokens >= max_len or req.num_tokens - req.num_prompt >= req.max_tokens
-            if not stale and req.placeholders > 0:
-                req.placeholders -= 1
-            if not stale and status_before == RUNNING and had_placeholders:
-                self._cache_blocks(req, req.computed - req.in_flight)
+            if not is_stale and holds > 0:
+                req.placeholders = holds - 1
+                if status_before == RUNNING:
+                    self._cache_blocks(req, req.computed - req.in_flight)
             if req.first_token_step is None:
                 req.first_token_step = batch.step
-                if record is not None:
-                    record.first_tokens.append(req.index)
-            if stopped:
+                record.first_tokens.append(req.index)
+            if req.num_tokens >= max_len or req.num_tokens - req.num_prompt >= req.max_tokens:
                 req.status = FINISHED
                 req.finish_step = batch.step
-                if record is not None:
-                    record.finished.append(req.index)
+                record.finished.append(req.index)
                 self.finished_ids.add(req.index)
                 self._free_blocks(req)
                 del self.requests[req.index]
                 self.done[req.index] = req
                 if status_before == RUNNING:
-                    stopped_running.append(req)
+                    stopped.append(req)
                 else:
                     self.waiting.remove(req)
         if self.cpu_tier is not None:
-            for req in batch.scheduled:
+            for req, _, _ in batch.scheduled:
                 if not req.stored and req.status != PREEMPTED \
                         and req.computed - req.in_flight >= req.num_prompt:
                     req.stored = True
                     self.cpu_tier.store(req)
-        if stopped_running:
-            gone = set(stopped_running)
+        if stopped:
+            gone = set(stopped)
             self.running = [r for r in self.running if r not in gone]
