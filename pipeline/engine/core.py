@@ -1,0 +1,424 @@
+"""vLLM v1's engine loop, step by step: ``Scheduler.schedule`` / ``update_from_output`` and
+``EngineCore.step`` / ``step_with_batch_queue`` (vLLM 0.33.0, ``vllm/v1/core/sched/`` and
+``vllm/v1/engine/core.py``), for FCFS text requests without speculative decoding.
+
+Kept literally: running requests first (in order, each up to its remaining tokens, the
+``long_prefill_token_threshold`` when more than one request is eligible, the step's token
+budget and ``max_model_len``), preemption of the most recently admitted running request
+when ``allocate_slots`` finds no room (blocks freed tail first, recomputed on re-admission);
+then, only when nothing was preempted, the FCFS waiting queue up to ``max_num_seqs``
+running: a prefix-cache lookup of at most ``num_tokens - 1`` tokens, the optional CPU tier
+(a KV connector loading synchronously), no chunking without chunked prefill (stop the
+queue), the admission check ``scheduler_reserve_full_isl`` (the whole sequence must fit in
+the free blocks), blocks hashed as soon as they are allocated full, so a request admitted
+later in the same step hits them. A request finishes when its batch samples its
+``max_tokens``-th token or it reaches ``max_model_len``; its blocks are freed tail first.
+With ``async_scheduling`` the engine keeps two batches in flight: a batch's output is
+processed after the next one is scheduled, running requests carry output placeholders,
+and a request preempted with output in flight waits in the queue until that output
+arrives (``num_stale_output_tokens``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pipeline.engine.config import SchedulerConfig
+from pipeline.engine.hashing import block_keys
+from pipeline.engine.pool import BlockPool
+from pipeline.engine.request import SimRequest, sequence_tokens
+
+__all__ = ["EngineSim", "StepRecord"]
+
+WAITING, RUNNING, PREEMPTED, FINISHED = range(4)
+
+
+@dataclass
+class StepRecord:
+    """One executed batch (a ``schedule()`` that scheduled > 0 tokens)."""
+
+    step: int
+    scheduled: list[tuple[int, int, int]]
+    prefill_tokens: int
+    decode_seqs: int
+    context_tokens: int
+    reload_tokens: int
+    num_running: int
+    num_waiting: int
+    free_blocks: int
+    first_tokens: list[int] = field(default_factory=list)
+    finished: list[int] = field(default_factory=list)
+
+
+class _Req:
+    """Scheduler-side state of one request (vLLM's ``Request`` fields that matter)."""
+
+    __slots__ = ("sim", "index", "num_prompt", "max_tokens", "num_tokens", "keys", "blocks",
+                 "num_cached_block", "computed", "placeholders", "in_flight", "stale",
+                 "status", "is_prefill_chunk", "preemptions", "gpu_hit", "cpu_hit",
+                 "first_scheduled_step", "first_token_step", "finish_step", "stored",
+                 "cpu_state")
+
+    def __init__(self, sim: SimRequest, block_size: int) -> None:
+        self.sim = sim
+        self.index = sim.index
+        self.num_prompt = len(sim.prompt_token_ids)
+        self.max_tokens = sim.max_tokens
+        self.num_tokens = self.num_prompt
+        self.keys = block_keys(sequence_tokens(sim), block_size)
+        self.blocks: list[int] = []
+        self.num_cached_block: int | None = None
+        self.computed = self.placeholders = self.in_flight = self.stale = 0
+        self.status = WAITING
+        self.is_prefill_chunk = False
+        self.preemptions = 0
+        self.gpu_hit = self.cpu_hit = 0
+        self.first_scheduled_step = self.first_token_step = self.finish_step = None
+        self.stored = False
+        self.cpu_state = None                         # the CPU tier's own per-request data
+
+
+class _Batch:
+    __slots__ = ("step", "scheduled", "samples", "record")
+
+    def __init__(self, step, scheduled, samples, record):
+        self.step, self.scheduled, self.samples, self.record = step, scheduled, samples, record
+
+
+class EngineSim:
+    """vLLM's scheduler + KV cache manager (+ an optional CPU tier) for ``config``.
+
+    ``cpu_tier``: an object with ``lookup(req) -> tokens`` (the connector's matched tokens,
+    LMCache's rule) and ``store(req)``, see ``pipeline.engine.cpu_tier``.
+    """
+
+    def __init__(self, config: SchedulerConfig, cpu_tier=None) -> None:
+        self.config = config
+        self.cpu_tier = cpu_tier
+        self.pool = BlockPool(config.num_gpu_blocks)
+        self.block_size = config.block_size
+        self.running: list[_Req] = []
+        self.waiting: deque[_Req] = deque()
+        self.requests: dict[int, _Req] = {}
+        self.done: dict[int, _Req] = {}
+        self.finished_ids: set[int] = set()
+        self.batch_queue: deque[_Batch] = deque()
+        self.queue_size = 2 if config.async_scheduling else 1
+        self.step_count = 0
+
+    # ------------------------------------------------------------------ public API
+
+    def add_request(self, request: SimRequest) -> None:
+        """Queue ``request`` (vLLM's ``add_request``): FCFS at the back of the queue."""
+        if request.index in self.requests or request.index in self.done:
+            raise ValueError(f"request {request.index} added twice")
+        state = _Req(request, self.block_size)
+        self.requests[request.index] = state
+        self.waiting.append(state)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    def has_work(self) -> bool:
+        """Anything left for ``step()``: requests, finished ids not yet flushed by a
+        ``schedule()``, or batches in flight."""
+        return bool(self.running or self.waiting or self.finished_ids or self.batch_queue)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def free_blocks(self) -> int:
+        return self.pool.num_free
+
+    def outstanding(self) -> int:
+        return len(self.running) + len(self.waiting)
+
+    def request_block_hashes(self, request: SimRequest) -> list[int]:
+        """The block keys of ``request``'s prompt, as the engine computes them."""
+        tokens = np.asarray(request.prompt_token_ids, dtype=np.int64)
+        return block_keys(tokens, self.block_size)
+
+    def cached_prefix_blocks(self, block_hashes: list[int]) -> int:
+        """Leading blocks of ``block_hashes`` in the GPU prefix cache now (no change)."""
+        return self.pool.leading_cached(block_hashes)
+
+    def result(self, index: int) -> _Req:
+        """The state of request ``index`` (finished or not)."""
+        return self.done.get(index) or self.requests[index]
+
+    def step(self) -> StepRecord | None:
+        """One engine iteration (``EngineCore.step`` or ``step_with_batch_queue``).
+
+        Returns the record of the batch this call scheduled when it scheduled > 0 tokens,
+        else None. Outputs of a batch are applied to its record when processed (at once
+        in sync mode, one call later with async scheduling)."""
+        record = None
+        if self.queue_size == 1:
+            if not (self.running or self.waiting or self.finished_ids):
+                return None
+            batch = self._schedule()
+            self._update_from_output(batch)
+            return batch.record
+        queue = self.batch_queue
+        if self.running or self.waiting or self.finished_ids:
+            batch = self._schedule()
+            record = batch.record
+            queue.appendleft(batch)
+            if len(queue) < self.queue_size and (record is not None or self.running
+                                                 or self.waiting or self.finished_ids):
+                return record
+        elif not queue:
+            return None
+        self._update_from_output(queue.pop())
+        return record
+
+    # ------------------------------------------------------------------ allocation
+
+    def _blocks_needed(self, req: _Req, num_tokens: int, hit: list[int]) -> int:
+        """SingleTypeKVCacheManager.get_num_blocks_to_allocate (full attention)."""
+        required = -(-num_tokens // self.block_size)
+        if req.num_cached_block is not None:
+            return max(required - len(req.blocks), 0)
+        ref_cnt = self.pool.ref_cnt
+        evictable = sum(1 for block in hit if ref_cnt[block] == 0)
+        return max(required - len(hit) - len(req.blocks), 0) + evictable
+
+    def _allocate_slots(self, req: _Req, num_new: int, hit: list[int] | None = None,
+                        external: int = 0, admission: bool = False) -> bool:
+        """KVCacheManager.allocate_slots; False (nothing changed) when it returns None."""
+        size = self.block_size
+        hit = hit or []
+        local = req.computed + len(hit) * size
+        total = min(local + external, self.config.max_model_len)
+        pool = self.pool
+        if admission:                                 # scheduler_reserve_full_isl
+            full = min(req.num_tokens, self.config.max_model_len)
+            if self._blocks_needed(req, full, hit) > pool.num_free:
+                return False
+        need = min(total + num_new, self.config.max_model_len)
+        if self._blocks_needed(req, need, hit) > pool.num_free:
+            return False
+        if (hit or external) and req.num_cached_block is None:
+            pool.touch(hit)
+            req.blocks = list(hit)
+            req.num_cached_block = len(hit)
+            if external > 0:
+                more = max(0, -(-(local + external) // size) - len(req.blocks))
+                req.blocks.extend(pool.get_new_blocks(more))
+        more = -(-need // size) - len(req.blocks)
+        if more > 0:
+            req.blocks.extend(pool.get_new_blocks(more))
+        self._cache_blocks(req, min(total + num_new, req.num_tokens))
+        return True
+
+    def _cache_blocks(self, req: _Req, num_tokens: int) -> None:
+        """FullAttentionManager.cache_blocks: hash the newly full blocks."""
+        cached = req.num_cached_block or 0
+        full = min(num_tokens, req.num_tokens) // self.block_size
+        if cached >= full:
+            return
+        self.pool.cache_full_blocks(req.keys, req.blocks, cached, full)
+        req.num_cached_block = full
+
+    def _free_blocks(self, req: _Req) -> None:
+        """KVCacheManager.free: tail first."""
+        blocks = req.blocks
+        req.blocks = []
+        req.num_cached_block = None
+        self.pool.free_blocks(reversed(blocks))
+
+    def _preempt(self, req: _Req) -> None:
+        """Scheduler._preempt_request."""
+        self._free_blocks(req)
+        req.status = PREEMPTED
+        req.computed = 0
+        req.stale = req.in_flight
+        req.placeholders = 0
+        req.preemptions += 1
+        self.waiting.appendleft(req)
+
+    # ------------------------------------------------------------------ schedule
+
+    def _schedule(self) -> _Batch:
+        """Scheduler.schedule, then _update_after_schedule."""
+        config = self.config
+        budget = config.max_num_batched_tokens
+        eligible = len(self.running) + len(self.waiting)
+        threshold = config.long_prefill_token_threshold if eligible > 1 else 0
+        max_len = config.max_model_len
+        scheduled: dict[_Req, int] = {}
+        before: dict[_Req, int] = {}
+        reloads = 0
+        preempted = False
+        running = self.running
+        index = 0
+        while index < len(running) and budget > 0:
+            req = running[index]
+            if req.placeholders > 0 and \
+                    req.computed + 2 - req.placeholders >= req.num_prompt + req.max_tokens:
+                index += 1
+                continue
+            num_new = req.num_tokens + req.placeholders - req.computed
+            if 0 < threshold < num_new:
+                num_new = threshold
+            num_new = max(min(num_new, budget, max_len - req.computed - 1), 0)
+            if num_new == 0:
+                index += 1
+                continue
+            while True:
+                if self._allocate_slots(req, num_new):
+                    ok = True
+                    break
+                ok = False
+                victim = running.pop()
+                self._preempt(victim)
+                preempted = True
+                if victim is req:
+                    break
+            if not ok:
+                break
+            scheduled[req] = num_new
+            before[req] = req.computed
+            budget -= num_new
+            index += 1
+        if not preempted:
+            budget, reloads = self._schedule_waiting(budget, threshold, scheduled, before)
+        self.finished_ids = set()
+        total = sum(scheduled.values())
+        samples = []
+        async_mode = config.async_scheduling
+        for req, num_new in scheduled.items():
+            req.computed += num_new
+            req.in_flight += num_new
+            req.is_prefill_chunk = req.computed < req.num_tokens + req.placeholders
+            if not req.is_prefill_chunk:
+                samples.append(req)
+                if async_mode:
+                    req.placeholders += 1
+        if total == 0:
+            return _Batch(None, scheduled, samples, None)
+        step = self.step_count
+        self.step_count += 1
+        prefill = decode = context = 0
+        rows = []
+        for req, num_new in scheduled.items():
+            start = before[req]
+            rows.append((req.index, num_new, start))
+            context += start + num_new
+            if req.first_scheduled_step is None:
+                req.first_scheduled_step = step
+            if start + num_new >= req.num_tokens and num_new == 1 and start >= req.num_prompt:
+                decode += 1
+            else:
+                prefill += num_new
+        record = StepRecord(step, rows, prefill, decode, context, reloads, len(running),
+                            len(self.waiting), self.pool.num_free)
+        return _Batch(step, scheduled, samples, record)
+
+    def _schedule_waiting(self, budget: int, threshold: int, scheduled: dict,
+                          before: dict) -> tuple[int, int]:
+        """The waiting-queue half of schedule(); returns (budget left, reloaded tokens)."""
+        config = self.config
+        size = self.block_size
+        waiting, running, pool = self.waiting, self.running, self.pool
+        skipped: deque[_Req] = deque()
+        reloads = 0
+        while budget > 0 and waiting:
+            if len(running) >= config.max_num_seqs:
+                break
+            req = waiting[0]
+            if req.stale:
+                skipped.appendleft(waiting.popleft())
+                continue
+            hit: list[int] = []
+            external = 0
+            if req.computed == 0:
+                hit = pool.longest_hit(req.keys, (req.num_tokens - 1) // size)
+                local = len(hit) * size
+                if self.cpu_tier is not None:
+                    external = max(self.cpu_tier.lookup(req, local) - local, 0)
+                computed = local + external
+                if req.preemptions <= 0:
+                    req.gpu_hit, req.cpu_hit = local, external
+            else:
+                computed = req.computed
+            num_new = req.num_tokens - computed
+            if 0 < threshold < num_new:
+                num_new = threshold
+            if not config.chunked_prefill and num_new > budget:
+                break
+            num_new = min(num_new, budget)
+            if not self._allocate_slots(req, num_new, hit, external, admission=True):
+                break
+            waiting.popleft()
+            running.append(req)
+            req.status = RUNNING
+            req.computed = computed
+            scheduled[req] = num_new
+            before[req] = computed
+            budget -= num_new
+            reloads += external
+        if skipped:
+            waiting.extendleft(skipped)
+        return budget, reloads
+
+    # ------------------------------------------------------------------ outputs
+
+    def _update_from_output(self, batch: _Batch) -> None:
+        """Scheduler.update_from_output with one sampled token per finished chunk."""
+        max_len = self.config.max_model_len
+        sampled = set(batch.samples)
+        record = batch.record
+        stopped_running = []
+        for req, num_new in batch.scheduled.items():
+            if req.status == FINISHED:
+                continue
+            req.in_flight -= num_new
+            stale = req.stale > 0
+            if stale:
+                req.stale -= num_new
+            if req not in sampled:
+                continue
+            status_before = req.status
+            had_placeholders = req.placeholders > 0
+            req.num_tokens += 1
+            stopped = req.num_tokens >= max_len or req.num_tokens - req.num_prompt >= req.max_tokens
+            if not stale and req.placeholders > 0:
+                req.placeholders -= 1
+            if not stale and status_before == RUNNING and had_placeholders:
+                self._cache_blocks(req, req.computed - req.in_flight)
+            if req.first_token_step is None:
+                req.first_token_step = batch.step
+                if record is not None:
+                    record.first_tokens.append(req.index)
+            if stopped:
+                req.status = FINISHED
+                req.finish_step = batch.step
+                if record is not None:
+                    record.finished.append(req.index)
+                self.finished_ids.add(req.index)
+                self._free_blocks(req)
+                del self.requests[req.index]
+                self.done[req.index] = req
+                if status_before == RUNNING:
+                    stopped_running.append(req)
+                else:
+                    self.waiting.remove(req)
+        if self.cpu_tier is not None:
+            for req in batch.scheduled:
+                if not req.stored and req.status != PREEMPTED \
+                        and req.computed - req.in_flight >= req.num_prompt:
+                    req.stored = True
+                    self.cpu_tier.store(req)
+        if stopped_running:
+            gone = set(stopped_running)
+            self.running = [r for r in self.running if r not in gone]

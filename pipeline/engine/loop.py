@@ -1,0 +1,144 @@
+"""Drive ``EngineSim`` over a workload: arrivals by step, by time, or a closed loop."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from pipeline.engine.config import SchedulerConfig
+from pipeline.engine.core import EngineSim, StepRecord
+from pipeline.engine.request import SimRequest
+
+__all__ = ["SimResult", "simulate", "CLOCKS", "REQUEST_COLUMNS", "STEP_COLUMNS"]
+
+CLOCKS = ("steps", "time")
+REQUEST_COLUMNS = ("request", "arrival_step", "first_scheduled_step", "first_token_step",
+                   "finish_step", "gpu_hit_tokens", "cpu_hit_tokens", "prompt_tokens",
+                   "output_tokens", "preemptions")
+STEP_COLUMNS = ("step", "prefill_tokens", "decode_seqs", "context_tokens", "reload_tokens",
+                "num_running", "num_waiting", "free_blocks")
+#: Engine calls in a row that execute nothing before the run is declared stuck.
+_STUCK_CALLS = 64
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """``requests``: one row per request in input order; ``steps``: one row per batch."""
+
+    requests: pl.DataFrame
+    steps: pl.DataFrame
+
+
+def simulate(requests: Sequence[SimRequest], config: SchedulerConfig, *, cpu_tier=None,
+             clock: str = "steps", step_ms: Callable[[StepRecord], float] | None = None,
+             concurrency: int | None = None) -> SimResult:
+    """Run ``requests`` (``index`` 0..n-1 in input order) through vLLM's engine loop.
+
+    ``clock="steps"``: one step = one executed batch; before each ``schedule()`` every
+    request with ``arrival_step <= step`` is added in input order; an idle engine jumps to
+    the next arrival. ``clock="time"``: ``step_ms(record)`` gives each batch's duration
+    and requests arrive by ``arrival_s``. ``concurrency=K``: a closed loop instead (the
+    next request arrives whenever fewer than K are running or waiting).
+    """
+    if clock not in CLOCKS:
+        raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, got {clock!r}")
+    if clock == "time" and step_ms is None:
+        raise ValueError("the time clock needs a step-time model (step_ms)")
+    if concurrency is not None and concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    n = len(requests)
+    if any(r.index != i for i, r in enumerate(requests)):
+        raise ValueError("requests must be numbered 0..n-1 in input order")
+    engine = EngineSim(config, cpu_tier)
+    timed = clock == "time"
+    if concurrency is None:
+        due = np.array([(r.arrival_s or 0.0) * 1000.0 if timed else (r.arrival_step or 0)
+                        for r in requests], dtype=np.float64)
+        if n and np.any(np.diff(due) < 0):
+            raise ValueError("arrivals must be non-decreasing in input order")
+    now = 0.0                                   # the clock: steps or milliseconds
+    arrival = np.zeros(n, dtype=np.float64)
+    ends: dict[int, float] = {}                 # step -> end time (time clock)
+    starts: dict[int, float] = {}
+    records: list[StepRecord] = []
+    pointer, idle_calls = 0, 0
+    while True:
+        clock_now = now if timed else engine.step_count
+        if concurrency is None:
+            while pointer < n and due[pointer] <= clock_now:
+                arrival[pointer] = clock_now if not timed else due[pointer]
+                engine.add_request(requests[pointer])
+                pointer += 1
+        else:
+            while pointer < n and engine.outstanding() < concurrency:
+                arrival[pointer] = clock_now
+                engine.add_request(requests[pointer])
+                pointer += 1
+        if not engine.has_work():
+            if pointer == n:
+                break
+            if timed:
+                now = max(now, float(due[pointer]))
+            else:
+                engine.step_count = max(engine.step_count, int(due[pointer]))
+            continue
+        record = engine.step()
+        if record is None:
+            idle_calls += 1
+            if idle_calls > _STUCK_CALLS:
+                raise RuntimeError("the engine schedules nothing while requests wait "
+                                   "(a request that can never fit)")
+            continue
+        idle_calls = 0
+        records.append(record)
+        if timed:
+            duration = float(step_ms(record))
+            starts[record.step] = now
+            now += duration
+            ends[record.step] = now
+    return SimResult(_request_frame(engine, requests, arrival, timed, starts, ends),
+                     _step_frame(records, timed, starts, ends))
+
+
+def _request_frame(engine: EngineSim, requests: Sequence[SimRequest], arrival: np.ndarray,
+                   timed: bool, starts: dict, ends: dict) -> pl.DataFrame:
+    states = [engine.result(r.index) for r in requests]
+    columns = {
+        "request": [s.index for s in states],
+        "arrival_step": None if timed else arrival.astype(np.int64),
+        "first_scheduled_step": [s.first_scheduled_step for s in states],
+        "first_token_step": [s.first_token_step for s in states],
+        "finish_step": [s.finish_step for s in states],
+        "gpu_hit_tokens": [s.gpu_hit for s in states],
+        "cpu_hit_tokens": [s.cpu_hit for s in states],
+        "prompt_tokens": [s.num_prompt for s in states],
+        "output_tokens": [s.num_tokens - s.num_prompt for s in states],
+        "preemptions": [s.preemptions for s in states],
+    }
+    frame = pl.DataFrame({k: v for k, v in columns.items() if v is not None},
+                         schema_overrides={k: pl.Int64 for k in columns})
+    if not timed:
+        return frame
+    frame = frame.with_columns(
+        arrival_ms=pl.Series(arrival),
+        first_scheduled_ms=pl.Series([starts[s.first_scheduled_step] for s in states]),
+        first_token_ms=pl.Series([ends[s.first_token_step] for s in states]),
+        finish_ms=pl.Series([ends[s.finish_step] for s in states]))
+    return frame.with_columns(ttft_ms=pl.col("first_token_ms") - pl.col("arrival_ms"),
+                              queue_ms=pl.col("first_scheduled_ms") - pl.col("arrival_ms"),
+                              e2e_ms=pl.col("finish_ms") - pl.col("arrival_ms"))
+
+
+def _step_frame(records: list[StepRecord], timed: bool, starts: dict,
+                ends: dict) -> pl.DataFrame:
+    frame = pl.DataFrame({name: [getattr(r, name) for r in records] for name in STEP_COLUMNS},
+                         schema={name: pl.Int64 for name in STEP_COLUMNS})
+    if timed:
+        frame = frame.with_columns(
+            start_ms=pl.Series([starts[r.step] for r in records], dtype=pl.Float64),
+            duration_ms=pl.Series([ends[r.step] - starts[r.step] for r in records],
+                                  dtype=pl.Float64))
+    return frame

@@ -1,0 +1,44 @@
+"""A request as the engine model sees it, and the token sequence it will hold."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["SimRequest", "placeholder_tokens", "sequence_tokens"]
+
+#: Placeholder output ids are negative, so no prompt (token ids >= 0) contains them.
+_PLACEHOLDER_STRIDE = 1 << 32
+
+
+@dataclass
+class SimRequest:
+    """One request: ``index`` its 0-based input order; ``output_token_ids`` the sampled
+    tokens (None: deterministic placeholders that no prompt contains)."""
+
+    index: int
+    prompt_token_ids: list[int] | np.ndarray
+    max_tokens: int
+    arrival_step: int | None = None
+    arrival_s: float | None = None
+    session: str | None = None
+    output_token_ids: list[int] | None = None
+
+
+def placeholder_tokens(index: int, count: int) -> np.ndarray:
+    """Request ``index``'s placeholder outputs: -1 - index * 2**32 - j for j < count."""
+    return -1 - index * _PLACEHOLDER_STRIDE - np.arange(count, dtype=np.int64)
+
+
+def sequence_tokens(request: SimRequest) -> np.ndarray:
+    """Prompt + every output token the request will sample (int64)."""
+    prompt = np.asarray(request.prompt_token_ids, dtype=np.int64)
+    if request.output_token_ids is not None:
+        output = np.asarray(request.output_token_ids[:request.max_tokens], dtype=np.int64)
+        if output.size < request.max_tokens:
+            output = np.concatenate((output, placeholder_tokens(
+                request.index, request.max_tokens)[output.size:]))
+    else:
+        output = placeholder_tokens(request.index, request.max_tokens)
+    return np.concatenate((prompt, output))
