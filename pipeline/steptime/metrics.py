@@ -132,7 +132,9 @@ def run_metrics(requests: pl.DataFrame, steps: pl.DataFrame | None = None,
              for tier in ("gpu_hit", "cpu_hit", "miss")}
     entries = prefix_cache_entries(requests, steps)
     queries, hits = int(entries["queries"].sum()), int(entries["hits"].sum())
-    ext_q, ext_h = int(entries["external_queries"].sum()), int(entries["external_hits"].sum())
+    connector = "cpu_hit_tokens" in requests.columns          # a CPU tier: vLLM's connector
+    ext_q = int(entries["external_queries"].sum()) if connector else 0
+    ext_h = int(entries["external_hits"].sum()) if connector else 0
     window = windowed_hit_rate(entries["requests"], entries["queries"], entries["hits"])
     out: dict[str, object] = {
         "requests": frame.height, "prompt_tokens": prompt,
@@ -170,7 +172,8 @@ def run_metrics(requests: pl.DataFrame, steps: pl.DataFrame | None = None,
         out["total_token_throughput"] = ((prompt + (out["output_tokens"] or 0)) / duration_s
                                          if duration_s > 0 else None)
     else:
-        first = (frame["first_token_step"] - frame["first_scheduled_step"]) \
+        arrival = "arrival_step" if "arrival_step" in frame.columns else "first_scheduled_step"
+        first = (frame["first_token_step"] - frame[arrival]) \
             if "first_token_step" in frame.columns else None
         if first is not None:
             out.update(_quantiles(frame.with_columns(first.alias("_t")), "_t", "ttft_steps"))
