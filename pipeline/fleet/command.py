@@ -13,6 +13,7 @@ import argparse
 import json
 import socket
 import sys
+from functools import partial
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -20,6 +21,7 @@ import polars as pl
 import pyarrow.dataset as ds
 
 from pipeline.engine.config import SchedulerConfig
+from pipeline.engine.cpu_tier import LMCacheTier
 from pipeline.errors import CLIError
 from pipeline.fleet.aggregates import fleet_aggregates, instance_aggregates, json_rows
 from pipeline.fleet.options import add_fleet_arguments
@@ -31,13 +33,13 @@ from pipeline.staging import Outputs, json_bytes, parquet_bytes
 from pipeline.steptime.options import latency_from_args
 
 HELP = "N engine instances behind each router: hit ratio, TTFT, imbalance (a sweep)"
-_SWEEP_KEYS = ("trace", "pattern", "limit", "max_output_tokens", "num_documents",
+_SWEEP_KEYS = ("trace", "format", "pattern", "limit", "num_documents",
                "document_length", "repeat_count", "repeat_mode", "users", "num_requests",
                "zipf_alpha", "groups", "questions", "sessions", "turns", "think_s",
                "system_prompt_length", "question_length", "output_tokens", "rate",
                "shuffle_seed", "router_option", "seed", "staleness_ms", "block_size",
                "max_num_seqs", "max_num_batched_tokens", "max_model_len",
-               "no_chunked_prefill", "async_scheduling", "latency", "gpu_type", "gpu_tflops",
+               "no_chunked_prefill", "async_scheduling", "cpu_tokens", "cpu_chunk_size", "latency", "gpu_type", "gpu_tflops",
                "gpu_fp8_tflops", "gpu_hbm_gbps", "host_link_gbps", "weights",
                "step_overhead_ms", "model_shape")
 
@@ -86,27 +88,34 @@ def _ray_connect(address: str | None) -> bool:
 
 
 def _settings(args: argparse.Namespace, workload, options) -> Settings:
-    longest = max(len(p) + int(m) for p, m in zip(workload.prompts, workload.max_tokens))
+    requests = workload.requests
+    longest = max(len(r.prompt_token_ids) + r.max_tokens for r in requests)
     max_len = args.max_model_len or longest
-    if max_len < longest:
-        raise CLIError(f"--max-model-len {max_len}: the longest request needs {longest} "
-                       "tokens")
-    need = -(-longest // args.block_size) + 1
+    prompt = max(len(r.prompt_token_ids) for r in requests)
+    if prompt > max_len:
+        raise CLIError(f"--max-model-len {max_len}: the longest prompt has {prompt} tokens")
+    need = max(-(-min(len(r.prompt_token_ids) + r.max_tokens - 1, max_len) // args.block_size)
+               for r in requests) + 1
     if min(args.gpu_blocks) < need:
         raise CLIError(f"--gpu-blocks {min(args.gpu_blocks)}: the longest request needs "
                        f"{need} blocks of {args.block_size} tokens (null block included)")
     try:
-        config = SchedulerConfig(block_size=args.block_size, num_gpu_blocks=max(need, 2),
+        config = SchedulerConfig(block_size=args.block_size, num_gpu_blocks=need,
                                  max_num_seqs=args.max_num_seqs,
                                  max_num_batched_tokens=args.max_num_batched_tokens,
                                  max_model_len=max_len,
                                  chunked_prefill=not args.no_chunked_prefill,
                                  async_scheduling=args.async_scheduling)
+        tier = (partial(LMCacheTier, args.cpu_tokens, args.block_size, args.cpu_chunk_size)
+                if args.cpu_tokens else None)
+        if tier is not None:
+            tier()                                    # the chunk size must fit the blocks
     except ValueError as exc:
         raise CLIError(f"engine options: {exc}") from None
     if args.latency is None:
         args.latency = "roofline"
-    return Settings(config, latency_from_args(args), options, args.seed, args.staleness_ms)
+    return Settings(config, latency_from_args(args), options, args.seed, args.staleness_ms,
+                    tier)
 
 
 def _fingerprint(args: argparse.Namespace) -> dict:

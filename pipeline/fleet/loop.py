@@ -143,7 +143,8 @@ def simulate_fleet(requests: Sequence[SimRequest], config: SchedulerConfig | Seq
             inst.idle_calls = 0
             inst.records.append(record)
             inst.starts[record.step] = inst.now
-            inst.now += float(inst.step_ms(record))
+            record.duration_ms = float(inst.step_ms(record))
+            inst.now += record.duration_ms
             inst.ends[record.step] = inst.now
             inst.open.append([record, 0, 0])
         for entry in inst.open:               # outputs processed by this call
@@ -168,7 +169,7 @@ def _fleet_frames(fleet: list[_Instance], placement: np.ndarray,
             frame = _request_frame(inst.engine, inst.requests, np.array(inst.arrival),
                                    True, inst.starts, inst.ends)
             frames.append(frame.with_columns(instance=pl.lit(inst.index, pl.Int64)))
-        steps.append(_step_frame(inst.records, True, inst.starts, inst.ends)
+        steps.append(_step_frame(inst.records, [], True, inst.starts, inst.ends)
                      .with_columns(instance=pl.lit(inst.index, pl.Int64)))
     requests = (pl.concat(frames).sort("request") if frames else pl.DataFrame())
     if frames:

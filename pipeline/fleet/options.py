@@ -104,6 +104,12 @@ def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
                         help="disable chunked prefill")
     engine.add_argument("--async-scheduling", action="store_true",
                         help="vLLM's async scheduling (two batches in flight)")
+    engine.add_argument("--cpu-tokens", type=non_negative_int, default=0,
+                        help="an LMCache CPU tier of this many tokens per instance (0: none) "
+                             "(default 0)")
+    engine.add_argument("--cpu-chunk-size", type=positive_int, default=256,
+                        help="LMCache's chunk size, a multiple of --block-size (default "
+                             "%(default)s)")
     add_latency_arguments(parser)
     run = parser.add_argument_group("sweep execution and outputs")
     run.add_argument("--executor", choices=EXECUTORS, default="local",

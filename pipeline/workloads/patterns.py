@@ -21,8 +21,7 @@ ends inside the system prompt is shared by every request, one that ends inside t
 by every read of that document, any later one belongs to its request alone. Document mode
 (kvlab's): one item per read, key = document, size = S + T.
 
-Token-id patterns (``TokenPattern``, for the engine fleet): ``pattern_tokens`` turns the
-patterns above into prompts of token ids; ``tenant_groups`` (groups x users: a system
+Token-id patterns (``TokenPattern``, for the engine fleet): ``tenant_groups`` (groups x users: a system
 prompt per group + unique questions, llm-d's shared-prefix capacity workload) and
 ``multi_turn`` (chats with session ids whose prompts re-send earlier turns and answers).
 """
@@ -38,8 +37,8 @@ import polars as pl
 from pipeline.workloads.blocks import BLOCK_SCHEMA, REQUEST_SCHEMA
 
 __all__ = ["REPEAT_MODES", "PATTERNS", "Pattern", "repeat_order", "long_doc_qa",
-           "multi_tenant", "zipf_documents", "TOKEN_PATTERNS", "TokenPattern", "pattern_tokens",
-           "tenant_groups", "multi_turn"]
+           "multi_tenant", "zipf_documents", "TOKEN_PATTERNS", "TokenPattern", "tenant_groups",
+           "multi_turn"]
 
 REPEAT_MODES = ("random", "tile", "interleave")
 PATTERNS = ("long-doc-qa", "multi-tenant", "zipf")
@@ -172,7 +171,7 @@ def zipf_documents(num_documents: int, document_length: int, num_requests: int,
 # ------------------------------------------------------------------ token-id patterns
 #: Patterns generated as token ids (``TokenPattern``): routing across an engine fleet.
 TOKEN_PATTERNS = ("groups", "multi-turn")
-_SYSTEM_BASE, _DOC_BASE, _OWN_BASE = 1 << 40, 2 << 40, 3 << 40   # disjoint id ranges
+_SYSTEM_BASE, _OWN_BASE = 1 << 40, 3 << 40          # disjoint token-id ranges
 
 
 @dataclass(frozen=True)
@@ -191,16 +190,6 @@ class TokenPattern:
 def _ids(base: int, key: int, length: int, stride: int = 1 << 24) -> np.ndarray:
     """``length`` token ids of item ``key`` in the range ``base``: distinct per (key, j)."""
     return base + key * stride + np.arange(length, dtype=np.int64)
-
-
-def pattern_tokens(pattern: Pattern) -> TokenPattern:
-    """A block pattern (long_doc_qa, multi_tenant, zipf) as token ids: system prompt (shared
-    ids), document (ids per document), question (ids per request); no sessions."""
-    system = _ids(_SYSTEM_BASE, 0, pattern.system_prompt_length)
-    prompts = tuple(np.concatenate((system, _ids(_DOC_BASE, int(doc), pattern.document_length),
-                                    _ids(_OWN_BASE, r, pattern.question_length)))
-                    for r, doc in enumerate(pattern.docs))
-    return TokenPattern(pattern.name, prompts, (None,) * len(prompts), (None,) * len(prompts))
 
 
 def tenant_groups(groups: int, users_per_group: int, questions_per_user: int,
