@@ -127,3 +127,24 @@ def test_groups_share_a_system_prompt_per_group_only():
     assert all(len(v) == 1 for v in firsts.values())
     assert firsts["g0"] != firsts["g1"]
     assert len({tuple(p[6:]) for p in pattern.prompts}) == len(pattern.prompts)
+
+
+def test_a_shared_cpu_pool_serves_blocks_another_instance_stored():
+    from functools import partial
+
+    from pipeline.engine.cpu_tier import LMCacheTier
+    from pipeline.fleet.sweep import Point, Settings, run_point
+    from pipeline.fleet.workload import Workload
+
+    prompt = np.arange(600)
+    requests = (SimRequest(0, prompt, 2, arrival_s=0.0), SimRequest(1, prompt, 2, arrival_s=5.0))
+    workload = Workload("same prompt twice", requests)
+    config = SchedulerConfig(block_size=16, num_gpu_blocks=64, max_model_len=1024)
+    tier = partial(LMCacheTier, 4096, 16, 256)
+    cpu = {}
+    for shared in (False, True):
+        settings = Settings(config, LINEAR, cpu_tier=tier, cpu_shared=shared)
+        frame, _ = run_point(settings, Point("round-robin", 2, 64, 1.0), workload)
+        assert frame["instance"].to_list() == [0, 1]
+        cpu[shared] = frame["cpu_hit_tokens"].to_list()
+    assert cpu[False] == [0, 0] and cpu[True][0] == 0 and cpu[True][1] == 512

@@ -39,7 +39,7 @@ _SWEEP_KEYS = ("trace", "format", "pattern", "limit", "num_documents",
                "system_prompt_length", "question_length", "output_tokens", "rate",
                "shuffle_seed", "router_option", "seed", "staleness_ms", "block_size",
                "max_num_seqs", "max_num_batched_tokens", "max_model_len",
-               "no_chunked_prefill", "async_scheduling", "cpu_tokens", "cpu_chunk_size", "latency", "gpu_type", "gpu_tflops",
+               "no_chunked_prefill", "async_scheduling", "cpu_tokens", "cpu_chunk_size", "cpu_shared", "latency", "gpu_type", "gpu_tflops",
                "gpu_fp8_tflops", "gpu_hbm_gbps", "host_link_gbps", "weights",
                "step_overhead_ms", "model_shape")
 
@@ -114,8 +114,10 @@ def _settings(args: argparse.Namespace, workload, options) -> Settings:
         raise CLIError(f"engine options: {exc}") from None
     if args.latency is None:
         args.latency = "roofline"
+    if args.cpu_shared and tier is None:
+        raise CLIError("--cpu-shared needs --cpu-tokens N (the shared pool's size)")
     return Settings(config, latency_from_args(args), options, args.seed, args.staleness_ms,
-                    tier)
+                    tier, args.cpu_shared)
 
 
 def _fingerprint(args: argparse.Namespace) -> dict:

@@ -107,6 +107,11 @@ def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
     engine.add_argument("--cpu-tokens", type=non_negative_int, default=0,
                         help="an LMCache CPU tier of this many tokens per instance (0: none) "
                              "(default 0)")
+    engine.add_argument("--cpu-shared", action="store_true",
+                        help="one CPU pool of --cpu-tokens shared by every instance (as a "
+                             "Mooncake store or LMCache remote backend: a chunk stored by one "
+                             "instance loads on any; reloads cost the roofline's "
+                             "--host-link-gbps) instead of one per instance")
     engine.add_argument("--cpu-chunk-size", type=positive_int, default=256,
                         help="LMCache's chunk size, a multiple of --block-size (default "
                              "%(default)s)")

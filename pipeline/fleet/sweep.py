@@ -54,7 +54,7 @@ class Point:
 class Settings:
     """What every point shares: scheduler limits (``num_gpu_blocks`` set per point), the
     step-time model, router options and seed, the view's staleness, and the CPU tier
-    factory (called once per instance, or None)."""
+    factory (called once per instance, or once for a pool all instances share), or None."""
 
     config: SchedulerConfig
     step_model: Any
@@ -62,6 +62,7 @@ class Settings:
     seed: int = 0
     staleness_ms: float = 0.0
     cpu_tier: Callable[[], Any] | None = None
+    cpu_shared: bool = False
 
 
 def run_point(settings: Settings, point: Point, workload: Workload) -> tuple[pl.DataFrame,
@@ -71,8 +72,12 @@ def run_point(settings: Settings, point: Point, workload: Workload) -> tuple[pl.
     config = replace(settings.config, num_gpu_blocks=point.gpu_blocks)
     router = make_router(point.router, point.instances, config.block_size, settings.seed,
                          **settings.router_options.get(point.router, {}))
-    tiers = (None if settings.cpu_tier is None
-             else [settings.cpu_tier() for _ in range(point.instances)])
+    if settings.cpu_tier is None:
+        tiers = None
+    elif settings.cpu_shared:                 # one pool: a block one instance stored,
+        tiers = [settings.cpu_tier()] * point.instances     # any instance can load
+    else:
+        tiers = [settings.cpu_tier() for _ in range(point.instances)]
     result = simulate_fleet(requests_at_load(workload, point.load), config, router,
                             settings.step_model.step_ms, cpu_tiers=tiers,
                             staleness_ms=settings.staleness_ms)

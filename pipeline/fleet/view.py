@@ -17,8 +17,9 @@ __all__ = ["FleetView", "cached_keys"]
 
 
 def cached_keys(engine: EngineSim) -> set:
-    """The block keys in ``engine``'s GPU prefix cache now (its block pool's hash map)."""
-    return {key for key, blocks in engine.pool.cached.items() if blocks}
+    """The block keys in ``engine``'s GPU prefix cache now (its block pool's hash map,
+    which drops a key when its last block is evicted)."""
+    return set(engine.pool.cached)
 
 
 class FleetView:
@@ -85,4 +86,4 @@ class FleetView:
     def cached_block_count(self, instance: int) -> int:
         if self.stale:
             return len(self.snapshot[instance][3])
-        return len(cached_keys(self.engines[instance]))
+        return len(self.engines[instance].pool.cached)
