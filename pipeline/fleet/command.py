@@ -54,8 +54,8 @@ def list_routers() -> str:
     lines = []
     for name in ROUTERS:
         cls = router_class(name)
-        module = sys.modules[cls.__module__]
-        lines.append(f"{name}: {(module.__doc__ or '').strip().splitlines()[0]}")
+        summary = " ".join((sys.modules[cls.__module__].__doc__ or "").split("\n\n")[0].split())
+        lines.append(summary.replace(f"``{name}``", name, 1).replace("``", ""))
         for option, parameter in cls.PARAMETERS.items():
             lines.append(f"    {name}.{option}={parameter.default!r}  {parameter.help}")
     return "\n".join(lines)
