@@ -177,3 +177,16 @@ class _nothing:
 
     def __exit__(self, *exc):
         return False
+
+
+def test_capacity_saved_compares_the_fewest_blocks_for_each_target():
+    from pipeline.fleet.report import capacity_saved
+
+    fleet = pl.DataFrame({"router": ["round-robin"] * 3 + ["kv-cost"] * 3,
+                          "instances": [2] * 6, "load": [1.0] * 6,
+                          "gpu_blocks": [100, 200, 400] * 2,
+                          "ttft_p90_ms": [9.0, 6.0, 4.0, 6.0, 4.0, 3.0]})
+    saved = capacity_saved(fleet).filter(pl.col("router") == "kv-cost")
+    assert saved.select("target_ms", "blocks_needed", "baseline_blocks").rows() == [
+        (4.0, 200, 400), (6.0, 100, 200), (9.0, 100, 100)]
+    assert saved["saved"].to_list() == [0.5, 0.5, 0.0]
