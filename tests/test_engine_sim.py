@@ -3,9 +3,10 @@ of every run; the simulate command's outputs and its one-line errors."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import subprocess
-import sys
 
 import numpy as np
 import polars as pl
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from conftest import ROOT, folder_snapshot
 from pipeline.blocks.stream import block_stream
+from pipeline.cli import main
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.cpu_tier import LMCacheTier
 from pipeline.engine.loop import simulate
@@ -111,8 +113,14 @@ def test_every_run_finishes_within_the_limits(run):
 
 
 def _run(*args):
-    return subprocess.run([sys.executable, "-m", "pipeline", "simulate", *args], cwd=ROOT,
-                          capture_output=True, text=True)
+    """``python -m pipeline simulate ARGS`` in this process: (status, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            status = main(["simulate", *args], prog="python -m pipeline")
+        except SystemExit as exc:
+            status = exc.code
+    return subprocess.CompletedProcess(args, status, out.getvalue(), err.getvalue())
 
 
 def _write(path, rows):
@@ -190,8 +198,9 @@ def test_docs_commands_run_as_shown(tmp_path):
     for command in commands:
         words = command.replace("out/", f"{tmp_path}/").split()
         assert words[:3] == ["python", "-m", "pipeline"]
-        done = subprocess.run([sys.executable, *words[1:]], cwd=ROOT, capture_output=True,
-                              text=True)
+        assert words[3] == "simulate"
+        with contextlib.chdir(ROOT):
+            done = _run(*words[4:])
         assert done.returncode == 0, done.stderr
         assert done.stdout.split("%)")[0] in text.replace("\n", " "), done.stdout
 
