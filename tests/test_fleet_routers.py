@@ -185,3 +185,21 @@ def test_registry_and_options():
         parse_router_options(["kv-cost.temperature=hot"], ["kv-cost"])
     with pytest.raises(ValueError, match="at least 1 instance"):
         make_router("random", 0, 16)
+
+
+def test_prefix_approx_oracle_reads_actual_contents():
+    router = make_router("prefix-approx", 3, 16, oracle=True)
+    view = StaticView(3, 16, cached=[{1}, {1, 2, 3}, set()])
+    assert router.route(RouteRequest(0, [1, 2, 3, 4], 64, 0.0), view) == (1, "cache-hit")
+    # rate 1/4 <= 0.3: the instance holding the fewest blocks
+    assert router.route(RouteRequest(1, [1, 9, 8, 7], 64, 1.0), view) == (2, "smallest-tree")
+
+
+def test_vllm_dp_counts_its_own_picks_between_stale_refreshes():
+    router = make_router("least-loaded", 3, 16, metric="vllm-dp")
+    view = StaticView(3, 16)
+    view.stale, view.epoch = True, 1                  # the same snapshot for every pick
+    picks = [router.route(RouteRequest(k, [], 1, 0.0), view)[0] for k in range(4)]
+    assert picks == [0, 1, 2, 0]
+    view.epoch = 2                                    # fresh counts: increments dropped
+    assert router.route(RouteRequest(4, [], 1, 0.0), view)[0] == 0

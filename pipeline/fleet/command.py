@@ -61,7 +61,7 @@ def list_routers() -> str:
     return "\n".join(lines)
 
 
-def _ray_connect(address: str | None) -> bool:
+def _ray_connect(address: str | None, jobs: int) -> bool:
     """``ray.init`` (local when no address, after proving an address answers); True when
     this call started Ray (and must shut it down)."""
     import ray
@@ -83,7 +83,8 @@ def _ray_connect(address: str | None) -> bool:
                            f"({exc.strerror or exc})") from None
         ray.init(address=address, logging_level="ERROR", log_to_driver=False)
     else:
-        ray.init(logging_level="ERROR", log_to_driver=False, include_dashboard=False)
+        ray.init(num_cpus=jobs, logging_level="ERROR", log_to_driver=False,
+                 include_dashboard=False)
     return True
 
 
@@ -137,6 +138,14 @@ def _check_out(out: Path, args: argparse.Namespace) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    try:
+        return _main(args)
+    except KeyboardInterrupt:
+        print("interrupted: finished points are kept (--resume continues)", file=sys.stderr)
+        return 130
+
+
+def _main(args: argparse.Namespace) -> int:
     if args.list_routers:
         print(list_routers())
         return 0
@@ -153,7 +162,8 @@ def main(args: argparse.Namespace) -> int:
     points = [Point(r, n, b, x) for r in args.router for n in args.instances
               for b in args.gpu_blocks for x in args.load]
     todo = [p for p in points if not (args.resume and point_path(out, "requests", p).exists())]
-    started_ray = _ray_connect(args.ray_address) if args.executor == "ray" else False
+    started_ray = (_ray_connect(args.ray_address, args.jobs) if args.executor == "ray"
+                   else False)
     try:
         manifest = Outputs()
         manifest.add(out / "sweep.json", json_bytes({
@@ -163,9 +173,6 @@ def main(args: argparse.Namespace) -> int:
         manifest.commit()
         failed = run_sweep(settings, todo, workload, out, executor=args.executor,
                            jobs=args.jobs, retries=args.retries)
-    except KeyboardInterrupt:
-        print("interrupted: finished points are kept (--resume continues)", file=sys.stderr)
-        return 130
     finally:
         if started_ray:
             import ray

@@ -121,7 +121,8 @@ def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
                      help="local: a process pool; ray: Ray tasks (ray.init() starts a local "
                           "Ray unless --ray-address) (default local)")
     run.add_argument("--jobs", type=positive_int, default=os.cpu_count() or 1,
-                     help="local: worker processes (default: the CPU count)")
+                     help="worker processes (local), CPUs of a local Ray (default: the CPU "
+                          "count)")
     run.add_argument("--ray-address", metavar="HOST:PORT",
                      help="join this Ray cluster instead of starting a local one")
     run.add_argument("--retries", type=non_negative_int, default=1,

@@ -151,11 +151,11 @@ def _local(settings: Settings, points: list[Point], workload: Workload,
 
 def _ray(settings: Settings, points: list[Point], workload: Workload,
          retries: int) -> Iterator[tuple[Point, Any, BaseException | None]]:
-    """Run ``points`` as Ray tasks (``ray.init`` already done); a task whose worker dies is
-    retried ``retries`` times by Ray itself."""
+    """Run ``points`` as Ray tasks (``ray.init`` already done); a task that raises or whose
+    worker dies is retried ``retries`` times by Ray itself."""
     import ray
 
-    remote = ray.remote(max_retries=retries)(run_point)
+    remote = ray.remote(max_retries=retries, retry_exceptions=True)(run_point)
     shared = ray.put(workload)
     pending = {remote.remote(settings, point, shared): point for point in points}
     while pending:
