@@ -53,14 +53,10 @@ def test_one_instance_is_simulate(workload, name):
     assert fleet.steps.drop("instance").equals(expected.steps)
 
 
-@settings(max_examples=15)
-@given(workloads(), st.integers(2, 4))
-def test_session_routing_is_independent_simulations(workload, n):
-    requests, config = workload
-    fleet = simulate_fleet(requests, config, make_router("session", n, config.block_size),
-                           LINEAR.step_ms)
+def assert_instances_are_independent(fleet, requests, config, n, placement):
+    """Each instance's rows and batches = ``simulate`` of the requests placed on it."""
     for instance in range(n):
-        mine = [r for r in requests if instance_for(f"session:{r.session}", n) == instance]
+        mine = [r for r in requests if placement[r.index] == instance]
         rows = fleet.requests.filter(pl.col("instance") == instance)
         assert rows["request"].to_list() == [r.index for r in mine]
         if not mine:
@@ -72,6 +68,27 @@ def test_session_routing_is_independent_simulations(workload, n):
             expected.requests.drop("request"))
         assert (fleet.steps.filter(pl.col("instance") == instance).drop("instance")
                 .equals(expected.steps))
+
+
+@settings(max_examples=15)
+@given(workloads(), st.integers(2, 4))
+def test_session_routing_is_independent_simulations(workload, n):
+    requests, config = workload
+    fleet = simulate_fleet(requests, config, make_router("session", n, config.block_size),
+                           LINEAR.step_ms)
+    placement = {r.index: instance_for(f"session:{r.session}", n) for r in requests}
+    assert_instances_are_independent(fleet, requests, config, n, placement)
+
+
+@settings(max_examples=20)
+@given(workloads(), st.integers(2, 3), st.sampled_from(sorted(ROUTERS)))
+def test_every_router_leaves_instances_independent(workload, n, name):
+    """Whatever a router decides, each instance is ``simulate`` of what it was sent."""
+    requests, config = workload
+    fleet = simulate_fleet(requests, config, make_router(name, n, config.block_size, seed=3),
+                           LINEAR.step_ms)
+    placement = dict(zip(fleet.requests["request"], fleet.requests["instance"]))
+    assert_instances_are_independent(fleet, requests, config, n, placement)
 
 
 def test_cache_aware_routers_beat_round_robin_on_groups():
