@@ -186,3 +186,18 @@ def test_capacity_saved_compares_the_fewest_blocks_for_each_target():
     assert saved.select("target_ms", "blocks_needed", "baseline_blocks").rows() == [
         (4.0, 200, 400), (6.0, 100, 200), (9.0, 100, 100)]
     assert saved["saved"].to_list() == [0.5, 0.5, 0.0]
+
+
+def test_smallest_memory_meeting_the_targets():
+    from pipeline.fleet.plan import smallest_memory
+
+    fleet = pl.DataFrame({"router": ["a", "a", "a", "b"], "load": [1.0] * 4,
+                          "instances": [2, 4, 1, 2], "gpu_blocks": [200, 100, 300, 50],
+                          "ttft_p90_ms": [5.0, 4.0, 3.0, 9.0],
+                          "hit_ratio": [0.5, 0.6, 0.7, 0.1]})
+    plan = smallest_memory(fleet, ttft_p90_ms=5.0)
+    assert plan.select("router", "total_blocks", "instances").rows() == [
+        ("a", 300, 1), ("b", None, None)]
+    assert smallest_memory(fleet, hit_ratio=0.55).row(0, named=True)["instances"] == 1
+    both = smallest_memory(fleet, ttft_p90_ms=4.5, hit_ratio=0.55)
+    assert both.filter(pl.col("router") == "a")["total_blocks"].to_list() == [300]

@@ -25,6 +25,7 @@ from pipeline.engine.cpu_tier import LMCacheTier
 from pipeline.errors import CLIError
 from pipeline.fleet.aggregates import fleet_aggregates, instance_aggregates, json_rows
 from pipeline.fleet.options import add_fleet_arguments
+from pipeline.fleet.plan import smallest_memory
 from pipeline.fleet.report import report_html
 from pipeline.fleet.routers import ROUTERS, make_router, parse_router_options, router_class
 from pipeline.fleet.sweep import Point, Settings, point_path, run_sweep
@@ -182,12 +183,12 @@ def _main(args: argparse.Namespace) -> int:
               file=sys.stderr)
     done = [p for p in points if point_path(out, "requests", p).exists()]
     if done:
-        _write_summaries(out, done, workload.label, settings.step_model.label, args.json)
+        _write_summaries(out, done, workload.label, settings.step_model.label, args)
     return 1 if failed else 0
 
 
 def _write_summaries(out: Path, points: list[Point], label: str, model_label: str,
-                     as_json: bool) -> None:
+                     args: argparse.Namespace) -> None:
     keys = [p.key for p in points]
     dataset = ds.dataset(out / "requests", format="parquet", partitioning="hive")
     requests = pl.from_arrow(dataset.to_table(filter=ds.field("point").isin(keys)))
@@ -197,8 +198,13 @@ def _write_summaries(out: Path, points: list[Point], label: str, model_label: st
     outputs.add(out / "fleet.parquet", parquet_bytes(fleet), label="--out")
     outputs.add(out / "report.html", report_html(fleet, label, model_label).encode(),
                 label="--out")
+    targets = dict(ttft_p90_ms=args.target_ttft_p90_ms, hit_ratio=args.target_hit_ratio)
+    plan = (smallest_memory(fleet, **targets) if any(v is not None for v in targets.values())
+            else None)
+    if plan is not None:
+        outputs.add(out / "plan.parquet", parquet_bytes(plan), label="--out")
     outputs.commit()
-    if as_json:
+    if args.json:
         for row in json_rows(fleet):
             print(json.dumps(row))
         return
@@ -208,3 +214,8 @@ def _write_summaries(out: Path, points: list[Point], label: str, model_label: st
                    tbl_width_chars=200, fmt_str_lengths=40):
         print(fleet.select("router", "instances", "gpu_blocks", "load", "hit_ratio",
                            "ttft_p50_ms", "ttft_p90_ms", "imbalance"))
+        if plan is not None:
+            wanted = ", ".join(f"{k} {'<=' if k.startswith('ttft') else '>='} {v:g}"
+                               for k, v in targets.items() if v is not None)
+            print(f"smallest total GPU blocks meeting {wanted} (none: no swept point does):")
+            print(plan)

@@ -131,5 +131,11 @@ def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
                      help="keep the finished points of OUT and run only the others")
     run.add_argument("--out", default="reports/fleet", metavar="DIR",
                      help="output folder (default %(default)s)")
+    plan = parser.add_argument_group("plan: the smallest fleet memory per router that meets a "
+                                     "target, among the swept points")
+    plan.add_argument("--target-ttft-p90-ms", type=non_negative_float, metavar="MS",
+                      help="TTFT p90 at most MS")
+    plan.add_argument("--target-hit-ratio", type=non_negative_float, metavar="R",
+                      help="prefix hit ratio (GPU + CPU) at least R")
     run.add_argument("--json", action="store_true",
                      help="print one JSON object per (router, point)")
