@@ -12,7 +12,9 @@ ties go to a random one of the best) and the weights of
 ``deploy/config/epp-precise-prefix-cache-config.yaml``: prefix 2.0, KV utilization 1.0,
 queue 1.0.
 
-Cache contents count the GPU tier only (as vLLM's KV events report it). KV usage is vLLM's
+The block scorer is llm-d-kv-cache's ``LongestPrefixScorer`` (``pkg/kvcache/
+kvblock_scorer.go``: consecutive hits from block 0). Cache contents count the GPU tier only
+(its per-tier weights, e.g. 0.8 for CPU-pinned blocks, are not modeled). KV usage is vLLM's
 ``BlockPool.get_usage``: ``1 - free / (num_gpu_blocks - 1)``. The engine-side inputs (cache
 contents, waiting counts, usage) come from the view, so ``--staleness-ms`` delays them as
 KV events and metric scrapes would. The shuffle uses numpy's generator seeded by ``--seed``.
