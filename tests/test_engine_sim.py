@@ -190,21 +190,6 @@ def test_mooncake_and_patterns_run(tmp_path):
     assert frame.height == 9 and frame["gpu_hit_tokens"].sum() > 0
 
 
-def test_docs_commands_run_as_shown(tmp_path):
-    text = (ROOT / "docs" / "simulate.md").read_text()
-    commands = [block.split("\n", 1)[1].strip() for block in text.split("```")[1::2]
-                if block.startswith("sh\n")]
-    assert commands
-    for command in commands:
-        words = command.replace("out/", f"{tmp_path}/").split()
-        assert words[:3] == ["python", "-m", "pipeline"]
-        assert words[3] == "simulate"
-        with contextlib.chdir(ROOT):
-            done = _run(*words[4:])
-        assert done.returncode == 0, done.stderr
-        assert done.stdout.split("%)")[0] in text.replace("\n", " "), done.stdout
-
-
 @given(st.data())
 def test_the_vllm_model_takes_per_request_output_lengths(data):
     """The fast ``vllm`` GPU model and its literal replay agree with one output length per
@@ -234,3 +219,65 @@ def test_the_time_clock_prices_each_batch():
     assert frame["arrival_ms"].to_list() == pytest.approx([0.0, 2.0, 4.0, 6.0])
     assert (frame["ttft_ms"] == frame["first_token_ms"] - frame["arrival_ms"]).all()
     assert (frame["queue_ms"] >= 0).all() and (frame["e2e_ms"] >= frame["ttft_ms"]).all()
+
+
+def test_a_router_sees_what_the_next_admission_hits():
+    """cached_prefix_blocks(request_block_hashes(r)) = the GPU hit r gets when admitted."""
+    from pipeline.engine.core import EngineSim
+    engine = EngineSim(SchedulerConfig(num_gpu_blocks=30, max_model_len=100, block_size=4))
+    first = SimRequest(0, list(range(14)), 3, output_token_ids=[70, 71, 72])
+    engine.add_request(first)
+    while engine.has_unfinished():
+        engine.step()
+    turn = SimRequest(1, list(range(14)) + [70, 71, 72, 9], 1)
+    seen = engine.cached_prefix_blocks(engine.request_block_hashes(turn))
+    assert seen == 4 and engine.free_blocks == 29 and engine.outstanding() == 0
+    engine.add_request(turn)
+    engine.step()
+    assert engine.result(1).gpu_hit == seen * 4
+
+
+@given(loaded_runs())
+def test_advance_equals_stepping_one_by_one(run):
+    """A DecodeRun leaves the engine as its steps one by one would, with the same records."""
+    from pipeline.engine.core import EngineSim
+    requests, config = run
+    one, fast = EngineSim(config), EngineSim(config)
+    for request in requests:
+        one.add_request(request)
+        fast.add_request(request)
+    mine, theirs = [], []
+    while fast.has_work():
+        batch = fast.advance(7)
+        if batch is not None:
+            mine.extend(batch.records())
+        else:
+            record = fast.step()
+            mine.extend([record] if record else [])
+    while one.has_work():
+        record = one.step()
+        theirs.extend([record] if record else [])
+    assert [(r.step, list(r.scheduled), r.decode_seqs, r.context_tokens, r.free_blocks,
+             r.num_waiting) for r in mine] == \
+        [(r.step, list(r.scheduled), r.decode_seqs, r.context_tokens, r.free_blocks,
+          r.num_waiting) for r in theirs]
+    assert [(s.first_token_step, s.finish_step, s.gpu_hit) for s in map(fast.result, range(
+        len(requests)))] == [(s.first_token_step, s.finish_step, s.gpu_hit)
+                             for s in map(one.result, range(len(requests)))]
+
+
+def test_arrival_patterns():
+    from pipeline.engine.workload import with_arrivals
+    make = lambda: [SimRequest(i, [1, 2], 1, arrival_step=4 * i) for i in range(50)]  # noqa: E731
+    slow = make()
+    with_arrivals(slow, "steps", speed=2.0)
+    assert [r.arrival_step for r in slow] == [2 * i for i in range(50)]
+    first, again = make(), make()
+    with_arrivals(first, "steps", rate=0.5, seed=3)
+    with_arrivals(again, "steps", rate=0.5, seed=3)
+    steps = [r.arrival_step for r in first]
+    assert steps == [r.arrival_step for r in again] and steps[0] == 0
+    assert steps == sorted(steps) and 60 < steps[-1] < 150       # about 2 steps apart
+    timed = make()
+    with_arrivals(timed, "time", rate=100.0, seed=1)
+    assert 0.2 < timed[-1].arrival_s < 1.0                        # about 10 ms apart

@@ -169,7 +169,7 @@ def main(args: argparse.Namespace) -> int:
         outputs.add(f"{args.out}/requests.parquet", parquet_bytes(result.requests), "--out")
         outputs.add(f"{args.out}/steps.parquet", parquet_bytes(result.steps), "--out")
         outputs.commit()
-    except ValueError as exc:
+    except (ValueError, RuntimeError) as exc:
         raise CLIError(str(exc)) from None
     except KeyboardInterrupt:
         print("interrupted: nothing written", file=sys.stderr)

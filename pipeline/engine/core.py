@@ -22,61 +22,19 @@ arrives (``num_stale_output_tokens``).
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from pipeline.engine.config import SchedulerConfig
+from pipeline.engine.fastforward import advance
 from pipeline.engine.hashing import block_keys, request_keys
 from pipeline.engine.pool import BlockPool
 from pipeline.engine.request import SimRequest
+from pipeline.engine.step import Batch, DecodeRun, Rows, StepRecord
 
 __all__ = ["EngineSim", "StepRecord", "DecodeRun"]
 
 WAITING, RUNNING, PREEMPTED, FINISHED = range(4)
-
-
-@dataclass
-class StepRecord:
-    """One executed batch (a ``schedule()`` that scheduled > 0 tokens)."""
-
-    step: int
-    scheduled: list[tuple[int, int, int]]
-    prefill_tokens: int
-    decode_seqs: int
-    context_tokens: int
-    reload_tokens: int
-    num_running: int
-    num_waiting: int
-    free_blocks: int
-    first_tokens: list[int] = field(default_factory=list)
-    finished: list[int] = field(default_factory=list)
-    duration_ms: float | None = None          # set by the time clock
-
-
-@dataclass
-class DecodeRun:
-    """``count`` consecutive pure decode steps from ``first_step`` (``EngineSim.advance``):
-    every one of the ``num_running`` running requests decodes one token; ``free_blocks``
-    per step. ``records()`` gives the StepRecords ``step()`` would have returned."""
-
-    first_step: int
-    count: int
-    num_running: int
-    num_waiting: int
-    context_base: int
-    free_blocks: list[int]
-    rows: list = field(repr=False, default_factory=list)
-    starts: list[int] = field(repr=False, default_factory=list)
-
-    def context_tokens(self, j: int) -> int:
-        return self.context_base + self.num_running * j
-
-    def records(self) -> list[StepRecord]:
-        n = self.num_running
-        return [StepRecord(self.first_step + j, _DecodeRows(self.rows, self.starts, j), 0, n,
-                           self.context_tokens(j), 0, n, self.num_waiting,
-                           self.free_blocks[j]) for j in range(self.count)]
 
 
 class _Req:
@@ -107,53 +65,6 @@ class _Req:
         self.cpu_state = None                         # the CPU tier's own per-request data
 
 
-class _Rows:
-    """StepRecord.scheduled: (request index, new tokens, computed before) per request,
-    built when read."""
-
-    __slots__ = ("entries",)
-
-    def __init__(self, entries):
-        self.entries = entries
-
-    def __iter__(self):
-        return ((req.index, num_new, start) for req, num_new, start in self.entries)
-
-    def __len__(self):
-        return len(self.entries)
-
-    def __getitem__(self, item):
-        return list(self)[item]
-
-    def __eq__(self, other):
-        return list(self) == list(other)
-
-    def __repr__(self):
-        return repr(list(self))
-
-
-class _DecodeRows(_Rows):
-    """StepRecord.scheduled of a pure decode step: every running request, one token, from
-    ``starts`` + ``offset`` computed tokens."""
-
-    __slots__ = ("starts", "offset")
-
-    def __init__(self, reqs, starts, offset):
-        super().__init__(reqs)
-        self.starts, self.offset = starts, offset
-
-    def __iter__(self):
-        return ((req.index, 1, start + self.offset)
-                for req, start in zip(self.entries, self.starts))
-
-
-class _Batch:
-    __slots__ = ("step", "scheduled", "samples", "record")
-
-    def __init__(self, step, scheduled, samples, record):
-        self.step, self.scheduled, self.samples, self.record = step, scheduled, samples, record
-
-
 class EngineSim:
     """vLLM's scheduler + KV cache manager (+ an optional CPU tier) for ``config``.
 
@@ -171,7 +82,7 @@ class EngineSim:
         self.requests: dict[int, _Req] = {}
         self.done: dict[int, _Req] = {}
         self.finished_ids: set[int] = set()
-        self.batch_queue: deque[_Batch] = deque()
+        self.batch_queue: deque[Batch] = deque()
         self.queue_size = 2 if config.async_scheduling else 1
         self.step_count = 0
 
@@ -252,78 +163,9 @@ class EngineSim:
         return record
 
     def advance(self, limit: int) -> DecodeRun | None:
-        """Up to ``limit`` steps at once where each would be a pure decode step (sync
-        scheduling, every running request decoding one token, none finishing, every new
-        block available, the waiting queue unable to move: empty, or ``max_num_seqs``
-        running, or no token budget left). The same state and records as that many
-        ``step()`` calls (``DecodeRun.records()``); None (nothing done) when the next step
-        is not such a step."""
-        running = self.running
-        config = self.config
-        n = len(running)
-        if self.queue_size != 1 or limit < 2 or not n or n > config.max_num_batched_tokens:
-            return None
-        if self.waiting and n < config.max_num_seqs and n < config.max_num_batched_tokens:
-            return None
-        size, max_len = self.block_size, config.max_model_len
-        k = int(limit)
-        for req in running:
-            tokens = req.num_tokens
-            if tokens - req.computed != 1 or tokens <= req.num_prompt:
-                return None
-            left = min(req.max_tokens - tokens + req.num_prompt, max_len - tokens) - 1
-            if left < k:                                # stop before anybody finishes
-                if left < 2:
-                    return None
-                k = left
-        pool = self.pool
-        free = pool.num_free
-
-        def allocations(steps: int) -> int:
-            return sum(max(-(-(r.computed + steps) // size) - len(r.blocks), 0)
-                       for r in running)
-
-        if allocations(k) > free:                       # the largest k whose blocks exist
-            low, high = 0, k
-            while low < high:
-                mid = (low + high + 1) // 2
-                low, high = (mid, high) if allocations(mid) <= free else (low, mid - 1)
-            if low < 2:
-                return None
-            k = low
-        # block m of request i is allocated at step m * size - computed, filled (hashed)
-        # at step (m + 1) * size - computed - 1; both in running order within a step
-        grows, fills = [], []
-        for i, req in enumerate(running):
-            c = req.computed
-            for m in range(len(req.blocks), -(-(c + k) // size)):
-                grows.append((m * size - c, i))
-            for m in range(req.num_cached_block or 0, (c + k) // size):
-                fills.append(((m + 1) * size - c - 1, i, m))
-        if grows:
-            grows.sort()
-            for (_, i), block in zip(grows, pool.get_new_blocks(len(grows))):
-                running[i].blocks.append(block)
-        if fills:
-            fills.sort()
-            for _, i, m in fills:
-                req = running[i]
-                pool.cache_full_blocks(req.keys, req.blocks, m, m + 1)
-                req.num_cached_block = m + 1
-        starts = [req.computed for req in running]
-        for req in running:
-            req.computed += k
-            req.num_tokens += k
-        frees, g = [], 0
-        for j in range(k):
-            while g < len(grows) and grows[g][0] <= j:
-                g += 1
-            frees.append(free - g)
-        run = DecodeRun(self.step_count, k, n, len(self.waiting), sum(starts) + n, frees,
-                        list(running), starts)
-        self.step_count += k
-        self.finished_ids = set()
-        return run
+        """Up to ``limit`` pure decode steps at once (``fastforward.advance``); None when
+        the next step is not one."""
+        return advance(self, limit)
 
     # ------------------------------------------------------------------ allocation
 
@@ -392,7 +234,7 @@ class EngineSim:
 
     # ------------------------------------------------------------------ schedule
 
-    def _schedule(self) -> _Batch:
+    def _schedule(self) -> Batch:
         """Scheduler.schedule, then _update_after_schedule."""
         config = self.config
         budget = config.max_num_batched_tokens
@@ -405,32 +247,33 @@ class EngineSim:
         reloads = 0
         preempted = False
         running = self.running
-        index = 0
-        while index < len(running) and budget > 0:
-            req = running[index]
+        for req in running:                    # the list only shrinks at its end (preemption)
+            if budget <= 0:
+                break
             computed, holds = req.computed, req.placeholders
             if holds > 0 and computed + 2 - holds >= req.num_prompt + req.max_tokens:
-                index += 1
                 continue
             num_new = req.num_tokens + holds - computed
-            if num_new == 1 and computed + 1 < max_len \
-                    and computed < len(req.blocks) * size:
-                # a decode within its last block: allocate_slots allocates nothing and
-                # caches the block it fills
-                full = min(computed + 1, req.num_tokens) // size
-                cached = req.num_cached_block or 0
-                if full > cached:
-                    pool.cache_full_blocks(req.keys, req.blocks, cached, full)
-                    req.num_cached_block = full
-                scheduled.append((req, 1, computed))
-                budget -= 1
-                index += 1
-                continue
+            if num_new == 1 and computed + 1 < max_len:
+                # a decode: allocate_slots gives it one more block when its last one is full
+                # (when one is free; else the general path below preempts), and caches the
+                # block it fills (num_tokens <= computed + 1 here)
+                held = len(req.blocks) * size
+                if computed < held or (computed == held and pool.num_free):
+                    if computed == held:
+                        req.blocks.extend(pool.get_new_blocks(1))
+                    full = req.num_tokens // size
+                    cached = req.num_cached_block or 0
+                    if full > cached:
+                        pool.cache_full_blocks(req.keys, req.blocks, cached, full)
+                        req.num_cached_block = full
+                    scheduled.append((req, 1, computed))
+                    budget -= 1
+                    continue
             if 0 < threshold < num_new:
                 num_new = threshold
             num_new = max(min(num_new, budget, max_len - computed - 1), 0)
             if num_new == 0:
-                index += 1
                 continue
             while True:
                 if self._allocate_slots(req, num_new):
@@ -446,12 +289,11 @@ class EngineSim:
                 break
             scheduled.append((req, num_new, computed))
             budget -= num_new
-            index += 1
         if not preempted:
             budget, reloads = self._schedule_waiting(budget, threshold, scheduled)
         self.finished_ids = set()
         if not scheduled:
-            return _Batch(None, scheduled, (), None)
+            return Batch(None, scheduled, (), None)
         step = self.step_count
         self.step_count += 1
         samples = []
@@ -473,9 +315,9 @@ class EngineSim:
                 samples.append(req)
                 if async_mode:
                     req.placeholders += 1
-        record = StepRecord(step, _Rows(scheduled), prefill, decode, context, reloads,
+        record = StepRecord(step, Rows(scheduled), prefill, decode, context, reloads,
                             len(running), len(self.waiting), pool.num_free)
-        return _Batch(step, scheduled, samples, record)
+        return Batch(step, scheduled, samples, record)
 
     def _schedule_waiting(self, budget: int, threshold: int,
                           scheduled: list) -> tuple[int, int]:
@@ -525,7 +367,7 @@ class EngineSim:
 
     # ------------------------------------------------------------------ outputs
 
-    def _update_from_output(self, batch: _Batch) -> None:
+    def _update_from_output(self, batch: Batch) -> None:
         """Scheduler.update_from_output with one sampled token per finished chunk."""
         max_len = self.config.max_model_len
         record = batch.record
@@ -536,6 +378,12 @@ class EngineSim:
                 if req.stale > 0:                   # output of a preempted request
                     req.stale -= num_new
                     stale.add(req)
+        if self.cpu_tier is not None:
+            for req, _, _ in batch.scheduled:
+                if not req.stored and req.status != PREEMPTED \
+                        and req.computed - req.in_flight >= req.num_prompt:
+                    req.stored = True
+                    self.cpu_tier.store(req)
         stopped = []
         for req in batch.samples:
             if req.status == FINISHED:
@@ -557,18 +405,13 @@ class EngineSim:
                 record.finished.append(req.index)
                 self.finished_ids.add(req.index)
                 self._free_blocks(req)
+                req.keys = req.sim = None           # a finished request keeps its counters
                 del self.requests[req.index]
                 self.done[req.index] = req
                 if status_before == RUNNING:
                     stopped.append(req)
                 else:
                     self.waiting.remove(req)
-        if self.cpu_tier is not None:
-            for req, _, _ in batch.scheduled:
-                if not req.stored and req.status != PREEMPTED \
-                        and req.computed - req.in_flight >= req.num_prompt:
-                    req.stored = True
-                    self.cpu_tier.store(req)
         if stopped:
             gone = set(stopped)
             self.running = [r for r in self.running if r not in gone]

@@ -45,13 +45,11 @@ def request_keys(request, block_size: int) -> list[int]:
 
 
 def bulk_request_keys(requests, block_size: int) -> list[list[int]]:
-    """``request_keys`` of many requests in one numpy pass (token-id requests together)."""
+    """``request_keys`` of the token-id requests in one numpy pass (None for requests with
+    ``prompt_keys``: ``request_keys`` is cheap for them, when they are added)."""
     from pipeline.engine.request import sequence_tokens
     out: list[list[int] | None] = [None] * len(requests)
     plain = [i for i, r in enumerate(requests) if r.prompt_keys is None]
-    for i, r in enumerate(requests):
-        if r.prompt_keys is not None:
-            out[i] = request_keys(r, block_size)
     if not plain:
         return out
     sequences = [sequence_tokens(requests[i]) for i in plain]
