@@ -200,3 +200,15 @@ def test_options_choose_the_model(tmp_path):
 def test_bad_options_name_the_option(argv, message):
     with pytest.raises(CLIError, match=message):
         latency_from_args(_args(*argv))
+
+
+def test_fast_path_equals_parts():
+    model = Roofline(model_shape("Qwen2.5-7B"), gpu_preset("L40S"), overhead_ms=1.5)
+    record = SimpleNamespace(prefill_tokens=700, decode_seqs=3, context_tokens=5000,
+                             reload_tokens=64, scheduled=[(0, 500, 1000), (1, 200, 0),
+                                                          (2, 1, 99), (3, 1, 3000), (4, 1, 1)],
+                             first_tokens=[1])
+    parts = model.parts(record)
+    slow = parts["overhead_ms"] + max(parts["compute_ms"], parts["memory_ms"]) + parts["reload_ms"]
+    assert model.step_ms(record) == pytest.approx(slow, rel=1e-12)
+    assert model.step_ms(record) == model.step_ms(record)
