@@ -30,6 +30,7 @@ COMMANDS = {
     "policies": "pipeline.policies.command",
     "measure": "pipeline.measure.cli",
     "plan": "pipeline.plan",
+    "simulate": "pipeline.engine.command",
 }
 
 

@@ -261,14 +261,12 @@ def run_vllm(requests, config, version: str = DEFAULT_VERSION, cache: Path | Non
 
 def run_model(requests, config):
     """The same shapes from ``pipeline.engine`` (the model under test)."""
-    from pipeline.engine.core import EngineSim
     from pipeline.engine.loop import simulate
     result = simulate(requests, config)
     rows = {row["request"]: (row["first_scheduled_step"], row["first_token_step"],
                              row["finish_step"], row["gpu_hit_tokens"], row["preemptions"],
                              row["output_tokens"])
             for row in result.requests.iter_rows(named=True)}
-    del EngineSim
     return rows, result.steps
 
 

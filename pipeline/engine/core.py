@@ -22,35 +22,19 @@ arrives (``num_stale_output_tokens``).
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from pipeline.engine.config import SchedulerConfig
-from pipeline.engine.hashing import block_keys
+from pipeline.engine.fastforward import advance
+from pipeline.engine.hashing import block_keys, request_keys
 from pipeline.engine.pool import BlockPool
-from pipeline.engine.request import SimRequest, sequence_tokens
+from pipeline.engine.request import SimRequest
+from pipeline.engine.step import DecodeRun, Rows, StepRecord
 
-__all__ = ["EngineSim", "StepRecord"]
+__all__ = ["EngineSim", "StepRecord", "DecodeRun"]
 
 WAITING, RUNNING, PREEMPTED, FINISHED = range(4)
-
-
-@dataclass
-class StepRecord:
-    """One executed batch (a ``schedule()`` that scheduled > 0 tokens)."""
-
-    step: int
-    scheduled: list[tuple[int, int, int]]
-    prefill_tokens: int
-    decode_seqs: int
-    context_tokens: int
-    reload_tokens: int
-    num_running: int
-    num_waiting: int
-    free_blocks: int
-    first_tokens: list[int] = field(default_factory=list)
-    finished: list[int] = field(default_factory=list)
 
 
 class _Req:
@@ -62,13 +46,13 @@ class _Req:
                  "first_scheduled_step", "first_token_step", "finish_step", "stored",
                  "cpu_state")
 
-    def __init__(self, sim: SimRequest, block_size: int) -> None:
+    def __init__(self, sim: SimRequest, block_size: int, keys: list[int] | None = None) -> None:
         self.sim = sim
         self.index = sim.index
         self.num_prompt = len(sim.prompt_token_ids)
         self.max_tokens = sim.max_tokens
         self.num_tokens = self.num_prompt
-        self.keys = block_keys(sequence_tokens(sim), block_size)
+        self.keys = request_keys(sim, block_size) if keys is None else keys
         self.blocks: list[int] = []
         self.num_cached_block: int | None = None
         self.computed = self.placeholders = self.in_flight = self.stale = 0
@@ -111,11 +95,12 @@ class EngineSim:
 
     # ------------------------------------------------------------------ public API
 
-    def add_request(self, request: SimRequest) -> None:
-        """Queue ``request`` (vLLM's ``add_request``): FCFS at the back of the queue."""
+    def add_request(self, request: SimRequest, keys: list[int] | None = None) -> None:
+        """Queue ``request`` (vLLM's ``add_request``): FCFS at the back of the queue.
+        ``keys``: its ``hashing.request_keys``, if computed already."""
         if request.index in self.requests or request.index in self.done:
             raise ValueError(f"request {request.index} added twice")
-        state = _Req(request, self.block_size)
+        state = _Req(request, self.block_size, keys)
         self.requests[request.index] = state
         self.waiting.append(state)
 
@@ -144,6 +129,9 @@ class EngineSim:
 
     def request_block_hashes(self, request: SimRequest) -> list[int]:
         """The block keys of ``request``'s prompt, as the engine computes them."""
+        if request.prompt_keys is not None:
+            return [int(k) for k in request.prompt_keys[:len(request.prompt_token_ids)
+                                                        // self.block_size]]
         tokens = np.asarray(request.prompt_token_ids, dtype=np.int64)
         return block_keys(tokens, self.block_size)
 
@@ -180,6 +168,11 @@ class EngineSim:
             return None
         self._update_from_output(queue.pop())
         return record
+
+    def advance(self, limit: int) -> DecodeRun | None:
+        """Up to ``limit`` pure decode steps at once (``fastforward.advance``); None when
+        the next step is not one."""
+        return advance(self, limit)
 
     # ------------------------------------------------------------------ allocation
 
@@ -255,24 +248,34 @@ class EngineSim:
         eligible = len(self.running) + len(self.waiting)
         threshold = config.long_prefill_token_threshold if eligible > 1 else 0
         max_len = config.max_model_len
-        scheduled: dict[_Req, int] = {}
-        before: dict[_Req, int] = {}
+        size = self.block_size
+        pool = self.pool
+        scheduled: list[tuple[_Req, int, int]] = []     # (request, new tokens, computed)
         reloads = 0
         preempted = False
         running = self.running
-        index = 0
-        while index < len(running) and budget > 0:
-            req = running[index]
-            if req.placeholders > 0 and \
-                    req.computed + 2 - req.placeholders >= req.num_prompt + req.max_tokens:
-                index += 1
+        for req in running:                    # the list only shrinks at its end (preemption)
+            if budget <= 0:
+                break
+            computed, holds = req.computed, req.placeholders
+            if holds > 0 and computed + 2 - holds >= req.num_prompt + req.max_tokens:
                 continue
-            num_new = req.num_tokens + req.placeholders - req.computed
+            num_new = req.num_tokens + holds - computed
+            if num_new == 1 and computed + 1 < max_len and computed < len(req.blocks) * size:
+                # a decode within its last block: allocate_slots allocates nothing and
+                # caches the block it fills (num_tokens <= computed + 1 here)
+                full = req.num_tokens // size
+                cached = req.num_cached_block or 0
+                if full > cached:
+                    pool.cache_full_blocks(req.keys, req.blocks, cached, full)
+                    req.num_cached_block = full
+                scheduled.append((req, 1, computed))
+                budget -= 1
+                continue
             if 0 < threshold < num_new:
                 num_new = threshold
-            num_new = max(min(num_new, budget, max_len - req.computed - 1), 0)
+            num_new = max(min(num_new, budget, max_len - computed - 1), 0)
             if num_new == 0:
-                index += 1
                 continue
             while True:
                 if self._allocate_slots(req, num_new):
@@ -286,46 +289,40 @@ class EngineSim:
                     break
             if not ok:
                 break
-            scheduled[req] = num_new
-            before[req] = req.computed
+            scheduled.append((req, num_new, computed))
             budget -= num_new
-            index += 1
         if not preempted:
-            budget, reloads = self._schedule_waiting(budget, threshold, scheduled, before)
+            budget, reloads = self._schedule_waiting(budget, threshold, scheduled)
         self.finished_ids = set()
-        total = sum(scheduled.values())
+        if not scheduled:
+            return _Batch(None, scheduled, (), None)
+        step = self.step_count
+        self.step_count += 1
         samples = []
         async_mode = config.async_scheduling
-        for req, num_new in scheduled.items():
-            req.computed += num_new
+        prefill = decode = context = 0
+        for req, num_new, start in scheduled:
+            computed = start + num_new
+            req.computed = computed
             req.in_flight += num_new
-            req.is_prefill_chunk = req.computed < req.num_tokens + req.placeholders
+            context += computed
+            if req.first_scheduled_step is None:
+                req.first_scheduled_step = step
+            if num_new == 1 and start >= req.num_prompt:
+                decode += 1
+            else:
+                prefill += num_new
+            req.is_prefill_chunk = computed < req.num_tokens + req.placeholders
             if not req.is_prefill_chunk:
                 samples.append(req)
                 if async_mode:
                     req.placeholders += 1
-        if total == 0:
-            return _Batch(None, scheduled, samples, None)
-        step = self.step_count
-        self.step_count += 1
-        prefill = decode = context = 0
-        rows = []
-        for req, num_new in scheduled.items():
-            start = before[req]
-            rows.append((req.index, num_new, start))
-            context += start + num_new
-            if req.first_scheduled_step is None:
-                req.first_scheduled_step = step
-            if start + num_new >= req.num_tokens and num_new == 1 and start >= req.num_prompt:
-                decode += 1
-            else:
-                prefill += num_new
-        record = StepRecord(step, rows, prefill, decode, context, reloads, len(running),
-                            len(self.waiting), self.pool.num_free)
+        record = StepRecord(step, Rows(scheduled), prefill, decode, context, reloads,
+                            len(running), len(self.waiting), pool.num_free)
         return _Batch(step, scheduled, samples, record)
 
-    def _schedule_waiting(self, budget: int, threshold: int, scheduled: dict,
-                          before: dict) -> tuple[int, int]:
+    def _schedule_waiting(self, budget: int, threshold: int,
+                          scheduled: list) -> tuple[int, int]:
         """The waiting-queue half of schedule(); returns (budget left, reloaded tokens)."""
         config = self.config
         size = self.block_size
@@ -363,8 +360,7 @@ class EngineSim:
             running.append(req)
             req.status = RUNNING
             req.computed = computed
-            scheduled[req] = num_new
-            before[req] = computed
+            scheduled.append((req, num_new, computed))
             budget -= num_new
             reloads += external
         if skipped:
@@ -376,49 +372,48 @@ class EngineSim:
     def _update_from_output(self, batch: _Batch) -> None:
         """Scheduler.update_from_output with one sampled token per finished chunk."""
         max_len = self.config.max_model_len
-        sampled = set(batch.samples)
         record = batch.record
-        stopped_running = []
-        for req, num_new in batch.scheduled.items():
-            if req.status == FINISHED:
-                continue
-            req.in_flight -= num_new
-            stale = req.stale > 0
-            if stale:
-                req.stale -= num_new
-            if req not in sampled:
-                continue
-            status_before = req.status
-            had_placeholders = req.placeholders > 0
-            req.num_tokens += 1
-            stopped = req.num_tokens >= max_len or req.num_tokens - req.num_prompt >= req.max_tokens
-            if not stale and req.placeholders > 0:
-                req.placeholders -= 1
-            if not stale and status_before == RUNNING and had_placeholders:
-                self._cache_blocks(req, req.computed - req.in_flight)
-            if req.first_token_step is None:
-                req.first_token_step = batch.step
-                if record is not None:
-                    record.first_tokens.append(req.index)
-            if stopped:
-                req.status = FINISHED
-                req.finish_step = batch.step
-                if record is not None:
-                    record.finished.append(req.index)
-                self.finished_ids.add(req.index)
-                self._free_blocks(req)
-                del self.requests[req.index]
-                self.done[req.index] = req
-                if status_before == RUNNING:
-                    stopped_running.append(req)
-                else:
-                    self.waiting.remove(req)
+        stale = set()
+        for req, num_new, _ in batch.scheduled:
+            if req.status != FINISHED:
+                req.in_flight -= num_new
+                if req.stale > 0:                   # output of a preempted request
+                    req.stale -= num_new
+                    stale.add(req)
         if self.cpu_tier is not None:
-            for req in batch.scheduled:
+            for req, _, _ in batch.scheduled:
                 if not req.stored and req.status != PREEMPTED \
                         and req.computed - req.in_flight >= req.num_prompt:
                     req.stored = True
                     self.cpu_tier.store(req)
-        if stopped_running:
-            gone = set(stopped_running)
+        stopped = []
+        for req in batch.samples:
+            if req.status == FINISHED:
+                continue
+            is_stale = req in stale
+            status_before = req.status
+            holds = req.placeholders
+            req.num_tokens += 1
+            if not is_stale and holds > 0:
+                req.placeholders = holds - 1
+                if status_before == RUNNING:
+                    self._cache_blocks(req, req.computed - req.in_flight)
+            if req.first_token_step is None:
+                req.first_token_step = batch.step
+                record.first_tokens.append(req.index)
+            if req.num_tokens >= max_len or req.num_tokens - req.num_prompt >= req.max_tokens:
+                req.status = FINISHED
+                req.finish_step = batch.step
+                record.finished.append(req.index)
+                self.finished_ids.add(req.index)
+                self._free_blocks(req)
+                req.keys = req.sim = None           # a finished request keeps its counters
+                del self.requests[req.index]
+                self.done[req.index] = req
+                if status_before == RUNNING:
+                    stopped.append(req)
+                else:
+                    self.waiting.remove(req)
+        if stopped:
+            gone = set(stopped)
             self.running = [r for r in self.running if r not in gone]

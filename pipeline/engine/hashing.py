@@ -12,7 +12,9 @@ import numpy as np
 
 from pipeline.workloads.tokens import splitmix64
 
-__all__ = ["block_keys"]
+__all__ = ["block_keys", "request_keys"]
+
+_FRESH = np.uint64(0xD1B54A32D192ED03)
 
 
 def block_keys(tokens: np.ndarray, block_size: int) -> list[int]:
@@ -27,3 +29,41 @@ def block_keys(tokens: np.ndarray, block_size: int) -> list[int]:
         running = np.cumsum(token_hash.reshape(full, block_size).sum(axis=1, dtype=np.uint64),
                             dtype=np.uint64)
         return splitmix64(running).tolist()
+
+
+def request_keys(request, block_size: int) -> list[int]:
+    """Keys of every full block of the request's sequence (prompt + all its outputs)."""
+    from pipeline.engine.request import sequence_tokens
+    if request.prompt_keys is None:
+        return block_keys(sequence_tokens(request), block_size)
+    prompt = len(request.prompt_token_ids)
+    full = (prompt + request.max_tokens) // block_size
+    own = np.arange(full - prompt // block_size, dtype=np.uint64)
+    with np.errstate(over="ignore"):                # blocks holding placeholders: fresh
+        fresh = splitmix64(_FRESH ^ (np.uint64(request.index) << np.uint64(24)) ^ own)
+    return [int(k) for k in request.prompt_keys[:prompt // block_size]] + fresh.tolist()
+
+
+def bulk_request_keys(requests, block_size: int) -> list[list[int]]:
+    """``request_keys`` of the token-id requests in one numpy pass (None for requests with
+    ``prompt_keys``: ``request_keys`` is cheap for them, when they are added)."""
+    from pipeline.engine.request import sequence_tokens
+    out: list[list[int] | None] = [None] * len(requests)
+    plain = [i for i, r in enumerate(requests) if r.prompt_keys is None]
+    if not plain:
+        return out
+    sequences = [sequence_tokens(requests[i]) for i in plain]
+    full = np.array([s.size // block_size for s in sequences], dtype=np.int64)
+    body = np.concatenate([s[:f * block_size] for s, f in zip(sequences, full)])
+    starts = np.concatenate(([0], np.cumsum(full * block_size)[:-1]))
+    position = np.arange(body.size, dtype=np.int64) - np.repeat(starts, full * block_size)
+    with np.errstate(over="ignore"):
+        token_hash = splitmix64(body.view(np.uint64) ^ splitmix64(position.view(np.uint64)))
+        sums = token_hash.reshape(-1, block_size).sum(axis=1, dtype=np.uint64)
+        running = np.cumsum(sums, dtype=np.uint64)
+        first = np.concatenate(([0], np.cumsum(full)[:-1]))
+        offset = np.concatenate(([np.uint64(0)], running))[first]
+        keys = splitmix64(running - np.repeat(offset, full)).tolist()
+    for i, a, n in zip(plain, first.tolist(), full.tolist()):
+        out[i] = keys[a:a + n]
+    return out

@@ -9,7 +9,8 @@ import numpy as np
 import polars as pl
 
 from pipeline.engine.config import SchedulerConfig
-from pipeline.engine.core import EngineSim, StepRecord
+from pipeline.engine.core import DecodeRun, EngineSim, StepRecord
+from pipeline.engine.hashing import bulk_request_keys
 from pipeline.engine.request import SimRequest
 
 __all__ = ["SimResult", "simulate", "CLOCKS", "REQUEST_COLUMNS", "STEP_COLUMNS"]
@@ -53,6 +54,7 @@ def simulate(requests: Sequence[SimRequest], config: SchedulerConfig, *, cpu_tie
     if any(r.index != i for i, r in enumerate(requests)):
         raise ValueError("requests must be numbered 0..n-1 in input order")
     engine = EngineSim(config, cpu_tier)
+    keys = bulk_request_keys(requests, config.block_size)
     timed = clock == "time"
     if concurrency is None:
         due = np.array([(r.arrival_s or 0.0) * 1000.0 if timed else (r.arrival_step or 0)
@@ -64,18 +66,21 @@ def simulate(requests: Sequence[SimRequest], config: SchedulerConfig, *, cpu_tie
     ends: dict[int, float] = {}                 # step -> end time (time clock)
     starts: dict[int, float] = {}
     records: list[StepRecord] = []
+    runs: list[tuple[int, DecodeRun]] = []      # (records before it, run)
     pointer, idle_calls = 0, 0
     while True:
         clock_now = now if timed else engine.step_count
         if concurrency is None:
             while pointer < n and due[pointer] <= clock_now:
                 arrival[pointer] = clock_now if not timed else due[pointer]
-                engine.add_request(requests[pointer])
+                engine.add_request(requests[pointer], keys[pointer])
+                keys[pointer] = None
                 pointer += 1
         else:
             while pointer < n and engine.outstanding() < concurrency:
                 arrival[pointer] = clock_now
-                engine.add_request(requests[pointer])
+                engine.add_request(requests[pointer], keys[pointer])
+                keys[pointer] = None
                 pointer += 1
         if not engine.has_work():
             if pointer == n:
@@ -85,6 +90,14 @@ def simulate(requests: Sequence[SimRequest], config: SchedulerConfig, *, cpu_tie
             else:
                 engine.step_count = max(engine.step_count, int(due[pointer]))
             continue
+        if not timed:                           # a run of pure decode steps at once
+            ahead = (1 << 62) if concurrency is not None or pointer == n \
+                else int(due[pointer]) - engine.step_count
+            run = engine.advance(ahead)
+            if run is not None:
+                runs.append((len(records), run))
+                idle_calls = 0
+                continue
         record = engine.step()
         if record is None:
             idle_calls += 1
@@ -96,11 +109,12 @@ def simulate(requests: Sequence[SimRequest], config: SchedulerConfig, *, cpu_tie
         records.append(record)
         if timed:
             duration = float(step_ms(record))
+            record.duration_ms = duration
             starts[record.step] = now
             now += duration
             ends[record.step] = now
     return SimResult(_request_frame(engine, requests, arrival, timed, starts, ends),
-                     _step_frame(records, timed, starts, ends))
+                     _step_frame(records, runs, timed, starts, ends))
 
 
 def _request_frame(engine: EngineSim, requests: Sequence[SimRequest], arrival: np.ndarray,
@@ -132,13 +146,27 @@ def _request_frame(engine: EngineSim, requests: Sequence[SimRequest], arrival: n
                               e2e_ms=pl.col("finish_ms") - pl.col("arrival_ms"))
 
 
-def _step_frame(records: list[StepRecord], timed: bool, starts: dict,
-                ends: dict) -> pl.DataFrame:
-    frame = pl.DataFrame({name: [getattr(r, name) for r in records] for name in STEP_COLUMNS},
-                         schema={name: pl.Int64 for name in STEP_COLUMNS})
+def _step_frame(records: list[StepRecord], runs: list[tuple[int, DecodeRun]], timed: bool,
+                starts: dict, ends: dict) -> pl.DataFrame:
+    columns = {name: [np.fromiter((getattr(r, name) for r in records), np.int64,
+                                  len(records))] for name in STEP_COLUMNS}
+    for _, run in runs:
+        count, n = run.count, run.num_running
+        values = {"step": np.arange(run.first_step, run.first_step + count),
+                  "prefill_tokens": np.zeros(count, np.int64),
+                  "decode_seqs": np.full(count, n),
+                  "context_tokens": run.context_base + n * np.arange(count),
+                  "reload_tokens": np.zeros(count, np.int64),
+                  "num_running": np.full(count, n), "num_waiting": np.full(count, run.num_waiting),
+                  "free_blocks": np.asarray(run.free_blocks, np.int64)}
+        for name in STEP_COLUMNS:
+            columns[name].append(values[name])
+    frame = pl.DataFrame({name: np.concatenate(parts).astype(np.int64)
+                          for name, parts in columns.items()})
+    if runs:
+        frame = frame.sort("step")
     if timed:
         frame = frame.with_columns(
             start_ms=pl.Series([starts[r.step] for r in records], dtype=pl.Float64),
-            duration_ms=pl.Series([ends[r.step] - starts[r.step] for r in records],
-                                  dtype=pl.Float64))
+            duration_ms=pl.Series([r.duration_ms for r in records], dtype=pl.Float64))
     return frame

@@ -15,7 +15,10 @@ _PLACEHOLDER_STRIDE = 1 << 32
 @dataclass
 class SimRequest:
     """One request: ``index`` its 0-based input order; ``output_token_ids`` the sampled
-    tokens (None: deterministic placeholders that no prompt contains)."""
+    tokens (None: deterministic placeholders that no prompt contains). ``prompt_keys``:
+    the chained keys of the prompt's full blocks at the engine's block size when a trace
+    gives block ids instead of tokens (Mooncake); ``prompt_token_ids`` is then only its
+    length (a ``range``)."""
 
     index: int
     prompt_token_ids: list[int] | np.ndarray
@@ -24,6 +27,7 @@ class SimRequest:
     arrival_s: float | None = None
     session: str | None = None
     output_token_ids: list[int] | None = None
+    prompt_keys: np.ndarray | None = None
 
 
 def placeholder_tokens(index: int, count: int) -> np.ndarray:

@@ -78,11 +78,16 @@ def usable_blocks(logged_tokens: int, block_size: int) -> int:
     return max(int(logged_tokens) // block_size - 1, 0)
 
 
-def check_gpu_options(order: str, output_tokens: int, vllm_version: str) -> None:
-    """Raise ValueError on an order other than tail-first, output < 1 or a bad version."""
+def check_gpu_options(order: str, output_tokens: int | np.ndarray, vllm_version: str) -> None:
+    """Raise ValueError on an order other than tail-first, output < 1 (one number, or one
+    per request) or a bad version."""
     if order != TAIL_FIRST:
         raise ValueError(f"the vllm GPU model is tail-first by construction, got {order!r}")
-    if isinstance(output_tokens, bool) or int(output_tokens) != output_tokens \
+    if np.ndim(output_tokens) == 1:
+        values = np.asarray(output_tokens)
+        if values.dtype.kind not in "iu" or values.size == 0 or values.min() < 1:
+            raise ValueError("per-request output tokens must be integers >= 1")
+    elif isinstance(output_tokens, bool) or int(output_tokens) != output_tokens \
             or output_tokens < 1:
         raise ValueError(f"output tokens must be an integer >= 1, got {output_tokens!r}")
     _version_tuple(vllm_version)
@@ -100,15 +105,19 @@ class VllmRequest:
     blocks: int
 
 
-def vllm_requests(stream: BlockStream, output_tokens: int = 1) -> list[VllmRequest]:
-    """Per request of ``stream``: what vLLM allocates, caches and may hit."""
+def vllm_requests(stream: BlockStream, output_tokens: int | np.ndarray = 1
+                  ) -> list[VllmRequest]:
+    """Per request of ``stream``: what vLLM allocates, caches and may hit (``output_tokens``
+    one number, or one per request)."""
     size = stream.block_size
     codes = stream.codes.tolist()
     fresh = stream.n_codes
+    outputs = np.broadcast_to(np.asarray(output_tokens, dtype=np.int64),
+                              (stream.requests,)).tolist()
     out = []
     for r in range(stream.requests):
         prompt = int(stream.prompt_tokens[r])
-        computed = prompt + output_tokens - 1           # the last sampled token is never fed
+        computed = prompt + outputs[r] - 1              # the last sampled token is never fed
         full_prompt = int(stream.cacheable[r])
         hashed = computed // size
         start = int(stream.starts[r])
@@ -185,7 +194,7 @@ class VllmBlockPool:
         return len(hit)
 
 
-def replay_vllm(stream: BlockStream, logged_tokens: int, output_tokens: int = 1,
+def replay_vllm(stream: BlockStream, logged_tokens: int, output_tokens: int | np.ndarray = 1,
                 vllm_version: str = DEFAULT_VLLM_VERSION) -> np.ndarray:
     """GPU hit blocks per request for a vLLM KV cache of ``logged_tokens`` (as vLLM logs it)."""
     pool = VllmBlockPool(max(int(logged_tokens) // stream.block_size, 0),

@@ -16,7 +16,8 @@ from pipeline.workloads.jsonl import TraceError
 from pipeline.workloads.mooncake import MOONCAKE_BLOCK_SIZE, read_mooncake
 from pipeline.workloads.tokens import read_tokens
 
-__all__ = ["FORMATS", "Workload", "add_input_arguments", "load_workload"]
+__all__ = ["FORMATS", "Workload", "add_input_arguments", "add_pattern_arguments",
+           "load_workload", "pattern_from_args"]
 
 FORMATS = ("mooncake", "tokens")
 TOKENS_BLOCK_SIZE = 16          # vLLM's default block size
@@ -46,6 +47,11 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{TOKENS_BLOCK_SIZE} for tokens and patterns)")
     parser.add_argument("--skip-bad-lines", action="store_true",
                         help="skip and count bad trace lines instead of stopping at the first")
+    add_pattern_arguments(parser)
+
+
+def add_pattern_arguments(parser: argparse.ArgumentParser) -> None:
+    """--pattern and its options (LMCache long_doc_qa's vocabulary)."""
     group = parser.add_argument_group("pattern (instead of PATH; LMCache long_doc_qa's names)")
     group.add_argument("--pattern", choices=patterns.PATTERNS, default=None,
                        help="long-doc-qa: LMCache's benchmark; multi-tenant: a shared system "
@@ -75,7 +81,8 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
                        help="tokens of a unique question after the document (default 0)")
 
 
-def _pattern(args: argparse.Namespace) -> patterns.Pattern:
+def pattern_from_args(args: argparse.Namespace) -> patterns.Pattern:
+    """The pattern ``--pattern`` and its options describe (ValueError if they are bad)."""
     if args.pattern == "long-doc-qa":
         return patterns.long_doc_qa(args.num_documents, args.document_length,
                                     args.repeat_count, args.repeat_mode, args.shuffle_seed,
@@ -115,7 +122,7 @@ def load_workload(args: argparse.Namespace) -> Workload:
         check_block_count(*_pattern_size(args, block_size))
         try:
             with np.errstate(over="ignore"):         # a huge --zipf-alpha: weights 1, 0, 0..
-                pattern = _pattern(args)
+                pattern = pattern_from_args(args)
             if pattern.requests_count == 0:
                 raise ValueError("the pattern has no requests")
         except ValueError as exc:

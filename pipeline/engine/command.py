@@ -1,0 +1,185 @@
+"""Run a workload through a model of vLLM v1's engine loop, step by step.
+
+The scheduler (running requests first, then the FCFS queue; max_num_seqs,
+max_num_batched_tokens, chunked prefill, long_prefill_token_threshold, max_model_len),
+vLLM's admission check, prefix hits at (re-)admission, blocks hashed as soon as they are
+full, preemption of the newest running request when decode growth finds no block, blocks
+freed tail first, async scheduling's two-deep batch queue, and an optional LMCache CPU
+tier. Proven equal to vLLM 0.33.0's own scheduler (tests/test_engine_vllm_equal.py).
+Writes DIR/requests.parquet (one row per request) and DIR/steps.parquet (one per batch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+import polars as pl
+
+from pipeline.arguments import non_negative_int, plural, positive_float, positive_int
+from pipeline.engine.config import SchedulerConfig
+from pipeline.engine.cpu_tier import LMCacheTier
+from pipeline.engine.loop import simulate
+from pipeline.engine.request import SimRequest
+from pipeline.engine.workload import FORMATS, Workload, read_workload, with_arrivals
+from pipeline.errors import CLIError
+from pipeline.replay.inputs import add_pattern_arguments, pattern_from_args
+from pipeline.staging import Outputs, parquet_bytes
+from pipeline.workloads.jsonl import TraceError
+from pipeline.workloads.tokens import splitmix64
+
+HELP = "vLLM's engine loop step by step: per-request steps, hits and preemptions under load"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", nargs="?", metavar="PATH",
+                        help="trace file (JSONL); or give --pattern instead")
+    parser.add_argument("--format", choices=FORMATS, default="tokens",
+                        help='tokens: {"prompt_token_ids", "max_tokens", "arrival_step" or '
+                             '"arrival_time", optional "output_token_ids"}; mooncake: '
+                             "{timestamp, input_length, output_length, hash_ids} "
+                             "(default %(default)s)")
+    parser.add_argument("--out", metavar="DIR", required=True,
+                        help="folder for requests.parquet and steps.parquet")
+    engine = parser.add_argument_group("engine (vLLM's options and defaults)")
+    engine.add_argument("--block-size", type=positive_int, default=16,
+                        help="tokens per KV block (default %(default)s)")
+    engine.add_argument("--num-gpu-blocks", type=positive_int, required=True, metavar="N",
+                        help="vLLM's num_gpu_blocks (block 0 is the null block)")
+    engine.add_argument("--max-num-seqs", type=positive_int, default=256,
+                        help="running requests at most (default %(default)s)")
+    engine.add_argument("--max-num-batched-tokens", type=positive_int, default=8192,
+                        help="tokens per step at most (default %(default)s)")
+    engine.add_argument("--max-model-len", type=positive_int, default=None,
+                        help="longest sequence (default: the longest prompt + max_tokens)")
+    engine.add_argument("--no-chunked-prefill", action="store_true",
+                        help="schedule a prompt only whole (vLLM's --no-enable-chunked-prefill)")
+    engine.add_argument("--long-prefill-token-threshold", type=non_negative_int, default=0,
+                        help="cap on a prefill chunk when other requests wait (default 0)")
+    engine.add_argument("--async-scheduling", action="store_true",
+                        help="two batches in flight (vLLM 0.33's default on CUDA)")
+    engine.add_argument("--cpu-tokens", type=non_negative_int, default=0,
+                        help="LMCache CPU tier capacity in tokens of KV (default 0: none)")
+    engine.add_argument("--cpu-chunk-size", type=positive_int, default=256,
+                        help="LMCache chunk size (default %(default)s)")
+    load = parser.add_argument_group("arrivals")
+    load.add_argument("--clock", choices=("steps",), default="steps",
+                      help="steps: one step = one executed batch (default)")
+    load.add_argument("--output-tokens", type=positive_int, default=1,
+                      help="max_tokens of token-id lines without one, and of patterns "
+                           "(default %(default)s)")
+    load.add_argument("--speed", type=positive_float, default=None,
+                      help="divide the trace's arrival steps by X")
+    load.add_argument("--rate", type=positive_float, default=None,
+                      help="Poisson arrivals, R requests per step (seeded by --seed)")
+    load.add_argument("--concurrency", type=positive_int, default=None,
+                      help="closed loop: K requests running or waiting at any time")
+    load.add_argument("--seed", type=non_negative_int, default=0,
+                      help="seed of --rate (default 0)")
+    add_pattern_arguments(parser)
+
+
+def _pattern_workload(args: argparse.Namespace) -> Workload:
+    """A pattern's requests: prompts as chained block keys (no token ids needed)."""
+    try:
+        pattern = pattern_from_args(args)
+    except ValueError as exc:
+        raise CLIError(f"--pattern {args.pattern}: {exc}") from None
+    size = args.block_size
+    blocks = pattern.blocks(size).filter(pl.col("block_tokens") == size)
+    keys = splitmix64(blocks["block_key"].to_numpy())
+    counts = np.bincount(blocks["request"].to_numpy().astype(np.int64),
+                         minlength=pattern.requests_count)
+    starts = np.concatenate(([0], np.cumsum(counts)))
+    requests = [SimRequest(i, range(pattern.prompt_tokens), args.output_tokens,
+                           prompt_keys=keys[starts[i]:starts[i + 1]])
+                for i in range(pattern.requests_count)]
+    return Workload(requests, np.arange(1, len(requests) + 1), f"--pattern {args.pattern}",
+                    None)
+
+
+def _where(workload: Workload, index: int) -> str:
+    if str(workload.path).startswith("--pattern"):
+        return f"{workload.path} (request {index})"
+    return f"{workload.path}:{workload.lines[index]}"
+
+
+def _config(args: argparse.Namespace, workload: Workload) -> SchedulerConfig:
+    """The engine config; a prompt longer than --max-model-len or a request the pool can
+    never hold is one line naming its file:line and the option."""
+    longest = max(len(r.prompt_token_ids) + r.max_tokens for r in workload.requests)
+    max_len = args.max_model_len or longest
+    size, usable = args.block_size, args.num_gpu_blocks - 1
+    if usable < 1:
+        raise CLIError("--num-gpu-blocks must be >= 2 (block 0 is vLLM's null block)")
+    for r in workload.requests:
+        prompt = len(r.prompt_token_ids)
+        if prompt > max_len:
+            raise CLIError(f"{_where(workload, r.index)}: prompt of {prompt} tokens is longer "
+                           f"than --max-model-len {max_len}")
+        need = -(-min(prompt + r.max_tokens - 1, max_len) // size)
+        if need > usable:
+            raise CLIError(f"{_where(workload, r.index)}: the request needs {need} blocks of "
+                           f"{size} tokens, more than --num-gpu-blocks {args.num_gpu_blocks} "
+                           f"holds ({usable} usable)")
+    batched = args.max_num_batched_tokens
+    if args.no_chunked_prefill and batched < max_len:
+        raise CLIError(f"--no-chunked-prefill needs --max-num-batched-tokens ({batched}) >= "
+                       f"--max-model-len ({max_len}), as vLLM requires")
+    return SchedulerConfig(num_gpu_blocks=args.num_gpu_blocks, max_model_len=max_len,
+                           block_size=size, max_num_seqs=args.max_num_seqs,
+                           max_num_batched_tokens=batched,
+                           chunked_prefill=not args.no_chunked_prefill,
+                           long_prefill_token_threshold=args.long_prefill_token_threshold,
+                           async_scheduling=args.async_scheduling)
+
+
+def load(args: argparse.Namespace) -> Workload:
+    """The workload of PATH or --pattern, with its arrivals set."""
+    if (args.path is None) == (args.pattern is None):
+        raise CLIError("give a trace PATH or --pattern, not both or neither")
+    if args.rate is not None and args.concurrency is not None:
+        raise CLIError("--rate and --concurrency are two arrival patterns: give one")
+    if args.pattern is not None:
+        workload = _pattern_workload(args)
+    else:
+        try:
+            workload = read_workload(args.path, args.format, args.block_size,
+                                     args.output_tokens)
+        except TraceError as exc:
+            raise CLIError(str(exc)) from None
+    if workload.timed == "seconds" and args.rate is None and args.concurrency is None:
+        raise CLIError(f"{workload.path}: arrivals are in seconds (timestamp/arrival_time), "
+                       f"not steps: give --rate or --concurrency for --clock steps")
+    with_arrivals(workload.requests, args.clock, speed=args.speed, rate=args.rate,
+                  seed=args.seed)
+    return workload
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        workload = load(args)
+        config = _config(args, workload)
+        tier = (LMCacheTier(args.cpu_tokens, args.block_size, args.cpu_chunk_size)
+                if args.cpu_tokens else None)
+        result = simulate(workload.requests, config, cpu_tier=tier, clock=args.clock,
+                          concurrency=args.concurrency)
+        outputs = Outputs()
+        outputs.add(f"{args.out}/requests.parquet", parquet_bytes(result.requests), "--out")
+        outputs.add(f"{args.out}/steps.parquet", parquet_bytes(result.steps), "--out")
+        outputs.commit()
+    except (ValueError, RuntimeError) as exc:
+        raise CLIError(str(exc)) from None
+    except KeyboardInterrupt:
+        print("interrupted: nothing written", file=sys.stderr)
+        return 130
+    frame = result.requests
+    prompt = int(frame["prompt_tokens"].sum())
+    hit = int(frame["gpu_hit_tokens"].sum())
+    print(f"{plural(frame.height, 'request')} in {plural(result.steps.height, 'step')}: "
+          f"GPU prefix hits {hit:,} of {prompt:,} prompt tokens "
+          f"({hit / prompt:.1%}), CPU {int(frame['cpu_hit_tokens'].sum()):,}, "
+          f"{plural(int(frame['preemptions'].sum()), 'preemption')}; "
+          f"wrote {args.out}/requests.parquet and steps.parquet")
+    return 0

@@ -1,0 +1,164 @@
+"""Requests as engines see them: prompts, per-request output lengths, arrivals.
+
+* Token-id JSONL (``--format tokens``), one request per line:
+  ``{"prompt_token_ids": [...], "max_tokens": k, "arrival_step": s}``; optional
+  ``arrival_time`` (seconds, for the time clock) and ``output_token_ids`` (the sampled
+  tokens: the request then generates exactly those, so a later prompt re-sending them hits
+  their blocks; ``max_tokens``, if given, must be at least their number). A line without
+  ``max_tokens`` takes ``--output-tokens``.
+* Mooncake JSONL (``--format mooncake``): ``timestamp`` (ms), ``input_length``,
+  ``output_length`` (the request's ``max_tokens``), ``hash_ids`` (one prefix-chained id per
+  512-token block). The engine's block size must divide 512: vLLM block b of a request is
+  keyed by its 512-block's id and its offset inside it, which equal prefixes share.
+
+Bad lines raise ``TraceError`` naming ``file:line`` (timestamps going backwards,
+``max_tokens`` < 1, empty prompts, negative token ids); nothing is returned then.
+Arrival patterns for untimed traces (``with_arrivals``): ``--speed`` scales a trace's own
+arrivals, ``--rate`` draws Poisson arrivals (seeded); ``--concurrency`` is a closed loop
+(``pipeline.engine.loop``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from pipeline.engine.request import SimRequest
+from pipeline.workloads import mooncake
+from pipeline.workloads.jsonl import Field, TraceError, apply_checks, read_lines
+from pipeline.workloads.tokens import splitmix64
+
+__all__ = ["FORMATS", "Workload", "read_workload", "with_arrivals", "TOKEN_FIELDS"]
+
+FORMATS = ("tokens", "mooncake")
+TOKEN_FIELDS = (Field("prompt_token_ids", "int list"), Field("max_tokens", "int"),
+                Field("arrival_step", "int"), Field("arrival_time", "number"),
+                Field("output_token_ids", "int list"))
+_MOONCAKE_BLOCK = mooncake.MOONCAKE_BLOCK_SIZE
+
+
+@dataclass
+class Workload:
+    """Requests in input order, the file line of each, and what arrivals the file gives
+    (``"steps"``, ``"seconds"`` or None)."""
+
+    requests: list[SimRequest]
+    lines: np.ndarray
+    path: Path
+    timed: str | None
+
+
+def _backwards(frame: pl.DataFrame, column: str, path: Path) -> None:
+    values = frame[column]
+    if values.null_count() not in (0, frame.height):
+        line = int(frame.filter(values.is_null())["line"][0])
+        raise TraceError(f"{path}:{line}: {column} missing (other lines have it)")
+    if values.null_count():
+        return
+    drop = frame.filter(values.diff().fill_null(0) < 0)
+    if drop.height:
+        row = drop.row(0, named=True)
+        raise TraceError(f"{path}:{row['line']}: {column} goes backwards ({row[column]} after "
+                         f"an earlier line's larger value)")
+
+
+def _read_tokens(path: Path, default_max_tokens: int) -> Workload:
+    missing = pl.col("prompt_token_ids").is_null()
+    prompt = pl.col("prompt_token_ids")
+    outputs = pl.col("output_token_ids")
+    checks = [
+        (missing, "missing field 'prompt_token_ids'"),
+        (prompt.list.len() == 0, "prompt_token_ids is empty"),
+        (prompt.list.eval(pl.element().is_null()).list.any(), "non-integer prompt_token_ids"),
+        (prompt.list.min() < 0, "negative token id in prompt_token_ids"),
+        (pl.col("max_tokens") < 1, pl.format("max_tokens must be >= 1, got {}",
+                                             pl.col("max_tokens"))),
+        (outputs.is_not_null() & (outputs.list.len() == 0), "output_token_ids is empty"),
+        (outputs.list.min() < 0, "negative token id in output_token_ids"),
+        (outputs.is_not_null() & (pl.col("max_tokens") < outputs.list.len()),
+         "max_tokens is smaller than the number of output_token_ids"),
+        (pl.col("arrival_step") < 0, "arrival_step is negative"),
+        (pl.col("arrival_time") < 0, "arrival_time is negative"),
+    ]
+    good, _ = apply_checks(read_lines(path, TOKEN_FIELDS), checks, False)
+    for column in ("arrival_step", "arrival_time"):
+        _backwards(good, column, path)
+    lengths = good["prompt_token_ids"].list.len().to_numpy()
+    flat = good["prompt_token_ids"].explode().to_numpy().astype(np.int64)
+    prompts = np.split(flat, np.cumsum(lengths)[:-1])
+    outs = good["output_token_ids"].to_list()
+    max_tokens = good["max_tokens"].fill_null(default_max_tokens).to_list()
+    steps = good["arrival_step"].to_list()
+    times = good["arrival_time"].to_list()
+    requests = []
+    for i, prompt_ids in enumerate(prompts):
+        out = outs[i]
+        requests.append(SimRequest(i, prompt_ids,
+                                   len(out) if out is not None else int(max_tokens[i]),
+                                   arrival_step=steps[i], arrival_s=times[i],
+                                   output_token_ids=out))
+    timed = "steps" if steps and steps[0] is not None else (
+        "seconds" if times and times[0] is not None else None)
+    return Workload(requests, good["line"].to_numpy(), path, timed)
+
+
+def _read_mooncake(path: Path, block_size: int) -> Workload:
+    if _MOONCAKE_BLOCK % block_size:
+        raise TraceError(f"{path}: the block size {block_size} must divide Mooncake's "
+                         f"{_MOONCAKE_BLOCK}-token blocks")
+    checks = mooncake._checks(_MOONCAKE_BLOCK) + [
+        (pl.col("output_length") < 1, pl.format("output_length must be >= 1, got {}",
+                                                pl.col("output_length"))),
+        (pl.col("timestamp") < 0, "timestamp is negative")]
+    good, _ = apply_checks(read_lines(path, mooncake.FIELDS), checks, False)
+    _backwards(good, "timestamp", path)
+    per = _MOONCAKE_BLOCK // block_size
+    lengths = good["input_length"].to_numpy()
+    ids = good["hash_ids"].to_list()
+    outputs = good["output_length"].to_list()
+    stamps = good["timestamp"].to_list()
+    requests = []
+    for i, hash_ids in enumerate(ids):
+        full = int(lengths[i]) // block_size
+        block = np.arange(full, dtype=np.int64)
+        raw = np.asarray(hash_ids, dtype=np.int64)[block // per] * per + block % per
+        with np.errstate(over="ignore"):
+            keys = splitmix64(raw.view(np.uint64))
+        requests.append(SimRequest(i, range(int(lengths[i])), int(outputs[i]),
+                                   arrival_s=float(stamps[i]) / 1000.0, prompt_keys=keys))
+    return Workload(requests, good["line"].to_numpy(), path, "seconds")
+
+
+def read_workload(path: str | Path, fmt: str, block_size: int,
+                  default_max_tokens: int = 1) -> Workload:
+    """Read ``path`` in format ``fmt`` (see the module docstring)."""
+    path = Path(path)
+    if fmt == "tokens":
+        return _read_tokens(path, default_max_tokens)
+    if fmt == "mooncake":
+        return _read_mooncake(path, block_size)
+    raise ValueError(f"unknown format {fmt!r}: expected one of {', '.join(FORMATS)}")
+
+
+def with_arrivals(requests: list[SimRequest], clock: str, *, speed: float | None = None,
+                  rate: float | None = None, seed: int = 0) -> None:
+    """Set arrivals in place: ``rate`` R draws Poisson arrivals (R per second on the time
+    clock, R per step on the step clock; seeded), ``speed`` X divides the trace's own
+    arrivals by X (steps rounded down)."""
+    if rate is not None:
+        gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=len(requests))
+        when = np.cumsum(gaps) - gaps[0] if len(requests) else gaps
+        for request, t in zip(requests, when.tolist()):
+            if clock == "time":
+                request.arrival_s = t
+            else:
+                request.arrival_step = int(t)
+    if speed is not None:
+        for request in requests:
+            if request.arrival_s is not None:
+                request.arrival_s = request.arrival_s / speed
+            if request.arrival_step is not None:
+                request.arrival_step = int(request.arrival_step // speed)
