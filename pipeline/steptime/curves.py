@@ -16,6 +16,7 @@ arrivals, R per second, seeded), ``concurrency K`` (closed loop, K outstanding).
 from __future__ import annotations
 
 import concurrent.futures
+import copy
 import multiprocessing
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -24,9 +25,10 @@ import numpy as np
 import polars as pl
 
 from pipeline.engine.config import SchedulerConfig
-from pipeline.engine.hashing import block_keys
+from pipeline.engine.core import EngineSim
 from pipeline.engine.loop import simulate
 from pipeline.engine.request import SimRequest
+from pipeline.engine.workload import with_arrivals
 from pipeline.steptime.cost import StepTimeModel
 from pipeline.steptime.metrics import run_metrics
 
@@ -80,19 +82,23 @@ def parse_loads(kind: str, text: str) -> list[Load]:
 
 def apply_load(requests: Sequence[SimRequest], load: Load, seed: int = 0
                ) -> tuple[list[SimRequest], int | None]:
-    """(requests with the load's arrival times, the closed-loop concurrency or None)."""
+    """(copies of the requests with the load's arrival times, the closed-loop concurrency
+    or None); arrivals through the engine's own ``with_arrivals``."""
+    copies = [copy.copy(r) for r in requests]
     if load.kind == "concurrency":
-        return [replace(r, arrival_s=0.0) for r in requests], int(load.value)
+        for r in copies:
+            r.arrival_s = 0.0
+        return copies, int(load.value)
     if load.kind == "speed":
         if any(r.arrival_s is None for r in requests):
             raise ValueError("--speed needs arrival times in the trace (use --rate or "
                              "--concurrency for an untimed workload)")
-        return [replace(r, arrival_s=r.arrival_s / load.value) for r in requests], None
-    if load.kind == "rate":
-        gaps = np.random.default_rng(seed).exponential(1.0 / load.value, len(requests))
-        times = np.cumsum(gaps) - (gaps[0] if len(requests) else 0.0)
-        return [replace(r, arrival_s=float(t)) for r, t in zip(requests, times)], None
-    raise ValueError(f"unknown load kind {load.kind!r}")
+        with_arrivals(copies, "time", speed=load.value)
+    elif load.kind == "rate":
+        with_arrivals(copies, "time", rate=load.value, seed=seed)
+    else:
+        raise ValueError(f"unknown load kind {load.kind!r}")
+    return copies, None
 
 
 def _blocks(capacity: int, block_size: int) -> int:
@@ -150,19 +156,21 @@ def load_curves(requests: Sequence[SimRequest], capacities: Sequence[int],
     return pl.DataFrame(rows, schema=CURVE_SCHEMA)
 
 
-def _block_frame(requests: Sequence[SimRequest], block_size: int) -> pl.DataFrame:
+def _block_frame(requests: Sequence[SimRequest], config: SchedulerConfig) -> pl.DataFrame:
+    """The prompts as a block frame with the engine's own block keys; the partial tail (never
+    cacheable) a key of its own."""
     from pipeline.workloads.blocks import BLOCK_SCHEMA
-    rows = {"request": [], "block_index": [], "block_key": [], "block_tokens": []}
+    engine, size = EngineSim(config), config.block_size
+    rows: dict[str, list] = {"request": [], "block_index": [], "block_key": [],
+                             "block_tokens": []}
     for r in requests:
-        prompt = np.asarray(r.prompt_token_ids, dtype=np.int64)
-        keys = block_keys(prompt, block_size)
-        tail = prompt.size - len(keys) * block_size
+        keys = engine.request_block_hashes(r)
+        tail = len(r.prompt_token_ids) - len(keys) * size
         n = len(keys) + (1 if tail else 0)
         rows["request"] += [r.index] * n
         rows["block_index"] += list(range(n))
-        # the partial tail is never cacheable: a key of its own that nothing else has
         rows["block_key"] += [k & (2**63 - 1) for k in keys] + ([2**63 + r.index] if tail else [])
-        rows["block_tokens"] += [block_size] * len(keys) + ([tail] if tail else [])
+        rows["block_tokens"] += [size] * len(keys) + ([tail] if tail else [])
     return pl.DataFrame(rows).cast(dict(BLOCK_SCHEMA))
 
 
@@ -191,18 +199,19 @@ def upper_curve(requests: Sequence[SimRequest], capacities: Sequence[int],
     """The concurrency-1 line (CURVE_SCHEMA rows, curve and load ``ONE_PASS``): hits from
     the one-pass ``vllm`` model, TTFT of each request alone under ``latency``."""
     from pipeline.blocks.stream import block_stream
-    from pipeline.engines.vllm_fast import vllm_hits
-    stream = block_stream(_block_frame(requests, config.block_size), config.block_size)
-    outputs = np.array([r.max_tokens for r in requests], dtype=np.int64)
+    from pipeline.engines.vllm_fast import vllm_gpu
     blocks = [_blocks(int(c), config.block_size) for c in capacities]
-    hits, exact = vllm_hits(stream, np.array(blocks, np.int64) - 1, outputs)
-    hits = hits * config.block_size
-    for k in np.flatnonzero(~exact):
-        # a duplicated block makes the one-pass form inexact here: the engine, one at a time
-        alone = simulate([replace(r, arrival_s=0.0) for r in requests],
-                         replace(config, num_gpu_blocks=blocks[k]), clock="steps",
-                         concurrency=1)
-        hits[k] = alone.requests["gpu_hit_tokens"].to_numpy()
+    if any(r.output_token_ids is not None for r in requests):
+        # sampled tokens a later prompt may re-send: the engine itself, one at a time
+        alone = [simulate([replace(r, arrival_s=0.0) for r in requests],
+                          replace(config, num_gpu_blocks=b), clock="steps", concurrency=1)
+                 for b in blocks]
+        hits = np.stack([a.requests["gpu_hit_tokens"].to_numpy() for a in alone])
+    else:
+        stream = block_stream(_block_frame(requests, config), config.block_size)
+        outputs = np.array([r.max_tokens for r in requests], dtype=np.int64)
+        hits = vllm_gpu(stream, [b * config.block_size for b in blocks],
+                        output_tokens=outputs)
     prompt = np.array([len(r.prompt_token_ids) for r in requests], dtype=np.int64)
     index = np.arange(prompt.size)
     rows = []
