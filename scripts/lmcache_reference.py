@@ -13,7 +13,7 @@ chunk (``allocate``: LMCache's own evict-one-at-a-time loop, no busy loop) and p
 ``LMCacheEngine.store`` relies on ``batched_put`` to do). The backend's LRU, touch order,
 eviction and skip-if-present are LMCache's code; the connector's store range is this
 script's reading of it (cited in ``pipeline/engines/lmcache_cpu.py``). Compares every
-request's hit with ``pipeline.engines.lmcache_cpu.replay_lmcache`` on the issue's workload
+request's hit with ``pipeline.engines.lmcache_cpu.replay_lmcache`` on the lab's workload
 and on random shared-prefix workloads; prints JSON, exit status 1 on any mismatch.
 
     .venv/bin/python scripts/lmcache_reference.py --version 0.5.6

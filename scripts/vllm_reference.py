@@ -6,14 +6,14 @@ with every unavailable dependency (torch, pydantic, ...) replaced by an inert st
 package ``__init__`` files not run, and drives ``KVCacheManager`` request by request like the
 scheduler at concurrency 1 (``get_computed_blocks`` -> ``allocate_slots`` -> decode steps
 -> ``free``). Then it compares every request's GPU hit with
-``pipeline.engines.vllm_gpu.replay_vllm`` on the issue's workload and on random prompts with
+``pipeline.engines.vllm_gpu.replay_vllm`` on the lab's workload and on random prompts with
 shared prefixes. Nothing of vLLM is copied into this repository.
 
     .venv/bin/python scripts/vllm_reference.py --version 0.33.0
     .venv/bin/python scripts/vllm_reference.py --version 0.11.0 --random 200
 
 Prints JSON; exit status 1 on any mismatch. Seen 2026-11-30 (400 random workloads each):
-0.33.0 and 0.24.0 give the issue's figures (0 / 18,880 / 28,960 / 49,920 at 30000 / 47000 /
+0.33.0 and 0.24.0 give the lab's figures (0 / 18,880 / 28,960 / 49,920 at 30000 / 47000 /
 48000 / 50110 tokens, 49,920 for 5008-token documents at 50110), 0.23.0 and 0.11.0 give 0 /
 17,600 / 27,680 / 48,640 (empty tail slots appended), and every request's hit equals the
 model's. Random workloads keep every request within the pool, as vLLM itself requires

@@ -1,4 +1,4 @@
-"""The REPL sessions in README.md and the module docstrings run as shown."""
+"""The REPL sessions of README.md and the docs pages, and the module docstrings, run as shown."""
 
 import doctest
 import sys
@@ -8,16 +8,20 @@ import pipeline.stats
 from conftest import KVLAB, ROOT
 
 
-def test_readme_repl_sessions():
-    readme = (ROOT / "README.md").read_text()
-    sessions = [block.split("\n", 1)[1] for block in readme.split("```")[1::2]
-                if block.startswith("python\n")]
-    assert sessions
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def test_repl_sessions_of_the_pages():
     runner = doctest.DocTestRunner()
-    for number, text in enumerate(sessions):
-        test = doctest.DocTestParser().get_doctest(text, {}, f"README python block {number}",
-                                                   "README.md", 0)
-        runner.run(test)
+    count = 0
+    for page in PAGES:
+        sessions = [block.split("\n", 1)[1] for block in page.read_text().split("```")[1::2]
+                    if block.startswith("python\n")]
+        for number, text in enumerate(sessions):
+            name = f"{page.relative_to(ROOT)} python block {number}"
+            runner.run(doctest.DocTestParser().get_doctest(text, {}, name, str(page), 0))
+            count += 1
+    assert count >= 2
     assert runner.summarize(verbose=False).failed == 0
 
 

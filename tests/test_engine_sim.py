@@ -281,3 +281,20 @@ def test_advance_equals_stepping_one_by_one(run):
     assert [(s.first_token_step, s.finish_step, s.gpu_hit) for s in map(fast.result, range(
         len(requests)))] == [(s.first_token_step, s.finish_step, s.gpu_hit)
                              for s in map(one.result, range(len(requests)))]
+
+
+def test_arrival_patterns():
+    from pipeline.engine.workload import with_arrivals
+    make = lambda: [SimRequest(i, [1, 2], 1, arrival_step=4 * i) for i in range(50)]  # noqa: E731
+    slow = make()
+    with_arrivals(slow, "steps", speed=2.0)
+    assert [r.arrival_step for r in slow] == [2 * i for i in range(50)]
+    first, again = make(), make()
+    with_arrivals(first, "steps", rate=0.5, seed=3)
+    with_arrivals(again, "steps", rate=0.5, seed=3)
+    steps = [r.arrival_step for r in first]
+    assert steps == [r.arrival_step for r in again] and steps[0] == 0
+    assert steps == sorted(steps) and 60 < steps[-1] < 150       # about 2 steps apart
+    timed = make()
+    with_arrivals(timed, "time", rate=100.0, seed=1)
+    assert 0.2 < timed[-1].arrival_s < 1.0                        # about 10 ms apart

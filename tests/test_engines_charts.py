@@ -1,4 +1,4 @@
-"""Report sections of the engine models: the curves they draw hold the issues' facts."""
+"""Report sections of the engine models: the curves they draw hold the models' figures."""
 
 import polars as pl
 

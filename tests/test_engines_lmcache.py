@@ -1,4 +1,4 @@
-"""The ``lmcache`` CPU model (issue 16): the issue's figures, the numba replay equals the
+"""The ``lmcache`` CPU model: the lab's figures, the numba replay equals the
 literal LocalCPUBackend replay per request, and why no one-pass form exists."""
 
 import json
@@ -34,12 +34,12 @@ def per_pass(cpu, gpu=21520, passes=LAB, model="lmcache"):
 
 
 @pytest.mark.parametrize("model", ["lmcache", "lmcache-replay"])
-def test_issue_figures_at_56000(model):
+def test_lab_figures_at_56000(model):
     assert per_pass(56000, model=model) == [(0, 0, 50_110), (0, 48_640, 1_470),
                                             (21_488, 27_728, 894)]
 
 
-def test_issue_figures_at_40000():
+def test_lab_figures_at_40000():
     assert per_pass(40000)[1] == (0, 0, 50_110)
 
 

@@ -1,4 +1,4 @@
-"""The ``vllm`` GPU model (issue 15): vLLM 0.33.0's figures, the one-pass engine equals the
+"""The ``vllm`` GPU model: vLLM 0.33.0's figures, the one-pass engine equals the
 literal allocator replay per request, and the three differences from the ideal model."""
 
 import json
@@ -32,13 +32,13 @@ def second_pass(hits, docs=10):
 
 
 @pytest.mark.parametrize("model", ["vllm", "vllm-replay"])
-def test_issue_figures_vllm_0_33(model):
+def test_lab_figures_vllm_0_33(model):
     """10 x 5011, block 16, fwd,fwd, output 1: vLLM 0.33.0's own allocator gave these."""
     hits = GPU_MODELS[model](lab_stream(), CAPACITIES, "tail-first")
     assert second_pass(hits) == [0, 18_880, 28_960, 49_920]
 
 
-def test_ideal_model_differs_as_the_issue_says():
+def test_ideal_model_differs_as_vllm_does():
     assert second_pass(GPU_MODELS["ideal"](lab_stream(), CAPACITIES, "tail-first")) == \
         [0, 19_200, 29_280, 50_080]
 

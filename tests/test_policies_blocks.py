@@ -1,5 +1,5 @@
 """The policy family in block mode (pipeline/policies/blockmode.py, registered in
-pipeline.blocks.models): LRU equals the block issue's ideal model on both tiers and orders,
+pipeline.blocks.models): LRU equals the block model's ideal engine on both tiers and orders,
 every policy runs through the two-tier API, and ``Policy.place`` keeps its contract."""
 
 from __future__ import annotations

@@ -91,11 +91,3 @@ def test_bad_trace_file_is_one_line(tmp_path, capsys):
     assert main(["policies", "--trace", str(bad), "--out", str(tmp_path / "o")]) == 1
     err = capsys.readouterr().err
     assert f"--trace {bad}" in err and err.count("\n") == 1 and not (tmp_path / "o").exists()
-
-
-def test_readme_lab_table_is_the_command_output(tmp_path, capsys):
-    from conftest import ROOT
-    assert main(["policies", "--out", str(tmp_path)]) == 0
-    table = capsys.readouterr().out.splitlines()[:11]      # title, header, nine policies
-    readme = (ROOT / "README.md").read_text()
-    assert all(line in readme for line in table), table

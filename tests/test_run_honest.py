@@ -1,4 +1,4 @@
-"""Issue 14: every run honest on any workload, all-or-nothing outputs, no overwritten findings.
+"""Every run honest on any workload: all-or-nothing outputs, no overwritten findings.
 
 Runs go through ``pipeline.cli.main`` in-process with small grids to stay fast. Bad input:
 exit non-zero, one line on stderr, and every output folder byte-identical to before.

@@ -58,10 +58,10 @@ def test_cliff_exports_from_aggregates_equal_the_committed_contract(swept):
         (KVLAB / "cpu_cliff.json").read_text())
 
 
-def test_parquet_schema_is_what_data_readme_documents(swept):
+def test_parquet_schema_is_what_the_schemas_page_documents(swept):
     out, plan, _ = swept
     from conftest import ROOT
-    readme = (ROOT / "data" / "README.md").read_text()
+    readme = (ROOT / "docs" / "schemas.md").read_text()
     for sweep in plan:
         path = out / f"{sweep.name}.parquet"
         schema = pq.read_schema(path)

@@ -78,7 +78,7 @@ def test_shared_trace_engine_models_equal_the_registries(tmp_path, capsys, extra
 
 
 @needs_trace
-def test_the_issue_command_runs_and_says_which_models_ran(tmp_path, capsys):
+def test_engine_models_run_and_the_printout_says_which_ran(tmp_path, capsys):
     assert main(["trace", str(SYNTHETIC), "--gpu-model", "vllm", "--cpu-model", "lmcache",
                  "--gpu", "200000", "--cpu", "1000000", "--no-report", "--out",
                  str(tmp_path / "tr")]) == 0
@@ -90,7 +90,7 @@ def test_the_issue_command_runs_and_says_which_models_ran(tmp_path, capsys):
 
 TWINS = {"ideal": "ideal-replay", "vllm": "vllm-replay", "lmcache": "lmcache-replay",
          "lru": "ideal"}           # fast engine -> its literal replay (lru: the block model)
-PAIRS = sorted(   # arc GPU: was xfail (KeyError), fixed in pipeline/policies/arc.py _insert
+PAIRS = sorted(   # every registered model, arc and s3fifo included
     {(gpu, "ideal") for gpu in GPU_MODELS} | {("ideal", cpu) for cpu in CPU_MODELS}
     | {("vllm", "lmcache"), ("vllm-replay", "lmcache-replay")})
 

@@ -99,11 +99,10 @@ HELP = "time the default run and the one-pass curves; --with adds the others (fi
 
 #: name -> what it measures; each runs only when named in ``--with``.
 OPTIONAL = {
-    "blocks": "block one-pass vs literal replay on a 2M-block shared-prefix trace (issue 8)",
-    "engines": "vllm / lmcache fast engines vs their literal replays on the shared trace "
-               "(issues 15, 16)",
-    "trace": "10M-block Zipf trace's GPU curve, and the shared trace end to end (issue 9)",
-    "policies": "every policy vs libCacheSim: one capacity and a 50-capacity curve (issue 10)",
+    "blocks": "block one-pass vs literal replay on a 2M-block shared-prefix trace",
+    "engines": "vllm / lmcache fast engines vs their literal replays on the shared trace",
+    "trace": "10M-block Zipf trace's GPU curve, and the shared trace end to end",
+    "policies": "every policy vs libCacheSim: one capacity and a 50-capacity curve",
 }
 
 

@@ -1,4 +1,4 @@
-"""Trace-replay benchmarks (issue 9): figures, not tests.
+"""Trace-replay benchmarks: figures, not tests.
 
 1. A generated 10M-block trace with Zipf-like prefix sharing (``zipf_documents``: popular
    documents shared as prefixes, then a unique question per request), 16-token blocks: the

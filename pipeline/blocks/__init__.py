@@ -1,4 +1,4 @@
-"""Block-level prefix caching (issue 8): requests as prefix-chained blocks, two tiers,
+"""Block-level prefix caching: requests as prefix-chained blocks, two tiers,
 tail-first or head-first order per tier.
 
 ``stream`` turns a block frame into arrays, ``model`` replays the rules literally (the

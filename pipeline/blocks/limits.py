@@ -3,7 +3,7 @@
 * A capacity must fit an int64 (``MAX_CAPACITY``): the engines and the Parquet columns are
   int64. A larger one is a one-line error naming the argument.
 * A run may hold at most ``MAX_BLOCKS`` block accesses (prompt blocks, plus the blocks the
-  ``vllm`` model adds for output tokens): 10x the 10M-block benchmark trace of issue 9.
+  ``vllm`` model adds for output tokens): 10x the 10M-block benchmark trace of ``pipeline.bench.trace``.
   Beyond it the arrays alone need tens of GiB, so the commands say so instead of swapping,
   hanging or dying on a MemoryError.
 * A block holds at most ``MAX_BLOCK_SIZE`` tokens (``block_tokens`` is a UInt32 column).

@@ -1,4 +1,4 @@
-"""Report section for block mode (issue 8): tail-first vs head-first over GPU capacity, and
+"""Report section for block mode: tail-first vs head-first over GPU capacity, and
 what a CPU tier adds. Input: the aggregates of ``pipeline.blocks.sweep.block_sweeps``.
 
 ``block_sections(aggregates, scenario)`` returns two ``Section``s; ``scenario`` needs

@@ -261,17 +261,22 @@ class EngineSim:
             if holds > 0 and computed + 2 - holds >= req.num_prompt + req.max_tokens:
                 continue
             num_new = req.num_tokens + holds - computed
-            if num_new == 1 and computed + 1 < max_len and computed < len(req.blocks) * size:
-                # a decode within its last block: allocate_slots allocates nothing and
-                # caches the block it fills (num_tokens <= computed + 1 here)
-                full = req.num_tokens // size
-                cached = req.num_cached_block or 0
-                if full > cached:
-                    pool.cache_full_blocks(req.keys, req.blocks, cached, full)
-                    req.num_cached_block = full
-                scheduled.append((req, 1, computed))
-                budget -= 1
-                continue
+            if num_new == 1 and computed + 1 < max_len:
+                # a decode: allocate_slots gives it one more block when its last one is full
+                # (when one is free; else the general path below preempts), and caches the
+                # block it fills (num_tokens <= computed + 1 here)
+                held = len(req.blocks) * size
+                if computed < held or (computed == held and pool.num_free):
+                    if computed == held:
+                        req.blocks.extend(pool.get_new_blocks(1))
+                    full = req.num_tokens // size
+                    cached = req.num_cached_block or 0
+                    if full > cached:
+                        pool.cache_full_blocks(req.keys, req.blocks, cached, full)
+                        req.num_cached_block = full
+                    scheduled.append((req, 1, computed))
+                    budget -= 1
+                    continue
             if 0 < threshold < num_new:
                 num_new = threshold
             num_new = max(min(num_new, budget, max_len - computed - 1), 0)

@@ -1,4 +1,4 @@
-"""Engine-faithful cache models for block mode (issues 15 and 16).
+"""Engine-faithful cache models for block mode: vLLM's GPU allocator, LMCache's CPU tier.
 
 * ``vllm_gpu``: vLLM's v1 block allocator replayed literally (partial tail slot, null block,
   hit cap, free-queue placement by version); the readable reference.

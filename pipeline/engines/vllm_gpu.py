@@ -31,7 +31,7 @@ request cannot fit (max_model_len against the KV cache), so this is a convention
 vLLM never runs. ``scripts/vllm_reference.py`` drives vLLM's own ``KVCacheManager`` (0.11.0,
 0.23.0, 0.24.0, 0.33.0 wheels) and finds every request's hit equal to this replay.
 
-Workload as the issue ran it: concurrency 1 (each request finishes before the next arrives),
+Workload as the lab runs it: concurrency 1 (each request finishes before the next arrives),
 ``max_tokens = output_tokens``; a request computes ``prompt + output - 1`` tokens (the last
 sampled token is never fed back), so longer outputs fill and cache the tail block. Blocks
 that hold output tokens get hashes no prompt can match (fresh keys here).

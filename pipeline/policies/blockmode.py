@@ -1,13 +1,13 @@
 """The policy family as block-mode GPU and CPU models (``pipeline.blocks.models``' API).
 
 Per capacity, one policy instance holds ``capacity // block_size`` unit blocks and sees
-the block issue's rules: a request's prefix hit is its leading cacheable blocks present
+the block model's rules: a request's prefix hit is its leading cacheable blocks present
 before it (looked up first); then ``Policy.place`` reads its cacheable blocks in the tier's
 order (tail-first: tail .. head; head-first: head .. tail) and evicts other blocks until it
 fits. The CPU tier places blocks g.. of each request (g its GPU hit) and looks up all of
 them. OPT is given the future of the tier's own placements, which never depends on its
 hits, so it is exact as a replay (a reference for prefix hits, not a bound). The ``lru``
-model equals the block issue's ``ideal`` model (tests/test_policies_blocks.py).
+model equals the block model's ``ideal`` engine (tests/test_policies_blocks.py).
 
 Registered by ``register(GPU_MODELS, CPU_MODELS)`` under the policies' names; ``lru`` is
 registered as the block engine's one-pass ``ideal`` model (``pipeline/blocks/onepass.py``),

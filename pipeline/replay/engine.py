@@ -1,6 +1,6 @@
 """A trace through the block engine: summary, capacity points, curves and event frames.
 
-Every figure comes from ``pipeline.blocks`` (issue 8's model and fast engine): a tier of C
+Every figure comes from ``pipeline.blocks`` (the block model and its fast engine): a tier of C
 tokens holds C // block_size blocks; a request's GPU hit is its longest cached prefix, the
 CPU serves what lies beyond it. This module only groups the engine's per-block and
 per-request answers into what ``python -m pipeline trace`` prints, stores and draws.

@@ -1,5 +1,6 @@
-"""The pieces wired into the main flow: run --block-size (with engine models), the report's
-new groups, and the bench options."""
+"""``run --block-size`` with the engine models: sweeps equal to the registries' models, the
+report's block, policy, real-engine and trace sections, stale block files, predicted TTFT per
+pass; and ``bench --with``."""
 
 import numpy as np
 import polars as pl
@@ -34,12 +35,12 @@ def test_engine_models_in_the_sweeps_equal_the_registries():
     served = np.maximum(cpu - fixed, 0)[:, second].sum(axis=1)
     rows = aggregates.filter(pl.col("sweep") == "cpu_cliff", pl.col("pass_index") == 1)
     assert rows.sort("cpu_capacity")["cpu_hit_tokens"].to_list() == served.tolist()
-    # issue 16's figures: 48,640 CPU tokens in pass 2 at CPU 56000 and 48640, none below
+    # LMCache on the lab: 48,640 CPU tokens in pass 2 at CPU 56000 and 48640, none below
     assert rows.filter(pl.col("cpu_capacity") == 56000)["cpu_hit_tokens"].item() == 48640
     assert rows.filter(pl.col("cpu_capacity") == 48640)["cpu_hit_tokens"].item() == 48640
 
 
-# --- run --block-size and the report's new groups --------------------------------------------
+# --- run --block-size and the report's groups ------------------------------------------------
 
 import shutil  # noqa: E402
 
@@ -50,9 +51,9 @@ from pipeline.cli import main  # noqa: E402
 
 DATA = ROOT / "data" / "ttft.jsonl"
 SMALL = ["--points", "6", "--grid-steps", "3", "--quiet", "--measured", str(DATA)]
-NEW_SECTIONS = ("plan-sweep-gpu_cliff", "plan-sweep-cpu_cliff", "plan-fit", "real-engine-tiers",
-                "real-engine-ttft", "blocks-gpu-orders", "blocks-cpu-tier", "engines-gpu",
-                "engines-cpu", "policies-lab")
+REPORT_SECTIONS = ("plan-sweep-gpu_cliff", "plan-sweep-cpu_cliff", "plan-fit", "real-engine-tiers",
+                   "real-engine-ttft", "blocks-gpu-orders", "blocks-cpu-tier", "engines-gpu",
+                   "engines-cpu", "policies-lab")
 
 
 
@@ -76,15 +77,15 @@ def test_run_block_size_writes_the_engine_models_sweeps(engine_run):
     rows = aggregates.filter(pl.col("sweep") == "cpu_cliff", pl.col("cpu_capacity") == 56000)
     per_pass = rows.sort("pass_index").select("gpu_hit_tokens", "cpu_hit_tokens",
                                               "miss_tokens").rows()
-    assert per_pass == [(0, 0, 50110), (0, 48640, 1470), (21488, 27728, 894)]   # issue 16
+    assert per_pass == [(0, 0, 50110), (0, 48640, 1470), (21488, 27728, 894)]   # LMCache
     cliff = aggregates.filter(pl.col("sweep") == "gpu_cliff", pl.col("pass_index") == 1,
                               pl.col("gpu_capacity") == 48000)
-    assert cliff["gpu_hit_tokens"].item() == 28960                               # issue 15
+    assert cliff["gpu_hit_tokens"].item() == 28960                               # vLLM 0.33.0
 
 
-def test_report_has_the_new_sections_and_the_trace_link(engine_run):
+def test_report_has_every_section_group_and_the_trace_link(engine_run):
     page = (engine_run / "report" / "index.html").read_text()
-    for key in NEW_SECTIONS:
+    for key in REPORT_SECTIONS:
         assert f'id="chart-{key}"' in page, key
     for heading in ("Block mode", "Cache policies", "a real engine (llama.cpp)", "Trace replay"):
         assert heading in page
@@ -101,7 +102,7 @@ def test_document_mode_run_removes_stale_block_files_and_predicts_per_pass(engin
     assert not (root / "events" / "blocks_events.parquet").exists()
     assert not (root / "events" / "blocks_aggregates.parquet").exists()
     page = (root / "report" / "index.html").read_text()
-    assert all(f'id="chart-{key}"' in page for key in NEW_SECTIONS)
+    assert all(f'id="chart-{key}"' in page for key in REPORT_SECTIONS)
     assert "trace.html" not in page
     predicted = pl.read_parquet(root / "events" / "predicted_ttft.parquet")
     second = predicted.filter(pl.col("sweep") == "gpu_cliff", pl.col("pass_index") == 1)

@@ -1,0 +1,145 @@
+"""Every command shown in README.md and the docs pages runs and prints what the page shows.
+
+The convention (console blocks, ``$ `` lines, expected lines, ``[exit N]``, skip comments) is
+in tests/docs_commands.py and docs/extending.md. The commands run in a copy of the checkout
+(so a page's ``run`` or ``make_exports.py`` never touches this one), with ``../shared`` beside
+it when the shared data is here (or KVLAB_SHARED names it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, SHARED_TRACES
+from docs_commands import as_plan, missing_lines, page_commands
+
+PAGES = sorted([ROOT / "README.md", ROOT / "data" / "README.md",
+                ROOT / "data" / "measured" / "README.md", *(ROOT / "docs").glob("*.md")])
+COMMANDS = [c for page in PAGES for c in page_commands(page, ROOT)]
+#: The shared data folder (``../shared`` of the main checkout; KVLAB_SHARED names another).
+SHARED = Path(os.environ.get("KVLAB_SHARED", SHARED_TRACES.parent))
+#: What a copy of the checkout leaves out: generated outputs and the environment.
+NOT_COPIED = shutil.ignore_patterns(".git", ".venv", ".hypothesis", ".pytest_cache",
+                                    "*.egg-info", "events", "exports", "*.html")
+
+
+def runnable():
+    """The commands to run here: not skipped, and with their shared data present."""
+    return [c for c in COMMANDS
+            if c.skip is None and ("../shared/" not in c.text or SHARED.is_dir())]
+
+
+@pytest.fixture(scope="module")
+def docs_run(tmp_path_factory):
+    """Run every runnable command once, in order, in a copy of the checkout: (results by
+    command name, the folder that holds the copy and the commands' /tmp/)."""
+    base = tmp_path_factory.mktemp("docs")
+    copy = base / "repo"
+    shutil.copytree(ROOT, copy, ignore=NOT_COPIED)   # __pycache__ too: numba's caches
+    if (ROOT / ".venv").is_dir():
+        (copy / ".venv").symlink_to(ROOT / ".venv")
+    if SHARED.is_dir():
+        (base / "shared").symlink_to(SHARED)
+    (base / "tmp").mkdir()
+    plan, result = base / "plan.json", base / "result.json"
+    plan.write_text(json.dumps(as_plan(runnable())))
+    done = subprocess.run([sys.executable, str(copy / "tests" / "docs_commands.py"), str(plan),
+                           str(result), str(base / "tmp")], cwd=copy, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {r["name"]: r for r in json.loads(result.read_text())}, base
+
+
+@pytest.fixture(scope="module")
+def results(docs_run):
+    return docs_run[0]
+
+
+def test_the_pages_show_commands_and_every_skip_says_why():
+    assert {c.page for c in COMMANDS} >= {"README.md", "docs/extending.md"}
+    for command in COMMANDS:
+        assert command.skip is None or command.skip != "no reason given", command.name
+
+
+def test_matching_rules():
+    output = "a line\nanswer: 1,234 tokens = 0.5 GiB\nlast\n"
+    assert missing_lines(["answer: 1,234 tokens = ... GiB", "...", "last"], output) == []
+    assert missing_lines(["last", "a line"], output) == ["a line"]        # in order
+    assert missing_lines(["a lin"], output) == ["a lin"]                  # whole lines
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=[c.name for c in COMMANDS])
+def test_command_prints_what_the_page_shows(command, request):
+    if command.skip is not None:
+        pytest.skip(f"{command.name}: {command.skip}")
+    if "../shared/" in command.text and not SHARED.is_dir():
+        pytest.skip(f"{command.name}: the shared trace folder {SHARED} is absent")
+    got = request.getfixturevalue("results")[command.name]
+    assert got["status"] == command.status, (command.text, got["output"][-2000:])
+    assert missing_lines(command.expected, got["output"]) == [], \
+        (command.text, got["output"][-4000:])
+
+
+def test_the_schemas_page_names_every_column_the_commands_wrote(docs_run):
+    import pyarrow.parquet as pq
+    _, base = docs_run
+    page = (ROOT / "docs" / "schemas.md").read_text()
+    files = sorted(base.rglob("*.parquet"))
+    assert any(f.name == "gpu_cliff.parquet" for f in files)
+    for path in files:
+        for name in pq.read_schema(path).names:
+            assert f"`{name}`" in page, (path.relative_to(base), name)
+
+
+def test_every_file_and_module_the_pages_name_exists():
+    """Backquoted repository paths exist (generated outputs and NAME placeholders aside) and
+    dotted ``pipeline.`` names resolve, so a moved module shows here first."""
+    import importlib
+    import re
+    paths = re.compile(r"`((?:pipeline|tests|scripts|kvlab|data|docs)/[A-Za-z0-9_./-]*)`")
+    dotted = re.compile(r"`(pipeline(?:\.[A-Za-z_]\w*)+)")
+    for page in PAGES:
+        text = page.read_text()
+        for path in paths.findall(text):
+            generated = path.startswith(("data/events", "data/exports"))
+            if generated or re.search(r"\b(NAME|FORMAT)\b", path):
+                continue
+            assert (ROOT / path.rstrip("/")).exists(), (page.name, path)
+        for name in dotted.findall(text):
+            parts = name.split(".")
+            for cut in range(len(parts), 0, -1):
+                try:
+                    obj = importlib.import_module(".".join(parts[:cut]))
+                    break
+                except ImportError:
+                    continue
+            for attribute in parts[cut:]:
+                assert hasattr(obj, attribute), (page.name, name)
+                obj = getattr(obj, attribute)
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading."""
+    import re
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_link_between_the_pages_resolves():
+    import re
+    for page in [*PAGES, ROOT / "CHANGELOG.md"]:
+        for target, _, fragment in re.findall(r"\]\(([^)#\s]*)(#([^)\s]+))?\)", page.read_text()):
+            if target.startswith("http"):
+                continue
+            path = (page.parent / target).resolve() if target else page
+            assert path.exists(), (page.name, target)
+            if fragment and path.suffix == ".md":
+                headings = [anchor(line.lstrip("#")) for line in path.read_text().splitlines()
+                            if line.startswith("#")]
+                assert fragment in headings, (page.name, target, fragment)
