@@ -200,3 +200,31 @@ def test_options_choose_the_model(tmp_path):
 def test_bad_options_name_the_option(argv, message):
     with pytest.raises(CLIError, match=message):
         latency_from_args(_args(*argv))
+
+
+def test_fast_path_equals_parts():
+    model = Roofline(model_shape("Qwen2.5-7B"), gpu_preset("L40S"), overhead_ms=1.5)
+    record = SimpleNamespace(prefill_tokens=700, decode_seqs=3, context_tokens=5000,
+                             reload_tokens=64, scheduled=[(0, 500, 1000), (1, 200, 0),
+                                                          (2, 1, 99), (3, 1, 3000), (4, 1, 1)],
+                             first_tokens=[1])
+    parts = model.parts(record)
+    slow = parts["overhead_ms"] + max(parts["compute_ms"], parts["memory_ms"]) + parts["reload_ms"]
+    assert model.step_ms(record) == pytest.approx(slow, rel=1e-12)
+    assert model.step_ms(record) == model.step_ms(record)
+
+
+def test_fitted_attention_pair_coefficient(tmp_path):
+    coefficients = {"fixed_ms": 1.0, "prefill_token_ms": 0.0, "context_token_ms": 0.0,
+                    "decode_seq_ms": 0.0, "reload_token_ms": 0.0, "attention_pair_ms": 0.5}
+    model = load_latency(_fitted(tmp_path, coefficients=coefficients))
+    # pairs: 3 x 2 + 3 x 4 / 2 = 12 and 1 x 9 + 1 = 10
+    record = SimpleNamespace(prefill_tokens=3, decode_seqs=1, context_tokens=15,
+                             reload_tokens=0, scheduled=[(0, 3, 2), (1, 1, 9)],
+                             first_tokens=[0])
+    assert model.step_ms(record) == pytest.approx(1.0 + 0.5 * 22)
+    with pytest.raises(ValueError, match="scheduled"):
+        model.step_ms(StepCost(3, 1, 15))
+    assert "attention_pair_ms" in model.provenance
+    old = load_latency(_fitted(tmp_path))          # five coefficients: pairs cost nothing
+    assert "attention_pair_ms" not in old.coefficients

@@ -1,7 +1,9 @@
 """Fitted step-time coefficients: the ``Linear`` model and the JSON file ``fit`` writes.
 
 ``step_ms = fixed_ms + prefill_token_ms x prefill tokens + context_token_ms x attended
-context + decode_seq_ms x decode sequences + reload_token_ms x reloaded tokens``.
+context + decode_seq_ms x decode sequences + reload_token_ms x reloaded tokens``, plus
+``attention_pair_ms x attention pairs`` when the file has that sixth coefficient (the
+query-key pairs under the causal mask, ``StepCost.attention_pairs``; absent = 0).
 
 The file (``{"kind": "fitted-step-time", "version": 1, ...}``, see ENGINE-SPEC) is checked
 whole by ``load_latency(path)``: a bad one is refused with one line naming the file and the
@@ -26,10 +28,12 @@ from typing import Any
 
 from pipeline.steptime.cost import StepCost, step_cost
 
-__all__ = ["COEFFICIENTS", "Linear", "load_latency", "FITTED_KIND"]
+__all__ = ["COEFFICIENTS", "OPTIONAL", "Linear", "load_latency", "FITTED_KIND"]
 
 COEFFICIENTS = ("fixed_ms", "prefill_token_ms", "context_token_ms", "decode_seq_ms",
                 "reload_token_ms")
+#: optional coefficients: absent means 0 (files written before they existed)
+OPTIONAL = ("attention_pair_ms",)
 FITTED_KIND = "fitted-step-time"
 
 
@@ -54,10 +58,17 @@ class Linear:
         """Milliseconds of one executed batch."""
         cost: StepCost = step_cost(record)
         c = self.coefficients
-        return (c["fixed_ms"] + c["prefill_token_ms"] * cost.prefill_tokens
-                + c["context_token_ms"] * cost.context_tokens
-                + c["decode_seq_ms"] * cost.decode_seqs
-                + c["reload_token_ms"] * cost.reload_tokens)
+        ms = (c["fixed_ms"] + c["prefill_token_ms"] * cost.prefill_tokens
+              + c["context_token_ms"] * cost.context_tokens
+              + c["decode_seq_ms"] * cost.decode_seqs
+              + c["reload_token_ms"] * cost.reload_tokens)
+        pair = c.get("attention_pair_ms", 0.0)
+        if pair:
+            if cost.attention_pairs is None:
+                raise ValueError("attention_pair_ms needs the scheduled requests of a step "
+                                 "(a StepRecord), not only its totals")
+            ms += pair * cost.attention_pairs
+        return ms
 
     def range_note(self, prompt_tokens: Any) -> str | None:
         """A note when prompts (an iterable of lengths) leave the fitted range, else None."""
@@ -104,13 +115,16 @@ def load_latency(path: str | Path) -> Linear:
     given = document.get("coefficients")
     if not isinstance(given, dict):
         raise _fail(path, '"coefficients" must be an object')
+    names = COEFFICIENTS + OPTIONAL
     unidentified = document.get("unidentified", [])
-    if not isinstance(unidentified, list) or any(n not in COEFFICIENTS for n in unidentified):
+    if not isinstance(unidentified, list) or any(n not in names for n in unidentified):
         raise _fail(path, f'"unidentified" must list coefficient names of '
-                          f'{", ".join(COEFFICIENTS)}, got {unidentified!r}')
+                          f'{", ".join(names)}, got {unidentified!r}')
     coefficients, notes = {}, []
-    for name in COEFFICIENTS:
+    for name in names:
         if name not in given:
+            if name in OPTIONAL:
+                continue
             raise _fail(path, f'"coefficients" lacks {name}')
         value = _number(path, f"coefficients.{name}", given[name], name in unidentified)
         if name in unidentified:
@@ -132,7 +146,7 @@ def load_latency(path: str | Path) -> Linear:
     sources = document.get("source") or []
     errors = ", ".join(f"{name} {coefficients[name]:.4g} ± {stderr[name]:.2g}"
                        if isinstance(stderr.get(name), (int, float)) else
-                       f"{name} {coefficients[name]:.4g}" for name in COEFFICIENTS)
+                       f"{name} {coefficients[name]:.4g}" for name in coefficients)
     provenance = (f"fitted by least squares ({engine}, {served}) from "
                   f"{', '.join(map(str, sources)) or 'unnamed files'}: {errors}")
     return Linear(coefficients, f"fitted ({path.name}: {engine}, {served})", provenance,
