@@ -179,6 +179,69 @@ class LlmdPrecise:
         return scored[0][0]
 
 
+class LlmdEstimate:
+    """approximateprefix indexer (hashicorp LRU per pod) + prefix and load-aware scorers,
+    max-score picker."""
+
+    def __init__(self, n, seed, prefix_weight=1.0, load_weight=1.0, queue_threshold=128.0,
+                 auto_tune=True, lru_capacity=31250):
+        self.n = n
+        self.weights = (prefix_weight, load_weight)
+        self.threshold = queue_threshold
+        self.auto_tune, self.default_size = auto_tune, lru_capacity
+        self.pod_to_lru = {}                    # pod -> [size, list of hashes, oldest first]
+        self.hash_to_pods = {}
+        self.rng = rng_for(seed, "prefix-estimate")
+
+    def add(self, hashes, pod, num_gpu_blocks):
+        if pod not in self.pod_to_lru:
+            size = num_gpu_blocks if num_gpu_blocks > 0 else self.default_size
+            self.pod_to_lru[pod] = [size, []]
+        size, lru = self.pod_to_lru[pod]
+        for h in hashes:
+            if h in lru:
+                lru.remove(h)
+                lru.append(h)
+                continue
+            lru.append(h)
+            if len(lru) > size:
+                oldest = lru.pop(0)
+                pods = self.hash_to_pods.get(oldest)
+                if pods is not None:
+                    pods.discard(pod)
+                    if len(pods) == 0:
+                        del self.hash_to_pods[oldest]
+        for h in hashes:
+            self.hash_to_pods.setdefault(h, set()).add(pod)
+
+    def route(self, request, view):
+        res = {}
+        for h in request.hashes:                         # matchLongestPrefix
+            cached = self.hash_to_pods.get(h)
+            if not cached:
+                break
+            for server in cached:
+                res[server] = res.get(server, 0) + 1
+        total = len(request.hashes)
+        prefix = {e: (res.get(e, 0) / total if total != 0 else 0.0) for e in range(self.n)}
+        load = {}
+        for e in range(self.n):
+            waiting = float(view.num_waiting(e))
+            if waiting == 0:
+                load[e] = 0.5
+            else:
+                load[e] = 0.5 * (1.0 - min(waiting, self.threshold) / self.threshold)
+        weighted = {e: prefix[e] * self.weights[0] + load[e] * self.weights[1]
+                    for e in range(self.n)}
+        scored = [(e, weighted[e]) for e in range(self.n)]
+        scored = [scored[i] for i in self.rng.permutation(self.n)]
+        scored.sort(key=lambda item: -item[1])
+        chosen = scored[0][0]
+        blocks = view.gpu_blocks(chosen) if self.auto_tune else 0
+        self.add(request.hashes, chosen, blocks)
+        return chosen
+
+
 # ---------------------------------------------------------------- Dynamo selector + sequences
 class DynamoKv:
     """DefaultWorkerSelector over ActiveSequences (per worker: active_seqs, unique_blocks,

@@ -5,8 +5,8 @@ import random
 
 import pytest
 
-from fleet_reference import (DynamoKv, LlmdPrecise, SGLangCacheAware, round_robin,
-                             session_instance, vllm_dp)
+from fleet_reference import (DynamoKv, LlmdEstimate, LlmdPrecise, SGLangCacheAware,
+                             round_robin, session_instance, vllm_dp)
 from pipeline.fleet.routers import ROUTERS, make_router, parse_router_options
 from pipeline.fleet.routers.base import RouteRequest, StaticView
 from pipeline.fleet.routers.prefix_approx import BlockTree
@@ -106,6 +106,26 @@ def test_prefix_precise_equals_llmd_scorers_and_picker(seed):
 
 
 @pytest.mark.parametrize("seed", range(30))
+def test_prefix_estimate_equals_llmd_approximate_indexer_and_scorers(seed):
+    rng = random.Random(seed)
+    n = rng.randrange(1, 5)
+    options = dict(auto_tune=rng.random() < 0.5, lru_capacity=rng.choice([3, 8, 31250]),
+                   queue_threshold=rng.choice([2.0, 128.0]))
+    fast = make_router("prefix-estimate", n, 16, seed=seed, **options)
+    slow = LlmdEstimate(n, seed, **options)
+    decisions = set()
+    for request in prompts(rng, 30):
+        view = random_view(rng, n, CACHED)
+        view.blocks = [rng.choice([4, 6, 50]) for _ in range(n)]
+        choice, decision = fast.route(request, view)
+        assert choice == slow.route(request, view)
+        decisions.add(decision)
+    assert {i: set(lru) for i, lru in enumerate(fast.index.lru) if lru is not None} == {
+        pod: set(entry[1]) for pod, entry in slow.pod_to_lru.items()}
+    assert fast.index.holders == slow.hash_to_pods
+
+
+@pytest.mark.parametrize("seed", range(30))
 def test_kv_cost_equals_dynamo_selector(seed):
     rng = random.Random(seed)
     n = rng.randrange(1, 5)
@@ -171,7 +191,7 @@ def test_random_router_is_seeded_and_uniform():
 
 def test_registry_and_options():
     assert set(ROUTERS) == {"round-robin", "random", "least-loaded", "session",
-                            "prefix-approx", "prefix-precise", "kv-cost"}
+                            "prefix-approx", "prefix-estimate", "prefix-precise", "kv-cost"}
     assert make_router("prefix-approx", 2, 16).options["cache_threshold"] == 0.3
     assert parse_router_options(["kv-cost.temperature=0.5"], ["kv-cost", "random"]) == {
         "kv-cost": {"temperature": 0.5}, "random": {}}

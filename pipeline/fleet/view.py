@@ -83,6 +83,10 @@ class FleetView:
             count += 1
         return count
 
+    def gpu_blocks(self, instance: int) -> int:
+        """vLLM's num_gpu_blocks (its ``CacheNumBlocks`` metric): configuration, never stale."""
+        return self.engines[instance].config.num_gpu_blocks
+
     def cached_block_count(self, instance: int) -> int:
         if self.stale:
             return len(self.snapshot[instance][3])

@@ -19,6 +19,7 @@ ROUTERS = {
     "least-loaded": "pipeline.fleet.routers.least_loaded",
     "session": "pipeline.fleet.routers.session",
     "prefix-approx": "pipeline.fleet.routers.prefix_approx",
+    "prefix-estimate": "pipeline.fleet.routers.prefix_estimate",
     "prefix-precise": "pipeline.fleet.routers.prefix_precise",
     "kv-cost": "pipeline.fleet.routers.kv_cost",
 }

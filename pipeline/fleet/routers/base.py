@@ -55,6 +55,7 @@ class InstanceView(Protocol):
     def kv_usage(self, instance: int) -> float: ...
     def cached_blocks(self, instance: int, hashes: Sequence[Any]) -> int: ...
     def cached_block_count(self, instance: int) -> int: ...
+    def gpu_blocks(self, instance: int) -> int: ...
 
 
 class Router:
@@ -104,6 +105,7 @@ class StaticView:
     running: list[int] = field(default_factory=list)
     usage: list[float] = field(default_factory=list)
     cached: list[set] = field(default_factory=list)
+    blocks: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         n = self.num_instances
@@ -112,6 +114,7 @@ class StaticView:
         self.running = self.running or [0] * n
         self.usage = self.usage or [0.0] * n
         self.cached = self.cached or [set() for _ in range(n)]
+        self.blocks = self.blocks or [0] * n
 
     def routed_outstanding(self, instance: int) -> int:
         return self.outstanding[instance]
@@ -135,3 +138,6 @@ class StaticView:
 
     def cached_block_count(self, instance: int) -> int:
         return len(self.cached[instance])
+
+    def gpu_blocks(self, instance: int) -> int:
+        return self.blocks[instance]
