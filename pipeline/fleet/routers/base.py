@@ -19,7 +19,7 @@ from typing import Any, Callable, ClassVar, Protocol, Sequence
 
 import numpy as np
 
-__all__ = ["Parameter", "RouteRequest", "InstanceView", "Router", "rng_for"]
+__all__ = ["Parameter", "RouteRequest", "InstanceView", "Router", "rng_for", "max_score_pick"]
 
 
 @dataclass(frozen=True)
@@ -86,6 +86,13 @@ class Router:
 
     def on_finish(self, instance: int, request: RouteRequest) -> None:
         """The request finished on ``instance``."""
+
+
+def max_score_pick(scores: Sequence[float], rng: np.random.Generator) -> int:
+    """llm-d's max-score picker (``picker/maxscore/picker.go``): shuffle the endpoints, sort
+    them stably by score, take the first: the best score, ties at random."""
+    best = max(scores)
+    return next(int(i) for i in rng.permutation(len(scores)) if scores[i] == best)
 
 
 def rng_for(seed: int, name: str) -> np.random.Generator:

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from pipeline.fleet.routers.base import InstanceView, Parameter, RouteRequest, Router, rng_for
+from pipeline.fleet.routers.base import (InstanceView, Parameter, RouteRequest, Router,
+                                         max_score_pick, rng_for)
 from pipeline.fleet.routers.prefix_approx import _flag
 
 DEFAULT_LRU_CAPACITY = 31250
@@ -99,9 +100,7 @@ class PrefixEstimate(Router):
                   + options["load_weight"] * load_score(view.num_waiting(i),
                                                         options["queue_threshold"])
                   for i in range(self.num_instances)]
-        order = self.rng.permutation(self.num_instances)
-        best = max(scores)
-        choice = next(int(i) for i in order if scores[i] == best)
+        choice = max_score_pick(scores, self.rng)
         capacity = options["lru_capacity"]
         if options["auto_tune"] and view.gpu_blocks(choice) > 0:
             capacity = view.gpu_blocks(choice)

@@ -22,7 +22,8 @@ KV events and metric scrapes would. The shuffle uses numpy's generator seeded by
 
 from __future__ import annotations
 
-from pipeline.fleet.routers.base import InstanceView, Parameter, RouteRequest, Router, rng_for
+from pipeline.fleet.routers.base import (InstanceView, Parameter, RouteRequest, Router,
+                                         max_score_pick, rng_for)
 
 
 def prefix_scores(request: RouteRequest, view: InstanceView) -> list[float]:
@@ -65,9 +66,7 @@ class PrefixPrecise(Router):
 
     def route(self, request: RouteRequest, view: InstanceView) -> tuple[int, str]:
         scores = self.scores(request, view)
-        order = self.rng.permutation(self.num_instances)     # the picker's shuffle
-        best = max(scores)
-        choice = next(int(i) for i in order if scores[i] == best)
+        choice = max_score_pick(scores, self.rng)
         hit = view.cached_blocks(choice, request.hashes) > 0
         return choice, "cache-hit" if hit else "load"
 
