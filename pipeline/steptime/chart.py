@@ -23,16 +23,26 @@ def _order(curves: pl.DataFrame) -> list[str]:
     return [*upper, *loads]
 
 
-def _lines(curves: pl.DataFrame, y: str, title: str, scale: alt.Scale) -> alt.Chart:
-    order = _order(curves)
-    return alt.Chart(curves.select("load", "curve", "gpu_capacity", y)).mark_line(
-        point=True).encode(
-        x=alt.X("gpu_capacity:Q", title="GPU KV capacity (tokens)", scale=alt.Scale(type="log")),
-        y=alt.Y(f"{y}:Q", title=title, scale=scale),
-        color=alt.Color("load:N", sort=order, title="load"),
-        strokeDash=alt.StrokeDash("curve:N", title="curve",
-                                  sort=[UPPER, "under load"]),
-        tooltip=["load", "gpu_capacity", alt.Tooltip(f"{y}:Q", format=".4g")])
+def _x() -> alt.X:
+    return alt.X("gpu_capacity:Q", title="GPU KV capacity (tokens)",
+                 scale=alt.Scale(type="log", nice=False))
+
+
+def _layers(frame: pl.DataFrame, y: alt.Y, order: list[str], extra: tuple = ()) -> alt.LayerChart:
+    """Loaded curves coloured by load; the upper line black and dashed on top."""
+    tooltip = ["load", *extra, "gpu_capacity", alt.Tooltip(f"{y.shorthand}", format=".4g")]
+    loaded = alt.Chart(frame.filter(pl.col("curve") != UPPER)).mark_line(point=True).encode(
+        x=_x(), y=y, color=alt.Color("load:N", sort=order[1:] if order else None,
+                                     title="load"), tooltip=tooltip)
+    upper = alt.Chart(frame.filter(pl.col("curve") == UPPER)).mark_line(
+        color="black", strokeDash=[6, 4], strokeWidth=2.5).encode(
+        x=_x(), y=y, tooltip=tooltip)
+    return alt.layer(loaded, upper)
+
+
+def _lines(curves: pl.DataFrame, y: str, title: str, scale: alt.Scale) -> alt.LayerChart:
+    frame = curves.select("load", "curve", "gpu_capacity", y)
+    return _layers(frame, alt.Y(f"{y}:Q", title=title, scale=scale), _order(curves))
 
 
 def _pct(value: float | None) -> str:
@@ -49,9 +59,11 @@ def _hit_caption(curves: pl.DataFrame) -> str:
              .join(upper.select("gpu_capacity", top=pl.col("hit_ratio")), on="gpu_capacity")
              .with_columns(gap=pl.col("top") - pl.col("hit_ratio")).sort("gap").tail(1).row(
                  0, named=True))
-    return (f"Load erodes the curve: at {worst['gpu_capacity']:,} tokens the prefix-cache hit "
-            f"ratio is {_pct(worst['top'])} one request at a time and {_pct(worst['hit_ratio'])}"
-            f" at {worst['load']} (the largest gap over the {upper.height} capacities).")
+    verb = "erodes" if worst["gap"] >= 0.01 else "barely moves"
+    return (f"Load {verb} the curve (dashed black: one request at a time): at "
+            f"{worst['gpu_capacity']:,} tokens the hit ratio is {_pct(worst['top'])} one "
+            f"request at a time and {_pct(worst['hit_ratio'])} at {worst['load']}, the largest "
+            f"gap over the {upper.height} capacities.")
 
 
 def _ttft_caption(curves: pl.DataFrame, label: str) -> str:
@@ -75,15 +87,12 @@ def curve_sections(curves: pl.DataFrame) -> list[Section]:
         title="Hit ratio against GPU capacity, one line per load", width=WIDTH, height=HEIGHT)
     ttft = pl.concat([curves.with_columns(statistic=pl.lit(name), ttft=pl.col(column))
                       for name, column in (("p50", "ttft_ms_p50"), ("p90", "ttft_ms_p90"))])
-    ttft_chart = alt.Chart(ttft.select("load", "curve", "gpu_capacity", "statistic", "ttft")) \
-        .mark_line(point=True).encode(
-        x=alt.X("gpu_capacity:Q", title="GPU KV capacity (tokens)", scale=alt.Scale(type="log")),
-        y=alt.Y("ttft:Q", title=f"TTFT (ms), {label}", scale=alt.Scale(type="log")),
-        color=alt.Color("load:N", sort=_order(curves), title="load"),
-        strokeDash=alt.StrokeDash("curve:N", title="curve", sort=[UPPER, "under load"]),
-        tooltip=["load", "statistic", "gpu_capacity", alt.Tooltip("ttft:Q", format=".4g")]
-    ).properties(width=300, height=HEIGHT).facet(
-        column=alt.Column("statistic:N", title=None)).properties(
+    frame = ttft.select("load", "curve", "gpu_capacity", "statistic", "ttft")
+    y = alt.Y("ttft:Q", title=f"TTFT (ms), {label}", scale=alt.Scale(type="log"))
+    ttft_chart = alt.hconcat(*[
+        _layers(frame.filter(pl.col("statistic") == name), y, _order(curves),
+                ("statistic",)).properties(title=f"TTFT {name}", width=300, height=HEIGHT)
+        for name in ("p50", "p90")]).properties(
         title=f"TTFT p50 and p90 against GPU capacity ({label})")
     return [Section("load-hit", hit, _hit_caption(curves)),
             Section("load-ttft", ttft_chart, _ttft_caption(curves, label))]
@@ -92,8 +101,9 @@ def curve_sections(curves: pl.DataFrame) -> list[Section]:
 def curves_page(curves: pl.DataFrame, description: str) -> str:
     """A whole page with the two sections under one heading."""
     label = curves["step_time_model"].drop_nulls().unique().to_list()
-    lede = (f"{description}. Step time: {label[0] if label else 'none'}. The dashed line is "
-            f"the concurrency-1 one-pass model (each request alone): the upper bound load "
-            f"erodes.")
+    upper = curves.filter(pl.col("curve") == UPPER)["load"].unique().to_list()
+    lede = (f"{description}. Step time: {label[0] if label else 'none'}. The dashed black "
+            f"line is {upper[0] if upper else 'concurrency 1'} (each request alone): the "
+            f"upper line that load erodes.")
     return page_html("kvlab: curves under load", lede,
                      [("Curves under load", "", curve_sections(curves))])
