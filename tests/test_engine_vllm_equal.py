@@ -83,10 +83,10 @@ def test_decode_growth_preempts_and_a_reply_is_hit(async_scheduling):
     re-sending a reply: vLLM and the model agree, and the reply's full blocks are hit."""
     first = SimRequest(0, list(range(15)), 2, arrival_step=0, output_token_ids=[900001, 900002])
     turn = SimRequest(1, list(range(15)) + [900001, 900002], 1, arrival_step=5)
-    config = SchedulerConfig(num_gpu_blocks=4, max_model_len=64, block_size=16,
+    config = SchedulerConfig(num_gpu_blocks=3, max_model_len=64, block_size=16,   # 48 tokens
                              async_scheduling=async_scheduling)
     theirs, _ = reference.run_vllm([first, turn], config)
-    assert theirs[1][3] == 16                               # the issue's [0, 16]
+    assert theirs[1][3] == 16                               # vLLM hits [0, 16]
     _compare([first, turn], config)
     crowd = [SimRequest(i, [i] * 6, 12, arrival_step=0) for i in range(3)]
     config = SchedulerConfig(num_gpu_blocks=12, max_model_len=64, block_size=2,

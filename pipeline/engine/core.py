@@ -30,7 +30,7 @@ from pipeline.engine.fastforward import advance
 from pipeline.engine.hashing import block_keys, request_keys
 from pipeline.engine.pool import BlockPool
 from pipeline.engine.request import SimRequest
-from pipeline.engine.step import DecodeRun, Rows, StepRecord
+from pipeline.engine.step import Batch, DecodeRun, Rows, StepRecord
 
 __all__ = ["EngineSim", "StepRecord", "DecodeRun"]
 
@@ -65,13 +65,6 @@ class _Req:
         self.cpu_state = None                         # the CPU tier's own per-request data
 
 
-class _Batch:
-    __slots__ = ("step", "scheduled", "samples", "record")
-
-    def __init__(self, step, scheduled, samples, record):
-        self.step, self.scheduled, self.samples, self.record = step, scheduled, samples, record
-
-
 class EngineSim:
     """vLLM's scheduler + KV cache manager (+ an optional CPU tier) for ``config``.
 
@@ -89,7 +82,7 @@ class EngineSim:
         self.requests: dict[int, _Req] = {}
         self.done: dict[int, _Req] = {}
         self.finished_ids: set[int] = set()
-        self.batch_queue: deque[_Batch] = deque()
+        self.batch_queue: deque[Batch] = deque()
         self.queue_size = 2 if config.async_scheduling else 1
         self.step_count = 0
 
@@ -241,7 +234,7 @@ class EngineSim:
 
     # ------------------------------------------------------------------ schedule
 
-    def _schedule(self) -> _Batch:
+    def _schedule(self) -> Batch:
         """Scheduler.schedule, then _update_after_schedule."""
         config = self.config
         budget = config.max_num_batched_tokens
@@ -300,7 +293,7 @@ class EngineSim:
             budget, reloads = self._schedule_waiting(budget, threshold, scheduled)
         self.finished_ids = set()
         if not scheduled:
-            return _Batch(None, scheduled, (), None)
+            return Batch(None, scheduled, (), None)
         step = self.step_count
         self.step_count += 1
         samples = []
@@ -324,7 +317,7 @@ class EngineSim:
                     req.placeholders += 1
         record = StepRecord(step, Rows(scheduled), prefill, decode, context, reloads,
                             len(running), len(self.waiting), pool.num_free)
-        return _Batch(step, scheduled, samples, record)
+        return Batch(step, scheduled, samples, record)
 
     def _schedule_waiting(self, budget: int, threshold: int,
                           scheduled: list) -> tuple[int, int]:
@@ -374,7 +367,7 @@ class EngineSim:
 
     # ------------------------------------------------------------------ outputs
 
-    def _update_from_output(self, batch: _Batch) -> None:
+    def _update_from_output(self, batch: Batch) -> None:
         """Scheduler.update_from_output with one sampled token per finished chunk."""
         max_len = self.config.max_model_len
         record = batch.record

@@ -58,7 +58,8 @@ def bulk_request_keys(requests, block_size: int) -> list[list[int]]:
     starts = np.concatenate(([0], np.cumsum(full * block_size)[:-1]))
     position = np.arange(body.size, dtype=np.int64) - np.repeat(starts, full * block_size)
     with np.errstate(over="ignore"):
-        token_hash = splitmix64(body.view(np.uint64) ^ splitmix64(position.view(np.uint64)))
+        mixed = splitmix64(np.arange(int(position.max(initial=0)) + 1, dtype=np.uint64))
+        token_hash = splitmix64(body.view(np.uint64) ^ mixed[position])
         sums = token_hash.reshape(-1, block_size).sum(axis=1, dtype=np.uint64)
         running = np.cumsum(sums, dtype=np.uint64)
         first = np.concatenate(([0], np.cumsum(full)[:-1]))

@@ -66,7 +66,7 @@ def simulate(requests: Sequence[SimRequest], config: SchedulerConfig, *, cpu_tie
     ends: dict[int, float] = {}                 # step -> end time (time clock)
     starts: dict[int, float] = {}
     records: list[StepRecord] = []
-    runs: list[tuple[int, DecodeRun]] = []      # (records before it, run)
+    runs: list[DecodeRun] = []                  # stretches of pure decode steps
     pointer, idle_calls = 0, 0
     while True:
         clock_now = now if timed else engine.step_count
@@ -95,7 +95,7 @@ def simulate(requests: Sequence[SimRequest], config: SchedulerConfig, *, cpu_tie
                 else int(due[pointer]) - engine.step_count
             run = engine.advance(ahead)
             if run is not None:
-                runs.append((len(records), run))
+                runs.append(run)
                 idle_calls = 0
                 continue
         record = engine.step()
@@ -146,11 +146,11 @@ def _request_frame(engine: EngineSim, requests: Sequence[SimRequest], arrival: n
                               e2e_ms=pl.col("finish_ms") - pl.col("arrival_ms"))
 
 
-def _step_frame(records: list[StepRecord], runs: list[tuple[int, DecodeRun]], timed: bool,
+def _step_frame(records: list[StepRecord], runs: list[DecodeRun], timed: bool,
                 starts: dict, ends: dict) -> pl.DataFrame:
     columns = {name: [np.fromiter((getattr(r, name) for r in records), np.int64,
                                   len(records))] for name in STEP_COLUMNS}
-    for _, run in runs:
+    for run in runs:
         count, n = run.count, run.num_running
         values = {"step": np.arange(run.first_step, run.first_step + count),
                   "prefill_tokens": np.zeros(count, np.int64),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["StepRecord", "DecodeRun", "Rows", "DecodeRows"]
+__all__ = ["StepRecord", "DecodeRun", "Rows", "DecodeRows", "Batch"]
 
 
 @dataclass
@@ -39,15 +39,17 @@ class DecodeRun:
     free_blocks: list[int]
     rows: list = field(repr=False, default_factory=list)
     starts: list[int] = field(repr=False, default_factory=list)
+    tail: StepRecord | None = field(repr=False, default=None)   # async: still in flight
 
     def context_tokens(self, j: int) -> int:
         return self.context_base + self.num_running * j
 
     def records(self) -> list[StepRecord]:
         n = self.num_running
-        return [StepRecord(self.first_step + j, DecodeRows(self.rows, self.starts, j), 0, n,
-                           self.context_tokens(j), 0, n, self.num_waiting,
-                           self.free_blocks[j]) for j in range(self.count)]
+        out = [StepRecord(self.first_step + j, DecodeRows(self.rows, self.starts, j), 0, n,
+                          self.context_tokens(j), 0, n, self.num_waiting, self.free_blocks[j])
+               for j in range(self.count - (self.tail is not None))]
+        return out + ([self.tail] if self.tail is not None else [])
 
 
 class Rows:
@@ -88,3 +90,13 @@ class DecodeRows(Rows):
     def __iter__(self):
         return ((req.index, 1, start + self.offset)
                 for req, start in zip(self.entries, self.starts))
+
+
+class Batch:
+    """A scheduled batch: ``scheduled`` (request state, new tokens, computed before), the
+    requests whose token it samples, its record (None when it scheduled nothing)."""
+
+    __slots__ = ("step", "scheduled", "samples", "record")
+
+    def __init__(self, step, scheduled, samples, record):
+        self.step, self.scheduled, self.samples, self.record = step, scheduled, samples, record
