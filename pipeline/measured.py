@@ -1,11 +1,13 @@
 """Summarize a measured TTFT file and attribute its requests to cache tiers.
 
 ``python -m pipeline measured data/ttft.jsonl [--gpu 21520] [--cpu 56000] [--tokens 5011]
-[--json measured.json]`` prints TTFT per (config, pass), TTFT per (config, pass, predicted
-tier) and one sentence per pass saying whether the predicted tiers' latencies separate.
+[--measured-docs N ...] [--json measured.json]`` prints TTFT per (config, pass), TTFT per
+(config, pass, predicted tier) and one sentence per pass saying whether the predicted tiers'
+latencies separate.
 
-The jobs live in their own modules: loading and validation in
-``pipeline.workloads.measured_file``, statistics in ``pipeline.summary`` (``--json`` writes
+The jobs live in their own modules: reading, validation and the file's setup in
+``pipeline.measured_input`` (the reader, checks and ``--measured-*`` flags of ``run
+--measured``), statistics in ``pipeline.summary`` (``--json`` writes
 exactly what kvlab/summarize.py writes), tier attribution in ``pipeline.attribution`` and the
 sentences in ``pipeline.verdicts``.
 """
@@ -18,18 +20,16 @@ from dataclasses import replace
 
 import polars as pl
 
-from kvlab.make_exports import is_synthetic
-from kvlab.summarize import InputError, write_json_atomic
+from kvlab.summarize import write_json_atomic
 from pipeline.attribution import attribute_tiers
 from pipeline.config import LAB_CPU, LAB_GPU, LAB_TOKENS
 from pipeline.arguments import positive_int
 from pipeline.errors import CLIError
 from pipeline.kvsize import add_kv_arguments, capacity, resolve_capacities, size_lines
 from pipeline.measured_configs import agreement_lines
-from pipeline.measured_setup import resolve_setup
+from pipeline.measured_input import add_setup_arguments, read_measured, setup_flags
 from pipeline.summary import stats_table, summary, tier_table
 from pipeline.verdicts import separation_notes
-from pipeline.workloads.measured_file import load_measured
 
 HELP = "summarize a measured TTFT file and attribute its requests to tiers"
 
@@ -49,6 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="tokens per document in the simulator's units (default: the "
                              f"measured setup's; the lab's {LAB_TOKENS})")
     add_kv_arguments(parser)
+    add_setup_arguments(parser)
     parser.add_argument("--every-config", metavar="OUT",
                         help="also write every config's TTFT per pass with its ratios to "
                              "baseline (p50, mean; baseline's over this config's) to OUT as "
@@ -86,10 +87,9 @@ def _server_tiers(path: str, df: pl.DataFrame) -> pl.DataFrame | None:
 def main(args: argparse.Namespace) -> int:
     """Print the stats table, the tier table and the separation notes; 1 on bad input."""
     sizes = resolve_capacities(args, "gpu", "cpu")
-    try:
-        df = load_measured(args.input)
-    except InputError as exc:
-        raise CLIError(str(exc)) from None
+    measured = read_measured(args.input, setup_flags(args),
+                             lambda line: print(line, file=sys.stderr))
+    df, setup = measured.requests, measured.setup
     if args.json:
         try:
             write_json_atomic(args.json, summary(df))
@@ -101,7 +101,6 @@ def main(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise CLIError(f"{args.every_config}: cannot write output "
                            f"({exc.strerror or exc})") from None
-    setup = resolve_setup(args.input, is_synthetic(args.input))
     chosen = {"gpu": args.gpu, "cpu": args.cpu, "tokens": args.tokens}
     if any(value is not None for value in chosen.values()):     # a what-if: flags win
         setup = replace(setup, **{k: v for k, v in chosen.items() if v is not None},

@@ -19,7 +19,7 @@ from pathlib import Path
 import polars as pl
 
 from kvlab import make_exports
-from pipeline.arguments import non_negative_int, pass_list, positive_float
+from pipeline.arguments import non_negative_int, pass_list, positive_float, positive_int
 from pipeline.config import LAB_CPU, LAB_DOCS, LAB_GPU, LAB_PASSES, LAB_TOKENS, REAL_MEASURED
 from pipeline.errors import CLIError
 from pipeline.kvsize import KVSize, add_kv_arguments, capacity, kv_from_args
@@ -80,6 +80,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "size (default %(default)s)")
     fit.add_argument("--measured-tokens", type=non_negative_int, default=LAB_TOKENS,
                      help="simulator tokens per measured document (default %(default)s)")
+    fit.add_argument("--measured-docs", type=positive_int, metavar="N",
+                     help="documents the measurement read (default: its sidecar's, else the "
+                          f"lab's {LAB_DOCS}); a request of a document beyond is refused")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead")
     parser.add_argument("--report", type=Path, metavar="HTML",
                         help="also write a page with predicted TTFT against the CPU capacity "
@@ -169,7 +172,7 @@ def _models(args: argparse.Namespace) -> tuple[dict[str, TTFTModel], pl.DataFram
                                                      else None)
     try:
         requests = measured_requests(source, args.measured_gpu_tokens, args.measured_cpu_tokens,
-                                     args.measured_tokens)
+                                     args.measured_tokens, args.measured_docs)
         models = fit_configs(requests)
         for capacity, needed in ((0, ("gpu", "miss")), (1, TIERS)):
             model = model_for_capacity(models, capacity)
@@ -185,21 +188,37 @@ def _models(args: argparse.Namespace) -> tuple[dict[str, TTFTModel], pl.DataFram
 
 
 def _write_report(args: argparse.Namespace, evaluator: Evaluator, kv: KVSize, target: Target,
-                  result: PlanResult, errors: pl.DataFrame, names: list[str], gpu: int) -> None:
+                  result: PlanResult, errors: pl.DataFrame, names: list[str], gpu: int,
+                  provenance: str, withheld: str | None = None) -> None:
+    """The page: what the target was first (hit ratio or TTFT against the CPU tier, the
+    answer marked), then the other, then the fit; ``withheld`` (why TTFT is not predicted)
+    replaces the TTFT chart by that sentence."""
+    import html
+
     from kvlab.summarize import atomic_output
     from pipeline.charts import page_html
-    from pipeline.charts.plan import fit_section, measured_points, ttft_capacity_section
+    from pipeline.charts.plan import (fit_section, hit_ratio_section, measured_points,
+                                      ttft_capacity_section)
 
     points = measured_points(errors, args.measured_cpu_tokens, names) if (
         gpu == args.measured_gpu_tokens and args.block_size is None and args.path is None
         and args.pattern is None) \
         else None
-    sections = [ttft_capacity_section(evaluator, kv, target.statistic, points, result),
-                fit_section(errors, target.statistic)]
+    hits = ("Cache hit ratio against the CPU tier", "",
+            [hit_ratio_section(evaluator, kv, target, names, result,
+                               int(points["cpu_capacity"].max()) if points is not None
+                               and points.height else 0)])
+    ttft = ("Predicted TTFT against the CPU tier", "",
+            [ttft_capacity_section(evaluator, kv, target.statistic, points, result,
+                                   provenance)]) if withheld is None else (
+        "Predicted TTFT against the CPU tier", f"<p>TTFT withheld: {html.escape(withheld)}.</p>",
+        [])
     page = page_html("kvlab: sizing the CPU tier", f"{evaluator.description}; "
-                     f"{kv.describe()}; target: {describe_target(target, names)}.",
-                     [("Predicted TTFT against the CPU tier", "", sections[:1]),
-                      ("The TTFT model against the measurement", "", sections[1:])])
+                     f"{kv.describe()}; target: {describe_target(target, names)}; TTFT model "
+                     f"fitted on {provenance}.",
+                     [*([hits, ttft] if target.kind == "hit_ratio" else [ttft, hits]),
+                      ("The TTFT model against the measurement", "",
+                       [fit_section(errors, target.statistic)])])
     try:
         with atomic_output(args.report) as handle:
             handle.write(page)
@@ -234,7 +253,8 @@ def main(args: argparse.Namespace) -> int:
     result = plan(evaluator, target)
     errors = residuals_by_pass(measured, models)
     if args.report is not None:
-        _write_report(args, evaluator, kv, target, result, errors, names, gpu)
+        _write_report(args, evaluator, kv, target, result, errors, names, gpu,
+                      f"{source} ({'SYNTHETIC stand-in' if synthetic else 'real measurement'})")
     cpu_tokens = result.cpu_tokens
     document = {
         "workload": evaluator.description,

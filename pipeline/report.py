@@ -93,17 +93,18 @@ def real_engine_group(path: str | os.PathLike) -> Group | None:
 
 
 def block_group(aggregates: pl.DataFrame, scenario: dict, note: str = "",
-                engines: bool = True) -> Group:
+                engines: bool = True, extra: list[Section] = ()) -> Group:
     """Block mode: tail-first vs head-first (``block_sections``: ``aggregates`` of the ideal
     model in both orders, ``scenario`` with docs, tokens, block_size, cpu_sweep_gpu), then
-    with ``engines``, ideal vs vllm and LMCache's chunk-level CPU cliff (the lab's workload)."""
+    ``extra`` (a run's own engine models), then with ``engines``, ideal vs vllm and
+    LMCache's chunk-level CPU cliff (the lab's workload)."""
     from pipeline.charts import blocks
     from pipeline.charts import engines as engine_charts
     prelude = (f"<p>Engines cache fixed-size blocks and reuse a request's longest cached "
                f"prefix (<code>python -m pipeline blocks</code>): {scenario['docs']} documents "
                f"x {scenario['tokens']} tokens in {scenario['block_size']}-token blocks. "
                f"{html.escape(note)}</p>")
-    sections = blocks.block_sections(aggregates, scenario)
+    sections = [*blocks.block_sections(aggregates, scenario), *extra]
     if engines:
         sections += [engine_charts.gpu_models_section(), engine_charts.cpu_models_section()]
     return ("Block mode", prelude, sections)

@@ -16,28 +16,24 @@ from pathlib import Path
 
 import polars as pl
 
-from kvlab import make_exports
-from kvlab.summarize import InputError
 from pipeline import latency, report, run_blocks, sweeps
 from pipeline.arguments import int_list, non_negative_int, pass_list, plural, positive_int
 from pipeline.attribution import attribute_tiers
 from pipeline.blocks.sweep import AGGREGATES_FILE as BLOCK_AGGREGATES
 from pipeline.blocks.sweep import EVENTS_FILE as BLOCK_EVENTS
-from pipeline.config import (CPU_CLIFF_CAPACITIES, CPU_CLIFF_GPU, EVENTS_DIR,
-                             GPU_CLIFF_CAPACITIES, LAB_CPU, LAB_DOCS, LAB_PASSES,
-                             LAB_TOKENS, REAL_MEASURED, REPORT_PATH)
+from pipeline.config import (CPU_CLIFF_CAPACITIES, CPU_CLIFF_GPU, GPU_CLIFF_CAPACITIES,
+                             LAB_CPU, LAB_DOCS, LAB_PASSES, LAB_TOKENS, REAL_MEASURED)
 from pipeline.errors import CLIError
-from pipeline.measured_setup import (FIELDS as SETUP_FIELDS, LAB_SETUP, MAX_VALUE,
-                                     MeasuredSetup, check_docs, prediction_problem,
-                                     resolve_setup)
+from pipeline.measured_input import add_setup_arguments, read_measured, setup_flags
+from pipeline.measured_setup import MAX_VALUE, MeasuredSetup, prediction_problem
 from pipeline.run_exports import (EXPORT_NAMES, exports_folder, lab_differences,
-                                  params_document, scenario_exports)
+                                  output_places, params_document, replaced_lab_outputs,
+                                  scenario_exports)
 from pipeline.staging import Outputs, check_target, json_bytes, parquet_bytes
 from pipeline.simulate import METHODS
 from pipeline.summary import summary
 from pipeline.verdicts import separation_notes
 from pipeline.workloads.documents import DocumentWorkload
-from pipeline.workloads.measured_file import load_measured
 
 
 HELP = "exports, sweeps, aggregates, measured summary, report"
@@ -86,25 +82,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     paths.add_argument("--measured", type=Path,
                        help=f"measured TTFT jsonl (default: {REAL_MEASURED} if present, "
                             "else the bundled synthetic data/ttft.jsonl)")
-    setup = parser.add_argument_group(
-        "the measured file's own setup (default: the lab's for the bundled file and the real "
-        "fixture; else a sidecar NAME.setup.json beside the file and these flags, flags winning; "
-        "with neither the lab's setup is assumed and the outputs say so)")
-    for field, kind, meaning in (("docs", positive_int, "documents"),
-                                 ("tokens", positive_int, "KV tokens per document"),
-                                 ("gpu", non_negative_int, "GPU KV capacity in tokens"),
-                                 ("cpu", non_negative_int, "lmcache's CPU tier in tokens")):
-        setup.add_argument(f"--measured-{field}", type=kind, metavar="N",
-                           help=f"{meaning} when the file was measured")
-    paths.add_argument("--events-dir", type=Path, default=EVENTS_DIR,
-                       help="folder for the Parquet event logs and aggregates "
-                            "(default data/events)")
+    add_setup_arguments(parser)
+    paths.add_argument("--events-dir", type=Path,
+                       help="folder for the Parquet event logs and aggregates (default "
+                            "data/events for exactly the lab's run, data/events/run for any "
+                            "other, so the lab's are not replaced)")
     paths.add_argument("--exports-dir", type=Path,
                        help="folder for the JSON exports (default kvlab/ only for exactly the "
                             "lab's run: workload, --cpu-sweep-gpu, --offload-cpu and measured "
                             "file; data/exports/ with params.json for any other)")
-    paths.add_argument("--report", type=Path, default=REPORT_PATH,
-                       help="HTML report to write (default reports/index.html)")
+    paths.add_argument("--report", type=Path,
+                       help="HTML report to write (default reports/index.html for exactly the "
+                            "lab's run, reports/run.html for any other)")
     paths.add_argument("--quiet", action="store_true", help="no progress lines")
     run_blocks.add_arguments(parser)
 
@@ -165,22 +154,9 @@ def _workload(args: argparse.Namespace) -> DocumentWorkload:
 def _measured(args: argparse.Namespace, say: Callable[[str], None]
               ) -> tuple[str, pl.DataFrame, dict[str, object], MeasuredSetup]:
     """(source, requests, its three exports, its setup), all validated; nothing written."""
-    source, _ = make_exports.measured_source(str(args.measured) if args.measured else None)
-    try:
-        requests = load_measured(source)
-        documents = make_exports.measured_exports(source)
-    except InputError as exc:
-        raise CLIError(str(exc)) from None
-    synthetic = documents["measured_source.json"]["synthetic"]
-    setup = resolve_setup(source, synthetic, {field: getattr(args, f"measured_{field}")
-                                              for field in SETUP_FIELDS})
-    try:
-        check_docs(requests, setup, source)
-    except CLIError as exc:
-        if setup != LAB_SETUP:
-            raise
-        say(f"warning: {exc}")          # the lab's own file is never refused for its numbering
-    return source, requests, documents, setup
+    measured = read_measured(str(args.measured) if args.measured else None, setup_flags(args),
+                             say)
+    return measured.source, measured.requests, measured.documents, measured.setup
 
 
 def _model_lines(attributed: pl.DataFrame, latencies: latency.Latencies) -> list[str]:
@@ -214,8 +190,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Path]:
                                   source)
     exports_dir = exports_folder(args.exports_dir, differences)
     provenance = measured_documents["measured_source.json"]
-    events_dir = Path(args.events_dir)
-    report_path = Path(args.report)
+    events_dir, report_path = output_places(args.events_dir, args.report, differences)
     for target, what in ((events_dir / "aggregates.parquet", "--events-dir"),
                          (exports_dir / "measured.json", "--exports-dir"),
                          (report_path, "--report")):
@@ -228,7 +203,11 @@ def run_all(args: argparse.Namespace) -> dict[str, Path]:
             "fwd,fwd) are not written")
     if differences:
         say(f"not the lab's run ({'; '.join(differences)}): exports go to {exports_dir} "
-            "with params.json")
+            f"with params.json, events to {events_dir}, the report to {report_path}")
+    for given in replaced_lab_outputs(events_dir, report_path, differences):
+        print(f"[kvlab] note: {given} replaces the lab's own output with this run's "
+              "(not the lab's numbers; without the option it goes beside them)",
+              file=sys.stderr)
     if (workload.docs, workload.tokens) != (setup.docs, setup.tokens):
         say(f"the swept workload ({workload.docs} x {workload.tokens}) differs from the "
             f"measured setup ({setup.docs} x {setup.tokens}): measured requests are "
@@ -297,8 +276,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Path]:
                     "--events-dir")
         say(f"block mode: {block_events.height} block events, "
             f"{block_aggregates.height} aggregate rows")
-        if (blocks.gpu_model, blocks.cpu_model) == ("ideal", "ideal"):
-            block_report = block_aggregates
+        block_report = block_aggregates
     else:
         for name in (BLOCK_EVENTS, BLOCK_AGGREGATES):
             outputs.remove(events_dir / name)

@@ -142,21 +142,27 @@ def report_groups(args: argparse.Namespace, workload: DocumentWorkload,
     """The report's groups after the measured one: the real engine's measurement; block mode
     (tail-first vs head-first from ideal-model sweeps: the run's own, computed for the run's
     workload when it ran engine models, or the lab's at 16-token blocks without
-    ``--block-size``, about 0.3 s; ideal vs vllm and LMCache's chunk cliff, which are the
-    lab's); the cache policies on the lab; a link to ``trace.html`` beside the report. The
-    lab-only sections appear only when the run's workload is the lab's, so a run on another
-    workload shows none of the lab's capacities."""
+    ``--block-size``, about 0.3 s; with engine models, the run's own ``block_aggregates``
+    drawn next to the ideal model in their orders; ideal vs vllm and LMCache's chunk cliff,
+    which are the lab's); the cache policies on the lab; a link to ``trace.html`` beside the
+    report. The lab-only sections appear only when the run's workload is the lab's, so a run
+    on another workload shows none of the lab's capacities."""
+    from pipeline.charts.engines import run_engine_sections
+
     lab = (workload.docs, workload.tokens, tuple(workload.passes)) == \
         (LAB_DOCS, LAB_TOKENS, tuple(LAB_PASSES))
     real = report.real_engine_group(REAL_ENGINE_FILE)
     groups = [real] if real else []
     note, size = "", blocks.block_size if blocks else REPORT_BLOCK_SIZE
-    if blocks is not None and block_aggregates is None:        # engine models: ideal too
+    engine_aggregates = None
+    if blocks is not None and (blocks.gpu_model, blocks.cpu_model) != ("ideal", "ideal"):
+        engine_aggregates = block_aggregates            # engine models: the ideal one too
         _, block_aggregates = sweep_block_frames(
             workload.docs, workload.tokens, workload.passes, size, args.gpu_capacities,
             args.cpu_capacities, args.cpu_sweep_gpu, spec_points)
-        note = (f"Drawn with the ideal model in both orders; this run's {blocks.describe()} "
-                f"sweeps are in blocks_aggregates.parquet.")
+        note = (f"Tail-first vs head-first is drawn with the ideal model in both orders; this "
+                f"run's {blocks.describe()} follow, next to the ideal model in their orders "
+                f"(all in blocks_aggregates.parquet).")
     elif blocks is None and lab:
         _, block_aggregates = sweep_block_frames(
             workload.docs, workload.tokens, workload.passes, size, cpu_sweep_gpu=CPU_CLIFF_GPU,
@@ -166,11 +172,14 @@ def report_groups(args: argparse.Namespace, workload: DocumentWorkload,
     if block_aggregates is not None:
         scenario = {"docs": workload.docs, "tokens": workload.tokens, "block_size": size,
                     "cpu_sweep_gpu": args.cpu_sweep_gpu if blocks else CPU_CLIFF_GPU}
-        groups.append(report.block_group(block_aggregates, scenario, note, engines=lab))
+        extra = ([] if engine_aggregates is None else
+                 run_engine_sections(engine_aggregates, block_aggregates, scenario,
+                                     blocks.describe()))
+        groups.append(report.block_group(block_aggregates, scenario, note, engines=lab,
+                                         extra=extra))
     if lab:
         groups.append(report.policy_group())
     trace = Path(report_path).parent / "trace.html"
     if trace.is_file():
         groups.append(report.trace_group(trace.name))
     return groups
-

@@ -5,6 +5,9 @@
 file (the bundled synthetic stand-in or the real fixture). Any other run writes to
 ``data/exports/`` (or ``--exports-dir``) and adds ``params.json`` naming what produced it;
 export files a run does not produce are removed from its folder, so nothing stale survives.
+Its Parquet logs and report likewise go beside the lab's by default (``data/events/run/``,
+``reports/run.html``), so a run on other numbers never silently replaces the lab's
+``data/events/`` and ``reports/index.html`` (``output_places``).
 """
 
 from __future__ import annotations
@@ -16,14 +19,15 @@ import polars as pl
 
 from kvlab.scenario import run as run_scenario
 from pipeline import sweeps
-from pipeline.config import (BUNDLED_MEASURED, EXPORTS_DIR, KVLAB_DIR, LAB_CPU, LAB_DOCS,
-                             LAB_GPU, LAB_PASSES, LAB_TOKENS, REAL_MEASURED)
+from pipeline.config import (BUNDLED_MEASURED, EVENTS_DIR, EXPORTS_DIR, KVLAB_DIR, LAB_CPU,
+                             LAB_DOCS, LAB_GPU, LAB_PASSES, LAB_TOKENS, REAL_MEASURED,
+                             REPORT_PATH, RUN_EVENTS_DIR, RUN_REPORT_PATH)
 from pipeline.errors import CLIError
 from pipeline.measured_setup import LAB_SETUP, MeasuredSetup
 from pipeline.workloads.documents import DocumentWorkload
 
-__all__ = ["EXPORT_NAMES", "is_lab_file", "lab_differences", "exports_folder", "scenario_exports",
-           "params_document"]
+__all__ = ["EXPORT_NAMES", "is_lab_file", "lab_differences", "exports_folder", "output_places",
+           "replaced_lab_outputs", "scenario_exports", "params_document"]
 
 #: Every file a run may write into its exports folder (the six exports, the measured file's
 #: copy and provenance, and params.json outside kvlab/).
@@ -60,6 +64,25 @@ def exports_folder(explicit: Path | None, differences: list[str]) -> Path:
                        f"this run differs: {differences[0]}; leave --exports-dir unset "
                        f"(data/exports/)")
     return Path(explicit)
+
+
+def output_places(events: Path | None, report: Path | None, differences: list[str]
+                  ) -> tuple[Path, Path]:
+    """(events folder, report path): the options where given, else the lab's
+    (``data/events/``, ``reports/index.html``) for the lab's run and ``data/events/run/``,
+    ``reports/run.html`` beside them for any other."""
+    lab = not differences
+    return (Path(events) if events is not None else EVENTS_DIR if lab else RUN_EVENTS_DIR,
+            Path(report) if report is not None else REPORT_PATH if lab else RUN_REPORT_PATH)
+
+
+def replaced_lab_outputs(events: Path, report: Path, differences: list[str]) -> list[str]:
+    """The lab's own outputs that a run on other numbers was pointed at explicitly."""
+    if not differences:
+        return []
+    same = [(events, EVENTS_DIR, "--events-dir"), (report, REPORT_PATH, "--report")]
+    return [f"{option} {path}" for path, lab, option in same
+            if os.path.realpath(path) == os.path.realpath(lab)]
 
 
 def scenario_exports(workload: DocumentWorkload, aggregates: pl.DataFrame, gpu: int, cpu: int,

@@ -336,22 +336,27 @@ def predict_pass_ttft(aggregates: pl.DataFrame, models: dict[str, TTFTModel],
 
 
 def measured_requests(path: str, gpu_capacity: int, cpu_capacity: int,
-                      tokens: int) -> pl.DataFrame:
+                      tokens: int, docs: int | None = None) -> pl.DataFrame:
     """A measured JSONL joined with the simulator's tiers (``pipeline.measured``) as fit input:
     config, pass, ttft_ms and TOKEN_COLUMNS (a whole document in its tier, ``doc_tokens``).
+    The file is read as ``run --measured`` reads it (``pipeline.measured_input``), ``docs``
+    the measured setup's documents (None: the sidecar's or the lab's).
 
     ValueError (one line) when the file is bad or none of its requests can be matched to a
     simulated config (kvlab models baseline = GPU only and lmcache = GPU + CPU).
     """
-    from kvlab.summarize import InputError
-    from pipeline.attribution import attribute_tiers
-    from pipeline.measured_configs import as_roles
-    from pipeline.measured_setup import sidecar_configs
-    from pipeline.workloads.measured_file import load_measured
+    import sys
 
-    try:
-        frame = load_measured(path)
-    except InputError as exc:
+    from pipeline.attribution import attribute_tiers
+    from pipeline.errors import CLIError
+    from pipeline.measured_configs import as_roles
+    from pipeline.measured_input import read_measured
+    from pipeline.measured_setup import sidecar_configs
+
+    try:                # run's reader and checks: empty files, documents outside the setup
+        frame = read_measured(path, {"docs": docs},
+                              lambda line: print(line, file=sys.stderr)).requests
+    except CLIError as exc:
         raise ValueError(str(exc)) from None
     configs = sidecar_configs(path)          # a sidecar's per-config models, their roles
     attributed = as_roles(attribute_tiers(frame, gpu_capacity, cpu_capacity, tokens, configs,

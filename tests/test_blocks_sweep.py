@@ -80,11 +80,11 @@ def test_report_section_states_the_lab_figures(lab_sweep):
     _, aggregates = lab_sweep
     scenario = {"docs": 10, "tokens": 5011, "block_size": 16, "cpu_sweep_gpu": 21520}
     gpu, cpu = block_sections(aggregates, scenario)
-    assert "from 45088 GPU tokens" in gpu.caption and "49920 at 50079" in gpu.caption
-    assert "head-first keeps at most 0" in gpu.caption and "30 below the working set" \
-        in gpu.caption
-    assert "GPU alone keeps 0" in cpu.caption and "from 50080 CPU tokens head-first" \
-        in cpu.caption
+    assert "from 45,088 GPU tokens" in gpu.caption and "49,920 at 50,079" in gpu.caption
+    assert "head-first keeps nothing below the edge" in gpu.caption
+    assert "30 below the working set" in gpu.caption
+    assert "GPU alone keeps no second-pass tokens" in cpu.caption
+    assert "brings them to 50,080 head-first once the tier holds exactly them" in cpu.caption
     for section in (gpu, cpu):
         spec = section.chart.to_dict()
         assert len(spec["hconcat"]) == 2

@@ -30,6 +30,17 @@ def measure(url: str, out: Path, *extra: str) -> int:
                      "--tokens", "12", "--passes", "fwd,rev", "--quiet", *extra])
 
 
+def test_the_served_models_name_is_served_model_not_the_kv_preset_option(tmp_path, capsys):
+    out = tmp_path / "ttft.jsonl"
+    with SSEServer() as server:
+        assert measure(server.base_url, out, "--served-model", "meta-llama/Llama-3.1-8B") == 0
+        assert {body["model"] for body in server.bodies} == {"meta-llama/Llama-3.1-8B"}
+        with pytest.raises(SystemExit) as usage:       # --model is kvlab's KV-size preset
+            measure(server.base_url, tmp_path / "b.jsonl", "--model", "llama-3.1-8b")
+    assert usage.value.code == 2 and "--model" in capsys.readouterr().err
+    assert not (tmp_path / "b.jsonl").exists()
+
+
 # --- workload ----------------------------------------------------------------------------
 
 def test_lab_workload_orders_names_and_sizes():
@@ -141,7 +152,8 @@ def test_refused_connection_and_timeout_are_one_line(tmp_path, capsys):
     assert measure(f"http://127.0.0.1:{port}", out) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "cannot connect to http://127.0.0.1:" in err
-    assert out.read_text() == ""
+    assert "nothing written" in err and "--resume" not in err
+    assert not out.exists()                  # no answer, no (empty) file
     with SSEServer(modes={0: "hang"}, delay_s=1.0) as server:
         assert measure(server.base_url, tmp_path / "b.jsonl", "--timeout", "0.2") == 1
     err = capsys.readouterr().err.strip()
@@ -180,6 +192,23 @@ def test_bad_arguments_and_unreadable_resume_file(tmp_path, capsys):
     assert f"{bad}:2: not a measure line" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli_main(["measure", "--output", "x"])       # neither --base-url nor --local-engine
+
+
+@pytest.mark.parametrize("where, resume, reason", [
+    ("folder", False, "is a folder: give a file"),
+    ("folder", True, "is a folder: give a file"),
+    ("/proc/kvlab-no-such.jsonl", False, "cannot write it (No such file or directory)"),
+    ("/proc/self/status", True, "cannot write it"),
+])
+def test_output_paths_that_cannot_take_lines_are_one_line(tmp_path, capsys, where, resume,
+                                                          reason):
+    out = tmp_path if where == "folder" else Path(where)
+    before = sorted(tmp_path.iterdir())
+    assert measure("http://127.0.0.1:9", out, *(["--resume"] if resume else [])) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --output {out}") and reason in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert sorted(tmp_path.iterdir()) == before             # nothing written
 
 
 def test_local_engine_resume_replays_the_cut_group_unrecorded(tmp_path, monkeypatch, capsys):

@@ -378,3 +378,60 @@ def test_python_dash_m_and_usage_errors():
     with pytest.raises(SystemExit) as usage:
         run_command("measured", [str(DATA), "--gpu", "-1"])
     assert usage.value.code == 2
+
+
+# --- one reader with run --measured ---------------------------------------------------------
+
+def _one_line_changed(tmp_path, doc):
+    """A copy of the bundled file with line 4's doc changed (no longer the lab's file)."""
+    lines = DATA.read_text().splitlines()
+    changed = json.loads(lines[3])
+    changed["doc"] = doc
+    lines[3] = json.dumps(changed)
+    return write_lines(tmp_path / "f.jsonl", lines)
+
+
+def test_measured_refuses_a_document_outside_the_setup_as_run_does(tmp_path, capsys):
+    path = _one_line_changed(tmp_path, 33)
+    out = tmp_path / "o.json"
+    assert run_command("measured", [path, "--json", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}:4: doc 33 is outside the measured setup's 10 "
+                          "documents") and err.count("\n") == 1
+    assert "--measured-docs" in err and not out.exists()
+    assert run_command("run", ["--measured", path, "--report", str(tmp_path / "r.html"),
+                               "--events-dir", str(tmp_path / "ev"),
+                               "--exports-dir", str(tmp_path / "ex"), "--quiet"]) == 1
+    assert capsys.readouterr().err == err                   # the very same line
+    # the flag the hint names is accepted, and then the file is read
+    assert run_command("measured", [path, "--measured-docs", "40"]) == 0
+    assert "separate" in capsys.readouterr().out
+
+
+def test_measured_setup_flags_cannot_contradict_the_lab_file(capsys):
+    assert run_command("measured", [str(DATA), "--measured-gpu", "40000"]) == 1
+    err = capsys.readouterr().err
+    assert "--measured-gpu 40000" in err and err.count("\n") == 1
+
+
+def test_measured_refuses_an_empty_file_in_one_line_as_run_does(tmp_path, capsys):
+    path = write_lines(tmp_path / "empty.jsonl", [])
+    assert run_command("measured", [path]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == f"error: {path}: no measurement records (the file is empty)\n"
+    assert captured.out == ""
+
+
+def test_plan_reads_the_measured_file_with_the_same_checks(tmp_path, capsys):
+    path = _one_line_changed(tmp_path, 33)
+    assert run_command("plan", ["--measured", path, "--target-hit-ratio", "0.5"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}:4: doc 33 is outside the measured setup's 10 "
+                          "documents") and err.count("\n") == 1
+    assert run_command("plan", ["--measured", path, "--measured-docs", "40",
+                                "--target-hit-ratio", "0.5"]) == 0
+    capsys.readouterr()
+    empty = write_lines(tmp_path / "empty.jsonl", [])
+    assert run_command("plan", ["--measured", empty, "--target-hit-ratio", "0.5"]) == 1
+    assert capsys.readouterr().err == \
+        f"error: {empty}: no measurement records (the file is empty)\n"

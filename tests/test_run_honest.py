@@ -308,7 +308,13 @@ def test_synth_ttft_into_a_folder_is_one_line(tmp_path, capsys):
 def test_default_paths_do_not_depend_on_the_working_folder():
     from pipeline.cli import build_parser
     args = build_parser().parse_args(["run"])
-    assert args.events_dir.is_absolute() and args.report.is_absolute()
+    for differences in ([], ["--docs 5 (lab: 10)"]):
+        events, report_path = run_exports.output_places(args.events_dir, args.report,
+                                                        differences)
+        assert events.is_absolute() and report_path.is_absolute()
+        lab = not differences          # the lab's run keeps the lab's places
+        assert (events == ROOT / "data" / "events") is lab
+        assert (report_path == ROOT / "reports" / "index.html") is lab
     assert run_exports.exports_folder(None, []).is_absolute() and EXPORTS_DIR.is_absolute()
     synth = build_parser().parse_args(["synth-ttft"])
     assert synth.output.startswith("/")
@@ -341,3 +347,46 @@ def test_a_bad_sidecar_is_one_line_naming_it(tmp_path, capsys, text, reason):
     (tmp_path / "mine.setup.json").write_text(text)
     err = run_fails(capsys, tmp_path / "out", "--measured", str(own))
     assert "mine.setup.json" in err and reason in err
+
+
+# --- a run on other numbers goes beside the lab's report and events -------------------------
+
+@pytest.fixture
+def lab_places(tmp_path, monkeypatch):
+    """The lab's and the other runs' default places, moved under tmp_path."""
+    places = {"EVENTS_DIR": tmp_path / "data" / "events",
+              "REPORT_PATH": tmp_path / "reports" / "index.html",
+              "RUN_EVENTS_DIR": tmp_path / "data" / "events" / "run",
+              "RUN_REPORT_PATH": tmp_path / "reports" / "run.html"}
+    for name, path in places.items():
+        monkeypatch.setattr(run_exports, name, path)
+    return places
+
+
+def test_a_run_on_other_numbers_writes_beside_the_lab_s_outputs(tmp_path, capsys,
+                                                                lab_places):
+    lab_report = lab_places["REPORT_PATH"]
+    lab_report.parent.mkdir(parents=True)
+    lab_report.write_text("the lab's report")
+    lab_events = lab_places["EVENTS_DIR"]
+    lab_events.mkdir(parents=True)
+    (lab_events / "aggregates.parquet").write_bytes(b"the lab's aggregates")
+    assert main(["run", "--points", "6", "--grid-steps", "3", "--docs", "5", "--tokens", "100",
+                 "--exports-dir", str(tmp_path / "exports")]) == 0
+    captured = capsys.readouterr()
+    assert lab_report.read_text() == "the lab's report"
+    assert (lab_events / "aggregates.parquet").read_bytes() == b"the lab's aggregates"
+    assert lab_places["RUN_REPORT_PATH"].is_file()
+    assert (lab_places["RUN_EVENTS_DIR"] / "aggregates.parquet").is_file()
+    assert f"the report to {lab_places['RUN_REPORT_PATH']}" in captured.err
+    assert str(lab_places["RUN_REPORT_PATH"]) in captured.out
+
+
+def test_pointing_another_run_at_the_lab_s_report_says_so(tmp_path, capsys, lab_places):
+    assert main(["run", *SMALL, "--docs", "5", "--tokens", "100",
+                 "--exports-dir", str(tmp_path / "exports"),
+                 "--events-dir", str(tmp_path / "events"),
+                 "--report", str(lab_places["REPORT_PATH"])]) == 0
+    err = capsys.readouterr().err
+    assert f"note: --report {lab_places['REPORT_PATH']} replaces the lab's own output" in err
+    assert "--events-dir" not in err

@@ -31,6 +31,7 @@ from pipeline.stackdist import hit_curve, lru_hit_counts
 ZIPF_ALPHA = 1.0
 SIZE_RANGE = (256, 8192)
 CAPACITY_RANGE = (0.05, 1.00)      # fractions of the distinct bytes
+LANDMARKS = (0.05, 0.50, 1.00)     # fractions whose hits each comparison prints
 PYTHON_SAMPLE = 20                 # capacities (a) runs when it would otherwise extrapolate
 ONE_PASS_REPEATS = 3               # (c) is timed as the median of this many runs
 ORACLE_RECORD = np.dtype([("time", "<u4"), ("obj_id", "<u8"), ("obj_size", "<u4"),
@@ -199,8 +200,18 @@ def compare(capacities: np.ndarray, keys: np.ndarray, sizes: np.ndarray, trace_p
             print_row(f"(a) kvlab LRUCache, ESTIMATE from {rows.size} of {capacities.size}",
                       estimate, one_pass,
                       f"{py_seconds:.1f} s measured for {rows.size}; hits identical at those")
-    print(f"  hits at 5% / 50% / 100% of distinct bytes: {expected[0]:,} / "
-          f"{expected[(capacities.size - 1) // 2]:,} / {expected[-1]:,} of {keys.size:,}")
+    print(landmark_line(keys, sizes))
+
+
+def landmark_line(keys: np.ndarray, sizes: np.ndarray) -> str:
+    """Hits at exactly 5 %, 50 % and 100 % of the distinct bytes (one-pass, rounded to the
+    nearest byte), whatever the compared grid holds."""
+    total = distinct_bytes(keys, sizes)
+    marks = np.round(np.array(LANDMARKS) * total).astype(np.int64)
+    hits = lru_hit_counts(keys, sizes, marks)
+    shown = " / ".join(f"{fraction:.0%}" for fraction in LANDMARKS)
+    return (f"  hits at {shown} of distinct bytes ({' / '.join(f'{m:,}' for m in marks)} "
+            f"bytes): {' / '.join(f'{h:,}' for h in hits)} of {keys.size:,}")
 
 
 # --------------------------------------------------------------------------- command line

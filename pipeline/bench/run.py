@@ -100,8 +100,9 @@ HELP = "time the default run and the one-pass curves; --with adds the others (fi
 #: name -> what it measures; each runs only when named in ``--with``.
 OPTIONAL = {
     "blocks": "block one-pass vs literal replay on a 2M-block shared-prefix trace",
-    "engines": "vllm / lmcache fast engines vs their literal replays on the shared trace",
-    "trace": "10M-block Zipf trace's GPU curve, and the shared trace end to end",
+    "engines": "vllm / lmcache fast engines vs their literal replays on a Mooncake trace "
+               "(--trace)",
+    "trace": "10M-block Zipf trace's GPU curve, and a Mooncake trace end to end (--trace)",
     "policies": "every policy vs libCacheSim: one capacity and a 50-capacity curve",
 }
 
@@ -134,13 +135,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     curve.add_arguments(parser.add_argument_group("one-pass curve benchmark"))
     blocks_bench.add_arguments(parser.add_argument_group(
         "--with blocks (python -m pipeline.blocks.bench)"))
-    engines = parser.add_argument_group("--with engines (python -m pipeline.engines.bench)")
-    engines.add_argument("--engines-trace", type=Path, default=None,
-                         help="Mooncake trace (default ../shared/traces/synthetic_trace.jsonl)")
+    engines = parser.add_argument_group("--with engines (python -m pipeline.engines.bench; "
+                                        "its trace is --trace, below)")
     engines.add_argument("--engines-capacities", type=positive_int, default=50,
                          help="capacities of each engine's curve (default %(default)s)")
     trace_bench.add_arguments(parser.add_argument_group(
-        "--with trace (python -m pipeline.bench.trace)"))
+        "--with trace (python -m pipeline.bench.trace; --trace also serves --with engines)"))
     policies_bench.add_arguments(parser.add_argument_group(
         "--with policies (python -m pipeline.bench.policies)"))
 
@@ -152,11 +152,13 @@ def _optional(name: str, args: argparse.Namespace) -> int:
         return blocks_bench.main(args)
     if name == "engines":
         from pipeline.engines import bench as engines_bench
-        trace = args.engines_trace or engines_bench.DEFAULT_TRACE
-        if not Path(trace).is_file():
-            print(f"trace not found at {trace}: engines benchmark skipped")
+        trace = trace_bench.trace_path(args.trace)
+        if trace is None:
+            line = trace_bench.skipped("the engines benchmark")
+            print(line)
+            print(f"bench: {line}", file=sys.stderr)
             return 0
-        print("\n".join(engines_bench.bench(Path(trace), args.engines_capacities)))
+        print("\n".join(engines_bench.bench(trace, args.engines_capacities)))
         return 0
     if name == "trace":
         return trace_bench.main(args)
@@ -165,6 +167,8 @@ def _optional(name: str, args: argparse.Namespace) -> int:
 
 def main(args: argparse.Namespace) -> int:
     """Print the figures; 1 if a benchmark's hit counts disagree."""
+    if {"engines", "trace"} & set(args.benchmarks):
+        trace_bench.trace_path(args.trace)          # a bad --trace stops before any figure
     code = 0 if args.skip_run else _runs(args)
     if code == 0 and not args.skip_curve:
         print()

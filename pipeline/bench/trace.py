@@ -7,8 +7,10 @@
 2. The shared Mooncake trace end to end (``python -m pipeline trace``: read, replay,
    Parquet, report) in a fresh process, best of ``repeat``, and the event sizes on disk.
 
-``python -m pipeline.bench.trace`` prints both (``python -m pipeline bench --with trace``
-runs it too).
+``python -m pipeline.bench.trace [--trace PATH]`` prints both (``python -m pipeline bench
+--with trace`` runs it too); ``--trace`` names the Mooncake trace of the end-to-end figure
+(and of ``bench --with engines``). Without it the shared trace is used when present; when it
+is absent the figure is skipped and a line on stderr says so.
 """
 
 from __future__ import annotations
@@ -103,8 +105,37 @@ def bench_shared_trace(repeat: int = 3, trace: Path = SHARED_TRACE) -> dict:
             "ratio": summary["infinite_cache_block_hit_ratio"]}
 
 
+def trace_path(given: Path | None) -> Path | None:
+    """The Mooncake trace to benchmark on: ``given`` (checked: CLIError ``--trace PATH:
+    reason`` when it is no readable Mooncake trace), else the shared trace when present,
+    else None (the figures that need it are skipped)."""
+    from pipeline.errors import CLIError
+    from pipeline.workloads.jsonl import TraceError
+    from pipeline.workloads.mooncake import read_mooncake
+
+    if given is None:
+        return SHARED_TRACE if SHARED_TRACE.is_file() else None
+    if not given.is_file():
+        raise CLIError(f"--trace {given}: no such file")
+    try:
+        read_mooncake(given)
+    except (TraceError, OSError) as exc:
+        raise CLIError(f"--trace {given}: not a Mooncake trace ({exc})") from None
+    return given
+
+
+def skipped(what: str) -> str:
+    """The line saying ``what`` was skipped for want of a trace."""
+    return (f"SKIPPED {what}: no trace (the shared trace {SHARED_TRACE} is absent); pass "
+            "--trace PATH")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options, prefixed ``--trace-`` so ``python -m pipeline bench`` can add them."""
+    """Options, prefixed ``--trace`` so ``python -m pipeline bench`` can add them."""
+    parser.add_argument("--trace", type=Path, metavar="PATH",
+                        help="Mooncake trace of the end-to-end figure and of --with engines "
+                             f"(default: the shared trace {SHARED_TRACE.name} beside the "
+                             "repository, when present)")
     parser.add_argument("--trace-repeat", type=positive_int, default=3,
                         help="runs of the shared trace end to end (default %(default)s)")
     parser.add_argument("--trace-skip-curve", action="store_true",
@@ -113,9 +144,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Print the figures from parsed ``add_arguments`` options."""
-    if SHARED_TRACE.exists():
-        shared = bench_shared_trace(args.trace_repeat)
-        print("== shared Mooncake trace end to end (python -m pipeline trace, fresh process) ==")
+    trace = trace_path(args.trace)
+    if trace is not None:
+        shared = bench_shared_trace(args.trace_repeat, trace)
+        print(f"== Mooncake trace {trace.name} end to end (python -m pipeline trace, fresh "
+              "process) ==")
         print(f"wall: best {shared['best_s']:.2f} s of {[round(t, 2) for t in shared['times']]}"
               f" (target < 5 s); CPU {shared['best_cpu_s']:.2f} s; infinite-cache ratio "
               f"{shared['ratio']}; load average {os.getloadavg()[0]:.1f}")
@@ -123,7 +156,9 @@ def main(args: argparse.Namespace) -> int:
               f"per request per capacity point: {shared['request_bytes_per_point']:.2f} bytes "
               f"({shared['points']} points) (targets <= 8)")
     else:
-        print(f"shared trace not found at {SHARED_TRACE}: end-to-end figure skipped")
+        line = skipped("the end-to-end trace figure")
+        print(line)
+        print(f"bench: {line}", file=sys.stderr)
     if not args.trace_skip_curve:
         curve = bench_curve_fresh()
         print("== 10M-block Zipf prefix-sharing trace, GPU curve at 1000 capacities ==")
@@ -143,4 +178,9 @@ if __name__ == "__main__":
     _parser = argparse.ArgumentParser(prog="python -m pipeline.bench.trace",
                                       description=__doc__.split("\n\n")[0])
     add_arguments(_parser)
-    sys.exit(main(_parser.parse_args()))
+    from pipeline.errors import CLIError
+    try:
+        sys.exit(main(_parser.parse_args()))
+    except CLIError as _exc:
+        print(f"error: {_exc}", file=sys.stderr)
+        sys.exit(1)

@@ -30,13 +30,19 @@ def second_pass_tokens(aggregates: pl.DataFrame, sweep: str) -> pl.DataFrame:
                           cpu_order=pl.col("cpu_order").cast(pl.String)))
 
 
-def _edge_rules(scenario: dict) -> alt.LayerChart:
-    """Dashed rules at the full-block edge and the working set, labelled."""
+def _edge_rules(scenario: dict, top_x: int) -> alt.LayerChart:
+    """Dashed rules at the full-block edge and the working set, labelled; when the edges sit
+    in the right part of the axis (up to ``top_x``) both labels go to their left, one above
+    the other, so none runs off the panel."""
     edge = edges(scenario["docs"], scenario["tokens"], scenario["block_size"])
+    crowded = edge["working_set"] > 0.7 * max(top_x, 1)
     rules = []
-    for name, label, align, dx, y in (("full_blocks", "full blocks", "right", -4, HEIGHT * 0.3),
-                                      ("working_set", "working set", "left", 4, HEIGHT * 0.6)):
-        base = alt.Chart(pl.DataFrame({"x": [edge[name]], "label": [f"{label} {edge[name]}"]})
+    for name, label, align, dx, y in (
+            ("full_blocks", "full blocks", "right", -4, HEIGHT * 0.3),
+            ("working_set", "working set", *(("right", -4) if crowded else ("left", 4)),
+             HEIGHT * 0.6)):
+        base = alt.Chart(pl.DataFrame({"x": [edge[name]],
+                                       "label": [f"{label} {edge[name]:,}"]})
                          ).encode(x="x:Q")
         rules += [base.mark_rule(strokeDash=[5, 4], color="#555"),
                   base.mark_text(align=align, dx=dx, color="#555", fontSize=10)
@@ -66,7 +72,7 @@ def gpu_orders_chart(aggregates: pl.DataFrame, scenario: dict) -> alt.HConcatCha
     top = int(frame["prompt_tokens"].max() or 0)
     panels = [alt.layer(_step_line(frame.filter(pl.col("gpu_order") == order), "gpu_capacity",
                                    ORDER_COLOURS[order], "GPU capacity (tokens)", top),
-                        _edge_rules(scenario))
+                        _edge_rules(scenario, int(frame["gpu_capacity"].max() or 0)))
               .properties(title=order, width=PANEL_WIDTH, height=HEIGHT)
               for order in ORDERS]
     return alt.hconcat(*panels).properties(
@@ -86,28 +92,42 @@ def _first_full(frame: pl.DataFrame, capacity_column: str, **where: str) -> int 
     return rows.filter(pl.col("cached_tokens") == best)[capacity_column].min() if best else None
 
 
+def _reach(first: int | None, top: int, tier: str) -> str:
+    """"from N GPU tokens", or "once the tier holds exactly them" where N is the count
+    itself (no sentence says "198,400 from 198,400")."""
+    if first is None:
+        return "at no capacity drawn"
+    return "once the tier holds exactly them" if first == top else f"from {first:,} {tier} tokens"
+
+
 def gpu_orders_caption(aggregates: pl.DataFrame, scenario: dict) -> str:
     """One sentence: the two orders just below the full-block edge, and where both are full."""
     frame = second_pass_tokens(aggregates, "gpu_cliff")
     edge = edges(scenario["docs"], scenario["tokens"], scenario["block_size"])
     tail = frame.filter(pl.col("gpu_order") == TAIL_FIRST,
                         pl.col("gpu_capacity") < edge["full_blocks"]).sort("gpu_capacity")
-    head_below = frame.filter(pl.col("gpu_order") == HEAD_FIRST,
-                              pl.col("gpu_capacity") < edge["full_blocks"])["cached_tokens"]
+    head_below = int(frame.filter(pl.col("gpu_order") == HEAD_FIRST,
+                                  pl.col("gpu_capacity") < edge["full_blocks"])
+                     ["cached_tokens"].max() or 0)
     hits = tail.filter(pl.col("cached_tokens") > 0)
     full = [_first_full(frame, "gpu_capacity", gpu_order=o) for o in ORDERS]
     top = int(frame["cached_tokens"].max() or 0)
     start = ("tail-first gets no second-pass GPU hit below the full-block edge"
              if hits.is_empty() else
-             f"tail-first already keeps partial prefixes from {hits['gpu_capacity'][0]} GPU "
-             f"tokens ({hits['cached_tokens'][0]} second-pass tokens there, "
-             f"{tail['cached_tokens'][-1]} at {tail['gpu_capacity'][-1]})")
-    head = f"head-first keeps at most {int(head_below.max() or 0)} below the edge"
-    return (f"With a cyclic second pass, {start} while {head}; tail-first reaches {top} "
-            f"tokens from {full[0]} and head-first from {full[1]}: all {edge['full_blocks']} "
-            f"tokens of full blocks, {edge['working_set'] - edge['full_blocks']} below the "
-            f"working set "
-            f"of {edge['working_set']}, because a partial last block never hits.")
+             f"tail-first already keeps partial prefixes from {hits['gpu_capacity'][0]:,} GPU "
+             f"tokens ({hits['cached_tokens'][0]:,} second-pass tokens there, "
+             f"{tail['cached_tokens'][-1]:,} at {tail['gpu_capacity'][-1]:,})")
+    head = ("head-first keeps nothing below the edge" if head_below == 0 else
+            f"head-first keeps at most {head_below:,} below the edge")
+    reach = (f"both orders reach {top:,} tokens {_reach(full[0], top, 'GPU')}"
+             if full[0] == full[1] else
+             f"tail-first reaches {top:,} tokens {_reach(full[0], top, 'GPU')} and head-first "
+             f"{_reach(full[1], top, 'GPU')}")
+    blocks = ("every token of full blocks" if top == edge["full_blocks"] else
+              f"{top:,} of the {edge['full_blocks']:,} tokens of full blocks")
+    return (f"With a cyclic second pass, {start} while {head}; {reach}: {blocks}, "
+            f"{edge['working_set'] - edge['full_blocks']:,} below the working set of "
+            f"{edge['working_set']:,}, because a partial last block never hits.")
 
 
 def cpu_tier_chart(aggregates: pl.DataFrame, scenario: dict) -> alt.HConcatChart:
@@ -117,12 +137,12 @@ def cpu_tier_chart(aggregates: pl.DataFrame, scenario: dict) -> alt.HConcatChart
     top = int(frame["prompt_tokens"].max() or 0)
     panels = [alt.layer(_step_line(frame.filter(pl.col("gpu_order") == order), "cpu_capacity",
                                    "", "CPU capacity (tokens)", top, "cpu_order"),
-                        _edge_rules(scenario))
+                        _edge_rules(scenario, int(frame["cpu_capacity"].max() or 0)))
               .properties(title=f"GPU {order}", width=PANEL_WIDTH, height=HEIGHT)
               for order in ORDERS]
     return alt.hconcat(*panels).properties(
         title=f"What a CPU tier adds: second-pass cached tokens at GPU "
-              f"{scenario['cpu_sweep_gpu']} tokens")
+              f"{scenario['cpu_sweep_gpu']:,} tokens")
 
 
 def cpu_tier_caption(aggregates: pl.DataFrame, scenario: dict) -> str:
@@ -134,11 +154,20 @@ def cpu_tier_caption(aggregates: pl.DataFrame, scenario: dict) -> str:
     top = int(frame["cached_tokens"].max() or 0)
     gains = {o: frame.filter(pl.col("cpu_order") == o, pl.col("cached_tokens") > alone)
              ["cpu_capacity"].min() for o in ORDERS}
-    return (f"At GPU {scenario['cpu_sweep_gpu']} (tail-first) the GPU alone keeps {alone} "
-            f"second-pass tokens; a CPU tier brings them to {top} from {full[HEAD_FIRST]} CPU "
-            f"tokens head-first (LMCache's order; it adds nothing below {gains[HEAD_FIRST]}), "
-            f"while a tail-first CPU tier adds partial prefixes from {gains[TAIL_FIRST]} and "
-            f"is full from {full[TAIL_FIRST]}.")
+    kept = "no second-pass tokens" if alone == 0 else f"{alone:,} second-pass tokens"
+    if gains[HEAD_FIRST] is None:
+        head = "adds nothing head-first (LMCache's order)"
+    else:
+        head = f"brings them to {top:,} head-first {_reach(full[HEAD_FIRST], top, 'CPU')}"
+        head += (" (LMCache's order), and nothing before"
+                 if gains[HEAD_FIRST] == full[HEAD_FIRST] else
+                 f" (LMCache's order; it adds nothing below {gains[HEAD_FIRST]:,})")
+    tail = ("adds nothing" if gains[TAIL_FIRST] is None else
+            f"adds partial prefixes from {gains[TAIL_FIRST]:,} and is full "
+            + ("at the same size" if full[TAIL_FIRST] == full[HEAD_FIRST] else
+               _reach(full[TAIL_FIRST], top, 'CPU')))
+    return (f"At GPU {scenario['cpu_sweep_gpu']:,} (tail-first) the GPU alone keeps {kept}; "
+            f"a CPU tier {head}, while a tail-first CPU tier {tail}.")
 
 
 def block_sections(aggregates: pl.DataFrame, scenario: dict) -> list[Section]:

@@ -31,6 +31,9 @@ def cpu_cliff_caption(aggregates: pl.DataFrame, scenario: dict) -> str:
     if s["cliff"] is None:
         return (f"With GPU {gpu}, second-pass misses stay {span(s['low'], s['high'])} at "
                 f"every CPU capacity up to {s['top']} tokens (working set {ws}).")
+    if s["last_before"] is None:                    # no miss even without a CPU tier
+        return (f"With GPU {gpu}, the GPU alone holds the working set ({ws} tokens): no "
+                f"second-pass misses at any CPU capacity, so a CPU tier adds nothing here.")
     whole = ": the CPU tier must hold the whole working set" if s["cliff"] == ws else ""
     return (f"With GPU {gpu}, second-pass misses stay {span(s['low'], s['high'])} at every "
             f"CPU capacity up to {s['last_before']} tokens and drop to 0 from "

@@ -3,6 +3,8 @@ and LMCache's chunk-level CPU cliff next to the document and ideal block models'
 
 Both sections compute their curves from the lab's workload (documents x tokens, passes
 fwd,fwd) with the fast engines, so they need only the workload and the capacity grid.
+``run_engine_sections`` draws a run's own engine models instead (any workload: its block
+aggregates next to the ideal model's in the same orders).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pipeline.config import LAB_DOCS, LAB_GPU, LAB_TOKENS
 from pipeline.workloads.blocks import document_blocks
 
 __all__ = ["gpu_model_curves", "cpu_model_curves", "gpu_models_section",
-           "cpu_models_section"]
+           "cpu_models_section", "run_engine_sections"]
 
 
 def _stream(docs: int, tokens: int, block_size: int):
@@ -88,3 +90,91 @@ def cpu_models_section(capacities: list[int] | None = None) -> Section:
                    "256-token chunks (19 per document, the last 147 tokens always recomputed), "
                    "and below 190 chunks each store evicts another document's chunk 0, which "
                    "kills its whole prefix.")
+
+
+# --------------------------------------------------------------------------- a run's engines
+
+
+def _run_curves(engine: pl.DataFrame, ideal: pl.DataFrame, sweep: str, x: str,
+                tier: str) -> pl.DataFrame:
+    """Second-pass cached tokens of ``sweep`` per capacity: the run's engine models and the
+    ideal model in the same orders; ``series`` names the model (and orders when several)."""
+    from pipeline.charts.blocks import second_pass_tokens
+
+    mine = second_pass_tokens(engine, sweep)
+    orders = mine.select("gpu_order", "cpu_order").unique(maintain_order=True)
+    ideal_rows = second_pass_tokens(ideal, sweep).join(orders, on=["gpu_order", "cpu_order"])
+    several = orders.height > 1
+
+    def named(frame: pl.DataFrame) -> pl.DataFrame:
+        model = pl.col("gpu_model") if tier == "GPU" else pl.format(
+            "{} + {}", "gpu_model", "cpu_model")
+        label = pl.format("{} ({} CPU)", model, "cpu_order") if several else model
+        return frame.select(x, "cached_tokens", "gpu_order", "cpu_order", series=label)
+    return pl.concat([named(mine), named(ideal_rows)]).sort("series", x)
+
+
+def _reach(frame: pl.DataFrame, x: str, series: str) -> tuple[int, int | None]:
+    """(most cached tokens of ``series``, the smallest capacity that reaches them)."""
+    rows = frame.filter(pl.col("series") == series)
+    best = int(rows["cached_tokens"].max() or 0)
+    first = rows.filter(pl.col("cached_tokens") == best)[x].min() if best else None
+    return best, first
+
+
+def _comparison(frame: pl.DataFrame, x: str, tier: str) -> str:
+    """One clause per series (its most cached tokens and from which capacity), and how many
+    more tokens of capacity the engine needs than the ideal model for the same tokens."""
+    from pipeline.charts.blocks import _reach as reach
+
+    names = frame["series"].unique(maintain_order=True).to_list()
+    found = {series: _reach(frame, x, series) for series in names}
+    best, first = found[names[0]]
+    if len(names) > 1 and len(set(found.values())) == 1 and first is not None:
+        return (f"{' and '.join(names)} both keep {best:,} {reach(first, best, tier)}: the "
+                "engine models need no more than the ideal one")
+    parts = [f"{series} keeps none" if first is None else
+             f"{series} keeps {best:,} {reach(first, best, tier)}"
+             for series, (best, first) in found.items()]
+    text = "; ".join(parts)
+    ideal = [s for s in names if s.startswith("ideal")]
+    engines = [s for s in names if not s.startswith("ideal")]
+    if len(ideal) == len(engines) == 1:
+        (best_i, first_i), (best_e, first_e) = found[ideal[0]], found[engines[0]]
+        if best_i == best_e and first_i is not None and first_e is not None:
+            gap = first_e - first_i
+            text += (f": {engines[0]} needs {gap:,} more {tier} tokens than the ideal model"
+                     if gap > 0 else f": {engines[0]} needs no more than the ideal model")
+    return text
+
+
+def run_engine_sections(engine: pl.DataFrame, ideal: pl.DataFrame, scenario: dict,
+                        describe: str) -> list[Section]:
+    """The run's engine models (``engine``: its block aggregates) next to the ideal model in
+    the same orders (``ideal``): second-pass GPU hits over the GPU capacity, and what the CPU
+    tier adds at the run's fixed GPU capacity. ``describe``: the models and their options."""
+    sections = []
+    for key, sweep, x, tier, title in (
+            ("run-engines-gpu", "gpu_cliff", "gpu_capacity", "GPU",
+             "second-pass GPU-hit tokens over the GPU capacity, no CPU tier"),
+            ("run-engines-cpu", "cpu_cliff", "cpu_capacity", "CPU",
+             f"second-pass cached tokens (GPU + CPU) over the CPU capacity at GPU "
+             f"{scenario['cpu_sweep_gpu']:,} tokens")):
+        frame = _run_curves(engine, ideal, sweep, x, tier)
+        chart = (alt.Chart(frame).mark_line(interpolate="step-after", strokeWidth=2)
+                 .encode(x=alt.X(f"{x}:Q", title=f"{tier} capacity (tokens)",
+                                 axis=alt.Axis(format="~s")),
+                         y=alt.Y("cached_tokens:Q", title="second-pass cached tokens",
+                                 axis=alt.Axis(format="~s")),
+                         color=alt.Color("series:N", title="model"),
+                         strokeDash=alt.StrokeDash("series:N", title="model"),
+                         tooltip=["series:N", alt.Tooltip(f"{x}:Q", format=","),
+                                  alt.Tooltip("cached_tokens:Q", format=",")])
+                 .properties(title=f"This run's engine models: {title}", width=760,
+                             height=280))
+        where = "" if tier == "GPU" else f" at GPU {scenario['cpu_sweep_gpu']:,} tokens"
+        caption = (f"This run's {describe}{where}, next to the ideal model in the same "
+                   f"orders, second-pass tokens of the {scenario['docs'] * scenario['tokens']:,}"
+                   f" in the working set: {_comparison(frame, x, tier)}.")
+        sections.append(Section(key, chart, caption))
+    return sections

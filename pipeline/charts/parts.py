@@ -6,18 +6,70 @@ and every caption words numbers the same way.
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import altair as alt
 import polars as pl
 
 from pipeline.summary import stats_table
 from pipeline.tiers import COUNT_NAMES, TIER, TIERS
 
-__all__ = ["TIER_COLOURS", "WIDTH", "HEIGHT", "working_set", "change_points", "fmt", "span",
-           "tier_colour", "working_set_rule", "step_with_spec_points", "cliff_summary",
+__all__ = ["Units", "TOKENS", "TIER_COLOURS", "WIDTH", "HEIGHT", "working_set",
+           "change_points", "fmt", "span", "tier_colour", "working_set_rule",
+           "step_with_spec_points", "cliff_summary",
            "tier_phrase", "pass_order", "ttft_stats"]
 
 TIER_COLOURS = ("#2e7d32", "#1f6fb4", "#c62828")   # green, blue, red: fastest first
 WIDTH, HEIGHT = 620, 260
+
+
+# --------------------------------------------------------------------------- sizes
+
+
+@dataclass(frozen=True)
+class Units:
+    """Tokens, and GiB through ``bytes_per_token`` (of KV model ``name``) when given."""
+
+    bytes_per_token: int | None = None
+    name: str = ""
+
+    def gib(self, tokens: int) -> float:
+        """``tokens`` in GiB, rounded up to 0.01 (a capacity that answers "at least")."""
+        return math.ceil(tokens * self.bytes_per_token / 2**30 * 100) / 100
+
+    def tokens(self, tokens: int) -> str:
+        """``"3,057,664 tokens"``, with ``" (373.25 GiB)"`` when sizes were given."""
+        text = f"{tokens:,} tokens"
+        return text if self.bytes_per_token is None else f"{text} ({self.gib(tokens):,.2f} GiB)"
+
+    def axis(self, field: str, title: str, log: bool = True) -> alt.X:
+        """A capacity axis in tokens (log by default), GiB on a second label line when
+        sizes were given."""
+        scale = alt.Scale(type="log") if log else alt.Scale(zero=True)
+        if self.bytes_per_token is None:
+            return alt.X(f"{field}:Q", title=title, scale=scale, axis=alt.Axis(format="~s"))
+        label = (f"datum.label ? [datum.label, format(datum.value * {self.bytes_per_token} "
+                 "/ 1073741824, ',.3~r') + ' GiB'] : ''")
+        return alt.X(f"{field}:Q", title=f"{title}; GiB of {self.name} below", scale=scale,
+                     axis=alt.Axis(format="~s", labelExpr=label, labelPadding=4))
+
+    def tooltip(self, field: str) -> list[alt.Tooltip]:
+        """Tooltips of a token field: tokens, and GiB when sizes were given."""
+        tips = [alt.Tooltip(f"{field}:Q", title="tokens", format=",")]
+        if self.bytes_per_token is not None:
+            tips.append(alt.Tooltip(f"{field}_gib:Q", title="GiB", format=",.2f"))
+        return tips
+
+    def with_gib(self, frame: pl.DataFrame, field: str) -> pl.DataFrame:
+        """``frame`` plus ``<field>_gib`` when sizes were given."""
+        if self.bytes_per_token is None:
+            return frame
+        return frame.with_columns((pl.col(field) * self.bytes_per_token / 2**30)
+                                  .alias(f"{field}_gib"))
+
+
+TOKENS = Units()
 
 
 # --------------------------------------------------------------------------- data

@@ -1,5 +1,7 @@
-"""Report sections for sizing the CPU tier: predicted TTFT against the CPU capacity (with the
-measured points and their error), and the fit's predicted vs measured TTFT per pass.
+"""Report sections for sizing the CPU tier: the cache hit ratio against the CPU capacity (the
+target and the answer marked), predicted TTFT against it (with the measured points and their
+error), and the fit's predicted vs measured TTFT per pass. Capacities read in tokens with
+GiB of the chosen KV model beside them (``pipeline.charts.parts.Units``).
 
 Inputs come from ``pipeline.planner`` (an ``Evaluator`` for one workload and GPU capacity,
 optionally a ``PlanResult``) and ``pipeline.ttft_model.residuals_by_pass``.
@@ -12,11 +14,12 @@ import numpy as np
 import polars as pl
 
 from pipeline.charts import Section
+from pipeline.charts.parts import Units
 from pipeline.kvsize import KVSize
-from pipeline.planner import Evaluator, PlanResult
+from pipeline.planner import Evaluator, PlanResult, Target
 
 __all__ = ["curve_capacities", "capacity_curve", "measured_points", "ttft_capacity_section",
-           "fit_section", "sweep_ttft_section"]
+           "hit_ratio_section", "fit_section", "sweep_ttft_section"]
 
 WIDTH, HEIGHT = 640, 300
 
@@ -60,25 +63,89 @@ def measured_points(residuals: pl.DataFrame, measured_cpu: int,
     return pl.concat(frames) if frames else pl.DataFrame()
 
 
-def _answer_rule(result: PlanResult, kv: KVSize) -> alt.LayerChart:
-    gib = kv.bytes(result.cpu_tokens) / 2**30
-    frame = pl.DataFrame({"x": [result.cpu_tokens],
-                          "label": [f"plan: {result.cpu_tokens:,} tokens = {gib:.2f} GiB"]})
+def _units(kv: KVSize) -> Units:
+    return Units(kv.bytes_per_token, kv.name)
+
+
+def _x(kv: KVSize) -> alt.X:
+    return _units(kv).axis("cpu_capacity", "CPU tier capacity (tokens)", log=False)
+
+
+def _answer_rule(result: PlanResult, kv: KVSize, top: int) -> alt.LayerChart:
+    """The answer's dashed rule, labelled at the top of the plot on the side with room (so
+    the label never runs over the y-axis ticks)."""
+    left = result.cpu_tokens <= 0.6 * max(top, 1)
+    tokens = result.cpu_tokens
+    label = f"plan: {tokens:,} tokens = {_units(kv).gib(tokens):,.2f} GiB"
+    frame = pl.DataFrame({"x": [tokens], "label": [label]})
     base = alt.Chart(frame).encode(x="x:Q")
     return alt.layer(base.mark_rule(strokeDash=[5, 4], color="#555"),
-                     base.mark_text(align="right", dx=-5, color="#333")
-                     .encode(y=alt.value(HEIGHT / 2), text="label:N"))
+                     base.mark_text(align="left" if left else "right", dx=5 if left else -5,
+                                    color="#333", fontWeight="bold")
+                     .encode(y=alt.value(10), text="label:N"))
+
+
+def _with_answer(evaluator: Evaluator, result: PlanResult | None, extra: int) -> list[int]:
+    """The drawn capacities, with the answer and the token below it when there is one."""
+    capacities = set(curve_capacities(evaluator, extra=extra))
+    if result is not None and result.status == "met":
+        capacities |= {result.cpu_tokens, result.cpu_tokens - 1}
+    return sorted(capacities)
+
+
+def hit_ratio_section(evaluator: Evaluator, kv: KVSize, target: Target, names: list[str],
+                      result: PlanResult | None = None, extra: int = 0) -> Section:
+    """Cache hit ratio (GPU + CPU share of prompt tokens) per pass against the CPU tier's
+    capacity (drawn to at least ``extra``, as the TTFT section); a hit-ratio target as a
+    dashed line, the answer as a rule."""
+    units = _units(kv)
+    curve = capacity_curve(evaluator, _with_answer(evaluator, result, extra)).with_columns(
+        cpu_gib=pl.col("cpu_capacity") * kv.bytes_per_token / 2**30)
+    colour = alt.Color("pass_name:N", title="pass", sort=None)
+    layers: list = [alt.Chart(curve).mark_line(interpolate="step-after", strokeWidth=2).encode(
+        x=_x(kv), y=alt.Y("hit_ratio:Q", title="cache hit ratio (GPU + CPU, of prompt tokens)",
+                          scale=alt.Scale(domain=[0, 1])),
+        color=colour, strokeDash=alt.StrokeDash("pass_name:N", title="pass", sort=None),
+        tooltip=[alt.Tooltip("cpu_capacity:Q", format=",d", title="CPU tokens"),
+                 alt.Tooltip("cpu_gib:Q", format=",.3f", title="GiB"), "pass_name:N",
+                 alt.Tooltip("hit_ratio:Q", format=".4f")])]
+    chosen = [names[i] for i in target.passes]
+    if target.kind == "hit_ratio":
+        goal = alt.Chart(pl.DataFrame({"y": [target.value],
+                                       "label": [f"target {target.value:g}"]})).encode(y="y:Q")
+        layers += [goal.mark_rule(strokeDash=[10, 3, 2, 3], color="#222", strokeWidth=1.5),
+                   goal.mark_text(align="right", dy=-6, color="#222", fontWeight="bold")
+                   .encode(x=alt.value(WIDTH - 4), text="label:N")]
+    if result is not None and result.status == "met":
+        layers.append(_answer_rule(result, kv, int(curve["cpu_capacity"].max())))
+    chart = alt.layer(*layers).properties(width=WIDTH, height=HEIGHT)
+    at = {row["pass_name"]: row["hit_ratio"] for row in
+          curve.filter(pl.col("cpu_capacity") == 0).iter_rows(named=True)}
+    start = ", ".join(f"{name} {at[name]:.3f}" for name in chosen if at.get(name) is not None)
+    caption = (f"Cache hit ratio per pass against the CPU tier at GPU "
+               f"{units.tokens(evaluator.gpu_capacity)}; without a CPU tier: {start}")
+    if result is None or target.kind != "hit_ratio":
+        caption += "."
+    elif result.status == "met":
+        caption += (f"; the smallest CPU tier that brings {', '.join(chosen)} to "
+                    f"{target.value:g} is {units.tokens(result.cpu_tokens)} (the dashed rule).")
+    elif result.status == "gpu_alone":
+        caption += f": the GPU alone meets {target.value:g}."
+    else:
+        caption += f": no CPU tier reaches {target.value:g} in {', '.join(chosen)}."
+    return Section("plan-hit-ratio", chart, caption)
 
 
 def ttft_capacity_section(evaluator: Evaluator, kv: KVSize, statistic: str = "p50",
                           measured: pl.DataFrame | None = None,
-                          result: PlanResult | None = None) -> Section:
-    """Predicted TTFT (``statistic`` p50 or mean) per pass against the CPU tier's capacity."""
+                          result: PlanResult | None = None, provenance: str = "") -> Section:
+    """Predicted TTFT (``statistic`` p50 or mean) per pass against the CPU tier's capacity;
+    ``provenance`` says what the TTFT model was fitted on (e.g. the SYNTHETIC file)."""
     column = f"{statistic}_ms"
     extra = int(measured["cpu_capacity"].max()) if measured is not None and measured.height else 0
-    curve = capacity_curve(evaluator, curve_capacities(evaluator, extra=extra)).with_columns(
+    curve = capacity_curve(evaluator, _with_answer(evaluator, result, extra)).with_columns(
         cpu_gib=pl.col("cpu_capacity") * kv.bytes_per_token / 2**30)
-    x = alt.X("cpu_capacity:Q", title="CPU tier capacity (tokens)", axis=alt.Axis(format="~s"))
+    x = _x(kv)
     colour = alt.Color("pass_name:N", title="pass", sort=None)
     dash = alt.StrokeDash("pass_name:N", title="pass", sort=None)
     layers: list = [alt.Chart(curve).mark_line(interpolate="step-after", strokeWidth=2).encode(
@@ -101,7 +168,7 @@ def ttft_capacity_section(evaluator: Evaluator, kv: KVSize, statistic: str = "p5
         caption_tail = (f"; the measured passes (diamonds: baseline at CPU 0, lmcache at its CPU "
                         f"tier) are within {worst:.1f} % of the fitted model")
     if result is not None and result.status == "met":
-        layers.append(_answer_rule(result, kv))
+        layers.append(_answer_rule(result, kv, int(curve["cpu_capacity"].max())))
     chart = alt.layer(*layers).properties(width=WIDTH, height=HEIGHT)
     gpu = evaluator.gpu_capacity
     first, last = curve.filter(pl.col("cpu_capacity") == 0), curve.filter(
@@ -111,7 +178,8 @@ def ttft_capacity_section(evaluator: Evaluator, kv: KVSize, statistic: str = "p5
                       if a[column] is not None and b[column] is not None)
     caption = (f"Predicted {statistic} TTFT per pass against the CPU tier at GPU {gpu:,} tokens "
                f"({kv.name}, {kv.bytes_per_token:,} bytes per token), from no CPU tier to every "
-               f"CPU hit the workload can get: {drops}{caption_tail}.")
+               f"CPU hit the workload can get: {drops}{caption_tail}."
+               f"{' TTFT model: ' + provenance + '.' if provenance else ''}")
     return Section("plan-ttft-capacity", chart, caption)
 
 

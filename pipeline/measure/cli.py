@@ -2,12 +2,13 @@
 
 ``python -m pipeline measure --base-url http://127.0.0.1:8000 --output ttft.jsonl
 [--config NAME] [--docs 10] [--tokens 5000] [--passes fwd,fwd,rev] [--repeats 1]
-[--concurrency 1] [--resume]`` sends the lab's documents (plus a short question) to an
-OpenAI-compatible ``/v1/completions`` endpoint (vLLM, SGLang, llama.cpp) and appends one line
-per request: ``config, pass, doc, doc_tokens, ttft_ms, total_ms, repeat, step`` and what the
-server reports. ``--local-engine`` instead builds (or reuses) llama-cpp-python, writes a tiny
-random-weight GGUF model, and measures one fresh server per ``--ram-cache`` config and repeat
-(see pipeline/measure/llamacpp/local.py), with provenance beside the output.
+[--concurrency 1] [--served-model NAME] [--resume]`` sends the lab's documents (plus a short
+question) to an OpenAI-compatible ``/v1/completions`` endpoint (vLLM, SGLang, llama.cpp) and
+appends one line per request: ``config, pass, doc, doc_tokens, ttft_ms, total_ms, repeat,
+step`` and what the server reports. ``--local-engine`` instead builds (or reuses)
+llama-cpp-python, writes a tiny random-weight GGUF model, and measures one fresh server per
+``--ram-cache`` config and repeat (see pipeline/measure/llamacpp/local.py), with provenance
+beside the output.
 
 A failure (refused connection, timeout, HTTP error, malformed stream) stops with one line;
 every line already written stays, and the same command with ``--resume`` sends only the
@@ -24,7 +25,7 @@ from pipeline.arguments import pass_list, positive_float, positive_int
 from pipeline.config import BASELINE, LAB_DOCS, LAB_PASSES
 from pipeline.errors import CLIError
 from pipeline.measure.client import RequestFailed
-from pipeline.measure.output import check_output
+from pipeline.measure.output import check_output, kept_note
 from pipeline.measure.runner import run_requests, settings_from
 from pipeline.measure.workload import WORDS, spec_requests, workload_spec
 from pipeline.workloads.patterns import REPEAT_MODES
@@ -109,7 +110,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds allowed per request (default %(default)s)")
     parser.add_argument("--max-tokens", type=positive_int, default=16,
                         help="tokens to generate per request (default %(default)s)")
-    parser.add_argument("--model", help="model name to send (--base-url)")
+    parser.add_argument("--served-model", metavar="NAME",
+                        help="the served model's name, sent as the request's \"model\" field "
+                             "(--base-url; what vLLM's --served-model-name gives; not kvlab's "
+                             "--model KV-size preset)")
     parser.add_argument("--logit-bias", type=_logit_bias, action="append", default=[],
                         metavar="TOKEN_ID=BIAS", help="logit_bias entry to send (repeatable)")
     parser.add_argument("--include-usage", action="store_true",
@@ -149,8 +153,7 @@ def main(args: argparse.Namespace) -> int:
         written = run_requests(requests, settings_from(args, args.base_url), args.output,
                                progress=None if args.quiet else sys.stderr)
     except RequestFailed as exc:
-        raise CLIError(f"{exc}; lines so far are kept in {args.output}, rerun with --resume "
-                       f"to continue") from None
+        raise CLIError(f"{exc}; {kept_note(args.output)}") from None
     print(f"measure: wrote {written} line(s) to {args.output}", file=sys.stderr)
     return 0
 

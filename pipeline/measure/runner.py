@@ -4,8 +4,9 @@ Each line has the lab's fields (``config, pass, doc, doc_tokens, ttft_ms, total_
 the request sits in the workload (``repeat``, ``step``), and whatever the server reported
 (``prompt_tokens``, ``completion_tokens``, ``cached_tokens``, ``server_timings``) plus any
 fields an ``Observer`` adds (an engine's log, for instance). Lines are appended and flushed
-one request at a time, so a failure keeps everything written before it; ``done_keys`` reads
-a file back so that a rerun skips what is done.
+one request at a time, so a failure keeps everything written before it (the file is opened
+at the first answer: a run that gets none leaves no file); ``done_keys`` reads a file back
+so that a rerun skips what is done.
 
 Requests go out in workload order, ``concurrency`` at a time (1 by default: the next request
 is sent when the previous answer is complete). The first failure stops new requests; those
@@ -72,7 +73,7 @@ class RunSettings:
 def settings_from(args: argparse.Namespace, base_url: str) -> RunSettings:
     """RunSettings from ``measure``'s options, for the server at ``base_url``."""
     return RunSettings(base_url=base_url, timeout_s=args.timeout, concurrency=args.concurrency,
-                       max_tokens=args.max_tokens, model=args.model,
+                       max_tokens=args.max_tokens, model=args.served_model,
                        logit_bias=dict(args.logit_bias), include_usage=args.include_usage)
 
 
@@ -152,14 +153,39 @@ async def _run(requests: Sequence[Request], settings: RunSettings, out: TextIO,
     return written
 
 
+class _AppendOnFirstWrite:
+    """A text file opened for appending only when the first line is written."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.handle = path, None
+
+    def write(self, text: str) -> None:
+        if self.handle is None:
+            self.handle = self.path.open("a", encoding="utf-8")
+        self.handle.write(text)
+
+    def flush(self) -> None:
+        if self.handle is not None:
+            self.handle.flush()
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+
+
 def run_requests(requests: Sequence[Request], settings: RunSettings, output: Path,
                  observer: Observer | None = None, progress: TextIO | None = sys.stderr) -> int:
     """Send ``requests`` and append their lines to ``output``; return the lines written.
 
     ``observer`` needs concurrency 1 (ValueError otherwise). RequestFailed on the first
-    failure, after every finished request is written.
+    failure, after every finished request is written, and when ``output`` cannot be written.
     """
     if observer is not None and settings.concurrency != 1:
         raise ValueError("an observer needs concurrency 1")
-    with output.open("a", encoding="utf-8") as out:
+    out = _AppendOnFirstWrite(output)
+    try:
         return asyncio.run(_run(requests, settings, out, observer, progress))
+    except OSError as exc:
+        raise RequestFailed(f"{output}: cannot write a line ({exc.strerror or exc})") from None
+    finally:
+        out.close()

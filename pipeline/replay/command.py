@@ -83,6 +83,7 @@ def _shown(path: str | Path) -> str:
 def main(args: argparse.Namespace) -> int:
     """``python -m pipeline trace``: validate, replay, write, print."""
     as_sizes = resolve_capacities(args, "gpu", "cpu", "cpu_sweep_gpu")
+    args.sizes_given = bool(as_sizes)           # the report adds GiB (outputs.trace_units)
     workload = load_workload(args)
     try:
         stream = block_stream(workload.blocks, workload.block_size)

@@ -20,7 +20,8 @@ from pipeline.blocks.onepass import COLD, block_distances
 from pipeline.blocks.stream import BlockStream, capacity_blocks
 from pipeline.stackdist import _NOTHING_STORED, _band_limits
 
-__all__ = ["Infinite", "infinite", "points", "gpu_curve", "cpu_curve", "block_events",
+__all__ = ["Infinite", "infinite", "points", "gpu_curve", "gpu_crossing", "cpu_curve",
+           "block_events",
            "default_gpu_grid", "default_cpu_grid", "curve_grid", "distinct_cacheable",
            "POINT_SCHEMA", "REQUEST_POINT_SCHEMA"]
 
@@ -151,6 +152,29 @@ def gpu_curve(stream: BlockStream, capacities: np.ndarray, order: str) -> np.nda
         prefix = np.sort(block_distances(stream, order, size_limit=int(limit)).prefix)
         out[rows] = np.searchsorted(prefix, capacity[rows], side="right")
     return out
+
+
+def gpu_crossing(stream: BlockStream, order: str, hit_blocks: int, low: int,
+                 high: int) -> int | None:
+    """The smallest GPU capacity in blocks in (``low``, ``high``] (blocks) at which
+    ``gpu_curve`` counts at least ``hit_blocks`` hits, or None: exact, from the same
+    one-pass distances (one pass per size band the interval meets), not a grid point.
+
+    Within a band every capacity stores the same keys, so the hits at C are the band's
+    sorted prefix depths <= C and the crossing is the band's ``hit_blocks``-th depth."""
+    if hit_blocks <= 0:
+        return low + 1 if low < high else None
+    distinct = np.unique(stream.cacheable)
+    starts = np.unique(np.concatenate(([low + 1], distinct[(distinct > low + 1)
+                                                           & (distinct <= high)])))
+    ends = np.append(starts[1:] - 1, high)
+    for start, end, limit in zip(starts, ends, _band_limits(distinct, starts)):
+        if limit == _NOTHING_STORED:
+            continue
+        prefix = np.sort(block_distances(stream, order, size_limit=int(limit)).prefix)
+        if np.searchsorted(prefix, end, side="right") >= hit_blocks:
+            return int(max(start, prefix[hit_blocks - 1]))
+    return None
 
 
 def cpu_curve(stream: BlockStream, gpu_capacity: int, capacities: np.ndarray,

@@ -123,10 +123,41 @@ def _gpu_curves(stream: BlockStream, prompt: int) -> pl.DataFrame:
     return pl.concat(frames)
 
 
+def _half_crossing(stream: BlockStream, order: str, curve: pl.DataFrame,
+                   infinite: engine.Infinite) -> int | None:
+    """The exact GPU capacity (tokens) where ``order``'s block hit ratio first reaches half
+    the model's infinite-cache one: bracketed by ``curve``'s grid, found in between from the
+    one-pass distances (``engine.gpu_crossing``)."""
+    needed = (round(infinite.block_hit_ratio * stream.blocks) + 1) // 2   # ratios = hits / blocks
+    reached = curve.filter((pl.col("block_hit_ratio") * stream.blocks).round() >= needed)
+    if needed == 0 or reached.height == 0:
+        return None
+    above = reached["gpu_capacity"].min() // stream.block_size
+    below = curve.filter(pl.col("gpu_capacity") < above * stream.block_size)
+    low = below["gpu_capacity"].max() // stream.block_size if below.height else -1
+    blocks = engine.gpu_crossing(stream, order, needed, low, above)
+    return None if blocks is None else blocks * stream.block_size
+
+
+def trace_units(args: argparse.Namespace) -> charts.Units:
+    """GiB beside tokens in the report when capacities were given as sizes
+    (``args.sizes_given``, set by the command) or a KV model was named (``--model``,
+    ``--kv-bytes-per-token``, ``--kv-shape``)."""
+    from pipeline.kvsize import kv_from_args
+
+    named = any(getattr(args, option, None) is not None
+                for option in ("model", "kv_bytes_per_token", "kv_shape"))
+    if not getattr(args, "sizes_given", False) and not named:
+        return charts.TOKENS
+    kv = kv_from_args(args)
+    return charts.Units(kv.bytes_per_token, kv.name)
+
+
 def report_page(workload: Workload, stream: BlockStream, infinite: engine.Infinite,
                 args: argparse.Namespace, sweep_gpu: int, events: pl.DataFrame,
                 models: Models | None = None) -> str:
     """The whole trace.html page."""
+    units = trace_units(args)
     prompt = infinite.prompt_tokens
     curves = _gpu_curves(stream, prompt)
     grid = engine.curve_grid(stream)
@@ -138,8 +169,11 @@ def report_page(workload: Workload, stream: BlockStream, infinite: engine.Infini
                         "cpu_token_ratio": cpu_tokens / max(prompt, 1)})
     reuse = events.select(reuse_tokens=pl.col("stack_distance").drop_nulls().cast(pl.Int64)
                           * stream.block_size)
-    lede = (f"{workload.label}: {infinite.requests} requests, {infinite.blocks} block accesses "
-            f"of {stream.block_size} tokens ({infinite.distinct_blocks} distinct). An "
+    through = "" if units.bytes_per_token is None else (
+        f"; GiB through {units.name}'s {units.bytes_per_token:,} bytes per token")
+    lede = (f"{workload.label}: {infinite.requests:,} requests, {infinite.blocks:,} block "
+            f"accesses of {stream.block_size:,} tokens ({infinite.distinct_blocks:,} distinct"
+            f"{through}). An "
             f"infinite cache hits {infinite.repeat_ratio:.4f} of block accesses (repeated "
             f"blocks); in the block model, where only full blocks are cached and a request "
             f"reuses its longest cached prefix, {infinite.block_hit_ratio:.4f} of blocks and "
@@ -152,10 +186,13 @@ def report_page(workload: Workload, stream: BlockStream, infinite: engine.Infini
             "Model: <code>pipeline.blocks</code> (README, block-level prefix caching).</p>")
     groups = [
         ("GPU capacity", note, [
-            charts.gpu_section(order_curve, args.gpu_order, infinite.block_hit_ratio),
-            charts.orders_section(curves.select("order", "gpu_capacity", "token_hit_ratio"))]),
-        ("A CPU tier", "", [charts.cpu_section(cpu, sweep_gpu, args.cpu_order)]),
-        ("Reuse distances", "", [charts.reuse_section(reuse, sweep_gpu)]),
+            charts.gpu_section(order_curve, args.gpu_order, infinite.block_hit_ratio,
+                               _half_crossing(stream, args.gpu_order, order_curve, infinite),
+                               units),
+            charts.orders_section(curves.select("order", "gpu_capacity", "token_hit_ratio"),
+                                  units)]),
+        ("A CPU tier", "", [charts.cpu_section(cpu, sweep_gpu, args.cpu_order, units)]),
+        ("Reuse distances", "", [charts.reuse_section(reuse, sweep_gpu, units)]),
     ]
     return page_html(f"kvlab trace: {Path(workload.label).name}", lede, groups)
 

@@ -33,7 +33,7 @@ from pipeline.measure.llamacpp.compare import agreement, load_measurement
 from pipeline.measure.llamacpp.engine import (LlamaServer, LogObserver, ensure_installed,
                                               measure_state_size)
 from pipeline.measure.llamacpp.gguf_model import ModelShape, vocabulary, write_model
-from pipeline.measure.output import check_output, provenance_path
+from pipeline.measure.output import check_output, kept_note, provenance_path
 from pipeline.measure.runner import run_requests, settings_from
 from pipeline.measure.workload import (FORCED_WORD, QUESTION_WORDS, Request, spec_requests,
                                        workload_spec)
@@ -184,8 +184,7 @@ def _measure_group(args: argparse.Namespace, group: list[Request], done: set[tup
             run_requests(todo, settings, args.output, observer=LogObserver(log),
                          progress=progress)
         except RequestFailed as exc:
-            raise CLIError(f"{exc}; lines so far are kept in {args.output}, rerun with "
-                           f"--resume to continue (server log: {log})") from None
+            raise CLIError(f"{exc}; {kept_note(args.output)} (server log: {log})") from None
 
 
 def show(output: Path) -> int:
