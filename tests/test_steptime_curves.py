@@ -10,8 +10,8 @@ from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.request import SimRequest
 from pipeline.kvsize import ModelShape
 from pipeline.steptime import Linear, Roofline
-from pipeline.steptime.curves import (CURVE_SCHEMA, ONE_PASS, Load, apply_load, load_curves,
-                                      parse_loads, upper_curve)
+from pipeline.steptime.curves import (CURVE_SCHEMA, ONE_PASS, UPPER, Load, apply_load,
+                                      load_curves, parse_loads, upper_curve)
 from pipeline.steptime.gpus import GpuPreset
 
 TINY = ModelShape("tiny", 2, 64, 128, 4, 2, 100)
@@ -42,7 +42,8 @@ def test_concurrency_one_equals_the_upper_line(latency):
     alone = load_curves(requests, capacities, [Load("concurrency", 1)], config, latency)
     for column in ("hit_ratio", "ttft_ms_p50", "ttft_ms_p90", "ttft_ms_p99"):
         assert alone[column].to_list() == pytest.approx(upper[column].to_list()), column
-    assert upper["curve"].unique().to_list() == [ONE_PASS]
+    assert upper["curve"].unique().to_list() == [UPPER]
+    assert upper["load"].unique().to_list() == [ONE_PASS]
     assert upper["hit_ratio"].to_list() == sorted(upper["hit_ratio"].to_list())
     assert upper["hit_ratio"][-1] > 0
     with pytest.raises(ValueError, match="GPU capacity 16 tokens"):

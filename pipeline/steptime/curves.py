@@ -33,9 +33,10 @@ from pipeline.steptime.cost import StepTimeModel
 from pipeline.steptime.metrics import run_metrics
 
 __all__ = ["Load", "parse_loads", "apply_load", "load_curves", "upper_curve", "CURVE_SCHEMA",
-           "ONE_PASS"]
+           "ONE_PASS", "UPPER"]
 
 ONE_PASS = "concurrency 1 (one pass)"
+UPPER = "upper"                 # the curve column: "upper" (concurrency 1) or "under load"
 CURVE_SCHEMA = pl.Schema({
     "curve": pl.String, "load": pl.String, "load_kind": pl.String, "load_value": pl.Float64,
     "gpu_capacity": pl.Int64, "num_gpu_blocks": pl.Int64, "requests": pl.Int64,
@@ -196,7 +197,7 @@ def _alone_ttft(prompt: np.ndarray, hits: np.ndarray, budget: int, latency: Step
 
 def upper_curve(requests: Sequence[SimRequest], capacities: Sequence[int],
                 config: SchedulerConfig, latency: StepTimeModel) -> pl.DataFrame:
-    """The concurrency-1 line (CURVE_SCHEMA rows, curve and load ``ONE_PASS``): hits from
+    """The concurrency-1 line (CURVE_SCHEMA rows, curve ``UPPER``, load ``ONE_PASS``): hits from
     the one-pass ``vllm`` model, TTFT of each request alone under ``latency``."""
     from pipeline.blocks.stream import block_stream
     from pipeline.engines.vllm_fast import vllm_gpu
@@ -222,7 +223,7 @@ def upper_curve(requests: Sequence[SimRequest], capacities: Sequence[int],
         quantiles = {f"ttft_ms_p{p}": float(frame["ttft_ms"].quantile(p / 100, "linear"))
                      for p in (50, 90, 99)}
         ratio = float(hit.sum() / prompt.sum()) if prompt.sum() else None
-        rows.append({"curve": ONE_PASS, "load": ONE_PASS, "load_kind": "one-pass",
+        rows.append({"curve": UPPER, "load": ONE_PASS, "load_kind": "one-pass",
                      "load_value": 1.0, "gpu_capacity": int(capacity),
                      "num_gpu_blocks": _blocks(int(capacity), config.block_size),
                      "requests": prompt.size, "hit_ratio": ratio, "gpu_hit_ratio": ratio,
