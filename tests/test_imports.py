@@ -154,7 +154,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "pipeline.run_exports", "pipeline.engines.curves", "pipeline.policies.curves",
         "pipeline.replay.engine", "pipeline.replay.outputs", "pipeline.plan_output",
         "pipeline.measure.llamacpp.local", "pipeline.measure.*", "pipeline.fleet",
-        "pipeline.fleet.*", "pipeline.fit", "pipeline.fit.*"),
+        "pipeline.fleet.*", "pipeline.fit", "pipeline.fit.*",
+        "pipeline.steptime.chart", "pipeline.steptime.command"),
     "commands": (
         "pipeline.cli", "pipeline.__main__", "pipeline.run", "pipeline.plan",
         "pipeline.synthetic_ttft", "pipeline.blocks.command", "pipeline.replay.command",

@@ -13,7 +13,8 @@ from pipeline.engine.core import DecodeRun, EngineSim, StepRecord
 from pipeline.engine.hashing import bulk_request_keys
 from pipeline.engine.request import SimRequest
 
-__all__ = ["SimResult", "simulate", "CLOCKS", "REQUEST_COLUMNS", "STEP_COLUMNS"]
+__all__ = ["SimResult", "simulate", "request_frame", "step_frame", "CLOCKS",
+           "REQUEST_COLUMNS", "STEP_COLUMNS"]
 
 CLOCKS = ("steps", "time")
 REQUEST_COLUMNS = ("request", "arrival_step", "first_scheduled_step", "first_token_step",
@@ -113,12 +114,12 @@ def simulate(requests: Sequence[SimRequest], config: SchedulerConfig, *, cpu_tie
             starts[record.step] = now
             now += duration
             ends[record.step] = now
-    return SimResult(_request_frame(engine, requests, arrival, timed, starts, ends),
-                     _step_frame(records, runs, timed, starts, ends))
+    return SimResult(request_frame(engine, requests, arrival, timed, starts, ends),
+                     step_frame(records, runs, timed, starts, ends))
 
 
-def _request_frame(engine: EngineSim, requests: Sequence[SimRequest], arrival: np.ndarray,
-                   timed: bool, starts: dict, ends: dict) -> pl.DataFrame:
+def request_frame(engine: EngineSim, requests: Sequence[SimRequest], arrival: np.ndarray,
+                  timed: bool, starts: dict, ends: dict) -> pl.DataFrame:
     states = [engine.result(r.index) for r in requests]
     columns = {
         "request": [s.index for s in states],
@@ -146,8 +147,8 @@ def _request_frame(engine: EngineSim, requests: Sequence[SimRequest], arrival: n
                               e2e_ms=pl.col("finish_ms") - pl.col("arrival_ms"))
 
 
-def _step_frame(records: list[StepRecord], runs: list[DecodeRun], timed: bool,
-                starts: dict, ends: dict) -> pl.DataFrame:
+def step_frame(records: list[StepRecord], runs: list[DecodeRun], timed: bool,
+               starts: dict, ends: dict) -> pl.DataFrame:
     columns = {name: [np.fromiter((getattr(r, name) for r in records), np.int64,
                                   len(records))] for name in STEP_COLUMNS}
     for run in runs:

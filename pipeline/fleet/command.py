@@ -107,6 +107,8 @@ def _settings(args: argparse.Namespace, workload, options) -> Settings:
                                  max_num_batched_tokens=args.max_num_batched_tokens,
                                  max_model_len=max_len,
                                  chunked_prefill=not args.no_chunked_prefill,
+                                 long_prefill_token_threshold=(
+                                     args.long_prefill_token_threshold),
                                  async_scheduling=args.async_scheduling)
         tier = (partial(LMCacheTier, args.cpu_tokens, args.block_size, args.cpu_chunk_size)
                 if args.cpu_tokens else None)

@@ -25,7 +25,7 @@ import polars as pl
 
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.core import EngineSim, StepRecord
-from pipeline.engine.loop import _request_frame, _step_frame
+from pipeline.engine.loop import request_frame, step_frame
 from pipeline.engine.request import SimRequest
 from pipeline.fleet.routers.base import RouteRequest, Router
 from pipeline.fleet.view import FleetView
@@ -166,10 +166,10 @@ def _fleet_frames(fleet: list[_Instance], placement: np.ndarray,
     frames, steps = [], []
     for inst in fleet:
         if inst.requests:
-            frame = _request_frame(inst.engine, inst.requests, np.array(inst.arrival),
+            frame = request_frame(inst.engine, inst.requests, np.array(inst.arrival),
                                    True, inst.starts, inst.ends)
             frames.append(frame.with_columns(instance=pl.lit(inst.index, pl.Int64)))
-        steps.append(_step_frame(inst.records, [], True, inst.starts, inst.ends)
+        steps.append(step_frame(inst.records, [], True, inst.starts, inst.ends)
                      .with_columns(instance=pl.lit(inst.index, pl.Int64)))
     requests = (pl.concat(frames).sort("request") if frames else pl.DataFrame())
     if frames:

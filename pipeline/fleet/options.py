@@ -6,6 +6,7 @@ import argparse
 import os
 
 from pipeline.arguments import non_negative_float, non_negative_int, positive_int
+from pipeline.engine.options import add_engine_arguments
 from pipeline.fleet.routers import ROUTERS, router_class
 from pipeline.fleet.sweep import EXECUTORS
 from pipeline.steptime.options import add_latency_arguments
@@ -91,30 +92,12 @@ def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
                        help="the router's view of engine state (cache contents, queues, KV "
                             "usage) is refreshed every MS ms of simulated time; 0: exact, "
                             "live (the oracle view) (default 0)")
-    engine = parser.add_argument_group("engine (per instance; a model of vLLM v1)")
-    engine.add_argument("--block-size", type=positive_int, default=16,
-                        help="tokens per KV block (default %(default)s)")
-    engine.add_argument("--max-num-seqs", type=positive_int, default=256,
-                        help="vLLM's max_num_seqs (default %(default)s)")
-    engine.add_argument("--max-num-batched-tokens", type=positive_int, default=8192,
-                        help="vLLM's max_num_batched_tokens (default %(default)s)")
-    engine.add_argument("--max-model-len", type=positive_int, default=None,
-                        help="vLLM's max_model_len (default: the longest request)")
-    engine.add_argument("--no-chunked-prefill", action="store_true",
-                        help="disable chunked prefill")
-    engine.add_argument("--async-scheduling", action="store_true",
-                        help="vLLM's async scheduling (two batches in flight)")
-    engine.add_argument("--cpu-tokens", type=non_negative_int, default=0,
-                        help="an LMCache CPU tier of this many tokens per instance (0: none) "
-                             "(default 0)")
+    engine = add_engine_arguments(parser, "engine (per instance; a model of vLLM v1)")
     engine.add_argument("--cpu-shared", action="store_true",
                         help="one CPU pool of --cpu-tokens shared by every instance (as a "
                              "Mooncake store or LMCache remote backend: a chunk stored by one "
                              "instance loads on any; reloads cost the roofline's "
                              "--host-link-gbps) instead of one per instance")
-    engine.add_argument("--cpu-chunk-size", type=positive_int, default=256,
-                        help="LMCache's chunk size, a multiple of --block-size (default "
-                             "%(default)s)")
     add_latency_arguments(parser)
     run = parser.add_argument_group("sweep execution and outputs")
     run.add_argument("--executor", choices=EXECUTORS, default="local",

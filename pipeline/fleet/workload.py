@@ -16,9 +16,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from pipeline.arguments import non_negative_float, positive_float, positive_int
-from pipeline.engine.command import _pattern_workload
 from pipeline.engine.request import SimRequest
-from pipeline.engine.workload import FORMATS, read_workload, with_arrivals
+from pipeline.engine.workload import FORMATS, pattern_workload, read_workload, with_arrivals
 from pipeline.errors import CLIError
 from pipeline.replay.inputs import add_pattern_arguments
 from pipeline.workloads import patterns
@@ -119,7 +118,7 @@ def load_workload(args: argparse.Namespace) -> Workload:
         elif args.pattern in patterns.TOKEN_PATTERNS:
             label, requests, timed = _token_pattern(args)
         else:
-            requests, label, timed = _pattern_workload(args).requests, \
+            requests, label, timed = pattern_workload(args).requests, \
                 f"--pattern {args.pattern}", False
     except TraceError as exc:
         raise CLIError(str(exc)) from None
