@@ -46,7 +46,7 @@ def test_concurrency_one_equals_the_upper_line(latency):
     assert upper["load"].unique().to_list() == [ONE_PASS]
     assert upper["hit_ratio"].to_list() == sorted(upper["hit_ratio"].to_list())
     assert upper["hit_ratio"][-1] > 0
-    with pytest.raises(ValueError, match="GPU capacity 16 tokens"):
+    with pytest.raises(ValueError, match="GPU capacity 16 tokens cannot hold the largest"):
         load_curves(requests, [16], [Load("concurrency", 1)], config, latency)
 
 
