@@ -149,5 +149,10 @@ def load_latency(path: str | Path) -> Linear:
                        f"{name} {coefficients[name]:.4g}" for name in coefficients)
     provenance = (f"fitted by least squares ({engine}, {served}) from "
                   f"{', '.join(map(str, sources)) or 'unnamed files'}: {errors}")
+    if isinstance(document.get("provenance"), str):
+        provenance += f"; the file says: {document['provenance']}"
+    held = document.get("held_at_zero")
+    if isinstance(held, list) and held:
+        notes.append(f"{', '.join(map(str, held))} held at 0 by the fit")
     return Linear(coefficients, f"fitted ({path.name}: {engine}, {served})", provenance,
                   tuple(notes), kv, span, tuple(unidentified))
