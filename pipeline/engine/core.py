@@ -261,7 +261,7 @@ class EngineSim:
                 held = len(req.blocks) * size
                 if computed < held or (computed == held and pool.num_free):
                     if computed == held:
-                        req.blocks.extend(pool.get_new_blocks(1))
+                        req.blocks.append(pool.get_new_block())
                     full = req.num_tokens // size
                     cached = req.num_cached_block or 0
                     if full > cached:

@@ -58,20 +58,20 @@ class BlockPool:
 
     def get_new_blocks(self, count: int) -> list[int]:
         """popleft_n + _maybe_evict_cached_block: ``count`` blocks from the head."""
-        head, body, block_hash, ref_cnt = self.head, self.body, self.block_hash, self.ref_cnt
-        out = []
-        for _ in range(count):
-            block = head.pop() if head else body.popitem(last=False)[0]
-            key = block_hash[block]
-            if key is not None:
-                holders = self.cached[key]
-                del holders[block]
-                if not holders:
-                    del self.cached[key]
-                block_hash[block] = None
-            ref_cnt[block] += 1
-            out.append(block)
-        return out
+        return [self.get_new_block() for _ in range(count)]
+
+    def get_new_block(self) -> int:
+        """Pop the head of the free queue, evicting its hash, and take a reference."""
+        block = self.head.pop() if self.head else self.body.popitem(last=False)[0]
+        key = self.block_hash[block]
+        if key is not None:
+            holders = self.cached[key]
+            del holders[block]
+            if not holders:
+                del self.cached[key]
+            self.block_hash[block] = None
+        self.ref_cnt[block] += 1
+        return block
 
     def touch(self, blocks: Iterable[int]) -> None:
         """A hit takes a reference; a block with none leaves the free queue."""
