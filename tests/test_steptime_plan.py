@@ -1,13 +1,10 @@
 """plan --target-ttft-p90-ms: the smallest GPU capacity meeting TTFT p90 under a load."""
 
-import contextlib
-import io
 import json
-import subprocess
 
 import pytest
 
-from pipeline.cli import main
+from conftest import cli_in_process
 
 PATTERN = ["--pattern", "long-doc-qa", "--num-documents", "6", "--document-length", "300",
            "--repeat-count", "2", "--output-tokens", "8", "--latency", "roofline",
@@ -15,13 +12,7 @@ PATTERN = ["--pattern", "long-doc-qa", "--num-documents", "6", "--document-lengt
 
 
 def _plan(*args):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            status = main(["plan", *args], prog="python -m pipeline")
-        except SystemExit as exc:
-            status = exc.code
-    return subprocess.CompletedProcess(args, status, out.getvalue(), err.getvalue())
+    return cli_in_process("plan", *args)
 
 
 def _answer(target):

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from pipeline.steptime.cost import StepCost, step_cost
 
 __all__ = ["COEFFICIENTS", "OPTIONAL", "Linear", "load_latency", "FITTED_KIND"]
@@ -69,6 +71,15 @@ class Linear:
                                  "(a StepRecord), not only its totals")
             ms += pair * cost.attention_pairs
         return ms
+
+    def decode_run_ms(self, num_running: int, context_base: int, count: int) -> np.ndarray:
+        """Milliseconds of ``count`` consecutive pure decode steps (an engine DecodeRun):
+        step j has ``num_running`` decodes over ``context_base + num_running x j`` context
+        tokens (as many attention pairs), no prefill, no reload."""
+        c = self.coefficients
+        context = context_base + num_running * np.arange(count, dtype=np.float64)
+        return (c["fixed_ms"] + c["decode_seq_ms"] * num_running
+                + (c["context_token_ms"] + c.get("attention_pair_ms", 0.0)) * context)
 
     def range_note(self, prompt_tokens: Any) -> str | None:
         """A note when prompts (an iterable of lengths) leave the fitted range, else None."""
