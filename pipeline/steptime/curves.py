@@ -120,8 +120,10 @@ def _point(job: tuple[int, int]) -> dict:
                                       num_gpu_blocks=_blocks(capacity, _WORK["config"].block_size))
     cpu_tier = _WORK["cpu_tier"]() if _WORK["cpu_tier"] is not None else None
     try:
+        latency = _WORK["latency"]
         result = simulate(requests, config, cpu_tier=cpu_tier, clock="time",
-                          step_ms=_WORK["latency"].step_ms, concurrency=concurrency)
+                          step_ms=latency.step_ms, concurrency=concurrency,
+                          decode_run_ms=getattr(latency, "decode_run_ms", None))
     except RuntimeError as exc:
         raise ValueError(f"GPU capacity {capacity:,} tokens ({config.num_gpu_blocks} blocks): "
                          f"{exc}; give larger capacities") from None

@@ -77,9 +77,11 @@ class Linear:
         step j has ``num_running`` decodes over ``context_base + num_running x j`` context
         tokens (as many attention pairs), no prefill, no reload."""
         c = self.coefficients
-        context = context_base + num_running * np.arange(count, dtype=np.float64)
-        return (c["fixed_ms"] + c["decode_seq_ms"] * num_running
-                + (c["context_token_ms"] + c.get("attention_pair_ms", 0.0)) * context)
+        context = (context_base + num_running * np.arange(count)).astype(np.float64)
+        # step_ms's arithmetic in its order, so every element equals it bit for bit
+        ms = c["fixed_ms"] + c["context_token_ms"] * context + c["decode_seq_ms"] * num_running
+        pair = c.get("attention_pair_ms", 0.0)
+        return ms + pair * context if pair else ms
 
     def range_note(self, prompt_tokens: Any) -> str | None:
         """A note when prompts (an iterable of lengths) leave the fitted range, else None."""

@@ -111,7 +111,8 @@ def plan_under_load(args: argparse.Namespace) -> int:
     def figures(blocks: int) -> dict:
         if blocks not in seen:
             result = simulate(requests, replace(config, num_gpu_blocks=blocks), clock="time",
-                              step_ms=latency.step_ms, concurrency=concurrency)
+                              step_ms=latency.step_ms, concurrency=concurrency,
+                              decode_run_ms=getattr(latency, "decode_run_ms", None))
             seen[blocks] = run_metrics(result.requests, result.steps, latency.label)
         return seen[blocks]
 

@@ -105,8 +105,9 @@ class Roofline:
         tokens, no prefill, no reload; equal to ``step_ms`` of each of those records."""
         self.step_ms(StepCost(0, 0, 0))                  # fold the constants once
         per_token, per_sample, per_pair, weights, per_context, _ = self._rates
-        context = context_base + num_running * np.arange(count, dtype=np.float64)
-        compute = (per_token + per_sample) * num_running + per_pair * context
+        context = (context_base + num_running * np.arange(count)).astype(np.float64)
+        # step_ms's arithmetic in its order, so every element equals it bit for bit
+        compute = per_token * num_running + per_sample * num_running + per_pair * context
         return self.overhead_ms + np.maximum(compute, weights + per_context * context)
 
     def step_ms(self, record: Any) -> float:
