@@ -32,12 +32,14 @@ import polars as pl
 
 from pipeline.config import BASELINE, OFFLOADED
 from pipeline.errors import CLIError
+from pipeline.registry import names
 from pipeline.tiers import TIER
 
 __all__ = ["MODELS", "ROLES", "ConfigModel", "parse_configs", "attribute_configs",
            "as_roles", "agreement_lines"]
 
-MODELS = ("llamacpp", "two-tier")
+#: the registry's measured-config models (``pipeline.registry``: llamacpp, two-tier)
+MODELS = tuple(names(measured=True))
 #: role -> the config name kvlab's fits use for it
 ROLES = {"gpu-only": BASELINE, "offload": OFFLOADED}
 _MAX = 2**62
@@ -110,7 +112,7 @@ def _provenance(measured: Path) -> dict:
 
     path = provenance_path(measured)
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        document = json.loads(path.read_text(encoding="utf-8-sig"))
         return {"workload": document["workload"], "state_size": document["state_size"]}
     except OSError as exc:
         raise CLIError(f"{path}: the llamacpp model needs the measurement's provenance "

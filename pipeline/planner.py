@@ -25,13 +25,16 @@ import numpy as np
 import polars as pl
 
 from pipeline.stackdist import COLD, lru_hits, stack_distances
+from pipeline.tiers import CPU_CODE as CPU
+from pipeline.tiers import GPU_CODE as GPU
+from pipeline.tiers import MISS_CODE as MISS
+from pipeline.tiers import access_tiers
 from pipeline.ttft_model import TOKEN_COLUMNS, TTFTModel, model_for_capacity
 from pipeline.workloads.documents import DocumentWorkload
 
 __all__ = ["PlanWorkload", "document_workload", "Target", "Evaluator", "DocumentEvaluator",
            "PlanResult", "plan"]
 
-GPU, CPU, MISS = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -177,9 +180,7 @@ class DocumentEvaluator(Evaluator):
             cpu_hit = lru_hits(self.miss_keys, self.miss_sizes, [cpu_capacity])[0]
         else:
             cpu_hit = np.zeros(0, dtype=bool)
-        tiers = np.full(self.gpu_hit.size, GPU, dtype=np.int8)
-        tiers[self.miss_index] = np.where(cpu_hit, CPU, MISS)
-        return tiers
+        return access_tiers(self.gpu_hit, cpu_hit)
 
     def requests(self, cpu_capacity: int) -> pl.DataFrame:
         """The workload's requests with TOKEN_COLUMNS at this CPU capacity."""

@@ -13,6 +13,9 @@ the fitted TTFT model's predictions along both cliffs and its error per pass, an
 engine's measurement right after it (``plan_sections``, ``real_engine_group``); groups for
 block mode with the engine models (``block_group``), the cache policies
 (``policy_group``) and a link to the trace report (``trace_group``).
+
+The report renders the frames it is given: it runs no model and reads no file (``run``'s
+stages compute every frame, ``pipeline.run_blocks.report_inputs``).
 """
 
 from __future__ import annotations
@@ -73,18 +76,11 @@ def plan_sections(fit_predicted: pl.DataFrame, residuals: pl.DataFrame) -> list[
             plan.sweep_ttft_section(fit_predicted, "cpu_cliff"), plan.fit_section(residuals)]
 
 
-def real_engine_group(path: str | os.PathLike) -> Group | None:
-    """The committed llama.cpp measurement (``data/measured/llamacpp_lab.jsonl``), placed
-    right after the synthetic stand-in: measured vs predicted tiers and its TTFT; None when
-    the file or its provenance is missing or unreadable."""
+def real_engine_group(joined: pl.DataFrame, path: str | os.PathLike) -> Group:
+    """The committed llama.cpp measurement (``joined``: ``pipeline.measure.llamacpp.compare.
+    load_measurement`` of ``path``, ``data/measured/llamacpp_lab.jsonl``), placed right after
+    the synthetic stand-in: measured vs predicted tiers and its TTFT."""
     from pipeline.charts import real_engine
-    from pipeline.measure.llamacpp.compare import load_measurement
-    if not Path(path).is_file():
-        return None
-    try:
-        joined = load_measurement(path)
-    except (OSError, ValueError, KeyError):
-        return None
     prelude = (f"<p>A REAL measurement next to the synthetic stand-in above: llama.cpp's "
                f"server with its RAM prompt cache on this machine, the lab's experiment "
                f"({html.escape(Path(path).name)}; provenance beside it; <code>python -m "
@@ -93,10 +89,12 @@ def real_engine_group(path: str | os.PathLike) -> Group | None:
 
 
 def block_group(aggregates: pl.DataFrame, scenario: dict, note: str = "",
-                engines: bool = True, extra: list[Section] = ()) -> Group:
+                engines: tuple[pl.DataFrame, pl.DataFrame] | None = None,
+                extra: list[Section] = ()) -> Group:
     """Block mode: tail-first vs head-first (``block_sections``: ``aggregates`` of the ideal
     model in both orders, ``scenario`` with docs, tokens, block_size, cpu_sweep_gpu), then
-    ``extra`` (a run's own engine models), then with ``engines``, ideal vs vllm and
+    ``extra`` (a run's own engine models), then with ``engines`` (GPU and CPU curves of
+    ``pipeline.engines.curves``), ideal vs vllm and
     LMCache's chunk-level CPU cliff (the lab's workload)."""
     from pipeline.charts import blocks
     from pipeline.charts import engines as engine_charts
@@ -105,17 +103,19 @@ def block_group(aggregates: pl.DataFrame, scenario: dict, note: str = "",
                f"x {scenario['tokens']} tokens in {scenario['block_size']}-token blocks. "
                f"{html.escape(note)}</p>")
     sections = [*blocks.block_sections(aggregates, scenario), *extra]
-    if engines:
-        sections += [engine_charts.gpu_models_section(), engine_charts.cpu_models_section()]
+    if engines is not None:
+        sections += [engine_charts.gpu_models_section(engines[0]),
+                     engine_charts.cpu_models_section(engines[1])]
     return ("Block mode", prelude, sections)
 
 
-def policy_group() -> Group:
-    """Hit ratio per cache policy on the lab's workload, OPT as the ceiling."""
+def policy_group(lab_curves: pl.DataFrame) -> Group:
+    """Hit ratio per cache policy on the lab's workload (``lab_curves``:
+    ``pipeline.policies.curves.lab_curves``), OPT as the ceiling."""
     from pipeline.charts import policies
     return ("Cache policies", "<p>Nine policies on the lab's documents "
             "(<code>python -m pipeline policies</code>; a trace: <code>--trace PATH</code>)."
-            "</p>", policies.policy_sections())
+            "</p>", policies.policy_sections(lab_curves))
 
 
 def trace_group(link: str) -> Group:

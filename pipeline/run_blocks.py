@@ -18,11 +18,11 @@ import polars as pl
 from pipeline import report
 
 from pipeline.arguments import positive_int
-from pipeline.blocks.limits import check_block_count, check_block_size
+from pipeline.blocks.limits import check_block_size, check_document_blocks
 from pipeline.blocks.sweep import block_frames as sweep_block_frames
 from pipeline.config import (CPU_CLIFF_GPU, GPU_CLIFF_CAPACITIES, LAB_CPU, LAB_DOCS,
                              LAB_PASSES, LAB_TOKENS, ROOT)
-from pipeline.engines.options import add_model_arguments, run_options
+from pipeline.engines.options import add_model_arguments, option_dests, run_options
 from pipeline.errors import CLIError
 from pipeline.ttft_model import (TOKEN_COLUMNS, FitError, TTFTModel, fit_configs,
                                  predict_pass_ttft, predicted_ttft, residuals_by_pass,
@@ -30,14 +30,14 @@ from pipeline.ttft_model import (TOKEN_COLUMNS, FitError, TTFTModel, fit_configs
 from pipeline.workloads.documents import DocumentWorkload
 
 __all__ = ["BlockSetup", "add_arguments", "block_setup", "block_frames", "TTFTFit", "ttft_fit",
-           "REPORT_BLOCK_SIZE", "REAL_ENGINE_FILE", "report_groups"]
+           "REPORT_BLOCK_SIZE", "REAL_ENGINE_FILE", "ReportInputs", "report_inputs",
+           "render_groups", "report_groups"]
 
 #: Block size of the report's block-mode group when ``run`` has no ``--block-size``
 #: (vLLM's default block): the lab's workload costs about 0.3 s at this size.
 REPORT_BLOCK_SIZE = 16
 #: The real engine's committed measurement, drawn after the report's measured group.
 REAL_ENGINE_FILE = ROOT / "data" / "measured" / "llamacpp_lab.jsonl"
-_ENGINE_DESTS = ("output_tokens", "vllm_version", "chunk_size", "save_unfull_chunk")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,17 +79,14 @@ def block_setup(args: argparse.Namespace, workload: DocumentWorkload) -> BlockSe
             if getattr(args, dest) != "ideal":
                 raise CLIError(f"--{dest.replace('_', '-')} {getattr(args, dest)}: engine "
                                "models run in block mode only (add --block-size N)")
-        for dest in _ENGINE_DESTS:
+        for dest in option_dests():
             if getattr(args, dest) is not None:
                 raise CLIError(f"--{dest.replace('_', '-')}: an engine model option, block "
                                "mode only (add --block-size N)")
         return None
     check_block_size(args.block_size)
-    requests = workload.docs * len(workload.passes)
-    blocks = requests * -(-workload.tokens // args.block_size)
-    check_block_count(max(requests, blocks),
-                      f"--docs {workload.docs} x {len(workload.passes)} --passes x --tokens "
-                      f"{workload.tokens} / --block-size {args.block_size}")
+    requests, blocks = check_document_blocks(workload.docs, len(workload.passes),
+                                             workload.tokens, args.block_size)
     gpu_options, cpu_options = run_options(args, args.block_size, requests, blocks)
     return BlockSetup(args.block_size, args.gpu_model, args.cpu_model, gpu_options,
                       cpu_options)
@@ -136,23 +133,54 @@ def ttft_fit(attributed: pl.DataFrame, predicted: pl.DataFrame, tokens: int
         return f"TTFT model not fitted: {exc}"
 
 
-def report_groups(args: argparse.Namespace, workload: DocumentWorkload,
+@dataclass(frozen=True)
+class ReportInputs:
+    """Every frame of the report's groups after the measured one, computed by ``run``
+    (``report_inputs``) so that the report only draws: the real engine's measurement (or
+    None), the block-mode aggregates of the ideal model with their scenario and note (or
+    None), the run's own engine-model aggregates and their description (or None), the
+    engine models' GPU and CPU curves and the policies' lab curves (None off the lab's
+    workload), and the trace page's name beside the report (or None)."""
+
+    real_engine: pl.DataFrame | None
+    block_aggregates: pl.DataFrame | None
+    block_scenario: dict
+    block_note: str
+    engine_curves: tuple[pl.DataFrame, pl.DataFrame] | None
+    policy_curves: pl.DataFrame | None
+    trace_link: str | None
+    engine_aggregates: pl.DataFrame | None = None
+    engine_describe: str = ""
+
+
+def _real_engine(path: Path) -> pl.DataFrame | None:
+    """The committed llama.cpp measurement joined with its predictions; None when the file
+    or its provenance is missing or unreadable."""
+    from pipeline.measure.llamacpp.compare import load_measurement
+    if not Path(path).is_file():
+        return None
+    try:
+        return load_measurement(path)
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def report_inputs(args: argparse.Namespace, workload: DocumentWorkload,
                   blocks: BlockSetup | None, block_aggregates: pl.DataFrame | None,
-                  spec_points: tuple[int, ...], report_path: Path) -> list[report.Group]:
-    """The report's groups after the measured one: the real engine's measurement; block mode
-    (tail-first vs head-first from ideal-model sweeps: the run's own, computed for the run's
-    workload when it ran engine models, or the lab's at 16-token blocks without
-    ``--block-size``, about 0.3 s; with engine models, the run's own ``block_aggregates``
-    drawn next to the ideal model in their orders; ideal vs vllm and LMCache's chunk cliff,
-    which are the lab's); the cache policies on the lab; a link to ``trace.html`` beside the
-    report. The lab-only sections appear only when the run's workload is the lab's, so a run
-    on another workload shows none of the lab's capacities."""
-    from pipeline.charts.engines import run_engine_sections
+                  spec_points: tuple[int, ...], report_path: Path) -> ReportInputs:
+    """The frames of ``report_groups``: block mode's tail-first vs head-first from
+    ideal-model sweeps (the run's own, computed for the run's workload when it ran engine
+    models, or the lab's at 16-token blocks without ``--block-size``, about 0.3 s); with
+    engine models, the run's own ``block_aggregates``, drawn next to the ideal model in their
+    orders; ideal vs vllm, LMCache's chunk cliff and the cache policies, which are the lab's;
+    the real engine's measurement and the trace page's name. The lab-only frames exist only
+    when the run's workload is the lab's, so a run on another workload shows none of the
+    lab's capacities."""
+    from pipeline.engines.curves import cpu_model_curves, gpu_model_curves
+    from pipeline.policies.curves import lab_curves
 
     lab = (workload.docs, workload.tokens, tuple(workload.passes)) == \
         (LAB_DOCS, LAB_TOKENS, tuple(LAB_PASSES))
-    real = report.real_engine_group(REAL_ENGINE_FILE)
-    groups = [real] if real else []
     note, size = "", blocks.block_size if blocks else REPORT_BLOCK_SIZE
     engine_aggregates = None
     if blocks is not None and (blocks.gpu_model, blocks.cpu_model) != ("ideal", "ideal"):
@@ -169,17 +197,41 @@ def report_groups(args: argparse.Namespace, workload: DocumentWorkload,
             spec_points=(*GPU_CLIFF_CAPACITIES, CPU_CLIFF_GPU, LAB_CPU))
         note = (f"The ideal model at {size}-token blocks; run with --block-size N (and "
                 f"--gpu-model vllm / --cpu-model lmcache) for other block sizes and models.")
-    if block_aggregates is not None:
-        scenario = {"docs": workload.docs, "tokens": workload.tokens, "block_size": size,
-                    "cpu_sweep_gpu": args.cpu_sweep_gpu if blocks else CPU_CLIFF_GPU}
-        extra = ([] if engine_aggregates is None else
-                 run_engine_sections(engine_aggregates, block_aggregates, scenario,
-                                     blocks.describe()))
-        groups.append(report.block_group(block_aggregates, scenario, note, engines=lab,
-                                         extra=extra))
-    if lab:
-        groups.append(report.policy_group())
+    scenario = {"docs": workload.docs, "tokens": workload.tokens, "block_size": size,
+                "cpu_sweep_gpu": args.cpu_sweep_gpu if blocks else CPU_CLIFF_GPU}
     trace = Path(report_path).parent / "trace.html"
-    if trace.is_file():
-        groups.append(report.trace_group(trace.name))
+    return ReportInputs(
+        _real_engine(REAL_ENGINE_FILE), block_aggregates, scenario, note,
+        (gpu_model_curves(), cpu_model_curves()) if lab and block_aggregates is not None
+        else None,
+        lab_curves() if lab else None, trace.name if trace.is_file() else None,
+        engine_aggregates, blocks.describe() if engine_aggregates is not None else "")
+
+
+def render_groups(inputs: ReportInputs) -> list[report.Group]:
+    """The report's groups after the measured one, drawn from ``inputs`` (no model runs)."""
+    from pipeline.charts.engines import run_engine_sections
+
+    groups = []
+    if inputs.real_engine is not None:
+        groups.append(report.real_engine_group(inputs.real_engine, REAL_ENGINE_FILE))
+    if inputs.block_aggregates is not None:
+        extra = ([] if inputs.engine_aggregates is None else
+                 run_engine_sections(inputs.engine_aggregates, inputs.block_aggregates,
+                                     inputs.block_scenario, inputs.engine_describe))
+        groups.append(report.block_group(inputs.block_aggregates, inputs.block_scenario,
+                                         inputs.block_note, inputs.engine_curves, extra))
+    if inputs.policy_curves is not None:
+        groups.append(report.policy_group(inputs.policy_curves))
+    if inputs.trace_link is not None:
+        groups.append(report.trace_group(inputs.trace_link))
     return groups
+
+
+def report_groups(args: argparse.Namespace, workload: DocumentWorkload,
+                  blocks: BlockSetup | None, block_aggregates: pl.DataFrame | None,
+                  spec_points: tuple[int, ...], report_path: Path) -> list[report.Group]:
+    """The report's groups after the measured one: ``report_inputs`` computes the frames,
+    ``render_groups`` draws them."""
+    return render_groups(report_inputs(args, workload, blocks, block_aggregates, spec_points,
+                                       report_path))

@@ -1,10 +1,11 @@
 """kvlab's ``TwoTierCache`` at every capacity pair, from LRU stack distances.
 
-The one place the two tiers are composed: the GPU tier is an LRU cache that sees every
-access; the CPU tier is an LRU cache fed exactly the GPU misses (a GPU hit leaves it
-untouched). So one ``lru_states`` pass gives the GPU tier at every GPU capacity, and one
-more over each GPU capacity's miss stream gives the CPU tier at every CPU capacity. An
-access's tier is gpu on a GPU hit, else cpu on a CPU hit, else miss (``pipeline.tiers``).
+Document mode's two LRU tiers at every capacity, composed by ``pipeline.tiers.access_tiers``
+(the one composition): the GPU tier is an LRU cache that sees every access; the CPU tier is
+an LRU cache fed exactly the GPU misses (a GPU hit leaves it untouched). So one
+``lru_states`` pass gives the GPU tier at every GPU capacity, and one more over each GPU
+capacity's miss stream gives the CPU tier at every CPU capacity. An access's tier is gpu on
+a GPU hit, else cpu on a CPU hit, else miss (``pipeline.tiers``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from pipeline.stackdist import lru_states
-from pipeline.tiers import CPU_CODE, GPU_CODE, MISS_CODE
+from pipeline.tiers import access_tiers
 
 __all__ = ["TwoTierStates", "compose_tiers", "two_tier_states", "two_tier_tiers"]
 
@@ -30,11 +31,9 @@ class TwoTierStates(NamedTuple):
 
 
 def compose_tiers(gpu_hit: np.ndarray, cpu_hit: np.ndarray) -> np.ndarray:
-    """Tier codes (K, N) from GPU hits (N,) and CPU hits (K, M) over the M GPU misses."""
-    tiers = np.full((cpu_hit.shape[0], gpu_hit.size), MISS_CODE, dtype=np.int8)
-    tiers[:, gpu_hit] = GPU_CODE
-    tiers[:, ~gpu_hit] = np.where(cpu_hit, CPU_CODE, MISS_CODE)
-    return tiers
+    """Tier codes (K, N) from GPU hits (N,) and CPU hits (K, M) over the M GPU misses
+    (``pipeline.tiers.access_tiers``, the one composition)."""
+    return access_tiers(gpu_hit, np.atleast_2d(cpu_hit))
 
 
 def two_tier_states(keys: object, sizes: object, gpu_capacities: object,

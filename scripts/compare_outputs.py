@@ -14,13 +14,18 @@ verdict; exit status 0 when everything matches, 1 otherwise.
 
 ``scripts/compare_outputs.py --generate DIR`` writes every output of this checkout into DIR
 first: ``lab/`` (the default run), ``docs20/`` (``--docs 20 --tokens 4096``), ``direct/``
-(``--method direct --passes fwd,rev,fwd``) and ``measured-cli/`` (the ``measured`` command's
-print-out and ``--json``). Run it before and after a change, then compare the two folders.
+(``--method direct --passes fwd,rev,fwd``), ``engines/`` (block mode with the vllm and lmcache
+models), ``measured-cli/`` (the ``measured`` command's print-out and ``--json``) and
+``commands/`` (``blocks``, ``trace``, ``policies``, ``plan`` and ``measured`` answers and
+files; JSON with sorted keys, the output folder's path replaced by ``DIR`` and the
+checkout's by ``ROOT``, in pages too; the trace cases need ``--trace PATH``, default the
+shared synthetic trace). Run it before and after a change, then compare the two folders.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import subprocess
 import sys
@@ -67,10 +72,53 @@ def compare(before: Path, after: Path) -> list[str]:
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = {"lab": [], "docs20": ["--docs", "20", "--tokens", "4096"],
-        "direct": ["--method", "direct", "--passes", "fwd,rev,fwd"]}
+        "direct": ["--method", "direct", "--passes", "fwd,rev,fwd"],
+        "engines": ["--block-size", "16", "--gpu-model", "vllm", "--cpu-model", "lmcache"]}
+SHARED_TRACE = ROOT.parent / "shared" / "traces" / "synthetic_trace.jsonl"
 
 
-def generate(folder: Path) -> None:
+def command_cases(out: Path, trace: Path | None) -> dict[str, list[str]]:
+    """name -> arguments of ``python -m pipeline`` whose answers (stdout) and files under
+    ``out/name`` are compared; the trace cases only when ``trace`` is given."""
+    cases = {
+        "blocks-lab": ["blocks", "--cpu", "20000"],
+        "blocks-engines": ["blocks", "--gpu", "48000", "--cpu", "30000", "--gpu-model", "vllm",
+                           "--cpu-model", "lmcache"],
+        "blocks-policies": ["blocks", "--gpu", "30000", "--cpu", "30000", "--gpu-model", "fifo",
+                            "--cpu-model", "arc", "--passes", "fwd,rev,fwd"],
+        "policies-lab": ["policies", "--json", "--out", str(out / "policies-lab")],
+        "policies-lab-cpu": ["policies", "--cpu", "20000", "--cpu-policy", "s3fifo",
+                             "--gpu-policy", "lru,fifo,opt", "--out",
+                             str(out / "policies-lab-cpu")],
+        "plan-lab": ["plan", "--target-ttft-ms", "100", "--json", "--report",
+                     str(out / "plan-lab" / "plan.html")],
+        "plan-blocks": ["plan", "--target-hit-ratio", "0.6", "--block-size", "16", "--json"],
+        "plan-engines": ["plan", "--target-hit-ratio", "0.6", "--block-size", "256",
+                         "--gpu-model", "vllm", "--cpu-model", "lmcache", "--json"],
+        "plan-policy": ["plan", "--target-hit-ratio", "0.6", "--block-size", "256",
+                        "--cpu-model", "fifo"],
+        "measured-llamacpp": ["measured", "data/measured/llamacpp_lab.jsonl"],
+        "trace-pattern": ["trace", "--pattern", "long-doc-qa", "--num-documents", "4",
+                          "--document-length", "2000", "--gpu-model", "lru", "--cpu-model",
+                          "s3fifo", "--json", "--out", str(out / "trace-pattern"),
+                          "--report", str(out / "trace-pattern" / "trace.html")],
+    }
+    if trace is not None:
+        cases.update({
+            "trace": ["trace", str(trace), "--out", str(out / "trace"), "--report",
+                      str(out / "trace" / "trace.html")],
+            "trace-engines": ["trace", str(trace), "--gpu-model", "vllm", "--cpu-model",
+                              "lmcache", "--json", "--no-report", "--out",
+                              str(out / "trace-engines")],
+            "policies-trace": ["policies", "--trace", str(trace), "--cpu", "2000",
+                               "--cpu-policy", "arc", "--json", "--events", "--out",
+                               str(out / "policies-trace")],
+            "plan-trace": ["plan", str(trace), "--target-hit-ratio", "0.3", "--json"],
+        })
+    return cases
+
+
+def generate(folder: Path, trace: Path | None = None) -> None:
     """Write the outputs of this checkout's pipeline into ``folder`` (see the docstring)."""
     for name, options in RUNS.items():
         out = folder / name
@@ -84,6 +132,26 @@ def generate(folder: Path) -> None:
         subprocess.run([sys.executable, "-m", "pipeline", "measured", "data/ttft.jsonl",
                         "--json", str(out / "measured-cli.json")],
                        cwd=ROOT, check=True, stdout=stdout)
+    out = folder / "commands"
+    for name, arguments in command_cases(out, trace).items():
+        (out / name).mkdir(parents=True, exist_ok=True)
+        done = subprocess.run([sys.executable, "-m", "pipeline", *arguments], cwd=ROOT,
+                              check=True, capture_output=True, text=True)
+        shown = re.sub(r"\(\d+\.\d s\)", "(T s)", done.stdout.replace(str(folder), "DIR")
+                       .replace(str(ROOT), "ROOT"))
+        (out / name / "stdout.txt").write_text(stable_json(shown), encoding="utf-8")
+        for page in (out / name).glob("*.html"):          # pages that name the checkout
+            text = page.read_text(encoding="utf-8")
+            page.write_text(text.replace(str(ROOT), "ROOT"), encoding="utf-8")
+
+
+def stable_json(text: str) -> str:
+    """A JSON print-out with its keys sorted (the order of some dicts varies from run to
+    run, e.g. plan's per-tier medians); any other text unchanged."""
+    try:
+        return json.dumps(json.loads(text), indent=1, sort_keys=True) + "\n"
+    except ValueError:
+        return text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,9 +160,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("after", type=Path, nargs="?")
     parser.add_argument("--generate", type=Path, metavar="DIR",
                         help="write this checkout's outputs into DIR instead of comparing")
+    parser.add_argument("--trace", type=Path, default=SHARED_TRACE,
+                        help="trace of the trace cases (default: the shared synthetic trace; "
+                             "skipped when absent)")
     args = parser.parse_args(argv)
     if args.generate:
-        generate(args.generate)
+        generate(args.generate, args.trace if args.trace.is_file() else None)
         print(f"outputs written to {args.generate}")
         return 0
     if args.after is None:

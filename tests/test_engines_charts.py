@@ -3,8 +3,8 @@
 import polars as pl
 
 from pipeline.charts import Section
-from pipeline.charts.engines import (cpu_model_curves, cpu_models_section, gpu_model_curves,
-                                     gpu_models_section)
+from pipeline.charts.engines import cpu_models_section, gpu_models_section
+from pipeline.engines.curves import cpu_model_curves, gpu_model_curves
 
 
 def test_vllm_curve_is_the_ideal_one_two_blocks_later():
@@ -24,6 +24,7 @@ def test_cpu_cliffs_document_vs_chunks():
 
 
 def test_sections_render():
-    for section in (gpu_models_section([48000, 50110]), cpu_models_section([48640, 56000])):
+    for section in (gpu_models_section(gpu_model_curves([48000, 50110])),
+                    cpu_models_section(cpu_model_curves([48640, 56000]))):
         assert isinstance(section, Section) and section.caption.endswith(".")
         assert isinstance(section.chart.to_dict(), dict)

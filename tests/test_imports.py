@@ -1,8 +1,15 @@
 """Every pipeline module imports in a fresh interpreter (``__main__`` aside: importing it runs
-the CLI), and the import graph has no cycle.
+the CLI), the import graph has no cycle, and it follows the layers.
 
 The graph is read from the source (``ast``), counting every ``pipeline`` import wherever it
 stands (a function-level import that dodges a cycle at run time is still a cycle).
+
+The layers, lowest first (``LAYERS``): parts (units, tiers, schemas, outputs) -> workloads
+-> models -> stages (``simulate.py``, ``sweeps.py``, ``measured.py``, ``report.py`` and their
+helpers, the charts) -> commands. A module imports only modules of its own layer or below
+(a command's ``if __name__ == "__main__":`` block, which calls the CLI, aside); the report
+and its charts import no model at all, so the page is a function of the frames it is given.
+Every module is placed in a layer: a new one must be added here.
 """
 
 from __future__ import annotations
@@ -24,10 +31,22 @@ def pipeline_modules() -> list[str]:
     return sorted(found)
 
 
-def imports_of(name: str, modules: set[str]) -> set[str]:
-    """The pipeline modules that module ``name`` imports (anywhere in its source)."""
+def _main_guard(node: ast.AST) -> bool:
+    """True for ``if __name__ == "__main__":``."""
+    test = getattr(node, "test", None)
+    return (isinstance(node, ast.If) and isinstance(test, ast.Compare)
+            and isinstance(test.left, ast.Name) and test.left.id == "__name__"
+            and any(isinstance(c, ast.Constant) and c.value == "__main__"
+                    for c in test.comparators))
+
+
+def imports_of(name: str, modules: set[str], skip_main: bool = False) -> set[str]:
+    """The pipeline modules that module ``name`` imports (anywhere in its source; with
+    ``skip_main``, not inside an ``if __name__ == "__main__":`` block)."""
     spec = find_spec(name)
     tree = ast.parse(open(spec.origin, encoding="utf-8").read(), spec.origin)
+    if skip_main:
+        tree.body = [node for node in tree.body if not _main_guard(node)]
     package = name if spec.submodule_search_locations else name.rpartition(".")[0]
     found = set()
     for node in ast.walk(tree):
@@ -97,3 +116,120 @@ def test_every_module_imports_in_a_fresh_interpreter():
     proc = subprocess.run([sys.executable, "-c", script, *modules], cwd=ROOT,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+# --------------------------------------------------------------------------- the layers
+
+#: layer -> its modules: an exact dotted name, or ``prefix.*`` for a package's modules
+#: (the longest match wins; exact names before patterns).
+LAYERS: dict[str, tuple[str, ...]] = {
+    "parts": (
+        "pipeline", "pipeline.config", "pipeline.errors", "pipeline.arguments",
+        "pipeline.tiers", "pipeline.kvsize", "pipeline.staging", "pipeline.stats",
+        "pipeline.charts", "pipeline.charts.provenance", "pipeline.measure.client",
+        "pipeline.limits",
+        # packages whose __init__ is a docstring
+        "pipeline.blocks", "pipeline.engines", "pipeline.bench", "pipeline.replay",
+        "pipeline.measure", "pipeline.measure.llamacpp", "pipeline.workloads"),
+    "workloads": (
+        "pipeline.workloads.*", "pipeline.blocks.stream", "pipeline.blocks.limits",
+        "pipeline.policies.traces", "pipeline.replay.inputs", "pipeline.measure.workload",
+        "pipeline.measure.runner", "pipeline.measure.output",
+        "pipeline.measure.llamacpp.gguf_model", "pipeline.summary", "pipeline.verdicts"),
+    "models": (
+        "pipeline.stackdist", "pipeline.stackdist_kernels", "pipeline.twotier",
+        "pipeline.registry", "pipeline.policies", "pipeline.policies.*",
+        "pipeline.blocks.model", "pipeline.blocks.onepass", "pipeline.blocks.models",
+        "pipeline.engines.*", "pipeline.measure.llamacpp.cache_model",
+        "pipeline.measure.llamacpp.compare", "pipeline.measure.llamacpp.engine",
+        "pipeline.ttft_model", "pipeline.latency", "pipeline.attribution",
+        "pipeline.measured_configs", "pipeline.measured_setup", "pipeline.planner",
+        "pipeline.planner_blocks", "pipeline.engines.options", "pipeline.ttft_scope",
+        "pipeline.measured_input",
+        # the engine loop and its step-time models (their own branches)
+        "pipeline.engine", "pipeline.engine.*", "pipeline.steptime", "pipeline.steptime.*"),
+    "stages": (
+        "pipeline.simulate", "pipeline.sweeps", "pipeline.measured", "pipeline.report",
+        "pipeline.charts.*", "pipeline.blocks.sweep", "pipeline.run_blocks",
+        "pipeline.run_exports", "pipeline.engines.curves", "pipeline.policies.curves",
+        "pipeline.replay.engine", "pipeline.replay.outputs", "pipeline.plan_output",
+        "pipeline.measure.llamacpp.local", "pipeline.measure.*", "pipeline.fleet",
+        "pipeline.fleet.*", "pipeline.fit", "pipeline.fit.*"),
+    "commands": (
+        "pipeline.cli", "pipeline.__main__", "pipeline.run", "pipeline.plan",
+        "pipeline.synthetic_ttft", "pipeline.blocks.command", "pipeline.replay.command",
+        "pipeline.policies.command", "pipeline.measure.cli", "pipeline.bench.*",
+        "pipeline.blocks.bench", "pipeline.engines.bench", "pipeline.engine.command",
+        "pipeline.fleet.command", "pipeline.fit.command", "pipeline.commands.*"),
+}
+ORDER = list(LAYERS)
+#: the report's renderers: they draw frames and import no model
+RENDERERS = ("pipeline.report", "pipeline.charts.*")
+#: the one renderer that takes a model object: the plan command's page draws an Evaluator
+RENDERER_MODEL_IMPORTS = {("pipeline.charts.plan", "pipeline.planner")}
+
+
+def _matches(name: str, pattern: str) -> bool:
+    return name == pattern or (pattern.endswith(".*") and name.startswith(pattern[:-1]))
+
+
+def layer_of(name: str, layers: dict[str, tuple[str, ...]] = LAYERS) -> str | None:
+    """The layer of module ``name``: an exact entry, else the longest matching pattern."""
+    for layer, members in layers.items():
+        if name in members:
+            return layer
+    best = None
+    for layer, members in layers.items():
+        for pattern in members:
+            if pattern.endswith(".*") and _matches(name, pattern) and \
+                    (best is None or len(pattern) > len(best[1])):
+                best = (layer, pattern)
+    return best[0] if best else None
+
+
+def upward_imports(graph: dict[str, set[str]], layers: dict[str, tuple[str, ...]] = LAYERS
+                   ) -> list[str]:
+    """Every import of a module from a higher layer, as ``a (layer) -> b (layer)``."""
+    order = list(layers)
+    found = []
+    for name, targets in sorted(graph.items()):
+        low = layer_of(name, layers)
+        for target in sorted(targets):
+            high = layer_of(target, layers)
+            if low and high and order.index(high) > order.index(low):
+                found.append(f"{name} ({low}) -> {target} ({high})")
+    return found
+
+
+def test_upward_imports_are_found():
+    layers = {"parts": ("p",), "models": ("m.*",), "commands": ("c",)}
+    assert upward_imports({"p": {"m.x"}, "m.x": {"p"}, "c": {"m.x", "p"}}, layers) == \
+        ["p (parts) -> m.x (models)"]
+    assert layer_of("m.x.y", layers) == "models" and layer_of("q", layers) is None
+
+
+def _layer_graph() -> dict[str, set[str]]:
+    modules = pipeline_modules()
+    return {name: imports_of(name, set(modules), skip_main=True) for name in modules}
+
+
+def test_every_module_has_a_layer():
+    unplaced = [name for name in pipeline_modules() if layer_of(name) is None]
+    assert not unplaced, f"place these modules in tests/test_imports.py LAYERS: {unplaced}"
+
+
+def test_imports_follow_the_layers():
+    graph = _layer_graph()
+    assert "pipeline.registry" in graph["pipeline.blocks.models"]       # the walk works
+    problems = upward_imports(graph)
+    assert not problems, "imports from a higher layer:\n" + "\n".join(problems)
+
+
+def test_the_report_imports_no_model():
+    graph = _layer_graph()
+    problems = [f"{name} -> {target}" for name, targets in sorted(graph.items())
+                if any(_matches(name, pattern) for pattern in RENDERERS)
+                for target in sorted(targets)
+                if layer_of(target) == "models"
+                and (name, target) not in RENDERER_MODEL_IMPORTS]
+    assert not problems, "the report's renderers import models:\n" + "\n".join(problems)

@@ -14,9 +14,8 @@ from kvlab.kvsim import LRUCache
 from pipeline.blocks.command import run_blocks
 from pipeline.blocks.models import CPU_MODELS, GPU_MODELS, two_tier
 from pipeline.blocks.stream import ORDERS, block_stream
-from pipeline.policies import POLICIES
-from pipeline.policies.blockmode import (BLOCK_POLICIES, COMPILED, policy_cpu_model,
-                                         policy_gpu_model)
+from pipeline.registry import POLICIES
+from pipeline.policies.blockmode import COMPILED, policy_cpu_model, policy_gpu_model
 from pipeline.policies.simple import LRU
 from pipeline.workloads.blocks import BLOCK_SCHEMA
 
@@ -57,11 +56,11 @@ def test_lru_model_equals_the_ideal_model(case, capacities, gpu_order, cpu_order
     stream = block_stream(frame, block_size)
     assert GPU_MODELS["lru"] is GPU_MODELS["ideal"] and CPU_MODELS["lru"] is CPU_MODELS["ideal"]
     np.testing.assert_array_equal(
-        policy_gpu_model("lru", compiled=False)(stream, capacities, gpu_order),
+        policy_gpu_model("lru", POLICIES["lru"], compiled=False)(stream, capacities, gpu_order),
         GPU_MODELS["ideal"](stream, capacities, gpu_order))
     gpu_hits = GPU_MODELS["ideal"](stream, [gpu], gpu_order)[0]
     np.testing.assert_array_equal(
-        policy_cpu_model("lru", compiled=False)(stream, gpu_hits, capacities, cpu_order),
+        policy_cpu_model("lru", POLICIES["lru"], compiled=False)(stream, gpu_hits, capacities, cpu_order),
         CPU_MODELS["ideal"](stream, gpu_hits, capacities, cpu_order))
 
 
@@ -76,12 +75,12 @@ def test_compiled_block_models_equal_the_classes(name, case, capacities, gpu_ord
     frame, block_size = case
     stream = block_stream(frame, block_size)
     np.testing.assert_array_equal(
-        policy_gpu_model(name)(stream, capacities, gpu_order),
-        policy_gpu_model(name, compiled=False)(stream, capacities, gpu_order))
-    gpu_hits = policy_gpu_model(name)(stream, [gpu], gpu_order)[0]
+        policy_gpu_model(name, POLICIES[name])(stream, capacities, gpu_order),
+        policy_gpu_model(name, POLICIES[name], compiled=False)(stream, capacities, gpu_order))
+    gpu_hits = policy_gpu_model(name, POLICIES[name])(stream, [gpu], gpu_order)[0]
     np.testing.assert_array_equal(
-        policy_cpu_model(name)(stream, gpu_hits, capacities, cpu_order),
-        policy_cpu_model(name, compiled=False)(stream, gpu_hits, capacities, cpu_order))
+        policy_cpu_model(name, POLICIES[name])(stream, gpu_hits, capacities, cpu_order),
+        policy_cpu_model(name, POLICIES[name], compiled=False)(stream, gpu_hits, capacities, cpu_order))
 
 
 @settings(max_examples=min(30, settings.default.max_examples))
@@ -98,11 +97,11 @@ def test_every_policy_runs_as_both_tiers(name, case, gpu, cpu, order):
 
 
 @settings(max_examples=min(40, settings.default.max_examples))
-@pytest.mark.parametrize("name", list(BLOCK_POLICIES))
+@pytest.mark.parametrize("name", list(POLICIES))
 @given(capacity=st.integers(0, 8),
        requests=st.lists(st.lists(st.integers(0, 9), max_size=5, unique=True), max_size=12))
 def test_place_contract(name, capacity, requests):
-    cls = BLOCK_POLICIES[name]
+    cls = POLICIES[name]
     future = [k for keys in requests if len(keys) <= capacity for k in keys]
     tier = cls(capacity, future) if cls.needs_future else cls(capacity)
     for keys in requests:
@@ -133,8 +132,8 @@ def test_lfu_block_kernel_resets_a_set_aside_count(order):
     requests = [[X]] * 5 + [[Y]] * 4 + [[a], [a], [a, n], [m], [p], [a]]
     rows = [(r, i, key, 1) for r, keys in enumerate(requests) for i, key in enumerate(keys)]
     stream = block_stream(pl.DataFrame(rows, schema=BLOCK_SCHEMA, orient="row"), 1)
-    expected = policy_gpu_model("lfu", compiled=False)(stream, [3], order)
-    np.testing.assert_array_equal(policy_gpu_model("lfu")(stream, [3], order), expected)
+    expected = policy_gpu_model("lfu", POLICIES["lfu"], compiled=False)(stream, [3], order)
+    np.testing.assert_array_equal(policy_gpu_model("lfu", POLICIES["lfu"])(stream, [3], order), expected)
     assert expected[0, -1] == 0
 
 

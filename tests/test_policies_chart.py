@@ -7,7 +7,8 @@ import json
 
 import polars as pl
 
-from pipeline.charts.policies import lab_curves, policy_sections, trace_curves
+from pipeline.charts.policies import policy_sections
+from pipeline.policies.curves import lab_curves, trace_curves
 
 
 def test_lab_curves_and_section():
@@ -17,7 +18,7 @@ def test_lab_curves_and_section():
         assert (wide[name] <= wide["opt"]).all(), name
     at = wide.filter(pl.col("capacity") == 50109)
     assert at["lru"][0] == 9 and at["opt"][0] == 18      # LRU: reverse pass only; OPT 9+9
-    (section,) = policy_sections(lab=lab)
+    (section,) = policy_sections(lab)
     assert section.key == "policies-lab" and "30% of accesses" in section.caption
     assert "60%" in section.caption
     spec = section.chart.to_dict()
@@ -30,6 +31,6 @@ def test_trace_section(tmp_path):
                                          "output_length": 1, "hash_ids": [i % 7, i % 5 + 10]})
                              + "\n" for i in range(60)))
     curves = trace_curves(trace, points=6)
-    sections = policy_sections(trace, lab=lab_curves(points=5), trace=curves)
+    sections = policy_sections(lab_curves(points=5), curves)
     assert [s.key for s in sections] == ["policies-lab", "policies-trace"]
     assert "OPT's" in sections[1].caption

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import SHARED_TRACES
-from pipeline.policies import OPT, make_policy
+from pipeline.policies import OPT
+from pipeline.registry import make_policy
 from pipeline.policies.reference import LCS_NAMES, lcs_hits
 from pipeline.policies.traces import mooncake_objects
 from policy_traces import random_traces

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvlab.kvsim import LRUCache
-from pipeline.policies import OPT, POLICIES, make_policy
+from pipeline.policies import LRU, OPT
+from pipeline.registry import POLICIES, make_policy
 
 NAMES = list(POLICIES)
 sized_traces = st.lists(st.tuples(st.integers(0, 7), st.integers(0, 12)), max_size=40)
@@ -100,7 +100,7 @@ def test_bad_amounts_raise(name, capacity, size, error):
 
 
 def test_registry():
-    assert POLICIES["lru"] is LRUCache            # the contract's class is the family's LRU
+    assert POLICIES["lru"] is LRU       # kvlab's LRUCache on the shared base (equal per access)
     assert set(POLICIES) == {"lru", "fifo", "mru", "lfu", "clock", "sieve", "s3fifo", "arc",
                              "opt"}
     with pytest.raises(ValueError, match="unknown policy 'nope'; accepted: lru, fifo"):

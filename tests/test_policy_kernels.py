@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.policies import POLICIES, kernels
+from pipeline.policies import kernels
+from pipeline.registry import POLICIES
 from pipeline.policies.replay import _classes, encode, hit_counts, hit_matrix, tiered_codes
 from kvlab.kvsim import TwoTierCache
 from policy_traces import random_traces

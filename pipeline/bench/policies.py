@@ -193,8 +193,8 @@ def run_block_bench(path: str, fractions: tuple[float, ...] = (0.01, 0.10, 0.50)
         fast = GPU_MODELS[name]
         fast(stream, capacities[:1], order)                 # compile
         got, fast_s = _timed(fast, stream, capacities, order)
-        expected, slow_s = _timed(policy_gpu_model(name, compiled=False), stream, capacities,
-                                  order)
+        expected, slow_s = _timed(policy_gpu_model(name, POLICIES[name], compiled=False),
+                                  stream, capacities, order)
         if not np.array_equal(got, expected):
             raise AssertionError(f"{name}: compiled block model differs from the classes")
         rows.append({"policy": name, "compiled_s": fast_s, "classes_s": slow_s})

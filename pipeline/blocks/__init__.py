@@ -3,5 +3,6 @@ tail-first or head-first order per tier.
 
 ``stream`` turns a block frame into arrays, ``model`` replays the rules literally (the
 reference), ``onepass`` gives every capacity from one pass of LRU depths, ``models`` holds
-the model API and registries, ``command`` is ``python -m pipeline blocks``.
+the model API (its ``GPU_MODELS`` / ``CPU_MODELS`` are views of ``pipeline.registry``),
+``command`` is ``python -m pipeline blocks``.
 """

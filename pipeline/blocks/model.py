@@ -28,6 +28,7 @@ from typing import NamedTuple
 import numpy as np
 
 from pipeline.blocks.stream import TAIL_FIRST, BlockStream, capacity_blocks, check_order
+from pipeline.tiers import leading_run
 
 __all__ = ["BlockTier", "Replay", "replay", "replay_gpu", "replay_cpu"]
 
@@ -46,12 +47,7 @@ class BlockTier:
 
     def prefix(self, keys: Sequence[Hashable]) -> int:
         """The longest run of leading ``keys`` that the tier holds."""
-        run = 0
-        for key in keys:
-            if key not in self.blocks:
-                break
-            run += 1
-        return run
+        return leading_run(keys, self.blocks)
 
     def place(self, keys: Sequence[Hashable]) -> None:
         """Make ``keys`` the most recent blocks, in the tier's order, and evict to fit."""

@@ -9,8 +9,9 @@ request's GPU hit (R,) from any GPU model and CPU capacities in tokens (K,), the
 hit in tokens counted from the request's first token, shape (K, R). The CPU serves what
 lies beyond the GPU hit: max(0, cpu - gpu).
 
-``two_tier`` combines one of each into the per-request result (``RESULT_SCHEMA``). Add a
-model by adding a function with that signature to ``GPU_MODELS`` / ``CPU_MODELS``.
+``two_tier`` combines one of each into the per-request result (``RESULT_SCHEMA``). The
+models are the registry's (``pipeline.registry``: one entry per model name, ``GPU_MODELS``
+and ``CPU_MODELS`` are views of it); add a model by registering an entry.
 """
 
 from __future__ import annotations
@@ -20,25 +21,15 @@ from collections.abc import Callable
 import numpy as np
 import polars as pl
 
-from pipeline.blocks import model, onepass
 from pipeline.blocks.stream import BlockStream, check_order
-from pipeline.engines import lmcache_cpu, lmcache_fast, vllm_fast, vllm_gpu
+from pipeline.registry import CPU_MODELS, GPU_MODELS
+from pipeline.tiers import served_beyond
 
 __all__ = ["GPU_MODELS", "CPU_MODELS", "RESULT_SCHEMA", "GpuModel", "CpuModel", "two_tier",
            "request_result"]
 
 GpuModel = Callable[[BlockStream, object, str], np.ndarray]
 CpuModel = Callable[[BlockStream, np.ndarray, object, str], np.ndarray]
-
-#: name -> GPU model. "ideal" is the issue's model (fast engine); "ideal-replay" is the
-#: same model replayed literally request by request (the reference, slow).
-GPU_MODELS: dict[str, GpuModel] = {"ideal": onepass.ideal_gpu, "ideal-replay": model.replay_gpu}
-CPU_MODELS: dict[str, CpuModel] = {"ideal": onepass.ideal_cpu, "ideal-replay": model.replay_cpu}
-#: Engine models (issues 15, 16; pipeline/engines): vLLM's v1 allocator and LMCache's CPU
-#: backend, each fast and literal; their own options come as keyword arguments
-#: (``pipeline.engines.options.MODEL_OPTIONS``).
-GPU_MODELS.update({"vllm": vllm_fast.vllm_gpu, "vllm-replay": vllm_gpu.replay_gpu})
-CPU_MODELS.update({"lmcache": lmcache_fast.lmcache_cpu, "lmcache-replay": lmcache_cpu.replay_cpu})
 
 #: One row per request of a two-tier run.
 RESULT_SCHEMA = pl.Schema({
@@ -51,7 +42,7 @@ def request_result(stream: BlockStream, gpu_hit_tokens: np.ndarray,
                    cpu_prefix_tokens: np.ndarray) -> pl.DataFrame:
     """Per request: GPU hit, CPU-served tokens (beyond the GPU hit), recomputed tokens and
     blocks served from either tier."""
-    served = np.maximum(np.asarray(cpu_prefix_tokens, np.int64) - gpu_hit_tokens, 0)
+    served = served_beyond(gpu_hit_tokens, cpu_prefix_tokens)
     cached = gpu_hit_tokens + served
     return pl.DataFrame({
         "request": stream.request, "prompt_tokens": stream.prompt_tokens,
@@ -73,8 +64,3 @@ def two_tier(stream: BlockStream, gpu_capacity: int, cpu_capacity: int,
                                 **(cpu_options or {}))[0]
     return request_result(stream, gpu, cpu)
 
-
-# The policy family (pipeline/policies) as GPU and CPU models, under the policies' names.
-from pipeline.policies.blockmode import register as _register_policies  # noqa: E402
-
-_register_policies(GPU_MODELS, CPU_MODELS)

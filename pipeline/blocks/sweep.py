@@ -39,6 +39,7 @@ from pipeline.blocks.models import CPU_MODELS, GPU_MODELS
 from pipeline.blocks.stream import HEAD_FIRST, ORDERS, BlockStream, block_stream
 from pipeline.engines.options import MODEL_ORDERS
 from pipeline.sweeps import write_parquet_atomic
+from pipeline.tiers import served_beyond
 from pipeline.workloads.blocks import document_blocks
 
 __all__ = ["BLOCK_SWEEPS", "EVENT_SCHEMA", "AGGREGATE_SCHEMA", "block_cliff_capacities",
@@ -139,7 +140,7 @@ def _summarise(sweep: str, gpu_order: str, cpu_order: str, gpu_caps: np.ndarray,
     """Per (capacity row, pass) sums of (K, R) token matrices; with ``ttft`` (a per-request
     TTFT expression), also its median and mean per pass."""
     k, r = gpu_tokens.shape
-    served = np.maximum(cpu_tokens - gpu_tokens, 0)
+    served = served_beyond(gpu_tokens, cpu_tokens)
     long = pl.DataFrame({
         "gpu_capacity": np.repeat(gpu_caps, r), "cpu_capacity": np.repeat(cpu_caps, r),
         "pass_index": np.tile(pass_index, k).astype(np.int16),

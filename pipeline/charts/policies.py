@@ -1,56 +1,19 @@
 """Report sections for the policy family: hit ratio vs capacity per policy, with Belady's
 OPT as the ceiling, for the lab's cyclic workload and for a Mooncake trace (object level).
 
-Add to the report with ``policy_sections(trace_path)`` (the trace section is skipped when
-the file is absent); the curves come from ``policy_curves``.
+``policy_sections(lab, trace)`` draws the frames it is given (``pipeline.policies.curves``:
+``lab_curves``, ``trace_curves``, computed in the stage that writes the aggregates).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
-
 import altair as alt
-import numpy as np
 import polars as pl
 
 from pipeline.charts import Section
-from pipeline.config import LAB_DOCS, LAB_PASSES, LAB_TOKENS
-from pipeline.policies import POLICIES
-from pipeline.policies.replay import encode, hit_counts
-from pipeline.policies.traces import lab_objects, mooncake_objects
+from pipeline.config import LAB_DOCS, LAB_TOKENS
 
-__all__ = ["policy_curves", "lab_curves", "trace_curves", "curve_chart", "policy_sections"]
-
-
-def policy_curves(keys: np.ndarray, sizes: np.ndarray, capacities: Sequence[int],
-                  policies: Sequence[str] = tuple(POLICIES)) -> pl.DataFrame:
-    """policy, capacity, hits, accesses, hit_ratio: one row per policy and capacity."""
-    codes = encode(keys)
-    frames = [pl.DataFrame({"policy": name, "capacity": np.asarray(capacities, np.int64),
-                            "hits": hit_counts(name, codes, sizes, capacities)})
-              for name in policies]
-    return (pl.concat(frames)
-            .with_columns(accesses=pl.lit(int(codes.size), pl.Int64))
-            .with_columns(hit_ratio=pl.col("hits") / pl.col("accesses")))
-
-
-def lab_curves(docs: int = LAB_DOCS, tokens: int = LAB_TOKENS,
-               passes: Sequence[str] = LAB_PASSES, points: int = 121) -> pl.DataFrame:
-    """The lab's document mode, capacities 0..1.2 x the working set (the cliff included)."""
-    keys, sizes = lab_objects(docs, tokens, list(passes))
-    working = docs * tokens
-    grid = np.unique(np.r_[np.linspace(0, 1.2 * working, points).round(), working - 1,
-                           working]).astype(np.int64)
-    return policy_curves(keys, sizes, grid)
-
-
-def trace_curves(path: str | Path, points: int = 40) -> pl.DataFrame:
-    """A Mooncake trace at object level (unit blocks), 1 %..100 % of its distinct blocks."""
-    keys, sizes = mooncake_objects(path, unit=True)
-    distinct = int(np.unique(keys).size)
-    grid = np.unique(np.geomspace(max(1, distinct // 100), distinct, points).round())
-    return policy_curves(keys, sizes, grid.astype(np.int64))
+__all__ = ["curve_chart", "policy_sections"]
 
 
 def curve_chart(curves: pl.DataFrame, x_title: str, log_x: bool = False) -> alt.LayerChart:
@@ -58,11 +21,12 @@ def curve_chart(curves: pl.DataFrame, x_title: str, log_x: bool = False) -> alt.
     Linear axes draw steps (hits change only at the capacity points)."""
     scale = alt.Scale(type="log", nice=False) if log_x else alt.Scale(zero=True, nice=False)
     shape = "monotone" if log_x else "step-after"
+    order = curves["policy"].unique(maintain_order=True).to_list()
     base = alt.Chart(curves).encode(
         x=alt.X("capacity:Q", title=x_title, scale=scale),
         y=alt.Y("hit_ratio:Q", title="hit ratio", axis=alt.Axis(format="%"),
                 scale=alt.Scale(domain=[0, 1])),
-        color=alt.Color("policy:N", sort=list(POLICIES), title="policy"),
+        color=alt.Color("policy:N", sort=order, title="policy"),
         tooltip=["policy", "capacity", "hits", "accesses",
                  alt.Tooltip("hit_ratio:Q", format=".1%")])
     others = base.transform_filter(alt.datum.policy != "opt").mark_line(
@@ -80,11 +44,8 @@ def _gap(curves: pl.DataFrame, capacity: int) -> tuple[float, str, float]:
     return opt, best["policy"], best["hit_ratio"]
 
 
-def policy_sections(trace_path: str | Path | None = None,
-                    lab: pl.DataFrame | None = None,
-                    trace: pl.DataFrame | None = None) -> list[Section]:
-    """The lab's section, and the trace's when ``trace_path`` (or ``trace``) is given."""
-    lab = lab_curves() if lab is None else lab
+def policy_sections(lab: pl.DataFrame, trace: pl.DataFrame | None = None) -> list[Section]:
+    """The lab's section (``lab``: its curves), and the trace's when ``trace`` is given."""
     lru_below = lab.filter((pl.col("policy") == "lru")
                            & (pl.col("capacity") == LAB_DOCS * LAB_TOKENS - 1))["hit_ratio"]
     opt_below = lab.filter((pl.col("policy") == "opt")
@@ -96,8 +57,6 @@ def policy_sections(trace_path: str | Path | None = None,
         f"alone below the working set ({lru_below[0]:.0%} of accesses one token short of it) "
         f"while OPT keeps what fits ({opt_below[0]:.0%}); MRU matches OPT from two documents "
         f"up; S3-FIFO stores nothing until a document fits its 10% small queue.")]
-    if trace is None and trace_path is not None and Path(trace_path).exists():
-        trace = trace_curves(trace_path)
     if trace is not None:
         middle = int(trace["capacity"].unique().sort()[trace["capacity"].n_unique() // 2])
         opt, best, best_ratio = _gap(trace, middle)

@@ -6,8 +6,12 @@
   ``vllm_compiled``: the allocator in numba, for the capacities the one-pass form cannot do.
 * ``lmcache_cpu``: LMCache's local CPU backend under vLLM v1, replayed literally;
   ``lmcache_fast``: the same replay in numba (its rules are no stack algorithm).
-* ``options``: the engines' CLI options and checks; ``bench``: fast vs literal timings.
+* ``options``: the models' CLI options and checks, built from the registry's declared
+  options; ``tier_objects``: vLLM's pool and LMCache's backend as tier objects
+  (``lookup``/``place``); ``curves``: their curves for the report; ``bench``: fast vs
+  literal timings.
 
 All read a ``pipeline.blocks.stream.BlockStream`` and follow the model API of
-``pipeline.blocks.models`` (registered there as vllm, vllm-replay, lmcache, lmcache-replay).
+``pipeline.blocks.models`` (entries of ``pipeline.registry``: vllm, vllm-replay, lmcache,
+lmcache-replay).
 """

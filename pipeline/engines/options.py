@@ -1,6 +1,7 @@
-"""The engine models' own options on the block commands, and their checks (one place).
+"""The cache models' own options on the block commands, and their checks (one place), built
+from the registry's declared options (``pipeline.registry``: each entry's ``Option``s).
 
-``add_model_arguments`` defines ``--gpu-model``/``--cpu-model`` and the engine options for
+``add_model_arguments`` defines ``--gpu-model``/``--cpu-model`` and every declared option for
 every block command; ``run_options`` is their one check (``blocks`` and ``trace`` call it).
 ``--output-tokens`` and ``--vllm-version`` belong to the ``vllm`` GPU model, ``--chunk-size``
 and ``--save-unfull-chunk`` to the ``lmcache`` CPU model; giving one to another model, or an
@@ -11,56 +12,31 @@ from __future__ import annotations
 
 import argparse
 
-from pipeline.arguments import positive_int
+from pipeline import registry
 from pipeline.blocks.limits import (MAX_BLOCKS, check_block_count, check_capacities,
                                     output_blocks)
-from pipeline.blocks.models import CPU_MODELS, GPU_MODELS
 from pipeline.blocks.stream import HEAD_FIRST, ORDERS, TAIL_FIRST
-from pipeline.engines.lmcache_cpu import DEFAULT_CHUNK_SIZE
-from pipeline.engines.vllm_gpu import DEFAULT_VLLM_VERSION, PREPEND_SINCE, unhashed_to_head
 from pipeline.errors import CLIError
+from pipeline.registry import MODEL_OPTIONS, MODEL_ORDERS, vllm_version
 
-__all__ = ["MODEL_OPTIONS", "MODEL_ORDERS", "add_engine_arguments", "add_order_arguments", "model_options",
-           "default_chunk_size", "vllm_version", "add_model_arguments", "run_options"]
-
-#: model name -> the option names (argparse dests) it takes.
-MODEL_OPTIONS: dict[str, tuple[str, ...]] = {
-    "vllm": ("output_tokens", "vllm_version"), "vllm-replay": ("output_tokens", "vllm_version"),
-    "lmcache": ("chunk_size", "save_unfull_chunk"),
-    "lmcache-replay": ("chunk_size", "save_unfull_chunk"),
-}
-#: model name -> the only order it follows (the engine's own).
-MODEL_ORDERS = {"vllm": TAIL_FIRST, "vllm-replay": TAIL_FIRST, "lmcache": HEAD_FIRST,
-                "lmcache-replay": HEAD_FIRST}
-_DEFAULTS = {"output_tokens": 1, "vllm_version": DEFAULT_VLLM_VERSION,
-             "chunk_size": DEFAULT_CHUNK_SIZE, "save_unfull_chunk": False}
+__all__ = ["MODEL_OPTIONS", "MODEL_ORDERS", "add_engine_arguments", "add_order_arguments",
+           "model_options", "default_chunk_size", "vllm_version", "add_model_arguments",
+           "run_options", "option_dests"]
 
 
-def vllm_version(text: str) -> str:
-    """argparse type: a vLLM version such as 0.33.0."""
-    try:
-        unhashed_to_head(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
+def option_dests() -> tuple[str, ...]:
+    """Every model option's dest (the registry's declared options, in registry order)."""
+    return tuple(registry.options())
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
-    """The four engine options (default None: "not given")."""
-    since = ".".join(map(str, PREPEND_SINCE))
-    parser.add_argument("--output-tokens", type=positive_int, default=None,
-                        help="vllm model: tokens generated per request (max_tokens, default 1)")
-    parser.add_argument("--vllm-version", type=vllm_version, default=None,
-                        help=f"vllm model: free-queue placement of unhashed blocks, head since "
-                             f"{since}, tail before (default {DEFAULT_VLLM_VERSION})")
-    parser.add_argument("--chunk-size", type=positive_int, default=None,
-                        help=f"lmcache model: chunk_size in tokens, a multiple of the block "
-                             f"size (default the smallest multiple >= {DEFAULT_CHUNK_SIZE}: "
-                             f"{DEFAULT_CHUNK_SIZE} for 16-token blocks, 512 for 512)")
-    parser.add_argument("--save-unfull-chunk", action=argparse.BooleanOptionalAction,
-                        default=None,
-                        help="lmcache model: store a prompt's partial last chunk (default off, "
-                             "as LMCache >= 0.4)")
+    """Every declared model option (default None: "not given")."""
+    for option in registry.options().values():
+        if option.boolean:
+            parser.add_argument(option.flag, action=argparse.BooleanOptionalAction,
+                                default=None, help=option.help)
+        else:
+            parser.add_argument(option.flag, type=option.type, default=None, help=option.help)
 
 
 def add_order_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,33 +52,27 @@ def add_order_arguments(parser: argparse.ArgumentParser) -> None:
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """``--gpu-model`` and ``--cpu-model`` (the registries' names) and the engine options:
     one definition for every block command."""
-    parser.add_argument("--gpu-model", choices=tuple(GPU_MODELS), default="ideal",
+    parser.add_argument("--gpu-model", choices=tuple(registry.GPU_MODELS), default="ideal",
                         help="GPU cache model (default %(default)s; vllm: vLLM's v1 allocator)")
-    parser.add_argument("--cpu-model", choices=tuple(CPU_MODELS), default="ideal",
+    parser.add_argument("--cpu-model", choices=tuple(registry.CPU_MODELS), default="ideal",
                         help="CPU cache model (default %(default)s; lmcache: LMCache's CPU "
                              "backend)")
     add_engine_arguments(parser)
 
 
-def _flag(dest: str) -> str:
-    return "--" + dest.replace("_", "-")
-
-
 def default_chunk_size(block_size: int | None) -> int:
-    """LMCache's chunk size (256) on the block grid: the smallest multiple of ``block_size``
-    that is at least 256 (256 itself for 16-token blocks, 512 for a Mooncake trace's 512)."""
-    if not block_size:
-        return DEFAULT_CHUNK_SIZE
-    return -(-DEFAULT_CHUNK_SIZE // block_size) * block_size
+    """LMCache's chunk size (256) on the block grid (the lmcache entry's default)."""
+    return registry.options()["chunk_size"].value(None, block_size)
 
 
 def model_options(args: argparse.Namespace, block_size: int | None = None) -> tuple[dict, dict]:
     """(GPU model options, CPU model options) for ``args`` (a namespace with ``gpu_model``,
     ``cpu_model`` and, where the command has them, ``gpu_order``, ``cpu_order``,
     ``block_size``) and the run's ``block_size`` (default ``args.block_size``); CLIError on an
-    option the chosen model does not take, an order it cannot follow, or a chunk size off the
-    block grid. ``--chunk-size`` defaults to ``default_chunk_size(block_size)``. Every block
-    command (``blocks``, ``trace``) calls it once its block size is known."""
+    option the chosen model does not take, an order it cannot follow, or an option's own
+    check (a chunk size off the block grid). Defaults are the declared options' (the chunk
+    size: the smallest multiple of the block size >= 256). Every block command (``blocks``,
+    ``trace``) calls it once its block size is known."""
     if block_size is None:
         block_size = getattr(args, "block_size", None)
     chosen = {"gpu": args.gpu_model, "cpu": args.cpu_model}
@@ -111,20 +81,22 @@ def model_options(args: argparse.Namespace, block_size: int | None = None) -> tu
         if model in MODEL_ORDERS and order is not None and order != MODEL_ORDERS[model]:
             raise CLIError(f"--{tier}-order {order}: the {model} model is "
                            f"{MODEL_ORDERS[model]}")
-    for dest in _DEFAULTS:
+    declared = registry.options()
+    for dest, option in declared.items():
         if getattr(args, dest, None) is not None and \
                 not any(dest in MODEL_OPTIONS.get(m, ()) for m in chosen.values()):
-            raise CLIError(f"{_flag(dest)} applies to the "
-                           f"{'vllm' if dest in MODEL_OPTIONS['vllm'] else 'lmcache'} model only")
-    defaults = {**_DEFAULTS, "chunk_size": default_chunk_size(block_size)}
+            raise CLIError(f"{option.flag} applies to the {registry.option_owner(dest)} "
+                           f"model only")
     options = []
     for model in chosen.values():
-        options.append({dest: defaults[dest] if getattr(args, dest, None) is None
-                        else getattr(args, dest) for dest in MODEL_OPTIONS.get(model, ())})
-    chunk = options[1].get("chunk_size")
-    if chunk is not None and block_size and chunk % block_size:
-        raise CLIError(f"--chunk-size {chunk}: must be a multiple of the block size "
-                       f"{block_size} (--block-size)")
+        options.append({dest: declared[dest].value(getattr(args, dest, None), block_size)
+                        for dest in MODEL_OPTIONS.get(model, ())})
+    for model, values in zip(chosen.values(), options):
+        for dest, value in values.items():
+            check = declared[dest].check
+            problem = check(value, block_size) if check is not None else None
+            if problem:
+                raise CLIError(problem)
     return options[0], options[1]
 
 

@@ -9,13 +9,15 @@ them. OPT is given the future of the tier's own placements, which never depends 
 hits, so it is exact as a replay (a reference for prefix hits, not a bound). The ``lru``
 model equals the block model's ``ideal`` engine (tests/test_policies_blocks.py).
 
-Registered by ``register(GPU_MODELS, CPU_MODELS)`` under the policies' names; ``lru`` is
-registered as the block engine's one-pass ``ideal`` model (``pipeline/blocks/onepass.py``),
-which the tests prove equal to the class replay here. ``place`` is a request-level step
-(look up the whole prefix, read every block, then evict with the request's own blocks set
-aside and put back), not the per-access rule of the replay kernels, so FIFO, MRU, LFU,
-CLOCK, SIEVE and OPT have request-level kernels (``kernels/blocks.py``, proven equal to the
-classes); S3-FIFO and ARC replay the classes per capacity.
+The registry (``pipeline.registry``) makes each policy's models with ``policy_gpu_model`` /
+``policy_cpu_model``; ``lru``'s are the block engine's one-pass ``ideal`` model
+(``pipeline/blocks/onepass.py``), which the tests prove equal to the class replay here; a
+policy without a kernel here (one registered from outside) replays its class. ``place`` is a
+request-level step (look up the whole prefix, read every block, then evict with the
+request's own blocks set aside and put back), not the per-access rule of the replay
+kernels, so FIFO, MRU, LFU, CLOCK, SIEVE and OPT have request-level kernels
+(``kernels/blocks.py``, proven equal to the classes); S3-FIFO and ARC replay the classes
+per capacity.
 """
 
 from __future__ import annotations
@@ -25,13 +27,9 @@ from collections.abc import Callable
 import numpy as np
 
 from pipeline.blocks.stream import TAIL_FIRST, BlockStream, capacity_blocks, check_order
-from pipeline.policies import POLICIES
-from pipeline.policies.simple import LRU
 
-__all__ = ["BLOCK_POLICIES", "COMPILED", "policy_gpu_model", "policy_cpu_model", "register"]
+__all__ = ["COMPILED", "policy_gpu_model", "policy_cpu_model"]
 
-#: name -> class with ``place``: the registry, with LRU on the shared base
-BLOCK_POLICIES = {**POLICIES, "lru": LRU}
 #: policies whose block mode runs compiled (``kernels/blocks.py``)
 COMPILED = ("lru", "fifo", "mru", "lfu", "clock", "sieve", "opt")
 
@@ -41,29 +39,19 @@ def _requests(stream: BlockStream) -> list[list[int]]:
     return [codes[int(s):int(s) + int(n)] for s, n in zip(stream.starts[:-1], stream.cacheable)]
 
 
-def _prefix(tier, keys: list[int]) -> int:
-    run = 0
-    for key in keys:
-        if key not in tier:
-            break
-        run += 1
-    return run
-
-
-def _replay(name: str, requests: list[list[int]], starts: list[int], capacity: int,
+def _replay(cls: type, requests: list[list[int]], starts: list[int], capacity: int,
             order: str) -> np.ndarray:
-    """Prefix hits (blocks) per request, by the classes; request r places
+    """Prefix hits (blocks) per request, by the tier class ``cls``; request r places
     ``requests[r][starts[r]:]``."""
     touches = [keys[start:][::-1] if order == TAIL_FIRST else keys[start:]
                for keys, start in zip(requests, starts)]
-    cls = BLOCK_POLICIES[name]
     if getattr(cls, "needs_future", False):
         tier = cls(capacity, [k for t in touches if len(t) <= capacity for k in t])
     else:
         tier = cls(capacity)
     out = np.zeros(len(requests), np.int64)
     for r, keys in enumerate(requests):
-        out[r] = _prefix(tier, keys)
+        out[r] = tier.lookup(keys)
         tier.place(touches[r], 1)
     return out
 
@@ -112,29 +100,30 @@ def _compiled(name: str, stream: BlockStream, starts: np.ndarray, blocks: np.nda
     return rows
 
 
-def _model_rows(name: str, stream: BlockStream, starts: np.ndarray, blocks: np.ndarray,
-                order: str, compiled: bool) -> np.ndarray:
+def _model_rows(name: str, cls: type, stream: BlockStream, starts: np.ndarray,
+                blocks: np.ndarray, order: str, compiled: bool) -> np.ndarray:
     if compiled and name in COMPILED:
         rows = _compiled(name, stream, starts, blocks, order)
     else:
         requests = _requests(stream)
-        rows = [_replay(name, requests, starts.tolist(), int(c), order) for c in blocks]
+        rows = [_replay(cls, requests, starts.tolist(), int(c), order) for c in blocks]
     return np.array(rows, np.int64).reshape(blocks.size, stream.requests) * stream.block_size
 
 
-def policy_gpu_model(name: str, compiled: bool = True) -> Callable:
-    """GPU model of policy ``name``: prefix hit tokens per (capacity, request); ``compiled``
-    False forces the class replay (the reference)."""
+def policy_gpu_model(name: str, cls: type, compiled: bool = True) -> Callable:
+    """GPU model of policy ``name`` (tier class ``cls``): prefix hit tokens per (capacity,
+    request); compiled where ``COMPILED`` has a kernel for ``name``, else (or with
+    ``compiled`` False: the reference) the class replay."""
     def gpu_model(stream: BlockStream, capacities: object, order: str) -> np.ndarray:
         check_order(order)
         blocks = capacity_blocks(capacities, stream.block_size)
         starts = np.zeros(stream.requests, np.int64)
-        return _model_rows(name, stream, starts, blocks, order, compiled)
+        return _model_rows(name, cls, stream, starts, blocks, order, compiled)
     gpu_model.__doc__ = f"{name} as a block-mode GPU model (pipeline.policies.blockmode)."
     return gpu_model
 
 
-def policy_cpu_model(name: str, compiled: bool = True) -> Callable:
+def policy_cpu_model(name: str, cls: type, compiled: bool = True) -> Callable:
     """CPU model of policy ``name``: CPU prefix hit tokens (from block 0) per (capacity,
     request), placing blocks g.. of each request; ``compiled`` as in the GPU model."""
     def cpu_model(stream: BlockStream, gpu_hit_tokens: np.ndarray, capacities: object,
@@ -143,18 +132,6 @@ def policy_cpu_model(name: str, compiled: bool = True) -> Callable:
         blocks = capacity_blocks(capacities, stream.block_size)
         starts = np.minimum(np.asarray(gpu_hit_tokens, np.int64) // stream.block_size,
                             np.asarray(stream.cacheable, np.int64))
-        return _model_rows(name, stream, starts, blocks, order, compiled)
+        return _model_rows(name, cls, stream, starts, blocks, order, compiled)
     cpu_model.__doc__ = f"{name} as a block-mode CPU model (pipeline.policies.blockmode)."
     return cpu_model
-
-
-def register(gpu_models: dict, cpu_models: dict) -> None:
-    """Add every policy of the family to the block engine's registries (``lru``: the
-    one-pass ``ideal`` engine, equal to its class replay)."""
-    from pipeline.blocks import onepass
-
-    gpu_models.setdefault("lru", onepass.ideal_gpu)
-    cpu_models.setdefault("lru", onepass.ideal_cpu)
-    for name in POLICIES:
-        gpu_models.setdefault(name, policy_gpu_model(name))
-        cpu_models.setdefault(name, policy_cpu_model(name))

@@ -12,9 +12,11 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import polars as pl
 
-from pipeline.policies import POLICIES, make_policy
-from pipeline.policies.onepass import ONEPASS as _ONEPASS_RULES
 from pipeline.policies.onepass import applies, onepass_counts, onepass_hits
+from pipeline.registry import POLICIES, make_policy
+from pipeline.tiers import access_tiers
+from pipeline.registry import entry as _entry
+from pipeline.registry import names as _names
 
 __all__ = ["METHODS", "ONEPASS", "encode", "policy_hits", "hit_matrix", "hit_counts",
            "tiered_codes",
@@ -25,22 +27,24 @@ __all__ = ["METHODS", "ONEPASS", "encode", "policy_hits", "hit_matrix", "hit_cou
 #: reference); onepass: only where exact.
 METHODS = ("auto", "onepass", "replay", "classes")
 #: policies whose every capacity comes from one exact pass (``onepass.py``: lru needs one
-#: fixed size per key, mru and opt one size for every access)
-ONEPASS = tuple(_ONEPASS_RULES)
+#: fixed size per key, mru and opt one size for every access): the registry's entries with
+#: a one-pass rule
+ONEPASS = tuple(_names(policy=True, onepass=True))
 
 
 def _one_pass(name: str, method: str, codes: np.ndarray, sizes: np.ndarray,
               points: int) -> bool:
     """True when ``method`` takes the one-pass engine; raises when onepass cannot be exact.
     auto replays MRU and OPT at a single capacity (the compiled replay is the cheaper one)."""
-    if method == "onepass" and name not in ONEPASS:
+    rule = _entry(name).onepass
+    if method == "onepass" and rule is None:
         raise ValueError(f"method onepass is exact only for {', '.join(ONEPASS)}, not {name}")
     if method == "onepass" and not applies(name, codes, sizes):
-        raise ValueError(f"method onepass for {name} needs {_ONEPASS_RULES[name]}; this "
+        raise ValueError(f"method onepass for {name} needs {rule}; this "
                          "trace's sizes differ (use --method auto or replay)")
     if method == "auto" and name != "lru" and points < 2:
         return False
-    return method in ("auto", "onepass") and applies(name, codes, sizes)
+    return method in ("auto", "onepass") and rule is not None and applies(name, codes, sizes)
 
 
 def encode(keys: Sequence) -> np.ndarray:
@@ -78,7 +82,7 @@ def hit_matrix(name: str, codes: np.ndarray, sizes: np.ndarray, capacities: Sequ
     capacities = [int(c) for c in capacities]
     if _one_pass(name, method, codes, sizes, len(capacities)):
         return onepass_hits(name, codes, sizes, capacities)
-    if method == "classes":
+    if method == "classes" or not _entry(name).compiled:
         run = _classes
     else:
         from pipeline.policies import kernels
@@ -102,7 +106,7 @@ def hit_counts(name: str, codes: np.ndarray, sizes: np.ndarray, capacities: Sequ
         raise ValueError(f"unknown policy {name!r}; accepted: {', '.join(POLICIES)}")
     if _one_pass(name, method, codes, sizes, len(capacities)):
         return onepass_counts(name, codes, sizes, capacities)
-    if method not in ("auto", "replay"):
+    if method not in ("auto", "replay") or not _entry(name).compiled:
         return hit_matrix(name, codes, sizes, capacities, method, workers).sum(axis=1)
     from pipeline.policies import kernels
     workers = workers or os.cpu_count() or 1
@@ -122,9 +126,7 @@ def tiered_codes(gpu: str, cpu: str, codes: np.ndarray, sizes: np.ndarray, gpu_c
     gpu_hit = policy_hits(gpu, codes, sizes, gpu_capacity, method)
     missed = np.flatnonzero(~gpu_hit)
     cpu_hit = policy_hits(cpu, codes[missed], sizes[missed], cpu_capacity, method)
-    out = np.where(gpu_hit, 0, 2).astype(np.int8)
-    out[missed[cpu_hit]] = 1
-    return out
+    return access_tiers(gpu_hit, cpu_hit)
 
 
 def curves_frame(policy: str, capacities: Sequence[int], hits: np.ndarray,

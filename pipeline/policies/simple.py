@@ -1,5 +1,5 @@
-"""LRU, FIFO and MRU: one ordered dict each (the registry's LRU is kvlab's ``LRUCache``
-itself; ``LRU`` here is the same policy on the shared base, for block mode)."""
+"""LRU, FIFO and MRU: one ordered dict each (``LRU`` is kvlab's ``LRUCache`` on the shared
+base, equal per access)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ __all__ = ["LRU", "FIFO", "MRU"]
 
 class LRU(Policy):
     """Least recently used on the shared base, equal per access to kvlab's ``LRUCache``
-    (the registry's ``lru``; tests/test_policies_blocks.py proves it); block mode uses this
-    one for its ``place``. ``keys()``: least recent first."""
+    (tests/test_policies_blocks.py proves it). ``keys()``: least recent first."""
 
     name = "lru"
 

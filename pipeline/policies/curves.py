@@ -1,0 +1,49 @@
+"""Hit ratio vs capacity per policy, for the report: the lab's cyclic workload and a Mooncake
+trace at object level. Frames (policy, capacity, hits, accesses, hit_ratio) that
+``pipeline.charts.policies`` draws; ``run`` computes them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from pipeline.config import LAB_DOCS, LAB_PASSES, LAB_TOKENS
+from pipeline.policies.replay import encode, hit_counts
+from pipeline.policies.traces import lab_objects, mooncake_objects
+from pipeline.registry import POLICIES
+
+__all__ = ["policy_curves", "lab_curves", "trace_curves"]
+
+
+def policy_curves(keys: np.ndarray, sizes: np.ndarray, capacities: Sequence[int],
+                  policies: Sequence[str] | None = None) -> pl.DataFrame:
+    """policy, capacity, hits, accesses, hit_ratio: one row per policy (default: every
+    registered one) and capacity."""
+    codes = encode(keys)
+    frames = [pl.DataFrame({"policy": name, "capacity": np.asarray(capacities, np.int64),
+                            "hits": hit_counts(name, codes, sizes, capacities)})
+              for name in (tuple(POLICIES) if policies is None else policies)]
+    return (pl.concat(frames)
+            .with_columns(accesses=pl.lit(int(codes.size), pl.Int64))
+            .with_columns(hit_ratio=pl.col("hits") / pl.col("accesses")))
+
+
+def lab_curves(docs: int = LAB_DOCS, tokens: int = LAB_TOKENS,
+               passes: Sequence[str] = LAB_PASSES, points: int = 121) -> pl.DataFrame:
+    """The lab's document mode, capacities 0..1.2 x the working set (the cliff included)."""
+    keys, sizes = lab_objects(docs, tokens, list(passes))
+    working = docs * tokens
+    grid = np.unique(np.r_[np.linspace(0, 1.2 * working, points).round(), working - 1,
+                           working]).astype(np.int64)
+    return policy_curves(keys, sizes, grid)
+
+
+def trace_curves(path: str | Path, points: int = 40) -> pl.DataFrame:
+    """A Mooncake trace at object level (unit blocks), 1 %..100 % of its distinct blocks."""
+    keys, sizes = mooncake_objects(path, unit=True)
+    distinct = int(np.unique(keys).size)
+    grid = np.unique(np.geomspace(max(1, distinct // 100), distinct, points).round())
+    return policy_curves(keys, sizes, grid.astype(np.int64))

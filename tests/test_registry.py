@@ -1,0 +1,229 @@
+"""The one registry of cache models: its views follow the entries, and a policy registered
+from outside (here: a toy defined in this file, one ``register`` call, no other edit) works
+in ``trace``, ``policies``, ``blocks``, ``plan`` and the report."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+from conftest import run_outputs
+from kvlab.scenario import pass_keys
+from pipeline import registry
+from pipeline.blocks.stream import block_stream
+from pipeline.cli import main
+from pipeline.policies.traces import lab_objects
+from pipeline.tiers import Tier, TwoTier
+from pipeline.workloads.blocks import document_blocks
+
+
+class LowestKeyFirst(Tier):
+    """A toy policy: evict the resident key that sorts first."""
+
+    name = "toy"
+
+    def _evict(self, key, size):
+        return min(self._sizes)
+
+    def _insert(self, key, size):
+        return True
+
+
+@pytest.fixture
+def toy():
+    entry = registry.register(registry.policy_entry("toy", LowestKeyFirst, "lowest key first"))
+    yield entry
+    registry.unregister("toy")
+
+
+def _replay_blocks(docs: int, tokens: int, passes: list[str], block_size: int, gpu: int,
+                   cpu: int) -> list[dict]:
+    """The block scenario with toy tiers, request by request through ``TwoTier`` (GPU
+    tail-first, CPU head-first): per pass, GPU and CPU tokens."""
+    stream = block_stream(document_blocks([d for p in passes for d in pass_keys(p, docs)],
+                                          tokens, block_size), block_size)
+    tiers = TwoTier(LowestKeyFirst(gpu // block_size), LowestKeyFirst(cpu // block_size))
+    codes = stream.codes.tolist()
+    out = [{"gpu_hit_tokens": 0, "cpu_hit_tokens": 0} for _ in passes]
+    for r in range(stream.requests):
+        keys = codes[stream.starts[r]:stream.starts[r] + stream.cacheable[r]]
+        g, c = tiers.gpu.lookup(keys), tiers.cpu.lookup(keys)
+        tiers.gpu.place(keys[::-1])                    # tail-first: the head ends newest
+        tiers.cpu.place(keys[g:])                      # head-first
+        out[r // docs]["gpu_hit_tokens"] += g * block_size
+        out[r // docs]["cpu_hit_tokens"] += max(0, c - g) * block_size
+    return out
+
+
+def test_views_follow_the_entries(toy):
+    for view in (registry.GPU_MODELS, registry.CPU_MODELS, registry.POLICIES):
+        assert list(view)[-1] == "toy"
+    assert registry.make_policy("toy", 3).capacity == 3
+    assert "toy" not in registry.MODEL_OPTIONS and "toy" not in registry.MODEL_ORDERS
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register(registry.policy_entry("toy", LowestKeyFirst, "again"))
+
+
+def test_views_drop_an_unregistered_entry():
+    registry.register(registry.policy_entry("toy", LowestKeyFirst, "lowest key first"))
+    registry.unregister("toy")
+    assert "toy" not in registry.GPU_MODELS and "toy" not in registry.POLICIES
+
+
+def test_builtin_names_and_options():
+    assert list(registry.GPU_MODELS)[:4] == ["ideal", "ideal-replay", "vllm", "vllm-replay"]
+    assert list(registry.CPU_MODELS)[:4] == ["ideal", "ideal-replay", "lmcache",
+                                             "lmcache-replay"]
+    assert registry.MODEL_OPTIONS["vllm"] == ("output_tokens", "vllm_version")
+    assert registry.MODEL_ORDERS == {"vllm": "tail-first", "vllm-replay": "tail-first",
+                                     "lmcache": "head-first", "lmcache-replay": "head-first"}
+    assert registry.names(measured=True) == ["llamacpp", "two-tier"]
+    assert registry.option_owner("chunk_size") == "lmcache"
+
+
+def test_tier_lookup_changes_nothing_and_place_pins_the_request():
+    tier = LowestKeyFirst(3)
+    tier.place([5, 6, 7])
+    assert tier.lookup([5, 6, 9, 7]) == 2 and sorted(tier.keys()) == [5, 6, 7]
+    tier.place([1, 2])                        # evicts 5 and 6, never 1 or 2
+    assert sorted(tier.keys()) == [1, 2, 7] and tier.evictions == 2
+    tier.place([1, 2, 3, 4])                  # larger than the tier: nothing changes
+    assert sorted(tier.keys()) == [1, 2, 7]
+
+
+def test_engine_tiers_as_objects():
+    lmcache = registry.entry("lmcache").tier(512, chunk_size=256)
+    lmcache.place(["a", "b"], 256)
+    assert lmcache.lookup(["a", "b", "c"]) == 2 and lmcache.used == 512
+    lmcache.place(["c"], 256)                 # the least recent chunk goes
+    assert lmcache.lookup(["a"]) == 0 and lmcache.lookup(["b", "c"]) == 2
+    vllm = registry.entry("vllm").tier(16 * 4, block_size=16)   # 3 usable blocks
+    vllm.place(["x", "y"])
+    assert vllm.lookup(["x", "y", "z"]) == 2
+
+
+def test_toy_policy_in_policies(toy, tmp_path, capsys):
+    assert main(["policies", "--gpu-policy", "toy", "--json", "--out", str(tmp_path)]) == 0
+    curves = json.loads(capsys.readouterr().out)["curves"]
+    keys, sizes = lab_objects(10, 5011, ["fwd", "fwd", "rev"])
+    for row in curves:
+        tier = LowestKeyFirst(row["capacity"])
+        assert row["gpu_hits"] == sum(map(tier.access, keys.tolist(), sizes.tolist()))
+    assert {row["policy"] for row in curves} == {"toy"}
+    assert any(row["gpu_hits"] for row in curves)
+
+
+def test_toy_policy_in_blocks(toy, capsys):
+    assert main(["blocks", "--gpu", "20000", "--cpu", "50000", "--gpu-model", "toy",
+                 "--cpu-model", "toy"]) == 0
+    passes = json.loads(capsys.readouterr().out)["passes"]
+    expected = _replay_blocks(10, 5011, ["fwd", "fwd", "rev"], 16, 20000, 50000)
+    assert [{k: p[k] for k in ("gpu_hit_tokens", "cpu_hit_tokens")} for p in passes] == expected
+    assert any(p["cpu_hit_tokens"] for p in passes)
+
+
+def test_toy_policy_in_trace(toy, tmp_path, capsys):
+    assert main(["trace", "--pattern", "long-doc-qa", "--num-documents", "4",
+                 "--document-length", "2000", "--gpu", "0,4000", "--cpu", "0,6000",
+                 "--gpu-model", "toy", "--cpu-model", "toy", "--json", "--no-report",
+                 "--out", str(tmp_path)]) == 0
+    capsys.readouterr()
+    points = pl.read_parquet(tmp_path / "points.parquet")
+    assert set(points["gpu_model"].cast(pl.String)) == {"toy"}
+    assert points.filter(pl.col("gpu_capacity") == 4000)["gpu_tokens"].min() > 0
+
+
+def test_toy_policy_in_plan(toy, capsys):
+    assert main(["plan", "--target-hit-ratio", "0.6", "--block-size", "256", "--cpu-model",
+                 "toy", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert "CPU toy head-first" in document["workload"]
+    assert document["answer"]["status"] == "met"
+    hit = [row["hit_ratio"] for row in document["figures"]][1:]
+    assert min(hit) >= 0.6
+
+
+def test_toy_policy_in_the_report(toy, tmp_path):
+    assert main(["run", "--quiet", *run_outputs(tmp_path)]) == 0
+    page = (tmp_path / "report" / "index.html").read_text(encoding="utf-8")
+    assert '"policy": "toy"' in page or '"policy":"toy"' in page
+
+
+def test_the_cache_models_page_runs_as_shown():
+    import doctest
+
+    from conftest import ROOT
+    page = (ROOT / "docs" / "cache-models.md").read_text(encoding="utf-8")
+    sessions = [block.split("\n", 1)[1] for block in page.split("```")[1::2]
+                if block.startswith("python\n")]
+    runner = doctest.DocTestRunner()
+    for number, text in enumerate(sessions):
+        runner.run(doctest.DocTestParser().get_doctest(text, {}, f"block {number}",
+                                                       "docs/cache-models.md", 0))
+    assert sessions and runner.summarize(verbose=False).failed == 0
+
+
+def test_two_tier_with_one_key_per_request_is_kvlabs_two_tier_cache():
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from kvlab.kvsim import TwoTierCache
+    from pipeline.tiers import TIERS
+
+    @given(gpu=st.integers(0, 6), cpu=st.integers(0, 6),
+           accesses=st.lists(st.tuples(st.integers(0, 7), st.integers(0, 3)), max_size=40))
+    def check(gpu, cpu, accesses):
+        ours = TwoTier(registry.make_tier("lru", gpu), registry.make_tier("lru", cpu))
+        theirs = TwoTierCache(gpu, cpu)
+        for key, size in accesses:
+            g, c = ours.request([key], [size])
+            assert TIERS[0 if g else 1 if c else 2] == theirs.access(key, size)
+    check()
+
+
+def _tier_for(name: str, blocks: int, future: list):
+    """A registered model's tier holding ``blocks`` keys, and the size of one key."""
+    if name.startswith("vllm"):
+        return registry.make_tier(name, (blocks + 1) * 16, block_size=16), 16   # + null block
+    if name.startswith("lmcache"):
+        return registry.make_tier(name, blocks * 256, chunk_size=256), 256
+    model = registry.entry(name)
+    options = {"future": future} if getattr(model.tier, "needs_future", False) else {}
+    return registry.make_tier(name, blocks, **options), 1
+
+
+KEYED = [name for name, model in registry.MODELS.items() if model.unit in ("block", "chunk")]
+
+
+def test_every_keyed_model_is_in_the_contract():
+    assert len(KEYED) == 15 and {"vllm", "lmcache", "ideal", "opt"} <= set(KEYED)
+
+
+@pytest.mark.parametrize("name", KEYED)
+def test_every_registered_tier_keeps_the_contract(name):
+    """lookup counts the leading keys held and changes nothing; a request that fits is held
+    after ``place`` (unless the policy may decline a key), never more than the tier holds."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=min(40, settings.default.max_examples))
+    @given(blocks=st.integers(0, 6),
+           requests=st.lists(st.lists(st.integers(0, 9), max_size=5, unique=True),
+                             max_size=10))
+    def check(blocks, requests):
+        future = [k for keys in requests if len(keys) <= blocks for k in keys]
+        tier, size = _tier_for(name, blocks, future)
+        declines = getattr(registry.entry(name).tier, "may_decline", False)
+        for keys in requests:
+            before = sorted(tier.keys())
+            held = set(before)
+            expected = next((i for i, k in enumerate(keys) if k not in held), len(keys))
+            assert tier.lookup(keys) == expected == tier.lookup(keys)
+            assert sorted(tier.keys()) == before
+            tier.place(keys, size)
+            assert len(tier.keys()) <= blocks
+            if len(keys) <= blocks and not declines:
+                assert set(keys) <= set(tier.keys())
+    check()
