@@ -4,10 +4,28 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 
-from kvlab.scenario import non_negative_int, pass_list
+from kvlab.scenario import OneLineParser, non_negative_int, pass_list
 
-__all__ = ["int_list", "non_negative_int", "pass_list", "plural", "positive_int"]
+__all__ = ["Parser", "int_list", "non_negative_int", "pass_list", "plural", "positive_int",
+           "positive_float", "non_negative_float", "unit_ratio"]
+
+
+#: What argparse should read as a value, never as an option: a minus sign and a digit
+#: (``-1``, ``-1GiB``, ``-.5``), so that the option's own type says what it accepts.
+_NEGATIVE = re.compile(r"^-\.?[0-9]")
+
+
+class Parser(OneLineParser):
+    """The pipeline's parser: usage errors are one line (``OneLineParser``, exit 2), and a
+    value that starts with a minus sign and a digit (``--gpu -1GiB``) is a value, so the
+    option's type refuses it with its own bound instead of "expected one argument"."""
+
+    def _parse_optional(self, arg_string):  # type: ignore[override]
+        if _NEGATIVE.match(arg_string) and arg_string not in self._option_string_actions:
+            return None
+        return super()._parse_optional(arg_string)
 
 
 def int_list(text: str) -> list[int]:
@@ -26,8 +44,11 @@ def int_list(text: str) -> list[int]:
 
 
 def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    value = non_negative_int(text)
+    """argparse type: an integer >= 1 (one message for every value it refuses)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
     return value
@@ -53,6 +74,14 @@ def positive_float(text: str) -> float:
     value = _finite_float(text, "> 0")
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def unit_ratio(text: str) -> float:
+    """argparse type: a finite number in (0, 1] (a share such as a hit ratio)."""
+    value = _finite_float(text, "in (0, 1]")
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
     return value
 
 

@@ -2,8 +2,9 @@
 
 Each command is a module in ``COMMANDS`` that offers ``HELP`` (one line),
 ``add_arguments(parser)`` and ``main(args) -> int``; this module builds one argparse parser
-from them and turns a ``CLIError`` into one line on stderr and exit status 1, and a closed
-stdout (``| head``) into a quiet exit 1.
+from them and turns a ``CLIError`` into one line on stderr and exit status 1, a closed
+stdout (``| head``) into a quiet exit 1, and Ctrl-C into one line and exit status 130
+(``interrupted; nothing written``, or what a command's ``interrupted(args)`` says was kept).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 import sys
 from types import ModuleType
 
-from kvlab.scenario import OneLineParser
+from pipeline.arguments import Parser
 from pipeline.errors import CLIError
 
 PROG = "python -m pipeline"
@@ -47,7 +48,7 @@ def _description(module: ModuleType) -> str:
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     """The parser of every command."""
-    parser = OneLineParser(
+    parser = Parser(
         prog=prog,
         description="kvlab: how much prefix KV cache survives on the GPU, what a CPU tier "
                     "buys, and what that does to time-to-first-token.")
@@ -62,11 +63,16 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """Parse ``argv`` and run the command; 1 with one line on stderr on a user error."""
+    """Parse ``argv`` and run the command; 1 with one line on stderr on a user error, 130
+    with one line on Ctrl-C."""
     if prog is None:
         prog = "kvlab" if sys.argv and sys.argv[0].endswith("kvlab") else PROG
-    parser = build_parser(prog)
+    from pipeline import staging
+
+    args = None
+    staging.committed.clear()                 # this command's commits only (see interrupted)
     try:
+        parser = build_parser(prog)
         args = parser.parse_args(sys.argv[1:] if argv is None else argv)
         status = args.handler(args)
         sys.stdout.flush()
@@ -77,6 +83,23 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     except BrokenPipeError:
         _silence_stdout()
         return 1
+    except KeyboardInterrupt:
+        print(interrupted(args), file=sys.stderr)
+        return 130
+
+
+def interrupted(args: argparse.Namespace | None) -> str:
+    """The one line Ctrl-C prints: what the command says it keeps (its ``interrupted(args)``,
+    e.g. ``measure``'s lines so far), else whether ``pipeline.staging`` had committed."""
+    from pipeline import staging
+
+    name = getattr(args, "command", None)
+    says = getattr(command_module(name), "interrupted", None) if name in COMMANDS else None
+    if says:
+        return says(args)
+    if staging.committed:
+        return f"interrupted; {len(staging.committed)} output file(s) were already written"
+    return "interrupted; nothing written"
 
 
 def _silence_stdout() -> None:

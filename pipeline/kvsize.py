@@ -39,6 +39,7 @@ from decimal import Decimal, InvalidOperation
 __all__ = ["DTYPE_BYTES", "UNITS", "KVSize", "PRESETS", "MODELS", "ModelShape", "model_shape",
            "parse_model_shape", "Capacity", "preset", "shape",
            "parse_capacity", "capacity", "capacities", "capacity_list", "format_bytes", "gib", "gb",
+           "size_up",
            "add_kv_arguments", "kv_from_args", "DEFAULT_PRESET", "resolve_capacities",
            "size_lines"]
 
@@ -370,6 +371,17 @@ def gb(size_bytes: int) -> float:
     return size_bytes / 10**9
 
 
+def size_up(size_bytes: int, unit: int, digits: int) -> float:
+    """``size_bytes`` in ``unit`` bytes, rounded *up* to ``digits`` decimals (exact integer
+    arithmetic): the figure for a size that must hold at least ``size_bytes``.
+
+    >>> size_up(200_000 * 131_072, 2**30, 2)      # 24.414... GiB: 24.41 GiB holds less
+    24.42
+    """
+    scale = 10**digits
+    return -(-size_bytes * scale // unit) / scale
+
+
 def format_bytes(size_bytes: int) -> str:
     """``1.34 GiB (1.44 GB)``: both units, two decimals (more when small)."""
     digits = 2 if size_bytes >= 10**8 else 4
@@ -380,11 +392,12 @@ def format_bytes(size_bytes: int) -> str:
 
 def add_kv_arguments(parser: argparse.ArgumentParser) -> None:
     """--model, --kv-bytes-per-token, --kv-shape (at most one; default the lab's model)."""
+    from pipeline.arguments import positive_int
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--model", metavar="PRESET", default=None,
                        help=f"model preset for the KV size: {', '.join(PRESETS)} "
                             f"(default {DEFAULT_PRESET}, the lab's model)")
-    group.add_argument("--kv-bytes-per-token", metavar="BYTES", type=int, default=None,
+    group.add_argument("--kv-bytes-per-token", metavar="BYTES", type=positive_int, default=None,
                        help="KV bytes per token, instead of a preset")
     group.add_argument("--kv-shape", metavar="L,H,D[,DTYPE]", default=None,
                        help="layers, KV heads, head dim[, dtype] (standard formula 2 x L x H x "

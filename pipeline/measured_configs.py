@@ -112,7 +112,7 @@ def _provenance(measured: Path) -> dict:
 
     path = provenance_path(measured)
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        document = json.loads(path.read_text(encoding="utf-8-sig"))
         return {"workload": document["workload"], "state_size": document["state_size"]}
     except OSError as exc:
         raise CLIError(f"{path}: the llamacpp model needs the measurement's provenance "

@@ -78,7 +78,7 @@ def _is_lab_file(measured: str, synthetic: bool) -> bool:
 
 def _read_sidecar(path: Path) -> dict[str, object]:
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        document = json.loads(path.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError) as exc:
         raise CLIError(f"{path}: cannot read the measured setup ({exc})") from None
     except json.JSONDecodeError as exc:

@@ -11,28 +11,35 @@ file (``pipeline.ttft_model``); hits from the one-pass engines (``pipeline.plann
 from __future__ import annotations
 
 import argparse
+import html
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import polars as pl
 
 from kvlab import make_exports
-from pipeline.arguments import non_negative_int, pass_list, positive_float, positive_int
+from pipeline.arguments import non_negative_int, pass_list, positive_float, positive_int, \
+    unit_ratio
 from pipeline.config import LAB_CPU, LAB_DOCS, LAB_GPU, LAB_PASSES, LAB_TOKENS, REAL_MEASURED
 from pipeline.errors import CLIError
 from pipeline.kvsize import KVSize, add_kv_arguments, capacity, kv_from_args
-from pipeline.engines.options import add_model_arguments, add_order_arguments, model_options
+from pipeline.blocks.limits import check_document_blocks
+from pipeline.engines.options import add_model_arguments, add_order_arguments, run_options
+from pipeline.limits import MAX_ACCESSES, check_count
 from pipeline.planner import DocumentEvaluator, Evaluator, PlanResult, Target, \
     document_workload, plan
 from pipeline.plan_output import describe_target, finite, lmcache_setting, model_json, \
     model_lines, render_text, tokens_and_size
 from pipeline.planner_blocks import BlockEvaluator
+from pipeline.staging import Outputs
 from pipeline.replay.inputs import add_input_arguments, load_workload
+from pipeline.steptime.plan_load import add_load_plan_arguments, plan_under_load
 from kvlab.kvsim import TIERS
 from pipeline.ttft_model import FitError, TTFTModel, fit_configs, measured_requests, \
     model_for_capacity, residuals_by_pass
+from pipeline.ttft_scope import measured_kv, ttft_problem
 from pipeline.workloads.documents import DocumentWorkload
 from pipeline.workloads.blocks import REQUEST_SCHEMA, document_blocks
 
@@ -46,12 +53,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         required=True)
     target.add_argument("--target-ttft-ms", type=positive_float, metavar="MS",
                         help="predicted TTFT (--statistic of a pass) at most MS")
-    target.add_argument("--target-hit-ratio", type=positive_float, metavar="R",
+    target.add_argument("--target-ttft-p90-ms", type=positive_float, metavar="MS",
+                        help="TTFT p90 under a load (--speed/--rate/--concurrency, "
+                             "--latency): the smallest GPU KV capacity, from the engine model")
+    target.add_argument("--target-hit-ratio", type=unit_ratio, metavar="R",
                         help="share of prompt tokens served from cache (GPU or CPU), "
                              "at least R (0 < R <= 1)")
     parser.add_argument("--statistic", choices=("p50", "mean"), default="p50",
                         help="TTFT statistic of a pass (default %(default)s)")
-    parser.add_argument("--pass", dest="passes_to_meet", default="warm", metavar="WHICH",
+    parser.add_argument("--pass", dest="passes_to_meet", type=pass_choice, default="warm",
+                        metavar="WHICH",
                         help="passes that must meet it: warm (every pass after the first; "
                              "default), all, or 1-based numbers such as 2,3")
     parser.add_argument("--gpu", type=capacity, default=None, metavar="CAP",
@@ -59,15 +70,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"(default {LAB_GPU} tokens)")
     add_kv_arguments(parser)
     work = parser.add_argument_group("workload (default: the lab's documents)")
-    work.add_argument("--docs", type=non_negative_int, default=LAB_DOCS,
+    work.add_argument("--docs", type=positive_int, default=LAB_DOCS,
                       help="documents (default %(default)s)")
-    work.add_argument("--tokens", type=non_negative_int, default=LAB_TOKENS,
+    work.add_argument("--tokens", type=positive_int, default=LAB_TOKENS,
                       help="KV tokens per document (default %(default)s)")
     work.add_argument("--passes", type=pass_list, default=list(LAB_PASSES),
                       help="fwd/rev per pass (default fwd,fwd,rev)")
     add_order_arguments(work)
     add_model_arguments(work)
     add_input_arguments(parser)
+    add_load_plan_arguments(parser)
     fit = parser.add_argument_group("TTFT model")
     fit.add_argument("--measured", type=Path,
                      help=f"measured TTFT jsonl (default: {REAL_MEASURED} if present, else "
@@ -87,6 +99,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", type=Path, metavar="HTML",
                         help="also write a page with predicted TTFT against the CPU capacity "
                              "and the fit's error per pass (atomically)")
+
+
+def pass_choice(text: str) -> str:
+    """argparse type of ``--pass``: warm, all, or comma-separated pass numbers >= 1 (whether
+    the workload has them is checked once it is built)."""
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if text not in ("warm", "all") and (not parts or not all(
+            part.isdigit() and int(part) >= 1 for part in parts)):
+        raise argparse.ArgumentTypeError(f"expected warm, all or pass numbers >= 1 such as "
+                                          f"2,3, got {text!r}")
+    return text
 
 
 def _passes(text: str, count: int) -> tuple[int, ...]:
@@ -118,7 +141,7 @@ def _pass_names(pass_name: pl.Series) -> list[str]:
 
 def _blocks_input(args: argparse.Namespace, description: str, blocks: pl.DataFrame,
                   requests: pl.DataFrame, block_size: int, option: str) -> _Input:
-    gpu_options, cpu_options = model_options(args)
+    gpu_options, cpu_options = run_options(args, block_size, requests.height, blocks.height)
     description = (f"{description} (GPU {args.gpu_model} {args.gpu_order}, CPU "
                    f"{args.cpu_model} {args.cpu_order})")
 
@@ -152,9 +175,13 @@ def _workload(args: argparse.Namespace) -> _Input:
         if (args.gpu_model, args.cpu_model) != ("ideal", "ideal"):
             raise CLIError("--gpu-model/--cpu-model: engine models need block mode "
                            "(--block-size, a trace PATH or --pattern)")
+        check_count(documents.docs * len(documents.passes), MAX_ACCESSES,
+                    f"--docs {documents.docs} x {len(documents.passes)} --passes", "accesses")
         workload = document_workload(documents)
         return _Input(workload.description, _pass_names(workload.requests["pass_name"]),
                       lambda gpu, models: DocumentEvaluator(workload, gpu, models))
+    check_document_blocks(documents.docs, len(documents.passes), documents.tokens,
+                          args.block_size)
     accesses = documents.accesses()
     blocks = document_blocks(accesses["doc"].to_list(), args.tokens, args.block_size)
     requests = accesses.select(
@@ -192,10 +219,7 @@ def _write_report(args: argparse.Namespace, evaluator: Evaluator, kv: KVSize, ta
                   provenance: str, withheld: str | None = None) -> None:
     """The page: what the target was first (hit ratio or TTFT against the CPU tier, the
     answer marked), then the other, then the fit; ``withheld`` (why TTFT is not predicted)
-    replaces the TTFT chart by that sentence."""
-    import html
-
-    from kvlab.summarize import atomic_output
+    replaces the TTFT chart by that sentence. Written through ``pipeline.staging``."""
     from pipeline.charts import page_html
     from pipeline.charts.plan import (fit_section, hit_ratio_section, measured_points,
                                       ttft_capacity_section)
@@ -219,15 +243,23 @@ def _write_report(args: argparse.Namespace, evaluator: Evaluator, kv: KVSize, ta
                      [*([hits, ttft] if target.kind == "hit_ratio" else [ttft, hits]),
                       ("The TTFT model against the measurement", "",
                        [fit_section(errors, target.statistic)])])
-    try:
-        with atomic_output(args.report) as handle:
-            handle.write(page)
-    except OSError as exc:
-        raise CLIError(f"--report: cannot write {args.report} ({exc.strerror or exc})") from None
+    outputs = Outputs()
+    outputs.add(args.report, page.encode("utf-8"), "--report")
+    outputs.commit()
+
+
+def without_ttft(result: PlanResult) -> PlanResult:
+    """``result`` with its predicted TTFT columns emptied (TTFT withheld)."""
+    def clear(figures: pl.DataFrame | None) -> pl.DataFrame | None:
+        return None if figures is None else figures.with_columns(
+            pl.lit(None, pl.Float64).alias("p50_ms"), pl.lit(None, pl.Float64).alias("mean_ms"))
+    return replace(result, figures=clear(result.figures), below=clear(result.below))
 
 
 def main(args: argparse.Namespace) -> int:
     """Validate everything, fit, search, print (text or --json)."""
+    if args.target_ttft_p90_ms is not None:
+        return plan_under_load(args)
     try:
         kv = kv_from_args(args)
         gpu = LAB_GPU if args.gpu is None else args.gpu.tokens(kv)
@@ -238,8 +270,7 @@ def main(args: argparse.Namespace) -> int:
                      f"{gpu:,} tokens{default} = {kv.bytes(gpu) / 2**30:.2f} GiB")
     except ValueError as exc:
         raise CLIError(str(exc) if str(exc).startswith("--") else f"--gpu: {exc}") from None
-    if args.target_hit_ratio is not None and args.target_hit_ratio > 1:
-        raise CLIError(f"--target-hit-ratio: must be in (0, 1], got {args.target_hit_ratio:g}")
+    args.gpu = gpu                                  # tokens from here on (run_options)
     workload = _workload(args)
     names = workload.pass_names
     chosen = _passes(args.passes_to_meet, len(names))
@@ -250,11 +281,20 @@ def main(args: argparse.Namespace) -> int:
     if args.report is not None and not args.report.parent.is_dir():
         raise CLIError(f"--report: folder {args.report.parent} does not exist")
     evaluator = workload.build(gpu, models)
+    found = measured_kv(source, synthetic)
+    withheld = ttft_problem(kv, found, models, measured, args.measured_tokens,
+                            evaluator.requests_frame["context"])
+    if withheld is not None and target.kind == "ttft":
+        raise CLIError(f"--target-ttft-ms: TTFT withheld: {withheld}; ask for "
+                       f"--target-hit-ratio instead")
     result = plan(evaluator, target)
+    if withheld is not None:
+        result = without_ttft(result)
     errors = residuals_by_pass(measured, models)
     if args.report is not None:
         _write_report(args, evaluator, kv, target, result, errors, names, gpu,
-                      f"{source} ({'SYNTHETIC stand-in' if synthetic else 'real measurement'})")
+                      f"{source} ({'SYNTHETIC stand-in' if synthetic else 'real measurement'})",
+                      withheld)
     cpu_tokens = result.cpu_tokens
     document = {
         "workload": evaluator.description,
@@ -267,18 +307,21 @@ def main(args: argparse.Namespace) -> int:
                      "worst_error_pct": {"p50": errors["error_p50_pct"].abs().max(),
                                          "mean": errors["error_mean_pct"].abs().max()},
                      "per_pass": errors.to_dicts()},
-        "models": {config: model_json(model, kv) for config, model in models.items()},
-        "answer": {"status": result.status, "cpu": tokens_and_size(cpu_tokens, kv),
+        "models": {config: model_json(model, found.bytes_per_token)
+                   for config, model in models.items()},
+        "answer": {"status": result.status, "cpu": tokens_and_size(cpu_tokens, kv, at_least=True),
                    "lmcache_max_local_cpu_size": lmcache_setting(cpu_tokens, kv),
                    "search": result.search, "evaluations": result.evaluations},
         "figures": result.figures.to_dicts(),
         "figures_one_token_below": None if result.below is None else result.below.to_dicts(),
     }
+    if withheld is not None:
+        document["ttft_withheld"] = withheld
     if args.json:
         print(json.dumps(finite(document), indent=2, allow_nan=False))
         return 0
     document["model_lines"] = [line for config, model in models.items()
-                               for line in model_lines(config, model, kv)]
+                               for line in model_lines(config, model, found.bytes_per_token)]
     print(render_text(document, result, target, names))
     return 0
 

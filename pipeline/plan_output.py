@@ -4,29 +4,35 @@ from __future__ import annotations
 
 import math
 
-from pipeline.kvsize import KVSize
+from pipeline.kvsize import KVSize, size_up
 from pipeline.planner import PlanResult, Target
 from pipeline.ttft_model import TTFTModel
 
-__all__ = ["tokens_and_size", "lmcache_setting", "model_json", "describe_target",
+__all__ = ["tokens_and_size", "size_up", "lmcache_setting", "model_json", "describe_target",
            "model_lines", "finite", "render_text"]
 
 TIER_WORDS = {"gpu": "GPU hit", "cpu": "CPU reload", "miss": "recompute"}
 
 
-def tokens_and_size(tokens: int, kv: KVSize) -> dict:
+def tokens_and_size(tokens: int, kv: KVSize, at_least: bool = False) -> dict:
+    """Tokens, bytes, GiB and GB (4 decimals; rounded up when the size answers "at least",
+    so that every unit holds the tokens)."""
     size = kv.bytes(tokens)
+    if at_least:
+        return {"tokens": tokens, "bytes": size, "GiB": size_up(size, 2**30, 4),
+                "GB": size_up(size, 10**9, 4)}
     return {"tokens": tokens, "bytes": size, "GiB": round(size / 2**30, 4),
             "GB": round(size / 1e9, 4)}
 
 
 def lmcache_setting(tokens: int, kv: KVSize) -> float:
     """max_local_cpu_size that holds ``tokens`` (its "GB" are 2^30 bytes), rounded up."""
-    return math.ceil(kv.bytes(tokens) / 2**30 * 100 - 1e-9) / 100
+    return size_up(kv.bytes(tokens), 2**30, 2)
 
 
-def model_json(model: TTFTModel, kv: KVSize) -> dict:
-    bandwidth = model.reload_bandwidth_gbps(kv.bytes_per_token)
+def model_json(model: TTFTModel, bytes_per_token: int) -> dict:
+    """A model as JSON; its reload bandwidth at the measured KV ``bytes_per_token``."""
+    bandwidth = model.reload_bandwidth_gbps(bytes_per_token)
     return {"method": model.method, "requests": model.n, "params": model.params,
             "stderr": model.stderr, "tier_ms": model.tier_ms, "tier_stderr": model.tier_stderr,
             "reference_tokens": model.reference_tokens,
@@ -43,7 +49,9 @@ def describe_target(target: Target, names: list[str]) -> str:
     return f"cache hit ratio >= {target.value:g} in {chosen}"
 
 
-def model_lines(config: str, model: TTFTModel, kv: KVSize) -> list[str]:
+def model_lines(config: str, model: TTFTModel, bytes_per_token: int) -> list[str]:
+    """The text lines of one config's model; the reload bandwidth at the measured KV
+    ``bytes_per_token``."""
     label = {"baseline": "baseline (GPU only)", "lmcache": "lmcache (GPU + CPU)"}.get(config,
                                                                                        config)
     if model.method == "least squares":
@@ -55,10 +63,10 @@ def model_lines(config: str, model: TTFTModel, kv: KVSize) -> list[str]:
                                                         key=lambda item: item[1]))
         parts = f"medians at {model.reference_tokens:,} tokens: {parts}"
     lines = [f"  {label}, {model.method} over {model.n} requests: {parts}"]
-    bandwidth = model.reload_bandwidth_gbps(kv.bytes_per_token)
+    bandwidth = model.reload_bandwidth_gbps(bytes_per_token)
     if bandwidth and config != "baseline":
         lines.append(f"    effective CPU reload bandwidth {bandwidth[0]:.1f} +- {bandwidth[1]:.1f}"
-                     f" GB/s at {kv.bytes_per_token:,} bytes per token")
+                     f" GB/s at {bytes_per_token:,} bytes per token")
     lines += [f"    {note}" for note in model.notes]
     return lines
 
@@ -104,13 +112,19 @@ def render_text(document: dict, result: PlanResult, target: Target, names: list[
                      f"tokens) already meets it")
     elif answer["status"] == "unreachable":
         lines.append(f"answer: NO CPU size can meet it: even {cpu['tokens']:,} tokens = "
-                     f"{cpu['GiB']:.2f} GiB (every CPU hit this workload can get) falls short")
+                     f"{size_up(cpu['bytes'], 2**30, 2):.2f} GiB (every CPU hit this workload "
+                     f"can get) falls short")
     else:
-        lines.append(f"answer: a CPU tier of {cpu['tokens']:,} tokens = {cpu['GiB']:.2f} GiB "
-                     f"({cpu['GB']:.2f} GB; GiB = 2^30 bytes, GB = 10^9 bytes)")
+        lines.append(f"answer: a CPU tier of {cpu['tokens']:,} tokens = "
+                     f"{size_up(cpu['bytes'], 2**30, 2):.2f} GiB "
+                     f"({size_up(cpu['bytes'], 10**9, 2):.2f} GB; GiB = 2^30 bytes, GB = 10^9 "
+                     f"bytes)")
         lines.append(f"  LMCache: max_local_cpu_size: {answer['lmcache_max_local_cpu_size']:.2f}"
                      f" (LMCache's GB are 2^30 bytes)")
     lines.append(f"  ({result.search}; {result.evaluations} evaluations)")
+    if document.get("ttft_withheld"):
+        lines.append(f"TTFT withheld: {document['ttft_withheld']}; the figures are hit "
+                     f"ratios only")
     columns = [f"CPU {cpu['tokens']:,} tokens"]
     if result.below is not None:
         columns.append(f"CPU {cpu['tokens'] - 1:,} tokens (one below)")

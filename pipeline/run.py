@@ -24,6 +24,7 @@ from pipeline.blocks.sweep import EVENTS_FILE as BLOCK_EVENTS
 from pipeline.config import (CPU_CLIFF_CAPACITIES, CPU_CLIFF_GPU, GPU_CLIFF_CAPACITIES,
                              LAB_CPU, LAB_DOCS, LAB_PASSES, LAB_TOKENS, REAL_MEASURED)
 from pipeline.errors import CLIError
+from pipeline.limits import MAX_EVENTS, MAX_PAIRS, check_count
 from pipeline.measured_input import add_setup_arguments, read_measured, setup_flags
 from pipeline.measured_setup import MAX_VALUE, MeasuredSetup, prediction_problem
 from pipeline.run_exports import (EXPORT_NAMES, exports_folder, lab_differences,
@@ -148,7 +149,34 @@ def _workload(args: argparse.Namespace) -> DocumentWorkload:
         if getattr(args, option) > MAX_VALUE:
             raise CLIError(f"--{option.replace('_', '-')} {getattr(args, option)}: beyond 2**62 "
                            "(capacities are int64 tokens)")
+    _check_work(args, workload)
     return workload
+
+
+def _check_work(args: argparse.Namespace, workload: DocumentWorkload) -> None:
+    """CLIError naming the arguments when the sweeps would hold more than ``MAX_PAIRS``
+    capacity pairs or ``MAX_EVENTS`` events (one per access and pair); nothing is built."""
+    gpu_points, cpu_points = marked(workload)
+    cliff = sweeps.cliff_size(workload, args.points)
+    sizes, names = [], []
+    for option, spec in (("gpu_capacities", set(gpu_points)),
+                         ("cpu_capacities", {*cpu_points, args.offload_cpu})):
+        given = getattr(args, option)
+        sizes.append(len(set(given) | spec) if given else cliff + len(spec))
+        names.append(f"--{option.replace('_', '-')}" if given else f"--points {args.points}")
+    axis = sweeps.grid_size(workload, args.grid_steps)
+    grid = (len(args.grid_gpu) if args.grid_gpu else axis) * \
+        (len(args.grid_cpu) if args.grid_cpu else axis)
+    names += [option for option in ("--grid-gpu", "--grid-cpu")
+              if getattr(args, option[2:].replace("-", "_"))]
+    if not (args.grid_gpu and args.grid_cpu):
+        names.append(f"--grid-steps {args.grid_steps}")
+    pairs = sum(sizes) + grid
+    what = ", ".join(dict.fromkeys(names))
+    check_count(pairs, MAX_PAIRS, what, "capacity pairs", "sweep")
+    check_count(pairs * workload.docs * len(workload.passes), MAX_EVENTS,
+                f"--docs {workload.docs} x {len(workload.passes)} --passes x up to {pairs} capacity "
+                f"pairs ({what})", "events")
 
 
 def _measured(args: argparse.Namespace, say: Callable[[str], None]

@@ -18,7 +18,7 @@ import polars as pl
 from pipeline import report
 
 from pipeline.arguments import positive_int
-from pipeline.blocks.limits import check_block_count, check_block_size
+from pipeline.blocks.limits import check_block_size, check_document_blocks
 from pipeline.blocks.sweep import block_frames as sweep_block_frames
 from pipeline.config import (CPU_CLIFF_GPU, GPU_CLIFF_CAPACITIES, LAB_CPU, LAB_DOCS,
                              LAB_PASSES, LAB_TOKENS, ROOT)
@@ -85,11 +85,8 @@ def block_setup(args: argparse.Namespace, workload: DocumentWorkload) -> BlockSe
                                "mode only (add --block-size N)")
         return None
     check_block_size(args.block_size)
-    requests = workload.docs * len(workload.passes)
-    blocks = requests * -(-workload.tokens // args.block_size)
-    check_block_count(max(requests, blocks),
-                      f"--docs {workload.docs} x {len(workload.passes)} --passes x --tokens "
-                      f"{workload.tokens} / --block-size {args.block_size}")
+    requests, blocks = check_document_blocks(workload.docs, len(workload.passes),
+                                             workload.tokens, args.block_size)
     gpu_options, cpu_options = run_options(args, args.block_size, requests, blocks)
     return BlockSetup(args.block_size, args.gpu_model, args.cpu_model, gpu_options,
                       cpu_options)

@@ -23,7 +23,9 @@ import contextlib
 import io
 import json
 import os
+import signal
 import tempfile
+import threading
 from pathlib import Path
 
 import polars as pl
@@ -100,29 +102,72 @@ class Outputs:
                 for target in self.files}
 
     def commit(self) -> list[Path]:
-        """Check, write every file to a temporary name, rename all, remove stale files."""
+        """Check, write every file to a temporary name, rename all, remove stale files.
+
+        A failure or Ctrl-C while the temporary files are written removes them and the
+        folders this call created; Ctrl-C during the renames is held until they are all
+        done (``committed`` then lists the files, for the CLI's message)."""
         real = self.check()
         staged: list[tuple[str, str]] = []
+        created: list[str] = []
         try:
             umask = os.umask(0)
             os.umask(umask)
             for target, content in self.files.items():
-                os.makedirs(os.path.dirname(real[target]), exist_ok=True)
+                created += _make_folders(os.path.dirname(real[target]))
                 fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(real[target]))
                 staged.append((tmp, real[target]))
                 with os.fdopen(fd, "wb") as handle:
                     os.fchmod(handle.fileno(), 0o666 & ~umask)
                     handle.write(content)
-        except OSError as exc:
+        except BaseException as exc:
             for tmp, _ in staged:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
-            raise CLIError(f"{exc.filename or 'output'}: cannot write "
-                           f"({exc.strerror or exc})") from None
-        for tmp, target in staged:
-            os.replace(tmp, target)
-        for path in self.stale:
-            if path not in self.files:
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
+            for folder in reversed(created):
+                with contextlib.suppress(OSError):
+                    os.rmdir(folder)
+            if isinstance(exc, OSError):
+                raise CLIError(f"{exc.filename or 'output'}: cannot write "
+                               f"({exc.strerror or exc})") from None
+            raise
+        with _sigint_held():
+            for tmp, target in staged:
+                os.replace(tmp, target)
+            for path in self.stale:
+                if path not in self.files:
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
+            committed.extend(self.files)
         return list(self.files)
+
+
+#: Every file committed in this process (the CLI's Ctrl-C message says whether any was).
+committed: list[Path] = []
+
+
+def _make_folders(folder: str) -> list[str]:
+    """``os.makedirs(folder)``; the folders it created, outermost first."""
+    missing = []
+    while folder and not os.path.isdir(folder):
+        missing.append(folder)
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    for path in reversed(missing):
+        os.makedirs(path, exist_ok=True)
+    return list(reversed(missing))
+
+
+@contextlib.contextmanager
+def _sigint_held():
+    """Hold SIGINT (Ctrl-C) while the body runs; a pending one is delivered at the end."""
+    main = threading.current_thread() is threading.main_thread()
+    if main and hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        if main and hasattr(signal, "pthread_sigmask"):
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})

@@ -73,7 +73,8 @@ def cliff_capacities(workload: DocumentWorkload, spec_points: Sequence[int] = ()
     k*tokens-1 / k*tokens edge when there are at most ``points`` of those (so the grid stays
     bounded by about 2 x points plus the spec points, whatever the number of documents)."""
     top = math.ceil(factor * workload.working_set)
-    even = np.linspace(0, top, max(points, 2)).round().astype(np.int64)
+    # more points than integers in 0..top round to every integer: the same set, bounded work
+    even = np.linspace(0, top, min(max(points, 2), top + 1)).round().astype(np.int64)
     tokens = max(workload.tokens, 1)
     multiples = top // tokens + 1
     edges = ([value for k in range(multiples) for value in (k * tokens - 1, k * tokens)]
@@ -88,7 +89,21 @@ def grid_capacities(workload: DocumentWorkload, steps: int = 13,
     working set and one token less, so the heatmap shows the cliff's exact edge."""
     top = math.ceil(factor * workload.working_set)
     edge = {workload.working_set - 1, workload.working_set} - {-1}
-    return tuple(sorted({int(v) for v in np.linspace(0, top, max(steps, 2)).round()} | edge))
+    steps = min(max(steps, 2), top + 1)        # as in cliff_capacities: the same set
+    return tuple(sorted({int(v) for v in np.linspace(0, top, steps).round()} | edge))
+
+
+def cliff_size(workload: DocumentWorkload, points: int = 64, factor: float = 1.25) -> int:
+    """At most how many capacities ``cliff_capacities`` gives before its spec points
+    (computed without building the grid)."""
+    top = math.ceil(factor * workload.working_set)
+    multiples = top // max(workload.tokens, 1) + 1
+    return min(max(points, 2), top + 1) + (2 * multiples if 2 * multiples <= points else 0)
+
+
+def grid_size(workload: DocumentWorkload, steps: int = 13, factor: float = 1.25) -> int:
+    """At most how many capacities ``grid_capacities`` gives (without building it)."""
+    return min(max(steps, 2), math.ceil(factor * workload.working_set) + 1) + 2
 
 
 def default_sweeps(workload: DocumentWorkload, gpu_spec: Sequence[int],

@@ -180,7 +180,7 @@ def _medians(config: str, frame: pl.DataFrame, notes: list[str],
     partial = tiered["tier"].null_count()
     if partial:
         notes.append(f"{partial} partial-hit request(s) left out of the per-tier medians")
-    stats = (tiered.filter(pl.col("tier").is_not_null()).group_by("tier")
+    stats = (tiered.filter(pl.col("tier").is_not_null()).group_by("tier", maintain_order=True)
              .agg(ttft_ms=pl.col("ttft_ms").median(), sd=pl.col("ttft_ms").std(), n=pl.len()))
     se = {row["tier"]: MEDIAN_SE * row["sd"] / math.sqrt(row["n"]) if row["n"] > 1
           else math.nan for row in stats.iter_rows(named=True)}

@@ -148,3 +148,110 @@ def _closed_stdout(*argv: str) -> tuple[int, str]:
 def test_piping_into_a_closed_reader_is_no_traceback():
     status, err = _closed_stdout("blocks", "--docs", "2", "--tokens", "64")
     assert status == 1 and err == ""
+
+
+# --- usage errors: argparse's one line and exit 2, one bound per option -------------------
+
+def usage_error(capsys, argv, message) -> None:
+    """``argv`` is refused by argparse: exit 2, one line holding ``message``."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2, err
+    assert "\n" not in err and message in err, err
+
+
+@pytest.mark.parametrize("argv, message", [
+    # a value with a minus sign and a digit is a value, refused by its type (not "expected
+    # one argument")
+    (["trace", str(SYNTHETIC), "--gpu", "-1GiB"], "--gpu: a capacity must be >= 0"),
+    (["trace", *SMALL, "--cpu", "-1e3"], "--cpu: a capacity must be >= 0"),
+    (["trace", *SMALL, "--cpu-sweep-gpu", "-.5GiB"], "--cpu-sweep-gpu: a capacity must be >= 0"),
+    (["blocks", "--gpu", "-1GiB"], "--gpu: a capacity must be >= 0"),
+    (["blocks", "--cpu", "-2GB"], "--cpu: a capacity must be >= 0"),
+    (["plan", "--target-hit-ratio", "0.5", "--gpu", "-1GiB"], "--gpu: a capacity must be >= 0"),
+    (["policies", "--capacities", "-1GiB"], ">= 0"),
+    # one bound per option, whatever the refused value
+    (["run", "--docs", "-1"], "--docs: expected an integer >= 1, got '-1'"),
+    (["run", "--docs", "0"], "--docs: expected an integer >= 1, got '0'"),
+    (["run", "--tokens", "-7"], "--tokens: expected an integer >= 1"),
+    (["plan", "--target-hit-ratio", "0.5", "--docs", "0"], "--docs: expected an integer >= 1"),
+    (["plan", "--target-hit-ratio", "0.5", "--docs", "-1"], "--docs: expected an integer >= 1"),
+    (["plan", "--target-hit-ratio", "0.5", "--tokens", "0"], "--tokens: expected an integer >= 1"),
+    (["plan", "--target-hit-ratio", "0.5", "--pass", "first"], "--pass: expected warm, all"),
+    (["plan", "--target-hit-ratio", "0.5", "--pass", "0,2"], "--pass: expected warm, all"),
+    (["policies", "--docs", "0"], "--docs: expected an integer >= 1"),
+    (["policies", "--docs", "-1"], "--docs: expected an integer >= 1"),
+    (["run", "--points", "-1"], "--points: expected an integer >= 1"),
+    (["blocks", "--block-size", "-16"], "--block-size: expected an integer >= 1"),
+    (["blocks", "--kv-bytes-per-token", "0"], "--kv-bytes-per-token: expected an integer >= 1"),
+    (["plan", "--target-hit-ratio", "0.5", "--kv-bytes-per-token", "-3"],
+     "--kv-bytes-per-token: expected an integer >= 1"),
+    # a hit ratio outside (0, 1] is a usage error, above 1 as at 0
+    (["plan", "--target-hit-ratio", "1.5"], "--target-hit-ratio: expected a number in (0, 1]"),
+    (["plan", "--target-hit-ratio", "0"], "--target-hit-ratio: expected a number in (0, 1]"),
+    (["plan", "--target-hit-ratio", "-0.5"], "--target-hit-ratio: expected a number in (0, 1]"),
+    (["plan", "--target-hit-ratio", "nan"], "--target-hit-ratio: expected a finite number"),
+])
+def test_usage_errors_exit_2_with_the_options_bound(capsys, argv, message):
+    usage_error(capsys, argv, message)
+
+
+# --- trace files: a BOM is no error, a huge id is not "non-integer" -----------------------
+
+MOONCAKE_LINES = [
+    '{"timestamp": 0, "input_length": 1024, "output_length": 1, "hash_ids": [1, 2]}',
+    '{"timestamp": 5, "input_length": 1536, "output_length": 1, "hash_ids": [1, 2, 3]}',
+]
+
+
+def test_a_trace_starting_with_a_utf8_bom_reads_as_without(tmp_path, capsys):
+    plain, bom = tmp_path / "plain.jsonl", tmp_path / "bom.jsonl"
+    plain.write_bytes(("\n".join(MOONCAKE_LINES) + "\n").encode())
+    bom.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    runs = []
+    for path in (plain, bom):
+        assert main(["trace", str(path), "--out", str(tmp_path / path.stem), "--no-report",
+                     "--json"]) == 0
+        summary = json.loads(capsys.readouterr().out)
+        runs.append((summary["requests"], summary["points"]))
+    assert runs[0] == runs[1] and runs[0][0] == 2
+
+
+def test_a_hash_id_beyond_int64_is_named_as_such(tmp_path, capsys):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(MOONCAKE_LINES[0] + "\n" + MOONCAKE_LINES[1].replace("3]", f"{2**70}]")
+                     + "\n")
+    trace_error(capsys, tmp_path, [str(trace)],
+                f"{trace}:2: hash_ids holds {2**70}, beyond the 64-bit integer range")
+    trace.write_text(MOONCAKE_LINES[0].replace('"input_length": 1024', f'"input_length": {2**70}')
+                     + "\n")
+    trace_error(capsys, tmp_path, [str(trace)],
+                f"{trace}:1: input_length {2**70} is beyond the 64-bit integer range")
+
+
+# --- size guards outside block mode: one line naming the arguments, before allocating ----
+
+@pytest.mark.parametrize("argv, names", [
+    (["run", "--points", "1000000000"], "--points 1000000000"),
+    (["run", "--grid-steps", "100000"], "--grid-steps 100000"),
+    (["run", "--docs", "10000000"], "--docs 10000000 x 3 --passes"),
+    (["run", "--docs", "1000000000", "--tokens", "1000000000"], "--docs 1000000000"),
+    (["run", "--gpu-capacities", ",".join(map(str, range(70000)))], "--gpu-capacities"),
+    (["plan", "--target-hit-ratio", "0.5", "--docs", "10000000"], "--docs 10000000 x 3 --passes"),
+    (["plan", "--target-hit-ratio", "0.5", "--docs", "1000000000", "--tokens", "1000000000"],
+     "--docs 1000000000 x 3 --passes"),
+    (["plan", "--target-hit-ratio", "0.5", "--docs", "1000000", "--tokens", "100000",
+      "--block-size", "1"], "--block-size 1"),
+    (["plan", "--target-hit-ratio", "0.5", "--block-size", "16", "--gpu-model", "vllm",
+      "--output-tokens", "99999999999999999"], "--output-tokens"),
+    (["policies", "--docs", "10000000"], "--docs 10000000 x 3 --passes x 6 --capacities"),
+    (["policies", "--docs", "1000000", "--capacities", "1,2,3"], "x 3 --capacities x 9"),
+])
+def test_work_beyond_the_limits_is_refused_before_allocating(tmp_path, capsys, argv, names):
+    from conftest import folder_snapshot, run_outputs
+
+    extra = {"run": run_outputs(tmp_path), "policies": ["--out", str(tmp_path / "p")]}.get(
+        argv[0], [])
+    one_line_error(capsys, [*argv, *extra], names)
+    assert folder_snapshot(tmp_path) == {}

@@ -297,3 +297,32 @@ def test_keys_in_one_pass_equal_keys_one_by_one(prompts, block_size):
         assert keys == block_keys(sequence_tokens(request), block_size)
         prompt = block_keys(np.asarray(request.prompt_token_ids), block_size)
         assert keys[:len(prompt)] == prompt                 # a prefix keeps its keys
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_concurrency_one_equals_the_trace_commands_vllm_model(tmp_path, asynchronous):
+    """``simulate --concurrency 1`` and ``trace --gpu-model vllm`` on one Mooncake file
+    (one output token each, as the trace command's --output-tokens default): equal hits."""
+    import random
+    rng = random.Random(7)
+    rows = []
+    for i in range(40):
+        count = rng.randint(1, 4)
+        ids = [rng.randint(0, 3) * 100 + j for j in range(count)]
+        if rng.random() < 0.5:
+            ids[-1] = 1000 + i
+        rows.append({"timestamp": i, "input_length": (count - 1) * 512 + rng.randint(1, 512),
+                     "output_length": 1, "hash_ids": ids})
+    trace = _write(tmp_path / "m.jsonl", rows)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(["trace", trace, "--format", "mooncake", "--gpu", "3072", "--cpu", "0",
+                       "--gpu-model", "vllm", "--no-report", "--out", str(tmp_path / "t")])
+    assert status == 0, err.getvalue()
+    done = _run(trace, "--format", "mooncake", "--block-size", "512", "--num-gpu-blocks", "6",
+                "--concurrency", "1", "--out", str(tmp_path / "s"),
+                *(["--async-scheduling"] if asynchronous else []))
+    assert done.returncode == 0, done.stderr
+    theirs = pl.read_parquet(tmp_path / "t" / "requests.parquet")["gpu_hit_tokens"]
+    ours = pl.read_parquet(tmp_path / "s" / "requests.parquet")["gpu_hit_tokens"]
+    assert ours.to_list() == theirs.cast(pl.Int64).to_list() and ours.sum() > 0

@@ -107,10 +107,13 @@ def test_kv_from_args():
     assert kvsize.kv_from_args(parser.parse_args(["--kv-bytes-per-token", "100"])) \
         .bytes_per_token == 100
     for argv, match in ((["--model", "nope"], "--model"), (["--kv-shape", "1,2"], "--kv-shape"),
-                        (["--kv-shape", "1,2,3,fp7"], "--kv-shape"),
-                        (["--kv-bytes-per-token", "0"], "--kv-bytes-per-token")):
+                        (["--kv-shape", "1,2,3,fp7"], "--kv-shape")):
         with pytest.raises(ValueError, match=match):
             kvsize.kv_from_args(parser.parse_args(argv))
+    with pytest.raises(SystemExit):                   # a usage error: argparse's type
+        parser.parse_args(["--kv-bytes-per-token", "0"])
+    with pytest.raises(ValueError, match="--kv-bytes-per-token"):   # a namespace built by hand
+        kvsize.kv_from_args(argparse.Namespace(kv_bytes_per_token=0, kv_shape=None, model=None))
 
 
 def test_deferred_capacity_list():

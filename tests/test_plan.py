@@ -86,11 +86,11 @@ def bad_measured(tmp_path, configs: list[str]) -> str:
     (["--target-ttft-ms", "100", "--gpu", "-3"], ">= 0"),
     (["--target-ttft-ms", "0"], "expected a number > 0"),
     (["--target-ttft-ms", "-5"], "expected a number > 0"),
-    (["--target-hit-ratio", "1.5"], "--target-hit-ratio: must be in (0, 1]"),
+    (["--target-hit-ratio", "1.5"], "--target-hit-ratio: expected a number in (0, 1]"),
     (["--target-ttft-ms", "100", "--pass", "4"], "--pass"),
     (["--target-ttft-ms", "100", "--kv-shape", "28,2"], "--kv-shape"),
-    (["--target-ttft-ms", "100", "--docs", "0"], "--docs/--tokens: the workload has no tokens"),
-    ([], "one of the arguments --target-ttft-ms --target-hit-ratio is required"),
+    (["--target-ttft-ms", "100", "--docs", "0"], "--docs: expected an integer >= 1"),
+    ([], "one of the arguments --target-ttft-ms --target-ttft-p90-ms --target-hit-ratio is required"),
 ])
 def test_bad_input_is_one_line(argv, message, capsys):
     try:

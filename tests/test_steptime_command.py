@@ -1,27 +1,17 @@
 """simulate with --latency (the time clock, metrics) and --gpu CAPS (curves under load)."""
 
-import contextlib
-import io
 import json
-import subprocess
 
 import polars as pl
 import pytest
 
-from conftest import ROOT, folder_snapshot
-from pipeline.cli import main
+from conftest import ROOT, cli_in_process, folder_snapshot
 
 CHAT = str(ROOT / "data" / "simulate" / "chat.jsonl")
 
 
 def _run(*args):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            status = main(["simulate", *args], prog="python -m pipeline")
-        except SystemExit as exc:
-            status = exc.code
-    return subprocess.CompletedProcess(args, status, out.getvalue(), err.getvalue())
+    return cli_in_process("simulate", *args)
 
 
 def _fit(tmp_path):

@@ -46,7 +46,7 @@ def test_concurrency_one_equals_the_upper_line(latency):
     assert upper["load"].unique().to_list() == [ONE_PASS]
     assert upper["hit_ratio"].to_list() == sorted(upper["hit_ratio"].to_list())
     assert upper["hit_ratio"][-1] > 0
-    with pytest.raises(ValueError, match="GPU capacity 16 tokens"):
+    with pytest.raises(ValueError, match="GPU capacity 16 tokens cannot hold the largest"):
         load_curves(requests, [16], [Load("concurrency", 1)], config, latency)
 
 
@@ -96,3 +96,28 @@ def test_loads_and_arrivals():
     untimed = [SimRequest(0, [1, 2], 1)]
     with pytest.raises(ValueError, match="--speed needs arrival times"):
         apply_load(untimed, Load("speed", 1.0))
+
+
+@settings(max_examples=25)
+@given(st.integers(0, 10**6), st.sampled_from([ROOF, LINEAR]), st.booleans(),
+       st.sampled_from([None, 3]))
+def test_time_clock_fast_path_equals_stepping(seed, latency, async_scheduling, concurrency):
+    """Runs of pure decode steps priced at once (decode_run_ms) give what stepping one by
+    one gives: the same requests, steps and times, bit for bit."""
+    from pipeline.engine.loop import simulate
+    rng = np.random.default_rng(seed)
+    requests = [SimRequest(i, np.concatenate((np.arange(int(rng.integers(8, 40))) + 1000 *
+                                              int(rng.integers(3)), [10**6 + i])),
+                           int(rng.integers(1, 60)), arrival_s=0.01 * i * float(rng.random()))
+                for i in range(int(rng.integers(2, 14)))]
+    for i in range(1, len(requests)):                # arrivals non-decreasing
+        requests[i].arrival_s = max(requests[i].arrival_s, requests[i - 1].arrival_s)
+    config = SchedulerConfig(num_gpu_blocks=int(rng.integers(30, 200)), max_model_len=128,
+                             block_size=4, max_num_batched_tokens=32, max_num_seqs=4,
+                             async_scheduling=async_scheduling)
+    slow = simulate(requests, config, clock="time", step_ms=latency.step_ms,
+                    concurrency=concurrency)
+    fast = simulate(requests, config, clock="time", step_ms=latency.step_ms,
+                    concurrency=concurrency, decode_run_ms=latency.decode_run_ms)
+    assert fast.requests.equals(slow.requests)
+    assert fast.steps.equals(slow.steps)

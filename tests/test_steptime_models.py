@@ -228,3 +228,32 @@ def test_fitted_attention_pair_coefficient(tmp_path):
     assert "attention_pair_ms" in model.provenance
     old = load_latency(_fitted(tmp_path))          # five coefficients: pairs cost nothing
     assert "attention_pair_ms" not in old.coefficients
+
+
+def test_decode_only_steps_take_the_context_as_pairs():
+    model = Roofline(model_shape("Qwen2.5-7B"), gpu_preset("L4"), overhead_ms=0.5)
+    scheduled = [(0, 1, 99), (3, 1, 3000), (4, 1, 1)]
+    record = SimpleNamespace(prefill_tokens=0, decode_seqs=3, context_tokens=100 + 3001 + 2,
+                             reload_tokens=0, scheduled=scheduled, first_tokens=[])
+    assert step_cost(record).attention_pairs == sum(p + 1 for _, _, p in scheduled)
+    parts = model.parts(SimpleNamespace(**{**vars(record), "prefill_tokens": 0}))
+    assert model.step_ms(record) == pytest.approx(
+        0.5 + max(parts["compute_ms"], parts["memory_ms"]))
+
+
+@pytest.mark.parametrize("model", [
+    Roofline(model_shape("Llama-3.1-8B"), gpu_preset("H100"), overhead_ms=1.0),
+    Roofline(TINY, SLOW, overhead_ms=0.0),
+    Linear({"fixed_ms": 2.0, "prefill_token_ms": 0.1, "context_token_ms": 0.001,
+            "decode_seq_ms": 0.3, "reload_token_ms": 0.0, "attention_pair_ms": 1e-4})])
+def test_decode_run_equals_each_step(model):
+    n, base, count = 7, 5000, 50
+    run = model.decode_run_ms(n, base, count)
+    for j in (0, 1, 17, 49):
+        befores = [10 + j] * (n - 1) + [base - n - 10 * (n - 1) + j]
+        record = SimpleNamespace(prefill_tokens=0, decode_seqs=n, context_tokens=base + n * j,
+                                 reload_tokens=0, scheduled=[(i, 1, b) for i, b in
+                                                             enumerate(befores)],
+                                 first_tokens=[])
+        assert sum(b + 1 for b in befores) == base + n * j
+        assert run[j] == model.step_ms(record)           # bit for bit

@@ -106,7 +106,7 @@ BAD_MOONCAKE = [
     (mooncake([1, 2.5], 600), "non-integer hash_ids"),
     (mooncake([1, None], 600), "non-integer hash_ids"),
     (mooncake([1, True], 600), "non-integer hash_ids"),
-    (mooncake([1, 2 ** 64], 600), "non-integer hash_ids"),
+    (mooncake([1, 2 ** 64], 600), f"hash_ids holds {2 ** 64}, beyond the 64-bit integer range"),
     (mooncake(7, 600), "hash_ids is not a list"),
     (mooncake([1, 1], 600), "repeats an id"),
     (mooncake([1, 2], 512), "input_length 512 is inconsistent with 2 hash_ids"),

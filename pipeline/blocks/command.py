@@ -23,7 +23,7 @@ import polars as pl
 
 from kvlab.scenario import pass_keys
 from pipeline.arguments import non_negative_int, pass_list, positive_int
-from pipeline.blocks.limits import check_block_count, check_block_size, model_capacities
+from pipeline.blocks.limits import check_block_size, check_document_blocks, model_capacities
 from pipeline.blocks.models import two_tier
 from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST, block_stream
 from pipeline.engines.options import add_model_arguments, add_order_arguments, run_options
@@ -85,11 +85,8 @@ def main(args: argparse.Namespace) -> int:
     given as a size: its unit and the bytes per token)."""
     sizes = resolve_capacities(args, "gpu", "cpu")
     check_block_size(args.block_size)
-    requests, per_document = args.docs * len(args.passes), -(-args.tokens // args.block_size)
-    blocks = requests * per_document
-    check_block_count(max(requests, per_document, blocks),
-                      f"--docs {args.docs} x {len(args.passes)} --passes x --tokens "
-                      f"{args.tokens} / --block-size {args.block_size}")
+    requests, blocks = check_document_blocks(args.docs, len(args.passes), args.tokens,
+                                             args.block_size)
     gpu_options, cpu_options = run_options(args, args.block_size, requests, blocks)
     result = run_blocks(gpu=args.gpu, docs=args.docs, tokens=args.tokens, passes=args.passes,
                         cpu=args.cpu, block_size=args.block_size, gpu_order=args.gpu_order,

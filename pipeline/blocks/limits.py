@@ -23,10 +23,11 @@ import numpy as np
 
 from pipeline.blocks.stream import BlockStream
 from pipeline.errors import CLIError
+from pipeline.limits import check_count
 
 __all__ = ["MAX_BLOCKS", "MAX_CAPACITY", "MAX_BLOCK_SIZE", "CLIP_FACTOR", "check_capacities",
-           "check_block_count", "check_block_size", "output_blocks", "storable_tokens",
-           "model_capacities"]
+           "check_block_count", "check_block_size", "check_document_blocks", "output_blocks",
+           "storable_tokens", "model_capacities"]
 
 MAX_BLOCKS = 100_000_000
 MAX_CAPACITY = int(np.iinfo(np.int64).max)
@@ -54,9 +55,21 @@ def check_capacities(argument: str, capacities: int | Iterable[int] | None) -> N
 def check_block_count(blocks: int, what: str) -> None:
     """CLIError unless ``blocks`` (block accesses of a run; ``what`` names the arguments
     that set it) is at most ``MAX_BLOCKS``."""
-    if blocks > MAX_BLOCKS:
-        raise CLIError(f"{what}: {blocks} block accesses, more than the {MAX_BLOCKS} a run "
-                       f"may hold")
+    check_count(blocks, MAX_BLOCKS, what, "block accesses")
+
+
+def check_document_blocks(docs: int, passes: int, tokens: int, block_size: int
+                          ) -> tuple[int, int]:
+    """(requests, block accesses) of ``docs`` documents of ``tokens`` read in ``passes``
+    passes in ``block_size``-token blocks; CLIError naming --docs, --passes, --tokens and
+    --block-size when the run would hold more than ``MAX_BLOCKS`` (checked before anything
+    is built)."""
+    requests, per_document = docs * passes, -(-tokens // block_size)
+    blocks = requests * per_document
+    check_block_count(max(requests, per_document, blocks),
+                      f"--docs {docs} x {passes} --passes x --tokens {tokens} / --block-size "
+                      f"{block_size}")
+    return requests, blocks
 
 
 def output_blocks(requests: int, output_tokens: int, block_size: int) -> int:

@@ -6,12 +6,12 @@ and every caption words numbers the same way.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import altair as alt
 import polars as pl
 
+from pipeline.kvsize import size_up
 from pipeline.summary import stats_table
 from pipeline.tiers import COUNT_NAMES, TIER, TIERS
 
@@ -36,7 +36,7 @@ class Units:
 
     def gib(self, tokens: int) -> float:
         """``tokens`` in GiB, rounded up to 0.01 (a capacity that answers "at least")."""
-        return math.ceil(tokens * self.bytes_per_token / 2**30 * 100) / 100
+        return size_up(tokens * self.bytes_per_token, 2**30, 2)
 
     def tokens(self, tokens: int) -> str:
         """``"3,057,664 tokens"``, with ``" (373.25 GiB)"`` when sizes were given."""

@@ -73,7 +73,7 @@ def _x(kv: KVSize) -> alt.X:
 
 def _answer_rule(result: PlanResult, kv: KVSize, top: int) -> alt.LayerChart:
     """The answer's dashed rule, labelled at the top of the plot on the side with room (so
-    the label never runs over the y-axis ticks)."""
+    the label never runs over the y-axis ticks); its GiB rounded up (an "at least" size)."""
     left = result.cpu_tokens <= 0.6 * max(top, 1)
     tokens = result.cpu_tokens
     label = f"plan: {tokens:,} tokens = {_units(kv).gib(tokens):,.2f} GiB"

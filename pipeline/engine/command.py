@@ -146,7 +146,8 @@ def main(args: argparse.Namespace) -> int:
         model = args.latency_model
         result = simulate(workload.requests, config, cpu_tier=tier, clock=args.clock,
                           concurrency=args.concurrency,
-                          step_ms=model.step_ms if model is not None else None)
+                          step_ms=model.step_ms if model is not None else None,
+                          decode_run_ms=getattr(model, "decode_run_ms", None))
         outputs = Outputs()
         outputs.add(f"{args.out}/requests.parquet", parquet_bytes(result.requests), "--out")
         outputs.add(f"{args.out}/steps.parquet", parquet_bytes(result.steps), "--out")

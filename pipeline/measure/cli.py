@@ -158,6 +158,19 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
+def interrupted(args: argparse.Namespace) -> str:
+    """The CLI's line on Ctrl-C: the lines answered so far stay in OUTPUT (for --resume)."""
+    output = getattr(args, "output", None)
+    try:
+        kept = output is not None and output.is_file() and output.stat().st_size > 0
+    except OSError:
+        kept = False
+    if kept:
+        return (f"interrupted; the lines answered so far are kept in {output}: rerun with "
+                f"--resume to continue")
+    return "interrupted; nothing written"
+
+
 if __name__ == "__main__":
     from pipeline.cli import run_command
 

@@ -18,15 +18,16 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pipeline.arguments import non_negative_int, pass_list, positive_int
+from pipeline.arguments import pass_list, positive_int
 from pipeline.config import EVENTS_DIR, GPU_CLIFF_CAPACITIES, LAB_DOCS, LAB_PASSES, LAB_TOKENS
 from pipeline.errors import CLIError
+from pipeline.limits import MAX_EVENTS, check_count
 from pipeline.kvsize import Capacity, add_kv_arguments, capacities, capacity, \
     resolve_capacities, size_lines
 from pipeline.policies import POLICIES
 from pipeline.policies.replay import METHODS, ONEPASS, encode, hit_matrix, tiered_codes
 from pipeline.policies.traces import lab_objects, mooncake_objects
-from pipeline.sweeps import write_parquet_atomic
+from pipeline.staging import Outputs, parquet_bytes
 
 HELP = "hit ratio per cache policy (LRU ... ARC, OPT) per capacity: lab or Mooncake trace"
 OUT_DIR = EVENTS_DIR / "policies"
@@ -60,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     work.add_argument("--trace", type=Path, help="Mooncake JSONL trace, replayed per block")
     work.add_argument("--sizes", choices=("unit", "tokens"), default="unit",
                       help="trace block sizes: unit (capacity in blocks, default) or tokens")
-    work.add_argument("--docs", type=non_negative_int, default=LAB_DOCS,
+    work.add_argument("--docs", type=positive_int, default=LAB_DOCS,
                       help="lab: documents (default %(default)s)")
     work.add_argument("--tokens", type=positive_int, default=LAB_TOKENS,
                       help="lab: KV tokens per document (default %(default)s)")
@@ -174,8 +175,19 @@ def simulate(args, events: bool = True) -> tuple[str, pl.DataFrame, pl.DataFrame
         if bad:
             raise CLIError(f"--method onepass: exact only for {', '.join(ONEPASS)}, not "
                            f"{bad[0]} (use --method auto or replay)")
+    policies = len(args.gpu_policy)
+    if args.trace is None:             # the lab: its size is known before it is built
+        count = len(set(args.capacities)) if args.capacities else len(GPU_CLIFF_CAPACITIES)
+        check_count(policies * count * args.docs * len(args.passes), MAX_EVENTS,
+                    f"--docs {args.docs} x {len(args.passes)} --passes x {count} --capacities "
+                    f"x {policies} --gpu-policy", "events")
     label, keys, sizes, passes = _workload(args)
     capacities = _capacities(args, keys, sizes)
+    if args.trace is not None:
+        check_count(len(capacities) * keys.size * (policies if events else 1), MAX_EVENTS,
+                    f"--trace {args.trace}: {keys.size} block accesses x {len(capacities)} "
+                    f"--capacities" + (f" x {policies} --gpu-policy" if events else ""),
+                    "events")
     codes = encode(keys)
     curves, logs = [], []
     for name in args.gpu_policy:
@@ -230,13 +242,13 @@ def main(args: argparse.Namespace) -> int:
     """Run the command; print the table (or JSON) and write the Parquet files."""
     start = time.perf_counter()
     label, curves, events = simulate(args, events=args.trace is None or args.events)
-    try:
-        args.out.mkdir(parents=True, exist_ok=True)
-        paths = [write_parquet_atomic(curves, args.out / "curves.parquet")]
-        if events is not None:
-            paths.append(write_parquet_atomic(events, args.out / "events.parquet"))
-    except OSError as exc:
-        raise CLIError(f"--out {args.out}: cannot write ({exc.strerror or exc})") from None
+    staged = Outputs()                  # both files or neither (pipeline.staging)
+    staged.add(args.out / "curves.parquet", parquet_bytes(curves), "--out")
+    if events is not None:
+        staged.add(args.out / "events.parquet", parquet_bytes(events), "--out")
+    paths = [args.out / "curves.parquet"] + (
+        [args.out / "events.parquet"] if events is not None else [])
+    staged.commit()
     totals = _totals(curves)
     if args.json:
         payload = {"workload": label, "cpu": args.cpu,

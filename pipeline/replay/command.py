@@ -29,6 +29,7 @@ from pipeline.kvsize import add_kv_arguments, capacities, capacity, resolve_capa
     size_lines
 from pipeline.replay import engine, outputs
 from pipeline.replay.inputs import add_input_arguments, load_workload
+from pipeline.staging import Outputs
 
 HELP = "replay a trace (Mooncake, token ids) or a pattern: GPU/CPU/recomputed tokens"
 DEFAULT_OUT = EVENTS_DIR / "trace"
@@ -105,13 +106,16 @@ def main(args: argparse.Namespace) -> int:
                                         *models)
     events = engine.block_events(stream, args.gpu_order)
     points, per_request = outputs.name_models(points, per_request, models)
-    sizes = outputs.write_frames(args.out, events, per_request, points, workload.requests)
+    staged = Outputs()
+    sizes = outputs.add_frames(staged, args.out, events, per_request, points,
+                               workload.requests)
     summary = outputs.summary(workload, stream, infinite, args, sweep_gpu, sizes, points,
                               models)
     if not args.no_report:
-        outputs.write_report(args.report, workload, stream, infinite, args, sweep_gpu,
-                             events, models)
+        outputs.add_report(staged, args.report, workload, stream, infinite, args, sweep_gpu,
+                           events, models)
         summary["report"] = str(args.report)
+    staged.commit()                 # every file or none (pipeline.staging)
     if as_sizes:
         summary["sizes"] = as_sizes
     if args.json:

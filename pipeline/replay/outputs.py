@@ -11,7 +11,6 @@ from typing import NamedTuple
 import numpy as np
 import polars as pl
 
-from kvlab.summarize import atomic_output
 from pipeline.blocks.stream import ORDERS, BlockStream
 from pipeline.charts import page_html
 from pipeline.charts import trace as charts
@@ -19,10 +18,10 @@ from pipeline.engines.options import model_options
 from pipeline.errors import CLIError
 from pipeline.replay import engine
 from pipeline.replay.inputs import Workload
-from pipeline.sweeps import write_parquet_atomic
+from pipeline.staging import Outputs, parquet_bytes
 
-__all__ = ["Models", "name_models", "check_writable", "write_frames", "summary",
-           "write_report", "report_page", "FRAMES"]
+__all__ = ["Models", "name_models", "check_writable", "add_frames", "summary",
+           "add_report", "report_page", "FRAMES"]
 
 #: The Parquet files ``trace`` writes under ``--out``.
 FRAMES = ("events", "requests", "points", "request_info")
@@ -73,19 +72,17 @@ def check_writable(folder: Path, report: Path | None) -> None:
             raise CLIError(f"{argument} {target}: exists and is not a file")
 
 
-def write_frames(folder: Path, events: pl.DataFrame, per_request: pl.DataFrame,
-                 points: pl.DataFrame, requests: pl.DataFrame) -> dict:
-    """Write the four Parquet files; return each one's path, rows and bytes per row."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        sizes = {}
-        for name, frame in zip(FRAMES, (events, per_request, points, requests)):
-            path = write_parquet_atomic(frame, folder / f"{name}.parquet")
-            size = path.stat().st_size
-            sizes[name] = {"path": str(path), "rows": frame.height, "bytes": size,
-                           "bytes_per_row": size / max(frame.height, 1)}
-    except OSError as exc:
-        raise CLIError(f"--out {folder}: {exc.strerror or exc}") from None
+def add_frames(staged: Outputs, folder: Path, events: pl.DataFrame, per_request: pl.DataFrame,
+               points: pl.DataFrame, requests: pl.DataFrame) -> dict:
+    """Stage the four Parquet files in ``staged``; return each one's path, rows and bytes
+    per row."""
+    sizes = {}
+    for name, frame in zip(FRAMES, (events, per_request, points, requests)):
+        path = Path(folder) / f"{name}.parquet"
+        content = parquet_bytes(frame)
+        staged.add(path, content, "--out")
+        sizes[name] = {"path": str(path), "rows": frame.height, "bytes": len(content),
+                       "bytes_per_row": len(content) / max(frame.height, 1)}
     return sizes
 
 
@@ -197,14 +194,9 @@ def report_page(workload: Workload, stream: BlockStream, infinite: engine.Infini
     return page_html(f"kvlab trace: {Path(workload.label).name}", lede, groups)
 
 
-def write_report(path: Path, workload: Workload, stream: BlockStream,
-                 infinite: engine.Infinite, args: argparse.Namespace, sweep_gpu: int,
-                 events: pl.DataFrame, models: Models | None = None) -> None:
-    """Write the report page atomically."""
+def add_report(staged: Outputs, path: Path, workload: Workload, stream: BlockStream,
+               infinite: engine.Infinite, args: argparse.Namespace, sweep_gpu: int,
+               events: pl.DataFrame, models: Models | None = None) -> None:
+    """Stage the report page in ``staged``."""
     page = report_page(workload, stream, infinite, args, sweep_gpu, events, models)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_output(path) as handle:
-            handle.write(page)
-    except OSError as exc:
-        raise CLIError(f"--report {path}: {exc.strerror or exc}") from None
+    staged.add(path, page.encode("utf-8"), "--report")

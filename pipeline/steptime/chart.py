@@ -103,7 +103,8 @@ def curves_page(curves: pl.DataFrame, description: str) -> str:
     label = curves["step_time_model"].drop_nulls().unique().to_list()
     upper = curves.filter(pl.col("curve") == UPPER)["load"].unique().to_list()
     lede = (f"{description}. Step time: {label[0] if label else 'none'}. The dashed black "
-            f"line is {upper[0] if upper else 'concurrency 1'} (each request alone): the "
-            f"upper line that load erodes.")
+            f"line is {upper[0] if upper else 'concurrency 1'} (each request alone), the line "
+            f"load usually erodes (not a strict bound: a request admitted beside another can "
+            f"hit blocks that one allocated).")
     return page_html("kvlab: curves under load", lede,
                      [("Curves under load", "", curve_sections(curves))])

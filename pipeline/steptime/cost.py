@@ -65,7 +65,10 @@ def step_cost(record: Any) -> StepCost:
     pairs = sampled = None
     decode_seqs = int(_get(record, "decode_seqs", 0))
     if scheduled is not None:
-        pairs = sum(new * before + new * (new + 1) // 2 for _, new, before in scheduled)
+        if int(_get(record, "prefill_tokens", 0)):
+            pairs = sum(new * before + new * (new + 1) // 2 for _, new, before in scheduled)
+        else:                                    # decodes only: one query over its context
+            pairs = int(_get(record, "context_tokens", 0))
         first = _get(record, "first_tokens")
         sampled = decode_seqs + len(first) if first is not None else None
     return StepCost(int(_get(record, "prefill_tokens", 0)), decode_seqs,

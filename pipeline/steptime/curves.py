@@ -120,8 +120,10 @@ def _point(job: tuple[int, int]) -> dict:
                                       num_gpu_blocks=_blocks(capacity, _WORK["config"].block_size))
     cpu_tier = _WORK["cpu_tier"]() if _WORK["cpu_tier"] is not None else None
     try:
+        latency = _WORK["latency"]
         result = simulate(requests, config, cpu_tier=cpu_tier, clock="time",
-                          step_ms=_WORK["latency"].step_ms, concurrency=concurrency)
+                          step_ms=latency.step_ms, concurrency=concurrency,
+                          decode_run_ms=getattr(latency, "decode_run_ms", None))
     except RuntimeError as exc:
         raise ValueError(f"GPU capacity {capacity:,} tokens ({config.num_gpu_blocks} blocks): "
                          f"{exc}; give larger capacities") from None
@@ -139,6 +141,14 @@ def load_curves(requests: Sequence[SimRequest], capacities: Sequence[int],
     """One row per (load, GPU capacity in tokens), CURVE_SCHEMA; ``cpu_tier`` a factory
     (a fresh tier per run, picklable when ``jobs`` > 1) or None; ``jobs`` worker
     processes."""
+    size = config.block_size
+    need = max((-(-min(len(r.prompt_token_ids) + r.max_tokens - 1, config.max_model_len)
+                 // size) for r in requests), default=0)
+    small = [int(c) for c in capacities if _blocks(int(c), size) - 1 < need]
+    if small:
+        raise ValueError(f"GPU capacity {small[0]:,} tokens cannot hold the largest request "
+                         f"({need} blocks of {size} tokens): the smallest capacity that can "
+                         f"is {(need + 1) * size:,} tokens")
     _WORK.update(loads=[(*apply_load(requests, load, seed), load) for load in loads],
                  config=config, latency=latency, cpu_tier=cpu_tier)
     work = [(k, int(c)) for k in range(len(loads)) for c in capacities]

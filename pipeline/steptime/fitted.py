@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from pipeline.steptime.cost import StepCost, step_cost
 
 __all__ = ["COEFFICIENTS", "OPTIONAL", "Linear", "load_latency", "FITTED_KIND"]
@@ -69,6 +71,17 @@ class Linear:
                                  "(a StepRecord), not only its totals")
             ms += pair * cost.attention_pairs
         return ms
+
+    def decode_run_ms(self, num_running: int, context_base: int, count: int) -> np.ndarray:
+        """Milliseconds of ``count`` consecutive pure decode steps (an engine DecodeRun):
+        step j has ``num_running`` decodes over ``context_base + num_running x j`` context
+        tokens (as many attention pairs), no prefill, no reload."""
+        c = self.coefficients
+        context = (context_base + num_running * np.arange(count)).astype(np.float64)
+        # step_ms's arithmetic in its order, so every element equals it bit for bit
+        ms = c["fixed_ms"] + c["context_token_ms"] * context + c["decode_seq_ms"] * num_running
+        pair = c.get("attention_pair_ms", 0.0)
+        return ms + pair * context if pair else ms
 
     def range_note(self, prompt_tokens: Any) -> str | None:
         """A note when prompts (an iterable of lengths) leave the fitted range, else None."""
@@ -149,5 +162,10 @@ def load_latency(path: str | Path) -> Linear:
                        f"{name} {coefficients[name]:.4g}" for name in coefficients)
     provenance = (f"fitted by least squares ({engine}, {served}) from "
                   f"{', '.join(map(str, sources)) or 'unnamed files'}: {errors}")
+    if isinstance(document.get("provenance"), str):
+        provenance += f"; the file says: {document['provenance']}"
+    held = document.get("held_at_zero")
+    if isinstance(held, list) and held:
+        notes.append(f"{', '.join(map(str, held))} held at 0 by the fit")
     return Linear(coefficients, f"fitted ({path.name}: {engine}, {served})", provenance,
                   tuple(notes), kv, span, tuple(unidentified))

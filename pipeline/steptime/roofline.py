@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from pipeline.kvsize import ModelShape
 from pipeline.steptime.cost import StepCost, step_cost  # noqa: F401 (StepCost: doctest)
 from pipeline.steptime.gpus import GpuPreset
@@ -97,6 +99,17 @@ class Roofline:
                 / (self.gpu.host_link_gbps * 1e9),
                 "overhead_ms": self.overhead_ms}
 
+    def decode_run_ms(self, num_running: int, context_base: int, count: int) -> np.ndarray:
+        """Milliseconds of ``count`` consecutive pure decode steps (an engine DecodeRun):
+        step j has ``num_running`` decodes over ``context_base + num_running x j`` context
+        tokens, no prefill, no reload; equal to ``step_ms`` of each of those records."""
+        self.step_ms(StepCost(0, 0, 0))                  # fold the constants once
+        per_token, per_sample, per_pair, weights, per_context, _ = self._rates
+        context = (context_base + num_running * np.arange(count)).astype(np.float64)
+        # step_ms's arithmetic in its order, so every element equals it bit for bit
+        compute = per_token * num_running + per_sample * num_running + per_pair * context
+        return self.overhead_ms + np.maximum(compute, weights + per_context * context)
+
     def step_ms(self, record: Any) -> float:
         """Milliseconds of one executed batch (see the module docstring); the same sum as
         ``parts`` with the constants folded once (the engine calls it every step)."""
@@ -113,10 +126,13 @@ class Roofline:
         if scheduled is None or isinstance(record, StepCost):
             p = self.parts(record)
             return p["overhead_ms"] + max(p["compute_ms"], p["memory_ms"]) + p["reload_ms"]
-        pairs = 0
-        for _, new, before in scheduled:
-            pairs += new * before + new * (new + 1) // 2
         decodes = record.decode_seqs
+        if record.prefill_tokens:
+            pairs = 0
+            for _, new, before in scheduled:
+                pairs += new * before + new * (new + 1) // 2
+        else:
+            pairs = record.context_tokens        # decodes only: one query over its context
         tokens = record.prefill_tokens + decodes
         if tokens == 0 and record.reload_tokens == 0:
             return self.overhead_ms

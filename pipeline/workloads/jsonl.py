@@ -23,6 +23,7 @@ import polars as pl
 __all__ = ["TraceError", "Field", "Lines", "read_lines", "apply_checks"]
 
 _WHITESPACE = np.array([9, 10, 13, 32], dtype=np.uint8)
+_BOM = b"\xef\xbb\xbf"
 _INT64 = (-(2 ** 63), 2 ** 63 - 1)
 
 
@@ -50,17 +51,25 @@ class Field:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool)
             return None if ok else f"{self.name} is not a number"
         if self.kind == "int":
+            if _is_integer(value) and not _is_int64(value):
+                return f"{self.name} {value} is beyond the 64-bit integer range"
             return None if _is_int64(value) else f"{self.name} is not a 64-bit integer"
         if not isinstance(value, list):
             return f"{self.name} is not a list"
-        if not all(item is None or _is_int64(item) for item in value):
+        if not all(item is None or _is_integer(item) for item in value):
             return f"non-integer {self.name}"
+        huge = next((item for item in value if item is not None and not _is_int64(item)), None)
+        if huge is not None:
+            return f"{self.name} holds {huge}, beyond the 64-bit integer range"
         return None
 
 
+def _is_integer(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _is_int64(value: object) -> bool:
-    return (isinstance(value, int) and not isinstance(value, bool)
-            and _INT64[0] <= value <= _INT64[1])
+    return _is_integer(value) and _INT64[0] <= value <= _INT64[1]
 
 
 @dataclass
@@ -115,6 +124,7 @@ def read_lines(path: str | Path, fields: tuple[Field, ...]) -> Lines:
         raw = path.read_bytes()
     except OSError as exc:
         raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    raw = raw.removeprefix(_BOM)            # a UTF-8 byte order mark is no part of line 1
     numbers = _line_numbers(np.frombuffer(raw, dtype=np.uint8))
     bad: dict[int, str] = {}
     try:
