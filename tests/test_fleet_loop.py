@@ -165,3 +165,38 @@ def test_a_shared_cpu_pool_serves_blocks_another_instance_stored():
         assert frame["instance"].to_list() == [0, 1]
         cpu[shared] = frame["cpu_hit_tokens"].to_list()
     assert cpu[False] == [0, 0] and cpu[True][0] == 0 and cpu[True][1] == 512
+
+
+@settings(max_examples=25)
+@given(workloads(), st.integers(1, 3), st.sampled_from(sorted(ROUTERS)),
+       st.sampled_from([0.0, 3.0, 40.0]))
+def test_decode_runs_at_once_equal_step_by_step(workload, n, name, staleness):
+    requests, config = workload
+    requests = [SimRequest(r.index, r.prompt_token_ids, r.max_tokens * 4,
+                           arrival_s=r.arrival_s, session=r.session) for r in requests]
+    config = SchedulerConfig(block_size=config.block_size, num_gpu_blocks=400,
+                             max_model_len=config.max_model_len,
+                             max_num_batched_tokens=config.max_num_batched_tokens,
+                             max_num_seqs=config.max_num_seqs,
+                             async_scheduling=config.async_scheduling)
+    results = [simulate_fleet(requests, config, make_router(name, n, config.block_size, seed=1),
+                              LINEAR.step_ms, staleness_ms=staleness, decode_run_ms=run)
+               for run in (None, LINEAR.decode_run_ms)]
+    assert results[1].requests.equals(results[0].requests)
+    assert results[1].steps.equals(results[0].steps)
+
+
+def test_decode_runs_skip_engine_steps(monkeypatch):
+    calls = []
+    step = EngineSim.step
+    monkeypatch.setattr(EngineSim, "step", lambda self: calls.append(1) or step(self))
+    requests = [SimRequest(i, np.arange(40) + 100 * i, 200, arrival_s=0.01 * i)
+                for i in range(4)]
+    config = SchedulerConfig(block_size=16, num_gpu_blocks=200, max_model_len=512)
+    counts = []
+    for run in (None, LINEAR.decode_run_ms):
+        calls.clear()
+        result = simulate_fleet(requests, config, make_router("round-robin", 2, 16),
+                                LINEAR.step_ms, decode_run_ms=run)
+        counts.append(len(calls))
+    assert counts[0] >= result.steps.height > 400 and counts[1] < counts[0] // 10

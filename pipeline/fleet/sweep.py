@@ -80,7 +80,8 @@ def run_point(settings: Settings, point: Point, workload: Workload) -> tuple[pl.
         tiers = [settings.cpu_tier() for _ in range(point.instances)]
     result = simulate_fleet(requests_at_load(workload, point.load), config, router,
                             settings.step_model.step_ms, cpu_tiers=tiers,
-                            staleness_ms=settings.staleness_ms)
+                            staleness_ms=settings.staleness_ms,
+                            decode_run_ms=getattr(settings.step_model, "decode_run_ms", None))
     columns = dict(point=pl.lit(point.key), router=pl.lit(point.router),
                    instances=pl.lit(point.instances, pl.Int64),
                    gpu_blocks=pl.lit(point.gpu_blocks, pl.Int64),
