@@ -25,6 +25,7 @@ import polars as pl
 
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.core import EngineSim, StepRecord
+from pipeline.engine.hashing import bulk_request_keys, request_keys
 from pipeline.engine.loop import request_frame, step_frame, timed_run
 from pipeline.engine.request import SimRequest
 from pipeline.fleet.routers.base import RouteRequest, Router
@@ -103,6 +104,8 @@ def simulate_fleet(requests: Sequence[SimRequest], config: SchedulerConfig | Seq
     placement = np.zeros(len(requests), dtype=np.int64)
     decisions: list[str] = [""] * len(requests)
     pointer, order = 0, 0
+    block_size = configs[0].block_size
+    keys_of = bulk_request_keys(requests, block_size)    # each request hashed once
 
     def hear(until: float) -> None:
         while heard and heard[0][0] <= until:
@@ -115,9 +118,10 @@ def simulate_fleet(requests: Sequence[SimRequest], config: SchedulerConfig | Seq
 
     while True:
         t_arrival = due[pointer] if pointer < len(requests) else np.inf
-        busy = [inst for inst in fleet if inst.engine.has_work()]
-        nxt = min(busy, key=lambda inst: (inst.now, inst.index)) if busy else None
-        t_step = nxt.now if nxt is not None else np.inf
+        nxt, t_step = None, np.inf
+        for inst in fleet:                    # the earliest busy instance, lowest index
+            if inst.now < t_step and inst.engine.has_work():
+                nxt, t_step = inst, inst.now
         if t_arrival == np.inf and nxt is None:
             break
         if t_arrival <= t_step:
@@ -125,15 +129,18 @@ def simulate_fleet(requests: Sequence[SimRequest], config: SchedulerConfig | Seq
             hear(now)
             view.advance(now)
             sim = requests[pointer]
-            request = RouteRequest(sim.index, fleet[0].engine.request_block_hashes(sim),
-                                   len(sim.prompt_token_ids), now, sim.session)
+            prompt = len(sim.prompt_token_ids)
+            keys = keys_of[pointer] or request_keys(sim, block_size)
+            keys_of[pointer] = None
+            request = RouteRequest(sim.index, keys[:prompt // block_size], prompt, now,
+                                   sim.session)
             choice, decision = router.route(request, view)
             if not 0 <= choice < n_inst:
                 raise RuntimeError(f"router {router.NAME} chose instance {choice}")
             inst = fleet[choice]
             if not inst.engine.has_work():
                 inst.now = max(inst.now, now)
-            inst.engine.add_request(sim)
+            inst.engine.add_request(sim, keys)
             inst.requests.append(sim)
             inst.arrival.append(now)
             routed[sim.index] = request
