@@ -178,12 +178,14 @@ def timed_run(engine: EngineSim, decode_run_ms, now: float, due: float | None):
         return None
     base = sum(r.computed for r in running) + n
     limit = cap
-    if due is not None:
-        durations = decode_run_ms(n, base, cap).tolist()
-        t, limit = now, 0
-        while limit < cap and t < due:           # steps that start before the arrival
-            t += durations[limit]
-            limit += 1
+    if due is not None:                          # steps that start before the arrival
+        count = min(cap, 256)                    # priced in growing chunks, not all cap
+        while True:
+            starts = np.cumsum(np.concatenate(([now], decode_run_ms(n, base, count))))
+            if count == cap or starts[count] >= due:
+                break
+            count = min(cap, 4 * count)
+        limit = int(np.searchsorted(starts[:count], due, side="left"))
     run = engine.advance(limit)
     if run is None:
         return None
