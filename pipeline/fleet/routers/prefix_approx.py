@@ -104,6 +104,8 @@ class BlockTree:
 
     def evict(self, max_size: int) -> None:
         """``evict_tenant_by_size``: LRU leaves of each tenant above ``max_size``."""
+        if max(self.size, default=0) <= max_size:
+            return                                # no tenant over: nothing to pop
         heap = []
         for block, node in self.nodes.items():
             for tenant, stamp in node.tenants.items():
