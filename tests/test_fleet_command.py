@@ -201,3 +201,20 @@ def test_smallest_memory_meeting_the_targets():
     assert smallest_memory(fleet, hit_ratio=0.55).row(0, named=True)["instances"] == 1
     both = smallest_memory(fleet, ttft_p90_ms=4.5, hit_ratio=0.55)
     assert both.filter(pl.col("router") == "a")["total_blocks"].to_list() == [300]
+
+
+def test_smallest_memory_counts_replicas_gpu_kv_and_cpu_tier():
+    from pipeline.fleet.plan import Memory, smallest_memory
+
+    fleet = pl.DataFrame({"router": ["a", "a"], "load": [1.0, 1.0], "instances": [4, 1],
+                          "gpu_blocks": [50, 300], "ttft_p90_ms": [1.0, 1.0],
+                          "hit_ratio": [0.5, 0.5]})
+    kv = (1 << 30) // 1600                       # 1600 tokens: 1 GiB
+    def best(**memory):
+        row = smallest_memory(fleet, ttft_p90_ms=2.0, memory=Memory(kv, 16, **memory)).row(
+            0, named=True)
+        return row["instances"], round(row["total_gib"], 3)
+    assert best() == (4, 2.0)                    # 4 x 50 blocks < 1 x 300 blocks
+    assert best(cpu_tokens=3200) == (1, 5.0)     # 4 x (0.5 + 2) GiB > 3 + 2 GiB
+    assert best(cpu_tokens=3200, cpu_shared=True) == (4, 4.0)   # one pool: 2 + 2 GiB
+    assert smallest_memory(fleet, ttft_p90_ms=2.0)["gpu_gib"].to_list() == [None]

@@ -25,7 +25,7 @@ from pipeline.engine.cpu_tier import LMCacheTier
 from pipeline.errors import CLIError
 from pipeline.fleet.aggregates import fleet_aggregates, instance_aggregates, json_rows
 from pipeline.fleet.options import add_fleet_arguments
-from pipeline.fleet.plan import smallest_memory
+from pipeline.fleet.plan import Memory, smallest_memory
 from pipeline.fleet.report import report_html
 from pipeline.fleet.routers import ROUTERS, make_router, parse_router_options, router_class
 from pipeline.fleet.sweep import Point, Settings, point_path, run_sweep
@@ -185,12 +185,13 @@ def _main(args: argparse.Namespace) -> int:
               file=sys.stderr)
     done = [p for p in points if point_path(out, "requests", p).exists()]
     if done:
-        _write_summaries(out, done, workload.label, settings.step_model.label, args)
+        _write_summaries(out, done, workload.label, settings.step_model, args)
     return 1 if failed else 0
 
 
-def _write_summaries(out: Path, points: list[Point], label: str, model_label: str,
+def _write_summaries(out: Path, points: list[Point], label: str, model,
                      args: argparse.Namespace) -> None:
+    model_label = model.label
     keys = [p.key for p in points]
     dataset = ds.dataset(out / "requests", format="parquet", partitioning="hive")
     requests = pl.from_arrow(dataset.to_table(filter=ds.field("point").isin(keys)))
@@ -201,8 +202,10 @@ def _write_summaries(out: Path, points: list[Point], label: str, model_label: st
     outputs.add(out / "report.html", report_html(fleet, label, model_label).encode(),
                 label="--out")
     targets = dict(ttft_p90_ms=args.target_ttft_p90_ms, hit_ratio=args.target_hit_ratio)
-    plan = (smallest_memory(fleet, **targets) if any(v is not None for v in targets.values())
-            else None)
+    memory = Memory(getattr(model, "kv_bytes_per_token", None),
+                    args.block_size, args.cpu_tokens, args.cpu_shared)
+    plan = (smallest_memory(fleet, **targets, memory=memory)
+            if any(v is not None for v in targets.values()) else None)
     if plan is not None:
         outputs.add(out / "plan.parquet", parquet_bytes(plan), label="--out")
     outputs.commit()
@@ -219,5 +222,6 @@ def _write_summaries(out: Path, points: list[Point], label: str, model_label: st
         if plan is not None:
             wanted = ", ".join(f"{k} {'<=' if k.startswith('ttft') else '>='} {v:g}"
                                for k, v in targets.items() if v is not None)
-            print(f"smallest total GPU blocks meeting {wanted} (none: no swept point does):")
+            print(f"smallest total memory meeting {wanted} (replicas x (GPU KV + CPU tier), "
+                  f"GiB; none: no swept point does):")
             print(plan)
