@@ -40,7 +40,7 @@ class ActiveSequences:
         self.active_tokens = 0
 
     def new_blocks(self, hashes) -> int:
-        return sum(1 for block in hashes if block not in self.unique)
+        return len(hashes) - sum(map(self.unique.__contains__, hashes))
 
     def add(self, request: int, hashes, prefill_tokens: int) -> None:
         self.blocks[request] = list(hashes)
