@@ -57,11 +57,11 @@ class BlockPool:
         return count
 
     def get_new_blocks(self, count: int) -> list[int]:
-        """popleft_n + _maybe_evict_cached_block: ``count`` blocks from the head (the
-        loop of ``get_new_block``, inlined: it runs once per block)."""
-        head, body, block_hash, ref_cnt = self.head, self.body, self.block_hash, self.ref_cnt
-        cached, popitem = self.cached, self.body.popitem
+        """popleft_n + _maybe_evict_cached_block: ``count`` blocks from the head."""
         out = []
+        head, body, block_hash, cached, ref_cnt = (self.head, self.body, self.block_hash,
+                                                   self.cached, self.ref_cnt)
+        popitem = body.popitem
         for _ in range(count):
             block = head.pop() if head else popitem(last=False)[0]
             key = block_hash[block]
