@@ -73,7 +73,18 @@ def _load(args: argparse.Namespace, timed: bool) -> Load:
 
 
 def plan_under_load(args: argparse.Namespace) -> int:
-    """Search, then print the answer (text or --json)."""
+    """Search, then print the answer (text or --json); Ctrl-C is one line, exit 130."""
+    import sys
+    try:
+        return _plan_under_load(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, RuntimeError) as exc:
+        raise CLIError(str(exc)) from None
+
+
+def _plan_under_load(args: argparse.Namespace) -> int:
     from pipeline.engine.config import SchedulerConfig
     from pipeline.engine.loop import simulate
     latency = latency_from_args(args)
