@@ -178,19 +178,22 @@ def timed_run(engine: EngineSim, decode_run_ms, now: float, due: float | None):
     if cap < 2:
         return None
     base = sum(r.computed for r in running) + n
-    limit = cap
-    if due is not None:                          # steps that start before the arrival
-        count = min(cap, 256)                    # priced in growing chunks, not all cap
-        while True:
-            starts = np.cumsum(np.concatenate(([now], decode_run_ms(n, base, count))))
-            if count == cap or starts[count] >= due:
-                break
-            count = min(cap, 4 * count)
-        limit = int(np.searchsorted(starts[:count], due, side="left"))
+    limit, durations = cap, []
+    if due is not None:
+        t, limit, chunk = now, 0, 32
+        while limit < cap and t < due:           # steps that start before the arrival
+            if limit == len(durations):          # price them a chunk at a time
+                more = min(chunk, cap - limit)
+                durations += decode_run_ms(n, base + n * limit, more).tolist()
+                chunk *= 4
+            t += durations[limit]
+            limit += 1
     run = engine.advance(limit)
     if run is None:
         return None
-    return run, decode_run_ms(run.num_running, run.context_base, run.count).tolist()
+    if len(durations) < run.count:
+        durations = decode_run_ms(run.num_running, run.context_base, run.count).tolist()
+    return run, durations[:run.count]
 
 
 def step_frame(records: list[StepRecord], runs: list[DecodeRun], timed: bool,

@@ -110,6 +110,8 @@ _WORK: dict = {}
 
 
 def _init(work: dict) -> None:
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)      # Ctrl-C is the parent's one line
     _WORK.update(work)
 
 

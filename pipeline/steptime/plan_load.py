@@ -43,14 +43,13 @@ def add_load_plan_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _workload(args: argparse.Namespace):
-    from pipeline.engine.command import _pattern_workload
-    from pipeline.engine.workload import read_workload
+    from pipeline.engine.workload import pattern_workload, read_workload
     from pipeline.workloads.jsonl import TraceError
     if (args.path is None) == (args.pattern is None):
         raise CLIError("--target-ttft-p90-ms: give a trace PATH (--format mooncake) or "
                        "--pattern")
     if args.pattern is not None:
-        return _pattern_workload(args)
+        return pattern_workload(args)
     if args.format != "mooncake":
         raise CLIError("--target-ttft-p90-ms reads Mooncake traces (--format mooncake); "
                        "token-id JSONL goes through simulate --gpu CAPS")
@@ -73,7 +72,18 @@ def _load(args: argparse.Namespace, timed: bool) -> Load:
 
 
 def plan_under_load(args: argparse.Namespace) -> int:
-    """Search, then print the answer (text or --json)."""
+    """Search, then print the answer (text or --json); Ctrl-C is one line, exit 130."""
+    import sys
+    try:
+        return _plan_under_load(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, RuntimeError) as exc:
+        raise CLIError(str(exc)) from None
+
+
+def _plan_under_load(args: argparse.Namespace) -> int:
     from pipeline.engine.config import SchedulerConfig
     from pipeline.engine.loop import simulate
     latency = latency_from_args(args)
