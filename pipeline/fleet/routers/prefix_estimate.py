@@ -42,21 +42,26 @@ class RoutedIndex:
     def add(self, hashes, instance: int, capacity: int) -> None:
         if self.lru[instance] is None:
             self.lru[instance], self.capacity[instance] = OrderedDict(), capacity
-        lru = self.lru[instance]
+        lru, index, capacity = self.lru[instance], self.holders, self.capacity[instance]
+        move, popitem = lru.move_to_end, lru.popitem
         for block in hashes:
             if block in lru:
-                lru.move_to_end(block)
+                move(block)
                 continue
             lru[block] = None
-            if len(lru) > self.capacity[instance]:
-                evicted, _ = lru.popitem(last=False)
-                holders = self.holders.get(evicted)
+            if len(lru) > capacity:
+                evicted, _ = popitem(last=False)
+                holders = index.get(evicted)
                 if holders is not None:
                     holders.discard(instance)
                     if not holders:
-                        del self.holders[evicted]
+                        del index[evicted]
         for block in hashes:
-            self.holders.setdefault(block, set()).add(instance)
+            holders = index.get(block)
+            if holders is None:
+                index[block] = {instance}
+            else:
+                holders.add(instance)
 
     def match(self, hashes) -> dict[int, int]:
         """``matchLongestPrefix``."""
