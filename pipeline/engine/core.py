@@ -302,7 +302,8 @@ class EngineSim:
         for req, num_new, start in scheduled:
             computed = start + num_new
             req.computed = computed
-            req.in_flight += num_new
+            if async_mode:                          # sync: processed before the next one
+                req.in_flight += num_new
             context += computed
             if req.first_scheduled_step is None:
                 req.first_scheduled_step = step
@@ -372,7 +373,7 @@ class EngineSim:
         max_len = self.config.max_model_len
         record = batch.record
         stale = set()
-        for req, num_new, _ in batch.scheduled:
+        for req, num_new, _ in (batch.scheduled if self.queue_size > 1 else ()):
             if req.status != FINISHED:
                 req.in_flight -= num_new
                 if req.stale > 0:                   # output of a preempted request

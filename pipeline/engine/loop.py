@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 import polars as pl
@@ -198,15 +199,8 @@ def _step_frame(records: list[StepRecord], runs: list[DecodeRun], timed: bool,
                 starts: dict, ends: dict) -> pl.DataFrame:
     columns = {name: [np.fromiter((getattr(r, name) for r in records), np.int64,
                                   len(records))] for name in STEP_COLUMNS}
-    for run in runs:
-        count, n = run.count, run.num_running
-        values = {"step": np.arange(run.first_step, run.first_step + count),
-                  "prefill_tokens": np.zeros(count, np.int64),
-                  "decode_seqs": np.full(count, n),
-                  "context_tokens": run.context_base + n * np.arange(count),
-                  "reload_tokens": np.zeros(count, np.int64),
-                  "num_running": np.full(count, n), "num_waiting": np.full(count, run.num_waiting),
-                  "free_blocks": np.asarray(run.free_blocks, np.int64)}
+    if runs:
+        values = _run_columns(runs)
         for name in STEP_COLUMNS:
             columns[name].append(values[name])
     frame = pl.DataFrame({name: np.concatenate(parts).astype(np.int64)
@@ -222,3 +216,20 @@ def _step_frame(records: list[StepRecord], runs: list[DecodeRun], timed: bool,
     if timed:
         frame = frame.select(*STEP_COLUMNS, "start_ms", "duration_ms")
     return frame
+
+
+def _run_columns(runs: list[DecodeRun]) -> dict[str, np.ndarray]:
+    """The step columns of every decode run, in run order, without a per-run array."""
+    def field(name):
+        return np.fromiter((getattr(r, name) for r in runs), np.int64, len(runs))
+    count, n = field("count"), field("num_running")
+    total = int(count.sum())
+    j = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
+    running = np.repeat(n, count)
+    zeros = np.zeros(total, np.int64)
+    return {"step": np.repeat(field("first_step"), count) + j, "prefill_tokens": zeros,
+            "decode_seqs": running, "context_tokens": np.repeat(field("context_base"), count)
+            + running * j, "reload_tokens": zeros, "num_running": running,
+            "num_waiting": np.repeat(field("num_waiting"), count),
+            "free_blocks": np.fromiter(chain.from_iterable(r.free_blocks for r in runs),
+                                       np.int64, total)}

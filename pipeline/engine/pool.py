@@ -58,7 +58,22 @@ class BlockPool:
 
     def get_new_blocks(self, count: int) -> list[int]:
         """popleft_n + _maybe_evict_cached_block: ``count`` blocks from the head."""
-        return [self.get_new_block() for _ in range(count)]
+        out = []
+        head, body, block_hash, cached, ref_cnt = (self.head, self.body, self.block_hash,
+                                                   self.cached, self.ref_cnt)
+        popitem = body.popitem
+        for _ in range(count):
+            block = head.pop() if head else popitem(last=False)[0]
+            key = block_hash[block]
+            if key is not None:
+                holders = cached[key]
+                del holders[block]
+                if not holders:
+                    del cached[key]
+                block_hash[block] = None
+            ref_cnt[block] += 1
+            out.append(block)
+        return out
 
     def get_new_block(self) -> int:
         """Pop the head of the free queue, evicting its hash, and take a reference."""
