@@ -31,6 +31,7 @@ COMMANDS = {
     "policies": "pipeline.policies.command",
     "measure": "pipeline.measure.cli",
     "plan": "pipeline.plan",
+    "fit": "pipeline.fit.command",
     "simulate": "pipeline.engine.command",
     "fleet": "pipeline.fleet.command",
 }

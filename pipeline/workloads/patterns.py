@@ -35,6 +35,7 @@ import numpy as np
 import polars as pl
 
 from pipeline.workloads.blocks import BLOCK_SCHEMA, REQUEST_SCHEMA
+from pipeline.workloads.workload import Workload
 
 __all__ = ["REPEAT_MODES", "PATTERNS", "Pattern", "repeat_order", "long_doc_qa",
            "multi_tenant", "zipf_documents", "TOKEN_PATTERNS", "TokenPattern", "tenant_groups",
@@ -99,6 +100,10 @@ class Pattern:
                              "block_key": keys, "block_tokens": np.tile(end - index * block_size,
                                                                         requests)}
                             ).cast(dict(BLOCK_SCHEMA))
+
+    def workload(self, block_size: int) -> Workload:
+        """The pattern as the one workload type, in ``block_size``-token blocks."""
+        return Workload(self.blocks(block_size), self.requests(), block_size, label=self.name)
 
     def documents(self) -> tuple[np.ndarray, np.ndarray]:
         """Document mode: per request (key = document, size = system prompt + document)."""
