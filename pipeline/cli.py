@@ -33,6 +33,7 @@ COMMANDS = {
     "plan": "pipeline.plan",
     "fit": "pipeline.fit.command",
     "simulate": "pipeline.engine.command",
+    "fleet": "pipeline.fleet.command",
 }
 
 

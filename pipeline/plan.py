@@ -35,6 +35,7 @@ from pipeline.plan_output import describe_target, document_head, finite, lmcache
 from pipeline.planner_blocks import BlockEvaluator
 from pipeline.staging import Outputs
 from pipeline.replay.inputs import add_input_arguments, load_workload
+from pipeline.steptime.plan_load import add_load_plan_arguments, plan_under_load
 from kvlab.kvsim import TIERS
 from pipeline.ttft_model import FitError, TTFTModel, fit_configs, measured_requests, \
     model_for_capacity, residuals_by_pass
@@ -51,6 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         required=True)
     target.add_argument("--target-ttft-ms", type=positive_float, metavar="MS",
                         help="predicted TTFT (--statistic of a pass) at most MS")
+    target.add_argument("--target-ttft-p90-ms", type=positive_float, metavar="MS",
+                        help="TTFT p90 under a load (--speed/--rate/--concurrency, "
+                             "--latency): the smallest GPU KV capacity, from the engine model")
     target.add_argument("--target-hit-ratio", type=unit_ratio, metavar="R",
                         help="share of prompt tokens served from cache (GPU or CPU), "
                              "at least R (0 < R <= 1)")
@@ -74,6 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_order_arguments(work)
     add_model_arguments(work)
     add_input_arguments(parser)
+    add_load_plan_arguments(parser)
     fit = parser.add_argument_group("TTFT model")
     fit.add_argument("--measured", type=Path,
                      help=f"measured TTFT jsonl (default: {REAL_MEASURED} if present, else "
@@ -253,6 +258,8 @@ def without_ttft(result: PlanResult) -> PlanResult:
 
 def main(args: argparse.Namespace) -> int:
     """Validate everything, fit, search, print (text or --json)."""
+    if args.target_ttft_p90_ms is not None:
+        return plan_under_load(args)
     try:
         kv = kv_from_args(args)
         gpu = LAB_GPU if args.gpu is None else args.gpu.tokens(kv)

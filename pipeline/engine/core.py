@@ -247,6 +247,10 @@ class EngineSim:
         reloads = 0
         preempted = False
         running = self.running
+        step = self.step_count
+        samples: list[_Req] = []
+        async_mode = config.async_scheduling
+        prefill = decode = context = 0
         for req in running:                    # the list only shrinks at its end (preemption)
             if budget <= 0:
                 break
@@ -269,6 +273,23 @@ class EngineSim:
                         req.num_cached_block = full
                     scheduled.append((req, 1, computed))
                     budget -= 1
+                    # _update_after_schedule for it at once (a running request is scheduled
+                    # once and never preempted after; samples keep the scheduled order)
+                    req.computed = computed + 1
+                    context += computed + 1
+                    if computed >= req.num_prompt:
+                        decode += 1
+                    else:
+                        prefill += 1
+                    if async_mode:
+                        req.in_flight += 1
+                    if computed + 1 < req.num_tokens + holds:
+                        req.is_prefill_chunk = True
+                    else:
+                        req.is_prefill_chunk = False
+                        samples.append(req)
+                        if async_mode:
+                            req.placeholders = holds + 1
                     continue
             if 0 < threshold < num_new:
                 num_new = threshold
@@ -289,36 +310,41 @@ class EngineSim:
                 break
             scheduled.append((req, num_new, computed))
             budget -= num_new
+            p, d, c = self._started(req, num_new, computed, step, samples)
+            prefill, decode, context = prefill + p, decode + d, context + c
+        first_waiting = len(scheduled)
         if not preempted:
             budget, reloads = self._schedule_waiting(budget, threshold, scheduled)
         self.finished_ids = set()
         if not scheduled:
             return Batch(None, scheduled, (), None)
-        step = self.step_count
         self.step_count += 1
-        samples = []
-        async_mode = config.async_scheduling
-        prefill = decode = context = 0
-        for req, num_new, start in scheduled:
-            computed = start + num_new
-            req.computed = computed
-            if async_mode:                          # sync: processed before the next one
-                req.in_flight += num_new
-            context += computed
-            if req.first_scheduled_step is None:
-                req.first_scheduled_step = step
-            if num_new == 1 and start >= req.num_prompt:
-                decode += 1
-            else:
-                prefill += num_new
-            req.is_prefill_chunk = computed < req.num_tokens + req.placeholders
-            if not req.is_prefill_chunk:
-                samples.append(req)
-                if async_mode:
-                    req.placeholders += 1
+        for req, num_new, start in scheduled[first_waiting:]:
+            p, d, c = self._started(req, num_new, start, step, samples)
+            prefill, decode, context = prefill + p, decode + d, context + c
         record = StepRecord(step, Rows(scheduled), prefill, decode, context, reloads,
                             len(running), len(self.waiting), pool.num_free)
         return Batch(step, scheduled, samples, record)
+
+    def _started(self, req: _Req, num_new: int, start: int, step: int,
+                 samples: list) -> tuple[int, int, int]:
+        """_update_after_schedule for one scheduled request; (prefill tokens, decodes,
+        context tokens) it adds to the record."""
+        async_mode = self.config.async_scheduling
+        computed = start + num_new
+        req.computed = computed
+        if async_mode:                          # sync: processed before the next one
+            req.in_flight += num_new
+        if req.first_scheduled_step is None:
+            req.first_scheduled_step = step
+        req.is_prefill_chunk = computed < req.num_tokens + req.placeholders
+        if not req.is_prefill_chunk:
+            samples.append(req)
+            if async_mode:
+                req.placeholders += 1
+        if num_new == 1 and start >= req.num_prompt:
+            return 0, 1, computed
+        return num_new, 0, computed
 
     def _schedule_waiting(self, budget: int, threshold: int,
                           scheduled: list) -> tuple[int, int]:
