@@ -31,7 +31,9 @@ COMMANDS = {
     "policies": "pipeline.policies.command",
     "measure": "pipeline.measure.cli",
     "plan": "pipeline.plan",
+    "fit": "pipeline.fit.command",
     "simulate": "pipeline.engine.command",
+    "fleet": "pipeline.fleet.command",
 }
 
 

@@ -36,7 +36,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
-__all__ = ["DTYPE_BYTES", "UNITS", "KVSize", "PRESETS", "Capacity", "preset", "shape",
+__all__ = ["DTYPE_BYTES", "UNITS", "KVSize", "PRESETS", "MODELS", "ModelShape", "model_shape",
+           "parse_model_shape", "Capacity", "preset", "shape",
            "parse_capacity", "capacity", "capacities", "capacity_list", "format_bytes", "gib", "gb",
            "size_up",
            "add_kv_arguments", "kv_from_args", "DEFAULT_PRESET", "resolve_capacities",
@@ -115,23 +116,121 @@ def mla_shape(name: str, layers: int, kv_lora_rank: int, qk_rope_head_dim: int,
                   f"x {layers} layers x {size} bytes ({dtype})", source)
 
 
+@dataclass(frozen=True)
+class ModelShape:
+    """A dense decoder's shape as its config.json gives it (``num_hidden_layers``,
+    ``hidden_size``, ``intermediate_size``, ``num_attention_heads``, ``num_key_value_heads``,
+    ``vocab_size``, ``tie_word_embeddings``): what FLOPs and weight bytes per token follow
+    from. Linear layers only (q, k, v, o and a SwiGLU MLP of gate, up and down); norms and
+    biases are under 0.1 % of the weights and left out."""
+
+    name: str
+    layers: int
+    hidden_size: int
+    intermediate_size: int
+    attention_heads: int
+    kv_heads: int
+    vocab_size: int
+    tie_word_embeddings: bool = False
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        sizes = (self.layers, self.hidden_size, self.intermediate_size, self.attention_heads,
+                 self.kv_heads, self.vocab_size)
+        if min(sizes) < 1:
+            raise ValueError(f"every size of a model shape must be >= 1, got {sizes}")
+        if self.hidden_size % self.attention_heads or self.attention_heads % self.kv_heads:
+            raise ValueError(f"hidden size {self.hidden_size} must divide into "
+                             f"{self.attention_heads} heads, and those into {self.kv_heads} "
+                             f"KV heads")
+
+    @property
+    def head_dim(self) -> int:
+        """hidden size / attention heads."""
+        return self.hidden_size // self.attention_heads
+
+    @property
+    def layer_parameters(self) -> int:
+        """Weights of the decoder layers: per layer q and o (hidden x hidden), k and v
+        (hidden x KV heads x head dim) and the MLP (3 x hidden x intermediate)."""
+        kv = self.kv_heads * self.head_dim
+        per_layer = (2 * self.hidden_size * self.hidden_size + 2 * self.hidden_size * kv
+                     + 3 * self.hidden_size * self.intermediate_size)
+        return self.layers * per_layer
+
+    @property
+    def lm_head_parameters(self) -> int:
+        """vocab x hidden (the output projection, the embedding table when tied)."""
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def parameters(self) -> int:
+        """All weights: layers, embedding table and (when untied) a separate LM head."""
+        tables = 1 if self.tie_word_embeddings else 2
+        return self.layer_parameters + tables * self.lm_head_parameters
+
+    def kv(self, dtype: str = "bf16") -> KVSize:
+        """The KV footprint (standard formula) of this shape."""
+        return shape(self.name, self.layers, self.kv_heads, self.head_dim, dtype, self.source)
+
+
 def _hf(repo: str) -> str:
     return f"https://huggingface.co/{repo}/blob/main/config.json"
 
 
-#: Published shapes (config.json: num_hidden_layers, num_key_value_heads, head dim =
-#: hidden_size / num_attention_heads, torch_dtype bfloat16; DeepSeek-V3: kv_lora_rank,
-#: qk_rope_head_dim). KV cache in bf16, vLLM's default ``kv_cache_dtype=auto`` for these.
-PRESETS: dict[str, KVSize] = {kv.name.lower(): kv for kv in (
-    shape("Qwen2.5-0.5B", 24, 2, 64, source=_hf("Qwen/Qwen2.5-0.5B")),        # 896 / 14 heads
-    shape("Qwen2.5-1.5B", 28, 2, 128, source=_hf("Qwen/Qwen2.5-1.5B")),       # 1536 / 12
-    shape("Qwen2.5-7B", 28, 4, 128, source=_hf("Qwen/Qwen2.5-7B")),           # 3584 / 28
-    shape("Qwen2.5-72B", 80, 8, 128, source=_hf("Qwen/Qwen2.5-72B")),         # 8192 / 64
-    shape("Llama-3.1-8B", 32, 8, 128, source=_hf("meta-llama/Llama-3.1-8B")),  # 4096 / 32
-    shape("Llama-3.1-70B", 80, 8, 128, source=_hf("meta-llama/Llama-3.1-70B")),  # 8192 / 64
-    shape("Mistral-7B-v0.3", 32, 8, 128, source=_hf("mistralai/Mistral-7B-v0.3")),
-    mla_shape("DeepSeek-V3", 61, 512, 64, source=_hf("deepseek-ai/DeepSeek-V3")),
+#: Published dense shapes (config.json of each repository: num_hidden_layers, hidden_size,
+#: intermediate_size, num_attention_heads, num_key_value_heads, vocab_size,
+#: tie_word_embeddings; head dim = hidden_size / num_attention_heads).
+MODELS: dict[str, ModelShape] = {m.name.lower(): m for m in (
+    ModelShape("Qwen2.5-0.5B", 24, 896, 4864, 14, 2, 151936, True, _hf("Qwen/Qwen2.5-0.5B")),
+    ModelShape("Qwen2.5-1.5B", 28, 1536, 8960, 12, 2, 151936, True, _hf("Qwen/Qwen2.5-1.5B")),
+    ModelShape("Qwen2.5-7B", 28, 3584, 18944, 28, 4, 152064, False, _hf("Qwen/Qwen2.5-7B")),
+    ModelShape("Qwen2.5-72B", 80, 8192, 29568, 64, 8, 152064, False,
+               _hf("Qwen/Qwen2.5-72B")),
+    ModelShape("Llama-3.1-8B", 32, 4096, 14336, 32, 8, 128256, False,
+               _hf("meta-llama/Llama-3.1-8B")),
+    ModelShape("Llama-3.1-70B", 80, 8192, 28672, 64, 8, 128256, False,
+               _hf("meta-llama/Llama-3.1-70B")),
+    ModelShape("Mistral-7B-v0.3", 32, 4096, 14336, 32, 8, 32768, False,
+               _hf("mistralai/Mistral-7B-v0.3")),
 )}
+
+#: KV footprints: the dense shapes above (KV cache in bf16, vLLM's default
+#: ``kv_cache_dtype=auto`` for these) and DeepSeek-V3's MLA (config.json: kv_lora_rank,
+#: qk_rope_head_dim), a mixture-of-experts model with no ModelShape.
+PRESETS: dict[str, KVSize] = {
+    **{key: model.kv() for key, model in MODELS.items()},
+    "deepseek-v3": mla_shape("DeepSeek-V3", 61, 512, 64, source=_hf("deepseek-ai/DeepSeek-V3")),
+}
+
+
+def model_shape(name: str) -> ModelShape:
+    """A dense model shape by preset name (case-insensitive); ValueError otherwise."""
+    try:
+        return MODELS[name.lower()]
+    except KeyError:
+        if name.lower() in PRESETS:
+            raise ValueError(f"{PRESETS[name.lower()].name} has no dense model shape (a "
+                             f"mixture-of-experts MLA model): expected one of "
+                             f"{', '.join(m.name for m in MODELS.values())}") from None
+        raise ValueError(f"unknown model preset {name!r}: expected one of "
+                         f"{', '.join(PRESETS)}") from None
+
+
+def parse_model_shape(text: str) -> ModelShape:
+    """``LAYERS,HIDDEN,INTERMEDIATE,HEADS,KV_HEADS,VOCAB[,tied]``, e.g.
+    ``28,1536,8960,12,2,151936,tied``."""
+    parts = [part.strip() for part in text.split(",")]
+    tied = parts[-1].lower() == "tied"
+    numbers = parts[:-1] if tied else parts
+    if len(numbers) != 6:
+        raise ValueError(f"expected LAYERS,HIDDEN,INTERMEDIATE,HEADS,KV_HEADS,VOCAB[,tied], "
+                         f"got {text!r}")
+    try:
+        values = [int(part) for part in numbers]
+    except ValueError:
+        raise ValueError(f"expected integers in {text!r}") from None
+    return ModelShape(f"shape {text}", *values, tie_word_embeddings=tied)
 
 
 def preset(name: str) -> KVSize:

@@ -30,17 +30,17 @@ from pipeline.engines.options import add_model_arguments, add_order_arguments, r
 from pipeline.limits import MAX_ACCESSES, check_count
 from pipeline.planner import DocumentEvaluator, Evaluator, PlanResult, Target, \
     document_workload, plan
-from pipeline.plan_output import describe_target, finite, lmcache_setting, model_json, \
-    model_lines, render_text, tokens_and_size
+from pipeline.plan_output import describe_target, document_head, finite, lmcache_setting, \
+    model_json, model_lines, render_text, tokens_and_size
 from pipeline.planner_blocks import BlockEvaluator
 from pipeline.staging import Outputs
 from pipeline.replay.inputs import add_input_arguments, load_workload
+from pipeline.steptime.plan_load import add_load_plan_arguments, plan_under_load
 from kvlab.kvsim import TIERS
 from pipeline.ttft_model import FitError, TTFTModel, fit_configs, measured_requests, \
     model_for_capacity, residuals_by_pass
 from pipeline.ttft_scope import measured_kv, ttft_problem
 from pipeline.workloads.documents import DocumentWorkload
-from pipeline.workloads.blocks import REQUEST_SCHEMA, document_blocks
 
 HELP = "the smallest CPU tier (tokens and GiB) that meets a TTFT or hit-ratio target"
 
@@ -52,6 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         required=True)
     target.add_argument("--target-ttft-ms", type=positive_float, metavar="MS",
                         help="predicted TTFT (--statistic of a pass) at most MS")
+    target.add_argument("--target-ttft-p90-ms", type=positive_float, metavar="MS",
+                        help="TTFT p90 under a load (--speed/--rate/--concurrency, "
+                             "--latency): the smallest GPU KV capacity, from the engine model")
     target.add_argument("--target-hit-ratio", type=unit_ratio, metavar="R",
                         help="share of prompt tokens served from cache (GPU or CPU), "
                              "at least R (0 < R <= 1)")
@@ -75,6 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_order_arguments(work)
     add_model_arguments(work)
     add_input_arguments(parser)
+    add_load_plan_arguments(parser)
     fit = parser.add_argument_group("TTFT model")
     fit.add_argument("--measured", type=Path,
                      help=f"measured TTFT jsonl (default: {REAL_MEASURED} if present, else "
@@ -90,6 +94,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     fit.add_argument("--measured-docs", type=positive_int, metavar="N",
                      help="documents the measurement read (default: its sidecar's, else the "
                           f"lab's {LAB_DOCS}); a request of a document beyond is refused")
+    fit.add_argument("--latency", type=Path, metavar="FITTED",
+                     help="TTFT from a fitted step-time file (python -m pipeline fit) instead "
+                          "of --measured; printed only when its KV bytes per token (and "
+                          "--served-model) match and its prompt range covers the workload")
+    fit.add_argument("--served-model", metavar="NAME",
+                     help="with --latency: the model planned for (TTFT is withheld when the "
+                          "fitted file was fitted on another)")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead")
     parser.add_argument("--report", type=Path, metavar="HTML",
                         help="also write a page with predicted TTFT against the CPU capacity "
@@ -177,16 +188,10 @@ def _workload(args: argparse.Namespace) -> _Input:
                       lambda gpu, models: DocumentEvaluator(workload, gpu, models))
     check_document_blocks(documents.docs, len(documents.passes), documents.tokens,
                           args.block_size)
-    accesses = documents.accesses()
-    blocks = document_blocks(accesses["doc"].to_list(), args.tokens, args.block_size)
-    requests = accesses.select(
-        pl.int_range(pl.len(), dtype=pl.UInt32).alias("request"),
-        pass_name=pl.format("pass{}-{}", pl.col("pass_index") + 1, pl.col("pass_order")),
-        doc=pl.col("doc").cast(pl.Int64), prompt_tokens=pl.col("size").cast(pl.UInt64),
-        timestamp_ms=pl.lit(None, pl.Float64)).match_to_schema(REQUEST_SCHEMA)
+    blocks = documents.workload(args.block_size)
     return _blocks_input(args, f"{documents.docs} documents x {documents.tokens} tokens in "
                          f"{args.block_size}-token blocks, passes {','.join(documents.passes)}",
-                         blocks, requests, args.block_size, "--block-size")
+                         blocks.blocks, blocks.requests, args.block_size, "--block-size")
 
 
 def _models(args: argparse.Namespace) -> tuple[dict[str, TTFTModel], pl.DataFrame, str, bool]:
@@ -253,6 +258,8 @@ def without_ttft(result: PlanResult) -> PlanResult:
 
 def main(args: argparse.Namespace) -> int:
     """Validate everything, fit, search, print (text or --json)."""
+    if args.target_ttft_p90_ms is not None:
+        return plan_under_load(args)
     try:
         kv = kv_from_args(args)
         gpu = LAB_GPU if args.gpu is None else args.gpu.tokens(kv)
@@ -267,10 +274,13 @@ def main(args: argparse.Namespace) -> int:
     workload = _workload(args)
     names = workload.pass_names
     chosen = _passes(args.passes_to_meet, len(names))
-    models, measured, source, synthetic = _models(args)
     target = (Target("ttft", args.target_ttft_ms, args.statistic, chosen)
               if args.target_ttft_ms is not None
               else Target("hit_ratio", args.target_hit_ratio, args.statistic, chosen))
+    if args.latency is not None:
+        from pipeline.plan_fitted import fitted_plan
+        return fitted_plan(args, kv, gpu, gpu_given, workload, names, target, without_ttft)
+    models, measured, source, synthetic = _models(args)
     if args.report is not None and not args.report.parent.is_dir():
         raise CLIError(f"--report: folder {args.report.parent} does not exist")
     evaluator = workload.build(gpu, models)
@@ -290,12 +300,7 @@ def main(args: argparse.Namespace) -> int:
                       withheld)
     cpu_tokens = result.cpu_tokens
     document = {
-        "workload": evaluator.description,
-        "kv": {"name": kv.name, "bytes_per_token": kv.bytes_per_token, "formula": kv.formula,
-               "source": kv.source, "describe": kv.describe()},
-        "gpu": {**tokens_and_size(gpu, kv), "given": gpu_given},
-        "target": {"kind": target.kind, "value": target.value, "statistic": target.statistic,
-                   "passes": [names[i] for i in target.passes]},
+        **document_head(evaluator.description, kv, gpu, gpu_given, target, names),
         "measured": {"path": source, "synthetic": synthetic,
                      "worst_error_pct": {"p50": errors["error_p50_pct"].abs().max(),
                                          "mean": errors["error_mean_pct"].abs().max()},

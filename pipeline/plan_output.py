@@ -8,7 +8,8 @@ from pipeline.kvsize import KVSize, size_up
 from pipeline.planner import PlanResult, Target
 from pipeline.ttft_model import TTFTModel
 
-__all__ = ["tokens_and_size", "size_up", "lmcache_setting", "model_json", "describe_target",
+__all__ = ["document_head", "tokens_and_size", "size_up", "lmcache_setting", "model_json",
+           "describe_target",
            "model_lines", "finite", "render_text"]
 
 TIER_WORDS = {"gpu": "GPU hit", "cpu": "CPU reload", "miss": "recompute"}
@@ -23,6 +24,19 @@ def tokens_and_size(tokens: int, kv: KVSize, at_least: bool = False) -> dict:
                 "GB": size_up(size, 10**9, 4)}
     return {"tokens": tokens, "bytes": size, "GiB": round(size / 2**30, 4),
             "GB": round(size / 1e9, 4)}
+
+
+def document_head(description: str, kv: KVSize, gpu: int, gpu_given: str, target: Target,
+                  names: list[str]) -> dict:
+    """The workload, KV size, GPU and target parts of plan's JSON document."""
+    return {
+        "workload": description,
+        "kv": {"name": kv.name, "bytes_per_token": kv.bytes_per_token, "formula": kv.formula,
+               "source": kv.source, "describe": kv.describe()},
+        "gpu": {**tokens_and_size(gpu, kv), "given": gpu_given},
+        "target": {"kind": target.kind, "value": target.value, "statistic": target.statistic,
+                   "passes": [names[i] for i in target.passes]},
+    }
 
 
 def lmcache_setting(tokens: int, kv: KVSize) -> float:
@@ -102,9 +116,12 @@ def render_text(document: dict, result: PlanResult, target: Target, names: list[
              f"TTFT model from {document['measured']['path']}"
              f"{' (SYNTHETIC stand-in)' if document['measured']['synthetic'] else ''}:"]
     lines += document["model_lines"]
-    worst = document["measured"]["worst_error_pct"]
-    lines.append(f"  predicted vs measured per pass: worst error {worst['p50']:.1f} % (p50), "
-                 f"{worst['mean']:.1f} % (mean)")
+    if document["measured"].get("fitted"):          # plan --latency: a fitted step-time file
+        lines[4] = f"TTFT model: fitted step time from {document['measured']['path']}:"
+    else:
+        worst = document["measured"]["worst_error_pct"]
+        lines.append(f"  predicted vs measured per pass: worst error {worst['p50']:.1f} % "
+                     f"(p50), {worst['mean']:.1f} % (mean)")
     lines.append("")
     cpu = answer["cpu"]
     if answer["status"] == "gpu_alone":

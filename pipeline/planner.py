@@ -30,7 +30,7 @@ from pipeline.tiers import GPU_CODE as GPU
 from pipeline.tiers import MISS_CODE as MISS
 from pipeline.tiers import access_tiers
 from pipeline.ttft_model import TOKEN_COLUMNS, TTFTModel, model_for_capacity
-from pipeline.workloads.documents import DocumentWorkload
+from pipeline.workloads.documents import DocumentWorkload, pass_name
 
 __all__ = ["PlanWorkload", "document_workload", "Target", "Evaluator", "DocumentEvaluator",
            "PlanResult", "plan"]
@@ -54,7 +54,7 @@ def document_workload(workload: DocumentWorkload) -> PlanWorkload:
     n = accesses.height
     requests = accesses.select(
         pl.int_range(n, dtype=pl.Int64).alias("request"), pl.col("pass_index").cast(pl.Int64),
-        pass_name=pl.format("pass{}-{}", pl.col("pass_index") + 1, pl.col("pass_order")),
+        pass_name=pass_name(pl.col("pass_index"), pl.col("pass_order")),
         context=pl.col("size"))
     return PlanWorkload(
         f"{workload.docs} documents x {workload.tokens} tokens, passes "
@@ -128,6 +128,8 @@ class Evaluator:
         """True when serving a token from CPU (or GPU) never costs more than recomputing it
         under the offload model, so TTFT cannot rise with the CPU capacity."""
         model = model_for_capacity(self.models, 1)
+        if hasattr(model, "monotone"):               # a fitted step-time file
+            return model.monotone()
         if model.method != "least squares":
             t = model.tier_ms
             return t.get("cpu", 0) <= t.get("miss", 0) and t.get("gpu", 0) <= t.get("miss", 0)

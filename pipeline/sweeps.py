@@ -20,6 +20,7 @@ import numpy as np
 import polars as pl
 
 from kvlab.summarize import atomic_output
+from pipeline import grids
 from pipeline.config import LAB_DOCS, LAB_TOKENS
 from pipeline.simulate import check_capacities, simulate
 from pipeline.staging import parquet_bytes
@@ -74,7 +75,7 @@ def cliff_capacities(workload: DocumentWorkload, spec_points: Sequence[int] = ()
     bounded by about 2 x points plus the spec points, whatever the number of documents)."""
     top = math.ceil(factor * workload.working_set)
     # more points than integers in 0..top round to every integer: the same set, bounded work
-    even = np.linspace(0, top, min(max(points, 2), top + 1)).round().astype(np.int64)
+    even = grids.even(top, min(max(points, 2), top + 1))
     tokens = max(workload.tokens, 1)
     multiples = top // tokens + 1
     edges = ([value for k in range(multiples) for value in (k * tokens - 1, k * tokens)]
@@ -90,7 +91,7 @@ def grid_capacities(workload: DocumentWorkload, steps: int = 13,
     top = math.ceil(factor * workload.working_set)
     edge = {workload.working_set - 1, workload.working_set} - {-1}
     steps = min(max(steps, 2), top + 1)        # as in cliff_capacities: the same set
-    return tuple(sorted({int(v) for v in np.linspace(0, top, steps).round()} | edge))
+    return tuple(sorted({int(v) for v in grids.even(top, steps)} | edge))
 
 
 def cliff_size(workload: DocumentWorkload, points: int = 64, factor: float = 1.25) -> int:

@@ -76,3 +76,20 @@ def folder_snapshot(root):
     """Every file under ``root`` with its bytes, and every folder (None)."""
     return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None)
             for p in sorted(root.rglob("*"))}
+
+
+def cli_in_process(*argv):
+    """``python -m pipeline ARGV`` in this process: CompletedProcess(argv, status, stdout,
+    stderr) (the parser's exit on bad input is caught)."""
+    import contextlib
+    import io
+    import subprocess
+
+    from pipeline.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            status = main(list(argv), prog="python -m pipeline")
+        except SystemExit as exc:
+            status = exc.code
+    return subprocess.CompletedProcess(argv, status, out.getvalue(), err.getvalue())

@@ -37,7 +37,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 (http.server's name)
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.server.bodies.append(body)
-        doc = WORD_INDEX[body["prompt"].split(" ")[0]]
+        prompt = body["prompt"]               # text (a document first) or token ids
+        doc = WORD_INDEX.get(prompt.split(" ")[0], -1) if isinstance(prompt, str) else -1
         mode = self.server.modes.get(doc, "ok")
         chunk = lambda text: "data: " + json.dumps({"choices": [{"text": text, "index": 0}]})  # noqa: E731
         final = "data: " + json.dumps({

@@ -127,7 +127,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "pipeline", "pipeline.config", "pipeline.errors", "pipeline.arguments",
         "pipeline.tiers", "pipeline.kvsize", "pipeline.staging", "pipeline.stats",
         "pipeline.charts", "pipeline.charts.provenance", "pipeline.measure.client",
-        "pipeline.limits",
+        "pipeline.limits", "pipeline.grids",
         # packages whose __init__ is a docstring
         "pipeline.blocks", "pipeline.engines", "pipeline.bench", "pipeline.replay",
         "pipeline.measure", "pipeline.measure.llamacpp", "pipeline.workloads"),
@@ -154,13 +154,15 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "pipeline.run_exports", "pipeline.engines.curves", "pipeline.policies.curves",
         "pipeline.replay.engine", "pipeline.replay.outputs", "pipeline.plan_output",
         "pipeline.measure.llamacpp.local", "pipeline.measure.*", "pipeline.fleet",
-        "pipeline.fleet.*", "pipeline.fit", "pipeline.fit.*"),
+        "pipeline.fleet.*", "pipeline.fit", "pipeline.fit.*", "pipeline.plan_fitted",
+        "pipeline.steptime.chart", "pipeline.steptime.command"),
     "commands": (
         "pipeline.cli", "pipeline.__main__", "pipeline.run", "pipeline.plan",
         "pipeline.synthetic_ttft", "pipeline.blocks.command", "pipeline.replay.command",
         "pipeline.policies.command", "pipeline.measure.cli", "pipeline.bench.*",
         "pipeline.blocks.bench", "pipeline.engines.bench", "pipeline.engine.command",
-        "pipeline.fleet.command", "pipeline.fit.command", "pipeline.commands.*"),
+        "pipeline.fleet.command", "pipeline.fit.command", "pipeline.commands.*",
+        "pipeline.steptime.plan_load"),
 }
 ORDER = list(LAYERS)
 #: the report's renderers: they draw frames and import no model

@@ -120,28 +120,34 @@ def test_lines_have_the_lab_schema_timing_and_server_reports(tmp_path):
     ("no_text", "no generated text before \\[DONE\\]"),
     ("error_event", "error event in the stream .*context overflow"),
 ])
-def test_a_failure_is_one_line_keeps_lines_and_resume_finishes(tmp_path, capsys, mode, message):
+def test_each_failure_is_a_line_in_the_output_and_on_stderr_and_resume_retries_it(
+        tmp_path, capsys, mode, message):
+    import re
     out = tmp_path / "ttft.jsonl"
     with SSEServer(modes={2: mode}) as server:
         assert measure(server.base_url, out) == 1
-        err = capsys.readouterr().err.strip()
-        assert len(err.splitlines()) == 1
-        assert err.startswith("error: baseline pass1-cold doc 2: ")
-        assert "rerun with --resume" in err
-        import re
-        assert re.search(message, err), err
-        assert [r["doc"] for r in lines(out)] == [0, 1]
+        err = capsys.readouterr().err.strip().splitlines()
+        assert "Traceback" not in "\n".join(err)
+        failed = [line for line in err if line.startswith("measure: failed: ")]
+        assert len(failed) == 2 and len(err) == 3           # doc 2 in both passes, a summary
+        assert all(line.startswith("measure: failed: baseline pass") for line in failed)
+        assert all(re.search(message, line) for line in failed), failed
+        assert err[-1].startswith("error: 2 requests of 6 failed") and "--resume" in err[-1]
+        rows = lines(out)
+        assert [r["doc"] for r in rows if "error" not in r] == [0, 1, 1, 0]  # the rest went on
+        errors = [r for r in rows if "error" in r]
+        assert [r["doc"] for r in errors] == [2, 2] and all(re.search(message, r["error"])
+                                                            for r in errors)
+        assert {r["error_kind"] for r in errors} <= {"http", "malformed", "error-event"}
         # without --resume the file is not touched
         assert measure(server.base_url, out) == 1
         assert "already has lines" in capsys.readouterr().err
         server.modes.clear()
         sent = len(server.bodies)
         assert measure(server.base_url, out, "--resume") == 0
-        assert len(server.bodies) == sent + 4          # only the 4 missing requests
-    rows = lines(out)
-    assert [(r["pass"], r["doc"]) for r in rows][2:] == [
-        ("pass1-cold", 2), ("pass2-reverse", 2), ("pass2-reverse", 1), ("pass2-reverse", 0)]
-    assert len({(r["config"], r["repeat"], r["pass"], r["step"]) for r in rows}) == 6
+        assert len(server.bodies) == sent + 2          # only the 2 failed requests
+    answered = [r for r in lines(out) if "error" not in r]
+    assert len({(r["config"], r["repeat"], r["pass"], r["step"]) for r in answered}) == 6
 
 
 def test_refused_connection_and_timeout_are_one_line(tmp_path, capsys):
@@ -150,14 +156,15 @@ def test_refused_connection_and_timeout_are_one_line(tmp_path, capsys):
         port = sock.getsockname()[1]
     out = tmp_path / "a.jsonl"
     assert measure(f"http://127.0.0.1:{port}", out) == 1
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "cannot connect to http://127.0.0.1:" in err
-    assert "nothing written" in err and "--resume" not in err
-    assert not out.exists()                  # no answer, no (empty) file
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "cannot connect to http://127.0.0.1:" in err[0]
+    assert "0 answered, 5 not sent" in err[1]             # a refused connection stops
+    assert [r["error_kind"] for r in lines(out)] == ["refused"]   # the failure is a line
     with SSEServer(modes={0: "hang"}, delay_s=1.0) as server:
         assert measure(server.base_url, tmp_path / "b.jsonl", "--timeout", "0.2") == 1
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "within 0.2 s (timeout)" in err
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all("within 0.2 s (timeout)" in line for line in err)
+    assert [r.get("error_kind") for r in lines(tmp_path / "b.jsonl")].count("timeout") == 2
 
 
 def test_resume_with_nothing_left_sends_nothing(tmp_path, capsys):
@@ -239,15 +246,16 @@ def test_local_engine_resume_replays_the_cut_group_unrecorded(tmp_path, monkeypa
             "--passes", "fwd,rev", "--ram-cache", "a=0,b=1.5", "--quiet",
             "--work-dir", str(tmp_path / "work")]
     with server:
-        assert cli_main(argv) == 1                      # config a, doc 1: HTTP 500
+        assert cli_main(argv) == 1                      # config a, doc 1: HTTP 500, then stop
         assert "rerun with --resume" in capsys.readouterr().err
-        assert [(r["config"], r["doc"]) for r in lines(out)] == [("a", 0)]
+        assert [(r["config"], r["doc"], "error" in r) for r in lines(out)] == [
+            ("a", 0, False), ("a", 1, True)]
         server.modes.clear()
         sent = len(server.bodies)
         assert cli_main(argv + ["--resume"]) == 0
         # group a: 1 replayed + 3 new; group b: 4 new
         assert len(server.bodies) == sent + 1 + 3 + 4
-    rows = lines(out)
+    rows = [r for r in lines(out) if "error" not in r]
     assert [(r["config"], r["pass"], r["doc"]) for r in rows] == [
         ("a", "pass1-cold", 0), ("a", "pass1-cold", 1), ("a", "pass2-reverse", 1),
         ("a", "pass2-reverse", 0), ("b", "pass1-cold", 0), ("b", "pass1-cold", 1),

@@ -90,7 +90,7 @@ def bad_measured(tmp_path, configs: list[str]) -> str:
     (["--target-ttft-ms", "100", "--pass", "4"], "--pass"),
     (["--target-ttft-ms", "100", "--kv-shape", "28,2"], "--kv-shape"),
     (["--target-ttft-ms", "100", "--docs", "0"], "--docs: expected an integer >= 1"),
-    ([], "one of the arguments --target-ttft-ms --target-hit-ratio is required"),
+    ([], "one of the arguments --target-ttft-ms --target-ttft-p90-ms --target-hit-ratio is required"),
 ])
 def test_bad_input_is_one_line(argv, message, capsys):
     try:

@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 
 from pipeline.blocks.stream import block_stream
 from pipeline.workloads.blocks import BLOCK_SCHEMA, REQUEST_SCHEMA, check_blocks
+from pipeline.workloads import jsonl
 from pipeline.workloads.jsonl import TraceError
 from pipeline.workloads.mooncake import read_mooncake
-from pipeline.workloads.tokens import read_tokens
+from pipeline.workloads.tokens import read_tokens, splitmix64, token_blocks
 
 SYNTHETIC = SHARED_TRACES / "synthetic_trace.jsonl"
 needs_trace = pytest.mark.skipif(not SYNTHETIC.exists(),
@@ -215,3 +216,76 @@ def test_skipping_drops_exactly_the_bad_lines_and_names_the_first(lines, tmp_pat
     assert trace.lines.tolist() == good
     assert trace.requests["prompt_tokens"].to_list() == [
         records[n - 1]["input_length"] for n in good]
+
+
+def read_both(read, path, chunk_bytes, **options):
+    """``read(path, **options)`` with pieces of ``chunk_bytes``: the trace's frames or the
+    error's message."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(jsonl, "CHUNK_BYTES", chunk_bytes)
+        try:
+            trace = read(path, **options)
+        except TraceError as exc:
+            return str(exc)
+    return (trace.blocks.rows(), trace.requests.rows(), trace.lines.tolist(), trace.skipped)
+
+
+@given(lines=st.lists(st.one_of(
+    st.tuples(st.just("good"), st.lists(st.integers(0, 5), min_size=1, max_size=9)),
+    st.sampled_from([("bad", "x"), ("bad", '{"timestamp": 0, "tokens": []}'),
+                     ("bad", '{"timestamp": 0, "tokens": [1, "a"]}'), ("blank", ""),
+                     ("blank", " \t\r")])), min_size=1, max_size=10),
+       chunk_bytes=st.integers(1, 80), skip=st.booleans(), last_newline=st.booleans())
+def test_reading_in_pieces_changes_nothing(lines, chunk_bytes, skip, last_newline,
+                                           tmp_path_factory):
+    """Tokens and Mooncake files read in pieces of any size: the same frames, lines,
+    skipped lines and errors as in one piece."""
+    records = [json.dumps({"timestamp": i, "tokens": value}) if kind == "good" else value
+               for i, (kind, value) in enumerate(lines)]
+    folder = tmp_path_factory.mktemp("p")
+    tokens = write_lines(folder / "t.jsonl", records)
+    moon = write_lines(folder / "m.jsonl", [
+        json.dumps(mooncake(sorted(set(value)), len(set(value)) * 2)) if kind == "good"
+        else value for kind, value in lines])
+    if not last_newline:
+        for path in (tokens, moon):
+            path.write_text(path.read_text()[:-1])
+    whole = 1 << 30
+    assert (read_both(read_tokens, tokens, chunk_bytes, block_size=2, skip_bad_lines=skip)
+            == read_both(read_tokens, tokens, whole, block_size=2, skip_bad_lines=skip))
+    assert (read_both(read_mooncake, moon, chunk_bytes, block_size=2, skip_bad_lines=skip)
+            == read_both(read_mooncake, moon, whole, block_size=2, skip_bad_lines=skip))
+
+
+def numpy_token_blocks(tokens, lengths, block_size):
+    """The chained keys written out as whole-array numpy steps (the reference)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
+    position = np.arange(tokens.size, dtype=np.int64) - np.repeat(starts, lengths)
+    with np.errstate(over="ignore"):
+        token_hash = splitmix64(tokens.astype(np.int64).view(np.uint64)
+                                ^ splitmix64(position.view(np.uint64)))
+    n_blocks = -(-lengths // block_size)
+    block_request = np.repeat(np.arange(lengths.size, dtype=np.int64), n_blocks)
+    block_starts = np.concatenate(([0], np.cumsum(n_blocks)[:-1])).astype(np.int64)
+    block_index = np.arange(block_request.size, dtype=np.int64) - block_starts[block_request]
+    block_hash = np.add.reduceat(token_hash, starts[block_request] + block_index * block_size)
+    with np.errstate(over="ignore"):
+        running = np.cumsum(block_hash, dtype=np.uint64)
+        before = np.concatenate(([np.uint64(0)], running))[block_starts]
+        keys = splitmix64(running - np.repeat(before, n_blocks))
+    sizes = np.minimum(block_size, lengths[block_request] - block_index * block_size)
+    return block_request.tolist(), block_index.tolist(), keys.tolist(), sizes.tolist()
+
+
+@given(prompts=st.lists(st.lists(st.integers(0, 2 ** 63 - 1), min_size=1, max_size=40),
+                        min_size=1, max_size=6),
+       block_size=st.integers(1, 9), first=st.integers(0, 5))
+def test_compiled_token_keys_equal_the_numpy_steps(prompts, block_size, first):
+    tokens = np.array([t for p in prompts for t in p], dtype=np.int64)
+    frame = token_blocks(tokens, [len(p) for p in prompts], block_size, first)
+    request, index, keys, sizes = numpy_token_blocks(tokens, [len(p) for p in prompts],
+                                                     block_size)
+    assert frame["request"].to_list() == [r + first for r in request]
+    assert (frame["block_index"].to_list(), frame["block_key"].to_list(),
+            frame["block_tokens"].to_list()) == (index, keys, sizes)

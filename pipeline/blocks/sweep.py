@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from kvlab.scenario import pass_keys
+from pipeline import grids
 from pipeline.blocks import onepass
 from pipeline.blocks.limits import model_capacities
 from pipeline.blocks.models import CPU_MODELS, GPU_MODELS
@@ -40,7 +40,7 @@ from pipeline.blocks.stream import HEAD_FIRST, ORDERS, BlockStream, block_stream
 from pipeline.engines.options import MODEL_ORDERS
 from pipeline.sweeps import write_parquet_atomic
 from pipeline.tiers import served_beyond
-from pipeline.workloads.blocks import document_blocks
+from pipeline.workloads.documents import documents_workload
 
 __all__ = ["BLOCK_SWEEPS", "EVENT_SCHEMA", "AGGREGATE_SCHEMA", "block_cliff_capacities",
            "block_events", "block_aggregates", "block_frames", "block_sweeps", "block_hit_steps",
@@ -84,7 +84,7 @@ def block_cliff_capacities(docs: int, tokens: int, block_size: int,
     the full-block edge (where tail-first keeps partial prefixes), and the spec points."""
     edge = edges(docs, tokens, block_size)
     top = math.ceil(factor * edge["working_set"])
-    even = np.linspace(0, top, max(points, 2)).round().astype(np.int64).tolist()
+    even = grids.even(top, max(points, 2)).tolist()
     full = (tokens // block_size) * block_size
     per_doc = [k * full + d for k in range(docs + 1) for d in (-block_size, 0)]
     marks = [v + d for v in edge.values() for d in (-1, 0, -block_size)]
@@ -95,8 +95,8 @@ def block_cliff_capacities(docs: int, tokens: int, block_size: int,
 def _stream(docs: int, tokens: int, passes: Sequence[str], block_size: int
             ) -> tuple[BlockStream, np.ndarray]:
     """The lab's documents as a block stream, and each request's pass index."""
-    doc_order = [doc for order in passes for doc in pass_keys(order, docs)]
-    stream = block_stream(document_blocks(doc_order, tokens, block_size), block_size)
+    stream = block_stream(documents_workload(docs, tokens, passes, block_size).blocks,
+                          block_size)
     return stream, stream.request // max(docs, 1)
 
 

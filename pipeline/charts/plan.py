@@ -13,10 +13,12 @@ import altair as alt
 import numpy as np
 import polars as pl
 
+from pipeline import grids
 from pipeline.charts import Section
 from pipeline.charts.parts import Units
 from pipeline.kvsize import KVSize
 from pipeline.planner import Evaluator, PlanResult, Target
+from pipeline.workloads.documents import pass_name
 
 __all__ = ["curve_capacities", "capacity_curve", "measured_points", "ttft_capacity_section",
            "hit_ratio_section", "fit_section", "sweep_ttft_section"]
@@ -33,7 +35,7 @@ def curve_capacities(evaluator: Evaluator, points: int = 40, limit: int = 400,
     if changes.size > limit // 2:
         changes = changes[np.linspace(0, changes.size - 1, limit // 2).round().astype(int)]
     top = max(int(changes.max()) if changes.size else 1, extra)
-    grid = np.linspace(0, 1.1 * top, points).round().astype(np.int64)
+    grid = grids.even(1.1 * top, points)
     values = {0, *grid.tolist(), *changes.tolist(), *(changes - 1).tolist()}
     return sorted(int(v) for v in values if v >= 0)
 
@@ -214,8 +216,7 @@ def sweep_ttft_section(predicted: pl.DataFrame, sweep: str = "cpu_cliff",
     axis = "cpu_capacity" if sweep == "cpu_cliff" else "gpu_capacity"
     column = f"predicted_{statistic}_ms"
     frame = (predicted.filter(pl.col("sweep") == sweep)
-             .with_columns(pass_name=pl.format("pass{}-{}", pl.col("pass_index") + 1,
-                                               pl.col("pass_order")))
+             .with_columns(pass_name=pass_name(pl.col("pass_index"), pl.col("pass_order")))
              .sort("pass_index", axis))
     tier = "CPU" if axis == "cpu_capacity" else "GPU"
     chart = alt.Chart(frame).mark_line(interpolate="step-after", strokeWidth=2).encode(

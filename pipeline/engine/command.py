@@ -14,20 +14,20 @@ from __future__ import annotations
 import argparse
 import sys
 
-import numpy as np
-import polars as pl
-
-from pipeline.arguments import non_negative_int, plural, positive_float, positive_int
+from pipeline.arguments import non_negative_int, plural, positive_int
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.cpu_tier import LMCacheTier
 from pipeline.engine.loop import simulate
-from pipeline.engine.request import SimRequest
-from pipeline.engine.workload import FORMATS, Workload, read_workload, with_arrivals
+from pipeline.engine.options import add_engine_arguments
+from pipeline.engine.workload import (FORMATS, Workload, pattern_workload, read_workload,
+                                     with_arrivals)
 from pipeline.errors import CLIError
-from pipeline.replay.inputs import add_pattern_arguments, pattern_from_args
+from pipeline.replay.inputs import add_pattern_arguments
 from pipeline.staging import Outputs, parquet_bytes
+from pipeline.steptime.command import (load_list, loads_closed, lmcache_factory, metric_lines,
+                                       prepare, run_curves, run_metrics_outputs,
+                                       steptime_arguments)
 from pipeline.workloads.jsonl import TraceError
-from pipeline.workloads.tokens import splitmix64
 
 HELP = "vLLM's engine loop step by step: per-request steps, hits and preemptions under load"
 
@@ -42,61 +42,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default %(default)s)")
     parser.add_argument("--out", metavar="DIR", required=True,
                         help="folder for requests.parquet and steps.parquet")
-    engine = parser.add_argument_group("engine (vLLM's options and defaults)")
-    engine.add_argument("--block-size", type=positive_int, default=16,
-                        help="tokens per KV block (default %(default)s)")
-    engine.add_argument("--num-gpu-blocks", type=positive_int, required=True, metavar="N",
-                        help="vLLM's num_gpu_blocks (block 0 is the null block)")
-    engine.add_argument("--max-num-seqs", type=positive_int, default=256,
-                        help="running requests at most (default %(default)s)")
-    engine.add_argument("--max-num-batched-tokens", type=positive_int, default=8192,
-                        help="tokens per step at most (default %(default)s)")
-    engine.add_argument("--max-model-len", type=positive_int, default=None,
-                        help="longest sequence (default: the longest prompt + max_tokens)")
-    engine.add_argument("--no-chunked-prefill", action="store_true",
-                        help="schedule a prompt only whole (vLLM's --no-enable-chunked-prefill)")
-    engine.add_argument("--long-prefill-token-threshold", type=non_negative_int, default=0,
-                        help="cap on a prefill chunk when other requests wait (default 0)")
-    engine.add_argument("--async-scheduling", action="store_true",
-                        help="two batches in flight (vLLM 0.33's default on CUDA)")
-    engine.add_argument("--cpu-tokens", type=non_negative_int, default=0,
-                        help="LMCache CPU tier capacity in tokens of KV (default 0: none)")
-    engine.add_argument("--cpu-chunk-size", type=positive_int, default=256,
-                        help="LMCache chunk size (default %(default)s)")
+    engine = add_engine_arguments(parser, "engine (vLLM's options and defaults)")
+    engine.add_argument("--num-gpu-blocks", type=positive_int, default=None, metavar="N",
+                        help="vLLM's num_gpu_blocks (block 0 is the null block); required "
+                             "unless --gpu CAPS gives curves")
     load = parser.add_argument_group("arrivals")
-    load.add_argument("--clock", choices=("steps",), default="steps",
-                      help="steps: one step = one executed batch (default)")
+    load.add_argument("--clock", choices=("steps", "time"), default=None,
+                      help="steps: one step = one executed batch (default); time: each "
+                           "batch priced by --latency (the default with --latency)")
     load.add_argument("--output-tokens", type=positive_int, default=1,
                       help="max_tokens of token-id lines without one, and of patterns "
                            "(default %(default)s)")
-    load.add_argument("--speed", type=positive_float, default=None,
-                      help="divide the trace's arrival steps by X")
-    load.add_argument("--rate", type=positive_float, default=None,
-                      help="Poisson arrivals, R requests per step (seeded by --seed)")
-    load.add_argument("--concurrency", type=positive_int, default=None,
-                      help="closed loop: K requests running or waiting at any time")
+    load.add_argument("--speed", type=load_list, default=None,
+                      help="divide the trace's arrivals by X (a comma list: curves)")
+    load.add_argument("--rate", type=load_list, default=None,
+                      help="Poisson arrivals, R requests per step, or per second on the time "
+                           "clock (seeded by --seed; a comma list: curves)")
+    load.add_argument("--concurrency", type=load_list, default=None,
+                      help="closed loop: K requests running or waiting at any time (a comma "
+                           "list: curves)")
     load.add_argument("--seed", type=non_negative_int, default=0,
                       help="seed of --rate (default 0)")
     add_pattern_arguments(parser)
-
-
-def _pattern_workload(args: argparse.Namespace) -> Workload:
-    """A pattern's requests: prompts as chained block keys (no token ids needed)."""
-    try:
-        pattern = pattern_from_args(args)
-    except ValueError as exc:
-        raise CLIError(f"--pattern {args.pattern}: {exc}") from None
-    size = args.block_size
-    blocks = pattern.blocks(size).filter(pl.col("block_tokens") == size)
-    keys = splitmix64(blocks["block_key"].to_numpy())
-    counts = np.bincount(blocks["request"].to_numpy().astype(np.int64),
-                         minlength=pattern.requests_count)
-    starts = np.concatenate(([0], np.cumsum(counts)))
-    requests = [SimRequest(i, range(pattern.prompt_tokens), args.output_tokens,
-                           prompt_keys=keys[starts[i]:starts[i + 1]])
-                for i in range(pattern.requests_count)]
-    return Workload(requests, np.arange(1, len(requests) + 1), f"--pattern {args.pattern}",
-                    None)
+    steptime_arguments(parser)
 
 
 def _where(workload: Workload, index: int) -> str:
@@ -142,14 +110,15 @@ def load(args: argparse.Namespace) -> Workload:
     if args.rate is not None and args.concurrency is not None:
         raise CLIError("--rate and --concurrency are two arrival patterns: give one")
     if args.pattern is not None:
-        workload = _pattern_workload(args)
+        workload = pattern_workload(args)
     else:
         try:
             workload = read_workload(args.path, args.format, args.block_size,
                                      args.output_tokens)
         except TraceError as exc:
             raise CLIError(str(exc)) from None
-    if workload.timed == "seconds" and args.rate is None and args.concurrency is None:
+    if (workload.timed == "seconds" and args.clock == "steps" and args.rate is None
+            and args.concurrency is None):
         raise CLIError(f"{workload.path}: arrivals are in seconds (timestamp/arrival_time), "
                        f"not steps: give --rate or --concurrency for --clock steps")
     with_arrivals(workload.requests, args.clock, speed=args.speed, rate=args.rate,
@@ -159,15 +128,30 @@ def load(args: argparse.Namespace) -> Workload:
 
 def main(args: argparse.Namespace) -> int:
     try:
+        loads = prepare(args)                   # steptime: the clock, and curves or one run
         workload = load(args)
+        if workload.timed == "steps" and args.clock == "time" and args.rate is None \
+                and args.concurrency is None and not loads_closed(loads):
+            raise CLIError(f"{workload.path}: arrivals are in steps (arrival_step), not "
+                           f"seconds: give --rate or --concurrency for --clock time")
+        if loads is not None:
+            def config_for(blocks: int) -> SchedulerConfig:
+                args.num_gpu_blocks = blocks
+                return _config(args, workload)
+            return run_curves(args, workload, loads, config_for, lmcache_factory(
+                LMCacheTier, args.cpu_tokens, args.block_size, args.cpu_chunk_size))
         config = _config(args, workload)
         tier = (LMCacheTier(args.cpu_tokens, args.block_size, args.cpu_chunk_size)
                 if args.cpu_tokens else None)
+        model = args.latency_model
         result = simulate(workload.requests, config, cpu_tier=tier, clock=args.clock,
-                          concurrency=args.concurrency)
+                          concurrency=args.concurrency,
+                          step_ms=model.step_ms if model is not None else None,
+                          decode_run_ms=getattr(model, "decode_run_ms", None))
         outputs = Outputs()
         outputs.add(f"{args.out}/requests.parquet", parquet_bytes(result.requests), "--out")
         outputs.add(f"{args.out}/steps.parquet", parquet_bytes(result.steps), "--out")
+        metrics = run_metrics_outputs(args, result, outputs)
         outputs.commit()
     except (ValueError, RuntimeError) as exc:
         raise CLIError(str(exc)) from None
@@ -182,4 +166,6 @@ def main(args: argparse.Namespace) -> int:
           f"({hit / prompt:.1%}), CPU {int(frame['cpu_hit_tokens'].sum()):,}, "
           f"{plural(int(frame['preemptions'].sum()), 'preemption')}; "
           f"wrote {args.out}/requests.parquet and steps.parquet")
+    for line in metric_lines(metrics):
+        print(line)
     return 0

@@ -42,7 +42,9 @@ def request_keys(request, block_size: int) -> list[int]:
     own = np.arange(full - prompt // block_size, dtype=np.uint64)
     with np.errstate(over="ignore"):                # blocks holding placeholders: fresh
         fresh = splitmix64(_FRESH ^ (np.uint64(request.index) << np.uint64(24)) ^ own)
-    return [int(k) for k in request.prompt_keys[:prompt // block_size]] + fresh.tolist()
+    keys = request.prompt_keys[:prompt // block_size]
+    keys = keys.tolist() if isinstance(keys, np.ndarray) else [int(k) for k in keys]
+    return keys + fresh.tolist()
 
 
 @njit(cache=True)

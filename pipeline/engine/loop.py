@@ -14,7 +14,8 @@ from pipeline.engine.core import DecodeRun, EngineSim, StepRecord
 from pipeline.engine.hashing import bulk_request_keys
 from pipeline.engine.request import SimRequest
 
-__all__ = ["SimResult", "simulate", "CLOCKS", "REQUEST_COLUMNS", "STEP_COLUMNS"]
+__all__ = ["SimResult", "simulate", "request_frame", "step_frame", "timed_run", "CLOCKS",
+           "REQUEST_COLUMNS", "STEP_COLUMNS"]
 
 CLOCKS = ("steps", "time")
 REQUEST_COLUMNS = ("request", "arrival_step", "first_scheduled_step", "first_token_step",
@@ -36,7 +37,8 @@ class SimResult:
 
 def simulate(requests: Sequence[SimRequest], config: SchedulerConfig, *, cpu_tier=None,
              clock: str = "steps", step_ms: Callable[[StepRecord], float] | None = None,
-             concurrency: int | None = None) -> SimResult:
+             concurrency: int | None = None,
+             decode_run_ms: Callable[[int, int, int], np.ndarray] | None = None) -> SimResult:
     """Run ``requests`` (``index`` 0..n-1 in input order) through vLLM's engine loop.
 
     ``clock="steps"``: one step = one executed batch; before each ``schedule()`` every
@@ -44,6 +46,9 @@ def simulate(requests: Sequence[SimRequest], config: SchedulerConfig, *, cpu_tie
     the next arrival. ``clock="time"``: ``step_ms(record)`` gives each batch's duration
     and requests arrive by ``arrival_s``. ``concurrency=K``: a closed loop instead (the
     next request arrives whenever fewer than K are running or waiting).
+    ``decode_run_ms(num_running, context_base, count)`` (a step-time model's, equal to
+    ``step_ms`` per record): the time clock then fast-forwards runs of pure decode steps as
+    the step clock does, up to the next arrival.
     """
     if clock not in CLOCKS:
         raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, got {clock!r}")
@@ -99,6 +104,19 @@ def simulate(requests: Sequence[SimRequest], config: SchedulerConfig, *, cpu_tie
                 runs.append(run)
                 idle_calls = 0
                 continue
+        elif decode_run_ms is not None:         # the same on the time clock (steptime)
+            run = timed_run(engine, decode_run_ms, now, None if concurrency is not None
+                            or pointer == n else float(due[pointer]))
+            if run is not None:
+                run, durations = run
+                runs.append(run)
+                for j, duration in enumerate(durations):
+                    starts[run.first_step + j] = now
+                    now += duration
+                    ends[run.first_step + j] = now
+                run.durations = durations
+                idle_calls = 0
+                continue
         record = engine.step()
         if record is None:
             idle_calls += 1
@@ -114,12 +132,12 @@ def simulate(requests: Sequence[SimRequest], config: SchedulerConfig, *, cpu_tie
             starts[record.step] = now
             now += duration
             ends[record.step] = now
-    return SimResult(_request_frame(engine, requests, arrival, timed, starts, ends),
-                     _step_frame(records, runs, timed, starts, ends))
+    return SimResult(request_frame(engine, requests, arrival, timed, starts, ends),
+                     step_frame(records, runs, timed, starts, ends))
 
 
-def _request_frame(engine: EngineSim, requests: Sequence[SimRequest], arrival: np.ndarray,
-                   timed: bool, starts: dict, ends: dict) -> pl.DataFrame:
+def request_frame(engine: EngineSim, requests: Sequence[SimRequest], arrival: np.ndarray,
+                  timed: bool, starts: dict, ends: dict) -> pl.DataFrame:
     states = [engine.result(r.index) for r in requests]
     columns = {
         "request": [s.index for s in states],
@@ -147,8 +165,39 @@ def _request_frame(engine: EngineSim, requests: Sequence[SimRequest], arrival: n
                               e2e_ms=pl.col("finish_ms") - pl.col("arrival_ms"))
 
 
-def _step_frame(records: list[StepRecord], runs: list[DecodeRun], timed: bool,
-                starts: dict, ends: dict) -> pl.DataFrame:
+def timed_run(engine: EngineSim, decode_run_ms, now: float, due: float | None):
+    """A run of pure decode steps on the time clock: as many as start before ``due`` (the
+    next arrival; None: no limit), priced by ``decode_run_ms``; (run, durations) or None."""
+    running = engine.running
+    n = len(running)
+    if not n:
+        return None
+    max_len = engine.config.max_model_len
+    cap = min(min(r.max_tokens + r.num_prompt, max_len) - r.num_tokens - 1 for r in running)
+    cap = min(cap, 1 << 16)
+    if cap < 2:
+        return None
+    base = sum(r.computed for r in running) + n
+    limit, durations = cap, []
+    if due is not None:
+        t, limit, chunk = now, 0, 32
+        while limit < cap and t < due:           # steps that start before the arrival
+            if limit == len(durations):          # price them a chunk at a time
+                more = min(chunk, cap - limit)
+                durations += decode_run_ms(n, base + n * limit, more).tolist()
+                chunk *= 4
+            t += durations[limit]
+            limit += 1
+    run = engine.advance(limit)
+    if run is None:
+        return None
+    if len(durations) < run.count:
+        durations = decode_run_ms(run.num_running, run.context_base, run.count).tolist()
+    return run, durations[:run.count]
+
+
+def step_frame(records: list[StepRecord], runs: list[DecodeRun], timed: bool,
+               starts: dict, ends: dict) -> pl.DataFrame:
     columns = {name: [np.fromiter((getattr(r, name) for r in records), np.int64,
                                   len(records))] for name in STEP_COLUMNS}
     if runs:
@@ -157,12 +206,16 @@ def _step_frame(records: list[StepRecord], runs: list[DecodeRun], timed: bool,
             columns[name].append(values[name])
     frame = pl.DataFrame({name: np.concatenate(parts).astype(np.int64)
                           for name, parts in columns.items()})
+    if timed:
+        durations = [np.fromiter((r.duration_ms for r in records), np.float64, len(records))]
+        durations += [np.asarray(run.durations, np.float64) for run in runs]
+        frame = frame.with_columns(duration_ms=pl.Series(np.concatenate(durations)))
+        frame = frame.with_columns(start_ms=pl.Series(
+            [starts[s] for s in frame["step"].to_list()], dtype=pl.Float64))
     if runs:
         frame = frame.sort("step")
     if timed:
-        frame = frame.with_columns(
-            start_ms=pl.Series([starts[r.step] for r in records], dtype=pl.Float64),
-            duration_ms=pl.Series([r.duration_ms for r in records], dtype=pl.Float64))
+        frame = frame.select(*STEP_COLUMNS, "start_ms", "duration_ms")
     return frame
 
 

@@ -20,6 +20,7 @@ arrivals, ``--rate`` draws Poisson arrivals (seeded); ``--concurrency`` is a clo
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,11 +28,14 @@ import numpy as np
 import polars as pl
 
 from pipeline.engine.request import SimRequest
+from pipeline.errors import CLIError
+from pipeline.replay.inputs import pattern_from_args
 from pipeline.workloads import mooncake
 from pipeline.workloads.jsonl import Field, TraceError, apply_checks, read_lines
 from pipeline.workloads.tokens import splitmix64
 
-__all__ = ["FORMATS", "Workload", "read_workload", "with_arrivals", "TOKEN_FIELDS"]
+__all__ = ["FORMATS", "Workload", "read_workload", "pattern_workload", "with_arrivals",
+           "TOKEN_FIELDS"]
 
 FORMATS = ("tokens", "mooncake")
 TOKEN_FIELDS = (Field("prompt_token_ids", "int list"), Field("max_tokens", "int"),
@@ -144,6 +148,27 @@ def read_workload(path: str | Path, fmt: str, block_size: int,
     if fmt == "mooncake":
         return _read_mooncake(path, block_size)
     raise ValueError(f"unknown format {fmt!r}: expected one of {', '.join(FORMATS)}")
+
+
+def pattern_workload(args: argparse.Namespace) -> Workload:
+    """The ``--pattern`` options' requests (``pipeline.replay.inputs``): prompts as chained
+    block keys of ``args.block_size`` (no token ids needed), ``args.output_tokens`` each;
+    a bad pattern option is a one-line CLIError."""
+    try:
+        pattern = pattern_from_args(args)
+    except ValueError as exc:
+        raise CLIError(f"--pattern {args.pattern}: {exc}") from None
+    size = args.block_size
+    blocks = pattern.blocks(size).filter(pl.col("block_tokens") == size)
+    keys = splitmix64(blocks["block_key"].to_numpy())
+    counts = np.bincount(blocks["request"].to_numpy().astype(np.int64),
+                         minlength=pattern.requests_count)
+    starts = np.concatenate(([0], np.cumsum(counts)))
+    requests = [SimRequest(i, range(pattern.prompt_tokens), args.output_tokens,
+                           prompt_keys=keys[starts[i]:starts[i + 1]])
+                for i in range(pattern.requests_count)]
+    return Workload(requests, np.arange(1, len(requests) + 1), f"--pattern {args.pattern}",
+                    None)
 
 
 def with_arrivals(requests: list[SimRequest], clock: str, *, speed: float | None = None,

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import polars as pl
 
-from kvlab.scenario import pass_keys
 from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST, block_stream
 from pipeline.config import LAB_DOCS, LAB_GPU, LAB_TOKENS
 from pipeline.registry import CPU_MODELS, GPU_MODELS
 from pipeline.tiers import served_beyond
-from pipeline.workloads.blocks import document_blocks
+from pipeline.workloads.documents import documents_workload
 
 __all__ = ["GPU_CAPACITIES", "CPU_CAPACITIES", "gpu_model_curves", "cpu_model_curves"]
 
@@ -24,8 +23,8 @@ CPU_CAPACITIES = tuple(range(40000, 56001, 64))
 
 
 def _stream(docs: int, tokens: int, block_size: int):
-    order = [doc for name in ("fwd", "fwd") for doc in pass_keys(name, docs)]
-    return block_stream(document_blocks(order, tokens, block_size), block_size)
+    return block_stream(documents_workload(docs, tokens, ("fwd", "fwd"), block_size).blocks,
+                        block_size)
 
 
 def gpu_model_curves(capacities: list[int] | None = None, docs: int = LAB_DOCS,

@@ -10,9 +10,14 @@ llama-cpp-python, writes a tiny random-weight GGUF model, and measures one fresh
 ``--ram-cache`` config and repeat (see pipeline/measure/llamacpp/local.py), with provenance
 beside the output.
 
-A failure (refused connection, timeout, HTTP error, malformed stream) stops with one line;
-every line already written stays, and the same command with ``--resume`` sends only the
-requests that have no line yet.
+``--trace FILE`` (Mooncake or token-id JSONL) replays real traffic instead, at the trace's
+timestamps (``--speed``), a Poisson ``--rate`` or a closed-loop ``--concurrency``, and writes a
+sidecar describing engine, model, hardware, options and workload (pipeline/measure/replay.py).
+
+A failure (refused connection, timeout, HTTP error, malformed stream) is one line in OUTPUT
+(``error``, ``error_kind``) and one on stderr; the run goes on (a refused connection stops
+it), every line already written stays, and the same command with ``--resume`` sends only the
+requests that have no answered line yet.
 """
 
 from __future__ import annotations
@@ -104,8 +109,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run the whole workload this many times (default %(default)s; "
                              "--local-engine starts a fresh server for each, a --base-url "
                              "server keeps its cache across them)")
-    parser.add_argument("--concurrency", type=positive_int, default=1,
-                        help="requests in flight at once (default %(default)s, as the lab)")
+    parser.add_argument("--concurrency", type=positive_int, default=None,
+                        help="requests in flight at once, a closed loop (default 1, as the lab)")
     parser.add_argument("--timeout", type=positive_float, default=300.0,
                         help="seconds allowed per request (default %(default)s)")
     parser.add_argument("--max-tokens", type=positive_int, default=16,
@@ -120,6 +125,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="ask for a final usage event (stream_options.include_usage: vLLM "
                              "and SGLang then report prompt and cached tokens)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    add_replay_arguments(parser)
     local = parser.add_argument_group("--local-engine")
     local.add_argument("--ram-cache", type=parse_ram_caches, default=DEFAULT_RAM_CACHES,
                        metavar="NAME=DOCS,...",
@@ -128,12 +134,50 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     local.add_argument("--threads", type=positive_int, default=1,
                        help="server threads (default %(default)s: on a shared machine, more "
                             "threads than free cores make ggml's workers spin)")
+    local.add_argument("--nice", type=int,
+                       help="replay: the server's niceness (negative = higher priority, needs "
+                            "root; keeps neighbours on a shared machine from setting the pace)")
     local.add_argument("--work-dir", type=Path,
                        help="model file and server logs (default: a new temporary folder)")
 
 
+def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
+    """Replaying traffic: a trace's prompts, its timestamps or a rate, the sidecar."""
+    replay = parser.add_argument_group(
+        "replay (a trace, or a pattern with --rate; writes OUTPUT.provenance.json)")
+    replay.add_argument("--trace", type=Path,
+                        help="send this trace's prompts: Mooncake JSONL (prompts built per "
+                             "hash id) or token-id JSONL (sent as given)")
+    replay.add_argument("--trace-format", choices=("auto", "mooncake", "tokens"),
+                        default="auto", help="--trace's format (default: from its first line)")
+    replay.add_argument("--trace-block-size", type=positive_int, default=512,
+                        help="tokens per Mooncake hash id (default %(default)s)")
+    replay.add_argument("--token-ids", action="store_true",
+                        help="send Mooncake prompts as token ids (vLLM, SGLang) instead of "
+                             "the lab's words")
+    replay.add_argument("--limit", type=positive_int, help="the trace's first N requests only")
+    replay.add_argument("--speed", type=positive_float,
+                        help="open loop at the trace's timestamps divided by SPEED (the "
+                             "default for --trace: 1)")
+    replay.add_argument("--rate", type=positive_float,
+                        help="open loop at Poisson arrivals of RATE requests per second")
+    replay.add_argument("--seed", type=int, default=0,
+                        help="--rate's arrival seed (default %(default)s)")
+    replay.add_argument("--engine", default="unknown",
+                        help="engine behind --base-url, for the sidecar (vllm, sglang, ...)")
+    replay.add_argument("--hardware", help="what it runs on, for the sidecar (e.g. '1x H100')")
+    replay.add_argument("--max-num-seqs", type=positive_int,
+                        help="the engine's max_num_seqs, kept in the sidecar for fit")
+    replay.add_argument("--max-num-batched-tokens", type=positive_int,
+                        help="the engine's max_num_batched_tokens, kept for fit")
+
+
 def main(args: argparse.Namespace) -> int:
     """Run the measurement; 1 with one line on stderr on a failure."""
+    from pipeline.measure.replay import is_replay, run_replay
+    if is_replay(args):
+        return run_replay(args)
+    args.concurrency = args.concurrency or 1
     if args.docs > len(WORDS) - 1:
         raise CLIError(f"--docs must be at most {len(WORDS) - 1}, got {args.docs}")
     if args.local_engine or args.show:

@@ -5,8 +5,9 @@ and reads the server-sent events: ``data: {json}`` lines, ``data: [DONE]`` at th
 lines (``: ping``) and other SSE fields ignored. TTFT is the time from just before the request
 is sent to the first event carrying generated text; total is the time to ``[DONE]``. Both use
 ``time.perf_counter`` (monotonic). Whatever the server reports is kept: ``usage``
-(prompt / completion tokens, ``prompt_tokens_details.cached_tokens``) and a ``timings`` object
-(llama.cpp's own server sends one).
+(prompt / completion tokens, ``prompt_tokens_details.cached_tokens``: vLLM, SGLang), a
+``timings`` object (llama.cpp's own server sends one; its ``cache_n`` is the cached prompt
+tokens) and SGLang's ``meta_info.cached_tokens``.
 
 Every failure is a ``RequestFailed`` whose message is one line: refused connection, timeout,
 HTTP status (with the start of the body), an error event in the stream, or a malformed stream
@@ -25,7 +26,12 @@ __all__ = ["RequestFailed", "StreamResult", "parse_event", "stream_completion"]
 
 
 class RequestFailed(Exception):
-    """A request that produced no measurement; the message is one line."""
+    """A request that produced no measurement; the message is one line, ``kind`` one of
+    refused, timeout, http, malformed, error-event."""
+
+    def __init__(self, message: str, kind: str = "malformed") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 @dataclass
@@ -103,6 +109,12 @@ def _absorb_report(result: StreamResult, event: dict) -> None:
             result.cached_tokens = details["cached_tokens"]
     if isinstance(event.get("timings"), dict):
         result.server_timings = event["timings"]
+        cached = _int_or_none(event["timings"].get("cache_n"))    # llama.cpp's llama-server
+        if cached is not None and result.cached_tokens is None:
+            result.cached_tokens = cached
+    meta = event.get("meta_info")                                 # SGLang's native fields
+    if isinstance(meta, dict) and _int_or_none(meta.get("cached_tokens")) is not None:
+        result.cached_tokens = meta["cached_tokens"]
 
 
 async def stream_completion(client: httpx.AsyncClient, url: str, payload: dict,
@@ -117,7 +129,8 @@ async def stream_completion(client: httpx.AsyncClient, url: str, payload: dict,
         async with client.stream("POST", url, json=body, timeout=timeout_s) as response:
             if response.status_code != 200:
                 detail = _one_line((await response.aread()).decode("utf-8", "replace"))
-                raise RequestFailed(f"HTTP {response.status_code} from {url}: {detail or '(empty body)'}")
+                raise RequestFailed(f"HTTP {response.status_code} from {url}: {detail or '(empty body)'}",
+                                    "http")
             done = False
             async for line in response.aiter_lines():
                 event = parse_event(line)
@@ -128,7 +141,8 @@ async def stream_completion(client: httpx.AsyncClient, url: str, payload: dict,
                     break
                 if "error" in event and not event.get("choices"):
                     raise RequestFailed(f"error event in the stream from {url}: "
-                                        f"{_one_line(json.dumps(event['error']))}")
+                                        f"{_one_line(json.dumps(event['error']))}",
+                                        "error-event")
                 result.chunks += 1
                 piece = _event_text(event)
                 if piece and first is None:
@@ -136,12 +150,14 @@ async def stream_completion(client: httpx.AsyncClient, url: str, payload: dict,
                 text.append(piece)
                 _absorb_report(result, event)
     except httpx.ConnectError as exc:
-        raise RequestFailed(f"cannot connect to {url}: {_one_line(str(exc)) or 'refused'}") from None
+        raise RequestFailed(f"cannot connect to {url}: {_one_line(str(exc)) or 'refused'}",
+                            "refused") from None
     except httpx.TimeoutException:
-        raise RequestFailed(f"no complete answer from {url} within {timeout_s:g} s (timeout)") from None
+        raise RequestFailed(f"no complete answer from {url} within {timeout_s:g} s (timeout)",
+                            "timeout") from None
     except httpx.HTTPError as exc:
         raise RequestFailed(f"HTTP failure talking to {url}: {type(exc).__name__}: "
-                            f"{_one_line(str(exc))}") from None
+                            f"{_one_line(str(exc))}", "http") from None
     end = time.perf_counter()
     if not done:
         raise RequestFailed(f"malformed stream from {url}: it ended without 'data: [DONE]' "

@@ -50,7 +50,17 @@ class Request:
     step: int
     doc: int
     doc_tokens: int
-    prompt: str
+    prompt: str | tuple[int, ...]
+    #: open loop: seconds after the run's start at which to send (None: closed loop)
+    send_at_s: float | None = None
+    #: the prompt's prefix structure: one id per ``prefix_block`` tokens (the last block may
+    #: be partial), equal ids at a position = equal prefixes up to its end (traces only)
+    prefix_ids: tuple[int, ...] = ()
+    prefix_block: int = 0
+    #: tokens to generate (None: the run's --max-tokens)
+    max_tokens: int | None = None
+    #: the prompt's tokens without a beginning-of-sequence token (None: ``doc_tokens``)
+    input_tokens: int | None = None
 
     @property
     def key(self) -> tuple[str, int, str, int]:

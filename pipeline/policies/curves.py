@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from pipeline import grids
 from pipeline.config import LAB_DOCS, LAB_PASSES, LAB_TOKENS
 from pipeline.policies.replay import encode, hit_counts
 from pipeline.policies.traces import lab_objects, mooncake_objects
@@ -36,8 +37,7 @@ def lab_curves(docs: int = LAB_DOCS, tokens: int = LAB_TOKENS,
     """The lab's document mode, capacities 0..1.2 x the working set (the cliff included)."""
     keys, sizes = lab_objects(docs, tokens, list(passes))
     working = docs * tokens
-    grid = np.unique(np.r_[np.linspace(0, 1.2 * working, points).round(), working - 1,
-                           working]).astype(np.int64)
+    grid = np.unique(np.r_[grids.even(1.2 * working, points), working - 1, working])
     return policy_curves(keys, sizes, grid)
 
 
@@ -45,5 +45,4 @@ def trace_curves(path: str | Path, points: int = 40) -> pl.DataFrame:
     """A Mooncake trace at object level (unit blocks), 1 %..100 % of its distinct blocks."""
     keys, sizes = mooncake_objects(path, unit=True)
     distinct = int(np.unique(keys).size)
-    grid = np.unique(np.geomspace(max(1, distinct // 100), distinct, points).round())
-    return policy_curves(keys, sizes, grid.astype(np.int64))
+    return policy_curves(keys, sizes, grids.log_spaced(max(1, distinct // 100), distinct, points))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from pipeline import grids
 from pipeline.blocks import sweep
 from pipeline.blocks.limits import model_capacities
 from pipeline.blocks.models import CPU_MODELS, GPU_MODELS, request_result
@@ -69,25 +70,21 @@ def infinite(stream: BlockStream) -> Infinite:
         prompt_tokens=tokens)
 
 
-def _grid(top_blocks: int, block_size: int, fractions: list[float]) -> list[int]:
-    return sorted({int(round(top_blocks * f)) * block_size for f in fractions})
-
-
 def default_gpu_grid(stream: BlockStream) -> list[int]:
     """GPU capacities (tokens): 0 and 1/32 .. 1 of the distinct cacheable blocks."""
-    return _grid(distinct_cacheable(stream), stream.block_size,
-                 [0, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1])
+    return grids.fractions_of(distinct_cacheable(stream), [0, 1 / 32, 1 / 16, 1 / 8, 1 / 4,
+                                                           1 / 2, 1], stream.block_size)
 
 
 def default_cpu_grid(stream: BlockStream) -> list[int]:
     """CPU capacities (tokens): none, 1/4 and all of the distinct cacheable blocks."""
-    return _grid(distinct_cacheable(stream), stream.block_size, [0, 1 / 4, 1])
+    return grids.fractions_of(distinct_cacheable(stream), [0, 1 / 4, 1], stream.block_size)
 
 
 def curve_grid(stream: BlockStream, points: int = 120) -> np.ndarray:
     """Capacities (tokens) for a curve: 0 and log-spaced from one block to all distinct."""
     top = max(distinct_cacheable(stream), 1)
-    blocks = np.unique(np.geomspace(1, top, points).round().astype(np.int64))
+    blocks = grids.log_spaced(1, top, points)
     return np.concatenate(([0], blocks)) * stream.block_size
 
 

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field
 
 import numpy as np
-import polars as pl
 
 from pipeline.arguments import non_negative_float, non_negative_int, positive_int
 from pipeline.blocks.limits import check_block_count, check_block_size
@@ -15,24 +13,13 @@ from pipeline.workloads import patterns
 from pipeline.workloads.jsonl import TraceError
 from pipeline.workloads.mooncake import MOONCAKE_BLOCK_SIZE, read_mooncake
 from pipeline.workloads.tokens import read_tokens
+from pipeline.workloads.workload import Workload
 
 __all__ = ["FORMATS", "Workload", "add_input_arguments", "add_pattern_arguments",
            "load_workload", "pattern_from_args"]
 
 FORMATS = ("mooncake", "tokens")
 TOKENS_BLOCK_SIZE = 16          # vLLM's default block size
-
-
-@dataclass(frozen=True)
-class Workload:
-    """Block and request frames with their block size, a label, and skipped lines."""
-
-    label: str
-    blocks: pl.DataFrame
-    requests: pl.DataFrame
-    block_size: int
-    skipped: list[tuple[int, str]] = field(default_factory=list)
-
 
 
 def add_input_arguments(parser: argparse.ArgumentParser) -> None:
@@ -127,15 +114,12 @@ def load_workload(args: argparse.Namespace) -> Workload:
                 raise ValueError("the pattern has no requests")
         except ValueError as exc:
             raise CLIError(f"--pattern {args.pattern}: {exc}") from None
-        return Workload(pattern.name, pattern.blocks(block_size), pattern.requests(),
-                        block_size)
+        return pattern.workload(block_size)
     try:
         if args.format == "mooncake":
             block_size = args.block_size or MOONCAKE_BLOCK_SIZE
-            trace = read_mooncake(args.path, block_size, args.skip_bad_lines)
-        else:
-            block_size = args.block_size or TOKENS_BLOCK_SIZE
-            trace = read_tokens(args.path, block_size, args.skip_bad_lines)
+            return read_mooncake(args.path, block_size, args.skip_bad_lines)
+        block_size = args.block_size or TOKENS_BLOCK_SIZE
+        return read_tokens(args.path, block_size, args.skip_bad_lines)
     except TraceError as exc:
         raise CLIError(str(exc)) from None
-    return Workload(str(args.path), trace.blocks, trace.requests, block_size, trace.skipped)

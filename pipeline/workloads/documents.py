@@ -2,16 +2,23 @@
 
 A workload knows nothing about caches. ``DocumentWorkload`` is the lab's: documents
 0..docs-1 of ``tokens`` each, read pass by pass (fwd = 0..docs-1, rev = docs-1..0).
+``documents_workload`` builds them once as the one workload type (``Workload``): one
+request per read, in ``block_size``-token blocks or as whole documents.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from collections.abc import Sequence
+
+import numpy as np
 import polars as pl
 
 from kvlab.scenario import PASS_ORDERS, pass_keys
 from pipeline.config import LAB_DOCS, LAB_PASSES, LAB_TOKENS
+from pipeline.workloads.blocks import BLOCK_SCHEMA, REQUEST_SCHEMA, document_blocks
+from pipeline.workloads.workload import Workload
 
 PASS_ORDER = pl.Enum(list(PASS_ORDERS))
 
@@ -24,6 +31,12 @@ ACCESS_SCHEMA = pl.Schema({
     "doc": pl.Int32,          # the key: document number
     "size": pl.Int64,         # tokens
 })
+
+
+def pass_name(pass_index: pl.Expr, pass_order: pl.Expr) -> pl.Expr:
+    """The pass-name vocabulary of the lab's documents: ``pass<i>-<order>`` with ``i``
+    1-based (``pass1-fwd``, ``pass3-rev``), from the 0-based index and the order."""
+    return pl.format("pass{}-{}", pass_index + 1, pass_order)
 
 
 @dataclass(frozen=True)
@@ -48,6 +61,10 @@ class DocumentWorkload:
         """Tokens needed to hold every document at once."""
         return self.docs * self.tokens
 
+    def workload(self, block_size: int | None) -> Workload:
+        """The documents as the one workload type (``documents_workload``)."""
+        return documents_workload(self.docs, self.tokens, self.passes, block_size)
+
     def accesses(self) -> pl.DataFrame:
         """One row per access, in reading order (see ACCESS_SCHEMA)."""
         rows = [(index, order, step, doc)
@@ -63,3 +80,27 @@ class DocumentWorkload:
             pl.col("doc").cast(pl.Int32),
             pl.lit(self.tokens, dtype=pl.Int64).alias("size"),
         ).match_to_schema(ACCESS_SCHEMA)
+
+
+def documents_workload(docs: int, tokens: int, passes: Sequence[str],
+                       block_size: int | None) -> Workload:
+    """``docs`` documents of ``tokens`` tokens read in ``passes``: one request per read
+    (``pass_name`` ``pass<i>-<order>``, ``doc``), cut into ``block_size``-token blocks
+    (``document_blocks``), or one whole item per request (key = document) when
+    ``block_size`` is None."""
+    order = [doc for name in passes for doc in pass_keys(name, docs)]
+    reads = pl.DataFrame({"pass_index": np.repeat(np.arange(len(passes)), docs),
+                          "pass_order": np.repeat(list(passes), docs)})
+    requests = pl.DataFrame({
+        "request": np.arange(len(order)),
+        "pass_name": reads.select(pass_name(pl.col("pass_index"), pl.col("pass_order")))
+        .to_series(),
+        "doc": order, "prompt_tokens": np.full(len(order), tokens), "timestamp_ms": None},
+        schema=REQUEST_SCHEMA)
+    if block_size is None:
+        blocks = pl.DataFrame({"request": np.arange(len(order)), "block_index": 0,
+                               "block_key": order, "block_tokens": tokens}, schema=BLOCK_SCHEMA)
+    else:
+        blocks = document_blocks(order, tokens, block_size)
+    return Workload(blocks, requests, block_size,
+                    label=f"{docs} documents x {tokens} tokens, passes {','.join(passes)}")

@@ -1,9 +1,11 @@
-"""Strict JSONL reading for the trace readers: one polars parse, every bad line named.
+"""Strict JSONL reading for the trace readers: polars parses, every bad line named.
 
-The happy path is one ``pl.read_ndjson`` with an explicit schema (polars rejects wrong JSON
-types itself), then vectorized checks written as polars expressions by each format. Only when
-polars refuses the file (a line that is not JSON, a wrong type) are the lines parsed one by
-one with ``json`` to find out which; that loop runs on the error path only.
+The file is read in pieces of whole lines (``CHUNK_BYTES`` of text each, so memory stays
+bounded whatever the file's size). The happy path is one ``pl.read_ndjson`` per piece with an
+explicit schema (polars rejects wrong JSON types itself), then vectorized checks written as
+polars expressions by each format. Only when polars refuses a piece (a line that is not JSON,
+a wrong type) are its lines parsed one by one with ``json`` to find out which; that loop runs
+on the error path only.
 
 A bad line is ``file:line: reason``. By default the first one raises ``TraceError`` (nothing
 is returned, so nothing gets written); with ``skip_bad_lines`` every bad line is dropped and
@@ -16,11 +18,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import polars as pl
 
-__all__ = ["TraceError", "Field", "Lines", "read_lines", "apply_checks"]
+__all__ = ["TraceError", "Field", "Lines", "read_lines", "read_pieces", "apply_checks",
+           "checked_pieces", "CHUNK_BYTES"]
 
 _WHITESPACE = np.array([9, 10, 13, 32], dtype=np.uint8)
 _BOM = b"\xef\xbb\xbf"
@@ -82,13 +86,18 @@ class Lines:
     bad: dict[int, str] = field(default_factory=dict)
 
 
-def _line_numbers(data: np.ndarray) -> np.ndarray:
-    """1-based numbers of the lines holding anything but whitespace."""
+def _line_numbers(raw: bytes) -> tuple[np.ndarray, int]:
+    """1-based numbers of the lines of ``raw`` holding anything but whitespace, and the
+    number of newlines in ``raw``."""
+    data = np.frombuffer(raw, dtype=np.uint8)
     newlines = np.flatnonzero(data == 10)
     starts = np.concatenate(([0], newlines + 1))
     ends = np.concatenate((newlines, [data.size]))
-    solid = np.concatenate(([0], np.cumsum(~np.isin(data, _WHITESPACE), dtype=np.int64)))
-    return np.flatnonzero(solid[ends] > solid[starts]) + 1
+    solid = ends > starts
+    solid[solid] = ~np.isin(data[starts[solid]], _WHITESPACE)
+    for i in np.flatnonzero((ends > starts) & ~solid).tolist():   # starts with white space
+        solid[i] = bool(raw[starts[i]:ends[i]].strip(b" \t\r"))
+    return np.flatnonzero(solid) + 1, int(newlines.size)
 
 
 def _diagnose(raw: bytes, numbers: np.ndarray, fields: tuple[Field, ...]) -> dict[int, str]:
@@ -110,25 +119,41 @@ def _diagnose(raw: bytes, numbers: np.ndarray, fields: tuple[Field, ...]) -> dic
     return bad
 
 
-def _parse(raw: bytes, fields: tuple[Field, ...]) -> pl.DataFrame:
+def _parse(raw: bytes, numbers: np.ndarray, fields: tuple[Field, ...]) -> pl.DataFrame:
     schema = {f.name: f.dtype for f in fields}
-    if not raw.strip():
+    if numbers.size == 0:
         return pl.DataFrame(schema=schema)
     return pl.read_ndjson(raw, schema=schema)
 
 
-def read_lines(path: str | Path, fields: tuple[Field, ...]) -> Lines:
-    """Read a JSONL file into the ``fields`` (plus ``line``), collecting unparseable lines."""
-    path = Path(path)
+#: Bytes read at a time: memory stays a few times this, whatever the file's size.
+CHUNK_BYTES = 32 << 20
+
+
+def _pieces(path: Path) -> Iterator[bytes]:
+    """The file's text in whole lines, about ``CHUNK_BYTES`` at a time (the last piece may
+    lack its final newline; an empty file is one empty piece)."""
     try:
-        raw = path.read_bytes()
+        with open(path, "rb") as handle:
+            rest, given = b"", False
+            while block := handle.read(CHUNK_BYTES):
+                cut = block.rfind(b"\n") + 1
+                if cut:
+                    yield rest + block[:cut]
+                    rest, given = block[cut:], True
+                else:
+                    rest += block
+            if rest or not given:
+                yield rest
     except OSError as exc:
         raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    raw = raw.removeprefix(_BOM)            # a UTF-8 byte order mark is no part of line 1
-    numbers = _line_numbers(np.frombuffer(raw, dtype=np.uint8))
+
+
+def _read_piece(path: Path, raw: bytes, numbers: np.ndarray, before: int,
+                fields: tuple[Field, ...]) -> Lines:
     bad: dict[int, str] = {}
     try:
-        frame = _parse(raw, fields)
+        frame = _parse(raw, numbers, fields)
     except (pl.exceptions.PolarsError, ValueError):
         bad = _diagnose(raw, numbers, fields)
         if not bad:
@@ -136,13 +161,59 @@ def read_lines(path: str | Path, fields: tuple[Field, ...]) -> Lines:
         lines = raw.split(b"\n")
         numbers = np.array([n for n in numbers.tolist() if n not in bad], dtype=np.int64)
         try:
-            frame = _parse(b"\n".join(lines[n - 1] for n in numbers.tolist()), fields)
+            frame = _parse(b"\n".join(lines[n - 1] for n in numbers.tolist()), numbers,
+                           fields)
         except (pl.exceptions.PolarsError, ValueError) as exc:
             raise TraceError(f"{path}: polars cannot read it as JSONL ({exc})") from None
     if frame.height != numbers.size:
         raise TraceError(f"{path}: {frame.height} records parsed from {numbers.size} lines")
-    frame = frame.with_columns(line=pl.Series(numbers, dtype=pl.Int64))
-    return Lines(path, frame, bad)
+    frame = frame.with_columns(line=pl.Series(numbers + before, dtype=pl.Int64))
+    return Lines(path, frame, {number + before: text for number, text in bad.items()})
+
+
+def read_pieces(path: str | Path, fields: tuple[Field, ...]) -> Iterator[Lines]:
+    """The file's ``Lines`` piece by piece (``CHUNK_BYTES`` of text each; bounded memory)."""
+    path = Path(path)
+    before = 0
+    for raw in _pieces(path):
+        if before == 0:
+            raw = raw.removeprefix(_BOM)    # a UTF-8 byte order mark is no part of line 1
+        numbers, newlines = _line_numbers(raw)
+        yield _read_piece(path, raw, numbers, before, fields)
+        before += newlines
+
+
+def read_lines(path: str | Path, fields: tuple[Field, ...]) -> Lines:
+    """Read a JSONL file into the ``fields`` (plus ``line``), collecting unparseable lines."""
+    pieces = list(read_pieces(path, fields))
+    bad = {number: text for piece in pieces for number, text in piece.bad.items()}
+    return Lines(Path(path), pl.concat([piece.frame for piece in pieces]), bad)
+
+
+def _flag(lines: Lines, reasons: list[tuple[pl.Expr, str | pl.Expr]]
+          ) -> tuple[pl.DataFrame, list[tuple[int, str]]]:
+    """The good rows of ``lines`` and its bad (line, reason) pairs in line order."""
+    reason = pl.lit(None, dtype=pl.String)
+    for condition, text in reversed(reasons):
+        text = pl.lit(text) if isinstance(text, str) else text
+        reason = pl.when(condition).then(text).otherwise(reason)
+    frame = lines.frame.with_columns(_reason=reason)
+    flagged = frame.filter(pl.col("_reason").is_not_null()).select("line", "_reason")
+    bad = dict(lines.bad)
+    bad.update(zip(flagged["line"].to_list(), flagged["_reason"].to_list()))
+    return frame.filter(pl.col("_reason").is_null()).drop("_reason"), sorted(bad.items())
+
+
+def _refuse(path: Path, skipped: list[tuple[int, str]]) -> TraceError:
+    line, text = skipped[0]
+    more = (f" ({len(skipped) - 1} more bad lines; --skip-bad-lines skips them)"
+            if len(skipped) > 1 else "")
+    return TraceError(f"{path}:{line}: {text}{more}")
+
+
+def _no_requests(path: Path, skipped: list[tuple[int, str]]) -> TraceError:
+    return TraceError(f"{path}: no requests" + (
+        f" ({len(skipped)} bad lines skipped)" if skipped else ""))
 
 
 def apply_checks(lines: Lines, reasons: list[tuple[pl.Expr, str | pl.Expr]],
@@ -153,22 +224,35 @@ def apply_checks(lines: Lines, reasons: list[tuple[pl.Expr, str | pl.Expr]],
     ``skip_bad_lines`` the first bad line raises ``TraceError``; so does a trace with no
     good request left.
     """
-    reason = pl.lit(None, dtype=pl.String)
-    for condition, text in reversed(reasons):
-        text = pl.lit(text) if isinstance(text, str) else text
-        reason = pl.when(condition).then(text).otherwise(reason)
-    frame = lines.frame.with_columns(_reason=reason)
-    flagged = frame.filter(pl.col("_reason").is_not_null()).select("line", "_reason")
-    bad = dict(lines.bad)
-    bad.update(zip(flagged["line"].to_list(), flagged["_reason"].to_list()))
-    skipped = sorted(bad.items())
+    good, skipped = _flag(lines, reasons)
     if skipped and not skip_bad_lines:
-        line, text = skipped[0]
-        more = (f" ({len(skipped) - 1} more bad lines; --skip-bad-lines skips them)"
-                if len(skipped) > 1 else "")
-        raise TraceError(f"{lines.path}:{line}: {text}{more}")
-    good = frame.filter(pl.col("_reason").is_null()).drop("_reason")
+        raise _refuse(lines.path, skipped)
     if good.height == 0:
-        raise TraceError(f"{lines.path}: no requests" + (
-            f" ({len(skipped)} bad lines skipped)" if skipped else ""))
+        raise _no_requests(lines.path, skipped)
     return good, skipped
+
+
+def checked_pieces(path: str | Path, fields: tuple[Field, ...],
+                   reasons: list[tuple[pl.Expr, str | pl.Expr]], skip_bad_lines: bool,
+                   skipped: list[tuple[int, str]]) -> Iterator[pl.DataFrame]:
+    """``apply_checks`` piece by piece: yield each piece's good rows (bounded memory) and
+    append its bad (line, reason) pairs to ``skipped``.
+
+    The same errors as ``apply_checks``: without ``skip_bad_lines`` the first bad line
+    raises (after the rest of the file is read to count the others); a trace with no good
+    request raises at the end.
+    """
+    path = Path(path)
+    pieces = read_pieces(path, fields)
+    good_rows = 0
+    for lines in pieces:
+        good, bad = _flag(lines, reasons)
+        skipped.extend(bad)
+        if bad and not skip_bad_lines:
+            skipped.extend(pair for rest in pieces for pair in _flag(rest, reasons)[1])
+            raise _refuse(path, skipped)
+        if good.height:
+            good_rows += good.height
+            yield good
+    if good_rows == 0:
+        raise _no_requests(path, skipped)

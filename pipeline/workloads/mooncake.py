@@ -4,7 +4,7 @@ Mooncake (FAST'25, github.com/kvcache-ai/Mooncake ``FAST25-release/traces``) giv
 prefix-chained hash id per ``block_size``-token block of the prompt (512 by default). Each id
 is one block; the last one holds ``input_length - (n - 1) * block_size`` tokens, which must be
 1..block_size (a last block shorter than ``block_size`` is partial: never cacheable). Read
-with polars (one ``read_ndjson`` + explode), checked line by line as expressions.
+with polars (``read_ndjson`` + explode, piece by piece), checked line by line as expressions.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.workloads.blocks import BLOCK_SCHEMA, REQUEST_SCHEMA
-from pipeline.workloads.jsonl import Field, apply_checks, read_lines
-from pipeline.workloads.trace import Trace
+from pipeline.workloads.jsonl import Field, checked_pieces
+from pipeline.workloads.workload import Workload
 
 __all__ = ["MOONCAKE_BLOCK_SIZE", "FIELDS", "read_mooncake"]
 
@@ -42,31 +42,42 @@ def _checks(block_size: int) -> list[tuple[pl.Expr, str | pl.Expr]]:
     ]
 
 
+def _blocks(requests: pl.DataFrame, block_size: int) -> pl.DataFrame:
+    """One row per hash id of the numbered ``requests``; the last holds the remainder."""
+    n = pl.col("hash_ids").list.len()
+    return (requests
+            .select("request", "input_length", "hash_ids", n=n,
+                    block_index=pl.int_ranges(0, n, dtype=pl.UInt32))
+            .explode("hash_ids", "block_index")
+            .select(pl.col("request").cast(pl.UInt32), "block_index",
+                    block_key=pl.col("hash_ids").reinterpret(signed=False),
+                    block_tokens=pl.when(pl.col("block_index") == pl.col("n") - 1)
+                    .then(pl.col("input_length") - (pl.col("n") - 1) * block_size)
+                    .otherwise(block_size).cast(pl.UInt32)))
+
+
 def read_mooncake(path: str | Path, block_size: int = MOONCAKE_BLOCK_SIZE,
-                  skip_bad_lines: bool = False) -> Trace:
-    """Read a Mooncake JSONL trace into a ``Trace`` (block and request frames).
+                  skip_bad_lines: bool = False) -> Workload:
+    """Read a Mooncake JSONL trace into a ``Workload`` (block and request frames).
 
     Raises ``TraceError`` (``file:line: reason``) on the first bad line unless
-    ``skip_bad_lines``, which drops bad lines and lists them in ``Trace.skipped``.
+    ``skip_bad_lines``, which drops bad lines and lists them in ``Workload.skipped``. The file
+    is read piece by piece (``pipeline.workloads.jsonl.checked_pieces``).
     """
     if block_size < 1:
         raise ValueError(f"block size must be >= 1, got {block_size}")
-    good, skipped = apply_checks(read_lines(path, FIELDS), _checks(block_size), skip_bad_lines)
-    requests = good.with_row_index("request")
-    n = pl.col("hash_ids").list.len()
-    blocks = (requests
-              .select("request", "input_length", "hash_ids", n=n,
-                      block_index=pl.int_ranges(0, n, dtype=pl.UInt32))
-              .explode("hash_ids", "block_index")
-              .select(pl.col("request").cast(pl.UInt32), "block_index",
-                      block_key=pl.col("hash_ids").reinterpret(signed=False),
-                      block_tokens=pl.when(pl.col("block_index") == pl.col("n") - 1)
-                      .then(pl.col("input_length") - (pl.col("n") - 1) * block_size)
-                      .otherwise(block_size).cast(pl.UInt32)))
-    request_frame = requests.select(
+    skipped: list[tuple[int, str]] = []
+    blocks, requests, first = [], [], 0
+    for good in checked_pieces(path, FIELDS, _checks(block_size), skip_bad_lines, skipped):
+        numbered = good.with_row_index("request", offset=first)
+        blocks.append(_blocks(numbered, block_size))
+        requests.append(numbered.select("request", "line", "input_length", "timestamp"))
+        first += good.height
+    good = pl.concat(requests)
+    request_frame = good.select(
         pl.col("request").cast(pl.UInt32), pass_name=pl.lit(None, pl.String),
         doc=pl.lit(None, pl.Int64), prompt_tokens=pl.col("input_length").cast(pl.UInt64),
         timestamp_ms=pl.col("timestamp"))
-    return Trace(blocks.match_to_schema(BLOCK_SCHEMA),
-                 request_frame.match_to_schema(REQUEST_SCHEMA), block_size,
-                 good["line"].to_numpy(), skipped)
+    return Workload(pl.concat(blocks).match_to_schema(BLOCK_SCHEMA),
+                    request_frame.match_to_schema(REQUEST_SCHEMA), block_size,
+                    good["line"].to_numpy(), skipped, str(path))

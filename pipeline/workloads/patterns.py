@@ -20,6 +20,10 @@ question (Q tokens, unique), cut into ``block_size`` blocks with chained keys: a
 ends inside the system prompt is shared by every request, one that ends inside the document
 by every read of that document, any later one belongs to its request alone. Document mode
 (kvlab's): one item per read, key = document, size = S + T.
+
+Token-id patterns (``TokenPattern``, for the engine fleet): ``tenant_groups`` (groups x users: a system
+prompt per group + unique questions, llm-d's shared-prefix capacity workload) and
+``multi_turn`` (chats with session ids whose prompts re-send earlier turns and answers).
 """
 
 from __future__ import annotations
@@ -31,9 +35,11 @@ import numpy as np
 import polars as pl
 
 from pipeline.workloads.blocks import BLOCK_SCHEMA, REQUEST_SCHEMA
+from pipeline.workloads.workload import Workload
 
 __all__ = ["REPEAT_MODES", "PATTERNS", "Pattern", "repeat_order", "long_doc_qa",
-           "multi_tenant", "zipf_documents"]
+           "multi_tenant", "zipf_documents", "TOKEN_PATTERNS", "TokenPattern", "tenant_groups",
+           "multi_turn"]
 
 REPEAT_MODES = ("random", "tile", "interleave")
 PATTERNS = ("long-doc-qa", "multi-tenant", "zipf")
@@ -94,6 +100,10 @@ class Pattern:
                              "block_key": keys, "block_tokens": np.tile(end - index * block_size,
                                                                         requests)}
                             ).cast(dict(BLOCK_SCHEMA))
+
+    def workload(self, block_size: int) -> Workload:
+        """The pattern as the one workload type, in ``block_size``-token blocks."""
+        return Workload(self.blocks(block_size), self.requests(), block_size, label=self.name)
 
     def documents(self) -> tuple[np.ndarray, np.ndarray]:
         """Document mode: per request (key = document, size = system prompt + document)."""
@@ -161,3 +171,78 @@ def zipf_documents(num_documents: int, document_length: int, num_requests: int,
                                               p=weights / weights.sum())
     return Pattern(f"zipf {alpha:g}", docs.astype(np.int64), (None,) * num_requests,
                    document_length, system_prompt_length, question_length)
+
+
+# ------------------------------------------------------------------ token-id patterns
+#: Patterns generated as token ids (``TokenPattern``): routing across an engine fleet.
+TOKEN_PATTERNS = ("groups", "multi-turn")
+_SYSTEM_BASE, _OWN_BASE = 1 << 40, 3 << 40          # disjoint token-id ranges
+
+
+@dataclass(frozen=True)
+class TokenPattern:
+    """A workload as token ids, per request in arrival order: its prompt, the output tokens
+    it samples (None: placeholders no prompt contains), its session id, and its arrival
+    offset in seconds (None: arrivals are drawn by the caller's rate)."""
+
+    name: str
+    prompts: tuple[np.ndarray, ...]
+    outputs: tuple[np.ndarray | None, ...]
+    sessions: tuple[str | None, ...]
+    arrivals_s: np.ndarray | None = None
+
+
+def _ids(base: int, key: int, length: int, stride: int = 1 << 24) -> np.ndarray:
+    """``length`` token ids of item ``key`` in the range ``base``: distinct per (key, j)."""
+    return base + key * stride + np.arange(length, dtype=np.int64)
+
+
+def tenant_groups(groups: int, users_per_group: int, questions_per_user: int,
+                  system_prompt_length: int, question_length: int,
+                  seed: int = 0) -> TokenPattern:
+    """llm-d's shared-prefix capacity workload: ``groups`` system prompts, each shared by
+    ``users_per_group`` users who ask ``questions_per_user`` unique questions; requests are
+    shuffled (seeded); session id = the user (``g<group>u<user>``)."""
+    if min(groups, users_per_group, questions_per_user) < 1:
+        raise ValueError("need groups, users and questions >= 1")
+    if system_prompt_length + question_length < 1:
+        raise ValueError("need a non-empty prompt")
+    users = np.repeat(np.arange(groups * users_per_group), questions_per_user)
+    order = np.random.default_rng(seed).permutation(users.size)
+    prompts, sessions = [], []
+    for r, user in enumerate(users[order]):
+        group = int(user) // users_per_group
+        prompts.append(np.concatenate((_ids(_SYSTEM_BASE, group, system_prompt_length),
+                                       _ids(_OWN_BASE, r, question_length))))
+        sessions.append(f"g{group}u{int(user) % users_per_group}")
+    return TokenPattern(f"groups {groups}x{users_per_group}", tuple(prompts),
+                        (None,) * len(prompts), tuple(sessions))
+
+
+def multi_turn(sessions: int, turns: int, system_prompt_length: int, user_length: int,
+               answer_length: int, think_s: float = 5.0, rate: float = 1.0,
+               seed: int = 0) -> TokenPattern:
+    """Multi-turn chats: session s starts at a Poisson time (``rate`` sessions/s) and sends
+    a turn every ``think_s`` seconds; turn k's prompt = the shared system prompt + every
+    earlier user message and answer + the new user message; the request samples its answer
+    (``answer_length`` tokens), so the next turn re-sends what the engine produced.
+    Arrivals are open-loop (a turn does not wait for the previous answer)."""
+    if sessions < 1 or turns < 1 or user_length + system_prompt_length < 1:
+        raise ValueError("need sessions, turns >= 1 and a non-empty prompt")
+    if think_s < 0 or rate <= 0:
+        raise ValueError("need think time >= 0 and rate > 0")
+    starts = np.cumsum(np.random.default_rng(seed).exponential(1.0 / rate, sessions))
+    rows = []
+    system = _ids(_SYSTEM_BASE, 0, system_prompt_length)
+    for s in range(sessions):
+        history = system
+        for k in range(turns):
+            turn = s * turns + k
+            prompt = np.concatenate((history, _ids(_OWN_BASE, 2 * turn, user_length)))
+            answer = _ids(_OWN_BASE, 2 * turn + 1, answer_length)
+            rows.append((starts[s] + k * think_s, s, k, prompt, answer))
+            history = np.concatenate((prompt, answer))
+    rows.sort(key=lambda row: (row[0], row[1], row[2]))
+    return TokenPattern(f"multi-turn {sessions}x{turns}", tuple(r[3] for r in rows),
+                        tuple(r[4] for r in rows), tuple(f"chat{r[1]}" for r in rows),
+                        np.array([r[0] for r in rows], dtype=np.float64))

@@ -4,10 +4,10 @@ Users bring their own logs: each prompt is cut into ``block_size``-token blocks 
 be partial) and each block gets a chained key that stands for the whole prefix up to its end,
 as vLLM's block hashes do: equal prefixes give equal keys.
 
-The hash is vectorized (numpy, no per-request loop): every token is hashed together with its
-position in the prompt (splitmix64), a block's hash is the wrapping sum of its tokens' hashes,
-and a block's key is the wrapping cumulative sum of its request's block hashes up to it, mixed
-once more. A prefix is a set of (position, token) pairs with each position once, so two
+The hash is one compiled pass (numba, no temporaries): every token is hashed together with
+its position in the prompt (splitmix64), a block's hash is the wrapping sum of its tokens'
+hashes, and a block's key is the wrapping cumulative sum of its request's block hashes up to
+it, mixed once more. A prefix is a set of (position, token) pairs with each position once, so two
 different prefixes collide only when two sums of pseudo-random 64-bit words agree (about
 2**-64 per pair).
 """
@@ -18,10 +18,11 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+from numba import njit
 
 from pipeline.workloads.blocks import BLOCK_SCHEMA, REQUEST_SCHEMA
-from pipeline.workloads.jsonl import Field, apply_checks, read_lines
-from pipeline.workloads.trace import Trace
+from pipeline.workloads.jsonl import Field, checked_pieces
+from pipeline.workloads.workload import Workload
 
 __all__ = ["FIELDS", "read_tokens", "token_blocks", "splitmix64"]
 
@@ -42,29 +43,58 @@ def splitmix64(values: np.ndarray) -> np.ndarray:
     return z
 
 
-def token_blocks(tokens: np.ndarray, lengths: np.ndarray, block_size: int) -> pl.DataFrame:
-    """The block frame of prompts given as concatenated ``tokens`` and per-prompt ``lengths``
-    (each >= 1): chained keys, ``block_size``-token blocks, a partial last block."""
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+
+
+@njit(cache=True, nogil=True)
+def _mix(z: np.uint64) -> np.uint64:
+    """``splitmix64`` of one word."""
+    z = z + _GOLDEN
+    z = (z ^ (z >> _S30)) * _M1
+    z = (z ^ (z >> _S27)) * _M2
+    return z ^ (z >> _S31)
+
+
+@njit(cache=True, nogil=True)
+def _chain(tokens: np.ndarray, lengths: np.ndarray, block_size: int, keys: np.ndarray,
+           block_tokens: np.ndarray) -> None:
+    """Fill each block's chained key and token count, requests one after another: a token's
+    hash mixes it with the mix of its position, a block's hash sums its tokens', a key mixes
+    the running sum of its request's block hashes."""
+    token = 0
+    block = 0
+    for r in range(lengths.size):
+        n = lengths[r]
+        running = np.uint64(0)
+        for start in range(0, n, block_size):
+            end = min(start + block_size, n)
+            total = np.uint64(0)
+            for p in range(start, end):
+                total += _mix(np.uint64(tokens[token + p]) ^ _mix(np.uint64(p)))
+            running += total
+            keys[block] = _mix(running)
+            block_tokens[block] = end - start
+            block += 1
+        token += n
+
+
+def token_blocks(tokens: np.ndarray, lengths: np.ndarray, block_size: int,
+                 first_request: int = 0) -> pl.DataFrame:
+    """The block frame of prompts given as concatenated ``tokens`` (non-negative) and
+    per-prompt ``lengths`` (each >= 1): chained keys, ``block_size``-token blocks, a partial
+    last block. Requests are numbered from ``first_request``."""
     lengths = np.asarray(lengths, dtype=np.int64)
-    starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
-    position = np.arange(tokens.size, dtype=np.int64) - np.repeat(starts, lengths)
-    with np.errstate(over="ignore"):
-        token_hash = splitmix64(tokens.astype(np.int64).view(np.uint64)
-                                ^ splitmix64(position.view(np.uint64)))
     n_blocks = -(-lengths // block_size)
     block_request = np.repeat(np.arange(lengths.size, dtype=np.int64), n_blocks)
     block_starts = np.concatenate(([0], np.cumsum(n_blocks)[:-1])).astype(np.int64)
     block_index = np.arange(block_request.size, dtype=np.int64) - block_starts[block_request]
-    first_token = starts[block_request] + block_index * block_size
-    block_hash = np.add.reduceat(token_hash, first_token) if tokens.size else token_hash
-    with np.errstate(over="ignore"):
-        running = np.cumsum(block_hash, dtype=np.uint64)
-        before = np.concatenate(([np.uint64(0)], running))[block_starts]
-        keys = splitmix64(running - np.repeat(before, n_blocks))
-    block_tokens = np.minimum(block_size, lengths[block_request] - block_index * block_size)
-    return pl.DataFrame({"request": block_request, "block_index": block_index,
-                         "block_key": keys, "block_tokens": block_tokens}
-                        ).cast(dict(BLOCK_SCHEMA))
+    keys = np.empty(block_request.size, dtype=np.uint64)
+    block_tokens = np.empty(block_request.size, dtype=np.int64)
+    _chain(np.asarray(tokens, dtype=np.int64), lengths, int(block_size), keys, block_tokens)
+    return pl.DataFrame({"request": block_request + first_request,
+                         "block_index": block_index, "block_key": keys,
+                         "block_tokens": block_tokens}).cast(dict(BLOCK_SCHEMA))
 
 
 def _checks() -> list[tuple[pl.Expr, str]]:
@@ -77,21 +107,28 @@ def _checks() -> list[tuple[pl.Expr, str]]:
     ]
 
 
-def read_tokens(path: str | Path, block_size: int, skip_bad_lines: bool = False) -> Trace:
-    """Read a token-id JSONL trace into a ``Trace`` with chained ``block_size`` blocks.
+def read_tokens(path: str | Path, block_size: int, skip_bad_lines: bool = False) -> Workload:
+    """Read a token-id JSONL trace into a ``Workload`` with chained ``block_size`` blocks.
 
     Raises ``TraceError`` (``file:line: reason``) on the first bad line unless
-    ``skip_bad_lines``, which drops bad lines and lists them in ``Trace.skipped``.
+    ``skip_bad_lines``, which drops bad lines and lists them in ``Workload.skipped``. The file
+    is read piece by piece (``pipeline.workloads.jsonl.checked_pieces``): memory holds one
+    piece's tokens at a time, then only the blocks.
     """
     if block_size < 1:
         raise ValueError(f"block size must be >= 1, got {block_size}")
-    good, skipped = apply_checks(read_lines(path, FIELDS), _checks(), skip_bad_lines)
-    lengths = good["tokens"].list.len().to_numpy()
-    tokens = good["tokens"].explode().to_numpy()
-    blocks = token_blocks(tokens, lengths, block_size)
-    requests = good.with_row_index("request").select(
+    skipped: list[tuple[int, str]] = []
+    blocks, requests = [], []
+    for good in checked_pieces(path, FIELDS, _checks(), skip_bad_lines, skipped):
+        column = good["tokens"]
+        lengths = column.list.len()
+        blocks.append(token_blocks(column.explode().to_numpy(), lengths.to_numpy(),
+                                   block_size, sum(frame.height for frame in requests)))
+        requests.append(good.select("line", "timestamp", prompt_tokens=lengths))
+    good = pl.concat(requests)
+    request_frame = good.with_row_index("request").select(
         pl.col("request").cast(pl.UInt32), pass_name=pl.lit(None, pl.String),
-        doc=pl.lit(None, pl.Int64), prompt_tokens=pl.col("tokens").list.len().cast(pl.UInt64),
+        doc=pl.lit(None, pl.Int64), prompt_tokens=pl.col("prompt_tokens").cast(pl.UInt64),
         timestamp_ms=pl.col("timestamp"))
-    return Trace(blocks, requests.match_to_schema(REQUEST_SCHEMA), block_size,
-                 good["line"].to_numpy(), skipped)
+    return Workload(pl.concat(blocks), request_frame.match_to_schema(REQUEST_SCHEMA),
+                    block_size, good["line"].to_numpy(), skipped, str(path))

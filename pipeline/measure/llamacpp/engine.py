@@ -109,9 +109,10 @@ class LlamaServer:
     """One ``llama_cpp.server`` process; use as a context manager (start ... stop)."""
 
     def __init__(self, model: Path, log_path: Path, cache_bytes: int | None,
-                 n_ctx: int = 8192, threads: int = 2, port: int | None = None) -> None:
+                 n_ctx: int = 8192, threads: int = 2, port: int | None = None,
+                 nice: int | None = None) -> None:
         self.model, self.log_path, self.cache_bytes = model, log_path, cache_bytes
-        self.n_ctx, self.threads = n_ctx, threads
+        self.n_ctx, self.threads, self.nice = n_ctx, threads, nice
         self.port = port or free_port()
         self.process: subprocess.Popen | None = None
 
@@ -131,9 +132,12 @@ class LlamaServer:
     def start(self, ready_timeout_s: float = 120.0) -> None:
         """Start the server and wait until it answers; CLIError (with its log) otherwise."""
         with self.log_path.open("ab") as log:
+            nice = self.nice
             self.process = subprocess.Popen(
                 self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                # every thread of the server inherits the niceness set before exec
+                preexec_fn=None if nice is None else (lambda: os.nice(nice)))
         deadline = time.monotonic() + ready_timeout_s
         with httpx.Client(trust_env=False, timeout=2.0) as client:
             while time.monotonic() < deadline:

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import hashlib
 import os
-import platform
 import sys
 import tempfile
 from pathlib import Path
@@ -35,6 +33,7 @@ from pipeline.measure.llamacpp.engine import (LlamaServer, LogObserver, ensure_i
 from pipeline.measure.llamacpp.gguf_model import ModelShape, vocabulary, write_model
 from pipeline.measure.output import check_output, kept_note, provenance_path
 from pipeline.measure.runner import run_requests, settings_from
+from pipeline.measure.sidecar import machine, sha256
 from pipeline.measure.workload import (FORCED_WORD, QUESTION_WORDS, Request, spec_requests,
                                        workload_spec)
 
@@ -50,22 +49,7 @@ def cache_bytes_for(configs: list[tuple[str, float]], request_state: int) -> dic
 
 
 def _machine() -> dict:
-    cpu = platform.processor() or ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    memory = None
-    try:
-        memory = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
-    except (ValueError, OSError, AttributeError):
-        pass
-    return {"cpu": cpu, "logical_cpus": os.cpu_count(), "memory_gib": memory,
-            "platform": platform.platform(), "python": platform.python_version(),
-            "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
+    return {**machine(), "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
 
 
 def _command(args: argparse.Namespace) -> str:
@@ -77,14 +61,6 @@ def _command(args: argparse.Namespace) -> str:
             f"--docs {args.docs} --tokens {args.tokens} {order} "
             f"--repeats {args.repeats} --max-tokens {args.max_tokens} --ram-cache {caches} "
             f"--threads {args.threads}")
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def server_context(prompt_tokens: int, max_tokens: int) -> int:
@@ -138,7 +114,7 @@ def run_local(args: argparse.Namespace) -> int:
                              "--cache_size BYTES (--cache false when BYTES is null) "
                              "--interrupt_requests false --verbose true; one fresh server per "
                              "config and repeat"},
-        "model": {**shape.describe(), "file_sha256": _sha256(model)},
+        "model": {**shape.describe(), "file_sha256": sha256(model)},
         "state_size": {"fixed_bytes": state.fixed, "bytes_per_token": state.per_token,
                        "one_request_bytes": request_state},
         "workload": {**spec, "prompt_tokens": prompt_tokens,
@@ -172,6 +148,7 @@ def _measure_group(args: argparse.Namespace, group: list[Request], done: set[tup
     with LlamaServer(model, log, cache_bytes, n_ctx, args.threads) as server:
         settings = settings_from(args, server.base_url)
         settings.logit_bias = bias
+        settings.stop_on_failure = True      # later requests would meet another cache state
         if progress:
             print(f"measure: {group[0].config} (repeat {group[0].repeat}): llama.cpp server on "
                   f"{server.base_url}, RAM cache {cache_bytes or 'none'} bytes", file=progress)

@@ -1,0 +1,7 @@
+"""Fitting an engine's step costs to measured requests: ``python -m pipeline fit`` (command.py).
+
+``inputs.py`` (measured replay files and their sidecars), ``schedule.py`` (the simulated
+schedule of the measured requests), ``solve.py`` (least squares on that schedule, standard
+errors, what the data cannot identify), ``evaluate.py`` (residuals, held-out error) and
+``fitted.py`` (the fitted JSON that ``--latency FILE`` reads).
+"""

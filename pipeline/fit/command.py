@@ -1,0 +1,209 @@
+"""Fit an engine's step costs to measured requests: ``python -m pipeline fit FILE...``.
+
+``FILE`` are ``measure --trace`` outputs (each with its sidecar). Every run is simulated on
+the engine model its sidecar records (``engine_model``; the options below override it), and
+the step-time coefficients (ms per step, per prefilled token, per attended context token, per
+decode sequence, per reloaded token) are fitted by least squares on that schedule
+(``pipeline.fit.solve``). Prints the coefficients with standard errors, what the data cannot
+identify, the residuals per prompt-length band and load level, and with ``--holdout
+FRACTION`` ``held-out TTFT error: p50 X %, p90 Y %`` on requests left out of the fit.
+Writes ``--output`` (the fitted JSON that ``--latency FILE`` reads) and, with ``--report
+DIR``, requests.csv (measured against predicted TTFT per request), residuals.csv and
+measured_vs_predicted.html. Outputs are written all together or not at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from pipeline.arguments import positive_int
+from pipeline.errors import CLIError
+from pipeline.fit.evaluate import HOLDOUT_BY, error_summary, holdout_masks, predictions, residuals
+from pipeline.fit.fitted import fitted_document
+from pipeline.fit.inputs import load_runs
+from pipeline.fit.schedule import FEATURES, EngineModel, simulate_run
+from pipeline.fit.solve import FitError, fit_runs
+from pipeline.staging import Outputs, json_bytes
+
+__all__ = ["HELP", "add_arguments", "main"]
+
+HELP = "fit step-time coefficients to measured requests (least squares on their schedule)"
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction between 0 and 1, got {text!r}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``fit``."""
+    parser.add_argument("files", nargs="+", type=Path, metavar="FILE",
+                        help="measure --trace outputs (JSON lines with a sidecar)")
+    parser.add_argument("--output", type=Path, required=True,
+                        help="the fitted JSON to write")
+    parser.add_argument("--holdout", type=_fraction, metavar="FRACTION",
+                        help="fit without this fraction and report the error on it")
+    parser.add_argument("--holdout-by", choices=HOLDOUT_BY, default="request",
+                        help="what is held out: requests, whole prompt lengths, or whole "
+                             "runs (load levels) (default %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="holdout seed (default %(default)s)")
+    parser.add_argument("--ttft-only", action="store_true",
+                        help="fit TTFT rows only (default: end times too)")
+    parser.add_argument("--report", type=Path, metavar="DIR",
+                        help="write requests.csv, residuals.csv, measured_vs_predicted.html")
+    parser.add_argument("--kv-bytes-per-token", type=positive_int,
+                        help="KV bytes per token for the fitted file (default: the sidecar's)")
+    model = parser.add_argument_group("engine model (default: each sidecar's engine_model)")
+    model.add_argument("--max-num-seqs", type=positive_int)
+    model.add_argument("--max-num-batched-tokens", type=positive_int)
+    model.add_argument("--block-size", type=positive_int)
+    model.add_argument("--num-gpu-blocks", type=positive_int)
+
+
+def _engine(run_model: dict, args: argparse.Namespace) -> EngineModel:
+    fields = dict(run_model)
+    for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "num_gpu_blocks"):
+        if getattr(args, name, None):
+            fields[name] = getattr(args, name)
+    return EngineModel.from_dict(fields)
+
+
+def _one(values: set, what: str) -> object:
+    if len(values) > 1:
+        raise CLIError(f"the files measure different {what}s ({', '.join(map(str, values))}): "
+                       f"fit one engine and model at a time")
+    return next(iter(values))
+
+
+def _print_fit(fit, frame: pl.DataFrame, table: pl.DataFrame, holdout: dict | None) -> None:
+    print(f"fit: {frame.height} measured requests in {frame['file'].n_unique()} file(s), "
+          f"{fit.rows} rows, {fit.iterations} iteration(s)"
+          + ("" if fit.converged else " (schedule not converged)"))
+    print("coefficient            value        stderr")
+    for name in FEATURES:
+        value, se = fit.coefficients[name], fit.stderr[name]
+        shown = "not identified" if name in fit.unidentified else f"{value:.6g}"
+        print(f"  {name:<20} {shown:>12} {'' if not np.isfinite(se) else f'± {se:.3g}'}".rstrip())
+    if fit.unidentified or fit.clamped:
+        print("what the data cannot identify:")
+        for name, why in fit.unidentified.items():
+            print(f"  {name}: {why}")
+        for name in fit.clamped:
+            print(f"  {name}: its least-squares value is negative (the data cannot tell it "
+                  f"from 0 against the other costs): held at 0")
+    else:
+        print("every coefficient is identified by these requests")
+    for note in fit.notes:
+        if not note.endswith("others refitted"):
+            print(f"note: {note}")
+    with pl.Config(tbl_rows=-1, tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True,
+                   float_precision=1, tbl_width_chars=120):
+        print("TTFT residuals (predicted vs measured) per prompt-length band and load:")
+        print(table)
+    if holdout is not None:
+        which = holdout.get("held_out")
+        shown = ("" if not which else ": " + ", ".join(
+            str(w) if holdout["by"] == "length" else w[1] for w in which) +
+            (" tokens" if holdout["by"] == "length" else ""))
+        print(f"held-out TTFT error: p50 {holdout['p50_pct']:.1f} %, "
+              f"p90 {holdout['p90_pct']:.1f} % ({holdout['requests']} requests held out "
+              f"by {holdout['by']}{shown})")
+
+
+def chart(frame: pl.DataFrame, fmt: str = "html") -> bytes:
+    """Measured against predicted TTFT per request (``predictions``' frame), html or png."""
+    import altair as alt
+    data = frame.select("measured_ttft_ms", "predicted_ttft_ms", "prompt_tokens", "load",
+                        pl.when(pl.col("held_out")).then(pl.lit("held out"))
+                        .otherwise(pl.lit("fitted")).alias("set"))
+    both = pl.concat([data["measured_ttft_ms"], data["predicted_ttft_ms"]])
+    low, top = float(max(both.min(), 1e-3)), float(both.max())
+    scale = alt.Scale(type="log")
+    points = alt.Chart(data).mark_point().encode(
+        x=alt.X("measured_ttft_ms:Q", title="measured TTFT (ms)", scale=scale),
+        y=alt.Y("predicted_ttft_ms:Q", title="predicted TTFT (ms)", scale=scale),
+        color="load:N", shape="set:N", tooltip=["prompt_tokens", "load", "set"])
+    line = alt.Chart(pl.DataFrame({"x": [low, top], "y": [low, top]})).mark_line(
+        color="gray").encode(x=alt.X("x:Q", scale=scale), y=alt.Y("y:Q", scale=scale))
+    import io
+
+    from pipeline.charts import Section, page_html
+    figure = (line + points).properties(title="measured vs predicted TTFT per request",
+                                        width=420, height=420)
+    if fmt == "png":
+        data = io.BytesIO()
+        figure.save(data, format="png")
+        return data.getvalue()
+    held = frame.filter(pl.col("held_out"))
+    caption = (f"{frame.height} requests; points on the grey line are predicted exactly"
+               + (f"; {held.height} held out (squares)" if held.height else ""))
+    return page_html("fit: measured vs predicted TTFT", "Every measured request against the "
+                     "fitted step-time model's simulated TTFT (log scales).",
+                     [("Per request", "", [Section("ttft", figure, caption)])]).encode("utf-8")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Fit, print, write (see the module docstring)."""
+    runs = load_runs(args.files)
+    engines = [_engine(r.engine_model, args) for r in runs]
+    for run, engine in zip(runs, engines):
+        if engine.max_num_batched_tokens < 1 or engine.max_num_seqs < 1:
+            raise CLIError(f"{run.file}: its engine model is incomplete: give --max-num-seqs "
+                           f"and --max-num-batched-tokens")
+    held = holdout_masks(runs, args.holdout or 0.0, args.holdout_by, args.seed)
+    train = [~h for h in held]
+    try:
+        fit = fit_runs(runs, engines, train, use_e2e=not args.ttft_only, held=held)
+    except FitError as exc:
+        raise CLIError(f"fit: {exc}") from None
+    frame = predictions(runs, engines, fit.vector(), held)
+    table = residuals(frame)
+    holdout = None
+    if args.holdout:
+        out = frame.filter(pl.col("held_out"))
+        which = {"length": out["prompt_tokens"].unique().sort().to_list(),
+                 "load": sorted(set(zip(out["file"].to_list(), out["load"].to_list())))
+                 }.get(args.holdout_by)
+        holdout = {"fraction": args.holdout, "by": args.holdout_by, "seed": args.seed,
+                   **error_summary(out), **({"held_out": which} if which else {})}
+    engine_names = {str(r.sidecar.get("engine", {}).get("name")) for r in runs}
+    models = {str(r.sidecar.get("served_model")) for r in runs}
+    fitted_rows = frame.filter(~pl.col("held_out"))
+    kv = args.kv_bytes_per_token or _one({r.sidecar.get("kv_bytes_per_token") for r in runs},
+                                         "KV bytes per token")
+    document = fitted_document(
+        fit, engine=str(_one(engine_names, "engine")), served_model=str(_one(models, "model")),
+        kv_bytes_per_token=kv,
+        prompt_range=(int(fitted_rows["prompt_tokens"].min()),
+                      int(fitted_rows["prompt_tokens"].max())),
+        sources=sorted({str(p) for p in args.files}),
+        holdout=holdout or {}, engine_model=engines[0].__dict__,
+        schedule_source=simulate_run(runs[0], engines[0], fit.vector()).source,
+        residuals=table.to_dicts(), requests=fitted_rows.height)
+    outputs = Outputs()
+    outputs.add(args.output, json_bytes(document), "--output")
+    if args.report:
+        outputs.add(args.report / "requests.csv", frame.write_csv().encode(), "--report")
+        outputs.add(args.report / "residuals.csv", table.write_csv().encode(), "--report")
+        outputs.add(args.report / "measured_vs_predicted.html", chart(frame), "--report")
+    _print_fit(fit, frame, table, holdout)
+    outputs.commit()
+    print(f"fit: wrote {args.output}" + (f" and {args.report}/" if args.report else ""),
+          file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    from pipeline.cli import run_command
+
+    sys.exit(run_command("fit"))

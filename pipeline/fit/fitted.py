@@ -1,0 +1,74 @@
+"""The fitted step-time JSON (the engine contract's ``fitted-step-time``, version 1).
+
+``fitted_document`` builds it from a fit: ``kind``, ``version``, ``engine``,
+``served_model``, ``kv_bytes_per_token``, ``coefficients`` and ``stderr`` (milliseconds per
+step, per prefilled token, per attended context token, per decode sequence, per reloaded
+token, and ``attention_pair_ms`` per query-key pair: see ENGINE-SPEC's Changes), ``unidentified`` (names) with ``unidentified_why``, ``held_at_zero`` (coefficients whose
+least-squares value came out negative), ``prompt_tokens_range`` (the
+fitted requests' prompt lengths: the range the figures are backed on), ``source`` (files),
+``holdout``, plus ``engine_model`` (the scheduler settings simulated), ``provenance`` and the
+fit's residuals. ``check_fitted`` validates a document as a reader would.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pipeline.fit.schedule import FEATURES, SPEC_FEATURES
+from pipeline.fit.solve import Fit
+
+__all__ = ["KIND", "VERSION", "check_fitted", "fitted_document"]
+
+KIND, VERSION = "fitted-step-time", 1
+
+
+def _number(value: float) -> float | None:
+    return None if value is None or not math.isfinite(value) else float(f"{value:.6g}")
+
+
+def fitted_document(fit: Fit, *, engine: str, served_model: str | None,
+                    kv_bytes_per_token: int | None, prompt_range: tuple[int, int],
+                    sources: list[str], holdout: dict, engine_model: dict, schedule_source: str,
+                    residuals: list[dict], requests: int) -> dict:
+    """The fitted JSON (see the module docstring)."""
+    return {
+        "kind": KIND, "version": VERSION, "engine": engine, "served_model": served_model,
+        "kv_bytes_per_token": kv_bytes_per_token,
+        "coefficients": {name: _number(fit.coefficients[name]) or 0.0 for name in FEATURES},
+        "stderr": {name: _number(fit.stderr[name]) for name in FEATURES},
+        "unidentified": [name for name in FEATURES if name in fit.unidentified],
+        "unidentified_why": {name: fit.unidentified[name] for name in FEATURES
+                             if name in fit.unidentified},
+        "held_at_zero": list(fit.clamped),
+        "prompt_tokens_range": [int(prompt_range[0]), int(prompt_range[1])],
+        "source": sources, "holdout": holdout, "engine_model": engine_model,
+        "provenance": (f"fitted: weighted least squares (relative errors) of {requests} "
+                       f"measured requests' TTFT and end times on their simulated schedule "
+                       f"({schedule_source}), {fit.iterations} iteration(s)"
+                       + ("" if fit.converged else ", not converged")),
+        "fit": {"rows": fit.rows, "iterations": fit.iterations, "converged": fit.converged,
+                "notes": fit.notes},
+        "residuals": residuals,
+    }
+
+
+def check_fitted(document: object, where: str) -> dict:
+    """``document`` if it is a fitted JSON this version reads; ValueError naming ``where``."""
+    if not isinstance(document, dict) or document.get("kind") != KIND:
+        raise ValueError(f"{where}: not a fitted step-time file (kind {KIND!r})")
+    if document.get("version") != VERSION:
+        raise ValueError(f"{where}: version {document.get('version')!r}, expected {VERSION}")
+    coefficients = document.get("coefficients")
+    if (not isinstance(coefficients, dict) or not set(SPEC_FEATURES) <= set(coefficients)
+            or not set(coefficients) <= set(FEATURES)):
+        raise ValueError(f"{where}: coefficients must have {', '.join(SPEC_FEATURES)} "
+                         f"(and optionally attention_pair_ms)")
+    for name, value in coefficients.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise ValueError(f"{where}: coefficients.{name} must be a number >= 0")
+    span = document.get("prompt_tokens_range")
+    if (not isinstance(span, list) or len(span) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in span)
+            or not 0 <= span[0] <= span[1]):
+        raise ValueError(f"{where}: prompt_tokens_range must be [lo, hi] integers, lo <= hi")
+    return document

@@ -1,0 +1,260 @@
+"""Least squares on the simulated schedule: step-time coefficients with standard errors.
+
+On a fixed schedule, a request's TTFT is linear in the coefficients: the engine's busy
+period that serves it starts at a known time ``b`` (an arrival: an idle engine starts when a
+request comes; in a closed loop the request itself arrives as a step ends, and its window
+starts there), and every step from there to the step that samples its first token takes
+``features @ coefficients``, so ``TTFT - (b - arrival) = (sum of those steps' features) @
+coefficients``; the same holds for the end time with the finishing step. ``fit_runs``
+simulates every run with the current coefficients, solves the weighted least squares of
+these rows (weights 1 / measured: relative errors count, as the target is a relative one),
+and repeats until the schedule's busy periods no longer change; coefficients that come out
+negative are set to 0 and the rest refitted. Standard errors are the usual
+``sigma^2 (X'WX)^-1`` of the final solve.
+
+What the data cannot identify (``identifiability``): a coefficient whose feature is zero in
+every row (no reload from a CPU tier, say), and coefficients tied together by a null-space
+direction of the design (they could trade against each other without changing any
+prediction). Those are held at 0, named, and said why.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pipeline.fit.inputs import Run
+from pipeline.fit.schedule import FEATURES, EngineModel, Schedule, simulate_run
+from pipeline.ttft_model import identifiable
+
+__all__ = ["Fit", "FitError", "design_rows", "fit_runs", "identifiability"]
+
+MAX_ITERATIONS = 30
+
+
+class FitError(ValueError):
+    """The data cannot give a fit (too few requests)."""
+
+
+@dataclass
+class Fit:
+    """A fitted step-time model and how it was obtained."""
+
+    coefficients: dict[str, float]
+    stderr: dict[str, float]
+    unidentified: dict[str, str]        # name -> why
+    iterations: int
+    converged: bool
+    rows: int
+    clamped: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def vector(self) -> np.ndarray:
+        return np.array([self.coefficients[name] for name in FEATURES])
+
+
+def design_rows(schedule: Schedule, step_of: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows, offsets, first steps): for each request, the summed features of the steps
+    from its busy period's start to ``step_of``, ``busy start - arrival``, and the busy
+    period's first step (see the module docstring). In a closed loop a request arrives as
+    a step ends, so its window starts with the next step and its offset is 0."""
+    steps = schedule.features.shape[0]
+    cumulative = np.vstack([np.zeros((1, schedule.features.shape[1])),
+                            np.cumsum(schedule.features, axis=0)])
+    if schedule.closed_loop:
+        begin = np.searchsorted(schedule.end_ms, schedule.arrival_ms + 1e-9, side="right")
+        begin = np.minimum(begin, step_of)
+        return (cumulative[step_of + 1] - cumulative[begin],
+                np.zeros(step_of.size), begin)
+    gap = np.ones(steps, dtype=bool)
+    gap[1:] = schedule.start_ms[1:] > schedule.end_ms[:-1] + 1e-9
+    period_first = np.maximum.accumulate(np.where(gap, np.arange(steps), 0))
+    begin = period_first[step_of]
+    rows = cumulative[step_of + 1] - cumulative[begin]
+    return rows, schedule.start_ms[begin] - schedule.arrival_ms, begin
+
+
+def _overlaps_held(schedule: Schedule, begin: np.ndarray, step_of: np.ndarray,
+                   held: np.ndarray) -> np.ndarray:
+    """Rows whose window (busy period start .. step_of) contains a held-out request's step."""
+    if not held.any():
+        return np.zeros(begin.size, dtype=bool)
+    first, last = schedule.first_step[held], schedule.finish_step[held]
+    return ((first[None, :] <= step_of[:, None]) & (last[None, :] >= begin[:, None])).any(axis=1)
+
+
+def _system(runs: list[Run], schedules: list[Schedule], masks: list[np.ndarray],
+            use_e2e: bool, held: list[np.ndarray] | None = None
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    xs, ys, ws = [], [], []
+    held = held or [np.zeros(r.n, dtype=bool) for r in runs]
+    for run, schedule, mask, out in zip(runs, schedules, masks, held):
+        targets = [(schedule.first_token_step, run.ttft_ms)]
+        if use_e2e:
+            targets.append((schedule.finish_step, run.e2e_ms))
+        for step_of, measured in targets:
+            rows, offset, begin = design_rows(schedule, step_of)
+            keep = mask & (measured > 0) & ~_overlaps_held(schedule, begin, step_of, out)
+            xs.append(rows[keep])
+            ys.append(measured[keep] - offset[keep])
+            ws.append(1.0 / measured[keep])
+    return np.vstack(xs), np.concatenate(ys), np.concatenate(ws)
+
+
+def identifiability(x: np.ndarray) -> dict[str, str]:
+    """Coefficients the rows ``x`` cannot identify, each with the reason."""
+    reasons: dict[str, str] = {}
+    if x.shape[0] == 0:
+        return {name: "no rows" for name in FEATURES}
+    ok, _ = identifiable(x)
+    norms = np.linalg.norm(x, axis=0)
+    for j, name in enumerate(FEATURES):
+        if norms[j] == 0:
+            reasons[name] = {
+                "reload_token_ms": "no step reloaded tokens from a CPU tier",
+                "decode_seq_ms": "no step decoded (every request generated one token)",
+                "prefill_token_ms": "no step prefilled tokens",
+                "attention_pair_ms": "no step attended anything",
+            }.get(name, "its feature is zero in every step")
+    scaled = x / np.where(norms > 0, norms, 1.0)
+    _, singular, vt = np.linalg.svd(scaled, full_matrices=True)
+    rank = int(np.sum(singular > 1e-9 * max(singular.max(initial=0.0), 1.0)))
+    for vector in vt[rank:]:
+        tied = [FEATURES[j] for j in range(len(FEATURES)) if abs(vector[j]) > 1e-6
+                and norms[j] > 0]
+        for name in tied:
+            others = [t for t in tied if t != name]
+            if others:
+                reasons.setdefault(name, "moves together with " + ", ".join(others)
+                                   + " in every measured step (one can trade against the "
+                                     "other without changing any prediction)")
+    for j, name in enumerate(FEATURES):
+        if not ok[j]:
+            reasons.setdefault(name, "not identifiable from these steps")
+    return reasons
+
+
+def _solve(x: np.ndarray, y: np.ndarray, w: np.ndarray, active: list[int]
+           ) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """Weighted least squares over the ``active`` columns; negatives set to 0 and refitted.
+    Returns (coefficients, standard errors, columns clamped to 0)."""
+    clamped: list[int] = []
+    active = list(active)
+    while True:
+        coef = np.zeros(x.shape[1])
+        se = np.full(x.shape[1], math.nan)
+        if not active:
+            return coef, se, clamped
+        a = x[:, active] * w[:, None]
+        b = y * w
+        norms = np.linalg.norm(a, axis=0)
+        solution, *_ = np.linalg.lstsq(a / norms, b, rcond=None)
+        solution = solution / norms
+        negative = [c for c, v in zip(active, solution) if v < 0]
+        if negative:
+            worst = min(negative, key=lambda c: solution[active.index(c)])
+            active.remove(worst)
+            clamped.append(worst)
+            continue
+        coef[active] = solution
+        n, p = a.shape
+        if n > p:
+            residual = b - a @ solution
+            sigma2 = float(residual @ residual) / (n - p)
+            scaled = a / norms
+            cov = sigma2 * np.linalg.pinv(scaled.T @ scaled) / np.outer(norms, norms)
+            se[active] = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+        return coef, se, clamped
+
+
+def _initial(runs: list[Run], masks: list[np.ndarray]) -> np.ndarray:
+    """A start: every millisecond of the median TTFT spent on prefilled tokens."""
+    ratios = np.concatenate([(r.ttft_ms / r.prompt_tokens)[m] for r, m in zip(runs, masks)])
+    start = np.zeros(len(FEATURES))
+    start[FEATURES.index("prefill_token_ms")] = float(np.median(ratios)) if ratios.size else 1.0
+    return start
+
+
+def _structure(schedules: list[Schedule]) -> tuple:
+    """What the rows depend on: the steps and where busy periods start."""
+    parts = []
+    for s in schedules:
+        gap = np.ones(s.features.shape[0], dtype=bool)
+        gap[1:] = s.start_ms[1:] > s.end_ms[:-1] + 1e-9
+        parts.append((s.features.tobytes(), gap.tobytes(), s.first_token_step.tobytes()))
+    return tuple(parts)
+
+
+def _loss(runs: list[Run], schedules: list[Schedule], masks: list[np.ndarray],
+          use_e2e: bool) -> float:
+    """Sum of squared relative errors of the simulated TTFT (and end times) on ``masks``."""
+    total = 0.0
+    for run, schedule, mask in zip(runs, schedules, masks):
+        pairs = [(schedule.ttft_ms(), run.ttft_ms)]
+        if use_e2e:
+            pairs.append((schedule.e2e_ms(), run.e2e_ms))
+        for predicted, measured in pairs:
+            keep = mask & (measured > 0)
+            total += float(np.sum(((predicted[keep] - measured[keep]) / measured[keep]) ** 2))
+    return total
+
+
+def fit_runs(runs: list[Run], engine_of: list[EngineModel], masks: list[np.ndarray],
+             use_e2e: bool = True, held: list[np.ndarray] | None = None) -> Fit:
+    """Fit the coefficients on the requests selected by ``masks`` (one per run).
+
+    ``held``: held-out requests; a row whose waiting includes one of their steps is left
+    out too, so that nothing of a held-out request's cost enters the fit. Each iteration
+    simulates with the last solution; when the schedule repeats one seen before (a fixed
+    point, or a cycle between schedules) the iteration stops, and the solution whose
+    simulation has the smallest relative error on the fitted requests is kept.
+    """
+    if sum(int(m.sum()) for m in masks) < 2:
+        raise FitError("fewer than 2 measured requests to fit on")
+    coef = _initial(runs, masks)
+    seen: list[tuple] = []
+    best: tuple | None = None                  # (loss, coef, se, unidentified, clamped)
+    pending: tuple | None = None
+    converged, cycled = False, 0
+    iteration = 0
+    for iteration in range(1, MAX_ITERATIONS + 1):
+        schedules = [simulate_run(r, e, coef) for r, e in zip(runs, engine_of)]
+        if pending is not None:                # score the last solution on its own schedule
+            loss = _loss(runs, schedules, masks, use_e2e)
+            if best is None or loss < best[0]:
+                best = (loss, *pending)
+        structure = _structure(schedules)
+        if structure in seen:
+            cycled = len(seen) - seen.index(structure)
+            converged = cycled == 1
+            break
+        seen.append(structure)
+        x, y, w = _system(runs, schedules, masks, use_e2e, held)
+        if x.shape[0] < 2:
+            raise FitError(f"{x.shape[0]} row(s) left to fit on (held-out requests delay the "
+                           f"others): hold out less")
+        unidentified = identifiability(x * w[:, None])
+        active = [j for j, name in enumerate(FEATURES) if name not in unidentified]
+        if not active:
+            raise FitError("no coefficient is identifiable from these requests")
+        coef, se, clamped_columns = _solve(x, y, w, active)
+        pending = (coef, se, unidentified, [FEATURES[j] for j in clamped_columns], x.shape[0])
+    else:
+        schedules = [simulate_run(r, e, coef) for r, e in zip(runs, engine_of)]
+        loss = _loss(runs, schedules, masks, use_e2e)
+        if best is None or loss < best[0]:
+            best = (loss, *pending)
+    _, coef, se, unidentified, clamped, rows = best
+    notes = [f"{name}: least squares gives it a negative value, so it is held at 0 and the "
+             f"others refitted" for name in clamped]
+    if not converged:
+        notes.append(f"the simulated schedule alternates between {cycled} schedules (queueing "
+                     f"depends on the coefficients): the solution with the smallest error is "
+                     f"kept" if cycled else
+                     f"the schedule still changed after {MAX_ITERATIONS} iterations: the "
+                     f"solution with the smallest error is kept")
+    return Fit(dict(zip(FEATURES, coef.tolist())), dict(zip(FEATURES, se.tolist())),
+               unidentified, iteration, converged, int(rows), clamped, notes)

@@ -1,0 +1,227 @@
+"""Route a trace or a pattern over N simulated engine instances with each router, as a sweep
+over instances x GPU blocks per instance x load (``python -m pipeline fleet``).
+
+Each instance is a time-clocked model of vLLM v1's engine (``pipeline.engine``) with its
+own prefix cache; the router sees what the named project's router sees. Writes
+``OUT/requests/`` and ``OUT/steps/`` (Parquet datasets partitioned by point),
+``OUT/instances.parquet``, ``OUT/fleet.parquet``, ``OUT/report.html`` and ``OUT/sweep.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+from functools import partial
+from pathlib import Path
+from urllib.parse import urlparse
+
+import polars as pl
+import pyarrow.dataset as ds
+
+from pipeline.engine.config import SchedulerConfig
+from pipeline.engine.cpu_tier import LMCacheTier
+from pipeline.errors import CLIError
+from pipeline.fleet.aggregates import fleet_aggregates, instance_aggregates, json_rows
+from pipeline.fleet.options import add_fleet_arguments
+from pipeline.fleet.plan import Memory, smallest_memory
+from pipeline.fleet.report import report_html
+from pipeline.fleet.routers import ROUTERS, make_router, parse_router_options, router_class
+from pipeline.fleet.sweep import Point, Settings, point_path, run_sweep
+from pipeline.fleet.workload import add_workload_arguments, load_workload
+from pipeline.staging import Outputs, json_bytes, parquet_bytes
+from pipeline.steptime.options import latency_from_args
+
+HELP = "N engine instances behind each router: hit ratio, TTFT, imbalance (a sweep)"
+_SWEEP_KEYS = ("trace", "format", "pattern", "limit", "num_documents",
+               "document_length", "repeat_count", "repeat_mode", "users", "num_requests",
+               "zipf_alpha", "groups", "questions", "sessions", "turns", "think_s",
+               "system_prompt_length", "question_length", "output_tokens", "rate",
+               "shuffle_seed", "router_option", "seed", "staleness_ms", "block_size",
+               "max_num_seqs", "max_num_batched_tokens", "max_model_len",
+               "no_chunked_prefill", "async_scheduling", "cpu_tokens", "cpu_chunk_size", "cpu_shared", "latency", "gpu_type", "gpu_tflops",
+               "gpu_fp8_tflops", "gpu_hbm_gbps", "host_link_gbps", "weights",
+               "step_overhead_ms", "model_shape")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_workload_arguments(parser)
+    add_fleet_arguments(parser)
+
+
+def list_routers() -> str:
+    """Every router: its docstring's first line, parameters and defaults."""
+    lines = []
+    for name in ROUTERS:
+        cls = router_class(name)
+        summary = " ".join((sys.modules[cls.__module__].__doc__ or "").split("\n\n")[0].split())
+        lines.append(summary.replace(f"``{name}``", name, 1).replace("``", ""))
+        for option, parameter in cls.PARAMETERS.items():
+            lines.append(f"    {name}.{option}={parameter.default!r}  {parameter.help}")
+    return "\n".join(lines)
+
+
+def _ray_connect(address: str | None, jobs: int) -> bool:
+    """``ray.init`` (local when no address, after proving an address answers); True when
+    this call started Ray (and must shut it down)."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    if address:
+        target = urlparse(address if "://" in address else f"ray://{address}")
+        try:
+            host, port = target.hostname, target.port
+        except ValueError:
+            host = port = None
+        if not host or not port:
+            raise CLIError(f"--ray-address {address}: expected HOST:PORT")
+        try:
+            socket.create_connection((host, port), timeout=5).close()
+        except OSError as exc:
+            raise CLIError(f"--ray-address {address}: no Ray cluster answers "
+                           f"({exc.strerror or exc})") from None
+        ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    else:
+        ray.init(num_cpus=jobs, logging_level="ERROR", log_to_driver=False,
+                 include_dashboard=False)
+    return True
+
+
+def _settings(args: argparse.Namespace, workload, options) -> Settings:
+    requests = workload.requests
+    longest = max(len(r.prompt_token_ids) + r.max_tokens for r in requests)
+    max_len = args.max_model_len or longest
+    prompt = max(len(r.prompt_token_ids) for r in requests)
+    if prompt > max_len:
+        raise CLIError(f"--max-model-len {max_len}: the longest prompt has {prompt} tokens")
+    need = max(-(-min(len(r.prompt_token_ids) + r.max_tokens - 1, max_len) // args.block_size)
+               for r in requests) + 1
+    if min(args.gpu_blocks) < need:
+        raise CLIError(f"--gpu-blocks {min(args.gpu_blocks)}: the longest request needs "
+                       f"{need} blocks of {args.block_size} tokens (null block included)")
+    try:
+        config = SchedulerConfig(block_size=args.block_size, num_gpu_blocks=need,
+                                 max_num_seqs=args.max_num_seqs,
+                                 max_num_batched_tokens=args.max_num_batched_tokens,
+                                 max_model_len=max_len,
+                                 chunked_prefill=not args.no_chunked_prefill,
+                                 long_prefill_token_threshold=(
+                                     args.long_prefill_token_threshold),
+                                 async_scheduling=args.async_scheduling)
+        tier = (partial(LMCacheTier, args.cpu_tokens, args.block_size, args.cpu_chunk_size)
+                if args.cpu_tokens else None)
+        if tier is not None:
+            tier()                                    # the chunk size must fit the blocks
+    except ValueError as exc:
+        raise CLIError(f"engine options: {exc}") from None
+    if args.latency is None:
+        args.latency = "roofline"
+    if args.cpu_shared and tier is None:
+        raise CLIError("--cpu-shared needs --cpu-tokens N (the shared pool's size)")
+    return Settings(config, latency_from_args(args), options, args.seed, args.staleness_ms,
+                    tier, args.cpu_shared)
+
+
+def _fingerprint(args: argparse.Namespace) -> dict:
+    return {key: getattr(args, key, None) for key in _SWEEP_KEYS}
+
+
+def _check_out(out: Path, args: argparse.Namespace) -> None:
+    manifest = out / "sweep.json"
+    if (out / "requests").exists() and not args.resume:
+        raise CLIError(f"--out {out}: already holds a sweep; --resume continues it, or "
+                       "choose another folder")
+    if args.resume and manifest.exists():
+        stored = json.loads(manifest.read_text()).get("settings")
+        if stored != json.loads(json.dumps(_fingerprint(args))):
+            raise CLIError(f"--resume: {out} was written with other settings "
+                           "(workload, engine, routers or step times differ)")
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        return _main(args)
+    except KeyboardInterrupt:
+        print("interrupted: finished points are kept (--resume continues)", file=sys.stderr)
+        return 130
+
+
+def _main(args: argparse.Namespace) -> int:
+    if args.list_routers:
+        print(list_routers())
+        return 0
+    try:
+        options = parse_router_options(args.router_option, args.router)
+        for name in args.router:                      # values the router itself rejects
+            make_router(name, 1, args.block_size, **options[name])
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+    workload = load_workload(args)
+    settings = _settings(args, workload, options)
+    out = Path(args.out)
+    _check_out(out, args)
+    points = [Point(r, n, b, x) for r in args.router for n in args.instances
+              for b in args.gpu_blocks for x in args.load]
+    todo = [p for p in points if not (args.resume and point_path(out, "requests", p).exists())]
+    started_ray = (_ray_connect(args.ray_address, args.jobs) if args.executor == "ray"
+                   else False)
+    try:
+        manifest = Outputs()
+        manifest.add(out / "sweep.json", json_bytes({
+            "kind": "kvlab-fleet-sweep", "version": 1, "workload": workload.label,
+            "step_times": settings.step_model.label, "settings": _fingerprint(args)}),
+            label="--out")
+        manifest.commit()
+        failed = run_sweep(settings, todo, workload, out, executor=args.executor,
+                           jobs=args.jobs, retries=args.retries)
+    finally:
+        if started_ray:
+            import ray
+            ray.shutdown()
+    for point, error in failed.items():
+        print(f"error: point {point.key}: {type(error).__name__}: {error}".splitlines()[0],
+              file=sys.stderr)
+    done = [p for p in points if point_path(out, "requests", p).exists()]
+    if done:
+        _write_summaries(out, done, workload.label, settings.step_model, args)
+    return 1 if failed else 0
+
+
+def _write_summaries(out: Path, points: list[Point], label: str, model,
+                     args: argparse.Namespace) -> None:
+    model_label = model.label
+    keys = [p.key for p in points]
+    dataset = ds.dataset(out / "requests", format="parquet", partitioning="hive")
+    requests = pl.from_arrow(dataset.to_table(filter=ds.field("point").isin(keys)))
+    instances, fleet = instance_aggregates(requests), fleet_aggregates(requests)
+    outputs = Outputs()
+    outputs.add(out / "instances.parquet", parquet_bytes(instances), label="--out")
+    outputs.add(out / "fleet.parquet", parquet_bytes(fleet), label="--out")
+    outputs.add(out / "report.html", report_html(fleet, label, model_label).encode(),
+                label="--out")
+    targets = dict(ttft_p90_ms=args.target_ttft_p90_ms, hit_ratio=args.target_hit_ratio)
+    memory = Memory(getattr(model, "kv_bytes_per_token", None),
+                    args.block_size, args.cpu_tokens, args.cpu_shared)
+    plan = (smallest_memory(fleet, **targets, memory=memory)
+            if any(v is not None for v in targets.values()) else None)
+    if plan is not None:
+        outputs.add(out / "plan.parquet", parquet_bytes(plan), label="--out")
+    outputs.commit()
+    if args.json:
+        for row in json_rows(fleet):
+            print(json.dumps(row))
+        return
+    print(f"{len(points)} points -> {out} (step times: {model_label})")
+    with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_hide_dataframe_shape=True,
+                   float_precision=3, tbl_hide_column_data_types=True,
+                   tbl_width_chars=200, fmt_str_lengths=40):
+        print(fleet.select("router", "instances", "gpu_blocks", "load", "hit_ratio",
+                           "ttft_p50_ms", "ttft_p90_ms", "imbalance"))
+        if plan is not None:
+            wanted = ", ".join(f"{k} {'<=' if k.startswith('ttft') else '>='} {v:g}"
+                               for k, v in targets.items() if v is not None)
+            print(f"smallest total memory meeting {wanted} (replicas x (GPU KV + CPU tier), "
+                  f"GiB; none: no swept point does):")
+            print(plan)

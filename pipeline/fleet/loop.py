@@ -1,0 +1,215 @@
+"""N simulated engines behind a router, on one clock (milliseconds).
+
+Each instance is an ``EngineSim`` with its own step-time model. Events are taken in time
+order: an arrival at t is routed at t (after every first-token and finish the router
+should have heard of by t) and added to its instance; an instance with work schedules its
+next batch at its own clock and advances it by the batch's duration. At equal times,
+arrivals come before batches (as ``simulate`` adds every request due before scheduling)
+and instances go in index order. An idle instance's clock jumps to the arrival that
+wakes it. With one instance this is exactly ``pipeline.engine.loop.simulate`` with the
+time clock.
+
+Engine-side effects of a batch (blocks allocated and hashed, requests finished) are
+visible from the batch's start, as vLLM hashes blocks when it schedules them; the router
+hears a request's first token and finish at the end of the batch that sampled it.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from pipeline.engine.config import SchedulerConfig
+from pipeline.engine.core import EngineSim, StepRecord
+from pipeline.engine.hashing import bulk_request_keys, request_keys
+from pipeline.engine.loop import request_frame, step_frame, timed_run
+from pipeline.engine.request import SimRequest
+from pipeline.fleet.routers.base import RouteRequest, Router
+from pipeline.fleet.view import FleetView
+
+__all__ = ["FleetResult", "simulate_fleet"]
+
+_STUCK_CALLS = 64
+StepMs = Callable[[StepRecord], float]
+RunMs = Callable[[int, int, int], np.ndarray]
+
+
+@dataclass(frozen=True)
+class FleetResult:
+    """``requests``: one row per request (input order) with its ``instance`` and the
+    router's ``decision``; ``steps``: one row per batch with its ``instance``."""
+
+    requests: pl.DataFrame
+    steps: pl.DataFrame
+
+
+class _Instance:
+    def __init__(self, index: int, engine: EngineSim, step_ms: StepMs,
+                 run_ms: RunMs | None) -> None:
+        self.index, self.engine, self.step_ms, self.run_ms = index, engine, step_ms, run_ms
+        self.now = 0.0
+        self.requests: list[SimRequest] = []
+        self.arrival: list[float] = []
+        self.records: list[StepRecord] = []
+        self.runs: list = []                  # stretches of pure decode steps (DecodeRun)
+        self.starts: dict[int, float] = {}
+        self.ends: dict[int, float] = {}
+        self.open: list[list] = []            # [record, first tokens heard, finishes heard]
+        self.idle_calls = 0
+
+
+def _per_instance(value, n: int, what: str) -> list:
+    values = list(value) if isinstance(value, (list, tuple)) else [value] * n
+    if len(values) != n:
+        raise ValueError(f"{what}: one per instance ({n}), got {len(values)}")
+    return values
+
+
+def simulate_fleet(requests: Sequence[SimRequest], config: SchedulerConfig | Sequence,
+                   router: Router, step_ms: StepMs | Sequence[StepMs], *,
+                   cpu_tiers: Sequence | None = None, staleness_ms: float = 0.0,
+                   decode_run_ms: RunMs | Sequence[RunMs | None] | None = None
+                   ) -> FleetResult:
+    """Route ``requests`` (numbered 0..n-1, arrivals ``arrival_s`` non-decreasing) over
+    ``router.num_instances`` engines (``config`` and ``step_ms``: one, or one per
+    instance; ``cpu_tiers``: one CPU-tier object per instance, or None).
+
+    ``decode_run_ms(num_running, context_base, count)`` (a step-time model's, equal to
+    ``step_ms`` of each pure decode step): an instance then runs a stretch of pure decode
+    steps at once, up to the next arrival (and the stale view's next refresh); the same
+    result as step by step, faster."""
+    n_inst = router.num_instances
+    configs = _per_instance(config, n_inst, "config")
+    models = _per_instance(step_ms, n_inst, "step_ms")
+    run_models = _per_instance(decode_run_ms, n_inst, "decode_run_ms")
+    tiers = list(cpu_tiers) if cpu_tiers is not None else [None] * n_inst
+    if len(tiers) != n_inst:
+        raise ValueError(f"cpu_tiers: one per instance ({n_inst}), got {len(tiers)}")
+    if len({c.block_size for c in configs}) != 1:
+        raise ValueError("every instance needs the same block size (the router hashes once)")
+    if any(r.index != i for i, r in enumerate(requests)):
+        raise ValueError("requests must be numbered 0..n-1 in input order")
+    due = np.array([(r.arrival_s or 0.0) * 1000.0 for r in requests], dtype=np.float64)
+    if due.size and np.any(np.diff(due) < 0):
+        raise ValueError("arrivals must be non-decreasing in input order")
+    fleet = [_Instance(i, EngineSim(configs[i], tiers[i]), models[i], run_models[i])
+             for i in range(n_inst)]
+    view = FleetView([inst.engine for inst in fleet], staleness_ms)
+    heard: list = []                          # (time, order, kind, instance, request)
+    routed: dict[int, RouteRequest] = {}
+    placement = np.zeros(len(requests), dtype=np.int64)
+    decisions: list[str] = [""] * len(requests)
+    pointer, order = 0, 0
+    block_size = configs[0].block_size
+    keys_of = bulk_request_keys(requests, block_size)    # each request hashed once
+
+    def hear(until: float) -> None:
+        while heard and heard[0][0] <= until:
+            _, _, kind, instance, index = heapq.heappop(heard)
+            if kind == 0:
+                router.on_first_token(instance, routed[index])
+            else:
+                router.on_finish(instance, routed[index])
+                view.outstanding[instance] -= 1
+
+    while True:
+        t_arrival = due[pointer] if pointer < len(requests) else np.inf
+        nxt, t_step = None, np.inf
+        for inst in fleet:                    # the earliest busy instance, lowest index
+            if inst.now < t_step and inst.engine.has_work():
+                nxt, t_step = inst, inst.now
+        if t_arrival == np.inf and nxt is None:
+            break
+        if t_arrival <= t_step:
+            now = float(t_arrival)
+            hear(now)
+            view.advance(now)
+            sim = requests[pointer]
+            prompt = len(sim.prompt_token_ids)
+            keys = keys_of[pointer] or request_keys(sim, block_size)
+            keys_of[pointer] = None
+            request = RouteRequest(sim.index, keys[:prompt // block_size], prompt, now,
+                                   sim.session)
+            choice, decision = router.route(request, view)
+            if not 0 <= choice < n_inst:
+                raise RuntimeError(f"router {router.NAME} chose instance {choice}")
+            inst = fleet[choice]
+            if not inst.engine.has_work():
+                inst.now = max(inst.now, now)
+            inst.engine.add_request(sim, keys)
+            inst.requests.append(sim)
+            inst.arrival.append(now)
+            routed[sim.index] = request
+            placement[sim.index], decisions[sim.index] = choice, decision
+            view.outstanding[choice] += 1
+            pointer += 1
+            continue
+        inst = nxt
+        hear(inst.now)
+        view.advance(inst.now)
+        run = None
+        if inst.run_ms is not None:           # pure decode steps before the next event
+            bound = min(t_arrival, view.next_refresh) if view.stale else t_arrival
+            run = timed_run(inst.engine, inst.run_ms, inst.now,
+                            None if bound == np.inf else float(bound))
+        if run is not None:
+            run, durations = run
+            run.durations = durations
+            inst.runs.append(run)
+            for j, duration in enumerate(durations):
+                inst.starts[run.first_step + j] = inst.now
+                inst.now += duration
+                inst.ends[run.first_step + j] = inst.now
+            inst.idle_calls = 0
+            if run.tail is not None:          # async: the batch still in flight
+                inst.open.append([run.tail, 0, 0])
+        elif (record := inst.engine.step()) is None:
+            inst.idle_calls += 1
+            if inst.idle_calls > _STUCK_CALLS:
+                raise RuntimeError(f"instance {inst.index} schedules nothing while requests "
+                                   "wait (a request that can never fit)")
+        else:
+            inst.idle_calls = 0
+            inst.records.append(record)
+            inst.starts[record.step] = inst.now
+            record.duration_ms = float(inst.step_ms(record))
+            inst.now += record.duration_ms
+            inst.ends[record.step] = inst.now
+            inst.open.append([record, 0, 0])
+        for entry in inst.open:               # outputs processed by this call
+            rec, firsts, finishes = entry
+            when = inst.ends[rec.step]
+            for index in rec.first_tokens[firsts:]:
+                heapq.heappush(heard, (when, order, 0, inst.index, index))
+                order += 1
+            for index in rec.finished[finishes:]:
+                heapq.heappush(heard, (when, order, 1, inst.index, index))
+                order += 1
+            entry[1], entry[2] = len(rec.first_tokens), len(rec.finished)
+        inst.open = inst.open[-3:]
+    return _fleet_frames(fleet, placement, decisions)
+
+
+def _fleet_frames(fleet: list[_Instance], placement: np.ndarray,
+                  decisions: list[str]) -> FleetResult:
+    frames, steps = [], []
+    for inst in fleet:
+        if inst.requests:
+            frame = request_frame(inst.engine, inst.requests, np.array(inst.arrival),
+                                   True, inst.starts, inst.ends)
+            frames.append(frame.with_columns(instance=pl.lit(inst.index, pl.Int64)))
+        steps.append(step_frame(inst.records, inst.runs, True, inst.starts, inst.ends)
+                     .with_columns(instance=pl.lit(inst.index, pl.Int64)))
+    requests = (pl.concat(frames).sort("request") if frames else pl.DataFrame())
+    if frames:
+        requests = requests.with_columns(
+            decision=pl.Series([decisions[i] for i in requests["request"].to_list()],
+                               dtype=pl.String))
+        requests = requests.select("request", "instance", "decision",
+                                   pl.exclude("request", "instance", "decision"))
+    steps_frame = pl.concat(steps).select("instance", pl.exclude("instance"))
+    return FleetResult(requests, steps_frame)

@@ -1,0 +1,124 @@
+"""The fleet command's options: the sweep axes, routers, engine limits and executors."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from pipeline.arguments import non_negative_float, non_negative_int, positive_int
+from pipeline.engine.options import add_engine_arguments
+from pipeline.fleet.routers import ROUTERS, router_class
+from pipeline.fleet.sweep import EXECUTORS
+from pipeline.steptime.options import add_latency_arguments
+
+__all__ = ["add_fleet_arguments", "router_list", "instance_list", "block_list", "load_list"]
+
+
+def _items(text: str, what: str) -> list[str]:
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError(f"empty {what} list {text!r}")
+    return parts
+
+
+def router_list(text: str) -> list[str]:
+    """argparse type: comma-separated router names of the registry."""
+    names = _items(text, "router")
+    for name in names:
+        try:
+            router_class(name)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return list(dict.fromkeys(names))
+
+
+def _int_list(text: str, what: str, low: int) -> list[int]:
+    try:
+        values = [int(part) for part in _items(text, what)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") \
+            from None
+    if any(value < low for value in values):
+        raise argparse.ArgumentTypeError(f"{what} must be >= {low}, got {text!r}")
+    return sorted(set(values))
+
+
+def instance_list(text: str) -> list[int]:
+    """argparse type: instance counts >= 1."""
+    return _int_list(text, "instance counts", 1)
+
+
+def block_list(text: str) -> list[int]:
+    """argparse type: GPU blocks per instance >= 2 (vLLM's num_gpu_blocks, null block in)."""
+    return _int_list(text, "GPU block counts", 2)
+
+
+def load_list(text: str) -> list[float]:
+    """argparse type: arrival-rate multipliers > 0."""
+    try:
+        values = [float(part) for part in _items(text, "load")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") \
+            from None
+    if any(not value > 0 or value == float("inf") for value in values):
+        raise argparse.ArgumentTypeError(f"loads must be finite and > 0, got {text!r}")
+    return sorted(set(values))
+
+
+def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
+    """Everything but the workload."""
+    fleet = parser.add_argument_group("fleet (each combination is one point of the sweep)")
+    fleet.add_argument("--instances", type=instance_list, default=[2], metavar="N[,N...]",
+                       help="engine instances behind the router (default 2)")
+    fleet.add_argument("--router", type=router_list, default=["round-robin"],
+                       metavar="NAME[,NAME...]",
+                       help=f"routers: {', '.join(ROUTERS)} (default round-robin)")
+    fleet.add_argument("--router-option", action="append", default=[],
+                       metavar="ROUTER.OPTION=VALUE",
+                       help="a router parameter (repeat); --list-routers shows them with "
+                            "the projects' defaults")
+    fleet.add_argument("--list-routers", action="store_true",
+                       help="print every router with its parameters and sources, and exit")
+    fleet.add_argument("--gpu-blocks", type=block_list, default=[2048], metavar="N[,N...]",
+                       help="KV capacity per instance in blocks (vLLM's num_gpu_blocks, "
+                            "the null block included) (default 2048)")
+    fleet.add_argument("--load", type=load_list, default=[1.0], metavar="X[,X...]",
+                       help="arrival-rate multipliers: arrival times are divided by X "
+                            "(default 1)")
+    fleet.add_argument("--seed", type=non_negative_int, default=0,
+                       help="seed of the random router and of random tie-breaks "
+                            "(default %(default)s)")
+    fleet.add_argument("--staleness-ms", type=non_negative_float, default=0.0, metavar="MS",
+                       help="the router's view of engine state (cache contents, queues, KV "
+                            "usage) is refreshed every MS ms of simulated time; 0: exact, "
+                            "live (the oracle view) (default 0)")
+    engine = add_engine_arguments(parser, "engine (per instance; a model of vLLM v1)")
+    engine.add_argument("--cpu-shared", action="store_true",
+                        help="one CPU pool of --cpu-tokens shared by every instance (as a "
+                             "Mooncake store or LMCache remote backend: a chunk stored by one "
+                             "instance loads on any; reloads cost the roofline's "
+                             "--host-link-gbps) instead of one per instance")
+    add_latency_arguments(parser)
+    run = parser.add_argument_group("sweep execution and outputs")
+    run.add_argument("--executor", choices=EXECUTORS, default="local",
+                     help="local: a process pool; ray: Ray tasks (ray.init() starts a local "
+                          "Ray unless --ray-address) (default local)")
+    run.add_argument("--jobs", type=positive_int, default=os.cpu_count() or 1,
+                     help="worker processes (local), CPUs of a local Ray (default: the CPU "
+                          "count)")
+    run.add_argument("--ray-address", metavar="HOST:PORT",
+                     help="join this Ray cluster instead of starting a local one")
+    run.add_argument("--retries", type=non_negative_int, default=1,
+                     help="times a failed or killed point is run again (default 1)")
+    run.add_argument("--resume", action="store_true",
+                     help="keep the finished points of OUT and run only the others")
+    run.add_argument("--out", default="reports/fleet", metavar="DIR",
+                     help="output folder (default %(default)s)")
+    plan = parser.add_argument_group("plan: the smallest fleet memory per router that meets a "
+                                     "target, among the swept points")
+    plan.add_argument("--target-ttft-p90-ms", type=non_negative_float, metavar="MS",
+                      help="TTFT p90 at most MS")
+    plan.add_argument("--target-hit-ratio", type=non_negative_float, metavar="R",
+                      help="prefix hit ratio (GPU + CPU) at least R")
+    run.add_argument("--json", action="store_true",
+                     help="print one JSON object per (router, point)")

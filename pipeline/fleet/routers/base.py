@@ -1,0 +1,150 @@
+"""What every router gets: the request as the router sees it, a view of the instances, and
+the options it declares.
+
+A router is a class with ``NAME``, ``PARAMETERS`` (option name -> ``Parameter``, with the
+project's default) and ``route(request, view) -> (instance, decision)``; ``decision`` is a
+short label of the rule that chose (``"cache-hit"``, ``"balance"``, ...), kept per request.
+Routers that keep router-side state hear ``on_first_token`` and ``on_finish``.
+
+The view (``InstanceView``) answers what a deployed router can know: its own count of the
+requests it routed and that have not finished (``routed_outstanding``, always fresh: the
+router owns it), and engine-side state (waiting/running counts, KV usage, which prefix
+blocks an instance holds), which a stale view answers as of its last refresh.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Protocol, Sequence
+
+import numpy as np
+
+__all__ = ["Parameter", "RouteRequest", "InstanceView", "Router", "rng_for", "max_score_pick"]
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One router option: its default (the project's), type and one line of help."""
+
+    default: Any
+    kind: Callable[[str], Any]
+    help: str
+
+
+@dataclass(frozen=True)
+class RouteRequest:
+    """A request as the router sees it: ``hashes`` = the full-block hashes of its prompt,
+    computed as the engine computes them (what llm-d's and Dynamo's routers hash)."""
+
+    index: int
+    hashes: Sequence[Any]
+    prompt_tokens: int
+    arrival_ms: float
+    session: str | None = None
+
+
+class InstanceView(Protocol):
+    """What a router may read about the instances."""
+
+    num_instances: int
+    block_size: int
+
+    def routed_outstanding(self, instance: int) -> int: ...
+    def num_waiting(self, instance: int) -> int: ...
+    def num_running(self, instance: int) -> int: ...
+    def kv_usage(self, instance: int) -> float: ...
+    def cached_blocks(self, instance: int, hashes: Sequence[Any]) -> int: ...
+    def cached_block_count(self, instance: int) -> int: ...
+    def gpu_blocks(self, instance: int) -> int: ...
+
+
+class Router:
+    """Base class: options checked against ``PARAMETERS`` and filled with the defaults."""
+
+    NAME: ClassVar[str] = ""
+    PARAMETERS: ClassVar[dict[str, Parameter]] = {}
+
+    def __init__(self, num_instances: int, block_size: int, seed: int = 0,
+                 **options: Any) -> None:
+        if num_instances < 1:
+            raise ValueError(f"need at least 1 instance, got {num_instances}")
+        unknown = sorted(set(options) - set(self.PARAMETERS))
+        if unknown:
+            raise ValueError(f"router {self.NAME} has no option {unknown[0]!r} "
+                             f"(options: {', '.join(self.PARAMETERS) or 'none'})")
+        self.num_instances = num_instances
+        self.block_size = block_size
+        self.seed = seed
+        self.options = {name: options.get(name, parameter.default)
+                        for name, parameter in self.PARAMETERS.items()}
+
+    def route(self, request: RouteRequest, view: InstanceView) -> tuple[int, str]:
+        raise NotImplementedError
+
+    def on_first_token(self, instance: int, request: RouteRequest) -> None:
+        """The request's first token was sampled (its prefill is done)."""
+
+    def on_finish(self, instance: int, request: RouteRequest) -> None:
+        """The request finished on ``instance``."""
+
+
+def max_score_pick(scores: Sequence[float], rng: np.random.Generator) -> int:
+    """llm-d's max-score picker (``picker/maxscore/picker.go``): shuffle the endpoints, sort
+    them stably by score, take the first: the best score, ties at random."""
+    best = max(scores)
+    return next(int(i) for i in rng.permutation(len(scores)) if scores[i] == best)
+
+
+def rng_for(seed: int, name: str) -> np.random.Generator:
+    """A router's own generator: the same seed gives each router its own stream."""
+    return np.random.default_rng([seed, sum(name.encode())])
+
+
+@dataclass
+class StaticView:
+    """A view over plain lists (tests, references): ``cached`` = per instance the set of
+    block hashes it holds; prefix hits are the leading run of ``hashes`` in that set."""
+
+    num_instances: int
+    block_size: int = 16
+    outstanding: list[int] = field(default_factory=list)
+    waiting: list[int] = field(default_factory=list)
+    running: list[int] = field(default_factory=list)
+    usage: list[float] = field(default_factory=list)
+    cached: list[set] = field(default_factory=list)
+    blocks: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        n = self.num_instances
+        self.outstanding = self.outstanding or [0] * n
+        self.waiting = self.waiting or [0] * n
+        self.running = self.running or [0] * n
+        self.usage = self.usage or [0.0] * n
+        self.cached = self.cached or [set() for _ in range(n)]
+        self.blocks = self.blocks or [0] * n
+
+    def routed_outstanding(self, instance: int) -> int:
+        return self.outstanding[instance]
+
+    def num_waiting(self, instance: int) -> int:
+        return self.waiting[instance]
+
+    def num_running(self, instance: int) -> int:
+        return self.running[instance]
+
+    def kv_usage(self, instance: int) -> float:
+        return self.usage[instance]
+
+    def cached_blocks(self, instance: int, hashes: Sequence[Any]) -> int:
+        count = 0
+        for block in hashes:
+            if block not in self.cached[instance]:
+                break
+            count += 1
+        return count
+
+    def cached_block_count(self, instance: int) -> int:
+        return len(self.cached[instance])
+
+    def gpu_blocks(self, instance: int) -> int:
+        return self.blocks[instance]

@@ -1,0 +1,193 @@
+"""A sweep: every (router, instances, GPU blocks per instance, load) point of one workload
+is an independent fleet simulation, run on a local process pool or on Ray, written as one
+Parquet dataset partitioned by point.
+
+``OUT/requests/point=KEY/part-0.parquet`` holds a point's per-request rows and
+``OUT/steps/point=KEY/part-0.parquet`` its batches (hive partitioning: read the folder with
+``pyarrow.dataset.dataset(..., partitioning="hive")`` or polars' ``scan_parquet``). A point's
+files are written when it finishes (steps first, requests last, each through a temporary
+name), so a killed sweep leaves only whole points and ``--resume`` skips the points whose
+requests file exists. The executors run the same function on the same inputs, so their
+results are equal row for row.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as futures
+import multiprocessing as mp
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow.parquet as pq
+
+from pipeline.engine.config import SchedulerConfig
+from pipeline.fleet.loop import simulate_fleet
+from pipeline.fleet.routers import make_router
+from pipeline.fleet.workload import Workload, requests_at_load
+
+__all__ = ["Point", "Settings", "run_point", "run_sweep", "point_path", "EXECUTORS"]
+
+EXECUTORS = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One simulation of the sweep."""
+
+    router: str
+    instances: int
+    gpu_blocks: int
+    load: float
+
+    @property
+    def key(self) -> str:
+        """The partition value: safe in a path, unique per point."""
+        return f"{self.router}_n{self.instances}_b{self.gpu_blocks}_l{self.load:g}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What every point shares: scheduler limits (``num_gpu_blocks`` set per point), the
+    step-time model, router options and seed, the view's staleness, and the CPU tier
+    factory (called once per instance, or once for a pool all instances share), or None."""
+
+    config: SchedulerConfig
+    step_model: Any
+    router_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    seed: int = 0
+    staleness_ms: float = 0.0
+    cpu_tier: Callable[[], Any] | None = None
+    cpu_shared: bool = False
+
+
+def run_point(settings: Settings, point: Point, workload: Workload) -> tuple[pl.DataFrame,
+                                                                              pl.DataFrame]:
+    """Simulate ``point``: (per-request frame, per-batch frame), both with the point's
+    columns."""
+    config = replace(settings.config, num_gpu_blocks=point.gpu_blocks)
+    router = make_router(point.router, point.instances, config.block_size, settings.seed,
+                         **settings.router_options.get(point.router, {}))
+    if settings.cpu_tier is None:
+        tiers = None
+    elif settings.cpu_shared:                 # one pool: a block one instance stored,
+        tiers = [settings.cpu_tier()] * point.instances     # any instance can load
+    else:
+        tiers = [settings.cpu_tier() for _ in range(point.instances)]
+    result = simulate_fleet(requests_at_load(workload, point.load), config, router,
+                            settings.step_model.step_ms, cpu_tiers=tiers,
+                            staleness_ms=settings.staleness_ms,
+                            decode_run_ms=getattr(settings.step_model, "decode_run_ms", None))
+    columns = dict(point=pl.lit(point.key), router=pl.lit(point.router),
+                   instances=pl.lit(point.instances, pl.Int64),
+                   gpu_blocks=pl.lit(point.gpu_blocks, pl.Int64),
+                   load=pl.lit(point.load, pl.Float64))
+    first = list(columns)
+    return tuple(frame.with_columns(**columns).select(*first, pl.exclude(*first))
+                 for frame in (result.requests, result.steps))
+
+
+def point_path(out: Path, table: str, point: Point) -> Path:
+    """``OUT/<table>/point=KEY/part-0.parquet``."""
+    return out / table / f"point={point.key}" / "part-0.parquet"
+
+
+def _write(frame: pl.DataFrame, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    os.close(fd)
+    try:
+        pq.write_table(frame.drop("point").to_arrow(), tmp, compression="zstd")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_point(out: Path, point: Point, frames: tuple[pl.DataFrame, pl.DataFrame]) -> None:
+    """A point's steps, then its requests (the marker of a finished point)."""
+    _write(frames[1], point_path(out, "steps", point))
+    _write(frames[0], point_path(out, "requests", point))
+
+
+# ------------------------------------------------------------------ executors
+_WORKLOAD: Workload | None = None
+
+
+def _init_worker(workload: Workload) -> None:
+    global _WORKLOAD
+    _WORKLOAD = workload
+
+
+def _run_in_worker(settings: Settings, point: Point):
+    return run_point(settings, point, _WORKLOAD)
+
+
+def _local(settings: Settings, points: list[Point], workload: Workload,
+           jobs: int) -> Iterator[tuple[Point, Any, BaseException | None]]:
+    """Run ``points`` on a process pool (one workload copy per worker)."""
+    if jobs <= 1:
+        for point in points:
+            try:
+                yield point, run_point(settings, point, workload), None
+            except Exception as exc:                       # reported by point
+                yield point, None, exc
+        return
+    # spawn, not fork: a forked child of a process whose polars thread pool runs can
+    # deadlock (polars' documentation says so)
+    with futures.ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"),
+                                     initializer=_init_worker, initargs=(workload,)) as pool:
+        pending = {pool.submit(_run_in_worker, settings, point): point for point in points}
+        for future in futures.as_completed(pending):
+            point = pending[future]
+            try:
+                yield point, future.result(), None
+            except Exception as exc:                       # incl. a killed worker
+                yield point, None, exc
+
+
+def _ray(settings: Settings, points: list[Point], workload: Workload,
+         retries: int) -> Iterator[tuple[Point, Any, BaseException | None]]:
+    """Run ``points`` as Ray tasks (``ray.init`` already done); a task that raises or whose
+    worker dies is retried ``retries`` times by Ray itself."""
+    import ray
+
+    remote = ray.remote(max_retries=retries, retry_exceptions=True)(run_point)
+    shared = ray.put(workload)
+    pending = {remote.remote(settings, point, shared): point for point in points}
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1)
+        ref = done[0]
+        point = pending.pop(ref)
+        try:
+            yield point, ray.get(ref), None
+        except Exception as exc:                           # RayTaskError, WorkerCrashedError
+            yield point, None, exc
+
+
+def run_sweep(settings: Settings, points: list[Point], workload: Workload, out: Path, *,
+              executor: str = "local", jobs: int = 2, retries: int = 1,
+              on_saved: Callable[[Point], None] | None = None) -> dict[Point, BaseException]:
+    """Run and save every point. A failed point is tried again up to ``retries`` times
+    (local: in a fresh pool; Ray: by Ray, when its worker died); the others are kept.
+    Returns point -> its last error for the points that never finished."""
+    todo, failed = list(points), {}
+    for _ in range(1 if executor == "ray" else retries + 1):
+        results = (_ray(settings, todo, workload, retries) if executor == "ray"
+                   else _local(settings, todo, workload, jobs))
+        failed = {}
+        for point, frames, error in results:
+            if error is None:
+                save_point(out, point, frames)
+                if on_saved is not None:
+                    on_saved(point)
+            else:
+                failed[point] = error
+        todo = [point for point in todo if point in failed]
+        if not todo:
+            break
+    return failed

@@ -1,0 +1,93 @@
+"""What the router sees of the instances: live (an oracle of engine state) or stale.
+
+Router-side state (the requests it routed that have not finished) is always current: the
+router owns it. Engine-side state (waiting and running counts, KV usage, the prefix blocks
+an instance holds) is read live with ``staleness_ms=0``; with ``staleness_ms=S`` it is a
+snapshot refreshed at every multiple of S ms of simulated time (as metric scrapes and
+batched KV events would deliver it), so the router's view lags by 0..S ms.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from pipeline.engine.core import EngineSim
+
+__all__ = ["FleetView", "cached_keys"]
+
+
+def cached_keys(engine: EngineSim) -> set:
+    """The block keys in ``engine``'s GPU prefix cache now (its block pool's hash map,
+    which drops a key when its last block is evicted)."""
+    return set(engine.pool.cached)
+
+
+class FleetView:
+    """The ``InstanceView`` of a running fleet."""
+
+    def __init__(self, engines: Sequence[EngineSim], staleness_ms: float = 0.0) -> None:
+        if staleness_ms < 0:
+            raise ValueError(f"staleness must be >= 0 ms, got {staleness_ms}")
+        self.engines = list(engines)
+        self.num_instances = len(self.engines)
+        self.block_size = self.engines[0].block_size
+        self.outstanding = [0] * self.num_instances
+        self.staleness_ms = staleness_ms
+        self.stale = staleness_ms > 0
+        self.epoch = 0
+        self.next_refresh = 0.0
+        self.snapshot: list[tuple[int, int, float, set]] = []
+
+    def advance(self, now: float) -> None:
+        """Before an event at ``now``: a stale view refreshes when a period has passed."""
+        if not self.stale:
+            self.epoch += 1
+            return
+        if now >= self.next_refresh:
+            self.snapshot = [(e.num_waiting, e.num_running, self._usage(e), cached_keys(e))
+                             for e in self.engines]
+            self.epoch += 1
+            self.next_refresh = (now // self.staleness_ms + 1) * self.staleness_ms
+
+    @staticmethod
+    def _usage(engine: EngineSim) -> float:
+        """vLLM's ``BlockPool.get_usage``: 1 - free / (num_gpu_blocks - 1)."""
+        return 1.0 - engine.free_blocks / max(engine.config.num_gpu_blocks - 1, 1)
+
+    def routed_outstanding(self, instance: int) -> int:
+        return self.outstanding[instance]
+
+    def num_waiting(self, instance: int) -> int:
+        if self.stale:
+            return self.snapshot[instance][0]
+        return self.engines[instance].num_waiting
+
+    def num_running(self, instance: int) -> int:
+        if self.stale:
+            return self.snapshot[instance][1]
+        return self.engines[instance].num_running
+
+    def kv_usage(self, instance: int) -> float:
+        if self.stale:
+            return self.snapshot[instance][2]
+        return self._usage(self.engines[instance])
+
+    def cached_blocks(self, instance: int, hashes: Sequence[Any]) -> int:
+        if not self.stale:
+            return self.engines[instance].cached_prefix_blocks(hashes)
+        keys = self.snapshot[instance][3]
+        count = 0
+        for key in hashes:
+            if key not in keys:
+                break
+            count += 1
+        return count
+
+    def gpu_blocks(self, instance: int) -> int:
+        """vLLM's num_gpu_blocks (its ``CacheNumBlocks`` metric): configuration, never stale."""
+        return self.engines[instance].config.num_gpu_blocks
+
+    def cached_block_count(self, instance: int) -> int:
+        if self.stale:
+            return len(self.snapshot[instance][3])
+        return len(self.engines[instance].pool.cached)

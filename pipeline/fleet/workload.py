@@ -1,0 +1,136 @@
+"""What the fleet serves: a trace or a generated pattern, as ``SimRequest`` lists.
+
+Traces are read as ``simulate`` reads them (``pipeline.engine.workload``: Mooncake's block
+ids become the engine's chained block keys, token-id JSONL keeps its tokens); the block
+patterns (long-doc-qa, multi-tenant, zipf) as ``simulate`` builds them; ``groups`` and
+``multi-turn`` (``pipeline.workloads.patterns``) as token ids with session ids. Arrivals
+are the trace's own, or Poisson at ``--rate`` (multi-turn: its own schedule). A sweep
+point's load divides every arrival time.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from pipeline.arguments import non_negative_float, positive_float, positive_int
+from pipeline.engine.request import SimRequest
+from pipeline.engine.workload import FORMATS, pattern_workload, read_workload, with_arrivals
+from pipeline.errors import CLIError
+from pipeline.replay.inputs import add_pattern_arguments
+from pipeline.workloads import patterns
+from pipeline.workloads.jsonl import TraceError
+
+__all__ = ["FLEET_PATTERNS", "Workload", "add_workload_arguments", "load_workload",
+           "requests_at_load"]
+
+FLEET_PATTERNS = (*patterns.PATTERNS, *patterns.TOKEN_PATTERNS)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Requests in arrival order (base arrivals in ``arrival_s``) and a label."""
+
+    label: str
+    requests: tuple[SimRequest, ...]
+
+    @property
+    def size(self) -> int:
+        return len(self.requests)
+
+
+def requests_at_load(workload: Workload, load: float) -> list[SimRequest]:
+    """Fresh copies of the requests with arrival times divided by ``load``."""
+    return [replace(r, arrival_s=(r.arrival_s or 0.0) / load) for r in workload.requests]
+
+
+def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
+    """TRACE or --pattern (``simulate``'s and ``trace``'s vocabulary, plus groups and
+    multi-turn)."""
+    parser.add_argument("trace", nargs="?", metavar="TRACE",
+                        help="trace file (JSONL, --format); or give --pattern")
+    parser.add_argument("--format", choices=FORMATS, default="mooncake",
+                        help="mooncake: {timestamp, input_length, output_length, hash_ids}; "
+                             "tokens: {prompt_token_ids, max_tokens, arrival_time} "
+                             "(default %(default)s)")
+    parser.add_argument("--limit", type=positive_int, metavar="N",
+                        help="the trace's first N requests only")
+    add_pattern_arguments(parser)
+    pattern = next(a for a in parser._actions if a.dest == "pattern")
+    pattern.choices = FLEET_PATTERNS
+    pattern.help += ("; groups: groups x users, a system prompt per group and unique "
+                     "questions (llm-d's shared-prefix workload); multi-turn: chats with "
+                     "session ids that re-send earlier turns and answers")
+    parser.set_defaults(document_length=2000, num_requests=200)
+    group = parser.add_argument_group("groups and multi-turn patterns, arrivals")
+    group.add_argument("--groups", type=positive_int, default=4,
+                       help="groups: system prompts, each shared by --users users "
+                            "(default %(default)s)")
+    group.add_argument("--questions", type=positive_int, default=4,
+                       help="groups: questions per user (default %(default)s)")
+    group.add_argument("--sessions", type=positive_int, default=8,
+                       help="multi-turn: chats (default %(default)s)")
+    group.add_argument("--turns", type=positive_int, default=4,
+                       help="multi-turn: turns per chat; a turn's user message has "
+                            "--question-length tokens (default %(default)s)")
+    group.add_argument("--think-s", type=non_negative_float, default=2.0,
+                       help="multi-turn: seconds between a chat's turns (default %(default)s)")
+    group.add_argument("--output-tokens", type=positive_int, default=16,
+                       help="tokens each pattern request samples (token traces: lines "
+                            "without max_tokens) (default %(default)s)")
+    group.add_argument("--rate", type=positive_float, default=4.0,
+                       help="Poisson arrivals per second of patterns (multi-turn: chats "
+                            "starting per second) (default %(default)s)")
+
+
+def _token_pattern(args: argparse.Namespace) -> tuple[str, list[SimRequest], bool]:
+    """groups / multi-turn: (label, requests, whether arrivals are set)."""
+    if args.pattern == "groups":
+        made = patterns.tenant_groups(args.groups, args.users, args.questions,
+                                      args.system_prompt_length, args.question_length,
+                                      args.shuffle_seed)
+    else:
+        made = patterns.multi_turn(args.sessions, args.turns, args.system_prompt_length,
+                                   args.question_length, args.output_tokens, args.think_s,
+                                   args.rate, args.shuffle_seed)
+    arrivals = made.arrivals_s
+    requests = [SimRequest(i, prompt, args.output_tokens,
+                           arrival_s=None if arrivals is None else float(arrivals[i]),
+                           session=session,
+                           output_token_ids=None if output is None else output.tolist())
+                for i, (prompt, output, session)
+                in enumerate(zip(made.prompts, made.outputs, made.sessions))]
+    return f"--pattern {made.name}", requests, arrivals is not None
+
+
+def load_workload(args: argparse.Namespace) -> Workload:
+    """The trace or pattern the options name; CLIError (one line) on a user error."""
+    if (args.trace is None) == (args.pattern is None):
+        raise CLIError("give a TRACE or --pattern, not both or neither")
+    timed = True
+    try:
+        if args.trace is not None:
+            read = read_workload(args.trace, args.format, args.block_size, args.output_tokens)
+            requests, label = read.requests[:args.limit], str(args.trace)
+            timed = read.timed == "seconds"
+        elif args.pattern in patterns.TOKEN_PATTERNS:
+            label, requests, timed = _token_pattern(args)
+        else:
+            requests, label, timed = pattern_workload(args).requests, \
+                f"--pattern {args.pattern}", False
+    except TraceError as exc:
+        raise CLIError(str(exc)) from None
+    except OSError as exc:
+        raise CLIError(f"{args.trace}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise CLIError(f"--pattern {args.pattern}: {exc}") from None
+    if not requests:
+        raise CLIError("the workload has no requests")
+    if not timed:
+        with_arrivals(requests, "time", rate=args.rate, seed=args.shuffle_seed)
+    if any(r.arrival_s is None for r in requests):
+        raise CLIError(f"{label}: requests need arrival times (arrival_time) for the "
+                       "fleet's clock")
+    return Workload(label, tuple(requests))

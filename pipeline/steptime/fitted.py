@@ -1,0 +1,171 @@
+"""Fitted step-time coefficients: the ``Linear`` model and the JSON file ``fit`` writes.
+
+``step_ms = fixed_ms + prefill_token_ms x prefill tokens + context_token_ms x attended
+context + decode_seq_ms x decode sequences + reload_token_ms x reloaded tokens``, plus
+``attention_pair_ms x attention pairs`` when the file has that sixth coefficient (the
+query-key pairs under the causal mask, ``StepCost.attention_pairs``; absent = 0).
+
+The file (``{"kind": "fitted-step-time", "version": 1, ...}``, see ENGINE-SPEC) is checked
+whole by ``load_latency(path)``: a bad one is refused with one line naming the file and the
+field. A coefficient the fit could not identify (listed in ``unidentified``, its value null
+or a number) counts as 0 ms and the model's ``notes`` say so, as they say when the
+simulated prompts leave the fitted ``prompt_tokens_range``.
+
+>>> model = Linear({"fixed_ms": 3.0, "prefill_token_ms": 0.01, "context_token_ms": 0.0,
+...                 "decode_seq_ms": 0.2, "reload_token_ms": 0.001})
+>>> model.step_ms(StepCost(prefill_tokens=100, decode_seqs=5, context_tokens=900))
+5.0
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.steptime.cost import StepCost, step_cost
+
+__all__ = ["COEFFICIENTS", "OPTIONAL", "Linear", "load_latency", "FITTED_KIND"]
+
+COEFFICIENTS = ("fixed_ms", "prefill_token_ms", "context_token_ms", "decode_seq_ms",
+                "reload_token_ms")
+#: optional coefficients: absent means 0 (files written before they existed)
+OPTIONAL = ("attention_pair_ms",)
+FITTED_KIND = "fitted-step-time"
+
+
+@dataclass(frozen=True)
+class Linear:
+    """The linear step-time model over ``coefficients`` (every name of COEFFICIENTS)."""
+
+    coefficients: Mapping[str, float]
+    label: str = "fitted (coefficients given)"
+    provenance: str = "coefficients given directly"
+    notes: tuple[str, ...] = ()
+    kv_bytes_per_token: int | None = None
+    prompt_tokens_range: tuple[int, int] | None = None
+    unidentified: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        missing = [name for name in COEFFICIENTS if name not in self.coefficients]
+        if missing:
+            raise ValueError(f"missing coefficient(s) {', '.join(missing)}")
+
+    def step_ms(self, record: Any) -> float:
+        """Milliseconds of one executed batch."""
+        cost: StepCost = step_cost(record)
+        c = self.coefficients
+        ms = (c["fixed_ms"] + c["prefill_token_ms"] * cost.prefill_tokens
+              + c["context_token_ms"] * cost.context_tokens
+              + c["decode_seq_ms"] * cost.decode_seqs
+              + c["reload_token_ms"] * cost.reload_tokens)
+        pair = c.get("attention_pair_ms", 0.0)
+        if pair:
+            if cost.attention_pairs is None:
+                raise ValueError("attention_pair_ms needs the scheduled requests of a step "
+                                 "(a StepRecord), not only its totals")
+            ms += pair * cost.attention_pairs
+        return ms
+
+    def decode_run_ms(self, num_running: int, context_base: int, count: int) -> np.ndarray:
+        """Milliseconds of ``count`` consecutive pure decode steps (an engine DecodeRun):
+        step j has ``num_running`` decodes over ``context_base + num_running x j`` context
+        tokens (as many attention pairs), no prefill, no reload."""
+        c = self.coefficients
+        context = (context_base + num_running * np.arange(count)).astype(np.float64)
+        # step_ms's arithmetic in its order, so every element equals it bit for bit
+        ms = c["fixed_ms"] + c["context_token_ms"] * context + c["decode_seq_ms"] * num_running
+        pair = c.get("attention_pair_ms", 0.0)
+        return ms + pair * context if pair else ms
+
+    def range_note(self, prompt_tokens: Any) -> str | None:
+        """A note when prompts (an iterable of lengths) leave the fitted range, else None."""
+        if self.prompt_tokens_range is None:
+            return None
+        lengths = list(prompt_tokens)
+        if not lengths:
+            return None
+        lo, hi = self.prompt_tokens_range
+        outside = sum(1 for n in lengths if not lo <= n <= hi)
+        if not outside:
+            return None
+        return (f"{outside} of {len(lengths)} prompts lie outside the fitted prompt range "
+                f"{lo}..{hi} tokens: the fitted step time is extrapolated there")
+
+
+def _fail(path: Path, what: str) -> ValueError:
+    return ValueError(f"{path}: {what}")
+
+
+def _number(path: Path, where: str, value: Any, allow_null: bool = False) -> float | None:
+    if value is None and allow_null:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise _fail(path, f"{where} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def load_latency(path: str | Path) -> Linear:
+    """The ``Linear`` model of a fitted-step-time JSON file; ValueError naming the file."""
+    path = Path(path)
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise _fail(path, f"cannot read it ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise _fail(path, "not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}:{exc.lineno}: not JSON ({exc.msg})") from None
+    if not isinstance(document, dict) or document.get("kind") != FITTED_KIND:
+        raise _fail(path, f'not a fitted step-time file (expected "kind": "{FITTED_KIND}")')
+    if document.get("version") != 1:
+        raise _fail(path, f"version {document.get('version')!r} is not supported (expected 1)")
+    given = document.get("coefficients")
+    if not isinstance(given, dict):
+        raise _fail(path, '"coefficients" must be an object')
+    names = COEFFICIENTS + OPTIONAL
+    unidentified = document.get("unidentified", [])
+    if not isinstance(unidentified, list) or any(n not in names for n in unidentified):
+        raise _fail(path, f'"unidentified" must list coefficient names of '
+                          f'{", ".join(names)}, got {unidentified!r}')
+    coefficients, notes = {}, []
+    for name in names:
+        if name not in given:
+            if name in OPTIONAL:
+                continue
+            raise _fail(path, f'"coefficients" lacks {name}')
+        value = _number(path, f"coefficients.{name}", given[name], name in unidentified)
+        if name in unidentified:
+            notes.append(f"{name} was not identified by the fit: taken as 0 ms")
+            value = 0.0
+        coefficients[name] = value
+    kv = document.get("kv_bytes_per_token")
+    if kv is not None and (isinstance(kv, bool) or not isinstance(kv, int) or kv < 1):
+        raise _fail(path, f"kv_bytes_per_token must be an integer >= 1, got {kv!r}")
+    span = document.get("prompt_tokens_range")
+    if span is not None:
+        if (not isinstance(span, list) or len(span) != 2
+                or not all(isinstance(v, int) and not isinstance(v, bool) for v in span)
+                or span[0] > span[1]):
+            raise _fail(path, f"prompt_tokens_range must be [lo, hi] integers, got {span!r}")
+        span = (span[0], span[1])
+    stderr = document.get("stderr") or {}
+    engine, served = document.get("engine", "?"), document.get("served_model", "?")
+    sources = document.get("source") or []
+    errors = ", ".join(f"{name} {coefficients[name]:.4g} ± {stderr[name]:.2g}"
+                       if isinstance(stderr.get(name), (int, float)) else
+                       f"{name} {coefficients[name]:.4g}" for name in coefficients)
+    provenance = (f"fitted by least squares ({engine}, {served}) from "
+                  f"{', '.join(map(str, sources)) or 'unnamed files'}: {errors}")
+    if isinstance(document.get("provenance"), str):
+        provenance += f"; the file says: {document['provenance']}"
+    held = document.get("held_at_zero")
+    if isinstance(held, list) and held:
+        notes.append(f"{', '.join(map(str, held))} held at 0 by the fit")
+    return Linear(coefficients, f"fitted ({path.name}: {engine}, {served})", provenance,
+                  tuple(notes), kv, span, tuple(unidentified))

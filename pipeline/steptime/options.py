@@ -1,0 +1,97 @@
+"""The step-time options of a command: ``--latency roofline|FILE`` and the GPU preset.
+
+``add_latency_arguments(parser)`` adds them; ``latency_from_args(args)`` returns the chosen
+``StepTimeModel`` (None without ``--latency``), or raises CLIError naming the option. The
+roofline's model shape is ``--model-shape``, else the ``--model`` preset (the KV options'
+default model when none is given).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from pipeline.arguments import non_negative_float, positive_float
+from pipeline.errors import CLIError
+from pipeline.kvsize import DEFAULT_PRESET, model_shape, parse_model_shape
+from pipeline.steptime.cost import StepTimeModel
+from pipeline.steptime.fitted import load_latency
+from pipeline.steptime.gpus import GPUS, custom_gpu, gpu_preset
+from pipeline.steptime.roofline import DEFAULT_OVERHEAD_MS, Roofline
+
+__all__ = ["add_latency_arguments", "latency_from_args"]
+
+GPU_NAMES = [gpu.name.split()[0] for gpu in GPUS.values()] + ["custom"]
+
+
+def add_latency_arguments(parser: argparse.ArgumentParser, latency: bool = True) -> None:
+    """--latency (unless the command has its own), --gpu-type and the figures that override
+    or define a GPU."""
+    group = parser.add_argument_group(
+        "step time (turns each batch into milliseconds: the time clock)")
+    if latency:
+        group.add_argument("--latency", metavar="roofline|FILE", default=None,
+                           help="roofline: from the model's shape and the GPU's peaks (a "
+                                "lower bound, labelled roofline); FILE: fitted coefficients "
+                                "written by fit (JSON, kind fitted-step-time)")
+    group.add_argument("--gpu-type", default="H100", metavar="NAME",
+                       help=f"GPU preset of the roofline: {', '.join(GPU_NAMES)} "
+                            f"(default %(default)s)")
+    group.add_argument("--gpu-tflops", type=positive_float, metavar="TFLOPS",
+                       help="peak dense bf16 TFLOP/s (custom, or overrides the preset)")
+    group.add_argument("--gpu-fp8-tflops", type=positive_float, metavar="TFLOPS",
+                       help="peak dense fp8 TFLOP/s (custom, or overrides the preset)")
+    group.add_argument("--gpu-hbm-gbps", type=positive_float, metavar="GB/S",
+                       help="memory bandwidth in GB/s (custom, or overrides the preset)")
+    group.add_argument("--host-link-gbps", type=positive_float, metavar="GB/S",
+                       help="host link for CPU-tier reloads in GB/s (custom, or overrides)")
+    group.add_argument("--weights", choices=("bf16", "fp8"), default="bf16",
+                       help="weight dtype of the roofline (default %(default)s)")
+    group.add_argument("--step-overhead-ms", type=non_negative_float,
+                       default=DEFAULT_OVERHEAD_MS, metavar="MS",
+                       help="fixed roofline overhead per step, an assumption "
+                            "(default %(default)s)")
+    group.add_argument("--model-shape", metavar="L,HIDDEN,INTER,HEADS,KV_HEADS,VOCAB[,tied]",
+                       help="the roofline's model shape instead of the --model preset")
+
+
+def _gpu(args: argparse.Namespace):
+    try:
+        base = None if args.gpu_type.lower() == "custom" else gpu_preset(args.gpu_type)
+        return custom_gpu(base, bf16_tflops=args.gpu_tflops, fp8_tflops=args.gpu_fp8_tflops,
+                          hbm_gbps=args.gpu_hbm_gbps, host_link_gbps=args.host_link_gbps)
+    except ValueError as exc:
+        raise CLIError(f"--gpu-type: {exc}") from None
+
+
+def _shape(args: argparse.Namespace):
+    if getattr(args, "model_shape", None):
+        try:
+            return parse_model_shape(args.model_shape)
+        except ValueError as exc:
+            raise CLIError(f"--model-shape: {exc}") from None
+    if getattr(args, "kv_shape", None) or getattr(args, "kv_bytes_per_token", None):
+        raise CLIError("--latency roofline: --kv-shape/--kv-bytes-per-token give no model "
+                       "shape; use --model PRESET or --model-shape")
+    try:
+        return model_shape(getattr(args, "model", None) or DEFAULT_PRESET)
+    except ValueError as exc:
+        raise CLIError(f"--model: {exc}") from None
+
+
+def latency_from_args(args: argparse.Namespace) -> StepTimeModel | None:
+    """The step-time model ``--latency`` chose, or None; CLIError naming the option."""
+    choice = getattr(args, "latency", None)
+    if choice is None:
+        return None
+    choice = str(choice)
+    if choice.lower() == "roofline":
+        gpu, shape = _gpu(args), _shape(args)
+        try:
+            return Roofline(shape, gpu, args.step_overhead_ms, args.weights)
+        except ValueError as exc:
+            raise CLIError(f"--weights: {exc}") from None
+    try:
+        return load_latency(Path(choice))
+    except ValueError as exc:
+        raise CLIError(f"--latency: {exc}") from None

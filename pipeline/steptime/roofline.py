@@ -1,0 +1,142 @@
+"""The roofline step-time model: a lower bound from a model's shape and a GPU's peaks.
+
+For one batch of T tokens (prefill tokens + decodes) over a dense model (``ModelShape``)::
+
+    FLOPs  = 2 x layer weights x T + 2 x vocab x hidden x sampled + 4 x layers x heads x
+             head_dim x attention pairs
+    bytes  = weight bytes (layers + LM head) + KV bytes per token x attended context
+    step   = overhead + max(FLOPs / peak FLOP/s, bytes / HBM bandwidth)
+             + reloaded tokens x KV bytes per token / host-link bandwidth
+
+A prefill-heavy batch lands on the compute roof, a decode batch on the memory roof (every
+weight read once per step, plus each sequence's KV); CPU-tier reloads cross the host link
+before the forward pass (not overlapped). The per-step overhead (scheduling, sampling,
+launch) is a fixed assumption. Every figure this gives is a roofline, labelled so.
+
+>>> from pipeline.kvsize import model_shape
+>>> from pipeline.steptime.gpus import gpu_preset
+>>> model = Roofline(model_shape("Llama-3.1-8B"), gpu_preset("H100"), overhead_ms=0.0)
+>>> round(model.step_ms(StepCost(0, 1, 1)), 2)   # one decode: 15.0 GB of weights / 3.35 TB/s
+4.48
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pipeline.kvsize import ModelShape
+from pipeline.steptime.cost import StepCost, step_cost  # noqa: F401 (StepCost: doctest)
+from pipeline.steptime.gpus import GpuPreset
+
+__all__ = ["Roofline", "WEIGHT_BYTES", "DEFAULT_OVERHEAD_MS"]
+
+WEIGHT_BYTES = {"bf16": 2, "fp8": 1}
+#: fixed per-step overhead (scheduler, sampler, kernel launches): an assumption, not a fit
+DEFAULT_OVERHEAD_MS = 2.0
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """Roofline step time of ``model`` on ``gpu``, weights in ``weights`` (bf16 or fp8), KV
+    cache in ``kv_dtype``, plus ``overhead_ms`` per step."""
+
+    model: ModelShape
+    gpu: GpuPreset
+    overhead_ms: float = DEFAULT_OVERHEAD_MS
+    weights: str = "bf16"
+    kv_dtype: str = "bf16"
+
+    def __post_init__(self) -> None:
+        if self.weights not in WEIGHT_BYTES:
+            raise ValueError(f"unknown weight dtype {self.weights!r}: expected bf16 or fp8")
+        if not self.overhead_ms >= 0:
+            raise ValueError(f"the step overhead must be >= 0 ms, got {self.overhead_ms}")
+        self.gpu.flops(self.weights)                 # fp8 on a chip without it: refused now
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return self.model.kv(self.kv_dtype).bytes_per_token
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes read per step: every decoder-layer weight and the LM head, once."""
+        return (self.model.layer_parameters + self.model.lm_head_parameters) \
+            * WEIGHT_BYTES[self.weights]
+
+    @property
+    def label(self) -> str:
+        return (f"roofline ({self.gpu.name.split()[0]}, {self.model.name}, {self.weights} "
+                f"weights)")
+
+    @property
+    def provenance(self) -> str:
+        return (f"roofline lower bound, not measured: {self.gpu.describe(self.weights)} "
+                f"[{self.gpu.source}]; {self.model.name} shape ({self.model.layers} layers, "
+                f"hidden {self.model.hidden_size}, intermediate {self.model.intermediate_size},"
+                f" {self.model.attention_heads}/{self.model.kv_heads} heads, vocab "
+                f"{self.model.vocab_size}) [{self.model.source or 'given'}]; "
+                f"{self.kv_bytes_per_token:,} KV bytes per token; fixed overhead "
+                f"{self.overhead_ms:g} ms per step (assumed)")
+
+    def parts(self, record: Any) -> dict[str, float]:
+        """compute_ms, memory_ms, reload_ms and overhead_ms of one step."""
+        cost = step_cost(record)
+        if cost.tokens == 0 and cost.reload_tokens == 0:
+            return {"compute_ms": 0.0, "memory_ms": 0.0, "reload_ms": 0.0,
+                    "overhead_ms": self.overhead_ms}
+        pairs = cost.attention_pairs if cost.attention_pairs is not None else cost.context_tokens
+        sampled = cost.sampled_seqs if cost.sampled_seqs is not None else cost.decode_seqs
+        m = self.model
+        flops = (2 * m.layer_parameters * cost.tokens + 2 * m.lm_head_parameters * sampled
+                 + 4 * m.layers * m.attention_heads * m.head_dim * pairs)
+        memory = self.weight_bytes + self.kv_bytes_per_token * cost.context_tokens
+        return {"compute_ms": 1e3 * flops / self.gpu.flops(self.weights),
+                "memory_ms": 1e3 * memory / (self.gpu.hbm_gbps * 1e9),
+                "reload_ms": 1e3 * cost.reload_tokens * self.kv_bytes_per_token
+                / (self.gpu.host_link_gbps * 1e9),
+                "overhead_ms": self.overhead_ms}
+
+    def decode_run_ms(self, num_running: int, context_base: int, count: int) -> np.ndarray:
+        """Milliseconds of ``count`` consecutive pure decode steps (an engine DecodeRun):
+        step j has ``num_running`` decodes over ``context_base + num_running x j`` context
+        tokens, no prefill, no reload; equal to ``step_ms`` of each of those records."""
+        self.step_ms(StepCost(0, 0, 0))                  # fold the constants once
+        per_token, per_sample, per_pair, weights, per_context, _ = self._rates
+        context = (context_base + num_running * np.arange(count)).astype(np.float64)
+        # step_ms's arithmetic in its order, so every element equals it bit for bit
+        compute = per_token * num_running + per_sample * num_running + per_pair * context
+        return self.overhead_ms + np.maximum(compute, weights + per_context * context)
+
+    def step_ms(self, record: Any) -> float:
+        """Milliseconds of one executed batch (see the module docstring); the same sum as
+        ``parts`` with the constants folded once (the engine calls it every step)."""
+        if "_rates" not in self.__dict__:
+            m, gpu = self.model, self.gpu
+            peak, hbm = gpu.flops(self.weights) / 1e3, gpu.hbm_gbps * 1e6
+            object.__setattr__(self, "_rates", (
+                2 * m.layer_parameters / peak, 2 * m.lm_head_parameters / peak,
+                4 * m.layers * m.attention_heads * m.head_dim / peak, self.weight_bytes / hbm,
+                self.kv_bytes_per_token / hbm,
+                self.kv_bytes_per_token / (gpu.host_link_gbps * 1e6)))
+        per_token, per_sample, per_pair, weights, per_context, per_reload = self._rates
+        scheduled = getattr(record, "scheduled", None)
+        if scheduled is None or isinstance(record, StepCost):
+            p = self.parts(record)
+            return p["overhead_ms"] + max(p["compute_ms"], p["memory_ms"]) + p["reload_ms"]
+        decodes = record.decode_seqs
+        if record.prefill_tokens:
+            pairs = 0
+            for _, new, before in scheduled:
+                pairs += new * before + new * (new + 1) // 2
+        else:
+            pairs = record.context_tokens        # decodes only: one query over its context
+        tokens = record.prefill_tokens + decodes
+        if tokens == 0 and record.reload_tokens == 0:
+            return self.overhead_ms
+        compute = (per_token * tokens + per_sample * (decodes + len(record.first_tokens))
+                   + per_pair * pairs)
+        memory = weights + per_context * record.context_tokens
+        return self.overhead_ms + max(compute, memory) + per_reload * record.reload_tokens

@@ -1,0 +1,43 @@
+"""The one workload type: requests of items with tokens, cut into blocks or whole.
+
+Every source produces a ``Workload``: the trace readers (``tokens``, ``mooncake``), the
+generated patterns (``Pattern.workload``) and the lab's documents
+(``DocumentWorkload.workload``). ``blocks`` is the item frame (``BLOCK_SCHEMA``: one row per
+item of each request, in request then item order) and ``requests`` the per-request frame
+(``REQUEST_SCHEMA``). With a ``block_size`` the items are prefix-chained blocks of at most
+that many tokens (only a full block is cacheable); with ``block_size`` None each request is
+one whole item (document mode: the key is the document).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+__all__ = ["Workload"]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Item and request frames, the block size (None: whole items), and provenance.
+
+    ``lines``: the file line of each request (traces; empty otherwise); ``skipped``:
+    (line, reason) of every bad line dropped under ``skip_bad_lines``; ``label``: what the
+    workload is (a path, a pattern's name, the lab's documents).
+    """
+
+    blocks: pl.DataFrame
+    requests: pl.DataFrame
+    block_size: int | None
+    lines: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    skipped: list[tuple[int, str]] = field(default_factory=list)
+    label: str = ""
+
+    def repeat_ratio(self) -> float:
+        """The infinite-cache block hit ratio as traces count it: the share of block accesses
+        whose key was seen before (every block, partial ones included)."""
+        if self.blocks.height == 0:
+            return 0.0
+        return 1.0 - self.blocks["block_key"].n_unique() / self.blocks.height

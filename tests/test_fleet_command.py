@@ -1,0 +1,220 @@
+"""``python -m pipeline fleet``: outputs, --json, --resume, failed and killed points, bad
+input (one line, exit 2/1, nothing written)."""
+
+import json
+import os
+
+import polars as pl
+import pyarrow.dataset as ds
+import pytest
+
+from conftest import folder_snapshot
+from pipeline.cli import main
+from pipeline.fleet import sweep
+
+BASE = ["--pattern", "groups", "--groups", "3", "--users", "2", "--questions", "2",
+        "--system-prompt-length", "128", "--question-length", "16", "--output-tokens", "4",
+        "--latency", "roofline", "--jobs", "1"]
+
+
+def run(capsys, *argv):
+    status = main(["fleet", *BASE, *argv])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_sweep_writes_a_dataset_by_point_and_json_rows(tmp_path, capsys):
+    out = tmp_path / "out"
+    status, stdout, _ = run(capsys, "--router", "round-robin,kv-cost", "--instances", "1,3",
+                            "--gpu-blocks", "40,80", "--out", str(out), "--json")
+    assert status == 0
+    rows = [json.loads(line) for line in stdout.splitlines()]
+    assert len(rows) == 8 and {r["router"] for r in rows} == {"round-robin", "kv-cost"}
+    assert set(rows[0]) == {"router", "instances", "gpu_blocks", "load", "prompt_tokens",
+                            "gpu_hit_tokens", "cpu_hit_tokens", "ttft_p50_ms", "ttft_p90_ms",
+                            "imbalance"}
+    table = ds.dataset(out / "requests", format="parquet", partitioning="hive").to_table()
+    requests = pl.from_arrow(table)
+    assert requests["point"].n_unique() == 8 and requests.height == 8 * 12
+    assert {"instance", "decision", "gpu_hit_tokens", "cpu_hit_tokens", "ttft_ms",
+            "queue_ms"} <= set(requests.columns)
+    one = [r for r in rows if r["instances"] == 1]          # one instance: routers agree
+    by_blocks = {}
+    for r in one:
+        by_blocks.setdefault(r["gpu_blocks"], []).append(
+            (r["gpu_hit_tokens"], r["ttft_p90_ms"]))
+    assert all(len(set(v)) == 1 for v in by_blocks.values())
+    fleet = pl.read_parquet(out / "fleet.parquet")
+    assert fleet.height == 8 and (fleet["imbalance"] >= 1).all()
+    assert pl.read_parquet(out / "instances.parquet").height == 2 * 2 * (1 + 3)
+    report = (out / "report.html").read_text()
+    assert "round robin's TTFT p90" in report and "kv-cost" in report
+
+
+def test_resume_skips_finished_points_and_reruns_failed_ones(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "out"
+    real = sweep.run_point
+
+    def failing(settings, point, workload):
+        if point.gpu_blocks == 80:
+            raise RuntimeError("boom")
+        return real(settings, point, workload)
+
+    monkeypatch.setattr(sweep, "run_point", failing)
+    status, _, stderr = run(capsys, "--gpu-blocks", "40,80", "--out", str(out))
+    assert status == 1
+    assert stderr.strip() == "error: point round-robin_n2_b80_l1: RuntimeError: boom"
+    assert sweep.point_path(out, "requests", sweep.Point("round-robin", 2, 40, 1.0)).exists()
+    assert not sweep.point_path(out, "requests", sweep.Point("round-robin", 2, 80, 1.0)).exists()
+    kept = sweep.point_path(out, "requests", sweep.Point("round-robin", 2, 40, 1.0)).read_bytes()
+    calls = []
+    monkeypatch.setattr(sweep, "run_point", lambda s, p, w: calls.append(p) or real(s, p, w))
+    status, _, _ = run(capsys, "--gpu-blocks", "40,80", "--out", str(out), "--resume")
+    assert status == 0 and [p.gpu_blocks for p in calls] == [80]
+    assert sweep.point_path(out, "requests", sweep.Point("round-robin", 2, 40, 1.0)) \
+        .read_bytes() == kept
+    assert pl.read_parquet(out / "fleet.parquet").height == 2
+    status, _, stderr = run(capsys, "--gpu-blocks", "40,80", "--out", str(out), "--resume",
+                            "--seed", "5")
+    assert status == 1 and "written with other settings" in stderr
+    status, _, stderr = run(capsys, "--gpu-blocks", "40", "--out", str(out))
+    assert status == 1 and "--resume continues it" in stderr
+
+
+class KillOnce:
+    """A step-time model whose first call anywhere kills its process (a marker file)."""
+
+    label = "roofline wrapper that kills its worker once (test)"
+
+    def __init__(self, model, marker):
+        self.model, self.marker = model, marker
+
+    def step_ms(self, record):
+        if not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            os._exit(1)
+        return self.model.step_ms(record)
+
+
+def killed_worker_inputs(tmp_path):
+    """Settings whose first step anywhere kills its worker, two points, a small workload."""
+    from argparse import Namespace
+
+    from pipeline.engine.config import SchedulerConfig
+    from pipeline.fleet.workload import load_workload
+    from pipeline.steptime.options import latency_from_args
+
+    parser_args = Namespace(trace=None, pattern="groups", groups=2, users=2, questions=1,
+                            system_prompt_length=64, question_length=16, output_tokens=2,
+                            rate=4.0, shuffle_seed=0)
+    workload = load_workload(parser_args)
+    model = latency_from_args(Namespace(latency="roofline", gpu_type="H100", gpu_tflops=None,
+                                        gpu_fp8_tflops=None, gpu_hbm_gbps=None,
+                                        host_link_gbps=None, weights="bf16",
+                                        step_overhead_ms=1.0, model_shape=None, model=None))
+    settings = sweep.Settings(SchedulerConfig(num_gpu_blocks=64, max_model_len=256),
+                              KillOnce(model, str(tmp_path / "killed")))
+    points = [sweep.Point("round-robin", 2, 64, 1.0), sweep.Point("kv-cost", 2, 64, 1.0)]
+    return settings, points, workload
+
+
+def test_a_killed_worker_is_retried_in_a_fresh_pool(tmp_path):
+    settings, points, workload = killed_worker_inputs(tmp_path)
+    failed = sweep.run_sweep(settings, points, workload, tmp_path, jobs=2, retries=1)
+    assert failed == {} and (tmp_path / "killed").exists()
+    assert all(sweep.point_path(tmp_path, "requests", p).exists() for p in points)
+
+
+@pytest.mark.parametrize("argv, status, message", [
+    (["--router", "bogus"], 2, "unknown router 'bogus'"),
+    (["--instances", "0"], 2, "instance counts must be >= 1"),
+    (["--router", "round-robin", "--router-option", "kv-cost.temperature=1"], 1,
+     "router kv-cost is not among --router round-robin"),
+    (["--router", "kv-cost", "--router-option", "kv-cost.heat=1"], 1, "has no option 'heat'"),
+    (["--router", "least-loaded", "--router-option", "least-loaded.metric=x"], 1,
+     "bad value 'x'"),
+    (["--executor", "ray", "--ray-address", "127.0.0.1:9"], 1, "no Ray cluster answers"),
+    (["--gpu-blocks", "3"], 1, "--gpu-blocks 3: the longest request needs"),
+    (["--max-model-len", "10"], 1, "--max-model-len 10"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, argv, status, message):
+    out = tmp_path / "out"
+    (tmp_path / "keep").write_text("x")
+    before = folder_snapshot(tmp_path)
+    with pytest.raises(SystemExit) if status == 2 else _nothing() as raised:
+        code = main(["fleet", *BASE, "--out", str(out), *argv])
+    code = raised.value.code if status == 2 else code
+    err = capsys.readouterr().err
+    assert code == status and message in err and len(err.strip().splitlines()) == 1
+    assert folder_snapshot(tmp_path) == before
+
+
+def test_a_dead_ray_address_keeps_local_results(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert run(capsys, "--out", str(out))[0] == 0
+    before = folder_snapshot(out)
+    status, _, stderr = run(capsys, "--out", str(out), "--resume", "--executor", "ray",
+                            "--ray-address", "127.0.0.1:9")
+    assert status == 1 and "no Ray cluster answers" in stderr
+    assert folder_snapshot(out) == before
+
+
+def test_list_routers_names_every_router_and_default(capsys):
+    assert main(["fleet", "--list-routers"]) == 0
+    text = capsys.readouterr().out
+    assert "prefix-approx.cache_threshold=0.3" in text and "kv-cost.temperature=0.0" in text
+
+
+class _nothing:
+    value = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_capacity_saved_compares_the_fewest_blocks_for_each_target():
+    from pipeline.fleet.report import capacity_saved
+
+    fleet = pl.DataFrame({"router": ["round-robin"] * 3 + ["kv-cost"] * 3,
+                          "instances": [2] * 6, "load": [1.0] * 6,
+                          "gpu_blocks": [100, 200, 400] * 2,
+                          "ttft_p90_ms": [9.0, 6.0, 4.0, 6.0, 4.0, 3.0]})
+    saved = capacity_saved(fleet).filter(pl.col("router") == "kv-cost")
+    assert saved.select("target_ms", "blocks_needed", "baseline_blocks").rows() == [
+        (4.0, 200, 400), (6.0, 100, 200), (9.0, 100, 100)]
+    assert saved["saved"].to_list() == [0.5, 0.5, 0.0]
+
+
+def test_smallest_memory_meeting_the_targets():
+    from pipeline.fleet.plan import smallest_memory
+
+    fleet = pl.DataFrame({"router": ["a", "a", "a", "b"], "load": [1.0] * 4,
+                          "instances": [2, 4, 1, 2], "gpu_blocks": [200, 100, 300, 50],
+                          "ttft_p90_ms": [5.0, 4.0, 3.0, 9.0],
+                          "hit_ratio": [0.5, 0.6, 0.7, 0.1]})
+    plan = smallest_memory(fleet, ttft_p90_ms=5.0)
+    assert plan.select("router", "total_blocks", "instances").rows() == [
+        ("a", 300, 1), ("b", None, None)]
+    assert smallest_memory(fleet, hit_ratio=0.55).row(0, named=True)["instances"] == 1
+    both = smallest_memory(fleet, ttft_p90_ms=4.5, hit_ratio=0.55)
+    assert both.filter(pl.col("router") == "a")["total_blocks"].to_list() == [300]
+
+
+def test_smallest_memory_counts_replicas_gpu_kv_and_cpu_tier():
+    from pipeline.fleet.plan import Memory, smallest_memory
+
+    fleet = pl.DataFrame({"router": ["a", "a"], "load": [1.0, 1.0], "instances": [4, 1],
+                          "gpu_blocks": [50, 300], "ttft_p90_ms": [1.0, 1.0],
+                          "hit_ratio": [0.5, 0.5]})
+    kv = (1 << 30) // 1600                       # 1600 tokens: 1 GiB
+    def best(**memory):
+        row = smallest_memory(fleet, ttft_p90_ms=2.0, memory=Memory(kv, 16, **memory)).row(
+            0, named=True)
+        return row["instances"], round(row["total_gib"], 3)
+    assert best() == (4, 2.0)                    # 4 x 50 blocks < 1 x 300 blocks
+    assert best(cpu_tokens=3200) == (1, 5.0)     # 4 x (0.5 + 2) GiB > 3 + 2 GiB
+    assert best(cpu_tokens=3200, cpu_shared=True) == (4, 4.0)   # one pool: 2 + 2 GiB
+    assert smallest_memory(fleet, ttft_p90_ms=2.0)["gpu_gib"].to_list() == [None]
