@@ -24,14 +24,16 @@ __all__ = ["add_latency_arguments", "latency_from_args"]
 GPU_NAMES = [gpu.name.split()[0] for gpu in GPUS.values()] + ["custom"]
 
 
-def add_latency_arguments(parser: argparse.ArgumentParser) -> None:
-    """--latency, --gpu-type and the figures that override or define a GPU."""
+def add_latency_arguments(parser: argparse.ArgumentParser, latency: bool = True) -> None:
+    """--latency (unless the command has its own), --gpu-type and the figures that override
+    or define a GPU."""
     group = parser.add_argument_group(
         "step time (turns each batch into milliseconds: the time clock)")
-    group.add_argument("--latency", metavar="roofline|FILE", default=None,
-                       help="roofline: from the model's shape and the GPU's peaks (a lower "
-                            "bound, labelled roofline); FILE: fitted coefficients written by "
-                            "fit (JSON, kind fitted-step-time)")
+    if latency:
+        group.add_argument("--latency", metavar="roofline|FILE", default=None,
+                           help="roofline: from the model's shape and the GPU's peaks (a "
+                                "lower bound, labelled roofline); FILE: fitted coefficients "
+                                "written by fit (JSON, kind fitted-step-time)")
     group.add_argument("--gpu-type", default="H100", metavar="NAME",
                        help=f"GPU preset of the roofline: {', '.join(GPU_NAMES)} "
                             f"(default %(default)s)")
@@ -82,6 +84,7 @@ def latency_from_args(args: argparse.Namespace) -> StepTimeModel | None:
     choice = getattr(args, "latency", None)
     if choice is None:
         return None
+    choice = str(choice)
     if choice.lower() == "roofline":
         gpu, shape = _gpu(args), _shape(args)
         try:

@@ -27,7 +27,7 @@ __all__ = ["add_load_plan_arguments", "plan_under_load"]
 
 def add_load_plan_arguments(parser: argparse.ArgumentParser) -> None:
     """The load, engine and step-time options of a TTFT-p90-under-load target."""
-    add_latency_arguments(parser)
+    add_latency_arguments(parser, latency=False)      # plan's own --latency (a path) serves
     group = parser.add_argument_group("load (with --target-ttft-p90-ms; the engine model)")
     group.add_argument("--speed", type=positive_float, default=None,
                        help="the trace's arrival times divided by X (default 1)")
