@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import html
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -30,8 +29,8 @@ from pipeline.engines.options import add_model_arguments, add_order_arguments, r
 from pipeline.limits import MAX_ACCESSES, check_count
 from pipeline.planner import DocumentEvaluator, Evaluator, PlanResult, Target, \
     document_workload, plan
-from pipeline.plan_output import describe_target, document_head, finite, lmcache_setting, \
-    model_json, model_lines, render_text, tokens_and_size
+from pipeline.plan_output import answer_fields, describe_target, document_head, model_json, \
+    model_lines, print_document
 from pipeline.planner_blocks import BlockEvaluator
 from pipeline.staging import Outputs
 from pipeline.replay.inputs import add_input_arguments, load_workload
@@ -307,21 +306,11 @@ def main(args: argparse.Namespace) -> int:
                      "per_pass": errors.to_dicts()},
         "models": {config: model_json(model, found.bytes_per_token)
                    for config, model in models.items()},
-        "answer": {"status": result.status, "cpu": tokens_and_size(cpu_tokens, kv, at_least=True),
-                   "lmcache_max_local_cpu_size": lmcache_setting(cpu_tokens, kv),
-                   "search": result.search, "evaluations": result.evaluations},
-        "figures": result.figures.to_dicts(),
-        "figures_one_token_below": None if result.below is None else result.below.to_dicts(),
+        **answer_fields(result, cpu_tokens, kv),
     }
-    if withheld is not None:
-        document["ttft_withheld"] = withheld
-    if args.json:
-        print(json.dumps(finite(document), indent=2, allow_nan=False))
-        return 0
-    document["model_lines"] = [line for config, model in models.items()
-                               for line in model_lines(config, model, found.bytes_per_token)]
-    print(render_text(document, result, target, names))
-    return 0
+    lines = [line for config, model in models.items()
+             for line in model_lines(config, model, found.bytes_per_token)]
+    return print_document(document, withheld, args.json, lines, result, target, names)
 
 
 if __name__ == "__main__":

@@ -10,13 +10,11 @@ range; otherwise the figures are hit ratios only and the output says why.
 from __future__ import annotations
 
 import argparse
-import json
 
 from pipeline.errors import CLIError
 from pipeline.fit.plan_ttft import StepTimeTTFT, fitted_problem, load_step_time_ttft
 from pipeline.planner import Target, plan
-from pipeline.plan_output import document_head, finite, lmcache_setting, render_text, \
-    tokens_and_size
+from pipeline.plan_output import answer_fields, document_head, print_document
 from pipeline.ttft_model import GPU_ONLY, OFFLOAD
 
 __all__ = ["fitted_plan", "model_lines"]
@@ -60,17 +58,7 @@ def fitted_plan(args: argparse.Namespace, kv, gpu: int, gpu_given: str, workload
                                         "prompt_tokens_range": list(model.prompt_tokens_range),
                                         "chunk": model.chunk,
                                         "coefficients": model.coefficients}},
-        "answer": {"status": result.status, "cpu": tokens_and_size(cpu, kv, at_least=True),
-                   "lmcache_max_local_cpu_size": lmcache_setting(cpu, kv),
-                   "search": result.search, "evaluations": result.evaluations},
-        "figures": result.figures.to_dicts(),
-        "figures_one_token_below": None if result.below is None else result.below.to_dicts(),
+        **answer_fields(result, cpu, kv),
     }
-    if withheld is not None:
-        document["ttft_withheld"] = withheld
-    if args.json:
-        print(json.dumps(finite(document), indent=2, allow_nan=False))
-        return 0
-    document["model_lines"] = model_lines(model)
-    print(render_text(document, result, target, names))
-    return 0
+    return print_document(document, withheld, args.json, model_lines(model), result, target,
+                          names)

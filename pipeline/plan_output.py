@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 from pipeline.kvsize import KVSize, size_up
@@ -153,3 +154,28 @@ def render_text(document: dict, result: PlanResult, target: Target, names: list[
             f"{_num(c['p50_ms'], 8, 1)}{_num(c['mean_ms'], 9, 1)}{_num(c['hit_ratio'], 11, 4)}  "
             for c in cells).rstrip())
     return "\n".join(lines)
+
+
+def answer_fields(result: PlanResult, cpu_tokens: int, kv: KVSize) -> dict:
+    """The answer and the figures at it (and one token below) of a plan document."""
+    return {
+        "answer": {"status": result.status,
+                   "cpu": tokens_and_size(cpu_tokens, kv, at_least=True),
+                   "lmcache_max_local_cpu_size": lmcache_setting(cpu_tokens, kv),
+                   "search": result.search, "evaluations": result.evaluations},
+        "figures": result.figures.to_dicts(),
+        "figures_one_token_below": None if result.below is None else result.below.to_dicts(),
+    }
+
+
+def print_document(document: dict, withheld: str | None, as_json: bool, lines: list[str],
+                   result: PlanResult, target: Target, names: list[str]) -> int:
+    """Print a plan document as JSON or as text (with its model lines); 0."""
+    if withheld is not None:
+        document["ttft_withheld"] = withheld
+    if as_json:
+        print(json.dumps(finite(document), indent=2, allow_nan=False))
+        return 0
+    document["model_lines"] = lines
+    print(render_text(document, result, target, names))
+    return 0
