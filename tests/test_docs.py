@@ -3,7 +3,9 @@
 import doctest
 import sys
 
+import pipeline.kvsize
 import pipeline.latency
+import pipeline.model_presets
 import pipeline.stats
 from conftest import KVLAB, ROOT
 
@@ -28,7 +30,8 @@ def test_repl_sessions_of_the_pages():
 def test_module_docstrings(monkeypatch):
     monkeypatch.syspath_prepend(str(KVLAB))        # kvsim's docstring imports it plainly
     import kvsim
-    for module in (kvsim, pipeline.latency, pipeline.stats):
+    for module in (kvsim, pipeline.latency, pipeline.stats, pipeline.kvsize,
+                   pipeline.model_presets):
         result = doctest.testmod(module)
         assert result.attempted > 0 and result.failed == 0, module.__name__
     sys.modules.pop("kvsim", None)

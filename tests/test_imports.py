@@ -125,7 +125,7 @@ def test_every_module_imports_in_a_fresh_interpreter():
 LAYERS: dict[str, tuple[str, ...]] = {
     "parts": (
         "pipeline", "pipeline.config", "pipeline.errors", "pipeline.arguments",
-        "pipeline.tiers", "pipeline.kvsize", "pipeline.staging", "pipeline.stats",
+        "pipeline.tiers", "pipeline.model_presets", "pipeline.kvsize", "pipeline.staging", "pipeline.stats",
         "pipeline.charts", "pipeline.charts.provenance", "pipeline.measure.client",
         "pipeline.limits", "pipeline.grids",
         # packages whose __init__ is a docstring

@@ -1,0 +1,222 @@
+"""Model presets: a model's KV footprint (bytes per token) and, for dense models, its shape.
+
+Two KV formulas (one per attention kind):
+
+* **standard** (MHA/GQA): ``2 (K and V) x layers x KV heads x head dim x dtype bytes``.
+* **MLA** (DeepSeek-V2/V3): one latent vector per token and layer, no separate K and V:
+  ``(kv_lora_rank + qk_rope_head_dim) x layers x dtype bytes``. vLLM sizes MLA pages this way
+  (``vllm/v1/kv_cache_interface.py``, ``MLAAttentionSpec``: a single latent per token,
+  ``head_size_v = 0``).
+
+A dense ``ModelShape`` (config.json's sizes) also gives FLOPs and weight bytes per token for
+the roofline step-time model (``pipeline.steptime``).
+
+>>> preset("llama-3.1-8b").bytes_per_token
+131072
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["DTYPE_BYTES", "KVSize", "PRESETS", "MODELS", "ModelShape", "model_shape",
+           "parse_model_shape", "preset", "shape", "mla_shape", "parse_shape",
+           "DEFAULT_PRESET"]
+
+DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2,
+               "half": 2, "fp8": 1, "int8": 1}
+DEFAULT_PRESET = "qwen2.5-1.5b"       # the lab's model
+
+
+@dataclass(frozen=True)
+class KVSize:
+    """A model's KV cache footprint: bytes per token, how it was derived, and a name."""
+
+    name: str
+    bytes_per_token: int
+    formula: str
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.bytes_per_token < 1:
+            raise ValueError(f"bytes per token must be >= 1, got {self.bytes_per_token}")
+
+    def bytes(self, tokens: int) -> int:
+        """Bytes of ``tokens`` tokens of KV cache."""
+        return tokens * self.bytes_per_token
+
+    def tokens(self, size_bytes: int) -> int:
+        """Whole tokens that fit in ``size_bytes`` bytes."""
+        return size_bytes // self.bytes_per_token
+
+    def describe(self) -> str:
+        """One line: name, bytes per token and the formula that gave them."""
+        return f"{self.name}: {self.bytes_per_token:,} bytes per token ({self.formula})"
+
+
+def _dtype_bytes(dtype: str) -> int:
+    try:
+        return DTYPE_BYTES[dtype.lower()]
+    except KeyError:
+        raise ValueError(f"unknown dtype {dtype!r}: expected one of "
+                         f"{', '.join(sorted(DTYPE_BYTES))}") from None
+
+
+def shape(name: str, layers: int, kv_heads: int, head_dim: int, dtype: str = "bf16",
+          source: str = "") -> KVSize:
+    """Standard attention (MHA/GQA): 2 x layers x KV heads x head dim x dtype bytes."""
+    size = _dtype_bytes(dtype)
+    if min(layers, kv_heads, head_dim) < 1:
+        raise ValueError(f"layers, KV heads and head dim must be >= 1, got "
+                         f"{layers}, {kv_heads}, {head_dim}")
+    return KVSize(name, 2 * layers * kv_heads * head_dim * size,
+                  f"standard: 2 x {layers} layers x {kv_heads} KV heads x {head_dim} head dim "
+                  f"x {size} bytes ({dtype})", source)
+
+
+def mla_shape(name: str, layers: int, kv_lora_rank: int, qk_rope_head_dim: int,
+              dtype: str = "bf16", source: str = "") -> KVSize:
+    """MLA: (kv_lora_rank + qk_rope_head_dim) x layers x dtype bytes (one latent, no K/V pair)."""
+    size = _dtype_bytes(dtype)
+    return KVSize(name, (kv_lora_rank + qk_rope_head_dim) * layers * size,
+                  f"MLA: ({kv_lora_rank} kv_lora_rank + {qk_rope_head_dim} qk_rope_head_dim) "
+                  f"x {layers} layers x {size} bytes ({dtype})", source)
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A dense decoder's shape as its config.json gives it (``num_hidden_layers``,
+    ``hidden_size``, ``intermediate_size``, ``num_attention_heads``, ``num_key_value_heads``,
+    ``vocab_size``, ``tie_word_embeddings``): what FLOPs and weight bytes per token follow
+    from. Linear layers only (q, k, v, o and a SwiGLU MLP of gate, up and down); norms and
+    biases are under 0.1 % of the weights and left out."""
+
+    name: str
+    layers: int
+    hidden_size: int
+    intermediate_size: int
+    attention_heads: int
+    kv_heads: int
+    vocab_size: int
+    tie_word_embeddings: bool = False
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        sizes = (self.layers, self.hidden_size, self.intermediate_size, self.attention_heads,
+                 self.kv_heads, self.vocab_size)
+        if min(sizes) < 1:
+            raise ValueError(f"every size of a model shape must be >= 1, got {sizes}")
+        if self.hidden_size % self.attention_heads or self.attention_heads % self.kv_heads:
+            raise ValueError(f"hidden size {self.hidden_size} must divide into "
+                             f"{self.attention_heads} heads, and those into {self.kv_heads} "
+                             f"KV heads")
+
+    @property
+    def head_dim(self) -> int:
+        """hidden size / attention heads."""
+        return self.hidden_size // self.attention_heads
+
+    @property
+    def layer_parameters(self) -> int:
+        """Weights of the decoder layers: per layer q and o (hidden x hidden), k and v
+        (hidden x KV heads x head dim) and the MLP (3 x hidden x intermediate)."""
+        kv = self.kv_heads * self.head_dim
+        per_layer = (2 * self.hidden_size * self.hidden_size + 2 * self.hidden_size * kv
+                     + 3 * self.hidden_size * self.intermediate_size)
+        return self.layers * per_layer
+
+    @property
+    def lm_head_parameters(self) -> int:
+        """vocab x hidden (the output projection, the embedding table when tied)."""
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def parameters(self) -> int:
+        """All weights: layers, embedding table and (when untied) a separate LM head."""
+        tables = 1 if self.tie_word_embeddings else 2
+        return self.layer_parameters + tables * self.lm_head_parameters
+
+    def kv(self, dtype: str = "bf16") -> KVSize:
+        """The KV footprint (standard formula) of this shape."""
+        return shape(self.name, self.layers, self.kv_heads, self.head_dim, dtype, self.source)
+
+
+def _hf(repo: str) -> str:
+    return f"https://huggingface.co/{repo}/blob/main/config.json"
+
+
+#: Published dense shapes (config.json of each repository: num_hidden_layers, hidden_size,
+#: intermediate_size, num_attention_heads, num_key_value_heads, vocab_size,
+#: tie_word_embeddings; head dim = hidden_size / num_attention_heads).
+MODELS: dict[str, ModelShape] = {m.name.lower(): m for m in (
+    ModelShape("Qwen2.5-0.5B", 24, 896, 4864, 14, 2, 151936, True, _hf("Qwen/Qwen2.5-0.5B")),
+    ModelShape("Qwen2.5-1.5B", 28, 1536, 8960, 12, 2, 151936, True, _hf("Qwen/Qwen2.5-1.5B")),
+    ModelShape("Qwen2.5-7B", 28, 3584, 18944, 28, 4, 152064, False, _hf("Qwen/Qwen2.5-7B")),
+    ModelShape("Qwen2.5-72B", 80, 8192, 29568, 64, 8, 152064, False,
+               _hf("Qwen/Qwen2.5-72B")),
+    ModelShape("Llama-3.1-8B", 32, 4096, 14336, 32, 8, 128256, False,
+               _hf("meta-llama/Llama-3.1-8B")),
+    ModelShape("Llama-3.1-70B", 80, 8192, 28672, 64, 8, 128256, False,
+               _hf("meta-llama/Llama-3.1-70B")),
+    ModelShape("Mistral-7B-v0.3", 32, 4096, 14336, 32, 8, 32768, False,
+               _hf("mistralai/Mistral-7B-v0.3")),
+)}
+
+#: KV footprints: the dense shapes above (KV cache in bf16, vLLM's default
+#: ``kv_cache_dtype=auto`` for these) and DeepSeek-V3's MLA (config.json: kv_lora_rank,
+#: qk_rope_head_dim), a mixture-of-experts model with no ModelShape.
+PRESETS: dict[str, KVSize] = {
+    **{key: model.kv() for key, model in MODELS.items()},
+    "deepseek-v3": mla_shape("DeepSeek-V3", 61, 512, 64, source=_hf("deepseek-ai/DeepSeek-V3")),
+}
+
+
+def model_shape(name: str) -> ModelShape:
+    """A dense model shape by preset name (case-insensitive); ValueError otherwise."""
+    try:
+        return MODELS[name.lower()]
+    except KeyError:
+        if name.lower() in PRESETS:
+            raise ValueError(f"{PRESETS[name.lower()].name} has no dense model shape (a "
+                             f"mixture-of-experts MLA model): expected one of "
+                             f"{', '.join(m.name for m in MODELS.values())}") from None
+        raise ValueError(f"unknown model preset {name!r}: expected one of "
+                         f"{', '.join(PRESETS)}") from None
+
+
+def parse_model_shape(text: str) -> ModelShape:
+    """``LAYERS,HIDDEN,INTERMEDIATE,HEADS,KV_HEADS,VOCAB[,tied]``, e.g.
+    ``28,1536,8960,12,2,151936,tied``."""
+    parts = [part.strip() for part in text.split(",")]
+    tied = parts[-1].lower() == "tied"
+    numbers = parts[:-1] if tied else parts
+    if len(numbers) != 6:
+        raise ValueError(f"expected LAYERS,HIDDEN,INTERMEDIATE,HEADS,KV_HEADS,VOCAB[,tied], "
+                         f"got {text!r}")
+    try:
+        values = [int(part) for part in numbers]
+    except ValueError:
+        raise ValueError(f"expected integers in {text!r}") from None
+    return ModelShape(f"shape {text}", *values, tie_word_embeddings=tied)
+
+
+def preset(name: str) -> KVSize:
+    """A preset by name (case-insensitive); ValueError naming the known ones."""
+    try:
+        return PRESETS[name.lower()]
+    except KeyError:
+        raise ValueError(f"unknown model preset {name!r}: expected one of "
+                         f"{', '.join(PRESETS)}") from None
+
+
+def parse_shape(text: str) -> KVSize:
+    """``LAYERS,KV_HEADS,HEAD_DIM[,DTYPE]`` (standard formula), e.g. ``28,2,128,bf16``."""
+    parts = [part.strip() for part in text.split(",")]
+    if len(parts) not in (3, 4):
+        raise ValueError(f"expected LAYERS,KV_HEADS,HEAD_DIM[,DTYPE], got {text!r}")
+    try:
+        layers, heads, dim = (int(part) for part in parts[:3])
+    except ValueError:
+        raise ValueError(f"expected integers in LAYERS,KV_HEADS,HEAD_DIM, got {text!r}") \
+            from None
+    return shape(f"shape {text}", layers, heads, dim, parts[3] if len(parts) == 4 else "bf16")
