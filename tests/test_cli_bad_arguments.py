@@ -182,6 +182,8 @@ def usage_error(capsys, argv, message) -> None:
     (["plan", "--target-hit-ratio", "0.5", "--pass", "0,2"], "--pass: expected warm, all"),
     (["policies", "--docs", "0"], "--docs: expected an integer >= 1"),
     (["policies", "--docs", "-1"], "--docs: expected an integer >= 1"),
+    (["measure", "--local-engine", "--docs", "1000"], "--docs: expected at most 999 documents"),
+    (["measure", "--local-engine", "--docs", "0"], "--docs: expected an integer >= 1"),
     (["run", "--points", "-1"], "--points: expected an integer >= 1"),
     (["blocks", "--block-size", "-16"], "--block-size: expected an integer >= 1"),
     (["blocks", "--kv-bytes-per-token", "0"], "--kv-bytes-per-token: expected an integer >= 1"),

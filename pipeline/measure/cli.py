@@ -87,8 +87,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="continue OUTPUT: send only requests without a line in it")
     parser.add_argument("--config", default=BASELINE,
                         help="config name written on each line (--base-url; default %(default)s)")
-    parser.add_argument("--docs", type=positive_int, default=LAB_DOCS,
-                        help="documents (default %(default)s)")
+    parser.add_argument("--docs", type=_docs, default=LAB_DOCS,
+                        help=f"documents, 1 to {len(WORDS) - 1} (default %(default)s)")
     parser.add_argument("--tokens", type=positive_int, default=DEFAULT_TOKENS,
                         help="words (= tokens with the tiny model) per document "
                              "(default %(default)s)")
@@ -172,14 +172,21 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the engine's max_num_batched_tokens, kept for fit")
 
 
+def _docs(text: str) -> int:
+    """argparse type: a document count from 1 to the number of distinct document words."""
+    value = positive_int(text)
+    if value > len(WORDS) - 1:
+        raise argparse.ArgumentTypeError(f"expected at most {len(WORDS) - 1} documents, "
+                                         f"got {text!r}")
+    return value
+
+
 def main(args: argparse.Namespace) -> int:
     """Run the measurement; 1 with one line on stderr on a failure."""
     from pipeline.measure.replay import is_replay, run_replay
     if is_replay(args):
         return run_replay(args)
     args.concurrency = args.concurrency or 1
-    if args.docs > len(WORDS) - 1:
-        raise CLIError(f"--docs must be at most {len(WORDS) - 1}, got {args.docs}")
     if args.local_engine or args.show:
         from pipeline.measure.llamacpp.local import run_local, show
         return show(args.output) if args.show else run_local(args)
