@@ -27,43 +27,13 @@ import numpy as np
 
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.fastforward import advance
-from pipeline.engine.hashing import block_keys, request_keys
+from pipeline.engine.hashing import block_keys
 from pipeline.engine.pool import BlockPool
 from pipeline.engine.request import SimRequest
+from pipeline.engine.state import FINISHED, PREEMPTED, RUNNING, RequestState
 from pipeline.engine.step import Batch, DecodeRun, Rows, StepRecord
 
 __all__ = ["EngineSim", "StepRecord", "DecodeRun"]
-
-WAITING, RUNNING, PREEMPTED, FINISHED = range(4)
-
-
-class _Req:
-    """Scheduler-side state of one request (vLLM's ``Request`` fields that matter)."""
-
-    __slots__ = ("sim", "index", "num_prompt", "max_tokens", "num_tokens", "keys", "blocks",
-                 "num_cached_block", "computed", "placeholders", "in_flight", "stale",
-                 "status", "is_prefill_chunk", "preemptions", "gpu_hit", "cpu_hit",
-                 "first_scheduled_step", "first_token_step", "finish_step", "stored",
-                 "cpu_state", "limit")
-
-    def __init__(self, sim: SimRequest, block_size: int, keys: list[int] | None = None) -> None:
-        self.sim = sim
-        self.index = sim.index
-        self.num_prompt = len(sim.prompt_token_ids)
-        self.max_tokens = sim.max_tokens
-        self.num_tokens = self.num_prompt
-        self.keys = request_keys(sim, block_size) if keys is None else keys
-        self.blocks: list[int] = []
-        self.num_cached_block: int | None = None
-        self.computed = self.placeholders = self.in_flight = self.stale = 0
-        self.status = WAITING
-        self.is_prefill_chunk = False
-        self.preemptions = 0
-        self.gpu_hit = self.cpu_hit = 0
-        self.first_scheduled_step = self.first_token_step = self.finish_step = None
-        self.stored = False
-        self.cpu_state = None                         # the CPU tier's own per-request data
-        self.limit = self.num_prompt + self.max_tokens  # tokens at which it finishes
 
 
 class EngineSim:
@@ -78,10 +48,10 @@ class EngineSim:
         self.cpu_tier = cpu_tier
         self.pool = BlockPool(config.num_gpu_blocks)
         self.block_size = config.block_size
-        self.running: list[_Req] = []
-        self.waiting: deque[_Req] = deque()
-        self.requests: dict[int, _Req] = {}
-        self.done: dict[int, _Req] = {}
+        self.running: list[RequestState] = []
+        self.waiting: deque[RequestState] = deque()
+        self.requests: dict[int, RequestState] = {}
+        self.done: dict[int, RequestState] = {}
         self.finished_ids: set[int] = set()
         self.batch_queue: deque[Batch] = deque()
         self.queue_size = 2 if config.async_scheduling else 1
@@ -94,7 +64,7 @@ class EngineSim:
         ``keys``: its ``hashing.request_keys``, if computed already."""
         if request.index in self.requests or request.index in self.done:
             raise ValueError(f"request {request.index} added twice")
-        state = _Req(request, self.block_size, keys)
+        state = RequestState(request, self.block_size, keys)
         state.limit = min(state.limit, self.config.max_model_len)
         self.requests[request.index] = state
         self.waiting.append(state)
@@ -134,7 +104,7 @@ class EngineSim:
         """Leading blocks of ``block_hashes`` in the GPU prefix cache now (no change)."""
         return self.pool.leading_cached(block_hashes)
 
-    def result(self, index: int) -> _Req:
+    def result(self, index: int) -> RequestState:
         """The state of request ``index`` (finished or not)."""
         return self.done.get(index) or self.requests[index]
 
@@ -171,7 +141,7 @@ class EngineSim:
 
     # ------------------------------------------------------------------ allocation
 
-    def _blocks_needed(self, req: _Req, num_tokens: int, hit: list[int]) -> int:
+    def _blocks_needed(self, req: RequestState, num_tokens: int, hit: list[int]) -> int:
         """SingleTypeKVCacheManager.get_num_blocks_to_allocate (full attention)."""
         required = -(-num_tokens // self.block_size)
         if req.num_cached_block is not None:
@@ -180,7 +150,7 @@ class EngineSim:
         evictable = sum(1 for block in hit if ref_cnt[block] == 0)
         return max(required - len(hit) - len(req.blocks), 0) + evictable
 
-    def _allocate_slots(self, req: _Req, num_new: int, hit: list[int] | None = None,
+    def _allocate_slots(self, req: RequestState, num_new: int, hit: list[int] | None = None,
                         external: int = 0, admission: bool = False) -> bool:
         """KVCacheManager.allocate_slots; False (nothing changed) when it returns None."""
         size = self.block_size
@@ -208,7 +178,7 @@ class EngineSim:
         self._cache_blocks(req, min(total + num_new, req.num_tokens))
         return True
 
-    def _cache_blocks(self, req: _Req, num_tokens: int) -> None:
+    def _cache_blocks(self, req: RequestState, num_tokens: int) -> None:
         """FullAttentionManager.cache_blocks: hash the newly full blocks."""
         cached = req.num_cached_block or 0
         full = min(num_tokens, req.num_tokens) // self.block_size
@@ -217,14 +187,14 @@ class EngineSim:
         self.pool.cache_full_blocks(req.keys, req.blocks, cached, full)
         req.num_cached_block = full
 
-    def _free_blocks(self, req: _Req) -> None:
+    def _free_blocks(self, req: RequestState) -> None:
         """KVCacheManager.free: tail first."""
         blocks = req.blocks
         req.blocks = []
         req.num_cached_block = None
         self.pool.free_blocks(reversed(blocks))
 
-    def _preempt(self, req: _Req) -> None:
+    def _preempt(self, req: RequestState) -> None:
         """Scheduler._preempt_request."""
         self._free_blocks(req)
         req.status = PREEMPTED
@@ -245,12 +215,12 @@ class EngineSim:
         max_len = config.max_model_len
         size = self.block_size
         pool = self.pool
-        scheduled: list[tuple[_Req, int, int]] = []     # (request, new tokens, computed)
+        scheduled: list[tuple[RequestState, int, int]] = []     # (request, new tokens, computed)
         reloads = 0
         preempted = False
         running = self.running
         step = self.step_count
-        samples: list[_Req] = []
+        samples: list[RequestState] = []
         async_mode = config.async_scheduling
         prefill = decode = context = 0
         for req in running:                    # the list only shrinks at its end (preemption)
@@ -328,7 +298,7 @@ class EngineSim:
                             len(running), len(self.waiting), pool.num_free)
         return Batch(step, scheduled, samples, record)
 
-    def _started(self, req: _Req, num_new: int, start: int, step: int,
+    def _started(self, req: RequestState, num_new: int, start: int, step: int,
                  samples: list) -> tuple[int, int, int]:
         """_update_after_schedule for one scheduled request; (prefill tokens, decodes,
         context tokens) it adds to the record."""
@@ -354,7 +324,7 @@ class EngineSim:
         config = self.config
         size = self.block_size
         waiting, running, pool = self.waiting, self.running, self.pool
-        skipped: deque[_Req] = deque()
+        skipped: deque[RequestState] = deque()
         reloads = 0
         while budget > 0 and waiting:
             if len(running) >= config.max_num_seqs:
