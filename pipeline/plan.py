@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import html
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -28,9 +28,9 @@ from pipeline.blocks.limits import check_document_blocks
 from pipeline.engines.options import add_model_arguments, add_order_arguments, run_options
 from pipeline.limits import MAX_ACCESSES, check_count
 from pipeline.planner import DocumentEvaluator, Evaluator, PlanResult, Target, \
-    document_workload, plan
-from pipeline.plan_output import answer_fields, describe_target, document_head, model_json, \
-    model_lines, print_document
+    document_workload
+from pipeline.plan_output import answer_fields, backed_plan, describe_target, document_head, \
+    model_json, model_lines, print_document
 from pipeline.planner_blocks import BlockEvaluator
 from pipeline.staging import Outputs
 from pipeline.replay.inputs import add_input_arguments, load_workload
@@ -247,14 +247,6 @@ def _write_report(args: argparse.Namespace, evaluator: Evaluator, kv: KVSize, ta
     outputs.commit()
 
 
-def without_ttft(result: PlanResult) -> PlanResult:
-    """``result`` with its predicted TTFT columns emptied (TTFT withheld)."""
-    def clear(figures: pl.DataFrame | None) -> pl.DataFrame | None:
-        return None if figures is None else figures.with_columns(
-            pl.lit(None, pl.Float64).alias("p50_ms"), pl.lit(None, pl.Float64).alias("mean_ms"))
-    return replace(result, figures=clear(result.figures), below=clear(result.below))
-
-
 def main(args: argparse.Namespace) -> int:
     """Validate everything, fit, search, print (text or --json)."""
     if args.target_ttft_p90_ms is not None:
@@ -278,7 +270,7 @@ def main(args: argparse.Namespace) -> int:
               else Target("hit_ratio", args.target_hit_ratio, args.statistic, chosen))
     if args.latency is not None:
         from pipeline.plan_fitted import fitted_plan
-        return fitted_plan(args, kv, gpu, gpu_given, workload, names, target, without_ttft)
+        return fitted_plan(args, kv, gpu, gpu_given, workload, names, target)
     models, measured, source, synthetic = _models(args)
     if args.report is not None and not args.report.parent.is_dir():
         raise CLIError(f"--report: folder {args.report.parent} does not exist")
@@ -286,12 +278,7 @@ def main(args: argparse.Namespace) -> int:
     found = measured_kv(source, synthetic)
     withheld = ttft_problem(kv, found, models, measured, args.measured_tokens,
                             evaluator.requests_frame["context"])
-    if withheld is not None and target.kind == "ttft":
-        raise CLIError(f"--target-ttft-ms: TTFT withheld: {withheld}; ask for "
-                       f"--target-hit-ratio instead")
-    result = plan(evaluator, target)
-    if withheld is not None:
-        result = without_ttft(result)
+    result = backed_plan(evaluator, target, withheld)
     errors = residuals_by_pass(measured, models)
     if args.report is not None:
         _write_report(args, evaluator, kv, target, result, errors, names, gpu,

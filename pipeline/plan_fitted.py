@@ -13,8 +13,8 @@ import argparse
 
 from pipeline.errors import CLIError
 from pipeline.fit.plan_ttft import StepTimeTTFT, fitted_problem, load_step_time_ttft
-from pipeline.planner import Target, plan
-from pipeline.plan_output import answer_fields, document_head, print_document
+from pipeline.planner import Target
+from pipeline.plan_output import answer_fields, backed_plan, document_head, print_document
 from pipeline.ttft_model import GPU_ONLY, OFFLOAD
 
 __all__ = ["fitted_plan", "model_lines"]
@@ -28,9 +28,8 @@ def model_lines(model: StepTimeTTFT) -> list[str]:
 
 
 def fitted_plan(args: argparse.Namespace, kv, gpu: int, gpu_given: str, workload,
-                names: list[str], target: Target, without_ttft) -> int:
-    """Plan with the fitted file ``args.latency`` (see the module docstring);
-    ``without_ttft(result)`` is plan's: the result with its TTFT columns emptied."""
+                names: list[str], target: Target) -> int:
+    """Plan with the fitted file ``args.latency`` (see the module docstring)."""
     if args.measured is not None:
         raise CLIError("--latency and --measured exclude each other (one TTFT model)")
     if args.report is not None:
@@ -42,12 +41,7 @@ def fitted_plan(args: argparse.Namespace, kv, gpu: int, gpu_given: str, workload
     evaluator = workload.build(gpu, {GPU_ONLY: model, OFFLOAD: model})
     withheld = fitted_problem(model, args.served_model, kv.bytes_per_token,
                               evaluator.requests_frame["context"])
-    if withheld is not None and target.kind == "ttft":
-        raise CLIError(f"--target-ttft-ms: TTFT withheld: {withheld}; ask for "
-                       f"--target-hit-ratio instead")
-    result = plan(evaluator, target)
-    if withheld is not None:
-        result = without_ttft(result)
+    result = backed_plan(evaluator, target, withheld)
     cpu = result.cpu_tokens
     document = {
         **document_head(evaluator.description, kv, gpu, gpu_given, target, names),

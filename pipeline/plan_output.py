@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
+
+import polars as pl
 
 from pipeline.kvsize import KVSize, size_up
-from pipeline.planner import PlanResult, Target
+from pipeline.errors import CLIError
+from pipeline.planner import Evaluator, PlanResult, Target, plan
 from pipeline.ttft_model import TTFTModel
 
 __all__ = ["document_head", "tokens_and_size", "size_up", "lmcache_setting", "model_json",
@@ -179,3 +183,21 @@ def print_document(document: dict, withheld: str | None, as_json: bool, lines: l
     document["model_lines"] = lines
     print(render_text(document, result, target, names))
     return 0
+
+
+def without_ttft(result: PlanResult) -> PlanResult:
+    """``result`` with its predicted TTFT columns emptied (TTFT withheld)."""
+    def clear(figures: pl.DataFrame | None) -> pl.DataFrame | None:
+        return None if figures is None else figures.with_columns(
+            pl.lit(None, pl.Float64).alias("p50_ms"), pl.lit(None, pl.Float64).alias("mean_ms"))
+    return replace(result, figures=clear(result.figures), below=clear(result.below))
+
+
+def backed_plan(evaluator: Evaluator, target: Target, withheld: str | None) -> PlanResult:
+    """The plan for ``target``, its TTFT columns emptied when TTFT is ``withheld`` (the
+    reason); a TTFT target is refused then."""
+    if withheld is not None and target.kind == "ttft":
+        raise CLIError(f"--target-ttft-ms: TTFT withheld: {withheld}; ask for "
+                       f"--target-hit-ratio instead")
+    result = plan(evaluator, target)
+    return result if withheld is None else without_ttft(result)
