@@ -1,4 +1,5 @@
-"""Chained block keys of a token sequence, vectorized (numpy; compiled with numba for many requests): equal prefixes, equal keys.
+"""Chained block keys of a token sequence, vectorized (numpy; for many requests the trace
+readers' compiled ``chain_block_keys``): equal prefixes, equal keys.
 
 The same scheme as ``pipeline.workloads.tokens.token_blocks`` (each token hashed with its
 position by splitmix64, a block's hash the wrapping sum of its tokens', a block's key the
@@ -9,9 +10,8 @@ in a later prompt get one key, as vLLM's chained block hashes do. Keys are Pytho
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-from pipeline.workloads.tokens import splitmix64
+from pipeline.workloads.tokens import chain_block_keys, splitmix64
 
 __all__ = ["block_keys", "request_keys"]
 
@@ -47,32 +47,6 @@ def request_keys(request, block_size: int) -> list[int]:
     return keys + fresh.tolist()
 
 
-@njit(cache=True)
-def _mix(z):
-    z = z + np.uint64(0x9E3779B97F4A7C15)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
-@njit(cache=True)
-def _chained_keys(body, lengths, block_size, out):
-    """``block_keys`` of each sequence in ``body`` (concatenated, ``lengths``) into ``out``:
-    one pass, no temporaries (splitmix64 as ``pipeline.workloads.tokens.splitmix64``)."""
-    at = 0
-    o = 0
-    for r in range(lengths.size):
-        acc = np.uint64(0)
-        for b in range(lengths[r] // block_size):
-            total = np.uint64(0)
-            for j in range(b * block_size, (b + 1) * block_size):
-                total += _mix(body[at + j] ^ _mix(np.uint64(j)))
-            acc += total
-            out[o] = _mix(acc)
-            o += 1
-        at += lengths[r]
-
-
 def bulk_request_keys(requests, block_size: int) -> list[list[int]]:
     """``request_keys`` of the token-id requests in one compiled pass (None for requests
     with ``prompt_keys``: ``request_keys`` is cheap for them, when they are added)."""
@@ -82,11 +56,12 @@ def bulk_request_keys(requests, block_size: int) -> list[list[int]]:
     if not plain:
         return out
     sequences = [sequence_tokens(requests[i]) for i in plain]
-    lengths = np.array([s.size for s in sequences], dtype=np.int64)
-    full = lengths // block_size
-    body = np.concatenate(sequences).astype(np.int64).view(np.uint64)
+    full = np.array([s.size // block_size for s in sequences], dtype=np.int64)
+    # full blocks only: each sequence cut at its last full block, then the trace readers' keys
+    body = np.concatenate([s[:n * block_size] for s, n in zip(sequences, full.tolist())])
     keys = np.empty(int(full.sum()), dtype=np.uint64)
-    _chained_keys(body, lengths, block_size, keys)
+    chain_block_keys(body.astype(np.int64), full * block_size, block_size, keys,
+                     np.empty(keys.size, dtype=np.int64))
     keys = keys.tolist()
     first = np.concatenate(([0], np.cumsum(full)[:-1]))
     for i, a, n in zip(plain, first.tolist(), full.tolist()):

@@ -57,7 +57,7 @@ def _mix(z: np.uint64) -> np.uint64:
 
 
 @njit(cache=True, nogil=True)
-def _chain(tokens: np.ndarray, lengths: np.ndarray, block_size: int, keys: np.ndarray,
+def chain_block_keys(tokens: np.ndarray, lengths: np.ndarray, block_size: int, keys: np.ndarray,
            block_tokens: np.ndarray) -> None:
     """Fill each block's chained key and token count, requests one after another: a token's
     hash mixes it with the mix of its position, a block's hash sums its tokens', a key mixes
@@ -91,7 +91,7 @@ def token_blocks(tokens: np.ndarray, lengths: np.ndarray, block_size: int,
     block_index = np.arange(block_request.size, dtype=np.int64) - block_starts[block_request]
     keys = np.empty(block_request.size, dtype=np.uint64)
     block_tokens = np.empty(block_request.size, dtype=np.int64)
-    _chain(np.asarray(tokens, dtype=np.int64), lengths, int(block_size), keys, block_tokens)
+    chain_block_keys(np.asarray(tokens, dtype=np.int64), lengths, int(block_size), keys, block_tokens)
     return pl.DataFrame({"request": block_request + first_request,
                          "block_index": block_index, "block_key": keys,
                          "block_tokens": block_tokens}).cast(dict(BLOCK_SCHEMA))
