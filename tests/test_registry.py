@@ -14,9 +14,9 @@ from kvlab.scenario import pass_keys
 from pipeline import registry
 from pipeline.blocks.stream import block_stream
 from pipeline.cli import main
-from pipeline.policies.traces import lab_objects
 from pipeline.tiers import Tier, TwoTier
 from pipeline.workloads.blocks import document_blocks
+from pipeline.workloads.documents import documents_workload
 
 
 class LowestKeyFirst(Tier):
@@ -107,7 +107,7 @@ def test_engine_tiers_as_objects():
 def test_toy_policy_in_policies(toy, tmp_path, capsys):
     assert main(["policies", "--gpu-policy", "toy", "--json", "--out", str(tmp_path)]) == 0
     curves = json.loads(capsys.readouterr().out)["curves"]
-    keys, sizes = lab_objects(10, 5011, ["fwd", "fwd", "rev"])
+    keys, sizes = documents_workload(10, 5011, ["fwd", "fwd", "rev"], None).items()
     for row in curves:
         tier = LowestKeyFirst(row["capacity"])
         assert row["gpu_hits"] == sum(map(tier.access, keys.tolist(), sizes.tolist()))
