@@ -178,11 +178,10 @@ def run_block_bench(path: str, fractions: tuple[float, ...] = (0.01, 0.10, 0.50)
     """Block mode on a Mooncake trace: each compiled GPU model (LRU: the ``ideal`` one pass)
     next to its class replay, hit tokens asserted equal."""
     from pipeline.blocks.models import GPU_MODELS
-    from pipeline.blocks.stream import block_stream
     from pipeline.policies.blockmode import policy_gpu_model
     from pipeline.workloads.mooncake import MOONCAKE_BLOCK_SIZE, read_mooncake
 
-    stream = block_stream(read_mooncake(path).blocks, MOONCAKE_BLOCK_SIZE)
+    stream = read_mooncake(path).block_stream()
     distinct = int(stream.codes.max()) + 1
     blocks = [int(f * distinct) for f in fractions]
     capacities = [b * MOONCAKE_BLOCK_SIZE for b in blocks]

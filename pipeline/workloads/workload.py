@@ -44,8 +44,9 @@ class Workload:
 
     def items(self, unit: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Every item of every request as one access, in order, with no prefix rule: its key
-        (``block_key``) and size (its tokens; 1 each with ``unit``), both int64."""
-        keys = self.blocks["block_key"].cast(pl.Int64).to_numpy()
+        (``block_key``'s 64 bits read as int64: equal keys stay equal, a key below 2**63 keeps
+        its value) and size (its tokens; 1 each with ``unit``), both int64."""
+        keys = self.blocks["block_key"].to_numpy().view(np.int64)
         if unit:
             return keys, np.ones(keys.size, dtype=np.int64)
         return keys, self.blocks["block_tokens"].cast(pl.Int64).to_numpy()
