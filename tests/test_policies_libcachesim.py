@@ -63,7 +63,7 @@ def mooncake():
 
 @pytest.mark.parametrize("name", list(LCS_NAMES))
 @pytest.mark.parametrize("unit, capacity", [(True, 200), (True, 2000), (False, 300_000)])
-def test_mooncake_objects_equal_libcachesim(mooncake, name, unit, capacity):
+def test_mooncake_items_equal_libcachesim(mooncake, name, unit, capacity):
     keys, tokens = mooncake
     sizes = np.ones_like(tokens) if unit else tokens
     hits = ours(name, keys, sizes, capacity)
