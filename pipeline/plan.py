@@ -168,7 +168,7 @@ def _workload(args: argparse.Namespace) -> tuple[Workload, str, str]:
             f"blocks, passes {','.join(documents.passes)}", "--block-size")
 
 
-def _evaluators(args: argparse.Namespace, workload: Workload, description: str,
+def _evaluator_builder(args: argparse.Namespace, workload: Workload, description: str,
                 option: str) -> Callable[[int, dict[str, TTFTModel]], Evaluator]:
     """How to build the workload's evaluator at a GPU capacity with TTFT models: document
     mode for whole items, else block mode with the run's models (their options checked
@@ -260,7 +260,7 @@ def main(args: argparse.Namespace) -> int:
         raise CLIError(str(exc) if str(exc).startswith("--") else f"--gpu: {exc}") from None
     args.gpu = gpu                                  # tokens from here on (run_options)
     workload, description, option = _workload(args)
-    build = _evaluators(args, workload, description, option)
+    build = _evaluator_builder(args, workload, description, option)
     names = _pass_names(workload)
     chosen = _passes(args.passes_to_meet, len(names))
     target = (Target("ttft", args.target_ttft_ms, args.statistic, chosen)
