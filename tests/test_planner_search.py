@@ -7,7 +7,6 @@ from __future__ import annotations
 import statistics
 from functools import cache
 
-import numpy as np
 import polars as pl
 import pytest
 from hypothesis import given, settings
