@@ -64,6 +64,10 @@ def test_documents_whole_are_one_item_per_read_keyed_by_document():
     assert workload.blocks.rows() == [(r, 0, d, 50) for r, d in enumerate([0, 1, 2, 2, 1, 0])]
     accesses = DocumentWorkload(3, 50, ("fwd", "rev")).accesses()
     assert workload.blocks["block_key"].to_list() == accesses["doc"].to_list()
+    assert accesses.rows() == [(0, "fwd", 0, 0, 0, 50), (0, "fwd", 1, 1, 1, 50),
+                               (0, "fwd", 2, 2, 2, 50), (1, "rev", 0, 3, 2, 50),
+                               (1, "rev", 1, 4, 1, 50), (1, "rev", 2, 5, 0, 50)]
+    assert DocumentWorkload(0, 50, ("fwd",)).accesses().height == 0
 
 
 def test_whole_items_have_no_block_stream_and_read_as_one_access_per_request():
