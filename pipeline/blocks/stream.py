@@ -39,8 +39,8 @@ def check_order(order: str) -> str:
 
 @dataclass(frozen=True)
 class RequestOutputs:
-    """What a trace says each request generates: ``lengths`` (R) its output tokens (0: not
-    given), and where the trace gives the sampled ids, ``codes[starts[r]:starts[r + 1]]``
+    """What a trace says each request generates: ``lengths`` (R) its output tokens (a value
+    < 1 counts as 1), and where the trace gives the sampled ids, ``codes[starts[r]:starts[r + 1]]``
     the key codes of request r's blocks of prompt + output beyond its full prompt blocks
     (a prompt holding the same prefix has the same code; other codes are >= the stream's
     ``n_codes``); ``n_codes`` is the stream's codes plus these."""

@@ -2,7 +2,8 @@
 
 Optional per line: ``max_tokens`` (the request's output tokens, an integer >= 1) and
 ``output_token_ids`` (the sampled tokens; the output length is then their number, and
-``max_tokens``, if given, must be at least that). The blocks of prompt + sampled tokens
+``max_tokens``, if given, must be at least that; a line with neither generates 1 token
+under ``--output-tokens trace``). The blocks of prompt + sampled tokens
 beyond the prompt's full blocks are keyed by the same chain, as vLLM hashes them
 (``Workload.output_blocks``), so a later prompt that re-sends the reply has their keys.
 
@@ -174,7 +175,7 @@ def read_tokens(path: str | Path, block_size: int, skip_bad_lines: bool = False)
         requests.append(good.select(
             "line", "timestamp", prompt_tokens=lengths,
             output_tokens=pl.coalesce(pl.col("output_token_ids").list.len(),
-                                      pl.col("max_tokens"), pl.lit(0)).cast(pl.Int64),
+                                      pl.col("max_tokens"), pl.lit(1)).cast(pl.Int64),
             given=pl.col("output_token_ids").is_not_null() | pl.col("max_tokens").is_not_null()))
     good = pl.concat(requests)
     outputs = good["output_tokens"].to_numpy() if good["given"].any() else None

@@ -34,8 +34,8 @@ class Workload:
     (line, reason) of every bad line dropped under ``skip_bad_lines``; ``label``: what the
     workload is (a path, a pattern's name, the lab's documents); ``output_tokens``: each
     request's output length where the trace gives one (Mooncake ``output_length``, token
-    JSONL ``max_tokens`` or the number of ``output_token_ids``; 0: not given), None when it
-    gives none; ``output_blocks``: (request, block_key) of the blocks of prompt + sampled
+    JSONL ``max_tokens`` or the number of ``output_token_ids``, 1 on a line with neither),
+    None when it gives none; ``output_blocks``: (request, block_key) of the blocks of prompt + sampled
     tokens beyond each request's full prompt blocks, chained as its prompt's (token JSONL
     with ``output_token_ids``), None otherwise.
     """
