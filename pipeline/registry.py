@@ -134,7 +134,8 @@ _SINCE = ".".join(map(str, PREPEND_SINCE))
 VLLM_OPTIONS = (
     Option("output_tokens", "vllm model: tokens generated per request (max_tokens): N for "
            "every request, or 'trace': each request's own (Mooncake output_length, token "
-           "JSONL max_tokens or output_token_ids; 1 where none) (default 1)",
+           "JSONL max_tokens or output_token_ids; 1 where none) (default: trace when the "
+           "input gives lengths, else 1)",
            output_tokens, 1),
     Option("vllm_version", f"vllm model: free-queue placement of unhashed blocks, head since "
            f"{_SINCE}, tail before (default {DEFAULT_VLLM_VERSION})", vllm_version,

@@ -115,7 +115,8 @@ def trace_outputs(workload: object) -> np.ndarray:
     if bad.size:
         where = f"{workload.label}:{int(workload.lines[bad[0]])}" if len(workload.lines) \
             else f"{workload.label}: request {int(bad[0])}"
-        raise CLIError(f"{where}: output_length must be >= 1 for --output-tokens trace, "
+        raise CLIError(f"{where}: output_length must be >= 1 for --output-tokens trace (the "
+                       f"default when a trace gives lengths; or give --output-tokens N), "
                        f"got {int(given[bad[0]])}")
     return given
 
@@ -126,7 +127,8 @@ def run_options(args: argparse.Namespace, block_size: int, requests: int,
     known (``requests``, ``blocks`` block accesses): ``--gpu`` / ``--cpu`` capacities fit an
     int64, ``model_options`` holds, and the vllm model's output blocks keep the run under
     ``MAX_BLOCKS``; with ``--output-tokens trace`` each request's length comes from
-    ``workload`` (``trace_outputs``; none given: 1). Returns (GPU model options, CPU model
+    ``workload`` (``trace_outputs``; none given: 1), and that is the default when the
+    workload gives lengths (Mooncake ``output_length``, token JSONL ``max_tokens``). Returns (GPU model options, CPU model
     options); CLIError naming the argument otherwise. ``blocks`` and ``trace`` both call it
     before any work."""
     check_capacities("--gpu", getattr(args, "gpu", None))
@@ -135,6 +137,9 @@ def run_options(args: argparse.Namespace, block_size: int, requests: int,
     check_block_count(blocks, "the workload")
     gpu_options, cpu_options = model_options(args, block_size)
     output = gpu_options.get("output_tokens")
+    if output is not None and getattr(args, "output_tokens", None) is None and \
+            getattr(workload, "output_tokens", None) is not None:
+        output = gpu_options["output_tokens"] = TRACE     # default: the trace's own lengths
     lengths = output
     if output == TRACE:
         lengths = trace_outputs(workload) if workload is not None \
