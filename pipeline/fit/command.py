@@ -121,35 +121,19 @@ def _print_fit(fit, frame: pl.DataFrame, table: pl.DataFrame, holdout: dict | No
 
 
 def chart(frame: pl.DataFrame, fmt: str = "html") -> bytes:
-    """Measured against predicted TTFT per request (``predictions``' frame), html or png."""
-    import altair as alt
-    data = frame.select("measured_ttft_ms", "predicted_ttft_ms", "prompt_tokens", "load",
-                        pl.when(pl.col("held_out")).then(pl.lit("held out"))
-                        .otherwise(pl.lit("fitted")).alias("set"))
-    both = pl.concat([data["measured_ttft_ms"], data["predicted_ttft_ms"]])
-    low, top = float(max(both.min(), 1e-3)), float(both.max())
-    scale = alt.Scale(type="log")
-    points = alt.Chart(data).mark_point().encode(
-        x=alt.X("measured_ttft_ms:Q", title="measured TTFT (ms)", scale=scale),
-        y=alt.Y("predicted_ttft_ms:Q", title="predicted TTFT (ms)", scale=scale),
-        color="load:N", shape="set:N", tooltip=["prompt_tokens", "load", "set"])
-    line = alt.Chart(pl.DataFrame({"x": [low, top], "y": [low, top]})).mark_line(
-        color="gray").encode(x=alt.X("x:Q", scale=scale), y=alt.Y("y:Q", scale=scale))
+    """Measured against predicted TTFT per request (``predictions``' frame), html or png
+    (``pipeline.charts.fitted_ttft``: the figures of ``run``'s report)."""
     import io
 
-    from pipeline.charts import Section, page_html
-    figure = (line + points).properties(title="measured vs predicted TTFT per request",
-                                        width=420, height=420)
+    from pipeline.charts import page_html
+    from pipeline.charts import fitted_ttft
     if fmt == "png":
         data = io.BytesIO()
-        figure.save(data, format="png")
+        fitted_ttft.scatter(frame).save(data, format="png")
         return data.getvalue()
-    held = frame.filter(pl.col("held_out"))
-    caption = (f"{frame.height} requests; points on the grey line are predicted exactly"
-               + (f"; {held.height} held out (squares)" if held.height else ""))
     return page_html("fit: measured vs predicted TTFT", "Every measured request against the "
                      "fitted step-time model's simulated TTFT (log scales).",
-                     [("Per request", "", [Section("ttft", figure, caption)])]).encode("utf-8")
+                     [("Per request", "", fitted_ttft.page_sections(frame))]).encode("utf-8")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -1,0 +1,96 @@
+"""Measured against predicted TTFT per request from a committed fitted file, for the report.
+
+``fitted_requests(path)`` reads a fitted step-time JSON (``fit --output``), loads the
+``measure --trace`` files it was fitted on (its ``source``, relative to the checkout),
+simulates every run with the file's coefficients on the engine model each sidecar records
+(``pipeline.fit.evaluate.predictions``: queueing included) and returns the per-request frame
+with the figure's provenance: fitted, which file, engine, served model, hardware, the
+schedule source, and whether the requests were in the fit (the committed file is fitted on
+all of them, so its figure is in-sample; held-out errors come from ``fit --holdout``).
+The report only draws what this returns (``pipeline.charts.fitted_ttft``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from pipeline.config import ROOT
+from pipeline.errors import CLIError
+from pipeline.fit.evaluate import predictions
+from pipeline.fit.fitted import check_fitted
+from pipeline.fit.inputs import load_runs
+from pipeline.fit.schedule import FEATURES, EngineModel, simulate_run
+
+__all__ = ["FITTED_FILE", "FittedRequests", "fitted_requests"]
+
+#: The committed fit of the llama.cpp calibration (docs/calibration.md).
+FITTED_FILE = ROOT / "data" / "measured" / "llamacpp_calib.fitted.json"
+
+
+@dataclass(frozen=True)
+class FittedRequests:
+    """Per-request measured vs predicted TTFT (``predictions``' columns) and its provenance
+    (``str`` values: fitted_file, engine, served_model, hardware, schedule, fit, sources,
+    in_sample: a sentence)."""
+
+    frame: pl.DataFrame
+    provenance: dict[str, str]
+
+
+def _root_relative(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+def fitted_requests(path: str | Path = FITTED_FILE, root: Path = ROOT) -> FittedRequests:
+    """The frame and provenance described above; ValueError naming the file when it, or a
+    measurement it names, cannot be read."""
+    path = Path(path)
+    try:
+        document = check_fitted(json.loads(path.read_text(encoding="utf-8")), str(path))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: cannot read a fitted file ({exc})") from None
+    sources = [root / s if not Path(s).is_absolute() else Path(s)
+               for s in document.get("source") or []]
+    if not sources:
+        raise ValueError(f"{path}: names no measured file (source)")
+    try:
+        runs = load_runs(sources)
+    except CLIError as exc:
+        raise ValueError(str(exc)) from None
+    coefficients = document["coefficients"]
+    beta = np.array([float(coefficients.get(name, 0.0)) for name in FEATURES])
+    engines = [EngineModel.from_dict(document.get("engine_model") or run.engine_model)
+               for run in runs]
+    held = [np.zeros(run.n, dtype=bool) for run in runs]
+    frame = predictions(runs, engines, beta, held).with_columns(
+        pl.col("file").map_elements(lambda f: Path(f).name, return_dtype=pl.String))
+    sidecar = runs[0].sidecar
+    engine = sidecar.get("engine") or {}
+    machine = sidecar.get("hardware") or {}
+    hardware = ", ".join(str(part) for part in (
+        machine.get("described"), machine.get("cpu"),
+        machine.get("logical_cpus") and f"{machine['logical_cpus']} logical CPUs",
+        machine.get("memory_gib") and f"{machine['memory_gib']} GiB") if part) or "not recorded"
+    holdout = document.get("holdout") or {}
+    return FittedRequests(frame, {
+        "fitted_file": _root_relative(path),
+        "engine": " ".join(str(engine[k]) for k in ("name", "package", "version") if k in engine)
+        or str(document.get("engine")),
+        "served_model": str(document.get("served_model")),
+        "hardware": str(hardware),
+        "schedule": simulate_run(runs[0], engines[0], beta).source,
+        "fit": str(document.get("provenance") or "fitted step time"),
+        "sources": ", ".join(Path(s).name for s in document["source"]),
+        "in_sample": (f"in-sample: all {frame.height} requests were in the fit"
+                      if not holdout else
+                      f"the fit held out {holdout.get('requests')} requests by "
+                      f"{holdout.get('by')} (not marked here; fit --report marks them)"),
+    })

@@ -1,0 +1,112 @@
+"""The report's measured vs predicted TTFT per request: the stage's frame from a fitted file
+and its measurements, the renderer's sections, and the group on run's page."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+
+from pipeline.charts import fitted_ttft, page_html
+from pipeline.cli import main as cli_main
+from pipeline.fit.inputs import load_runs
+from pipeline.fit.per_request import fitted_requests
+from pipeline.fit.schedule import FEATURES, EngineModel, simulate_run
+from test_fit import synthetic_run, write_measurement
+
+TRUE = np.array([3.0, 0.5, 0.002, 4.0, 0.0, 3e-5])
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory):
+    """Two measured runs, their fit (``fit --output``) and the folder."""
+    folder = tmp_path_factory.mktemp("fit_report")
+    rng = np.random.default_rng(7)
+    paths = []
+    for rate in (0.2, 1.0):
+        path = folder / f"rate-{rate}.jsonl"
+        write_measurement(path, synthetic_run(rng, rate, 12, TRUE, 0.05, f"rate-{rate}"))
+        paths.append(path)
+    out = folder / "fitted.json"
+    assert cli_main(["fit", *map(str, paths), "--output", str(out),
+                     "--report", str(folder / "report")]) == 0
+    return folder, paths, out
+
+
+def test_frame_is_every_request_simulated_with_the_files_coefficients(fitted, capsys):
+    folder, paths, out = fitted
+    result = fitted_requests(out, root=folder)
+    doc = json.loads(out.read_text())
+    beta = np.array([doc["coefficients"][name] for name in FEATURES])
+    runs = load_runs(paths)
+    expected = np.concatenate([simulate_run(r, EngineModel.from_dict(doc["engine_model"]),
+                                            beta).ttft_ms() for r in runs])
+    frame = result.frame
+    assert frame.height == 24 and not frame["held_out"].any()
+    assert np.allclose(frame["predicted_ttft_ms"].to_numpy(), expected)
+    assert np.allclose(frame["measured_ttft_ms"].to_numpy(),
+                       np.concatenate([r.ttft_ms for r in runs]))
+    # the same rows as fit --report's requests.csv (the fit's own predictions)
+    report = pl.read_csv(folder / "report" / "requests.csv")
+    assert np.allclose(report["predicted_ttft_ms"].to_numpy(), expected, rtol=1e-4)
+    labels = result.provenance
+    assert labels["engine"] == "llama.cpp" and labels["served_model"] == "tiny"
+    assert labels["fitted_file"].endswith("fitted.json")
+    assert labels["sources"] == "rate-0.2.jsonl, rate-1.0.jsonl"
+    assert labels["in_sample"] == "in-sample: all 24 requests were in the fit"
+    assert "fitted: weighted least squares" in labels["fit"]
+
+
+def test_bad_fitted_file_is_one_error_naming_it(tmp_path, fitted):
+    bad = tmp_path / "f.json"
+    bad.write_text("{")
+    with pytest.raises(ValueError, match=r"f\.json: cannot read"):
+        fitted_requests(bad)
+    bad.write_text(json.dumps({"kind": "other"}))
+    with pytest.raises(ValueError, match=r"f\.json: not a fitted step-time file"):
+        fitted_requests(bad)
+    _, _, out = fitted
+    doc = json.loads(out.read_text())
+    doc["source"] = [str(tmp_path / "gone.jsonl")]
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"gone"):
+        fitted_requests(bad)
+
+
+def test_sections_state_the_errors_they_draw(fitted):
+    folder, _, out = fitted
+    result = fitted_requests(out, root=folder)
+    frame = result.frame
+    scatter, timeline = fitted_ttft.page_sections(frame, result.provenance["in_sample"])
+    p50 = float(frame["error_pct"].abs().quantile(0.5, "linear"))
+    assert f"|error| p50 {p50:.1f} %" in scatter.caption
+    assert "rate-0.2" in scatter.caption and "in-sample" in scatter.caption
+    spec = scatter.chart.to_dict()
+    assert spec["layer"][1]["encoding"]["x"]["scale"]["type"] == "log"
+    assert timeline.chart.to_dict()["facet"]["row"]["field"] == "load"
+    worst = frame.sort(pl.col("error_pct").abs(), descending=True).row(0, named=True)
+    assert f"line {worst['line']} of {worst['load']}" in timeline.caption
+    held = frame.with_columns(held_out=pl.col("line") <= 3)
+    assert "the 6 held-out requests" in fitted_ttft.caption(held)
+    label = fitted_ttft.provenance_html(result.provenance)
+    assert "<strong>fitted</strong>" in label and "fitted.json" in label and "tiny" in label
+    page = page_html("t", "t", [("g", label, [scatter, timeline])])
+    assert 'id="chart-fitted-ttft-scatter"' in page
+
+
+def test_runs_report_draws_the_committed_fit_per_request():
+    """run's page: the committed llama.cpp fit, measured vs predicted per request, labelled."""
+    from pipeline import report
+    from pipeline.fit.per_request import FITTED_FILE
+    result = fitted_requests(FITTED_FILE)
+    doc = json.loads(FITTED_FILE.read_text())
+    assert result.frame.height == 150 and result.frame["load"].n_unique() == 5
+    assert result.provenance["fitted_file"] == "data/measured/llamacpp_calib.fitted.json"
+    assert result.provenance["engine"].startswith("llama.cpp")
+    assert result.provenance["served_model"] == doc["served_model"]
+    assert "AMD" in result.provenance["hardware"] or "CPU" in result.provenance["hardware"]
+    heading, prelude, sections = report.fitted_engine_group(result.frame, result.provenance)
+    assert "fitted step time" in heading and "llamacpp_calib.fitted.json" in prelude
+    assert [s.key for s in sections] == ["fitted-ttft-scatter", "fitted-ttft-timeline"]
