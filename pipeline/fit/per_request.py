@@ -3,7 +3,8 @@
 ``fitted_requests(path)`` reads a fitted step-time JSON (``fit --output``), loads the
 ``measure --trace`` files it was fitted on (its ``source``, relative to the checkout),
 simulates every run with the file's coefficients on the engine model each sidecar records
-(``pipeline.fit.evaluate.predictions``: queueing included) and returns the per-request frame
+(``pipeline.fit.evaluate.predictions``: queueing included; with the file's
+``machine_load``, each run's step times scaled by its load average as ``fit`` did) and returns the per-request frame
 with the figure's provenance: fitted, which file, engine, served model, hardware, the
 schedule source, and whether the requests were in the fit (the committed file is fitted on
 all of them, so its figure is in-sample; held-out errors come from ``fit --holdout``).
@@ -70,7 +71,8 @@ def fitted_requests(path: str | Path = FITTED_FILE, root: Path = ROOT) -> Fitted
     engines = [EngineModel.from_dict(document.get("engine_model") or run.engine_model)
                for run in runs]
     held = [np.zeros(run.n, dtype=bool) for run in runs]
-    frame = predictions(runs, engines, beta, held).with_columns(
+    per_load = float((document.get("machine_load") or {}).get("per_load_average") or 0.0)
+    frame = predictions(runs, engines, beta, held, per_load).with_columns(
         pl.col("file").map_elements(lambda f: Path(f).name, return_dtype=pl.String))
     sidecar = runs[0].sidecar
     engine = sidecar.get("engine") or {}
