@@ -39,9 +39,12 @@ def scatter(frame: pl.DataFrame, title: str = "measured vs predicted TTFT per re
                         "line", _set(frame), pl.col("error_pct").round(1))
     low, top = _span(frame)
     scale = alt.Scale(type="log", domain=[low, top], nice=False)
+    ticks = [v * 10 ** k for k in range(-3, 8) for v in (1, 2, 5) if low <= v * 10 ** k <= top]
     points = alt.Chart(data).mark_point(filled=True, size=40, opacity=0.8).encode(
-        x=alt.X("measured_ttft_ms:Q", title="measured TTFT (ms, log scale)", scale=scale),
-        y=alt.Y("predicted_ttft_ms:Q", title="predicted TTFT (ms, log scale)", scale=scale),
+        x=alt.X("measured_ttft_ms:Q", title="measured TTFT (ms, log scale)", scale=scale,
+                axis=alt.Axis(values=ticks)),
+        y=alt.Y("predicted_ttft_ms:Q", title="predicted TTFT (ms, log scale)", scale=scale,
+                axis=alt.Axis(values=ticks)),
         color=alt.Color("load:N", title="load"), shape=alt.Shape("set:N", title=None),
         tooltip=["load", "line", "prompt_tokens", "set",
                  alt.Tooltip("measured_ttft_ms:Q", format=".1f"),
