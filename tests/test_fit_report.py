@@ -110,3 +110,29 @@ def test_runs_report_draws_the_committed_fit_per_request():
     heading, prelude, sections = report.fitted_engine_group(result.frame, result.provenance)
     assert "fitted step time" in heading and "llamacpp_calib.fitted.json" in prelude
     assert [s.key for s in sections] == ["fitted-ttft-scatter", "fitted-ttft-timeline"]
+
+
+def test_the_serial_schedule_the_page_uses_is_the_engine_simulations_on_the_committed_runs():
+    """The page's shortcut (``serial_equal``): on the committed measurement and fit, the
+    serial schedule and pipeline.engine give the same steps and the same times."""
+    from pipeline.fit.per_request import FITTED_FILE, serial_equal
+    from pipeline.fit.schedule import engine_schedule, serial_schedule
+    from pipeline.fit.solve import load_scale
+    from conftest import ROOT
+    doc = json.loads(FITTED_FILE.read_text())
+    runs = load_runs([ROOT / s for s in doc["source"]])
+    engine = EngineModel.from_dict(doc["engine_model"])
+    assert serial_equal(engine, runs)
+    assert not serial_equal(EngineModel(max_num_seqs=1, block_size=16), runs)
+    assert not serial_equal(EngineModel(max_num_seqs=1, block_size=1, num_gpu_blocks=4000),
+                            runs)
+    beta = np.array([doc["coefficients"][name] for name in FEATURES])
+    per_load = doc["machine_load"]["per_load_average"]
+    for run in runs:
+        coefficients = beta * load_scale(run, per_load)
+        serial, engine_run = (f(run, engine, coefficients)
+                              for f in (serial_schedule, engine_schedule))
+        assert np.array_equal(serial.first_token_step, engine_run.first_token_step)
+        assert np.array_equal(serial.hit_tokens, engine_run.hit_tokens)
+        assert np.allclose(serial.features, engine_run.features)
+        assert np.allclose(serial.ttft_ms(), engine_run.ttft_ms(), rtol=1e-12)

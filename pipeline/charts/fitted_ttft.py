@@ -109,7 +109,7 @@ def provenance_html(provenance: dict[str, str]) -> str:
             f"<p>Engine {e['engine']}, served model {e['served_model']}, hardware: "
             f"{e['hardware']}; measured files {e['sources']}"
             + ("" if provenance["schedule"] in provenance["fit"] else
-               f"; schedule simulated by {e['schedule']}") + ".</p>"
+               f"; schedule: {e['schedule']}") + ".</p>"
             f"<p>{e['in_sample'].capitalize()}: this shows how well the model describes these "
             f"measurements; held-out errors are <code>fit --holdout</code>'s "
             f"(docs/calibration.md).</p></div>")

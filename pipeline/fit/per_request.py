@@ -2,12 +2,15 @@
 
 ``fitted_requests(path)`` reads a fitted step-time JSON (``fit --output``), loads the
 ``measure --trace`` files it was fitted on (its ``source``, relative to the checkout),
-simulates every run with the file's coefficients on the engine model each sidecar records
-(``pipeline.fit.evaluate.predictions``: queueing included; with the file's
-``machine_load``, each run's step times scaled by its load average as ``fit`` did) and returns the per-request frame
-with the figure's provenance: fitted, which file, engine, served model, hardware, the
+simulates every run with the file's coefficients on the engine model it records, queueing
+included (``pipeline.fit.evaluate.predictions``; with the file's ``machine_load``, each
+run's step times scaled by its load average as ``fit`` did) and returns the per-request
+frame with the figure's provenance: fitted, which file, engine, served model, hardware, the
 schedule source, and whether the requests were in the fit (the committed file is fitted on
 all of them, so its figure is in-sample; held-out errors come from ``fit --holdout``).
+At one sequence with token-level prefix reuse (llama.cpp's model) the schedule comes from
+``serial_schedule``, which gives the engine simulation's schedule exactly at 1/200 of the
+cost (``serial_equal``; tested on the committed measurement).
 The report only draws what this returns (``pipeline.charts.fitted_ttft``).
 """
 
@@ -24,10 +27,10 @@ from pipeline.config import ROOT
 from pipeline.errors import CLIError
 from pipeline.fit.evaluate import predictions
 from pipeline.fit.fitted import check_fitted
-from pipeline.fit.inputs import load_runs
-from pipeline.fit.schedule import FEATURES, EngineModel, simulate_run
+from pipeline.fit.inputs import Run, load_runs
+from pipeline.fit.schedule import FEATURES, EngineModel, serial_schedule, simulate_run
 
-__all__ = ["FITTED_FILE", "FittedRequests", "fitted_requests"]
+__all__ = ["FITTED_FILE", "FittedRequests", "fitted_requests", "serial_equal"]
 
 #: The committed fit of the llama.cpp calibration (docs/calibration.md).
 FITTED_FILE = ROOT / "data" / "measured" / "llamacpp_calib.fitted.json"
@@ -41,6 +44,16 @@ class FittedRequests:
 
     frame: pl.DataFrame
     provenance: dict[str, str]
+
+
+def serial_equal(engine: EngineModel, runs: list[Run]) -> bool:
+    """True when ``serial_schedule`` gives the engine simulation's schedule of ``runs``
+    exactly: one sequence at a time, token-level prefix reuse (block size 1), chunked
+    prefill, and KV room for the longest request (about 5 ms against 1 s of CPU for the
+    committed runs)."""
+    longest = max(int(max(p.size for p in r.prompts) + r.max_tokens.max()) for r in runs)
+    return (engine.max_num_seqs == 1 and engine.block_size == 1 and engine.chunked_prefill
+            and (engine.num_gpu_blocks == 0 or engine.num_gpu_blocks > longest))
 
 
 def _root_relative(path: Path) -> str:
@@ -72,7 +85,8 @@ def fitted_requests(path: str | Path = FITTED_FILE, root: Path = ROOT) -> Fitted
                for run in runs]
     held = [np.zeros(run.n, dtype=bool) for run in runs]
     per_load = float((document.get("machine_load") or {}).get("per_load_average") or 0.0)
-    frame = predictions(runs, engines, beta, held, per_load).with_columns(
+    source = serial_schedule if all(serial_equal(e, runs) for e in engines) else simulate_run
+    frame = predictions(runs, engines, beta, held, per_load, source).with_columns(
         pl.col("file").map_elements(lambda f: Path(f).name, return_dtype=pl.String))
     sidecar = runs[0].sidecar
     engine = sidecar.get("engine") or {}
@@ -88,7 +102,10 @@ def fitted_requests(path: str | Path = FITTED_FILE, root: Path = ROOT) -> Fitted
         or str(document.get("engine")),
         "served_model": str(document.get("served_model")),
         "hardware": str(hardware),
-        "schedule": simulate_run(runs[0], engines[0], beta).source,
+        "schedule": (
+            "the fit's, computed by the serial one-sequence schedule, which equals "
+            "pipeline.engine's at max_num_seqs 1" if source is serial_schedule
+            else source(runs[0], engines[0], beta).source),
         "fit": str(document.get("provenance") or "fitted step time"),
         "sources": ", ".join(Path(s).name for s in document["source"]),
         "in_sample": (f"in-sample: all {frame.height} requests were in the fit"
