@@ -90,14 +90,17 @@ def real_engine_group(joined: pl.DataFrame, path: str | os.PathLike) -> Group:
     return ("Measured TTFT: a real engine (llama.cpp)", prelude, real_engine.sections(joined))
 
 
-def fitted_engine_group(frame: pl.DataFrame, provenance: dict[str, str]) -> Group:
+def fitted_engine_group(frame: pl.DataFrame, provenance: dict[str, str],
+                        holdout: tuple[pl.DataFrame, dict[str, str]] | None = None) -> Group:
     """Measured against predicted TTFT per request of a real engine under its fitted
     step-time model (``frame``: ``pipeline.fit.per_request.fitted_requests``' frame of the
-    committed fit; ``provenance``: its labels), after the real engine's measurement."""
+    committed fit; ``provenance``: its labels; ``holdout``: the same for a fit that held
+    requests out, drawn beside it), after the real engine's measurement."""
     from pipeline.charts import fitted_ttft
+    held = None if holdout is None else (holdout[0], holdout[1].get("in_sample", ""))
     return ("Measured vs predicted TTFT per request: llama.cpp, fitted step time",
-            fitted_ttft.provenance_html(provenance),
-            fitted_ttft.page_sections(frame, provenance.get("in_sample", "")))
+            fitted_ttft.provenance_html(provenance, None if holdout is None else holdout[1]),
+            fitted_ttft.page_sections(frame, provenance.get("in_sample", ""), held))
 
 
 def block_group(aggregates: pl.DataFrame, scenario: dict, note: str = "",

@@ -24,7 +24,8 @@ from pipeline.config import (CPU_CLIFF_GPU, GPU_CLIFF_CAPACITIES, LAB_CPU, LAB_D
                              LAB_PASSES, LAB_TOKENS, ROOT)
 from pipeline.engines.options import add_model_arguments, option_dests, run_options
 from pipeline.errors import CLIError
-from pipeline.fit.per_request import FITTED_FILE, FittedRequests, fitted_requests
+from pipeline.fit.per_request import (FITTED_FILE, HOLDOUT_FILE, FittedRequests,
+                                     fitted_requests)
 from pipeline.ttft_model import (TOKEN_COLUMNS, FitError, TTFTModel, fit_configs,
                                  predict_pass_ttft, predicted_ttft, residuals_by_pass,
                                  tokens_by_tier)
@@ -143,7 +144,8 @@ class ReportInputs:
     engine models' GPU and CPU curves and the policies' lab curves (None off the lab's
     workload), the trace page's name beside the report (or None), and the real engine's
     measured against predicted TTFT per request under the committed fitted step-time file
-    (``pipeline.fit.per_request``; None when it or its measurements are missing)."""
+    and under its fit without the two highest loads (``pipeline.fit.per_request``; None when
+    a file or its measurements are missing)."""
 
     real_engine: pl.DataFrame | None
     block_aggregates: pl.DataFrame | None
@@ -155,6 +157,7 @@ class ReportInputs:
     engine_aggregates: pl.DataFrame | None = None
     engine_describe: str = ""
     fitted_engine: FittedRequests | None = None
+    fitted_holdout: FittedRequests | None = None
 
 
 def _fitted_engine(path: Path) -> FittedRequests | None:
@@ -220,7 +223,7 @@ def report_inputs(args: argparse.Namespace, workload: DocumentWorkload,
         else None,
         lab_curves() if lab else None, trace.name if trace.is_file() else None,
         engine_aggregates, blocks.describe() if engine_aggregates is not None else "",
-        _fitted_engine(FITTED_FILE))
+        _fitted_engine(FITTED_FILE), _fitted_engine(HOLDOUT_FILE))
 
 
 def render_groups(inputs: ReportInputs) -> list[report.Group]:
@@ -231,8 +234,10 @@ def render_groups(inputs: ReportInputs) -> list[report.Group]:
     if inputs.real_engine is not None:
         groups.append(report.real_engine_group(inputs.real_engine, REAL_ENGINE_FILE))
     if inputs.fitted_engine is not None:
-        groups.append(report.fitted_engine_group(inputs.fitted_engine.frame,
-                                                 inputs.fitted_engine.provenance))
+        held = inputs.fitted_holdout
+        groups.append(report.fitted_engine_group(
+            inputs.fitted_engine.frame, inputs.fitted_engine.provenance,
+            None if held is None else (held.frame, held.provenance)))
     if inputs.block_aggregates is not None:
         extra = ([] if inputs.engine_aggregates is None else
                  run_engine_sections(inputs.engine_aggregates, inputs.block_aggregates,

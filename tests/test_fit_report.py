@@ -136,3 +136,43 @@ def test_the_serial_schedule_the_page_uses_is_the_engine_simulations_on_the_comm
         assert np.array_equal(serial.hit_tokens, engine_run.hit_tokens)
         assert np.allclose(serial.features, engine_run.features)
         assert np.allclose(serial.ttft_ms(), engine_run.ttft_ms(), rtol=1e-12)
+
+
+def test_a_holdout_files_held_out_requests_are_marked_as_the_fit_held_them(fitted, tmp_path,
+                                                                          capsys):
+    folder, paths, _ = fitted
+    for by in ("load", "length", "request"):
+        out = tmp_path / f"{by}.json"
+        assert cli_main(["fit", *map(str, paths), "--output", str(out), "--holdout", "0.5",
+                         "--holdout-by", by, "--report", str(tmp_path / by)]) == 0
+        result = fitted_requests(out, root=folder)
+        report = pl.read_csv(tmp_path / by / "requests.csv")
+        assert result.frame["held_out"].to_list() == report["held_out"].to_list(), by
+        held = result.frame.filter(pl.col("held_out"))
+        doc = json.loads(out.read_text())
+        assert held.height == doc["holdout"]["requests"] > 0
+        p50 = float(held["error_pct"].abs().quantile(0.5, "linear"))
+        assert p50 == pytest.approx(doc["holdout"]["p50_pct"], abs=0.01)
+        assert result.provenance["in_sample"].startswith(f"held out: {held.height} requests")
+    doc["holdout"].pop("seed")                      # by request, the draw is not recorded
+    out.write_text(json.dumps(doc))
+    result = fitted_requests(out, root=folder)
+    assert not result.frame["held_out"].any() and "not marked" in result.provenance["in_sample"]
+
+
+def test_the_page_draws_the_committed_load_holdout_beside_the_fit():
+    from pipeline import report
+    from pipeline.fit.per_request import FITTED_FILE, HOLDOUT_FILE
+    fit, held = fitted_requests(FITTED_FILE), fitted_requests(HOLDOUT_FILE)
+    doc = json.loads(HOLDOUT_FILE.read_text())
+    out = held.frame.filter(pl.col("held_out"))
+    assert sorted(out["load"].unique().to_list()) == ["rate-0.3", "rate-0.45"]
+    assert float(out["error_pct"].abs().quantile(0.5, "linear")) == pytest.approx(
+        doc["holdout"]["p50_pct"], abs=0.01)
+    _, prelude, sections = report.fitted_engine_group(fit.frame, fit.provenance,
+                                                      (held.frame, held.provenance))
+    assert "holdout-load/fitted.json" in prelude
+    assert [s.key for s in sections] == ["fitted-ttft-scatter", "fitted-ttft-holdout",
+                                         "fitted-ttft-timeline"]
+    assert "the 60 held-out requests: p50" in sections[1].caption
+    assert sections[1].chart.to_dict()["title"].startswith("fitted without rate-0.3 and rate-0.45")

@@ -99,10 +99,16 @@ def caption(frame: pl.DataFrame, in_sample: str = "") -> str:
             + (f" ({in_sample})" if in_sample else "") + ".")
 
 
-def provenance_html(provenance: dict[str, str]) -> str:
-    """The figure's label: fitted (not measured, not a roofline), which file, engine, model,
-    hardware, schedule and whether the requests were in the fit."""
+def provenance_html(provenance: dict[str, str],
+                    holdout: dict[str, str] | None = None) -> str:
+    """The figures' label: fitted (not measured, not a roofline), which file, engine, model,
+    hardware, schedule and whether the requests were in the fit; with ``holdout`` (the
+    provenance of a ``fit --holdout`` file of the same measurements) its file and holdout."""
     e = {key: html.escape(str(value)) for key, value in provenance.items()}
+    held = "" if holdout is None else (
+        f"<p>The held-out figure: <strong>fitted</strong> step-time model "
+        f"<code>{html.escape(holdout['fitted_file'])}</code>, "
+        f"{html.escape(holdout['in_sample'])}.</p>")
     return ('<div class="provenance real">'
             f"<p>Predicted TTFT: <strong>fitted</strong> step-time model "
             f"<code>{e['fitted_file']}</code> ({e['fit']}).</p>"
@@ -111,12 +117,13 @@ def provenance_html(provenance: dict[str, str]) -> str:
             + ("" if provenance["schedule"] in provenance["fit"] else
                f"; schedule: {e['schedule']}") + ".</p>"
             f"<p>{e['in_sample'].capitalize()}: this shows how well the model describes these "
-            f"measurements; held-out errors are <code>fit --holdout</code>'s "
-            f"(docs/calibration.md).</p></div>")
+            f"measurements.</p>{held}</div>")
 
 
-def page_sections(frame: pl.DataFrame, in_sample: str = "") -> list[Section]:
-    """The scatter and the per-request timeline with their captions."""
+def page_sections(frame: pl.DataFrame, in_sample: str = "",
+                  holdout: tuple[pl.DataFrame, str] | None = None) -> list[Section]:
+    """The scatter, with ``holdout`` (a held-out fit's frame and its in_sample sentence) the
+    held-out scatter, and the per-request timeline, with their captions."""
     first = caption(frame, in_sample)
     worst = frame.sort(pl.col("error_pct").abs(), descending=True).row(0, named=True)
     second = (f"Measured and predicted TTFT of every request in sending order per load level; "
@@ -124,5 +131,12 @@ def page_sections(frame: pl.DataFrame, in_sample: str = "") -> list[Section]:
               f"({worst['prompt_tokens']:,} prompt tokens: measured "
               f"{worst['measured_ttft_ms']:.0f} ms, predicted {worst['predicted_ttft_ms']:.0f} "
               f"ms).")
-    return [Section("fitted-ttft-scatter", scatter(frame), first),
-            Section("fitted-ttft-timeline", timeline(frame), second)]
+    sections = [Section("fitted-ttft-scatter", scatter(frame), first)]
+    if holdout is not None:
+        whole = (holdout[0].group_by("load", maintain_order=True).agg(pl.col("held_out").all())
+                 .filter(pl.col("held_out"))["load"].to_list())
+        title = (f"fitted without {' and '.join(whole)}: measured vs predicted TTFT" if whole
+                 else "held out (squares): measured vs predicted TTFT")
+        sections.append(Section("fitted-ttft-holdout", scatter(holdout[0], title),
+                                caption(holdout[0], holdout[1])))
+    return [*sections, Section("fitted-ttft-timeline", timeline(frame), second)]
