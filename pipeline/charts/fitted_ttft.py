@@ -3,7 +3,7 @@
 Input: the per-request frame of ``pipeline.fit.evaluate.predictions`` (``file``, ``load``,
 ``line``, ``prompt_tokens``, ``measured_ttft_ms``, ``predicted_ttft_ms``, ``held_out``,
 ``error_pct``), from ``fit --report`` or, for ``run``'s page, ``pipeline.fit.per_request``
-(the committed fit). ``scatter`` draws every request's measured against predicted TTFT on
+(the committed fit and its load holdout). ``scatter`` draws every request's measured against predicted TTFT on
 log scales with the line of exact prediction; ``timeline`` draws both per request in sending
 order, one panel per load level (queueing shows as a rising run of points);
 ``provenance_html`` labels the figure (fitted, which file, engine, model, hardware).
@@ -21,9 +21,9 @@ from pipeline.charts import Section
 __all__ = ["caption", "page_sections", "provenance_html", "scatter", "timeline"]
 
 
-def _set(frame: pl.DataFrame) -> pl.Expr:
-    return (pl.when(pl.col("held_out")).then(pl.lit("held out")).otherwise(pl.lit("fitted"))
-            .alias("set"))
+#: "held out" or "fitted" per request (the scatter's shapes)
+SET = (pl.when(pl.col("held_out")).then(pl.lit("held out")).otherwise(pl.lit("fitted"))
+       .alias("set"))
 
 
 def _span(frame: pl.DataFrame) -> tuple[float, float]:
@@ -36,7 +36,7 @@ def scatter(frame: pl.DataFrame, title: str = "measured vs predicted TTFT per re
             ) -> alt.LayerChart:
     """Measured (x) against predicted (y) TTFT per request, log scales, colour = load."""
     data = frame.select("measured_ttft_ms", "predicted_ttft_ms", "prompt_tokens", "load",
-                        "line", _set(frame), pl.col("error_pct").round(1))
+                        "line", SET, pl.col("error_pct").round(1))
     low, top = _span(frame)
     scale = alt.Scale(type="log", domain=[low, top], nice=False)
     ticks = [v * 10 ** k for k in range(-3, 8) for v in (1, 2, 5) if low <= v * 10 ** k <= top]
@@ -49,14 +49,14 @@ def scatter(frame: pl.DataFrame, title: str = "measured vs predicted TTFT per re
         tooltip=["load", "line", "prompt_tokens", "set",
                  alt.Tooltip("measured_ttft_ms:Q", format=".1f"),
                  alt.Tooltip("predicted_ttft_ms:Q", format=".1f"), "error_pct"])
-    line = alt.Chart(pl.DataFrame({"x": [low, top], "y": [low, top]})).mark_line(clip=True,
-        color="gray").encode(x=alt.X("x:Q", scale=scale), y=alt.Y("y:Q", scale=scale))
+    line = alt.Chart(pl.DataFrame({"x": [low, top], "y": [low, top]})).mark_line(
+        clip=True, color="gray").encode(x=alt.X("x:Q", scale=scale), y=alt.Y("y:Q", scale=scale))
     return (line + points).properties(title=title, width=420, height=420)
 
 
 def timeline(frame: pl.DataFrame) -> alt.FacetChart:
-    """Per load level: each request's measured (dot) and predicted (bar) TTFT in sending
-    order, log scale."""
+    """Per load level: each request's measured (dot) and predicted (triangle) TTFT in
+    sending order, log scale."""
     data = (frame.with_columns(request=pl.int_range(pl.len()).over("file", "load"))
             .select("load", "request", "line", "prompt_tokens", "measured_ttft_ms",
                     "predicted_ttft_ms")
