@@ -129,6 +129,13 @@ def test_token_lines_give_max_tokens_or_the_reply_length(tmp_path):
                        16).output_tokens is None
 
 
+def test_max_tokens_on_plain_lines_is_read(tmp_path):
+    """Lines whose only extra key is a number (what a fast scanner may skip) keep it."""
+    path = write(tmp_path / "p.jsonl", [{"timestamp": t, "tokens": [t, 1], "max_tokens": t + 2}
+                                        for t in range(5)])
+    assert read_tokens(path, 16).output_tokens.tolist() == [2, 3, 4, 5, 6]
+
+
 @pytest.mark.skipif(not SYNTHETIC.exists(), reason=f"shared trace not found at {SYNTHETIC}")
 def test_mooncake_output_length_is_each_requests_max_tokens():
     workload = read_mooncake(SYNTHETIC)
