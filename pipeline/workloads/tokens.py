@@ -107,14 +107,20 @@ def token_blocks(tokens: np.ndarray, lengths: np.ndarray, block_size: int,
                          "block_tokens": block_tokens}).cast(dict(BLOCK_SCHEMA))
 
 
-def _checks() -> list[tuple[pl.Expr, str | pl.Expr]]:
+def _checks() -> list[tuple[pl.Expr, str]]:
     missing = [(pl.col(f.name).is_null(), f"missing field {f.name!r}") for f in FIELDS]
-    outputs = pl.col("output_token_ids")
     return missing + [
         (pl.col("tokens").list.len() == 0, "tokens is empty"),
         (pl.col("tokens").list.eval(pl.element().is_null()).list.any(),
          "non-integer tokens (null)"),
         (pl.col("tokens").list.min() < 0, "negative token id"),
+    ]
+
+
+def _output_checks() -> list[tuple[pl.Expr, str | pl.Expr]]:
+    """The checks of the optional ``OUTPUT_FIELDS``."""
+    outputs = pl.col("output_token_ids")
+    return [
         (pl.col("max_tokens") < 1, pl.format("max_tokens must be >= 1, got {}",
                                              pl.col("max_tokens"))),
         (outputs.is_not_null() & (outputs.list.len() == 0), "output_token_ids is empty"),
@@ -164,8 +170,8 @@ def read_tokens(path: str | Path, block_size: int, skip_bad_lines: bool = False)
         raise ValueError(f"block size must be >= 1, got {block_size}")
     skipped: list[tuple[int, str]] = []
     blocks, requests, sampled = [], [], []
-    for good in checked_pieces(path, FIELDS + OUTPUT_FIELDS, _checks(), skip_bad_lines,
-                               skipped):
+    for good in checked_pieces(path, FIELDS + OUTPUT_FIELDS, _checks() + _output_checks(),
+                               skip_bad_lines, skipped):
         column = good["tokens"]
         lengths = column.list.len()
         first = sum(frame.height for frame in requests)
