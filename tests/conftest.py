@@ -12,6 +12,13 @@ SHARED_TRACES = ROOT.parent / "shared" / "traces"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+# With PYTHONDONTWRITEBYTECODE set (as in many container images) each xdist worker and each
+# `python -m pipeline` subprocess compiled every module, and pytest rewrote every test module,
+# from source on every run: seconds of CPU per process. The tests keep the byte code in the
+# (git-ignored) __pycache__ folders, where numba's cache=True kernels already are.
+if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
+    sys.dont_write_bytecode = False
+
 # Keep hypothesis quick and deterministic on CI's 2 cores (80 examples per property;
 # KVLAB_EXAMPLES=1000 for a deeper search).
 from hypothesis import settings  # noqa: E402
@@ -93,3 +100,28 @@ def cli_in_process(*argv):
         except SystemExit as exc:
             status = exc.code
     return subprocess.CompletedProcess(argv, status, out.getvalue(), err.getvalue())
+
+
+#: Test files with a few tests that take seconds each (a real llama.cpp server, a Ray cluster,
+#: libCacheSim's per-access oracle, an engine-model run with its report). xdist's loadfile
+#: hands out the files with the most tests first, so these came last and ran alone at the
+#: end on one core; pytest_xdist_make_scheduler starts them first. A renamed file here only
+#: loses its head start.
+START_FIRST = ("tests/test_llamacpp_engine.py", "tests/test_fleet_ray.py",
+               "tests/test_libcachesim_oracle.py", "tests/test_report_off_lab.py")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` (pyproject's addopts), with the START_FIRST files handed out first."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class StartFirst(LoadFileScheduling):
+        def _assign_work_unit(self, node):
+            for scope in reversed(START_FIRST):
+                if scope in self.workqueue:
+                    self.workqueue.move_to_end(scope, last=False)
+            super()._assign_work_unit(node)
+
+    return StartFirst(config, log)
