@@ -103,12 +103,11 @@ def cli_in_process(*argv):
 
 
 #: Test files with a few tests that take seconds each (a real llama.cpp server, a Ray cluster,
-#: libCacheSim's per-access oracle, an engine-model run with its report). xdist's loadfile
-#: hands out the files with the most tests first, so these came last and ran alone at the
-#: end on one core; pytest_xdist_make_scheduler starts them first. A renamed file here only
-#: loses its head start.
+#: engine-model runs with their reports). xdist's loadfile hands out the files with the most
+#: tests first, so these came last and ran alone at the end on one core;
+#: pytest_xdist_make_scheduler starts them first. A renamed file here only loses its head start.
 START_FIRST = ("tests/test_llamacpp_engine.py", "tests/test_fleet_ray.py",
-               "tests/test_libcachesim_oracle.py", "tests/test_report_off_lab.py")
+               "tests/test_report_off_lab.py")
 
 
 def pytest_xdist_make_scheduler(config, log):
