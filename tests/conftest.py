@@ -1,10 +1,13 @@
-"""Shared test helpers: paths, and a deliberately simple list-based reference cache."""
+"""Shared test helpers: paths, a deliberately simple list-based reference cache, and what keeps
+the suite fast (byte code kept, the slow few-test files handed out first)."""
 
 from __future__ import annotations
 
 import os
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 KVLAB = ROOT / "kvlab"
@@ -105,11 +108,12 @@ def cli_in_process(*argv):
 #: Test files with a few tests that take seconds each (a real llama.cpp server, a Ray cluster,
 #: engine-model runs with their reports). xdist's loadfile hands out the files with the most
 #: tests first, so these came last and ran alone at the end on one core;
-#: pytest_xdist_make_scheduler starts them first. A renamed file here only loses its head start.
+#: pytest_xdist_make_scheduler starts them first (tests/test_suite_setup.py: they exist).
 START_FIRST = ("tests/test_llamacpp_engine.py", "tests/test_fleet_ray.py",
                "tests/test_report_off_lab.py")
 
 
+@pytest.hookimpl(optionalhook=True)         # an xdist hook: fine when xdist is not loaded
 def pytest_xdist_make_scheduler(config, log):
     """``--dist loadfile`` (pyproject's addopts), with the START_FIRST files handed out first."""
     if config.getvalue("dist") != "loadfile":
