@@ -6,8 +6,10 @@ with every unavailable dependency (torch, pydantic, ...) replaced by an inert st
 package ``__init__`` files not run, and drives ``KVCacheManager`` request by request like the
 scheduler at concurrency 1 (``get_computed_blocks`` -> ``allocate_slots`` -> decode steps
 -> ``free``). Then it compares every request's GPU hit with
-``pipeline.engines.vllm_gpu.replay_vllm`` on the lab's workload and on random prompts with
-shared prefixes. Nothing of vLLM is copied into this repository.
+``pipeline.engines.vllm_gpu.replay_vllm`` on the lab's workload, on random prompts with
+shared prefixes (one output length), and on as many random chats (``random_chats``: a
+max_tokens per prompt, some replies given as sampled ids and re-sent by a later turn; the
+model runs them with ``output_tokens="trace"``; 2026-12-01: 140 + 140 cases, no mismatch). Nothing of vLLM is copied into this repository.
 
     .venv/bin/python scripts/vllm_reference.py --version 0.33.0
     .venv/bin/python scripts/vllm_reference.py --version 0.11.0 --random 200
