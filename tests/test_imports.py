@@ -140,6 +140,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "pipeline.stackdist", "pipeline.stackdist_kernels", "pipeline.twotier",
         "pipeline.registry", "pipeline.policies", "pipeline.policies.*",
         "pipeline.blocks.model", "pipeline.blocks.onepass", "pipeline.blocks.models",
+        "pipeline.blocks.bands",
         "pipeline.engines.*", "pipeline.measure.llamacpp.cache_model",
         "pipeline.measure.llamacpp.compare", "pipeline.measure.llamacpp.engine",
         "pipeline.ttft_model", "pipeline.latency", "pipeline.attribution",
