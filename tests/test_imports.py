@@ -132,7 +132,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "pipeline.blocks", "pipeline.engines", "pipeline.bench", "pipeline.replay",
         "pipeline.measure", "pipeline.measure.llamacpp", "pipeline.workloads"),
     "workloads": (
-        "pipeline.workloads.*", "pipeline.blocks.stream", "pipeline.blocks.limits",
+        "pipeline.workloads.*", "pipeline.blocks.stream", "pipeline.blocks.stream_kernels",
+        "pipeline.blocks.limits",
         "pipeline.policies.traces", "pipeline.replay.inputs", "pipeline.measure.workload",
         "pipeline.measure.runner", "pipeline.measure.output",
         "pipeline.measure.llamacpp.gguf_model", "pipeline.summary", "pipeline.verdicts"),
