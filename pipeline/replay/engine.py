@@ -21,6 +21,7 @@ from pipeline.blocks.models import CPU_MODELS, GPU_MODELS, request_result
 from pipeline.blocks.onepass import COLD, block_distances
 from pipeline.blocks.stream import BlockStream, capacity_blocks
 from pipeline.stackdist import _NOTHING_STORED, _band_limits
+from pipeline.tiers import served_beyond
 
 __all__ = ["Infinite", "infinite", "points", "gpu_curve", "gpu_crossing", "cpu_curve",
            "block_events",
@@ -208,7 +209,7 @@ def cpu_curve(stream: BlockStream, gpu_capacity: int, capacities: np.ndarray,
     gpu_hits = _run_gpu(stream, [gpu_capacity], gpu_order, gpu_model, gpu_options)[0]
     cpu_prefix = _run_cpu(stream, gpu_hits, [int(c) for c in capacities], cpu_order,
                           cpu_model, cpu_options)
-    served = [request_result(stream, gpu_hits, row)["cpu_hit_tokens"].sum() for row in cpu_prefix]
+    served = [served_beyond(gpu_hits, row).sum() for row in cpu_prefix]   # its CPU column
     return np.full(len(capacities), int(gpu_hits.sum())), np.array(served, dtype=np.int64)
 
 
