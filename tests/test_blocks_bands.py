@@ -11,23 +11,14 @@ from pipeline.blocks import bands, onepass
 from pipeline.blocks.stream import ORDERS, block_stream
 from pipeline.replay import engine
 from pipeline.workloads.blocks import BLOCK_SCHEMA
+from test_blocks import block_frames
 
 
-@st.composite
-def streams(draw, max_requests=24, max_blocks=12):
-    """Block streams whose requests walk a small trie (shared prefixes of many lengths,
-    some requests ending in a partial block), so bands, hits and evictions all occur."""
-    block_size = draw(st.integers(1, 3))
-    keys: dict[tuple, int] = {}
-    rows = []
-    for request in range(draw(st.integers(0, max_requests))):
-        path = draw(st.lists(st.integers(0, 3), min_size=1, max_size=max_blocks))
-        partial = draw(st.integers(0, block_size - 1)) if draw(st.booleans()) else 0
-        for index in range(len(path)):
-            key = keys.setdefault(tuple(path[:index + 1]), len(keys) * 5 + 1)
-            last = index == len(path) - 1
-            rows.append((request, index, key, partial if last and partial else block_size))
-    return block_stream(pl.DataFrame(rows, schema=BLOCK_SCHEMA, orient="row"), block_size)
+def streams():
+    """Block streams of up to 24 requests walking a small trie (``test_blocks``' frames):
+    shared prefixes of many lengths, partial last blocks, so bands, hits and evictions all
+    occur."""
+    return block_frames(max_requests=24, max_blocks=12).map(lambda case: block_stream(*case))
 
 
 def _touch_from(draw, stream):
