@@ -133,8 +133,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "pipeline.measure", "pipeline.measure.llamacpp", "pipeline.workloads"),
     "workloads": (
         "pipeline.workloads.*", "pipeline.blocks.stream", "pipeline.blocks.stream_kernels",
-        "pipeline.blocks.limits",
-        "pipeline.policies.traces", "pipeline.replay.inputs", "pipeline.measure.workload",
+        "pipeline.blocks.limits", "pipeline.replay.inputs", "pipeline.measure.workload",
         "pipeline.measure.runner", "pipeline.measure.output",
         "pipeline.measure.llamacpp.gguf_model", "pipeline.summary", "pipeline.verdicts"),
     "models": (
