@@ -67,3 +67,43 @@ def bulk_request_keys(requests, block_size: int) -> list[list[int]]:
     for i, a, n in zip(plain, first.tolist(), full.tolist()):
         out[i] = keys[a:a + n]
     return out
+
+
+def flat_request_keys(requests, block_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``request_keys`` of every request at once: (keys as one uint64 array in request
+    order, the count per request)."""
+    from pipeline.engine.request import sequence_tokens
+    n = len(requests)
+    counts = np.zeros(n, np.int64)
+    parts: list[np.ndarray | None] = [None] * n
+    plain = [i for i, r in enumerate(requests) if r.prompt_keys is None]
+    if plain:
+        sequences = [sequence_tokens(requests[i]) for i in plain]
+        full = np.array([s.size // block_size for s in sequences], dtype=np.int64)
+        body = np.concatenate([s[:m * block_size] for s, m in zip(sequences, full.tolist())])
+        keys = np.empty(int(full.sum()), dtype=np.uint64)
+        chain_block_keys(body.astype(np.int64), full * block_size, block_size, keys,
+                         np.empty(keys.size, dtype=np.int64))
+        first = np.cumsum(full) - full
+        for i, a, m in zip(plain, first.tolist(), full.tolist()):
+            parts[i] = keys[a:a + m]
+    keyed = [i for i, r in enumerate(requests) if r.prompt_keys is not None]
+    if keyed:                                        # prompt keys + fresh output blocks
+        prompt = np.fromiter((len(requests[i].prompt_token_ids) for i in keyed), np.int64)
+        max_tokens = np.fromiter((requests[i].max_tokens for i in keyed), np.int64)
+        index = np.fromiter((requests[i].index for i in keyed), np.int64)
+        own_blocks = prompt // block_size
+        fresh = (prompt + max_tokens) // block_size - own_blocks
+        j = np.arange(int(fresh.sum()), dtype=np.int64) - np.repeat(np.cumsum(fresh) - fresh,
+                                                                    fresh)
+        with np.errstate(over="ignore"):
+            mixed = splitmix64(_FRESH ^ (np.repeat(index, fresh).astype(np.uint64)
+                                         << np.uint64(24)) ^ j.astype(np.uint64))
+        at = np.cumsum(fresh) - fresh
+        for t, i in enumerate(keyed):
+            own = np.asarray(requests[i].prompt_keys[:own_blocks[t]]).astype(np.uint64)
+            parts[i] = np.concatenate((own, mixed[at[t]:at[t] + fresh[t]]))
+    for i, part in enumerate(parts):
+        counts[i] = part.size
+    keys = np.concatenate(parts) if n else np.zeros(0, np.uint64)
+    return keys.astype(np.uint64, copy=False), counts

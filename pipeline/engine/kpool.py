@@ -1,0 +1,233 @@
+"""vLLM v1's ``BlockPool`` compiled (``vllm/v1/core/block_pool.py``): reference counts, the
+free queue (``FreeKVCacheBlockQueue``) and the hash -> blocks map, on arrays.
+
+The free queue is a doubly linked list through ``P[:, FPREV]``/``P[:, FNEXT]`` with a
+sentinel row (the last row of ``P``); block 0 is the null block, never free. Freed blocks
+without a hash are prepended in order, hashed ones appended; a hit takes a block out of the
+queue wherever it stands. The map is an open-addressing table (linear probing, backward
+shift deletion) from a block key to the first and last block holding it, the holders in the
+order they were cached linked through ``P[:, HPREV]``/``P[:, HNEXT]``: a key held by several
+blocks resolves to the first one cached (``BlockHashToBlockMap.get_one_block``), and the
+key leaves the map when its last block is evicted (``_maybe_evict_cached_block``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from pipeline.engine.layout import FNEXT, FPREV, HASHED, HNEXT, HPREV, NONE, REF
+
+__all__ = ["table_size", "table_find", "table_slot", "table_delete", "pool_init",
+           "get_new_blocks", "cache_full_blocks", "touch", "free_blocks", "longest_hit",
+           "leading_cached"]
+
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
+def table_size(entries: int) -> int:
+    """A power of two at least twice ``entries`` (and >= 16)."""
+    size = 16
+    while size < 2 * entries:
+        size *= 2
+    return size
+
+
+@njit(cache=True)
+def _home(key, mask):
+    return np.int64((key * _MIX) >> np.uint64(20)) & mask
+
+
+@njit(cache=True)
+def table_find(HK, HV, mask, key):
+    """The slot holding ``key``, or NONE."""
+    s = _home(key, mask)
+    while HV[s, 0] >= 0:
+        if HK[s] == key:
+            return s
+        s = (s + 1) & mask
+    return NONE
+
+
+@njit(cache=True)
+def table_slot(HK, HV, mask, key):
+    """The slot holding ``key``, or the empty slot where it goes (its key set)."""
+    s = _home(key, mask)
+    while HV[s, 0] >= 0:
+        if HK[s] == key:
+            return s
+        s = (s + 1) & mask
+    HK[s] = key
+    return s
+
+
+@njit(cache=True)
+def table_delete(HK, HV, mask, s):
+    """Empty slot ``s``, shifting back the entries that probed past it."""
+    j = s
+    while True:
+        j = (j + 1) & mask
+        if HV[j, 0] < 0:
+            break
+        k = _home(HK[j], mask)
+        if (j > s and (k <= s or k > j)) or (j < s and k <= s and k > j):
+            HK[s] = HK[j]
+            HV[s, 0] = HV[j, 0]
+            HV[s, 1] = HV[j, 1]
+            s = j
+    HV[s, 0] = NONE
+    HV[s, 1] = NONE
+
+
+@njit(cache=True)
+def pool_init(P, HV):
+    """Every block 1..n-1 free in order, no hashes, an empty map."""
+    n = P.shape[0] - 1
+    P[:, :] = 0
+    P[:, HPREV] = NONE
+    P[:, HNEXT] = NONE
+    HV[:, :] = NONE
+    prev = n
+    for b in range(1, n):
+        P[prev, FNEXT] = b
+        P[b, FPREV] = prev
+        prev = b
+    P[prev, FNEXT] = n
+    P[n, FPREV] = prev
+    if n == 1:
+        P[n, FNEXT] = n
+
+
+@njit(cache=True)
+def _unlink_free(P, b):
+    p, q = P[b, FPREV], P[b, FNEXT]
+    P[p, FNEXT] = q
+    P[q, FPREV] = p
+
+
+@njit(cache=True)
+def _insert_free_after(P, a, b):
+    q = P[a, FNEXT]
+    P[a, FNEXT] = b
+    P[b, FPREV] = a
+    P[b, FNEXT] = q
+    P[q, FPREV] = b
+
+
+@njit(cache=True)
+def _evict(P, BH, HK, HV, mask, b):
+    """_maybe_evict_cached_block: drop ``b`` from its key's holders."""
+    if P[b, HASHED] == 0:
+        return
+    s = table_find(HK, HV, mask, BH[b])
+    p, q = P[b, HPREV], P[b, HNEXT]
+    if p == NONE:
+        HV[s, 0] = q
+    else:
+        P[p, HNEXT] = q
+    if q == NONE:
+        HV[s, 1] = p
+    else:
+        P[q, HPREV] = p
+    if HV[s, 0] == NONE:
+        table_delete(HK, HV, mask, s)
+    P[b, HPREV] = NONE
+    P[b, HNEXT] = NONE
+    P[b, HASHED] = 0
+
+
+@njit(cache=True)
+def get_new_blocks(P, BH, HK, HV, mask, BT, at, count):
+    """popleft_n + _maybe_evict_cached_block: ``count`` blocks from the queue's front to
+    ``BT[at:at + count]``, each with one reference. Returns the number of free blocks
+    taken (the caller keeps the free count)."""
+    sentinel = P.shape[0] - 1
+    for i in range(count):
+        b = P[sentinel, FNEXT]
+        _unlink_free(P, b)
+        _evict(P, BH, HK, HV, mask, b)
+        P[b, REF] += 1
+        BT[at + i] = b
+    return count
+
+
+@njit(cache=True)
+def cache_full_blocks(P, BH, HK, HV, mask, KEYS, koff, BT, boff, start, end):
+    """Give blocks ``start..end-1`` of a request their keys (no de-duplication)."""
+    for i in range(start, end):
+        b = BT[boff + i]
+        key = KEYS[koff + i]
+        BH[b] = key
+        P[b, HASHED] = 1
+        s = table_slot(HK, HV, mask, key)
+        tail = HV[s, 1]
+        if HV[s, 0] < 0:
+            HV[s, 0] = b
+        else:
+            P[tail, HNEXT] = b
+        P[b, HPREV] = tail if HV[s, 0] != b else NONE
+        P[b, HNEXT] = NONE
+        HV[s, 1] = b
+
+
+@njit(cache=True)
+def touch(P, HIT, count):
+    """A hit takes a reference; a block with none leaves the free queue. Returns the
+    number of blocks taken out of the queue."""
+    taken = 0
+    for i in range(count):
+        b = HIT[i]
+        if P[b, REF] == 0:
+            _unlink_free(P, b)
+            taken += 1
+        P[b, REF] += 1
+    return taken
+
+
+@njit(cache=True)
+def free_blocks(P, BT, boff, nblk, BUF):
+    """KVCacheManager.free: one reference less each, tail first; blocks at zero go to the
+    queue (unhashed ones prepended in that order, hashed ones appended). Returns the
+    number of blocks that became free."""
+    n = 0
+    for i in range(nblk - 1, -1, -1):
+        b = BT[boff + i]
+        P[b, REF] -= 1
+        if P[b, REF] == 0:
+            BUF[n] = b
+            n += 1
+    sentinel = P.shape[0] - 1
+    at = sentinel
+    for i in range(n):
+        b = BUF[i]
+        if P[b, HASHED] == 0:
+            _insert_free_after(P, at, b)
+            at = b
+    for i in range(n):
+        b = BUF[i]
+        if P[b, HASHED] != 0:
+            _insert_free_after(P, P[sentinel, FPREV], b)
+    return n
+
+
+@njit(cache=True)
+def longest_hit(HK, HV, mask, KEYS, koff, limit, HIT):
+    """find_longest_cache_hit: the first cached block of each leading key (at most
+    ``limit``) into ``HIT``; returns how many."""
+    n = 0
+    for i in range(limit):
+        s = table_find(HK, HV, mask, KEYS[koff + i])
+        if s < 0:
+            break
+        HIT[n] = HV[s, 0]
+        n += 1
+    return n
+
+
+@njit(cache=True)
+def leading_cached(HK, HV, mask, keys):
+    """How many leading ``keys`` are cached now (no state change)."""
+    for i in range(keys.size):
+        if table_find(HK, HV, mask, keys[i]) < 0:
+            return i
+    return keys.size
