@@ -33,12 +33,12 @@ def table_size(entries: int) -> int:
     return size
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _home(key, mask):
     return np.int64((key * _MIX) >> np.uint64(20)) & mask
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def table_find(HK, HV, mask, key):
     """The slot holding ``key``, or NONE."""
     s = _home(key, mask)
@@ -49,7 +49,7 @@ def table_find(HK, HV, mask, key):
     return NONE
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def table_slot(HK, HV, mask, key):
     """The slot holding ``key``, or the empty slot where it goes (its key set)."""
     s = _home(key, mask)
@@ -61,7 +61,7 @@ def table_slot(HK, HV, mask, key):
     return s
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def table_delete(HK, HV, mask, s):
     """Empty slot ``s``, shifting back the entries that probed past it."""
     j = s
@@ -79,7 +79,7 @@ def table_delete(HK, HV, mask, s):
     HV[s, 1] = NONE
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def pool_init(P, HV):
     """Every block 1..n-1 free in order, no hashes, an empty map."""
     n = P.shape[0] - 1
@@ -98,14 +98,14 @@ def pool_init(P, HV):
         P[n, FNEXT] = n
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _unlink_free(P, b):
     p, q = P[b, FPREV], P[b, FNEXT]
     P[p, FNEXT] = q
     P[q, FPREV] = p
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _insert_free_after(P, a, b):
     q = P[a, FNEXT]
     P[a, FNEXT] = b
@@ -114,7 +114,7 @@ def _insert_free_after(P, a, b):
     P[q, FPREV] = b
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _evict(P, BH, HK, HV, mask, b):
     """_maybe_evict_cached_block: drop ``b`` from its key's holders."""
     if P[b, HASHED] == 0:
@@ -136,7 +136,7 @@ def _evict(P, BH, HK, HV, mask, b):
     P[b, HASHED] = 0
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def get_new_blocks(P, BH, HK, HV, mask, BT, at, count):
     """popleft_n + _maybe_evict_cached_block: ``count`` blocks from the queue's front to
     ``BT[at:at + count]``, each with one reference. Returns the number of free blocks
@@ -151,7 +151,7 @@ def get_new_blocks(P, BH, HK, HV, mask, BT, at, count):
     return count
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def cache_full_blocks(P, BH, HK, HV, mask, KEYS, koff, BT, boff, start, end):
     """Give blocks ``start..end-1`` of a request their keys (no de-duplication)."""
     for i in range(start, end):
@@ -170,7 +170,7 @@ def cache_full_blocks(P, BH, HK, HV, mask, KEYS, koff, BT, boff, start, end):
         HV[s, 1] = b
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def touch(P, HIT, count):
     """A hit takes a reference; a block with none leaves the free queue. Returns the
     number of blocks taken out of the queue."""
@@ -184,7 +184,7 @@ def touch(P, HIT, count):
     return taken
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def free_blocks(P, BT, boff, nblk, BUF):
     """KVCacheManager.free: one reference less each, tail first; blocks at zero go to the
     queue (unhashed ones prepended in that order, hashed ones appended). Returns the
@@ -210,7 +210,7 @@ def free_blocks(P, BT, boff, nblk, BUF):
     return n
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def longest_hit(HK, HV, mask, KEYS, koff, limit, HIT):
     """find_longest_cache_hit: the first cached block of each leading key (at most
     ``limit``) into ``HIT``; returns how many."""
@@ -224,7 +224,7 @@ def longest_hit(HK, HV, mask, KEYS, koff, limit, HIT):
     return n
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def leading_cached(HK, HV, mask, keys):
     """How many leading ``keys`` are cached now (no state change)."""
     for i in range(keys.size):

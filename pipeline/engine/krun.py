@@ -35,7 +35,7 @@ L_POINTER, L_IDLE, L_ROWS = 0, 1, 2
 STEP_FIELDS = (X_STEP, X_PREFILL, X_DECODE, X_CONTEXT, X_RELOAD, X_NRUN, X_NWAIT, X_FREE)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def step_time(S, model, coef):
     """Milliseconds of the batch just scheduled (``REC``), as the model's ``step_ms``."""
     REC, BQ = S[17], S[11]
@@ -64,7 +64,7 @@ def step_time(S, model, coef):
     return overhead + max(compute, memory) + per_reload * reload
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def run_loop(S, T, due, arrival, timed, concurrency, model, coef, STEPS, DUR, L, NOW):
     """Run the requests (slots 0..n-1 in input order, ``due`` their arrival step or ms)
     until done (DONE), the step buffer is full (FULL) or the engine is stuck (STUCK)."""
@@ -116,7 +116,7 @@ def run_loop(S, T, due, arrival, timed, concurrency, model, coef, STEPS, DUR, L,
         L[L_ROWS] = row + 1
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _steady(S):
     """Every running request decoding one token per step: sync with its token sampled;
     async with exactly the running requests' one-token batch in flight."""
@@ -141,7 +141,7 @@ def _steady(S):
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _allocations(S, steps):
     C, G, R, RUN = S[0], S[1], S[2], S[9]
     size, total = C[C_BS], 0
@@ -151,7 +151,7 @@ def _allocations(S, steps):
     return total
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def advance(S, T, limit, FREES):
     """Up to ``limit`` steps where each is a pure decode step (every running request
     decoding one token, none finishing, every new block available, the waiting queue

@@ -41,13 +41,13 @@ from pipeline.engine.layout import (
 __all__ = ["engine_step", "wait_append"]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def wait_append(G, WQ, slot):
     WQ[(G[G_WHEAD] + G[G_WLEN]) % WQ.size] = slot
     G[G_WLEN] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _wait_remove_at(G, WQ, p):
     """Remove the p-th waiting request (the p before it move one place back)."""
     cap, head = WQ.size, G[G_WHEAD]
@@ -57,7 +57,7 @@ def _wait_remove_at(G, WQ, p):
     G[G_WLEN] -= 1
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _blocks_needed(S, slot, num_tokens, nhit):
     """SingleTypeKVCacheManager.get_num_blocks_to_allocate (full attention)."""
     C, R, P, HIT = S[0], S[2], S[5], S[14]
@@ -71,7 +71,7 @@ def _blocks_needed(S, slot, num_tokens, nhit):
     return max(required - nhit - R[slot, NBLK], 0) + evictable
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _grow(S, slot, count):
     C, G, R, BT, P, BH, HK, HV = S[0], S[1], S[2], S[4], S[5], S[6], S[7], S[8]
     if count <= 0:
@@ -84,7 +84,7 @@ def _grow(S, slot, count):
     G[G_NFREE] -= count
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _cache_blocks(S, slot, num_tokens):
     """FullAttentionManager.cache_blocks: hash the newly full blocks."""
     C, R, KEYS, BT, P, BH, HK, HV = S[0], S[2], S[3], S[4], S[5], S[6], S[7], S[8]
@@ -97,7 +97,7 @@ def _cache_blocks(S, slot, num_tokens):
     R[slot, NCACHED] = full
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _allocate_slots(S, slot, num_new, nhit, external, admission):
     """KVCacheManager.allocate_slots; False (nothing changed) when it returns None."""
     C, G, R, BT, P, HIT = S[0], S[1], S[2], S[4], S[5], S[14]
@@ -124,7 +124,7 @@ def _allocate_slots(S, slot, num_new, nhit, external, admission):
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _free_request(S, slot):
     """KVCacheManager.free: tail first."""
     G, R, BT, P, BUF = S[1], S[2], S[4], S[5], S[15]
@@ -133,7 +133,7 @@ def _free_request(S, slot):
     R[slot, NCACHED] = NONE
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _preempt(S, slot):
     """Scheduler._preempt_request: to the front of the waiting queue."""
     G, R, WQ = S[1], S[2], S[10]
@@ -148,7 +148,7 @@ def _preempt(S, slot):
     G[G_WLEN] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _started(S, q, slot, num_new, start, step):
     """Add the entry to batch ``q`` and run _update_after_schedule for it."""
     C, R, BQ, BSMP, BMETA, REC = S[0], S[2], S[11], S[12], S[13], S[17]
@@ -174,7 +174,7 @@ def _started(S, q, slot, num_new, start, step):
     REC[X_CONTEXT] += computed
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _schedule_waiting(S, T, q, budget, threshold, step):
     """The waiting-queue half of schedule(); returns the tokens reloaded."""
     C, G, R, KEYS, HK, HV, RUN, WQ, HIT = S[0], S[1], S[2], S[3], S[7], S[8], S[9], S[10], \
@@ -221,16 +221,18 @@ def _schedule_waiting(S, T, q, budget, threshold, step):
     return reloads
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _schedule(S, T, q):
     """Scheduler.schedule into batch slot ``q``, then _update_after_schedule; the record
     totals in REC (``REC[X_HAS]`` 0 when it scheduled nothing)."""
     C, G, R, RUN, BMETA, REC = S[0], S[1], S[2], S[9], S[13], S[17]
-    BMETA[q, :] = 0
-    REC[:] = 0
+    for j in range(BMETA.shape[1]):                   # (loops: a slice is a new view)
+        BMETA[q, j] = 0
+    for j in range(REC.size):
+        REC[j] = 0
     budget = C[C_MAXBATCH]
     threshold = C[C_THRESH] if G[G_NRUN] + G[G_WLEN] > 1 else 0
-    max_len = C[C_MAXLEN]
+    max_len, size = C[C_MAXLEN], C[C_BS]
     step = G[G_STEP]
     preempted = False
     i = 0
@@ -243,6 +245,19 @@ def _schedule(S, T, q):
         if holds > 0 and computed + 2 - holds >= R[slot, NPROMPT] + R[slot, MAXTOK]:
             continue
         num_new = R[slot, NTOK] + holds - computed
+        if num_new == 1 and computed + 1 < max_len:
+            # a decode: allocate_slots gives it one more block when its last one is full
+            # (when one is free; else the general path below preempts), and caches the
+            # block it fills (num_tokens <= computed + 1 here)
+            held = R[slot, NBLK] * size
+            if computed < held or (computed == held and G[G_NFREE] > 0):
+                if computed == held:
+                    _grow(S, slot, 1)
+                if R[slot, NTOK] >= (max(R[slot, NCACHED], 0) + 1) * size:
+                    _cache_blocks(S, slot, R[slot, NTOK])
+                _started(S, q, slot, 1, computed, step)
+                budget -= 1
+                continue
         if 0 < threshold < num_new:
             num_new = threshold
         num_new = max(min(num_new, budget, max_len - computed - 1), 0)
@@ -278,7 +293,7 @@ def _schedule(S, T, q):
     REC[X_NSCHED] = BMETA[q, B_NSCHED]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _event(G, EV, step, kind, index):
     if G[G_EVON] != 0:
         n = G[G_NEV]
@@ -287,7 +302,7 @@ def _event(G, EV, step, kind, index):
             G[G_NEV] = n + 1
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _update_from_output(S, T, q):
     """Scheduler.update_from_output with one sampled token per finished chunk."""
     C, G, R, KEYS, RUN, WQ, BQ, BSMP, BMETA, EV, REC = S[0], S[1], S[2], S[3], S[9], \
@@ -354,7 +369,7 @@ def _update_from_output(S, T, q):
         G[G_NRUN] = kept
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def engine_step(S, T):
     """One engine iteration (``EngineCore.step`` or ``step_with_batch_queue``); returns 1
     when it scheduled > 0 tokens (its totals in REC, its batch slot ``REC[X_Q]``), else 0.

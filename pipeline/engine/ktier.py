@@ -46,14 +46,14 @@ def no_tier() -> tuple:
             np.zeros(1, np.uint64), np.zeros(1, np.int64))
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _unlink(TN, node):
     p, q = TN[node, 0], TN[node, 1]
     TN[p, 1] = q
     TN[q, 0] = p
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _push_back(TN, node):
     sentinel = TN.shape[0] - 1
     last = TN[sentinel, 0]
@@ -63,7 +63,7 @@ def _push_back(TN, node):
     TN[sentinel, 0] = node
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def cpu_lookup(T, R, KEYS, slot):
     """lookup(pin=True) + touch_cache for request ``slot``; the tokens vLLM may load
     (LMCache's hit, minus one when it is the whole prompt)."""
@@ -83,7 +83,7 @@ def cpu_lookup(T, R, KEYS, slot):
     return tokens - 1 if tokens == prompt else tokens
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _allocate(T, size, in_flight):
     """Evict the least recent chunk until ``size`` more tokens fit; False if they never do."""
     TS, TK, TV, TN, TNK, TFREE = T
@@ -101,7 +101,7 @@ def _allocate(T, size, in_flight):
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def cpu_store(T, R, KEYS, slot):
     """wait_for_save -> LMCacheEngine.store for request ``slot`` (its prompt computed)."""
     TS, TK, TV, TN, TNK, TFREE = T
