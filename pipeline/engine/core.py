@@ -58,7 +58,7 @@ class _PoolView:
     @property
     def cached(self) -> set[int]:
         e = self._engine
-        return set(np.unique(e.BH[:-1][e.P[:-1, L.HASHED] == 1]).tolist())
+        return set(np.unique(e.BH[:-1][e.P[:-1, L.HASHED] == 1].view(np.uint64)).tolist())
 
     @property
     def num_free(self) -> int:
@@ -91,13 +91,12 @@ class EngineSim:
             entries]
         self.G = np.zeros(L.G_SIZE, np.int64)
         self.P = np.zeros((blocks + 1, L.P_COLUMNS), np.int64)
-        self.BH = np.zeros(blocks + 1, np.uint64)
-        self.HK = np.zeros(hsize, np.uint64)
-        self.HV = np.empty((hsize, 2), np.int64)
-        pool_init(self.P, self.HV)
+        self.BH = np.zeros(blocks + 1, np.int64)        # block keys as int64 bits
+        self.HT = np.empty((hsize, 3), np.int64)
+        pool_init(self.P, self.HT)
         self.G[L.G_NFREE] = blocks - 1
         self.R = np.zeros((0, L.R_COLUMNS), np.int64)
-        self.KEYS = np.zeros(0, np.uint64)
+        self.KEYS = np.zeros(0, np.int64)               # uint64 keys as int64 bits
         self.BT = np.zeros(0, np.int32 if blocks < 2**31 else np.int64)
         self.RUN = np.zeros(0, np.int64)
         self.WQ = np.zeros(1, np.int64)
@@ -138,8 +137,8 @@ class EngineSim:
             self.G[L.G_WHEAD] = 0
         self.KEYS = grown(self.KEYS, self.nkeys + keys)
         self.BT = grown(self.BT, self.nblocks + blocks)
-        self.S = (self.C, self.G, self.R, self.KEYS, self.BT, self.P, self.BH, self.HK,
-                  self.HV, self.RUN, self.WQ, self.BQ, self.BSMP, self.BMETA, self.HIT,
+        self.S = (self.C, self.G, self.R, self.KEYS, self.BT, self.P, self.BH, self.HT,
+                  self.RUN, self.WQ, self.BQ, self.BSMP, self.BMETA, self.HIT,
                   self.BUF, self.EV, self.REC)
 
     def load(self, requests, keys: np.ndarray, counts: np.ndarray) -> None:
@@ -160,7 +159,8 @@ class EngineSim:
         rows[:, L.KOFF] = self.nkeys + np.cumsum(counts) - counts
         rows[:, L.BOFF] = self.nblocks + np.cumsum(bcap) - bcap
         rows[:, [L.NCACHED, L.FSCHED, L.FTOK, L.FIN]] = L.NONE
-        self.KEYS[self.nkeys:self.nkeys + keys.size] = keys
+        self.KEYS[self.nkeys:self.nkeys + keys.size] = np.asarray(keys, np.uint64).view(
+            np.int64)
         for i, r in enumerate(requests):
             if r.index in self.slots:
                 raise ValueError(f"request {r.index} added twice")
@@ -228,9 +228,8 @@ class EngineSim:
 
     def cached_prefix_blocks(self, block_hashes) -> int:
         """Leading blocks of ``block_hashes`` in the GPU prefix cache now (no change)."""
-        keys = np.asarray(block_hashes, np.uint64).reshape(-1)
-        return int(leading_cached(self.HK, self.HV, self.C[L.C_HMASK], keys)) if keys.size \
-            else 0
+        keys = np.asarray(block_hashes, np.uint64).reshape(-1).view(np.int64)
+        return int(leading_cached(self.HT, self.C[L.C_HMASK], keys)) if keys.size else 0
 
     def result(self, index: int) -> RequestView:
         """The counters of request ``index`` (finished or not)."""

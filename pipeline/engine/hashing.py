@@ -83,6 +83,21 @@ def _sequence_keys(prompts, prompt_at, prompt_len, outputs, output_at, output_le
             k += 1
 
 
+@njit(cache=True, nogil=True)
+def _place_keys(given, own, counts, at, index, keys):
+    """Each keyed request's keys: its ``own`` given prompt keys, then fresh keys for the
+    blocks that will hold its outputs (``request_keys``'s ``_FRESH`` scheme)."""
+    g = 0
+    for r in range(own.size):
+        for j in range(counts[r]):
+            if j < own[r]:
+                keys[at[r] + j] = given[g]
+                g += 1
+            else:
+                keys[at[r] + j] = _mix(_FRESH ^ (index[r] << np.uint64(24))
+                                       ^ np.uint64(j - own[r]))
+
+
 def _int64s(parts: list) -> np.ndarray:
     return np.concatenate([np.asarray(x, np.int64) for x in parts]) if parts \
         else np.zeros(0, np.int64)
@@ -119,15 +134,6 @@ def flat_request_keys(requests, block_size: int) -> tuple[np.ndarray, np.ndarray
         rows = np.flatnonzero(keyed)
         given = np.concatenate([np.asarray(requests[i].prompt_keys[:m]).astype(np.uint64)
                                 for i, m in zip(rows.tolist(), own[rows].tolist())])
-        per = counts[rows]
-        owner = np.repeat(rows, per)
-        j = np.arange(owner.size, dtype=np.int64) - np.repeat(np.cumsum(per) - per, per)
-        mine = j < own[owner]
-        positions = at[owner] + j
-        keys[positions[mine]] = given
-        fresh = j[~mine] - own[owner[~mine]]          # blocks holding placeholders: fresh
-        with np.errstate(over="ignore"):
-            keys[positions[~mine]] = splitmix64(
-                _FRESH ^ (index[owner[~mine]].astype(np.uint64) << np.uint64(24))
-                ^ fresh.astype(np.uint64))
+        _place_keys(given, own[rows], counts[rows], at[rows], index[rows].astype(np.uint64),
+                    keys)
     return keys, counts

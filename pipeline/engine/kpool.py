@@ -4,8 +4,9 @@ free queue (``FreeKVCacheBlockQueue``) and the hash -> blocks map, on arrays.
 The free queue is a doubly linked list through ``P[:, FPREV]``/``P[:, FNEXT]`` with a
 sentinel row (the last row of ``P``); block 0 is the null block, never free. Freed blocks
 without a hash are prepended in order, hashed ones appended; a hit takes a block out of the
-queue wherever it stands. The map is an open-addressing table (linear probing, backward
-shift deletion) from a block key to the first and last block holding it, the holders in the
+queue wherever it stands. The map is an open-addressing table ``HT`` (linear probing, backward
+shift deletion; rows (key, first block, last block), keys as int64 bits) from a block key
+to the first and last block holding it, the holders in the
 order they were cached linked through ``P[:, HPREV]``/``P[:, HNEXT]``: a key held by several
 blocks resolves to the first one cached (``BlockHashToBlockMap.get_one_block``), and the
 key leaves the map when its last block is evicted (``_maybe_evict_cached_block``).
@@ -22,7 +23,7 @@ __all__ = ["table_size", "table_find", "table_slot", "table_delete", "pool_init"
            "get_new_blocks", "cache_full_blocks", "touch", "free_blocks", "longest_hit",
            "leading_cached"]
 
-_MIX = np.uint64(0x9E3779B97F4A7C15)
+_MIX = np.int64(0x9E3779B97F4A7C15 - (1 << 64))     # as int64 bits
 
 
 def table_size(entries: int) -> int:
@@ -35,58 +36,58 @@ def table_size(entries: int) -> int:
 
 @njit(cache=True, error_model="numpy")
 def _home(key, mask):
-    return np.int64((key * _MIX) >> np.uint64(20)) & mask
+    return ((key * _MIX) >> 20) & mask
 
 
 @njit(cache=True, error_model="numpy")
-def table_find(HK, HV, mask, key):
+def table_find(HT, mask, key):
     """The slot holding ``key``, or NONE."""
     s = _home(key, mask)
-    while HV[s, 0] >= 0:
-        if HK[s] == key:
+    while HT[s, 1] >= 0:
+        if HT[s, 0] == key:
             return s
         s = (s + 1) & mask
     return NONE
 
 
 @njit(cache=True, error_model="numpy")
-def table_slot(HK, HV, mask, key):
+def table_slot(HT, mask, key):
     """The slot holding ``key``, or the empty slot where it goes (its key set)."""
     s = _home(key, mask)
-    while HV[s, 0] >= 0:
-        if HK[s] == key:
+    while HT[s, 1] >= 0:
+        if HT[s, 0] == key:
             return s
         s = (s + 1) & mask
-    HK[s] = key
+    HT[s, 0] = key
     return s
 
 
 @njit(cache=True, error_model="numpy")
-def table_delete(HK, HV, mask, s):
+def table_delete(HT, mask, s):
     """Empty slot ``s``, shifting back the entries that probed past it."""
     j = s
     while True:
         j = (j + 1) & mask
-        if HV[j, 0] < 0:
+        if HT[j, 1] < 0:
             break
-        k = _home(HK[j], mask)
+        k = _home(HT[j, 0], mask)
         if (j > s and (k <= s or k > j)) or (j < s and k <= s and k > j):
-            HK[s] = HK[j]
-            HV[s, 0] = HV[j, 0]
-            HV[s, 1] = HV[j, 1]
+            HT[s, 0] = HT[j, 0]
+            HT[s, 1] = HT[j, 1]
+            HT[s, 2] = HT[j, 2]
             s = j
-    HV[s, 0] = NONE
-    HV[s, 1] = NONE
+    HT[s, 1] = NONE
+    HT[s, 2] = NONE
 
 
 @njit(cache=True, error_model="numpy")
-def pool_init(P, HV):
+def pool_init(P, HT):
     """Every block 1..n-1 free in order, no hashes, an empty map."""
     n = P.shape[0] - 1
     P[:, :] = 0
     P[:, HPREV] = NONE
     P[:, HNEXT] = NONE
-    HV[:, :] = NONE
+    HT[:, :] = NONE
     prev = n
     for b in range(1, n):
         P[prev, FNEXT] = b
@@ -115,29 +116,29 @@ def _insert_free_after(P, a, b):
 
 
 @njit(cache=True, error_model="numpy")
-def _evict(P, BH, HK, HV, mask, b):
+def _evict(P, BH, HT, mask, b):
     """_maybe_evict_cached_block: drop ``b`` from its key's holders."""
     if P[b, HASHED] == 0:
         return
-    s = table_find(HK, HV, mask, BH[b])
+    s = table_find(HT, mask, BH[b])
     p, q = P[b, HPREV], P[b, HNEXT]
     if p == NONE:
-        HV[s, 0] = q
+        HT[s, 1] = q
     else:
         P[p, HNEXT] = q
     if q == NONE:
-        HV[s, 1] = p
+        HT[s, 2] = p
     else:
         P[q, HPREV] = p
-    if HV[s, 0] == NONE:
-        table_delete(HK, HV, mask, s)
+    if HT[s, 1] == NONE:
+        table_delete(HT, mask, s)
     P[b, HPREV] = NONE
     P[b, HNEXT] = NONE
     P[b, HASHED] = 0
 
 
 @njit(cache=True, error_model="numpy")
-def get_new_blocks(P, BH, HK, HV, mask, BT, at, count):
+def get_new_blocks(P, BH, HT, mask, BT, at, count):
     """popleft_n + _maybe_evict_cached_block: ``count`` blocks from the queue's front to
     ``BT[at:at + count]``, each with one reference. Returns the number of free blocks
     taken (the caller keeps the free count)."""
@@ -145,29 +146,29 @@ def get_new_blocks(P, BH, HK, HV, mask, BT, at, count):
     for i in range(count):
         b = P[sentinel, FNEXT]
         _unlink_free(P, b)
-        _evict(P, BH, HK, HV, mask, b)
+        _evict(P, BH, HT, mask, b)
         P[b, REF] += 1
         BT[at + i] = b
     return count
 
 
 @njit(cache=True, error_model="numpy")
-def cache_full_blocks(P, BH, HK, HV, mask, KEYS, koff, BT, boff, start, end):
+def cache_full_blocks(P, BH, HT, mask, KEYS, koff, BT, boff, start, end):
     """Give blocks ``start..end-1`` of a request their keys (no de-duplication)."""
     for i in range(start, end):
         b = BT[boff + i]
         key = KEYS[koff + i]
         BH[b] = key
         P[b, HASHED] = 1
-        s = table_slot(HK, HV, mask, key)
-        tail = HV[s, 1]
-        if HV[s, 0] < 0:
-            HV[s, 0] = b
+        s = table_slot(HT, mask, key)
+        tail = HT[s, 2]                               # NONE for a new key
+        if HT[s, 1] < 0:
+            HT[s, 1] = b
         else:
             P[tail, HNEXT] = b
-        P[b, HPREV] = tail if HV[s, 0] != b else NONE
+        P[b, HPREV] = tail
         P[b, HNEXT] = NONE
-        HV[s, 1] = b
+        HT[s, 2] = b
 
 
 @njit(cache=True, error_model="numpy")
@@ -211,23 +212,23 @@ def free_blocks(P, BT, boff, nblk, BUF):
 
 
 @njit(cache=True, error_model="numpy")
-def longest_hit(HK, HV, mask, KEYS, koff, limit, HIT):
+def longest_hit(HT, mask, KEYS, koff, limit, HIT):
     """find_longest_cache_hit: the first cached block of each leading key (at most
     ``limit``) into ``HIT``; returns how many."""
     n = 0
     for i in range(limit):
-        s = table_find(HK, HV, mask, KEYS[koff + i])
+        s = table_find(HT, mask, KEYS[koff + i])
         if s < 0:
             break
-        HIT[n] = HV[s, 0]
+        HIT[n] = HT[s, 1]
         n += 1
     return n
 
 
 @njit(cache=True, error_model="numpy")
-def leading_cached(HK, HV, mask, keys):
+def leading_cached(HT, mask, keys):
     """How many leading ``keys`` are cached now (no state change)."""
     for i in range(keys.size):
-        if table_find(HK, HV, mask, keys[i]) < 0:
+        if table_find(HT, mask, keys[i]) < 0:
             return i
     return keys.size

@@ -38,7 +38,7 @@ STEP_FIELDS = (X_STEP, X_PREFILL, X_DECODE, X_CONTEXT, X_RELOAD, X_NRUN, X_NWAIT
 @njit(cache=True, error_model="numpy")
 def step_time(S, model, coef):
     """Milliseconds of the batch just scheduled (``REC``), as the model's ``step_ms``."""
-    REC, BQ = S[17], S[11]
+    REC, BQ = S[16], S[10]
     prefill, decodes, context, reload = REC[X_PREFILL], REC[X_DECODE], REC[X_CONTEXT], \
         REC[X_RELOAD]
     if prefill:
@@ -69,7 +69,7 @@ def run_loop(S, T, due, arrival, timed, concurrency, model, coef, STEPS, DUR, L,
     """Run the requests (slots 0..n-1 in input order, ``due`` their arrival step or ms)
     until done (DONE), the step buffer is full (FULL) or the engine is stuck (STUCK)."""
     G = S[1]
-    REC = S[17]
+    REC = S[16]
     n = due.size
     now = NOW[0]
     while True:
@@ -81,12 +81,12 @@ def run_loop(S, T, due, arrival, timed, concurrency, model, coef, STEPS, DUR, L,
         if concurrency <= 0:
             while p < n and due[p] <= clock:
                 arrival[p] = due[p] if timed else clock
-                wait_append(G, S[10], p)
+                wait_append(G, S[9], p)
                 p += 1
         else:
             while p < n and G[G_NRUN] + G[G_WLEN] < concurrency:
                 arrival[p] = clock
-                wait_append(G, S[10], p)
+                wait_append(G, S[9], p)
                 p += 1
         L[L_POINTER] = p
         if not (G[G_NRUN] > 0 or G[G_WLEN] > 0 or G[G_FIN] != 0 or G[G_QLEN] > 0):
@@ -120,7 +120,7 @@ def run_loop(S, T, due, arrival, timed, concurrency, model, coef, STEPS, DUR, L,
 def _steady(S):
     """Every running request decoding one token per step: sync with its token sampled;
     async with exactly the running requests' one-token batch in flight."""
-    C, G, R, RUN, BQ, BSMP, BMETA = S[0], S[1], S[2], S[9], S[11], S[12], S[13]
+    C, G, R, RUN, BQ, BSMP, BMETA = S[0], S[1], S[2], S[8], S[10], S[11], S[12]
     n = G[G_NRUN]
     if C[C_ASYNC] == 0:
         for i in range(n):
@@ -143,7 +143,7 @@ def _steady(S):
 
 @njit(cache=True, error_model="numpy")
 def _allocations(S, steps):
-    C, G, R, RUN = S[0], S[1], S[2], S[9]
+    C, G, R, RUN = S[0], S[1], S[2], S[8]
     size, total = C[C_BS], 0
     for i in range(G[G_NRUN]):
         slot = RUN[i]
@@ -157,7 +157,7 @@ def advance(S, T, limit, FREES):
     decoding one token, none finishing, every new block available, the waiting queue
     unable to move), run one by one; free blocks after each into FREES. Returns how many
     (0: the next step is not such a step, nothing done)."""
-    C, G, R, RUN = S[0], S[1], S[2], S[9]
+    C, G, R, RUN = S[0], S[1], S[2], S[8]
     n = G[G_NRUN]
     if limit < 2 or n == 0 or n > C[C_MAXBATCH]:
         return 0
@@ -186,5 +186,5 @@ def advance(S, T, limit, FREES):
         k = low
     for j in range(k):
         engine_step(S, T)
-        FREES[j] = S[17][X_FREE]
+        FREES[j] = S[16][X_FREE]
     return k

@@ -18,8 +18,7 @@ processed after the next one is scheduled, running requests carry output placeho
 and a request preempted with output in flight waits in the queue until that output
 arrives (``num_stale_output_tokens``).
 
-State ``S = (C, G, R, KEYS, BT, P, BH, HK, HV, RUN, WQ, BQ, BSMP, BMETA, HIT, BUF, EV,
-REC)`` (``pipeline.engine.layout``); the CPU tier ``T`` (``pipeline.engine.ktier``).
+State ``S = (C, G, R, KEYS, BT, P, BH, HT, RUN, WQ, BQ, BSMP, BMETA, HIT, BUF, EV, REC)`` (``pipeline.engine.layout``); the CPU tier ``T`` (``pipeline.engine.ktier``).
 """
 
 from __future__ import annotations
@@ -60,7 +59,7 @@ def _wait_remove_at(G, WQ, p):
 @njit(cache=True, error_model="numpy")
 def _blocks_needed(S, slot, num_tokens, nhit):
     """SingleTypeKVCacheManager.get_num_blocks_to_allocate (full attention)."""
-    C, R, P, HIT = S[0], S[2], S[5], S[14]
+    C, R, P, HIT = S[0], S[2], S[5], S[13]
     required = -(-num_tokens // C[C_BS])
     if R[slot, NCACHED] != NONE:
         return max(required - R[slot, NBLK], 0)
@@ -73,13 +72,13 @@ def _blocks_needed(S, slot, num_tokens, nhit):
 
 @njit(cache=True, error_model="numpy")
 def _grow(S, slot, count):
-    C, G, R, BT, P, BH, HK, HV = S[0], S[1], S[2], S[4], S[5], S[6], S[7], S[8]
+    C, G, R, BT, P, BH, HT = S[0], S[1], S[2], S[4], S[5], S[6], S[7]
     if count <= 0:
         return
     if R[slot, NBLK] + count > R[slot, BCAP]:
         G[G_ERROR] = ERR_BLOCKS
         return
-    get_new_blocks(P, BH, HK, HV, C[C_HMASK], BT, R[slot, BOFF] + R[slot, NBLK], count)
+    get_new_blocks(P, BH, HT, C[C_HMASK], BT, R[slot, BOFF] + R[slot, NBLK], count)
     R[slot, NBLK] += count
     G[G_NFREE] -= count
 
@@ -87,12 +86,12 @@ def _grow(S, slot, count):
 @njit(cache=True, error_model="numpy")
 def _cache_blocks(S, slot, num_tokens):
     """FullAttentionManager.cache_blocks: hash the newly full blocks."""
-    C, R, KEYS, BT, P, BH, HK, HV = S[0], S[2], S[3], S[4], S[5], S[6], S[7], S[8]
+    C, R, KEYS, BT, P, BH, HT = S[0], S[2], S[3], S[4], S[5], S[6], S[7]
     cached = max(R[slot, NCACHED], 0)
     full = min(num_tokens, R[slot, NTOK]) // C[C_BS]
     if cached >= full:
         return
-    cache_full_blocks(P, BH, HK, HV, C[C_HMASK], KEYS, R[slot, KOFF], BT, R[slot, BOFF],
+    cache_full_blocks(P, BH, HT, C[C_HMASK], KEYS, R[slot, KOFF], BT, R[slot, BOFF],
                       cached, full)
     R[slot, NCACHED] = full
 
@@ -100,7 +99,7 @@ def _cache_blocks(S, slot, num_tokens):
 @njit(cache=True, error_model="numpy")
 def _allocate_slots(S, slot, num_new, nhit, external, admission):
     """KVCacheManager.allocate_slots; False (nothing changed) when it returns None."""
-    C, G, R, BT, P, HIT = S[0], S[1], S[2], S[4], S[5], S[14]
+    C, G, R, BT, P, HIT = S[0], S[1], S[2], S[4], S[5], S[13]
     size, max_len = C[C_BS], C[C_MAXLEN]
     local = R[slot, COMPUTED] + nhit * size
     total = min(local + external, max_len)
@@ -127,7 +126,7 @@ def _allocate_slots(S, slot, num_new, nhit, external, admission):
 @njit(cache=True, error_model="numpy")
 def _free_request(S, slot):
     """KVCacheManager.free: tail first."""
-    G, R, BT, P, BUF = S[1], S[2], S[4], S[5], S[15]
+    G, R, BT, P, BUF = S[1], S[2], S[4], S[5], S[14]
     G[G_NFREE] += free_blocks(P, BT, R[slot, BOFF], R[slot, NBLK], BUF)
     R[slot, NBLK] = 0
     R[slot, NCACHED] = NONE
@@ -136,7 +135,7 @@ def _free_request(S, slot):
 @njit(cache=True, error_model="numpy")
 def _preempt(S, slot):
     """Scheduler._preempt_request: to the front of the waiting queue."""
-    G, R, WQ = S[1], S[2], S[10]
+    G, R, WQ = S[1], S[2], S[9]
     _free_request(S, slot)
     R[slot, STATUS] = PREEMPTED
     R[slot, COMPUTED] = 0
@@ -151,7 +150,7 @@ def _preempt(S, slot):
 @njit(cache=True, error_model="numpy")
 def _started(S, q, slot, num_new, start, step):
     """Add the entry to batch ``q`` and run _update_after_schedule for it."""
-    C, R, BQ, BSMP, BMETA, REC = S[0], S[2], S[11], S[12], S[13], S[17]
+    C, R, BQ, BSMP, BMETA, REC = S[0], S[2], S[10], S[11], S[12], S[16]
     e = BMETA[q, B_NSCHED]
     BQ[q, e, 0], BQ[q, e, 1], BQ[q, e, 2] = slot, num_new, start
     BMETA[q, B_NSCHED] = e + 1
@@ -177,8 +176,7 @@ def _started(S, q, slot, num_new, start, step):
 @njit(cache=True, error_model="numpy")
 def _schedule_waiting(S, T, q, budget, threshold, step):
     """The waiting-queue half of schedule(); returns the tokens reloaded."""
-    C, G, R, KEYS, HK, HV, RUN, WQ, HIT = S[0], S[1], S[2], S[3], S[7], S[8], S[9], S[10], \
-        S[14]
+    C, G, R, KEYS, HT, RUN, WQ, HIT = S[0], S[1], S[2], S[3], S[7], S[8], S[9], S[13]
     size = C[C_BS]
     reloads = 0
     p = 0                                             # stale requests skipped at the front
@@ -192,7 +190,7 @@ def _schedule_waiting(S, T, q, budget, threshold, step):
         nhit = 0
         external = 0
         if R[slot, COMPUTED] == 0:
-            nhit = longest_hit(HK, HV, C[C_HMASK], KEYS, R[slot, KOFF],
+            nhit = longest_hit(HT, C[C_HMASK], KEYS, R[slot, KOFF],
                                (R[slot, NTOK] - 1) // size, HIT)
             local = nhit * size
             if T[0][T_ON] != 0:
@@ -225,7 +223,7 @@ def _schedule_waiting(S, T, q, budget, threshold, step):
 def _schedule(S, T, q):
     """Scheduler.schedule into batch slot ``q``, then _update_after_schedule; the record
     totals in REC (``REC[X_HAS]`` 0 when it scheduled nothing)."""
-    C, G, R, RUN, BMETA, REC = S[0], S[1], S[2], S[9], S[13], S[17]
+    C, G, R, RUN, BMETA, REC = S[0], S[1], S[2], S[8], S[12], S[16]
     for j in range(BMETA.shape[1]):                   # (loops: a slice is a new view)
         BMETA[q, j] = 0
     for j in range(REC.size):
@@ -305,8 +303,8 @@ def _event(G, EV, step, kind, index):
 @njit(cache=True, error_model="numpy")
 def _update_from_output(S, T, q):
     """Scheduler.update_from_output with one sampled token per finished chunk."""
-    C, G, R, KEYS, RUN, WQ, BQ, BSMP, BMETA, EV, REC = S[0], S[1], S[2], S[3], S[9], \
-        S[10], S[11], S[12], S[13], S[16], S[17]
+    C, G, R, KEYS, RUN, WQ, BQ, BSMP, BMETA, EV, REC = S[0], S[1], S[2], S[3], S[8], \
+        S[9], S[10], S[11], S[12], S[15], S[16]
     asynchronous = C[C_ASYNC] != 0
     n, step = BMETA[q, B_NSCHED], BMETA[q, B_STEP]
     any_stale = False
@@ -374,7 +372,7 @@ def engine_step(S, T):
     """One engine iteration (``EngineCore.step`` or ``step_with_batch_queue``); returns 1
     when it scheduled > 0 tokens (its totals in REC, its batch slot ``REC[X_Q]``), else 0.
     Outputs processed by this call go to EV (when ``G[G_EVON]``)."""
-    C, G, REC = S[0], S[1], S[17]
+    C, G, REC = S[0], S[1], S[16]
     has = G[G_NRUN] > 0 or G[G_WLEN] > 0 or G[G_FIN] != 0
     if C[C_ASYNC] == 0:
         if not has:

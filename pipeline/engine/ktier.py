@@ -8,7 +8,7 @@ recent chunk while one does not fit, stopping at the first that cannot), then in
 in prefix order (a key already present is not refreshed). Chunk j of a request is keyed by
 the key of its block ``(j + 1) * per - 1``; every chunk holds ``chunk`` tokens.
 
-State ``T = (TS, TK, TV, TN, TNK, TFREE)``: scalars, the key -> node table, the LRU list
+State ``T = (TS, TT, TN, TNK, TFREE)``: scalars, the key -> node table (rows (key, node, -)), the LRU list
 (``TN[:, 0]`` prev, ``TN[:, 1]`` next, sentinel last: its next is the least recent), node
 keys and the stack of free nodes.
 """
@@ -35,15 +35,14 @@ def tier_arrays(capacity_tokens: int, chunk: int, per: int) -> tuple:
     TS[T_MASK], TS[T_FREE_TOP] = size - 1, nodes
     TN = np.empty((nodes + 1, 2), np.int64)
     TN[nodes] = nodes                                  # an empty list
-    return (TS, np.zeros(size, np.uint64), np.full((size, 2), NONE, np.int64), TN,
-            np.zeros(nodes, np.uint64), np.arange(nodes - 1, -1, -1, dtype=np.int64))
+    return (TS, np.full((size, 3), NONE, np.int64), TN, np.zeros(nodes, np.int64),
+            np.arange(nodes - 1, -1, -1, dtype=np.int64))
 
 
 def no_tier() -> tuple:
     """The arrays of an absent tier (same types, so one compiled kernel serves both)."""
-    return (np.zeros(T_SIZE, np.int64), np.zeros(16, np.uint64),
-            np.full((16, 2), NONE, np.int64), np.zeros((1, 2), np.int64),
-            np.zeros(1, np.uint64), np.zeros(1, np.int64))
+    return (np.zeros(T_SIZE, np.int64), np.full((16, 3), NONE, np.int64),
+            np.zeros((1, 2), np.int64), np.zeros(1, np.int64), np.zeros(1, np.int64))
 
 
 @njit(cache=True, error_model="numpy")
@@ -67,15 +66,15 @@ def _push_back(TN, node):
 def cpu_lookup(T, R, KEYS, slot):
     """lookup(pin=True) + touch_cache for request ``slot``; the tokens vLLM may load
     (LMCache's hit, minus one when it is the whole prompt)."""
-    TS, TK, TV, TN, TNK, TFREE = T
+    TS, TT, TN, TNK, TFREE = T
     chunk, per, mask = TS[T_CHUNK], TS[T_PER], TS[T_MASK]
     koff, prompt = R[slot, KOFF], R[slot, NPROMPT]
     count = prompt // chunk
     hit = 0
-    while hit < count and table_find(TK, TV, mask, KEYS[koff + (hit + 1) * per - 1]) >= 0:
+    while hit < count and table_find(TT, mask, KEYS[koff + (hit + 1) * per - 1]) >= 0:
         hit += 1
     for j in range(hit - 1, -1, -1):                  # chunk 0 ends most recent
-        node = TV[table_find(TK, TV, mask, KEYS[koff + (j + 1) * per - 1]), 0]
+        node = TT[table_find(TT, mask, KEYS[koff + (j + 1) * per - 1]), 1]
         _unlink(TN, node)
         _push_back(TN, node)
     tokens = hit * chunk
@@ -86,14 +85,14 @@ def cpu_lookup(T, R, KEYS, slot):
 @njit(cache=True, error_model="numpy")
 def _allocate(T, size, in_flight):
     """Evict the least recent chunk until ``size`` more tokens fit; False if they never do."""
-    TS, TK, TV, TN, TNK, TFREE = T
+    TS, TT, TN, TNK, TFREE = T
     sentinel = TN.shape[0] - 1
     while TS[T_USED] + in_flight + size > TS[T_CAPACITY]:
         node = TN[sentinel, 1]
         if node == sentinel:
             return False
         _unlink(TN, node)
-        table_delete(TK, TV, TS[T_MASK], table_find(TK, TV, TS[T_MASK], TNK[node]))
+        table_delete(TT, TS[T_MASK], table_find(TT, TS[T_MASK], TNK[node]))
         TS[T_USED] -= TS[T_CHUNK]
         TS[T_COUNT] -= 1
         TFREE[TS[T_FREE_TOP]] = node
@@ -104,7 +103,7 @@ def _allocate(T, size, in_flight):
 @njit(cache=True, error_model="numpy")
 def cpu_store(T, R, KEYS, slot):
     """wait_for_save -> LMCacheEngine.store for request ``slot`` (its prompt computed)."""
-    TS, TK, TV, TN, TNK, TFREE = T
+    TS, TT, TN, TNK, TFREE = T
     chunk, per, mask = TS[T_CHUNK], TS[T_PER], TS[T_MASK]
     koff, prompt = R[slot, KOFF], R[slot, NPROMPT]
     hit = max(R[slot, CPUSTATE], 0)
@@ -120,12 +119,12 @@ def cpu_store(T, R, KEYS, slot):
         in_flight += chunk
     for j in range(first, first + allocated):         # batched_put in prefix order
         key = KEYS[koff + (j + 1) * per - 1]
-        s = table_slot(TK, TV, mask, key)
-        if TV[s, 0] >= 0:
+        s = table_slot(TT, mask, key)
+        if TT[s, 1] >= 0:
             continue                                  # already there: not refreshed
         TS[T_FREE_TOP] -= 1
         node = TFREE[TS[T_FREE_TOP]]
-        TV[s, 0] = node
+        TT[s, 1] = node
         TNK[node] = key
         _push_back(TN, node)
         TS[T_USED] += chunk
