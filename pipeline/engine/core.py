@@ -17,13 +17,17 @@ from pipeline.engine import layout as L
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.hashing import block_keys, request_keys
 from pipeline.engine.kpool import leading_cached, pool_init, table_size
-from pipeline.engine.krun import advance
+from pipeline.engine.compiled import compiled_model
+from pipeline.engine.krun import DONE, FULL, advance, run_until
 from pipeline.engine.ksched import engine_step
 from pipeline.engine.ktier import no_tier
 from pipeline.engine.request import SimRequest
-from pipeline.engine.step import DecodeRows, DecodeRun, StepRecord
+from pipeline.engine.step import DecodeRows, DecodeRun, StepRecord, TimedSteps
 
-__all__ = ["EngineSim", "StepRecord", "DecodeRun", "RequestView"]
+__all__ = ["EngineSim", "StepRecord", "DecodeRun", "RequestView", "TimedSteps"]
+
+_STEP_FIELDS = [L.X_STEP, L.X_PREFILL, L.X_DECODE, L.X_CONTEXT, L.X_RELOAD, L.X_NRUN,
+                L.X_NWAIT, L.X_FREE]
 
 _FIELDS = {"index": L.INDEX, "num_prompt": L.NPROMPT, "max_tokens": L.MAXTOK,
            "num_tokens": L.NTOK, "computed": L.COMPUTED, "status": L.STATUS,
@@ -105,7 +109,7 @@ class EngineSim:
         self.BMETA = np.zeros((2, 4), np.int64)
         self.HIT = np.zeros(blocks + 1, np.int64)
         self.BUF = np.zeros(blocks + 1, np.int64)
-        self.EV = np.zeros((2 * entries + 8, 3), np.int64)
+        self.EV = np.zeros((16 * entries + 64, 3), np.int64)
         self.REC = np.zeros(L.X_SIZE, np.int64)
         self.T = cpu_tier.arrays if cpu_tier is not None else no_tier()
         self.rows = self.nkeys = self.nblocks = 0
@@ -301,3 +305,59 @@ class EngineSim:
             self.open[run.tail.step] = run.tail
         self._outputs()
         return run
+
+    def run_until(self, until_ms: float, now_ms: float, step_ms) -> TimedSteps:
+        """Step from ``now_ms`` while there is work and the clock is before ``until_ms``
+        (no arrivals meanwhile), pricing each batch with ``step_ms``: in one compiled call
+        when it is a compiled model's (``compiled.compiled_model``), else one ``step()``
+        and one ``step_ms`` call per batch."""
+        model = compiled_model(step_ms)
+        if model is None:
+            return self._run_until_python(until_ms, now_ms, step_ms)
+        rows = 256
+        parts, events = [], []
+        steps, times = np.zeros((rows, 8), np.int64), np.zeros((rows, 2), np.float64)
+        state, now = np.zeros(3, np.int64), np.array([now_ms], np.float64)
+        while True:
+            self.G[L.G_NEV], self.G[L.G_EVON], state[2] = 0, 1, 0
+            code = run_until(self.S, self.T, float(until_ms), model[0], model[1], steps,
+                             times, state, now)
+            self._check()
+            count = int(state[2])
+            parts.append((steps[:count].copy(), times[:count].copy()))
+            events.append(self.EV[:self.G[L.G_NEV]].copy())
+            if code == DONE:
+                break
+            if code != FULL:
+                raise RuntimeError("the engine schedules nothing while requests wait "
+                                   "(a request that can never fit)")
+            if count == rows:
+                rows *= 4
+                steps, times = np.zeros((rows, 8), np.int64), np.zeros((rows, 2), np.float64)
+        times = np.concatenate([t for _, t in parts])
+        return TimedSteps(float(now[0]), np.concatenate([s for s, _ in parts]), times[:, 0],
+                          times[:, 1], np.concatenate(events))
+
+    def _run_until_python(self, until_ms: float, now_ms: float, step_ms) -> TimedSteps:
+        rows, starts, durations, events = [], [], [], []
+        idle, now = 0, float(now_ms)
+        while now < until_ms and self.has_work():
+            record = self.step()
+            count = int(self.G[L.G_NEV])
+            events.append(self.EV[:count].copy())
+            if record is None:
+                idle += 1
+                if idle > 64:
+                    raise RuntimeError("the engine schedules nothing while requests wait "
+                                       "(a request that can never fit)")
+                continue
+            idle = 0
+            rows.append(self.REC[_STEP_FIELDS].copy())
+            duration = float(step_ms(record))
+            starts.append(now)
+            durations.append(duration)
+            now += duration
+        steps = np.array(rows, np.int64).reshape(-1, 8)
+        return TimedSteps(now, steps, np.array(starts, np.float64),
+                          np.array(durations, np.float64),
+                          np.concatenate(events) if events else np.zeros((0, 3), np.int64))

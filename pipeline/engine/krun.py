@@ -1,6 +1,7 @@
 """Whole runs compiled: arrivals by step or by time, the idle jump, the closed loop, the
 step-time models that are formulas of a step's totals (fitted ``Linear``, ``Roofline``),
-and stretches of pure decode steps (``advance``).
+stretches of pure decode steps (``advance``) and an engine's steps up to a time
+(``run_until``, for callers that interleave engines: the fleet).
 
 ``run_loop`` is ``pipeline.engine.loop.simulate``'s loop: before each ``schedule()`` every
 request due is added in input order (or, closed loop, while fewer than ``concurrency`` are
@@ -16,14 +17,15 @@ import numpy as np
 from numba import njit
 
 from pipeline.engine.ksched import engine_step, wait_append
-from pipeline.engine.layout import (B_NSAMP, B_NSCHED, BQ_NEW, BQ_START, C_ASYNC, C_BS,
+from pipeline.engine.layout import (B_NSAMP, B_NSCHED, BQ_NEW, BQ_START, C_ASYNC, C_BS, C_MAXE,
                                     C_MAXBATCH, C_MAXLEN, C_MAXSEQS, COMPUTED, G_ERROR,
-                                    G_FIN, G_NFREE, G_NRUN, G_QHEAD, G_QLEN, G_STEP, G_WLEN,
+                                    G_FIN, G_NEV, G_NFREE, G_NRUN, G_QHEAD, G_QLEN, G_STEP,
+                                    G_WLEN,
                                     HOLDS, INFLIGHT, MAXTOK, NBLK, NPROMPT, NTOK, STALE,
                                     X_CONTEXT, X_DECODE, X_FREE, X_NFIRST, X_NRUN, X_NSCHED,
                                     X_NWAIT, X_PREFILL, X_Q, X_RELOAD, X_STEP)
 
-__all__ = ["run_loop", "advance", "step_time", "MODEL_NONE", "MODEL_LINEAR",
+__all__ = ["run_loop", "run_until", "advance", "step_time", "MODEL_NONE", "MODEL_LINEAR",
            "MODEL_ROOFLINE", "DONE", "FULL", "STUCK", "STEP_FIELDS"]
 
 MODEL_NONE, MODEL_LINEAR, MODEL_ROOFLINE = 0, 1, 2
@@ -188,3 +190,36 @@ def advance(S, T, limit, FREES):
         engine_step(S, T)
         FREES[j] = S[16][X_FREE]
     return k
+
+
+@njit(cache=True, error_model="numpy")
+def run_until(S, T, until, model, coef, STEPS, DUR, L, NOW):
+    """Step (no arrivals) while the engine has work and its clock ``NOW[0]`` is before
+    ``until``: each executed batch a row of ``STEPS`` and (start, duration) of ``DUR``,
+    the outputs processed in EV. DONE, FULL (a buffer is full: drain and call again) or
+    STUCK."""
+    C, G, REC, EV = S[0], S[1], S[16], S[15]
+    now = NOW[0]
+    room = 2 * C[C_MAXE] + 2
+    while now < until and (G[G_NRUN] > 0 or G[G_WLEN] > 0 or G[G_FIN] != 0
+                           or G[G_QLEN] > 0):
+        if L[L_ROWS] >= STEPS.shape[0] or G[G_NEV] + room > EV.shape[0]:
+            NOW[0] = now
+            return FULL
+        if engine_step(S, T) == 0:
+            L[L_IDLE] += 1
+            if L[L_IDLE] > STUCK_CALLS or G[G_ERROR] != 0:
+                NOW[0] = now
+                return STUCK
+            continue
+        L[L_IDLE] = 0
+        row = L[L_ROWS]
+        for j in range(8):
+            STEPS[row, j] = REC[STEP_FIELDS[j]]
+        duration = step_time(S, model, coef)
+        DUR[row, 0] = now
+        DUR[row, 1] = duration
+        now += duration
+        L[L_ROWS] = row + 1
+    NOW[0] = now
+    return DONE

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["StepRecord", "DecodeRun", "DecodeRows"]
+import numpy as np
+
+__all__ = ["StepRecord", "DecodeRun", "DecodeRows", "TimedSteps"]
 
 
 @dataclass
@@ -76,3 +78,17 @@ class DecodeRows:
 
     def __repr__(self):
         return repr(list(self))
+
+
+@dataclass
+class TimedSteps:
+    """The steps ``EngineSim.run_until`` executed: ``steps`` one row per batch (the columns
+    of ``loop.STEP_COLUMNS``), their ``start_ms`` and ``duration_ms``, the outputs processed
+    meanwhile as ``events`` rows (step, 0 first token / 1 finished, request index), and
+    the clock after the last step (``now_ms``)."""
+
+    now_ms: float
+    steps: np.ndarray
+    start_ms: np.ndarray
+    duration_ms: np.ndarray
+    events: np.ndarray
