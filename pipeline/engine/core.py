@@ -18,8 +18,7 @@ from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.hashing import block_keys, request_keys
 from pipeline.engine.kpool import leading_cached, pool_init, table_size
 from pipeline.engine.compiled import compiled_model
-from pipeline.engine.krun import DONE, FULL, advance, run_until
-from pipeline.engine.ksched import engine_step
+from pipeline.engine.krun import DONE, FULL, advance, run_until, step_once
 from pipeline.engine.ktier import no_tier
 from pipeline.engine.request import SimRequest
 from pipeline.engine.step import DecodeRows, DecodeRun, StepRecord, TimedSteps
@@ -277,7 +276,7 @@ class EngineSim:
         else None. Outputs of a batch are applied to its record when processed (at once
         in sync mode, one call later with async scheduling)."""
         self.G[L.G_NEV], self.G[L.G_EVON] = 0, 1
-        scheduled = engine_step(self.S, self.T)
+        scheduled = step_once(self.S, self.T)
         self._check()
         record = self._record() if scheduled else None
         self._outputs()

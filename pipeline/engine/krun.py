@@ -17,6 +17,7 @@ import numpy as np
 from numba import njit
 
 from pipeline.engine.ksched import engine_step, wait_append
+from pipeline.engine.raw import raw, raw_state, raw_tier
 from pipeline.engine.layout import (B_NSAMP, B_NSCHED, BQ_NEW, BQ_START, C_ASYNC, C_BS, C_MAXE,
                                     C_MAXBATCH, C_MAXLEN, C_MAXSEQS, COMPUTED, G_ERROR,
                                     G_FIN, G_NEV, G_NFREE, G_NRUN, G_QHEAD, G_QLEN, G_STEP,
@@ -25,7 +26,7 @@ from pipeline.engine.layout import (B_NSAMP, B_NSCHED, BQ_NEW, BQ_START, C_ASYNC
                                     X_CONTEXT, X_DECODE, X_FREE, X_NFIRST, X_NRUN, X_NSCHED,
                                     X_NWAIT, X_PREFILL, X_Q, X_RELOAD, X_STEP)
 
-__all__ = ["run_loop", "run_until", "advance", "step_time", "MODEL_NONE", "MODEL_LINEAR",
+__all__ = ["run_loop", "run_until", "advance", "step_once", "step_time", "MODEL_NONE", "MODEL_LINEAR",
            "MODEL_ROOFLINE", "DONE", "FULL", "STUCK", "STEP_FIELDS"]
 
 MODEL_NONE, MODEL_LINEAR, MODEL_ROOFLINE = 0, 1, 2
@@ -70,6 +71,7 @@ def step_time(S, model, coef):
 def run_loop(S, T, due, arrival, timed, concurrency, model, coef, STEPS, DUR, L, NOW):
     """Run the requests (slots 0..n-1 in input order, ``due`` their arrival step or ms)
     until done (DONE), the step buffer is full (FULL) or the engine is stuck (STUCK)."""
+    S, T, coef = raw_state(S), raw_tier(T), raw(coef)
     G = S[1]
     REC = S[16]
     n = due.size
@@ -159,6 +161,7 @@ def advance(S, T, limit, FREES):
     decoding one token, none finishing, every new block available, the waiting queue
     unable to move), run one by one; free blocks after each into FREES. Returns how many
     (0: the next step is not such a step, nothing done)."""
+    S, T = raw_state(S), raw_tier(T)
     C, G, R, RUN = S[0], S[1], S[2], S[8]
     n = G[G_NRUN]
     if limit < 2 or n == 0 or n > C[C_MAXBATCH]:
@@ -198,6 +201,7 @@ def run_until(S, T, until, model, coef, STEPS, DUR, L, NOW):
     ``until``: each executed batch a row of ``STEPS`` and (start, duration) of ``DUR``,
     the outputs processed in EV. DONE, FULL (a buffer is full: drain and call again) or
     STUCK."""
+    S, T, coef = raw_state(S), raw_tier(T), raw(coef)
     C, G, REC, EV = S[0], S[1], S[16], S[15]
     now = NOW[0]
     room = 2 * C[C_MAXE] + 2
@@ -223,3 +227,9 @@ def run_until(S, T, until, model, coef, STEPS, DUR, L, NOW):
         L[L_ROWS] = row + 1
     NOW[0] = now
     return DONE
+
+
+@njit(cache=True, error_model="numpy")
+def step_once(S, T):
+    """``engine_step`` for a Python caller (``EngineSim.step``)."""
+    return engine_step(raw_state(S), raw_tier(T))
