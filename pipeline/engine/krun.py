@@ -17,17 +17,15 @@ import numpy as np
 from numba import njit
 
 from pipeline.engine.ksched import engine_step, wait_append
+from pipeline.engine.layout import (
+    B_NSAMP, B_NSCHED, BQ_NEW, BQ_START, C_ASYNC, C_BS, C_MAXBATCH, C_MAXE, C_MAXLEN,
+    C_MAXSEQS, COMPUTED, G_ERROR, G_FIN, G_NEV, G_NFREE, G_NRUN, G_QHEAD, G_QLEN, G_STEP,
+    G_WLEN, HOLDS, INFLIGHT, MAXTOK, NBLK, NPROMPT, NTOK, STALE, X_CONTEXT, X_DECODE, X_FREE,
+    X_NFIRST, X_NRUN, X_NSCHED, X_NWAIT, X_PREFILL, X_Q, X_RELOAD, X_STEP)
 from pipeline.engine.raw import raw, raw_state, raw_tier
-from pipeline.engine.layout import (B_NSAMP, B_NSCHED, BQ_NEW, BQ_START, C_ASYNC, C_BS, C_MAXE,
-                                    C_MAXBATCH, C_MAXLEN, C_MAXSEQS, COMPUTED, G_ERROR,
-                                    G_FIN, G_NEV, G_NFREE, G_NRUN, G_QHEAD, G_QLEN, G_STEP,
-                                    G_WLEN,
-                                    HOLDS, INFLIGHT, MAXTOK, NBLK, NPROMPT, NTOK, STALE,
-                                    X_CONTEXT, X_DECODE, X_FREE, X_NFIRST, X_NRUN, X_NSCHED,
-                                    X_NWAIT, X_PREFILL, X_Q, X_RELOAD, X_STEP)
 
-__all__ = ["run_loop", "run_until", "advance", "step_once", "step_time", "MODEL_NONE", "MODEL_LINEAR",
-           "MODEL_ROOFLINE", "DONE", "FULL", "STUCK", "STEP_FIELDS"]
+__all__ = ["run_loop", "run_until", "advance", "step_once", "step_time", "MODEL_NONE",
+           "MODEL_LINEAR", "MODEL_ROOFLINE", "DONE", "FULL", "STUCK", "STEP_FIELDS"]
 
 MODEL_NONE, MODEL_LINEAR, MODEL_ROOFLINE = 0, 1, 2
 DONE, FULL, STUCK = 0, 1, 2
@@ -68,12 +66,34 @@ def step_time(S, model, coef):
 
 
 @njit(cache=True, error_model="numpy")
+def _execute(S, T, timed, model, coef, STEPS, DUR, L, now):
+    """One engine call; a batch it executed is the next row (priced when ``timed``).
+    Returns the clock after it, or ``-1 - now`` when the engine is stuck."""
+    if engine_step(S, T) == 0:
+        L[L_IDLE] += 1
+        if L[L_IDLE] > STUCK_CALLS or S[1][G_ERROR] != 0:
+            return -1.0 - now
+        return now
+    L[L_IDLE] = 0
+    row = L[L_ROWS]
+    REC = S[16]
+    for j in range(8):
+        STEPS[row, j] = REC[STEP_FIELDS[j]]
+    if timed:
+        duration = step_time(S, model, coef)
+        DUR[row, 0] = now
+        DUR[row, 1] = duration
+        now += duration
+    L[L_ROWS] = row + 1
+    return now
+
+
+@njit(cache=True, error_model="numpy")
 def run_loop(S, T, due, arrival, timed, concurrency, model, coef, STEPS, DUR, L, NOW):
     """Run the requests (slots 0..n-1 in input order, ``due`` their arrival step or ms)
     until done (DONE), the step buffer is full (FULL) or the engine is stuck (STUCK)."""
     S, T, coef = raw_state(S), raw_tier(T), raw(coef)
     G = S[1]
-    REC = S[16]
     n = due.size
     now = NOW[0]
     while True:
@@ -102,22 +122,10 @@ def run_loop(S, T, due, arrival, timed, concurrency, model, coef, STEPS, DUR, L,
             else:
                 G[G_STEP] = max(G[G_STEP], np.int64(due[p]))
             continue
-        if engine_step(S, T) == 0:
-            L[L_IDLE] += 1
-            if L[L_IDLE] > STUCK_CALLS or G[G_ERROR] != 0:
-                NOW[0] = now
-                return STUCK
-            continue
-        L[L_IDLE] = 0
-        row = L[L_ROWS]
-        for j in range(8):
-            STEPS[row, j] = REC[STEP_FIELDS[j]]
-        if timed:
-            duration = step_time(S, model, coef)
-            DUR[row, 0] = now
-            DUR[row, 1] = duration
-            now += duration
-        L[L_ROWS] = row + 1
+        now = _execute(S, T, timed, model, coef, STEPS, DUR, L, now)
+        if now < 0:
+            NOW[0] = -now - 1.0
+            return STUCK
 
 
 @njit(cache=True, error_model="numpy")
@@ -202,7 +210,7 @@ def run_until(S, T, until, model, coef, STEPS, DUR, L, NOW):
     the outputs processed in EV. DONE, FULL (a buffer is full: drain and call again) or
     STUCK."""
     S, T, coef = raw_state(S), raw_tier(T), raw(coef)
-    C, G, REC, EV = S[0], S[1], S[16], S[15]
+    C, G, EV = S[0], S[1], S[15]
     now = NOW[0]
     room = 2 * C[C_MAXE] + 2
     while now < until and (G[G_NRUN] > 0 or G[G_WLEN] > 0 or G[G_FIN] != 0
@@ -210,21 +218,10 @@ def run_until(S, T, until, model, coef, STEPS, DUR, L, NOW):
         if L[L_ROWS] >= STEPS.shape[0] or G[G_NEV] + room > EV.shape[0]:
             NOW[0] = now
             return FULL
-        if engine_step(S, T) == 0:
-            L[L_IDLE] += 1
-            if L[L_IDLE] > STUCK_CALLS or G[G_ERROR] != 0:
-                NOW[0] = now
-                return STUCK
-            continue
-        L[L_IDLE] = 0
-        row = L[L_ROWS]
-        for j in range(8):
-            STEPS[row, j] = REC[STEP_FIELDS[j]]
-        duration = step_time(S, model, coef)
-        DUR[row, 0] = now
-        DUR[row, 1] = duration
-        now += duration
-        L[L_ROWS] = row + 1
+        now = _execute(S, T, True, model, coef, STEPS, DUR, L, now)
+        if now < 0:
+            NOW[0] = -now - 1.0
+            return STUCK
     NOW[0] = now
     return DONE
 

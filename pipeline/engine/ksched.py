@@ -18,7 +18,8 @@ processed after the next one is scheduled, running requests carry output placeho
 and a request preempted with output in flight waits in the queue until that output
 arrives (``num_stale_output_tokens``).
 
-State ``S = (C, G, R, KEYS, BT, P, BH, HT, RUN, WQ, BQ, BSMP, BMETA, HIT, BUF, EV, REC)`` (``pipeline.engine.layout``); the CPU tier ``T`` (``pipeline.engine.ktier``).
+State ``S = (C, G, R, KEYS, BT, P, BH, HT, RUN, WQ, BQ, BSMP, BMETA, HIT, BUF, EV, REC)``
+(``pipeline.engine.layout``); the CPU tier ``T`` (``pipeline.engine.ktier``).
 """
 
 from __future__ import annotations

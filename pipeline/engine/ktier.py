@@ -8,9 +8,9 @@ recent chunk while one does not fit, stopping at the first that cannot), then in
 in prefix order (a key already present is not refreshed). Chunk j of a request is keyed by
 the key of its block ``(j + 1) * per - 1``; every chunk holds ``chunk`` tokens.
 
-State ``T = (TS, TT, TN, TNK, TFREE)``: scalars, the key -> node table (rows (key, node, -)), the LRU list
-(``TN[:, 0]`` prev, ``TN[:, 1]`` next, sentinel last: its next is the least recent), node
-keys and the stack of free nodes.
+State ``T = (TS, TT, TN, TNK, TFREE)``: scalars, the key -> node table (rows (key, node,
+-)), the LRU list (``TN[:, 0]`` prev, ``TN[:, 1]`` next, sentinel last: its next is the
+least recent), node keys and the stack of free nodes.
 """
 
 from __future__ import annotations
