@@ -17,8 +17,8 @@ from pipeline.engine import layout as L
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.hashing import block_keys, request_keys
 from pipeline.engine.kpool import leading_cached, pool_init, table_size
-from pipeline.engine.compiled import compiled_model
-from pipeline.engine.krun import DONE, FULL, advance, run_until, step_once
+from pipeline.engine.compiled import STUCK_MESSAGE, compiled_model
+from pipeline.engine.krun import DONE, FULL, STUCK_CALLS, advance, run_until, step_once
 from pipeline.engine.ktier import no_tier
 from pipeline.engine.request import SimRequest
 from pipeline.engine.step import DecodeRows, DecodeRun, StepRecord, TimedSteps
@@ -328,8 +328,7 @@ class EngineSim:
             if code == DONE:
                 break
             if code != FULL:
-                raise RuntimeError("the engine schedules nothing while requests wait "
-                                   "(a request that can never fit)")
+                raise RuntimeError(STUCK_MESSAGE)
             if count == rows:
                 rows *= 4
                 steps, times = np.zeros((rows, 8), np.int64), np.zeros((rows, 2), np.float64)
@@ -346,9 +345,8 @@ class EngineSim:
             events.append(self.EV[:count].copy())
             if record is None:
                 idle += 1
-                if idle > 64:
-                    raise RuntimeError("the engine schedules nothing while requests wait "
-                                       "(a request that can never fit)")
+                if idle > STUCK_CALLS:
+                    raise RuntimeError(STUCK_MESSAGE)
                 continue
             idle = 0
             rows.append(self.REC[_STEP_FIELDS].copy())

@@ -15,6 +15,7 @@ from pipeline.engine.compiled import (MODEL_NONE, STUCK_MESSAGE, compiled_model,
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.core import DecodeRun, EngineSim, StepRecord
 from pipeline.engine.hashing import flat_request_keys
+from pipeline.engine.krun import STUCK_CALLS
 from pipeline.engine.request import SimRequest
 
 __all__ = ["SimResult", "simulate", "request_frame", "step_frame", "timed_run", "CLOCKS",
@@ -26,8 +27,6 @@ REQUEST_COLUMNS = ("request", "arrival_step", "first_scheduled_step", "first_tok
                    "output_tokens", "preemptions")
 STEP_COLUMNS = ("step", "prefill_tokens", "decode_seqs", "context_tokens", "reload_tokens",
                 "num_running", "num_waiting", "free_blocks")
-#: Engine calls in a row that execute nothing before the run is declared stuck.
-_STUCK_CALLS = 64
 
 
 @dataclass(frozen=True)
@@ -122,7 +121,7 @@ def _callback_run(engine: EngineSim, requests, due: np.ndarray, concurrency, ste
         record = engine.step()
         if record is None:
             idle_calls += 1
-            if idle_calls > _STUCK_CALLS:
+            if idle_calls > STUCK_CALLS:
                 raise RuntimeError(STUCK_MESSAGE)
             continue
         idle_calls = 0
