@@ -40,24 +40,25 @@ def _home(key, mask):
 
 
 @njit(cache=True, error_model="numpy")
+def _probe(HT, mask, key):
+    """The slot holding ``key``, or the empty slot where its probe ends."""
+    s = _home(key, mask)
+    while HT[s, 1] >= 0 and HT[s, 0] != key:
+        s = (s + 1) & mask
+    return s
+
+
+@njit(cache=True, error_model="numpy")
 def table_find(HT, mask, key):
     """The slot holding ``key``, or NONE."""
-    s = _home(key, mask)
-    while HT[s, 1] >= 0:
-        if HT[s, 0] == key:
-            return s
-        s = (s + 1) & mask
-    return NONE
+    s = _probe(HT, mask, key)
+    return s if HT[s, 1] >= 0 else NONE
 
 
 @njit(cache=True, error_model="numpy")
 def table_slot(HT, mask, key):
     """The slot holding ``key``, or the empty slot where it goes (its key set)."""
-    s = _home(key, mask)
-    while HT[s, 1] >= 0:
-        if HT[s, 0] == key:
-            return s
-        s = (s + 1) & mask
+    s = _probe(HT, mask, key)
     HT[s, 0] = key
     return s
 
