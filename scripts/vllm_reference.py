@@ -187,12 +187,20 @@ def vllm_sources(version: str, cache: Path) -> Path:
     return target
 
 
-def load_vllm(source: Path):
-    """vLLM's KVCacheManager and the config classes it takes."""
+def install_importer(source: Path) -> None:
+    """Import vLLM from ``source`` through ``_Importer`` (once per process), with the two
+    helpers of ``vllm/utils/__init__.py`` (not run: it imports torch) that the allocator and
+    the Request need, set before any vLLM module binds them."""
     if not any(isinstance(f, _Importer) for f in sys.meta_path):
         sys.meta_path.insert(0, _Importer(source))
-    import vllm.utils as vllm_utils                    # bare: its __init__ defines cdiv
+    import vllm.utils as vllm_utils
     vllm_utils.cdiv = lambda a, b: -(-a // b)
+    vllm_utils.length_from_prompt_token_ids_or_embeds = lambda ids, embeds: len(ids)
+
+
+def load_vllm(source: Path):
+    """vLLM's KVCacheManager and the config classes it takes."""
+    install_importer(source)
     from vllm.v1.core.kv_cache_manager import KVCacheManager
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
     return KVCacheManager, FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec

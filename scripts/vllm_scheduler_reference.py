@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from vllm_reference import _Importer, vllm_sources  # noqa: E402
+from vllm_reference import install_importer, vllm_sources  # noqa: E402
 
 DEFAULT_VERSION = "0.33.0"
 _LOADED: dict = {}
@@ -50,13 +50,7 @@ def load(source: Path) -> SimpleNamespace:
     key = str(source)
     if key in _LOADED:
         return _LOADED[key]
-    if not any(isinstance(f, _Importer) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Importer(source))
-    import vllm.utils as vllm_utils                    # bare: its __init__ defines cdiv
-    vllm_utils.cdiv = lambda a, b: -(-a // b)
-    # vllm/utils/__init__.py is not run (it imports torch): its one helper the Request
-    # needs, for token-id prompts
-    vllm_utils.length_from_prompt_token_ids_or_embeds = lambda ids, embeds: len(ids)
+    install_importer(source)
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
