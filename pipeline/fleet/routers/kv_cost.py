@@ -26,8 +26,10 @@ order. Random draws use numpy's generator seeded by ``--seed``.
 from __future__ import annotations
 
 import math
+from collections import Counter
 
-from pipeline.fleet.routers.base import InstanceView, Parameter, RouteRequest, Router, rng_for
+from pipeline.fleet.routers.base import InstanceView, Parameter, RouteRequest, Router, \
+    leading_run, rng_for
 
 
 class ActiveSequences:
@@ -35,17 +37,18 @@ class ActiveSequences:
 
     def __init__(self) -> None:
         self.blocks: dict[int, list] = {}          # request -> its block hashes
-        self.unique: dict = {}                      # hash -> requests holding it
+        self.unique: Counter = Counter()            # hash -> requests holding it
         self.prefill: dict[int, int] = {}           # request -> prefill tokens pending
         self.active_tokens = 0
 
     def new_blocks(self, hashes) -> int:
-        return len(hashes) - sum(map(self.unique.__contains__, hashes))
+        """The prompt's blocks no in-flight request holds. The held blocks are whole
+        prompts' chained hashes, so they are prefix-closed: a binary search."""
+        return len(hashes) - leading_run(self.unique, hashes)
 
     def add(self, request: int, hashes, prefill_tokens: int) -> None:
-        self.blocks[request] = list(hashes)
-        for block in hashes:
-            self.unique[block] = self.unique.get(block, 0) + 1
+        self.blocks[request] = hashes
+        self.unique.update(hashes)
         self.prefill[request] = prefill_tokens
         self.active_tokens += prefill_tokens
 
@@ -54,10 +57,13 @@ class ActiveSequences:
 
     def free(self, request: int) -> None:
         self.prefill_done(request)
-        for block in self.blocks.pop(request, []):
-            self.unique[block] -= 1
-            if not self.unique[block]:
-                del self.unique[block]
+        unique = self.unique
+        for block in self.blocks.pop(request, ()):
+            count = unique[block] - 1
+            if count:
+                unique[block] = count
+            else:
+                del unique[block]
 
 
 def softmax_pick(logits: list[float], temperature: float, sample: float) -> int:
