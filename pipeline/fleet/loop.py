@@ -17,6 +17,7 @@ hears a request's first token and finish at the end of the batch that sampled it
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -103,7 +104,7 @@ def simulate_fleet(requests: Sequence[SimRequest], config: SchedulerConfig | Seq
     routed: dict[int, RouteRequest] = {}
     placement = np.zeros(len(requests), dtype=np.int64)
     decisions: list[str] = [""] * len(requests)
-    pointer, order = 0, 0
+    pointer = 0
     block_size = configs[0].block_size
     keys_of = bulk_request_keys(requests, block_size)    # each request hashed once
 
@@ -116,82 +117,104 @@ def simulate_fleet(requests: Sequence[SimRequest], config: SchedulerConfig | Seq
                 router.on_finish(instance, routed[index])
                 view.outstanding[instance] -= 1
 
+    order = itertools.count()
+    shared = tiers[0] is not None and any(t is tiers[0] for t in tiers[1:])
     while True:
         t_arrival = due[pointer] if pointer < len(requests) else np.inf
-        nxt, t_step = None, np.inf
+        bound = t_arrival
+        if view.stale and any(inst.engine.has_work() for inst in fleet):
+            bound = min(bound, view.next_refresh)
+        _advance_all(fleet, bound, shared, heard, order)
+        if bound == np.inf:
+            break
+        now = float(bound)
+        hear(now)
+        view.advance(now)
+        if t_arrival > now:                       # a stale view's refresh only
+            continue
+        sim = requests[pointer]
+        prompt = len(sim.prompt_token_ids)
+        keys = keys_of[pointer] or request_keys(sim, block_size)
+        keys_of[pointer] = None
+        request = RouteRequest(sim.index, keys[:prompt // block_size], prompt, now,
+                               sim.session)
+        choice, decision = router.route(request, view)
+        if not 0 <= choice < n_inst:
+            raise RuntimeError(f"router {router.NAME} chose instance {choice}")
+        inst = fleet[choice]
+        if not inst.engine.has_work():
+            inst.now = max(inst.now, now)
+        inst.engine.add_request(sim, keys)
+        inst.requests.append(sim)
+        inst.arrival.append(now)
+        routed[sim.index] = request
+        placement[sim.index], decisions[sim.index] = choice, decision
+        view.outstanding[choice] += 1
+        pointer += 1
+    return _fleet_frames(fleet, placement, decisions)
+
+
+def _advance_all(fleet: list[_Instance], bound: float, shared: bool, heard: list,
+                 order) -> None:
+    """Run every instance's batches that start before ``bound``. Instances share nothing
+    between arrivals but a shared CPU pool, so each runs alone up to the bound; with a
+    shared pool the batches go in time order (ties: lower instance), as the pool sees
+    them."""
+    if not shared:
+        for inst in fleet:
+            while inst.now < bound and inst.engine.has_work():
+                _step(inst, bound, heard, order)
+        return
+    while True:
+        nxt, t_step = None, bound
         for inst in fleet:                    # the earliest busy instance, lowest index
             if inst.now < t_step and inst.engine.has_work():
                 nxt, t_step = inst, inst.now
-        if t_arrival == np.inf and nxt is None:
-            break
-        if t_arrival <= t_step:
-            now = float(t_arrival)
-            hear(now)
-            view.advance(now)
-            sim = requests[pointer]
-            prompt = len(sim.prompt_token_ids)
-            keys = keys_of[pointer] or request_keys(sim, block_size)
-            keys_of[pointer] = None
-            request = RouteRequest(sim.index, keys[:prompt // block_size], prompt, now,
-                                   sim.session)
-            choice, decision = router.route(request, view)
-            if not 0 <= choice < n_inst:
-                raise RuntimeError(f"router {router.NAME} chose instance {choice}")
-            inst = fleet[choice]
-            if not inst.engine.has_work():
-                inst.now = max(inst.now, now)
-            inst.engine.add_request(sim, keys)
-            inst.requests.append(sim)
-            inst.arrival.append(now)
-            routed[sim.index] = request
-            placement[sim.index], decisions[sim.index] = choice, decision
-            view.outstanding[choice] += 1
-            pointer += 1
-            continue
-        inst = nxt
-        hear(inst.now)
-        view.advance(inst.now)
-        run = None
-        if inst.run_ms is not None:           # pure decode steps before the next event
-            bound = min(t_arrival, view.next_refresh) if view.stale else t_arrival
-            run = timed_run(inst.engine, inst.run_ms, inst.now,
-                            None if bound == np.inf else float(bound))
-        if run is not None:
-            run, durations = run
-            run.durations = durations
-            inst.runs.append(run)
-            for j, duration in enumerate(durations):
-                inst.starts[run.first_step + j] = inst.now
-                inst.now += duration
-                inst.ends[run.first_step + j] = inst.now
-            inst.idle_calls = 0
-            if run.tail is not None:          # async: the batch still in flight
-                inst.open.append([run.tail, 0, 0])
-        elif (record := inst.engine.step()) is None:
-            inst.idle_calls += 1
-            if inst.idle_calls > _STUCK_CALLS:
-                raise RuntimeError(f"instance {inst.index} schedules nothing while requests "
-                                   "wait (a request that can never fit)")
-        else:
-            inst.idle_calls = 0
-            inst.records.append(record)
-            inst.starts[record.step] = inst.now
-            record.duration_ms = float(inst.step_ms(record))
-            inst.now += record.duration_ms
-            inst.ends[record.step] = inst.now
-            inst.open.append([record, 0, 0])
-        for entry in inst.open:               # outputs processed by this call
-            rec, firsts, finishes = entry
-            when = inst.ends[rec.step]
-            for index in rec.first_tokens[firsts:]:
-                heapq.heappush(heard, (when, order, 0, inst.index, index))
-                order += 1
-            for index in rec.finished[finishes:]:
-                heapq.heappush(heard, (when, order, 1, inst.index, index))
-                order += 1
-            entry[1], entry[2] = len(rec.first_tokens), len(rec.finished)
-        inst.open = inst.open[-3:]
-    return _fleet_frames(fleet, placement, decisions)
+        if nxt is None:
+            return
+        _step(nxt, bound, heard, order)
+
+
+def _step(inst: _Instance, bound: float, heard: list, order) -> None:
+    """One batch of ``inst`` (or a stretch of pure decode batches that start before
+    ``bound``); the first tokens and finishes it processed go to ``heard`` at its end."""
+    run = None
+    if inst.run_ms is not None:               # pure decode steps before the next event
+        run = timed_run(inst.engine, inst.run_ms, inst.now,
+                        None if bound == np.inf else float(bound))
+    if run is not None:
+        run, durations = run
+        run.durations = durations
+        inst.runs.append(run)
+        for j, duration in enumerate(durations):
+            inst.starts[run.first_step + j] = inst.now
+            inst.now += duration
+            inst.ends[run.first_step + j] = inst.now
+        inst.idle_calls = 0
+        if run.tail is not None:              # async: the batch still in flight
+            inst.open.append([run.tail, 0, 0])
+    elif (record := inst.engine.step()) is None:
+        inst.idle_calls += 1
+        if inst.idle_calls > _STUCK_CALLS:
+            raise RuntimeError(f"instance {inst.index} schedules nothing while requests "
+                               "wait (a request that can never fit)")
+    else:
+        inst.idle_calls = 0
+        inst.records.append(record)
+        inst.starts[record.step] = inst.now
+        record.duration_ms = float(inst.step_ms(record))
+        inst.now += record.duration_ms
+        inst.ends[record.step] = inst.now
+        inst.open.append([record, 0, 0])
+    for entry in inst.open:                   # outputs processed by this call
+        rec, firsts, finishes = entry
+        when = inst.ends[rec.step]
+        for index in rec.first_tokens[firsts:]:
+            heapq.heappush(heard, (when, next(order), 0, inst.index, index))
+        for index in rec.finished[finishes:]:
+            heapq.heappush(heard, (when, next(order), 1, inst.index, index))
+        entry[1], entry[2] = len(rec.first_tokens), len(rec.finished)
+    inst.open = inst.open[-3:]
 
 
 def _fleet_frames(fleet: list[_Instance], placement: np.ndarray,
