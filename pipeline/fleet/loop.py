@@ -186,10 +186,11 @@ def _step(inst: _Instance, bound: float, heard: list, order) -> None:
         run, durations = run
         run.durations = durations
         inst.runs.append(run)
-        for j, duration in enumerate(durations):
-            inst.starts[run.first_step + j] = inst.now
-            inst.now += duration
-            inst.ends[run.first_step + j] = inst.now
+        clock = np.cumsum([inst.now, *durations]).tolist()   # sequential: now += d
+        steps = range(run.first_step, run.first_step + len(durations))
+        inst.starts.update(zip(steps, clock[:-1]))
+        inst.ends.update(zip(steps, clock[1:]))
+        inst.now = clock[-1]
         inst.idle_calls = 0
         if run.tail is not None:              # async: the batch still in flight
             inst.open.append([run.tail, 0, 0])
