@@ -11,15 +11,31 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import numpy as np
+
 from pipeline.engine.core import EngineSim
 
-__all__ = ["FleetView", "cached_keys"]
+__all__ = ["FleetView", "cached_keys", "cached_count"]
+
+
+def _table(engine: EngineSim):
+    """The compiled engine's hash map (keys, slots; a slot is taken when its first block
+    is >= 0), or None for an engine without one."""
+    slots = getattr(engine, "HV", None)
+    return None if slots is None else (engine.HK, slots[:, 0] >= 0)
 
 
 def cached_keys(engine: EngineSim) -> set:
     """The block keys in ``engine``'s GPU prefix cache now (its block pool's hash map,
     which drops a key when its last block is evicted)."""
-    return set(engine.pool.cached)
+    table = _table(engine)
+    return set(engine.pool.cached) if table is None else set(table[0][table[1]].tolist())
+
+
+def cached_count(engine: EngineSim) -> int:
+    """How many block keys ``engine``'s GPU prefix cache holds now."""
+    table = _table(engine)
+    return len(engine.pool.cached) if table is None else int(np.count_nonzero(table[1]))
 
 
 class FleetView:
@@ -37,6 +53,9 @@ class FleetView:
         self.epoch = 0
         self.next_refresh = 0.0
         self.snapshot: list[tuple[int, int, float, set]] = []
+        self.arrays = _table(self.engines[0]) is not None    # the engine takes key arrays
+        self._hashes: Sequence[Any] | None = None
+        self._array = None
 
     def advance(self, now: float) -> None:
         """Before an event at ``now``: a stale view refreshes when a period has passed."""
@@ -74,6 +93,10 @@ class FleetView:
 
     def cached_blocks(self, instance: int, hashes: Sequence[Any]) -> int:
         if not self.stale:
+            if self.arrays:                   # one conversion per request, not per instance
+                if hashes is not self._hashes:
+                    self._hashes, self._array = hashes, np.asarray(hashes, np.uint64)
+                return self.engines[instance].cached_prefix_blocks(self._array)
             return self.engines[instance].cached_prefix_blocks(hashes)
         keys = self.snapshot[instance][3]
         count = 0
@@ -90,4 +113,4 @@ class FleetView:
     def cached_block_count(self, instance: int) -> int:
         if self.stale:
             return len(self.snapshot[instance][3])
-        return len(self.engines[instance].pool.cached)
+        return cached_count(self.engines[instance])
