@@ -146,6 +146,27 @@ def test_prefix_estimate_equals_llmd_approximate_indexer_and_scorers(seed):
     assert fast.index.holders == slow.hash_to_pods
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_routed_index_match_equals_the_literal_walk_on_long_prompts(seed):
+    from pipeline.fleet.routers.prefix_estimate import RoutedIndex
+    rng = random.Random(seed)
+    n = rng.randrange(1, 5)
+    index = RoutedIndex(n)
+    docs = [[rng.randrange(10**6) for _ in range(400)] for _ in range(3)]
+    for _ in range(25):
+        doc = rng.choice(docs)
+        units = doc[:rng.randrange(1, 400)] + [rng.randrange(10**6)] * rng.randrange(3)
+        hashes = [chain(units[:j + 1]) for j in range(len(units))]
+        holders, expected = index.holders, {}
+        for block in hashes:                       # llm-d's matchLongestPrefix, literally
+            if not holders.get(block):
+                break
+            for instance in holders[block]:
+                expected[instance] = expected.get(instance, 0) + 1
+        assert index.match(hashes) == expected
+        index.add(hashes, rng.randrange(n), rng.choice([50, 300, 1000]))
+
+
 @pytest.mark.parametrize("seed", range(30))
 def test_kv_cost_equals_dynamo_selector(seed):
     rng = random.Random(seed)

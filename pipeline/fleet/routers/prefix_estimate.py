@@ -70,21 +70,29 @@ class RoutedIndex:
 
     def match(self, hashes) -> dict[int, int]:
         """``matchLongestPrefix``: walk while any instance holds the hash, counting one
-        per instance that holds it (set operations, then one scan up to the stop)."""
-        held = {}
-        for instance, lru in enumerate(self.lru):
-            if lru is not None:
-                found = lru.keys() & hashes
-                if self.marked[instance]:
-                    found |= self.marked[instance].intersection(hashes)
-                if found:
-                    held[instance] = found
-        union = set().union(*held.values())
-        if len(union) == len(hashes):
-            return {instance: len(found) for instance, found in held.items()}
-        stop = next(k for k, block in enumerate(hashes) if block not in union)
-        counts = {instance: sum(map(found.__contains__, hashes[:stop]))
-                  for instance, found in held.items()}
+        per instance that holds it. In chunks (set operations over a chunk, growing), so
+        the work follows the matched length, as the walk's does."""
+        holders = [(i, lru.keys(), self.marked[i]) for i, lru in enumerate(self.lru)
+                   if lru is not None]
+        counts = dict.fromkeys((i for i, _, _ in holders), 0)
+        start, size = 0, 64
+        while start < len(hashes):
+            chunk = hashes[start:start + size]
+            found = {}
+            for instance, keys, marked in holders:
+                held = keys & chunk
+                if marked:
+                    held |= marked.intersection(chunk)
+                found[instance] = held
+            union = set().union(*found.values())
+            if len(union) < len(chunk):               # the walk stops in this chunk
+                stop = next(k for k, block in enumerate(chunk) if block not in union)
+                for instance, held in found.items():
+                    counts[instance] += sum(map(held.__contains__, chunk[:stop]))
+                break
+            for instance, held in found.items():
+                counts[instance] += len(held)
+            start, size = start + size, size * 2
         return {instance: c for instance, c in counts.items() if c}
 
     @property
