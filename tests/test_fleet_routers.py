@@ -190,6 +190,7 @@ def test_kv_cost_equals_dynamo_selector(seed):
                 fast.on_finish(instance, done)
                 slow.free(instance, done.index)
         assert [a.active_tokens for a in fast.active] == slow.active_tokens
+        assert [a.unique for a in fast.active] == slow.unique_blocks
 
 
 def test_kv_cost_prefers_the_cached_instance_and_then_the_idle_one():

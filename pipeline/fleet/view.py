@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import numpy as np
+from numba import njit
 
 from pipeline.engine.core import EngineSim
 
@@ -19,23 +20,34 @@ __all__ = ["FleetView", "cached_keys", "cached_count"]
 
 
 def _table(engine: EngineSim):
-    """The compiled engine's hash map (keys, slots; a slot is taken when its first block
-    is >= 0), or None for an engine without one."""
+    """The compiled engine's hash map (keys; each slot's first block, >= 0 when taken),
+    or None for an engine without one."""
     slots = getattr(engine, "HV", None)
-    return None if slots is None else (engine.HK, slots[:, 0] >= 0)
+    return None if slots is None else (engine.HK, slots[:, 0])
+
+
+@njit(cache=True)
+def _taken(first) -> int:
+    count = 0
+    for block in first:
+        if block >= 0:
+            count += 1
+    return count
 
 
 def cached_keys(engine: EngineSim) -> set:
     """The block keys in ``engine``'s GPU prefix cache now (its block pool's hash map,
     which drops a key when its last block is evicted)."""
     table = _table(engine)
-    return set(engine.pool.cached) if table is None else set(table[0][table[1]].tolist())
+    if table is None:
+        return set(engine.pool.cached)
+    return set(table[0][table[1] >= 0].tolist())
 
 
 def cached_count(engine: EngineSim) -> int:
     """How many block keys ``engine``'s GPU prefix cache holds now."""
     table = _table(engine)
-    return len(engine.pool.cached) if table is None else int(np.count_nonzero(table[1]))
+    return len(engine.pool.cached) if table is None else int(_taken(table[1]))
 
 
 class FleetView:

@@ -26,29 +26,37 @@ order. Random draws use numpy's generator seeded by ``--seed``.
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import deque
+from itertools import repeat
 
 from pipeline.fleet.routers.base import InstanceView, Parameter, RouteRequest, Router, \
     leading_run, rng_for
 
 
 class ActiveSequences:
-    """Dynamo's router-side record of one worker's in-flight requests."""
+    """Dynamo's router-side record of one worker's in-flight requests.
+
+    The held blocks are whole prompts' chained hashes, so along one prompt the number of
+    requests holding its k-th block never grows with k: the blocks a new prompt shares
+    are a leading run, and the blocks only a finishing request holds are a trailing run
+    of its own (both found by binary search, then updated in bulk)."""
 
     def __init__(self) -> None:
         self.blocks: dict[int, list] = {}          # request -> its block hashes
-        self.unique: Counter = Counter()            # hash -> requests holding it
+        self.unique: dict = {}                      # hash -> requests holding it
         self.prefill: dict[int, int] = {}           # request -> prefill tokens pending
         self.active_tokens = 0
 
     def new_blocks(self, hashes) -> int:
-        """The prompt's blocks no in-flight request holds. The held blocks are whole
-        prompts' chained hashes, so they are prefix-closed: a binary search."""
+        """The prompt's blocks no in-flight request holds."""
         return len(hashes) - leading_run(self.unique, hashes)
 
     def add(self, request: int, hashes, prefill_tokens: int) -> None:
+        unique = self.unique
+        shared = leading_run(unique, hashes)
+        unique.update({block: unique[block] + 1 for block in hashes[:shared]})
+        unique.update(zip(hashes[shared:], repeat(1)))
         self.blocks[request] = hashes
-        self.unique.update(hashes)
         self.prefill[request] = prefill_tokens
         self.active_tokens += prefill_tokens
 
@@ -57,13 +65,17 @@ class ActiveSequences:
 
     def free(self, request: int) -> None:
         self.prefill_done(request)
+        hashes = self.blocks.pop(request, ())
         unique = self.unique
-        for block in self.blocks.pop(request, ()):
-            count = unique[block] - 1
-            if count:
-                unique[block] = count
+        low, high = 0, len(hashes)                  # the first block only it holds
+        while low < high:
+            mid = (low + high) // 2
+            if unique[hashes[mid]] > 1:
+                low = mid + 1
             else:
-                del unique[block]
+                high = mid
+        unique.update({block: unique[block] - 1 for block in hashes[:low]})
+        deque(map(unique.__delitem__, hashes[low:]), maxlen=0)
 
 
 def softmax_pick(logits: list[float], temperature: float, sample: float) -> int:
