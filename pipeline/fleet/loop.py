@@ -124,7 +124,7 @@ def simulate_fleet(requests: Sequence[SimRequest], config: SchedulerConfig | Seq
         bound = t_arrival
         if view.stale and any(inst.engine.has_work() for inst in fleet):
             bound = min(bound, view.next_refresh)
-        _advance_all(fleet, bound, shared, heard, order)
+        _advance_all(fleet, bound, shared, heard, order, view)
         if bound == np.inf:
             break
         now = float(bound)
@@ -145,6 +145,7 @@ def simulate_fleet(requests: Sequence[SimRequest], config: SchedulerConfig | Seq
         if not inst.engine.has_work():
             inst.now = max(inst.now, now)
         inst.engine.add_request(sim, keys)
+        view.changed(choice)
         inst.requests.append(sim)
         inst.arrival.append(now)
         routed[sim.index] = request
@@ -155,7 +156,7 @@ def simulate_fleet(requests: Sequence[SimRequest], config: SchedulerConfig | Seq
 
 
 def _advance_all(fleet: list[_Instance], bound: float, shared: bool, heard: list,
-                 order) -> None:
+                 order, view: FleetView) -> None:
     """Run every instance's batches that start before ``bound``. Instances share nothing
     between arrivals but a shared CPU pool, so each runs alone up to the bound; with a
     shared pool the batches go in time order (ties: lower instance), as the pool sees
@@ -164,6 +165,7 @@ def _advance_all(fleet: list[_Instance], bound: float, shared: bool, heard: list
         for inst in fleet:
             while inst.now < bound and inst.engine.has_work():
                 _step(inst, bound, heard, order)
+                view.changed(inst.index)
         return
     while True:
         nxt, t_step = None, bound
@@ -173,6 +175,7 @@ def _advance_all(fleet: list[_Instance], bound: float, shared: bool, heard: list
         if nxt is None:
             return
         _step(nxt, bound, heard, order)
+        view.changed(nxt.index)
 
 
 def _step(inst: _Instance, bound: float, heard: list, order) -> None:

@@ -68,6 +68,12 @@ class FleetView:
         self.arrays = _table(self.engines[0]) is not None    # the engine takes key arrays
         self._hashes: Sequence[Any] | None = None
         self._array = None
+        self.versions = [0] * self.num_instances     # bumped when an engine's state moves
+        self._counts: dict[int, tuple[int, int]] = {}
+
+    def changed(self, instance: int) -> None:
+        """The engine of ``instance`` stepped or took a request (its cache may differ)."""
+        self.versions[instance] += 1
 
     def advance(self, now: float) -> None:
         """Before an event at ``now``: a stale view refreshes when a period has passed."""
@@ -125,4 +131,8 @@ class FleetView:
     def cached_block_count(self, instance: int) -> int:
         if self.stale:
             return len(self.snapshot[instance][3])
-        return cached_count(self.engines[instance])
+        version = self.versions[instance]
+        known = self._counts.get(instance)
+        if known is None or known[0] != version:
+            known = self._counts[instance] = (version, cached_count(self.engines[instance]))
+        return known[1]

@@ -137,13 +137,24 @@ class BlockTree:
         return self.sequence
 
 
+class _Union:
+    """Membership in any of some sets."""
+
+    def __init__(self, sets: list[set]) -> None:
+        self.sets = sets
+
+    def __contains__(self, key) -> bool:
+        return any(key in s for s in self.sets)
+
+
 class LazyTree:
     """``BlockTree``'s answers without its per-block nodes while nothing is evicted.
 
     Until an eviction has a tenant over the limit, the tree is the union of the prompts
     inserted: a tenant holds a block iff it inserted a prompt containing it, so a set per
-    tenant answers ``size``, and chained hashes make the tree prefix-closed, so the matched
-    length is a binary search (``leading_run``). Timestamps matter only to eviction: the
+    tenant answers ``size``, and chained hashes make each tenant's set prefix-closed, so
+    the matched length (in any tenant) and an insert's new tail are binary searches
+    (``leading_run``). Timestamps matter only to eviction: the
     inserts and matches are logged, and the first eviction that must remove something
     replays them into a ``BlockTree``, which answers from then on (the same operations in
     the same order: the same state)."""
@@ -151,7 +162,6 @@ class LazyTree:
     def __init__(self, num_tenants: int) -> None:
         self.exact: BlockTree | None = None
         self.held = [set() for _ in range(num_tenants)]
-        self.union: set = set()
         self.log: list[tuple] = []
         self._size = [0] * num_tenants
 
@@ -162,16 +172,15 @@ class LazyTree:
     def insert(self, hashes, tenant: int, now: float) -> None:
         if self.exact is not None:
             return self.exact.insert(hashes, tenant, now)
-        held = self.held[tenant]
-        held.update(hashes)
+        held = self.held[tenant]              # prefix-closed: only the new tail goes in
+        held.update(hashes[leading_run(held, hashes):])
         self._size[tenant] = len(held)
-        self.union.update(hashes)
         self.log.append((True, hashes, tenant, now))
 
     def prefix_match(self, hashes, now: float) -> tuple[int, int | None]:
         if self.exact is not None:
             return self.exact.prefix_match(hashes, now)
-        matched = leading_run(self.union, hashes)
+        matched = leading_run(_Union(self.held), hashes)
         if not matched:
             return 0, None
         last = hashes[matched - 1]
@@ -193,7 +202,7 @@ class LazyTree:
                     self.exact.insert(hashes, _tenant, now)
                 else:
                     self.exact.prefix_match(hashes, now)
-            self.held = self.union = self.log = None
+            self.held = self.log = None
         self.exact.evict(max_size)
 
 
