@@ -27,7 +27,7 @@ import polars as pl
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.core import EngineSim, StepRecord
 from pipeline.engine.hashing import bulk_request_keys, request_keys
-from pipeline.engine.loop import request_frame, step_frame, timed_run
+from pipeline.engine.loop import STEP_COLUMNS, request_frame, step_frame, timed_run
 from pipeline.engine.request import SimRequest
 from pipeline.fleet.routers.base import RouteRequest, Router
 from pipeline.fleet.view import FleetView
@@ -61,6 +61,7 @@ class _Instance:
         self.ends: dict[int, float] = {}
         self.open: list[list] = []            # [record, first tokens heard, finishes heard]
         self.idle_calls = 0
+        self.timed: list = []                 # the engine's TimedSteps (run_until)
 
 
 def _per_instance(value, n: int, what: str) -> list:
@@ -163,6 +164,10 @@ def _advance_all(fleet: list[_Instance], bound: float, shared: bool, heard: list
     them."""
     if not shared:
         for inst in fleet:
+            if inst.now < bound and inst.engine.has_work() \
+                    and hasattr(inst.engine, "run_until"):
+                _run(inst, bound, heard, order)
+                view.changed(inst.index)
             while inst.now < bound and inst.engine.has_work():
                 _step(inst, bound, heard, order)
                 view.changed(inst.index)
@@ -176,6 +181,35 @@ def _advance_all(fleet: list[_Instance], bound: float, shared: bool, heard: list
             return
         _step(nxt, bound, heard, order)
         view.changed(nxt.index)
+
+
+def _run(inst: _Instance, bound: float, heard: list, order) -> None:
+    """Every batch of ``inst`` that starts before ``bound``, in one engine call
+    (``EngineSim.run_until``: the same batches, clock and outputs as ``_step`` one by
+    one); the first tokens and finishes it processed go to ``heard``."""
+    try:
+        timed = inst.engine.run_until(bound, inst.now, inst.step_ms)
+    except RuntimeError:
+        raise RuntimeError(f"instance {inst.index} schedules nothing while requests wait "
+                           "(a request that can never fit)") from None
+    if len(timed.steps):
+        steps = timed.steps[:, 0].tolist()
+        inst.starts.update(zip(steps, timed.start_ms.tolist()))
+        inst.ends.update(zip(steps, (timed.start_ms + timed.duration_ms).tolist()))
+        inst.timed.append(timed)
+    inst.now = timed.now_ms
+    ends = inst.ends
+    for step, kind, index in timed.events.tolist():
+        heapq.heappush(heard, (ends[step], next(order), kind, inst.index, index))
+
+
+def _timed_frame(inst: _Instance) -> pl.DataFrame:
+    """The batches ``_run`` executed, as ``step_frame`` frames them."""
+    steps = np.concatenate([t.steps for t in inst.timed])
+    frame = pl.DataFrame({name: steps[:, j] for j, name in enumerate(STEP_COLUMNS)})
+    return frame.with_columns(
+        start_ms=pl.Series(np.concatenate([t.start_ms for t in inst.timed])),
+        duration_ms=pl.Series(np.concatenate([t.duration_ms for t in inst.timed])))
 
 
 def _step(inst: _Instance, bound: float, heard: list, order) -> None:
@@ -229,8 +263,9 @@ def _fleet_frames(fleet: list[_Instance], placement: np.ndarray,
             frame = request_frame(inst.engine, inst.requests, np.array(inst.arrival),
                                    True, inst.starts, inst.ends)
             frames.append(frame.with_columns(instance=pl.lit(inst.index, pl.Int64)))
-        steps.append(step_frame(inst.records, inst.runs, True, inst.starts, inst.ends)
-                     .with_columns(instance=pl.lit(inst.index, pl.Int64)))
+        frame = (_timed_frame(inst) if inst.timed else
+                 step_frame(inst.records, inst.runs, True, inst.starts, inst.ends))
+        steps.append(frame.with_columns(instance=pl.lit(inst.index, pl.Int64)))
     requests = (pl.concat(frames).sort("request") if frames else pl.DataFrame())
     if frames:
         requests = requests.with_columns(
