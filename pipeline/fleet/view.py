@@ -20,10 +20,10 @@ __all__ = ["FleetView", "cached_keys", "cached_count"]
 
 
 def _table(engine: EngineSim):
-    """The compiled engine's hash map (keys; each slot's first block, >= 0 when taken),
-    or None for an engine without one."""
-    slots = getattr(engine, "HV", None)
-    return None if slots is None else (engine.HK, slots[:, 0])
+    """The compiled engine's hash map (keys as uint64; each slot's first block, >= 0 when
+    taken), or None for an engine without one."""
+    table = getattr(engine, "HT", None)
+    return None if table is None else (table[:, 0].view(np.uint64), table[:, 1])
 
 
 @njit(cache=True)
