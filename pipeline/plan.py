@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import html
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -28,8 +27,7 @@ from pipeline.blocks.limits import check_document_blocks
 from pipeline.engines.options import add_model_arguments, add_order_arguments, run_options
 from pipeline.fleet.plan_command import add_fleet_plan_arguments, fleet_plan, fleet_requested
 from pipeline.limits import MAX_ACCESSES, check_count
-from pipeline.planner import DocumentEvaluator, Evaluator, PlanResult, Target, \
-    document_workload
+from pipeline.planner import DocumentEvaluator, Evaluator, PlanResult, Target
 from pipeline.plan_output import answer_fields, backed_plan, describe_target, document_head, \
     model_json, model_lines, print_document
 from pipeline.planner_blocks import BlockEvaluator
@@ -41,6 +39,7 @@ from pipeline.ttft_model import FitError, TTFTModel, fit_configs, measured_reque
     model_for_capacity, residuals_by_pass
 from pipeline.ttft_scope import measured_kv, ttft_problem
 from pipeline.workloads.documents import DocumentWorkload
+from pipeline.workloads.workload import Workload
 
 HELP = "the smallest CPU tier (tokens and GiB) that meets a TTFT or hit-ratio target"
 
@@ -133,44 +132,22 @@ def _passes(text: str, count: int) -> tuple[int, ...]:
     return tuple(sorted({n - 1 for n in numbers}))
 
 
-@dataclass(frozen=True)
-class _Input:
-    """The workload: its description, pass names in order, and how to build its evaluator."""
-
-    description: str
-    pass_names: list[str]
-    build: Callable[[int, dict[str, TTFTModel]], Evaluator]
+def _pass_names(workload: Workload) -> list[str]:
+    """The workload's pass names in order (a request without one is in pass ``all``)."""
+    return (workload.requests.sort("request")["pass_name"].fill_null("all")
+            .unique(maintain_order=True).to_list())
 
 
-def _pass_names(pass_name: pl.Series) -> list[str]:
-    return pass_name.fill_null("all").unique(maintain_order=True).to_list()
-
-
-def _blocks_input(args: argparse.Namespace, description: str, blocks: pl.DataFrame,
-                  requests: pl.DataFrame, block_size: int, option: str) -> _Input:
-    gpu_options, cpu_options = run_options(args, block_size, requests.height, blocks.height)
-    description = (f"{description} (GPU {args.gpu_model} {args.gpu_order}, CPU "
-                   f"{args.cpu_model} {args.cpu_order})")
-
-    def build(gpu: int, models: dict[str, TTFTModel]) -> Evaluator:
-        try:
-            return BlockEvaluator(description, blocks, requests, block_size, gpu, models,
-                                  args.gpu_order, args.cpu_order, args.gpu_model,
-                                  args.cpu_model, gpu_options, cpu_options)
-        except ValueError as exc:
-            raise CLIError(f"{option}: {exc}") from None
-    return _Input(description, _pass_names(requests.sort("request")["pass_name"]), build)
-
-
-def _workload(args: argparse.Namespace) -> _Input:
+def _workload(args: argparse.Namespace) -> tuple[Workload, str, str]:
+    """The workload (a trace, a pattern or the lab's documents, whole or in blocks), its
+    description and the option that chose it, checked."""
     if args.path is not None or args.pattern is not None:
         loaded = load_workload(args)
         source = "PATH" if args.path is not None else f"--pattern {args.pattern}"
         if loaded.requests.height == 0:
             raise CLIError(f"{source}: the workload has no requests")
-        return _blocks_input(args, f"{loaded.label}: {loaded.requests.height:,} requests in "
-                             f"{loaded.block_size}-token blocks", loaded.blocks,
-                             loaded.requests, loaded.block_size, source)
+        return (loaded, f"{loaded.label}: {loaded.requests.height:,} requests in "
+                f"{loaded.block_size}-token blocks", source)
     try:
         documents = DocumentWorkload(args.docs, args.tokens, tuple(args.passes))
     except ValueError as exc:
@@ -184,15 +161,35 @@ def _workload(args: argparse.Namespace) -> _Input:
                            "(--block-size, a trace PATH or --pattern)")
         check_count(documents.docs * len(documents.passes), MAX_ACCESSES,
                     f"--docs {documents.docs} x {len(documents.passes)} --passes", "accesses")
-        workload = document_workload(documents)
-        return _Input(workload.description, _pass_names(workload.requests["pass_name"]),
-                      lambda gpu, models: DocumentEvaluator(workload, gpu, models))
+        whole = documents.workload(None)
+        return whole, f"{whole.label} ({whole.requests.height} requests)", "--docs"
     check_document_blocks(documents.docs, len(documents.passes), documents.tokens,
                           args.block_size)
-    blocks = documents.workload(args.block_size)
-    return _blocks_input(args, f"{documents.docs} documents x {documents.tokens} tokens in "
-                         f"{args.block_size}-token blocks, passes {','.join(documents.passes)}",
-                         blocks.blocks, blocks.requests, args.block_size, "--block-size")
+    return (documents.workload(args.block_size),
+            f"{documents.docs} documents x {documents.tokens} tokens in {args.block_size}-token "
+            f"blocks, passes {','.join(documents.passes)}", "--block-size")
+
+
+def _evaluator_builder(args: argparse.Namespace, workload: Workload, description: str,
+                option: str) -> Callable[[int, dict[str, TTFTModel]], Evaluator]:
+    """How to build the workload's evaluator at a GPU capacity with TTFT models: document
+    mode for whole items, else block mode with the run's models (their options checked
+    now)."""
+    if workload.block_size is None:
+        return lambda gpu, models: DocumentEvaluator(description, workload, gpu, models)
+    gpu_options, cpu_options = run_options(args, workload.block_size, workload.requests.height,
+                                           workload.blocks.height)
+    description = (f"{description} (GPU {args.gpu_model} {args.gpu_order}, CPU "
+                   f"{args.cpu_model} {args.cpu_order})")
+
+    def build(gpu: int, models: dict[str, TTFTModel]) -> Evaluator:
+        try:
+            return BlockEvaluator(description, workload, gpu, models, args.gpu_order,
+                                  args.cpu_order, args.gpu_model, args.cpu_model, gpu_options,
+                                  cpu_options)
+        except ValueError as exc:
+            raise CLIError(f"{option}: {exc}") from None
+    return build
 
 
 def _models(args: argparse.Namespace) -> tuple[dict[str, TTFTModel], pl.DataFrame, str, bool]:
@@ -266,19 +263,20 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CLIError(str(exc) if str(exc).startswith("--") else f"--gpu: {exc}") from None
     args.gpu = gpu                                  # tokens from here on (run_options)
-    workload = _workload(args)
-    names = workload.pass_names
+    workload, description, option = _workload(args)
+    build = _evaluator_builder(args, workload, description, option)
+    names = _pass_names(workload)
     chosen = _passes(args.passes_to_meet, len(names))
     target = (Target("ttft", args.target_ttft_ms, args.statistic, chosen)
               if args.target_ttft_ms is not None
               else Target("hit_ratio", args.target_hit_ratio, args.statistic, chosen))
     if args.latency is not None:
         from pipeline.plan_fitted import fitted_plan
-        return fitted_plan(args, kv, gpu, gpu_given, workload, names, target)
+        return fitted_plan(args, kv, gpu, gpu_given, build, names, target)
     models, measured, source, synthetic = _models(args)
     if args.report is not None and not args.report.parent.is_dir():
         raise CLIError(f"--report: folder {args.report.parent} does not exist")
-    evaluator = workload.build(gpu, models)
+    evaluator = build(gpu, models)
     found = measured_kv(source, synthetic)
     withheld = ttft_problem(kv, found, models, measured, args.measured_tokens,
                             evaluator.requests_frame["context"])

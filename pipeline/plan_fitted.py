@@ -27,9 +27,10 @@ def model_lines(model: StepTimeTTFT) -> list[str]:
     return [f"  {model.describe()}: {parts}"]
 
 
-def fitted_plan(args: argparse.Namespace, kv, gpu: int, gpu_given: str, workload,
+def fitted_plan(args: argparse.Namespace, kv, gpu: int, gpu_given: str, build,
                 names: list[str], target: Target) -> int:
-    """Plan with the fitted file ``args.latency`` (see the module docstring)."""
+    """Plan with the fitted file ``args.latency`` (see the module docstring); ``build(gpu,
+    models)`` makes the workload's evaluator."""
     if args.measured is not None:
         raise CLIError("--latency and --measured exclude each other (one TTFT model)")
     if args.report is not None:
@@ -38,7 +39,7 @@ def fitted_plan(args: argparse.Namespace, kv, gpu: int, gpu_given: str, workload
         model = load_step_time_ttft(args.latency)
     except ValueError as exc:
         raise CLIError(f"--latency {exc}") from None
-    evaluator = workload.build(gpu, {GPU_ONLY: model, OFFLOAD: model})
+    evaluator = build(gpu, {GPU_ONLY: model, OFFLOAD: model})
     withheld = fitted_problem(model, args.served_model, kv.bytes_per_token,
                               evaluator.requests_frame["context"])
     result = backed_plan(evaluator, target, withheld)

@@ -30,36 +30,22 @@ from pipeline.tiers import GPU_CODE as GPU
 from pipeline.tiers import MISS_CODE as MISS
 from pipeline.tiers import access_tiers
 from pipeline.ttft_model import TOKEN_COLUMNS, TTFTModel, model_for_capacity
-from pipeline.workloads.documents import DocumentWorkload, pass_name
+from pipeline.workloads.workload import Workload
 
-__all__ = ["PlanWorkload", "document_workload", "Target", "Evaluator", "DocumentEvaluator",
-           "PlanResult", "plan"]
-
+__all__ = ["requests_frame", "Target", "Evaluator", "DocumentEvaluator", "PlanResult", "plan"]
 
 
-@dataclass(frozen=True)
-class PlanWorkload:
-    """Document mode: requests (request 0..R-1, pass_index, pass_name, context tokens) and
-    one access per request (key = document, size = its tokens)."""
-
-    description: str
-    requests: pl.DataFrame
-    keys: np.ndarray
-    sizes: np.ndarray
-
-
-def document_workload(workload: DocumentWorkload) -> PlanWorkload:
-    """The lab's documents: one access per request, key = document."""
-    accesses = workload.accesses()
-    n = accesses.height
-    requests = accesses.select(
-        pl.int_range(n, dtype=pl.Int64).alias("request"), pl.col("pass_index").cast(pl.Int64),
-        pass_name=pass_name(pl.col("pass_index"), pl.col("pass_order")),
-        context=pl.col("size"))
-    return PlanWorkload(
-        f"{workload.docs} documents x {workload.tokens} tokens, passes "
-        f"{','.join(workload.passes)} ({n} requests)", requests,
-        accesses["doc"].to_numpy().astype(np.int64), accesses["size"].to_numpy().astype(np.int64))
+def requests_frame(requests: pl.DataFrame, prompt_tokens: np.ndarray) -> pl.DataFrame:
+    """request, pass_index, pass_name, context from a workload's request frame
+    (``REQUEST_SCHEMA``, requests in stream order) and its prompt tokens per request; a
+    request without a pass name is in the pass called ``all``; passes are numbered in order
+    of first appearance."""
+    frame = (requests.sort("request")
+             .select(pl.col("request").cast(pl.Int64), pl.col("pass_name").fill_null("all"))
+             .with_columns(context=pl.Series(prompt_tokens, dtype=pl.Int64)))
+    order = frame.group_by("pass_name", maintain_order=True).agg().with_row_index("pass_index")
+    return frame.join(order, on="pass_name", how="left").select(
+        "request", pl.col("pass_index").cast(pl.Int64), "pass_name", "context")
 
 
 @dataclass(frozen=True)
@@ -144,14 +130,18 @@ class Evaluator:
 
 
 class DocumentEvaluator(Evaluator):
-    """Document mode: the GPU tier from one LRU pass, every CPU capacity from one
+    """Document mode: a workload of whole items (``block_size`` None, one item per request,
+    read as ``Workload.items()``): the GPU tier from one LRU pass, every CPU capacity from one
     stack-distance pass over the GPU-miss stream (kvlab's ``TwoTierCache``, exactly)."""
 
-    def __init__(self, workload: PlanWorkload, gpu_capacity: int,
+    def __init__(self, description: str, workload: Workload, gpu_capacity: int,
                  models: dict[str, TTFTModel]) -> None:
-        self.workload, self.gpu_capacity, self.models = workload, gpu_capacity, models
-        self.description, self.requests_frame = workload.description, workload.requests
-        keys, sizes = workload.keys, workload.sizes
+        if workload.block_size is not None or workload.blocks.height != workload.requests.height:
+            raise ValueError("document mode takes one whole item per request (no block size)")
+        self.gpu_capacity, self.models, self.description = gpu_capacity, models, description
+        keys, sizes = workload.items()
+        self.sizes = sizes
+        self.requests_frame = requests_frame(workload.requests, sizes)
         self.gpu_hit = (lru_hits(keys, sizes, [gpu_capacity])[0] if keys.size
                         else np.zeros(0, dtype=bool))
         self.miss_index = np.flatnonzero(~self.gpu_hit)
@@ -187,7 +177,7 @@ class DocumentEvaluator(Evaluator):
     def requests(self, cpu_capacity: int) -> pl.DataFrame:
         """The workload's requests with TOKEN_COLUMNS at this CPU capacity."""
         tiers = self.tiers(cpu_capacity)
-        counts = {name: self.workload.sizes * (tiers == code)
+        counts = {name: self.sizes * (tiers == code)
                   for name, code in zip(TOKEN_COLUMNS, (GPU, CPU, MISS))}
         return self.requests_frame.with_columns(
             pl.Series(name, values) for name, values in counts.items())

@@ -18,29 +18,19 @@ import polars as pl
 
 from pipeline.blocks.models import CPU_MODELS, GPU_MODELS, request_result
 from pipeline.blocks.onepass import COLD, block_distances, prefix_blocks, prefix_counts
-from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST, block_stream, check_order
-from pipeline.planner import Evaluator
+from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST, check_order
+from pipeline.planner import Evaluator, requests_frame
 from pipeline.ttft_model import TTFTModel
+from pipeline.workloads.workload import Workload
 
-__all__ = ["BlockEvaluator", "block_requests_frame", "SCAN_LIMIT"]
+__all__ = ["BlockEvaluator", "SCAN_LIMIT"]
 
 #: Other CPU models: scan every capacity step up to this many, else bisect (and say so).
 SCAN_LIMIT = 2000
 
 
-def block_requests_frame(requests: pl.DataFrame, prompt_tokens: np.ndarray) -> pl.DataFrame:
-    """request, pass_index, pass_name, context from a REQUEST_SCHEMA frame (requests in
-    stream order); a request without a pass name is in the pass called ``all``."""
-    frame = (requests.sort("request")
-             .select(pl.col("request").cast(pl.Int64), pl.col("pass_name").fill_null("all"))
-             .with_columns(context=pl.Series(prompt_tokens, dtype=pl.Int64)))
-    order = frame.group_by("pass_name", maintain_order=True).agg().with_row_index("pass_index")
-    return frame.join(order, on="pass_name", how="left").select(
-        "request", pl.col("pass_index").cast(pl.Int64), "pass_name", "context")
-
-
 class BlockEvaluator(Evaluator):
-    """Per-pass figures of a block workload (BLOCK_SCHEMA and REQUEST_SCHEMA frames).
+    """Per-pass figures of a workload in blocks (its ``block_stream()``).
 
     Any GPU model of ``pipeline.blocks.models`` runs once. The ``ideal`` CPU model gets every
     capacity from one pass (the candidates are exact); any other CPU model (``lmcache``, the
@@ -49,18 +39,19 @@ class BlockEvaluator(Evaluator):
     stated assumption that its hits do not fall as the tier grows.
     """
 
-    def __init__(self, description: str, blocks: pl.DataFrame, requests: pl.DataFrame,
-                 block_size: int, gpu_capacity: int, models: dict[str, TTFTModel],
+    def __init__(self, description: str, workload: Workload, gpu_capacity: int,
+                 models: dict[str, TTFTModel],
                  gpu_order: str = TAIL_FIRST, cpu_order: str = HEAD_FIRST,
                  gpu_model: str = "ideal", cpu_model: str = "ideal",
                  gpu_options: dict | None = None, cpu_options: dict | None = None) -> None:
-        self.stream = stream = block_stream(blocks, block_size)
+        self.stream = stream = workload.block_stream()
+        requests, block_size = workload.requests, stream.block_size
         if requests.height != stream.requests:
             raise ValueError(f"{requests.height} request rows for {stream.requests} requests "
                              "in the block frame")
         self.description, self.gpu_capacity, self.models = description, gpu_capacity, models
         self.gpu_order, self.cpu_order = check_order(gpu_order), check_order(cpu_order)
-        self.requests_frame = block_requests_frame(requests, stream.prompt_tokens)
+        self.requests_frame = requests_frame(requests, stream.prompt_tokens)
         self.smallest_item, self.evaluations = block_size, 0
         self.cpu_model, self.cpu_options = cpu_model, dict(cpu_options or {})
         self.hits_monotone = cpu_model == "ideal"

@@ -3,8 +3,9 @@
 An entry says how to make the model's tier (an object with ``lookup``/``place``, and
 ``access`` for the policies: ``pipeline.tiers.Tier``), its fast paths (block mode: a GPU
 model ``f(stream, capacities, order, **options)`` and a CPU model ``f(stream, gpu_hit_tokens,
-capacities, order, **options)``, see ``pipeline.blocks.models``; per access: a one-pass rule
-and a compiled replay), its unit, the one touch order it follows (engines), its declared
+capacities, order, **options)``, see ``pipeline.blocks.models``, and for a policy the
+compiled ``block_kernel`` they run; per access: a ``onepass`` engine for every capacity and a
+compiled ``replay_kernel`` at one capacity), its unit, the one touch order it follows (engines), its declared
 options (``Option``: the CLI flags and checks are built from them,
 ``pipeline.engines.options``) and where it is used (a ``policy`` of the family, a
 ``measured`` config model).
@@ -36,9 +37,10 @@ from pipeline.policies.opt import OPT
 from pipeline.policies.s3fifo import S3FIFO
 from pipeline.policies.sieve import Sieve
 from pipeline.policies.simple import FIFO, LRU, MRU
-from pipeline.policies.blockmode import COMPILED as _BLOCK_KERNELS
+import pipeline.policies.kernels as kernels
 from pipeline.policies.blockmode import policy_cpu_model, policy_gpu_model
-from pipeline.policies.onepass import ONEPASS as _ONEPASS_RULES
+from pipeline.policies.kernels import blocks as block_kernels
+from pipeline.policies.onepass import LRU_PASS, MRU_PASS, OPT_PASS, OnePass
 
 __all__ = ["Option", "CacheModel", "MODELS", "register", "unregister", "entry", "names",
            "GPU_MODELS", "CPU_MODELS", "POLICIES", "MODEL_OPTIONS", "MODEL_ORDERS",
@@ -91,9 +93,9 @@ class CacheModel:
     cpu: Callable | None = None              # block-mode CPU model (fast path)
     order: str | None = None                 # the one touch order it follows
     options: tuple[Option, ...] = ()
-    onepass: str | None = None               # per access: exact one pass, on this size rule
-    compiled: bool = False                   # per access: a compiled replay kernel
-    block_compiled: bool = False             # block mode: compiled kernels
+    onepass: OnePass | None = None           # per access: every capacity in one exact pass
+    replay_kernel: Callable | None = None    # per access: compiled replay at one capacity
+    block_kernel: Callable | None = None     # block mode: the compiled kernel of gpu and cpu
     policy: bool = False                     # one of the policy family (``policies``)
     measured: bool = False                   # a measured config's model (sidecar ``model``)
 
@@ -161,24 +163,35 @@ def _two_tier_cache(gpu: int, cpu: int = 0):
     return TwoTierCache(gpu, cpu)
 
 
-def policy_entry(name: str, cls: type, summary: str, onepass: str | None = None,
-                 compiled: bool = False) -> CacheModel:
-    """The entry of a policy of the family: its class is its tier; block mode replays the
-    class (compiled where ``pipeline.policies.blockmode`` has a kernel for ``name``)."""
-    return CacheModel(name, summary, "block", tier=cls, gpu=policy_gpu_model(name, cls),
-                      cpu=policy_cpu_model(name, cls), onepass=onepass, compiled=compiled,
-                      block_compiled=name in _BLOCK_KERNELS, policy=True)
+def policy_entry(name: str, cls: type, summary: str, onepass: OnePass | None = None,
+                 replay_kernel: Callable | None = None,
+                 block_kernel: Callable | None = None) -> CacheModel:
+    """The entry of a policy of the family: its class is its tier and the reference of
+    every fast path it declares (``onepass``: ``pipeline.policies.onepass``;
+    ``replay_kernel``: ``pipeline.policies.kernels``; ``block_kernel``:
+    ``pipeline.policies.kernels.blocks``). Without a fast path the class is replayed."""
+    return CacheModel(name, summary, "block", tier=cls,
+                      gpu=policy_gpu_model(name, cls, block_kernel),
+                      cpu=policy_cpu_model(name, cls, block_kernel), onepass=onepass,
+                      replay_kernel=replay_kernel, block_kernel=block_kernel, policy=True)
 
 
 def _builtin() -> list[CacheModel]:
     ideal_gpu, ideal_cpu = block_onepass.ideal_gpu, block_onepass.ideal_cpu
-    family = [("lru", LRU, "least recently used"), ("fifo", FIFO, "first in, first out"),
-              ("mru", MRU, "most recently used"), ("lfu", LFU, "least frequently used"),
-              ("clock", Clock, "CLOCK (second chance)"), ("sieve", Sieve, "SIEVE"),
-              ("s3fifo", S3FIFO, "S3-FIFO"), ("arc", ARC, "ARC"),
-              ("opt", OPT, "Belady's OPT (the ceiling)")]
-    policies = [policy_entry(name, cls, summary, _ONEPASS_RULES.get(name), compiled=True)
-                for name, cls, summary in family]
+    k, b = kernels, block_kernels
+    policies = [
+        policy_entry("lru", LRU, "least recently used", LRU_PASS, k.replay_lru, b.block_lru),
+        policy_entry("fifo", FIFO, "first in, first out", None, k.replay_fifo, b.block_fifo),
+        policy_entry("mru", MRU, "most recently used", MRU_PASS, k.replay_mru, b.block_mru),
+        policy_entry("lfu", LFU, "least frequently used", None, k.replay_lfu, b.block_lfu),
+        policy_entry("clock", Clock, "CLOCK (second chance)", None, k.replay_clock,
+                     b.block_clock),
+        policy_entry("sieve", Sieve, "SIEVE", None, k.replay_sieve, b.block_sieve),
+        policy_entry("s3fifo", S3FIFO, "S3-FIFO", None, k.replay_s3fifo),
+        policy_entry("arc", ARC, "ARC", None, k.replay_arc),
+        policy_entry("opt", OPT, "Belady's OPT (the ceiling)", OPT_PASS, k.replay_opt,
+                     b.block_opt),
+    ]
     # lru in block mode is the one-pass ideal engine (proven equal to its class replay)
     policies[0] = replace(policies[0], gpu=ideal_gpu, cpu=ideal_cpu)
     return [

@@ -10,7 +10,9 @@ atomically (temporary file + ``os.replace``).
 
 ``run`` adds more (``render_html(..., measured_extra=..., extra_groups=...)``, built here):
 the fitted TTFT model's predictions along both cliffs and its error per pass, and the real
-engine's measurement right after it (``plan_sections``, ``real_engine_group``); groups for
+engine's measurement right after it (``plan_sections``, ``real_engine_group``), then the
+real engine's measured against predicted TTFT per request under the committed fitted
+step-time file (``fitted_engine_group``); groups for
 block mode with the engine models (``block_group``), the cache policies
 (``policy_group``) and a link to the trace report (``trace_group``).
 
@@ -35,7 +37,7 @@ from pipeline.sweeps import AGGREGATE_SCHEMA, SWEEPS
 
 __all__ = ["write_report", "render_html", "build_sections", "REQUEST_COLUMNS", "Group",
            "block_group", "policy_group", "plan_sections", "real_engine_group",
-           "trace_group"]
+           "fitted_engine_group", "trace_group"]
 
 #: A page group: (heading, HTML shown under it, sections).
 Group = tuple[str, str, list[Section]]
@@ -86,6 +88,19 @@ def real_engine_group(joined: pl.DataFrame, path: str | os.PathLike) -> Group:
                f"({html.escape(Path(path).name)}; provenance beside it; <code>python -m "
                f"pipeline measure --local-engine</code>).</p>")
     return ("Measured TTFT: a real engine (llama.cpp)", prelude, real_engine.sections(joined))
+
+
+def fitted_engine_group(frame: pl.DataFrame, provenance: dict[str, str],
+                        holdout: tuple[pl.DataFrame, dict[str, str]] | None = None) -> Group:
+    """Measured against predicted TTFT per request of a real engine under its fitted
+    step-time model (``frame``: ``pipeline.fit.per_request.fitted_requests``' frame of the
+    committed fit; ``provenance``: its labels; ``holdout``: the same for a fit that held
+    requests out, drawn beside it), after the real engine's measurement."""
+    from pipeline.charts import fitted_ttft
+    held = None if holdout is None else (holdout[0], holdout[1].get("in_sample", ""))
+    return ("Measured vs predicted TTFT per request: llama.cpp, fitted step time",
+            fitted_ttft.provenance_html(provenance, None if holdout is None else holdout[1]),
+            fitted_ttft.page_sections(frame, provenance.get("in_sample", ""), held))
 
 
 def block_group(aggregates: pl.DataFrame, scenario: dict, note: str = "",

@@ -24,6 +24,8 @@ from pipeline.config import (CPU_CLIFF_GPU, GPU_CLIFF_CAPACITIES, LAB_CPU, LAB_D
                              LAB_PASSES, LAB_TOKENS, ROOT)
 from pipeline.engines.options import add_model_arguments, option_dests, run_options
 from pipeline.errors import CLIError
+from pipeline.fit.per_request import (FITTED_FILE, HOLDOUT_FILE, FittedRequests,
+                                     fitted_requests)
 from pipeline.ttft_model import (TOKEN_COLUMNS, FitError, TTFTModel, fit_configs,
                                  predict_pass_ttft, predicted_ttft, residuals_by_pass,
                                  tokens_by_tier)
@@ -140,7 +142,10 @@ class ReportInputs:
     None), the block-mode aggregates of the ideal model with their scenario and note (or
     None), the run's own engine-model aggregates and their description (or None), the
     engine models' GPU and CPU curves and the policies' lab curves (None off the lab's
-    workload), and the trace page's name beside the report (or None)."""
+    workload), the trace page's name beside the report (or None), and the real engine's
+    measured against predicted TTFT per request under the committed fitted step-time file
+    and under its fit without the two highest loads (``pipeline.fit.per_request``; None when
+    a file or its measurements are missing)."""
 
     real_engine: pl.DataFrame | None
     block_aggregates: pl.DataFrame | None
@@ -151,6 +156,18 @@ class ReportInputs:
     trace_link: str | None
     engine_aggregates: pl.DataFrame | None = None
     engine_describe: str = ""
+    fitted_engine: FittedRequests | None = None
+    fitted_holdout: FittedRequests | None = None
+
+
+def _fitted_engine(path: Path) -> FittedRequests | None:
+    """The committed fit's per-request predictions; None when a file is missing or bad."""
+    if not Path(path).is_file():
+        return None
+    try:
+        return fitted_requests(path)
+    except ValueError:
+        return None
 
 
 def _real_engine(path: Path) -> pl.DataFrame | None:
@@ -205,7 +222,8 @@ def report_inputs(args: argparse.Namespace, workload: DocumentWorkload,
         (gpu_model_curves(), cpu_model_curves()) if lab and block_aggregates is not None
         else None,
         lab_curves() if lab else None, trace.name if trace.is_file() else None,
-        engine_aggregates, blocks.describe() if engine_aggregates is not None else "")
+        engine_aggregates, blocks.describe() if engine_aggregates is not None else "",
+        _fitted_engine(FITTED_FILE), _fitted_engine(HOLDOUT_FILE))
 
 
 def render_groups(inputs: ReportInputs) -> list[report.Group]:
@@ -215,6 +233,11 @@ def render_groups(inputs: ReportInputs) -> list[report.Group]:
     groups = []
     if inputs.real_engine is not None:
         groups.append(report.real_engine_group(inputs.real_engine, REAL_ENGINE_FILE))
+    if inputs.fitted_engine is not None:
+        held = inputs.fitted_holdout
+        groups.append(report.fitted_engine_group(
+            inputs.fitted_engine.frame, inputs.fitted_engine.provenance,
+            None if held is None else (held.frame, held.provenance)))
     if inputs.block_aggregates is not None:
         extra = ([] if inputs.engine_aggregates is None else
                  run_engine_sections(inputs.engine_aggregates, inputs.block_aggregates,

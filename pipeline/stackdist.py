@@ -57,20 +57,15 @@ _DIRECT_CODE_SLACK = 1024     # keys in [0, 4 N + slack) index tables directly
 # --------------------------------------------------------------------------- validation
 
 
-class _Trace(NamedTuple):
-    """A validated trace: keys, sizes, dense key codes 0..n_codes-1, and its sorted distinct
-    sizes (for a sub-trace, a superset of them: the bands it gives are finer but still exact)."""
+class _Coded(NamedTuple):
+    """The pass's index of an item stream (the keys and sizes of ``Workload.items()``, or any
+    such arrays), validated: sizes, dense key codes 0..n_codes-1 and the sorted distinct
+    sizes (the size bands). Not a workload: what the Fenwick pass reads."""
 
-    keys: np.ndarray
     sizes: np.ndarray
     codes: np.ndarray
     n_codes: int
     distinct_sizes: np.ndarray
-
-    def take(self, indices: np.ndarray) -> _Trace:
-        """The sub-trace of the accesses at ``indices`` (codes stay valid)."""
-        return self._replace(keys=self.keys[indices], sizes=self.sizes[indices],
-                             codes=self.codes[indices])
 
 
 def _as_int64(name: str, values: object) -> np.ndarray:
@@ -140,7 +135,7 @@ def _fixed_key_sizes(keys: np.ndarray, sizes: np.ndarray, codes: np.ndarray,
     return key_sizes
 
 
-def _prepare(keys: object, sizes: object) -> _Trace:
+def _prepare(keys: object, sizes: object) -> _Coded:
     """Validate a trace (integer keys, non-negative fixed sizes per key) and code its keys."""
     keys_array, sizes_array = _as_keys(keys), _as_int64("size", sizes)
     if keys_array.size != sizes_array.size:
@@ -152,13 +147,13 @@ def _prepare(keys: object, sizes: object) -> _Trace:
     codes, n_codes = _dense_codes(keys_array)
     key_sizes = _fixed_key_sizes(keys_array, sizes_array, codes, n_codes)
     distinct_sizes = np.unique(key_sizes[key_sizes >= 0])   # one entry per key, not per access
-    return _Trace(keys_array, sizes_array, codes, n_codes, distinct_sizes)
+    return _Coded(sizes_array, codes, n_codes, distinct_sizes)
 
 
 # --------------------------------------------------------------------------- passes and bands
 
 
-def _distances(trace: _Trace, size_limit: int) -> np.ndarray:
+def _distances(trace: _Coded, size_limit: int) -> np.ndarray:
     """Stack distances of a validated trace, keys larger than ``size_limit`` excluded."""
     n = trace.sizes.size
     out = np.empty(n, dtype=np.int64)
@@ -178,7 +173,7 @@ def _band_limits(distinct: np.ndarray, capacities: np.ndarray) -> np.ndarray:
     return storable[np.searchsorted(distinct, capacities, side="right")]
 
 
-def _passes_by_band(trace: _Trace,
+def _passes_by_band(trace: _Coded,
                     capacities: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Yield (row indices into ``capacities``, distances) once per band with a storable key."""
     limits = _band_limits(trace.distinct_sizes, capacities)
@@ -188,7 +183,7 @@ def _passes_by_band(trace: _Trace,
         yield np.flatnonzero(limits == limit), _distances(trace, int(limit))
 
 
-def _hits_of(trace: _Trace, capacities: np.ndarray) -> np.ndarray:
+def _hits_of(trace: _Coded, capacities: np.ndarray) -> np.ndarray:
     """Per-access LRU hits, shape (len(capacities), N), of a validated trace."""
     hits = np.zeros((capacities.size, trace.sizes.size), dtype=bool)
     for rows, distances in _passes_by_band(trace, capacities):

@@ -133,7 +133,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "pipeline.measure", "pipeline.measure.llamacpp", "pipeline.workloads"),
     "workloads": (
         "pipeline.workloads.*", "pipeline.blocks.stream", "pipeline.blocks.limits",
-        "pipeline.policies.traces", "pipeline.replay.inputs", "pipeline.measure.workload",
+        "pipeline.replay.inputs", "pipeline.measure.workload",
         "pipeline.measure.runner", "pipeline.measure.output",
         "pipeline.measure.llamacpp.gguf_model", "pipeline.summary", "pipeline.verdicts"),
     "models": (

@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT
 from kvlab.kvsim import TwoTierCache
 from pipeline.cli import main as cli_main
-from pipeline.planner import DocumentEvaluator, Target, document_workload, plan
+from pipeline.planner import DocumentEvaluator, Target, plan
 from pipeline.workloads.documents import DocumentWorkload
 
 
@@ -189,8 +189,8 @@ def test_bisection_only_when_ttft_cannot_rise_with_the_cpu_tier(params, monotone
     from pipeline.ttft_model import TTFTModel
 
     model = TTFTModel("lmcache", "least squares", 10, params={"overhead_ms": 10.0, **params})
-    evaluator = DocumentEvaluator(document_workload(DocumentWorkload()), 21520,
-                          {"lmcache": model, "baseline": model})
+    evaluator = DocumentEvaluator("the lab", DocumentWorkload().workload(None), 21520,
+                                  {"lmcache": model, "baseline": model})
     assert evaluator.monotone() is monotone
     result = plan(evaluator, Target("ttft", 300, "mean", (1,)))
     assert ("bisected" in result.search) is monotone

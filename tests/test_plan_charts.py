@@ -13,7 +13,7 @@ from pipeline.charts.plan import (curve_capacities, fit_section, measured_points
                                   ttft_capacity_section)
 from pipeline.cli import main as cli_main
 from pipeline.kvsize import preset
-from pipeline.planner import DocumentEvaluator, Target, document_workload, plan
+from pipeline.planner import DocumentEvaluator, Target, plan
 from pipeline.ttft_model import fit_configs, measured_requests, residuals_by_pass
 from pipeline.workloads.documents import DocumentWorkload
 
@@ -24,7 +24,7 @@ NAMES = ["pass1-fwd", "pass2-fwd", "pass3-rev"]
 def lab():
     requests = measured_requests(str(ROOT / "data" / "ttft.jsonl"), 21520, 56000, 5011)
     models = fit_configs(requests)
-    evaluator = DocumentEvaluator(document_workload(DocumentWorkload()), 21520, models)
+    evaluator = DocumentEvaluator("the lab", DocumentWorkload().workload(None), 21520, models)
     return evaluator, residuals_by_pass(requests, models)
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import statistics
 from functools import cache
 
-import numpy as np
 import polars as pl
 import pytest
 from hypothesis import given, settings
@@ -17,11 +16,12 @@ from conftest import ROOT
 from kvlab.kvsim import TwoTierCache
 from pipeline.blocks.model import replay
 from pipeline.blocks.stream import ORDERS, block_stream
-from pipeline.planner import DocumentEvaluator, PlanWorkload, Target, document_workload, plan
+from pipeline.planner import DocumentEvaluator, Target, plan
 from pipeline.planner_blocks import BlockEvaluator
 from pipeline.ttft_model import fit_configs, measured_requests
-from pipeline.workloads.blocks import REQUEST_SCHEMA, document_blocks
+from pipeline.workloads.blocks import BLOCK_SCHEMA, REQUEST_SCHEMA, document_blocks
 from pipeline.workloads.documents import DocumentWorkload
+from pipeline.workloads.workload import Workload
 
 
 @cache
@@ -135,7 +135,7 @@ def test_document_mode_equals_two_tier_replay(docs, tokens, orders, gpu_share, s
 
     target = make_target(spec, len(orders), which, figures_at, workload.working_set + 1)
 
-    result = plan(DocumentEvaluator(document_workload(workload), gpu, lab_models()), target)
+    result = plan(DocumentEvaluator("t", workload.workload(None), gpu, lab_models()), target)
     check(result, figures_at, range(workload.working_set + 2), target)
 
 
@@ -147,13 +147,13 @@ def test_oversize_bands_equal_two_tier_replay(sizes, stream, gpu, level):
     """Documents of different sizes (kvlab's oversize rule makes hits non-monotone below the
     largest one): the band candidates are scanned, so the answer is still the replay's."""
     keys = [k % len(sizes) for k in stream]
-    requests = pl.DataFrame({"request": list(range(len(keys))), "pass_index": [0] * len(keys),
-                             "pass_name": ["all"] * len(keys),
-                             "context": [sizes[k] for k in keys]},
-                            schema={"request": pl.Int64, "pass_index": pl.Int64,
-                                    "pass_name": pl.String, "context": pl.Int64})
-    workload = PlanWorkload("t", requests, np.array(keys, dtype=np.int64),
-                            np.array([sizes[k] for k in keys], dtype=np.int64))
+    n = len(keys)
+    items = pl.DataFrame({"request": range(n), "block_index": [0] * n, "block_key": keys,
+                          "block_tokens": [sizes[k] for k in keys]}, schema=BLOCK_SCHEMA)
+    requests = pl.DataFrame({"request": range(n), "pass_name": [None] * n, "doc": keys,
+                             "prompt_tokens": [sizes[k] for k in keys],
+                             "timestamp_ms": [None] * n}, schema=REQUEST_SCHEMA)
+    workload = Workload(items, requests, None)
     target = Target("hit_ratio", level, "p50", (0,))
 
     def figures_at(cpu: int) -> dict:
@@ -161,7 +161,7 @@ def test_oversize_bands_equal_two_tier_replay(sizes, stream, gpu, level):
         return pass_figures([(0, whole(cache_.access(k, sizes[k]), sizes[k])) for k in keys],
                             cpu)
 
-    result = plan(DocumentEvaluator(workload, gpu, lab_models()), target)
+    result = plan(DocumentEvaluator("t", workload, gpu, lab_models()), target)
     check(result, figures_at, range(sum(sizes) + 2), target)
 
 
@@ -190,8 +190,8 @@ def test_block_mode_equals_the_block_model_replay(docs, per_doc, block, tail, or
 
     distinct = docs * (tokens // block)
     target = make_target(spec, len(orders), which, figures_at, (distinct + 1) * block)
-    evaluator = BlockEvaluator("t", blocks, requests, block, gpu, lab_models(), gpu_order,
-                               cpu_order)
+    evaluator = BlockEvaluator("t", Workload(blocks, requests, block), gpu, lab_models(),
+                               gpu_order, cpu_order)
     result = plan(evaluator, target)
     check(result, figures_at, [k * block for k in range(distinct + 2)], target)
 
@@ -210,7 +210,7 @@ def test_other_cpu_models_scan_their_grid(docs, per_doc, tail, orders, level):
     accesses, blocks, requests, stream = lab_blocks(docs, tokens, orders, block)
     passes = accesses["pass_index"].to_list()
     gpu = block                                          # one block of GPU
-    evaluator = BlockEvaluator("t", blocks, requests, block, gpu, lab_models(),
+    evaluator = BlockEvaluator("t", Workload(blocks, requests, block), gpu, lab_models(),
                                cpu_model="lmcache", cpu_options={"chunk_size": chunk})
     gpu_hit = evaluator.gpu_hit
 

@@ -14,7 +14,7 @@ from conftest import SHARED_TRACES
 from pipeline.policies import OPT
 from pipeline.registry import make_policy
 from pipeline.policies.reference import LCS_NAMES, lcs_hits
-from pipeline.policies.traces import mooncake_objects
+from pipeline.workloads.mooncake import read_mooncake
 from policy_traces import random_traces
 
 pytest.importorskip("libcachesim", reason="libCacheSim (a dev dependency) not installed")
@@ -57,13 +57,13 @@ def test_per_access_hits_equal_libcachesim(name, capacity, trace):
 def mooncake():
     if not MOONCAKE.exists():
         pytest.skip(f"shared Mooncake trace not found at {MOONCAKE}")
-    keys, tokens = mooncake_objects(MOONCAKE, unit=False)
+    keys, tokens = read_mooncake(MOONCAKE).items()
     return keys[:6_000], tokens[:6_000]         # the first ~200 requests keep this fast
 
 
 @pytest.mark.parametrize("name", list(LCS_NAMES))
 @pytest.mark.parametrize("unit, capacity", [(True, 200), (True, 2000), (False, 300_000)])
-def test_mooncake_objects_equal_libcachesim(mooncake, name, unit, capacity):
+def test_mooncake_items_equal_libcachesim(mooncake, name, unit, capacity):
     keys, tokens = mooncake
     sizes = np.ones_like(tokens) if unit else tokens
     hits = ours(name, keys, sizes, capacity)
@@ -76,7 +76,7 @@ def mooncake_file(tmp_path_factory):
     if not MOONCAKE.exists():
         pytest.skip(f"shared Mooncake trace not found at {MOONCAKE}")
     from pipeline.policies.reference import write_oracle_trace
-    keys, _ = mooncake_objects(MOONCAKE)
+    keys, _ = read_mooncake(MOONCAKE).items(unit=True)
     path = tmp_path_factory.mktemp("lcs") / "mooncake.oracleGeneral.bin"
     write_oracle_trace(str(path), keys, np.ones_like(keys))
     return keys, str(path)
@@ -85,14 +85,14 @@ def mooncake_file(tmp_path_factory):
 @pytest.mark.parametrize("name", list(LCS_NAMES))
 def test_whole_mooncake_trace_hit_counts_equal_libcachesim(mooncake_file, name):
     """The compiled replays over all 121,877 block accesses, at a small and a large cache."""
-    from pipeline.policies import kernels
     from pipeline.policies.reference import lcs_hit_count
+    from pipeline.registry import entry
     from pipeline.policies.replay import encode
     keys, path = mooncake_file
     codes = encode(keys)
     for capacity in (878, 8784):
-        ours_hits = int(kernels.replay(name, codes, np.ones_like(codes), capacity,
-                                       bypass=False).sum())
+        ours_hits = int(entry(name).replay_kernel(codes, np.ones_like(codes), capacity,
+                                                   bypass=False).sum())
         assert ours_hits == lcs_hit_count(name, path, keys.size, capacity), capacity
 
 

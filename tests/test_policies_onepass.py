@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.policies import kernels
-from pipeline.policies.onepass import applies, distances, onepass_counts, onepass_hits
-from pipeline.policies.replay import ONEPASS, encode, hit_counts, hit_matrix
+from pipeline.policies.onepass import opt_distances_of
+from pipeline.policies.replay import encode, hit_counts, hit_matrix, onepass_policies
+from pipeline.registry import entry
 
 
 @st.composite
@@ -25,7 +25,8 @@ def equal_size_traces(draw):
 
 
 def _replayed(name, codes, sizes, capacities, bypass=True):
-    return np.vstack([kernels.replay(name, codes, sizes, c, bypass=bypass) for c in capacities])
+    replay = entry(name).replay_kernel
+    return np.vstack([replay(codes, sizes, c, bypass=bypass) for c in capacities])
 
 
 @settings(max_examples=120)
@@ -34,8 +35,8 @@ def _replayed(name, codes, sizes, capacities, bypass=True):
 def test_one_pass_equals_the_replay_per_access(name, trace):
     codes, sizes, capacities = trace
     expected = _replayed(name, codes, sizes, capacities)
-    np.testing.assert_array_equal(onepass_hits(name, codes, sizes, capacities), expected)
-    assert onepass_counts(name, codes, sizes, capacities).tolist() == \
+    np.testing.assert_array_equal(entry(name).onepass.hits(codes, sizes, capacities), expected)
+    assert entry(name).onepass.counts(codes, sizes, capacities).tolist() == \
         expected.sum(axis=1).tolist()
     np.testing.assert_array_equal(hit_matrix(name, codes, sizes, capacities, "onepass"),
                                   expected)
@@ -49,7 +50,7 @@ def test_belady_without_bypass_is_a_stack_algorithm_too(trace):
     codes, sizes, capacities = trace
     ones = np.ones_like(sizes)
     expected = _replayed("opt", codes, ones, capacities, bypass=False)
-    got = onepass_hits("opt", codes, ones, capacities, bypass=False)
+    got = entry("opt").onepass.hits(codes, ones, capacities, bypass=False)
     np.testing.assert_array_equal(got, expected)
 
 
@@ -57,20 +58,20 @@ def test_a_truncated_stack_is_exact_below_its_limit():
     rng = np.random.default_rng(5)
     codes = encode(rng.zipf(1.2, 3000) % 200)
     ones = np.ones_like(codes)
-    full = distances("opt", codes, 10_000)
-    short = distances("opt", codes, 40)
+    full = opt_distances_of(codes, 10_000)
+    short = opt_distances_of(codes, 40)
     np.testing.assert_array_equal(np.minimum(full, 40), np.minimum(short, 40))
-    assert (full < 40).sum() == kernels.replay("opt", codes, ones, 40).sum()
+    assert (full < 40).sum() == entry("opt").replay_kernel(codes, ones, 40).sum()
 
 
 def test_onepass_covers_the_stack_algorithms():
-    assert ONEPASS == ("lru", "mru", "opt")
+    assert onepass_policies() == ["lru", "mru", "opt"]
 
 
 def test_lfu_is_not_a_stack_algorithm():
     """libCacheSim's LFU forgets counts on eviction: a hit at 2 slots, a miss at 3."""
     codes, ones = np.array([0, 2, 1, 2, 0, 1, 3, 2]), np.ones(8, np.int64)
-    small, large = (kernels.replay("lfu", codes, ones, c) for c in (2, 3))
+    small, large = (entry("lfu").replay_kernel(codes, ones, c) for c in (2, 3))
     assert small[7] and not large[7]
     with pytest.raises(ValueError, match="exact only for lru, mru, opt, not lfu"):
         hit_matrix("lfu", codes, ones, [2, 3], "onepass")
@@ -87,7 +88,7 @@ def test_unequal_sizes_break_inclusion_so_auto_replays(name, codes, sizes, capac
     codes, sizes = np.array(codes), np.array(sizes)
     rows = hit_matrix(name, codes, sizes, [capacity, capacity + 1])
     assert rows.astype(int).tolist() == [hit_small, hit_large]
-    assert not applies(name, codes, sizes)
+    assert not entry(name).onepass.applies(codes, sizes)
     with pytest.raises(ValueError, match="one size for every access"):
         hit_matrix(name, codes, sizes, [capacity], "onepass")
 
@@ -109,7 +110,8 @@ def test_blocks_and_super_blocks_of_the_stack_are_exact(bypass):
     for codes in (encode(rng.integers(0, 2500, 12_000)), encode(rng.zipf(1.1, 12_000) % 3000)):
         ones = np.ones_like(codes)
         limit = int(codes.max()) + 1
-        dist = distances("opt", codes, limit, bypass)
+        dist = opt_distances_of(codes, limit, bypass)
         for capacity in (1, 31, 33, 1023, 1025, 2049, limit):
             np.testing.assert_array_equal(
-                dist < capacity, kernels.replay("opt", codes, ones, capacity, bypass=bypass))
+                dist < capacity,
+                entry("opt").replay_kernel(codes, ones, capacity, bypass=bypass))

@@ -1,4 +1,4 @@
-"""The compiled replays (pipeline/policies/kernels.py) equal the Python classes per access,
+"""The compiled replays (pipeline/policies/kernels, each entry's ``replay_kernel``) equal the Python classes per access,
 and the curve engine (pipeline/policies/replay.py) equals them at every capacity."""
 
 from __future__ import annotations
@@ -8,8 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.policies import kernels
-from pipeline.registry import POLICIES
+from pipeline.registry import POLICIES, entry, names
 from pipeline.policies.replay import _classes, encode, hit_counts, hit_matrix, tiered_codes
 from kvlab.kvsim import TwoTierCache
 from policy_traces import random_traces
@@ -30,11 +29,11 @@ def traces(draw):
 
 
 @FEW
-@pytest.mark.parametrize("name", list(POLICIES))
+@pytest.mark.parametrize("name", names(policy=True, replay_kernel=True))
 @given(capacity=st.integers(0, 120), trace=traces())
 def test_kernel_equals_class(name, capacity, trace):
     codes, sizes = trace
-    np.testing.assert_array_equal(kernels.replay(name, codes, sizes, capacity),
+    np.testing.assert_array_equal(entry(name).replay_kernel(codes, sizes, capacity),
                                   _classes(name, codes, sizes, capacity))
 
 
@@ -69,10 +68,10 @@ def test_onepass_only_where_exact():
         hit_matrix("fifo", np.array([0]), np.array([1]), [1], "onepass")
 
 
-@pytest.mark.parametrize("name", list(POLICIES))
+@pytest.mark.parametrize("name", names(policy=True, replay_kernel=True))
 def test_kernel_equals_class_on_random_evicting_traces(name):
     for codes, sizes, capacity in random_traces(7, count=30):
-        np.testing.assert_array_equal(kernels.replay(name, codes, sizes, capacity),
+        np.testing.assert_array_equal(entry(name).replay_kernel(codes, sizes, capacity),
                                       _classes(name, codes, sizes, capacity))
 
 

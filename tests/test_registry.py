@@ -14,9 +14,9 @@ from kvlab.scenario import pass_keys
 from pipeline import registry
 from pipeline.blocks.stream import block_stream
 from pipeline.cli import main
-from pipeline.policies.traces import lab_objects
 from pipeline.tiers import Tier, TwoTier
 from pipeline.workloads.blocks import document_blocks
+from pipeline.workloads.documents import documents_workload
 
 
 class LowestKeyFirst(Tier):
@@ -107,7 +107,7 @@ def test_engine_tiers_as_objects():
 def test_toy_policy_in_policies(toy, tmp_path, capsys):
     assert main(["policies", "--gpu-policy", "toy", "--json", "--out", str(tmp_path)]) == 0
     curves = json.loads(capsys.readouterr().out)["curves"]
-    keys, sizes = lab_objects(10, 5011, ["fwd", "fwd", "rev"])
+    keys, sizes = documents_workload(10, 5011, ["fwd", "fwd", "rev"], None).items()
     for row in curves:
         tier = LowestKeyFirst(row["capacity"])
         assert row["gpu_hits"] == sum(map(tier.access, keys.tolist(), sizes.tolist()))
@@ -227,3 +227,37 @@ def test_every_registered_tier_keeps_the_contract(name):
             if len(keys) <= blocks and not declines:
                 assert set(keys) <= set(tier.keys())
     check()
+
+
+def test_the_fast_paths_an_entry_declares_are_the_ones_run():
+    """A policy's per-access and block kernels come from its entry, nowhere else: an entry
+    declaring spies around LRU's kernels runs them (and gets LRU's hits)."""
+    import numpy as np
+
+    import pipeline.policies.kernels as kernels
+    from pipeline.policies.kernels import blocks as block_kernels
+    from pipeline.policies.replay import hit_matrix
+    from pipeline.policies.simple import LRU
+
+    calls: list[tuple[str, int]] = []
+
+    def replay(codes, sizes, capacity, bypass=True):
+        calls.append(("replay", capacity))
+        return kernels.replay_lru(codes, sizes, capacity, bypass)
+
+    def block(touches, t_off, lookup, l_off, capacity, k):
+        calls.append(("block", capacity))
+        return block_kernels.block_lru(touches, t_off, lookup, l_off, capacity, k)
+
+    spied = registry.register(registry.policy_entry("spied", LRU, "LRU through spies",
+                                                    replay_kernel=replay, block_kernel=block))
+    try:
+        codes, sizes = np.array([0, 1, 0, 2, 1, 0]), np.ones(6, np.int64)
+        np.testing.assert_array_equal(hit_matrix("spied", codes, sizes, [1, 2], "replay"),
+                                      hit_matrix("lru", codes, sizes, [1, 2], "classes"))
+        stream = block_stream(document_blocks([0, 1, 0], 48, 16), 16)
+        np.testing.assert_array_equal(spied.gpu(stream, [32], "tail-first"),
+                                      registry.GPU_MODELS["ideal"](stream, [32], "tail-first"))
+        assert sorted(calls) == [("block", 2), ("replay", 1), ("replay", 2)]
+    finally:
+        registry.unregister("spied")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.blocks.stream import block_stream
 from pipeline.workloads import patterns
 from pipeline.workloads.blocks import BLOCK_SCHEMA, REQUEST_SCHEMA, check_blocks
 from pipeline.workloads.documents import DocumentWorkload
@@ -35,8 +35,12 @@ def test_every_source_gives_the_one_workload_type(tmp_path, name):
     assert workload.blocks.schema == BLOCK_SCHEMA
     assert workload.requests.schema == REQUEST_SCHEMA
     check_blocks(workload.blocks)
-    stream = block_stream(workload.blocks, workload.block_size)
+    stream = workload.block_stream()
     assert stream.prompt_tokens.tolist() == workload.requests["prompt_tokens"].to_list()
+    keys, sizes = workload.items()
+    assert keys.view(np.uint64).tolist() == workload.blocks["block_key"].to_list()
+    assert sizes.tolist() == workload.blocks["block_tokens"].to_list()
+    assert workload.items(unit=True)[1].tolist() == [1] * workload.blocks.height
 
 
 @given(docs=st.integers(0, 5), tokens=st.integers(1, 70),
@@ -60,3 +64,15 @@ def test_documents_whole_are_one_item_per_read_keyed_by_document():
     assert workload.blocks.rows() == [(r, 0, d, 50) for r, d in enumerate([0, 1, 2, 2, 1, 0])]
     accesses = DocumentWorkload(3, 50, ("fwd", "rev")).accesses()
     assert workload.blocks["block_key"].to_list() == accesses["doc"].to_list()
+    assert accesses.rows() == [(0, "fwd", 0, 0, 0, 50), (0, "fwd", 1, 1, 1, 50),
+                               (0, "fwd", 2, 2, 2, 50), (1, "rev", 0, 3, 2, 50),
+                               (1, "rev", 1, 4, 1, 50), (1, "rev", 2, 5, 0, 50)]
+    assert DocumentWorkload(0, 50, ("fwd",)).accesses().height == 0
+
+
+def test_whole_items_have_no_block_stream_and_read_as_one_access_per_request():
+    workload = DocumentWorkload(3, 50, ("fwd", "rev")).workload(None)
+    keys, sizes = workload.items()
+    assert keys.tolist() == [0, 1, 2, 2, 1, 0] and sizes.tolist() == [50] * 6
+    with pytest.raises(ValueError, match="no block stream"):
+        workload.block_stream()

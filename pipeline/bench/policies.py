@@ -27,17 +27,17 @@ import time
 import numpy as np
 
 from pipeline.bench.curve import capacity_grid, distinct_bytes, libcachesim_hashpower, zipf_trace
-from pipeline.policies import POLICIES, kernels
+from pipeline.policies import POLICIES
 from pipeline.policies.reference import LCS_NAMES, lcs_hit_count, write_oracle_trace
-from pipeline.policies.onepass import onepass_counts
 from pipeline.policies.replay import encode, hit_counts
+from pipeline.registry import entry, names
 
 __all__ = ["run_bench", "run_onepass_bench", "add_arguments", "main"]
 
 
 def _ours_one(name, codes, sizes, capacity):
     start = time.perf_counter()
-    hits = int(kernels.replay(name, codes, sizes, capacity, bypass=False).sum())
+    hits = int(entry(name).replay_kernel(codes, sizes, capacity, bypass=False).sum())
     return hits, time.perf_counter() - start
 
 
@@ -56,7 +56,7 @@ def run_bench(requests: int = 2_000_000, objects: int = 100_000, points: int = 5
           f"one capacity = 10% of {total:,} distinct bytes; curve = {points} capacities; "
           f"{workers} worker threads")
     for name in policies:                          # compile every kernel before timing
-        kernels.replay(name, codes[:1000], sizes[:1000], one)
+        entry(name).replay_kernel(codes[:1000], sizes[:1000], one)
     fd, path = tempfile.mkstemp(suffix=".oracleGeneral.bin")
     os.close(fd)
     rows = []
@@ -125,8 +125,8 @@ def run_onepass_bench(requests: int = 2_000_000, objects: int = 100_000, points:
           f"{points} capacities; replay on {workers} threads")
     for name in ("lru", "mru", "opt"):                 # compile before timing
         hit_counts(name, codes[:1000], ones[:1000], [1, 2])
-        kernels.replay(name, codes[:1000], ones[:1000], 2)
-    onepass_counts("opt", codes[:1000], ones[:1000], [1, 2], bypass=False)
+        entry(name).replay_kernel(codes[:1000], ones[:1000], 2)
+    entry("opt").onepass.counts(codes[:1000], ones[:1000], [1, 2], bypass=False)
     fd, path = tempfile.mkstemp(suffix=".oracleGeneral.bin")
     os.close(fd)
     rows = []
@@ -136,14 +136,15 @@ def run_onepass_bench(requests: int = 2_000_000, objects: int = 100_000, points:
               f"{'lcs curve s':>12}{'vs replay':>10}{'vs lcs':>8}")
         for label, name, bypass in (("lru", "lru", True), ("mru", "mru", True),
                                     ("opt", "opt", True), ("belady", "opt", False)):
-            counts, onepass_s = _timed(onepass_counts, name, codes, ones, grid, bypass)
+            onepass = entry(name).onepass
+            counts, onepass_s = _timed(onepass.counts, codes, ones, grid, bypass)
             replay_s = None
             if bypass:
                 replayed, replay_s = _timed(hit_counts, name, codes, ones, grid, "replay",
                                             workers)
                 if not np.array_equal(replayed, counts):
                     raise AssertionError(f"{label}: one pass and replay differ")
-            hits = int(onepass_counts(name, codes, ones, [one], bypass)[0])
+            hits = int(onepass.counts(codes, ones, [one], bypass)[0])
             lcs_name = {"lru": "lru", "belady": "opt"}.get(label)
             lcs_s, measured = None, False
             if lcs_name:
@@ -177,11 +178,10 @@ def run_block_bench(path: str, fractions: tuple[float, ...] = (0.01, 0.10, 0.50)
     """Block mode on a Mooncake trace: each compiled GPU model (LRU: the ``ideal`` one pass)
     next to its class replay, hit tokens asserted equal."""
     from pipeline.blocks.models import GPU_MODELS
-    from pipeline.blocks.stream import block_stream
-    from pipeline.policies.blockmode import COMPILED, policy_gpu_model
+    from pipeline.policies.blockmode import policy_gpu_model
     from pipeline.workloads.mooncake import MOONCAKE_BLOCK_SIZE, read_mooncake
 
-    stream = block_stream(read_mooncake(path).blocks, MOONCAKE_BLOCK_SIZE)
+    stream = read_mooncake(path).block_stream()
     distinct = int(stream.codes.max()) + 1
     blocks = [int(f * distinct) for f in fractions]
     capacities = [b * MOONCAKE_BLOCK_SIZE for b in blocks]
@@ -189,11 +189,11 @@ def run_block_bench(path: str, fractions: tuple[float, ...] = (0.01, 0.10, 0.50)
           f"{distinct:,} distinct blocks; GPU capacities {blocks} blocks, {order}")
     print(f"{'model':8}{'compiled s':>12}{'classes s':>11}")
     rows = []
-    for name in COMPILED:
+    for name in names(policy=True, block_kernel=True):
         fast = GPU_MODELS[name]
         fast(stream, capacities[:1], order)                 # compile
         got, fast_s = _timed(fast, stream, capacities, order)
-        expected, slow_s = _timed(policy_gpu_model(name, POLICIES[name], compiled=False),
+        expected, slow_s = _timed(policy_gpu_model(name, POLICIES[name]),
                                   stream, capacities, order)
         if not np.array_equal(got, expected):
             raise AssertionError(f"{name}: compiled block model differs from the classes")

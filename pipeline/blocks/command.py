@@ -24,7 +24,7 @@ import polars as pl
 from pipeline.arguments import non_negative_int, pass_list, positive_int
 from pipeline.blocks.limits import check_block_size, check_document_blocks, model_capacities
 from pipeline.blocks.models import two_tier
-from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST, block_stream
+from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST
 from pipeline.engines.options import add_model_arguments, add_order_arguments, run_options
 from pipeline.config import LAB_DOCS, LAB_GPU, LAB_PASSES, LAB_TOKENS
 from pipeline.kvsize import add_kv_arguments, capacity, resolve_capacities
@@ -64,8 +64,7 @@ def run_blocks(gpu: int = LAB_GPU, docs: int = LAB_DOCS, tokens: int = LAB_TOKEN
                cpu_model: str = "ideal", gpu_options: dict | None = None,
                cpu_options: dict | None = None) -> dict:
     """Run the block-mode scenario and return ``{"passes": [...]}`` as the command prints."""
-    stream = block_stream(documents_workload(docs, tokens, passes, block_size).blocks,
-                          block_size)
+    stream = documents_workload(docs, tokens, passes, block_size).block_stream()
     output = (gpu_options or {}).get("output_tokens", 1)
     gpu, cpu = model_capacities(stream, [gpu, cpu], output)     # same answer, bounded work
     result = two_tier(stream, gpu, cpu, gpu_order, cpu_order, gpu_model, cpu_model,

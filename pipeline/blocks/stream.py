@@ -1,9 +1,14 @@
-"""A block frame (``pipeline.workloads.blocks.BLOCK_SCHEMA``) as the arrays the engines read.
+"""The block stream: the one derived form of a ``Workload`` in blocks, the arrays the
+block-mode models read.
 
-``block_stream(blocks, block_size)`` validates the frame once and returns a ``BlockStream``:
-per request its block range, its *cacheable* blocks (the leading run of full blocks: a block
-of exactly ``block_size`` tokens; a partial block and everything after it is never cached)
-and its prompt tokens; per block a dense key code. Every cache model reads this.
+``Workload.block_stream()`` builds it, through ``block_stream(blocks, block_size)`` (the
+workload's item frame, ``pipeline.workloads.blocks.BLOCK_SCHEMA``, and its block size; tests
+and benchmarks pass a bare frame), which validates the frame once and returns a
+``BlockStream``: per request its block range, its *cacheable* blocks (the leading run of full
+blocks: a block of exactly ``block_size`` tokens; a partial block and everything after it is
+never cached) and its prompt tokens; per block a dense key code. It is derived, not a second
+workload type: it holds no pass names, documents or timestamps (those stay in the
+workload's request frame).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ def check_order(order: str) -> str:
 
 @dataclass(frozen=True)
 class BlockStream:
-    """A validated block-level request stream (R requests, N blocks).
+    """A workload's validated block-level request stream (R requests, N blocks).
 
     ``starts`` (R + 1): request r's blocks are ``starts[r]:starts[r + 1]``;
     ``cacheable`` (R): its leading full blocks; ``prompt_tokens`` (R); ``request`` (R): the

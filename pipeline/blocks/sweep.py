@@ -36,7 +36,7 @@ from pipeline import grids
 from pipeline.blocks import onepass
 from pipeline.blocks.limits import model_capacities
 from pipeline.blocks.models import CPU_MODELS, GPU_MODELS
-from pipeline.blocks.stream import HEAD_FIRST, ORDERS, BlockStream, block_stream
+from pipeline.blocks.stream import HEAD_FIRST, ORDERS, BlockStream
 from pipeline.engines.options import MODEL_ORDERS
 from pipeline.sweeps import write_parquet_atomic
 from pipeline.tiers import served_beyond
@@ -95,8 +95,7 @@ def block_cliff_capacities(docs: int, tokens: int, block_size: int,
 def _stream(docs: int, tokens: int, passes: Sequence[str], block_size: int
             ) -> tuple[BlockStream, np.ndarray]:
     """The lab's documents as a block stream, and each request's pass index."""
-    stream = block_stream(documents_workload(docs, tokens, passes, block_size).blocks,
-                          block_size)
+    stream = documents_workload(docs, tokens, passes, block_size).block_stream()
     return stream, stream.request // max(docs, 1)
 
 

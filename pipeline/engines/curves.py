@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST, block_stream
+from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST
 from pipeline.config import LAB_DOCS, LAB_GPU, LAB_TOKENS
 from pipeline.registry import CPU_MODELS, GPU_MODELS
 from pipeline.tiers import served_beyond
@@ -23,8 +23,7 @@ CPU_CAPACITIES = tuple(range(40000, 56001, 64))
 
 
 def _stream(docs: int, tokens: int, block_size: int):
-    return block_stream(documents_workload(docs, tokens, ("fwd", "fwd"), block_size).blocks,
-                        block_size)
+    return documents_workload(docs, tokens, ("fwd", "fwd"), block_size).block_stream()
 
 
 def gpu_model_curves(capacities: list[int] | None = None, docs: int = LAB_DOCS,

@@ -59,6 +59,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="holdout seed (default %(default)s)")
     parser.add_argument("--ttft-only", action="store_true",
                         help="fit TTFT rows only (default: end times too)")
+    parser.add_argument("--machine-load", action="store_true",
+                        help="also fit how the machine's other work slows the engine: each "
+                             "run's step times x (1 + c x the 1-minute load average its "
+                             "sidecar recorded at the start), c fitted; the coefficients are "
+                             "then an idle machine's")
     parser.add_argument("--report", type=Path, metavar="DIR",
                         help="write requests.csv, residuals.csv, measured_vs_predicted.html")
     parser.add_argument("--kv-bytes-per-token", type=positive_int,
@@ -85,7 +90,8 @@ def _one(values: set, what: str) -> object:
     return next(iter(values))
 
 
-def _print_fit(fit, frame: pl.DataFrame, table: pl.DataFrame, holdout: dict | None) -> None:
+def _print_fit(fit, runs: list, train: list, frame: pl.DataFrame, table: pl.DataFrame,
+               holdout: dict | None) -> None:
     print(f"fit: {frame.height} measured requests in {frame['file'].n_unique()} file(s), "
           f"{fit.rows} rows, {fit.iterations} iteration(s)"
           + ("" if fit.converged else " (schedule not converged)"))
@@ -94,6 +100,13 @@ def _print_fit(fit, frame: pl.DataFrame, table: pl.DataFrame, holdout: dict | No
         value, se = fit.coefficients[name], fit.stderr[name]
         shown = "not identified" if name in fit.unidentified else f"{value:.6g}"
         print(f"  {name:<20} {shown:>12} {'' if not np.isfinite(se) else f'± {se:.3g}'}".rstrip())
+    if fit.machine_load:
+        loads = sorted({r.machine_load for r, fitted in zip(runs, train) if fitted.any()})
+        se = fit.per_load_stderr
+        print(f"  machine load: step times x (1 + {fit.per_load:.4g} x load average)"
+              + ("" if not np.isfinite(se) else f" ± {se:.3g}")
+              + f" (the fitted runs' 1-minute load averages, from their sidecars: "
+                f"{loads[0]:g} .. {loads[-1]:g}); the coefficients above are an idle machine's")
     if fit.unidentified or fit.clamped:
         print("what the data cannot identify:")
         for name, why in fit.unidentified.items():
@@ -121,35 +134,19 @@ def _print_fit(fit, frame: pl.DataFrame, table: pl.DataFrame, holdout: dict | No
 
 
 def chart(frame: pl.DataFrame, fmt: str = "html") -> bytes:
-    """Measured against predicted TTFT per request (``predictions``' frame), html or png."""
-    import altair as alt
-    data = frame.select("measured_ttft_ms", "predicted_ttft_ms", "prompt_tokens", "load",
-                        pl.when(pl.col("held_out")).then(pl.lit("held out"))
-                        .otherwise(pl.lit("fitted")).alias("set"))
-    both = pl.concat([data["measured_ttft_ms"], data["predicted_ttft_ms"]])
-    low, top = float(max(both.min(), 1e-3)), float(both.max())
-    scale = alt.Scale(type="log")
-    points = alt.Chart(data).mark_point().encode(
-        x=alt.X("measured_ttft_ms:Q", title="measured TTFT (ms)", scale=scale),
-        y=alt.Y("predicted_ttft_ms:Q", title="predicted TTFT (ms)", scale=scale),
-        color="load:N", shape="set:N", tooltip=["prompt_tokens", "load", "set"])
-    line = alt.Chart(pl.DataFrame({"x": [low, top], "y": [low, top]})).mark_line(
-        color="gray").encode(x=alt.X("x:Q", scale=scale), y=alt.Y("y:Q", scale=scale))
+    """Measured against predicted TTFT per request (``predictions``' frame), html or png
+    (``pipeline.charts.fitted_ttft``: the figures of ``run``'s report)."""
     import io
 
-    from pipeline.charts import Section, page_html
-    figure = (line + points).properties(title="measured vs predicted TTFT per request",
-                                        width=420, height=420)
+    from pipeline.charts import page_html
+    from pipeline.charts import fitted_ttft
     if fmt == "png":
         data = io.BytesIO()
-        figure.save(data, format="png")
+        fitted_ttft.scatter(frame).save(data, format="png")
         return data.getvalue()
-    held = frame.filter(pl.col("held_out"))
-    caption = (f"{frame.height} requests; points on the grey line are predicted exactly"
-               + (f"; {held.height} held out (squares)" if held.height else ""))
     return page_html("fit: measured vs predicted TTFT", "Every measured request against the "
                      "fitted step-time model's simulated TTFT (log scales).",
-                     [("Per request", "", [Section("ttft", figure, caption)])]).encode("utf-8")
+                     [("Per request", "", fitted_ttft.page_sections(frame))]).encode("utf-8")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -163,10 +160,11 @@ def main(args: argparse.Namespace) -> int:
     held = holdout_masks(runs, args.holdout or 0.0, args.holdout_by, args.seed)
     train = [~h for h in held]
     try:
-        fit = fit_runs(runs, engines, train, use_e2e=not args.ttft_only, held=held)
+        fit = fit_runs(runs, engines, train, use_e2e=not args.ttft_only, held=held,
+                       machine_load=args.machine_load)
     except FitError as exc:
         raise CLIError(f"fit: {exc}") from None
-    frame = predictions(runs, engines, fit.vector(), held)
+    frame = predictions(runs, engines, fit.vector(), held, fit.per_load)
     table = residuals(frame)
     holdout = None
     if args.holdout:
@@ -189,14 +187,16 @@ def main(args: argparse.Namespace) -> int:
         sources=sorted({str(p) for p in args.files}),
         holdout=holdout or {}, engine_model=engines[0].__dict__,
         schedule_source=simulate_run(runs[0], engines[0], fit.vector()).source,
-        residuals=table.to_dicts(), requests=fitted_rows.height)
+        residuals=table.to_dicts(), requests=fitted_rows.height,
+        machine_loads=sorted({r.machine_load for r, t in zip(runs, train) if t.any()
+                              and r.machine_load is not None}))
     outputs = Outputs()
     outputs.add(args.output, json_bytes(document), "--output")
     if args.report:
         outputs.add(args.report / "requests.csv", frame.write_csv().encode(), "--report")
         outputs.add(args.report / "residuals.csv", table.write_csv().encode(), "--report")
         outputs.add(args.report / "measured_vs_predicted.html", chart(frame), "--report")
-    _print_fit(fit, frame, table, holdout)
+    _print_fit(fit, runs, train, frame, table, holdout)
     outputs.commit()
     print(f"fit: wrote {args.output}" + (f" and {args.report}/" if args.report else ""),
           file=sys.stderr)

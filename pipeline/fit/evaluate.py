@@ -11,11 +11,14 @@ of the distinct prompt lengths, or of the runs (load levels).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import polars as pl
 
 from pipeline.fit.inputs import Run
-from pipeline.fit.schedule import EngineModel, simulate_run
+from pipeline.fit.schedule import EngineModel, Schedule, simulate_run
+from pipeline.fit.solve import load_scale
 
 __all__ = ["HOLDOUT_BY", "band", "error_summary", "holdout_masks", "predictions", "residuals"]
 
@@ -48,11 +51,14 @@ def holdout_masks(runs: list[Run], fraction: float, by: str, seed: int) -> list[
 
 
 def predictions(runs: list[Run], engines: list[EngineModel], coefficients: np.ndarray,
-                held: list[np.ndarray]) -> pl.DataFrame:
-    """One row per measured request (see the module docstring)."""
+                held: list[np.ndarray], per_load: float = 0.0,
+                source: Callable[..., Schedule] = simulate_run) -> pl.DataFrame:
+    """One row per measured request (see the module docstring); ``per_load``: each run's
+    coefficients scaled by ``1 + per_load x`` its load average (``fit --machine-load``);
+    ``source``: the schedule (``simulate_run``, the engine simulation, unless told)."""
     frames = []
     for run, engine, out in zip(runs, engines, held):
-        schedule = simulate_run(run, engine, coefficients)
+        schedule = source(run, engine, coefficients * load_scale(run, per_load))
         frames.append(pl.DataFrame({
             "file": run.file, "load": run.label, "line": run.lines,
             "arrival_ms": run.arrival_ms, "prompt_tokens": run.prompt_tokens,

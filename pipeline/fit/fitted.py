@@ -6,8 +6,9 @@ step, per prefilled token, per attended context token, per decode sequence, per 
 token, and ``attention_pair_ms`` per query-key pair: see ENGINE-SPEC's Changes), ``unidentified`` (names) with ``unidentified_why``, ``held_at_zero`` (coefficients whose
 least-squares value came out negative), ``prompt_tokens_range`` (the
 fitted requests' prompt lengths: the range the figures are backed on), ``source`` (files),
-``holdout``, plus ``engine_model`` (the scheduler settings simulated), ``provenance`` and the
-fit's residuals. ``check_fitted`` validates a document as a reader would.
+``holdout``, plus ``engine_model`` (the scheduler settings simulated), ``provenance``, the
+fit's residuals and, with ``fit --machine-load``, ``machine_load`` (the step-time scale per
+unit of load average; the coefficients are then an idle machine's). ``check_fitted`` validates a document as a reader would.
 """
 
 from __future__ import annotations
@@ -29,8 +30,16 @@ def _number(value: float) -> float | None:
 def fitted_document(fit: Fit, *, engine: str, served_model: str | None,
                     kv_bytes_per_token: int | None, prompt_range: tuple[int, int],
                     sources: list[str], holdout: dict, engine_model: dict, schedule_source: str,
-                    residuals: list[dict], requests: int) -> dict:
+                    residuals: list[dict], requests: int,
+                    machine_loads: list[float] = ()) -> dict:
     """The fitted JSON (see the module docstring)."""
+    extra = {} if not fit.machine_load else {"machine_load": {
+        "per_load_average": _number(fit.per_load), "stderr": _number(fit.per_load_stderr),
+        "covariate": "the machine's 1-minute load average when each run started (its "
+                     "sidecar's sessions[].load_average[0])",
+        "fitted_loads": [float(v) for v in machine_loads],
+        "meaning": "step times = (1 + per_load_average x load average) x the linear model of "
+                   "coefficients: the coefficients are an idle machine's (load 0)"}}
     return {
         "kind": KIND, "version": VERSION, "engine": engine, "served_model": served_model,
         "kv_bytes_per_token": kv_bytes_per_token,
@@ -45,10 +54,13 @@ def fitted_document(fit: Fit, *, engine: str, served_model: str | None,
         "provenance": (f"fitted: weighted least squares (relative errors) of {requests} "
                        f"measured requests' TTFT and end times on their simulated schedule "
                        f"({schedule_source}), {fit.iterations} iteration(s)"
-                       + ("" if fit.converged else ", not converged")),
+                       + ("" if fit.converged else ", not converged")
+                       + ("" if not fit.machine_load else
+                          f"; step times scaled by 1 + {fit.per_load:.3g} x each run's load "
+                          f"average (coefficients at load 0)")),
         "fit": {"rows": fit.rows, "iterations": fit.iterations, "converged": fit.converged,
                 "notes": fit.notes},
-        "residuals": residuals,
+        "residuals": residuals, **extra,
     }
 
 

@@ -8,6 +8,8 @@ its arrival (``send_s``, milliseconds from the run's first send), measured TTFT 
 prompt tokens as the engine counts them (the server's ``prompt_tokens`` when reported, else
 ``input_tokens``, or ``doc_tokens``, plus a beginning-of-sequence token for text prompts), tokens to generate, its
 prefix structure (``prefix_ids``) and the cached tokens the server reported, if any.
+The run also keeps the machine's 1-minute load average when its session started (the
+sidecar's ``sessions``), the covariate of ``fit --machine-load``.
 Failure lines (``error``) are skipped and counted. Every problem is one ``CLIError`` naming
 ``file:line``.
 """
@@ -48,6 +50,9 @@ class Run:
     sidecar: dict = field(default_factory=dict)
     #: a closed loop's requests in flight (None: open loop at the measured send times)
     concurrency: int | None = None
+    #: the machine's 1-minute load average when the run's session started (the sidecar's
+    #: ``sessions[session].load_average[0]``; None when not recorded)
+    machine_load: float | None = None
 
     @property
     def n(self) -> int:
@@ -146,7 +151,8 @@ def load_runs(paths: list[Path]) -> list[Run]:
                 max_tokens=np.array([r["max_tokens"] for _, r in rows], dtype=np.int64),
                 prompts=prompts,
                 cached_tokens=np.array([_cached(r) for _, r in rows], dtype=np.int64),
-                failures=failures, sidecar=sidecar, concurrency=_closed(sidecar)))
+                failures=failures, sidecar=sidecar, concurrency=_closed(sidecar),
+                machine_load=_machine_load(sidecar, session)))
     return runs
 
 
@@ -156,6 +162,20 @@ def _cached(record: dict) -> int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     return -1
+
+
+def _machine_load(sidecar: dict, session: object) -> float | None:
+    """The 1-minute load average the sidecar recorded when ``session`` started."""
+    sessions = sidecar.get("sessions") or []
+    if not isinstance(session, int) or not 0 <= session < len(sessions):
+        return None
+    load = (sessions[session] or {}).get("load_average") if isinstance(sessions[session],
+                                                                      dict) else None
+    if not isinstance(load, list) or not load:
+        return None
+    value = load[0]
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and value >= 0 else None
 
 
 def _closed(sidecar: dict) -> int | None:

@@ -12,7 +12,8 @@ tokens, the chunks attend ``k h + chunk k (k - 1) / 2 + m`` context tokens in al
 
 (the query-key pairs of the new tokens do not depend on the chunking)
 with the fitted coefficients in ms (``expression`` is this as a polars expression on plan's
-token columns). ``fitted_problem`` says why a fitted file cannot back a workload's TTFT: a
+token columns). A ``fit --machine-load`` file's coefficients are an idle machine's; ``describe`` says so.
+``fitted_problem`` says why a fitted file cannot back a workload's TTFT: a
 different served model, a different KV size per token, or prompts outside the fitted
 ``prompt_tokens_range``.
 """
@@ -42,6 +43,9 @@ class StepTimeTTFT:
     prompt_tokens_range: tuple[int, int]
     config: str = "fitted step time"
     method: str = "step time"
+    #: ``machine_load.per_load_average`` of a ``fit --machine-load`` file (0: none): the
+    #: coefficients are then an idle machine's
+    per_load: float = 0.0
 
     def expression(self) -> pl.Expr:
         """Predicted TTFT (ms) from gpu_tokens, cpu_tokens, miss_tokens."""
@@ -71,8 +75,10 @@ class StepTimeTTFT:
 
     def describe(self) -> str:
         lo, hi = self.prompt_tokens_range
+        idle = (f", an idle machine's step times: x (1 + {self.per_load:.3g} x load average) "
+                f"on a loaded one" if self.per_load else "")
         return (f"fitted step time ({self.source}: {self.served_model}, prompts {lo}..{hi} "
-                f"tokens, one request at a time)")
+                f"tokens, one request at a time{idle})")
 
 
 def load_step_time_ttft(path: str | Path) -> StepTimeTTFT:
@@ -89,9 +95,13 @@ def load_step_time_ttft(path: str | Path) -> StepTimeTTFT:
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
         raise ValueError(f"{path}: engine_model.max_num_batched_tokens must be an integer >= 1")
     lo, hi = document["prompt_tokens_range"]
+    per_load = (document.get("machine_load") or {}).get("per_load_average") or 0.0
+    if isinstance(per_load, bool) or not isinstance(per_load, (int, float)) or per_load < 0:
+        raise ValueError(f"{path}: machine_load.per_load_average must be a number >= 0")
     return StepTimeTTFT({k: float(v) for k, v in document["coefficients"].items()}, chunk,
                         path.name, document.get("served_model"),
-                        document.get("kv_bytes_per_token"), (lo, hi))
+                        document.get("kv_bytes_per_token"), (lo, hi),
+                        per_load=float(per_load))
 
 
 def fitted_problem(model: StepTimeTTFT, served_model: str | None,

@@ -12,6 +12,14 @@ and repeats until the schedule's busy periods no longer change; coefficients tha
 negative are set to 0 and the rest refitted. Standard errors are the usual
 ``sigma^2 (X'WX)^-1`` of the final solve.
 
+With ``machine_load=True`` every run's step times are also scaled by ``1 + per_load x L``,
+``L`` the machine's 1-minute load average when the run started (its sidecar's; the
+machine's other work slowing the engine down): on fixed rows the model is then bilinear,
+``y = (1 + per_load L) rows @ coefficients``: for each ``per_load`` the coefficients are
+the weighted least squares of the scaled rows, and ``per_load >= 0`` is the value whose
+solution has the smallest weighted error (a one-dimensional search). The coefficients are
+then those of an idle machine (``L = 0``). ``per_load`` needs runs at two or more loads.
+
 What the data cannot identify (``identifiability``): a coefficient whose feature is zero in
 every row (no reload from a CPU tier, say), and coefficients tied together by a null-space
 direction of the design (they could trade against each other without changing any
@@ -29,7 +37,7 @@ from pipeline.fit.inputs import Run
 from pipeline.fit.schedule import FEATURES, EngineModel, Schedule, simulate_run
 from pipeline.ttft_model import identifiable
 
-__all__ = ["Fit", "FitError", "design_rows", "fit_runs", "identifiability"]
+__all__ = ["Fit", "FitError", "design_rows", "fit_runs", "identifiability", "load_scale"]
 
 MAX_ITERATIONS = 30
 
@@ -50,9 +58,22 @@ class Fit:
     rows: int
     clamped: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: step-time scale per unit of load average (``machine_load``; 0 without it)
+    per_load: float = 0.0
+    per_load_stderr: float = math.nan
+    machine_load: bool = False
 
     def vector(self) -> np.ndarray:
         return np.array([self.coefficients[name] for name in FEATURES])
+
+    def run_vector(self, run: Run) -> np.ndarray:
+        """The coefficients of ``run``: ``vector()`` scaled by its machine load."""
+        return self.vector() * load_scale(run, self.per_load)
+
+
+def load_scale(run: Run, per_load: float) -> float:
+    """``1 + per_load x`` the run's load average (1 when it has none or per_load is 0)."""
+    return 1.0 + per_load * (run.machine_load or 0.0) if per_load else 1.0
 
 
 def design_rows(schedule: Schedule, step_of: np.ndarray
@@ -88,8 +109,9 @@ def _overlaps_held(schedule: Schedule, begin: np.ndarray, step_of: np.ndarray,
 
 def _system(runs: list[Run], schedules: list[Schedule], masks: list[np.ndarray],
             use_e2e: bool, held: list[np.ndarray] | None = None
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    xs, ys, ws = [], [], []
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(rows, targets, weights, each row's run load average, 0 where none)."""
+    xs, ys, ws, ls = [], [], [], []
     held = held or [np.zeros(r.n, dtype=bool) for r in runs]
     for run, schedule, mask, out in zip(runs, schedules, masks, held):
         targets = [(schedule.first_token_step, run.ttft_ms)]
@@ -101,7 +123,8 @@ def _system(runs: list[Run], schedules: list[Schedule], masks: list[np.ndarray],
             xs.append(rows[keep])
             ys.append(measured[keep] - offset[keep])
             ws.append(1.0 / measured[keep])
-    return np.vstack(xs), np.concatenate(ys), np.concatenate(ws)
+            ls.append(np.full(int(keep.sum()), run.machine_load or 0.0))
+    return np.vstack(xs), np.concatenate(ys), np.concatenate(ws), np.concatenate(ls)
 
 
 def identifiability(x: np.ndarray) -> dict[str, str]:
@@ -170,6 +193,52 @@ def _solve(x: np.ndarray, y: np.ndarray, w: np.ndarray, active: list[int]
         return coef, se, clamped
 
 
+def _solve_loaded(x: np.ndarray, y: np.ndarray, w: np.ndarray, loads: np.ndarray,
+                  active: list[int]) -> tuple[np.ndarray, np.ndarray, list[int], float, float]:
+    """``_solve`` with the rows scaled by ``1 + per_load x load``, ``per_load >= 0`` chosen
+    to minimise the weighted squared error (the coefficients solved again for each value: a
+    grid, then golden-section search around its best point). Returns (coefficients, standard
+    errors, clamped columns, per_load, its standard error)."""
+    def loss(per_load: float) -> float:
+        scale = 1.0 + per_load * loads
+        coef, _, _ = _solve(x * scale[:, None], y, w, active)
+        residual = w * (y - scale * (x @ coef))
+        return float(residual @ residual)
+
+    grid = np.concatenate([[0.0], np.geomspace(1e-4, 10.0, 41)])
+    losses = [loss(value) for value in grid]
+    best = int(np.argmin(losses))
+    low, high = grid[max(best - 1, 0)], grid[min(best + 1, grid.size - 1)]
+    ratio = (math.sqrt(5.0) - 1.0) / 2.0
+    a, b = high - ratio * (high - low), low + ratio * (high - low)
+    loss_a, loss_b = loss(a), loss(b)
+    for _ in range(120):
+        if high - low <= 1e-12 * max(1.0, high):
+            break
+        if loss_a <= loss_b:
+            high, b, loss_b = b, a, loss_a
+            a = high - ratio * (high - low)
+            loss_a = loss(a)
+        else:
+            low, a, loss_a = a, b, loss_b
+            b = low + ratio * (high - low)
+            loss_b = loss(b)
+    per_load = min((grid[best], losses[best]), (a, loss_a), (b, loss_b), key=lambda t: t[1])[0]
+    scale = 1.0 + per_load * loads
+    coef, se, clamped = _solve(x * scale[:, None], y, w, active)
+    p = x @ coef
+    kept = [c for c in active if c not in clamped]
+    jacobian = np.column_stack([(x * scale[:, None])[:, kept], loads * p]) * w[:, None]
+    residual = w * (y - scale * p)
+    n, k = jacobian.shape
+    per_load_se = math.nan
+    if n > k:
+        sigma2 = float(residual @ residual) / (n - k)
+        cov = sigma2 * np.linalg.pinv(jacobian.T @ jacobian)
+        per_load_se = float(np.sqrt(max(cov[-1, -1], 0.0)))
+    return coef, se, clamped, float(per_load), per_load_se
+
+
 def _initial(runs: list[Run], masks: list[np.ndarray]) -> np.ndarray:
     """A start: every millisecond of the median TTFT spent on prefilled tokens."""
     ratios = np.concatenate([(r.ttft_ms / r.prompt_tokens)[m] for r, m in zip(runs, masks)])
@@ -203,7 +272,8 @@ def _loss(runs: list[Run], schedules: list[Schedule], masks: list[np.ndarray],
 
 
 def fit_runs(runs: list[Run], engine_of: list[EngineModel], masks: list[np.ndarray],
-             use_e2e: bool = True, held: list[np.ndarray] | None = None) -> Fit:
+             use_e2e: bool = True, held: list[np.ndarray] | None = None,
+             machine_load: bool = False) -> Fit:
     """Fit the coefficients on the requests selected by ``masks`` (one per run).
 
     ``held``: held-out requests; a row whose waiting includes one of their steps is left
@@ -211,17 +281,30 @@ def fit_runs(runs: list[Run], engine_of: list[EngineModel], masks: list[np.ndarr
     simulates with the last solution; when the schedule repeats one seen before (a fixed
     point, or a cycle between schedules) the iteration stops, and the solution whose
     simulation has the smallest relative error on the fitted requests is kept.
+    ``machine_load``: fit the load-average scale too (see the module docstring).
     """
     if sum(int(m.sum()) for m in masks) < 2:
         raise FitError("fewer than 2 measured requests to fit on")
+    notes: list[str] = []
+    if machine_load:
+        missing = [r for r in runs if r.machine_load is None]
+        if missing:
+            raise FitError(f"{missing[0].file}: its sidecar records no load average for run "
+                           f"{missing[0].label!r} (--machine-load needs one per run)")
+        if len({r.machine_load for r, m in zip(runs, masks) if m.any()}) < 2:
+            machine_load = False
+            notes.append("machine load: every fitted run was measured at the same load "
+                         "average, so its effect cannot be identified: not fitted")
+    per_load, per_load_se = 0.0, math.nan
     coef = _initial(runs, masks)
     seen: list[tuple] = []
-    best: tuple | None = None                  # (loss, coef, se, unidentified, clamped)
+    best: tuple | None = None       # (loss, coef, se, unidentified, clamped, rows, per_load, se)
     pending: tuple | None = None
     converged, cycled = False, 0
     iteration = 0
     for iteration in range(1, MAX_ITERATIONS + 1):
-        schedules = [simulate_run(r, e, coef) for r, e in zip(runs, engine_of)]
+        schedules = [simulate_run(r, e, coef * load_scale(r, per_load))
+                     for r, e in zip(runs, engine_of)]
         if pending is not None:                # score the last solution on its own schedule
             loss = _loss(runs, schedules, masks, use_e2e)
             if best is None or loss < best[0]:
@@ -232,7 +315,7 @@ def fit_runs(runs: list[Run], engine_of: list[EngineModel], masks: list[np.ndarr
             converged = cycled == 1
             break
         seen.append(structure)
-        x, y, w = _system(runs, schedules, masks, use_e2e, held)
+        x, y, w, loads = _system(runs, schedules, masks, use_e2e, held)
         if x.shape[0] < 2:
             raise FitError(f"{x.shape[0]} row(s) left to fit on (held-out requests delay the "
                            f"others): hold out less")
@@ -240,15 +323,21 @@ def fit_runs(runs: list[Run], engine_of: list[EngineModel], masks: list[np.ndarr
         active = [j for j, name in enumerate(FEATURES) if name not in unidentified]
         if not active:
             raise FitError("no coefficient is identifiable from these requests")
-        coef, se, clamped_columns = _solve(x, y, w, active)
-        pending = (coef, se, unidentified, [FEATURES[j] for j in clamped_columns], x.shape[0])
+        if machine_load:
+            coef, se, clamped_columns, per_load, per_load_se = _solve_loaded(
+                x, y, w, loads, active)
+        else:
+            coef, se, clamped_columns = _solve(x, y, w, active)
+        pending = (coef, se, unidentified, [FEATURES[j] for j in clamped_columns], x.shape[0],
+                   per_load, per_load_se)
     else:
-        schedules = [simulate_run(r, e, coef) for r, e in zip(runs, engine_of)]
+        schedules = [simulate_run(r, e, coef * load_scale(r, per_load))
+                     for r, e in zip(runs, engine_of)]
         loss = _loss(runs, schedules, masks, use_e2e)
         if best is None or loss < best[0]:
             best = (loss, *pending)
-    _, coef, se, unidentified, clamped, rows = best
-    notes = [f"{name}: least squares gives it a negative value, so it is held at 0 and the "
+    _, coef, se, unidentified, clamped, rows, per_load, per_load_se = best
+    notes += [f"{name}: least squares gives it a negative value, so it is held at 0 and the "
              f"others refitted" for name in clamped]
     if not converged:
         notes.append(f"the simulated schedule alternates between {cycled} schedules (queueing "
@@ -257,4 +346,5 @@ def fit_runs(runs: list[Run], engine_of: list[EngineModel], masks: list[np.ndarr
                      f"the schedule still changed after {MAX_ITERATIONS} iterations: the "
                      f"solution with the smallest error is kept")
     return Fit(dict(zip(FEATURES, coef.tolist())), dict(zip(FEATURES, se.tolist())),
-               unidentified, iteration, converged, int(rows), clamped, notes)
+               unidentified, iteration, converged, int(rows), clamped, notes, per_load,
+               per_load_se, machine_load)

@@ -10,12 +10,13 @@ hits, so it is exact as a replay (a reference for prefix hits, not a bound). The
 model equals the block model's ``ideal`` engine (tests/test_policies_blocks.py).
 
 The registry (``pipeline.registry``) makes each policy's models with ``policy_gpu_model`` /
-``policy_cpu_model``; ``lru``'s are the block engine's one-pass ``ideal`` model
-(``pipeline/blocks/onepass.py``), which the tests prove equal to the class replay here; a
-policy without a kernel here (one registered from outside) replays its class. ``place`` is a
+``policy_cpu_model`` from the block kernel its entry declares (``block_kernel``); ``lru``'s
+are the block engine's one-pass ``ideal`` model (``pipeline/blocks/onepass.py``), which the
+tests prove equal to the class replay here; a policy without a block kernel (one registered
+from outside) replays its class. ``place`` is a
 request-level step (look up the whole prefix, read every block, then evict with the
 request's own blocks set aside and put back), not the per-access rule of the replay
-kernels, so FIFO, MRU, LFU, CLOCK, SIEVE and OPT have request-level kernels
+kernels, so LRU, FIFO, MRU, LFU, CLOCK, SIEVE and OPT have request-level kernels
 (``kernels/blocks.py``, proven equal to the classes); S3-FIFO and ARC replay the classes
 per capacity.
 """
@@ -28,10 +29,7 @@ import numpy as np
 
 from pipeline.blocks.stream import TAIL_FIRST, BlockStream, capacity_blocks, check_order
 
-__all__ = ["COMPILED", "policy_gpu_model", "policy_cpu_model"]
-
-#: policies whose block mode runs compiled (``kernels/blocks.py``)
-COMPILED = ("lru", "fifo", "mru", "lfu", "clock", "sieve", "opt")
+__all__ = ["policy_gpu_model", "policy_cpu_model"]
 
 
 def _requests(stream: BlockStream) -> list[list[int]]:
@@ -64,13 +62,9 @@ def _ranges(lo: np.ndarray, lengths: np.ndarray, step: int = 1) -> np.ndarray:
     return np.repeat(lo, lengths) + step * within, offsets
 
 
-def _compiled(name: str, stream: BlockStream, starts: np.ndarray, blocks: np.ndarray,
+def _compiled(kernel: Callable, stream: BlockStream, starts: np.ndarray, blocks: np.ndarray,
               order: str) -> list[np.ndarray]:
-    """Prefix hits per capacity by the kernels of ``kernels/blocks.py``."""
-    from pipeline.policies.kernels import next_use_codes
-    from pipeline.policies.kernels.blocks import (QUEUE_MODES, place_lfu, place_opt,
-                                                 place_queue, place_ring)
-
+    """Prefix hits per capacity by a block kernel of ``kernels/blocks.py``."""
     codes = np.ascontiguousarray(stream.codes, dtype=np.int64)
     first = np.asarray(stream.starts[:-1], np.int64)
     lengths = np.asarray(stream.cacheable, np.int64)
@@ -82,56 +76,41 @@ def _compiled(name: str, stream: BlockStream, starts: np.ndarray, blocks: np.nda
         index, t_off = _ranges(first + starts, lengths - starts)
     touches = codes[index]
     k = int(codes.max()) + 1 if codes.size else 1
-    rows = []
-    for capacity in blocks.tolist():
-        if name == "opt":
-            placed = np.repeat(np.diff(t_off) <= capacity, np.diff(t_off))
-            future = touches[placed]
-            next_use = next_use_codes(future) if future.size else np.zeros(1, np.int64)
-            rows.append(place_opt(touches, t_off, lookup, l_off, capacity, k, next_use))
-        elif name == "lfu":
-            rows.append(place_lfu(touches, t_off, lookup, l_off, capacity, k))
-        elif name in ("clock", "sieve"):
-            rows.append(place_ring(touches, t_off, lookup, l_off, capacity, k,
-                                   name == "sieve"))
-        else:
-            rows.append(place_queue(touches, t_off, lookup, l_off, capacity, k,
-                                    QUEUE_MODES[name]))
-    return rows
+    return [kernel(touches, t_off, lookup, l_off, capacity, k) for capacity in blocks.tolist()]
 
 
-def _model_rows(name: str, cls: type, stream: BlockStream, starts: np.ndarray,
-                blocks: np.ndarray, order: str, compiled: bool) -> np.ndarray:
-    if compiled and name in COMPILED:
-        rows = _compiled(name, stream, starts, blocks, order)
+def _model_rows(cls: type, kernel: Callable | None, stream: BlockStream, starts: np.ndarray,
+                blocks: np.ndarray, order: str) -> np.ndarray:
+    if kernel is not None:
+        rows = _compiled(kernel, stream, starts, blocks, order)
     else:
         requests = _requests(stream)
         rows = [_replay(cls, requests, starts.tolist(), int(c), order) for c in blocks]
     return np.array(rows, np.int64).reshape(blocks.size, stream.requests) * stream.block_size
 
 
-def policy_gpu_model(name: str, cls: type, compiled: bool = True) -> Callable:
+def policy_gpu_model(name: str, cls: type, kernel: Callable | None = None) -> Callable:
     """GPU model of policy ``name`` (tier class ``cls``): prefix hit tokens per (capacity,
-    request); compiled where ``COMPILED`` has a kernel for ``name``, else (or with
-    ``compiled`` False: the reference) the class replay."""
+    request); compiled by its block ``kernel`` (``kernels/blocks.py``) when given, else the
+    class replay (the reference)."""
     def gpu_model(stream: BlockStream, capacities: object, order: str) -> np.ndarray:
         check_order(order)
         blocks = capacity_blocks(capacities, stream.block_size)
         starts = np.zeros(stream.requests, np.int64)
-        return _model_rows(name, cls, stream, starts, blocks, order, compiled)
+        return _model_rows(cls, kernel, stream, starts, blocks, order)
     gpu_model.__doc__ = f"{name} as a block-mode GPU model (pipeline.policies.blockmode)."
     return gpu_model
 
 
-def policy_cpu_model(name: str, cls: type, compiled: bool = True) -> Callable:
+def policy_cpu_model(name: str, cls: type, kernel: Callable | None = None) -> Callable:
     """CPU model of policy ``name``: CPU prefix hit tokens (from block 0) per (capacity,
-    request), placing blocks g.. of each request; ``compiled`` as in the GPU model."""
+    request), placing blocks g.. of each request; ``kernel`` as in the GPU model."""
     def cpu_model(stream: BlockStream, gpu_hit_tokens: np.ndarray, capacities: object,
                   order: str) -> np.ndarray:
         check_order(order)
         blocks = capacity_blocks(capacities, stream.block_size)
         starts = np.minimum(np.asarray(gpu_hit_tokens, np.int64) // stream.block_size,
                             np.asarray(stream.cacheable, np.int64))
-        return _model_rows(name, cls, stream, starts, blocks, order, compiled)
+        return _model_rows(cls, kernel, stream, starts, blocks, order)
     cpu_model.__doc__ = f"{name} as a block-mode CPU model (pipeline.policies.blockmode)."
     return cpu_model

@@ -25,8 +25,11 @@ from pipeline.limits import MAX_EVENTS, check_count
 from pipeline.kvsize import Capacity, add_kv_arguments, capacities, capacity, \
     resolve_capacities, size_lines
 from pipeline.policies import POLICIES
-from pipeline.policies.replay import METHODS, ONEPASS, encode, hit_matrix, tiered_codes
-from pipeline.policies.traces import lab_objects, mooncake_objects
+from pipeline.policies.replay import METHODS, encode, hit_matrix, onepass_policies, \
+    tiered_codes
+from pipeline.workloads.documents import documents_workload
+from pipeline.workloads.jsonl import TraceError
+from pipeline.workloads.mooncake import read_mooncake
 from pipeline.staging import Outputs, parquet_bytes
 
 HELP = "hit ratio per cache policy (LRU ... ARC, OPT) per capacity: lab or Mooncake trace"
@@ -101,11 +104,16 @@ def _workload(args) -> tuple[str, np.ndarray, np.ndarray, np.ndarray | None]:
     if args.trace is not None:
         if not args.trace.is_file():
             raise CLIError(f"--trace {args.trace}: no such file")
-        keys, sizes = mooncake_objects(args.trace, unit=args.sizes == "unit")
+        try:
+            trace = read_mooncake(args.trace)
+        except (OSError, ValueError) as exc:
+            raise CLIError(f"--trace {exc}" if isinstance(exc, TraceError)
+                           else f"--trace {args.trace}: {exc}") from None
+        keys, sizes = trace.items(unit=args.sizes == "unit")
         return f"{args.trace.name} ({args.sizes})", keys, sizes, None
     if args.docs == 0:
         raise CLIError("--docs 0: the lab needs at least one document")
-    keys, sizes = lab_objects(args.docs, args.tokens, args.passes)
+    keys, sizes = documents_workload(args.docs, args.tokens, args.passes, None).items()
     passes = np.repeat(np.arange(len(args.passes)), args.docs)
     return f"lab ({args.docs} docs x {args.tokens}, {','.join(args.passes)})", keys, sizes, passes
 
@@ -170,10 +178,11 @@ def simulate(args, events: bool = True) -> tuple[str, pl.DataFrame, pl.DataFrame
     Capacities given as sizes are converted here (``args.sizes_given`` says how)."""
     args.sizes_given = _resolve_sizes(args)
     if args.method == "onepass":
+        exact = onepass_policies()
         bad = [name for name in [*args.gpu_policy, *([args.cpu_policy] if args.cpu else [])]
-               if name not in ONEPASS]
+               if name not in exact]
         if bad:
-            raise CLIError(f"--method onepass: exact only for {', '.join(ONEPASS)}, not "
+            raise CLIError(f"--method onepass: exact only for {', '.join(exact)}, not "
                            f"{bad[0]} (use --method auto or replay)")
     policies = len(args.gpu_policy)
     if args.trace is None:             # the lab: its size is known before it is built

@@ -13,8 +13,9 @@ import polars as pl
 from pipeline import grids
 from pipeline.config import LAB_DOCS, LAB_PASSES, LAB_TOKENS
 from pipeline.policies.replay import encode, hit_counts
-from pipeline.policies.traces import lab_objects, mooncake_objects
 from pipeline.registry import POLICIES
+from pipeline.workloads.documents import documents_workload
+from pipeline.workloads.mooncake import read_mooncake
 
 __all__ = ["policy_curves", "lab_curves", "trace_curves"]
 
@@ -35,7 +36,7 @@ def policy_curves(keys: np.ndarray, sizes: np.ndarray, capacities: Sequence[int]
 def lab_curves(docs: int = LAB_DOCS, tokens: int = LAB_TOKENS,
                passes: Sequence[str] = LAB_PASSES, points: int = 121) -> pl.DataFrame:
     """The lab's document mode, capacities 0..1.2 x the working set (the cliff included)."""
-    keys, sizes = lab_objects(docs, tokens, list(passes))
+    keys, sizes = documents_workload(docs, tokens, passes, None).items()
     working = docs * tokens
     grid = np.unique(np.r_[grids.even(1.2 * working, points), working - 1, working])
     return policy_curves(keys, sizes, grid)
@@ -43,6 +44,6 @@ def lab_curves(docs: int = LAB_DOCS, tokens: int = LAB_TOKENS,
 
 def trace_curves(path: str | Path, points: int = 40) -> pl.DataFrame:
     """A Mooncake trace at object level (unit blocks), 1 %..100 % of its distinct blocks."""
-    keys, sizes = mooncake_objects(path, unit=True)
+    keys, sizes = read_mooncake(path).items(unit=True)
     distinct = int(np.unique(keys).size)
     return policy_curves(keys, sizes, grids.log_spaced(max(1, distinct // 100), distinct, points))

@@ -1,7 +1,7 @@
 """Every capacity from one pass, for the registry's stack algorithms: LRU (one fixed size per
 key, ``pipeline/stackdist.py``), MRU and OPT with bypass (one size for every access,
-``kernels/stack.py``). Exact per access: tests/test_policies_onepass.py proves each equal to
-the per-capacity replay.
+``kernels/stack.py``); each is a ``OnePass`` its registry entry declares. Exact per access:
+tests/test_policies_onepass.py proves each equal to the per-capacity replay.
 
 LFU is not here: libCacheSim's LFU (the family's) forgets a count on eviction, so a smaller
 cache's counts differ from a larger one's and the inclusion property fails (the test file
@@ -11,15 +11,13 @@ algorithms (a large item can keep two small ones out of a larger cache)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ONEPASS", "applies", "onepass_hits", "onepass_counts", "slots", "distances"]
-
-#: policies with an exact one-pass engine, and the size rule it needs
-ONEPASS = {"lru": "one fixed size per key", "mru": "one size for every access",
-           "opt": "one size for every access"}
+__all__ = ["OnePass", "LRU_PASS", "MRU_PASS", "OPT_PASS", "slots", "mru_distances_of",
+           "opt_distances_of"]
 
 
 def _fixed_sizes(codes: np.ndarray, sizes: np.ndarray) -> bool:
@@ -31,13 +29,9 @@ def _fixed_sizes(codes: np.ndarray, sizes: np.ndarray) -> bool:
     return bool((first[codes] == sizes).all())
 
 
-def applies(name: str, codes: np.ndarray, sizes: np.ndarray) -> bool:
-    """True when the one-pass engine of ``name`` is exact on this trace."""
-    if name == "lru":
-        return _fixed_sizes(codes, sizes)
-    if name in ("mru", "opt"):
-        return sizes.size == 0 or bool((sizes == sizes[0]).all())
-    return False
+def _one_size(codes: np.ndarray, sizes: np.ndarray) -> bool:
+    """True when every access has the same size."""
+    return sizes.size == 0 or bool((sizes == sizes[0]).all())
 
 
 def slots(capacities: Sequence[int], size: int) -> np.ndarray:
@@ -48,42 +42,62 @@ def slots(capacities: Sequence[int], size: int) -> np.ndarray:
     return capacities // size
 
 
-def distances(name: str, codes: np.ndarray, limit: int, bypass: bool = True) -> np.ndarray:
-    """Stack distances of ``mru`` or ``opt`` (0-based; int64 max: a miss at every size)."""
+def mru_distances_of(codes: np.ndarray, limit: int, bypass: bool = True) -> np.ndarray:
+    """MRU's stack distances (0-based; int64 max: a miss at every size)."""
+    from pipeline.policies.kernels.stack import mru_distances
+    return mru_distances(codes, limit)
+
+
+def opt_distances_of(codes: np.ndarray, limit: int, bypass: bool = True) -> np.ndarray:
+    """OPT's stack distances (0-based; int64 max: a miss at every size), with or without
+    bypass."""
     from pipeline.policies.kernels import next_use_codes
-    from pipeline.policies.kernels.stack import mru_distances, opt_distances
-
-    if name == "mru":
-        return mru_distances(codes, limit)
-    if name == "opt":
-        return opt_distances(codes, next_use_codes(codes), limit, bypass)
-    raise ValueError(f"no one-pass stack kernel for {name!r}")
+    from pipeline.policies.kernels.stack import opt_distances
+    return opt_distances(codes, next_use_codes(codes), limit, bypass)
 
 
-def _mru_opt(name, codes, sizes, capacities, bypass):
-    size = int(sizes[0]) if sizes.size else 1
-    held = slots(capacities, size)
-    limit = int(min(held.max(initial=0), int(codes.max()) + 1 if codes.size else 0))
-    return distances(name, codes, limit, bypass), held
+@dataclass(frozen=True)
+class OnePass:
+    """A policy's one-pass fast path (its registry entry's ``onepass``): every capacity from
+    one pass, exact on a trace that meets ``rule`` (``applies(codes, sizes)``).
+
+    ``distances(codes, limit, bypass)``: slot-counted stack distances (MRU, OPT: unit-size
+    items, a capacity holds ``slots`` of them); None: byte-weighted LRU stack distances
+    (``pipeline.stackdist``). ``one_capacity``: taken even for a single capacity (cheaper
+    than the compiled replay there too)."""
+
+    rule: str
+    applies: Callable[[np.ndarray, np.ndarray], bool]
+    distances: Callable[[np.ndarray, int, bool], np.ndarray] | None = None
+    one_capacity: bool = False
+
+    def _slot_distances(self, codes, sizes, capacities, bypass):
+        size = int(sizes[0]) if sizes.size else 1
+        held = slots(capacities, size)
+        limit = int(min(held.max(initial=0), int(codes.max()) + 1 if codes.size else 0))
+        return self.distances(codes, limit, bypass), held
+
+    def hits(self, codes: np.ndarray, sizes: np.ndarray, capacities: Sequence[int],
+             bypass: bool = True) -> np.ndarray:
+        """Per-access hits, one row per capacity; the caller checks ``applies`` first."""
+        if self.distances is None:
+            from pipeline.stackdist import lru_hits
+            return np.asarray(lru_hits(codes, sizes, capacities), dtype=bool).reshape(
+                len(capacities), codes.size)
+        dist, held = self._slot_distances(codes, sizes, capacities, bypass)
+        return dist[None, :] < held[:, None]
+
+    def counts(self, codes: np.ndarray, sizes: np.ndarray, capacities: Sequence[int],
+               bypass: bool = True) -> np.ndarray:
+        """Hits per capacity (int64) without per-access rows."""
+        if self.distances is None:
+            from pipeline.stackdist import lru_hit_counts
+            return np.asarray(lru_hit_counts(codes, sizes, capacities), dtype=np.int64)
+        dist, held = self._slot_distances(codes, sizes, capacities, bypass)
+        ordered = np.sort(dist)
+        return np.searchsorted(ordered, held, side="left").astype(np.int64)
 
 
-def onepass_hits(name: str, codes: np.ndarray, sizes: np.ndarray,
-                 capacities: Sequence[int], bypass: bool = True) -> np.ndarray:
-    """Per-access hits, one row per capacity; the caller checks ``applies`` first."""
-    if name == "lru":
-        from pipeline.stackdist import lru_hits
-        return np.asarray(lru_hits(codes, sizes, capacities), dtype=bool).reshape(
-            len(capacities), codes.size)
-    dist, held = _mru_opt(name, codes, sizes, capacities, bypass)
-    return dist[None, :] < held[:, None]
-
-
-def onepass_counts(name: str, codes: np.ndarray, sizes: np.ndarray,
-                   capacities: Sequence[int], bypass: bool = True) -> np.ndarray:
-    """Hits per capacity (int64) without per-access rows."""
-    if name == "lru":
-        from pipeline.stackdist import lru_hit_counts
-        return np.asarray(lru_hit_counts(codes, sizes, capacities), dtype=np.int64)
-    dist, held = _mru_opt(name, codes, sizes, capacities, bypass)
-    ordered = np.sort(dist)
-    return np.searchsorted(ordered, held, side="left").astype(np.int64)
+LRU_PASS = OnePass("one fixed size per key", _fixed_sizes, one_capacity=True)
+MRU_PASS = OnePass("one size for every access", _one_size, mru_distances_of)
+OPT_PASS = OnePass("one size for every access", _one_size, opt_distances_of)

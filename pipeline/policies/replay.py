@@ -1,7 +1,8 @@
-"""Hits of any policy over a whole trace, at many capacities: one pass for the stack
-algorithms where exact (LRU, MRU, OPT; ``onepass.py``), compiled per-capacity replays for the others
-(``pipeline/policies/kernels.py``), fanned out over the machine's cores; the Python classes
-are the reference engine."""
+"""Hits of any policy over a whole trace, at many capacities, by the fast paths its registry
+entry declares: one pass where exact (``onepass``: LRU, MRU, OPT; ``onepass.py``), else
+compiled per-capacity replays (``replay_kernel``: ``pipeline/policies/kernels``), fanned out
+over the machine's cores; the Python classes are the reference engine (and the engine of a
+policy that declares no fast path)."""
 
 from __future__ import annotations
 
@@ -12,39 +13,40 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import polars as pl
 
-from pipeline.policies.onepass import applies, onepass_counts, onepass_hits
 from pipeline.registry import POLICIES, make_policy
 from pipeline.tiers import access_tiers
 from pipeline.registry import entry as _entry
 from pipeline.registry import names as _names
 
-__all__ = ["METHODS", "ONEPASS", "encode", "policy_hits", "hit_matrix", "hit_counts",
-           "tiered_codes",
-           "curves_frame"]
+__all__ = ["METHODS", "onepass_policies", "encode", "policy_hits", "hit_matrix", "hit_counts",
+           "tiered_codes", "curves_frame"]
 
-#: auto: one pass where exact (a policy of ``ONEPASS`` on sizes it allows), else the
+#: auto: one pass where exact (an entry's ``onepass`` on sizes it allows), else the
 #: compiled replay; replay: compiled per capacity; classes: the Python classes (slow, the
 #: reference); onepass: only where exact.
 METHODS = ("auto", "onepass", "replay", "classes")
-#: policies whose every capacity comes from one exact pass (``onepass.py``: lru needs one
-#: fixed size per key, mru and opt one size for every access): the registry's entries with
-#: a one-pass rule
-ONEPASS = tuple(_names(policy=True, onepass=True))
+
+
+def onepass_policies() -> list[str]:
+    """The policies whose entry declares a one-pass engine (lru needs one fixed size per key,
+    mru and opt one size for every access)."""
+    return _names(policy=True, onepass=True)
 
 
 def _one_pass(name: str, method: str, codes: np.ndarray, sizes: np.ndarray,
               points: int) -> bool:
     """True when ``method`` takes the one-pass engine; raises when onepass cannot be exact.
     auto replays MRU and OPT at a single capacity (the compiled replay is the cheaper one)."""
-    rule = _entry(name).onepass
-    if method == "onepass" and rule is None:
-        raise ValueError(f"method onepass is exact only for {', '.join(ONEPASS)}, not {name}")
-    if method == "onepass" and not applies(name, codes, sizes):
-        raise ValueError(f"method onepass for {name} needs {rule}; this "
+    fast = _entry(name).onepass
+    if method == "onepass" and fast is None:
+        raise ValueError(f"method onepass is exact only for {', '.join(onepass_policies())}, "
+                         f"not {name}")
+    if method == "onepass" and not fast.applies(codes, sizes):
+        raise ValueError(f"method onepass for {name} needs {fast.rule}; this "
                          "trace's sizes differ (use --method auto or replay)")
-    if method == "auto" and name != "lru" and points < 2:
+    if method == "auto" and points < 2 and not (fast is not None and fast.one_capacity):
         return False
-    return method in ("auto", "onepass") and rule is not None and applies(name, codes, sizes)
+    return method in ("auto", "onepass") and fast is not None and fast.applies(codes, sizes)
 
 
 def encode(keys: Sequence) -> np.ndarray:
@@ -81,12 +83,13 @@ def hit_matrix(name: str, codes: np.ndarray, sizes: np.ndarray, capacities: Sequ
     sizes = np.ascontiguousarray(sizes, dtype=np.int64)
     capacities = [int(c) for c in capacities]
     if _one_pass(name, method, codes, sizes, len(capacities)):
-        return onepass_hits(name, codes, sizes, capacities)
-    if method == "classes" or not _entry(name).compiled:
+        return _entry(name).onepass.hits(codes, sizes, capacities)
+    kernel = _entry(name).replay_kernel
+    if method == "classes" or kernel is None:
         run = _classes
     else:
-        from pipeline.policies import kernels
-        run = kernels.replay
+        def run(name, codes, sizes, capacity):
+            return kernel(codes, sizes, capacity)
     if len(capacities) == 1:
         return run(name, codes, sizes, capacities[0])[None, :]
     workers = workers or os.cpu_count() or 1
@@ -105,15 +108,14 @@ def hit_counts(name: str, codes: np.ndarray, sizes: np.ndarray, capacities: Sequ
     if name not in POLICIES:
         raise ValueError(f"unknown policy {name!r}; accepted: {', '.join(POLICIES)}")
     if _one_pass(name, method, codes, sizes, len(capacities)):
-        return onepass_counts(name, codes, sizes, capacities)
-    if method not in ("auto", "replay") or not _entry(name).compiled:
+        return _entry(name).onepass.counts(codes, sizes, capacities)
+    kernel = _entry(name).replay_kernel
+    if method not in ("auto", "replay") or kernel is None:
         return hit_matrix(name, codes, sizes, capacities, method, workers).sum(axis=1)
-    from pipeline.policies import kernels
     workers = workers or os.cpu_count() or 1
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(capacities)))) as pool:
         return np.array(list(pool.map(
-            lambda c: int(kernels.replay(name, codes, sizes, c).sum()), capacities)),
-            dtype=np.int64)
+            lambda c: int(kernel(codes, sizes, c).sum()), capacities)), dtype=np.int64)
 
 
 def tiered_codes(gpu: str, cpu: str, codes: np.ndarray, sizes: np.ndarray, gpu_capacity: int,

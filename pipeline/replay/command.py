@@ -21,7 +21,6 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pipeline.blocks.stream import block_stream
 from pipeline.config import EVENTS_DIR, REPORTS_DIR
 from pipeline.engines.options import add_model_arguments, add_order_arguments, run_options
 from pipeline.errors import CLIError
@@ -87,7 +86,7 @@ def main(args: argparse.Namespace) -> int:
     args.sizes_given = bool(as_sizes)           # the report adds GiB (outputs.trace_units)
     workload = load_workload(args)
     try:
-        stream = block_stream(workload.blocks, workload.block_size)
+        stream = workload.block_stream()
     except ValueError as exc:
         raise CLIError(f"{workload.label}: {exc}") from None
     gpu = args.gpu if args.gpu is not None else engine.default_gpu_grid(stream)

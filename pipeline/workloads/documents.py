@@ -3,7 +3,8 @@
 A workload knows nothing about caches. ``DocumentWorkload`` is the lab's: documents
 0..docs-1 of ``tokens`` each, read pass by pass (fwd = 0..docs-1, rev = docs-1..0).
 ``documents_workload`` builds them once as the one workload type (``Workload``): one
-request per read, in ``block_size``-token blocks or as whole documents.
+request per read, in ``block_size``-token blocks or as whole documents; ``accesses()`` (the
+document-mode events' frame) is read from the whole-document workload.
 """
 
 from __future__ import annotations
@@ -66,19 +67,18 @@ class DocumentWorkload:
         return documents_workload(self.docs, self.tokens, self.passes, block_size)
 
     def accesses(self) -> pl.DataFrame:
-        """One row per access, in reading order (see ACCESS_SCHEMA)."""
-        rows = [(index, order, step, doc)
-                for index, order in enumerate(self.passes)
-                for step, doc in enumerate(pass_keys(order, self.docs))]
-        frame = pl.DataFrame(rows, schema=["pass_index", "pass_order", "step", "doc"],
-                             orient="row")
-        return frame.select(
-            pl.col("pass_index").cast(pl.Int16),
-            pl.col("pass_order").cast(PASS_ORDER),
-            pl.col("step").cast(pl.Int32),
-            pl.int_range(pl.len(), dtype=pl.Int32).alias("seq"),
-            pl.col("doc").cast(pl.Int32),
-            pl.lit(self.tokens, dtype=pl.Int64).alias("size"),
+        """One row per access, in reading order (see ACCESS_SCHEMA): the requests of the
+        whole-document workload (``workload(None)``) with their pass and step."""
+        requests = self.workload(None).requests
+        per_pass = max(self.docs, 1)
+        index = requests["request"].to_numpy().astype(np.int64) // per_pass
+        return requests.select(
+            pl.Series("pass_index", index, dtype=pl.Int16),
+            pl.Series("pass_order", np.asarray(self.passes)[index], dtype=PASS_ORDER),
+            step=(pl.col("request") % per_pass).cast(pl.Int32),
+            seq=pl.col("request").cast(pl.Int32),
+            doc=pl.col("doc").cast(pl.Int32),
+            size=pl.col("prompt_tokens").cast(pl.Int64),
         ).match_to_schema(ACCESS_SCHEMA)
 
 

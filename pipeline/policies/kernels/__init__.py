@@ -1,8 +1,14 @@
 """Compiled (numba, ``nogil``) replays of every policy at one capacity, equal per access to
 the Python classes (tests/test_policy_kernels.py). Keys are dense codes 0..K-1; each module
-holds a few kernels over the linked lists of ``lists.py``."""
+holds a few kernels over the linked lists of ``lists.py``.
+
+``replay_<policy>(codes, sizes, capacity, bypass=True) -> hits`` is a policy's per-access
+fast path: its registry entry declares it (``CacheModel.replay_kernel``); ``bypass`` only
+matters to OPT."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -12,35 +18,36 @@ from pipeline.policies.kernels.opt import next_use_codes, opt
 from pipeline.policies.kernels.simple import clock, lfu, queue, sieve
 from pipeline.policies.s3fifo import share
 
-__all__ = ["replay", "KERNELS", "next_use_codes"]
+__all__ = ["replay_lru", "replay_fifo", "replay_mru", "replay_lfu", "replay_clock",
+           "replay_sieve", "replay_s3fifo", "replay_arc", "replay_opt", "next_use_codes"]
 
-KERNELS = ("lru", "fifo", "mru", "lfu", "clock", "sieve", "s3fifo", "arc", "opt")
+
+def _replay(policy: str, run: Callable) -> Callable:
+    """The replay of ``policy``: checks the inputs, then ``run(codes, sizes, capacity,
+    bypass, k, prev, nxt)`` (``lists.arrays``) on contiguous int64 arrays."""
+    def replay(codes: np.ndarray, sizes: np.ndarray, capacity: int,
+               bypass: bool = True) -> np.ndarray:
+        codes = np.ascontiguousarray(codes, dtype=np.int64)
+        sizes = np.ascontiguousarray(sizes, dtype=np.int64)
+        capacity = int(capacity)
+        if capacity < 0:
+            raise ValueError(f"capacity must be >= 0, got {capacity}")
+        if codes.size == 0:
+            return np.zeros(0, dtype=bool)
+        return run(codes, sizes, capacity, bypass, *arrays(codes))
+    replay.__name__ = replay.__qualname__ = f"replay_{policy}"
+    replay.__doc__ = f"Per-access hits (bool) of {policy} (registry defaults) at ``capacity``."
+    return replay
 
 
-def replay(name: str, codes: np.ndarray, sizes: np.ndarray, capacity: int,
-           bypass: bool = True) -> np.ndarray:
-    """Per-access hits of policy ``name`` (registry defaults) at ``capacity``."""
-    codes = np.ascontiguousarray(codes, dtype=np.int64)
-    sizes = np.ascontiguousarray(sizes, dtype=np.int64)
-    capacity = int(capacity)
-    if capacity < 0:
-        raise ValueError(f"capacity must be >= 0, got {capacity}")
-    if codes.size == 0:
-        return np.zeros(0, dtype=bool)
-    k, prev, nxt = arrays(codes)
-    if name in ("lru", "fifo", "mru"):
-        return queue(codes, sizes, capacity, k, prev, nxt, ("lru", "fifo", "mru").index(name))
-    if name == "clock":
-        return clock(codes, sizes, capacity, k, prev, nxt, 1, 0)
-    if name == "sieve":
-        return sieve(codes, sizes, capacity, k, prev, nxt)
-    if name == "lfu":
-        return lfu(codes, sizes, capacity, k, prev, nxt)
-    if name == "s3fifo":
-        return s3fifo(codes, sizes, capacity, k, prev, nxt, int(share(capacity, 0.10)),
-                       int(share(capacity, 0.90)), 2)
-    if name == "arc":
-        return arc(codes, sizes, capacity, k, prev, nxt)
-    if name == "opt":
-        return opt(codes, sizes, capacity, k, next_use_codes(codes), bypass)
-    raise ValueError(f"unknown policy {name!r}; accepted: {', '.join(KERNELS)}")
+replay_lru = _replay("lru", lambda c, s, cap, b, k, p, n: queue(c, s, cap, k, p, n, 0))
+replay_fifo = _replay("fifo", lambda c, s, cap, b, k, p, n: queue(c, s, cap, k, p, n, 1))
+replay_mru = _replay("mru", lambda c, s, cap, b, k, p, n: queue(c, s, cap, k, p, n, 2))
+replay_clock = _replay("clock", lambda c, s, cap, b, k, p, n: clock(c, s, cap, k, p, n, 1, 0))
+replay_sieve = _replay("sieve", lambda c, s, cap, b, k, p, n: sieve(c, s, cap, k, p, n))
+replay_lfu = _replay("lfu", lambda c, s, cap, b, k, p, n: lfu(c, s, cap, k, p, n))
+replay_s3fifo = _replay("s3fifo", lambda c, s, cap, b, k, p, n: s3fifo(
+    c, s, cap, k, p, n, int(share(cap, 0.10)), int(share(cap, 0.90)), 2))
+replay_arc = _replay("arc", lambda c, s, cap, b, k, p, n: arc(c, s, cap, k, p, n))
+replay_opt = _replay("opt", lambda c, s, cap, b, k, p, n: opt(c, s, cap, k, next_use_codes(c),
+                                                              b))

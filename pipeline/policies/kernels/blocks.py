@@ -4,7 +4,11 @@ CLOCK, SIEVE, LFU and OPT, equal per request to the classes' replay (tests/test_
 A request: look its blocks up (the prefix hit: the leading blocks present), then read its
 touches (each a hit or an insertion), then evict until the tier fits, setting aside a victim
 of this request and inserting the set-aside ones again, in the order they were set aside.
-Requests with more touches than the tier's blocks are looked up and not placed."""
+Requests with more touches than the tier's blocks are looked up and not placed.
+
+``block_<policy>(touches, t_off, lookup, l_off, capacity, k) -> prefix hits per request`` is
+a policy's block-mode fast path: its registry entry declares it (``CacheModel.block_kernel``;
+``pipeline.policies.blockmode`` lays out the arrays)."""
 
 from __future__ import annotations
 
@@ -12,13 +16,11 @@ import numpy as np
 from numba import njit
 
 from pipeline.policies.kernels.lists import NONE, push, unlink
-from pipeline.policies.kernels.opt import _sift_down, _sift_up
+from pipeline.policies.kernels.opt import _sift_down, _sift_up, next_use_codes
 from pipeline.policies.kernels.simple import _bucket_push, _bucket_unlink
 
-__all__ = ["place_queue", "place_opt", "place_ring", "place_lfu", "QUEUE_MODES"]
-
-#: the queue kernel's modes
-QUEUE_MODES = {"lru": 0, "fifo": 1, "mru": 2}
+__all__ = ["place_queue", "place_opt", "place_ring", "place_lfu", "block_lru", "block_fifo",
+           "block_mru", "block_lfu", "block_clock", "block_sieve", "block_opt"]
 
 
 @njit(cache=True, nogil=True)
@@ -255,3 +257,42 @@ def place_lfu(touches, t_off, lookup, l_off, capacity, k):
             resident[x] = True
             used += 1
     return out
+
+
+def block_lru(touches, t_off, lookup, l_off, capacity, k):
+    """LRU's block kernel (the queue in mode 0)."""
+    return place_queue(touches, t_off, lookup, l_off, capacity, k, 0)
+
+
+def block_fifo(touches, t_off, lookup, l_off, capacity, k):
+    """FIFO's block kernel (the queue in mode 1)."""
+    return place_queue(touches, t_off, lookup, l_off, capacity, k, 1)
+
+
+def block_mru(touches, t_off, lookup, l_off, capacity, k):
+    """MRU's block kernel (the queue in mode 2)."""
+    return place_queue(touches, t_off, lookup, l_off, capacity, k, 2)
+
+
+def block_clock(touches, t_off, lookup, l_off, capacity, k):
+    """CLOCK's block kernel (the ring without SIEVE's hand)."""
+    return place_ring(touches, t_off, lookup, l_off, capacity, k, False)
+
+
+def block_sieve(touches, t_off, lookup, l_off, capacity, k):
+    """SIEVE's block kernel (the ring with its hand)."""
+    return place_ring(touches, t_off, lookup, l_off, capacity, k, True)
+
+
+block_lfu = place_lfu
+
+
+def block_opt(touches, t_off, lookup, l_off, capacity, k):
+    """OPT's block kernel, given the future of the tier's own placements (a request longer
+    than the tier is never placed, so it is not in the future)."""
+    from pipeline.policies.kernels.opt import next_use_codes
+
+    lengths = np.diff(t_off)
+    future = touches[np.repeat(lengths <= capacity, lengths)]
+    next_use = next_use_codes(future) if future.size else np.zeros(1, np.int64)
+    return place_opt(touches, t_off, lookup, l_off, capacity, k, next_use)
