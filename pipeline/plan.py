@@ -25,6 +25,7 @@ from pipeline.errors import CLIError
 from pipeline.kvsize import KVSize, add_kv_arguments, capacity, kv_from_args
 from pipeline.blocks.limits import check_document_blocks
 from pipeline.engines.options import add_model_arguments, add_order_arguments, run_options
+from pipeline.fleet.plan_command import add_fleet_plan_arguments, fleet_plan, fleet_requested
 from pipeline.limits import MAX_ACCESSES, check_count
 from pipeline.planner import DocumentEvaluator, Evaluator, PlanResult, Target
 from pipeline.plan_output import answer_fields, backed_plan, describe_target, document_head, \
@@ -103,6 +104,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", type=Path, metavar="HTML",
                         help="also write a page with predicted TTFT against the CPU capacity "
                              "and the fit's error per pass (atomically)")
+    add_fleet_plan_arguments(parser)
 
 
 def pass_choice(text: str) -> str:
@@ -246,6 +248,8 @@ def _write_report(args: argparse.Namespace, evaluator: Evaluator, kv: KVSize, ta
 
 def main(args: argparse.Namespace) -> int:
     """Validate everything, fit, search, print (text or --json)."""
+    if fleet_requested(args):
+        return fleet_plan(args)
     if args.target_ttft_p90_ms is not None:
         return plan_under_load(args)
     try:

@@ -9,7 +9,7 @@ from fleet_reference import (DynamoKv, LlmdEstimate, LlmdPrecise, SGLangCacheAwa
                              round_robin, session_instance, vllm_dp)
 from pipeline.fleet.routers import ROUTERS, make_router, parse_router_options
 from pipeline.fleet.routers.base import RouteRequest, StaticView
-from pipeline.fleet.routers.prefix_approx import BlockTree
+from pipeline.fleet.routers.prefix_approx import BlockTree, LazyTree
 
 
 def chain(units):
@@ -93,6 +93,27 @@ def test_block_tree_eviction_keeps_each_tenant_under_the_limit():
     assert tree.prefix_match([1, 2, 3, 4], now=4.0)[0] == 2
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_lazy_tree_answers_as_the_block_tree_through_evictions(seed):
+    rng = random.Random(seed)
+    n = rng.randrange(1, 4)
+    lazy, exact = LazyTree(n), BlockTree(n)
+    for step, request in enumerate(prompts(rng, 40)):
+        now = float(step)
+        if rng.random() < 0.5:
+            assert lazy.prefix_match(request.hashes, now) == \
+                exact.prefix_match(request.hashes, now)
+        tenant = rng.randrange(n)
+        lazy.insert(request.hashes, tenant, now)
+        exact.insert(request.hashes, tenant, now)
+        if rng.random() < 0.15:
+            limit = rng.choice([2, 5, 10, 1000])
+            lazy.evict(limit)
+            exact.evict(limit)
+        assert lazy.size == exact.size
+        assert lazy.smallest_tenant() == exact.smallest_tenant()
+
+
 @pytest.mark.parametrize("seed", range(30))
 def test_prefix_precise_equals_llmd_scorers_and_picker(seed):
     rng = random.Random(seed)
@@ -120,9 +141,30 @@ def test_prefix_estimate_equals_llmd_approximate_indexer_and_scorers(seed):
         choice, decision = fast.route(request, view)
         assert choice == slow.route(request, view)
         decisions.add(decision)
-    assert {i: set(lru) for i, lru in enumerate(fast.index.lru) if lru is not None} == {
-        pod: set(entry[1]) for pod, entry in slow.pod_to_lru.items()}
+    assert {i: list(lru) for i, lru in enumerate(fast.index.lru) if lru is not None} == {
+        pod: entry[1] for pod, entry in slow.pod_to_lru.items()}           # order too
     assert fast.index.holders == slow.hash_to_pods
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_routed_index_match_equals_the_literal_walk_on_long_prompts(seed):
+    from pipeline.fleet.routers.prefix_estimate import RoutedIndex
+    rng = random.Random(seed)
+    n = rng.randrange(1, 5)
+    index = RoutedIndex(n)
+    docs = [[rng.randrange(10**6) for _ in range(400)] for _ in range(3)]
+    for _ in range(25):
+        doc = rng.choice(docs)
+        units = doc[:rng.randrange(1, 400)] + [rng.randrange(10**6)] * rng.randrange(3)
+        hashes = [chain(units[:j + 1]) for j in range(len(units))]
+        holders, expected = index.holders, {}
+        for block in hashes:                       # llm-d's matchLongestPrefix, literally
+            if not holders.get(block):
+                break
+            for instance in holders[block]:
+                expected[instance] = expected.get(instance, 0) + 1
+        assert index.match(hashes) == expected
+        index.add(hashes, rng.randrange(n), rng.choice([50, 300, 1000]))
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -148,6 +190,7 @@ def test_kv_cost_equals_dynamo_selector(seed):
                 fast.on_finish(instance, done)
                 slow.free(instance, done.index)
         assert [a.active_tokens for a in fast.active] == slow.active_tokens
+        assert [a.unique for a in fast.active] == slow.unique_blocks
 
 
 def test_kv_cost_prefers_the_cached_instance_and_then_the_idle_one():

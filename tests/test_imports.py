@@ -162,7 +162,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "pipeline.synthetic_ttft", "pipeline.blocks.command", "pipeline.replay.command",
         "pipeline.policies.command", "pipeline.measure.cli", "pipeline.bench.*",
         "pipeline.blocks.bench", "pipeline.engines.bench", "pipeline.engine.command",
-        "pipeline.fleet.command", "pipeline.fit.command", "pipeline.commands.*",
+        "pipeline.fleet.command", "pipeline.fleet.plan_command", "pipeline.fit.command",
+        "pipeline.commands.*",
         "pipeline.steptime.plan_load"),
 }
 ORDER = list(LAYERS)

@@ -1,12 +1,19 @@
-"""Benchmark (not a test): the Mooncake trace on 8 instances x 6 routers x capacities, wall
-time of the process pool and of a local Ray, and each simulation's requests per second.
+"""Benchmark (not a test): the Mooncake trace on 8 instances x routers x 10 capacities,
+wall and CPU time of the process pool and of a local Ray, and each simulation's requests
+per CPU second.
 
-``python -m pipeline.fleet.bench [--limit N] [--capacities K] [--jobs J]``
+``python -m pipeline.fleet.bench [--limit N] [--capacities K] [--jobs J] [--skip-ray]``
+
+CPU time is the workers' own (the pool's children; Ray's worker processes, read from
+/proc), so it holds on a busy machine where wall time does not; wall time on an idle
+machine is about CPU time / jobs.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import tempfile
 import time
 from pathlib import Path
@@ -22,52 +29,93 @@ TRACE = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "synt
 ROUTER_SET = [name for name in ROUTERS if name != "random"]
 
 
-def _workload(path: Path, limit: int, block_size: int) -> Workload:
+def _workload(path: Path, limit: int | None, block_size: int) -> Workload:
     from pipeline.engine.workload import read_workload
     requests = read_workload(path, "mooncake", block_size).requests[:limit]
-    return Workload(f"{path} (first {limit})", tuple(requests))
+    label = f"{path} (first {limit})" if limit else str(path)
+    return Workload(label, tuple(requests))
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _descendants_cpu(root: int) -> float:
+    """CPU seconds of every live process below ``root`` (Linux /proc; Ray's workers)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents, cpu = {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            text = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2:].split()
+        parents[int(entry)] = int(fields[1])
+        cpu[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
+    total, stack = 0.0, [root]
+    while stack:
+        pid = stack.pop()
+        for child, parent in parents.items():
+            if parent == pid:
+                total += cpu[child]
+                stack.append(child)
+    return total
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trace", type=Path, default=TRACE)
-    parser.add_argument("--limit", type=int, default=100, help="first N requests")
+    parser.add_argument("--limit", type=int, default=None,
+                        help="first N requests (default: the whole trace)")
     parser.add_argument("--capacities", type=int, default=10, help="GPU block counts")
     parser.add_argument("--instances", type=int, default=8)
+    parser.add_argument("--routers", default=",".join(ROUTER_SET))
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--skip-ray", action="store_true")
+    parser.add_argument("--skip-local", action="store_true")
     args = parser.parse_args(argv)
     from pipeline.engine.config import SchedulerConfig
     from pipeline.kvsize import model_shape, DEFAULT_PRESET
     from pipeline.steptime import Roofline, gpu_preset
 
     workload = _workload(args.trace, args.limit, 16)
+    routers = args.routers.split(",")
     longest = max(len(r.prompt_token_ids) + r.max_tokens for r in workload.requests)
     low = -(-longest // 16) + 1
     blocks = np.linspace(low, 3 * low, args.capacities).astype(int).tolist()
     settings = Settings(SchedulerConfig(num_gpu_blocks=low, max_model_len=longest),
                         Roofline(model_shape(DEFAULT_PRESET), gpu_preset("H100"), 1.0))
-    points = [Point(r, args.instances, b, 1.0) for r in ROUTER_SET for b in blocks]
-    print(f"{len(points)} points: {len(ROUTER_SET)} routers x {args.capacities} capacities, "
+    points = [Point(r, args.instances, b, 1.0) for r in routers for b in blocks]
+    print(f"{len(points)} points: {len(routers)} routers x {args.capacities} capacities, "
           f"{args.instances} instances, {workload.size} requests of {workload.label}")
     walls = {}
-    for executor in ("local", *(() if args.skip_ray else ("ray",))):
-        started = time.perf_counter()
+    executors = [e for e, skip in (("local", args.skip_local), ("ray", args.skip_ray))
+                 if not skip]
+    for executor in executors:
         if executor == "ray":
             import ray
             ray.init(num_cpus=args.jobs, include_dashboard=False, logging_level="ERROR")
-            started = time.perf_counter()
+        before = (_children_cpu(), _descendants_cpu(os.getpid()))
+        started = time.perf_counter()
         with tempfile.TemporaryDirectory() as out:
             failed = run_sweep(settings, points, workload, Path(out), executor=executor,
                                jobs=args.jobs)
         walls[executor] = time.perf_counter() - started
         if executor == "ray":
+            cpu = _descendants_cpu(os.getpid()) - before[1]
             ray.shutdown()
-        rate = workload.size * len(points) / walls[executor] / args.jobs
-        print(f"{executor}: {walls[executor]:.1f} s wall ({len(failed)} failed), "
-              f"{rate:.0f} requests/s per simulation worker")
-    if "ray" in walls:
-        print(f"ray / local: {walls['ray'] / walls['local']:.2f}x (Ray's start excluded)")
+        else:
+            cpu = _children_cpu() - before[0]
+        rate = workload.size * len(points) / cpu if cpu else float("nan")
+        print(f"{executor}: {walls[executor]:.1f} s wall, {cpu:.1f} s CPU in the workers "
+              f"({len(failed)} failed); {rate:,.0f} requests per CPU second per simulation "
+              f"({cpu / len(points):.2f} s CPU per point)")
+    if len(walls) == 2:
+        print(f"ray / local: {walls['ray'] / walls['local']:.2f}x wall (Ray's start "
+              f"excluded)")
     return 0
 
 

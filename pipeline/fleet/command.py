@@ -62,7 +62,7 @@ def list_routers() -> str:
     return "\n".join(lines)
 
 
-def _ray_connect(address: str | None, jobs: int) -> bool:
+def ray_connect(address: str | None, jobs: int) -> bool:
     """``ray.init`` (local when no address, after proving an address answers); True when
     this call started Ray (and must shut it down)."""
     import ray
@@ -89,15 +89,16 @@ def _ray_connect(address: str | None, jobs: int) -> bool:
     return True
 
 
-def _settings(args: argparse.Namespace, workload, options) -> Settings:
+def sweep_settings(args: argparse.Namespace, workload, options) -> Settings:
+    """What every point shares, from the engine, CPU-tier and step-time options; CLIError
+    (one line) when the smallest ``--gpu-blocks`` cannot hold the longest request."""
     requests = workload.requests
     longest = max(len(r.prompt_token_ids) + r.max_tokens for r in requests)
     max_len = args.max_model_len or longest
     prompt = max(len(r.prompt_token_ids) for r in requests)
     if prompt > max_len:
         raise CLIError(f"--max-model-len {max_len}: the longest prompt has {prompt} tokens")
-    need = max(-(-min(len(r.prompt_token_ids) + r.max_tokens - 1, max_len) // args.block_size)
-               for r in requests) + 1
+    need = blocks_needed(requests, args.block_size, max_len)
     if min(args.gpu_blocks) < need:
         raise CLIError(f"--gpu-blocks {min(args.gpu_blocks)}: the longest request needs "
                        f"{need} blocks of {args.block_size} tokens (null block included)")
@@ -122,6 +123,21 @@ def _settings(args: argparse.Namespace, workload, options) -> Settings:
         raise CLIError("--cpu-shared needs --cpu-tokens N (the shared pool's size)")
     return Settings(config, latency_from_args(args), options, args.seed, args.staleness_ms,
                     tier, args.cpu_shared)
+
+
+def blocks_needed(requests, block_size: int, max_len: int) -> int:
+    """GPU blocks (null block included) the longest request needs."""
+    return max(-(-min(len(r.prompt_token_ids) + r.max_tokens - 1, max_len) // block_size)
+               for r in requests) + 1
+
+
+def router_options(args: argparse.Namespace) -> dict[str, dict]:
+    """``--router-option`` per router of ``--router``, each value checked by the router
+    itself; ValueError (one line) naming the option."""
+    options = parse_router_options(args.router_option, args.router)
+    for name in args.router:
+        make_router(name, 1, args.block_size, **options[name])
+    return options
 
 
 def _fingerprint(args: argparse.Namespace) -> dict:
@@ -153,19 +169,17 @@ def _main(args: argparse.Namespace) -> int:
         print(list_routers())
         return 0
     try:
-        options = parse_router_options(args.router_option, args.router)
-        for name in args.router:                      # values the router itself rejects
-            make_router(name, 1, args.block_size, **options[name])
+        options = router_options(args)
     except ValueError as exc:
         raise CLIError(str(exc)) from None
     workload = load_workload(args)
-    settings = _settings(args, workload, options)
+    settings = sweep_settings(args, workload, options)
     out = Path(args.out)
     _check_out(out, args)
     points = [Point(r, n, b, x) for r in args.router for n in args.instances
               for b in args.gpu_blocks for x in args.load]
     todo = [p for p in points if not (args.resume and point_path(out, "requests", p).exists())]
-    started_ray = (_ray_connect(args.ray_address, args.jobs) if args.executor == "ray"
+    started_ray = (ray_connect(args.ray_address, args.jobs) if args.executor == "ray"
                    else False)
     try:
         manifest = Outputs()

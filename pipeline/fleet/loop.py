@@ -17,6 +17,7 @@ hears a request's first token and finish at the end of the batch that sampled it
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -26,7 +27,7 @@ import polars as pl
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.core import EngineSim, StepRecord
 from pipeline.engine.hashing import bulk_request_keys, request_keys
-from pipeline.engine.loop import request_frame, step_frame, timed_run
+from pipeline.engine.loop import STEP_COLUMNS, request_frame, step_frame, timed_run
 from pipeline.engine.request import SimRequest
 from pipeline.fleet.routers.base import RouteRequest, Router
 from pipeline.fleet.view import FleetView
@@ -60,6 +61,7 @@ class _Instance:
         self.ends: dict[int, float] = {}
         self.open: list[list] = []            # [record, first tokens heard, finishes heard]
         self.idle_calls = 0
+        self.timed: list = []                 # the engine's TimedSteps (run_until)
 
 
 def _per_instance(value, n: int, what: str) -> list:
@@ -103,7 +105,7 @@ def simulate_fleet(requests: Sequence[SimRequest], config: SchedulerConfig | Seq
     routed: dict[int, RouteRequest] = {}
     placement = np.zeros(len(requests), dtype=np.int64)
     decisions: list[str] = [""] * len(requests)
-    pointer, order = 0, 0
+    pointer = 0
     block_size = configs[0].block_size
     keys_of = bulk_request_keys(requests, block_size)    # each request hashed once
 
@@ -116,82 +118,141 @@ def simulate_fleet(requests: Sequence[SimRequest], config: SchedulerConfig | Seq
                 router.on_finish(instance, routed[index])
                 view.outstanding[instance] -= 1
 
+    order = itertools.count()
+    shared = tiers[0] is not None and any(t is tiers[0] for t in tiers[1:])
     while True:
         t_arrival = due[pointer] if pointer < len(requests) else np.inf
-        nxt, t_step = None, np.inf
+        bound = t_arrival
+        if view.stale and any(inst.engine.has_work() for inst in fleet):
+            bound = min(bound, view.next_refresh)
+        _advance_all(fleet, bound, shared, heard, order, view)
+        if bound == np.inf:
+            break
+        now = float(bound)
+        hear(now)
+        view.advance(now)
+        if t_arrival > now:                       # a stale view's refresh only
+            continue
+        sim = requests[pointer]
+        prompt = len(sim.prompt_token_ids)
+        keys = keys_of[pointer] or request_keys(sim, block_size)
+        keys_of[pointer] = None
+        request = RouteRequest(sim.index, keys[:prompt // block_size], prompt, now,
+                               sim.session)
+        choice, decision = router.route(request, view)
+        if not 0 <= choice < n_inst:
+            raise RuntimeError(f"router {router.NAME} chose instance {choice}")
+        inst = fleet[choice]
+        if not inst.engine.has_work():
+            inst.now = max(inst.now, now)
+        inst.engine.add_request(sim, keys)
+        view.changed(choice)
+        inst.requests.append(sim)
+        inst.arrival.append(now)
+        routed[sim.index] = request
+        placement[sim.index], decisions[sim.index] = choice, decision
+        view.outstanding[choice] += 1
+        pointer += 1
+    return _fleet_frames(fleet, placement, decisions)
+
+
+def _advance_all(fleet: list[_Instance], bound: float, shared: bool, heard: list,
+                 order, view: FleetView) -> None:
+    """Run every instance's batches that start before ``bound``. Instances share nothing
+    between arrivals but a shared CPU pool, so each runs alone up to the bound; with a
+    shared pool the batches go in time order (ties: lower instance), as the pool sees
+    them."""
+    if not shared:
+        for inst in fleet:
+            if inst.now < bound and inst.engine.has_work() \
+                    and hasattr(inst.engine, "run_until"):
+                _run(inst, bound, heard, order)
+                view.changed(inst.index)
+            while inst.now < bound and inst.engine.has_work():
+                _step(inst, bound, heard, order)
+                view.changed(inst.index)
+        return
+    while True:
+        nxt, t_step = None, bound
         for inst in fleet:                    # the earliest busy instance, lowest index
             if inst.now < t_step and inst.engine.has_work():
                 nxt, t_step = inst, inst.now
-        if t_arrival == np.inf and nxt is None:
-            break
-        if t_arrival <= t_step:
-            now = float(t_arrival)
-            hear(now)
-            view.advance(now)
-            sim = requests[pointer]
-            prompt = len(sim.prompt_token_ids)
-            keys = keys_of[pointer] or request_keys(sim, block_size)
-            keys_of[pointer] = None
-            request = RouteRequest(sim.index, keys[:prompt // block_size], prompt, now,
-                                   sim.session)
-            choice, decision = router.route(request, view)
-            if not 0 <= choice < n_inst:
-                raise RuntimeError(f"router {router.NAME} chose instance {choice}")
-            inst = fleet[choice]
-            if not inst.engine.has_work():
-                inst.now = max(inst.now, now)
-            inst.engine.add_request(sim, keys)
-            inst.requests.append(sim)
-            inst.arrival.append(now)
-            routed[sim.index] = request
-            placement[sim.index], decisions[sim.index] = choice, decision
-            view.outstanding[choice] += 1
-            pointer += 1
-            continue
-        inst = nxt
-        hear(inst.now)
-        view.advance(inst.now)
-        run = None
-        if inst.run_ms is not None:           # pure decode steps before the next event
-            bound = min(t_arrival, view.next_refresh) if view.stale else t_arrival
-            run = timed_run(inst.engine, inst.run_ms, inst.now,
-                            None if bound == np.inf else float(bound))
-        if run is not None:
-            run, durations = run
-            run.durations = durations
-            inst.runs.append(run)
-            for j, duration in enumerate(durations):
-                inst.starts[run.first_step + j] = inst.now
-                inst.now += duration
-                inst.ends[run.first_step + j] = inst.now
-            inst.idle_calls = 0
-            if run.tail is not None:          # async: the batch still in flight
-                inst.open.append([run.tail, 0, 0])
-        elif (record := inst.engine.step()) is None:
-            inst.idle_calls += 1
-            if inst.idle_calls > _STUCK_CALLS:
-                raise RuntimeError(f"instance {inst.index} schedules nothing while requests "
-                                   "wait (a request that can never fit)")
-        else:
-            inst.idle_calls = 0
-            inst.records.append(record)
-            inst.starts[record.step] = inst.now
-            record.duration_ms = float(inst.step_ms(record))
-            inst.now += record.duration_ms
-            inst.ends[record.step] = inst.now
-            inst.open.append([record, 0, 0])
-        for entry in inst.open:               # outputs processed by this call
-            rec, firsts, finishes = entry
-            when = inst.ends[rec.step]
-            for index in rec.first_tokens[firsts:]:
-                heapq.heappush(heard, (when, order, 0, inst.index, index))
-                order += 1
-            for index in rec.finished[finishes:]:
-                heapq.heappush(heard, (when, order, 1, inst.index, index))
-                order += 1
-            entry[1], entry[2] = len(rec.first_tokens), len(rec.finished)
-        inst.open = inst.open[-3:]
-    return _fleet_frames(fleet, placement, decisions)
+        if nxt is None:
+            return
+        _step(nxt, bound, heard, order)
+        view.changed(nxt.index)
+
+
+def _run(inst: _Instance, bound: float, heard: list, order) -> None:
+    """Every batch of ``inst`` that starts before ``bound``, in one engine call
+    (``EngineSim.run_until``: the same batches, clock and outputs as ``_step`` one by
+    one); the first tokens and finishes it processed go to ``heard``."""
+    try:
+        timed = inst.engine.run_until(bound, inst.now, inst.step_ms)
+    except RuntimeError:
+        raise RuntimeError(f"instance {inst.index} schedules nothing while requests wait "
+                           "(a request that can never fit)") from None
+    if len(timed.steps):
+        steps = timed.steps[:, 0].tolist()
+        inst.starts.update(zip(steps, timed.start_ms.tolist()))
+        inst.ends.update(zip(steps, (timed.start_ms + timed.duration_ms).tolist()))
+        inst.timed.append(timed)
+    inst.now = timed.now_ms
+    ends = inst.ends
+    for step, kind, index in timed.events.tolist():
+        heapq.heappush(heard, (ends[step], next(order), kind, inst.index, index))
+
+
+def _timed_frame(inst: _Instance) -> pl.DataFrame:
+    """The batches ``_run`` executed, as ``step_frame`` frames them."""
+    steps = np.concatenate([t.steps for t in inst.timed])
+    frame = pl.DataFrame({name: steps[:, j] for j, name in enumerate(STEP_COLUMNS)})
+    return frame.with_columns(
+        start_ms=pl.Series(np.concatenate([t.start_ms for t in inst.timed])),
+        duration_ms=pl.Series(np.concatenate([t.duration_ms for t in inst.timed])))
+
+
+def _step(inst: _Instance, bound: float, heard: list, order) -> None:
+    """One batch of ``inst`` (or a stretch of pure decode batches that start before
+    ``bound``); the first tokens and finishes it processed go to ``heard`` at its end."""
+    run = None
+    if inst.run_ms is not None:               # pure decode steps before the next event
+        run = timed_run(inst.engine, inst.run_ms, inst.now,
+                        None if bound == np.inf else float(bound))
+    if run is not None:
+        run, durations = run
+        run.durations = durations
+        inst.runs.append(run)
+        clock = np.cumsum([inst.now, *durations]).tolist()   # sequential: now += d
+        steps = range(run.first_step, run.first_step + len(durations))
+        inst.starts.update(zip(steps, clock[:-1]))
+        inst.ends.update(zip(steps, clock[1:]))
+        inst.now = clock[-1]
+        inst.idle_calls = 0
+        if run.tail is not None:              # async: the batch still in flight
+            inst.open.append([run.tail, 0, 0])
+    elif (record := inst.engine.step()) is None:
+        inst.idle_calls += 1
+        if inst.idle_calls > _STUCK_CALLS:
+            raise RuntimeError(f"instance {inst.index} schedules nothing while requests "
+                               "wait (a request that can never fit)")
+    else:
+        inst.idle_calls = 0
+        inst.records.append(record)
+        inst.starts[record.step] = inst.now
+        record.duration_ms = float(inst.step_ms(record))
+        inst.now += record.duration_ms
+        inst.ends[record.step] = inst.now
+        inst.open.append([record, 0, 0])
+    for entry in inst.open:                   # outputs processed by this call
+        rec, firsts, finishes = entry
+        when = inst.ends[rec.step]
+        for index in rec.first_tokens[firsts:]:
+            heapq.heappush(heard, (when, next(order), 0, inst.index, index))
+        for index in rec.finished[finishes:]:
+            heapq.heappush(heard, (when, next(order), 1, inst.index, index))
+        entry[1], entry[2] = len(rec.first_tokens), len(rec.finished)
+    inst.open = inst.open[-3:]
 
 
 def _fleet_frames(fleet: list[_Instance], placement: np.ndarray,
@@ -202,8 +263,9 @@ def _fleet_frames(fleet: list[_Instance], placement: np.ndarray,
             frame = request_frame(inst.engine, inst.requests, np.array(inst.arrival),
                                    True, inst.starts, inst.ends)
             frames.append(frame.with_columns(instance=pl.lit(inst.index, pl.Int64)))
-        steps.append(step_frame(inst.records, inst.runs, True, inst.starts, inst.ends)
-                     .with_columns(instance=pl.lit(inst.index, pl.Int64)))
+        frame = (_timed_frame(inst) if inst.timed else
+                 step_frame(inst.records, inst.runs, True, inst.starts, inst.ends))
+        steps.append(frame.with_columns(instance=pl.lit(inst.index, pl.Int64)))
     requests = (pl.concat(frames).sort("request") if frames else pl.DataFrame())
     if frames:
         requests = requests.with_columns(

@@ -3,8 +3,9 @@
 Memory of a point = replicas x (GPU KV per instance + CPU tier per instance), or replicas x
 GPU KV + one shared CPU pool: GPU KV = ``gpu_blocks`` x ``--block-size`` tokens, CPU =
 ``--cpu-tokens``, both in bytes at the step-time model's KV bytes per token (the roofline's
-model shape, or a fitted file's ``kv_bytes_per_token``). Without a KV size the ranking is by
-total GPU blocks (instances x blocks) and the byte columns are null. A point meets
+model shape, or a fitted file's ``kv_bytes_per_token``). Points are ranked by total tokens
+(GPU + CPU over the fleet: the same order as bytes at one KV size); without a KV size the
+byte columns are null. A point meets
 ``ttft_p90_ms`` when its TTFT p90 is at most the target, ``hit_ratio`` when its hit ratio
 is at least it; with both, both. Ties on memory: fewer instances first.
 """
@@ -48,14 +49,20 @@ def smallest_memory(fleet: pl.DataFrame, ttft_p90_ms: float | None = None,
     cpu_one = memory.cpu_tokens * (kv or 0) / GIB
     cpu = (pl.lit(None, pl.Float64) if kv is None
            else pl.lit(cpu_one) if memory.cpu_shared else n * cpu_one)
+    cpu_tokens = (pl.lit(memory.cpu_tokens, pl.Int64) if memory.cpu_shared
+                  else n * memory.cpu_tokens)
     points = fleet.with_columns(total_blocks=n * pl.col("gpu_blocks"), gpu_gib=gpu,
-                                cpu_gib=cpu).with_columns(
-        total_gib=pl.col("gpu_gib") + pl.col("cpu_gib"))
-    rank = ["total_blocks"] if kv is None else ["total_gib"]
+                                cpu_gib=cpu,
+                                gpu_tokens=n * pl.col("gpu_blocks") * memory.block_size,
+                                cpu_tokens=cpu_tokens).with_columns(
+        total_gib=pl.col("gpu_gib") + pl.col("cpu_gib"),
+        total_tokens=pl.col("gpu_tokens") + pl.col("cpu_tokens"))
+    rank = ["total_tokens"]
     best = (points.filter(meets).sort(*rank, "instances")
             .group_by("router", "load", maintain_order=True).first()
             .select("router", "load", "total_gib", "gpu_gib", "cpu_gib", "total_blocks",
-                    "instances", "gpu_blocks", "ttft_p90_ms", "hit_ratio"))
+                    "instances", "gpu_blocks", "total_tokens", "gpu_tokens", "cpu_tokens",
+                    "ttft_p90_ms", "hit_ratio"))
     every = points.select("router", "load").unique()
     return every.join(best, on=["router", "load"], how="left").sort("load", *rank,
                                                                    "router", nulls_last=True)

@@ -19,7 +19,8 @@ from typing import Any, Callable, ClassVar, Protocol, Sequence
 
 import numpy as np
 
-__all__ = ["Parameter", "RouteRequest", "InstanceView", "Router", "rng_for", "max_score_pick"]
+__all__ = ["Parameter", "RouteRequest", "InstanceView", "Router", "rng_for", "max_score_pick",
+           "leading_run"]
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,8 @@ class Parameter:
 @dataclass(frozen=True)
 class RouteRequest:
     """A request as the router sees it: ``hashes`` = the full-block hashes of its prompt,
-    computed as the engine computes them (what llm-d's and Dynamo's routers hash)."""
+    computed as the engine computes them (what llm-d's and Dynamo's routers hash). They
+    are chained: two prompts share the hash at position k iff they share blocks 0..k."""
 
     index: int
     hashes: Sequence[Any]
@@ -93,6 +95,20 @@ def max_score_pick(scores: Sequence[float], rng: np.random.Generator) -> int:
     them stably by score, take the first: the best score, ties at random."""
     best = max(scores)
     return next(int(i) for i in rng.permutation(len(scores)) if scores[i] == best)
+
+
+def leading_run(container, hashes: Sequence[Any]) -> int:
+    """How many leading ``hashes`` are in ``container``, for a container that is
+    prefix-closed over chained hashes (holding a prompt's hash k means holding its hashes
+    0..k-1): a binary search, O(log n) lookups."""
+    low, high = 0, len(hashes)                # hashes[:low] are in, hashes[high:] are not
+    while low < high:
+        mid = (low + high + 1) // 2
+        if hashes[mid - 1] in container:
+            low = mid
+        else:
+            high = mid - 1
+    return low
 
 
 def rng_for(seed: int, name: str) -> np.random.Generator:

@@ -26,12 +26,20 @@ order. Random draws use numpy's generator seeded by ``--seed``.
 from __future__ import annotations
 
 import math
+from collections import deque
+from itertools import repeat
 
-from pipeline.fleet.routers.base import InstanceView, Parameter, RouteRequest, Router, rng_for
+from pipeline.fleet.routers.base import InstanceView, Parameter, RouteRequest, Router, \
+    leading_run, rng_for
 
 
 class ActiveSequences:
-    """Dynamo's router-side record of one worker's in-flight requests."""
+    """Dynamo's router-side record of one worker's in-flight requests.
+
+    The held blocks are whole prompts' chained hashes, so along one prompt the number of
+    requests holding its k-th block never grows with k: the blocks a new prompt shares
+    are a leading run, and the blocks only a finishing request holds are a trailing run
+    of its own (both found by binary search, then updated in bulk)."""
 
     def __init__(self) -> None:
         self.blocks: dict[int, list] = {}          # request -> its block hashes
@@ -40,12 +48,15 @@ class ActiveSequences:
         self.active_tokens = 0
 
     def new_blocks(self, hashes) -> int:
-        return len(hashes) - sum(map(self.unique.__contains__, hashes))
+        """The prompt's blocks no in-flight request holds."""
+        return len(hashes) - leading_run(self.unique, hashes)
 
     def add(self, request: int, hashes, prefill_tokens: int) -> None:
-        self.blocks[request] = list(hashes)
-        for block in hashes:
-            self.unique[block] = self.unique.get(block, 0) + 1
+        unique = self.unique
+        shared = leading_run(unique, hashes)
+        unique.update({block: unique[block] + 1 for block in hashes[:shared]})
+        unique.update(zip(hashes[shared:], repeat(1)))
+        self.blocks[request] = hashes
         self.prefill[request] = prefill_tokens
         self.active_tokens += prefill_tokens
 
@@ -54,10 +65,17 @@ class ActiveSequences:
 
     def free(self, request: int) -> None:
         self.prefill_done(request)
-        for block in self.blocks.pop(request, []):
-            self.unique[block] -= 1
-            if not self.unique[block]:
-                del self.unique[block]
+        hashes = self.blocks.pop(request, ())
+        unique = self.unique
+        low, high = 0, len(hashes)                  # the first block only it holds
+        while low < high:
+            mid = (low + high) // 2
+            if unique[hashes[mid]] > 1:
+                low = mid + 1
+            else:
+                high = mid
+        unique.update({block: unique[block] - 1 for block in hashes[:low]})
+        deque(map(unique.__delitem__, hashes[low:]), maxlen=0)
 
 
 def softmax_pick(logits: list[float], temperature: float, sample: float) -> int:

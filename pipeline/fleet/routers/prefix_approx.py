@@ -41,7 +41,8 @@ from __future__ import annotations
 import heapq
 from typing import Any
 
-from pipeline.fleet.routers.base import InstanceView, Parameter, RouteRequest, Router
+from pipeline.fleet.routers.base import InstanceView, Parameter, RouteRequest, Router, \
+    leading_run
 
 
 def _flag(value: str) -> bool:
@@ -136,6 +137,75 @@ class BlockTree:
         return self.sequence
 
 
+class _Union:
+    """Membership in any of some sets."""
+
+    def __init__(self, sets: list[set]) -> None:
+        self.sets = sets
+
+    def __contains__(self, key) -> bool:
+        return any(key in s for s in self.sets)
+
+
+class LazyTree:
+    """``BlockTree``'s answers without its per-block nodes while nothing is evicted.
+
+    Until an eviction has a tenant over the limit, the tree is the union of the prompts
+    inserted: a tenant holds a block iff it inserted a prompt containing it, so a set per
+    tenant answers ``size``, and chained hashes make each tenant's set prefix-closed, so
+    the matched length (in any tenant) and an insert's new tail are binary searches
+    (``leading_run``). Timestamps matter only to eviction: the
+    inserts and matches are logged, and the first eviction that must remove something
+    replays them into a ``BlockTree``, which answers from then on (the same operations in
+    the same order: the same state)."""
+
+    def __init__(self, num_tenants: int) -> None:
+        self.exact: BlockTree | None = None
+        self.held = [set() for _ in range(num_tenants)]
+        self.log: list[tuple] = []
+        self._size = [0] * num_tenants
+
+    @property
+    def size(self) -> list[int]:
+        return self.exact.size if self.exact is not None else self._size
+
+    def insert(self, hashes, tenant: int, now: float) -> None:
+        if self.exact is not None:
+            return self.exact.insert(hashes, tenant, now)
+        held = self.held[tenant]              # prefix-closed: only the new tail goes in
+        held.update(hashes[leading_run(held, hashes):])
+        self._size[tenant] = len(held)
+        self.log.append((True, hashes, tenant, now))
+
+    def prefix_match(self, hashes, now: float) -> tuple[int, int | None]:
+        if self.exact is not None:
+            return self.exact.prefix_match(hashes, now)
+        matched = leading_run(_Union(self.held), hashes)
+        if not matched:
+            return 0, None
+        last = hashes[matched - 1]
+        tenant = next(t for t, held in enumerate(self.held) if last in held)
+        self.log.append((False, hashes, tenant, now))
+        return matched, tenant
+
+    def smallest_tenant(self) -> int:
+        size = self.size
+        return min(range(len(size)), key=lambda tenant: size[tenant])
+
+    def evict(self, max_size: int) -> None:
+        if self.exact is None:
+            if max(self._size, default=0) <= max_size:
+                return
+            self.exact = BlockTree(len(self._size))
+            for inserted, hashes, _tenant, now in self.log:
+                if inserted:
+                    self.exact.insert(hashes, _tenant, now)
+                else:
+                    self.exact.prefix_match(hashes, now)
+            self.held = self.log = None
+        self.exact.evict(max_size)
+
+
 class PrefixApprox(Router):
     NAME = "prefix-approx"
     PARAMETERS = {
@@ -149,7 +219,7 @@ class PrefixApprox(Router):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.tree = BlockTree(self.num_instances)
+        self.tree = LazyTree(self.num_instances)
         interval = self.options["eviction_interval_secs"] * 1000.0
         self.next_eviction = interval if interval > 0 else None
 

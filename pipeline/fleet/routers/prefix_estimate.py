@@ -22,7 +22,8 @@ view (``--staleness-ms``). The shuffle uses numpy's generator seeded by ``--seed
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import deque
+from itertools import islice, repeat
 
 from pipeline.fleet.routers.base import (InstanceView, Parameter, RouteRequest, Router,
                                          max_score_pick, rng_for)
@@ -32,47 +33,76 @@ DEFAULT_LRU_CAPACITY = 31250
 
 
 class RoutedIndex:
-    """``indexer.go``: per instance an LRU of hashes; hash -> instances holding it."""
+    """``indexer.go``: per instance an LRU of hashes; hash -> instances holding it.
+
+    The hash -> instances map is not kept block by block: an instance holds a hash when
+    its LRU does, or when an ``Add`` marked the hash after evicting it in the same call
+    (``Add`` evicts while inserting, then marks every hash of the prompt; only a prompt
+    longer than the LRU does that), kept in ``marked``. ``holders`` rebuilds the map."""
 
     def __init__(self, num_instances: int) -> None:
-        self.lru: list[OrderedDict | None] = [None] * num_instances
+        self.lru: list[dict | None] = [None] * num_instances
         self.capacity = [0] * num_instances
-        self.holders: dict = {}
+        self.marked: list[set] = [set() for _ in range(num_instances)]
 
     def add(self, hashes, instance: int, capacity: int) -> None:
+        """``Add``: each hash moved to the LRU's end (or inserted, evicting the oldest when
+        over capacity), then the instance marked on every hash. Done in bulk: an LRU
+        ends holding the ``capacity`` most recent distinct keys of its accesses, so
+        removing the prompt's hashes, appending them in order and evicting from the front
+        leaves the same LRU (chained hashes are distinct within a prompt)."""
         if self.lru[instance] is None:
-            self.lru[instance], self.capacity[instance] = OrderedDict(), capacity
-        lru, index, capacity = self.lru[instance], self.holders, self.capacity[instance]
-        move, popitem = lru.move_to_end, lru.popitem
-        for block in hashes:
-            if block in lru:
-                move(block)
-                continue
-            lru[block] = None
-            if len(lru) > capacity:
-                evicted, _ = popitem(last=False)
-                holders = index.get(evicted)
-                if holders is not None:
-                    holders.discard(instance)
-                    if not holders:
-                        del index[evicted]
-        for block in hashes:
-            holders = index.get(block)
-            if holders is None:
-                index[block] = {instance}
-            else:
-                holders.add(instance)
+            self.lru[instance], self.capacity[instance] = {}, capacity
+        lru, capacity, marked = self.lru[instance], self.capacity[instance], \
+            self.marked[instance]
+        deque(map(lru.pop, hashes, repeat(None)), maxlen=0)
+        lru.update(zip(hashes, repeat(None)))
+        excess = len(lru) - capacity
+        if excess > 0:
+            evicted = list(islice(lru, excess))
+            deque(map(lru.__delitem__, evicted), maxlen=0)
+            if marked:
+                marked.difference_update(evicted)
+            if len(hashes) > capacity:            # this prompt's own hashes went too
+                marked.update(set(hashes).intersection(evicted))
+        if marked:
+            marked.difference_update(lru.keys() & set(hashes))
 
     def match(self, hashes) -> dict[int, int]:
-        """``matchLongestPrefix``."""
-        counts: dict[int, int] = {}
-        for block in hashes:
-            holders = self.holders.get(block)
-            if not holders:
+        """``matchLongestPrefix``: walk while any instance holds the hash, counting one
+        per instance that holds it. In chunks (set operations over a chunk, growing), so
+        the work follows the matched length, as the walk's does."""
+        holders = [(i, lru.keys(), self.marked[i]) for i, lru in enumerate(self.lru)
+                   if lru is not None]
+        counts = dict.fromkeys((i for i, _, _ in holders), 0)
+        start, size = 0, 64
+        while start < len(hashes):
+            chunk = hashes[start:start + size]
+            found = {}
+            for instance, keys, marked in holders:
+                held = keys & chunk
+                if marked:
+                    held |= marked.intersection(chunk)
+                found[instance] = held
+            union = set().union(*found.values())
+            if len(union) < len(chunk):               # the walk stops in this chunk
+                stop = next(k for k, block in enumerate(chunk) if block not in union)
+                for instance, held in found.items():
+                    counts[instance] += sum(map(held.__contains__, chunk[:stop]))
                 break
-            for instance in holders:
-                counts[instance] = counts.get(instance, 0) + 1
-        return counts
+            for instance, held in found.items():
+                counts[instance] += len(held)
+            start, size = start + size, size * 2
+        return {instance: c for instance, c in counts.items() if c}
+
+    @property
+    def holders(self) -> dict:
+        """hash -> the instances holding it (``indexer.go``'s ``hashToPods``)."""
+        out: dict = {}
+        for instance, lru in enumerate(self.lru):
+            for block in [*(lru or ()), *self.marked[instance]]:
+                out.setdefault(block, set()).add(instance)
+        return out
 
 
 def load_score(waiting: int, threshold: float) -> float:
