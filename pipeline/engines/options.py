@@ -13,10 +13,10 @@ from __future__ import annotations
 import argparse
 
 from pipeline import registry
-from pipeline.blocks.limits import (MAX_BLOCKS, check_block_count, check_capacities,
-                                    output_blocks)
+from pipeline.blocks.limits import output_blocks
 from pipeline.blocks.stream import HEAD_FIRST, ORDERS, TAIL_FIRST
 from pipeline.errors import CLIError
+from pipeline.limits import MAX_BLOCKS, check_block_count, check_capacities
 from pipeline.registry import MODEL_OPTIONS, MODEL_ORDERS, vllm_version
 
 __all__ = ["MODEL_OPTIONS", "MODEL_ORDERS", "add_engine_arguments", "add_order_arguments",
