@@ -40,7 +40,7 @@ from pipeline.policies.simple import FIFO, LRU, MRU
 import pipeline.policies.kernels as kernels
 from pipeline.policies.blockmode import policy_cpu_model, policy_gpu_model
 from pipeline.policies.kernels import blocks as block_kernels
-from pipeline.policies.onepass import LRU_PASS, MRU_PASS, OPT_PASS, OnePass
+from pipeline.policies.stack_passes import LRU_PASS, MRU_PASS, OPT_PASS, OnePass
 
 __all__ = ["Option", "CacheModel", "MODELS", "register", "unregister", "entry", "names",
            "GPU_MODELS", "CPU_MODELS", "POLICIES", "MODEL_OPTIONS", "MODEL_ORDERS",
@@ -167,7 +167,7 @@ def policy_entry(name: str, cls: type, summary: str, onepass: OnePass | None = N
                  replay_kernel: Callable | None = None,
                  block_kernel: Callable | None = None) -> CacheModel:
     """The entry of a policy of the family: its class is its tier and the reference of
-    every fast path it declares (``onepass``: ``pipeline.policies.onepass``;
+    every fast path it declares (``onepass``: ``pipeline.policies.stack_passes``;
     ``replay_kernel``: ``pipeline.policies.kernels``; ``block_kernel``:
     ``pipeline.policies.kernels.blocks``). Without a fast path the class is replayed."""
     return CacheModel(name, summary, "block", tier=cls,

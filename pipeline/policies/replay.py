@@ -1,5 +1,5 @@
 """Hits of any policy over a whole trace, at many capacities, by the fast paths its registry
-entry declares: one pass where exact (``onepass``: LRU, MRU, OPT; ``onepass.py``), else
+entry declares: one pass where exact (``onepass``: LRU, MRU, OPT; ``stack_passes.py``), else
 compiled per-capacity replays (``replay_kernel``: ``pipeline/policies/kernels``), fanned out
 over the machine's cores; the Python classes are the reference engine (and the engine of a
 policy that declares no fast path)."""
