@@ -3,7 +3,7 @@
 An entry says how to make the model's tier (an object with ``lookup``/``place``, and
 ``access`` for the policies: ``pipeline.tiers.Tier``), its fast paths (block mode: a GPU
 model ``f(stream, capacities, order, **options)`` and a CPU model ``f(stream, gpu_hit_tokens,
-capacities, order, **options)``, see ``pipeline.blocks.models``, and for a policy the
+capacities, order, **options)``, see ``pipeline.blocks.model_api``, and for a policy the
 compiled ``block_kernel`` they run; per access: a ``onepass`` engine for every capacity and a
 compiled ``replay_kernel`` at one capacity), its unit, the one touch order it follows (engines), its declared
 options (``Option``: the CLI flags and checks are built from them,
@@ -24,7 +24,7 @@ from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from pipeline.arguments import positive_int
-from pipeline.blocks import model as block_replay
+from pipeline.blocks import literal_replay as block_replay
 from pipeline.blocks import onepass as block_onepass
 from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST
 from pipeline.engines import lmcache_cpu, lmcache_fast, vllm_fast, vllm_gpu

@@ -5,7 +5,7 @@ pass; and ``bench --with``."""
 import numpy as np
 import polars as pl
 
-from pipeline.blocks.models import CPU_MODELS, GPU_MODELS
+from pipeline.blocks.model_api import CPU_MODELS, GPU_MODELS
 from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST
 from pipeline.blocks.sweep import _stream, block_frames
 

@@ -23,7 +23,7 @@ import polars as pl
 
 from pipeline.arguments import non_negative_int, pass_list, positive_int
 from pipeline.blocks.limits import check_document_blocks, model_capacities
-from pipeline.blocks.models import two_tier
+from pipeline.blocks.model_api import two_tier
 from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST
 from pipeline.engines.options import add_model_arguments, add_order_arguments, run_options
 from pipeline.config import LAB_DOCS, LAB_GPU, LAB_PASSES, LAB_TOKENS

@@ -13,7 +13,7 @@ in block mode and writes
   exact, oversize bands included. Sweeps: ``gpu_cliff`` (each GPU order, no CPU tier) and
   ``cpu_cliff`` (GPU fixed at ``cpu_sweep_gpu``, each GPU order x CPU order).
 
-Any registered model runs the tiers (``pipeline.blocks.models``: ``GPU_MODELS[name](stream,
+Any registered model runs the tiers (``pipeline.blocks.model_api``: ``GPU_MODELS[name](stream,
 caps, order, **options)``, ``CPU_MODELS[name](stream, gpu_tokens, caps, order, **options)``;
 ``ideal`` by default); the aggregates name them (``gpu_model``, ``cpu_model``), and an engine
 model runs only the order it follows (vllm tail-first, lmcache head-first). The events are
@@ -35,7 +35,7 @@ import polars as pl
 from pipeline import grids
 from pipeline.blocks import onepass
 from pipeline.blocks.limits import model_capacities
-from pipeline.blocks.models import CPU_MODELS, GPU_MODELS
+from pipeline.blocks.model_api import CPU_MODELS, GPU_MODELS
 from pipeline.blocks.stream import HEAD_FIRST, ORDERS, BlockStream
 from pipeline.engines.options import MODEL_ORDERS
 from pipeline.sweeps import write_parquet_atomic

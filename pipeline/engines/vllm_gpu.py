@@ -1,7 +1,8 @@
 """The ``vllm`` GPU model, replayed literally: vLLM's v1 block allocator, one request at a time.
 
-What the idealized block model (``pipeline.blocks.model``) leaves out and vLLM does, read in
-the vllm wheels (0.11.0, 0.22.1, 0.23.0, 0.24.0, 0.33.0; files under ``vllm/v1/core/``):
+What the idealized block model (``pipeline.blocks.literal_replay``) leaves out and vLLM does,
+read in the vllm wheels (0.11.0, 0.22.1, 0.23.0, 0.24.0, 0.33.0; files under
+``vllm/v1/core/``):
 
 1. **The partial tail block holds a slot.** ``KVCacheManager.allocate_slots`` gives a running
    request ``ceil(tokens / block_size)`` blocks; only full ones get a hash

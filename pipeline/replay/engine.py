@@ -16,7 +16,7 @@ import polars as pl
 from pipeline import grids
 from pipeline.blocks import sweep
 from pipeline.blocks.limits import model_capacities
-from pipeline.blocks.models import CPU_MODELS, GPU_MODELS, request_result
+from pipeline.blocks.model_api import CPU_MODELS, GPU_MODELS, request_result
 from pipeline.blocks.onepass import COLD, block_distances
 from pipeline.blocks.stream import BlockStream, capacity_blocks
 from pipeline.stackdist import _NOTHING_STORED, _band_limits
