@@ -44,7 +44,7 @@ from pipeline.workloads.documents import documents_workload
 
 __all__ = ["BLOCK_SWEEPS", "EVENT_SCHEMA", "AGGREGATE_SCHEMA", "block_cliff_capacities",
            "block_events", "block_aggregates", "block_frames", "block_sweeps", "block_hit_steps",
-           "edges", "model_orders"]
+           "edges", "model_orders", "lab_block_stream"]
 
 BLOCK_SWEEPS = ("gpu_cliff", "cpu_cliff")
 ORDER = pl.Enum(list(ORDERS))
@@ -92,7 +92,7 @@ def block_cliff_capacities(docs: int, tokens: int, block_size: int,
     return tuple(sorted({int(v) for v in (*even, *per_doc, *marks, *fine, *spec_points) if v >= 0}))
 
 
-def _stream(docs: int, tokens: int, passes: Sequence[str], block_size: int
+def lab_block_stream(docs: int, tokens: int, passes: Sequence[str], block_size: int
             ) -> tuple[BlockStream, np.ndarray]:
     """The lab's documents as a block stream, and each request's pass index."""
     stream = documents_workload(docs, tokens, passes, block_size).block_stream()
@@ -234,7 +234,7 @@ def block_frames(docs: int, tokens: int, passes: Sequence[str], block_size: int,
     as for ``block_aggregates``."""
     _check(block_size, gpu_capacities, cpu_capacities, gpu_model, cpu_model)
     grid = block_cliff_capacities(docs, tokens, block_size, spec_points)
-    stream, pass_index = _stream(docs, tokens, passes, block_size)
+    stream, pass_index = lab_block_stream(docs, tokens, passes, block_size)
     events = block_events(stream)
     aggregates = block_aggregates(stream, pass_index, passes, gpu_capacities or grid,
                                   cpu_capacities or grid, cpu_sweep_gpu,
