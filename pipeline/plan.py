@@ -176,7 +176,7 @@ def _evaluator_builder(args: argparse.Namespace, workload: Workload, description
     if workload.block_size is None:
         return lambda gpu, models: DocumentEvaluator(description, workload, gpu, models)
     gpu_options, cpu_options = run_options(args, workload.block_size, workload.requests.height,
-                                           workload.blocks.height)
+                                           workload.blocks.height, workload)
     description = (f"{description} (GPU {args.gpu_model} {args.gpu_order}, CPU "
                    f"{args.cpu_model} {args.cpu_order})")
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from pipeline.arguments import positive_int
 from pipeline.blocks import literal_replay as block_replay
 from pipeline.blocks import onepass as block_onepass
-from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST
+from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST, TRACE
 from pipeline.engines import lmcache_cpu, lmcache_fast, vllm_fast, vllm_gpu
 from pipeline.engines.lmcache_cpu import DEFAULT_CHUNK_SIZE
 from pipeline.engines.vllm_gpu import DEFAULT_VLLM_VERSION, PREPEND_SINCE, unhashed_to_head
@@ -119,10 +119,24 @@ def _chunk_on_grid(chunk: object, block_size: int | None) -> str | None:
     return None
 
 
+def output_tokens(text: str) -> int | str:
+    """argparse type of ``--output-tokens``: an integer >= 1, or ``trace``."""
+    if text == TRACE:
+        return TRACE
+    try:
+        return positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1 or {TRACE!r}, "
+                                         f"got {text!r}") from None
+
+
 _SINCE = ".".join(map(str, PREPEND_SINCE))
 VLLM_OPTIONS = (
-    Option("output_tokens", "vllm model: tokens generated per request (max_tokens, default 1)",
-           positive_int, 1),
+    Option("output_tokens", "vllm model: tokens generated per request (max_tokens): N for "
+           "every request, or 'trace': each request's own (Mooncake output_length, token "
+           "JSONL max_tokens or output_token_ids; 1 where none) (default: trace when the "
+           "input gives lengths, else 1)",
+           output_tokens, 1),
     Option("vllm_version", f"vllm model: free-queue placement of unhashed blocks, head since "
            f"{_SINCE}, tail before (default {DEFAULT_VLLM_VERSION})", vllm_version,
            DEFAULT_VLLM_VERSION),

@@ -6,8 +6,10 @@ with every unavailable dependency (torch, pydantic, ...) replaced by an inert st
 package ``__init__`` files not run, and drives ``KVCacheManager`` request by request like the
 scheduler at concurrency 1 (``get_computed_blocks`` -> ``allocate_slots`` -> decode steps
 -> ``free``). Then it compares every request's GPU hit with
-``pipeline.engines.vllm_gpu.replay_vllm`` on the lab's workload and on random prompts with
-shared prefixes. Nothing of vLLM is copied into this repository.
+``pipeline.engines.vllm_gpu.replay_vllm`` on the lab's workload, on random prompts with
+shared prefixes (one output length), and on as many random chats (``random_chats``: a
+max_tokens per prompt, some replies given as sampled ids and re-sent by a later turn; the
+model runs them with ``output_tokens="trace"``; 2026-12-01: 140 + 140 cases, no mismatch). Nothing of vLLM is copied into this repository.
 
     .venv/bin/python scripts/vllm_reference.py --version 0.33.0
     .venv/bin/python scripts/vllm_reference.py --version 0.11.0 --random 200
@@ -187,7 +189,8 @@ def vllm_sources(version: str, cache: Path) -> Path:
 
 def load_vllm(source: Path):
     """vLLM's KVCacheManager and the config classes it takes."""
-    sys.meta_path.insert(0, _Importer(source))
+    if not any(isinstance(f, _Importer) for f in sys.meta_path):
+        sys.meta_path.insert(0, _Importer(source))
     import vllm.utils as vllm_utils                    # bare: its __init__ defines cdiv
     vllm_utils.cdiv = lambda a, b: -(-a // b)
     from vllm.v1.core.kv_cache_manager import KVCacheManager
@@ -231,9 +234,17 @@ class Prompt:
             self.block_hashes.append(parent)
 
 
+def _per_request(output_tokens: int | list[int], prompts: list[list[int]]) -> list[int]:
+    return list(output_tokens) if isinstance(output_tokens, (list, tuple)) \
+        else [output_tokens] * len(prompts)
+
+
 def vllm_hits(classes, prompts: list[list[int]], logged_tokens: int, block_size: int,
-              output_tokens: int) -> list[int]:
-    """GPU hit tokens per prompt from vLLM's own KVCacheManager."""
+              output_tokens: int | list[int],
+              sampled: list[list[int] | None] | None = None) -> list[int]:
+    """GPU hit tokens per prompt from vLLM's own KVCacheManager (``output_tokens`` one
+    number or one per prompt, its max_tokens; ``sampled``: a prompt's sampled ids, which
+    its decode steps feed back, else placeholders no prompt holds)."""
     manager_class, spec_class, config_class, group_class = classes
     spec = spec_class(block_size=block_size, num_kv_heads=1, head_size=1, dtype="float32")
     config = config_class(num_blocks=logged_tokens // block_size, kv_cache_tensors=[],
@@ -243,7 +254,10 @@ def vllm_hits(classes, prompts: list[list[int]], logged_tokens: int, block_size:
              if k in accepted}
     manager = manager_class(config, max_model_len=10**7, **extra)
     hits = []
+    outputs = _per_request(output_tokens, prompts)
     for number, tokens in enumerate(prompts):
+        output_tokens = outputs[number]
+        ids = sampled[number] if sampled else None
         request = Prompt(f"r{number}", tokens, block_size)
         blocks, computed = manager.get_computed_blocks(request)[:2]
         hits.append(computed)
@@ -252,7 +266,7 @@ def vllm_hits(classes, prompts: list[list[int]], logged_tokens: int, block_size:
             continue                                    # never scheduled
         request.num_computed_tokens = request.num_tokens
         for step in range(output_tokens - 1):           # decode: feed back each sampled token
-            request.all_token_ids.append(-1 - number * 100_000 - step)
+            request.all_token_ids.append(ids[step] if ids else -1 - number * 100_000 - step)
             request.hash_blocks()
             manager.allocate_slots(request, 1)
             request.num_computed_tokens += 1
@@ -261,22 +275,45 @@ def vllm_hits(classes, prompts: list[list[int]], logged_tokens: int, block_size:
 
 
 def model_hits(prompts: list[list[int]], logged_tokens: int, block_size: int,
-               output_tokens: int, version: str) -> list[int]:
-    """The same from ``pipeline.engines.vllm_gpu`` (prompts as a block frame)."""
+               output_tokens: int | list[int], version: str,
+               sampled: list[list[int] | None] | None = None) -> list[int]:
+    """The same from ``pipeline.engines.vllm_gpu`` (prompts as a block frame; per-prompt
+    outputs and sampled ids as a trace's ``Workload`` gives them, run with ``"trace"``)."""
+    import numpy as np
     import polars as pl
 
-    from pipeline.blocks.stream import block_stream
     from pipeline.engines.vllm_gpu import replay_vllm
-    from pipeline.workloads.blocks import BLOCK_SCHEMA
+    from pipeline.workloads.blocks import BLOCK_SCHEMA, REQUEST_SCHEMA
+    from pipeline.workloads.workload import Workload
     keys: dict[tuple, int] = {}
-    rows = []
+    rows, sampled_rows = [], []
     for number, tokens in enumerate(prompts):
         for index, start in enumerate(range(0, len(tokens), block_size)):
             prefix = tuple(tokens[:start + block_size])
             rows.append((number, index, keys.setdefault(prefix, len(keys)),
                          len(prefix) - start))
-    stream = block_stream(pl.DataFrame(rows, schema=BLOCK_SCHEMA, orient="row"), block_size)
-    return (replay_vllm(stream, logged_tokens, output_tokens, version) * block_size).tolist()
+    for number, tokens in enumerate(prompts):
+        ids = sampled[number] if sampled else None
+        if ids:                                         # full blocks of prompt + ids[:-1]
+            sequence = list(tokens) + list(ids)
+            for index in range(len(tokens) // block_size,
+                               (len(tokens) + len(ids) - 1) // block_size):
+                prefix = tuple(sequence[:(index + 1) * block_size])
+                sampled_rows.append((number, keys.setdefault(prefix, len(keys))))
+    none = [None] * len(prompts)
+    requests = pl.DataFrame({"request": range(len(prompts)), "pass_name": none, "doc": none,
+                             "prompt_tokens": [len(p) for p in prompts], "timestamp_ms": none},
+                            schema=REQUEST_SCHEMA)
+    per_request = isinstance(output_tokens, (list, tuple)) or bool(sampled)
+    workload = Workload(
+        pl.DataFrame(rows, schema=BLOCK_SCHEMA, orient="row"), requests, block_size,
+        output_tokens=np.array(_per_request(output_tokens, prompts)) if per_request else None,
+        output_blocks=pl.DataFrame(sampled_rows, schema={"request": pl.UInt32,
+                                                         "block_key": pl.UInt64},
+                                   orient="row") if sampled else None)
+    stream = workload.block_stream()
+    return (replay_vllm(stream, logged_tokens, "trace" if per_request else output_tokens,
+                        version) * block_size).tolist()
 
 
 def lab_prompts(tokens: int, docs: int = 10, passes: int = 2) -> list[list[int]]:
@@ -294,6 +331,26 @@ def random_prompts(rng: random.Random, block_size: int) -> list[list[int]]:
                   for i in range(len(path)) for t in range(block_size)]
         prompts.append(tokens[:len(tokens) - rng.randint(0, block_size - 1)])
     return prompts
+
+
+def random_chats(rng: random.Random, block_size: int
+                 ) -> tuple[list[list[int]], list[int], list[list[int] | None]]:
+    """(prompts, max_tokens per prompt, sampled ids or None per prompt): ``random_prompts``
+    with an output length each, some replies given as ids and re-sent by a later turn
+    (the earlier prompt + its reply + a few new tokens)."""
+    prompts = random_prompts(rng, block_size)
+    outputs, sampled = [], []
+    for number in range(len(prompts)):
+        if number and rng.random() < 0.4:               # a next turn re-sends a reply
+            earlier = rng.randrange(number)
+            if sampled[earlier]:
+                prompts[number] = prompts[earlier] + sampled[earlier] + \
+                    [rng.randint(0, 99) for _ in range(rng.randint(0, block_size))]
+        ids = [900_000 + number * 100 + t for t in range(rng.randint(1, 9))] \
+            if rng.random() < 0.6 else None
+        sampled.append(ids)
+        outputs.append(len(ids) if ids else rng.randint(1, 9))
+    return prompts, outputs, sampled
 
 
 def main() -> int:
@@ -327,6 +384,17 @@ def main() -> int:
         if theirs != ours:
             report["mismatches"].append({"case": case, "block_size": block_size,
                                          "capacity": capacity, "output": output,
+                                         "vllm": theirs, "model": ours})
+    for case in range(args.random):                     # per-request outputs, replies re-sent
+        block_size = rng.randint(1, 4)
+        prompts, outputs, sampled = random_chats(rng, block_size)
+        need = max(-(-(len(p) + o - 1) // block_size) for p, o in zip(prompts, outputs)) + 1
+        capacity = rng.randint(need, need + 30) * block_size + rng.randint(0, block_size - 1)
+        theirs = vllm_hits(classes, prompts, capacity, block_size, outputs, sampled)
+        ours = model_hits(prompts, capacity, block_size, outputs, args.version, sampled)
+        if theirs != ours:
+            report["mismatches"].append({"case": f"chat {case}", "block_size": block_size,
+                                         "capacity": capacity, "outputs": outputs,
                                          "vllm": theirs, "model": ours})
     report["random_cases"] = args.random
     print(json.dumps(report, indent=2))

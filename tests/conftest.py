@@ -1,4 +1,5 @@
-"""Shared test helpers: paths, and a deliberately simple list-based reference cache."""
+"""Shared test helpers: paths, a deliberately simple list-based reference cache, and what keeps
+the suite fast (byte code kept, the slow few-test files handed out first)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,20 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 KVLAB = ROOT / "kvlab"
 SHARED_TRACES = ROOT.parent / "shared" / "traces"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+# With PYTHONDONTWRITEBYTECODE set (as in many container images) each xdist worker and each
+# `python -m pipeline` subprocess compiled every module, and pytest rewrote every test module,
+# from source on every run: seconds of CPU per process. The tests keep the byte code in the
+# (git-ignored) __pycache__ folders, where numba's cache=True kernels already are.
+if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
+    sys.dont_write_bytecode = False
 
 # Keep hypothesis quick and deterministic on CI's 2 cores (80 examples per property;
 # KVLAB_EXAMPLES=1000 for a deeper search).
@@ -93,3 +103,28 @@ def cli_in_process(*argv):
         except SystemExit as exc:
             status = exc.code
     return subprocess.CompletedProcess(argv, status, out.getvalue(), err.getvalue())
+
+
+#: Test files with a few tests that take seconds each (a real llama.cpp server, a Ray cluster,
+#: engine-model runs with their reports). xdist's loadfile hands out the files with the most
+#: tests first, so these came last and ran alone at the end on one core;
+#: pytest_xdist_make_scheduler starts them first (tests/test_suite_setup.py: they exist).
+START_FIRST = ("tests/test_llamacpp_engine.py", "tests/test_fleet_ray.py",
+               "tests/test_report_off_lab.py")
+
+
+@pytest.hookimpl(optionalhook=True)         # an xdist hook: fine when xdist is not loaded
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` (pyproject's addopts), with the START_FIRST files handed out first."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class StartFirst(LoadFileScheduling):
+        def _assign_work_unit(self, node):
+            for scope in reversed(START_FIRST):
+                if scope in self.workqueue:
+                    self.workqueue.move_to_end(scope, last=False)
+            super()._assign_work_unit(node)
+
+    return StartFirst(config, log)

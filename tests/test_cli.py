@@ -1,4 +1,9 @@
-"""python -m pipeline: one command end to end, its outputs, and its bad-input errors."""
+"""python -m pipeline: one command end to end, its outputs, and its bad-input errors.
+
+The commands run in this process (conftest.cli_in_process: the same ``main`` as ``python -m
+pipeline``, its output captured and its exit status returned); one test runs the real
+``python -m pipeline`` to check the status a shell sees.
+"""
 
 import json
 import subprocess
@@ -7,12 +12,11 @@ import sys
 import polars as pl
 import pytest
 
-from conftest import KVLAB, ROOT, run_outputs
+from conftest import KVLAB, ROOT, cli_in_process, run_outputs
 
 
-def pipeline(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
+def pipeline(*args):
+    return cli_in_process(*args)
 
 
 
@@ -124,6 +128,16 @@ def test_unwritable_output_folder(tmp_path):
     assert proc.returncode == 1
     assert "--events-dir" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_python_dash_m_pipeline_exits_2_on_a_usage_error(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "run", "--points", "0",
+                           *run_outputs(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("python -m pipeline run: error: argument --points")
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not list(tmp_path.iterdir())
 
 
 def test_help_explains_every_option():

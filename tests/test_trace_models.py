@@ -48,7 +48,9 @@ def direct(stream, gpu, cpu, gpu_model, cpu_model, gpu_options, cpu_options) -> 
 
 @needs_trace
 @pytest.mark.parametrize("extra, gpu_options, cpu_options", [
-    ([], {"output_tokens": 1, "vllm_version": "0.33.0"},
+    ([], {"output_tokens": "trace", "vllm_version": "0.33.0"},      # the trace's lengths
+     {"chunk_size": 512, "save_unfull_chunk": False}),
+    (["--output-tokens", "1"], {"output_tokens": 1, "vllm_version": "0.33.0"},
      {"chunk_size": 512, "save_unfull_chunk": False}),
     (["--output-tokens", "700", "--vllm-version", "0.20.0", "--chunk-size", "1024",
       "--save-unfull-chunk"], {"output_tokens": 700, "vllm_version": "0.20.0"},
@@ -61,8 +63,7 @@ def test_shared_trace_engine_models_equal_the_registries(tmp_path, capsys, extra
                          "--gpu", ",".join(map(str, gpu)), "--cpu", ",".join(map(str, cpu)),
                          "--out", tmp_path, "--no-report", *extra)
     assert (summary["gpu_options"], summary["cpu_options"]) == (gpu_options, cpu_options)
-    trace = read_mooncake(SYNTHETIC, 512)
-    stream = block_stream(trace.blocks, 512)
+    stream = read_mooncake(SYNTHETIC, 512).block_stream()
     expected = direct(stream, gpu, cpu, "vllm", "lmcache", gpu_options, cpu_options)
     got = pl.read_parquet(tmp_path / "requests.parquet")
     assert got.select(expected.columns).cast(pl.Int64).equals(expected)
@@ -83,7 +84,7 @@ def test_engine_models_run_and_the_printout_says_which_ran(tmp_path, capsys):
                  "--gpu", "200000", "--cpu", "1000000", "--no-report", "--out",
                  str(tmp_path / "tr")]) == 0
     out = capsys.readouterr().out
-    assert "GPU tail-first (vllm: output_tokens=1, vllm_version=0.33.0), CPU head-first " \
+    assert "GPU tail-first (vllm: output_tokens=trace, vllm_version=0.33.0), CPU head-first " \
            "(lmcache: chunk_size=512, save_unfull_chunk=False), capacities in tokens:" in out
     assert "the ideal model: GPU curve exact from" in out
 

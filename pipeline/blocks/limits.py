@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pipeline.blocks.stream import BlockStream
+import numpy as np
+
+from pipeline.blocks.stream import BlockStream, output_lengths
 from pipeline.limits import check_block_count
 
 __all__ = ["CLIP_FACTOR", "check_document_blocks", "output_blocks", "storable_tokens",
@@ -39,20 +41,27 @@ def check_document_blocks(docs: int, passes: int, tokens: int, block_size: int
     return requests, blocks
 
 
-def output_blocks(requests: int, output_tokens: int, block_size: int) -> int:
-    """Blocks the vllm model adds for output tokens: at most ceil(output / block) + 1 each."""
-    return requests * (-(-output_tokens // block_size) + 1)
+def output_blocks(requests: int, output_tokens: object, block_size: int) -> int:
+    """Blocks the vllm model adds for output tokens: at most ceil(output / block) + 1 each
+    (``output_tokens`` one number, or one per request)."""
+    outputs = np.asarray(output_tokens, dtype=np.int64)
+    if outputs.ndim == 0:
+        return requests * (-(-int(outputs) // block_size) + 1)
+    return int(np.sum(-(-outputs // block_size) + 1))
 
 
-def storable_tokens(stream: BlockStream, output_tokens: int = 1) -> int:
+def storable_tokens(stream: BlockStream, output_tokens: object = 1) -> int:
     """A capacity (tokens) at which no model evicts in a run of ``stream``: ``CLIP_FACTOR``
-    times every block access (prompt and output blocks) plus vLLM's null block and a spare."""
-    blocks = stream.blocks + output_blocks(stream.requests, output_tokens, stream.block_size)
+    times every block access (prompt and output blocks) plus vLLM's null block and a spare
+    (``output_tokens`` as the vllm model takes it: a number, one per request, ``"trace"``)."""
+    outputs = output_lengths(stream, output_tokens) if isinstance(output_tokens, str) \
+        else output_tokens
+    blocks = stream.blocks + output_blocks(stream.requests, outputs, stream.block_size)
     return CLIP_FACTOR * (blocks + 2) * stream.block_size
 
 
 def model_capacities(stream: BlockStream, capacities: Iterable[int],
-                     output_tokens: int = 1) -> list[int]:
+                     output_tokens: object = 1) -> list[int]:
     """``capacities`` with each clipped to ``storable_tokens`` (same answer, bounded work)."""
     top = storable_tokens(stream, output_tokens)
     return [min(int(c), top) for c in capacities]

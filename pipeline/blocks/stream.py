@@ -20,8 +20,8 @@ import polars as pl
 
 from pipeline.workloads.blocks import check_blocks
 
-__all__ = ["ORDERS", "TAIL_FIRST", "HEAD_FIRST", "BlockStream", "block_stream",
-           "capacity_blocks", "check_order"]
+__all__ = ["ORDERS", "TAIL_FIRST", "HEAD_FIRST", "TRACE", "RequestOutputs", "BlockStream",
+           "block_stream", "capacity_blocks", "check_order", "output_lengths"]
 
 TAIL_FIRST, HEAD_FIRST = "tail-first", "head-first"
 #: How a tier orders a request's blocks among themselves when it makes them most recent.
@@ -38,13 +38,28 @@ def check_order(order: str) -> str:
 
 
 @dataclass(frozen=True)
+class RequestOutputs:
+    """What a trace says each request generates: ``lengths`` (R) its output tokens (a value
+    < 1 counts as 1), and where the trace gives the sampled ids, ``codes[starts[r]:starts[r + 1]]``
+    the key codes of request r's blocks of prompt + output beyond its full prompt blocks
+    (a prompt holding the same prefix has the same code; other codes are >= the stream's
+    ``n_codes``); ``n_codes`` is the stream's codes plus these."""
+
+    lengths: np.ndarray
+    codes: np.ndarray
+    starts: np.ndarray
+    n_codes: int
+
+
+@dataclass(frozen=True)
 class BlockStream:
     """A workload's validated block-level request stream (R requests, N blocks).
 
     ``starts`` (R + 1): request r's blocks are ``starts[r]:starts[r + 1]``;
     ``cacheable`` (R): its leading full blocks; ``prompt_tokens`` (R); ``request`` (R): the
     frame's request numbers; ``codes`` (N): dense block-key codes 0..n_codes-1;
-    ``block_index`` (N): the frame's block_index.
+    ``block_index`` (N): the frame's block_index; ``outputs``: the trace's per-request
+    output lengths (and sampled blocks), None when the workload gives none.
     """
 
     block_size: int
@@ -55,6 +70,7 @@ class BlockStream:
     codes: np.ndarray
     block_index: np.ndarray
     n_codes: int
+    outputs: RequestOutputs | None = None
 
     @property
     def requests(self) -> int:
@@ -68,6 +84,21 @@ class BlockStream:
         """Per block: True for the cacheable blocks (each request's leading full blocks)."""
         lengths = np.diff(self.starts)
         return self.block_index < np.repeat(self.cacheable, lengths)
+
+
+#: ``output_tokens="trace"``: each request's own output length from the trace.
+TRACE = "trace"
+
+
+def output_lengths(stream: BlockStream, output_tokens: object = 1) -> np.ndarray:
+    """Each request's output tokens (int64, R): ``output_tokens`` (one number, or one per
+    request) broadcast, or with ``"trace"`` the stream's own lengths (1 where none)."""
+    if isinstance(output_tokens, str) and output_tokens == TRACE:
+        if stream.outputs is None:
+            return np.ones(stream.requests, np.int64)
+        return np.maximum(stream.outputs.lengths.astype(np.int64), 1)
+    return np.broadcast_to(np.asarray(output_tokens, dtype=np.int64),
+                           (stream.requests,)).astype(np.int64)
 
 
 def capacity_blocks(capacity_tokens: object, block_size: int) -> np.ndarray:

@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import argparse
 
+import numpy as np
+
 from pipeline import registry
 from pipeline.blocks.limits import output_blocks
-from pipeline.blocks.stream import HEAD_FIRST, ORDERS, TAIL_FIRST
+from pipeline.blocks.stream import HEAD_FIRST, ORDERS, TAIL_FIRST, TRACE
 from pipeline.errors import CLIError
 from pipeline.limits import MAX_BLOCKS, check_block_count, check_capacities
 from pipeline.registry import MODEL_OPTIONS, MODEL_ORDERS, vllm_version
 
 __all__ = ["MODEL_OPTIONS", "MODEL_ORDERS", "add_engine_arguments", "add_order_arguments",
            "model_options", "default_chunk_size", "vllm_version", "add_model_arguments",
-           "run_options", "option_dests"]
+           "run_options", "option_dests", "trace_outputs"]
 
 
 def option_dests() -> tuple[str, ...]:
@@ -100,20 +102,49 @@ def model_options(args: argparse.Namespace, block_size: int | None = None) -> tu
     return options[0], options[1]
 
 
+def trace_outputs(workload: object) -> np.ndarray:
+    """``--output-tokens trace``: each request's output tokens from ``workload`` (a
+    ``pipeline.workloads.workload.Workload``; 1 where it gives none); CLIError naming the
+    file's line of a length < 1 (Mooncake's ``output_length`` may be 0)."""
+    given = getattr(workload, "output_tokens", None)
+    requests = workload.requests.height
+    if given is None:
+        return np.ones(requests, np.int64)
+    given = np.asarray(given, np.int64)
+    bad = np.flatnonzero(given < 1)
+    if bad.size:
+        where = f"{workload.label}:{int(workload.lines[bad[0]])}" if len(workload.lines) \
+            else f"{workload.label}: request {int(bad[0])}"
+        raise CLIError(f"{where}: output_length must be >= 1 for --output-tokens trace (the "
+                       f"default when a trace gives lengths; or give --output-tokens N), "
+                       f"got {int(given[bad[0]])}")
+    return given
+
+
 def run_options(args: argparse.Namespace, block_size: int, requests: int,
-                blocks: int) -> tuple[dict, dict]:
+                blocks: int, workload: object = None) -> tuple[dict, dict]:
     """The one check of a block command's tiers and models, once its workload's size is
     known (``requests``, ``blocks`` block accesses): ``--gpu`` / ``--cpu`` capacities fit an
     int64, ``model_options`` holds, and the vllm model's output blocks keep the run under
-    ``MAX_BLOCKS``. Returns (GPU model options, CPU model options); CLIError naming the
-    argument otherwise. ``blocks`` and ``trace`` both call it before any work."""
+    ``MAX_BLOCKS``; with ``--output-tokens trace`` each request's length comes from
+    ``workload`` (``trace_outputs``; none given: 1), and that is the default when the
+    workload gives lengths (Mooncake ``output_length``, token JSONL ``max_tokens``). Returns (GPU model options, CPU model
+    options); CLIError naming the argument otherwise. ``blocks`` and ``trace`` both call it
+    before any work."""
     check_capacities("--gpu", getattr(args, "gpu", None))
     check_capacities("--cpu", getattr(args, "cpu", None))
     check_capacities("--cpu-sweep-gpu", getattr(args, "cpu_sweep_gpu", None))
     check_block_count(blocks, "the workload")
     gpu_options, cpu_options = model_options(args, block_size)
     output = gpu_options.get("output_tokens")
-    if output is not None and blocks + output_blocks(requests, output, block_size) > MAX_BLOCKS:
-        check_block_count(blocks + output_blocks(requests, output, block_size),
+    if output is not None and getattr(args, "output_tokens", None) is None and \
+            getattr(workload, "output_tokens", None) is not None:
+        output = gpu_options["output_tokens"] = TRACE     # default: the trace's own lengths
+    lengths = output
+    if output == TRACE:
+        lengths = trace_outputs(workload) if workload is not None \
+            else np.ones(requests, np.int64)
+    if output is not None and blocks + output_blocks(requests, lengths, block_size) > MAX_BLOCKS:
+        check_block_count(blocks + output_blocks(requests, lengths, block_size),
                           f"--output-tokens {output} ({requests} requests)")
     return gpu_options, cpu_options

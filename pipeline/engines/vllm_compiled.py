@@ -14,7 +14,7 @@ import numpy as np
 from numba import njit
 
 from pipeline.blocks.stream import BlockStream
-from pipeline.engines.vllm_gpu import DEFAULT_VLLM_VERSION, unhashed_to_head
+from pipeline.engines.vllm_gpu import DEFAULT_VLLM_VERSION, OutputTokens, unhashed_to_head
 from pipeline.engines.vllm_layout import vllm_layout
 
 __all__ = ["replay_vllm_compiled"]
@@ -100,7 +100,8 @@ def _replay(keys, key_starts, lookup, slots, num_blocks, n_codes, prepend, hits)
                 _link_after(b, prev[head], prev, nxt)
 
 
-def replay_vllm_compiled(stream: BlockStream, logged_tokens: int, output_tokens: int = 1,
+def replay_vllm_compiled(stream: BlockStream, logged_tokens: int,
+                         output_tokens: OutputTokens = 1,
                          vllm_version: str = DEFAULT_VLLM_VERSION) -> np.ndarray:
     """Equal to ``vllm_gpu.replay_vllm``: GPU hit blocks per request."""
     layout = vllm_layout(stream, output_tokens)

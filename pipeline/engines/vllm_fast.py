@@ -38,7 +38,11 @@ kernel detects exactly that and the capacity is replayed literally instead
 (``vllm_compiled``, the allocator in numba). When the old copy is among the request's own
 evictions there is no duplicate and the recurrence holds as is (the key counts in ``p_r``).
 Requests with more slots than K are never scheduled; capacities fall into bands between the
-distinct ``n_r`` with one depth pass per band (as ``pipeline.stackdist``).
+distinct ``n_r`` with one depth pass per band (as ``pipeline.stackdist``). Output lengths may
+differ per request (``n_r``, ``f_r`` per request). When the trace gives the sampled tokens,
+an output block's key can already be cached (a request re-sent with its reply), which the
+lookup never touches: a duplicate again, so such a run is replayed literally (compiled) at
+every capacity.
 """
 
 from __future__ import annotations
@@ -48,7 +52,8 @@ from numba import njit
 
 from pipeline.blocks.stream import TAIL_FIRST, BlockStream, capacity_blocks
 from pipeline.engines.vllm_compiled import replay_vllm_compiled
-from pipeline.engines.vllm_gpu import DEFAULT_VLLM_VERSION, check_gpu_options, unhashed_to_head
+from pipeline.engines.vllm_gpu import (DEFAULT_VLLM_VERSION, OutputTokens, check_gpu_options,
+                                       unhashed_to_head)
 from pipeline.engines.vllm_layout import vllm_layout
 from pipeline.stackdist_kernels import COLD, fenwick_prefix, touch
 
@@ -111,7 +116,7 @@ def _scalar_pass(key_starts, prompt_keys, lookup, slots, phantom, depth, runmax,
     return True
 
 
-def vllm_hits(stream: BlockStream, capacities: np.ndarray, output_tokens: int = 1,
+def vllm_hits(stream: BlockStream, capacities: np.ndarray, output_tokens: OutputTokens = 1,
               vllm_version: str = DEFAULT_VLLM_VERSION) -> tuple[np.ndarray, np.ndarray]:
     """Hit blocks per (capacity, request) for capacities in usable blocks, and per capacity
     whether the one-pass form was exact (False: that row is still empty)."""
@@ -119,6 +124,8 @@ def vllm_hits(stream: BlockStream, capacities: np.ndarray, output_tokens: int = 
     phantom = not unhashed_to_head(vllm_version)
     capacities = np.asarray(capacities, np.int64)
     hits = np.zeros((capacities.size, stream.requests), np.int64)
+    if layout.sampled:                                  # sampled keys: replay literally
+        return hits, np.zeros(capacities.size, bool)
     exact = np.ones(capacities.size, bool)
     sizes = np.unique(layout.slots)
     bands: dict[int, list[int]] = {}
@@ -138,7 +145,8 @@ def vllm_hits(stream: BlockStream, capacities: np.ndarray, output_tokens: int = 
 
 
 def vllm_gpu(stream: BlockStream, capacities: object, order: str = TAIL_FIRST, *,
-             output_tokens: int = 1, vllm_version: str = DEFAULT_VLLM_VERSION) -> np.ndarray:
+             output_tokens: OutputTokens = 1, vllm_version: str = DEFAULT_VLLM_VERSION
+             ) -> np.ndarray:
     """GPU model API (``pipeline.blocks.models``): hit tokens per (capacity, request), (K, R),
     for KV cache sizes in tokens as vLLM logs them; a capacity where the one-pass form is not
     exact (a duplicated block, see the module docstring) is replayed literally (compiled)."""

@@ -33,9 +33,13 @@ vLLM never runs. ``scripts/vllm_reference.py`` drives vLLM's own ``KVCacheManage
 0.23.0, 0.24.0, 0.33.0 wheels) and finds every request's hit equal to this replay.
 
 Workload as the lab runs it: concurrency 1 (each request finishes before the next arrives),
-``max_tokens = output_tokens``; a request computes ``prompt + output - 1`` tokens (the last
-sampled token is never fed back), so longer outputs fill and cache the tail block. Blocks
-that hold output tokens get hashes no prompt can match (fresh keys here).
+``max_tokens = output_tokens``: one number for every request, or ``"trace"``, each request's
+own length from the trace (``BlockStream.outputs``; 1 where it gives none); a request
+computes ``prompt + output - 1`` tokens (the last sampled token is never fed back), so longer
+outputs fill and cache the tail block. Blocks that hold output tokens are hashed as vLLM
+hashes them when the trace gives the sampled ids (``output_token_ids``, with
+``"trace"``): a next turn that re-sends the reply hits them; otherwise they get fresh keys,
+placeholders no prompt can match.
 """
 
 from __future__ import annotations
@@ -46,11 +50,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.blocks.stream import TAIL_FIRST, BlockStream, capacity_blocks
+from pipeline.blocks.stream import TAIL_FIRST, TRACE, BlockStream, capacity_blocks
+from pipeline.blocks.stream import output_lengths as request_outputs
 
 __all__ = ["DEFAULT_VLLM_VERSION", "PREPEND_SINCE", "VllmRequest", "VllmBlockPool",
            "unhashed_to_head", "usable_blocks", "vllm_requests", "replay_vllm", "replay_gpu",
-           "check_gpu_options"]
+           "check_gpu_options", "TRACE", "OutputTokens", "request_outputs", "given_output_codes"]
+
+OutputTokens = int | np.ndarray | str
 
 DEFAULT_VLLM_VERSION = "0.33.0"
 #: First release whose ``BlockPool.free_blocks`` prepends unhashed blocks (PR #42656).
@@ -79,12 +86,27 @@ def usable_blocks(logged_tokens: int, block_size: int) -> int:
     return max(int(logged_tokens) // block_size - 1, 0)
 
 
-def check_gpu_options(order: str, output_tokens: int | np.ndarray, vllm_version: str) -> None:
-    """Raise ValueError on an order other than tail-first, output < 1 (one number, or one
-    per request) or a bad version."""
+def given_output_codes(stream: BlockStream, output_tokens: OutputTokens = 1
+                       ) -> tuple[np.ndarray, np.ndarray] | None:
+    """(codes, starts) of the sampled blocks the trace hashes (``RequestOutputs``), used
+    with ``"trace"`` only; None when there are none (every output block gets a fresh key)."""
+    outputs = stream.outputs
+    if not (isinstance(output_tokens, str) and output_tokens == TRACE) or outputs is None \
+            or outputs.codes.size == 0:
+        return None
+    return outputs.codes.astype(np.int64), outputs.starts.astype(np.int64)
+
+
+def check_gpu_options(order: str, output_tokens: OutputTokens, vllm_version: str) -> None:
+    """Raise ValueError on an order other than tail-first, output < 1 (one number, one per
+    request, or ``"trace"``) or a bad version."""
     if order != TAIL_FIRST:
         raise ValueError(f"the vllm GPU model is tail-first by construction, got {order!r}")
-    if np.ndim(output_tokens) == 1:
+    if isinstance(output_tokens, str):
+        if output_tokens != TRACE:
+            raise ValueError(f"output tokens must be an integer >= 1 or {TRACE!r}, "
+                             f"got {output_tokens!r}")
+    elif np.ndim(output_tokens) == 1:
         values = np.asarray(output_tokens)
         if values.dtype.kind not in "iu" or values.size == 0 or values.min() < 1:
             raise ValueError("per-request output tokens must be integers >= 1")
@@ -106,15 +128,16 @@ class VllmRequest:
     blocks: int
 
 
-def vllm_requests(stream: BlockStream, output_tokens: int | np.ndarray = 1
+def vllm_requests(stream: BlockStream, output_tokens: OutputTokens = 1
                   ) -> list[VllmRequest]:
     """Per request of ``stream``: what vLLM allocates, caches and may hit (``output_tokens``
-    one number, or one per request)."""
+    one number, one per request, or ``"trace"``)."""
     size = stream.block_size
     codes = stream.codes.tolist()
-    fresh = stream.n_codes
-    outputs = np.broadcast_to(np.asarray(output_tokens, dtype=np.int64),
-                              (stream.requests,)).tolist()
+    outputs = request_outputs(stream, output_tokens).tolist()
+    given = given_output_codes(stream, output_tokens)
+    sampled, sampled_starts = (given[0].tolist(), given[1].tolist()) if given else ([], None)
+    fresh = stream.outputs.n_codes if given else stream.n_codes
     out = []
     for r in range(stream.requests):
         prompt = int(stream.prompt_tokens[r])
@@ -123,6 +146,8 @@ def vllm_requests(stream: BlockStream, output_tokens: int | np.ndarray = 1
         hashed = computed // size
         start = int(stream.starts[r])
         keys = codes[start:start + min(full_prompt, hashed)]
+        if sampled_starts is not None:                  # the trace's sampled blocks
+            keys += sampled[sampled_starts[r]:sampled_starts[r + 1]][:hashed - len(keys)]
         extra = hashed - len(keys)
         keys = tuple(keys) + tuple(range(fresh, fresh + extra))
         fresh += extra
@@ -195,7 +220,7 @@ class VllmBlockPool:
         return len(hit)
 
 
-def replay_vllm(stream: BlockStream, logged_tokens: int, output_tokens: int | np.ndarray = 1,
+def replay_vllm(stream: BlockStream, logged_tokens: int, output_tokens: OutputTokens = 1,
                 vllm_version: str = DEFAULT_VLLM_VERSION) -> np.ndarray:
     """GPU hit blocks per request for a vLLM KV cache of ``logged_tokens`` (as vLLM logs it)."""
     pool = VllmBlockPool(max(int(logged_tokens) // stream.block_size, 0),
@@ -205,7 +230,8 @@ def replay_vllm(stream: BlockStream, logged_tokens: int, output_tokens: int | np
 
 
 def replay_gpu(stream: BlockStream, capacities: object, order: str = TAIL_FIRST, *,
-               output_tokens: int = 1, vllm_version: str = DEFAULT_VLLM_VERSION) -> np.ndarray:
+               output_tokens: OutputTokens = 1, vllm_version: str = DEFAULT_VLLM_VERSION
+               ) -> np.ndarray:
     """GPU model API (``pipeline.blocks.models``): hit tokens per (capacity, request), (K, R);
     capacities are KV cache sizes in tokens as vLLM logs them."""
     check_gpu_options(order, output_tokens, vllm_version)

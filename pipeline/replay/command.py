@@ -97,7 +97,7 @@ def main(args: argparse.Namespace) -> int:
         min([g for g in gpu if g > 0], default=0)
     models = outputs.Models(args.gpu_model, args.cpu_model,
                             *run_options(args, stream.block_size, stream.requests,
-                                         stream.blocks))
+                                         stream.blocks, workload))
     outputs.check_writable(args.out, None if args.no_report else args.report)
 
     infinite = engine.infinite(stream)

@@ -28,7 +28,8 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
                         help="trace file (JSONL); or give --pattern instead")
     parser.add_argument("--format", choices=FORMATS, default="mooncake",
                         help="mooncake: {timestamp, input_length, output_length, hash_ids}; "
-                             "tokens: {timestamp, tokens} (default %(default)s)")
+                             "tokens: {timestamp, tokens} and optional max_tokens, "
+                             "output_token_ids (default %(default)s)")
     parser.add_argument("--block-size", type=positive_int, default=None,
                         help=f"tokens per block (default {MOONCAKE_BLOCK_SIZE} for mooncake, "
                              f"{TOKENS_BLOCK_SIZE} for tokens and patterns)")

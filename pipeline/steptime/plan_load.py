@@ -94,7 +94,8 @@ def _plan_under_load(args: argparse.Namespace) -> int:
         raise CLIError("--report: not available with --target-ttft-p90-ms (simulate --gpu "
                        "CAPS --report draws the curves)")
     args.block_size = args.block_size or 16
-    args.output_tokens = args.output_tokens or 1
+    if args.output_tokens in (None, "trace"):         # Mooncake: each line's output_length
+        args.output_tokens = 1
     kv = kv_from_args(args)
     workload = _workload(args)
     load = _load(args, workload.timed == "seconds")

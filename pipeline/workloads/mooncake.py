@@ -1,7 +1,8 @@
 """Mooncake traces (JSONL ``timestamp, input_length, output_length, hash_ids``) as block frames.
 
 Mooncake (FAST'25, github.com/kvcache-ai/Mooncake ``FAST25-release/traces``) gives one
-prefix-chained hash id per ``block_size``-token block of the prompt (512 by default). Each id
+prefix-chained hash id per ``block_size``-token block of the prompt (512 by default);
+``output_length`` is each request's output tokens (``Workload.output_tokens``). Each id
 is one block; the last one holds ``input_length - (n - 1) * block_size`` tokens, which must be
 1..block_size (a last block shorter than ``block_size`` is partial: never cacheable). Read
 with polars (``read_ndjson`` + explode, piece by piece), checked line by line as expressions.
@@ -73,7 +74,8 @@ def read_mooncake(path: str | Path, block_size: int = MOONCAKE_BLOCK_SIZE,
     for good in checked_pieces(path, FIELDS, line_checks(block_size), skip_bad_lines, skipped):
         numbered = good.with_row_index("request", offset=first)
         blocks.append(_blocks(numbered, block_size))
-        requests.append(numbered.select("request", "line", "input_length", "timestamp"))
+        requests.append(numbered.select("request", "line", "input_length", "timestamp",
+                                        "output_length"))
         first += good.height
     good = pl.concat(requests)
     request_frame = good.select(
@@ -82,4 +84,5 @@ def read_mooncake(path: str | Path, block_size: int = MOONCAKE_BLOCK_SIZE,
         timestamp_ms=pl.col("timestamp"))
     return Workload(pl.concat(blocks).match_to_schema(BLOCK_SCHEMA),
                     request_frame.match_to_schema(REQUEST_SCHEMA), block_size,
-                    good["line"].to_numpy(), skipped, str(path))
+                    good["line"].to_numpy(), skipped, str(path),
+                    output_tokens=good["output_length"].to_numpy())

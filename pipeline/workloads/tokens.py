@@ -1,5 +1,12 @@
 """Token-id traces (JSONL ``{"timestamp": ..., "tokens": [...]}``) as chained block frames.
 
+Optional per line: ``max_tokens`` (the request's output tokens, an integer >= 1) and
+``output_token_ids`` (the sampled tokens; the output length is then their number, and
+``max_tokens``, if given, must be at least that; a line with neither generates 1 token
+under ``--output-tokens trace``). The blocks of prompt + sampled tokens
+beyond the prompt's full blocks are keyed by the same chain, as vLLM hashes them
+(``Workload.output_blocks``), so a later prompt that re-sends the reply has their keys.
+
 Users bring their own logs: each prompt is cut into ``block_size``-token blocks (the last may
 be partial) and each block gets a chained key that stands for the whole prefix up to its end,
 as vLLM's block hashes do: equal prefixes give equal keys.
@@ -24,9 +31,12 @@ from pipeline.workloads.blocks import BLOCK_SCHEMA, REQUEST_SCHEMA
 from pipeline.workloads.jsonl import Field, checked_pieces
 from pipeline.workloads.workload import Workload
 
-__all__ = ["FIELDS", "read_tokens", "token_blocks", "splitmix64"]
+__all__ = ["FIELDS", "OUTPUT_FIELDS", "read_tokens", "token_blocks", "sampled_blocks",
+           "splitmix64"]
 
 FIELDS = (Field("timestamp", "number"), Field("tokens", "int list"))
+#: Optional fields: a line without them takes the run's ``--output-tokens``.
+OUTPUT_FIELDS = (Field("max_tokens", "int"), Field("output_token_ids", "int list"))
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
@@ -107,6 +117,47 @@ def _checks() -> list[tuple[pl.Expr, str]]:
     ]
 
 
+def _output_checks() -> list[tuple[pl.Expr, str | pl.Expr]]:
+    """The checks of the optional ``OUTPUT_FIELDS``."""
+    outputs = pl.col("output_token_ids")
+    return [
+        (pl.col("max_tokens") < 1, pl.format("max_tokens must be >= 1, got {}",
+                                             pl.col("max_tokens"))),
+        (outputs.is_not_null() & (outputs.list.len() == 0), "output_token_ids is empty"),
+        (outputs.list.eval(pl.element().is_null()).list.any(),
+         "non-integer output_token_ids (null)"),
+        (outputs.list.min() < 0, "negative token id in output_token_ids"),
+        (outputs.is_not_null() & (pl.col("max_tokens") < outputs.list.len()),
+         "max_tokens is smaller than the number of output_token_ids"),
+    ]
+
+
+def sampled_blocks(good: pl.DataFrame, block_size: int, first_request: int) -> pl.DataFrame:
+    """(request, block_key) of the blocks of prompt + ``output_token_ids`` that vLLM caches
+    beyond each prompt's full blocks: full blocks of the first prompt + output - 1 tokens
+    (the last sampled token is never computed), chained as the prompt's."""
+    numbered = good.with_row_index("request", offset=first_request)
+    sampled = numbered.filter(pl.col("output_token_ids").is_not_null())
+    if sampled.height == 0:
+        return pl.DataFrame(schema={"request": pl.UInt32, "block_key": pl.UInt64})
+    sequence = pl.concat_list("tokens", "output_token_ids")
+    sampled = sampled.select("request", sequence=sequence,
+                             prompt=pl.col("tokens").list.len(),
+                             output=pl.col("output_token_ids").list.len())
+    lengths = sampled["sequence"].list.len().cast(pl.Int64).to_numpy()
+    frame = token_blocks(sampled["sequence"].explode().to_numpy(), lengths, block_size)
+    prompt = sampled["prompt"].cast(pl.Int64).to_numpy()
+    output = sampled["output"].cast(pl.Int64).to_numpy()
+    per = -(-lengths // block_size)
+    first = np.repeat(prompt // block_size, per)
+    end = np.repeat((prompt + output - 1) // block_size, per)
+    request = np.repeat(sampled["request"].to_numpy(), per)
+    index = frame["block_index"].to_numpy()
+    keep = (index >= first) & (index < end)
+    return pl.DataFrame({"request": request[keep].astype(np.uint32),
+                         "block_key": frame["block_key"].to_numpy()[keep]})
+
+
 def read_tokens(path: str | Path, block_size: int, skip_bad_lines: bool = False) -> Workload:
     """Read a token-id JSONL trace into a ``Workload`` with chained ``block_size`` blocks.
 
@@ -118,17 +169,27 @@ def read_tokens(path: str | Path, block_size: int, skip_bad_lines: bool = False)
     if block_size < 1:
         raise ValueError(f"block size must be >= 1, got {block_size}")
     skipped: list[tuple[int, str]] = []
-    blocks, requests = [], []
-    for good in checked_pieces(path, FIELDS, _checks(), skip_bad_lines, skipped):
+    blocks, requests, sampled = [], [], []
+    for good in checked_pieces(path, FIELDS + OUTPUT_FIELDS, _checks() + _output_checks(),
+                               skip_bad_lines, skipped):
         column = good["tokens"]
         lengths = column.list.len()
+        first = sum(frame.height for frame in requests)
         blocks.append(token_blocks(column.explode().to_numpy(), lengths.to_numpy(),
-                                   block_size, sum(frame.height for frame in requests)))
-        requests.append(good.select("line", "timestamp", prompt_tokens=lengths))
+                                   block_size, first))
+        sampled.append(sampled_blocks(good, block_size, first))
+        requests.append(good.select(
+            "line", "timestamp", prompt_tokens=lengths,
+            output_tokens=pl.coalesce(pl.col("output_token_ids").list.len(),
+                                      pl.col("max_tokens"), pl.lit(1)).cast(pl.Int64),
+            given=pl.col("output_token_ids").is_not_null() | pl.col("max_tokens").is_not_null()))
     good = pl.concat(requests)
+    outputs = good["output_tokens"].to_numpy() if good["given"].any() else None
+    output_blocks = pl.concat(sampled) if outputs is not None else None
     request_frame = good.with_row_index("request").select(
         pl.col("request").cast(pl.UInt32), pass_name=pl.lit(None, pl.String),
         doc=pl.lit(None, pl.Int64), prompt_tokens=pl.col("prompt_tokens").cast(pl.UInt64),
         timestamp_ms=pl.col("timestamp"))
     return Workload(pl.concat(blocks), request_frame.match_to_schema(REQUEST_SCHEMA),
-                    block_size, good["line"].to_numpy(), skipped, str(path))
+                    block_size, good["line"].to_numpy(), skipped, str(path),
+                    output_tokens=outputs, output_blocks=output_blocks)

@@ -16,12 +16,12 @@ its block range and cacheable prefix, prefix rule included).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import polars as pl
 
-from pipeline.blocks.stream import BlockStream, block_stream
+from pipeline.blocks.stream import BlockStream, RequestOutputs, block_stream
 
 __all__ = ["Workload"]
 
@@ -32,7 +32,12 @@ class Workload:
 
     ``lines``: the file line of each request (traces; empty otherwise); ``skipped``:
     (line, reason) of every bad line dropped under ``skip_bad_lines``; ``label``: what the
-    workload is (a path, a pattern's name, the lab's documents).
+    workload is (a path, a pattern's name, the lab's documents); ``output_tokens``: each
+    request's output length where the trace gives one (Mooncake ``output_length``, token
+    JSONL ``max_tokens`` or the number of ``output_token_ids``, 1 on a line with neither),
+    None when it gives none; ``output_blocks``: (request, block_key) of the blocks of prompt + sampled
+    tokens beyond each request's full prompt blocks, chained as its prompt's (token JSONL
+    with ``output_token_ids``), None otherwise.
     """
 
     blocks: pl.DataFrame
@@ -41,6 +46,8 @@ class Workload:
     lines: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     skipped: list[tuple[int, str]] = field(default_factory=list)
     label: str = ""
+    output_tokens: np.ndarray | None = None
+    output_blocks: pl.DataFrame | None = None
 
     def items(self, unit: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Every item of every request as one access, in order, with no prefix rule: its key
@@ -56,7 +63,31 @@ class Workload:
         every block-mode model reads. ValueError without a block size."""
         if self.block_size is None:
             raise ValueError("a workload of whole items has no block stream: give a block size")
-        return block_stream(self.blocks, self.block_size)
+        stream = block_stream(self.blocks, self.block_size)
+        if self.output_tokens is None:
+            return stream
+        return replace(stream, outputs=self._outputs(stream))
+
+    def _outputs(self, stream: BlockStream) -> RequestOutputs:
+        """The per-request outputs in the stream's codes: a sampled block whose key some
+        prompt block has takes its code, the others new codes from ``stream.n_codes``."""
+        lengths = np.asarray(self.output_tokens, dtype=np.int64)
+        if self.output_blocks is None or self.output_blocks.height == 0:
+            return RequestOutputs(lengths, np.zeros(0, np.int64),
+                                  np.zeros(stream.requests + 1, np.int64), stream.n_codes)
+        prompt = pl.DataFrame({"block_key": self.blocks["block_key"],
+                               "code": stream.codes}).unique("block_key")
+        out = self.output_blocks.join(prompt, on="block_key", how="left",
+                                      maintain_order="left")
+        codes = out["code"].fill_null(-1).cast(pl.Int64).to_numpy().copy()
+        new = codes < 0
+        _, fresh = np.unique(out["block_key"].to_numpy()[new], return_inverse=True)
+        codes[new] = stream.n_codes + fresh
+        index = np.searchsorted(stream.request, out["request"].to_numpy())
+        counts = np.bincount(index, minlength=stream.requests)
+        starts = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+        return RequestOutputs(lengths, codes, starts,
+                              stream.n_codes + int(fresh.max(initial=-1)) + 1)
 
     def repeat_ratio(self) -> float:
         """The infinite-cache block hit ratio as traces count it: the share of block accesses
