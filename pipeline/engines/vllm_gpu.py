@@ -232,7 +232,7 @@ def replay_vllm(stream: BlockStream, logged_tokens: int, output_tokens: OutputTo
 def replay_gpu(stream: BlockStream, capacities: object, order: str = TAIL_FIRST, *,
                output_tokens: OutputTokens = 1, vllm_version: str = DEFAULT_VLLM_VERSION
                ) -> np.ndarray:
-    """GPU model API (``pipeline.blocks.models``): hit tokens per (capacity, request), (K, R);
+    """GPU model API (``pipeline.blocks.model_api``): hit tokens per (capacity, request), (K, R);
     capacities are KV cache sizes in tokens as vLLM logs them."""
     check_gpu_options(order, output_tokens, vllm_version)
     tokens = capacity_blocks(capacities, 1)              # validated integer tokens >= 0
