@@ -31,13 +31,13 @@ a model run) is in ``pipeline.blocks.limits``, built on these.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from pipeline.errors import CLIError
 
 __all__ = ["MAX_VALUE", "MAX_CAPACITY", "MAX_BLOCK_SIZE", "MAX_BLOCKS", "MAX_PAIRS",
            "MAX_EVENTS", "MAX_ACCESSES", "check_count", "check_value", "check_capacities",
-           "check_block_size", "check_block_count"]
+           "check_capacity_list", "check_block_size", "check_block_count"]
 
 MAX_VALUE = 2**62
 MAX_CAPACITY = 2**63 - 1
@@ -74,6 +74,18 @@ def check_capacities(argument: str, capacities: int | Iterable[int] | None) -> N
     for value in values:
         if not 0 <= value <= MAX_CAPACITY:
             raise CLIError(f"{argument} {value}: capacities must be 0 .. {MAX_CAPACITY} tokens")
+
+
+def check_capacity_list(name: str, capacities: Sequence[int]) -> list[int]:
+    """The capacities as ints (the simulation's own check, ValueError: the Python API's);
+    ValueError if the list is empty or any is negative."""
+    values = [int(c) for c in capacities]
+    if not values:
+        raise ValueError(f"{name}: the capacity list is empty")
+    negative = [c for c in values if c < 0]
+    if negative:
+        raise ValueError(f"{name}: capacities must be >= 0, got {negative[0]}")
+    return values
 
 
 def check_block_size(block_size: int | None) -> None:
