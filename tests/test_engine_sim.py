@@ -11,7 +11,7 @@ import subprocess
 import numpy as np
 import polars as pl
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT, folder_snapshot
@@ -265,6 +265,45 @@ def test_advance_equals_stepping_one_by_one(run):
     assert [(s.first_token_step, s.finish_step, s.gpu_hit) for s in map(fast.result, range(
         len(requests)))] == [(s.first_token_step, s.finish_step, s.gpu_hit)
                              for s in map(one.result, range(len(requests)))]
+
+
+@settings(max_examples=30)
+@given(loaded_runs(), st.sampled_from([None, 7.0, 40.0]))
+def test_run_until_equals_the_time_clock(run, pieces):
+    """Requests all queued at 0 ms, run with ``run_until`` (in one call, or in pieces of
+    ``pieces`` ms; compiled, or a Python step_ms): the steps, times and outputs of the time
+    clock's run."""
+    from pipeline.engine.core import EngineSim
+    from pipeline.steptime.fitted import Linear
+    requests, config = run
+    for request in requests:
+        request.arrival_s = 0.0
+    model = Linear({"fixed_ms": 1.0, "prefill_token_ms": 0.25, "context_token_ms": 0.01,
+                    "decode_seq_ms": 0.5, "reload_token_ms": 0.0, "attention_pair_ms": 1e-3})
+    expected = simulate(requests, config, clock="time", step_ms=model.step_ms)
+    for step_ms in (model.step_ms, lambda record: model.step_ms(record)):
+        engine = EngineSim(config)
+        for request in requests:
+            engine.add_request(request)
+        now, parts, ends = 0.0, [], {}
+        while engine.has_work():
+            until = np.inf if pieces is None else now + pieces
+            block = engine.run_until(until, now, step_ms)
+            parts.append(block)
+            ends.update(zip(block.steps[:, 0].tolist(), (block.start_ms + block.duration_ms)))
+            now = block.now_ms
+        steps = np.concatenate([b.steps for b in parts])
+        assert steps.tolist() == expected.steps.select(
+            "step", "prefill_tokens", "decode_seqs", "context_tokens", "reload_tokens",
+            "num_running", "num_waiting", "free_blocks").to_numpy().tolist()
+        assert np.concatenate([b.duration_ms for b in parts]).tolist() == \
+            expected.steps["duration_ms"].to_list()
+        events = np.concatenate([b.events for b in parts])
+        first = {i: ends[s] for s, kind, i in events.tolist() if kind == 0}
+        done = {i: ends[s] for s, kind, i in events.tolist() if kind == 1}
+        frame = expected.requests
+        assert [first[i] for i in frame["request"]] == frame["first_token_ms"].to_list()
+        assert [done[i] for i in frame["request"]] == frame["finish_ms"].to_list()
 
 
 def test_arrival_patterns():

@@ -132,14 +132,15 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "pipeline.blocks", "pipeline.engines", "pipeline.bench", "pipeline.replay",
         "pipeline.measure", "pipeline.measure.llamacpp", "pipeline.workloads"),
     "workloads": (
-        "pipeline.workloads.*", "pipeline.blocks.stream", "pipeline.blocks.limits",
-        "pipeline.replay.inputs", "pipeline.measure.workload",
+        "pipeline.workloads.*", "pipeline.blocks.stream", "pipeline.blocks.stream_kernels",
+        "pipeline.blocks.limits", "pipeline.replay.inputs", "pipeline.measure.workload",
         "pipeline.measure.runner", "pipeline.measure.output",
         "pipeline.measure.llamacpp.gguf_model", "pipeline.summary", "pipeline.verdicts"),
     "models": (
         "pipeline.stackdist", "pipeline.stackdist_kernels", "pipeline.twotier",
         "pipeline.registry", "pipeline.policies", "pipeline.policies.*",
         "pipeline.blocks.literal_replay", "pipeline.blocks.onepass", "pipeline.blocks.model_api",
+        "pipeline.blocks.bands",
         "pipeline.engines.*", "pipeline.measure.llamacpp.cache_model",
         "pipeline.measure.llamacpp.compare", "pipeline.measure.llamacpp.engine",
         "pipeline.ttft_model", "pipeline.latency", "pipeline.attribution",

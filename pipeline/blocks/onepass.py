@@ -48,11 +48,13 @@ Keys repeated inside one request are rejected (``stream.block_stream``).
 
 from __future__ import annotations
 
+import weakref
 from typing import NamedTuple
 
 import numpy as np
 from numba import njit
 
+from pipeline.blocks.bands import SMALL_TOP, band_counts
 from pipeline.blocks.stream import TAIL_FIRST, BlockStream, capacity_blocks, check_order
 from pipeline.stackdist import NOTHING_STORED as _NOTHING_STORED, band_limits as _band_limits
 from pipeline.stackdist_kernels import COLD, fenwick_prefix, touch
@@ -63,13 +65,13 @@ __all__ = ["COLD", "Distances", "block_distances", "distances_at", "prefix_count
 
 @njit(cache=True)
 def _depth_pass(starts: np.ndarray, codes: np.ndarray, lookup: np.ndarray,
-                touch_from: np.ndarray, tail_first: bool, limit: int, n_codes: int,
-                depth: np.ndarray, prefix: np.ndarray) -> None:
+                touch_from: np.ndarray, tail_first: bool, limit: int, last: np.ndarray,
+                tree: np.ndarray, depth: np.ndarray, prefix: np.ndarray) -> None:
     """Fill ``depth`` and ``prefix`` (running max of depth) for each request's first
     ``lookup[r]`` blocks (others stay ``COLD``), then place blocks
-    ``touch_from[r]:lookup[r]`` in the tier's order if there are at most ``limit``."""
-    last = np.full(n_codes, -1, np.int64)
-    tree = np.zeros(codes.size + 1, np.int64)
+    ``touch_from[r]:lookup[r]`` in the tier's order if there are at most ``limit``.
+    ``last`` (one -1 per key code) and ``tree`` (zeros, one more than the blocks) are the
+    work arrays: int32 when the stream is small enough, so more of them stays in cache."""
     live = 0
     clock = 0
     for r in range(starts.size - 1):
@@ -111,18 +113,45 @@ class Distances(NamedTuple):
     prefix: np.ndarray
 
 
+#: The unlimited pass of each order for the last stream asked (read-only arrays): the
+#: infinite figures, the events and the top band of every curve share it.
+_UNLIMITED: dict[str, tuple[weakref.ref, Distances]] = {}
+
+
+def _forget(order: str, ref: weakref.ref) -> None:
+    if order in _UNLIMITED and _UNLIMITED[order][0] is ref:
+        del _UNLIMITED[order]
+
+
 def block_distances(stream: BlockStream, order: str, touch_from: np.ndarray | None = None,
                     size_limit: int | None = None) -> Distances:
     """Depths of one pass: requests place blocks ``touch_from[r]:cacheable[r]`` (default
-    all) when there are at most ``size_limit`` of them (default: no limit)."""
+    all) when there are at most ``size_limit`` of them (default: no limit). The unlimited
+    pass (every placement within ``size_limit``, nothing looked up but not placed) is
+    computed once per stream and order; its arrays are read-only."""
     tail_first = check_order(order) == TAIL_FIRST
     touch = np.zeros(stream.requests, np.int64) if touch_from is None else \
         np.minimum(np.asarray(touch_from, np.int64), stream.cacheable)
-    limit = COLD if size_limit is None else int(size_limit)
+    unlimited = size_limit is None or size_limit >= np.max(stream.cacheable - touch, initial=0)
+    if unlimited and not touch.any():
+        held = _UNLIMITED.get(order)
+        if held is not None and held[0]() is stream:
+            return held[1]
+        distances = _pass(stream, tail_first, touch, COLD)
+        for array in distances:
+            array.flags.writeable = False
+        _UNLIMITED[order] = (weakref.ref(stream, lambda ref: _forget(order, ref)), distances)
+        return distances
+    return _pass(stream, tail_first, touch, COLD if size_limit is None else int(size_limit))
+
+
+def _pass(stream: BlockStream, tail_first: bool, touch: np.ndarray, limit: int) -> Distances:
     depth = np.full(stream.blocks, COLD, np.int64)
     prefix = np.full(stream.blocks, COLD, np.int64)
+    work = np.int32 if stream.blocks < np.iinfo(np.int32).max else np.int64
     _depth_pass(stream.starts, stream.codes, stream.cacheable, touch, tail_first, limit,
-                stream.n_codes, depth, prefix)
+                np.full(stream.n_codes, -1, work), np.zeros(stream.blocks + 1, work), depth,
+                prefix)
     return Distances(depth, prefix)
 
 
@@ -150,16 +179,28 @@ def prefix_counts(stream: BlockStream, prefix: np.ndarray, capacities: np.ndarra
 
 def prefix_blocks(stream: BlockStream, capacities: np.ndarray, order: str,
                   touch_from: np.ndarray | None = None) -> np.ndarray:
-    """Prefix hit blocks per (capacity in blocks, request): one pass per size band."""
+    """Prefix hit blocks per (capacity in blocks, request): one pass per size band, the
+    bands whose capacities are all <= ``bands.SMALL_TOP`` together in one
+    (``pipeline.blocks.bands``)."""
     capacities = np.asarray(capacities, np.int64)
     out = np.zeros((capacities.size, stream.requests), np.int64)
     limits = _band_limits(np.unique(_placements(stream, touch_from)), capacities)
+    small: list[tuple[int, np.ndarray]] = []
     for limit in np.unique(limits):
         if limit == _NOTHING_STORED:
             continue                      # nothing is ever stored: every lookup misses
         rows = np.flatnonzero(limits == limit)
+        if capacities[rows].max() <= SMALL_TOP:
+            small.append((int(limit), rows))
+            continue
         distances = block_distances(stream, order, touch_from, int(limit))
         out[rows] = prefix_counts(stream, distances.prefix, capacities[rows])
+    if small:
+        rows = np.concatenate([band_rows for _, band_rows in small])
+        band = np.repeat(np.arange(len(small)), [band_rows.size for _, band_rows in small])
+        tops = [capacities[band_rows].max() for _, band_rows in small]
+        out[rows] = band_counts(stream, order, np.array([limit for limit, _ in small]),
+                                np.array(tops), touch_from, capacities[rows], band)[1]
     return out
 
 

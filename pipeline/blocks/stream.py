@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from pipeline.workloads.blocks import check_blocks
+from pipeline.blocks.stream_kernels import REPEATED, UNORDERED, dense_codes, request_runs
+from pipeline.workloads.blocks import UNORDERED_MESSAGE, check_schema
 
 __all__ = ["ORDERS", "TAIL_FIRST", "HEAD_FIRST", "TRACE", "RequestOutputs", "BlockStream",
            "block_stream", "capacity_blocks", "check_order", "output_lengths"]
@@ -118,24 +119,21 @@ def block_stream(blocks: pl.DataFrame, block_size: int) -> BlockStream:
     if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) \
             or block_size < 1:
         raise ValueError(f"block size must be an integer >= 1, got {block_size!r}")
-    check_blocks(blocks)
-    full = pl.col("block_tokens") == block_size
-    per_request = (blocks.group_by("request", maintain_order=True)
-                   .agg(n=pl.len(), tokens=pl.col("block_tokens").cast(pl.Int64).sum(),
-                        cacheable=((~full).cum_sum() == 0).sum(),
-                        repeated=pl.col("block_key").is_duplicated().any()))
-    if per_request["repeated"].any():
-        bad = per_request.filter("repeated")["request"][0]
-        raise ValueError(f"request {bad} repeats a block key: chained keys are distinct "
-                         "along a prefix")
-    codes = blocks.select(pl.col("block_key").rank("dense").cast(pl.Int64) - 1)
+    check_schema(blocks)
+    codes, n_codes = dense_codes(blocks["block_key"].to_numpy())
+    rows = blocks.height
+    starts, tokens, cacheable, numbers = (np.empty(rows + 1, np.int64) for _ in range(4))
+    runs, status, repeated = request_runs(
+        blocks["request"].to_numpy(), blocks["block_index"].to_numpy(),
+        blocks["block_tokens"].to_numpy(), int(block_size), codes, n_codes, starts, tokens,
+        cacheable, numbers)
+    if status == UNORDERED:
+        raise ValueError(UNORDERED_MESSAGE)
+    if status == REPEATED:
+        raise ValueError(f"request {numbers[repeated]} repeats a block key: chained keys are "
+                         "distinct along a prefix")
     return BlockStream(
-        block_size=int(block_size),
-        request=per_request["request"].cast(pl.Int64).to_numpy(),
-        starts=np.concatenate(([0], np.cumsum(per_request["n"].to_numpy()))).astype(np.int64),
-        cacheable=per_request["cacheable"].cast(pl.Int64).to_numpy(),
-        prompt_tokens=per_request["tokens"].to_numpy(),
-        codes=codes.to_series().to_numpy(),
-        block_index=blocks["block_index"].cast(pl.Int64).to_numpy(),
-        n_codes=int(codes.max().item() + 1) if blocks.height else 0,
-    )
+        block_size=int(block_size), request=numbers[:runs].copy(),
+        starts=starts[:runs + 1].copy(), cacheable=cacheable[:runs].copy(),
+        prompt_tokens=tokens[:runs].copy(), codes=codes,
+        block_index=blocks["block_index"].cast(pl.Int64).to_numpy(), n_codes=n_codes)

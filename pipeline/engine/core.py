@@ -1,96 +1,225 @@
-"""vLLM v1's engine loop, step by step: ``Scheduler.schedule`` / ``update_from_output`` and
-``EngineCore.step`` / ``step_with_batch_queue`` (vLLM 0.33.0, ``vllm/v1/core/sched/`` and
-``vllm/v1/engine/core.py``), for FCFS text requests without speculative decoding.
+"""``EngineSim``: vLLM v1's engine loop (scheduler + KV cache manager + optional CPU tier)
+over the compiled state, for callers that step it one batch at a time (the fleet, tests)
+or run it whole (``pipeline.engine.loop.simulate``).
 
-Kept literally: running requests first (in order, each up to its remaining tokens, the
-``long_prefill_token_threshold`` when more than one request is eligible, the step's token
-budget and ``max_model_len``), preemption of the most recently admitted running request
-when ``allocate_slots`` finds no room (blocks freed tail first, recomputed on re-admission);
-then, only when nothing was preempted, the FCFS waiting queue up to ``max_num_seqs``
-running: a prefix-cache lookup of at most ``num_tokens - 1`` tokens, the optional CPU tier
-(a KV connector loading synchronously), no chunking without chunked prefill (stop the
-queue), the admission check ``scheduler_reserve_full_isl`` (the whole sequence must fit in
-the free blocks), blocks hashed as soon as they are allocated full, so a request admitted
-later in the same step hits them. A request finishes when its batch samples its
-``max_tokens``-th token or it reaches ``max_model_len``; its blocks are freed tail first.
-With ``async_scheduling`` the engine keeps two batches in flight: a batch's output is
-processed after the next one is scheduled, running requests carry output placeholders,
-and a request preempted with output in flight waits in the queue until that output
-arrives (``num_stale_output_tokens``).
+The scheduler itself is ``pipeline.engine.ksched`` (numba; its docstring lists the rules
+kept from vLLM 0.33.0), the block pool ``kpool``, the CPU tier ``ktier``, whole runs and
+decode stretches ``krun``. This class owns the arrays (``layout``): it grows them as
+requests arrive, calls one compiled step per ``step()`` and turns the results into
+``StepRecord``s.
 """
 
 from __future__ import annotations
 
-from collections import deque
-
 import numpy as np
 
+from pipeline.engine import layout as L
 from pipeline.engine.config import SchedulerConfig
-from pipeline.engine.fastforward import advance
-from pipeline.engine.hashing import block_keys
-from pipeline.engine.pool import BlockPool
+from pipeline.engine.hashing import block_keys, request_keys
+from pipeline.engine.kpool import leading_cached, pool_init, table_size
+from pipeline.engine.compiled import STUCK_MESSAGE, compiled_model
+from pipeline.engine.krun import DONE, FULL, STUCK_CALLS, advance, run_until, step_once
+from pipeline.engine.ktier import no_tier
 from pipeline.engine.request import SimRequest
-from pipeline.engine.state import FINISHED, PREEMPTED, RUNNING, RequestState
-from pipeline.engine.step import Batch, DecodeRun, Rows, StepRecord
+from pipeline.engine.step import DecodeRows, DecodeRun, StepRecord, TimedSteps
 
-__all__ = ["EngineSim", "StepRecord", "DecodeRun"]
+__all__ = ["EngineSim", "StepRecord", "DecodeRun", "RequestView", "TimedSteps"]
+
+_STEP_FIELDS = [L.X_STEP, L.X_PREFILL, L.X_DECODE, L.X_CONTEXT, L.X_RELOAD, L.X_NRUN,
+                L.X_NWAIT, L.X_FREE]
+
+_FIELDS = {"index": L.INDEX, "num_prompt": L.NPROMPT, "max_tokens": L.MAXTOK,
+           "num_tokens": L.NTOK, "computed": L.COMPUTED, "status": L.STATUS,
+           "preemptions": L.PREEMPT, "gpu_hit": L.GPUHIT, "cpu_hit": L.CPUHIT}
+_OPTIONAL = {"first_scheduled_step": L.FSCHED, "first_token_step": L.FTOK,
+             "finish_step": L.FIN}
+
+
+class RequestView:
+    """One request's counters, read from the engine's table (``EngineSim.result``)."""
+
+    __slots__ = ("_row",)
+
+    def __init__(self, row: np.ndarray) -> None:
+        self._row = row
+
+    def __getattr__(self, name):
+        if name in _FIELDS:
+            return int(self._row[_FIELDS[name]])
+        if name in _OPTIONAL:
+            value = int(self._row[_OPTIONAL[name]])
+            return None if value == L.NONE else value
+        raise AttributeError(name)
+
+
+class _PoolView:
+    """What callers read of the block pool: ``cached`` (the keys in the hash map)."""
+
+    def __init__(self, engine: "EngineSim") -> None:
+        self._engine = engine
+
+    @property
+    def cached(self) -> set[int]:
+        e = self._engine
+        return set(np.unique(e.BH[:-1][e.P[:-1, L.HASHED] == 1].view(np.uint64)).tolist())
+
+    @property
+    def num_free(self) -> int:
+        return self._engine.free_blocks
 
 
 class EngineSim:
     """vLLM's scheduler + KV cache manager (+ an optional CPU tier) for ``config``.
 
-    ``cpu_tier``: an object with ``lookup(req) -> tokens`` (the connector's matched tokens,
-    LMCache's rule) and ``store(req)``, see ``pipeline.engine.cpu_tier``.
+    ``cpu_tier``: a compiled CPU tier (``pipeline.engine.cpu_tier.LMCacheTier``: its
+    ``arrays``), shared by the engines given the same object.
     """
 
-    def __init__(self, config: SchedulerConfig, cpu_tier=None) -> None:
+    def __init__(self, config: SchedulerConfig, cpu_tier=None, capacity: int = 16) -> None:
+        if cpu_tier is not None and not hasattr(cpu_tier, "arrays"):
+            raise TypeError("cpu_tier must be a compiled CPU tier (pipeline.engine.cpu_tier."
+                            "LMCacheTier)")
         self.config = config
         self.cpu_tier = cpu_tier
-        self.pool = BlockPool(config.num_gpu_blocks)
         self.block_size = config.block_size
-        self.running: list[RequestState] = []
-        self.waiting: deque[RequestState] = deque()
-        self.requests: dict[int, RequestState] = {}
-        self.done: dict[int, RequestState] = {}
-        self.finished_ids: set[int] = set()
-        self.batch_queue: deque[Batch] = deque()
-        self.queue_size = 2 if config.async_scheduling else 1
-        self.step_count = 0
+        blocks = config.num_gpu_blocks
+        entries = max(1, min(config.max_num_seqs, config.max_num_batched_tokens))
+        hsize = table_size(blocks)
+        self.C = np.zeros(L.C_SIZE, np.int64)
+        self.C[[L.C_BS, L.C_NBLOCKS, L.C_MAXSEQS, L.C_MAXBATCH, L.C_MAXLEN, L.C_CHUNKED,
+                L.C_THRESH, L.C_ASYNC, L.C_HMASK, L.C_MAXE]] = [
+            config.block_size, blocks, config.max_num_seqs, config.max_num_batched_tokens,
+            config.max_model_len, int(config.chunked_prefill),
+            config.long_prefill_token_threshold, int(config.async_scheduling), hsize - 1,
+            entries]
+        self.G = np.zeros(L.G_SIZE, np.int64)
+        self.P = np.zeros((blocks + 1, L.P_COLUMNS), np.int64)
+        self.BH = np.zeros(blocks + 1, np.int64)        # block keys as int64 bits
+        self.HT = np.empty((hsize, 3), np.int64)
+        pool_init(self.P, self.HT)
+        self.G[L.G_NFREE] = blocks - 1
+        self.R = np.zeros((0, L.R_COLUMNS), np.int64)
+        self.KEYS = np.zeros(0, np.int64)               # uint64 keys as int64 bits
+        self.BT = np.zeros(0, np.int32 if blocks < 2**31 else np.int64)
+        self.RUN = np.zeros(0, np.int64)
+        self.WQ = np.zeros(1, np.int64)
+        self.BQ = np.zeros((2, entries, 3), np.int64)
+        self.BSMP = np.zeros((2, entries), np.int64)
+        self.BMETA = np.zeros((2, 4), np.int64)
+        self.HIT = np.zeros(blocks + 1, np.int64)
+        self.BUF = np.zeros(blocks + 1, np.int64)
+        self.EV = np.zeros((16 * entries + 64, 3), np.int64)
+        self.REC = np.zeros(L.X_SIZE, np.int64)
+        self.T = cpu_tier.arrays if cpu_tier is not None else no_tier()
+        self.rows = self.nkeys = self.nblocks = 0
+        self.slots: dict[int, int] = {}
+        self.open: dict[int, StepRecord] = {}     # records whose outputs may still come
+        self.frees = np.zeros(config.max_model_len + 2, np.int64)
+        self.reserve(capacity, 0, 0)
+
+    # ------------------------------------------------------------------ state
+
+    def reserve(self, rows: int, keys: int, blocks: int) -> None:
+        """Room for ``rows`` more requests, ``keys`` more block keys, ``blocks`` more
+        block-table entries (arrays grow by doubling)."""
+        def grown(array, need, fill=0):
+            if need <= array.shape[0]:
+                return array
+            size = max(need, 2 * array.shape[0])
+            out = np.full((size,) + array.shape[1:], fill, array.dtype)
+            out[:array.shape[0]] = array
+            return out
+        need = self.rows + rows
+        self.R = grown(self.R, need)
+        self.RUN = grown(self.RUN, need)
+        if need + 1 > self.WQ.size:                   # the circular queue, re-linearized
+            head, count = int(self.G[L.G_WHEAD]), int(self.G[L.G_WLEN])
+            order = self.WQ[(head + np.arange(count)) % self.WQ.size]
+            self.WQ = np.zeros(max(need + 1, 2 * self.WQ.size), np.int64)
+            self.WQ[:count] = order
+            self.G[L.G_WHEAD] = 0
+        self.KEYS = grown(self.KEYS, self.nkeys + keys)
+        self.BT = grown(self.BT, self.nblocks + blocks)
+        self.S = (self.C, self.G, self.R, self.KEYS, self.BT, self.P, self.BH, self.HT,
+                  self.RUN, self.WQ, self.BQ, self.BSMP, self.BMETA, self.HIT,
+                  self.BUF, self.EV, self.REC)
+
+    def load(self, requests, keys: np.ndarray, counts: np.ndarray) -> None:
+        """Put ``requests`` in rows (not queued): ``keys`` their block keys, ``counts``
+        per request. Row i's slot is ``self.rows + i`` at the call."""
+        n = len(requests)
+        prompt = np.fromiter((len(r.prompt_token_ids) for r in requests), np.int64, n)
+        max_tokens = np.fromiter((r.max_tokens for r in requests), np.int64, n)
+        limit = np.minimum(prompt + max_tokens, self.config.max_model_len)
+        bcap = -(-limit // self.block_size) + 1
+        counts = np.asarray(counts, np.int64)
+        self.reserve(n, int(counts.sum()), int(bcap.sum()))
+        rows = self.R[self.rows:self.rows + n]
+        rows[:] = 0
+        rows[:, L.INDEX] = np.fromiter((r.index for r in requests), np.int64, n)
+        rows[:, L.NPROMPT], rows[:, L.NTOK], rows[:, L.MAXTOK] = prompt, prompt, max_tokens
+        rows[:, L.LIMIT], rows[:, L.BCAP], rows[:, L.NKEYS] = limit, bcap, counts
+        rows[:, L.KOFF] = self.nkeys + np.cumsum(counts) - counts
+        rows[:, L.BOFF] = self.nblocks + np.cumsum(bcap) - bcap
+        rows[:, [L.NCACHED, L.FSCHED, L.FTOK, L.FIN]] = L.NONE
+        self.KEYS[self.nkeys:self.nkeys + keys.size] = np.asarray(keys, np.uint64).view(
+            np.int64)
+        for i, r in enumerate(requests):
+            if r.index in self.slots:
+                raise ValueError(f"request {r.index} added twice")
+            self.slots[r.index] = self.rows + i
+        self.rows += n
+        self.nkeys += keys.size
+        self.nblocks += int(bcap.sum())
+
+    def add_request(self, request: SimRequest, keys=None) -> None:
+        """Queue ``request`` (vLLM's ``add_request``): FCFS at the back of the queue.
+        ``keys``: its ``hashing.request_keys``, if computed already."""
+        if request.index in self.slots:
+            raise ValueError(f"request {request.index} added twice")
+        keys = request_keys(request, self.block_size) if keys is None else keys
+        keys = np.asarray(keys, np.uint64).reshape(-1)
+        self.load([request], keys, [keys.size])
+        self.enqueue(self.rows - 1)
+
+    def enqueue(self, slot: int) -> None:
+        """Queue the request loaded in row ``slot`` (``load``)."""
+        self.WQ[(self.G[L.G_WHEAD] + self.G[L.G_WLEN]) % self.WQ.size] = slot
+        self.G[L.G_WLEN] += 1
 
     # ------------------------------------------------------------------ public API
 
-    def add_request(self, request: SimRequest, keys: list[int] | None = None) -> None:
-        """Queue ``request`` (vLLM's ``add_request``): FCFS at the back of the queue.
-        ``keys``: its ``hashing.request_keys``, if computed already."""
-        if request.index in self.requests or request.index in self.done:
-            raise ValueError(f"request {request.index} added twice")
-        state = RequestState(request, self.block_size, keys)
-        state.limit = min(state.limit, self.config.max_model_len)
-        self.requests[request.index] = state
-        self.waiting.append(state)
-
     def has_unfinished(self) -> bool:
-        return bool(self.running or self.waiting)
+        return bool(self.G[L.G_NRUN] or self.G[L.G_WLEN])
 
     def has_work(self) -> bool:
         """Anything left for ``step()``: requests, finished ids not yet flushed by a
         ``schedule()``, or batches in flight."""
-        return bool(self.running or self.waiting or self.finished_ids or self.batch_queue)
+        G = self.G
+        return bool(G[L.G_NRUN] or G[L.G_WLEN] or G[L.G_FIN] or G[L.G_QLEN])
 
     @property
     def num_running(self) -> int:
-        return len(self.running)
+        return int(self.G[L.G_NRUN])
 
     @property
     def num_waiting(self) -> int:
-        return len(self.waiting)
+        return int(self.G[L.G_WLEN])
 
     @property
     def free_blocks(self) -> int:
-        return self.pool.num_free
+        return int(self.G[L.G_NFREE])
+
+    @property
+    def step_count(self) -> int:
+        return int(self.G[L.G_STEP])
+
+    @property
+    def pool(self) -> _PoolView:
+        return _PoolView(self)
 
     def outstanding(self) -> int:
-        return len(self.running) + len(self.waiting)
+        return int(self.G[L.G_NRUN] + self.G[L.G_WLEN])
 
     def request_block_hashes(self, request: SimRequest) -> list[int]:
         """The block keys of ``request``'s prompt, as the engine computes them."""
@@ -100,13 +229,45 @@ class EngineSim:
         tokens = np.asarray(request.prompt_token_ids, dtype=np.int64)
         return block_keys(tokens, self.block_size)
 
-    def cached_prefix_blocks(self, block_hashes: list[int]) -> int:
+    def cached_prefix_blocks(self, block_hashes) -> int:
         """Leading blocks of ``block_hashes`` in the GPU prefix cache now (no change)."""
-        return self.pool.leading_cached(block_hashes)
+        keys = np.asarray(block_hashes, np.uint64).reshape(-1).view(np.int64)
+        return int(leading_cached(self.HT, self.C[L.C_HMASK], keys)) if keys.size else 0
 
-    def result(self, index: int) -> RequestState:
-        """The state of request ``index`` (finished or not)."""
-        return self.done.get(index) or self.requests[index]
+    def result(self, index: int) -> RequestView:
+        """The counters of request ``index`` (finished or not)."""
+        return RequestView(self.R[self.slots[index]])
+
+    def running_slots(self) -> np.ndarray:
+        return self.RUN[:self.G[L.G_NRUN]]
+
+    # ------------------------------------------------------------------ stepping
+
+    def _check(self) -> None:
+        if self.G[L.G_ERROR]:
+            raise RuntimeError("engine state overflow (a block table outgrew its request)")
+
+    def _record(self) -> StepRecord:
+        REC, q = self.REC, int(self.REC[L.X_Q])
+        entries = self.BQ[q, :REC[L.X_NSCHED]]
+        rows = list(zip(self.R[entries[:, 0], L.INDEX].tolist(), entries[:, 1].tolist(),
+                        entries[:, 2].tolist()))
+        record = StepRecord(*REC[[L.X_STEP]].tolist(), rows, *REC[
+            [L.X_PREFILL, L.X_DECODE, L.X_CONTEXT, L.X_RELOAD, L.X_NRUN, L.X_NWAIT,
+             L.X_FREE]].tolist())
+        self.open[record.step] = record
+        return record
+
+    def _outputs(self) -> None:
+        """Apply the outputs the last call processed to their records."""
+        count = int(self.G[L.G_NEV])
+        for step, kind, index in self.EV[:count].tolist():
+            record = self.open.get(step)
+            if record is not None:
+                (record.finished if kind else record.first_tokens).append(index)
+        if len(self.open) > 3:
+            for step in sorted(self.open)[:-3]:
+                del self.open[step]
 
     def step(self) -> StepRecord | None:
         """One engine iteration (``EngineCore.step`` or ``step_with_batch_queue``).
@@ -114,301 +275,86 @@ class EngineSim:
         Returns the record of the batch this call scheduled when it scheduled > 0 tokens,
         else None. Outputs of a batch are applied to its record when processed (at once
         in sync mode, one call later with async scheduling)."""
-        record = None
-        if self.queue_size == 1:
-            if not (self.running or self.waiting or self.finished_ids):
-                return None
-            batch = self._schedule()
-            self._update_from_output(batch)
-            return batch.record
-        queue = self.batch_queue
-        if self.running or self.waiting or self.finished_ids:
-            batch = self._schedule()
-            record = batch.record
-            queue.appendleft(batch)
-            if len(queue) < self.queue_size and (record is not None or self.running
-                                                 or self.waiting or self.finished_ids):
-                return record
-        elif not queue:
-            return None
-        self._update_from_output(queue.pop())
+        self.G[L.G_NEV], self.G[L.G_EVON] = 0, 1
+        scheduled = step_once(self.S, self.T)
+        self._check()
+        record = self._record() if scheduled else None
+        self._outputs()
         return record
 
     def advance(self, limit: int) -> DecodeRun | None:
-        """Up to ``limit`` pure decode steps at once (``fastforward.advance``); None when
-        the next step is not one."""
-        return advance(self, limit)
+        """Up to ``limit`` pure decode steps at once (``krun.advance``); None when the
+        next step is not one. ``DecodeRun.records()`` = what ``step()`` would return."""
+        self.G[L.G_NEV], self.G[L.G_EVON] = 0, 1
+        k = int(advance(self.S, self.T, min(int(limit), self.frees.size), self.frees))
+        self._check()
+        if k == 0:
+            return None
+        slots = self.running_slots()
+        n = slots.size
+        starts = self.R[slots, L.COMPUTED] - k
+        run = DecodeRun(self.step_count - k, k, n, self.num_waiting, int(starts.sum()) + n,
+                        self.frees[:k].tolist(), self.R[slots, L.INDEX].tolist(),
+                        starts.tolist())
+        if self.config.async_scheduling:             # the run's last batch is in flight
+            last = k - 1
+            run.tail = StepRecord(run.first_step + last, DecodeRows(run.rows, run.starts, last),
+                                  0, n, run.context_tokens(last), 0, n, run.num_waiting,
+                                  run.free_blocks[last])
+            self.open[run.tail.step] = run.tail
+        self._outputs()
+        return run
 
-    # ------------------------------------------------------------------ allocation
-
-    def _blocks_needed(self, req: RequestState, num_tokens: int, hit: list[int]) -> int:
-        """SingleTypeKVCacheManager.get_num_blocks_to_allocate (full attention)."""
-        required = -(-num_tokens // self.block_size)
-        if req.num_cached_block is not None:
-            return max(required - len(req.blocks), 0)
-        ref_cnt = self.pool.ref_cnt
-        evictable = sum(1 for block in hit if ref_cnt[block] == 0)
-        return max(required - len(hit) - len(req.blocks), 0) + evictable
-
-    def _allocate_slots(self, req: RequestState, num_new: int, hit: list[int] | None = None,
-                        external: int = 0, admission: bool = False) -> bool:
-        """KVCacheManager.allocate_slots; False (nothing changed) when it returns None."""
-        size = self.block_size
-        hit = hit or []
-        local = req.computed + len(hit) * size
-        total = min(local + external, self.config.max_model_len)
-        pool = self.pool
-        if admission:                                 # scheduler_reserve_full_isl
-            full = min(req.num_tokens, self.config.max_model_len)
-            if self._blocks_needed(req, full, hit) > pool.num_free:
-                return False
-        need = min(total + num_new, self.config.max_model_len)
-        if self._blocks_needed(req, need, hit) > pool.num_free:
-            return False
-        if (hit or external) and req.num_cached_block is None:
-            pool.touch(hit)
-            req.blocks = list(hit)
-            req.num_cached_block = len(hit)
-            if external > 0:
-                more = max(0, -(-(local + external) // size) - len(req.blocks))
-                req.blocks.extend(pool.get_new_blocks(more))
-        more = -(-need // size) - len(req.blocks)
-        if more > 0:
-            req.blocks.extend(pool.get_new_blocks(more))
-        self._cache_blocks(req, min(total + num_new, req.num_tokens))
-        return True
-
-    def _cache_blocks(self, req: RequestState, num_tokens: int) -> None:
-        """FullAttentionManager.cache_blocks: hash the newly full blocks."""
-        cached = req.num_cached_block or 0
-        full = min(num_tokens, req.num_tokens) // self.block_size
-        if cached >= full:
-            return
-        self.pool.cache_full_blocks(req.keys, req.blocks, cached, full)
-        req.num_cached_block = full
-
-    def _free_blocks(self, req: RequestState) -> None:
-        """KVCacheManager.free: tail first."""
-        blocks = req.blocks
-        req.blocks = []
-        req.num_cached_block = None
-        self.pool.free_blocks(reversed(blocks))
-
-    def _preempt(self, req: RequestState) -> None:
-        """Scheduler._preempt_request."""
-        self._free_blocks(req)
-        req.status = PREEMPTED
-        req.computed = 0
-        req.stale = req.in_flight
-        req.placeholders = 0
-        req.preemptions += 1
-        self.waiting.appendleft(req)
-
-    # ------------------------------------------------------------------ schedule
-
-    def _schedule(self) -> Batch:
-        """Scheduler.schedule, then _update_after_schedule."""
-        config = self.config
-        budget = config.max_num_batched_tokens
-        eligible = len(self.running) + len(self.waiting)
-        threshold = config.long_prefill_token_threshold if eligible > 1 else 0
-        max_len = config.max_model_len
-        size = self.block_size
-        pool = self.pool
-        scheduled: list[tuple[RequestState, int, int]] = []     # (request, new tokens, computed)
-        reloads = 0
-        preempted = False
-        running = self.running
-        step = self.step_count
-        samples: list[RequestState] = []
-        async_mode = config.async_scheduling
-        prefill = decode = context = 0
-        for req in running:                    # the list only shrinks at its end (preemption)
-            if budget <= 0:
+    def run_until(self, until_ms: float, now_ms: float, step_ms) -> TimedSteps:
+        """Step from ``now_ms`` while there is work and the clock is before ``until_ms``
+        (no arrivals meanwhile), pricing each batch with ``step_ms``: in one compiled call
+        when it is a compiled model's (``compiled.compiled_model``), else one ``step()``
+        and one ``step_ms`` call per batch."""
+        model = compiled_model(step_ms)
+        if model is None:
+            return self._run_until_python(until_ms, now_ms, step_ms)
+        rows = 256
+        parts, events = [], []
+        steps, times = np.zeros((rows, 8), np.int64), np.zeros((rows, 2), np.float64)
+        state, now = np.zeros(3, np.int64), np.array([now_ms], np.float64)
+        while True:
+            self.G[L.G_NEV], self.G[L.G_EVON], state[2] = 0, 1, 0
+            code = run_until(self.S, self.T, float(until_ms), model[0], model[1], steps,
+                             times, state, now)
+            self._check()
+            count = int(state[2])
+            parts.append((steps[:count].copy(), times[:count].copy()))
+            events.append(self.EV[:self.G[L.G_NEV]].copy())
+            if code == DONE:
                 break
-            computed, holds = req.computed, req.placeholders
-            if holds > 0 and computed + 2 - holds >= req.num_prompt + req.max_tokens:
+            if code != FULL:
+                raise RuntimeError(STUCK_MESSAGE)
+            if count == rows:
+                rows *= 4
+                steps, times = np.zeros((rows, 8), np.int64), np.zeros((rows, 2), np.float64)
+        times = np.concatenate([t for _, t in parts])
+        return TimedSteps(float(now[0]), np.concatenate([s for s, _ in parts]), times[:, 0],
+                          times[:, 1], np.concatenate(events))
+
+    def _run_until_python(self, until_ms: float, now_ms: float, step_ms) -> TimedSteps:
+        rows, starts, durations, events = [], [], [], []
+        idle, now = 0, float(now_ms)
+        while now < until_ms and self.has_work():
+            record = self.step()
+            count = int(self.G[L.G_NEV])
+            events.append(self.EV[:count].copy())
+            if record is None:
+                idle += 1
+                if idle > STUCK_CALLS:
+                    raise RuntimeError(STUCK_MESSAGE)
                 continue
-            num_new = req.num_tokens + holds - computed
-            if num_new == 1 and computed + 1 < max_len:
-                # a decode: allocate_slots gives it one more block when its last one is full
-                # (when one is free; else the general path below preempts), and caches the
-                # block it fills (num_tokens <= computed + 1 here)
-                held = len(req.blocks) * size
-                if computed < held or (computed == held and pool.num_free):
-                    if computed == held:
-                        req.blocks.append(pool.get_new_block())
-                    full = req.num_tokens // size
-                    cached = req.num_cached_block or 0
-                    if full > cached:
-                        pool.cache_full_blocks(req.keys, req.blocks, cached, full)
-                        req.num_cached_block = full
-                    scheduled.append((req, 1, computed))
-                    budget -= 1
-                    # _update_after_schedule for it at once (a running request is scheduled
-                    # once and never preempted after; samples keep the scheduled order)
-                    req.computed = computed + 1
-                    context += computed + 1
-                    if computed >= req.num_prompt:
-                        decode += 1
-                    else:
-                        prefill += 1
-                    if async_mode:
-                        req.in_flight += 1
-                    if computed + 1 < req.num_tokens + holds:
-                        req.is_prefill_chunk = True
-                    else:
-                        req.is_prefill_chunk = False
-                        samples.append(req)
-                        if async_mode:
-                            req.placeholders = holds + 1
-                    continue
-            if 0 < threshold < num_new:
-                num_new = threshold
-            num_new = max(min(num_new, budget, max_len - computed - 1), 0)
-            if num_new == 0:
-                continue
-            while True:
-                if self._allocate_slots(req, num_new):
-                    ok = True
-                    break
-                ok = False
-                victim = running.pop()
-                self._preempt(victim)
-                preempted = True
-                if victim is req:
-                    break
-            if not ok:
-                break
-            scheduled.append((req, num_new, computed))
-            budget -= num_new
-            p, d, c = self._started(req, num_new, computed, step, samples)
-            prefill, decode, context = prefill + p, decode + d, context + c
-        first_waiting = len(scheduled)
-        if not preempted:
-            budget, reloads = self._schedule_waiting(budget, threshold, scheduled)
-        self.finished_ids = set()
-        if not scheduled:
-            return Batch(None, scheduled, (), None)
-        self.step_count += 1
-        for req, num_new, start in scheduled[first_waiting:]:
-            p, d, c = self._started(req, num_new, start, step, samples)
-            prefill, decode, context = prefill + p, decode + d, context + c
-        record = StepRecord(step, Rows(scheduled), prefill, decode, context, reloads,
-                            len(running), len(self.waiting), pool.num_free)
-        return Batch(step, scheduled, samples, record)
-
-    def _started(self, req: RequestState, num_new: int, start: int, step: int,
-                 samples: list) -> tuple[int, int, int]:
-        """_update_after_schedule for one scheduled request; (prefill tokens, decodes,
-        context tokens) it adds to the record."""
-        async_mode = self.config.async_scheduling
-        computed = start + num_new
-        req.computed = computed
-        if async_mode:                          # sync: processed before the next one
-            req.in_flight += num_new
-        if req.first_scheduled_step is None:
-            req.first_scheduled_step = step
-        req.is_prefill_chunk = computed < req.num_tokens + req.placeholders
-        if not req.is_prefill_chunk:
-            samples.append(req)
-            if async_mode:
-                req.placeholders += 1
-        if num_new == 1 and start >= req.num_prompt:
-            return 0, 1, computed
-        return num_new, 0, computed
-
-    def _schedule_waiting(self, budget: int, threshold: int,
-                          scheduled: list) -> tuple[int, int]:
-        """The waiting-queue half of schedule(); returns (budget left, reloaded tokens)."""
-        config = self.config
-        size = self.block_size
-        waiting, running, pool = self.waiting, self.running, self.pool
-        skipped: deque[RequestState] = deque()
-        reloads = 0
-        while budget > 0 and waiting:
-            if len(running) >= config.max_num_seqs:
-                break
-            req = waiting[0]
-            if req.stale:
-                skipped.appendleft(waiting.popleft())
-                continue
-            hit: list[int] = []
-            external = 0
-            if req.computed == 0:
-                hit = pool.longest_hit(req.keys, (req.num_tokens - 1) // size)
-                local = len(hit) * size
-                if self.cpu_tier is not None:
-                    external = max(self.cpu_tier.lookup(req, local) - local, 0)
-                computed = local + external
-                if req.preemptions <= 0:
-                    req.gpu_hit, req.cpu_hit = local, external
-            else:
-                computed = req.computed
-            num_new = req.num_tokens - computed
-            if 0 < threshold < num_new:
-                num_new = threshold
-            if not config.chunked_prefill and num_new > budget:
-                break
-            num_new = min(num_new, budget)
-            if not self._allocate_slots(req, num_new, hit, external, admission=True):
-                break
-            waiting.popleft()
-            running.append(req)
-            req.status = RUNNING
-            req.computed = computed
-            scheduled.append((req, num_new, computed))
-            budget -= num_new
-            reloads += external
-        if skipped:
-            waiting.extendleft(skipped)
-        return budget, reloads
-
-    # ------------------------------------------------------------------ outputs
-
-    def _update_from_output(self, batch: Batch) -> None:
-        """Scheduler.update_from_output with one sampled token per finished chunk."""
-        record = batch.record
-        stale = set()
-        for req, num_new, _ in (batch.scheduled if self.queue_size > 1 else ()):
-            if req.status != FINISHED:
-                req.in_flight -= num_new
-                if req.stale > 0:                   # output of a preempted request
-                    req.stale -= num_new
-                    stale.add(req)
-        if self.cpu_tier is not None:
-            for req, _, _ in batch.scheduled:
-                if not req.stored and req.status != PREEMPTED \
-                        and req.computed - req.in_flight >= req.num_prompt:
-                    req.stored = True
-                    self.cpu_tier.store(req)
-        stopped = []
-        for req in batch.samples:
-            status_before = req.status
-            if status_before == FINISHED:
-                continue
-            holds = req.placeholders
-            req.num_tokens += 1
-            if holds > 0 and not (stale and req in stale):
-                req.placeholders = holds - 1
-                if status_before == RUNNING:
-                    self._cache_blocks(req, req.computed - req.in_flight)
-            if req.first_token_step is None:
-                req.first_token_step = batch.step
-                record.first_tokens.append(req.index)
-            if req.num_tokens >= req.limit:         # max_model_len or max_tokens reached
-                req.status = FINISHED
-                req.finish_step = batch.step
-                record.finished.append(req.index)
-                self.finished_ids.add(req.index)
-                self._free_blocks(req)
-                req.keys = req.sim = None           # a finished request keeps its counters
-                del self.requests[req.index]
-                self.done[req.index] = req
-                if status_before == RUNNING:
-                    stopped.append(req)
-                else:
-                    self.waiting.remove(req)
-        if stopped:
-            gone = set(stopped)
-            self.running = [r for r in self.running if r not in gone]
+            idle = 0
+            rows.append(self.REC[_STEP_FIELDS].copy())
+            duration = float(step_ms(record))
+            starts.append(now)
+            durations.append(duration)
+            now += duration
+        steps = np.array(rows, np.int64).reshape(-1, 8)
+        return TimedSteps(now, steps, np.array(starts, np.float64),
+                          np.array(durations, np.float64),
+                          np.concatenate(events) if events else np.zeros((0, 3), np.int64))

@@ -1,5 +1,5 @@
 """Chained block keys of a token sequence, vectorized (numpy; for many requests the trace
-readers' compiled ``chain_block_keys``): equal prefixes, equal keys.
+readers' token hash, compiled): equal prefixes, equal keys.
 
 The same scheme as ``pipeline.workloads.tokens.token_blocks`` (each token hashed with its
 position by splitmix64, a block's hash the wrapping sum of its tokens', a block's key the
@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.workloads.tokens import chain_block_keys, splitmix64
+from numba import njit
 
-__all__ = ["block_keys", "request_keys"]
+from pipeline.engine.request import _PLACEHOLDER_STRIDE
+from pipeline.workloads.tokens import _mix, splitmix64
+
+__all__ = ["block_keys", "request_keys", "bulk_request_keys", "flat_request_keys"]
 
 _FRESH = np.uint64(0xD1B54A32D192ED03)
 
@@ -48,22 +51,89 @@ def request_keys(request, block_size: int) -> list[int]:
 
 
 def bulk_request_keys(requests, block_size: int) -> list[list[int]]:
-    """``request_keys`` of the token-id requests in one compiled pass (None for requests
-    with ``prompt_keys``: ``request_keys`` is cheap for them, when they are added)."""
-    from pipeline.engine.request import sequence_tokens
-    out: list[list[int] | None] = [None] * len(requests)
-    plain = [i for i, r in enumerate(requests) if r.prompt_keys is None]
-    if not plain:
-        return out
-    sequences = [sequence_tokens(requests[i]) for i in plain]
-    full = np.array([s.size // block_size for s in sequences], dtype=np.int64)
-    # full blocks only: each sequence cut at its last full block, then the trace readers' keys
-    body = np.concatenate([s[:n * block_size] for s, n in zip(sequences, full.tolist())])
-    keys = np.empty(int(full.sum()), dtype=np.uint64)
-    chain_block_keys(body.astype(np.int64), full * block_size, block_size, keys,
-                     np.empty(keys.size, dtype=np.int64))
+    """``request_keys`` of every request, as lists (``flat_request_keys`` split)."""
+    keys, counts = flat_request_keys(requests, block_size)
     keys = keys.tolist()
-    first = np.concatenate(([0], np.cumsum(full)[:-1]))
-    for i, a, n in zip(plain, first.tolist(), full.tolist()):
-        out[i] = keys[a:a + n]
-    return out
+    first = (np.cumsum(counts) - counts).tolist()
+    return [keys[a:a + n] for a, n in zip(first, counts.tolist())]
+
+
+@njit(cache=True, nogil=True)
+def _sequence_keys(prompts, prompt_at, prompt_len, outputs, output_at, output_len, index,
+                   max_tokens, block_size, keys, key_at):
+    """``chain_block_keys`` over each request's prompt + outputs (given ones, then the
+    placeholders), without building the sequences: only its full blocks."""
+    for r in range(index.size):
+        n = prompt_len[r] + max_tokens[r]
+        running = np.uint64(0)
+        k = key_at[r]
+        for start in range(0, n - block_size + 1, block_size):
+            total = np.uint64(0)
+            for p in range(start, start + block_size):
+                j = p - prompt_len[r]
+                if j < 0:
+                    token = prompts[prompt_at[r] + p]
+                elif j < output_len[r]:
+                    token = outputs[output_at[r] + j]
+                else:
+                    token = -1 - index[r] * _PLACEHOLDER_STRIDE - j
+                total += _mix(np.uint64(token) ^ _mix(np.uint64(p)))
+            running += total
+            keys[k] = _mix(running)
+            k += 1
+
+
+@njit(cache=True, nogil=True)
+def _place_keys(given, own, counts, at, index, keys):
+    """Each keyed request's keys: its ``own`` given prompt keys, then fresh keys for the
+    blocks that will hold its outputs (``request_keys``'s ``_FRESH`` scheme)."""
+    g = 0
+    for r in range(own.size):
+        for j in range(counts[r]):
+            if j < own[r]:
+                keys[at[r] + j] = given[g]
+                g += 1
+            else:
+                keys[at[r] + j] = _mix(_FRESH ^ (index[r] << np.uint64(24))
+                                       ^ np.uint64(j - own[r]))
+
+
+def _int64s(parts: list) -> np.ndarray:
+    return np.concatenate([np.asarray(x, np.int64) for x in parts]) if parts \
+        else np.zeros(0, np.int64)
+
+
+def flat_request_keys(requests, block_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``request_keys`` of every request at once: (keys as one uint64 array in request
+    order, the count per request)."""
+    n = len(requests)
+    prompt = np.fromiter((len(r.prompt_token_ids) for r in requests), np.int64, n)
+    max_tokens = np.fromiter((r.max_tokens for r in requests), np.int64, n)
+    index = np.fromiter((r.index for r in requests), np.int64, n)
+    keyed = np.fromiter((r.prompt_keys is not None for r in requests), bool, n)
+    counts = (prompt + max_tokens) // block_size
+    own = np.where(keyed, prompt // block_size, 0)
+    if keyed.any():                                  # prompt keys as given (a trace's)
+        own = np.minimum(own, [len(r.prompt_keys) if k else 0
+                               for r, k in zip(requests, keyed.tolist())])
+        counts = np.where(keyed, (prompt + max_tokens) // block_size - prompt // block_size
+                          + own, counts)
+    keys = np.zeros(int(counts.sum()), np.uint64)
+    at = np.cumsum(counts) - counts
+    plain = np.flatnonzero(~keyed)
+    if plain.size:
+        reqs = [requests[i] for i in plain.tolist()]
+        outs = [r.output_token_ids[:r.max_tokens] if r.output_token_ids is not None else ()
+                for r in reqs]
+        out_len = np.fromiter((len(o) for o in outs), np.int64, len(outs))
+        p_len = prompt[plain]
+        _sequence_keys(_int64s([r.prompt_token_ids for r in reqs]), np.cumsum(p_len) - p_len,
+                       p_len, _int64s(outs), np.cumsum(out_len) - out_len, out_len,
+                       index[plain], max_tokens[plain], block_size, keys, at[plain])
+    if keyed.any():
+        rows = np.flatnonzero(keyed)
+        given = np.concatenate([np.asarray(requests[i].prompt_keys[:m]).astype(np.uint64)
+                                for i, m in zip(rows.tolist(), own[rows].tolist())])
+        _place_keys(given, own[rows], counts[rows], at[rows], index[rows].astype(np.uint64),
+                    keys)
+    return keys, counts

@@ -9,9 +9,13 @@ from itertools import chain
 import numpy as np
 import polars as pl
 
+from pipeline.engine import layout as L
+from pipeline.engine.compiled import (MODEL_NONE, STUCK_MESSAGE, compiled_model, compiled_run,
+                                      request_table, with_times)
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.core import DecodeRun, EngineSim, StepRecord
-from pipeline.engine.hashing import bulk_request_keys
+from pipeline.engine.hashing import flat_request_keys
+from pipeline.engine.krun import STUCK_CALLS
 from pipeline.engine.request import SimRequest
 
 __all__ = ["SimResult", "simulate", "request_frame", "step_frame", "timed_run", "CLOCKS",
@@ -23,8 +27,6 @@ REQUEST_COLUMNS = ("request", "arrival_step", "first_scheduled_step", "first_tok
                    "output_tokens", "preemptions")
 STEP_COLUMNS = ("step", "prefill_tokens", "decode_seqs", "context_tokens", "reload_tokens",
                 "num_running", "num_waiting", "free_blocks")
-#: Engine calls in a row that execute nothing before the run is declared stuck.
-_STUCK_CALLS = 64
 
 
 @dataclass(frozen=True)
@@ -46,9 +48,11 @@ def simulate(requests: Sequence[SimRequest], config: SchedulerConfig, *, cpu_tie
     the next arrival. ``clock="time"``: ``step_ms(record)`` gives each batch's duration
     and requests arrive by ``arrival_s``. ``concurrency=K``: a closed loop instead (the
     next request arrives whenever fewer than K are running or waiting).
-    ``decode_run_ms(num_running, context_base, count)`` (a step-time model's, equal to
-    ``step_ms`` per record): the time clock then fast-forwards runs of pure decode steps as
-    the step clock does, up to the next arrival.
+    The whole run is one compiled loop on the step clock and on the time clock when
+    ``step_ms`` is a compiled model's (``kernel_coefficients``: the fitted ``Linear``,
+    ``Roofline``); any other ``step_ms`` is called per batch from Python, with
+    ``decode_run_ms(num_running, context_base, count)`` (equal to ``step_ms`` per record)
+    pricing runs of pure decode steps at once.
     """
     if clock not in CLOCKS:
         raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, got {clock!r}")
@@ -59,52 +63,49 @@ def simulate(requests: Sequence[SimRequest], config: SchedulerConfig, *, cpu_tie
     n = len(requests)
     if any(r.index != i for i, r in enumerate(requests)):
         raise ValueError("requests must be numbered 0..n-1 in input order")
-    engine = EngineSim(config, cpu_tier)
-    keys = bulk_request_keys(requests, config.block_size)
     timed = clock == "time"
+    due = np.zeros(n, np.float64)
     if concurrency is None:
         due = np.array([(r.arrival_s or 0.0) * 1000.0 if timed else (r.arrival_step or 0)
                         for r in requests], dtype=np.float64)
         if n and np.any(np.diff(due) < 0):
             raise ValueError("arrivals must be non-decreasing in input order")
-    now = 0.0                                   # the clock: steps or milliseconds
+    engine = EngineSim(config, cpu_tier, capacity=n)
+    engine.load(requests, *flat_request_keys(requests, config.block_size))
+    model = compiled_model(step_ms) if timed else (MODEL_NONE, np.zeros(8))
+    if model is not None:
+        return SimResult(*compiled_run(engine, due, timed, concurrency, model))
+    return _callback_run(engine, requests, due, concurrency, step_ms, decode_run_ms)
+
+
+def _callback_run(engine: EngineSim, requests, due: np.ndarray, concurrency, step_ms,
+                  decode_run_ms) -> SimResult:
+    """The time clock with a Python step-time model: one compiled step per batch."""
+    n = len(requests)
+    now = 0.0
     arrival = np.zeros(n, dtype=np.float64)
-    ends: dict[int, float] = {}                 # step -> end time (time clock)
+    ends: dict[int, float] = {}
     starts: dict[int, float] = {}
     records: list[StepRecord] = []
-    runs: list[DecodeRun] = []                  # stretches of pure decode steps
+    runs: list[DecodeRun] = []
     pointer, idle_calls = 0, 0
     while True:
-        clock_now = now if timed else engine.step_count
         if concurrency is None:
-            while pointer < n and due[pointer] <= clock_now:
-                arrival[pointer] = clock_now if not timed else due[pointer]
-                engine.add_request(requests[pointer], keys[pointer])
-                keys[pointer] = None
+            while pointer < n and due[pointer] <= now:
+                arrival[pointer] = due[pointer]
+                engine.enqueue(pointer)
                 pointer += 1
         else:
             while pointer < n and engine.outstanding() < concurrency:
-                arrival[pointer] = clock_now
-                engine.add_request(requests[pointer], keys[pointer])
-                keys[pointer] = None
+                arrival[pointer] = now
+                engine.enqueue(pointer)
                 pointer += 1
         if not engine.has_work():
             if pointer == n:
                 break
-            if timed:
-                now = max(now, float(due[pointer]))
-            else:
-                engine.step_count = max(engine.step_count, int(due[pointer]))
+            now = max(now, float(due[pointer]))
             continue
-        if not timed:                           # a run of pure decode steps at once
-            ahead = (1 << 62) if concurrency is not None or pointer == n \
-                else int(due[pointer]) - engine.step_count
-            run = engine.advance(ahead)
-            if run is not None:
-                runs.append(run)
-                idle_calls = 0
-                continue
-        elif decode_run_ms is not None:         # the same on the time clock (steptime)
+        if decode_run_ms is not None:
             run = timed_run(engine, decode_run_ms, now, None if concurrency is not None
                             or pointer == n else float(due[pointer]))
             if run is not None:
@@ -120,64 +121,50 @@ def simulate(requests: Sequence[SimRequest], config: SchedulerConfig, *, cpu_tie
         record = engine.step()
         if record is None:
             idle_calls += 1
-            if idle_calls > _STUCK_CALLS:
-                raise RuntimeError("the engine schedules nothing while requests wait "
-                                   "(a request that can never fit)")
+            if idle_calls > STUCK_CALLS:
+                raise RuntimeError(STUCK_MESSAGE)
             continue
         idle_calls = 0
         records.append(record)
-        if timed:
-            duration = float(step_ms(record))
-            record.duration_ms = duration
-            starts[record.step] = now
-            now += duration
-            ends[record.step] = now
-    return SimResult(request_frame(engine, requests, arrival, timed, starts, ends),
-                     step_frame(records, runs, timed, starts, ends))
+        duration = float(step_ms(record))
+        record.duration_ms = duration
+        starts[record.step] = now
+        now += duration
+        ends[record.step] = now
+    return SimResult(request_frame(engine, requests, arrival, True, starts, ends),
+                     step_frame(records, runs, True, starts, ends))
 
 
 def request_frame(engine: EngineSim, requests: Sequence[SimRequest], arrival: np.ndarray,
                   timed: bool, starts: dict, ends: dict) -> pl.DataFrame:
-    states = [engine.result(r.index) for r in requests]
-    columns = {
-        "request": [s.index for s in states],
-        "arrival_step": None if timed else arrival.astype(np.int64),
-        "first_scheduled_step": [s.first_scheduled_step for s in states],
-        "first_token_step": [s.first_token_step for s in states],
-        "finish_step": [s.finish_step for s in states],
-        "gpu_hit_tokens": [s.gpu_hit for s in states],
-        "cpu_hit_tokens": [s.cpu_hit for s in states],
-        "prompt_tokens": [s.num_prompt for s in states],
-        "output_tokens": [s.num_tokens - s.num_prompt for s in states],
-        "preemptions": [s.preemptions for s in states],
-    }
-    frame = pl.DataFrame({k: v for k, v in columns.items() if v is not None},
-                         schema_overrides={k: pl.Int64 for k in columns})
+    """One row per request of ``requests`` (``REQUEST_COLUMNS``; time columns from the
+    steps' ``starts`` and ``ends``, step -> ms)."""
+    slots = np.fromiter((engine.slots[r.index] for r in requests), np.int64, len(requests))
+    rows = engine.R[slots]
+    frame = request_table(rows, arrival, timed)
     if not timed:
         return frame
-    frame = frame.with_columns(
-        arrival_ms=pl.Series(arrival),
-        first_scheduled_ms=pl.Series([starts[s.first_scheduled_step] for s in states]),
-        first_token_ms=pl.Series([ends[s.first_token_step] for s in states]),
-        finish_ms=pl.Series([ends[s.finish_step] for s in states]))
-    return frame.with_columns(ttft_ms=pl.col("first_token_ms") - pl.col("arrival_ms"),
-                              queue_ms=pl.col("first_scheduled_ms") - pl.col("arrival_ms"),
-                              e2e_ms=pl.col("finish_ms") - pl.col("arrival_ms"))
+
+    def at(times: dict, column: int) -> np.ndarray:
+        return np.array([times[s] for s in rows[:, column].tolist()], dtype=np.float64)
+    return with_times(frame, arrival, at(starts, L.FSCHED), at(ends, L.FTOK),
+                      at(ends, L.FIN))
 
 
 def timed_run(engine: EngineSim, decode_run_ms, now: float, due: float | None):
     """A run of pure decode steps on the time clock: as many as start before ``due`` (the
     next arrival; None: no limit), priced by ``decode_run_ms``; (run, durations) or None."""
-    running = engine.running
-    n = len(running)
+    slots = engine.running_slots()
+    n = slots.size
     if not n:
         return None
-    max_len = engine.config.max_model_len
-    cap = min(min(r.max_tokens + r.num_prompt, max_len) - r.num_tokens - 1 for r in running)
+    rows = engine.R[slots]
+    cap = int(np.min(np.minimum(rows[:, L.MAXTOK] + rows[:, L.NPROMPT],
+                                engine.config.max_model_len) - rows[:, L.NTOK] - 1))
     cap = min(cap, 1 << 16)
     if cap < 2:
         return None
-    base = sum(r.computed for r in running) + n
+    base = int(rows[:, L.COMPUTED].sum()) + n
     limit, durations = cap, []
     if due is not None:
         t, limit, chunk = now, 0, 32

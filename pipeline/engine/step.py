@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["StepRecord", "DecodeRun", "Rows", "DecodeRows", "Batch"]
+import numpy as np
+
+__all__ = ["StepRecord", "DecodeRun", "DecodeRows", "TimedSteps"]
 
 
 @dataclass
@@ -52,20 +54,21 @@ class DecodeRun:
         return out + ([self.tail] if self.tail is not None else [])
 
 
-class Rows:
-    """StepRecord.scheduled: (request index, new tokens, computed before) per request,
-    built when read."""
+class DecodeRows:
+    """StepRecord.scheduled of a pure decode step: every running request (``indices``), one
+    token, from ``starts`` + ``offset`` computed tokens; built when read."""
 
-    __slots__ = ("entries",)
+    __slots__ = ("indices", "starts", "offset")
 
-    def __init__(self, entries):
-        self.entries = entries
+    def __init__(self, indices, starts, offset):
+        self.indices, self.starts, self.offset = indices, starts, offset
 
     def __iter__(self):
-        return ((req.index, num_new, start) for req, num_new, start in self.entries)
+        return ((index, 1, start + self.offset)
+                for index, start in zip(self.indices, self.starts))
 
     def __len__(self):
-        return len(self.entries)
+        return len(self.indices)
 
     def __getitem__(self, item):
         return list(self)[item]
@@ -77,26 +80,15 @@ class Rows:
         return repr(list(self))
 
 
-class DecodeRows(Rows):
-    """StepRecord.scheduled of a pure decode step: every running request, one token, from
-    ``starts`` + ``offset`` computed tokens."""
+@dataclass
+class TimedSteps:
+    """The steps ``EngineSim.run_until`` executed: ``steps`` one row per batch (the columns
+    of ``loop.STEP_COLUMNS``), their ``start_ms`` and ``duration_ms``, the outputs processed
+    meanwhile as ``events`` rows (step, 0 first token / 1 finished, request index), and
+    the clock after the last step (``now_ms``)."""
 
-    __slots__ = ("starts", "offset")
-
-    def __init__(self, reqs, starts, offset):
-        super().__init__(reqs)
-        self.starts, self.offset = starts, offset
-
-    def __iter__(self):
-        return ((req.index, 1, start + self.offset)
-                for req, start in zip(self.entries, self.starts))
-
-
-class Batch:
-    """A scheduled batch: ``scheduled`` (request state, new tokens, computed before), the
-    requests whose token it samples, its record (None when it scheduled nothing)."""
-
-    __slots__ = ("step", "scheduled", "samples", "record")
-
-    def __init__(self, step, scheduled, samples, record):
-        self.step, self.scheduled, self.samples, self.record = step, scheduled, samples, record
+    now_ms: float
+    steps: np.ndarray
+    start_ms: np.ndarray
+    duration_ms: np.ndarray
+    events: np.ndarray

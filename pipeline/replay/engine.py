@@ -15,11 +15,13 @@ import polars as pl
 
 from pipeline import grids
 from pipeline.blocks import sweep
+from pipeline.blocks.bands import SMALL_TOP, band_counts
 from pipeline.blocks.limits import model_capacities
 from pipeline.blocks.model_api import CPU_MODELS, GPU_MODELS, request_result
 from pipeline.blocks.onepass import COLD, block_distances
 from pipeline.blocks.stream import BlockStream, capacity_blocks
 from pipeline.stackdist import NOTHING_STORED as _NOTHING_STORED, band_limits as _band_limits
+from pipeline.tiers import served_beyond
 
 __all__ = ["Infinite", "infinite", "points", "gpu_curve", "gpu_crossing", "cpu_curve",
            "block_events",
@@ -135,19 +137,36 @@ def points(stream: BlockStream, gpu: list[int], cpu: list[int], gpu_order: str,
             frame.select(REQUEST_POINT_SCHEMA.names()).cast(dict(REQUEST_POINT_SCHEMA)))
 
 
+def _count_within(prefix: np.ndarray, capacities: np.ndarray) -> np.ndarray:
+    """Per capacity, the blocks whose running-max depth is <= it (``COLD`` never is): a
+    histogram of the depths, not a sort."""
+    counts = np.cumsum(np.bincount(prefix[prefix != COLD], minlength=1))
+    return counts[np.minimum(capacities, counts.size - 1)]
+
+
 def gpu_curve(stream: BlockStream, capacities: np.ndarray, order: str) -> np.ndarray:
     """GPU prefix hit blocks per capacity (tokens), summed over requests: one engine pass per
-    size band (``pipeline.blocks.onepass``), then a sort, with no (capacity, request)
+    size band (``pipeline.blocks.onepass``; the bands of capacities <= ``bands.SMALL_TOP``
+    blocks all in one pass of ``pipeline.blocks.bands``), with no (capacity, request)
     matrix."""
     capacity = capacity_blocks(capacities, stream.block_size)
     out = np.zeros(capacity.size, dtype=np.int64)
     limits = _band_limits(np.unique(stream.cacheable), capacity)
+    small = []
     for limit in np.unique(limits):
         if limit == _NOTHING_STORED:
             continue
         rows = np.flatnonzero(limits == limit)
-        prefix = np.sort(block_distances(stream, order, size_limit=int(limit)).prefix)
-        out[rows] = np.searchsorted(prefix, capacity[rows], side="right")
+        if capacity[rows].max() <= SMALL_TOP:
+            small.append((limit, rows))
+            continue
+        prefix = block_distances(stream, order, size_limit=int(limit)).prefix
+        out[rows] = _count_within(prefix, capacity[rows])
+    if small:
+        hist = band_counts(stream, order, np.array([limit for limit, _ in small]),
+                           np.array([capacity[rows].max() for _, rows in small]))[0]
+        for band, (_, rows) in enumerate(small):
+            out[rows] = np.cumsum(hist[band])[capacity[rows]]
     return out
 
 
@@ -155,22 +174,30 @@ def gpu_crossing(stream: BlockStream, order: str, hit_blocks: int, low: int,
                  high: int) -> int | None:
     """The smallest GPU capacity in blocks in (``low``, ``high``] (blocks) at which
     ``gpu_curve`` counts at least ``hit_blocks`` hits, or None: exact, from the same
-    one-pass distances (one pass per size band the interval meets), not a grid point.
+    one-pass distances (one pass per size band the interval meets; the bands ending at
+    most ``bands.SMALL_TOP`` blocks in one), not a grid point.
 
     Within a band every capacity stores the same keys, so the hits at C are the band's
-    sorted prefix depths <= C and the crossing is the band's ``hit_blocks``-th depth."""
+    prefix depths <= C and the crossing is the band's ``hit_blocks``-th smallest depth."""
     if hit_blocks <= 0:
         return low + 1 if low < high else None
     distinct = np.unique(stream.cacheable)
     starts = np.unique(np.concatenate(([low + 1], distinct[(distinct > low + 1)
                                                            & (distinct <= high)])))
     ends = np.append(starts[1:] - 1, high)
-    for start, end, limit in zip(starts, ends, _band_limits(distinct, starts)):
+    limits = _band_limits(distinct, starts)
+    small = (limits != _NOTHING_STORED) & (limits <= ends) & (ends <= SMALL_TOP)
+    hist = band_counts(stream, order, limits[small], ends[small])[0] if small.any() else None
+    for band, (start, end, limit) in enumerate(zip(starts, ends, limits)):
         if limit == _NOTHING_STORED:
             continue
-        prefix = np.sort(block_distances(stream, order, size_limit=int(limit)).prefix)
-        if np.searchsorted(prefix, end, side="right") >= hit_blocks:
-            return int(max(start, prefix[hit_blocks - 1]))
+        if small[band]:
+            within = np.cumsum(hist[np.count_nonzero(small[:band])])
+        else:
+            prefix = block_distances(stream, order, size_limit=int(limit)).prefix
+            within = np.cumsum(np.bincount(prefix[prefix != COLD], minlength=end + 1))
+        if within[end] >= hit_blocks:
+            return int(max(start, np.searchsorted(within, hit_blocks)))
     return None
 
 
@@ -182,7 +209,7 @@ def cpu_curve(stream: BlockStream, gpu_capacity: int, capacities: np.ndarray,
     gpu_hits = _run_gpu(stream, [gpu_capacity], gpu_order, gpu_model, gpu_options)[0]
     cpu_prefix = _run_cpu(stream, gpu_hits, [int(c) for c in capacities], cpu_order,
                           cpu_model, cpu_options)
-    served = [request_result(stream, gpu_hits, row)["cpu_hit_tokens"].sum() for row in cpu_prefix]
+    served = [served_beyond(gpu_hits, row).sum() for row in cpu_prefix]   # its CPU column
     return np.full(len(capacities), int(gpu_hits.sum())), np.array(served, dtype=np.int64)
 
 

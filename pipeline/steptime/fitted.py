@@ -83,6 +83,14 @@ class Linear:
         pair = c.get("attention_pair_ms", 0.0)
         return ms + pair * context if pair else ms
 
+    def kernel_coefficients(self) -> tuple[str, tuple[float, ...]]:
+        """For the engine's compiled loop: ("linear", (fixed, prefill token, context token,
+        decode seq, reload token, attention pair) ms), ``step_ms``'s terms in its order."""
+        c = self.coefficients
+        return "linear", (c["fixed_ms"], c["prefill_token_ms"], c["context_token_ms"],
+                          c["decode_seq_ms"], c["reload_token_ms"],
+                          c.get("attention_pair_ms", 0.0))
+
     def range_note(self, prompt_tokens: Any) -> str | None:
         """A note when prompts (an iterable of lengths) leave the fitted range, else None."""
         if self.prompt_tokens_range is None:

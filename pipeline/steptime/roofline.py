@@ -110,6 +110,13 @@ class Roofline:
         compute = per_token * num_running + per_sample * num_running + per_pair * context
         return self.overhead_ms + np.maximum(compute, weights + per_context * context)
 
+    def kernel_coefficients(self) -> tuple[str, tuple[float, ...]]:
+        """For the engine's compiled loop: ("roofline", (overhead, then ``step_ms``'s folded
+        rates: per token, per sample, per pair, weights, per context token, per reload
+        token)), priced there with ``step_ms``'s arithmetic in its order."""
+        self.step_ms(StepCost(0, 0, 0))                  # fold the constants once
+        return "roofline", (self.overhead_ms, *self._rates)
+
     def step_ms(self, record: Any) -> float:
         """Milliseconds of one executed batch (see the module docstring); the same sum as
         ``parts`` with the constants folded once (the engine calls it every step)."""

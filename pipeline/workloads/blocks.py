@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import polars as pl
 
-__all__ = ["BLOCK_SCHEMA", "REQUEST_SCHEMA", "check_blocks", "document_blocks"]
+__all__ = ["BLOCK_SCHEMA", "REQUEST_SCHEMA", "UNORDERED_MESSAGE", "check_schema", "check_blocks",
+           "document_blocks"]
 
 BLOCK_SCHEMA = pl.Schema({
     "request": pl.UInt32, "block_index": pl.UInt32, "block_key": pl.UInt64,
@@ -31,17 +32,26 @@ REQUEST_SCHEMA = pl.Schema({
 })
 
 
+#: Why a block frame's rows are refused (``check_blocks``, ``blocks.stream.block_stream``).
+UNORDERED_MESSAGE = "block frame rows must be in request order with block_index 0, 1, ..."
+
+
+def check_schema(blocks: pl.DataFrame) -> None:
+    """Raise ValueError unless ``blocks`` has ``BLOCK_SCHEMA``."""
+    if blocks.schema != BLOCK_SCHEMA:
+        raise ValueError(f"block frame schema {dict(blocks.schema)} != {dict(BLOCK_SCHEMA)}")
+
+
 def check_blocks(blocks: pl.DataFrame) -> pl.DataFrame:
     """Return ``blocks`` if it has ``BLOCK_SCHEMA`` and its rows are in request, block order
     with block indices 0, 1, 2, ... per request; raise ValueError otherwise."""
-    if blocks.schema != BLOCK_SCHEMA:
-        raise ValueError(f"block frame schema {dict(blocks.schema)} != {dict(BLOCK_SCHEMA)}")
+    check_schema(blocks)
     expected = pl.int_range(pl.len()).over("request").cast(pl.UInt32)
     bad = blocks.select(
         unordered=(pl.col("request").diff().fill_null(0) < 0).any(),
         misnumbered=(pl.col("block_index") != expected).any())
     if bad.row(0) != (False, False):
-        raise ValueError("block frame rows must be in request order with block_index 0, 1, ...")
+        raise ValueError(UNORDERED_MESSAGE)
     return blocks
 
 

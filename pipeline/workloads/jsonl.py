@@ -16,12 +16,14 @@ numbering of the file.
 from __future__ import annotations
 
 import json
+import mmap
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import polars as pl
+from numba import njit
 
 __all__ = ["TraceError", "Field", "Lines", "read_lines", "read_pieces", "apply_checks",
            "checked_pieces", "CHUNK_BYTES"]
@@ -130,21 +132,50 @@ def _parse(raw: bytes, numbers: np.ndarray, fields: tuple[Field, ...]) -> pl.Dat
 CHUNK_BYTES = 32 << 20
 
 
-def _pieces(path: Path) -> Iterator[bytes]:
+def _read_in_pieces(handle) -> Iterator[bytes]:
+    """``_pieces`` by reading (a file that cannot be mapped: empty, or not a regular file)."""
+    rest, given = b"", False
+    while block := handle.read(CHUNK_BYTES):
+        cut = block.rfind(b"\n") + 1
+        if cut:
+            yield rest + block[:cut]
+            rest, given = block[cut:], True
+        else:
+            rest += block
+    if rest or not given:
+        yield rest
+
+
+def _mapped_pieces(mapped: mmap.mmap) -> Iterator[memoryview]:
+    """``_pieces`` as views of the mapped file (no copy); a piece's pages leave the
+    process's memory once the next piece is asked for."""
+    view, start, size = memoryview(mapped), 0, len(mapped)
+    while start < size:
+        cut = size if start + CHUNK_BYTES >= size else \
+            mapped.rfind(b"\n", start, start + CHUNK_BYTES) + 1
+        if cut <= start:                          # a line longer than a piece
+            cut = mapped.find(b"\n", start + CHUNK_BYTES) + 1 or size
+        yield view[start:cut]
+        page_start = start - start % mmap.PAGESIZE
+        if hasattr(mmap, "MADV_DONTNEED") and cut - page_start >= mmap.PAGESIZE:
+            mapped.madvise(mmap.MADV_DONTNEED, page_start,
+                           (cut - page_start) // mmap.PAGESIZE * mmap.PAGESIZE)
+        start = cut
+
+
+def _pieces(path: Path) -> Iterator[bytes | memoryview]:
     """The file's text in whole lines, about ``CHUNK_BYTES`` at a time (the last piece may
     lack its final newline; an empty file is one empty piece)."""
     try:
         with open(path, "rb") as handle:
-            rest, given = b"", False
-            while block := handle.read(CHUNK_BYTES):
-                cut = block.rfind(b"\n") + 1
-                if cut:
-                    yield rest + block[:cut]
-                    rest, given = block[cut:], True
-                else:
-                    rest += block
-            if rest or not given:
-                yield rest
+            try:
+                mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+            except (ValueError, OSError):
+                mapped = None
+            if mapped is None:
+                yield from _read_in_pieces(handle)
+                return
+        yield from _mapped_pieces(mapped)
     except OSError as exc:
         raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
@@ -171,16 +202,35 @@ def _read_piece(path: Path, raw: bytes, numbers: np.ndarray, before: int,
     return Lines(path, frame, {number + before: text for number, text in bad.items()})
 
 
+@njit(cache=True)
+def _newlines(data: np.ndarray) -> int:
+    count = 0
+    for byte in data:
+        count += byte == 10
+    return count
+
+
+def _numbered_pieces(path: Path) -> Iterator[tuple[bytes | memoryview, int]]:
+    """(piece, lines before it) for each piece of the file."""
+    before = 0
+    for raw in _pieces(path):
+        if before == 0 and raw[:len(_BOM)] == _BOM:
+            raw = raw[len(_BOM):]           # a UTF-8 byte order mark is no part of line 1
+        yield raw, before
+        before += _newlines(np.frombuffer(raw, np.uint8))
+
+
+def _piece_lines(path: Path, raw: bytes | memoryview, before: int,
+                 fields: tuple[Field, ...]) -> Lines:
+    raw = bytes(raw)
+    return _read_piece(path, raw, _line_numbers(raw)[0], before, fields)
+
+
 def read_pieces(path: str | Path, fields: tuple[Field, ...]) -> Iterator[Lines]:
     """The file's ``Lines`` piece by piece (``CHUNK_BYTES`` of text each; bounded memory)."""
     path = Path(path)
-    before = 0
-    for raw in _pieces(path):
-        if before == 0:
-            raw = raw.removeprefix(_BOM)    # a UTF-8 byte order mark is no part of line 1
-        numbers, newlines = _line_numbers(raw)
-        yield _read_piece(path, raw, numbers, before, fields)
-        before += newlines
+    for raw, before in _numbered_pieces(path):
+        yield _piece_lines(path, raw, before, fields)
 
 
 def read_lines(path: str | Path, fields: tuple[Field, ...]) -> Lines:
@@ -234,22 +284,31 @@ def apply_checks(lines: Lines, reasons: list[tuple[pl.Expr, str | pl.Expr]],
 
 def checked_pieces(path: str | Path, fields: tuple[Field, ...],
                    reasons: list[tuple[pl.Expr, str | pl.Expr]], skip_bad_lines: bool,
-                   skipped: list[tuple[int, str]]) -> Iterator[pl.DataFrame]:
+                   skipped: list[tuple[int, str]],
+                   fast: Callable[[bytes], pl.DataFrame | None] | None = None
+                   ) -> Iterator[pl.DataFrame]:
     """``apply_checks`` piece by piece: yield each piece's good rows (bounded memory) and
     append its bad (line, reason) pairs to ``skipped``.
 
     The same errors as ``apply_checks``: without ``skip_bad_lines`` the first bad line
     raises (after the rest of the file is read to count the others); a trace with no good
-    request raises at the end.
+    request raises at the end. ``fast`` (optional) reads a piece whose every line is good
+    into the frame polars and the checks would give (``line`` counted within the piece),
+    or returns None to leave the piece to them.
     """
     path = Path(path)
-    pieces = read_pieces(path, fields)
+    pieces = _numbered_pieces(path)
     good_rows = 0
-    for lines in pieces:
-        good, bad = _flag(lines, reasons)
+    for raw, before in pieces:
+        frame = fast(raw) if fast is not None else None
+        if frame is not None:
+            good, bad = frame.with_columns(pl.col("line") + before), []
+        else:
+            good, bad = _flag(_piece_lines(path, raw, before, fields), reasons)
         skipped.extend(bad)
         if bad and not skip_bad_lines:
-            skipped.extend(pair for rest in pieces for pair in _flag(rest, reasons)[1])
+            skipped.extend(pair for rest, lines_before in pieces for pair in
+                           _flag(_piece_lines(path, rest, lines_before, fields), reasons)[1])
             raise _refuse(path, skipped)
         if good.height:
             good_rows += good.height

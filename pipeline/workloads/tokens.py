@@ -25,10 +25,12 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 from numba import njit
 
 from pipeline.workloads.blocks import BLOCK_SCHEMA, REQUEST_SCHEMA
 from pipeline.workloads.jsonl import Field, checked_pieces
+from pipeline.workloads.token_scan import scan_piece
 from pipeline.workloads.workload import Workload
 
 __all__ = ["FIELDS", "OUTPUT_FIELDS", "read_tokens", "token_blocks", "sampled_blocks",
@@ -158,20 +160,39 @@ def sampled_blocks(good: pl.DataFrame, block_size: int, first_request: int) -> p
                          "block_key": frame["block_key"].to_numpy()[keep]})
 
 
+def _scanned_frame(raw: bytes) -> pl.DataFrame | None:
+    """The compiled fast path (``token_scan``) as the frame polars would give, or None."""
+    text = bytes(raw)                   # a view of the mapped file: search a copy
+    if b'"max_tokens"' in text or b'"output_token_ids"' in text:
+        return None                     # the scanner reads prompts only
+    scanned = scan_piece(raw)
+    if scanned is None:
+        return None
+    offsets = np.concatenate(([0], np.cumsum(scanned.lengths)))
+    tokens = pl.Series("tokens", pa.LargeListArray.from_arrays(pa.array(offsets),
+                                                                pa.array(scanned.tokens)))
+    return pl.DataFrame({"timestamp": scanned.timestamps, "tokens": tokens,
+                         "max_tokens": pl.Series([None] * len(scanned.lines), dtype=pl.Int64),
+                         "output_token_ids": pl.Series([None] * len(scanned.lines),
+                                                       dtype=pl.List(pl.Int64)),
+                         "line": scanned.lines})
+
+
 def read_tokens(path: str | Path, block_size: int, skip_bad_lines: bool = False) -> Workload:
     """Read a token-id JSONL trace into a ``Workload`` with chained ``block_size`` blocks.
 
     Raises ``TraceError`` (``file:line: reason``) on the first bad line unless
     ``skip_bad_lines``, which drops bad lines and lists them in ``Workload.skipped``. The file
     is read piece by piece (``pipeline.workloads.jsonl.checked_pieces``): memory holds one
-    piece's tokens at a time, then only the blocks.
+    piece's tokens at a time, then only the blocks. A piece of plainly good lines takes the
+    compiled fast path (``pipeline.workloads.token_scan``), any other polars and the checks.
     """
     if block_size < 1:
         raise ValueError(f"block size must be >= 1, got {block_size}")
     skipped: list[tuple[int, str]] = []
     blocks, requests, sampled = [], [], []
     for good in checked_pieces(path, FIELDS + OUTPUT_FIELDS, _checks() + _output_checks(),
-                               skip_bad_lines, skipped):
+                               skip_bad_lines, skipped, _scanned_frame):
         column = good["tokens"]
         lengths = column.list.len()
         first = sum(frame.height for frame in requests)

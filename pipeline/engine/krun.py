@@ -1,0 +1,232 @@
+"""Whole runs compiled: arrivals by step or by time, the idle jump, the closed loop, the
+step-time models that are formulas of a step's totals (fitted ``Linear``, ``Roofline``),
+stretches of pure decode steps (``advance``) and an engine's steps up to a time
+(``run_until``, for callers that interleave engines: the fleet).
+
+``run_loop`` is ``pipeline.engine.loop.simulate``'s loop: before each ``schedule()`` every
+request due is added in input order (or, closed loop, while fewer than ``concurrency`` are
+outstanding); an idle engine jumps to the next arrival; each executed batch is one row of
+``STEPS`` (and on the time clock its start and duration). It returns when done, when the
+step buffer is full (the caller grows it and calls again: all state is in the arrays) or
+when the engine is stuck.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from pipeline.engine.ksched import engine_step, wait_append
+from pipeline.engine.layout import (
+    B_NSAMP, B_NSCHED, BQ_NEW, BQ_START, C_ASYNC, C_BS, C_MAXBATCH, C_MAXE, C_MAXLEN,
+    C_MAXSEQS, COMPUTED, G_ERROR, G_FIN, G_NEV, G_NFREE, G_NRUN, G_QHEAD, G_QLEN, G_STEP,
+    G_WLEN, HOLDS, INFLIGHT, MAXTOK, NBLK, NPROMPT, NTOK, STALE, X_CONTEXT, X_DECODE, X_FREE,
+    X_NFIRST, X_NRUN, X_NSCHED, X_NWAIT, X_PREFILL, X_Q, X_RELOAD, X_STEP)
+from pipeline.engine.raw import raw, raw_state, raw_tier
+
+__all__ = ["run_loop", "run_until", "advance", "step_once", "step_time", "MODEL_NONE",
+           "MODEL_LINEAR", "MODEL_ROOFLINE", "DONE", "FULL", "STUCK", "STEP_FIELDS"]
+
+MODEL_NONE, MODEL_LINEAR, MODEL_ROOFLINE = 0, 1, 2
+DONE, FULL, STUCK = 0, 1, 2
+#: Engine calls in a row that execute nothing before the run is declared stuck.
+STUCK_CALLS = 64
+#: loop state L: next request, idle calls, rows written
+L_POINTER, L_IDLE, L_ROWS = 0, 1, 2
+STEP_FIELDS = (X_STEP, X_PREFILL, X_DECODE, X_CONTEXT, X_RELOAD, X_NRUN, X_NWAIT, X_FREE)
+
+
+@njit(cache=True, error_model="numpy")
+def step_time(S, model, coef):
+    """Milliseconds of the batch just scheduled (``REC``), as the model's ``step_ms``."""
+    REC, BQ = S[16], S[10]
+    prefill, decodes, context, reload = REC[X_PREFILL], REC[X_DECODE], REC[X_CONTEXT], \
+        REC[X_RELOAD]
+    if prefill:
+        q, pairs = REC[X_Q], 0
+        for e in range(REC[X_NSCHED]):
+            new, before = BQ[q, e, BQ_NEW], BQ[q, e, BQ_START]
+            pairs += new * before + new * (new + 1) // 2
+    else:
+        pairs = context                               # decodes only: one query each
+    if model == MODEL_LINEAR:
+        ms = coef[0] + coef[1] * prefill + coef[2] * context + coef[3] * decodes \
+            + coef[4] * reload
+        if coef[5] != 0.0:
+            ms += coef[5] * pairs
+        return ms
+    overhead, per_token, per_sample, per_pair, weights, per_context, per_reload = \
+        coef[0], coef[1], coef[2], coef[3], coef[4], coef[5], coef[6]
+    tokens = prefill + decodes
+    if tokens == 0 and reload == 0:
+        return overhead
+    compute = per_token * tokens + per_sample * (decodes + REC[X_NFIRST]) + per_pair * pairs
+    memory = weights + per_context * context
+    return overhead + max(compute, memory) + per_reload * reload
+
+
+@njit(cache=True, error_model="numpy")
+def _execute(S, T, timed, model, coef, STEPS, DUR, L, now):
+    """One engine call; a batch it executed is the next row (priced when ``timed``).
+    Returns the clock after it, or ``-1 - now`` when the engine is stuck."""
+    if engine_step(S, T) == 0:
+        L[L_IDLE] += 1
+        if L[L_IDLE] > STUCK_CALLS or S[1][G_ERROR] != 0:
+            return -1.0 - now
+        return now
+    L[L_IDLE] = 0
+    row = L[L_ROWS]
+    REC = S[16]
+    for j in range(8):
+        STEPS[row, j] = REC[STEP_FIELDS[j]]
+    if timed:
+        duration = step_time(S, model, coef)
+        DUR[row, 0] = now
+        DUR[row, 1] = duration
+        now += duration
+    L[L_ROWS] = row + 1
+    return now
+
+
+@njit(cache=True, error_model="numpy")
+def run_loop(S, T, due, arrival, timed, concurrency, model, coef, STEPS, DUR, L, NOW):
+    """Run the requests (slots 0..n-1 in input order, ``due`` their arrival step or ms)
+    until done (DONE), the step buffer is full (FULL) or the engine is stuck (STUCK)."""
+    S, T, coef = raw_state(S), raw_tier(T), raw(coef)
+    G = S[1]
+    n = due.size
+    now = NOW[0]
+    while True:
+        if L[L_ROWS] >= STEPS.shape[0]:
+            NOW[0] = now
+            return FULL
+        clock = now if timed else float(G[G_STEP])
+        p = L[L_POINTER]
+        if concurrency <= 0:
+            while p < n and due[p] <= clock:
+                arrival[p] = due[p] if timed else clock
+                wait_append(G, S[9], p)
+                p += 1
+        else:
+            while p < n and G[G_NRUN] + G[G_WLEN] < concurrency:
+                arrival[p] = clock
+                wait_append(G, S[9], p)
+                p += 1
+        L[L_POINTER] = p
+        if not (G[G_NRUN] > 0 or G[G_WLEN] > 0 or G[G_FIN] != 0 or G[G_QLEN] > 0):
+            if p == n:
+                NOW[0] = now
+                return DONE
+            if timed:
+                now = max(now, due[p])
+            else:
+                G[G_STEP] = max(G[G_STEP], np.int64(due[p]))
+            continue
+        now = _execute(S, T, timed, model, coef, STEPS, DUR, L, now)
+        if now < 0:
+            NOW[0] = -now - 1.0
+            return STUCK
+
+
+@njit(cache=True, error_model="numpy")
+def _steady(S):
+    """Every running request decoding one token per step: sync with its token sampled;
+    async with exactly the running requests' one-token batch in flight."""
+    C, G, R, RUN, BQ, BSMP, BMETA = S[0], S[1], S[2], S[8], S[10], S[11], S[12]
+    n = G[G_NRUN]
+    if C[C_ASYNC] == 0:
+        for i in range(n):
+            slot = RUN[i]
+            if R[slot, NTOK] - R[slot, COMPUTED] != 1 or R[slot, NTOK] <= R[slot, NPROMPT]:
+                return False
+        return True
+    q = G[G_QHEAD]
+    if G[G_QLEN] != 1 or BMETA[q, B_NSCHED] != n or BMETA[q, B_NSAMP] != n:
+        return False
+    for i in range(n):
+        slot = RUN[i]
+        if BQ[q, i, 0] != slot or BQ[q, i, BQ_NEW] != 1 or BSMP[q, i] != slot:
+            return False
+        if R[slot, HOLDS] != 1 or R[slot, INFLIGHT] != 1 or R[slot, STALE] != 0 \
+                or R[slot, COMPUTED] != R[slot, NTOK] or R[slot, NTOK] <= R[slot, NPROMPT]:
+            return False
+    return True
+
+
+@njit(cache=True, error_model="numpy")
+def _allocations(S, steps):
+    C, G, R, RUN = S[0], S[1], S[2], S[8]
+    size, total = C[C_BS], 0
+    for i in range(G[G_NRUN]):
+        slot = RUN[i]
+        total += max(-(-(R[slot, COMPUTED] + steps) // size) - R[slot, NBLK], 0)
+    return total
+
+
+@njit(cache=True, error_model="numpy")
+def advance(S, T, limit, FREES):
+    """Up to ``limit`` steps where each is a pure decode step (every running request
+    decoding one token, none finishing, every new block available, the waiting queue
+    unable to move), run one by one; free blocks after each into FREES. Returns how many
+    (0: the next step is not such a step, nothing done)."""
+    S, T = raw_state(S), raw_tier(T)
+    C, G, R, RUN = S[0], S[1], S[2], S[8]
+    n = G[G_NRUN]
+    if limit < 2 or n == 0 or n > C[C_MAXBATCH]:
+        return 0
+    if G[G_WLEN] > 0 and n < C[C_MAXSEQS] and n < C[C_MAXBATCH]:
+        return 0
+    if not _steady(S):
+        return 0
+    k = min(limit, FREES.size)
+    for i in range(n):                                # stop before anybody finishes
+        slot = RUN[i]
+        left = min(R[slot, MAXTOK] + R[slot, NPROMPT], C[C_MAXLEN]) - R[slot, NTOK] - 1
+        if left < k:
+            if left < 2:
+                return 0
+            k = left
+    if _allocations(S, k) > G[G_NFREE]:               # the largest k whose blocks exist
+        low, high = 0, k
+        while low < high:
+            mid = (low + high + 1) // 2
+            if _allocations(S, mid) <= G[G_NFREE]:
+                low = mid
+            else:
+                high = mid - 1
+        if low < 2:
+            return 0
+        k = low
+    for j in range(k):
+        engine_step(S, T)
+        FREES[j] = S[16][X_FREE]
+    return k
+
+
+@njit(cache=True, error_model="numpy")
+def run_until(S, T, until, model, coef, STEPS, DUR, L, NOW):
+    """Step (no arrivals) while the engine has work and its clock ``NOW[0]`` is before
+    ``until``: each executed batch a row of ``STEPS`` and (start, duration) of ``DUR``,
+    the outputs processed in EV. DONE, FULL (a buffer is full: drain and call again) or
+    STUCK."""
+    S, T, coef = raw_state(S), raw_tier(T), raw(coef)
+    C, G, EV = S[0], S[1], S[15]
+    now = NOW[0]
+    room = 2 * C[C_MAXE] + 2
+    while now < until and (G[G_NRUN] > 0 or G[G_WLEN] > 0 or G[G_FIN] != 0
+                           or G[G_QLEN] > 0):
+        if L[L_ROWS] >= STEPS.shape[0] or G[G_NEV] + room > EV.shape[0]:
+            NOW[0] = now
+            return FULL
+        now = _execute(S, T, True, model, coef, STEPS, DUR, L, now)
+        if now < 0:
+            NOW[0] = -now - 1.0
+            return STUCK
+    NOW[0] = now
+    return DONE
+
+
+@njit(cache=True, error_model="numpy")
+def step_once(S, T):
+    """``engine_step`` for a Python caller (``EngineSim.step``)."""
+    return engine_step(raw_state(S), raw_tier(T))

@@ -1,0 +1,397 @@
+"""vLLM v1's scheduler compiled: ``Scheduler.schedule`` / ``update_from_output`` and
+``EngineCore.step`` / ``step_with_batch_queue`` (vLLM 0.33.0, ``vllm/v1/core/sched/`` and
+``vllm/v1/engine/core.py``), for FCFS text requests without speculative decoding.
+
+Kept literally: running requests first (in order, each up to its remaining tokens, the
+``long_prefill_token_threshold`` when more than one request is eligible, the step's token
+budget and ``max_model_len``), preemption of the most recently admitted running request
+when ``allocate_slots`` finds no room (blocks freed tail first, recomputed on re-admission);
+then, only when nothing was preempted, the FCFS waiting queue up to ``max_num_seqs``
+running: a prefix-cache lookup of at most ``num_tokens - 1`` tokens, the optional CPU tier
+(a KV connector loading synchronously), no chunking without chunked prefill (stop the
+queue), the admission check ``scheduler_reserve_full_isl`` (the whole sequence must fit in
+the free blocks), blocks hashed as soon as they are allocated full, so a request admitted
+later in the same step hits them. A request finishes when its batch samples its
+``max_tokens``-th token or it reaches ``max_model_len``; its blocks are freed tail first.
+With ``async_scheduling`` the engine keeps two batches in flight: a batch's output is
+processed after the next one is scheduled, running requests carry output placeholders,
+and a request preempted with output in flight waits in the queue until that output
+arrives (``num_stale_output_tokens``).
+
+State ``S = (C, G, R, KEYS, BT, P, BH, HT, RUN, WQ, BQ, BSMP, BMETA, HIT, BUF, EV, REC)``
+(``pipeline.engine.layout``); the CPU tier ``T`` (``pipeline.engine.ktier``).
+"""
+
+from __future__ import annotations
+
+from numba import njit
+
+from pipeline.engine.kpool import (cache_full_blocks, free_blocks, get_new_blocks,
+                                   longest_hit, touch)
+from pipeline.engine.ktier import cpu_lookup, cpu_store
+from pipeline.engine.layout import (
+    B_HASREC, B_NSAMP, B_NSCHED, B_STEP, BCAP, BOFF, C_ASYNC, C_BS, C_CHUNKED, C_HMASK,
+    C_MAXBATCH, C_MAXLEN, C_MAXSEQS, C_THRESH, COMPUTED, CPUHIT, ERR_BLOCKS, FIN, FINISHED,
+    FSCHED, FTOK, G_ERROR, G_EVON, G_FIN, G_NEV, G_NFREE, G_NRUN, G_QHEAD, G_QLEN, G_STEP,
+    G_WHEAD, G_WLEN, GPUHIT, HOLDS, INDEX, INFLIGHT, KOFF, LIMIT, MAXTOK, NBLK, NCACHED,
+    NONE, NPROMPT, NTOK, PREEMPT, PREEMPTED, REF, RUNNING, STALE, STALEF, STATUS, STORED,
+    T_ON, X_CONTEXT, X_DECODE, X_FREE, X_HAS, X_NFIRST, X_NRUN, X_NSCHED, X_NWAIT,
+    X_PREFILL, X_Q, X_RELOAD, X_STEP)
+
+__all__ = ["engine_step", "wait_append"]
+
+
+@njit(cache=True, error_model="numpy")
+def wait_append(G, WQ, slot):
+    WQ[(G[G_WHEAD] + G[G_WLEN]) % WQ.size] = slot
+    G[G_WLEN] += 1
+
+
+@njit(cache=True, error_model="numpy")
+def _wait_remove_at(G, WQ, p):
+    """Remove the p-th waiting request (the p before it move one place back)."""
+    cap, head = WQ.size, G[G_WHEAD]
+    for j in range(p, 0, -1):
+        WQ[(head + j) % cap] = WQ[(head + j - 1) % cap]
+    G[G_WHEAD] = (head + 1) % cap
+    G[G_WLEN] -= 1
+
+
+@njit(cache=True, error_model="numpy")
+def _blocks_needed(S, slot, num_tokens, nhit):
+    """SingleTypeKVCacheManager.get_num_blocks_to_allocate (full attention)."""
+    C, R, P, HIT = S[0], S[2], S[5], S[13]
+    required = -(-num_tokens // C[C_BS])
+    if R[slot, NCACHED] != NONE:
+        return max(required - R[slot, NBLK], 0)
+    evictable = 0
+    for i in range(nhit):
+        if P[HIT[i], REF] == 0:
+            evictable += 1
+    return max(required - nhit - R[slot, NBLK], 0) + evictable
+
+
+@njit(cache=True, error_model="numpy")
+def _grow(S, slot, count):
+    C, G, R, BT, P, BH, HT = S[0], S[1], S[2], S[4], S[5], S[6], S[7]
+    if count <= 0:
+        return
+    if R[slot, NBLK] + count > R[slot, BCAP]:
+        G[G_ERROR] = ERR_BLOCKS
+        return
+    get_new_blocks(P, BH, HT, C[C_HMASK], BT, R[slot, BOFF] + R[slot, NBLK], count)
+    R[slot, NBLK] += count
+    G[G_NFREE] -= count
+
+
+@njit(cache=True, error_model="numpy")
+def _cache_blocks(S, slot, num_tokens):
+    """FullAttentionManager.cache_blocks: hash the newly full blocks."""
+    C, R, KEYS, BT, P, BH, HT = S[0], S[2], S[3], S[4], S[5], S[6], S[7]
+    cached = max(R[slot, NCACHED], 0)
+    full = min(num_tokens, R[slot, NTOK]) // C[C_BS]
+    if cached >= full:
+        return
+    cache_full_blocks(P, BH, HT, C[C_HMASK], KEYS, R[slot, KOFF], BT, R[slot, BOFF],
+                      cached, full)
+    R[slot, NCACHED] = full
+
+
+@njit(cache=True, error_model="numpy")
+def _allocate_slots(S, slot, num_new, nhit, external, admission):
+    """KVCacheManager.allocate_slots; False (nothing changed) when it returns None."""
+    C, G, R, BT, P, HIT = S[0], S[1], S[2], S[4], S[5], S[13]
+    size, max_len = C[C_BS], C[C_MAXLEN]
+    local = R[slot, COMPUTED] + nhit * size
+    total = min(local + external, max_len)
+    if admission:                                     # scheduler_reserve_full_isl
+        if _blocks_needed(S, slot, min(R[slot, NTOK], max_len), nhit) > G[G_NFREE]:
+            return False
+    need = min(total + num_new, max_len)
+    if _blocks_needed(S, slot, need, nhit) > G[G_NFREE]:
+        return False
+    if (nhit > 0 or external > 0) and R[slot, NCACHED] == NONE:
+        G[G_NFREE] -= touch(P, HIT, nhit)
+        boff = R[slot, BOFF]
+        for i in range(nhit):
+            BT[boff + i] = HIT[i]
+        R[slot, NBLK] = nhit
+        R[slot, NCACHED] = nhit
+        if external > 0:
+            _grow(S, slot, max(0, -(-(local + external) // size) - R[slot, NBLK]))
+    _grow(S, slot, -(-need // size) - R[slot, NBLK])
+    _cache_blocks(S, slot, min(total + num_new, R[slot, NTOK]))
+    return True
+
+
+@njit(cache=True, error_model="numpy")
+def _free_request(S, slot):
+    """KVCacheManager.free: tail first."""
+    G, R, BT, P, BUF = S[1], S[2], S[4], S[5], S[14]
+    G[G_NFREE] += free_blocks(P, BT, R[slot, BOFF], R[slot, NBLK], BUF)
+    R[slot, NBLK] = 0
+    R[slot, NCACHED] = NONE
+
+
+@njit(cache=True, error_model="numpy")
+def _preempt(S, slot):
+    """Scheduler._preempt_request: to the front of the waiting queue."""
+    G, R, WQ = S[1], S[2], S[9]
+    _free_request(S, slot)
+    R[slot, STATUS] = PREEMPTED
+    R[slot, COMPUTED] = 0
+    R[slot, STALE] = R[slot, INFLIGHT]
+    R[slot, HOLDS] = 0
+    R[slot, PREEMPT] += 1
+    G[G_WHEAD] = (G[G_WHEAD] - 1) % WQ.size
+    WQ[G[G_WHEAD]] = slot
+    G[G_WLEN] += 1
+
+
+@njit(cache=True, error_model="numpy")
+def _started(S, q, slot, num_new, start, step):
+    """Add the entry to batch ``q`` and run _update_after_schedule for it."""
+    C, R, BQ, BSMP, BMETA, REC = S[0], S[2], S[10], S[11], S[12], S[16]
+    e = BMETA[q, B_NSCHED]
+    BQ[q, e, 0], BQ[q, e, 1], BQ[q, e, 2] = slot, num_new, start
+    BMETA[q, B_NSCHED] = e + 1
+    computed = start + num_new
+    R[slot, COMPUTED] = computed
+    asynchronous = C[C_ASYNC] != 0
+    if asynchronous:                                  # sync: processed before the next one
+        R[slot, INFLIGHT] += num_new
+    if R[slot, FSCHED] == NONE:
+        R[slot, FSCHED] = step
+    if computed >= R[slot, NTOK] + R[slot, HOLDS]:    # not a prefill chunk: it samples
+        BSMP[q, BMETA[q, B_NSAMP]] = slot
+        BMETA[q, B_NSAMP] += 1
+        if asynchronous:
+            R[slot, HOLDS] += 1
+    if num_new == 1 and start >= R[slot, NPROMPT]:
+        REC[X_DECODE] += 1
+    else:
+        REC[X_PREFILL] += num_new
+    REC[X_CONTEXT] += computed
+
+
+@njit(cache=True, error_model="numpy")
+def _schedule_waiting(S, T, q, budget, threshold, step):
+    """The waiting-queue half of schedule(); returns the tokens reloaded."""
+    C, G, R, KEYS, HT, RUN, WQ, HIT = S[0], S[1], S[2], S[3], S[7], S[8], S[9], S[13]
+    size = C[C_BS]
+    reloads = 0
+    p = 0                                             # stale requests skipped at the front
+    while budget > 0 and p < G[G_WLEN]:
+        if G[G_NRUN] >= C[C_MAXSEQS]:
+            break
+        slot = WQ[(G[G_WHEAD] + p) % WQ.size]
+        if R[slot, STALE] > 0:
+            p += 1
+            continue
+        nhit = 0
+        external = 0
+        if R[slot, COMPUTED] == 0:
+            nhit = longest_hit(HT, C[C_HMASK], KEYS, R[slot, KOFF],
+                               (R[slot, NTOK] - 1) // size, HIT)
+            local = nhit * size
+            if T[0][T_ON] != 0:
+                external = max(cpu_lookup(T, R, KEYS, slot) - local, 0)
+            computed = local + external
+            if R[slot, PREEMPT] <= 0:
+                R[slot, GPUHIT], R[slot, CPUHIT] = local, external
+        else:
+            computed = R[slot, COMPUTED]
+        num_new = R[slot, NTOK] - computed
+        if 0 < threshold < num_new:
+            num_new = threshold
+        if C[C_CHUNKED] == 0 and num_new > budget:
+            break
+        num_new = min(num_new, budget)
+        if not _allocate_slots(S, slot, num_new, nhit, external, True):
+            break
+        _wait_remove_at(G, WQ, p)
+        RUN[G[G_NRUN]] = slot
+        G[G_NRUN] += 1
+        R[slot, STATUS] = RUNNING
+        R[slot, COMPUTED] = computed
+        _started(S, q, slot, num_new, computed, step)
+        budget -= num_new
+        reloads += external
+    return reloads
+
+
+@njit(cache=True, error_model="numpy")
+def _schedule(S, T, q):
+    """Scheduler.schedule into batch slot ``q``, then _update_after_schedule; the record
+    totals in REC (``REC[X_HAS]`` 0 when it scheduled nothing)."""
+    C, G, R, RUN, BMETA, REC = S[0], S[1], S[2], S[8], S[12], S[16]
+    for j in range(BMETA.shape[1]):                   # (loops: a slice is a new view)
+        BMETA[q, j] = 0
+    for j in range(REC.size):
+        REC[j] = 0
+    budget = C[C_MAXBATCH]
+    threshold = C[C_THRESH] if G[G_NRUN] + G[G_WLEN] > 1 else 0
+    max_len, size = C[C_MAXLEN], C[C_BS]
+    step = G[G_STEP]
+    preempted = False
+    i = 0
+    while i < G[G_NRUN]:                   # the list only shrinks at its end (preemption)
+        if budget <= 0:
+            break
+        slot = RUN[i]
+        computed, holds = R[slot, COMPUTED], R[slot, HOLDS]
+        i += 1
+        if holds > 0 and computed + 2 - holds >= R[slot, NPROMPT] + R[slot, MAXTOK]:
+            continue
+        num_new = R[slot, NTOK] + holds - computed
+        if num_new == 1 and computed + 1 < max_len:
+            # a decode: allocate_slots gives it one more block when its last one is full
+            # (when one is free; else the general path below preempts), and caches the
+            # block it fills (num_tokens <= computed + 1 here)
+            held = R[slot, NBLK] * size
+            if computed < held or (computed == held and G[G_NFREE] > 0):
+                if computed == held:
+                    _grow(S, slot, 1)
+                if R[slot, NTOK] >= (max(R[slot, NCACHED], 0) + 1) * size:
+                    _cache_blocks(S, slot, R[slot, NTOK])
+                _started(S, q, slot, 1, computed, step)
+                budget -= 1
+                continue
+        if 0 < threshold < num_new:
+            num_new = threshold
+        num_new = max(min(num_new, budget, max_len - computed - 1), 0)
+        if num_new == 0:
+            continue
+        ok = False
+        while True:
+            if _allocate_slots(S, slot, num_new, 0, 0, False):
+                ok = True
+                break
+            G[G_NRUN] -= 1
+            victim = RUN[G[G_NRUN]]
+            _preempt(S, victim)
+            preempted = True
+            if victim == slot:
+                break
+        if not ok:
+            break
+        _started(S, q, slot, num_new, computed, step)
+        budget -= num_new
+    reloads = 0
+    if not preempted:
+        reloads = _schedule_waiting(S, T, q, budget, threshold, step)
+    G[G_FIN] = 0
+    BMETA[q, B_STEP] = step
+    REC[X_Q] = q
+    if BMETA[q, B_NSCHED] == 0:
+        return
+    G[G_STEP] += 1
+    BMETA[q, B_HASREC] = 1
+    REC[X_HAS], REC[X_STEP], REC[X_RELOAD] = 1, step, reloads
+    REC[X_NRUN], REC[X_NWAIT], REC[X_FREE] = G[G_NRUN], G[G_WLEN], G[G_NFREE]
+    REC[X_NSCHED] = BMETA[q, B_NSCHED]
+
+
+@njit(cache=True, error_model="numpy")
+def _event(G, EV, step, kind, index):
+    if G[G_EVON] != 0:
+        n = G[G_NEV]
+        if n < EV.shape[0]:
+            EV[n, 0], EV[n, 1], EV[n, 2] = step, kind, index
+            G[G_NEV] = n + 1
+
+
+@njit(cache=True, error_model="numpy")
+def _update_from_output(S, T, q):
+    """Scheduler.update_from_output with one sampled token per finished chunk."""
+    C, G, R, KEYS, RUN, WQ, BQ, BSMP, BMETA, EV, REC = S[0], S[1], S[2], S[3], S[8], \
+        S[9], S[10], S[11], S[12], S[15], S[16]
+    asynchronous = C[C_ASYNC] != 0
+    n, step = BMETA[q, B_NSCHED], BMETA[q, B_STEP]
+    any_stale = False
+    if asynchronous:
+        for e in range(n):
+            slot = BQ[q, e, 0]
+            if R[slot, STATUS] != FINISHED:
+                R[slot, INFLIGHT] -= BQ[q, e, 1]
+                if R[slot, STALE] > 0:                # output of a preempted request
+                    R[slot, STALE] -= BQ[q, e, 1]
+                    R[slot, STALEF] = 1
+                    any_stale = True
+    if T[0][T_ON] != 0:
+        for e in range(n):
+            slot = BQ[q, e, 0]
+            if R[slot, STORED] == 0 and R[slot, STATUS] != PREEMPTED \
+                    and R[slot, COMPUTED] - R[slot, INFLIGHT] >= R[slot, NPROMPT]:
+                R[slot, STORED] = 1
+                cpu_store(T, R, KEYS, slot)
+    stopped = False
+    for e in range(BMETA[q, B_NSAMP]):
+        slot = BSMP[q, e]
+        before = R[slot, STATUS]
+        if before == FINISHED:
+            continue
+        holds = R[slot, HOLDS]
+        R[slot, NTOK] += 1
+        if holds > 0 and not (any_stale and R[slot, STALEF] != 0):
+            R[slot, HOLDS] = holds - 1
+            if before == RUNNING:
+                _cache_blocks(S, slot, R[slot, COMPUTED] - R[slot, INFLIGHT])
+        if R[slot, FTOK] == NONE:
+            R[slot, FTOK] = step
+            _event(G, EV, step, 0, R[slot, INDEX])
+            if not asynchronous:
+                REC[X_NFIRST] += 1
+        if R[slot, NTOK] >= R[slot, LIMIT]:           # max_model_len or max_tokens reached
+            R[slot, STATUS] = FINISHED
+            R[slot, FIN] = step
+            _event(G, EV, step, 1, R[slot, INDEX])
+            G[G_FIN] = 1
+            _free_request(S, slot)
+            if before == RUNNING:
+                stopped = True
+            else:
+                for p in range(G[G_WLEN]):
+                    if WQ[(G[G_WHEAD] + p) % WQ.size] == slot:
+                        _wait_remove_at(G, WQ, p)
+                        break
+    if any_stale:
+        for e in range(n):
+            R[BQ[q, e, 0], STALEF] = 0
+    if stopped:
+        kept = 0
+        for i in range(G[G_NRUN]):
+            slot = RUN[i]
+            if R[slot, STATUS] != FINISHED:
+                RUN[kept] = slot
+                kept += 1
+        G[G_NRUN] = kept
+
+
+@njit(cache=True, error_model="numpy")
+def engine_step(S, T):
+    """One engine iteration (``EngineCore.step`` or ``step_with_batch_queue``); returns 1
+    when it scheduled > 0 tokens (its totals in REC, its batch slot ``REC[X_Q]``), else 0.
+    Outputs processed by this call go to EV (when ``G[G_EVON]``)."""
+    C, G, REC = S[0], S[1], S[16]
+    has = G[G_NRUN] > 0 or G[G_WLEN] > 0 or G[G_FIN] != 0
+    if C[C_ASYNC] == 0:
+        if not has:
+            REC[X_HAS] = 0
+            return 0
+        _schedule(S, T, 0)
+        _update_from_output(S, T, 0)
+        return REC[X_HAS]
+    REC[X_HAS] = 0
+    if has:
+        _schedule(S, T, (G[G_QHEAD] + G[G_QLEN]) % 2)
+        G[G_QLEN] += 1
+        if G[G_QLEN] < 2 and (REC[X_HAS] != 0 or G[G_NRUN] > 0 or G[G_WLEN] > 0):
+            return REC[X_HAS]
+    elif G[G_QLEN] == 0:
+        return 0
+    q = G[G_QHEAD]
+    G[G_QHEAD] = (q + 1) % 2
+    G[G_QLEN] -= 1
+    _update_from_output(S, T, q)
+    return REC[X_HAS]
