@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
+from pipeline.limits import MAX_CAPACITY
 from pipeline.model_presets import DEFAULT_PRESET, DTYPE_BYTES, MODELS, PRESETS, KVSize, \
     ModelShape, model_shape, parse_model_shape, parse_shape, preset, shape
 
@@ -53,7 +54,6 @@ _UNIT_MEANING = {"B": "1 byte", "KB": "10^3 bytes", "MB": "10^6 bytes", "GB": "1
                  "GIB": "2^30 bytes", "TIB": "2^40 bytes",
                  "LMCACHEGB": "2^30 bytes, LMCache's max_local_cpu_size GB"}
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
-_LIMIT = Decimal(2**63 - 1)           # no capacity (in tokens or units) beyond int64
 
 
 # --- sizes and capacities ------------------------------------------------------------------
@@ -111,7 +111,7 @@ def parse_capacity(text: str) -> Capacity:
         count = Decimal(number)
     except InvalidOperation:
         raise ValueError(f"not a number in {text!r}") from None
-    if count > _LIMIT:
+    if count > MAX_CAPACITY:
         raise ValueError(f"capacity {text!r} is too large")
     unit_key = unit.upper()
     if unit_key in ("", "TOKENS", "TOKEN", "TOK"):

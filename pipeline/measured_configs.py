@@ -32,6 +32,7 @@ import polars as pl
 
 from pipeline.config import BASELINE, OFFLOADED
 from pipeline.errors import CLIError
+from pipeline.limits import check_value
 from pipeline.registry import names
 from pipeline.tiers import TIER
 
@@ -42,7 +43,6 @@ __all__ = ["MODELS", "ROLES", "ConfigModel", "parse_configs", "attribute_configs
 MODELS = tuple(names(measured=True))
 #: role -> the config name kvlab's fits use for it
 ROLES = {"gpu-only": BASELINE, "offload": OFFLOADED}
-_MAX = 2**62
 
 
 @dataclass(frozen=True)
@@ -60,15 +60,6 @@ class ConfigModel:
             ram = "no RAM cache" if self.ram_bytes is None else f"RAM cache {self.ram_bytes:,} B"
             return f"llama.cpp prompt cache ({ram})"
         return f"kvlab TwoTierCache (GPU {self.gpu}, CPU {self.cpu} tokens)"
-
-
-def _integer(where: str, value: object, null: bool = False) -> int | None:
-    if value is None and null:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX:
-        raise CLIError(f"{where} must be an integer in 0..2**62{' or null' if null else ''}, "
-                       f"got {value!r}")
-    return value
 
 
 def parse_configs(path: str | Path, value: object) -> dict[str, ConfigModel]:
@@ -99,11 +90,11 @@ def parse_configs(path: str | Path, value: object) -> dict[str, ConfigModel]:
             if "ram_bytes" not in spec:
                 raise CLIError(f"{where}: the llamacpp model needs ram_bytes (null: no RAM "
                                f"cache)")
-            out[name] = ConfigModel(model, _integer(f"{where}.ram_bytes", spec["ram_bytes"],
+            out[name] = ConfigModel(model, check_value(f"{where}.ram_bytes", spec["ram_bytes"],
                                                     null=True), role=role)
         else:
-            out[name] = ConfigModel(model, gpu=_integer(f"{where}.gpu", spec.get("gpu", 0)),
-                                    cpu=_integer(f"{where}.cpu", spec.get("cpu", 0)), role=role)
+            out[name] = ConfigModel(model, gpu=check_value(f"{where}.gpu", spec.get("gpu", 0)),
+                                    cpu=check_value(f"{where}.cpu", spec.get("cpu", 0)), role=role)
     return out
 
 

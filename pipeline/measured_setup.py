@@ -29,14 +29,13 @@ import polars as pl
 
 from pipeline.config import LAB_CPU, LAB_DOCS, LAB_GPU, LAB_TOKENS, REAL_MEASURED
 from pipeline.errors import CLIError
+from pipeline.limits import check_value
 
 __all__ = ["MeasuredSetup", "LAB_SETUP", "FIELDS", "sidecar_path", "resolve_setup",
            "sidecar_configs",
-           "check_docs", "prediction_problem", "MAX_VALUE"]
+           "check_docs", "prediction_problem"]
 
 FIELDS = ("docs", "tokens", "gpu", "cpu")
-#: Largest capacity or token count accepted anywhere: sums of two stay within int64.
-MAX_VALUE = 2**62
 
 
 @dataclass(frozen=True)
@@ -95,8 +94,7 @@ def _read_sidecar(path: Path) -> dict[str, object]:
     for field, value in document.items():
         if field == "configs":
             continue
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_VALUE:
-            raise CLIError(f"{path}: {field} must be an integer in 0..2**62, got {value!r}")
+        check_value(f"{path}: {field}", value)
     if document.get("docs", 1) < 1 or document.get("tokens", 1) < 1:
         raise CLIError(f"{path}: docs and tokens must be >= 1")
     return document

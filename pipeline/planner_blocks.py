@@ -6,7 +6,7 @@ The CPU tier places blocks g.. of each request (g = its GPU hit), and a request'
 prefix at a tier of C blocks is the number of its leading blocks whose running-max depth is
 <= C (``pipeline.blocks.onepass``): one unfiltered depth pass gives every C >= the largest
 placement, one pass per size band the rest. The CPU serves max(0, cpu - gpu) tokens, the
-rest is recomputed (``pipeline.blocks.models.request_result``), so the tokens by tier change
+rest is recomputed (``pipeline.blocks.model_api.request_result``), so the tokens by tier change
 only where some running-max depth equals C: those capacities (in tokens: blocks x block
 size) are the candidates the search visits.
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from pipeline.blocks.models import CPU_MODELS, GPU_MODELS, request_result
+from pipeline.blocks.model_api import CPU_MODELS, GPU_MODELS, request_result
 from pipeline.blocks.onepass import COLD, block_distances, prefix_blocks, prefix_counts
 from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST, check_order
 from pipeline.planner import Evaluator, requests_frame
@@ -32,7 +32,7 @@ SCAN_LIMIT = 2000
 class BlockEvaluator(Evaluator):
     """Per-pass figures of a workload in blocks (its ``block_stream()``).
 
-    Any GPU model of ``pipeline.blocks.models`` runs once. The ``ideal`` CPU model gets every
+    Any GPU model of ``pipeline.blocks.model_api`` runs once. The ``ideal`` CPU model gets every
     capacity from one pass (the candidates are exact); any other CPU model (``lmcache``, the
     policies) is run per capacity on a grid of its granularity (the chunk size, else the
     block size), every step scanned up to ``SCAN_LIMIT`` steps, bisected above that on the

@@ -3,7 +3,7 @@
 An entry says how to make the model's tier (an object with ``lookup``/``place``, and
 ``access`` for the policies: ``pipeline.tiers.Tier``), its fast paths (block mode: a GPU
 model ``f(stream, capacities, order, **options)`` and a CPU model ``f(stream, gpu_hit_tokens,
-capacities, order, **options)``, see ``pipeline.blocks.models``, and for a policy the
+capacities, order, **options)``, see ``pipeline.blocks.model_api``, and for a policy the
 compiled ``block_kernel`` they run; per access: a ``onepass`` engine for every capacity and a
 compiled ``replay_kernel`` at one capacity), its unit, the one touch order it follows (engines), its declared
 options (``Option``: the CLI flags and checks are built from them,
@@ -24,7 +24,7 @@ from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from pipeline.arguments import positive_int
-from pipeline.blocks import model as block_replay
+from pipeline.blocks import literal_replay as block_replay
 from pipeline.blocks import onepass as block_onepass
 from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST, TRACE
 from pipeline.engines import lmcache_cpu, lmcache_fast, vllm_fast, vllm_gpu
@@ -40,7 +40,7 @@ from pipeline.policies.simple import FIFO, LRU, MRU
 import pipeline.policies.kernels as kernels
 from pipeline.policies.blockmode import policy_cpu_model, policy_gpu_model
 from pipeline.policies.kernels import blocks as block_kernels
-from pipeline.policies.onepass import LRU_PASS, MRU_PASS, OPT_PASS, OnePass
+from pipeline.policies.stack_passes import LRU_PASS, MRU_PASS, OPT_PASS, OnePass
 
 __all__ = ["Option", "CacheModel", "MODELS", "register", "unregister", "entry", "names",
            "GPU_MODELS", "CPU_MODELS", "POLICIES", "MODEL_OPTIONS", "MODEL_ORDERS",
@@ -181,7 +181,7 @@ def policy_entry(name: str, cls: type, summary: str, onepass: OnePass | None = N
                  replay_kernel: Callable | None = None,
                  block_kernel: Callable | None = None) -> CacheModel:
     """The entry of a policy of the family: its class is its tier and the reference of
-    every fast path it declares (``onepass``: ``pipeline.policies.onepass``;
+    every fast path it declares (``onepass``: ``pipeline.policies.stack_passes``;
     ``replay_kernel``: ``pipeline.policies.kernels``; ``block_kernel``:
     ``pipeline.policies.kernels.blocks``). Without a fast path the class is replayed."""
     return CacheModel(name, summary, "block", tier=cls,

@@ -24,9 +24,9 @@ from pipeline.blocks.sweep import EVENTS_FILE as BLOCK_EVENTS
 from pipeline.config import (CPU_CLIFF_CAPACITIES, CPU_CLIFF_GPU, GPU_CLIFF_CAPACITIES,
                              LAB_CPU, LAB_DOCS, LAB_PASSES, LAB_TOKENS, REAL_MEASURED)
 from pipeline.errors import CLIError
-from pipeline.limits import MAX_EVENTS, MAX_PAIRS, check_count
+from pipeline.limits import MAX_EVENTS, MAX_PAIRS, MAX_VALUE, check_count
 from pipeline.measured_input import add_setup_arguments, read_measured, setup_flags
-from pipeline.measured_setup import MAX_VALUE, MeasuredSetup, prediction_problem
+from pipeline.measured_setup import MeasuredSetup, prediction_problem
 from pipeline.run_exports import (EXPORT_NAMES, exports_folder, lab_differences,
                                   output_places, params_document, replaced_lab_outputs,
                                   scenario_exports)

@@ -18,12 +18,13 @@ import polars as pl
 from pipeline import report
 
 from pipeline.arguments import positive_int
-from pipeline.blocks.limits import check_block_size, check_document_blocks
+from pipeline.blocks.limits import check_document_blocks
 from pipeline.blocks.sweep import block_frames as sweep_block_frames
 from pipeline.config import (CPU_CLIFF_GPU, GPU_CLIFF_CAPACITIES, LAB_CPU, LAB_DOCS,
                              LAB_PASSES, LAB_TOKENS, ROOT)
 from pipeline.engines.options import add_model_arguments, option_dests, run_options
 from pipeline.errors import CLIError
+from pipeline.limits import check_block_size
 from pipeline.fit.per_request import (FITTED_FILE, HOLDOUT_FILE, FittedRequests,
                                      fitted_requests)
 from pipeline.ttft_model import (TOKEN_COLUMNS, FitError, TTFTModel, fit_configs,

@@ -17,6 +17,7 @@ import numpy as np
 import polars as pl
 
 from kvlab.kvsim import TwoTierCache
+from pipeline.limits import check_capacity_list
 from pipeline.stackdist import COLD, stack_distances
 from pipeline.tiers import TIER, TIER_CODES
 from pipeline.twotier import two_tier_states
@@ -35,17 +36,6 @@ RESULT_SCHEMA = pl.Schema({
     "gpu_evicted": pl.Int32,      # items each tier evicted on this access
     "cpu_evicted": pl.Int32,
 })
-
-
-def check_capacities(name: str, capacities: Sequence[int]) -> list[int]:
-    """Return the capacities as ints; raise ValueError if empty or any is negative."""
-    values = [int(c) for c in capacities]
-    if not values:
-        raise ValueError(f"{name}: the capacity list is empty")
-    negative = [c for c in values if c < 0]
-    if negative:
-        raise ValueError(f"{name}: capacities must be >= 0, got {negative[0]}")
-    return values
 
 
 def _replay_direct(keys: np.ndarray, sizes: np.ndarray, gpu: int, cpu: int) -> dict:
@@ -99,8 +89,8 @@ def simulate(accesses: pl.DataFrame, gpu_capacities: Sequence[int],
     """Events for every (GPU, CPU) capacity pair: the access table plus RESULT_SCHEMA."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}: expected one of {', '.join(METHODS)}")
-    gpus = check_capacities("gpu capacities", gpu_capacities)
-    cpus = check_capacities("cpu capacities", cpu_capacities)
+    gpus = check_capacity_list("gpu capacities", gpu_capacities)
+    cpus = check_capacity_list("cpu capacities", cpu_capacities)
     keys = accesses["doc"].to_numpy().astype(np.int64)
     sizes = accesses["size"].to_numpy().astype(np.int64)
     accesses = accesses.with_columns(_stack_distance_column(keys, sizes, method))

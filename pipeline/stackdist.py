@@ -46,11 +46,12 @@ import numpy as np
 from pipeline.stackdist_kernels import (COLD, first_size_change, occupancy_pass,
                                         stack_distance_pass)
 
-__all__ = ["COLD", "HitCurve", "LRUStates", "stack_distances", "lru_hits", "lru_hit_counts",
-           "lru_states", "hit_curve"]
+__all__ = ["COLD", "NOTHING_STORED", "HitCurve", "LRUStates", "stack_distances", "lru_hits",
+           "lru_hit_counts", "lru_states", "hit_curve", "band_limits"]
 
 
-_NOTHING_STORED = -1          # band limit of a capacity that can store no key at all
+#: band limit of a capacity that can store no key at all
+NOTHING_STORED = -1
 _DIRECT_CODE_SLACK = 1024     # keys in [0, 4 N + slack) index tables directly
 
 
@@ -163,22 +164,22 @@ def _distances(trace: _Coded, size_limit: int) -> np.ndarray:
     return out
 
 
-def _band_limits(distinct: np.ndarray, capacities: np.ndarray) -> np.ndarray:
+def band_limits(distinct: np.ndarray, capacities: np.ndarray) -> np.ndarray:
     """Per capacity, the largest of the sorted ``distinct`` sizes that it can store
-    (``_NOTHING_STORED`` if none).
+    (``NOTHING_STORED`` if none).
 
     Every capacity with the same limit stores the same keys, so one pass serves them all.
     """
-    storable = np.concatenate(([_NOTHING_STORED], distinct)).astype(np.int64)
+    storable = np.concatenate(([NOTHING_STORED], distinct)).astype(np.int64)
     return storable[np.searchsorted(distinct, capacities, side="right")]
 
 
 def _passes_by_band(trace: _Coded,
                     capacities: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Yield (row indices into ``capacities``, distances) once per band with a storable key."""
-    limits = _band_limits(trace.distinct_sizes, capacities)
+    limits = band_limits(trace.distinct_sizes, capacities)
     for limit in np.unique(limits):
-        if limit == _NOTHING_STORED:
+        if limit == NOTHING_STORED:
             continue
         yield np.flatnonzero(limits == limit), _distances(trace, int(limit))
 
@@ -252,9 +253,9 @@ def lru_states(keys: object, sizes: object, capacities: object) -> LRUStates:
     hits = _hits_of(trace, capacity_array)
     used = np.zeros(hits.shape, dtype=np.int64)
     evicted = np.zeros(hits.shape, dtype=np.int32)
-    limits = _band_limits(trace.distinct_sizes, capacity_array)
+    limits = band_limits(trace.distinct_sizes, capacity_array)
     for limit in np.unique(limits):
-        if limit == _NOTHING_STORED:
+        if limit == NOTHING_STORED:
             continue
         rows = np.flatnonzero(limits == limit)
         band_used = np.zeros((rows.size, trace.sizes.size), dtype=np.int64)

@@ -22,7 +22,8 @@ import polars as pl
 from kvlab.summarize import atomic_output
 from pipeline import grids
 from pipeline.config import LAB_DOCS, LAB_TOKENS
-from pipeline.simulate import check_capacities, simulate
+from pipeline.limits import check_capacity_list
+from pipeline.simulate import simulate
 from pipeline.staging import parquet_bytes
 from pipeline.workloads.documents import DocumentWorkload
 
@@ -215,7 +216,7 @@ def hits_at(accesses: pl.DataFrame, capacities: Sequence[int]) -> pl.DataFrame:
     """
     accesses = one_pair(accesses).collect()
     largest = accesses["size"].max() or 0
-    too_small = [c for c in check_capacities("capacities", capacities) if c < largest]
+    too_small = [c for c in check_capacity_list("capacities", capacities) if c < largest]
     if too_small:
         raise ValueError(f"capacity {too_small[0]} is below the largest item ({largest}): the "
                          "stack-distance curve is exact only from there; use "

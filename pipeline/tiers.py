@@ -22,6 +22,8 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 import polars as pl
 
+# kvlab's own amount check, so a Tier refuses exactly what kvlab's caches refuse (kvlab/ is
+# the frozen contract: its files, and so this private name, stay as they are)
 from kvlab.kvsim import TIERS, _check_amount
 
 __all__ = ["TIERS", "TIER", "GPU_CODE", "CPU_CODE", "MISS_CODE", "TIER_CODES", "COUNT_COLUMNS",

@@ -15,11 +15,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvlab.scenario import run as run_scenario
-from pipeline.blocks import model, onepass
+from pipeline.blocks import literal_replay, onepass
 from pipeline.cli import main as cli_main
 from pipeline.stackdist import stack_distances
 from pipeline.blocks.command import run_blocks
-from pipeline.blocks.models import CPU_MODELS, GPU_MODELS, two_tier
+from pipeline.blocks.model_api import CPU_MODELS, GPU_MODELS, two_tier
 from pipeline.blocks.stream import ORDERS, block_stream
 from pipeline.workloads.blocks import BLOCK_SCHEMA, document_blocks
 
@@ -60,7 +60,7 @@ def test_gpu_tier_onepass_equals_replay(case, drawn, order):
     fast = onepass.prefix_blocks(stream, capacities, order)
     cacheable = stream.cacheable_mask()
     for row, capacity in enumerate(capacities.tolist()):
-        literal = model.replay(stream, capacity, 0, order, order)
+        literal = literal_replay.replay(stream, capacity, 0, order, order)
         assert fast[row].tolist() == literal.gpu_prefix.tolist()
         depth = onepass.distances_at(stream, capacity, order).depth
         assert ((depth <= capacity) & cacheable).tolist() == literal.gpu_present.tolist()
@@ -71,12 +71,12 @@ def test_gpu_tier_onepass_equals_replay(case, drawn, order):
 def test_cpu_tier_onepass_equals_replay(case, gpu, drawn, gpu_order, cpu_order):
     frame, block_size = case
     stream = block_stream(frame, block_size)
-    gpu_prefix = model.replay(stream, gpu, 0, gpu_order, gpu_order).gpu_prefix
+    gpu_prefix = literal_replay.replay(stream, gpu, 0, gpu_order, gpu_order).gpu_prefix
     capacities = np.array(edge_capacities(stream, drawn), np.int64)
     fast = onepass.prefix_blocks(stream, capacities, cpu_order, touch_from=gpu_prefix)
     cacheable = stream.cacheable_mask()
     for row, capacity in enumerate(capacities.tolist()):
-        literal = model.replay(stream, gpu, capacity, gpu_order, cpu_order)
+        literal = literal_replay.replay(stream, gpu, capacity, gpu_order, cpu_order)
         assert literal.gpu_prefix.tolist() == gpu_prefix.tolist()
         assert fast[row].tolist() == literal.cpu_prefix.tolist()
         depth = onepass.distances_at(stream, capacity, cpu_order, touch_from=gpu_prefix).depth
@@ -233,5 +233,5 @@ def test_docstring_touch_distance_is_not_exact_tail_first():
     touches = np.array([1, 2, 3, 1])                  # tail-first: c, then a
     assert stack_distances(touches, np.ones(4, np.int64))[3] == 3
     assert onepass.prefix_blocks(stream, np.array([2]), "tail-first")[0].tolist() == [0, 0, 1]
-    assert model.replay(stream, 2, 0, "tail-first", "tail-first").gpu_prefix.tolist() == \
+    assert literal_replay.replay(stream, 2, 0, "tail-first", "tail-first").gpu_prefix.tolist() == \
         [0, 0, 1]

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from kvlab.scenario import pass_keys
 from pipeline.blocks.command import run_blocks
-from pipeline.blocks.models import request_result, two_tier
+from pipeline.blocks.model_api import request_result, two_tier
 from pipeline.blocks.stream import TAIL_FIRST, block_stream
 from pipeline.cli import main as cli_main
 from pipeline.engines.lmcache_cpu import lmcache_chunks, replay_cpu, replay_lmcache

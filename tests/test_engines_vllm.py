@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvlab.scenario import pass_keys
-from pipeline.blocks.models import GPU_MODELS
+from pipeline.blocks.model_api import GPU_MODELS
 from pipeline.cli import main as cli_main
 from pipeline.blocks.stream import HEAD_FIRST, block_stream
 from pipeline.engines.vllm_compiled import replay_vllm_compiled

@@ -286,7 +286,7 @@ def test_the_committed_fitted_file_is_what_the_step_time_reader_takes():
     assert linear.prompt_tokens_range == (513, 8001)
     from types import SimpleNamespace
 
-    from pipeline.fit.schedule import _features
+    from pipeline.fit.schedule import step_features
     beta = np.array([doc["coefficients"][name] for name in FEATURES])
     for scheduled in ([(0, 512, 0)], [(0, 300, 4096)], [(0, 1, 7000)], [(0, 1, 9), (1, 200, 0)]):
         record = SimpleNamespace(
@@ -294,4 +294,4 @@ def test_the_committed_fitted_file_is_what_the_step_time_reader_takes():
             decode_seqs=sum(1 for _, n, b in scheduled if n == 1),
             context_tokens=sum(n + b for _, n, b in scheduled), reload_tokens=0,
             first_tokens=[])
-        assert linear.step_ms(record) == pytest.approx(float(np.dot(_features(record), beta)))
+        assert linear.step_ms(record) == pytest.approx(float(np.dot(step_features(record), beta)))

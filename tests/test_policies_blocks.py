@@ -1,5 +1,5 @@
 """The policy family in block mode (pipeline/policies/blockmode.py, registered in
-pipeline.blocks.models): LRU equals the block model's ideal engine on both tiers and orders,
+pipeline.blocks.model_api): LRU equals the block model's ideal engine on both tiers and orders,
 every policy runs through the two-tier API, and ``Policy.place`` keeps its contract."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from kvlab.kvsim import LRUCache
 from pipeline.blocks.command import run_blocks
-from pipeline.blocks.models import CPU_MODELS, GPU_MODELS, two_tier
+from pipeline.blocks.model_api import CPU_MODELS, GPU_MODELS, two_tier
 from pipeline.blocks.stream import ORDERS, block_stream
 from pipeline.registry import POLICIES, entry, names
 from pipeline.policies.blockmode import policy_cpu_model, policy_gpu_model

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.registry import POLICIES, entry, names
-from pipeline.policies.replay import _classes, encode, hit_counts, hit_matrix, tiered_codes
+from pipeline.policies.replay import class_hits, encode, hit_counts, hit_matrix, tiered_codes
 from kvlab.kvsim import TwoTierCache
 from policy_traces import random_traces
 
@@ -34,7 +34,7 @@ def traces(draw):
 def test_kernel_equals_class(name, capacity, trace):
     codes, sizes = trace
     np.testing.assert_array_equal(entry(name).replay_kernel(codes, sizes, capacity),
-                                  _classes(name, codes, sizes, capacity))
+                                  class_hits(name, codes, sizes, capacity))
 
 
 @settings(max_examples=40)
@@ -72,12 +72,12 @@ def test_onepass_only_where_exact():
 def test_kernel_equals_class_on_random_evicting_traces(name):
     for codes, sizes, capacity in random_traces(7, count=30):
         np.testing.assert_array_equal(entry(name).replay_kernel(codes, sizes, capacity),
-                                      _classes(name, codes, sizes, capacity))
+                                      class_hits(name, codes, sizes, capacity))
 
 
 def test_lru_with_sizes_that_vary_per_key_falls_back_to_the_replay():
     codes, sizes = np.array([0, 1, 0, 2, 0]), np.array([3, 2, 5, 4, 1])
-    expected = _classes("lru", codes, sizes, 6)
+    expected = class_hits("lru", codes, sizes, 6)
     np.testing.assert_array_equal(hit_matrix("lru", codes, sizes, [6])[0], expected)
     assert hit_counts("lru", codes, sizes, [6]).tolist() == [int(expected.sum())]
     with pytest.raises(ValueError, match="fixed size per key"):

@@ -5,9 +5,9 @@ pass; and ``bench --with``."""
 import numpy as np
 import polars as pl
 
-from pipeline.blocks.models import CPU_MODELS, GPU_MODELS
+from pipeline.blocks.model_api import CPU_MODELS, GPU_MODELS
 from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST
-from pipeline.blocks.sweep import _stream, block_frames
+from pipeline.blocks.sweep import lab_block_stream, block_frames
 
 LAB = {"docs": 10, "tokens": 5011, "passes": ["fwd", "fwd", "rev"], "block_size": 16}
 
@@ -23,7 +23,8 @@ def test_engine_models_in_the_sweeps_equal_the_registries():
     assert set(aggregates["gpu_model"]) == {"vllm"} and set(aggregates["cpu_model"]) == {"lmcache"}
     assert set(aggregates["gpu_order"].cast(str)) == {TAIL_FIRST}
     assert set(aggregates["cpu_order"].cast(str)) == {HEAD_FIRST}
-    stream, pass_index = _stream(LAB["docs"], LAB["tokens"], LAB["passes"], LAB["block_size"])
+    stream, pass_index = lab_block_stream(LAB["docs"], LAB["tokens"], LAB["passes"],
+                                          LAB["block_size"])
     gpu = GPU_MODELS["vllm"](stream, caps, TAIL_FIRST)
     second = pass_index == 1
     cliff = aggregates.filter(pl.col("sweep") == "gpu_cliff", pl.col("pass_index") == 1)

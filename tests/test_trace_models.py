@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipeline.blocks.limits import model_capacities, storable_tokens
-from pipeline.blocks.models import CPU_MODELS, GPU_MODELS, request_result
+from pipeline.blocks.model_api import CPU_MODELS, GPU_MODELS, request_result
 from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST, block_stream
 from pipeline.cli import main
 from pipeline.engines.options import default_chunk_size

@@ -177,7 +177,7 @@ def run_block_bench(path: str, fractions: tuple[float, ...] = (0.01, 0.10, 0.50)
                     order: str = "tail-first") -> list:
     """Block mode on a Mooncake trace: each compiled GPU model (LRU: the ``ideal`` one pass)
     next to its class replay, hit tokens asserted equal."""
-    from pipeline.blocks.models import GPU_MODELS
+    from pipeline.blocks.model_api import GPU_MODELS
     from pipeline.policies.blockmode import policy_gpu_model
     from pipeline.workloads.mooncake import MOONCAKE_BLOCK_SIZE, read_mooncake
 

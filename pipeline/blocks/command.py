@@ -22,12 +22,13 @@ import sys
 import polars as pl
 
 from pipeline.arguments import non_negative_int, pass_list, positive_int
-from pipeline.blocks.limits import check_block_size, check_document_blocks, model_capacities
-from pipeline.blocks.models import two_tier
+from pipeline.blocks.limits import check_document_blocks, model_capacities
+from pipeline.blocks.model_api import two_tier
 from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST
 from pipeline.engines.options import add_model_arguments, add_order_arguments, run_options
 from pipeline.config import LAB_DOCS, LAB_GPU, LAB_PASSES, LAB_TOKENS
 from pipeline.kvsize import add_kv_arguments, capacity, resolve_capacities
+from pipeline.limits import check_block_size
 from pipeline.workloads.documents import documents_workload
 
 HELP = "the lab's scenario in block mode (tail-first / head-first tiers), JSON"

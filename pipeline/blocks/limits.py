@@ -1,12 +1,8 @@
-"""Size limits of the block commands (``blocks``, ``trace``): what they refuse up front.
+"""The limits of the block commands (``blocks``, ``trace``) that depend on a block stream;
+the limits themselves and their plain checks are ``pipeline.limits``.
 
-* A capacity must fit an int64 (``MAX_CAPACITY``): the engines and the Parquet columns are
-  int64. A larger one is a one-line error naming the argument.
-* A run may hold at most ``MAX_BLOCKS`` block accesses (prompt blocks, plus the blocks the
-  ``vllm`` model adds for output tokens): 10x the 10M-block benchmark trace of ``pipeline.bench.trace``.
-  Beyond it the arrays alone need tens of GiB, so the commands say so instead of swapping,
-  hanging or dying on a MemoryError.
-* A block holds at most ``MAX_BLOCK_SIZE`` tokens (``block_tokens`` is a UInt32 column).
+* ``check_document_blocks``: the block accesses of the lab's documents read in blocks stay
+  within ``MAX_BLOCKS``.
 * ``model_capacities`` clips a capacity to ``CLIP_FACTOR`` times what a run can ever store.
   Past that size no registered model evicts or refuses anything (ideal, vllm, lmcache, their
   replays, and the policies: S3-FIFO's small queue, the smallest share of a tier, is 10 %
@@ -22,40 +18,13 @@ from collections.abc import Iterable
 import numpy as np
 
 from pipeline.blocks.stream import BlockStream, output_lengths
-from pipeline.errors import CLIError
-from pipeline.limits import check_count
+from pipeline.limits import check_block_count
 
-__all__ = ["MAX_BLOCKS", "MAX_CAPACITY", "MAX_BLOCK_SIZE", "CLIP_FACTOR", "check_capacities",
-           "check_block_count", "check_block_size", "check_document_blocks", "output_blocks",
-           "storable_tokens", "model_capacities"]
+__all__ = ["CLIP_FACTOR", "check_document_blocks", "output_blocks", "storable_tokens",
+           "model_capacities"]
 
-MAX_BLOCKS = 100_000_000
-MAX_CAPACITY = int(np.iinfo(np.int64).max)
-MAX_BLOCK_SIZE = int(np.iinfo(np.uint32).max)
 #: A clipped capacity holds this many times everything a run stores (>= 10: S3-FIFO).
 CLIP_FACTOR = 16
-
-
-def check_block_size(block_size: int | None) -> None:
-    """CLIError unless ``--block-size`` (None: the default) is at most ``MAX_BLOCK_SIZE``."""
-    if block_size is not None and block_size > MAX_BLOCK_SIZE:
-        raise CLIError(f"--block-size {block_size}: at most {MAX_BLOCK_SIZE} tokens")
-
-
-def check_capacities(argument: str, capacities: int | Iterable[int] | None) -> None:
-    """CLIError naming ``argument`` unless every capacity is an integer in 0..MAX_CAPACITY."""
-    if capacities is None:
-        return
-    values = [capacities] if isinstance(capacities, int) else list(capacities)
-    for value in values:
-        if not 0 <= value <= MAX_CAPACITY:
-            raise CLIError(f"{argument} {value}: capacities must be 0 .. {MAX_CAPACITY} tokens")
-
-
-def check_block_count(blocks: int, what: str) -> None:
-    """CLIError unless ``blocks`` (block accesses of a run; ``what`` names the arguments
-    that set it) is at most ``MAX_BLOCKS``."""
-    check_count(blocks, MAX_BLOCKS, what, "block accesses")
 
 
 def check_document_blocks(docs: int, passes: int, tokens: int, block_size: int

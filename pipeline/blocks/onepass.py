@@ -56,7 +56,7 @@ from numba import njit
 
 from pipeline.blocks.bands import SMALL_TOP, band_counts
 from pipeline.blocks.stream import TAIL_FIRST, BlockStream, capacity_blocks, check_order
-from pipeline.stackdist import _NOTHING_STORED, _band_limits
+from pipeline.stackdist import NOTHING_STORED as _NOTHING_STORED, band_limits as _band_limits
 from pipeline.stackdist_kernels import COLD, fenwick_prefix, touch
 
 __all__ = ["COLD", "Distances", "block_distances", "distances_at", "prefix_counts",

@@ -13,7 +13,7 @@ in block mode and writes
   exact, oversize bands included. Sweeps: ``gpu_cliff`` (each GPU order, no CPU tier) and
   ``cpu_cliff`` (GPU fixed at ``cpu_sweep_gpu``, each GPU order x CPU order).
 
-Any registered model runs the tiers (``pipeline.blocks.models``: ``GPU_MODELS[name](stream,
+Any registered model runs the tiers (``pipeline.blocks.model_api``: ``GPU_MODELS[name](stream,
 caps, order, **options)``, ``CPU_MODELS[name](stream, gpu_tokens, caps, order, **options)``;
 ``ideal`` by default); the aggregates name them (``gpu_model``, ``cpu_model``), and an engine
 model runs only the order it follows (vllm tail-first, lmcache head-first). The events are
@@ -35,7 +35,7 @@ import polars as pl
 from pipeline import grids
 from pipeline.blocks import onepass
 from pipeline.blocks.limits import model_capacities
-from pipeline.blocks.models import CPU_MODELS, GPU_MODELS
+from pipeline.blocks.model_api import CPU_MODELS, GPU_MODELS
 from pipeline.blocks.stream import HEAD_FIRST, ORDERS, BlockStream
 from pipeline.engines.options import MODEL_ORDERS
 from pipeline.sweeps import write_parquet_atomic
@@ -44,7 +44,7 @@ from pipeline.workloads.documents import documents_workload
 
 __all__ = ["BLOCK_SWEEPS", "EVENT_SCHEMA", "AGGREGATE_SCHEMA", "block_cliff_capacities",
            "block_events", "block_aggregates", "block_frames", "block_sweeps", "block_hit_steps",
-           "edges", "model_orders"]
+           "edges", "model_orders", "lab_block_stream"]
 
 BLOCK_SWEEPS = ("gpu_cliff", "cpu_cliff")
 ORDER = pl.Enum(list(ORDERS))
@@ -92,7 +92,7 @@ def block_cliff_capacities(docs: int, tokens: int, block_size: int,
     return tuple(sorted({int(v) for v in (*even, *per_doc, *marks, *fine, *spec_points) if v >= 0}))
 
 
-def _stream(docs: int, tokens: int, passes: Sequence[str], block_size: int
+def lab_block_stream(docs: int, tokens: int, passes: Sequence[str], block_size: int
             ) -> tuple[BlockStream, np.ndarray]:
     """The lab's documents as a block stream, and each request's pass index."""
     stream = documents_workload(docs, tokens, passes, block_size).block_stream()
@@ -234,7 +234,7 @@ def block_frames(docs: int, tokens: int, passes: Sequence[str], block_size: int,
     as for ``block_aggregates``."""
     _check(block_size, gpu_capacities, cpu_capacities, gpu_model, cpu_model)
     grid = block_cliff_capacities(docs, tokens, block_size, spec_points)
-    stream, pass_index = _stream(docs, tokens, passes, block_size)
+    stream, pass_index = lab_block_stream(docs, tokens, passes, block_size)
     events = block_events(stream)
     aggregates = block_aggregates(stream, pass_index, passes, gpu_capacities or grid,
                                   cpu_capacities or grid, cpu_sweep_gpu,

@@ -15,7 +15,7 @@ from pipeline.blocks.sweep import edges
 from pipeline.charts import Section
 
 __all__ = ["block_sections", "gpu_orders_chart", "gpu_orders_caption", "cpu_tier_chart",
-           "cpu_tier_caption", "second_pass_tokens"]
+           "cpu_tier_caption", "second_pass_tokens", "reach_phrase"]
 
 SECOND_PASS = 1
 PANEL_WIDTH, HEIGHT = 300, 240
@@ -92,7 +92,7 @@ def _first_full(frame: pl.DataFrame, capacity_column: str, **where: str) -> int 
     return rows.filter(pl.col("cached_tokens") == best)[capacity_column].min() if best else None
 
 
-def _reach(first: int | None, top: int, tier: str) -> str:
+def reach_phrase(first: int | None, top: int, tier: str) -> str:
     """"from N GPU tokens", or "once the tier holds exactly them" where N is the count
     itself (no sentence says "198,400 from 198,400")."""
     if first is None:
@@ -119,10 +119,10 @@ def gpu_orders_caption(aggregates: pl.DataFrame, scenario: dict) -> str:
              f"{tail['cached_tokens'][-1]:,} at {tail['gpu_capacity'][-1]:,})")
     head = ("head-first keeps nothing below the edge" if head_below == 0 else
             f"head-first keeps at most {head_below:,} below the edge")
-    reach = (f"both orders reach {top:,} tokens {_reach(full[0], top, 'GPU')}"
+    reach = (f"both orders reach {top:,} tokens {reach_phrase(full[0], top, 'GPU')}"
              if full[0] == full[1] else
-             f"tail-first reaches {top:,} tokens {_reach(full[0], top, 'GPU')} and head-first "
-             f"{_reach(full[1], top, 'GPU')}")
+             f"tail-first reaches {top:,} tokens {reach_phrase(full[0], top, 'GPU')} and "
+             f"head-first {reach_phrase(full[1], top, 'GPU')}")
     blocks = ("every token of full blocks" if top == edge["full_blocks"] else
               f"{top:,} of the {edge['full_blocks']:,} tokens of full blocks")
     return (f"With a cyclic second pass, {start} while {head}; {reach}: {blocks}, "
@@ -158,14 +158,14 @@ def cpu_tier_caption(aggregates: pl.DataFrame, scenario: dict) -> str:
     if gains[HEAD_FIRST] is None:
         head = "adds nothing head-first (LMCache's order)"
     else:
-        head = f"brings them to {top:,} head-first {_reach(full[HEAD_FIRST], top, 'CPU')}"
+        head = f"brings them to {top:,} head-first {reach_phrase(full[HEAD_FIRST], top, 'CPU')}"
         head += (" (LMCache's order), and nothing before"
                  if gains[HEAD_FIRST] == full[HEAD_FIRST] else
                  f" (LMCache's order; it adds nothing below {gains[HEAD_FIRST]:,})")
     tail = ("adds nothing" if gains[TAIL_FIRST] is None else
             f"adds partial prefixes from {gains[TAIL_FIRST]:,} and is full "
             + ("at the same size" if full[TAIL_FIRST] == full[HEAD_FIRST] else
-               _reach(full[TAIL_FIRST], top, 'CPU')))
+               reach_phrase(full[TAIL_FIRST], top, 'CPU')))
     return (f"At GPU {scenario['cpu_sweep_gpu']:,} (tail-first) the GPU alone keeps {kept}; "
             f"a CPU tier {head}, while a tail-first CPU tier {tail}.")
 

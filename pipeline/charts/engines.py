@@ -81,16 +81,16 @@ def _reach(frame: pl.DataFrame, x: str, series: str) -> tuple[int, int | None]:
 def _comparison(frame: pl.DataFrame, x: str, tier: str) -> str:
     """One clause per series (its most cached tokens and from which capacity), and how many
     more tokens of capacity the engine needs than the ideal model for the same tokens."""
-    from pipeline.charts.blocks import _reach as reach
+    from pipeline.charts.blocks import reach_phrase
 
     names = frame["series"].unique(maintain_order=True).to_list()
     found = {series: _reach(frame, x, series) for series in names}
     best, first = found[names[0]]
     if len(names) > 1 and len(set(found.values())) == 1 and first is not None:
-        return (f"{' and '.join(names)} both keep {best:,} {reach(first, best, tier)}: the "
+        return (f"{' and '.join(names)} both keep {best:,} {reach_phrase(first, best, tier)}: the "
                 "engine models need no more than the ideal one")
     parts = [f"{series} keeps none" if first is None else
-             f"{series} keeps {best:,} {reach(first, best, tier)}"
+             f"{series} keeps {best:,} {reach_phrase(first, best, tier)}"
              for series, (best, first) in found.items()]
     text = "; ".join(parts)
     ideal = [s for s in names if s.startswith("ideal")]

@@ -113,7 +113,7 @@ def _read_mooncake(path: Path, block_size: int) -> Workload:
     if _MOONCAKE_BLOCK % block_size:
         raise TraceError(f"{path}: the block size {block_size} must divide Mooncake's "
                          f"{_MOONCAKE_BLOCK}-token blocks")
-    checks = mooncake._checks(_MOONCAKE_BLOCK) + [
+    checks = mooncake.line_checks(_MOONCAKE_BLOCK) + [
         (pl.col("output_length") < 1, pl.format("output_length must be >= 1, got {}",
                                                 pl.col("output_length"))),
         (pl.col("timestamp") < 0, "timestamp is negative")]

@@ -12,6 +12,6 @@
   literal timings.
 
 All read a ``pipeline.blocks.stream.BlockStream`` and follow the model API of
-``pipeline.blocks.models`` (entries of ``pipeline.registry``: vllm, vllm-replay, lmcache,
+``pipeline.blocks.model_api`` (entries of ``pipeline.registry``: vllm, vllm-replay, lmcache,
 lmcache-replay).
 """

@@ -173,7 +173,7 @@ def replay_lmcache(chunks: Chunks, capacity_tokens: int) -> np.ndarray:
 def replay_cpu(stream: BlockStream, gpu_hit_tokens: np.ndarray, capacities: object,
                order: str = HEAD_FIRST, *, chunk_size: int = DEFAULT_CHUNK_SIZE,
                save_unfull_chunk: bool = False) -> np.ndarray:
-    """CPU model API (``pipeline.blocks.models``): CPU prefix tokens per (capacity, request),
+    """CPU model API (``pipeline.blocks.model_api``): CPU prefix tokens per (capacity, request),
     (K, R). LMCache's state never depends on the GPU tier, so ``gpu_hit_tokens`` is unused:
     the split (what vLLM loads) is ``max(0, cpu - gpu)``."""
     check_cpu_options(stream, order, chunk_size)

@@ -100,7 +100,7 @@ def lmcache_hits(chunks: Chunks, capacities: np.ndarray) -> np.ndarray:
 def lmcache_cpu(stream: BlockStream, gpu_hit_tokens: np.ndarray, capacities: object,
                 order: str = HEAD_FIRST, *, chunk_size: int = DEFAULT_CHUNK_SIZE,
                 save_unfull_chunk: bool = False) -> np.ndarray:
-    """CPU model API (``pipeline.blocks.models``), equal to ``lmcache_cpu.replay_cpu``: CPU
+    """CPU model API (``pipeline.blocks.model_api``), equal to ``lmcache_cpu.replay_cpu``: CPU
     prefix tokens per (capacity, request); ``gpu_hit_tokens`` is unused (LMCache's state
     never depends on vLLM's cache)."""
     check_cpu_options(stream, order, chunk_size)

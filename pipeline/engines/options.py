@@ -15,10 +15,10 @@ import argparse
 import numpy as np
 
 from pipeline import registry
-from pipeline.blocks.limits import (MAX_BLOCKS, check_block_count, check_capacities,
-                                    output_blocks)
+from pipeline.blocks.limits import output_blocks
 from pipeline.blocks.stream import HEAD_FIRST, ORDERS, TAIL_FIRST, TRACE
 from pipeline.errors import CLIError
+from pipeline.limits import MAX_BLOCKS, check_block_count, check_capacities
 from pipeline.registry import MODEL_OPTIONS, MODEL_ORDERS, vllm_version
 
 __all__ = ["MODEL_OPTIONS", "MODEL_ORDERS", "add_engine_arguments", "add_order_arguments",

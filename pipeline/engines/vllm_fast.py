@@ -147,7 +147,7 @@ def vllm_hits(stream: BlockStream, capacities: np.ndarray, output_tokens: Output
 def vllm_gpu(stream: BlockStream, capacities: object, order: str = TAIL_FIRST, *,
              output_tokens: OutputTokens = 1, vllm_version: str = DEFAULT_VLLM_VERSION
              ) -> np.ndarray:
-    """GPU model API (``pipeline.blocks.models``): hit tokens per (capacity, request), (K, R),
+    """GPU model API (``pipeline.blocks.model_api``): hit tokens per (capacity, request), (K, R),
     for KV cache sizes in tokens as vLLM logs them; a capacity where the one-pass form is not
     exact (a duplicated block, see the module docstring) is replayed literally (compiled)."""
     check_gpu_options(order, output_tokens, vllm_version)

@@ -1,7 +1,8 @@
 """The ``vllm`` GPU model, replayed literally: vLLM's v1 block allocator, one request at a time.
 
-What the idealized block model (``pipeline.blocks.model``) leaves out and vLLM does, read in
-the vllm wheels (0.11.0, 0.22.1, 0.23.0, 0.24.0, 0.33.0; files under ``vllm/v1/core/``):
+What the idealized block model (``pipeline.blocks.literal_replay``) leaves out and vLLM does,
+read in the vllm wheels (0.11.0, 0.22.1, 0.23.0, 0.24.0, 0.33.0; files under
+``vllm/v1/core/``):
 
 1. **The partial tail block holds a slot.** ``KVCacheManager.allocate_slots`` gives a running
    request ``ceil(tokens / block_size)`` blocks; only full ones get a hash
@@ -231,7 +232,7 @@ def replay_vllm(stream: BlockStream, logged_tokens: int, output_tokens: OutputTo
 def replay_gpu(stream: BlockStream, capacities: object, order: str = TAIL_FIRST, *,
                output_tokens: OutputTokens = 1, vllm_version: str = DEFAULT_VLLM_VERSION
                ) -> np.ndarray:
-    """GPU model API (``pipeline.blocks.models``): hit tokens per (capacity, request), (K, R);
+    """GPU model API (``pipeline.blocks.model_api``): hit tokens per (capacity, request), (K, R);
     capacities are KV cache sizes in tokens as vLLM logs them."""
     check_gpu_options(order, output_tokens, vllm_version)
     tokens = capacity_blocks(capacities, 1)              # validated integer tokens >= 0

@@ -24,7 +24,7 @@ import polars as pl
 from pipeline.fit.inputs import Run
 
 __all__ = ["FEATURES", "EngineModel", "Schedule", "engine_schedule", "serial_schedule",
-           "simulate_run"]
+           "simulate_run", "step_features"]
 
 FEATURES = ("fixed_ms", "prefill_token_ms", "context_token_ms", "decode_seq_ms",
             "reload_token_ms", "attention_pair_ms")
@@ -130,7 +130,9 @@ def serial_schedule(run: Run, engine: EngineModel, coefficients: np.ndarray) -> 
                     bool(closed))
 
 
-def _features(record) -> tuple[float, ...]:
+def step_features(record) -> tuple[float, ...]:
+    """A step's regressors, in ``FEATURES`` order (the fitted step time is their dot
+    product with the coefficients)."""
     pairs = sum(attention_pairs(new, before) for _, new, before in record.scheduled)
     return (1.0, float(record.prefill_tokens), float(record.context_tokens),
             float(record.decode_seqs), float(record.reload_tokens), float(pairs))
@@ -157,7 +159,7 @@ def engine_schedule(run: Run, engine: EngineModel, coefficients: np.ndarray) -> 
     rows: dict[int, tuple[float, ...]] = {}
 
     def step_ms(record) -> float:
-        rows[record.step] = _features(record)
+        rows[record.step] = step_features(record)
         return max(float(np.dot(rows[record.step], beta)), 0.0)
 
     result = simulate(requests, config, clock="time", step_ms=step_ms,

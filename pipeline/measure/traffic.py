@@ -25,11 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.measure.workload import _BODY_WORDS, SEED, Request
+from pipeline.measure.workload import BODY_WORDS, SEED, Request
 from pipeline.workloads.jsonl import apply_checks, read_lines
 from pipeline.workloads.mooncake import FIELDS as MOONCAKE_FIELDS
 from pipeline.workloads.mooncake import MOONCAKE_BLOCK_SIZE
-from pipeline.workloads.mooncake import _checks as mooncake_checks
+from pipeline.workloads.mooncake import line_checks as mooncake_checks
 from pipeline.workloads.tokens import FIELDS as TOKEN_FIELDS
 from pipeline.workloads.tokens import _checks as token_checks
 from pipeline.workloads.tokens import token_blocks
@@ -91,7 +91,7 @@ def send_times(timing: Timing, timestamps_ms: np.ndarray) -> np.ndarray | None:
 def block_words(block_id: int, tokens: int, seed: int = SEED) -> list[str]:
     """The first ``tokens`` words of hash id ``block_id``'s block (deterministic per id)."""
     rng = random.Random(f"{seed}:{block_id}")
-    return rng.choices(_BODY_WORDS, k=tokens)
+    return rng.choices(BODY_WORDS, k=tokens)
 
 
 def block_token_ids(block_id: int, tokens: int, seed: int = SEED) -> list[int]:

@@ -23,7 +23,7 @@ import itertools
 import random
 from dataclasses import dataclass
 
-__all__ = ["ALPHABET", "BOS", "FORCED_WORD", "QUESTION_WORDS", "WORDS", "Request",
+__all__ = ["ALPHABET", "BOS", "BODY_WORDS", "FORCED_WORD", "QUESTION_WORDS", "WORDS", "Request",
            "document_text", "lab_requests", "long_doc_qa_requests", "pass_names",
            "prompt_token_ids", "question_text", "spec_requests", "workload_spec"]
 
@@ -36,7 +36,8 @@ WORD_INDEX = {word: index for index, word in enumerate(WORDS)}
 FORCED_WORD = WORDS[-1]
 QUESTION_WORDS = 8
 BOS = -1                      # stands for the beginning-of-sequence token in prompt_token_ids
-_BODY_WORDS = WORDS[:-1]      # every word but FORCED_WORD
+#: The words of a prompt: every word but FORCED_WORD.
+BODY_WORDS = WORDS[:-1]
 SEED = 20261003
 
 
@@ -69,16 +70,16 @@ class Request:
 
 def document_text(doc: int, tokens: int, seed: int = SEED) -> str:
     """Document ``doc``: ``tokens`` words, the first one unique to the document."""
-    if not 0 <= doc < len(_BODY_WORDS):
-        raise ValueError(f"document number must be in 0..{len(_BODY_WORDS) - 1}, got {doc}")
+    if not 0 <= doc < len(BODY_WORDS):
+        raise ValueError(f"document number must be in 0..{len(BODY_WORDS) - 1}, got {doc}")
     rng = random.Random(seed * 100_003 + doc)
-    words = [_BODY_WORDS[doc]] + rng.choices(_BODY_WORDS, k=max(tokens - 1, 0))
+    words = [BODY_WORDS[doc]] + rng.choices(BODY_WORDS, k=max(tokens - 1, 0))
     return " ".join(words[:tokens])
 
 
 def question_text(seed: int = SEED) -> str:
     """The short question that follows every document."""
-    return " ".join(random.Random(seed).choices(_BODY_WORDS, k=QUESTION_WORDS))
+    return " ".join(random.Random(seed).choices(BODY_WORDS, k=QUESTION_WORDS))
 
 
 def prompt_token_ids(prompt: str) -> tuple[int, ...]:

@@ -1,4 +1,4 @@
-"""The policy family as block-mode GPU and CPU models (``pipeline.blocks.models``' API).
+"""The policy family as block-mode GPU and CPU models (``pipeline.blocks.model_api``' API).
 
 Per capacity, one policy instance holds ``capacity // block_size`` unit blocks and sees
 the block model's rules: a request's prefix hit is its leading cacheable blocks present

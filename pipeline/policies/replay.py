@@ -1,5 +1,5 @@
 """Hits of any policy over a whole trace, at many capacities, by the fast paths its registry
-entry declares: one pass where exact (``onepass``: LRU, MRU, OPT; ``onepass.py``), else
+entry declares: one pass where exact (``onepass``: LRU, MRU, OPT; ``stack_passes.py``), else
 compiled per-capacity replays (``replay_kernel``: ``pipeline/policies/kernels``), fanned out
 over the machine's cores; the Python classes are the reference engine (and the engine of a
 policy that declares no fast path)."""
@@ -19,7 +19,7 @@ from pipeline.registry import entry as _entry
 from pipeline.registry import names as _names
 
 __all__ = ["METHODS", "onepass_policies", "encode", "policy_hits", "hit_matrix", "hit_counts",
-           "tiered_codes", "curves_frame"]
+           "tiered_codes", "curves_frame", "class_hits"]
 
 #: auto: one pass where exact (an entry's ``onepass`` on sizes it allows), else the
 #: compiled replay; replay: compiled per capacity; classes: the Python classes (slow, the
@@ -58,7 +58,8 @@ def encode(keys: Sequence) -> np.ndarray:
     return rank[inverse.ravel()]
 
 
-def _classes(name: str, codes: np.ndarray, sizes: np.ndarray, capacity: int) -> np.ndarray:
+def class_hits(name: str, codes: np.ndarray, sizes: np.ndarray, capacity: int) -> np.ndarray:
+    """Hits per access of the policy's Python class at ``capacity``: the reference engine."""
     keys = codes.tolist()
     cache = make_policy(name, capacity, keys)
     access = cache.access
@@ -86,7 +87,7 @@ def hit_matrix(name: str, codes: np.ndarray, sizes: np.ndarray, capacities: Sequ
         return _entry(name).onepass.hits(codes, sizes, capacities)
     kernel = _entry(name).replay_kernel
     if method == "classes" or kernel is None:
-        run = _classes
+        run = class_hits
     else:
         def run(name, codes, sizes, capacity):
             return kernel(codes, sizes, capacity)

@@ -50,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "smallest non-zero --gpu)")
     add_order_arguments(tiers)
     add_model_arguments(parser.add_argument_group(
-        "models (pipeline.blocks.models; engine options as on blocks)"))
+        "models (pipeline.blocks.model_api; engine options as on blocks)"))
     add_kv_arguments(parser.add_argument_group("KV size (converts sizes to tokens)"))
     out = parser.add_argument_group("output")
     out.add_argument("--out", type=Path, default=DEFAULT_OUT,

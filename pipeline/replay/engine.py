@@ -17,10 +17,10 @@ from pipeline import grids
 from pipeline.blocks import sweep
 from pipeline.blocks.bands import SMALL_TOP, band_counts
 from pipeline.blocks.limits import model_capacities
-from pipeline.blocks.models import CPU_MODELS, GPU_MODELS, request_result
+from pipeline.blocks.model_api import CPU_MODELS, GPU_MODELS, request_result
 from pipeline.blocks.onepass import COLD, block_distances
 from pipeline.blocks.stream import BlockStream, capacity_blocks
-from pipeline.stackdist import _NOTHING_STORED, _band_limits
+from pipeline.stackdist import NOTHING_STORED as _NOTHING_STORED, band_limits as _band_limits
 from pipeline.tiers import served_beyond
 
 __all__ = ["Infinite", "infinite", "points", "gpu_curve", "gpu_crossing", "cpu_curve",

@@ -18,14 +18,16 @@ from pipeline.workloads.blocks import BLOCK_SCHEMA, REQUEST_SCHEMA
 from pipeline.workloads.jsonl import Field, checked_pieces
 from pipeline.workloads.workload import Workload
 
-__all__ = ["MOONCAKE_BLOCK_SIZE", "FIELDS", "read_mooncake"]
+__all__ = ["MOONCAKE_BLOCK_SIZE", "FIELDS", "line_checks", "read_mooncake"]
 
 MOONCAKE_BLOCK_SIZE = 512
 FIELDS = (Field("timestamp", "number"), Field("input_length", "int"),
           Field("output_length", "int"), Field("hash_ids", "int list"))
 
 
-def _checks(block_size: int) -> list[tuple[pl.Expr, str | pl.Expr]]:
+def line_checks(block_size: int) -> list[tuple[pl.Expr, str | pl.Expr]]:
+    """(bad-line condition, reason) of a Mooncake line read in ``block_size`` blocks, as
+    ``pipeline.workloads.jsonl.apply_checks`` takes them."""
     n = pl.col("hash_ids").list.len()
     length = pl.col("input_length")
     missing = [(pl.col(f.name).is_null(), f"missing field {f.name!r}") for f in FIELDS]
@@ -69,7 +71,7 @@ def read_mooncake(path: str | Path, block_size: int = MOONCAKE_BLOCK_SIZE,
         raise ValueError(f"block size must be >= 1, got {block_size}")
     skipped: list[tuple[int, str]] = []
     blocks, requests, first = [], [], 0
-    for good in checked_pieces(path, FIELDS, _checks(block_size), skip_bad_lines, skipped):
+    for good in checked_pieces(path, FIELDS, line_checks(block_size), skip_bad_lines, skipped):
         numbered = good.with_row_index("request", offset=first)
         blocks.append(_blocks(numbered, block_size))
         requests.append(numbered.select("request", "line", "input_length", "timestamp",

@@ -15,9 +15,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from pipeline.policies.kernels.lists import NONE, push, unlink
-from pipeline.policies.kernels.opt import _sift_down, _sift_up, next_use_codes
-from pipeline.policies.kernels.simple import _bucket_push, _bucket_unlink
+from pipeline.policies.kernels.lists import NONE, bucket_push, bucket_unlink, push, unlink
+from pipeline.policies.kernels.opt import next_use_codes, sift_down, sift_up
 
 __all__ = ["place_queue", "place_opt", "place_ring", "place_lfu", "block_lru", "block_fifo",
            "block_mru", "block_lfu", "block_clock", "block_sieve", "block_opt"]
@@ -82,7 +81,7 @@ def place_queue(touches, t_off, lookup, l_off, capacity, k, mode):
 def _heap_push(heap, pos, pri, seq, size, x):
     heap[size] = x
     pos[x] = size
-    _sift_up(heap, pos, pri, seq, size)
+    sift_up(heap, pos, pri, seq, size)
     return size + 1
 
 
@@ -118,7 +117,7 @@ def place_opt(touches, t_off, lookup, l_off, capacity, k, next_use):
             count += 1
             seq[x] = count
             if pos[x] != -1:
-                _sift_up(heap, pos, pri, seq, pos[x])
+                sift_up(heap, pos, pri, seq, pos[x])
             else:
                 size = _heap_push(heap, pos, pri, seq, size, x)
         held = 0
@@ -128,7 +127,7 @@ def place_opt(touches, t_off, lookup, l_off, capacity, k, next_use):
             pos[v] = -1
             if size > 0:
                 heap[0] = heap[size]
-                _sift_down(heap, pos, pri, seq, 0, size)
+                sift_down(heap, pos, pri, seq, 0, size)
             if pin[v] == r:
                 aside[held] = v
                 held += 1
@@ -224,14 +223,14 @@ def place_lfu(touches, t_off, lookup, l_off, capacity, k):
             pin[x] = r
             if resident[x]:
                 f = freq[x]
-                _bucket_unlink(bhead, btail, prev, nxt, f, x)
+                bucket_unlink(bhead, btail, prev, nxt, f, x)
                 bcount[f] -= 1
                 freq[x] = f + 1
-                _bucket_push(bhead, btail, prev, nxt, f + 1, x)
+                bucket_push(bhead, btail, prev, nxt, f + 1, x)
                 bcount[f + 1] += 1
             else:
                 freq[x] = 1
-                _bucket_push(bhead, btail, prev, nxt, 1, x)
+                bucket_push(bhead, btail, prev, nxt, 1, x)
                 bcount[1] += 1
                 low = 1
                 resident[x] = True
@@ -241,7 +240,7 @@ def place_lfu(touches, t_off, lookup, l_off, capacity, k):
             while bcount[low] == 0:
                 low += 1
             v = btail[low]
-            _bucket_unlink(bhead, btail, prev, nxt, low, v)
+            bucket_unlink(bhead, btail, prev, nxt, low, v)
             bcount[low] -= 1
             resident[v] = False
             used -= 1
@@ -251,7 +250,7 @@ def place_lfu(touches, t_off, lookup, l_off, capacity, k):
         for a in range(held):
             x = aside[a]
             freq[x] = 1
-            _bucket_push(bhead, btail, prev, nxt, 1, x)
+            bucket_push(bhead, btail, prev, nxt, 1, x)
             bcount[1] += 1
             low = 1
             resident[x] = True

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["NONE", "NEVER", "push", "unlink", "arrays"]
+__all__ = ["NONE", "NEVER", "push", "unlink", "bucket_push", "bucket_unlink", "arrays"]
 
 NONE = -1
 NEVER = np.iinfo(np.int64).max
@@ -37,6 +37,32 @@ def unlink(ends, prev, nxt, x):
         prev[n] = p
     prev[x] = NONE
     nxt[x] = NONE
+
+
+@njit(cache=True, nogil=True)
+def bucket_push(bhead, btail, prev, nxt, f, x):
+    """``push`` onto bucket ``f`` of lists whose heads and tails are ``bhead[f]``, ``btail[f]``."""
+    prev[x] = NONE
+    nxt[x] = bhead[f]
+    if bhead[f] != NONE:
+        prev[bhead[f]] = x
+    else:
+        btail[f] = x
+    bhead[f] = x
+
+
+@njit(cache=True, nogil=True)
+def bucket_unlink(bhead, btail, prev, nxt, f, x):
+    """``unlink`` ``x`` from bucket ``f`` (its ``prev``/``nxt`` are left as they were)."""
+    p, q = prev[x], nxt[x]
+    if p == NONE:
+        bhead[f] = q
+    else:
+        nxt[p] = q
+    if q == NONE:
+        btail[f] = p
+    else:
+        prev[q] = p
 
 
 def arrays(codes: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:

@@ -7,7 +7,7 @@ from numba import njit
 
 from pipeline.policies.kernels.lists import NEVER
 
-__all__ = ["opt", "next_use_codes"]
+__all__ = ["opt", "next_use_codes", "sift_up", "sift_down"]
 
 
 @njit(cache=True, nogil=True)
@@ -17,7 +17,8 @@ def _above(pri, seq, a, b):
 
 
 @njit(cache=True, nogil=True)
-def _sift_up(heap, pos, pri, seq, i):
+def sift_up(heap, pos, pri, seq, i):
+    """Move ``heap[i]`` towards the root to its place (``pos``: key -> heap slot)."""
     x = heap[i]
     while i > 0:
         parent = (i - 1) >> 1
@@ -32,7 +33,8 @@ def _sift_up(heap, pos, pri, seq, i):
 
 
 @njit(cache=True, nogil=True)
-def _sift_down(heap, pos, pri, seq, i, size):
+def sift_down(heap, pos, pri, seq, i, size):
+    """Move ``heap[i]`` towards the leaves to its place in ``heap[:size]``."""
     x = heap[i]
     while True:
         child = 2 * i + 1
@@ -68,7 +70,7 @@ def _opt(codes, sizes, capacity, k, next_use, bypass):
             hits[i] = True
             pri[x] = now
             seq[x] = i
-            _sift_up(heap, pos, pri, seq, pos[x])     # the next use only moves later
+            sift_up(heap, pos, pri, seq, pos[x])     # the next use only moves later
             continue
         if s > capacity:
             continue
@@ -80,7 +82,7 @@ def _opt(codes, sizes, capacity, k, next_use, bypass):
             pos[v] = -1
             if size > 0:
                 heap[0] = heap[size]
-                _sift_down(heap, pos, pri, seq, 0, size)
+                sift_down(heap, pos, pri, seq, 0, size)
             used -= stored[v]
         pri[x] = now
         seq[x] = i
@@ -88,7 +90,7 @@ def _opt(codes, sizes, capacity, k, next_use, bypass):
         used += s
         heap[size] = x
         size += 1
-        _sift_up(heap, pos, pri, seq, size - 1)
+        sift_up(heap, pos, pri, seq, size - 1)
     return hits
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from pipeline.policies.kernels.lists import NONE, push as _push, unlink as _unlink
+from pipeline.policies.kernels.lists import NONE, bucket_push, bucket_unlink
+from pipeline.policies.kernels.lists import push as _push, unlink as _unlink
 
 __all__ = ["queue", "clock", "sieve", "lfu"]
 
@@ -112,30 +113,6 @@ def _sieve(codes, sizes, capacity, k, prev, nxt):
 
 
 @njit(cache=True, nogil=True)
-def _bucket_push(bhead, btail, prev, nxt, f, x):
-    prev[x] = NONE
-    nxt[x] = bhead[f]
-    if bhead[f] != NONE:
-        prev[bhead[f]] = x
-    else:
-        btail[f] = x
-    bhead[f] = x
-
-
-@njit(cache=True, nogil=True)
-def _bucket_unlink(bhead, btail, prev, nxt, f, x):
-    p, q = prev[x], nxt[x]
-    if p == NONE:
-        bhead[f] = q
-    else:
-        nxt[p] = q
-    if q == NONE:
-        btail[f] = p
-    else:
-        prev[q] = p
-
-
-@njit(cache=True, nogil=True)
 def _lfu(codes, sizes, capacity, k, prev, nxt):
     n = codes.size
     hits = np.zeros(n, np.bool_)
@@ -152,12 +129,12 @@ def _lfu(codes, sizes, capacity, k, prev, nxt):
         if resident[x]:
             hits[i] = True
             f = freq[x]
-            _bucket_unlink(bhead, btail, prev, nxt, f, x)
+            bucket_unlink(bhead, btail, prev, nxt, f, x)
             bcount[f] -= 1
             if bcount[f] == 0 and low == f:
                 low = f + 1
             freq[x] = f + 1
-            _bucket_push(bhead, btail, prev, nxt, f + 1, x)
+            bucket_push(bhead, btail, prev, nxt, f + 1, x)
             bcount[f + 1] += 1
             continue
         if s > capacity:
@@ -168,14 +145,14 @@ def _lfu(codes, sizes, capacity, k, prev, nxt):
                 while bcount[low] == 0:
                     low += 1
             v = btail[low]
-            _bucket_unlink(bhead, btail, prev, nxt, low, v)
+            bucket_unlink(bhead, btail, prev, nxt, low, v)
             bcount[low] -= 1
             if bcount[low] == 0:
                 low = 0
             resident[v] = False
             used -= stored[v]
         freq[x] = 1
-        _bucket_push(bhead, btail, prev, nxt, 1, x)
+        bucket_push(bhead, btail, prev, nxt, 1, x)
         bcount[1] += 1
         low = 1
         resident[x] = True

@@ -1,6 +1,6 @@
-"""The one-pass engines of MRU and OPT (pipeline/policies/onepass.py, kernels/stack.py) equal
-the per-capacity replay per access, and the counterexamples that keep LFU (and unequal
-sizes) out of the one pass."""
+"""The one-pass engines of MRU and OPT (pipeline/policies/stack_passes.py,
+kernels/stack.py) equal the per-capacity replay per access, and the counterexamples that
+keep LFU (and unequal sizes) out of the one pass."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.policies.onepass import opt_distances_of
+from pipeline.policies.stack_passes import opt_distances_of
 from pipeline.policies.replay import encode, hit_counts, hit_matrix, onepass_policies
 from pipeline.registry import entry
 

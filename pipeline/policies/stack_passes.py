@@ -1,7 +1,7 @@
 """Every capacity from one pass, for the registry's stack algorithms: LRU (one fixed size per
 key, ``pipeline/stackdist.py``), MRU and OPT with bypass (one size for every access,
 ``kernels/stack.py``); each is a ``OnePass`` its registry entry declares. Exact per access:
-tests/test_policies_onepass.py proves each equal to the per-capacity replay.
+tests/test_policies_stack_passes.py proves each equal to the per-capacity replay.
 
 LFU is not here: libCacheSim's LFU (the family's) forgets a count on eviction, so a smaller
 cache's counts differ from a larger one's and the inclusion property fails (the test file
