@@ -27,7 +27,7 @@ COMMANDS = {
     "synth-ttft": "pipeline.synthetic_ttft",
     "bench": "pipeline.bench.run",
     "blocks": "pipeline.blocks.command",
-    "trace": "pipeline.replay.command",
+    "trace": "pipeline.trace.command",
     "policies": "pipeline.policies.command",
     "measure": "pipeline.measure.cli",
     "plan": "pipeline.plan",

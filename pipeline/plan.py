@@ -32,7 +32,7 @@ from pipeline.plan_output import answer_fields, backed_plan, describe_target, do
     model_json, model_lines, print_document
 from pipeline.planner_blocks import BlockEvaluator
 from pipeline.staging import Outputs
-from pipeline.replay.inputs import add_input_arguments, load_workload
+from pipeline.trace.inputs import add_input_arguments, load_workload
 from pipeline.steptime.plan_load import add_load_plan_arguments, plan_under_load
 from kvlab.kvsim import TIERS
 from pipeline.ttft_model import FitError, TTFTModel, fit_configs, measured_requests, \

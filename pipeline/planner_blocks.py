@@ -4,7 +4,7 @@ capacity from one pass.
 The GPU tier's prefix hit per request comes from the fast engine at the one GPU capacity.
 The CPU tier places blocks g.. of each request (g = its GPU hit), and a request's CPU
 prefix at a tier of C blocks is the number of its leading blocks whose running-max depth is
-<= C (``pipeline.blocks.onepass``): one unfiltered depth pass gives every C >= the largest
+<= C (``pipeline.blocks.lru_depths``): one unfiltered depth pass gives every C >= the largest
 placement, one pass per size band the rest. The CPU serves max(0, cpu - gpu) tokens, the
 rest is recomputed (``pipeline.blocks.model_api.request_result``), so the tokens by tier change
 only where some running-max depth equals C: those capacities (in tokens: blocks x block
@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 
 from pipeline.blocks.model_api import CPU_MODELS, GPU_MODELS, request_result
-from pipeline.blocks.onepass import COLD, block_distances, prefix_blocks, prefix_counts
+from pipeline.blocks.lru_depths import COLD, block_distances, prefix_blocks, prefix_counts
 from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST, check_order
 from pipeline.planner import Evaluator, requests_frame
 from pipeline.ttft_model import TTFTModel

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 from pipeline.arguments import positive_int
 from pipeline.blocks import literal_replay as block_replay
-from pipeline.blocks import onepass as block_onepass
+from pipeline.blocks import lru_depths as block_onepass
 from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST, TRACE
 from pipeline.engines import lmcache_cpu, lmcache_fast, vllm_fast, vllm_gpu
 from pipeline.engines.lmcache_cpu import DEFAULT_CHUNK_SIZE

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvlab.scenario import run as run_scenario
-from pipeline.blocks import literal_replay, onepass
+from pipeline.blocks import literal_replay, lru_depths
 from pipeline.cli import main as cli_main
 from pipeline.stackdist import stack_distances
 from pipeline.blocks.command import run_blocks
@@ -57,12 +57,12 @@ def test_gpu_tier_onepass_equals_replay(case, drawn, order):
     frame, block_size = case
     stream = block_stream(frame, block_size)
     capacities = np.array(edge_capacities(stream, drawn), np.int64)
-    fast = onepass.prefix_blocks(stream, capacities, order)
+    fast = lru_depths.prefix_blocks(stream, capacities, order)
     cacheable = stream.cacheable_mask()
     for row, capacity in enumerate(capacities.tolist()):
         literal = literal_replay.replay(stream, capacity, 0, order, order)
         assert fast[row].tolist() == literal.gpu_prefix.tolist()
-        depth = onepass.distances_at(stream, capacity, order).depth
+        depth = lru_depths.distances_at(stream, capacity, order).depth
         assert ((depth <= capacity) & cacheable).tolist() == literal.gpu_present.tolist()
 
 
@@ -73,13 +73,13 @@ def test_cpu_tier_onepass_equals_replay(case, gpu, drawn, gpu_order, cpu_order):
     stream = block_stream(frame, block_size)
     gpu_prefix = literal_replay.replay(stream, gpu, 0, gpu_order, gpu_order).gpu_prefix
     capacities = np.array(edge_capacities(stream, drawn), np.int64)
-    fast = onepass.prefix_blocks(stream, capacities, cpu_order, touch_from=gpu_prefix)
+    fast = lru_depths.prefix_blocks(stream, capacities, cpu_order, touch_from=gpu_prefix)
     cacheable = stream.cacheable_mask()
     for row, capacity in enumerate(capacities.tolist()):
         literal = literal_replay.replay(stream, gpu, capacity, gpu_order, cpu_order)
         assert literal.gpu_prefix.tolist() == gpu_prefix.tolist()
         assert fast[row].tolist() == literal.cpu_prefix.tolist()
-        depth = onepass.distances_at(stream, capacity, cpu_order, touch_from=gpu_prefix).depth
+        depth = lru_depths.distances_at(stream, capacity, cpu_order, touch_from=gpu_prefix).depth
         assert ((depth <= capacity) & cacheable).tolist() == literal.cpu_present.tolist()
 
 
@@ -194,7 +194,7 @@ def test_stream_rejects_bad_block_size_and_repeated_keys():
     with pytest.raises(ValueError, match="repeats a block key"):
         block_stream(repeated, 4)
     with pytest.raises(ValueError, match="unknown order"):
-        onepass.ideal_gpu(block_stream(frame, 16), [100], "lru")
+        lru_depths.ideal_gpu(block_stream(frame, 16), [100], "lru")
 
 
 def touch_distance_prefix(stream, capacities):
@@ -219,7 +219,7 @@ def test_docstring_touch_distance_is_exact_head_first(case, drawn):
     stream = block_stream(frame, block_size)
     largest = int(stream.cacheable.max()) if stream.requests else 0
     capacities = sorted({largest + extra for extra in drawn} | {largest})
-    expected = onepass.prefix_blocks(stream, np.array(capacities), "head-first")
+    expected = lru_depths.prefix_blocks(stream, np.array(capacities), "head-first")
     assert touch_distance_prefix(stream, capacities).tolist() == expected.tolist()
 
 
@@ -232,6 +232,6 @@ def test_docstring_touch_distance_is_not_exact_tail_first():
     stream = block_stream(frame, 1)
     touches = np.array([1, 2, 3, 1])                  # tail-first: c, then a
     assert stack_distances(touches, np.ones(4, np.int64))[3] == 3
-    assert onepass.prefix_blocks(stream, np.array([2]), "tail-first")[0].tolist() == [0, 0, 1]
+    assert lru_depths.prefix_blocks(stream, np.array([2]), "tail-first")[0].tolist() == [0, 0, 1]
     assert literal_replay.replay(stream, 2, 0, "tail-first", "tail-first").gpu_prefix.tolist() == \
         [0, 0, 1]

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.blocks import bands, onepass
+from pipeline.blocks import bands, lru_depths
 from pipeline.blocks.stream import ORDERS, block_stream
-from pipeline.replay import engine
+from pipeline.trace import engine
 from pipeline.workloads.blocks import BLOCK_SCHEMA
 from test_blocks import block_frames
 
@@ -38,11 +38,11 @@ def test_bands_equal_one_fenwick_pass_per_band(stream, order, data):
     hist, counts = bands.band_counts(stream, order, np.array(limits), np.array(tops),
                                      touch_from, np.array(caps), cap_band)
     for band, (limit, top) in enumerate(zip(limits, tops)):
-        prefix = onepass.block_distances(stream, order, touch_from, limit).prefix
+        prefix = lru_depths.block_distances(stream, order, touch_from, limit).prefix
         within = prefix[prefix <= top]
         assert hist[band].tolist() == np.bincount(within, minlength=hist.shape[1]).tolist()
         for k in np.flatnonzero(cap_band == band):
-            expected = onepass.prefix_counts(stream, prefix, np.array([caps[k]]))[0]
+            expected = lru_depths.prefix_counts(stream, prefix, np.array([caps[k]]))[0]
             assert counts[k].tolist() == expected.tolist()
 
 
@@ -69,15 +69,15 @@ def test_curves_equal_the_per_band_passes(stream, order, data):
     capacities = np.array(sorted(set(data.draw(st.lists(st.integers(0, 30), max_size=12)))),
                           np.int64)
     touch_from = _touch_from(data.draw, stream)
-    fast_blocks = onepass.prefix_blocks(stream, capacities, order, touch_from)
+    fast_blocks = lru_depths.prefix_blocks(stream, capacities, order, touch_from)
     fast_curve = engine.gpu_curve(stream, capacities * stream.block_size, order)
     hit, low, high = data.draw(st.integers(0, 40)), data.draw(st.integers(-1, 8)), \
         data.draw(st.integers(0, 30))
     fast_crossing = engine.gpu_crossing(stream, order, hit, low, high)
     with pytest.MonkeyPatch.context() as patch:        # every band its own Fenwick pass
-        patch.setattr(onepass, "SMALL_TOP", -1)
+        patch.setattr(lru_depths, "SMALL_TOP", -1)
         patch.setattr(engine, "SMALL_TOP", -1)
-        assert fast_blocks.tolist() == onepass.prefix_blocks(stream, capacities, order,
+        assert fast_blocks.tolist() == lru_depths.prefix_blocks(stream, capacities, order,
                                                              touch_from).tolist()
         assert fast_curve.tolist() == engine.gpu_curve(stream, capacities * stream.block_size,
                                                        order).tolist()
@@ -86,17 +86,17 @@ def test_curves_equal_the_per_band_passes(stream, order, data):
 
 def test_the_unlimited_pass_is_computed_once_per_stream_and_read_only():
     stream = _fixed_stream(copies=2)
-    first = onepass.block_distances(stream, "head-first")
-    assert onepass.block_distances(stream, "head-first") is first
+    first = lru_depths.block_distances(stream, "head-first")
+    assert lru_depths.block_distances(stream, "head-first") is first
     widest = int(stream.cacheable.max())
-    assert onepass.block_distances(stream, "head-first", np.zeros(stream.requests, np.int64),
+    assert lru_depths.block_distances(stream, "head-first", np.zeros(stream.requests, np.int64),
                                    widest) is first               # the same pass, said twice
     with pytest.raises(ValueError):
         first.depth[0] = 1
-    cold = onepass.COLD
+    cold = lru_depths.COLD
     assert first.prefix.tolist() == [cold, cold, cold, 3, 3, 2, 2, cold, cold,
                                      4, 4, 5, 3, 3, 2, 2, 5, 5]
-    banded = onepass.block_distances(stream, "head-first", size_limit=widest - 1)
+    banded = lru_depths.block_distances(stream, "head-first", size_limit=widest - 1)
     assert banded is not first and banded.depth.flags.writeable
     other = _fixed_stream(copies=2)                      # equal, but another stream
-    assert onepass.block_distances(other, "head-first") is not first
+    assert lru_depths.block_distances(other, "head-first") is not first

@@ -43,7 +43,7 @@ def test_trace_interrupted_before_its_report_writes_nothing(tmp_path, capsys, mo
     out, report = old_outputs
     capsys.readouterr()
     before = folder_snapshot(tmp_path)
-    monkeypatch.setattr("pipeline.replay.outputs.report_page", interrupt)
+    monkeypatch.setattr("pipeline.trace.outputs.report_page", interrupt)
     assert interrupted(capsys, ["trace", *SMALL, "--gpu", "0,7777777", "--out", str(out),
                                 "--report", str(report)]) == "interrupted; nothing written"
     assert folder_snapshot(tmp_path) == before
@@ -131,7 +131,7 @@ def test_a_real_sigint_is_one_line_and_exit_130(tmp_path):
     before = folder_snapshot(out), report.read_bytes()
     script = (
         "import sys, time, pathlib\n"
-        "import pipeline.replay.outputs as outputs\n"
+        "import pipeline.trace.outputs as outputs\n"
         "def slow(*args, **kwargs):\n"
         f"    pathlib.Path({str(marker)!r}).touch()\n"
         "    time.sleep(60)\n"

@@ -10,7 +10,7 @@ from conftest import ModelLRU
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.blocks.onepass import ideal_gpu
+from pipeline.blocks.lru_depths import ideal_gpu
 from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST, block_stream
 from pipeline.stackdist import lru_hit_counts
 from pipeline.workloads.blocks import REQUEST_SCHEMA, check_blocks

@@ -7,9 +7,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.blocks.onepass import ideal_cpu, ideal_gpu
+from pipeline.blocks.lru_depths import ideal_cpu, ideal_gpu
 from pipeline.blocks.stream import ORDERS, block_stream
-from pipeline.replay import engine
+from pipeline.trace import engine
 from pipeline.workloads.tokens import token_blocks
 
 prompts = st.lists(st.lists(st.integers(0, 2), min_size=1, max_size=14), min_size=1,

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from pipeline.blocks.stream import ORDERS
 from pipeline.cli import main
-from pipeline.replay import engine
+from pipeline.trace import engine
 from test_trace_engine import prompts, stream_of
 
 SYNTHETIC = SHARED_TRACES / "synthetic_trace.jsonl"
@@ -78,7 +78,7 @@ def test_the_half_crossing_is_the_first_capacity_that_reaches_it(tmp_path, capsy
     """The caption's capacity reaches half the infinite-cache block hits; one block less
     does not (the grid's point would be above it)."""
     from pipeline.blocks.stream import block_stream
-    from pipeline.replay.command import load_workload
+    from pipeline.trace.command import load_workload
     from pipeline.cli import build_parser
 
     page = _report(tmp_path, capsys)

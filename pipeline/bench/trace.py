@@ -51,7 +51,7 @@ def curve_figures(requests: int = 62_500, documents: int = 20_000, document_leng
     """Generate the trace, build the stream, compute the GPU curve; time each step (this
     process). Default: 62,500 requests x 160 blocks = 10M block accesses."""
     from pipeline.blocks.stream import TAIL_FIRST, block_stream
-    from pipeline.replay.engine import distinct_cacheable, gpu_curve
+    from pipeline.trace.engine import distinct_cacheable, gpu_curve
     from pipeline.workloads.patterns import zipf_documents
 
     started, cpu_started = time.perf_counter(), _cpu_s()

@@ -1,6 +1,6 @@
 """Many small size bands of the block engine in one pass: the top of each band's stack.
 
-``pipeline.blocks.onepass`` runs one Fenwick pass per size band: a band of limit L is the
+``pipeline.blocks.lru_depths`` runs one Fenwick pass per size band: a band of limit L is the
 stream in which only placements of at most L blocks happen (oversize requests store nothing
 and evict nothing), and a tier of C >= L blocks then holds exactly the top C of that band's
 recency stack. A curve's capacities below the largest request fall into many such bands

@@ -5,7 +5,7 @@ in block mode and writes
 
 * ``blocks_events.parquet``: per GPU order, one row per block access (request, block index)
   with its GPU-tier LRU depth before the request (``stack_distance``, in blocks; null when
-  cold or not cacheable), from the unfiltered one-pass (``pipeline.blocks.onepass``): exact
+  cold or not cacheable), from the unfiltered one-pass (``pipeline.blocks.lru_depths``): exact
   for every capacity of at least one request's cacheable blocks. ``block_hit_steps`` turns it
   into the whole hit curve with polars (``cum_max`` of the depth along each request);
 * ``blocks_aggregates.parquet``: per sweep, orders, capacities and pass: prompt, GPU-hit,
@@ -33,7 +33,7 @@ import numpy as np
 import polars as pl
 
 from pipeline import grids
-from pipeline.blocks import onepass
+from pipeline.blocks import lru_depths
 from pipeline.blocks.limits import model_capacities
 from pipeline.blocks.model_api import CPU_MODELS, GPU_MODELS
 from pipeline.blocks.stream import HEAD_FIRST, ORDERS, BlockStream
@@ -103,8 +103,8 @@ def block_events(stream: BlockStream, orders: Sequence[str] = ORDERS) -> pl.Data
     """One row per (GPU order, block access): request, block index, GPU depth (null = cold)."""
     frames = []
     for order in orders:
-        depth = onepass.block_distances(stream, order).depth
-        distance = np.where(depth == onepass.COLD, _COLD_U32, np.minimum(depth, _COLD_U32 - 1))
+        depth = lru_depths.block_distances(stream, order).depth
+        distance = np.where(depth == lru_depths.COLD, _COLD_U32, np.minimum(depth, _COLD_U32 - 1))
         frames.append(pl.DataFrame({
             "gpu_order": pl.Series([order] * stream.blocks, dtype=ORDER),
             "request": np.repeat(stream.request, np.diff(stream.starts)).astype(np.uint32),

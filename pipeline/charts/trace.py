@@ -42,7 +42,7 @@ def gpu_section(curve: pl.DataFrame, order: str, infinite_ratio: float,
                 half: int | None = None, units: Units = TOKENS) -> Section:
     """``curve``: gpu_capacity (tokens), block_hit_ratio, token_hit_ratio; ``half``: the
     exact capacity (tokens) where the block hit ratio reaches half ``infinite_ratio``
-    (``pipeline.replay.engine.gpu_crossing``), else the first grid point that does."""
+    (``pipeline.trace.engine.gpu_crossing``), else the first grid point that does."""
     long = units.with_gib(_long_ratios(_positive(curve, "gpu_capacity"), "gpu_capacity"),
                           "gpu_capacity")
     chart = (alt.Chart(long).mark_line(interpolate="step-after", strokeWidth=2)

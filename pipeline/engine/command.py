@@ -22,7 +22,7 @@ from pipeline.engine.options import add_engine_arguments
 from pipeline.engine.workload import (FORMATS, Workload, pattern_workload, read_workload,
                                      with_arrivals)
 from pipeline.errors import CLIError
-from pipeline.replay.inputs import add_pattern_arguments
+from pipeline.trace.inputs import add_pattern_arguments
 from pipeline.staging import Outputs, parquet_bytes
 from pipeline.steptime.command import (load_list, loads_closed, lmcache_factory, metric_lines,
                                        prepare, run_curves, run_metrics_outputs,

@@ -29,7 +29,7 @@ import polars as pl
 
 from pipeline.engine.request import SimRequest
 from pipeline.errors import CLIError
-from pipeline.replay.inputs import pattern_from_args
+from pipeline.trace.inputs import pattern_from_args
 from pipeline.workloads import mooncake
 from pipeline.workloads.jsonl import Field, TraceError, apply_checks, read_lines
 from pipeline.workloads.tokens import splitmix64
@@ -151,7 +151,7 @@ def read_workload(path: str | Path, fmt: str, block_size: int,
 
 
 def pattern_workload(args: argparse.Namespace) -> Workload:
-    """The ``--pattern`` options' requests (``pipeline.replay.inputs``): prompts as chained
+    """The ``--pattern`` options' requests (``pipeline.trace.inputs``): prompts as chained
     block keys of ``args.block_size`` (no token ids needed), ``args.output_tokens`` each;
     a bad pattern option is a one-line CLIError."""
     try:

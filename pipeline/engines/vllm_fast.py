@@ -18,7 +18,7 @@ from the head, empties first, then the least recent hashed blocks; the ``l - p_r
 cached keys are a top segment of S without r's keys, and exactly ``min(l - p_r, K - n_r)`` of
 them survive (K - n_r slots are left for them), the most recent ones; r's ``f_r`` keys go on
 top. So, with ``depth`` the 1-based rank of a key in S just before its request (one
-Fenwick pass, as ``pipeline.blocks.onepass``), a prompt block is present iff ``depth <= l``,
+Fenwick pass, as ``pipeline.blocks.lru_depths``), a prompt block is present iff ``depth <= l``,
 and the hit is ``min(#{j : max(depth_0..depth_j) <= l}, cap)``. The partial tail slot is thus
 pure bookkeeping: it costs ``K - n_r`` instead of ``K - f_r`` for the others, then returns to
 the head as an empty slot.

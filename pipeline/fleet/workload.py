@@ -19,7 +19,7 @@ from pipeline.arguments import non_negative_float, positive_float, positive_int
 from pipeline.engine.request import SimRequest
 from pipeline.engine.workload import FORMATS, pattern_workload, read_workload, with_arrivals
 from pipeline.errors import CLIError
-from pipeline.replay.inputs import add_pattern_arguments
+from pipeline.trace.inputs import add_pattern_arguments
 from pipeline.workloads import patterns
 from pipeline.workloads.jsonl import TraceError
 

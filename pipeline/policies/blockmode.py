@@ -11,7 +11,7 @@ model equals the block model's ``ideal`` engine (tests/test_policies_blocks.py).
 
 The registry (``pipeline.registry``) makes each policy's models with ``policy_gpu_model`` /
 ``policy_cpu_model`` from the block kernel its entry declares (``block_kernel``); ``lru``'s
-are the block engine's one-pass ``ideal`` model (``pipeline/blocks/onepass.py``), which the
+are the block engine's one-pass ``ideal`` model (``pipeline/blocks/lru_depths.py``), which the
 tests prove equal to the class replay here; a policy without a block kernel (one registered
 from outside) replays its class. ``place`` is a
 request-level step (look up the whole prefix, read every block, then evict with the

@@ -16,8 +16,8 @@ from pipeline.charts import page_html
 from pipeline.charts import trace as charts
 from pipeline.engines.options import model_options
 from pipeline.errors import CLIError
-from pipeline.replay import engine
-from pipeline.replay.inputs import Workload
+from pipeline.trace import engine
+from pipeline.trace.inputs import Workload
 from pipeline.staging import Outputs, parquet_bytes
 
 __all__ = ["Models", "name_models", "check_writable", "add_frames", "summary",

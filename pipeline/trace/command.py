@@ -26,8 +26,8 @@ from pipeline.engines.options import add_model_arguments, add_order_arguments, r
 from pipeline.errors import CLIError
 from pipeline.kvsize import add_kv_arguments, capacities, capacity, resolve_capacities, \
     size_lines
-from pipeline.replay import engine, outputs
-from pipeline.replay.inputs import add_input_arguments, load_workload
+from pipeline.trace import engine, outputs
+from pipeline.trace.inputs import add_input_arguments, load_workload
 from pipeline.staging import Outputs
 
 HELP = "replay a trace (Mooncake, token ids) or a pattern: GPU/CPU/recomputed tokens"

@@ -18,9 +18,9 @@ from pipeline.blocks import sweep
 from pipeline.blocks.bands import SMALL_TOP, band_counts
 from pipeline.blocks.limits import model_capacities
 from pipeline.blocks.model_api import CPU_MODELS, GPU_MODELS, request_result
-from pipeline.blocks.onepass import COLD, block_distances
+from pipeline.blocks.lru_depths import COLD, block_distances
 from pipeline.blocks.stream import BlockStream, capacity_blocks
-from pipeline.stackdist import NOTHING_STORED as _NOTHING_STORED, band_limits as _band_limits
+from pipeline.stackdist import NOTHING_STORED, band_limits
 from pipeline.tiers import served_beyond
 
 __all__ = ["Infinite", "infinite", "points", "gpu_curve", "gpu_crossing", "cpu_curve",
@@ -146,15 +146,15 @@ def _count_within(prefix: np.ndarray, capacities: np.ndarray) -> np.ndarray:
 
 def gpu_curve(stream: BlockStream, capacities: np.ndarray, order: str) -> np.ndarray:
     """GPU prefix hit blocks per capacity (tokens), summed over requests: one engine pass per
-    size band (``pipeline.blocks.onepass``; the bands of capacities <= ``bands.SMALL_TOP``
+    size band (``pipeline.blocks.lru_depths``; the bands of capacities <= ``bands.SMALL_TOP``
     blocks all in one pass of ``pipeline.blocks.bands``), with no (capacity, request)
     matrix."""
     capacity = capacity_blocks(capacities, stream.block_size)
     out = np.zeros(capacity.size, dtype=np.int64)
-    limits = _band_limits(np.unique(stream.cacheable), capacity)
+    limits = band_limits(np.unique(stream.cacheable), capacity)
     small = []
     for limit in np.unique(limits):
-        if limit == _NOTHING_STORED:
+        if limit == NOTHING_STORED:
             continue
         rows = np.flatnonzero(limits == limit)
         if capacity[rows].max() <= SMALL_TOP:
@@ -185,11 +185,11 @@ def gpu_crossing(stream: BlockStream, order: str, hit_blocks: int, low: int,
     starts = np.unique(np.concatenate(([low + 1], distinct[(distinct > low + 1)
                                                            & (distinct <= high)])))
     ends = np.append(starts[1:] - 1, high)
-    limits = _band_limits(distinct, starts)
-    small = (limits != _NOTHING_STORED) & (limits <= ends) & (ends <= SMALL_TOP)
+    limits = band_limits(distinct, starts)
+    small = (limits != NOTHING_STORED) & (limits <= ends) & (ends <= SMALL_TOP)
     hist = band_counts(stream, order, limits[small], ends[small])[0] if small.any() else None
     for band, (start, end, limit) in enumerate(zip(starts, ends, limits)):
-        if limit == _NOTHING_STORED:
+        if limit == NOTHING_STORED:
             continue
         if small[band]:
             within = np.cumsum(hist[np.count_nonzero(small[:band])])

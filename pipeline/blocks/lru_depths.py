@@ -56,7 +56,7 @@ from numba import njit
 
 from pipeline.blocks.bands import SMALL_TOP, band_counts
 from pipeline.blocks.stream import TAIL_FIRST, BlockStream, capacity_blocks, check_order
-from pipeline.stackdist import NOTHING_STORED as _NOTHING_STORED, band_limits as _band_limits
+from pipeline.stackdist import NOTHING_STORED, band_limits
 from pipeline.stackdist_kernels import COLD, fenwick_prefix, touch
 
 __all__ = ["COLD", "Distances", "block_distances", "distances_at", "prefix_counts",
@@ -166,7 +166,7 @@ def distances_at(stream: BlockStream, capacity: int, order: str,
                  touch_from: np.ndarray | None = None) -> Distances:
     """The pass that is exact for a tier of ``capacity`` blocks (its size band)."""
     sizes = np.unique(_placements(stream, touch_from))
-    limit = int(_band_limits(sizes, np.array([capacity], np.int64))[0])
+    limit = int(band_limits(sizes, np.array([capacity], np.int64))[0])
     return block_distances(stream, order, touch_from, limit)
 
 
@@ -184,10 +184,10 @@ def prefix_blocks(stream: BlockStream, capacities: np.ndarray, order: str,
     (``pipeline.blocks.bands``)."""
     capacities = np.asarray(capacities, np.int64)
     out = np.zeros((capacities.size, stream.requests), np.int64)
-    limits = _band_limits(np.unique(_placements(stream, touch_from)), capacities)
+    limits = band_limits(np.unique(_placements(stream, touch_from)), capacities)
     small: list[tuple[int, np.ndarray]] = []
     for limit in np.unique(limits):
-        if limit == _NOTHING_STORED:
+        if limit == NOTHING_STORED:
             continue                      # nothing is ever stored: every lookup misses
         rows = np.flatnonzero(limits == limit)
         if capacities[rows].max() <= SMALL_TOP:
