@@ -64,7 +64,7 @@ def compiled_run(engine, due: np.ndarray, timed: bool, concurrency: int | None,
             break
         if code != FULL:
             engine.G[L.G_EVON] = 1
-            engine._check()
+            engine.check_state()
             raise RuntimeError(STUCK_MESSAGE)
         steps = np.concatenate((steps, np.zeros_like(steps)))
         if timed:

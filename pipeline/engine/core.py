@@ -243,7 +243,8 @@ class EngineSim:
 
     # ------------------------------------------------------------------ stepping
 
-    def _check(self) -> None:
+    def check_state(self) -> None:
+        """Raise if the compiled state overflowed (a kernel flags it; it cannot raise)."""
         if self.G[L.G_ERROR]:
             raise RuntimeError("engine state overflow (a block table outgrew its request)")
 
@@ -277,7 +278,7 @@ class EngineSim:
         in sync mode, one call later with async scheduling)."""
         self.G[L.G_NEV], self.G[L.G_EVON] = 0, 1
         scheduled = step_once(self.S, self.T)
-        self._check()
+        self.check_state()
         record = self._record() if scheduled else None
         self._outputs()
         return record
@@ -287,7 +288,7 @@ class EngineSim:
         next step is not one. ``DecodeRun.records()`` = what ``step()`` would return."""
         self.G[L.G_NEV], self.G[L.G_EVON] = 0, 1
         k = int(advance(self.S, self.T, min(int(limit), self.frees.size), self.frees))
-        self._check()
+        self.check_state()
         if k == 0:
             return None
         slots = self.running_slots()
@@ -321,7 +322,7 @@ class EngineSim:
             self.G[L.G_NEV], self.G[L.G_EVON], state[2] = 0, 1, 0
             code = run_until(self.S, self.T, float(until_ms), model[0], model[1], steps,
                              times, state, now)
-            self._check()
+            self.check_state()
             count = int(state[2])
             parts.append((steps[:count].copy(), times[:count].copy()))
             events.append(self.EV[:self.G[L.G_NEV]].copy())

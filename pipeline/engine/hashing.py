@@ -14,7 +14,7 @@ import numpy as np
 from numba import njit
 
 from pipeline.engine.request import _PLACEHOLDER_STRIDE
-from pipeline.workloads.tokens import _mix, splitmix64
+from pipeline.workloads.tokens import mix, splitmix64
 
 __all__ = ["block_keys", "request_keys", "bulk_request_keys", "flat_request_keys"]
 
@@ -77,9 +77,9 @@ def _sequence_keys(prompts, prompt_at, prompt_len, outputs, output_at, output_le
                     token = outputs[output_at[r] + j]
                 else:
                     token = -1 - index[r] * _PLACEHOLDER_STRIDE - j
-                total += _mix(np.uint64(token) ^ _mix(np.uint64(p)))
+                total += mix(np.uint64(token) ^ mix(np.uint64(p)))
             running += total
-            keys[k] = _mix(running)
+            keys[k] = mix(running)
             k += 1
 
 
@@ -94,7 +94,7 @@ def _place_keys(given, own, counts, at, index, keys):
                 keys[at[r] + j] = given[g]
                 g += 1
             else:
-                keys[at[r] + j] = _mix(_FRESH ^ (index[r] << np.uint64(24))
+                keys[at[r] + j] = mix(_FRESH ^ (index[r] << np.uint64(24))
                                        ^ np.uint64(j - own[r]))
 
 

@@ -31,7 +31,7 @@ from pipeline.workloads.mooncake import FIELDS as MOONCAKE_FIELDS
 from pipeline.workloads.mooncake import MOONCAKE_BLOCK_SIZE
 from pipeline.workloads.mooncake import line_checks as mooncake_checks
 from pipeline.workloads.tokens import FIELDS as TOKEN_FIELDS
-from pipeline.workloads.tokens import _checks as token_checks
+from pipeline.workloads.tokens import line_checks as token_checks
 from pipeline.workloads.tokens import token_blocks
 
 __all__ = ["TOKEN_BLOCK", "Timing", "block_token_ids", "block_words", "trace_requests",

@@ -33,8 +33,8 @@ from pipeline.workloads.jsonl import Field, checked_pieces
 from pipeline.workloads.token_scan import scan_piece
 from pipeline.workloads.workload import Workload
 
-__all__ = ["FIELDS", "OUTPUT_FIELDS", "read_tokens", "token_blocks", "sampled_blocks",
-           "splitmix64"]
+__all__ = ["FIELDS", "OUTPUT_FIELDS", "line_checks", "mix", "read_tokens", "token_blocks",
+           "sampled_blocks", "splitmix64"]
 
 FIELDS = (Field("timestamp", "number"), Field("tokens", "int list"))
 #: Optional fields: a line without them takes the run's ``--output-tokens``.
@@ -60,7 +60,7 @@ _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 
 
 @njit(cache=True, nogil=True)
-def _mix(z: np.uint64) -> np.uint64:
+def mix(z: np.uint64) -> np.uint64:
     """``splitmix64`` of one word."""
     z = z + _GOLDEN
     z = (z ^ (z >> _S30)) * _M1
@@ -83,9 +83,9 @@ def chain_block_keys(tokens: np.ndarray, lengths: np.ndarray, block_size: int, k
             end = min(start + block_size, n)
             total = np.uint64(0)
             for p in range(start, end):
-                total += _mix(np.uint64(tokens[token + p]) ^ _mix(np.uint64(p)))
+                total += mix(np.uint64(tokens[token + p]) ^ mix(np.uint64(p)))
             running += total
-            keys[block] = _mix(running)
+            keys[block] = mix(running)
             block_tokens[block] = end - start
             block += 1
         token += n
@@ -109,7 +109,7 @@ def token_blocks(tokens: np.ndarray, lengths: np.ndarray, block_size: int,
                          "block_tokens": block_tokens}).cast(dict(BLOCK_SCHEMA))
 
 
-def _checks() -> list[tuple[pl.Expr, str]]:
+def line_checks() -> list[tuple[pl.Expr, str]]:
     missing = [(pl.col(f.name).is_null(), f"missing field {f.name!r}") for f in FIELDS]
     return missing + [
         (pl.col("tokens").list.len() == 0, "tokens is empty"),
@@ -191,7 +191,7 @@ def read_tokens(path: str | Path, block_size: int, skip_bad_lines: bool = False)
         raise ValueError(f"block size must be >= 1, got {block_size}")
     skipped: list[tuple[int, str]] = []
     blocks, requests, sampled = [], [], []
-    for good in checked_pieces(path, FIELDS + OUTPUT_FIELDS, _checks() + _output_checks(),
+    for good in checked_pieces(path, FIELDS + OUTPUT_FIELDS, line_checks() + _output_checks(),
                                skip_bad_lines, skipped, _scanned_frame):
         column = good["tokens"]
         lengths = column.list.len()

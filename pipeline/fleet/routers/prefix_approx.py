@@ -45,7 +45,7 @@ from pipeline.fleet.routers.base import InstanceView, Parameter, RouteRequest, R
     leading_run
 
 
-def _flag(value: str) -> bool:
+def flag(value: str) -> bool:
     if value not in ("0", "1", "true", "false"):
         raise ValueError(value)
     return value in ("1", "true")
@@ -214,7 +214,7 @@ class PrefixApprox(Router):
         "balance_rel_threshold": Parameter(1.5, float, "... and max > min * this"),
         "eviction_interval_secs": Parameter(120.0, float, "tree eviction period (0: never)"),
         "max_tree_size": Parameter(2 ** 26, int, "units kept per tenant at eviction"),
-        "oracle": Parameter(False, _flag, "1: match against actual cache contents"),
+        "oracle": Parameter(False, flag, "1: match against actual cache contents"),
     }
 
     def __init__(self, *args, **kwargs) -> None:

@@ -27,7 +27,7 @@ from itertools import islice, repeat
 
 from pipeline.fleet.routers.base import (InstanceView, Parameter, RouteRequest, Router,
                                          max_score_pick, rng_for)
-from pipeline.fleet.routers.prefix_approx import _flag
+from pipeline.fleet.routers.prefix_approx import flag
 
 DEFAULT_LRU_CAPACITY = 31250
 
@@ -118,7 +118,7 @@ class PrefixEstimate(Router):
         "prefix_weight": Parameter(1.0, float, "weight of the approximate prefix scorer"),
         "load_weight": Parameter(1.0, float, "weight of the load-aware scorer"),
         "queue_threshold": Parameter(128.0, float, "load-aware: waiting requests that score 0"),
-        "auto_tune": Parameter(True, _flag, "1: LRU capacity = the instance's GPU blocks"),
+        "auto_tune": Parameter(True, flag, "1: LRU capacity = the instance's GPU blocks"),
         "lru_capacity": Parameter(DEFAULT_LRU_CAPACITY, int, "LRU capacity without auto_tune"),
     }
 
