@@ -110,7 +110,9 @@ def test_plain_lines_take_the_fast_path_with_polars_values(lines):
     '{"timestamp": 1, "tokens": [1.0]}', '{"timestamp": 1, "tokens": [1], "x": "a\tb"}',
     '{"timestamp": 1, "tokens": [1], "x": "\u00e9"}', '{"timestamp": 1, "tokens": [1], "x": tru}',
     '{"timestamp": 1, "tokens": [1],}', '\x0b{"timestamp": 1, "tokens": [1]}',
-    '{"timestamp": 1.5.5, "tokens": [1]}', '{"timestamp": 123456789012345678, "tokens": [1]}'])
+    '{"timestamp": 1.5.5, "tokens": [1]}', '{"timestamp": 123456789012345678, "tokens": [1]}',
+    '{"timestamp": 1, "tokens": [1], "max_tokens": 3}',
+    '{"timestamp": 1, "tokens": [1], "output_token_ids": [7]}'])
 def test_anything_but_a_plain_good_line_is_left_to_polars(line):
     assert token_scan.scan_piece(f'{{"timestamp": 0, "tokens": [5]}}\n{line}\n'.encode()) is None
 

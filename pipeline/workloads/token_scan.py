@@ -3,8 +3,9 @@
 ``scan_piece`` reads one piece of whole lines (``pipeline.workloads.jsonl``'s pieces) in one
 numba pass when every line is plainly good: an object with one ``timestamp`` (a decimal
 number without sign or exponent, at most 17 digits) and one ``tokens`` (a non-empty list of
-non-negative integers of at most 18 digits, so each fits in 64 bits), other keys holding
-only a number, ``true``/``false``/``null`` or an ASCII string without escapes, JSON white
+non-negative integers of at most 18 digits, so each fits in 64 bits), other keys (but
+``max_tokens``, a field the reader keeps) holding only a number, ``true``/``false``/``null``
+or an ASCII string without escapes, JSON white
 space anywhere between, blank lines in between. Anything else in the piece (a bad line, a
 negative or huge token, an escape, a nested value, a repeated key, non-ASCII text) makes it
 return None, and the reader parses that piece with polars and its checks as before, so every
@@ -23,6 +24,7 @@ __all__ = ["Scanned", "scan_piece"]
 
 _TIMESTAMP = np.frombuffer(b"timestamp", np.uint8)
 _TOKENS = np.frombuffer(b"tokens", np.uint8)
+_MAX_TOKENS = np.frombuffer(b"max_tokens", np.uint8)  # a number the reader keeps: polars reads it
 _TRUE = np.frombuffer(b"true", np.uint8)
 _FALSE = np.frombuffer(b"false", np.uint8)
 _NULL = np.frombuffer(b"null", np.uint8)
@@ -179,6 +181,8 @@ def _line(data: np.ndarray, i: int, tokens: np.ndarray, n_tokens: int,
                     i += 1
                     break
                 return _FAIL, i
+        elif _word(data, key, key_end, _MAX_TOKENS):
+            return _FAIL, i
         else:
             i = _other_value(data, i, end)
             if i == _FAIL:

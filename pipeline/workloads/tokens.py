@@ -162,9 +162,6 @@ def sampled_blocks(good: pl.DataFrame, block_size: int, first_request: int) -> p
 
 def _scanned_frame(raw: bytes) -> pl.DataFrame | None:
     """The compiled fast path (``token_scan``) as the frame polars would give, or None."""
-    text = bytes(raw)                   # a view of the mapped file: search a copy
-    if b'"max_tokens"' in text or b'"output_token_ids"' in text:
-        return None                     # the scanner reads prompts only
     scanned = scan_piece(raw)
     if scanned is None:
         return None
