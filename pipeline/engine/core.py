@@ -229,6 +229,15 @@ class EngineSim:
         tokens = np.asarray(request.prompt_token_ids, dtype=np.int64)
         return block_keys(tokens, self.block_size)
 
+    def cached_keys(self) -> set[int]:
+        """The block keys in the GPU prefix cache now (the hash map's taken slots; a key
+        leaves when its last block is evicted)."""
+        return set(self.HT[self.HT[:, 1] >= 0, 0].view(np.uint64).tolist())
+
+    def cached_key_count(self) -> int:
+        """How many block keys the GPU prefix cache holds now."""
+        return int(np.count_nonzero(self.HT[:, 1] >= 0))
+
     def cached_prefix_blocks(self, block_hashes) -> int:
         """Leading blocks of ``block_hashes`` in the GPU prefix cache now (no change)."""
         keys = np.asarray(block_hashes, np.uint64).reshape(-1).view(np.int64)

@@ -164,8 +164,7 @@ def _advance_all(fleet: list[_Instance], bound: float, shared: bool, heard: list
     them."""
     if not shared:
         for inst in fleet:
-            if inst.now < bound and inst.engine.has_work() \
-                    and hasattr(inst.engine, "run_until"):
+            if inst.now < bound and inst.engine.has_work():
                 _run(inst, bound, heard, order)
                 view.changed(inst.index)
             while inst.now < bound and inst.engine.has_work():

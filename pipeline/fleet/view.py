@@ -12,42 +12,10 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import numpy as np
-from numba import njit
 
 from pipeline.engine.core import EngineSim
 
-__all__ = ["FleetView", "cached_keys", "cached_count"]
-
-
-def _table(engine: EngineSim):
-    """The compiled engine's hash map (keys as uint64; each slot's first block, >= 0 when
-    taken), or None for an engine without one."""
-    table = getattr(engine, "HT", None)
-    return None if table is None else (table[:, 0].view(np.uint64), table[:, 1])
-
-
-@njit(cache=True)
-def _taken(first) -> int:
-    count = 0
-    for block in first:
-        if block >= 0:
-            count += 1
-    return count
-
-
-def cached_keys(engine: EngineSim) -> set:
-    """The block keys in ``engine``'s GPU prefix cache now (its block pool's hash map,
-    which drops a key when its last block is evicted)."""
-    table = _table(engine)
-    if table is None:
-        return set(engine.pool.cached)
-    return set(table[0][table[1] >= 0].tolist())
-
-
-def cached_count(engine: EngineSim) -> int:
-    """How many block keys ``engine``'s GPU prefix cache holds now."""
-    table = _table(engine)
-    return len(engine.pool.cached) if table is None else int(_taken(table[1]))
+__all__ = ["FleetView"]
 
 
 class FleetView:
@@ -65,7 +33,6 @@ class FleetView:
         self.epoch = 0
         self.next_refresh = 0.0
         self.snapshot: list[tuple[int, int, float, set]] = []
-        self.arrays = _table(self.engines[0]) is not None    # the engine takes key arrays
         self._hashes: Sequence[Any] | None = None
         self._array = None
         self.versions = [0] * self.num_instances     # bumped when an engine's state moves
@@ -81,7 +48,7 @@ class FleetView:
             self.epoch += 1
             return
         if now >= self.next_refresh:
-            self.snapshot = [(e.num_waiting, e.num_running, self._usage(e), cached_keys(e))
+            self.snapshot = [(e.num_waiting, e.num_running, self._usage(e), e.cached_keys())
                              for e in self.engines]
             self.epoch += 1
             self.next_refresh = (now // self.staleness_ms + 1) * self.staleness_ms
@@ -110,12 +77,10 @@ class FleetView:
         return self._usage(self.engines[instance])
 
     def cached_blocks(self, instance: int, hashes: Sequence[Any]) -> int:
-        if not self.stale:
-            if self.arrays:                   # one conversion per request, not per instance
-                if hashes is not self._hashes:
-                    self._hashes, self._array = hashes, np.asarray(hashes, np.uint64)
-                return self.engines[instance].cached_prefix_blocks(self._array)
-            return self.engines[instance].cached_prefix_blocks(hashes)
+        if not self.stale:                    # one conversion per request, not per instance
+            if hashes is not self._hashes:
+                self._hashes, self._array = hashes, np.asarray(hashes, np.uint64)
+            return self.engines[instance].cached_prefix_blocks(self._array)
         keys = self.snapshot[instance][3]
         count = 0
         for key in hashes:
@@ -134,5 +99,6 @@ class FleetView:
         version = self.versions[instance]
         known = self._counts.get(instance)
         if known is None or known[0] != version:
-            known = self._counts[instance] = (version, cached_count(self.engines[instance]))
+            known = self._counts[instance] = (version,
+                                                     self.engines[instance].cached_key_count())
         return known[1]
