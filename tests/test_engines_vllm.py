@@ -15,7 +15,7 @@ from pipeline.blocks.stream import HEAD_FIRST, block_stream
 from pipeline.engine_caches.vllm_compiled import replay_vllm_compiled
 from pipeline.engine_caches.vllm_fast import vllm_gpu, vllm_hits
 from pipeline.engine_caches.vllm_gpu import (VllmBlockPool, replay_gpu, replay_vllm,
-                                       unhashed_to_head, usable_blocks, vllm_requests)
+                                             unhashed_to_head, usable_blocks, vllm_requests)
 from pipeline.workloads.blocks import BLOCK_SCHEMA, document_blocks
 
 

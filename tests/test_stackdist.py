@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from kvlab.kvsim import LRUCache, TwoTierCache
 from pipeline.cache.stack_distance import (COLD, hit_curve, lru_hit_counts, lru_hits, lru_states,
-                                stack_distances)
+                                           stack_distances)
 from pipeline.cache.tiers import TIERS
 from pipeline.cache.two_tier import two_tier_tiers
 

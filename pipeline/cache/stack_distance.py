@@ -44,7 +44,7 @@ from typing import NamedTuple
 import numpy as np
 
 from pipeline.cache.stack_distance_kernels import (COLD, first_size_change, occupancy_pass,
-                                        stack_distance_pass)
+                                                   stack_distance_pass)
 
 __all__ = ["COLD", "NOTHING_STORED", "HitCurve", "LRUStates", "stack_distances", "lru_hits",
            "lru_hit_counts", "lru_states", "hit_curve", "band_limits"]

@@ -20,7 +20,7 @@ from pipeline.engine.cpu_tier import LMCacheTier
 from pipeline.engine.loop import simulate
 from pipeline.engine.options import add_engine_arguments
 from pipeline.engine.workload import (FORMATS, Workload, pattern_workload, read_workload,
-                                     with_arrivals)
+                                      with_arrivals)
 from pipeline.base.errors import CLIError
 from pipeline.trace.inputs import add_pattern_arguments
 from pipeline.base.staging import Outputs, parquet_bytes

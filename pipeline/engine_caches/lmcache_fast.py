@@ -19,7 +19,7 @@ from numba import njit
 
 from pipeline.blocks.stream import HEAD_FIRST, BlockStream, capacity_blocks
 from pipeline.engine_caches.lmcache_cpu import (DEFAULT_CHUNK_SIZE, Chunks, check_cpu_options,
-                                          lmcache_chunks, loadable_prefix)
+                                                lmcache_chunks, loadable_prefix)
 
 __all__ = ["lmcache_cpu", "lmcache_hits"]
 

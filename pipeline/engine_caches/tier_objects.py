@@ -14,7 +14,7 @@ from collections.abc import Hashable, Sequence
 
 from pipeline.engine_caches.lmcache_cpu import DEFAULT_CHUNK_SIZE, LocalCpuBackend
 from pipeline.engine_caches.vllm_gpu import (DEFAULT_VLLM_VERSION, VllmBlockPool, VllmRequest,
-                                       unhashed_to_head)
+                                             unhashed_to_head)
 from pipeline.cache.tiers import leading_run
 
 __all__ = ["VllmTier", "LMCacheTier"]

@@ -53,7 +53,7 @@ from numba import njit
 from pipeline.blocks.stream import TAIL_FIRST, BlockStream, capacity_blocks
 from pipeline.engine_caches.vllm_compiled import replay_vllm_compiled
 from pipeline.engine_caches.vllm_gpu import (DEFAULT_VLLM_VERSION, OutputTokens, check_gpu_options,
-                                       unhashed_to_head)
+                                             unhashed_to_head)
 from pipeline.engine_caches.vllm_layout import vllm_layout
 from pipeline.cache.stack_distance_kernels import COLD, fenwick_prefix, touch
 

@@ -21,12 +21,12 @@ from pipeline.base.arguments import positive_int
 from pipeline.blocks.limits import check_document_blocks
 from pipeline.blocks.sweep import block_frames as sweep_block_frames
 from pipeline.base.config import (CPU_CLIFF_GPU, GPU_CLIFF_CAPACITIES, LAB_CPU, LAB_DOCS,
-                             LAB_PASSES, LAB_TOKENS, ROOT)
+                                  LAB_PASSES, LAB_TOKENS, ROOT)
 from pipeline.engine_caches.options import add_model_arguments, option_dests, run_options
 from pipeline.base.errors import CLIError
 from pipeline.sizes.limits import check_block_size
 from pipeline.fit.per_request import (FITTED_FILE, HOLDOUT_FILE, FittedRequests,
-                                     fitted_requests)
+                                      fitted_requests)
 from pipeline.ttft.model import (TOKEN_COLUMNS, FitError, TTFTModel, fit_configs,
                                  predict_pass_ttft, predicted_ttft, residuals_by_pass,
                                  tokens_by_tier)

@@ -24,7 +24,7 @@ from pipeline.ttft.attribution import attribute_tiers
 from pipeline.blocks.sweep import AGGREGATES_FILE as BLOCK_AGGREGATES
 from pipeline.blocks.sweep import EVENTS_FILE as BLOCK_EVENTS
 from pipeline.base.config import (CPU_CLIFF_CAPACITIES, CPU_CLIFF_GPU, GPU_CLIFF_CAPACITIES,
-                             LAB_CPU, LAB_DOCS, LAB_PASSES, LAB_TOKENS, REAL_MEASURED)
+                                  LAB_CPU, LAB_DOCS, LAB_PASSES, LAB_TOKENS, REAL_MEASURED)
 from pipeline.base.errors import CLIError
 from pipeline.sizes.limits import MAX_EVENTS, MAX_PAIRS, MAX_VALUE, check_count
 from pipeline.ttft.inputs import add_setup_arguments, read_measured, setup_flags

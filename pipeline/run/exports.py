@@ -20,8 +20,8 @@ import polars as pl
 from kvlab.scenario import run as run_scenario
 from pipeline import sweeps
 from pipeline.base.config import (BUNDLED_MEASURED, EVENTS_DIR, EXPORTS_DIR, KVLAB_DIR, LAB_CPU,
-                             LAB_DOCS, LAB_GPU, LAB_PASSES, LAB_TOKENS, REAL_MEASURED,
-                             REPORT_PATH, RUN_EVENTS_DIR, RUN_REPORT_PATH)
+                                  LAB_DOCS, LAB_GPU, LAB_PASSES, LAB_TOKENS, REAL_MEASURED,
+                                  REPORT_PATH, RUN_EVENTS_DIR, RUN_REPORT_PATH)
 from pipeline.base.errors import CLIError
 from pipeline.ttft.measured_setup import LAB_SETUP, MeasuredSetup
 from pipeline.workloads.documents import DocumentWorkload

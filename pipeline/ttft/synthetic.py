@@ -29,7 +29,7 @@ from kvlab.scenario import pass_keys
 from kvlab.summarize import atomic_output
 from pipeline.ttft.attribution import tier_models
 from pipeline.base.config import (BASELINE, BUNDLED_MEASURED, CONFIGS, LAB_CPU, LAB_DOCS, LAB_GPU,
-                             LAB_TOKENS, OFFLOADED)
+                                  LAB_TOKENS, OFFLOADED)
 from pipeline.base.errors import CLIError
 
 SEED = 20261003
