@@ -4,8 +4,9 @@
 ``add_arguments(parser)`` and ``main(args) -> int``. A command's module is imported only when
 that command runs (``python -m pipeline --help`` lists every command without importing any).
 This module builds one argparse parser from them and turns a ``CLIError`` into one line on
-stderr and exit status 1, a closed stdout (``| head``) into a quiet exit 1, and Ctrl-C into one line and exit status 130
-(``interrupted; nothing written``, or what a command's ``interrupted(args)`` says was kept).
+stderr and exit status 1, a closed stdout (``| head``) into a quiet exit 1, and Ctrl-C into one
+line and exit status 130 (``interrupted; nothing written``, or what a command's
+``interrupted(args)`` says was kept).
 """
 
 from __future__ import annotations

@@ -192,8 +192,8 @@ def hit_steps(accesses: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
 
     One row per (pass, distinct stack distance d): ``hits`` = the pass's hits at every GPU
     capacity in [d, next d). Exact for capacities >= the largest item size (below it,
-    oversize items change the stack: use ``pipeline.cache.stack_distance.lru_hit_counts``). An events
-    log may be passed whole: each access counts once (``one_pair``).
+    oversize items change the stack: use ``pipeline.cache.stack_distance.lru_hit_counts``). An
+    events log may be passed whole: each access counts once (``one_pair``).
     """
     return (
         one_pair(accesses)

@@ -101,7 +101,7 @@ def test_find_cycle_finds_one_and_only_one():
 def test_import_graph_has_no_cycle():
     modules = pipeline_modules()
     graph = {name: imports_of(name, set(modules)) for name in modules}
-    assert graph["pipeline.run.command"] >= {"pipeline.base.config", "pipeline.report"}   # the walk works
+    assert graph["pipeline.run.command"] >= {"pipeline.base.config", "pipeline.report"}  # walks
     assert "pipeline.charts.gpu_cliff" in graph["pipeline.report"]
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
@@ -125,7 +125,8 @@ def test_every_module_imports_in_a_fresh_interpreter():
 LAYERS: dict[str, tuple[str, ...]] = {
     "parts": (
         "pipeline", "pipeline.base.config", "pipeline.base.errors", "pipeline.base.arguments",
-        "pipeline.cache.tiers", "pipeline.sizes.model_presets", "pipeline.sizes.units", "pipeline.base.staging", "pipeline.base.stats",
+        "pipeline.base.staging", "pipeline.base.stats", "pipeline.cache.tiers",
+        "pipeline.sizes.model_presets", "pipeline.sizes.units",
         "pipeline.charts", "pipeline.charts.provenance", "pipeline.measure.client",
         "pipeline.sizes.limits", "pipeline.sizes.grids",
         # packages whose __init__ is a docstring
@@ -137,9 +138,11 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "pipeline.workloads.*", "pipeline.blocks.stream", "pipeline.blocks.stream_kernels",
         "pipeline.blocks.limits", "pipeline.trace.inputs", "pipeline.measure.workload",
         "pipeline.measure.runner", "pipeline.measure.output",
-        "pipeline.measure.llamacpp.gguf_model", "pipeline.ttft.summary", "pipeline.ttft.verdicts"),
+        "pipeline.measure.llamacpp.gguf_model", "pipeline.ttft.summary",
+        "pipeline.ttft.verdicts"),
     "models": (
-        "pipeline.cache.stack_distance", "pipeline.cache.stack_distance_kernels", "pipeline.cache.two_tier",
+        "pipeline.cache.stack_distance", "pipeline.cache.stack_distance_kernels",
+        "pipeline.cache.two_tier",
         "pipeline.cache.registry", "pipeline.policies", "pipeline.policies.*",
         "pipeline.blocks.literal_replay", "pipeline.blocks.lru_depths", "pipeline.blocks.model_api",
         "pipeline.blocks.bands",

@@ -1,4 +1,5 @@
-"""pipeline/cache/stack_distance.py: one-pass stack distances must match kvlab's caches access by access."""
+"""pipeline/cache/stack_distance.py: one-pass stack distances must match kvlab's caches access
+by access."""
 
 import numpy as np
 import pytest

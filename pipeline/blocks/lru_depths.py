@@ -27,9 +27,9 @@ gives the whole curve. This is exact for both orders and both tiers.
 for a capacity C the stream behaves as if their placements were not there; which requests
 place depends on C only through the distinct placement sizes <= C. Capacities therefore fall
 into bands between consecutive distinct sizes, with one exact pass per band (as
-``pipeline.cache.stack_distance`` does for oversize documents); every capacity >= the largest placement
-shares the one unfiltered pass. Capacity 0 stores nothing (a placement of 0 blocks is no
-change). The CPU tier places blocks g.. of each request (g = its GPU hit), so it is one more
+``pipeline.cache.stack_distance`` does for oversize documents); every capacity >= the largest
+placement shares the one unfiltered pass. Capacity 0 stores nothing (a placement of 0 blocks is
+no change). The CPU tier places blocks g.. of each request (g = its GPU hit), so it is one more
 banded pass per GPU capacity over sizes n - g, looking up all n blocks.
 
 **Why depth at lookup, not the touch distance.** The classic stack distance of each touch

@@ -5,8 +5,8 @@ An entry says how to make the model's tier (an object with ``lookup``/``place``,
 model ``f(stream, capacities, order, **options)`` and a CPU model ``f(stream, gpu_hit_tokens,
 capacities, order, **options)``, see ``pipeline.blocks.model_api``, and for a policy the
 compiled ``block_kernel`` they run; per access: a ``onepass`` engine for every capacity and a
-compiled ``replay_kernel`` at one capacity), its unit, the one touch order it follows (engines), its declared
-options (``Option``: the CLI flags and checks are built from them,
+compiled ``replay_kernel`` at one capacity), its unit, the one touch order it follows
+(engines), its declared options (``Option``: the CLI flags and checks are built from them,
 ``pipeline.engine_caches.options``) and where it is used (a ``policy`` of the family, a
 ``measured`` config model).
 
@@ -334,10 +334,10 @@ def make_policy(name: str, capacity: float, future: Sequence[Hashable] | None = 
 
 def make_tier(name: str, capacity: float, **options: object):
     """A fresh tier object of model ``name`` (``lookup``/``place``; a policy's also
-    ``access``): a policy's class, or an engine's (``pipeline.engine_caches.tier_objects``) with its
-    options; OPT takes ``future=``. ``capacity`` is in the entry's sizes: a policy's in the
-    sizes it is given (blocks when every size is 1), vllm's and lmcache's in tokens. Keys
-    are placed in the tier's touch order by the caller. ValueError for an unknown name."""
+    ``access``): a policy's class, or an engine's (``pipeline.engine_caches.tier_objects``)
+    with its options; OPT takes ``future=``. ``capacity`` is in the entry's sizes: a policy's
+    in the sizes it is given (blocks when every size is 1), vllm's and lmcache's in tokens.
+    Keys are placed in the tier's touch order by the caller. ValueError for an unknown name."""
     model = entry(name)
     if model.tier is None:
         raise ValueError(f"cache model {name!r} has no tier object")

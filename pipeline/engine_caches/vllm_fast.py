@@ -38,10 +38,10 @@ kernel detects exactly that and the capacity is replayed literally instead
 (``vllm_compiled``, the allocator in numba). When the old copy is among the request's own
 evictions there is no duplicate and the recurrence holds as is (the key counts in ``p_r``).
 Requests with more slots than K are never scheduled; capacities fall into bands between the
-distinct ``n_r`` with one depth pass per band (as ``pipeline.cache.stack_distance``). Output lengths may
-differ per request (``n_r``, ``f_r`` per request). When the trace gives the sampled tokens,
-an output block's key can already be cached (a request re-sent with its reply), which the
-lookup never touches: a duplicate again, so such a run is replayed literally (compiled) at
+distinct ``n_r`` with one depth pass per band (as ``pipeline.cache.stack_distance``). Output
+lengths may differ per request (``n_r``, ``f_r`` per request). When the trace gives the sampled
+tokens, an output block's key can already be cached (a request re-sent with its reply), which
+the lookup never touches: a duplicate again, so such a run is replayed literally (compiled) at
 every capacity.
 """
 

@@ -2,9 +2,9 @@
 
 Every CPU capacity at once: the GPU tier's hits come from one LRU pass over the whole
 stream; the CPU tier sees exactly the GPU misses, so one stack-distance pass over that
-substream (``pipeline.cache.stack_distance``) says, for every CPU capacity C >= the largest item, which
-accesses it serves (distance <= C). Below the largest item, kvlab's oversize rule splits
-capacities into size bands, each with its own exact pass. Figures change only at those
+substream (``pipeline.cache.stack_distance``) says, for every CPU capacity C >= the largest
+item, which accesses it serves (distance <= C). Below the largest item, kvlab's oversize rule
+splits capacities into size bands, each with its own exact pass. Figures change only at those
 distances (the candidates), so the search visits candidates only:
 
 * above the largest item, a larger C only turns misses into CPU hits, so hit ratios rise

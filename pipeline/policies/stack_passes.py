@@ -63,8 +63,8 @@ class OnePass:
 
     ``distances(codes, limit, bypass)``: slot-counted stack distances (MRU, OPT: unit-size
     items, a capacity holds ``slots`` of them); None: byte-weighted LRU stack distances
-    (``pipeline.cache.stack_distance``). ``one_capacity``: taken even for a single capacity (cheaper
-    than the compiled replay there too)."""
+    (``pipeline.cache.stack_distance``). ``one_capacity``: taken even for a single capacity
+    (cheaper than the compiled replay there too)."""
 
     rule: str
     applies: Callable[[np.ndarray, np.ndarray], bool]

@@ -20,7 +20,8 @@ from kvlab import make_exports
 from kvlab.summarize import InputError
 from pipeline.base.arguments import non_negative_int, positive_int
 from pipeline.base.errors import CLIError
-from pipeline.ttft.measured_setup import FIELDS, LAB_SETUP, MeasuredSetup, check_docs, resolve_setup
+from pipeline.ttft.measured_setup import (FIELDS, LAB_SETUP, MeasuredSetup, check_docs,
+                                          resolve_setup)
 from pipeline.workloads.measured_file import load_measured
 
 __all__ = ["MeasuredInput", "add_setup_arguments", "setup_flags", "read_measured"]
