@@ -24,8 +24,8 @@ from pipeline.engine.workload import (FORMATS, Workload, pattern_workload, read_
 from pipeline.base.errors import CLIError
 from pipeline.trace.inputs import add_pattern_arguments
 from pipeline.base.staging import Outputs, parquet_bytes
-from pipeline.steptime.command import (load_list, loads_closed, lmcache_factory, metric_lines,
-                                       prepare, run_curves, run_metrics_outputs,
+from pipeline.steptime.command import (_usage, load_list, loads_closed, lmcache_factory,
+                                       metric_lines, prepare, run_curves, run_metrics_outputs,
                                        steptime_arguments)
 from pipeline.workloads.jsonl import TraceError
 
@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="DIR", required=True,
                         help="folder for requests.parquet and steps.parquet")
     engine = add_engine_arguments(parser, "engine (vLLM's options and defaults)")
-    engine.add_argument("--num-gpu-blocks", type=positive_int, default=None, metavar="N",
+    engine.add_argument("--num-gpu-blocks", type=gpu_blocks, default=None, metavar="N",
                         help="vLLM's num_gpu_blocks (block 0 is the null block); required "
                              "unless --gpu CAPS gives curves")
     load = parser.add_argument_group("arrivals")
@@ -51,18 +51,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     load.add_argument("--output-tokens", type=positive_int, default=1,
                       help="max_tokens of token-id lines without one, and of patterns "
                            "(default %(default)s)")
-    load.add_argument("--speed", type=load_list, default=None,
-                      help="divide the trace's arrivals by X (a comma list: curves)")
-    load.add_argument("--rate", type=load_list, default=None,
-                      help="Poisson arrivals, R requests per step, or per second on the time "
-                           "clock (seeded by --seed; a comma list: curves)")
-    load.add_argument("--concurrency", type=load_list, default=None,
-                      help="closed loop: K requests running or waiting at any time (a comma "
-                           "list: curves)")
+    pattern = load.add_mutually_exclusive_group()     # one arrival pattern at a time
+    pattern.add_argument("--speed", type=load_list, default=None,
+                         help="divide the trace's arrivals by X (a comma list: curves)")
+    pattern.add_argument("--rate", type=load_list, default=None,
+                         help="Poisson arrivals, R requests per step, or per second on the "
+                              "time clock (seeded by --seed; a comma list: curves)")
+    pattern.add_argument("--concurrency", type=load_list, default=None,
+                         help="closed loop: K requests running or waiting at any time (a "
+                              "comma list: curves)")
     load.add_argument("--seed", type=non_negative_int, default=0,
                       help="seed of --rate (default 0)")
     add_pattern_arguments(parser)
     steptime_arguments(parser)
+
+
+def gpu_blocks(text: str) -> int:
+    """argparse type of --num-gpu-blocks: an integer >= 2 (block 0 is vLLM's null block)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 2 (block 0 is vLLM's null "
+                                         f"block), got {text!r}")
+    return value
 
 
 def _where(workload: Workload, index: int) -> str:
@@ -77,8 +90,6 @@ def _config(args: argparse.Namespace, workload: Workload) -> SchedulerConfig:
     longest = max(len(r.prompt_token_ids) + r.max_tokens for r in workload.requests)
     max_len = args.max_model_len or longest
     size, usable = args.block_size, args.num_gpu_blocks - 1
-    if usable < 1:
-        raise CLIError("--num-gpu-blocks must be >= 2 (block 0 is vLLM's null block)")
     for r in workload.requests:
         prompt = len(r.prompt_token_ids)
         if prompt > max_len:
@@ -104,9 +115,10 @@ def _config(args: argparse.Namespace, workload: Workload) -> SchedulerConfig:
 def load(args: argparse.Namespace) -> Workload:
     """The workload of PATH or --pattern, with its arrivals set."""
     if (args.path is None) == (args.pattern is None):
-        raise CLIError("give a trace PATH or --pattern, not both or neither")
-    if args.rate is not None and args.concurrency is not None:
-        raise CLIError("--rate and --concurrency are two arrival patterns: give one")
+        _usage(args, "give a trace PATH or --pattern, not both or neither")
+    if args.cpu_tokens and args.cpu_chunk_size % args.block_size:
+        _usage(args, f"--cpu-chunk-size {args.cpu_chunk_size} must be a multiple of "
+                     f"--block-size {args.block_size}")
     if args.pattern is not None:
         workload = pattern_workload(args)
     else:
@@ -119,6 +131,9 @@ def load(args: argparse.Namespace) -> Workload:
             and args.concurrency is None):
         raise CLIError(f"{workload.path}: arrivals are in seconds (timestamp/arrival_time), "
                        f"not steps: give --rate or --concurrency for --clock steps")
+    if args.speed is not None and workload.timed is None:
+        raise CLIError(f"{workload.path}: --speed needs arrival times in the trace (use "
+                       f"--rate or --concurrency for an untimed workload)")
     with_arrivals(workload.requests, args.clock, speed=args.speed, rate=args.rate,
                   seed=args.seed)
     return workload
