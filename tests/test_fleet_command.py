@@ -159,6 +159,29 @@ def test_a_dead_ray_address_keeps_local_results(tmp_path, capsys):
     assert folder_snapshot(out) == before
 
 
+def test_an_address_that_accepts_but_is_no_ray_cluster_is_one_line(tmp_path, capsys,
+                                                                   monkeypatch):
+    """Something listening that never speaks Ray: ray.init would retry for minutes, log
+    and end in a traceback; the probe gives up after RAY_PROBE_S in one line."""
+    import socket
+
+    from pipeline.fleet import command
+
+    monkeypatch.setattr(command, "RAY_PROBE_S", 2.0)
+    silent = socket.create_server(("0.0.0.0", 0))
+    try:
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        before = folder_snapshot(tmp_path)
+        status, _, stderr = run(capsys, "--out", str(tmp_path / "out"), "--executor", "ray",
+                                "--ray-address", address)
+    finally:
+        silent.close()
+    assert status == 1, stderr
+    assert stderr.strip().count("\n") == 0 and "Traceback" not in stderr
+    assert f"--ray-address {address}: no Ray cluster answers" in stderr
+    assert folder_snapshot(tmp_path) == before
+
+
 def test_list_routers_names_every_router_and_default(capsys):
     assert main(["fleet", "--list-routers"]) == 0
     text = capsys.readouterr().out

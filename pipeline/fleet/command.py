@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import socket
+import subprocess
 import sys
 from functools import partial
 from pathlib import Path
@@ -61,6 +62,35 @@ def list_routers() -> str:
     return "\n".join(lines)
 
 
+#: Seconds a ``--ray-address`` gets to answer as a Ray cluster.
+RAY_PROBE_S = 30.0
+
+#: The probe: ray.init in a child process, whose hang, log lines and fatal exits stay there.
+_RAY_PROBE = ("import sys, ray; ray.init(address=sys.argv[1], logging_level='ERROR', "
+              "log_to_driver=False); ray.shutdown()")
+
+
+def _probe_ray(address: str) -> None:
+    """CLIError (one line) unless a Ray cluster at ``address`` accepts a driver within
+    ``RAY_PROBE_S``: something that accepts TCP but is not Ray makes ``ray.init`` retry for
+    minutes, print Ray's log lines, and end in a traceback."""
+    try:
+        done = subprocess.run([sys.executable, "-c", _RAY_PROBE, address], text=True,
+                              stdin=subprocess.DEVNULL, capture_output=True,
+                              timeout=RAY_PROBE_S)
+    except subprocess.TimeoutExpired:
+        raise CLIError(f"--ray-address {address}: no Ray cluster answers within "
+                       f"{RAY_PROBE_S:g} s") from None
+    if done.returncode != 0:
+        lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+        # Ray's own log line says why (refused, not Ray, a missing auth token), else the
+        # traceback's last line
+        reason = next((line.split("GCS server: ", 1)[1] for line in reversed(lines)
+                       if "GCS server: " in line),
+                      lines[-1] if lines else f"exit status {done.returncode}")
+        raise CLIError(f"--ray-address {address}: no Ray cluster answers ({reason})")
+
+
 def ray_connect(address: str | None, jobs: int) -> bool:
     """``ray.init`` (local when no address, after proving an address answers); True when
     this call started Ray (and must shut it down)."""
@@ -81,7 +111,12 @@ def ray_connect(address: str | None, jobs: int) -> bool:
         except OSError as exc:
             raise CLIError(f"--ray-address {address}: no Ray cluster answers "
                            f"({exc.strerror or exc})") from None
-        ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+        _probe_ray(address)
+        try:
+            ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+        except Exception as exc:                  # noqa: BLE001 -- Ray raises several kinds
+            raise CLIError(f"--ray-address {address}: cannot join the Ray cluster "
+                           f"({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
     else:
         ray.init(num_cpus=jobs, logging_level="ERROR", log_to_driver=False,
                  include_dashboard=False)
