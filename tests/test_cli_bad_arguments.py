@@ -239,6 +239,8 @@ SIM_PATTERN = ["--pattern", "zipf", "--num-documents", "3", "--document-length",
     (["TRACE"], [SIM_LINE.replace('"arrival_step": 0', '"arrival_step": "0"')], 1,
      "t.jsonl:1: arrival_step is not a 64-bit integer"),
     (["TRACE"], [SIM_LINE, "{not json"], 1, "t.jsonl:2: not JSON"),
+    (["TRACE"], [SIM_LINE.replace('"max_tokens": 1', '"max_tokens": 0')] * 2, 1,
+     "t.jsonl:1: max_tokens must be >= 1, got 0 (1 more bad lines)"),
     (["TRACE"], [], 1, "t.jsonl: no requests"),
 ])
 def test_simulate_bad_arguments(tmp_path, capsys, argv, lines, status, message):
@@ -256,6 +258,7 @@ def test_simulate_bad_arguments(tmp_path, capsys, argv, lines, status, message):
     err = capsys.readouterr().err.strip()
     assert code == status, err
     assert "\n" not in err and "Traceback" not in err and message in err, err
+    assert "--skip-bad-lines" not in err                 # trace's option, not simulate's
     assert folder_snapshot(tmp_path) == before
 
 

@@ -182,6 +182,21 @@ def test_an_address_that_accepts_but_is_no_ray_cluster_is_one_line(tmp_path, cap
     assert folder_snapshot(tmp_path) == before
 
 
+def test_a_token_trace_in_steps_is_refused_not_given_poisson_arrivals(tmp_path, capsys):
+    """The fleet runs on milliseconds: arrival_step lines are named, not silently replaced
+    by --rate arrivals."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"arrival_step": 0, "prompt_token_ids": [1, 2, 3], "max_tokens": 1}\n'
+                     '{"arrival_step": 4, "prompt_token_ids": [1, 2], "max_tokens": 1}\n')
+    before = folder_snapshot(tmp_path)
+    status = main(["fleet", str(trace), "--format", "tokens", "--gpu-blocks", "8", "--jobs",
+                   "1", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert status == 1 and err.count("\n") == 1
+    assert f"{trace}: arrivals are in steps (arrival_step)" in err
+    assert folder_snapshot(tmp_path) == before
+
+
 def test_list_routers_names_every_router_and_default(capsys):
     assert main(["fleet", "--list-routers"]) == 0
     text = capsys.readouterr().out

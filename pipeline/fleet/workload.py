@@ -114,6 +114,10 @@ def load_workload(args: argparse.Namespace) -> Workload:
         if args.trace is not None:
             read = read_workload(args.trace, args.format, args.block_size, args.output_tokens)
             requests, label = read.requests[:args.limit], str(args.trace)
+            if read.timed == "steps":
+                raise CLIError(f"{label}: arrivals are in steps (arrival_step), but the "
+                               "fleet's clock is in seconds: give arrival_time, or neither "
+                               "for Poisson arrivals at --rate")
             timed = read.timed == "seconds"
         elif args.pattern in patterns.TOKEN_PATTERNS:
             label, requests, timed = _token_pattern(args)
