@@ -10,14 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline import registry
+from pipeline.cache import registry
 from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.cpu_tier import LMCacheTier, ModelTier, engine_cpu_models
 from pipeline.engine.loop import simulate
 from pipeline.engine.request import SimRequest
-from pipeline.engines.lmcache_cpu import loadable_prefix
-from pipeline.tiers import served_beyond
+from pipeline.engine_caches.lmcache_cpu import loadable_prefix
+from pipeline.cache.tiers import served_beyond
 from test_engine_sim import _stream, loaded_runs, prompt_sets
 
 

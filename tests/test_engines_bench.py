@@ -2,7 +2,7 @@
 
 import json
 
-from pipeline.engines.bench import bench, mooncake_blocks
+from pipeline.engine_caches.bench import bench, mooncake_blocks
 
 
 def tiny_trace(tmp_path):

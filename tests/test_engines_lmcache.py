@@ -14,9 +14,9 @@ from pipeline.blocks.command import run_blocks
 from pipeline.blocks.model_api import request_result, two_tier
 from pipeline.blocks.stream import TAIL_FIRST, block_stream
 from pipeline.cli import main as cli_main
-from pipeline.engines.lmcache_cpu import lmcache_chunks, replay_cpu, replay_lmcache
-from pipeline.engines.lmcache_fast import lmcache_cpu, lmcache_hits
-from pipeline.engines.vllm_fast import vllm_gpu
+from pipeline.engine_caches.lmcache_cpu import lmcache_chunks, replay_cpu, replay_lmcache
+from pipeline.engine_caches.lmcache_fast import lmcache_cpu, lmcache_hits
+from pipeline.engine_caches.vllm_fast import vllm_gpu
 from pipeline.workloads.blocks import BLOCK_SCHEMA, document_blocks
 
 LAB = ("fwd", "fwd", "rev")

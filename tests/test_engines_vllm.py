@@ -12,10 +12,10 @@ from kvlab.scenario import pass_keys
 from pipeline.blocks.model_api import GPU_MODELS
 from pipeline.cli import main as cli_main
 from pipeline.blocks.stream import HEAD_FIRST, block_stream
-from pipeline.engines.vllm_compiled import replay_vllm_compiled
-from pipeline.engines.vllm_fast import vllm_gpu, vllm_hits
-from pipeline.engines.vllm_gpu import (VllmBlockPool, replay_gpu, replay_vllm,
-                                       unhashed_to_head, usable_blocks, vllm_requests)
+from pipeline.engine_caches.vllm_compiled import replay_vllm_compiled
+from pipeline.engine_caches.vllm_fast import vllm_gpu, vllm_hits
+from pipeline.engine_caches.vllm_gpu import (VllmBlockPool, replay_gpu, replay_vllm,
+                                             unhashed_to_head, usable_blocks, vllm_requests)
 from pipeline.workloads.blocks import BLOCK_SCHEMA, document_blocks
 
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline import kvsize
-from pipeline.kvsize import KVSize, capacity_list, parse_capacity, preset
+from pipeline.sizes import units
+from pipeline.sizes.units import KVSize, capacity_list, parse_capacity, preset
 
 LAB = preset("qwen2.5-1.5b")
 
@@ -30,7 +30,7 @@ def test_lmcache_1_5_gb_holds_56173_tokens():
 
 def test_lab_working_set_is_1_34_gib():
     assert round(LAB.bytes(50_110) / 2**30, 2) == 1.34
-    assert kvsize.format_bytes(LAB.bytes(50_110)) == "1.34 GiB (1.44 GB)"
+    assert units.format_bytes(LAB.bytes(50_110)) == "1.34 GiB (1.44 GB)"
 
 
 @pytest.mark.parametrize("name, expected", [
@@ -72,11 +72,11 @@ def test_size_needs_a_model():
         parse_capacity("1GiB").tokens(None)
 
 
-@given(st.integers(0, 10**6), st.sampled_from(sorted(kvsize.UNITS)),
+@given(st.integers(0, 10**6), st.sampled_from(sorted(units.UNITS)),
        st.integers(1, 10**6))
 def test_size_is_floor_of_bytes_over_bytes_per_token(count, unit, per_token):
     kv = KVSize("m", per_token, "test")
-    assert parse_capacity(f"{count}{unit}").tokens(kv) == count * kvsize.UNITS[unit] // per_token
+    assert parse_capacity(f"{count}{unit}").tokens(kv) == count * units.UNITS[unit] // per_token
 
 
 @given(st.integers(0, 10**4), st.integers(0, 99), st.integers(1, 10**5))
@@ -98,27 +98,27 @@ def test_capacity_list_factory():
 
 def test_kv_from_args():
     parser = argparse.ArgumentParser()
-    kvsize.add_kv_arguments(parser)
-    assert kvsize.kv_from_args(parser.parse_args([])) == LAB
-    assert kvsize.kv_from_args(parser.parse_args(["--kv-shape", "28,2,128,bf16"])) \
+    units.add_kv_arguments(parser)
+    assert units.kv_from_args(parser.parse_args([])) == LAB
+    assert units.kv_from_args(parser.parse_args(["--kv-shape", "28,2,128,bf16"])) \
         .bytes_per_token == 28_672
-    assert kvsize.kv_from_args(parser.parse_args(["--kv-shape", "28,2,128,fp32"])) \
+    assert units.kv_from_args(parser.parse_args(["--kv-shape", "28,2,128,fp32"])) \
         .bytes_per_token == 57_344
-    assert kvsize.kv_from_args(parser.parse_args(["--kv-bytes-per-token", "100"])) \
+    assert units.kv_from_args(parser.parse_args(["--kv-bytes-per-token", "100"])) \
         .bytes_per_token == 100
     for argv, match in ((["--model", "nope"], "--model"), (["--kv-shape", "1,2"], "--kv-shape"),
                         (["--kv-shape", "1,2,3,fp7"], "--kv-shape")):
         with pytest.raises(ValueError, match=match):
-            kvsize.kv_from_args(parser.parse_args(argv))
+            units.kv_from_args(parser.parse_args(argv))
     with pytest.raises(SystemExit):                   # a usage error: argparse's type
         parser.parse_args(["--kv-bytes-per-token", "0"])
     with pytest.raises(ValueError, match="--kv-bytes-per-token"):   # a namespace built by hand
-        kvsize.kv_from_args(argparse.Namespace(kv_bytes_per_token=0, kv_shape=None, model=None))
+        units.kv_from_args(argparse.Namespace(kv_bytes_per_token=0, kv_shape=None, model=None))
 
 
 def test_deferred_capacity_list():
-    parsed = kvsize.capacities("21520,1.5GiB")
+    parsed = units.capacities("21520,1.5GiB")
     assert [c.tokens(LAB) for c in parsed] == [21520, 56173]
     assert parsed[1].describe(LAB).startswith("56,173 tokens (1.5 GiB")
     with pytest.raises(argparse.ArgumentTypeError, match="unknown unit"):
-        kvsize.capacities("1,2 parsecs")
+        units.capacities("1,2 parsecs")

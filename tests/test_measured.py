@@ -1,6 +1,6 @@
 """The measured file: loading (pipeline.workloads.measured_file), exact equality with kvlab's
-summary and the tables (pipeline.summary), tiers (pipeline.attribution), verdicts
-(pipeline.verdicts) and the measured command."""
+summary and the tables (pipeline.ttft.summary), tiers (pipeline.ttft.attribution), verdicts
+(pipeline.ttft.verdicts) and the measured command."""
 
 import json
 import math
@@ -19,11 +19,11 @@ from hypothesis import strategies as st
 from conftest import KVLAB, ROOT
 from kvlab.summarize import InputError, read_records, summarize
 from pipeline.cli import run_command
-from pipeline.attribution import attribute_tiers
-from pipeline.summary import stats_table, summary, tier_table
-from pipeline.verdicts import separation_notes
+from pipeline.ttft.attribution import attribute_tiers
+from pipeline.ttft.summary import stats_table, summary, tier_table
+from pipeline.ttft.verdicts import separation_notes
 from pipeline.workloads.measured_file import RECORD_SCHEMA, load_measured, records_frame
-from pipeline.synthetic_ttft import simulated_tiers
+from pipeline.ttft.synthetic import simulated_tiers
 
 DATA = ROOT / "data" / "ttft.jsonl"
 

@@ -1,4 +1,4 @@
-"""A measured file's sidecar names a cache model per config (``pipeline.measured_configs``):
+"""A measured file's sidecar names a cache model per config (``pipeline.ttft.configs``):
 the real llama.cpp measurement is attributed exactly (90/90 against the engine's own log),
 plain LRU next to it; kvlab's two-tier model by name; bad sidecars are one line."""
 
@@ -12,9 +12,9 @@ import polars as pl
 import pytest
 from conftest import ROOT
 
-from pipeline.attribution import attribute_tiers
+from pipeline.ttft.attribution import attribute_tiers
 from pipeline.cli import main
-from pipeline.measured_setup import resolve_setup
+from pipeline.ttft.measured_setup import resolve_setup
 from pipeline.workloads.measured_file import load_measured
 
 LLAMA = ROOT / "data" / "measured" / "llamacpp_lab.jsonl"

@@ -16,9 +16,9 @@ from conftest import ROOT
 from kvlab.kvsim import TwoTierCache
 from pipeline.blocks.literal_replay import replay
 from pipeline.blocks.stream import ORDERS, block_stream
-from pipeline.planner import DocumentEvaluator, Target, plan
-from pipeline.planner_blocks import BlockEvaluator
-from pipeline.ttft_model import fit_configs, measured_requests
+from pipeline.plan.search import DocumentEvaluator, Target, plan
+from pipeline.plan.blocks import BlockEvaluator
+from pipeline.ttft.model import fit_configs, measured_requests
 from pipeline.workloads.blocks import BLOCK_SCHEMA, REQUEST_SCHEMA, document_blocks
 from pipeline.workloads.documents import DocumentWorkload
 from pipeline.workloads.workload import Workload

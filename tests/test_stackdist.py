@@ -1,4 +1,5 @@
-"""pipeline/stackdist.py: one-pass stack distances must match kvlab's caches access by access."""
+"""pipeline/cache/stack_distance.py: one-pass stack distances must match kvlab's caches access
+by access."""
 
 import numpy as np
 import pytest
@@ -6,10 +7,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvlab.kvsim import LRUCache, TwoTierCache
-from pipeline.stackdist import (COLD, hit_curve, lru_hit_counts, lru_hits, lru_states,
-                                stack_distances)
-from pipeline.tiers import TIERS
-from pipeline.twotier import two_tier_tiers
+from pipeline.cache.stack_distance import (COLD, hit_curve, lru_hit_counts, lru_hits, lru_states,
+                                           stack_distances)
+from pipeline.cache.tiers import TIERS
+from pipeline.cache.two_tier import two_tier_tiers
 
 DOC_TOKENS = 5011
 

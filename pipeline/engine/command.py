@@ -5,7 +5,8 @@ max_num_batched_tokens, chunked prefill, long_prefill_token_threshold, max_model
 vLLM's admission check, prefix hits at (re-)admission, blocks hashed as soon as they are
 full, preemption of the newest running request when decode growth finds no block, blocks
 freed tail first, async scheduling's two-deep batch queue, and an optional CPU tier
-(LMCache's, or any registered CPU model: ``--cpu-model``). Proven equal to vLLM 0.33.0's own scheduler (tests/test_engine_vllm_equal.py).
+(LMCache's, or any registered CPU model: ``--cpu-model``). Proven equal to vLLM 0.33.0's
+own scheduler (tests/test_engine_vllm_equal.py).
 Writes DIR/requests.parquet (one row per request) and DIR/steps.parquet (one per batch).
 """
 
@@ -14,21 +15,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipeline.arguments import non_negative_int, plural, positive_int
+from pipeline.base.arguments import non_negative_int, plural, positive_int
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.loop import simulate
 from pipeline.engine.options import add_engine_arguments, cpu_tier_factory
 from pipeline.engine.workload import (FORMATS, Workload, pattern_workload, read_workload,
-                                     with_arrivals)
-from pipeline.errors import CLIError
+                                      with_arrivals)
+from pipeline.base.errors import CLIError
 from pipeline.trace.inputs import add_pattern_arguments
-from pipeline.staging import Outputs, parquet_bytes
+from pipeline.base.staging import Outputs, parquet_bytes
 from pipeline.steptime.command import (load_list, loads_closed, metric_lines,
                                        prepare, run_curves, run_metrics_outputs,
                                        steptime_arguments)
 from pipeline.workloads.jsonl import TraceError
-
-HELP = "vLLM's engine loop step by step: per-request steps, hits and preemptions under load"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

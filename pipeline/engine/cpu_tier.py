@@ -2,13 +2,13 @@
 registered CPU model's tier object called from the compiled scheduler (``ModelTier``).
 
 LMCache (``LMCacheTier``): LMCache's local CPU backend (LRU, the rules of
-``pipeline.engines.lmcache_cpu.LocalCpuBackend``, compiled in ``pipeline.engine.ktier``)
-keyed by chunks of ``chunk_size`` tokens: chunk j of a prompt is keyed by the chained key of
-its last block (only full chunks: ``save_unfull_chunk`` False). Lookup at admission (every
-time the scheduler tries the request, as vLLM asks its connector): LMCache's hit c, of which
-vLLM loads ``c - g`` beyond its own GPU hit g (``c - 1`` when c is the whole prompt). Store
-once the request's prompt is computed, from LMCache's own hit on. Engines given the same
-tier share it.
+``pipeline.engine_caches.lmcache_cpu.LocalCpuBackend``, compiled in
+``pipeline.engine.ktier``) keyed by chunks of ``chunk_size`` tokens: chunk j of a prompt
+is keyed by the chained key of its last block (only full chunks: ``save_unfull_chunk``
+False). Lookup at admission (every time the scheduler tries the request, as vLLM asks its
+connector): LMCache's hit c, of which vLLM loads ``c - g`` beyond its own GPU hit g
+(``c - 1`` when c is the whole prompt). Store once the request's prompt is computed, from
+LMCache's own hit on. Engines given the same tier share it.
 
 Any other model (``ModelTier``): the registry entry's tier object (``registry.make_tier``)
 at the same two points (``pipeline.engine.kgeneric``). A block-unit model (the policies,
@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline import registry
+from pipeline.cache import registry
 from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST, check_order
 from pipeline.engine.kgeneric import register
 from pipeline.engine.ktier import tier_arrays
 from pipeline.engine.layout import (CPUSTATE, KOFF, NPROMPT, T_CAPACITY, T_CHUNK, T_ON,
                                     T_PER, T_SIZE)
-from pipeline.engines.lmcache_cpu import DEFAULT_CHUNK_SIZE
+from pipeline.engine_caches.lmcache_cpu import DEFAULT_CHUNK_SIZE
 
 __all__ = ["LMCacheTier", "ModelTier", "engine_tier_problem", "engine_cpu_models"]
 

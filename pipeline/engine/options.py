@@ -4,9 +4,9 @@ and ``fleet``, and the CPU tier they choose (``cpu_tier_factory``).
 The CPU tier is any registered CPU model (``--cpu-model``, default ``lmcache``: LMCache's
 CPU backend, compiled) of ``--cpu-tokens``; its declared options (``registry`` entries'
 ``Option``s) are offered as ``--cpu-<option>`` (``--cpu-chunk-size``), built as
-``pipeline.engines.options`` builds the block commands' option groups. An option of another
-model, an order the model cannot follow or a check that fails is a one-line usage error
-(exit 2).
+``pipeline.engine_caches.options`` builds the block commands' option groups. An option of
+another model, an order the model cannot follow or a check that fails is a one-line usage
+error (exit 2).
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import argparse
 from collections.abc import Callable
 from functools import partial
 
-from pipeline import registry
-from pipeline.arguments import non_negative_int, positive_int
+from pipeline.cache import registry
+from pipeline.base.arguments import non_negative_int, positive_int
 from pipeline.blocks.stream import HEAD_FIRST, ORDERS
 from pipeline.engine.cpu_tier import LMCacheTier, ModelTier, engine_cpu_models, \
     engine_tier_problem
-from pipeline.errors import CLIError
+from pipeline.base.errors import CLIError
 
 __all__ = ["add_engine_arguments", "cpu_tier_choice", "cpu_tier_factory", "cpu_tier_dests",
            "DEFAULT_CPU_MODEL"]
