@@ -20,6 +20,7 @@ from pipeline.base.arguments import non_negative_int, positive_int
 from pipeline.blocks.stream import HEAD_FIRST, ORDERS
 from pipeline.engine.cpu_tier import LMCacheTier, ModelTier, engine_cpu_models, \
     engine_tier_problem
+from pipeline.engine_caches.options import add_option_argument
 from pipeline.base.errors import CLIError
 
 __all__ = ["add_engine_arguments", "cpu_tier_choice", "cpu_tier_factory", "cpu_tier_dests",
@@ -72,12 +73,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser, title: str
                         help="the order a block CPU model places a request's blocks in "
                              "(default head-first, LMCache's)")
     for dest, option in _declared().items():
-        if option.boolean:
-            engine.add_argument(_flag(dest), dest="cpu_" + dest, default=None,
-                                action=argparse.BooleanOptionalAction, help=option.help)
-        else:
-            engine.add_argument(_flag(dest), dest="cpu_" + dest, type=option.type,
-                                default=None, help=option.help)
+        add_option_argument(engine, option, _flag(dest), "cpu_" + dest)
     parser.set_defaults(engine_parser=parser)
     return engine
 
