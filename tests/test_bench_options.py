@@ -10,7 +10,7 @@ from pipeline.bench import curve
 from pipeline.bench import trace as trace_bench
 from pipeline.cli import main
 from pipeline.cache.stack_distance import lru_hit_counts
-from test_engines_bench import tiny_trace
+from test_engine_caches_bench import tiny_trace
 
 QUICK = ["bench", "--skip-run", "--skip-curve"]
 

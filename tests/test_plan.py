@@ -1,5 +1,5 @@
 """`python -m pipeline plan`: the lab's answer, the other outcomes, engine models, traces and
-patterns, bad input (the search itself is checked in test_planner_search.py)."""
+patterns, bad input (the search itself is checked in test_plan_search.py)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ import pytest
 from conftest import ROOT, SHARED_TRACES
 from hypothesis import given
 from hypothesis import strategies as st
-from test_engines_vllm import vllm_frames
+from test_engine_caches_vllm import vllm_frames
 
 from pipeline.blocks.limits import storable_tokens
 from pipeline.blocks.stream import TRACE, RequestOutputs, block_stream

@@ -5,7 +5,7 @@ what a tier of C holds, a tier of C + 1 holds too, at every step. LMCache's rule
 a store skips a chunk that is already present *without refreshing it*, but stores (as most
 recent) one that is missing, and its allocation may evict chunks of the very range it is
 about to store. So a chunk can end up MORE recent in the smaller tier than in the larger one,
-and outlive it there. ``tests/test_engines_lmcache.py`` keeps a concrete stream where a
+and outlive it there. ``tests/test_engine_caches_lmcache.py`` keeps a concrete stream where a
 larger CPU tier hits less than a smaller one; a stack algorithm cannot do that.
 
 So this is the same replay, request by request and chunk by chunk, over a doubly linked LRU
