@@ -148,7 +148,7 @@ def test_toy_policy_in_plan(toy, capsys):
 def test_toy_policy_as_the_engines_cpu_tier(toy, tmp_path, capsys):
     """``simulate --cpu-model toy`` at concurrency 1 equals the block composition (vllm GPU
     + toy CPU); under load the toy is still what the engine's CPU tier runs."""
-    from test_engine_cpu_models import composition
+    from test_engine_cpu_tier import composition
 
     docs = [[d * 1000 + t for t in range(12)] for d in range(4)]
     prompts = [docs[d] + [9000 + i] for i, d in enumerate([0, 1, 2, 0, 3, 1, 2, 0, 3, 1])]
