@@ -126,3 +126,28 @@ def test_an_admission_refreshes_the_chunks_lmcache_hit(tier):
     expected = composition(prompts, [1] * 4, 3, "lmcache", 8, 4, {"chunk_size": 4}, HEAD_FIRST)
     assert result["gpu_hit_tokens"].to_list() == [0, 0, 0, 0]
     assert result["cpu_hit_tokens"].to_list() == expected.tolist() == [0, 0, 4, 0]
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_the_python_path_equals_the_compiled_tier_in_a_fleet(shared):
+    """Three instances behind a cache-aware router, LMCache per instance or one pool all
+    share: the Python path's calls interleave across engines as the compiled tier's do."""
+    from pipeline.fleet.loop import simulate_fleet
+    from pipeline.fleet.routers import make_router
+    from pipeline.steptime import Linear
+
+    model = Linear(dict(fixed_ms=2.0, prefill_token_ms=0.02, context_token_ms=0.001,
+                        decode_seq_ms=0.3, reload_token_ms=0.01), label="test coefficients")
+    rng = np.random.default_rng(3)
+    docs = [rng.integers(0, 1000, 96) for _ in range(5)]
+    requests = [SimRequest(i, np.concatenate((docs[rng.integers(5)], [5000 + i])),
+                           int(rng.integers(1, 8)), arrival_s=0.004 * i) for i in range(60)]
+    config = SchedulerConfig(block_size=16, num_gpu_blocks=16, max_model_len=256)
+    frames = []
+    for make in (lambda: LMCacheTier(256, 16, 32),
+                 lambda: ModelTier("lmcache", 256, 16, {"chunk_size": 32})):
+        tiers = [make()] * 3 if shared else [make() for _ in range(3)]
+        result = simulate_fleet(requests, config, make_router("kv-cost", 3, 16), model.step_ms,
+                                cpu_tiers=tiers)
+        frames.append(result.requests)
+    assert frames[1].equals(frames[0]) and frames[0]["cpu_hit_tokens"].sum() > 0
