@@ -197,6 +197,27 @@ def test_a_token_trace_in_steps_is_refused_not_given_poisson_arrivals(tmp_path, 
     assert folder_snapshot(tmp_path) == before
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--pattern", "groups", "--system-prompt-length", "16", "--limit", "3"],
+     "--limit takes a TRACE's first N requests; --pattern groups sets its size"),
+    (["--pattern", "groups"], "--pattern groups: give --system-prompt-length or "
+     "--question-length"),
+    (["--pattern", "multi-turn"], "--pattern multi-turn: give --system-prompt-length or "
+     "--question-length"),
+    ([*BASE, "--ray-address", "127.0.0.1:9"],
+     "--ray-address 127.0.0.1:9 joins a Ray cluster: give it with --executor ray"),
+])
+def test_options_that_would_be_ignored_are_refused(tmp_path, capsys, argv, message):
+    """Not run as if absent: --limit on a pattern, --ray-address without Ray, a pattern
+    whose prompts would be empty."""
+    before = folder_snapshot(tmp_path)
+    status = main(["fleet", *argv, "--gpu-blocks", "64", "--jobs", "1", "--out",
+                   str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert status == 1 and err.count("\n") == 1 and message in err, err
+    assert folder_snapshot(tmp_path) == before
+
+
 def test_list_routers_names_every_router_and_default(capsys):
     assert main(["fleet", "--list-routers"]) == 0
     text = capsys.readouterr().out

@@ -206,6 +206,9 @@ def _main(args: argparse.Namespace) -> int:
     if args.list_routers:
         print(list_routers())
         return 0
+    if args.ray_address and args.executor != "ray":      # not silently run locally
+        raise CLIError(f"--ray-address {args.ray_address} joins a Ray cluster: give it with "
+                       "--executor ray")
     try:
         options = router_options(args)
     except ValueError as exc:
