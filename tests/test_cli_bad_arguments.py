@@ -240,6 +240,9 @@ SIM_PATTERN = ["--pattern", "zipf", "--num-documents", "3", "--document-length",
     (["TRACE"], [SIM_LINE.replace('"max_tokens": 1', '"max_tokens": 0')] * 2, 1,
      "t.jsonl:1: max_tokens must be >= 1, got 0 (1 more bad lines)"),
     (["TRACE"], [], 1, "t.jsonl: no requests"),
+    (["TRACE", "--format", "mooncake", "--block-size", "48", "--rate", "1"],
+     ['{"timestamp": 0, "input_length": 600, "output_length": 3, "hash_ids": [1, 2]}'], 1,
+     "t.jsonl: --block-size 48 must divide Mooncake's 512-token blocks"),
 ])
 def test_simulate_bad_arguments(tmp_path, capsys, argv, lines, status, message):
     from conftest import folder_snapshot
