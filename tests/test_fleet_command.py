@@ -204,12 +204,14 @@ def test_a_token_trace_in_steps_is_refused_not_given_poisson_arrivals(tmp_path, 
      "--question-length"),
     (["--pattern", "multi-turn"], "--pattern multi-turn: give --system-prompt-length or "
      "--question-length"),
+    ([*BASE, "--max-model-len", "144"],                      # prompts of 128 + 16 tokens
+     "--max-model-len 144: the longest prompt has 144 tokens (vLLM needs room for 1 output"),
     ([*BASE, "--ray-address", "127.0.0.1:9"],
      "--ray-address 127.0.0.1:9 joins a Ray cluster: give it with --executor ray"),
 ])
 def test_options_that_would_be_ignored_are_refused(tmp_path, capsys, argv, message):
     """Not run as if absent: --limit on a pattern, --ray-address without Ray, a pattern
-    whose prompts would be empty."""
+    whose prompts would be empty; and a prompt vLLM would refuse (max_model_len tokens)."""
     before = folder_snapshot(tmp_path)
     status = main(["fleet", *argv, "--gpu-blocks", "64", "--jobs", "1", "--out",
                    str(tmp_path / "out")])

@@ -85,16 +85,18 @@ def _where(workload: Workload, index: int) -> str:
 
 
 def _config(args: argparse.Namespace, workload: Workload) -> SchedulerConfig:
-    """The engine config; a prompt longer than --max-model-len or a request the pool can
-    never hold is one line naming its file:line and the option."""
+    """The engine config; a prompt of --max-model-len tokens or more (refused by vLLM's
+    input processor) or a request the pool can never hold is one line naming its file:line
+    and the option."""
     longest = max(len(r.prompt_token_ids) + r.max_tokens for r in workload.requests)
     max_len = args.max_model_len or longest
     size, usable = args.block_size, args.num_gpu_blocks - 1
     for r in workload.requests:
         prompt = len(r.prompt_token_ids)
-        if prompt > max_len:
-            raise CLIError(f"{_where(workload, r.index)}: prompt of {prompt} tokens is longer "
-                           f"than --max-model-len {max_len}")
+        if prompt >= max_len:                   # vLLM's input processor refuses both
+            what = "is longer than" if prompt > max_len else "fills"
+            raise CLIError(f"{_where(workload, r.index)}: prompt of {prompt} tokens {what} "
+                           f"--max-model-len {max_len} (vLLM needs room for 1 output token)")
         need = -(-min(prompt + r.max_tokens - 1, max_len) // size)
         if need > usable:
             raise CLIError(f"{_where(workload, r.index)}: the request needs {need} blocks of "

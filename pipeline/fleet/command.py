@@ -130,8 +130,9 @@ def sweep_settings(args: argparse.Namespace, workload, options) -> Settings:
     longest = max(len(r.prompt_token_ids) + r.max_tokens for r in requests)
     max_len = args.max_model_len or longest
     prompt = max(len(r.prompt_token_ids) for r in requests)
-    if prompt > max_len:
-        raise CLIError(f"--max-model-len {max_len}: the longest prompt has {prompt} tokens")
+    if prompt >= max_len:                       # vLLM needs room for 1 output token
+        raise CLIError(f"--max-model-len {max_len}: the longest prompt has {prompt} tokens "
+                       "(vLLM needs room for 1 output token)")
     need = blocks_needed(requests, args.block_size, max_len)
     if min(args.gpu_blocks) < need:
         raise CLIError(f"--gpu-blocks {min(args.gpu_blocks)}: the longest request needs "
