@@ -220,6 +220,8 @@ SIM_PATTERN = ["--pattern", "zipf", "--num-documents", "3", "--document-length",
     (["TRACE", "--concurrency", "0"], [SIM_LINE], 2, "--concurrency: must be > 0"),
     (["TRACE", "--concurrency", "1.5"], [SIM_LINE], 2, "--concurrency: a whole number"),
     (["TRACE", *SIM_PATTERN], [SIM_LINE], 2, "give a trace PATH or --pattern"),
+    (["TRACE", "--num-gpu-blocks", "8", "--gpu", "64,128", "--latency", "roofline"],
+     [SIM_LINE], 2, "--num-gpu-blocks is one run's pool; --gpu CAPS sweeps capacities"),
     ([], [SIM_LINE], 2, "give a trace PATH or --pattern"),
     # the null block inside: one usable block at least
     (["TRACE", "--num-gpu-blocks", "1"], [SIM_LINE], 2, "--num-gpu-blocks: expected an "
