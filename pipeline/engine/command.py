@@ -97,7 +97,8 @@ def _config(args: argparse.Namespace, workload: Workload) -> SchedulerConfig:
             what = "is longer than" if prompt > max_len else "fills"
             raise CLIError(f"{_where(workload, r.index)}: prompt of {prompt} tokens {what} "
                            f"--max-model-len {max_len} (vLLM needs room for 1 output token)")
-        need = -(-min(prompt + r.max_tokens - 1, max_len) // size)
+        # the KV holds every token but the last sampled one, at most max_model_len - 1
+        need = -(-(min(prompt + r.max_tokens, max_len) - 1) // size)
         if need > usable:
             raise CLIError(f"{_where(workload, r.index)}: the request needs {need} blocks of "
                            f"{size} tokens, more than --num-gpu-blocks {args.num_gpu_blocks} "

@@ -163,7 +163,8 @@ def sweep_settings(args: argparse.Namespace, workload, options) -> Settings:
 
 def blocks_needed(requests, block_size: int, max_len: int) -> int:
     """GPU blocks (null block included) the longest request needs."""
-    return max(-(-min(len(r.prompt_token_ids) + r.max_tokens - 1, max_len) // block_size)
+    # the KV holds every token but the last sampled one, at most max_model_len - 1
+    return max(-(-(min(len(r.prompt_token_ids) + r.max_tokens, max_len) - 1) // block_size)
                for r in requests) + 1
 
 
