@@ -69,8 +69,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def gpu_blocks(text: str) -> int:
     """argparse type of --num-gpu-blocks: an integer >= 2 (block 0 is vLLM's null block)."""
     try:
-        value = int(text)
-    except ValueError:
+        value = positive_int(text)
+    except argparse.ArgumentTypeError:
         value = 0
     if value < 2:
         raise argparse.ArgumentTypeError(f"expected an integer >= 2 (block 0 is vLLM's null "
