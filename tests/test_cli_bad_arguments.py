@@ -226,6 +226,8 @@ SIM_PATTERN = ["--pattern", "zipf", "--num-documents", "3", "--document-length",
     # the null block inside: one usable block at least
     (["TRACE", "--num-gpu-blocks", "1"], [SIM_LINE], 2, "--num-gpu-blocks: expected an "
      "integer >= 2 (block 0 is vLLM's null block), got '1'"),
+    (["TRACE", "--num-gpu-blocks", str(MAX_BLOCKS + 1)], [SIM_LINE], 2,
+     f"--num-gpu-blocks: expected at most {MAX_BLOCKS:,} blocks"),
     # --speed scales arrivals: a workload without any is refused, not run unscaled
     (["TRACE", "--speed", "2"], [UNTIMED_LINE], 1, "t.jsonl: --speed needs arrival times"),
     ([*SIM_PATTERN, "--speed", "2"], [], 1, "--pattern zipf: --speed needs arrival times"),

@@ -16,6 +16,7 @@ import argparse
 import sys
 
 from pipeline.base.arguments import non_negative_int, plural, positive_int
+from pipeline.sizes.limits import MAX_BLOCKS
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.loop import simulate
 from pipeline.engine.options import add_engine_arguments, cpu_tier_factory
@@ -67,7 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def gpu_blocks(text: str) -> int:
-    """argparse type of --num-gpu-blocks: an integer >= 2 (block 0 is vLLM's null block)."""
+    """argparse type of --num-gpu-blocks: an integer >= 2 (block 0 is vLLM's null block), at
+    most ``MAX_BLOCKS`` (the pool's arrays are allocated whole: beyond it tens of GiB)."""
     try:
         value = positive_int(text)
     except argparse.ArgumentTypeError:
@@ -75,6 +77,9 @@ def gpu_blocks(text: str) -> int:
     if value < 2:
         raise argparse.ArgumentTypeError(f"expected an integer >= 2 (block 0 is vLLM's null "
                                          f"block), got {text!r}")
+    if value > MAX_BLOCKS:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_BLOCKS:,} blocks, got "
+                                         f"{text!r}")
     return value
 
 
@@ -167,6 +172,9 @@ def main(args: argparse.Namespace) -> int:
         outputs.commit()
     except (ValueError, RuntimeError) as exc:
         raise CLIError(str(exc)) from None
+    except MemoryError as exc:                  # a pool (or grid) too large for this machine
+        raise CLIError(f"not enough memory for the engine's arrays ({exc}): a smaller "
+                       f"--num-gpu-blocks or --gpu") from None
     except KeyboardInterrupt:
         print("interrupted: nothing written", file=sys.stderr)
         return 130
