@@ -197,6 +197,19 @@ def test_a_token_trace_in_steps_is_refused_not_given_poisson_arrivals(tmp_path, 
     assert folder_snapshot(tmp_path) == before
 
 
+def test_a_pool_beyond_the_block_limit_is_a_usage_error(tmp_path, capsys):
+    """Not one MemoryError per point (and a sweep.json) after the workers tried."""
+    from pipeline.sizes.limits import MAX_BLOCKS
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["fleet", *BASE, "--gpu-blocks", f"64,{MAX_BLOCKS + 1}", "--out",
+              str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1
+    assert f"--gpu-blocks: GPU block counts must be at most {MAX_BLOCKS:,}" in err
+    assert folder_snapshot(tmp_path) == {}
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--pattern", "groups", "--system-prompt-length", "16", "--limit", "3"],
      "--limit takes a TRACE's first N requests; --pattern groups sets its size"),
