@@ -13,7 +13,6 @@ Writes DIR/requests.parquet (one row per request) and DIR/steps.parquet (one per
 from __future__ import annotations
 
 import argparse
-import sys
 
 from pipeline.base.arguments import non_negative_int, plural, positive_int
 from pipeline.sizes.limits import MAX_BLOCKS
@@ -175,9 +174,6 @@ def main(args: argparse.Namespace) -> int:
     except MemoryError as exc:                  # a pool (or grid) too large for this machine
         raise CLIError(f"not enough memory for the engine's arrays ({exc}): a smaller "
                        f"--num-gpu-blocks or --gpu") from None
-    except KeyboardInterrupt:
-        print("interrupted: nothing written", file=sys.stderr)
-        return 130
     frame = result.requests
     prompt = int(frame["prompt_tokens"].sum())
     hit = int(frame["gpu_hit_tokens"].sum())
