@@ -81,13 +81,10 @@ def _load(args: argparse.Namespace, timed: bool) -> Load:
 
 
 def plan_under_load(args: argparse.Namespace) -> int:
-    """Search, then print the answer (text or --json); Ctrl-C is one line, exit 130."""
-    import sys
+    """Search, then print the answer (text or --json); Ctrl-C is the CLI's one line (exit
+    130, "interrupted; nothing written")."""
     try:
         return _plan_under_load(args)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
     except (ValueError, RuntimeError) as exc:
         raise CLIError(str(exc)) from None
 
