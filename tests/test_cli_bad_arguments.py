@@ -11,6 +11,7 @@ import pytest
 from conftest import ROOT, SHARED_TRACES
 
 from pipeline.sizes.limits import MAX_BLOCK_SIZE, MAX_BLOCKS, MAX_CAPACITY
+from pipeline.cache.registry import POLICIES
 from pipeline.cli import main
 
 SYNTHETIC = SHARED_TRACES / "synthetic_trace.jsonl"
@@ -357,7 +358,8 @@ def test_a_hash_id_beyond_int64_is_named_as_such(tmp_path, capsys):
     (["plan", "--target-hit-ratio", "0.5", "--block-size", "16", "--gpu-model", "vllm",
       "--output-tokens", "99999999999999999"], "--output-tokens"),
     (["policies", "--docs", "10000000"], "--docs 10000000 x 3 --passes x 6 --capacities"),
-    (["policies", "--docs", "1000000", "--capacities", "1,2,3"], "x 3 --capacities x 9"),
+    (["policies", "--docs", "1000000", "--capacities", "1,2,3"],
+     f"x 3 --capacities x {len(POLICIES)} --gpu-policy"),          # every registered policy
 ])
 def test_work_beyond_the_limits_is_refused_before_allocating(tmp_path, capsys, argv, names):
     from conftest import folder_snapshot, run_outputs
