@@ -112,6 +112,7 @@ def test_stale_view_answers_from_its_last_refresh():
     request = SimRequest(0, np.arange(12), 2)
     engine.add_request(request)
     engine.step()
+    view.changed(0)                        # as the fleet loop tells it after each move
     keys = engine.request_block_hashes(request)
     assert engine.cached_prefix_blocks(keys) == 3          # the prompt's 3 blocks
     assert view.cached_blocks(0, keys) == 0 and view.num_waiting(0) == 0

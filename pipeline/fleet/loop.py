@@ -26,7 +26,7 @@ import polars as pl
 
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.core import EngineSim, StepRecord
-from pipeline.engine.hashing import bulk_request_keys, request_keys
+from pipeline.engine.hashing import flat_request_keys
 from pipeline.engine.loop import STEP_COLUMNS, request_frame, step_frame, timed_run
 from pipeline.engine.request import SimRequest
 from pipeline.fleet.routers.base import RouteRequest, Router
@@ -62,6 +62,7 @@ class _Instance:
         self.open: list[list] = []            # [record, first tokens heard, finishes heard]
         self.idle_calls = 0
         self.timed: list = []                 # the engine's TimedSteps (run_until)
+        self.recent: dict[int, float] = {}    # end of the last batches run_until ran
 
 
 def _per_instance(value, n: int, what: str) -> list:
@@ -74,8 +75,8 @@ def _per_instance(value, n: int, what: str) -> list:
 def simulate_fleet(requests: Sequence[SimRequest], config: SchedulerConfig | Sequence,
                    router: Router, step_ms: StepMs | Sequence[StepMs], *,
                    cpu_tiers: Sequence | None = None, staleness_ms: float = 0.0,
-                   decode_run_ms: RunMs | Sequence[RunMs | None] | None = None
-                   ) -> FleetResult:
+                   decode_run_ms: RunMs | Sequence[RunMs | None] | None = None,
+                   keys: tuple[np.ndarray, np.ndarray] | None = None) -> FleetResult:
     """Route ``requests`` (numbered 0..n-1, arrivals ``arrival_s`` non-decreasing) over
     ``router.num_instances`` engines (``config`` and ``step_ms``: one, or one per
     instance; ``cpu_tiers``: one CPU-tier object per instance, or None).
@@ -83,7 +84,8 @@ def simulate_fleet(requests: Sequence[SimRequest], config: SchedulerConfig | Seq
     ``decode_run_ms(num_running, context_base, count)`` (a step-time model's, equal to
     ``step_ms`` of each pure decode step): an instance then runs a stretch of pure decode
     steps at once, up to the next arrival (and the stale view's next refresh); the same
-    result as step by step, faster."""
+    result as step by step, faster. ``keys``: ``hashing.flat_request_keys(requests,
+    block_size)`` if computed already (a sweep computes them once per workload)."""
     n_inst = router.num_instances
     configs = _per_instance(config, n_inst, "config")
     models = _per_instance(step_ms, n_inst, "step_ms")
@@ -107,7 +109,9 @@ def simulate_fleet(requests: Sequence[SimRequest], config: SchedulerConfig | Seq
     decisions: list[str] = [""] * len(requests)
     pointer = 0
     block_size = configs[0].block_size
-    keys_of = bulk_request_keys(requests, block_size)    # each request hashed once
+    flat, counts = keys if keys is not None else flat_request_keys(requests, block_size)
+    offsets = (np.cumsum(counts) - counts).tolist()       # each request hashed once
+    counts = counts.tolist()
 
     def hear(until: float) -> None:
         while heard and heard[0][0] <= until:
@@ -130,22 +134,23 @@ def simulate_fleet(requests: Sequence[SimRequest], config: SchedulerConfig | Seq
             break
         now = float(bound)
         hear(now)
-        view.advance(now)
+        view.advance(now, t_arrival)
         if t_arrival > now:                       # a stale view's refresh only
             continue
         sim = requests[pointer]
         prompt = len(sim.prompt_token_ids)
-        keys = keys_of[pointer] or request_keys(sim, block_size)
-        keys_of[pointer] = None
-        request = RouteRequest(sim.index, keys[:prompt // block_size], prompt, now,
-                               sim.session)
+        start = offsets[pointer]
+        own = flat[start:start + counts[pointer]]
+        head = own[:prompt // block_size]
+        request = RouteRequest(sim.index, head.tolist(), prompt, now, sim.session)
+        view.request_keys(request.hashes, head)
         choice, decision = router.route(request, view)
         if not 0 <= choice < n_inst:
             raise RuntimeError(f"router {router.NAME} chose instance {choice}")
         inst = fleet[choice]
         if not inst.engine.has_work():
             inst.now = max(inst.now, now)
-        inst.engine.add_request(sim, keys)
+        inst.engine.add_request(sim, own)
         view.changed(choice)
         inst.requests.append(sim)
         inst.arrival.append(now)
@@ -162,13 +167,10 @@ def _advance_all(fleet: list[_Instance], bound: float, shared: bool, heard: list
     between arrivals but a shared CPU pool, so each runs alone up to the bound; with a
     shared pool the batches go in time order (ties: lower instance), as the pool sees
     them."""
-    if not shared:
+    if not shared:                            # run_until: no work, or the bound reached
         for inst in fleet:
             if inst.now < bound and inst.engine.has_work():
                 _run(inst, bound, heard, order)
-                view.changed(inst.index)
-            while inst.now < bound and inst.engine.has_work():
-                _step(inst, bound, heard, order)
                 view.changed(inst.index)
         return
     while True:
@@ -191,15 +193,47 @@ def _run(inst: _Instance, bound: float, heard: list, order) -> None:
     except RuntimeError:
         raise RuntimeError(f"instance {inst.index} schedules nothing while requests wait "
                            "(a request that can never fit)") from None
-    if len(timed.steps):
-        steps = timed.steps[:, 0].tolist()
-        inst.starts.update(zip(steps, timed.start_ms.tolist()))
-        inst.ends.update(zip(steps, (timed.start_ms + timed.duration_ms).tolist()))
-        inst.timed.append(timed)
     inst.now = timed.now_ms
-    ends = inst.ends
-    for step, kind, index in timed.events.tolist():
-        heapq.heappush(heard, (ends[step], next(order), kind, inst.index, index))
+    steps = timed.steps[:, 0]
+    if len(steps):
+        inst.timed.append(timed)
+    if len(timed.events):
+        ends = timed.start_ms + timed.duration_ms
+        found = np.searchsorted(steps, timed.events[:, 0]).tolist()
+        recent, number = inst.recent, inst.index
+        for (step, kind, index), at in zip(timed.events.tolist(), found):
+            # a batch of this call, else (async) one of the last calls still in flight
+            when = float(ends[at]) if at < len(steps) and steps[at] == step else \
+                recent.get(step)
+            if when is None:
+                when = _end_of(inst, step)
+            heapq.heappush(heard, (when, next(order), kind, number, index))
+    if len(steps):
+        tail = max(len(steps) - 3, 0)
+        inst.recent = dict(zip(steps[tail:].tolist(),
+                               (timed.start_ms[tail:] + timed.duration_ms[tail:]).tolist()))
+
+
+def _end_of(inst: _Instance, step: int) -> float:
+    """The end of an earlier batch ``step`` of ``inst`` (any run_until call)."""
+    for timed in reversed(inst.timed):
+        at = int(np.searchsorted(timed.steps[:, 0], step))
+        if at < len(timed.steps) and timed.steps[at, 0] == step:
+            return float(timed.start_ms[at] + timed.duration_ms[at])
+    raise KeyError(step)
+
+
+class _StepTimes:
+    """step -> ms over sorted step numbers (what ``request_frame`` reads of a dict)."""
+
+    def __init__(self, steps: np.ndarray, times: np.ndarray) -> None:
+        self.steps, self.times = steps, times
+
+    def __getitem__(self, step: int) -> float:
+        at = int(np.searchsorted(self.steps, step))
+        if at == len(self.steps) or self.steps[at] != step:
+            raise KeyError(step)
+        return float(self.times[at])
 
 
 def _timed_frame(inst: _Instance) -> pl.DataFrame:
@@ -258,9 +292,15 @@ def _fleet_frames(fleet: list[_Instance], placement: np.ndarray,
                   decisions: list[str]) -> FleetResult:
     frames, steps = [], []
     for inst in fleet:
+        starts, ends = inst.starts, inst.ends
+        if inst.timed:                        # run_until's batches, in step order
+            numbers = np.concatenate([t.steps[:, 0] for t in inst.timed])
+            begin = np.concatenate([t.start_ms for t in inst.timed])
+            finish = np.concatenate([t.start_ms + t.duration_ms for t in inst.timed])
+            starts, ends = _StepTimes(numbers, begin), _StepTimes(numbers, finish)
         if inst.requests:
             frame = request_frame(inst.engine, inst.requests, np.array(inst.arrival),
-                                   True, inst.starts, inst.ends)
+                                   True, starts, ends)
             frames.append(frame.with_columns(instance=pl.lit(inst.index, pl.Int64)))
         frame = (_timed_frame(inst) if inst.timed else
                  step_frame(inst.records, inst.runs, True, inst.starts, inst.ends))
