@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from pipeline.engine.compiled import compiled_model, compiled_run
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.core import EngineSim, StepRecord
 from pipeline.engine.hashing import flat_request_keys
@@ -62,7 +63,6 @@ class _Instance:
         self.open: list[list] = []            # [record, first tokens heard, finishes heard]
         self.idle_calls = 0
         self.timed: list = []                 # the engine's TimedSteps (run_until)
-        self.recent: dict[int, float] = {}    # end of the last batches run_until ran
 
 
 def _per_instance(value, n: int, what: str) -> list:
@@ -112,20 +112,26 @@ def simulate_fleet(requests: Sequence[SimRequest], config: SchedulerConfig | Seq
     flat, counts = keys if keys is not None else flat_request_keys(requests, block_size)
     offsets = (np.cumsum(counts) - counts).tolist()       # each request hashed once
     counts = counts.tolist()
+    as_list = getattr(router, "LIST_HASHES", True)
 
     def hear(until: float) -> None:
         while heard and heard[0][0] <= until:
             _, _, kind, instance, index = heapq.heappop(heard)
             if kind == 0:
                 router.on_first_token(instance, routed[index])
-            else:
-                router.on_finish(instance, routed[index])
+            else:                             # its last event: forget it
+                router.on_finish(instance, routed.pop(index))
                 view.outstanding[instance] -= 1
 
     order = itertools.count()
     shared = tiers[0] is not None and any(t is tiers[0] for t in tiers[1:])
+    if getattr(router, "OBLIVIOUS", False) and not shared and \
+            all(compiled_model(inst.step_ms) is not None for inst in fleet):
+        return _independent(requests, fleet, router, view, due, flat, counts, offsets,
+                            block_size, as_list)
+    arrivals = due.tolist()
     while True:
-        t_arrival = due[pointer] if pointer < len(requests) else np.inf
+        t_arrival = arrivals[pointer] if pointer < len(requests) else np.inf
         bound = t_arrival
         if view.stale and any(inst.engine.has_work() for inst in fleet):
             bound = min(bound, view.next_refresh)
@@ -142,7 +148,8 @@ def simulate_fleet(requests: Sequence[SimRequest], config: SchedulerConfig | Seq
         start = offsets[pointer]
         own = flat[start:start + counts[pointer]]
         head = own[:prompt // block_size]
-        request = RouteRequest(sim.index, head.tolist(), prompt, now, sim.session)
+        request = RouteRequest(sim.index, head.tolist() if as_list else head, prompt, now,
+                               sim.session)
         view.request_keys(request.hashes, head)
         choice, decision = router.route(request, view)
         if not 0 <= choice < n_inst:
@@ -200,18 +207,12 @@ def _run(inst: _Instance, bound: float, heard: list, order) -> None:
     if len(timed.events):
         ends = timed.start_ms + timed.duration_ms
         found = np.searchsorted(steps, timed.events[:, 0]).tolist()
-        recent, number = inst.recent, inst.index
+        number, count = inst.index, len(steps)
         for (step, kind, index), at in zip(timed.events.tolist(), found):
-            # a batch of this call, else (async) one of the last calls still in flight
-            when = float(ends[at]) if at < len(steps) and steps[at] == step else \
-                recent.get(step)
-            if when is None:
-                when = _end_of(inst, step)
+            # a batch of this call, else (async) one of an earlier call still in flight
+            when = float(ends[at]) if at < count and steps[at] == step else \
+                _end_of(inst, step)
             heapq.heappush(heard, (when, next(order), kind, number, index))
-    if len(steps):
-        tail = max(len(steps) - 3, 0)
-        inst.recent = dict(zip(steps[tail:].tolist(),
-                               (timed.start_ms[tail:] + timed.duration_ms[tail:]).tolist()))
 
 
 def _end_of(inst: _Instance, step: int) -> float:
@@ -288,9 +289,43 @@ def _step(inst: _Instance, bound: float, heard: list, order) -> None:
     inst.open = inst.open[-3:]
 
 
+def _independent(requests: Sequence[SimRequest], fleet: list[_Instance], router: Router,
+                 view: FleetView, due: np.ndarray, flat: np.ndarray, counts: list[int],
+                 offsets: list[int], block_size: int, as_list: bool) -> FleetResult:
+    """An oblivious router's fleet: every request routed first (the router reads neither
+    the view nor any request's progress, so the order of events cannot change a
+    decision), then each instance run alone over its requests in one compiled loop, as
+    ``simulate`` runs one engine (the same batches, clock and outputs as the event loop,
+    where instances share nothing but the router)."""
+    n = len(requests)
+    placement = np.zeros(n, dtype=np.int64)
+    decisions: list[str] = [""] * n
+    arrivals = due.tolist()
+    for i, sim in enumerate(requests):
+        head = flat[offsets[i]:offsets[i] + len(sim.prompt_token_ids) // block_size]
+        request = RouteRequest(sim.index, head.tolist() if as_list else head,
+                               len(sim.prompt_token_ids), arrivals[i], sim.session)
+        choice, decisions[i] = router.route(request, view)
+        if not 0 <= choice < len(fleet):
+            raise RuntimeError(f"router {router.NAME} chose instance {choice}")
+        placement[i] = choice
+    per_block = np.repeat(placement, counts)
+    parts = []
+    for inst in fleet:
+        mine = np.flatnonzero(placement == inst.index)
+        if not mine.size:
+            parts.append((None, step_frame([], [], True, {}, {})))
+            continue
+        inst.engine.load([requests[i] for i in mine.tolist()], flat[per_block == inst.index],
+                         np.asarray(counts)[mine])
+        model = compiled_model(inst.step_ms)
+        parts.append(compiled_run(inst.engine, due[mine], True, None, model))
+    return _assemble(parts, decisions)
+
+
 def _fleet_frames(fleet: list[_Instance], placement: np.ndarray,
                   decisions: list[str]) -> FleetResult:
-    frames, steps = [], []
+    parts = []
     for inst in fleet:
         starts, ends = inst.starts, inst.ends
         if inst.timed:                        # run_until's batches, in step order
@@ -298,13 +333,21 @@ def _fleet_frames(fleet: list[_Instance], placement: np.ndarray,
             begin = np.concatenate([t.start_ms for t in inst.timed])
             finish = np.concatenate([t.start_ms + t.duration_ms for t in inst.timed])
             starts, ends = _StepTimes(numbers, begin), _StepTimes(numbers, finish)
-        if inst.requests:
-            frame = request_frame(inst.engine, inst.requests, np.array(inst.arrival),
-                                   True, starts, ends)
-            frames.append(frame.with_columns(instance=pl.lit(inst.index, pl.Int64)))
-        frame = (_timed_frame(inst) if inst.timed else
-                 step_frame(inst.records, inst.runs, True, inst.starts, inst.ends))
-        steps.append(frame.with_columns(instance=pl.lit(inst.index, pl.Int64)))
+        frame = (request_frame(inst.engine, inst.requests, np.array(inst.arrival), True,
+                               starts, ends) if inst.requests else None)
+        parts.append((frame, _timed_frame(inst) if inst.timed else
+                      step_frame(inst.records, inst.runs, True, inst.starts, inst.ends)))
+    return _assemble(parts, decisions)
+
+
+def _assemble(parts: list[tuple[pl.DataFrame | None, pl.DataFrame]],
+              decisions: list[str]) -> FleetResult:
+    """Per instance (its request frame or None, its step frame) -> the fleet's frames."""
+    frames, steps = [], []
+    for index, (frame, batches) in enumerate(parts):
+        if frame is not None:
+            frames.append(frame.with_columns(instance=pl.lit(index, pl.Int64)))
+        steps.append(batches.with_columns(instance=pl.lit(index, pl.Int64)))
     requests = (pl.concat(frames).sort("request") if frames else pl.DataFrame())
     if frames:
         requests = requests.with_columns(

@@ -26,6 +26,7 @@ from typing import Any
 import polars as pl
 import pyarrow.parquet as pq
 
+from pipeline.engine.compiled import compiled_model
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.hashing import flat_request_keys
 from pipeline.fleet.loop import simulate_fleet
@@ -136,9 +137,16 @@ def save_point(out: Path, point: Point, frames: tuple[pl.DataFrame, pl.DataFrame
 _WORKLOAD: Workload | None = None
 
 
-def _init_worker(workload: Workload, block_size: int, keys: tuple) -> None:
+def _init_worker(workload: Workload, block_size: int, keys: tuple,
+                 settings: Settings) -> None:
     global _WORKLOAD
     _WORKLOAD = workload
+    if compiled_model(settings.step_model.step_ms) is not None:
+        try:                     # load the compiled kernels now, not in the first point
+            run_point(settings, Point("round-robin", 1, settings.config.num_gpu_blocks,
+                                      1.0), Workload("warm-up", workload.requests[:1]))
+        except Exception:        # noqa: BLE001 - a real point reports it
+            pass
     _KEYS[:] = [(workload, block_size, keys)]
 
 
@@ -188,7 +196,8 @@ def _local(settings: Settings, points: list[Point], workload: Workload, jobs: in
     # deadlock (polars' documentation says so)
     with futures.ProcessPoolExecutor(
             max_workers=jobs, mp_context=mp.get_context("spawn"), initializer=_init_worker,
-            initargs=(workload, block_size, workload_keys(workload, block_size))) as pool:
+            initargs=(workload, block_size, workload_keys(workload, block_size),
+                      settings)) as pool:
         pending = {pool.submit(_run_in_worker, settings, point, out): point
                    for point in by_cost(points)}
         for future in futures.as_completed(pending):
