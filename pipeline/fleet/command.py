@@ -34,6 +34,7 @@ from pipeline.staging import Outputs, json_bytes, parquet_bytes
 from pipeline.steptime.options import latency_from_args
 
 HELP = "N engine instances behind each router: hit ratio, TTFT, imbalance (a sweep)"
+PROG = "python -m pipeline fleet"
 _SWEEP_KEYS = ("trace", "format", "pattern", "limit", "num_documents",
                "document_length", "repeat_count", "repeat_mode", "users", "num_requests",
                "zipf_alpha", "groups", "questions", "sessions", "turns", "think_s",
@@ -62,6 +63,29 @@ def list_routers() -> str:
     return "\n".join(lines)
 
 
+def ray_target(address: str) -> tuple[str, int]:
+    """``--ray-address`` as (host, port); ValueError naming the option when it is not
+    HOST:PORT (or ray://HOST:PORT)."""
+    target = urlparse(address if "://" in address else f"ray://{address}")
+    try:
+        host, port = target.hostname, target.port
+    except ValueError:
+        host = port = None
+    if not host or not port:
+        raise ValueError(f"--ray-address {address}: expected HOST:PORT")
+    return host, port
+
+
+def usage_checks(args: argparse.Namespace) -> dict[str, dict]:
+    """The checks of options that argparse cannot make alone (each router's options
+    against ``--router``, ``--ray-address``'s form): the router options, or ValueError
+    naming the option (a usage error)."""
+    options = router_options(args)
+    if args.executor == "ray" and args.ray_address:
+        ray_target(args.ray_address)
+    return options
+
+
 def ray_connect(address: str | None, jobs: int) -> bool:
     """``ray.init`` (local when no address, after proving an address answers); True when
     this call started Ray (and must shut it down)."""
@@ -70,13 +94,10 @@ def ray_connect(address: str | None, jobs: int) -> bool:
     if ray.is_initialized():
         return False
     if address:
-        target = urlparse(address if "://" in address else f"ray://{address}")
         try:
-            host, port = target.hostname, target.port
-        except ValueError:
-            host = port = None
-        if not host or not port:
-            raise CLIError(f"--ray-address {address}: expected HOST:PORT")
+            host, port = ray_target(address)
+        except ValueError as exc:
+            raise CLIError(str(exc)) from None
         try:
             socket.create_connection((host, port), timeout=5).close()
         except OSError as exc:
@@ -169,9 +190,10 @@ def _main(args: argparse.Namespace) -> int:
         print(list_routers())
         return 0
     try:
-        options = router_options(args)
-    except ValueError as exc:
-        raise CLIError(str(exc)) from None
+        options = usage_checks(args)
+    except ValueError as exc:                 # a usage error: one line, exit 2
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
     workload = load_workload(args)
     settings = sweep_settings(args, workload, options)
     out = Path(args.out)
