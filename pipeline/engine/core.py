@@ -143,11 +143,11 @@ class EngineSim:
     def reserve(self, rows: int, keys: int, blocks: int) -> None:
         """Room for ``rows`` more requests, ``keys`` more block keys, ``blocks`` more
         block-table entries (arrays grow by doubling)."""
-        def grown(array, need, fill=0):
+        def grown(array, need):
             if need <= array.shape[0]:
                 return array
             size = max(need, 2 * array.shape[0])
-            out = np.full((size,) + array.shape[1:], fill, array.dtype)
+            out = np.zeros((size,) + array.shape[1:], array.dtype)   # pages on first use
             out[:array.shape[0]] = array
             return out
         need = self.rows + rows
