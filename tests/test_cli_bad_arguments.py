@@ -10,7 +10,7 @@ import sys
 import pytest
 from conftest import ROOT, SHARED_TRACES
 
-from pipeline.limits import MAX_BLOCK_SIZE, MAX_BLOCKS, MAX_CAPACITY
+from pipeline.sizes.limits import MAX_BLOCK_SIZE, MAX_BLOCKS, MAX_CAPACITY
 from pipeline.cli import main
 
 SYNTHETIC = SHARED_TRACES / "synthetic_trace.jsonl"

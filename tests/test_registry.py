@@ -11,10 +11,10 @@ import pytest
 
 from conftest import run_outputs
 from kvlab.scenario import pass_keys
-from pipeline import registry
+from pipeline.cache import registry
 from pipeline.blocks.stream import block_stream
 from pipeline.cli import main
-from pipeline.tiers import Tier, TwoTier
+from pipeline.cache.tiers import Tier, TwoTier
 from pipeline.workloads.blocks import document_blocks
 from pipeline.workloads.documents import documents_workload
 
@@ -170,7 +170,7 @@ def test_two_tier_with_one_key_per_request_is_kvlabs_two_tier_cache():
     from hypothesis import strategies as st
 
     from kvlab.kvsim import TwoTierCache
-    from pipeline.tiers import TIERS
+    from pipeline.cache.tiers import TIERS
 
     @given(gpu=st.integers(0, 6), cpu=st.integers(0, 6),
            accesses=st.lists(st.tuples(st.integers(0, 7), st.integers(0, 3)), max_size=40))

@@ -14,22 +14,20 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipeline.arguments import non_negative_int, plural, positive_int
+from pipeline.base.arguments import non_negative_int, plural, positive_int
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.cpu_tier import LMCacheTier
 from pipeline.engine.loop import simulate
 from pipeline.engine.options import add_engine_arguments
 from pipeline.engine.workload import (FORMATS, Workload, pattern_workload, read_workload,
-                                     with_arrivals)
-from pipeline.errors import CLIError
+                                      with_arrivals)
+from pipeline.base.errors import CLIError
 from pipeline.trace.inputs import add_pattern_arguments
-from pipeline.staging import Outputs, parquet_bytes
+from pipeline.base.staging import Outputs, parquet_bytes
 from pipeline.steptime.command import (load_list, loads_closed, lmcache_factory, metric_lines,
                                        prepare, run_curves, run_metrics_outputs,
                                        steptime_arguments)
 from pipeline.workloads.jsonl import TraceError
-
-HELP = "vLLM's engine loop step by step: per-request steps, hits and preemptions under load"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,6 +1,6 @@
 """The LMCache CPU tier under the engine model, composed as the ``lmcache`` model does.
 
-LMCache's local CPU backend (LRU, the rules of ``pipeline.engines.lmcache_cpu.
+LMCache's local CPU backend (LRU, the rules of ``pipeline.engine_caches.lmcache_cpu.
 LocalCpuBackend``, compiled in ``pipeline.engine.ktier``) keyed by chunks of ``chunk_size``
 tokens: chunk j of a prompt is keyed by the chained key of its last block (only full
 chunks: ``save_unfull_chunk`` False). Lookup at admission (every time the scheduler tries
@@ -12,7 +12,7 @@ prompt is computed, from LMCache's own hit on. Engines given the same tier share
 from __future__ import annotations
 
 from pipeline.engine.ktier import tier_arrays
-from pipeline.engines.lmcache_cpu import DEFAULT_CHUNK_SIZE
+from pipeline.engine_caches.lmcache_cpu import DEFAULT_CHUNK_SIZE
 
 __all__ = ["LMCacheTier"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from pipeline.arguments import non_negative_int, positive_int
+from pipeline.base.arguments import non_negative_int, positive_int
 
 __all__ = ["add_engine_arguments"]
 

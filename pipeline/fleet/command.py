@@ -22,7 +22,7 @@ import pyarrow.dataset as ds
 
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.cpu_tier import LMCacheTier
-from pipeline.errors import CLIError
+from pipeline.base.errors import CLIError
 from pipeline.fleet.aggregates import fleet_aggregates, instance_aggregates, json_rows
 from pipeline.fleet.options import add_fleet_arguments
 from pipeline.fleet.plan import Memory, smallest_memory
@@ -30,10 +30,9 @@ from pipeline.fleet.report import report_html
 from pipeline.fleet.routers import ROUTERS, make_router, parse_router_options, router_class
 from pipeline.fleet.sweep import Point, Settings, point_path, run_sweep
 from pipeline.fleet.workload import add_workload_arguments, load_workload
-from pipeline.staging import Outputs, json_bytes, parquet_bytes
+from pipeline.base.staging import Outputs, json_bytes, parquet_bytes
 from pipeline.steptime.options import latency_from_args
 
-HELP = "N engine instances behind each router: hit ratio, TTFT, imbalance (a sweep)"
 PROG = "python -m pipeline fleet"
 _SWEEP_KEYS = ("trace", "format", "pattern", "limit", "num_documents",
                "document_length", "repeat_count", "repeat_mode", "users", "num_requests",

@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pipeline.arguments import positive_int
-from pipeline.errors import CLIError
-from pipeline.kvsize import add_kv_arguments, capacities, kv_from_args, resolve_capacities, \
+from pipeline.base.arguments import positive_int
+from pipeline.base.errors import CLIError
+from pipeline.sizes.units import add_kv_arguments, capacities, kv_from_args, resolve_capacities, \
     size_lines
-from pipeline.staging import Outputs, json_bytes, parquet_bytes
+from pipeline.base.staging import Outputs, json_bytes, parquet_bytes
 from pipeline.steptime.curves import UPPER, Load, load_curves, parse_loads, upper_curve
 from pipeline.steptime.fitted import Linear
 from pipeline.steptime.metrics import prefix_cache_entries, run_metrics, vllm_log_figures
