@@ -30,7 +30,7 @@ from pipeline.engine.compiled import compiled_model
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.hashing import flat_request_keys
 from pipeline.fleet.loop import simulate_fleet
-from pipeline.fleet.routers import make_router
+from pipeline.fleet.routers import make_router, router_class
 from pipeline.fleet.workload import Workload, requests_at_load
 
 __all__ = ["Point", "Settings", "run_point", "run_sweep", "point_path", "EXECUTORS",
@@ -173,11 +173,13 @@ def _ray_point(settings: Settings, point: Point, shared: tuple, out: Path | None
 
 
 def by_cost(points: list[Point]) -> list[Point]:
-    """The points, the likely slowest first (more instances, a router with more state,
-    fewer GPU blocks: more batches), so that workers finish together."""
-    weight = {"prefix-estimate": 3, "kv-cost": 2, "prefix-approx": 1}
-    return sorted(points, key=lambda p: (-p.instances, -weight.get(p.router, 0),
-                                         p.gpu_blocks))
+    """The points, the likely slowest first (more instances; a router with more state:
+    the whole-trace benchmark's order, oblivious routers last; fewer GPU blocks: more
+    batches), so that the workers finish together."""
+    def weight(name: str) -> int:
+        known = {"prefix-estimate": 3, "kv-cost": 2}
+        return known.get(name, 0 if router_class(name).OBLIVIOUS else 1)
+    return sorted(points, key=lambda p: (-p.instances, -weight(p.router), p.gpu_blocks))
 
 
 def _local(settings: Settings, points: list[Point], workload: Workload, jobs: int,
