@@ -21,7 +21,8 @@ from pipeline.base.errors import CLIError
 from pipeline.sizes.limits import MAX_BLOCKS, check_block_count, check_capacities
 from pipeline.cache.registry import MODEL_OPTIONS, MODEL_ORDERS, vllm_version
 
-__all__ = ["MODEL_OPTIONS", "MODEL_ORDERS", "add_engine_arguments", "add_order_arguments",
+__all__ = ["MODEL_OPTIONS", "MODEL_ORDERS", "add_engine_arguments", "add_option_argument",
+           "add_order_arguments",
            "model_options", "default_chunk_size", "vllm_version", "add_model_arguments",
            "run_options", "option_dests", "trace_outputs"]
 
@@ -31,14 +32,24 @@ def option_dests() -> tuple[str, ...]:
     return tuple(registry.options())
 
 
+def add_option_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+                        option: registry.Option, flag: str | None = None,
+                        dest: str | None = None) -> None:
+    """One declared model option as an argument (default None: "not given"), under its own
+    flag and dest unless ``flag`` / ``dest`` say otherwise (the engine's ``--cpu-<option>``)."""
+    names = dict(dest=dest) if dest is not None else {}
+    if option.boolean:
+        parser.add_argument(flag or option.flag, action=argparse.BooleanOptionalAction,
+                            default=None, help=option.help, **names)
+    else:
+        parser.add_argument(flag or option.flag, type=option.type, default=None,
+                            help=option.help, **names)
+
+
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     """Every declared model option (default None: "not given")."""
     for option in registry.options().values():
-        if option.boolean:
-            parser.add_argument(option.flag, action=argparse.BooleanOptionalAction,
-                                default=None, help=option.help)
-        else:
-            parser.add_argument(option.flag, type=option.type, default=None, help=option.help)
+        add_option_argument(parser, option)
 
 
 def add_order_arguments(parser: argparse.ArgumentParser) -> None:

@@ -5,7 +5,8 @@ callers that drive a tier one request at a time (``pipeline.cache.tiers.TwoTier`
 output blocks and hit cap come with ``vllm_requests`` and ``VllmBlockPool.run``, which the
 block-mode models use); ``LMCacheTier`` takes chunk keys and their tokens. LMCache stores
 from its own hit, whatever the GPU tier holds, so it places every key of a request
-(``places_whole_request``).
+(``places_whole_request``); ``admit`` / ``store`` are the two halves of its ``place``, which
+the engine calls at its own points (``pipeline.engine.cpu_tier.ModelTier``).
 """
 
 from __future__ import annotations
@@ -72,8 +73,19 @@ class LMCacheTier:
         if sizes is None or isinstance(sizes, int):
             sizes = [self.backend.chunk_size if sizes is None else sizes] * len(keys)
         sizes = list(sizes)
-        _, hit_tokens = self.backend.lookup(keys, sizes)
-        self.backend.store(keys, sizes, sum(sizes), hit_tokens)
+        hit_tokens = self.admit(keys, sizes)
+        self.store(keys, sizes, sum(sizes), hit_tokens)
+
+    def admit(self, keys: Sequence[Hashable], sizes: Sequence[int]) -> int:
+        """LMCache's lookup as vLLM's connector asks it at admission: the leading chunks
+        present, refreshed (chunk 0 ends most recent); their tokens."""
+        return self.backend.lookup(keys, sizes)[1]
+
+    def store(self, keys: Sequence[Hashable], sizes: Sequence[int], prompt_tokens: int,
+              hit_tokens: int) -> None:
+        """LMCache's store once the request's prompt of ``prompt_tokens`` is computed, from
+        its own hit ``hit_tokens`` (``admit``)."""
+        self.backend.store(keys, sizes, prompt_tokens, hit_tokens)
 
     def keys(self) -> list:
         return list(self.backend.hot)

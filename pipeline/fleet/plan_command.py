@@ -128,7 +128,7 @@ def _check(args: argparse.Namespace) -> None:
                     router=args.router or ["round-robin"], router_option=args.router_option
                     or [], staleness_ms=args.staleness_ms or 0.0,
                     long_prefill_token_threshold=args.long_prefill_token_threshold or 0,
-                    cpu_tokens=args.cpu_tokens or 0, cpu_chunk_size=args.cpu_chunk_size or 256,
+                    cpu_tokens=args.cpu_tokens or 0,
                     groups=args.groups or 4, questions=args.questions or 4,
                     sessions=args.sessions or 8, turns=args.turns or 4,
                     think_s=2.0 if args.think_s is None else args.think_s,

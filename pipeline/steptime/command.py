@@ -11,7 +11,6 @@ options, ``--gpu CAPS`` (+ ``--gpu-steps``), ``--jobs`` and ``--report``;
 from __future__ import annotations
 
 import argparse
-import functools
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +29,7 @@ from pipeline.steptime.metrics import prefix_cache_entries, run_metrics, vllm_lo
 from pipeline.steptime.options import add_latency_arguments, latency_from_args
 
 __all__ = ["steptime_arguments", "load_list", "prepare", "run_metrics_outputs", "run_curves",
-           "metric_lines", "loads_closed", "lmcache_factory"]
+           "metric_lines", "loads_closed"]
 
 LOAD_KINDS = ("speed", "rate", "concurrency")
 
@@ -226,7 +225,3 @@ def loads_closed(loads: list[Load] | None) -> bool:
     """True when every load of a curve run is a closed loop (no arrival times needed)."""
     return bool(loads) and all(load.kind in ("concurrency", "rate") for load in loads)
 
-
-def lmcache_factory(tier_class, cpu_tokens: int, block_size: int, chunk: int):
-    """A picklable factory of fresh CPU tiers (one per run), or None without one."""
-    return functools.partial(tier_class, cpu_tokens, block_size, chunk) if cpu_tokens else None
