@@ -221,24 +221,24 @@ def test_the_engines_cached_keys_are_its_hashed_blocks():
 
 @settings(max_examples=25)
 @given(workloads(), st.integers(2, 4), st.sampled_from(["round-robin", "random", "session"]),
-       st.booleans())
+       st.sampled_from([None, "lmcache", "lru"]))
 def test_oblivious_routers_run_each_instance_alone_with_the_same_result(workload, n, name,
                                                                          cpu):
     """A router that reads no engine state is routed first and each instance run alone in
-    one compiled loop: the same frames as the event loop that interleaves the instances."""
-    from functools import partial
-
-    from pipeline.engine.cpu_tier import LMCacheTier
+    one compiled loop: the same frames as the event loop that interleaves the instances
+    (no CPU tier, the compiled LMCache tier, a registered model's tier)."""
+    from pipeline.engine.cpu_tier import LMCacheTier, ModelTier
     from pipeline.fleet.routers import router_class
 
     requests, config = workload
-    tier = partial(LMCacheTier, 2048, config.block_size, 4 * config.block_size)
+    size = config.block_size
+    tier = {None: None, "lmcache": lambda: LMCacheTier(2048, size, 4 * size),
+            "lru": lambda: ModelTier("lru", 2048, size)}[cpu]
     watched = type("Watched", (router_class(name),), {"OBLIVIOUS": False})
     results = []
-    for router in (make_router(name, n, config.block_size, seed=2),
-                   watched(n, config.block_size, 2)):
+    for router in (make_router(name, n, size, seed=2), watched(n, size, 2)):
         assert router.OBLIVIOUS == (not results)
         results.append(simulate_fleet(requests, config, router, LINEAR.step_ms,
-                                      cpu_tiers=[tier() for _ in range(n)] if cpu else None))
+                                      cpu_tiers=[tier() for _ in range(n)] if tier else None))
     assert results[0].requests.equals(results[1].requests)
     assert results[0].steps.equals(results[1].steps)
