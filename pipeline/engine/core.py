@@ -21,6 +21,7 @@ from pipeline.engine.compiled import STUCK_MESSAGE, compiled_model
 from pipeline.engine.krun import DONE, FULL, STUCK_CALLS, advance, run_until, step_once
 from pipeline.engine.ktier import no_tier
 from pipeline.engine.request import SimRequest
+from pipeline.engine.snapshot import CacheSnapshot
 from pipeline.engine.step import DecodeRows, DecodeRun, StepRecord, TimedSteps
 
 __all__ = ["EngineSim", "StepRecord", "DecodeRun", "RequestView", "TimedSteps",
@@ -67,23 +68,6 @@ class _PoolView:
     @property
     def num_free(self) -> int:
         return self._engine.free_blocks
-
-
-class CacheSnapshot:
-    """The GPU prefix cache as of one moment (a copy of the hash map): what
-    ``cached_prefix_blocks`` and ``cached_key_count`` answered then."""
-
-    def __init__(self, table: np.ndarray, mask: int) -> None:
-        self._table, self._mask, self._count = table, mask, None
-
-    def prefix_blocks(self, block_hashes) -> int:
-        keys = np.asarray(block_hashes, np.uint64).reshape(-1).view(np.int64)
-        return int(leading_cached(self._table, self._mask, keys)) if keys.size else 0
-
-    def key_count(self) -> int:
-        if self._count is None:
-            self._count = int(np.count_nonzero(self._table[:, 1] >= 0))
-        return self._count
 
 
 class EngineSim:

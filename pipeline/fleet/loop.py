@@ -12,6 +12,11 @@ time clock.
 Engine-side effects of a batch (blocks allocated and hashed, requests finished) are
 visible from the batch's start, as vLLM hashes blocks when it schedules them; the router
 hears a request's first token and finish at the end of the batch that sampled it.
+
+A router that reads nothing of the instances (``Router.OBLIVIOUS``: round robin, random,
+session) cannot be swayed by the order of events: every request is routed first, then each
+instance runs alone over its requests in one compiled loop (unless the instances share a
+CPU pool or the step times are Python's), with the same frames.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ Parquet dataset partitioned by point.
 files are written when it finishes (steps first, requests last, each through a temporary
 name), so a killed sweep leaves only whole points and ``--resume`` skips the points whose
 requests file exists. The executors run the same function on the same inputs, so their
-results are equal row for row.
+results are equal row for row; the pool's workers (and Ray's, on a cluster of this machine)
+write their own points, the driver only records which finished.
 """
 
 from __future__ import annotations
