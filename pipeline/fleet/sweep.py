@@ -201,7 +201,8 @@ def _local(settings: Settings, points: list[Point], workload: Workload, jobs: in
             max_workers=jobs, mp_context=mp.get_context("spawn"), initializer=_init_worker,
             initargs=(workload, block_size, workload_keys(workload, block_size),
                       settings)) as pool:
-        pending = {pool.submit(_run_in_worker, settings, point, out): point
+        target = Path(out).resolve()
+        pending = {pool.submit(_run_in_worker, settings, point, target): point
                    for point in by_cost(points)}
         for future in futures.as_completed(pending):
             point = pending[future]
@@ -231,7 +232,7 @@ def _ray(settings: Settings, points: list[Point], workload: Workload, retries: i
     remote = ray.remote(max_retries=retries, retry_exceptions=True)(_ray_point)
     block_size = settings.config.block_size
     shared = ray.put((workload, block_size, workload_keys(workload, block_size)))
-    target = out if _ray_is_local() else None
+    target = Path(out).resolve() if _ray_is_local() else None    # workers: other cwd
     pending = {remote.remote(settings, point, shared, target): point
                for point in by_cost(points)}
     while pending:
