@@ -42,7 +42,10 @@ class Workload:
 
 
 def requests_at_load(workload: Workload, load: float) -> list[SimRequest]:
-    """Fresh copies of the requests with arrival times divided by ``load``."""
+    """The requests with arrival times divided by ``load``: copies, or at load 1 (where
+    the division changes nothing) the requests themselves (nobody changes them)."""
+    if load == 1.0 and all(r.arrival_s is not None for r in workload.requests):
+        return list(workload.requests)
     return [replace(r, arrival_s=(r.arrival_s or 0.0) / load) for r in workload.requests]
 
 
