@@ -29,7 +29,7 @@ from pipeline.fleet.plan import Memory, smallest_memory
 from pipeline.fleet.report import report_html
 from pipeline.fleet.routers import ROUTERS, make_router, parse_router_options, router_class
 from pipeline.fleet.sweep import Point, Settings, point_path, run_sweep
-from pipeline.fleet.workload import add_workload_arguments, load_workload
+from pipeline.fleet.workload import add_workload_arguments, load_workload, workload_usage_checks
 from pipeline.base.staging import Outputs, json_bytes, parquet_bytes
 from pipeline.steptime.options import latency_from_args
 
@@ -77,10 +77,14 @@ def ray_target(address: str) -> tuple[str, int]:
 
 
 def usage_checks(args: argparse.Namespace) -> dict[str, dict]:
-    """The checks of options that argparse cannot make alone (each router's options
-    against ``--router``, ``--ray-address``'s form): the router options, or ValueError
-    naming the option (a usage error)."""
+    """The checks of options that argparse cannot make alone (which workload, each router's
+    options against ``--router``, ``--ray-address`` and its form): the router options, or
+    ValueError naming the option (a usage error)."""
+    workload_usage_checks(args)
     options = router_options(args)
+    if args.ray_address and args.executor != "ray":      # not silently run locally
+        raise ValueError(f"--ray-address {args.ray_address} joins a Ray cluster: give it "
+                         "with --executor ray")
     if args.executor == "ray" and args.ray_address:
         ray_target(args.ray_address)
     return options
@@ -229,9 +233,6 @@ def _main(args: argparse.Namespace) -> int:
     if args.list_routers:
         print(list_routers())
         return 0
-    if args.ray_address and args.executor != "ray":      # not silently run locally
-        raise CLIError(f"--ray-address {args.ray_address} joins a Ray cluster: give it with "
-                       "--executor ray")
     try:
         options = usage_checks(args)
     except ValueError as exc:                 # a usage error: one line, exit 2
