@@ -7,7 +7,8 @@ full, preemption of the newest running request when decode growth finds no block
 freed tail first, async scheduling's two-deep batch queue, and an optional CPU tier
 (LMCache's, or any registered CPU model: ``--cpu-model``). Proven equal to vLLM 0.33.0's
 own scheduler (tests/test_engine_vllm_equal.py).
-Writes DIR/requests.parquet (one row per request) and DIR/steps.parquet (one per batch).
+Writes DIR/requests.parquet (one row per request), DIR/steps.parquet (one per batch) and
+DIR/metrics.json (the run's figures; with a step-time model also DIR/vllm_log.parquet).
 """
 
 from __future__ import annotations
@@ -168,7 +169,7 @@ def main(args: argparse.Namespace) -> int:
         outputs.add(f"{args.out}/requests.parquet", parquet_bytes(result.requests), "--out")
         outputs.add(f"{args.out}/steps.parquet", parquet_bytes(result.steps), "--out")
         metrics = run_metrics_outputs(args, result, outputs)
-        outputs.commit()
+        written = outputs.commit()
     except (ValueError, RuntimeError) as exc:
         raise CLIError(str(exc)) from None
     except MemoryError as exc:                  # a pool (or grid) too large for this machine
@@ -181,7 +182,7 @@ def main(args: argparse.Namespace) -> int:
           f"GPU prefix hits {hit:,} of {prompt:,} prompt tokens "
           f"({hit / prompt:.1%}), CPU {int(frame['cpu_hit_tokens'].sum()):,}, "
           f"{plural(int(frame['preemptions'].sum()), 'preemption')}; "
-          f"wrote {args.out}/requests.parquet and steps.parquet")
+          f"wrote {args.out}/: {', '.join(sorted(path.name for path in written))}")
     for line in metric_lines(metrics):
         print(line)
     return 0
