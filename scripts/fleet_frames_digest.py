@@ -32,10 +32,9 @@ sys.path.insert(0, str(ROOT))
 
 from pipeline.engine.config import SchedulerConfig  # noqa: E402
 from pipeline.engine.cpu_tier import LMCacheTier  # noqa: E402
-from pipeline.engine.request import SimRequest  # noqa: E402
+from pipeline.engine.request import EngineRequests, SimRequest  # noqa: E402
 from pipeline.fleet.routers import ROUTERS  # noqa: E402
 from pipeline.fleet.sweep import Point, Settings, run_point  # noqa: E402
-from pipeline.fleet.workload import Workload  # noqa: E402
 from pipeline.steptime import Linear  # noqa: E402
 from pipeline.workloads.patterns import multi_turn, tenant_groups  # noqa: E402
 
@@ -66,17 +65,17 @@ class PythonModel:
         return LINEAR.decode_run_ms(num_running, context_base, count)
 
 
-def _mooncake() -> tuple[Workload, SchedulerConfig, int]:
+def _mooncake() -> tuple[EngineRequests, SchedulerConfig, int]:
     from pipeline.engine.workload import read_workload
     trace = next(path for path in TRACES if path.exists())
     requests = read_workload(trace, "mooncake", 16).requests[:240]
     longest = max(len(r.prompt_token_ids) + r.max_tokens for r in requests)
     blocks = 3 * (-(-longest // 16) + 1) // 2
-    return (Workload("mooncake first 240", tuple(requests)),
+    return (EngineRequests("mooncake first 240", tuple(requests)),
             SchedulerConfig(num_gpu_blocks=blocks, max_model_len=longest), blocks)
 
 
-def _pattern(made, output_tokens: int, rate: float) -> Workload:
+def _pattern(made, output_tokens: int, rate: float) -> EngineRequests:
     arrivals = made.arrivals_s
     if arrivals is None:
         gaps = np.random.default_rng(7).exponential(1.0 / rate, len(made.prompts))
@@ -86,10 +85,10 @@ def _pattern(made, output_tokens: int, rate: float) -> Workload:
                            output_token_ids=None if output is None else output.tolist())
                 for i, (prompt, output, session)
                 in enumerate(zip(made.prompts, made.outputs, made.sessions))]
-    return Workload(made.name, tuple(requests))
+    return EngineRequests(made.name, tuple(requests))
 
 
-def workloads() -> list[tuple[str, Workload, SchedulerConfig, int, int]]:
+def workloads() -> list[tuple[str, EngineRequests, SchedulerConfig, int, int]]:
     """(name, workload, scheduler config, GPU blocks per instance, instances)."""
     moon, moon_config, moon_blocks = _mooncake()
     small = SchedulerConfig(num_gpu_blocks=300, max_model_len=4096,

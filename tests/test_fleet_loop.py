@@ -156,11 +156,11 @@ def test_a_shared_cpu_pool_serves_blocks_another_instance_stored(model, served):
 
     from pipeline.engine.cpu_tier import LMCacheTier, ModelTier
     from pipeline.fleet.sweep import Point, Settings, run_point
-    from pipeline.fleet.workload import Workload
+    from pipeline.engine.request import EngineRequests
 
     prompt = np.arange(600)
     requests = (SimRequest(0, prompt, 2, arrival_s=0.0), SimRequest(1, prompt, 2, arrival_s=5.0))
-    workload = Workload("same prompt twice", requests)
+    workload = EngineRequests("same prompt twice", requests)
     config = SchedulerConfig(block_size=16, num_gpu_blocks=64, max_model_len=1024)
     tier = (partial(LMCacheTier, 4096, 16, 256) if model == "compiled lmcache" else
             partial(ModelTier, model, 4096, 16, {"chunk_size": 256} if model == "lmcache"

@@ -20,7 +20,8 @@ from pipeline.sizes.limits import MAX_BLOCKS
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.loop import simulate
 from pipeline.engine.options import add_engine_arguments, cpu_tier_factory
-from pipeline.engine.workload import (FORMATS, Workload, pattern_workload, read_workload,
+from pipeline.engine.request import EngineRequests
+from pipeline.engine.workload import (FORMATS, pattern_workload, read_workload,
                                       with_arrivals)
 from pipeline.base.errors import CLIError
 from pipeline.trace.inputs import add_pattern_arguments
@@ -83,13 +84,7 @@ def gpu_blocks(text: str) -> int:
     return value
 
 
-def _where(workload: Workload, index: int) -> str:
-    if str(workload.path).startswith("--pattern"):
-        return f"{workload.path} (request {index})"
-    return f"{workload.path}:{workload.lines[index]}"
-
-
-def _config(args: argparse.Namespace, workload: Workload) -> SchedulerConfig:
+def _config(args: argparse.Namespace, workload: EngineRequests) -> SchedulerConfig:
     """The engine config; a prompt of --max-model-len tokens or more (refused by vLLM's
     input processor) or a request the pool can never hold is one line naming its file:line
     and the option."""
@@ -100,12 +95,12 @@ def _config(args: argparse.Namespace, workload: Workload) -> SchedulerConfig:
         prompt = len(r.prompt_token_ids)
         if prompt >= max_len:                   # vLLM's input processor refuses both
             what = "is longer than" if prompt > max_len else "fills"
-            raise CLIError(f"{_where(workload, r.index)}: prompt of {prompt} tokens {what} "
+            raise CLIError(f"{workload.where(r.index)}: prompt of {prompt} tokens {what} "
                            f"--max-model-len {max_len} (vLLM needs room for 1 output token)")
         # the KV holds every token but the last sampled one, at most max_model_len - 1
         need = -(-(min(prompt + r.max_tokens, max_len) - 1) // size)
         if need > usable:
-            raise CLIError(f"{_where(workload, r.index)}: the request needs {need} blocks of "
+            raise CLIError(f"{workload.where(r.index)}: the request needs {need} blocks of "
                            f"{size} tokens, more than --num-gpu-blocks {args.num_gpu_blocks} "
                            f"holds ({usable} usable)")
     batched = args.max_num_batched_tokens
@@ -120,7 +115,7 @@ def _config(args: argparse.Namespace, workload: Workload) -> SchedulerConfig:
                            async_scheduling=args.async_scheduling)
 
 
-def load(args: argparse.Namespace) -> Workload:
+def load(args: argparse.Namespace) -> EngineRequests:
     """The workload of PATH or --pattern, with its arrivals set."""
     if (args.path is None) == (args.pattern is None):
         _usage(args, "give a trace PATH or --pattern, not both or neither")
@@ -132,12 +127,12 @@ def load(args: argparse.Namespace) -> Workload:
                                      args.output_tokens)
         except TraceError as exc:
             raise CLIError(str(exc)) from None
-    if (workload.timed == "seconds" and args.clock == "steps" and args.rate is None
+    if (workload.arrival_unit == "seconds" and args.clock == "steps" and args.rate is None
             and args.concurrency is None):
-        raise CLIError(f"{workload.path}: arrivals are in seconds (timestamp/arrival_time), "
+        raise CLIError(f"{workload.label}: arrivals are in seconds (timestamp/arrival_time), "
                        f"not steps: give --rate or --concurrency for --clock steps")
-    if args.speed is not None and workload.timed is None:
-        raise CLIError(f"{workload.path}: --speed needs arrival times in the trace (use "
+    if args.speed is not None and workload.arrival_unit is None:
+        raise CLIError(f"{workload.label}: --speed needs arrival times in the trace (use "
                        f"--rate or --concurrency for an untimed workload)")
     with_arrivals(workload.requests, args.clock, speed=args.speed, rate=args.rate,
                   seed=args.seed)
@@ -149,9 +144,9 @@ def main(args: argparse.Namespace) -> int:
         loads = prepare(args)                   # steptime: the clock, and curves or one run
         tiers = cpu_tier_factory(args)
         workload = load(args)
-        if workload.timed == "steps" and args.clock == "time" and args.rate is None \
+        if workload.arrival_unit == "steps" and args.clock == "time" and args.rate is None \
                 and args.concurrency is None and not loads_closed(loads):
-            raise CLIError(f"{workload.path}: arrivals are in steps (arrival_step), not "
+            raise CLIError(f"{workload.label}: arrivals are in steps (arrival_step), not "
                            f"seconds: give --rate or --concurrency for --clock time")
         if loads is not None:
             def config_for(blocks: int) -> SchedulerConfig:

@@ -1,12 +1,14 @@
-"""A request as the engine model sees it, and the token sequence it will hold."""
+"""A request as the engine model sees it, the engine's whole input (``EngineRequests``),
+and the token sequence a request will hold."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["SimRequest", "placeholder_tokens", "sequence_tokens"]
+__all__ = ["EngineRequests", "SimRequest", "placeholder_tokens", "sequence_tokens"]
 
 #: Placeholder output ids are negative, so no prompt (token ids >= 0) contains them.
 _PLACEHOLDER_STRIDE = 1 << 32
@@ -28,6 +30,30 @@ class SimRequest:
     session: str | None = None
     output_token_ids: list[int] | None = None
     prompt_keys: np.ndarray | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class EngineRequests:
+    """What ``simulate``, the step-time curves and the fleet run: ``requests`` in input
+    order, ``label`` naming their source (a file path or ``--pattern NAME``), ``lines``
+    the file line of each (None: generated, no file), and ``arrival_unit`` what arrivals
+    the source gives (``"steps"``, ``"seconds"`` or None: none, set them with
+    ``pipeline.engine.workload.with_arrivals``)."""
+
+    label: str
+    requests: Sequence[SimRequest]
+    lines: np.ndarray | None = None
+    arrival_unit: str | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self.requests)
+
+    def where(self, index: int) -> str:
+        """Request ``index`` for an error: ``file:line``, or ``label (request i)``."""
+        if self.lines is None:
+            return f"{self.label} (request {index})"
+        return f"{self.label}:{self.lines[index]}"
 
 
 def placeholder_tokens(index: int, count: int) -> np.ndarray:

@@ -21,20 +21,19 @@ arrivals, ``--rate`` draws Poisson arrivals (seeded); ``--concurrency`` is a clo
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
-from pipeline.engine.request import SimRequest
+from pipeline.engine.request import EngineRequests, SimRequest
 from pipeline.base.errors import CLIError
 from pipeline.trace.inputs import pattern_from_args
 from pipeline.workloads import mooncake
 from pipeline.workloads.jsonl import Field, TraceError, apply_checks, read_lines
 from pipeline.workloads.tokens import splitmix64
 
-__all__ = ["FORMATS", "Workload", "read_workload", "pattern_workload", "with_arrivals",
+__all__ = ["FORMATS", "read_workload", "pattern_workload", "with_arrivals",
            "TOKEN_FIELDS"]
 
 FORMATS = ("tokens", "mooncake")
@@ -42,17 +41,6 @@ TOKEN_FIELDS = (Field("prompt_token_ids", "int list"), Field("max_tokens", "int"
                 Field("arrival_step", "int"), Field("arrival_time", "number"),
                 Field("output_token_ids", "int list"))
 _MOONCAKE_BLOCK = mooncake.MOONCAKE_BLOCK_SIZE
-
-
-@dataclass
-class Workload:
-    """Requests in input order, the file line of each, and what arrivals the file gives
-    (``"steps"``, ``"seconds"`` or None)."""
-
-    requests: list[SimRequest]
-    lines: np.ndarray
-    path: Path
-    timed: str | None
 
 
 def _backwards(frame: pl.DataFrame, column: str, path: Path) -> None:
@@ -69,7 +57,7 @@ def _backwards(frame: pl.DataFrame, column: str, path: Path) -> None:
                          f"an earlier line's larger value)")
 
 
-def _read_tokens(path: Path, default_max_tokens: int) -> Workload:
+def _read_tokens(path: Path, default_max_tokens: int) -> EngineRequests:
     missing = pl.col("prompt_token_ids").is_null()
     prompt = pl.col("prompt_token_ids")
     outputs = pl.col("output_token_ids")
@@ -106,10 +94,10 @@ def _read_tokens(path: Path, default_max_tokens: int) -> Workload:
                                    output_token_ids=out))
     timed = "steps" if steps and steps[0] is not None else (
         "seconds" if times and times[0] is not None else None)
-    return Workload(requests, good["line"].to_numpy(), path, timed)
+    return EngineRequests(str(path), requests, good["line"].to_numpy(), timed)
 
 
-def _read_mooncake(path: Path, block_size: int) -> Workload:
+def _read_mooncake(path: Path, block_size: int) -> EngineRequests:
     if _MOONCAKE_BLOCK % block_size:
         raise TraceError(f"{path}: --block-size {block_size} must divide Mooncake's "
                          f"{_MOONCAKE_BLOCK}-token blocks")
@@ -136,11 +124,11 @@ def _read_mooncake(path: Path, block_size: int) -> Workload:
                            arrival_s=float(stamps[i]) / 1000.0, prompt_keys=keys[a:a + f])
                 for i, (length, a, f) in enumerate(zip(lengths.tolist(), key_start.tolist(),
                                                        full.tolist()))]
-    return Workload(requests, good["line"].to_numpy(), path, "seconds")
+    return EngineRequests(str(path), requests, good["line"].to_numpy(), "seconds")
 
 
 def read_workload(path: str | Path, fmt: str, block_size: int,
-                  default_max_tokens: int = 1) -> Workload:
+                  default_max_tokens: int = 1) -> EngineRequests:
     """Read ``path`` in format ``fmt`` (see the module docstring)."""
     path = Path(path)
     if fmt == "tokens":
@@ -150,7 +138,7 @@ def read_workload(path: str | Path, fmt: str, block_size: int,
     raise ValueError(f"unknown format {fmt!r}: expected one of {', '.join(FORMATS)}")
 
 
-def pattern_workload(args: argparse.Namespace) -> Workload:
+def pattern_workload(args: argparse.Namespace) -> EngineRequests:
     """The ``--pattern`` options' requests (``pipeline.trace.inputs``): prompts as chained
     block keys of ``args.block_size`` (no token ids needed), ``args.output_tokens`` each;
     a bad pattern option is a one-line CLIError."""
@@ -167,8 +155,7 @@ def pattern_workload(args: argparse.Namespace) -> Workload:
     requests = [SimRequest(i, range(pattern.prompt_tokens), args.output_tokens,
                            prompt_keys=keys[starts[i]:starts[i + 1]])
                 for i in range(pattern.requests_count)]
-    return Workload(requests, np.arange(1, len(requests) + 1), f"--pattern {args.pattern}",
-                    None)
+    return EngineRequests(f"--pattern {args.pattern}", requests)
 
 
 def with_arrivals(requests: list[SimRequest], clock: str, *, speed: float | None = None,

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.engine.request import EngineRequests
 from pipeline.fleet.routers import ROUTERS
 from pipeline.fleet.sweep import Point, Settings, run_sweep
-from pipeline.fleet.workload import Workload
 
 #: The shared Mooncake trace beside the repository (``../shared/traces``).
 TRACE = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "synthetic_trace.jsonl"
@@ -37,11 +37,11 @@ ROUTER_SET = ["round-robin", "least-loaded", "session", "prefix-approx", "prefix
               "kv-cost"]
 
 
-def _workload(path: Path, limit: int | None, block_size: int) -> Workload:
+def _workload(path: Path, limit: int | None, block_size: int) -> EngineRequests:
     from pipeline.engine.workload import read_workload
     requests = read_workload(path, "mooncake", block_size).requests[:limit]
     label = f"{path} (first {limit})" if limit else str(path)
-    return Workload(label, tuple(requests))
+    return EngineRequests(label, tuple(requests))
 
 
 def _cpu(who: int) -> float:

@@ -30,9 +30,10 @@ import pyarrow.parquet as pq
 from pipeline.engine.compiled import compiled_model
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.hashing import flat_request_keys
+from pipeline.engine.request import EngineRequests
 from pipeline.fleet.loop import simulate_fleet
 from pipeline.fleet.routers import make_router, router_class
-from pipeline.fleet.workload import Workload, requests_at_load
+from pipeline.fleet.workload import requests_at_load
 
 __all__ = ["Point", "Settings", "run_point", "run_sweep", "point_path", "EXECUTORS",
            "workload_keys", "run_and_save", "by_cost"]
@@ -70,8 +71,8 @@ class Settings:
     cpu_shared: bool = False
 
 
-def run_point(settings: Settings, point: Point, workload: Workload) -> tuple[pl.DataFrame,
-                                                                              pl.DataFrame]:
+def run_point(settings: Settings, point: Point,
+              workload: EngineRequests) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Simulate ``point``: (per-request frame, per-batch frame), both with the point's
     columns."""
     config = replace(settings.config, num_gpu_blocks=point.gpu_blocks)
@@ -100,7 +101,7 @@ def run_point(settings: Settings, point: Point, workload: Workload) -> tuple[pl.
 _KEYS: list = []          # [(workload, block size, its flat_request_keys)], the last one
 
 
-def workload_keys(workload: Workload, block_size: int) -> tuple:
+def workload_keys(workload: EngineRequests, block_size: int) -> tuple:
     """``flat_request_keys`` of the workload's requests, computed once per workload and
     block size (every point of a sweep routes the same requests; arrivals do not matter)."""
     for known, size, keys in _KEYS:
@@ -135,23 +136,23 @@ def save_point(out: Path, point: Point, frames: tuple[pl.DataFrame, pl.DataFrame
 
 
 # ------------------------------------------------------------------ executors
-_WORKLOAD: Workload | None = None
+_WORKLOAD: EngineRequests | None = None
 
 
-def _init_worker(workload: Workload, block_size: int, keys: tuple,
+def _init_worker(workload: EngineRequests, block_size: int, keys: tuple,
                  settings: Settings) -> None:
     global _WORKLOAD
     _WORKLOAD = workload
     if compiled_model(settings.step_model.step_ms) is not None:
         try:                     # load the compiled kernels now, not in the first point
             run_point(settings, Point("round-robin", 1, settings.config.num_gpu_blocks,
-                                      1.0), Workload("warm-up", workload.requests[:1]))
+                                      1.0), EngineRequests("warm-up", workload.requests[:1]))
         except Exception:        # noqa: BLE001 - a real point reports it
             pass
     _KEYS[:] = [(workload, block_size, keys)]
 
 
-def run_and_save(settings: Settings, point: Point, workload: Workload,
+def run_and_save(settings: Settings, point: Point, workload: EngineRequests,
                  out: Path | None) -> tuple[float, Any]:
     """``run_point`` where the point runs: (its CPU seconds, its frames, or None once
     saved under ``out``). Saving there spares the frames a trip to the driver."""
@@ -183,7 +184,7 @@ def by_cost(points: list[Point]) -> list[Point]:
     return sorted(points, key=lambda p: (-p.instances, -weight(p.router), p.gpu_blocks))
 
 
-def _local(settings: Settings, points: list[Point], workload: Workload, jobs: int,
+def _local(settings: Settings, points: list[Point], workload: EngineRequests, jobs: int,
            out: Path) -> Iterator[tuple[Point, Any, BaseException | None]]:
     """Run ``points`` on a process pool (one workload copy per worker; each worker saves
     its points); in this process with ``jobs`` <= 1 (frames returned, saved here)."""
@@ -222,7 +223,7 @@ def _ray_is_local() -> bool:
                if node.get("Alive"))
 
 
-def _ray(settings: Settings, points: list[Point], workload: Workload, retries: int,
+def _ray(settings: Settings, points: list[Point], workload: EngineRequests, retries: int,
          out: Path) -> Iterator[tuple[Point, Any, BaseException | None]]:
     """Run ``points`` as Ray tasks (``ray.init`` already done); a task that raises or whose
     worker dies is retried ``retries`` times by Ray itself. On a cluster of this machine
@@ -245,7 +246,7 @@ def _ray(settings: Settings, points: list[Point], workload: Workload, retries: i
             yield point, None, exc
 
 
-def run_sweep(settings: Settings, points: list[Point], workload: Workload, out: Path, *,
+def run_sweep(settings: Settings, points: list[Point], workload: EngineRequests, out: Path, *,
               executor: str = "local", jobs: int = 2, retries: int = 1,
               on_saved: Callable[[Point], None] | None = None,
               cpu: dict[Point, float] | None = None) -> dict[Point, BaseException]:

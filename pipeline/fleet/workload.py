@@ -1,4 +1,4 @@
-"""What the fleet serves: a trace or a generated pattern, as ``SimRequest`` lists.
+"""What the fleet serves: a trace or a generated pattern, as ``EngineRequests``.
 
 Traces are read as ``simulate`` reads them (``pipeline.engine.workload``: Mooncake's block
 ids become the engine's chained block keys, token-id JSONL keeps its tokens); the block
@@ -11,37 +11,25 @@ point's load divides every arrival time.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
 from pipeline.base.arguments import non_negative_float, positive_float, positive_int
-from pipeline.engine.request import SimRequest
+from pipeline.engine.request import EngineRequests, SimRequest
 from pipeline.engine.workload import FORMATS, pattern_workload, read_workload, with_arrivals
 from pipeline.base.errors import CLIError
 from pipeline.trace.inputs import add_pattern_arguments
 from pipeline.workloads import patterns
 from pipeline.workloads.jsonl import TraceError
 
-__all__ = ["FLEET_PATTERNS", "Workload", "add_workload_arguments", "load_workload",
+__all__ = ["FLEET_PATTERNS", "add_workload_arguments", "load_workload",
            "requests_at_load"]
 
 FLEET_PATTERNS = (*patterns.PATTERNS, *patterns.TOKEN_PATTERNS)
 
 
-@dataclass(frozen=True)
-class Workload:
-    """Requests in arrival order (base arrivals in ``arrival_s``) and a label."""
-
-    label: str
-    requests: tuple[SimRequest, ...]
-
-    @property
-    def size(self) -> int:
-        return len(self.requests)
-
-
-def requests_at_load(workload: Workload, load: float) -> list[SimRequest]:
+def requests_at_load(workload: EngineRequests, load: float) -> list[SimRequest]:
     """The requests with arrival times divided by ``load``: copies, or at load 1 (where
     the division changes nothing) the requests themselves (nobody changes them)."""
     if load == 1.0 and all(r.arrival_s is not None for r in workload.requests):
@@ -123,19 +111,21 @@ def workload_usage_checks(args: argparse.Namespace) -> None:
                          "--question-length (a prompt needs at least one token)")
 
 
-def load_workload(args: argparse.Namespace) -> Workload:
-    """The trace or pattern the options name (``workload_usage_checks`` passed); CLIError
-    (one line) on a user error in the data."""
-    timed = True
+def load_workload(args: argparse.Namespace) -> EngineRequests:
+    """The trace or pattern the options name (``workload_usage_checks`` passed), requests
+    in a tuple in arrival order, base arrivals in ``arrival_s``; CLIError (one line) on a
+    user error in the data."""
+    timed, lines = True, None
     try:
         if args.trace is not None:
             read = read_workload(args.trace, args.format, args.block_size, args.output_tokens)
             requests, label = read.requests[:args.limit], str(args.trace)
-            if read.timed == "steps":
+            lines = read.lines[:args.limit]
+            if read.arrival_unit == "steps":
                 raise CLIError(f"{label}: arrivals are in steps (arrival_step), but the "
                                "fleet's clock is in seconds: give arrival_time, or neither "
                                "for Poisson arrivals at --rate")
-            timed = read.timed == "seconds"
+            timed = read.arrival_unit == "seconds"
         elif args.pattern in patterns.TOKEN_PATTERNS:
             label, requests, timed = _token_pattern(args)
         else:
@@ -154,4 +144,4 @@ def load_workload(args: argparse.Namespace) -> Workload:
     if any(r.arrival_s is None for r in requests):
         raise CLIError(f"{label}: requests need arrival times (arrival_time) for the "
                        "fleet's clock")
-    return Workload(label, tuple(requests))
+    return EngineRequests(label, tuple(requests), lines, "seconds")

@@ -23,6 +23,7 @@ from pipeline.base.errors import CLIError
 from pipeline.sizes.units import add_kv_arguments, capacities, kv_from_args, resolve_capacities, \
     size_lines
 from pipeline.base.staging import Outputs, json_bytes, parquet_bytes
+from pipeline.engine.request import EngineRequests
 from pipeline.steptime.curves import UPPER, Load, load_curves, parse_loads, upper_curve
 from pipeline.steptime.fitted import Linear
 from pipeline.steptime.metrics import prefix_cache_entries, run_metrics, vllm_log_figures
@@ -181,7 +182,7 @@ def _grid(args: argparse.Namespace) -> list[int]:
     return sorted(set(tokens))
 
 
-def run_curves(args: argparse.Namespace, workload, loads: list[Load],
+def run_curves(args: argparse.Namespace, workload: EngineRequests, loads: list[Load],
                config_for: Callable[[int], object], tier_factory) -> int:
     """The grid of (load, capacity) runs plus the upper line; writes DIR/curves.parquet and
     the --report page; ``config_for(num_gpu_blocks)`` is the command's config check."""
@@ -205,7 +206,7 @@ def run_curves(args: argparse.Namespace, workload, loads: list[Load],
     curves = pl.concat([upper, frame])
     outputs = Outputs()
     outputs.add(f"{args.out}/curves.parquet", parquet_bytes(curves), "--out")
-    description = (f"{workload.path}: {len(workload.requests):,} requests, block size "
+    description = (f"{workload.label}: {len(workload.requests):,} requests, block size "
                    f"{block}, {len(grid)} GPU capacities x {len(loads)} loads")
     if args.report is not None:
         from pipeline.steptime.chart import curves_page

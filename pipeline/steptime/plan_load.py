@@ -17,6 +17,7 @@ from dataclasses import replace
 
 from pipeline.base.arguments import positive_float, positive_int
 from pipeline.base.errors import CLIError
+from pipeline.engine.request import EngineRequests
 from pipeline.sizes.units import kv_from_args
 from pipeline.steptime.curves import Load, apply_load
 from pipeline.steptime.metrics import run_metrics
@@ -43,7 +44,7 @@ def add_load_plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(load_plan_parser=parser)       # usage errors: exit 2
 
 
-def _workload(args: argparse.Namespace):
+def _workload(args: argparse.Namespace) -> EngineRequests:
     from pipeline.engine.workload import pattern_workload, read_workload
     from pipeline.workloads.jsonl import TraceError
     if (args.path is None) == (args.pattern is None):
@@ -104,7 +105,7 @@ def _plan_under_load(args: argparse.Namespace) -> int:
         args.output_tokens = 1
     kv = kv_from_args(args)
     workload = _workload(args)
-    load = _load(args, workload.timed == "seconds")
+    load = _load(args, workload.arrival_unit == "seconds")
     requests, concurrency = apply_load(workload.requests, load, args.seed)
     size = args.block_size
     longest = max(len(r.prompt_token_ids) + r.max_tokens for r in requests)
@@ -149,7 +150,7 @@ def _plan_under_load(args: argparse.Namespace) -> int:
     at = figures(answer)
     document = {
         "target": {"kind": "ttft_p90_under_load", "ttft_ms_p90": target, "load": load.label},
-        "workload": f"{workload.path}: {len(requests):,} requests, block size {size}",
+        "workload": f"{workload.label}: {len(requests):,} requests, block size {size}",
         "step_time_model": latency.label, "provenance": latency.provenance,
         "answer": {"status": status, "num_gpu_blocks": answer, "gpu_tokens": answer * size,
                    "gpu_bytes": kv.bytes(answer * size), "kv": kv.describe()},
