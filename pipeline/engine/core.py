@@ -6,7 +6,7 @@ The scheduler itself is ``pipeline.engine.ksched`` (numba; its docstring lists t
 kept from vLLM 0.33.0), the block pool ``kpool``, the CPU tier ``ktier``, whole runs and
 decode stretches ``krun``. This class owns the arrays (``layout``): it grows them as
 requests arrive, calls one compiled step per ``step()`` and turns the results into
-``StepRecord``s.
+``StepRecord``s; ``views`` reads a request's counters and the pool out of them.
 """
 
 from __future__ import annotations
@@ -23,51 +23,13 @@ from pipeline.engine.ktier import no_tier
 from pipeline.engine.request import SimRequest
 from pipeline.engine.snapshot import CacheSnapshot
 from pipeline.engine.step import DecodeRows, DecodeRun, StepRecord, TimedSteps
+from pipeline.engine.views import PoolView, RequestView
 
 __all__ = ["EngineSim", "StepRecord", "DecodeRun", "RequestView", "TimedSteps",
            "CacheSnapshot"]
 
 _STEP_FIELDS = [L.X_STEP, L.X_PREFILL, L.X_DECODE, L.X_CONTEXT, L.X_RELOAD, L.X_NRUN,
                 L.X_NWAIT, L.X_FREE]
-
-_FIELDS = {"index": L.INDEX, "num_prompt": L.NPROMPT, "max_tokens": L.MAXTOK,
-           "num_tokens": L.NTOK, "computed": L.COMPUTED, "status": L.STATUS,
-           "preemptions": L.PREEMPT, "gpu_hit": L.GPUHIT, "cpu_hit": L.CPUHIT}
-_OPTIONAL = {"first_scheduled_step": L.FSCHED, "first_token_step": L.FTOK,
-             "finish_step": L.FIN}
-
-
-class RequestView:
-    """One request's counters, read from the engine's table (``EngineSim.result``)."""
-
-    __slots__ = ("_row",)
-
-    def __init__(self, row: np.ndarray) -> None:
-        self._row = row
-
-    def __getattr__(self, name):
-        if name in _FIELDS:
-            return int(self._row[_FIELDS[name]])
-        if name in _OPTIONAL:
-            value = int(self._row[_OPTIONAL[name]])
-            return None if value == L.NONE else value
-        raise AttributeError(name)
-
-
-class _PoolView:
-    """What callers read of the block pool: ``cached`` (the keys in the hash map)."""
-
-    def __init__(self, engine: "EngineSim") -> None:
-        self._engine = engine
-
-    @property
-    def cached(self) -> set[int]:
-        e = self._engine
-        return set(np.unique(e.BH[:-1][e.P[:-1, L.HASHED] == 1].view(np.uint64)).tolist())
-
-    @property
-    def num_free(self) -> int:
-        return self._engine.free_blocks
 
 
 class EngineSim:
@@ -242,8 +204,8 @@ class EngineSim:
         return int(self.G[L.G_STEP])
 
     @property
-    def pool(self) -> _PoolView:
-        return _PoolView(self)
+    def pool(self) -> PoolView:
+        return PoolView(self)
 
     def outstanding(self) -> int:
         return int(self.G[L.G_NRUN] + self.G[L.G_WLEN])
