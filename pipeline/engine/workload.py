@@ -32,8 +32,9 @@ from pipeline.trace.inputs import pattern_from_args
 from pipeline.workloads import mooncake
 from pipeline.workloads.jsonl import Field, TraceError, apply_checks, read_lines
 from pipeline.workloads.tokens import splitmix64
+from pipeline.workloads.workload import Workload
 
-__all__ = ["FORMATS", "read_workload", "pattern_workload", "with_arrivals",
+__all__ = ["FORMATS", "read_workload", "pattern_workload", "engine_requests", "with_arrivals",
            "TOKEN_FIELDS"]
 
 FORMATS = ("tokens", "mooncake")
@@ -138,6 +139,36 @@ def read_workload(path: str | Path, fmt: str, block_size: int,
     raise ValueError(f"unknown format {fmt!r}: expected one of {', '.join(FORMATS)}")
 
 
+def engine_requests(workload: Workload, output_tokens: int,
+                    label: str | None = None) -> EngineRequests:
+    """The engine's requests from the one workload type's frames (any reader or pattern that
+    gives block keys): each request's full blocks as chained keys (``prompt_keys``: the
+    block keys mixed by ``splitmix64``), its prompt length, the output length the workload
+    gives (else ``output_tokens``), and its timestamps as arrivals in seconds when every
+    request has one. Sampled output tokens (``output_blocks``) are not carried: outputs are
+    placeholders. ValueError for a workload of whole items (no block size)."""
+    size = workload.block_size
+    if size is None:
+        raise ValueError("a workload of whole items has no blocks for the engine: give a "
+                         "block size")
+    blocks = workload.blocks.filter(pl.col("block_tokens") == size)
+    keys = splitmix64(blocks["block_key"].to_numpy())
+    count = workload.requests.height
+    starts = np.concatenate(([0], np.cumsum(np.bincount(
+        blocks["request"].to_numpy().astype(np.int64), minlength=count))))
+    prompts = workload.requests["prompt_tokens"].to_list()
+    outputs = ([output_tokens] * count if workload.output_tokens is None
+               else np.asarray(workload.output_tokens).tolist())
+    stamps = workload.requests["timestamp_ms"]
+    timed = count > 0 and stamps.null_count() == 0
+    arrivals = (stamps / 1000.0).to_list() if timed else [None] * count
+    requests = [SimRequest(i, range(prompts[i]), int(outputs[i]), arrival_s=arrivals[i],
+                           prompt_keys=keys[starts[i]:starts[i + 1]]) for i in range(count)]
+    lines = workload.lines if workload.lines.size else None
+    return EngineRequests(workload.label if label is None else label, requests, lines,
+                          "seconds" if timed else None)
+
+
 def pattern_workload(args: argparse.Namespace) -> EngineRequests:
     """The ``--pattern`` options' requests (``pipeline.trace.inputs``): prompts as chained
     block keys of ``args.block_size`` (no token ids needed), ``args.output_tokens`` each;
@@ -146,16 +177,8 @@ def pattern_workload(args: argparse.Namespace) -> EngineRequests:
         pattern = pattern_from_args(args)
     except ValueError as exc:
         raise CLIError(f"--pattern {args.pattern}: {exc}") from None
-    size = args.block_size
-    blocks = pattern.blocks(size).filter(pl.col("block_tokens") == size)
-    keys = splitmix64(blocks["block_key"].to_numpy())
-    counts = np.bincount(blocks["request"].to_numpy().astype(np.int64),
-                         minlength=pattern.requests_count)
-    starts = np.concatenate(([0], np.cumsum(counts)))
-    requests = [SimRequest(i, range(pattern.prompt_tokens), args.output_tokens,
-                           prompt_keys=keys[starts[i]:starts[i + 1]])
-                for i in range(pattern.requests_count)]
-    return EngineRequests(f"--pattern {args.pattern}", requests)
+    return engine_requests(pattern.workload(args.block_size), args.output_tokens,
+                           f"--pattern {args.pattern}")
 
 
 def with_arrivals(requests: list[SimRequest], clock: str, *, speed: float | None = None,
