@@ -1,10 +1,12 @@
 """One CLI over the pipeline: ``python -m pipeline COMMAND`` (also installed as ``kvlab``).
 
-Each command is a module in ``COMMANDS`` that offers ``HELP`` (one line),
-``add_arguments(parser)`` and ``main(args) -> int``; this module builds one argparse parser
-from them and turns a ``CLIError`` into one line on stderr and exit status 1, a closed
-stdout (``| head``) into a quiet exit 1, and Ctrl-C into one line and exit status 130
-(``interrupted; nothing written``, or what a command's ``interrupted(args)`` says was kept).
+``COMMANDS`` names each command's module and its one-line help; the module offers
+``add_arguments(parser)`` and ``main(args) -> int``. A command's module is imported only when
+that command runs (``python -m pipeline --help`` lists every command without importing any).
+This module builds one argparse parser from them and turns a ``CLIError`` into one line on
+stderr and exit status 1, a closed stdout (``| head``) into a quiet exit 1, and Ctrl-C into one
+line and exit status 130 (``interrupted; nothing written``, or what a command's
+``interrupted(args)`` says was kept).
 """
 
 from __future__ import annotations
@@ -14,32 +16,54 @@ import importlib
 import io
 import os
 import sys
+from collections.abc import Iterable
 from types import ModuleType
+from typing import NamedTuple
 
-from pipeline.arguments import Parser
-from pipeline.errors import CLIError
+from pipeline.base.arguments import Parser
+from pipeline.base.errors import CLIError
 
 PROG = "python -m pipeline"
-#: command name -> module offering HELP, add_arguments(parser) and main(args).
+
+
+class Command(NamedTuple):
+    """A command: the module offering add_arguments(parser) and main(args), and its help."""
+
+    module: str
+    help: str
+
+
+#: command name -> its module and one-line help (the module is imported only to run it).
 COMMANDS = {
-    "run": "pipeline.run",
-    "measured": "pipeline.measured",
-    "synth-ttft": "pipeline.synthetic_ttft",
-    "bench": "pipeline.bench.run",
-    "blocks": "pipeline.blocks.command",
-    "trace": "pipeline.trace.command",
-    "policies": "pipeline.policies.command",
-    "measure": "pipeline.measure.cli",
-    "plan": "pipeline.plan",
-    "fit": "pipeline.fit.command",
-    "simulate": "pipeline.engine.command",
-    "fleet": "pipeline.fleet.command",
+    "run": Command("pipeline.run.command",
+                   "exports, sweeps, aggregates, measured summary, report"),
+    "measured": Command("pipeline.measured",
+                        "summarize a measured TTFT file and attribute its requests to tiers"),
+    "synth-ttft": Command("pipeline.ttft.synthetic", "regenerate the synthetic data/ttft.jsonl"),
+    "bench": Command("pipeline.bench.run", "time the default run and the one-pass curves; "
+                     "--with adds the others (figures)"),
+    "blocks": Command("pipeline.blocks.command", "the lab's scenario in block mode "
+                      "(tail-first / head-first tiers), JSON"),
+    "trace": Command("pipeline.trace.command", "replay a trace (Mooncake, token ids) or a "
+                     "pattern: GPU/CPU/recomputed tokens"),
+    "policies": Command("pipeline.policies.command", "hit ratio per cache policy (LRU ... ARC, "
+                        "OPT) per capacity: lab or Mooncake trace"),
+    "measure": Command("pipeline.measure.cli", "measure TTFT on a real server (or a local "
+                       "llama.cpp one) into a JSON-lines file"),
+    "plan": Command("pipeline.plan.command", "the smallest CPU tier (tokens and GiB) that meets "
+                    "a TTFT or hit-ratio target"),
+    "fit": Command("pipeline.fit.command", "fit step-time coefficients to measured requests "
+                   "(least squares on their schedule)"),
+    "simulate": Command("pipeline.engine.command", "vLLM's engine loop step by step: "
+                        "per-request steps, hits and preemptions under load"),
+    "fleet": Command("pipeline.fleet.command", "N engine instances behind each router: hit "
+                     "ratio, TTFT, imbalance (a sweep)"),
 }
 
 
 def command_module(name: str) -> ModuleType:
-    """The module behind command ``name``."""
-    return importlib.import_module(COMMANDS[name])
+    """The module behind command ``name`` (imported now)."""
+    return importlib.import_module(COMMANDS[name].module)
 
 
 def _description(module: ModuleType) -> str:
@@ -47,20 +71,31 @@ def _description(module: ModuleType) -> str:
     return (module.__doc__ or "").split("\n\n")[0].replace("``", "")
 
 
-def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
-    """The parser of every command."""
+def build_parser(prog: str = PROG, load: Iterable[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of every command; only the commands in ``load`` (default: all) get their
+    options, and only their modules are imported."""
+    loaded = set(COMMANDS if load is None else load)
     parser = Parser(
         prog=prog,
         description="kvlab: how much prefix KV cache survives on the GPU, what a CPU tier "
                     "buys, and what that does to time-to-first-token.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMANDS:
+    for name, command in COMMANDS.items():
+        if name not in loaded:
+            commands.add_parser(name, help=command.help)
+            continue
         module = command_module(name)
-        sub = commands.add_parser(name, help=module.HELP, description=_description(module),
+        sub = commands.add_parser(name, help=command.help, description=_description(module),
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(sub)
         sub.set_defaults(handler=module.main)
     return parser
+
+
+def _named_command(argv: list[str]) -> list[str]:
+    """The command ``argv`` runs (as a list of at most one name): its first word, when that
+    is a command; nothing for ``--help`` or a mistyped command (argparse then says which)."""
+    return argv[:1] if argv and argv[0] in COMMANDS else []
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
@@ -68,13 +103,14 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     with one line on Ctrl-C."""
     if prog is None:
         prog = "kvlab" if sys.argv and sys.argv[0].endswith("kvlab") else PROG
-    from pipeline import staging
-
     args = None
-    staging.committed.clear()                 # this command's commits only (see interrupted)
     try:
-        parser = build_parser(prog)
-        args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+        argv = sys.argv[1:] if argv is None else argv
+        parser = build_parser(prog, load=_named_command(argv))
+        args = parser.parse_args(argv)
+        from pipeline.base import staging     # polars: not needed for --help
+
+        staging.committed.clear()             # this command's commits only (see interrupted)
         status = args.handler(args)
         sys.stdout.flush()
         return status
@@ -91,8 +127,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
 def interrupted(args: argparse.Namespace | None) -> str:
     """The one line Ctrl-C prints: what the command says it keeps (its ``interrupted(args)``,
-    e.g. ``measure``'s lines so far), else whether ``pipeline.staging`` had committed."""
-    from pipeline import staging
+    e.g. ``measure``'s lines so far), else whether ``pipeline.base.staging`` had committed."""
+    from pipeline.base import staging
 
     name = getattr(args, "command", None)
     says = getattr(command_module(name), "interrupted", None) if name in COMMANDS else None

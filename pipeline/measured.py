@@ -6,10 +6,10 @@
 latencies separate.
 
 The jobs live in their own modules: reading, validation and the file's setup in
-``pipeline.measured_input`` (the reader, checks and ``--measured-*`` flags of ``run
---measured``), statistics in ``pipeline.summary`` (``--json`` writes
-exactly what kvlab/summarize.py writes), tier attribution in ``pipeline.attribution`` and the
-sentences in ``pipeline.verdicts``.
+``pipeline.ttft.inputs`` (the reader, checks and ``--measured-*`` flags of ``run
+--measured``), statistics in ``pipeline.ttft.summary`` (``--json`` writes
+exactly what kvlab/summarize.py writes), tier attribution in ``pipeline.ttft.attribution`` and the
+sentences in ``pipeline.ttft.verdicts``.
 """
 
 from __future__ import annotations
@@ -21,17 +21,15 @@ from dataclasses import replace
 import polars as pl
 
 from kvlab.summarize import write_json_atomic
-from pipeline.attribution import attribute_tiers
-from pipeline.config import LAB_CPU, LAB_GPU, LAB_TOKENS
-from pipeline.arguments import positive_int
-from pipeline.errors import CLIError
-from pipeline.kvsize import add_kv_arguments, capacity, resolve_capacities, size_lines
-from pipeline.measured_configs import agreement_lines
-from pipeline.measured_input import add_setup_arguments, read_measured, setup_flags
-from pipeline.summary import stats_table, summary, tier_table
-from pipeline.verdicts import separation_notes
-
-HELP = "summarize a measured TTFT file and attribute its requests to tiers"
+from pipeline.ttft.attribution import attribute_tiers
+from pipeline.base.config import LAB_CPU, LAB_GPU, LAB_TOKENS
+from pipeline.base.arguments import positive_int
+from pipeline.base.errors import CLIError
+from pipeline.sizes.units import add_kv_arguments, capacity, resolve_capacities, size_lines
+from pipeline.ttft.configs import agreement_lines
+from pipeline.ttft.inputs import add_setup_arguments, read_measured, setup_flags
+from pipeline.ttft.summary import stats_table, summary, tier_table
+from pipeline.ttft.verdicts import separation_notes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

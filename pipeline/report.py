@@ -17,7 +17,7 @@ block mode with the engine models (``block_group``), the cache policies
 (``policy_group``) and a link to the trace report (``trace_group``).
 
 The report renders the frames it is given: it runs no model and reads no file (``run``'s
-stages compute every frame, ``pipeline.run_blocks.report_inputs``).
+stages compute every frame, ``pipeline.run.block_mode.report_inputs``).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def build_sections(aggregates: pl.DataFrame, requests: pl.DataFrame, scenario: d
 
 
 def plan_sections(fit_predicted: pl.DataFrame, residuals: pl.DataFrame) -> list[Section]:
-    """The fitted TTFT model (``pipeline.run_blocks.ttft_fit``): predicted p50 TTFT per pass
+    """The fitted TTFT model (``pipeline.run.block_mode.ttft_fit``): predicted p50 TTFT per pass
     along the GPU and the CPU cliff, and measured vs predicted per (config, pass)."""
     from pipeline.charts import plan
     return [plan.sweep_ttft_section(fit_predicted, "gpu_cliff"),
@@ -109,7 +109,7 @@ def block_group(aggregates: pl.DataFrame, scenario: dict, note: str = "",
     """Block mode: tail-first vs head-first (``block_sections``: ``aggregates`` of the ideal
     model in both orders, ``scenario`` with docs, tokens, block_size, cpu_sweep_gpu), then
     ``extra`` (a run's own engine models), then with ``engines`` (GPU and CPU curves of
-    ``pipeline.engines.curves``), ideal vs vllm and
+    ``pipeline.engine_caches.curves``), ideal vs vllm and
     LMCache's chunk-level CPU cliff (the lab's workload)."""
     from pipeline.charts import blocks
     from pipeline.charts import engines as engine_charts
@@ -165,7 +165,7 @@ def write_report(path: str | os.PathLike, *, aggregates: pl.DataFrame,
     """Write the self-contained HTML report to ``path`` atomically; return the path.
 
     ``predicted`` (aggregates plus ``predicted_ttft_ms``) and ``latencies`` (see
-    ``pipeline.latency``) add the predicted-TTFT chart.
+    ``pipeline.ttft.latency``) add the predicted-TTFT chart.
     """
     target = Path(path)
     text = render_html(aggregates, requests, provenance, scenario, predicted, latencies)

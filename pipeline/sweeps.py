@@ -6,7 +6,7 @@ Three sweeps over one workload, each a grid of (GPU, CPU) capacity pairs:
 * ``cpu_cliff``: GPU fixed, CPU capacity over the same range;
 * ``grid``: a coarse GPU x CPU grid for a heatmap.
 
-Events and aggregates are written as zstd Parquet (``pipeline.staging``), atomically.
+Events and aggregates are written as zstd Parquet (``pipeline.base.staging``), atomically.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ import numpy as np
 import polars as pl
 
 from kvlab.summarize import atomic_output
-from pipeline import grids
-from pipeline.config import LAB_DOCS, LAB_TOKENS
-from pipeline.limits import check_capacity_list
+from pipeline.sizes import grids
+from pipeline.base.config import LAB_DOCS, LAB_TOKENS
+from pipeline.sizes.limits import check_capacity_list
 from pipeline.simulate import simulate
-from pipeline.staging import parquet_bytes
+from pipeline.base.staging import parquet_bytes
 from pipeline.workloads.documents import DocumentWorkload
 
 SWEEPS = ("gpu_cliff", "cpu_cliff", "grid")
@@ -143,7 +143,7 @@ def aggregate(events: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
 
 
 def write_parquet_atomic(frame: pl.DataFrame, path: Path) -> Path:
-    """Write ``frame`` to ``path`` (zstd, ``pipeline.staging.parquet_bytes``), atomically."""
+    """Write ``frame`` to ``path`` (zstd, ``pipeline.base.staging.parquet_bytes``), atomically."""
     with atomic_output(path, binary=True) as handle:
         handle.write(parquet_bytes(frame))
     return Path(path)
@@ -192,8 +192,8 @@ def hit_steps(accesses: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
 
     One row per (pass, distinct stack distance d): ``hits`` = the pass's hits at every GPU
     capacity in [d, next d). Exact for capacities >= the largest item size (below it,
-    oversize items change the stack: use ``pipeline.stackdist.lru_hit_counts``). An events
-    log may be passed whole: each access counts once (``one_pair``).
+    oversize items change the stack: use ``pipeline.cache.stack_distance.lru_hit_counts``). An
+    events log may be passed whole: each access counts once (``one_pair``).
     """
     return (
         one_pair(accesses)
@@ -220,7 +220,7 @@ def hits_at(accesses: pl.DataFrame, capacities: Sequence[int]) -> pl.DataFrame:
     if too_small:
         raise ValueError(f"capacity {too_small[0]} is below the largest item ({largest}): the "
                          "stack-distance curve is exact only from there; use "
-                         "pipeline.stackdist.lru_hit_counts")
+                         "pipeline.cache.stack_distance.lru_hit_counts")
     grid = (pl.DataFrame({"capacity": list(capacities)}, schema={"capacity": pl.Int64})
             .join(accesses.select(pl.col("pass_index").unique()), how="cross")
             .sort("capacity"))

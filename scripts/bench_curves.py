@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from pipeline.engine.config import SchedulerConfig  # noqa: E402
 from pipeline.engine.workload import read_workload  # noqa: E402
-from pipeline.kvsize import model_shape  # noqa: E402
+from pipeline.sizes.units import model_shape  # noqa: E402
 from pipeline.steptime import Roofline, gpu_preset  # noqa: E402
 from pipeline.steptime.curves import Load, load_curves, upper_curve  # noqa: E402
 

@@ -1,5 +1,5 @@
 """Every capacity option of ``blocks``, ``trace``, ``policies`` and ``measured`` takes tokens
-or a size through the model's bytes per token (``pipeline.kvsize.resolve_capacities``); the
+or a size through the model's bytes per token (``pipeline.sizes.units.resolve_capacities``); the
 output says the unit and the bytes per token; a bad size is one line naming the option."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline import kvsize
+from pipeline.sizes import units
 from pipeline.cli import main
-from pipeline.errors import CLIError
+from pipeline.base.errors import CLIError
 
 LAB_BPT = 28_672
 SMALL_TRACE = ["trace", "--pattern", "zipf", "--num-documents", "3", "--document-length", "40",
@@ -26,29 +26,29 @@ def run_json(capsys, argv: list[str]) -> dict:
 
 
 def test_lmcache_gb_is_two_to_the_thirty():
-    cap = kvsize.parse_capacity("1.5lmcacheGB")
+    cap = units.parse_capacity("1.5lmcacheGB")
     assert cap.size_bytes == int(1.5 * 2**30)
-    assert cap.tokens(kvsize.preset("qwen2.5-1.5b")) == 56_173
-    text = cap.describe(kvsize.preset("qwen2.5-1.5b"))
+    assert cap.tokens(units.preset("qwen2.5-1.5b")) == 56_173
+    text = cap.describe(units.preset("qwen2.5-1.5b"))
     assert "lmcacheGB = 2^30 bytes" in text and "max_local_cpu_size" in text
-    assert kvsize.parse_capacity("1.5GB").size_bytes == 1_500_000_000
+    assert units.parse_capacity("1.5GB").size_bytes == 1_500_000_000
 
 
 @given(st.lists(st.one_of(st.integers(0, 10**7).map(str),
-                          st.tuples(st.integers(0, 5000), st.sampled_from(sorted(kvsize.UNITS)))
+                          st.tuples(st.integers(0, 5000), st.sampled_from(sorted(units.UNITS)))
                           .map(lambda t: f"{t[0]}{t[1]}")), min_size=1, max_size=4),
        st.integers(1, 10**6))
 def test_resolve_equals_literal_conversion(texts, per_token):
     """Each item becomes count (tokens) or floor(count x unit bytes / bytes per token)."""
     args = argparse.Namespace(model=None, kv_shape=None, kv_bytes_per_token=per_token,
-                              gpu=kvsize.capacities(",".join(texts)),
-                              cpu=kvsize.capacity(texts[0]), other=7)
-    sizes = kvsize.resolve_capacities(args, "gpu", "cpu", "other", "absent")
+                              gpu=units.capacities(",".join(texts)),
+                              cpu=units.capacity(texts[0]), other=7)
+    sizes = units.resolve_capacities(args, "gpu", "cpu", "other", "absent")
 
     def literal(text: str) -> int:
         digits = "".join(ch for ch in text if ch.isdigit())
         unit = text[len(digits):].upper()
-        return int(digits) if not unit else int(digits) * kvsize.UNITS[unit] // per_token
+        return int(digits) if not unit else int(digits) * units.UNITS[unit] // per_token
     assert args.gpu == [literal(t) for t in texts] and args.cpu == literal(texts[0])
     assert args.other == 7
     has_unit = any(not t.isdigit() for t in texts)
@@ -61,7 +61,7 @@ def test_resolve_equals_literal_conversion(texts, per_token):
 def test_resolve_bad_model_names_the_option():
     args = argparse.Namespace(model="nope", kv_shape=None, kv_bytes_per_token=None, gpu=None)
     with pytest.raises(CLIError, match="--model"):
-        kvsize.resolve_capacities(args, "gpu")
+        units.resolve_capacities(args, "gpu")
 
 
 def test_blocks_sizes(capsys):
@@ -84,7 +84,7 @@ def test_trace_sizes(capsys, tmp_path):
     out = run_json(capsys, [*SMALL_TRACE, "--out", str(tmp_path / "t"), "--json",
                             "--gpu", "0,4MB", "--cpu", "1.5lmcacheGB", "--model",
                             "llama-3.1-8b"])
-    per_token = kvsize.preset("llama-3.1-8b").bytes_per_token
+    per_token = units.preset("llama-3.1-8b").bytes_per_token
     assert out["sizes"]["kv"]["name"] == "Llama-3.1-8B"
     assert [p["tokens"] for p in out["sizes"]["options"]["--gpu"]] == [0, 4 * 10**6 // per_token]
     assert out["sizes"]["options"]["--cpu"][0]["unit_meaning"].startswith("2^30 bytes")

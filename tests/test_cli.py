@@ -166,3 +166,46 @@ def test_readme_first_block_is_the_two_commands_and_ci_runs_the_second():
     assert len(commands) == 2
     assert commands[0].endswith("-m pipeline run")
     assert commands[1] in (ROOT / ".ci" / "run").read_text()
+
+
+_IMPORTED = ("import sys\n"
+             "from pipeline.cli import COMMANDS, main\n"
+             "try:\n"
+             "    main(sys.argv[1:])\n"
+             "except SystemExit:\n"
+             "    pass\n"
+             "print(sorted(c.module for c in COMMANDS.values() if c.module in sys.modules),\n"
+             "      file=sys.stderr)\n")
+
+
+def _commands_imported(*args):
+    """The command modules that ``python -m pipeline ARGS`` imported, and its stdout."""
+    proc = subprocess.run([sys.executable, "-c", _IMPORTED, *args], cwd=ROOT,
+                          capture_output=True, text=True)
+    return eval(proc.stderr.strip().splitlines()[-1]), proc.stdout
+
+
+def test_help_lists_every_command_without_importing_one():
+    from pipeline.cli import COMMANDS
+
+    imported, shown = _commands_imported("--help")
+    assert imported == []
+    for name, command in COMMANDS.items():
+        assert name in shown and command.help.split()[0] in shown
+
+
+def test_a_command_imports_its_own_module_and_shows_its_options():
+    imported, shown = _commands_imported("trace", "--help")
+    assert imported == ["pipeline.trace.command"]
+    assert "--gpu-model" in shown and "--pattern" in shown
+    imported, shown = _commands_imported("plan", "--help")     # plan --fleet: fleet's options
+    assert "pipeline.plan.command" in imported and "pipeline.run.command" not in imported
+    assert "--target-ttft-ms" in shown and "--gpu-model" in shown
+
+
+def test_every_command_module_offers_the_command_interface():
+    from pipeline.cli import COMMANDS, command_module
+
+    for name in COMMANDS:
+        module = command_module(name)
+        assert callable(module.add_arguments) and callable(module.main), name

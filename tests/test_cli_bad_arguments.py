@@ -10,7 +10,7 @@ import sys
 import pytest
 from conftest import ROOT, SHARED_TRACES
 
-from pipeline.limits import MAX_BLOCK_SIZE, MAX_BLOCKS, MAX_CAPACITY
+from pipeline.sizes.limits import MAX_BLOCK_SIZE, MAX_BLOCKS, MAX_CAPACITY
 from pipeline.cli import main
 
 SYNTHETIC = SHARED_TRACES / "synthetic_trace.jsonl"
@@ -197,6 +197,42 @@ def usage_error(capsys, argv, message) -> None:
 ])
 def test_usage_errors_exit_2_with_the_options_bound(capsys, argv, message):
     usage_error(capsys, argv, message)
+
+
+# --- the engine's CPU tier (simulate, fleet): a usage error, exit 2, nothing written -----
+
+ENGINE = ["--pattern", "long-doc-qa", "--num-documents", "2", "--document-length", "64",
+          "--cpu-tokens", "512"]
+
+
+@pytest.mark.parametrize("command", ["simulate", "fleet"])
+@pytest.mark.parametrize("argv, message", [
+    (["--cpu-model", "nope"], "--cpu-model: invalid choice: 'nope'"),
+    (["--cpu-model", "lru", "--cpu-chunk-size", "256"],
+     "--cpu-chunk-size applies to the lmcache CPU model, not --cpu-model lru"),
+    (["--cpu-model", "fifo", "--no-cpu-save-unfull-chunk"],
+     "--cpu-save-unfull-chunk applies to the lmcache CPU model, not --cpu-model fifo"),
+    (["--cpu-chunk-size", "100"], "--cpu-chunk-size 100: must be a multiple of the block size"),
+    (["--cpu-model", "lmcache-replay", "--cpu-chunk-size", "24", "--block-size", "16"],
+     "--cpu-chunk-size 24: must be a multiple of the block size 16"),
+    (["--cpu-model", "lmcache", "--cpu-order", "tail-first"],
+     "--cpu-order tail-first: the lmcache model is head-first"),
+    (["--cpu-model", "opt"], "--cpu-model opt: opt needs the future of its placements"),
+    (["--cpu-save-unfull-chunk"], "--cpu-save-unfull-chunk: the engine keys full chunks"),
+])
+def test_engine_cpu_tier_usage_errors(tmp_path, capsys, command, argv, message):
+    from conftest import folder_snapshot
+
+    extra = ["--num-gpu-blocks", "64"] if command == "simulate" else ["--gpu-blocks", "64"]
+    usage_error(capsys, [command, *ENGINE, *extra, *argv, "--out", str(tmp_path / "out")],
+                message)
+    assert folder_snapshot(tmp_path) == {}
+
+
+def test_engine_cpu_model_without_a_tier_is_a_usage_error(tmp_path, capsys):
+    usage_error(capsys, ["simulate", *ENGINE[:-2], "--num-gpu-blocks", "64", "--cpu-model",
+                         "lru", "--out", str(tmp_path / "out")],
+                "--cpu-model lru needs --cpu-tokens N")
 
 
 # --- trace files: a BOM is no error, a huge id is not "non-integer" -----------------------

@@ -3,10 +3,10 @@
 import doctest
 import sys
 
-import pipeline.kvsize
-import pipeline.latency
-import pipeline.model_presets
-import pipeline.stats
+import pipeline.sizes.units
+import pipeline.ttft.latency
+import pipeline.sizes.model_presets
+import pipeline.base.stats
 from conftest import KVLAB, ROOT
 
 
@@ -30,8 +30,8 @@ def test_repl_sessions_of_the_pages():
 def test_module_docstrings(monkeypatch):
     monkeypatch.syspath_prepend(str(KVLAB))        # kvsim's docstring imports it plainly
     import kvsim
-    for module in (kvsim, pipeline.latency, pipeline.stats, pipeline.kvsize,
-                   pipeline.model_presets):
+    for module in (kvsim, pipeline.ttft.latency, pipeline.base.stats, pipeline.sizes.units,
+                   pipeline.sizes.model_presets):
         result = doctest.testmod(module)
         assert result.attempted > 0 and result.failed == 0, module.__name__
     sys.modules.pop("kvsim", None)

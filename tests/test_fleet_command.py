@@ -218,3 +218,21 @@ def test_smallest_memory_counts_replicas_gpu_kv_and_cpu_tier():
     assert best(cpu_tokens=3200) == (1, 5.0)     # 4 x (0.5 + 2) GiB > 3 + 2 GiB
     assert best(cpu_tokens=3200, cpu_shared=True) == (4, 4.0)   # one pool: 2 + 2 GiB
     assert smallest_memory(fleet, ttft_p90_ms=2.0)["gpu_gib"].to_list() == [None]
+
+
+def test_any_cpu_model_per_instance_or_shared(tmp_path, capsys):
+    """``--cpu-model lru`` under each instance and as one ``--cpu-shared`` pool; the sweep's
+    settings record the model only when given (a default sweep's are as before)."""
+    served = {}
+    for name, extra in (("default", []), ("lru", ["--cpu-model", "lru"]),
+                        ("shared", ["--cpu-model", "lru", "--cpu-shared"])):
+        out = tmp_path / name
+        status, stdout, err = run(capsys, "--router", "round-robin", "--instances", "2",
+                                  "--gpu-blocks", "14", "--cpu-tokens", "4096", *extra,
+                                  "--out", str(out), "--json")
+        assert status == 0, err
+        served[name] = json.loads(stdout)["cpu_hit_tokens"]
+        settings = json.loads((out / "sweep.json").read_text())["settings"]
+        assert settings["cpu_chunk_size"] == (256 if name == "default" else None)
+        assert settings.get("cpu_tier_model") == (None if name == "default" else "lru")
+    assert served["lru"] > 0 and served["shared"] > served["lru"]

@@ -3,6 +3,7 @@ on disjoint sessions is N independent ``simulate`` runs; the stale view lags."""
 
 import numpy as np
 import polars as pl
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -146,10 +147,13 @@ def test_groups_share_a_system_prompt_per_group_only():
     assert len({tuple(p[6:]) for p in pattern.prompts}) == len(pattern.prompts)
 
 
-def test_a_shared_cpu_pool_serves_blocks_another_instance_stored():
+@pytest.mark.parametrize("model, served", [("compiled lmcache", 512), ("lmcache", 512),
+                                           ("lru", 592), ("s3fifo", 592)])
+def test_a_shared_cpu_pool_serves_blocks_another_instance_stored(model, served):
+    """LMCache serves the prompt's 2 full chunks, a block model its 37 full blocks."""
     from functools import partial
 
-    from pipeline.engine.cpu_tier import LMCacheTier
+    from pipeline.engine.cpu_tier import LMCacheTier, ModelTier
     from pipeline.fleet.sweep import Point, Settings, run_point
     from pipeline.fleet.workload import Workload
 
@@ -157,14 +161,16 @@ def test_a_shared_cpu_pool_serves_blocks_another_instance_stored():
     requests = (SimRequest(0, prompt, 2, arrival_s=0.0), SimRequest(1, prompt, 2, arrival_s=5.0))
     workload = Workload("same prompt twice", requests)
     config = SchedulerConfig(block_size=16, num_gpu_blocks=64, max_model_len=1024)
-    tier = partial(LMCacheTier, 4096, 16, 256)
+    tier = (partial(LMCacheTier, 4096, 16, 256) if model == "compiled lmcache" else
+            partial(ModelTier, model, 4096, 16, {"chunk_size": 256} if model == "lmcache"
+                    else {}))
     cpu = {}
     for shared in (False, True):
         settings = Settings(config, LINEAR, cpu_tier=tier, cpu_shared=shared)
         frame, _ = run_point(settings, Point("round-robin", 2, 64, 1.0), workload)
         assert frame["instance"].to_list() == [0, 1]
         cpu[shared] = frame["cpu_hit_tokens"].to_list()
-    assert cpu[False] == [0, 0] and cpu[True][0] == 0 and cpu[True][1] == 512
+    assert cpu[False] == [0, 0] and cpu[True][0] == 0 and cpu[True][1] == served
 
 
 @settings(max_examples=25)

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline import grids
+from pipeline.sizes import grids
 
 
 @given(top=st.integers(0, 10 ** 9), points=st.integers(2, 300))

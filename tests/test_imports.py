@@ -101,7 +101,7 @@ def test_find_cycle_finds_one_and_only_one():
 def test_import_graph_has_no_cycle():
     modules = pipeline_modules()
     graph = {name: imports_of(name, set(modules)) for name in modules}
-    assert graph["pipeline.run"] >= {"pipeline.config", "pipeline.report"}   # the walk works
+    assert graph["pipeline.run.command"] >= {"pipeline.base.config", "pipeline.report"}  # walks
     assert "pipeline.charts.gpu_cliff" in graph["pipeline.report"]
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
@@ -124,44 +124,49 @@ def test_every_module_imports_in_a_fresh_interpreter():
 #: (the longest match wins; exact names before patterns).
 LAYERS: dict[str, tuple[str, ...]] = {
     "parts": (
-        "pipeline", "pipeline.config", "pipeline.errors", "pipeline.arguments",
-        "pipeline.tiers", "pipeline.model_presets", "pipeline.kvsize", "pipeline.staging", "pipeline.stats",
+        "pipeline", "pipeline.base.config", "pipeline.base.errors", "pipeline.base.arguments",
+        "pipeline.base.staging", "pipeline.base.stats", "pipeline.cache.tiers",
+        "pipeline.sizes.model_presets", "pipeline.sizes.units",
         "pipeline.charts", "pipeline.charts.provenance", "pipeline.measure.client",
-        "pipeline.limits", "pipeline.grids",
+        "pipeline.sizes.limits", "pipeline.sizes.grids",
         # packages whose __init__ is a docstring
-        "pipeline.blocks", "pipeline.engines", "pipeline.bench", "pipeline.trace",
+        "pipeline.blocks", "pipeline.engine_caches", "pipeline.bench", "pipeline.trace",
+        "pipeline.base", "pipeline.cache", "pipeline.sizes", "pipeline.ttft", "pipeline.run",
+        "pipeline.plan",
         "pipeline.measure", "pipeline.measure.llamacpp", "pipeline.workloads"),
     "workloads": (
         "pipeline.workloads.*", "pipeline.blocks.stream", "pipeline.blocks.stream_kernels",
         "pipeline.blocks.limits", "pipeline.trace.inputs", "pipeline.measure.workload",
         "pipeline.measure.runner", "pipeline.measure.output",
-        "pipeline.measure.llamacpp.gguf_model", "pipeline.summary", "pipeline.verdicts"),
+        "pipeline.measure.llamacpp.gguf_model", "pipeline.ttft.summary",
+        "pipeline.ttft.verdicts"),
     "models": (
-        "pipeline.stackdist", "pipeline.stackdist_kernels", "pipeline.twotier",
-        "pipeline.registry", "pipeline.policies", "pipeline.policies.*",
+        "pipeline.cache.stack_distance", "pipeline.cache.stack_distance_kernels",
+        "pipeline.cache.two_tier",
+        "pipeline.cache.registry", "pipeline.policies", "pipeline.policies.*",
         "pipeline.blocks.literal_replay", "pipeline.blocks.lru_depths", "pipeline.blocks.model_api",
         "pipeline.blocks.bands",
-        "pipeline.engines.*", "pipeline.measure.llamacpp.cache_model",
+        "pipeline.engine_caches.*", "pipeline.measure.llamacpp.cache_model",
         "pipeline.measure.llamacpp.compare", "pipeline.measure.llamacpp.engine",
-        "pipeline.ttft_model", "pipeline.latency", "pipeline.attribution",
-        "pipeline.measured_configs", "pipeline.measured_setup", "pipeline.planner",
-        "pipeline.planner_blocks", "pipeline.engines.options", "pipeline.ttft_scope",
-        "pipeline.measured_input",
+        "pipeline.ttft.model", "pipeline.ttft.latency", "pipeline.ttft.attribution",
+        "pipeline.ttft.configs", "pipeline.ttft.measured_setup", "pipeline.plan.search",
+        "pipeline.plan.blocks", "pipeline.engine_caches.options", "pipeline.ttft.scope",
+        "pipeline.ttft.inputs",
         # the engine loop and its step-time models (their own branches)
         "pipeline.engine", "pipeline.engine.*", "pipeline.steptime", "pipeline.steptime.*"),
     "stages": (
         "pipeline.simulate", "pipeline.sweeps", "pipeline.measured", "pipeline.report",
-        "pipeline.charts.*", "pipeline.blocks.sweep", "pipeline.run_blocks",
-        "pipeline.run_exports", "pipeline.engines.curves", "pipeline.policies.curves",
-        "pipeline.trace.engine", "pipeline.trace.outputs", "pipeline.plan_output",
+        "pipeline.charts.*", "pipeline.blocks.sweep", "pipeline.run.block_mode",
+        "pipeline.run.exports", "pipeline.engine_caches.curves", "pipeline.policies.curves",
+        "pipeline.trace.engine", "pipeline.trace.outputs", "pipeline.plan.output",
         "pipeline.measure.llamacpp.local", "pipeline.measure.*", "pipeline.fleet",
-        "pipeline.fleet.*", "pipeline.fit", "pipeline.fit.*", "pipeline.plan_fitted",
+        "pipeline.fleet.*", "pipeline.fit", "pipeline.fit.*", "pipeline.plan.fitted",
         "pipeline.steptime.chart", "pipeline.steptime.command"),
     "commands": (
-        "pipeline.cli", "pipeline.__main__", "pipeline.run", "pipeline.plan",
-        "pipeline.synthetic_ttft", "pipeline.blocks.command", "pipeline.trace.command",
+        "pipeline.cli", "pipeline.__main__", "pipeline.run.command", "pipeline.plan.command",
+        "pipeline.ttft.synthetic", "pipeline.blocks.command", "pipeline.trace.command",
         "pipeline.policies.command", "pipeline.measure.cli", "pipeline.bench.*",
-        "pipeline.blocks.bench", "pipeline.engines.bench", "pipeline.engine.command",
+        "pipeline.blocks.bench", "pipeline.engine_caches.bench", "pipeline.engine.command",
         "pipeline.fleet.command", "pipeline.fleet.plan_command", "pipeline.fit.command",
         "pipeline.commands.*",
         "pipeline.steptime.plan_load"),
@@ -170,7 +175,7 @@ ORDER = list(LAYERS)
 #: the report's renderers: they draw frames and import no model
 RENDERERS = ("pipeline.report", "pipeline.charts.*")
 #: the one renderer that takes a model object: the plan command's page draws an Evaluator
-RENDERER_MODEL_IMPORTS = {("pipeline.charts.plan", "pipeline.planner")}
+RENDERER_MODEL_IMPORTS = {("pipeline.charts.plan", "pipeline.plan.search")}
 
 
 def _matches(name: str, pattern: str) -> bool:
@@ -224,7 +229,7 @@ def test_every_module_has_a_layer():
 
 def test_imports_follow_the_layers():
     graph = _layer_graph()
-    assert "pipeline.registry" in graph["pipeline.blocks.model_api"]       # the walk works
+    assert "pipeline.cache.registry" in graph["pipeline.blocks.model_api"]       # the walk works
     problems = upward_imports(graph)
     assert not problems, "imports from a higher layer:\n" + "\n".join(problems)
 

@@ -12,7 +12,7 @@ import time
 import pytest
 from conftest import ROOT, folder_snapshot
 
-from pipeline import staging
+from pipeline.base import staging
 from pipeline.cli import main
 
 SMALL = ["--pattern", "zipf", "--num-documents", "3", "--document-length", "40",

@@ -1,4 +1,4 @@
-"""pipeline.latency: tier latencies from attributed measurements -> predicted TTFT."""
+"""pipeline.ttft.latency: tier latencies from attributed measurements -> predicted TTFT."""
 
 import statistics
 
@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import ROOT
-from pipeline import latency
-from pipeline.attribution import attribute_tiers
+from pipeline.ttft import latency
+from pipeline.ttft.attribution import attribute_tiers
 from pipeline.workloads.measured_file import load_measured
 
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from pipeline.blocks.lru_depths import ideal_gpu
 from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST, block_stream
-from pipeline.stackdist import lru_hit_counts
+from pipeline.cache.stack_distance import lru_hit_counts
 from pipeline.workloads.blocks import REQUEST_SCHEMA, check_blocks
 from pipeline.workloads.patterns import (Pattern, long_doc_qa, multi_tenant, repeat_order,
                                          zipf_documents)

@@ -1,5 +1,5 @@
 """`python -m pipeline plan`: the lab's answer, the other outcomes, engine models, traces and
-patterns, bad input (the search itself is checked in test_planner_search.py)."""
+patterns, bad input (the search itself is checked in test_plan_search.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT
 from kvlab.kvsim import TwoTierCache
 from pipeline.cli import main as cli_main
-from pipeline.planner import DocumentEvaluator, Target, plan
+from pipeline.plan.search import DocumentEvaluator, Target, plan
 from pipeline.workloads.documents import DocumentWorkload
 
 
@@ -186,7 +186,7 @@ def test_a_measurement_with_several_lengths_gets_a_least_squares_fit(tmp_path, c
     ({"recompute_ms_per_token": 0.003, "cpu_ms_per_token": 0.004}, False),
 ])
 def test_bisection_only_when_ttft_cannot_rise_with_the_cpu_tier(params, monotone):
-    from pipeline.ttft_model import TTFTModel
+    from pipeline.ttft.model import TTFTModel
 
     model = TTFTModel("lmcache", "least squares", 10, params={"overhead_ms": 10.0, **params})
     evaluator = DocumentEvaluator("the lab", DocumentWorkload().workload(None), 21520,

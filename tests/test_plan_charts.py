@@ -12,9 +12,9 @@ from conftest import ROOT
 from pipeline.charts.plan import (curve_capacities, fit_section, measured_points,
                                   ttft_capacity_section)
 from pipeline.cli import main as cli_main
-from pipeline.kvsize import preset
-from pipeline.planner import DocumentEvaluator, Target, plan
-from pipeline.ttft_model import fit_configs, measured_requests, residuals_by_pass
+from pipeline.sizes.units import preset
+from pipeline.plan.search import DocumentEvaluator, Target, plan
+from pipeline.ttft.model import fit_configs, measured_requests, residuals_by_pass
 from pipeline.workloads.documents import DocumentWorkload
 
 NAMES = ["pass1-fwd", "pass2-fwd", "pass3-rev"]
@@ -75,7 +75,7 @@ def test_plan_report(tmp_path, monkeypatch, capsys):
 def test_sweep_section_next_to_the_cpu_cliff():
     from pipeline.charts.plan import sweep_ttft_section
     from pipeline.sweeps import Sweep, aggregate, run_sweep
-    from pipeline.ttft_model import predict_pass_ttft
+    from pipeline.ttft.model import predict_pass_ttft
 
     requests = measured_requests(str(ROOT / "data" / "ttft.jsonl"), 21520, 56000, 5011)
     sweep = Sweep("cpu_cliff", (21520,), (0, 20000, 50109, 50110, 56000))

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from pipeline.policies.stack_passes import opt_distances_of
 from pipeline.policies.replay import encode, hit_counts, hit_matrix, onepass_policies
-from pipeline.registry import entry
+from pipeline.cache.registry import entry
 
 
 @st.composite

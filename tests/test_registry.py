@@ -11,10 +11,10 @@ import pytest
 
 from conftest import run_outputs
 from kvlab.scenario import pass_keys
-from pipeline import registry
+from pipeline.cache import registry
 from pipeline.blocks.stream import block_stream
 from pipeline.cli import main
-from pipeline.tiers import Tier, TwoTier
+from pipeline.cache.tiers import Tier, TwoTier
 from pipeline.workloads.blocks import document_blocks
 from pipeline.workloads.documents import documents_workload
 
@@ -145,6 +145,30 @@ def test_toy_policy_in_plan(toy, capsys):
     assert min(hit) >= 0.6
 
 
+def test_toy_policy_as_the_engines_cpu_tier(toy, tmp_path, capsys):
+    """``simulate --cpu-model toy`` at concurrency 1 equals the block composition (vllm GPU
+    + toy CPU); under load the toy is still what the engine's CPU tier runs."""
+    from test_engine_cpu_tier import composition
+
+    docs = [[d * 1000 + t for t in range(12)] for d in range(4)]
+    prompts = [docs[d] + [9000 + i] for i, d in enumerate([0, 1, 2, 0, 3, 1, 2, 0, 3, 1])]
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps({"prompt_token_ids": p, "max_tokens": 2}) + "\n"
+                             for p in prompts))
+    runs = {}
+    for model, load in (("toy", "1"), ("lru", "1"), ("toy", "4")):
+        out = tmp_path / f"{model}-{load}"
+        assert main(["simulate", str(trace), "--block-size", "4", "--num-gpu-blocks", "6",
+                     "--cpu-tokens", "24", "--cpu-model", model, "--concurrency", load,
+                     "--out", str(out)]) == 0
+        runs[model, load] = pl.read_parquet(out / "requests.parquet")["cpu_hit_tokens"]
+    capsys.readouterr()
+    expected = composition(prompts, [2] * len(prompts), 6, "toy", 24, 4, {}, "head-first")
+    assert runs["toy", "1"].to_list() == expected.tolist() and expected.sum() > 0
+    assert runs["toy", "1"].to_list() != runs["lru", "1"].to_list()     # the toy decides
+    assert runs["toy", "4"].sum() > 0
+
+
 def test_toy_policy_in_the_report(toy, tmp_path):
     assert main(["run", "--quiet", *run_outputs(tmp_path)]) == 0
     page = (tmp_path / "report" / "index.html").read_text(encoding="utf-8")
@@ -170,7 +194,7 @@ def test_two_tier_with_one_key_per_request_is_kvlabs_two_tier_cache():
     from hypothesis import strategies as st
 
     from kvlab.kvsim import TwoTierCache
-    from pipeline.tiers import TIERS
+    from pipeline.cache.tiers import TIERS
 
     @given(gpu=st.integers(0, 6), cpu=st.integers(0, 6),
            accesses=st.lists(st.tuples(st.integers(0, 7), st.integers(0, 3)), max_size=40))

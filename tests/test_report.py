@@ -14,9 +14,9 @@ import pytest
 
 from conftest import KVLAB, ROOT
 from kvlab.scenario import run
-from pipeline.attribution import attribute_tiers
+from pipeline.ttft.attribution import attribute_tiers
 from pipeline.charts.provenance import provenance_block
-from pipeline.latency import latency_model, predict
+from pipeline.ttft.latency import latency_model, predict
 from pipeline.report import write_report
 from pipeline.sweeps import AGGREGATE_SCHEMA
 from pipeline.workloads.measured_file import load_measured

@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 from kvlab.kvsim import TIERS as KVLAB_TIERS
 from kvlab.summarize import CONFIGS
-from pipeline.config import BASELINE, OFFLOADED
-from pipeline.stats import exact_mean, exact_median
+from pipeline.base.config import BASELINE, OFFLOADED
+from pipeline.base.stats import exact_mean, exact_median
 from pipeline.sweeps import AGGREGATE_SCHEMA
-from pipeline.tiers import COUNT_COLUMNS, COUNT_NAMES, TIER, TIER_CODES, TIERS
+from pipeline.cache.tiers import COUNT_COLUMNS, COUNT_NAMES, TIER, TIER_CODES, TIERS
 
 
 def test_tiers_are_kvlab_s_and_sort_fastest_first():

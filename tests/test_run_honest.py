@@ -11,10 +11,11 @@ import polars as pl
 import pytest
 
 from conftest import KVLAB, ROOT, folder_snapshot, run_outputs
-from pipeline import report, run_exports
+from pipeline import report
+from pipeline.run import exports
 from pipeline.cli import main
-from pipeline.config import EXPORTS_DIR, KVLAB_DIR
-from pipeline.measured_setup import LAB_SETUP, resolve_setup
+from pipeline.base.config import EXPORTS_DIR, KVLAB_DIR
+from pipeline.ttft.measured_setup import LAB_SETUP, resolve_setup
 from pipeline.workloads.documents import DocumentWorkload
 
 DATA = ROOT / "data" / "ttft.jsonl"
@@ -160,18 +161,18 @@ def test_the_lab_files_setup_cannot_be_contradicted_and_docs_must_fit(tmp_path, 
 
 def test_only_the_lab_run_goes_to_kvlab():
     lab = DocumentWorkload()
-    assert run_exports.lab_differences(lab, 21520, 56000, LAB_SETUP) == []
-    assert run_exports.exports_folder(None, []) == KVLAB_DIR
+    assert exports.lab_differences(lab, 21520, 56000, LAB_SETUP) == []
+    assert exports.exports_folder(None, []) == KVLAB_DIR
     for gpu, cpu in ((40000, 56000), (21520, 30000)):
-        differences = run_exports.lab_differences(lab, gpu, cpu, LAB_SETUP)
-        assert differences and run_exports.exports_folder(None, differences) == EXPORTS_DIR
+        differences = exports.lab_differences(lab, gpu, cpu, LAB_SETUP)
+        assert differences and exports.exports_folder(None, differences) == EXPORTS_DIR
     other = resolve_setup(str(ROOT / "nowhere.jsonl"), False)
-    assert run_exports.lab_differences(lab, 21520, 56000, other)
+    assert exports.lab_differences(lab, 21520, 56000, other)
     copy = str(ROOT / "elsewhere" / "ttft.jsonl")       # synthetic bytes, another path
-    assert run_exports.lab_differences(lab, 21520, 56000, LAB_SETUP, copy)
-    assert not run_exports.lab_differences(lab, 21520, 56000, LAB_SETUP, str(DATA))
+    assert exports.lab_differences(lab, 21520, 56000, LAB_SETUP, copy)
+    assert not exports.lab_differences(lab, 21520, 56000, LAB_SETUP, str(DATA))
     four = DocumentWorkload(10, 5011, ("fwd", "fwd", "rev", "fwd"))
-    assert run_exports.lab_differences(four, 21520, 56000, LAB_SETUP)
+    assert exports.lab_differences(four, 21520, 56000, LAB_SETUP)
 
 
 def test_a_non_lab_run_cannot_write_into_kvlab(tmp_path, capsys):
@@ -276,7 +277,7 @@ def test_help_says_what_the_options_set(capsys):
 
 def test_a_large_measured_file_draws_a_sample_but_exact_medians():
     from pipeline.charts import ttft
-    from pipeline.stats import exact_median
+    from pipeline.base.stats import exact_median
     n = 20_000
     requests = pl.DataFrame({
         "config": ["baseline"] * n, "pass": ["p1"] * n, "doc": list(range(n)),
@@ -309,13 +310,13 @@ def test_default_paths_do_not_depend_on_the_working_folder():
     from pipeline.cli import build_parser
     args = build_parser().parse_args(["run"])
     for differences in ([], ["--docs 5 (lab: 10)"]):
-        events, report_path = run_exports.output_places(args.events_dir, args.report,
+        events, report_path = exports.output_places(args.events_dir, args.report,
                                                         differences)
         assert events.is_absolute() and report_path.is_absolute()
         lab = not differences          # the lab's run keeps the lab's places
         assert (events == ROOT / "data" / "events") is lab
         assert (report_path == ROOT / "reports" / "index.html") is lab
-    assert run_exports.exports_folder(None, []).is_absolute() and EXPORTS_DIR.is_absolute()
+    assert exports.exports_folder(None, []).is_absolute() and EXPORTS_DIR.is_absolute()
     synth = build_parser().parse_args(["synth-ttft"])
     assert synth.output.startswith("/")
 
@@ -359,7 +360,7 @@ def lab_places(tmp_path, monkeypatch):
               "RUN_EVENTS_DIR": tmp_path / "data" / "events" / "run",
               "RUN_REPORT_PATH": tmp_path / "reports" / "run.html"}
     for name, path in places.items():
-        monkeypatch.setattr(run_exports, name, path)
+        monkeypatch.setattr(exports, name, path)
     return places
 
 

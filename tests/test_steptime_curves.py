@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.request import SimRequest
-from pipeline.kvsize import ModelShape
+from pipeline.sizes.units import ModelShape
 from pipeline.steptime import Linear, Roofline
 from pipeline.steptime.curves import (CURVE_SCHEMA, ONE_PASS, UPPER, Load, apply_load,
                                       load_curves, parse_loads, upper_curve)

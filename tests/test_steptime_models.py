@@ -6,12 +6,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from pipeline.errors import CLIError
-from pipeline.kvsize import MODELS, PRESETS, ModelShape, model_shape, parse_model_shape
+from pipeline.base.errors import CLIError
+from pipeline.sizes.units import MODELS, PRESETS, ModelShape, model_shape, parse_model_shape
 from pipeline.steptime import Linear, Roofline, StepCost, gpu_preset, load_latency, step_cost
 from pipeline.steptime.gpus import GpuPreset, custom_gpu
 from pipeline.steptime.options import add_latency_arguments, latency_from_args
-from pipeline.kvsize import add_kv_arguments
+from pipeline.sizes.units import add_kv_arguments
 
 TINY = ModelShape("tiny", layers=2, hidden_size=4, intermediate_size=8, attention_heads=2,
                   kv_heads=1, vocab_size=10)

@@ -16,7 +16,7 @@ from pipeline.blocks.limits import model_capacities, storable_tokens
 from pipeline.blocks.model_api import CPU_MODELS, GPU_MODELS, request_result
 from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST, block_stream
 from pipeline.cli import main
-from pipeline.engines.options import default_chunk_size
+from pipeline.engine_caches.options import default_chunk_size
 from pipeline.workloads.blocks import document_blocks
 from pipeline.workloads.mooncake import read_mooncake
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.ttft_model import (PARAMETERS, TOKEN_COLUMNS, FitError, fit_config, fit_configs,
+from pipeline.ttft.model import (PARAMETERS, TOKEN_COLUMNS, FitError, fit_config, fit_configs,
                                  predict_pass_ttft, residuals_by_pass)
 
 TRUE = {"overhead_ms": 20.0, "recompute_fixed_ms": 15.0, "recompute_ms_per_token": 0.05,
@@ -165,7 +165,7 @@ def test_token_columns_are_the_contract():
 
 def test_lab_file_is_within_ten_percent_on_every_pass():
     from conftest import ROOT
-    from pipeline.ttft_model import measured_requests
+    from pipeline.ttft.model import measured_requests
 
     requests = measured_requests(str(ROOT / "data" / "ttft.jsonl"), 21520, 56000, 5011)
     table = residuals_by_pass(requests, fit_configs(requests))
@@ -177,7 +177,7 @@ def test_predicted_columns_on_the_sweep_aggregates():
     """The Parquet columns the sweeps get: second pass along the CPU cliff at GPU 21520."""
     from conftest import ROOT
     from pipeline.sweeps import Sweep, aggregate, run_sweep
-    from pipeline.ttft_model import measured_requests
+    from pipeline.ttft.model import measured_requests
     from pipeline.workloads.documents import DocumentWorkload
 
     models = fit_configs(measured_requests(str(ROOT / "data" / "ttft.jsonl"), 21520, 56000,
@@ -195,7 +195,7 @@ def test_predicted_columns_on_the_sweep_aggregates():
 
 
 def test_pass_ttft_per_request_frames_pick_the_config_by_cpu_capacity():
-    from pipeline.ttft_model import pass_ttft
+    from pipeline.ttft.model import pass_ttft
 
     models = two_configs()
     frame = pl.DataFrame({"cpu_capacity": [0, 0, 100, 100, 100], "pass": ["a"] * 5,
@@ -210,7 +210,7 @@ def test_pass_ttft_per_request_frames_pick_the_config_by_cpu_capacity():
 
 
 def test_identifiable_from_the_null_space():
-    from pipeline.ttft_model import identifiable
+    from pipeline.ttft.model import identifiable
 
     t = np.array([1.0, 2.0, 3.0, 4.0])
     ok, rank = identifiable(np.column_stack([np.ones(4), t]))

@@ -30,7 +30,7 @@ from pipeline.bench.curve import capacity_grid, distinct_bytes, libcachesim_hash
 from pipeline.policies import POLICIES
 from pipeline.policies.reference import LCS_NAMES, lcs_hit_count, write_oracle_trace
 from pipeline.policies.replay import encode, hit_counts
-from pipeline.registry import entry, names
+from pipeline.cache.registry import entry, names
 
 __all__ = ["run_bench", "run_onepass_bench", "add_arguments", "main"]
 

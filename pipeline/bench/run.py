@@ -6,7 +6,7 @@
 2. The one-pass LRU curves against kvlab's LRUCache and libCacheSim (pipeline.bench.curve).
 3. With ``--with NAME[,NAME]``, each behind its own flag so the default stays short:
    ``blocks`` (block one-pass vs literal replay, ``pipeline.blocks.bench``), ``engines``
-   (vllm / lmcache fast vs literal, ``pipeline.engines.bench``), ``trace`` (10M-block curve
+   (vllm / lmcache fast vs literal, ``pipeline.engine_caches.bench``), ``trace`` (10M-block curve
    and the shared trace end to end, ``pipeline.bench.trace``), ``policies`` (the policy
    family vs libCacheSim, ``pipeline.bench.policies``); ``all`` runs the four. Each has its
    option group, prefixed by its name, so no option clashes.
@@ -25,13 +25,13 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.arguments import positive_int
+from pipeline.base.arguments import positive_int
 from pipeline.bench import curve
 from pipeline.bench import policies as policies_bench
 from pipeline.bench import trace as trace_bench
 from pipeline.blocks import bench as blocks_bench
-from pipeline.config import ROOT
-from pipeline.staging import ZSTD_LEVEL, parquet_bytes
+from pipeline.base.config import ROOT
+from pipeline.base.staging import ZSTD_LEVEL, parquet_bytes
 from pipeline.sweeps import SWEEPS
 
 
@@ -72,7 +72,7 @@ def bench_default_run(repeat: int = 3, extra: tuple[str, ...] = ()) -> dict[str,
 
 def zstd_levels(frame: pl.DataFrame, levels: tuple[int, ...] = (1, 3, 6, 9, 15)
                 ) -> list[tuple[int, float, int]]:
-    """(level, best of 3 seconds, bytes) writing ``frame`` with pipeline.staging's writer."""
+    """(level, best of 3 seconds, bytes) writing ``frame`` with pipeline.base.staging's writer."""
     rows = []
     for level in levels:
         best, size = math.inf, 0
@@ -94,8 +94,6 @@ def _print_run(title: str, figures: dict) -> None:
           f"{figures['bytes_per_access']:.2f} bytes per access  (target <= 8)")
     sys.stdout.flush()
 
-
-HELP = "time the default run and the one-pass curves; --with adds the others (figures)"
 
 #: name -> what it measures; each runs only when named in ``--with``.
 OPTIONAL = {
@@ -135,7 +133,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     curve.add_arguments(parser.add_argument_group("one-pass curve benchmark"))
     blocks_bench.add_arguments(parser.add_argument_group(
         "--with blocks (python -m pipeline.blocks.bench)"))
-    engines = parser.add_argument_group("--with engines (python -m pipeline.engines.bench; "
+    engines = parser.add_argument_group("--with engines (python -m pipeline.engine_caches.bench; "
                                         "its trace is --trace, below)")
     engines.add_argument("--engines-capacities", type=positive_int, default=50,
                          help="capacities of each engine's curve (default %(default)s)")
@@ -151,7 +149,7 @@ def _optional(name: str, args: argparse.Namespace) -> int:
     if name == "blocks":
         return blocks_bench.main(args)
     if name == "engines":
-        from pipeline.engines import bench as engines_bench
+        from pipeline.engine_caches import bench as engines_bench
         trace = trace_bench.trace_path(args.trace)
         if trace is None:
             line = trace_bench.skipped("the engines benchmark")
@@ -184,7 +182,7 @@ def _runs(args: argparse.Namespace) -> int:
                bench_default_run(args.repeat))
     large = bench_default_run(args.repeat, ("--docs", str(args.docs)))
     _print_run(f"python -m pipeline run --docs {args.docs} (fresh process)", large)
-    print(f"zstd level of the --docs {args.docs} event logs (pipeline.staging.ZSTD_LEVEL = "
+    print(f"zstd level of the --docs {args.docs} event logs (pipeline.base.staging.ZSTD_LEVEL = "
           f"{ZSTD_LEVEL}):")
     for level, seconds, size in zstd_levels(large["frame"]):
         print(f"  level {level:2d}: {seconds:.2f} s, {size:,} bytes")

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.arguments import positive_int
-from pipeline.config import ROOT
+from pipeline.base.arguments import positive_int
+from pipeline.base.config import ROOT
 
 SHARED_TRACE = ROOT.parent / "shared" / "traces" / "synthetic_trace.jsonl"
 
@@ -109,7 +109,7 @@ def trace_path(given: Path | None) -> Path | None:
     """The Mooncake trace to benchmark on: ``given`` (checked: CLIError ``--trace PATH:
     reason`` when it is no readable Mooncake trace), else the shared trace when present,
     else None (the figures that need it are skipped)."""
-    from pipeline.errors import CLIError
+    from pipeline.base.errors import CLIError
     from pipeline.workloads.jsonl import TraceError
     from pipeline.workloads.mooncake import read_mooncake
 
@@ -178,7 +178,7 @@ if __name__ == "__main__":
     _parser = argparse.ArgumentParser(prog="python -m pipeline.bench.trace",
                                       description=__doc__.split("\n\n")[0])
     add_arguments(_parser)
-    from pipeline.errors import CLIError
+    from pipeline.base.errors import CLIError
     try:
         sys.exit(main(_parser.parse_args()))
     except CLIError as _exc:

@@ -28,7 +28,7 @@ import time
 import numpy as np
 import polars as pl
 
-from pipeline.arguments import positive_int
+from pipeline.base.arguments import positive_int
 from pipeline.blocks import literal_replay, lru_depths
 from pipeline.blocks.stream import TAIL_FIRST, block_stream
 from pipeline.blocks.sweep import block_events

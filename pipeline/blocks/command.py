@@ -8,7 +8,7 @@ Output, one pass per entry::
                  "miss_tokens": 50110, "hit_blocks": 0}, ...]}
 
 ``hit_blocks`` counts the blocks served from either tier. ``--gpu``/``--cpu`` take tokens or
-a size (``1.5GiB``, ``40GB``) through ``--model``'s bytes per token (``pipeline.kvsize``);
+a size (``1.5GiB``, ``40GB``) through ``--model``'s bytes per token (``pipeline.sizes.units``);
 then the JSON has ``sizes``, saying the unit and the bytes per token used. Example: ``python -m pipeline
 blocks --gpu 48000 --passes fwd,fwd --gpu-order head-first``.
 """
@@ -21,17 +21,16 @@ import sys
 
 import polars as pl
 
-from pipeline.arguments import non_negative_int, pass_list, positive_int
+from pipeline.base.arguments import non_negative_int, pass_list, positive_int
 from pipeline.blocks.limits import check_document_blocks, model_capacities
 from pipeline.blocks.model_api import two_tier
 from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST
-from pipeline.engines.options import add_model_arguments, add_order_arguments, run_options
-from pipeline.config import LAB_DOCS, LAB_GPU, LAB_PASSES, LAB_TOKENS
-from pipeline.kvsize import add_kv_arguments, capacity, resolve_capacities
-from pipeline.limits import check_block_size
+from pipeline.engine_caches.options import add_model_arguments, add_order_arguments, run_options
+from pipeline.base.config import LAB_DOCS, LAB_GPU, LAB_PASSES, LAB_TOKENS
+from pipeline.sizes.units import add_kv_arguments, capacity, resolve_capacities
+from pipeline.sizes.limits import check_block_size
 from pipeline.workloads.documents import documents_workload
 
-HELP = "the lab's scenario in block mode (tail-first / head-first tiers), JSON"
 DEFAULT_BLOCK_SIZE = 16
 PASS_KEYS = ("order", "gpu_hit_tokens", "cpu_hit_tokens", "miss_tokens", "hit_blocks")
 

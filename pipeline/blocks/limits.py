@@ -1,5 +1,5 @@
 """The limits of the block commands (``blocks``, ``trace``) that depend on a block stream;
-the limits themselves and their plain checks are ``pipeline.limits``.
+the limits themselves and their plain checks are ``pipeline.sizes.limits``.
 
 * ``check_document_blocks``: the block accesses of the lab's documents read in blocks stay
   within ``MAX_BLOCKS``.
@@ -18,7 +18,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from pipeline.blocks.stream import BlockStream, output_lengths
-from pipeline.limits import check_block_count
+from pipeline.sizes.limits import check_block_count
 
 __all__ = ["CLIP_FACTOR", "check_document_blocks", "output_blocks", "storable_tokens",
            "model_capacities"]

@@ -28,7 +28,7 @@ from typing import NamedTuple
 import numpy as np
 
 from pipeline.blocks.stream import TAIL_FIRST, BlockStream, capacity_blocks, check_order
-from pipeline.tiers import leading_run
+from pipeline.cache.tiers import leading_run
 
 __all__ = ["BlockTier", "Replay", "replay", "replay_gpu", "replay_cpu"]
 

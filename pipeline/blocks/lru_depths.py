@@ -5,7 +5,7 @@ their last touch (most recent on top). A request's placement touches its blocks 
 another in the tier's order (tail-first: tail .. head, so the head ends on top; head-first:
 head .. tail). The *depth* of a block just before a request is its 1-based rank in that
 stack (1 + distinct blocks touched after it), ``COLD`` if never touched; one Fenwick tree over
-touch stamps gives it in O(log N) (``pipeline.stackdist``'s kernels).
+touch stamps gives it in O(log N) (``pipeline.cache.stack_distance``'s kernels).
 
 **Claim.** Let every request of the stream have at most C blocks to place. Then after each
 request a tier of C blocks holds exactly the top C of the stack. By induction: before the
@@ -27,13 +27,13 @@ gives the whole curve. This is exact for both orders and both tiers.
 for a capacity C the stream behaves as if their placements were not there; which requests
 place depends on C only through the distinct placement sizes <= C. Capacities therefore fall
 into bands between consecutive distinct sizes, with one exact pass per band (as
-``pipeline.stackdist`` does for oversize documents); every capacity >= the largest placement
-shares the one unfiltered pass. Capacity 0 stores nothing (a placement of 0 blocks is no
-change). The CPU tier places blocks g.. of each request (g = its GPU hit), so it is one more
+``pipeline.cache.stack_distance`` does for oversize documents); every capacity >= the largest
+placement shares the one unfiltered pass. Capacity 0 stores nothing (a placement of 0 blocks is
+no change). The CPU tier places blocks g.. of each request (g = its GPU hit), so it is one more
 banded pass per GPU capacity over sizes n - g, looking up all n blocks.
 
 **Why depth at lookup, not the touch distance.** The classic stack distance of each touch
-in the flattened touch sequence (what ``stackdist.stack_distances`` gives) also counts the
+in the flattened touch sequence (what ``stack_distance.stack_distances`` gives) also counts the
 request's own blocks touched just before. Under head-first with distinct keys (and C at
 least every request's size) its running max is still exact: touch j's distance is depth_j +
 #{i < j : depth_i > depth_j}, which is <= C when all of depth_0..depth_j are <= C (the extra
@@ -56,8 +56,8 @@ from numba import njit
 
 from pipeline.blocks.bands import SMALL_TOP, band_counts
 from pipeline.blocks.stream import TAIL_FIRST, BlockStream, capacity_blocks, check_order
-from pipeline.stackdist import NOTHING_STORED, band_limits
-from pipeline.stackdist_kernels import COLD, fenwick_prefix, touch
+from pipeline.cache.stack_distance import NOTHING_STORED, band_limits
+from pipeline.cache.stack_distance_kernels import COLD, fenwick_prefix, touch
 
 __all__ = ["COLD", "Distances", "block_distances", "distances_at", "prefix_counts",
            "ideal_gpu", "ideal_cpu", "prefix_blocks"]

@@ -32,14 +32,14 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pipeline import grids
+from pipeline.sizes import grids
 from pipeline.blocks import lru_depths
 from pipeline.blocks.limits import model_capacities
 from pipeline.blocks.model_api import CPU_MODELS, GPU_MODELS
 from pipeline.blocks.stream import HEAD_FIRST, ORDERS, BlockStream
-from pipeline.engines.options import MODEL_ORDERS
+from pipeline.engine_caches.options import MODEL_ORDERS
 from pipeline.sweeps import write_parquet_atomic
-from pipeline.tiers import served_beyond
+from pipeline.cache.tiers import served_beyond
 from pipeline.workloads.documents import documents_workload
 
 __all__ = ["BLOCK_SWEEPS", "EVENT_SCHEMA", "AGGREGATE_SCHEMA", "block_cliff_capacities",
@@ -180,7 +180,7 @@ def block_aggregates(stream: BlockStream, pass_index: np.ndarray, passes: Sequen
     sees its capacities clipped to what the run can store (``limits.model_capacities``: the
     same answer, bounded work); the aggregates keep the capacities asked for. ``ttft``: a
     per-request TTFT expression over gpu_tokens, cpu_tokens, miss_tokens and cpu_capacity
-    (``pipeline.ttft_model.predicted_ttft(models)``) adds ``predicted_p50_ms`` and
+    (``pipeline.ttft.model.predicted_ttft(models)``) adds ``predicted_p50_ms`` and
     ``predicted_mean_ms`` per pass."""
     gpu_options, cpu_options = gpu_options or {}, cpu_options or {}
     gpu_caps = np.asarray(gpu_capacities, np.int64)

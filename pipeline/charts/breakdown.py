@@ -7,7 +7,7 @@ import polars as pl
 
 from pipeline.charts import Section
 from pipeline.charts.parts import HEIGHT, WIDTH, tier_colour, tier_phrase
-from pipeline.tiers import COUNT_COLUMNS, TIER
+from pipeline.cache.tiers import COUNT_COLUMNS, TIER
 
 #: aggregates column -> the tier it counts.
 COLUMN_TIERS = {column: tier for tier, column in COUNT_COLUMNS.items()}

@@ -2,7 +2,7 @@
 chunk-level CPU cliff next to the document and ideal block models'.
 
 Each section draws a frame it is given (model, capacity, hit_tokens), computed by
-``pipeline.engines.curves`` in the stage that writes the aggregates.
+``pipeline.engine_caches.curves`` in the stage that writes the aggregates.
 ``run_engine_sections`` draws a run's own engine models instead (any workload: its block
 aggregates next to the ideal model's in the same orders).
 """
@@ -28,7 +28,7 @@ def _step_chart(frame: pl.DataFrame, x_title: str, y_title: str) -> alt.Chart:
 
 def gpu_models_section(frame: pl.DataFrame) -> Section:
     """ideal vs vllm: second-pass GPU hits over the GPU capacity vLLM logs
-    (``pipeline.engines.curves.gpu_model_curves``)."""
+    (``pipeline.engine_caches.curves.gpu_model_curves``)."""
     return Section("engines-gpu", _step_chart(frame, "GPU KV cache (tokens, as vLLM logs it)",
                                               "second-pass GPU-hit tokens"),
                    "vLLM 0.33's curve is the ideal one shifted right by two blocks (32 "
@@ -39,7 +39,7 @@ def gpu_models_section(frame: pl.DataFrame) -> Section:
 
 def cpu_models_section(frame: pl.DataFrame) -> Section:
     """LMCache's chunk-level CPU cliff next to the document and ideal block models'
-    (``pipeline.engines.curves.cpu_model_curves``)."""
+    (``pipeline.engine_caches.curves.cpu_model_curves``)."""
     return Section("engines-cpu", _step_chart(frame, "CPU tier (tokens of KV)",
                                               "second-pass CPU-served tokens"),
                    "LMCache's cliff is at 48,640 tokens, not 50,110: it stores only full "

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 import altair as alt
 import polars as pl
 
-from pipeline.kvsize import size_up
-from pipeline.summary import stats_table
-from pipeline.tiers import COUNT_NAMES, TIER, TIERS
+from pipeline.sizes.units import size_up
+from pipeline.ttft.summary import stats_table
+from pipeline.cache.tiers import COUNT_NAMES, TIER, TIERS
 
 __all__ = ["Units", "TOKENS", "TIER_COLOURS", "WIDTH", "HEIGHT", "working_set",
            "change_points", "fmt", "span", "tier_colour", "working_set_rule",
@@ -103,7 +103,7 @@ def pass_order(requests: pl.DataFrame) -> list[str]:
 
 
 def ttft_stats(requests: pl.DataFrame) -> pl.DataFrame:
-    """config, pass, p50, mean: pipeline.summary's statistics (exactly summarize.py's)."""
+    """config, pass, p50, mean: pipeline.ttft.summary's statistics (exactly summarize.py's)."""
     return stats_table(requests).select("config", "pass", p50="p50_ms", mean="mean_ms")
 
 

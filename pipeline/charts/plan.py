@@ -3,8 +3,8 @@ target and the answer marked), predicted TTFT against it (with the measured poin
 error), and the fit's predicted vs measured TTFT per pass. Capacities read in tokens with
 GiB of the chosen KV model beside them (``pipeline.charts.parts.Units``).
 
-Inputs come from ``pipeline.planner`` (an ``Evaluator`` for one workload and GPU capacity,
-optionally a ``PlanResult``) and ``pipeline.ttft_model.residuals_by_pass``.
+Inputs come from ``pipeline.plan.search`` (an ``Evaluator`` for one workload and GPU capacity,
+optionally a ``PlanResult``) and ``pipeline.ttft.model.residuals_by_pass``.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import altair as alt
 import numpy as np
 import polars as pl
 
-from pipeline import grids
+from pipeline.sizes import grids
 from pipeline.charts import Section
 from pipeline.charts.parts import Units
-from pipeline.kvsize import KVSize
-from pipeline.planner import Evaluator, PlanResult, Target
+from pipeline.sizes.units import KVSize
+from pipeline.plan.search import Evaluator, PlanResult, Target
 from pipeline.workloads.documents import pass_name
 
 __all__ = ["curve_capacities", "capacity_curve", "measured_points", "ttft_capacity_section",

@@ -11,7 +11,7 @@ import altair as alt
 import polars as pl
 
 from pipeline.charts import Section
-from pipeline.config import LAB_DOCS, LAB_TOKENS
+from pipeline.base.config import LAB_DOCS, LAB_TOKENS
 
 __all__ = ["curve_chart", "policy_sections"]
 

@@ -1,4 +1,4 @@
-"""Report section: predicted second-pass TTFT along both cliffs (pipeline.latency)."""
+"""Report section: predicted second-pass TTFT along both cliffs (pipeline.ttft.latency)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import polars as pl
 
 from pipeline.charts import Section
 from pipeline.charts.parts import HEIGHT, WIDTH, change_points, fmt, working_set
-from pipeline.config import BASELINE, OFFLOADED
-from pipeline.stats import exact_median
+from pipeline.base.config import BASELINE, OFFLOADED
+from pipeline.base.stats import exact_median
 from pipeline.sweeps import second_pass
 
 AXES = ("GPU capacity, no CPU tier", "CPU capacity, GPU fixed")

@@ -16,7 +16,7 @@ def provenance_block(provenance: dict) -> str:
                             for key in ("source", "sha256", "note"))
     note_html = f"<p>Note: {note.rstrip('.')}.</p>" if note else ""
     setup = provenance.get("setup")
-    if setup:          # the setup it was measured under (pipeline.measured_setup)
+    if setup:          # the setup it was measured under (pipeline.ttft.measured_setup)
         note_html += (f"<p>Measured under {html.escape(str(setup))}; its requests are "
                       f"attributed to tiers under that setup, not the swept one.</p>")
     if provenance.get("prediction_note"):

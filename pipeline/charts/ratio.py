@@ -7,7 +7,7 @@ import polars as pl
 
 from pipeline.charts import Section
 from pipeline.charts.parts import HEIGHT, WIDTH, pass_order, ttft_stats
-from pipeline.config import BASELINE, OFFLOADED
+from pipeline.base.config import BASELINE, OFFLOADED
 
 
 def ratio_frame(requests: pl.DataFrame) -> pl.DataFrame:

@@ -12,7 +12,7 @@ import altair as alt
 import polars as pl
 
 from pipeline.charts import Section
-from pipeline.tiers import TIERS
+from pipeline.cache.tiers import TIERS
 
 __all__ = ["sections", "tier_frame", "tiers_caption", "tiers_chart", "ttft_caption",
            "ttft_chart"]

@@ -8,8 +8,8 @@ import polars as pl
 from pipeline.charts import Section
 from pipeline.charts.parts import (HEIGHT, WIDTH, fmt, pass_order, tier_colour, tier_phrase,
                                    ttft_stats)
-from pipeline.config import BASELINE, OFFLOADED
-from pipeline.stats import exact_median
+from pipeline.base.config import BASELINE, OFFLOADED
+from pipeline.base.stats import exact_median
 from pipeline.sweeps import SECOND_PASS
 
 

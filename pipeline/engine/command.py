@@ -4,8 +4,9 @@ The scheduler (running requests first, then the FCFS queue; max_num_seqs,
 max_num_batched_tokens, chunked prefill, long_prefill_token_threshold, max_model_len),
 vLLM's admission check, prefix hits at (re-)admission, blocks hashed as soon as they are
 full, preemption of the newest running request when decode growth finds no block, blocks
-freed tail first, async scheduling's two-deep batch queue, and an optional LMCache CPU
-tier. Proven equal to vLLM 0.33.0's own scheduler (tests/test_engine_vllm_equal.py).
+freed tail first, async scheduling's two-deep batch queue, and an optional CPU tier
+(LMCache's, or any registered CPU model: ``--cpu-model``). Proven equal to vLLM 0.33.0's
+own scheduler (tests/test_engine_vllm_equal.py).
 Writes DIR/requests.parquet (one row per request) and DIR/steps.parquet (one per batch).
 """
 
@@ -14,22 +15,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipeline.arguments import non_negative_int, plural, positive_int
+from pipeline.base.arguments import non_negative_int, plural, positive_int
 from pipeline.engine.config import SchedulerConfig
-from pipeline.engine.cpu_tier import LMCacheTier
 from pipeline.engine.loop import simulate
-from pipeline.engine.options import add_engine_arguments
+from pipeline.engine.options import add_engine_arguments, cpu_tier_factory
 from pipeline.engine.workload import (FORMATS, Workload, pattern_workload, read_workload,
-                                     with_arrivals)
-from pipeline.errors import CLIError
+                                      with_arrivals)
+from pipeline.base.errors import CLIError
 from pipeline.trace.inputs import add_pattern_arguments
-from pipeline.staging import Outputs, parquet_bytes
-from pipeline.steptime.command import (load_list, loads_closed, lmcache_factory, metric_lines,
+from pipeline.base.staging import Outputs, parquet_bytes
+from pipeline.steptime.command import (load_list, loads_closed, metric_lines,
                                        prepare, run_curves, run_metrics_outputs,
                                        steptime_arguments)
 from pipeline.workloads.jsonl import TraceError
-
-HELP = "vLLM's engine loop step by step: per-request steps, hits and preemptions under load"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -129,6 +127,7 @@ def load(args: argparse.Namespace) -> Workload:
 def main(args: argparse.Namespace) -> int:
     try:
         loads = prepare(args)                   # steptime: the clock, and curves or one run
+        tiers = cpu_tier_factory(args)
         workload = load(args)
         if workload.timed == "steps" and args.clock == "time" and args.rate is None \
                 and args.concurrency is None and not loads_closed(loads):
@@ -138,11 +137,9 @@ def main(args: argparse.Namespace) -> int:
             def config_for(blocks: int) -> SchedulerConfig:
                 args.num_gpu_blocks = blocks
                 return _config(args, workload)
-            return run_curves(args, workload, loads, config_for, lmcache_factory(
-                LMCacheTier, args.cpu_tokens, args.block_size, args.cpu_chunk_size))
+            return run_curves(args, workload, loads, config_for, tiers)
         config = _config(args, workload)
-        tier = (LMCacheTier(args.cpu_tokens, args.block_size, args.cpu_chunk_size)
-                if args.cpu_tokens else None)
+        tier = tiers() if tiers is not None else None
         model = args.latency_model
         result = simulate(workload.requests, config, cpu_tier=tier, clock=args.clock,
                           concurrency=args.concurrency,

@@ -71,14 +71,15 @@ class _PoolView:
 class EngineSim:
     """vLLM's scheduler + KV cache manager (+ an optional CPU tier) for ``config``.
 
-    ``cpu_tier``: a compiled CPU tier (``pipeline.engine.cpu_tier.LMCacheTier``: its
-    ``arrays``), shared by the engines given the same object.
+    ``cpu_tier``: a CPU tier of ``pipeline.engine.cpu_tier`` (``LMCacheTier``, compiled,
+    or ``ModelTier``, any registered CPU model; its ``arrays``), shared by the engines given
+    the same object.
     """
 
     def __init__(self, config: SchedulerConfig, cpu_tier=None, capacity: int = 16) -> None:
         if cpu_tier is not None and not hasattr(cpu_tier, "arrays"):
-            raise TypeError("cpu_tier must be a compiled CPU tier (pipeline.engine.cpu_tier."
-                            "LMCacheTier)")
+            raise TypeError("cpu_tier must be a CPU tier of pipeline.engine.cpu_tier "
+                            "(LMCacheTier or ModelTier)")
         self.config = config
         self.cpu_tier = cpu_tier
         self.block_size = config.block_size

@@ -22,7 +22,8 @@ from pipeline.engine.layout import (
     C_MAXSEQS, COMPUTED, G_ERROR, G_FIN, G_NEV, G_NFREE, G_NRUN, G_QHEAD, G_QLEN, G_STEP,
     G_WLEN, HOLDS, INFLIGHT, MAXTOK, NBLK, NPROMPT, NTOK, STALE, X_CONTEXT, X_DECODE, X_FREE,
     X_NFIRST, X_NRUN, X_NSCHED, X_NWAIT, X_PREFILL, X_Q, X_RELOAD, X_STEP)
-from pipeline.engine.raw import raw, raw_state, raw_tier
+from pipeline.engine.kgeneric import tier_raw
+from pipeline.engine.raw import raw, raw_state
 
 __all__ = ["run_loop", "run_until", "advance", "step_once", "step_time", "MODEL_NONE",
            "MODEL_LINEAR", "MODEL_ROOFLINE", "DONE", "FULL", "STUCK", "STEP_FIELDS"]
@@ -92,7 +93,7 @@ def _execute(S, T, timed, model, coef, STEPS, DUR, L, now):
 def run_loop(S, T, due, arrival, timed, concurrency, model, coef, STEPS, DUR, L, NOW):
     """Run the requests (slots 0..n-1 in input order, ``due`` their arrival step or ms)
     until done (DONE), the step buffer is full (FULL) or the engine is stuck (STUCK)."""
-    S, T, coef = raw_state(S), raw_tier(T), raw(coef)
+    S, T, coef = raw_state(S), tier_raw(T), raw(coef)
     G = S[1]
     n = due.size
     now = NOW[0]
@@ -169,7 +170,7 @@ def advance(S, T, limit, FREES):
     decoding one token, none finishing, every new block available, the waiting queue
     unable to move), run one by one; free blocks after each into FREES. Returns how many
     (0: the next step is not such a step, nothing done)."""
-    S, T = raw_state(S), raw_tier(T)
+    S, T = raw_state(S), tier_raw(T)
     C, G, R, RUN = S[0], S[1], S[2], S[8]
     n = G[G_NRUN]
     if limit < 2 or n == 0 or n > C[C_MAXBATCH]:
@@ -209,7 +210,7 @@ def run_until(S, T, until, model, coef, STEPS, DUR, L, NOW):
     ``until``: each executed batch a row of ``STEPS`` and (start, duration) of ``DUR``,
     the outputs processed in EV. DONE, FULL (a buffer is full: drain and call again) or
     STUCK."""
-    S, T, coef = raw_state(S), raw_tier(T), raw(coef)
+    S, T, coef = raw_state(S), tier_raw(T), raw(coef)
     C, G, EV = S[0], S[1], S[15]
     now = NOW[0]
     room = 2 * C[C_MAXE] + 2
@@ -229,4 +230,4 @@ def run_until(S, T, until, model, coef, STEPS, DUR, L, NOW):
 @njit(cache=True, error_model="numpy")
 def step_once(S, T):
     """``engine_step`` for a Python caller (``EngineSim.step``)."""
-    return engine_step(raw_state(S), raw_tier(T))
+    return engine_step(raw_state(S), tier_raw(T))

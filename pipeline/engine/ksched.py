@@ -19,7 +19,8 @@ and a request preempted with output in flight waits in the queue until that outp
 arrives (``num_stale_output_tokens``).
 
 State ``S = (C, G, R, KEYS, BT, P, BH, HT, RUN, WQ, BQ, BSMP, BMETA, HIT, BUF, EV, REC)``
-(``pipeline.engine.layout``); the CPU tier ``T`` (``pipeline.engine.ktier``).
+(``pipeline.engine.layout``); the CPU tier ``T`` (``pipeline.engine.ktier``, or a Python
+tier: ``pipeline.engine.kgeneric``).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from numba import njit
 
 from pipeline.engine.kpool import (cache_full_blocks, free_blocks, get_new_blocks,
                                    longest_hit, touch)
-from pipeline.engine.ktier import cpu_lookup, cpu_store
+from pipeline.engine.kgeneric import tier_lookup, tier_store
 from pipeline.engine.layout import (
     B_HASREC, B_NSAMP, B_NSCHED, B_STEP, BCAP, BOFF, C_ASYNC, C_BS, C_CHUNKED, C_HMASK,
     C_MAXBATCH, C_MAXLEN, C_MAXSEQS, C_THRESH, COMPUTED, CPUHIT, ERR_BLOCKS, FIN, FINISHED,
@@ -200,7 +201,7 @@ def _schedule_waiting(S, T, q, budget, threshold, step):
                                (R[slot, NTOK] - 1) // size, HIT)
             local = nhit * size
             if T[0][T_ON] != 0:
-                external = max(cpu_lookup(T, R, KEYS, slot) - local, 0)
+                external = max(tier_lookup(T, R, KEYS, slot, local) - local, 0)
             computed = local + external
             if R[slot, PREEMPT] <= 0:
                 R[slot, GPUHIT], R[slot, CPUHIT] = local, external
@@ -329,7 +330,7 @@ def _update_from_output(S, T, q):
             if R[slot, STORED] == 0 and R[slot, STATUS] != PREEMPTED \
                     and R[slot, COMPUTED] - R[slot, INFLIGHT] >= R[slot, NPROMPT]:
                 R[slot, STORED] = 1
-                cpu_store(T, R, KEYS, slot)
+                tier_store(T, R, KEYS, slot)
     stopped = False
     for e in range(BMETA[q, B_NSAMP]):
         slot = BSMP[q, e]

@@ -1,6 +1,6 @@
 """LMCache's local CPU backend (LRU over chunks) compiled, for the engine's CPU tier.
 
-The literal rules are ``pipeline.engines.lmcache_cpu.LocalCpuBackend``'s (see its module
+The literal rules are ``pipeline.engine_caches.lmcache_cpu.LocalCpuBackend``'s (see its module
 docstring): ``lookup`` counts the leading chunks present and touches them in reverse order
 (chunk 0 ends most recent); ``store`` skips a request whose prompt ends before the chunk
 boundary after LMCache's own hit, allocates its chunks from that hit on (evicting the least

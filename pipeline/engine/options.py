@@ -1,18 +1,50 @@
 """The engine's command-line options (vLLM's names and defaults), shared by ``simulate``
-and ``fleet``."""
+and ``fleet``, and the CPU tier they choose (``cpu_tier_factory``).
+
+The CPU tier is any registered CPU model (``--cpu-model``, default ``lmcache``: LMCache's
+CPU backend, compiled) of ``--cpu-tokens``; its declared options (``registry`` entries'
+``Option``s) are offered as ``--cpu-<option>`` (``--cpu-chunk-size``), built as
+``pipeline.engine_caches.options`` builds the block commands' option groups. An option of
+another model, an order the model cannot follow or a check that fails is a one-line usage
+error (exit 2).
+"""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from functools import partial
 
-from pipeline.arguments import non_negative_int, positive_int
+from pipeline.cache import registry
+from pipeline.base.arguments import non_negative_int, positive_int
+from pipeline.blocks.stream import HEAD_FIRST, ORDERS
+from pipeline.engine.cpu_tier import LMCacheTier, ModelTier, engine_cpu_models, \
+    engine_tier_problem
+from pipeline.engine_caches.options import add_option_argument
+from pipeline.base.errors import CLIError
 
-__all__ = ["add_engine_arguments"]
+__all__ = ["add_engine_arguments", "cpu_tier_choice", "cpu_tier_factory", "cpu_tier_dests",
+           "DEFAULT_CPU_MODEL"]
+
+DEFAULT_CPU_MODEL = "lmcache"
+
+
+def _declared() -> dict[str, registry.Option]:
+    """The declared options of the CPU models the engine takes, by dest (each once)."""
+    found: dict[str, registry.Option] = {}
+    for name in engine_cpu_models():
+        for option in registry.entry(name).options:
+            found.setdefault(option.dest, option)
+    return found
+
+
+def _flag(dest: str) -> str:
+    return "--cpu-" + dest.replace("_", "-")
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser, title: str
                          ) -> argparse._ArgumentGroup:
-    """Block size, scheduler limits and the LMCache CPU tier, in a group named ``title``
+    """Block size, scheduler limits and the CPU tier, in a group named ``title``
     (returned, so a command adds its own capacity options beside them)."""
     engine = parser.add_argument_group(title)
     engine.add_argument("--block-size", type=positive_int, default=16,
@@ -30,8 +62,77 @@ def add_engine_arguments(parser: argparse.ArgumentParser, title: str
     engine.add_argument("--async-scheduling", action="store_true",
                         help="two batches in flight (vLLM 0.33's default on CUDA)")
     engine.add_argument("--cpu-tokens", type=non_negative_int, default=0,
-                        help="LMCache CPU tier capacity in tokens of KV (default 0: none)")
-    engine.add_argument("--cpu-chunk-size", type=positive_int, default=256,
-                        help="LMCache chunk size, a multiple of --block-size "
-                             "(default %(default)s)")
+                        help="CPU tier capacity in tokens of KV (default 0: none)")
+    engine.add_argument("--cpu-model", dest="cpu_tier_model", default=None,
+                        choices=tuple(registry.CPU_MODELS),
+                        help=f"the CPU tier's model, any registered CPU model (default "
+                             f"{DEFAULT_CPU_MODEL}: LMCache's CPU backend, compiled; a block "
+                             f"model sees the prompt's full blocks and stores them from the "
+                             f"GPU hit on)")
+    engine.add_argument("--cpu-order", dest="cpu_tier_order", choices=ORDERS, default=None,
+                        help="the order a block CPU model places a request's blocks in "
+                             "(default head-first, LMCache's)")
+    for dest, option in _declared().items():
+        add_option_argument(engine, option, _flag(dest), "cpu_" + dest)
+    parser.set_defaults(engine_parser=parser)
     return engine
+
+
+def cpu_tier_dests() -> tuple[str, ...]:
+    """The argparse dests of the CPU tier's options (``--cpu-model`` is ``cpu_tier_model``:
+    ``plan`` has a block ``--cpu-model`` of its own)."""
+    return ("cpu_tier_model", "cpu_tier_order", *("cpu_" + dest for dest in _declared()))
+
+
+def _usage(args: argparse.Namespace, message: str) -> None:
+    parser = getattr(args, "engine_parser", None)
+    if parser is None:
+        raise CLIError(message)
+    parser.error(message)                              # exit 2, as argparse's own errors
+
+
+def cpu_tier_choice(args: argparse.Namespace) -> tuple[str, dict, str]:
+    """(model, its options, order) of the CPU tier ``args`` ask for; a usage error (one
+    line, exit 2) on an option of another model, a failed check, an order the model cannot
+    follow or a model the engine cannot run."""
+    given = getattr(args, "cpu_tier_model", None)
+    model = given or DEFAULT_CPU_MODEL
+    entry = registry.entry(model)
+    problem = engine_tier_problem(model)
+    if problem:
+        _usage(args, f"--cpu-model {model}: {problem}")
+    declared = _declared()
+    for dest in declared:
+        if getattr(args, "cpu_" + dest, None) is not None and dest not in entry.option_names:
+            owner = next(n for n in engine_cpu_models()
+                         if dest in registry.entry(n).option_names)
+            _usage(args, f"{_flag(dest)} applies to the {owner} CPU model, not --cpu-model "
+                         f"{model}")
+    options = {dest: declared[dest].value(getattr(args, "cpu_" + dest, None), args.block_size)
+               for dest in entry.option_names}
+    for dest, value in options.items():
+        check = declared[dest].check
+        problem = check(value, args.block_size) if check is not None else None
+        if problem:
+            _usage(args, problem.replace(declared[dest].flag, _flag(dest), 1))
+    if options.get("save_unfull_chunk"):
+        _usage(args, f"{_flag('save_unfull_chunk')}: the engine keys full chunks only "
+                     f"(LMCache >= 0.4's default)")
+    order = getattr(args, "cpu_tier_order", None) or entry.order or HEAD_FIRST
+    if entry.order is not None and order != entry.order:
+        _usage(args, f"--cpu-order {order}: the {model} model is {entry.order}")
+    if given is not None and not args.cpu_tokens:
+        _usage(args, f"--cpu-model {model} needs --cpu-tokens N (the tier's size)")
+    return model, options, order
+
+
+def cpu_tier_factory(args: argparse.Namespace) -> Callable[[], object] | None:
+    """A picklable factory of fresh CPU tiers as ``args`` ask (``cpu_tier_choice``), or
+    None without ``--cpu-tokens``: the compiled ``LMCacheTier`` for ``lmcache``, else a
+    ``ModelTier``."""
+    model, options, order = cpu_tier_choice(args)
+    if not args.cpu_tokens:
+        return None
+    if model == DEFAULT_CPU_MODEL:
+        return partial(LMCacheTier, args.cpu_tokens, args.block_size, options["chunk_size"])
+    return partial(ModelTier, model, args.cpu_tokens, args.block_size, options, order)

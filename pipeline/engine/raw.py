@@ -3,8 +3,9 @@
 Every array a numba function receives is reference counted (an atomic increment and
 decrement per call), which costs more than the work of most of the scheduler's small
 functions. The kernels' entry points therefore rebuild their state tuples from
-``raw`` views (the same memory, no owner: its reference operations are no-ops); the arrays
-stay alive because the Python caller (``EngineSim``) holds them for the call.
+``raw`` views (the same memory, no owner: its reference operations are no-ops; the CPU
+tier's: ``kgeneric.tier_raw``); the arrays stay alive because the Python caller
+(``EngineSim``) holds them for the call.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from numba import carray, njit
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-__all__ = ["raw", "raw_state", "raw_tier"]
+__all__ = ["raw", "raw_state"]
 
 
 @intrinsic
@@ -36,7 +37,3 @@ def raw_state(S):
             raw(S[7]), raw(S[8]), raw(S[9]), raw(S[10]), raw(S[11]), raw(S[12]),
             raw(S[13]), raw(S[14]), raw(S[15]), raw(S[16]))
 
-
-@njit(cache=True, error_model="numpy")
-def raw_tier(T):
-    return (raw(T[0]), raw(T[1]), raw(T[2]), raw(T[3]), raw(T[4]))

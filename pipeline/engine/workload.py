@@ -28,7 +28,7 @@ import numpy as np
 import polars as pl
 
 from pipeline.engine.request import SimRequest
-from pipeline.errors import CLIError
+from pipeline.base.errors import CLIError
 from pipeline.trace.inputs import pattern_from_args
 from pipeline.workloads import mooncake
 from pipeline.workloads.jsonl import Field, TraceError, apply_checks, read_lines

@@ -21,18 +21,16 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pipeline.arguments import positive_int
-from pipeline.errors import CLIError
+from pipeline.base.arguments import positive_int
+from pipeline.base.errors import CLIError
 from pipeline.fit.evaluate import HOLDOUT_BY, error_summary, holdout_masks, predictions, residuals
 from pipeline.fit.fitted import fitted_document
 from pipeline.fit.inputs import load_runs
 from pipeline.fit.schedule import FEATURES, EngineModel, simulate_run
 from pipeline.fit.solve import FitError, fit_runs
-from pipeline.staging import Outputs, json_bytes
+from pipeline.base.staging import Outputs, json_bytes
 
-__all__ = ["HELP", "add_arguments", "main"]
-
-HELP = "fit step-time coefficients to measured requests (least squares on their schedule)"
+__all__ = ["add_arguments", "main"]
 
 
 def _fraction(text: str) -> float:

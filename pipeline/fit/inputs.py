@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import CLIError
+from pipeline.base.errors import CLIError
 from pipeline.measure.sidecar import read_sidecar
 
 __all__ = ["REQUIRED", "Run", "load_runs", "prompt_tokens"]

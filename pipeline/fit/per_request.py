@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pipeline.config import ROOT
-from pipeline.errors import CLIError
+from pipeline.base.config import ROOT
+from pipeline.base.errors import CLIError
 from pipeline.fit.evaluate import holdout_masks, predictions
 from pipeline.fit.fitted import check_fitted
 from pipeline.fit.inputs import Run, load_runs

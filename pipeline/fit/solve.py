@@ -35,7 +35,7 @@ import numpy as np
 
 from pipeline.fit.inputs import Run
 from pipeline.fit.schedule import FEATURES, EngineModel, Schedule, simulate_run
-from pipeline.ttft_model import identifiable
+from pipeline.ttft.model import identifiable
 
 __all__ = ["Fit", "FitError", "design_rows", "fit_runs", "identifiability", "load_scale"]
 

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-local", action="store_true")
     args = parser.parse_args(argv)
     from pipeline.engine.config import SchedulerConfig
-    from pipeline.kvsize import model_shape, DEFAULT_PRESET
+    from pipeline.sizes.units import model_shape, DEFAULT_PRESET
     from pipeline.steptime import Roofline, gpu_preset
 
     workload = _workload(args.trace, args.limit, 16)

@@ -13,7 +13,6 @@ import argparse
 import json
 import socket
 import sys
-from functools import partial
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -21,8 +20,8 @@ import polars as pl
 import pyarrow.dataset as ds
 
 from pipeline.engine.config import SchedulerConfig
-from pipeline.engine.cpu_tier import LMCacheTier
-from pipeline.errors import CLIError
+from pipeline.engine.options import cpu_tier_choice, cpu_tier_dests, cpu_tier_factory
+from pipeline.base.errors import CLIError
 from pipeline.fleet.aggregates import fleet_aggregates, instance_aggregates, json_rows
 from pipeline.fleet.options import add_fleet_arguments
 from pipeline.fleet.plan import Memory, smallest_memory
@@ -30,17 +29,17 @@ from pipeline.fleet.report import report_html
 from pipeline.fleet.routers import ROUTERS, make_router, parse_router_options, router_class
 from pipeline.fleet.sweep import Point, Settings, point_path, run_sweep
 from pipeline.fleet.workload import add_workload_arguments, load_workload
-from pipeline.staging import Outputs, json_bytes, parquet_bytes
+from pipeline.base.staging import Outputs, json_bytes, parquet_bytes
 from pipeline.steptime.options import latency_from_args
 
-HELP = "N engine instances behind each router: hit ratio, TTFT, imbalance (a sweep)"
 _SWEEP_KEYS = ("trace", "format", "pattern", "limit", "num_documents",
                "document_length", "repeat_count", "repeat_mode", "users", "num_requests",
                "zipf_alpha", "groups", "questions", "sessions", "turns", "think_s",
                "system_prompt_length", "question_length", "output_tokens", "rate",
                "shuffle_seed", "router_option", "seed", "staleness_ms", "block_size",
                "max_num_seqs", "max_num_batched_tokens", "max_model_len",
-               "no_chunked_prefill", "async_scheduling", "cpu_tokens", "cpu_chunk_size", "cpu_shared", "latency", "gpu_type", "gpu_tflops",
+               "no_chunked_prefill", "async_scheduling", "cpu_tokens", "cpu_chunk_size",
+               "cpu_shared", "latency", "gpu_type", "gpu_tflops",
                "gpu_fp8_tflops", "gpu_hbm_gbps", "host_link_gbps", "weights",
                "step_overhead_ms", "model_shape")
 
@@ -111,8 +110,9 @@ def sweep_settings(args: argparse.Namespace, workload, options) -> Settings:
                                  long_prefill_token_threshold=(
                                      args.long_prefill_token_threshold),
                                  async_scheduling=args.async_scheduling)
-        tier = (partial(LMCacheTier, args.cpu_tokens, args.block_size, args.cpu_chunk_size)
-                if args.cpu_tokens else None)
+        tier = cpu_tier_factory(args)
+        # the sweep's settings record the chunk size the tier runs with (None: no chunks)
+        args.cpu_chunk_size = cpu_tier_choice(args)[1].get("chunk_size")
         if tier is not None:
             tier()                                    # the chunk size must fit the blocks
     except ValueError as exc:
@@ -141,7 +141,10 @@ def router_options(args: argparse.Namespace) -> dict[str, dict]:
 
 
 def _fingerprint(args: argparse.Namespace) -> dict:
-    return {key: getattr(args, key, None) for key in _SWEEP_KEYS}
+    found = {key: getattr(args, key, None) for key in _SWEEP_KEYS}
+    found.update({key: getattr(args, key) for key in cpu_tier_dests()   # --cpu-model etc.
+                  if key not in found and getattr(args, key, None) is not None})
+    return found
 
 
 def _check_out(out: Path, args: argparse.Namespace) -> None:

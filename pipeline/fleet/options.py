@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from pipeline.arguments import non_negative_float, non_negative_int, positive_int
+from pipeline.base.arguments import non_negative_float, non_negative_int, positive_int
 from pipeline.engine.options import add_engine_arguments
 from pipeline.fleet.routers import ROUTERS, router_class
 from pipeline.fleet.sweep import EXECUTORS

@@ -30,16 +30,16 @@ import numpy as np
 import polars as pl
 import pyarrow.dataset as ds
 
-from pipeline.arguments import Parser
+from pipeline.base.arguments import Parser
 from pipeline.engine.hashing import bulk_request_keys
-from pipeline.errors import CLIError
+from pipeline.base.errors import CLIError
 from pipeline.fleet import command as fleet_command
 from pipeline.fleet.aggregates import fleet_aggregates
 from pipeline.fleet.plan import Memory, smallest_memory
 from pipeline.fleet.sweep import Point, run_sweep
 from pipeline.fleet.workload import FLEET_PATTERNS, load_workload
-from pipeline.kvsize import KVSize, kv_from_args
-from pipeline.staging import Outputs, parquet_bytes
+from pipeline.sizes.units import KVSize, kv_from_args
+from pipeline.base.staging import Outputs, parquet_bytes
 from pipeline.workloads import patterns
 
 __all__ = ["add_fleet_plan_arguments", "fleet_requested", "fleet_plan", "gpu_block_grid"]
@@ -128,7 +128,7 @@ def _check(args: argparse.Namespace) -> None:
                     router=args.router or ["round-robin"], router_option=args.router_option
                     or [], staleness_ms=args.staleness_ms or 0.0,
                     long_prefill_token_threshold=args.long_prefill_token_threshold or 0,
-                    cpu_tokens=args.cpu_tokens or 0, cpu_chunk_size=args.cpu_chunk_size or 256,
+                    cpu_tokens=args.cpu_tokens or 0,
                     groups=args.groups or 4, questions=args.questions or 4,
                     sessions=args.sessions or 8, turns=args.turns or 4,
                     think_s=2.0 if args.think_s is None else args.think_s,

@@ -15,10 +15,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from pipeline.arguments import non_negative_float, positive_float, positive_int
+from pipeline.base.arguments import non_negative_float, positive_float, positive_int
 from pipeline.engine.request import SimRequest
 from pipeline.engine.workload import FORMATS, pattern_workload, read_workload, with_arrivals
-from pipeline.errors import CLIError
+from pipeline.base.errors import CLIError
 from pipeline.trace.inputs import add_pattern_arguments
 from pipeline.workloads import patterns
 from pipeline.workloads.jsonl import TraceError

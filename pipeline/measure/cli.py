@@ -26,21 +26,19 @@ import argparse
 import sys
 from pathlib import Path
 
-from pipeline.arguments import pass_list, positive_float, positive_int
-from pipeline.config import BASELINE, LAB_DOCS, LAB_PASSES
-from pipeline.errors import CLIError
+from pipeline.base.arguments import pass_list, positive_float, positive_int
+from pipeline.base.config import BASELINE, LAB_DOCS, LAB_PASSES
+from pipeline.base.errors import CLIError
 from pipeline.measure.client import RequestFailed
 from pipeline.measure.output import check_output, kept_note
 from pipeline.measure.runner import run_requests, settings_from
 from pipeline.measure.workload import WORDS, spec_requests, workload_spec
 from pipeline.workloads.patterns import REPEAT_MODES
 
-__all__ = ["HELP", "add_arguments", "main", "parse_ram_caches"]
+__all__ = ["add_arguments", "main", "parse_ram_caches"]
 
-HELP = "measure TTFT on a real server (or a local llama.cpp one) into a JSON-lines file"
 DEFAULT_TOKENS = 5000
 DEFAULT_RAM_CACHES = f"{BASELINE}=0,cache-4.5=4.5,cache=10.5"
-
 
 
 def _logit_bias(text: str) -> tuple[str, float]:

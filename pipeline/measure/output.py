@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pipeline.errors import CLIError
+from pipeline.base.errors import CLIError
 from pipeline.measure.runner import done_keys
 
 __all__ = ["check_output", "provenance_path", "kept_note"]

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from pipeline.errors import CLIError
+from pipeline.base.errors import CLIError
 from pipeline.measure.client import RequestFailed
 from pipeline.measure.output import check_output, provenance_path
 from pipeline.measure.runner import run_requests, settings_from

@@ -32,7 +32,7 @@ from typing import Protocol, TextIO
 
 import httpx
 
-from pipeline.arguments import plural
+from pipeline.base.arguments import plural
 from pipeline.measure.client import RequestFailed, StreamResult, stream_completion
 from pipeline.measure.workload import Request
 

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from kvlab.summarize import write_json_atomic
-from pipeline.errors import CLIError
+from pipeline.base.errors import CLIError
 from pipeline.measure.output import provenance_path
 
 __all__ = ["KIND", "machine", "read_sidecar", "sha256", "write_sidecar"]

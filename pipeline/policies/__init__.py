@@ -1,6 +1,6 @@
-"""A family of cache policies on one base (``pipeline.tiers.Tier``: ``access(key, size) ->
+"""A family of cache policies on one base (``pipeline.cache.tiers.Tier``: ``access(key, size) ->
 bool``, ``lookup``, ``place``, ``key in cache``, ``used``, ``keys()``), one small module
-each. Their registry entries (name, class, fast paths) are in ``pipeline.registry``;
+each. Their registry entries (name, class, fast paths) are in ``pipeline.cache.registry``;
 ``POLICIES``, ``make_policy`` and ``policy_names`` are read from there on first use.
 
 LRU is equal per access to kvlab's own ``LRUCache`` (the contract's class; tests prove it).
@@ -29,6 +29,6 @@ def __getattr__(name: str):
     """``POLICIES``, ``make_policy``, ``policy_names``: the registry's (imported on first use,
     so the registry can import the policy classes)."""
     if name in _FROM_REGISTRY:
-        from pipeline import registry
+        from pipeline.cache import registry
         return getattr(registry, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pipeline.arguments import pass_list, positive_int
-from pipeline.config import EVENTS_DIR, GPU_CLIFF_CAPACITIES, LAB_DOCS, LAB_PASSES, LAB_TOKENS
-from pipeline.errors import CLIError
-from pipeline.limits import MAX_EVENTS, check_count
-from pipeline.kvsize import Capacity, add_kv_arguments, capacities, capacity, \
+from pipeline.base.arguments import pass_list, positive_int
+from pipeline.base.config import EVENTS_DIR, GPU_CLIFF_CAPACITIES, LAB_DOCS, LAB_PASSES, LAB_TOKENS
+from pipeline.base.errors import CLIError
+from pipeline.sizes.limits import MAX_EVENTS, check_count
+from pipeline.sizes.units import Capacity, add_kv_arguments, capacities, capacity, \
     resolve_capacities, size_lines
 from pipeline.policies import POLICIES
 from pipeline.policies.replay import METHODS, encode, hit_matrix, onepass_policies, \
@@ -30,9 +30,8 @@ from pipeline.policies.replay import METHODS, encode, hit_matrix, onepass_polici
 from pipeline.workloads.documents import documents_workload
 from pipeline.workloads.jsonl import TraceError
 from pipeline.workloads.mooncake import read_mooncake
-from pipeline.staging import Outputs, parquet_bytes
+from pipeline.base.staging import Outputs, parquet_bytes
 
-HELP = "hit ratio per cache policy (LRU ... ARC, OPT) per capacity: lab or Mooncake trace"
 OUT_DIR = EVENTS_DIR / "policies"
 #: default trace capacities, as fractions of the trace's distinct bytes
 TRACE_FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
@@ -160,7 +159,7 @@ TIER_NAMES = ("gpu", "cpu", "miss")
 
 
 def _resolve_sizes(args) -> dict:
-    """``--capacities``/``--cpu`` to tokens (``pipeline.kvsize``); a size where capacities
+    """``--capacities``/``--cpu`` to tokens (``pipeline.sizes.units``); a size where capacities
     count blocks (a trace with ``--sizes unit``) is a CLIError."""
     if args.trace is not None and args.sizes == "unit":
         for dest in ("capacities", "cpu"):
@@ -251,7 +250,7 @@ def main(args: argparse.Namespace) -> int:
     """Run the command; print the table (or JSON) and write the Parquet files."""
     start = time.perf_counter()
     label, curves, events = simulate(args, events=args.trace is None or args.events)
-    staged = Outputs()                  # both files or neither (pipeline.staging)
+    staged = Outputs()                  # both files or neither (pipeline.base.staging)
     staged.add(args.out / "curves.parquet", parquet_bytes(curves), "--out")
     if events is not None:
         staged.add(args.out / "events.parquet", parquet_bytes(events), "--out")

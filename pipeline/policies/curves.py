@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pipeline import grids
-from pipeline.config import LAB_DOCS, LAB_PASSES, LAB_TOKENS
+from pipeline.sizes import grids
+from pipeline.base.config import LAB_DOCS, LAB_PASSES, LAB_TOKENS
 from pipeline.policies.replay import encode, hit_counts
-from pipeline.registry import POLICIES
+from pipeline.cache.registry import POLICIES
 from pipeline.workloads.documents import documents_workload
 from pipeline.workloads.mooncake import read_mooncake
 

@@ -1,5 +1,5 @@
 """Every capacity from one pass, for the registry's stack algorithms: LRU (one fixed size per
-key, ``pipeline/stackdist.py``), MRU and OPT with bypass (one size for every access,
+key, ``pipeline/cache/stack_distance.py``), MRU and OPT with bypass (one size for every access,
 ``kernels/stack.py``); each is a ``OnePass`` its registry entry declares. Exact per access:
 tests/test_policies_stack_passes.py proves each equal to the per-capacity replay.
 
@@ -63,8 +63,8 @@ class OnePass:
 
     ``distances(codes, limit, bypass)``: slot-counted stack distances (MRU, OPT: unit-size
     items, a capacity holds ``slots`` of them); None: byte-weighted LRU stack distances
-    (``pipeline.stackdist``). ``one_capacity``: taken even for a single capacity (cheaper
-    than the compiled replay there too)."""
+    (``pipeline.cache.stack_distance``). ``one_capacity``: taken even for a single capacity
+    (cheaper than the compiled replay there too)."""
 
     rule: str
     applies: Callable[[np.ndarray, np.ndarray], bool]
@@ -81,7 +81,7 @@ class OnePass:
              bypass: bool = True) -> np.ndarray:
         """Per-access hits, one row per capacity; the caller checks ``applies`` first."""
         if self.distances is None:
-            from pipeline.stackdist import lru_hits
+            from pipeline.cache.stack_distance import lru_hits
             return np.asarray(lru_hits(codes, sizes, capacities), dtype=bool).reshape(
                 len(capacities), codes.size)
         dist, held = self._slot_distances(codes, sizes, capacities, bypass)
@@ -91,7 +91,7 @@ class OnePass:
                bypass: bool = True) -> np.ndarray:
         """Hits per capacity (int64) without per-access rows."""
         if self.distances is None:
-            from pipeline.stackdist import lru_hit_counts
+            from pipeline.cache.stack_distance import lru_hit_counts
             return np.asarray(lru_hit_counts(codes, sizes, capacities), dtype=np.int64)
         dist, held = self._slot_distances(codes, sizes, capacities, bypass)
         ordered = np.sort(dist)

@@ -11,7 +11,6 @@ options, ``--gpu CAPS`` (+ ``--gpu-steps``), ``--jobs`` and ``--report``;
 from __future__ import annotations
 
 import argparse
-import functools
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -19,18 +18,18 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pipeline.arguments import positive_int
-from pipeline.errors import CLIError
-from pipeline.kvsize import add_kv_arguments, capacities, kv_from_args, resolve_capacities, \
+from pipeline.base.arguments import positive_int
+from pipeline.base.errors import CLIError
+from pipeline.sizes.units import add_kv_arguments, capacities, kv_from_args, resolve_capacities, \
     size_lines
-from pipeline.staging import Outputs, json_bytes, parquet_bytes
+from pipeline.base.staging import Outputs, json_bytes, parquet_bytes
 from pipeline.steptime.curves import UPPER, Load, load_curves, parse_loads, upper_curve
 from pipeline.steptime.fitted import Linear
 from pipeline.steptime.metrics import prefix_cache_entries, run_metrics, vllm_log_figures
 from pipeline.steptime.options import add_latency_arguments, latency_from_args
 
 __all__ = ["steptime_arguments", "load_list", "prepare", "run_metrics_outputs", "run_curves",
-           "metric_lines", "loads_closed", "lmcache_factory"]
+           "metric_lines", "loads_closed"]
 
 LOAD_KINDS = ("speed", "rate", "concurrency")
 
@@ -226,7 +225,3 @@ def loads_closed(loads: list[Load] | None) -> bool:
     """True when every load of a curve run is a closed loop (no arrival times needed)."""
     return bool(loads) and all(load.kind in ("concurrency", "rate") for load in loads)
 
-
-def lmcache_factory(tier_class, cpu_tokens: int, block_size: int, chunk: int):
-    """A picklable factory of fresh CPU tiers (one per run), or None without one."""
-    return functools.partial(tier_class, cpu_tokens, block_size, chunk) if cpu_tokens else None

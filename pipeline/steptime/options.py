@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from pipeline.arguments import non_negative_float, positive_float
-from pipeline.errors import CLIError
-from pipeline.kvsize import DEFAULT_PRESET, model_shape, parse_model_shape
+from pipeline.base.arguments import non_negative_float, positive_float
+from pipeline.base.errors import CLIError
+from pipeline.sizes.units import DEFAULT_PRESET, model_shape, parse_model_shape
 from pipeline.steptime.cost import StepTimeModel
 from pipeline.steptime.fitted import load_latency
 from pipeline.steptime.gpus import GPUS, custom_gpu, gpu_preset

@@ -15,9 +15,9 @@ import argparse
 import json
 from dataclasses import replace
 
-from pipeline.arguments import positive_float, positive_int
-from pipeline.errors import CLIError
-from pipeline.kvsize import kv_from_args
+from pipeline.base.arguments import positive_float, positive_int
+from pipeline.base.errors import CLIError
+from pipeline.sizes.units import kv_from_args
 from pipeline.steptime.curves import Load, apply_load
 from pipeline.steptime.metrics import run_metrics
 from pipeline.steptime.options import add_latency_arguments, latency_from_args

@@ -13,7 +13,7 @@ weight read once per step, plus each sequence's KV); CPU-tier reloads cross the 
 before the forward pass (not overlapped). The per-step overhead (scheduling, sampling,
 launch) is a fixed assumption. Every figure this gives is a roofline, labelled so.
 
->>> from pipeline.kvsize import model_shape
+>>> from pipeline.sizes.units import model_shape
 >>> from pipeline.steptime.gpus import gpu_preset
 >>> model = Roofline(model_shape("Llama-3.1-8B"), gpu_preset("H100"), overhead_ms=0.0)
 >>> round(model.step_ms(StepCost(0, 1, 1)), 2)   # one decode: 15.0 GB of weights / 3.35 TB/s
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.kvsize import ModelShape
+from pipeline.sizes.units import ModelShape
 from pipeline.steptime.cost import StepCost, step_cost  # noqa: F401 (StepCost: doctest)
 from pipeline.steptime.gpus import GpuPreset
 

@@ -6,7 +6,7 @@ blocks) or token ids (``--format tokens``, hashed into chained blocks of ``--blo
 the infinite-cache block hit ratio and, per (GPU, CPU) capacity point in tokens, the tokens
 each tier serves and the block and token hit ratios; writes the block events and per-request
 tokens to Parquet and the report to reports/trace.html. Capacities are tokens or sizes
-(``pipeline.kvsize``: ``1.5GiB``, ``40GB``, ``1.5lmcacheGB``) through ``--model``'s bytes per
+(``pipeline.sizes.units``: ``1.5GiB``, ``40GB``, ``1.5lmcacheGB``) through ``--model``'s bytes per
 token; the output then says the unit and bytes per token used. Bad input stops it before anything is
 written.
 """
@@ -21,16 +21,15 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pipeline.config import EVENTS_DIR, REPORTS_DIR
-from pipeline.engines.options import add_model_arguments, add_order_arguments, run_options
-from pipeline.errors import CLIError
-from pipeline.kvsize import add_kv_arguments, capacities, capacity, resolve_capacities, \
+from pipeline.base.config import EVENTS_DIR, REPORTS_DIR
+from pipeline.engine_caches.options import add_model_arguments, add_order_arguments, run_options
+from pipeline.base.errors import CLIError
+from pipeline.sizes.units import add_kv_arguments, capacities, capacity, resolve_capacities, \
     size_lines
 from pipeline.trace import engine, outputs
 from pipeline.trace.inputs import add_input_arguments, load_workload
-from pipeline.staging import Outputs
+from pipeline.base.staging import Outputs
 
-HELP = "replay a trace (Mooncake, token ids) or a pattern: GPU/CPU/recomputed tokens"
 DEFAULT_OUT = EVENTS_DIR / "trace"
 DEFAULT_REPORT = REPORTS_DIR / "trace.html"
 
@@ -114,7 +113,7 @@ def main(args: argparse.Namespace) -> int:
         outputs.add_report(staged, args.report, workload, stream, infinite, args, sweep_gpu,
                            events, models)
         summary["report"] = str(args.report)
-    staged.commit()                 # every file or none (pipeline.staging)
+    staged.commit()                 # every file or none (pipeline.base.staging)
     if as_sizes:
         summary["sizes"] = as_sizes
     if args.json:

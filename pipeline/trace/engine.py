@@ -13,15 +13,15 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from pipeline import grids
+from pipeline.sizes import grids
 from pipeline.blocks import sweep
 from pipeline.blocks.bands import SMALL_TOP, band_counts
 from pipeline.blocks.limits import model_capacities
 from pipeline.blocks.model_api import CPU_MODELS, GPU_MODELS, request_result
 from pipeline.blocks.lru_depths import COLD, block_distances
 from pipeline.blocks.stream import BlockStream, capacity_blocks
-from pipeline.stackdist import NOTHING_STORED, band_limits
-from pipeline.tiers import served_beyond
+from pipeline.cache.stack_distance import NOTHING_STORED, band_limits
+from pipeline.cache.tiers import served_beyond
 
 __all__ = ["Infinite", "infinite", "points", "gpu_curve", "gpu_crossing", "cpu_curve",
            "block_events",
@@ -110,7 +110,7 @@ def points(stream: BlockStream, gpu: list[int], cpu: list[int], gpu_order: str,
            cpu_options: dict | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Every (GPU, CPU) pair: the per-point totals (``POINT_SCHEMA``) and one row per
     (point, request) (``REQUEST_POINT_SCHEMA``). ``gpu_options`` / ``cpu_options``: an
-    engine model's keyword arguments (``pipeline.engines.options.run_options``)."""
+    engine model's keyword arguments (``pipeline.engine_caches.options.run_options``)."""
     gpu_hits = _run_gpu(stream, gpu, gpu_order, gpu_model, gpu_options)     # (G, R) tokens
     per_request = []
     for g in range(len(gpu)):

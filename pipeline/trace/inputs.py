@@ -6,9 +6,9 @@ import argparse
 
 import numpy as np
 
-from pipeline.arguments import non_negative_float, non_negative_int, positive_int
-from pipeline.errors import CLIError
-from pipeline.limits import check_block_count, check_block_size
+from pipeline.base.arguments import non_negative_float, non_negative_int, positive_int
+from pipeline.base.errors import CLIError
+from pipeline.sizes.limits import check_block_count, check_block_size
 from pipeline.workloads import patterns
 from pipeline.workloads.jsonl import TraceError
 from pipeline.workloads.mooncake import MOONCAKE_BLOCK_SIZE, read_mooncake

@@ -14,11 +14,11 @@ import polars as pl
 from pipeline.blocks.stream import ORDERS, BlockStream
 from pipeline.charts import page_html
 from pipeline.charts import trace as charts
-from pipeline.engines.options import model_options
-from pipeline.errors import CLIError
+from pipeline.engine_caches.options import model_options
+from pipeline.base.errors import CLIError
 from pipeline.trace import engine
 from pipeline.trace.inputs import Workload
-from pipeline.staging import Outputs, parquet_bytes
+from pipeline.base.staging import Outputs, parquet_bytes
 
 __all__ = ["Models", "name_models", "check_writable", "add_frames", "summary",
            "add_report", "report_page", "FRAMES"]
@@ -140,7 +140,7 @@ def trace_units(args: argparse.Namespace) -> charts.Units:
     """GiB beside tokens in the report when capacities were given as sizes
     (``args.sizes_given``, set by the command) or a KV model was named (``--model``,
     ``--kv-bytes-per-token``, ``--kv-shape``)."""
-    from pipeline.kvsize import kv_from_args
+    from pipeline.sizes.units import kv_from_args
 
     named = any(getattr(args, option, None) is not None
                 for option in ("model", "kv_bytes_per_token", "kv_shape"))

@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 
 from kvlab.scenario import PASS_ORDERS, pass_keys
-from pipeline.config import LAB_DOCS, LAB_PASSES, LAB_TOKENS
+from pipeline.base.config import LAB_DOCS, LAB_PASSES, LAB_TOKENS
 from pipeline.workloads.blocks import BLOCK_SCHEMA, REQUEST_SCHEMA, document_blocks
 from pipeline.workloads.workload import Workload
 

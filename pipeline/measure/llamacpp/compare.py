@@ -23,7 +23,7 @@ import polars as pl
 from kvlab.kvsim import TwoTierCache
 from pipeline.measure.llamacpp.cache_model import LlamaCppPromptCache, StateSize
 from pipeline.measure.output import provenance_path
-from pipeline.tiers import TIER
+from pipeline.cache.tiers import TIER
 from pipeline.measure.workload import Request, prompt_token_ids, spec_requests
 
 __all__ = ["HIT_BELOW", "MISS_ABOVE", "KEYS", "agreement", "load_measurement", "predict",

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import httpx
 
-from pipeline.config import ROOT
-from pipeline.errors import CLIError
+from pipeline.base.config import ROOT
+from pipeline.base.errors import CLIError
 from pipeline.measure.client import StreamResult
 from pipeline.measure.llamacpp.cache_model import StateSize
 from pipeline.measure.workload import Request

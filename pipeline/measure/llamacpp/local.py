@@ -25,7 +25,7 @@ from pathlib import Path
 import polars as pl
 
 from kvlab.summarize import write_json_atomic
-from pipeline.errors import CLIError
+from pipeline.base.errors import CLIError
 from pipeline.measure.client import RequestFailed
 from pipeline.measure.llamacpp.compare import agreement, load_measurement
 from pipeline.measure.llamacpp.engine import (LlamaServer, LogObserver, ensure_installed,

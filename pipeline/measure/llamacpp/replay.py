@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from pipeline.errors import CLIError
+from pipeline.base.errors import CLIError
 from pipeline.measure.llamacpp.engine import LlamaServer, LogObserver, ensure_installed
 from pipeline.measure.llamacpp.gguf_model import ModelShape, vocabulary, write_model
 from pipeline.measure.llamacpp.local import FORCED_BIAS, N_CTX, server_context

@@ -1,0 +1,1 @@
+"""The ``plan`` command: the smallest CPU tier that meets a TTFT or hit-ratio target."""

@@ -1,0 +1,261 @@
+"""What ``run`` adds beyond document mode: block mode (``--block-size``, with the engine
+models of ``pipeline.engine_caches.options``) and the fitted TTFT model's per-pass predictions.
+
+``add_arguments`` defines the block-mode group; ``block_setup`` is its one check (before
+anything is computed); ``block_frames`` runs ``pipeline.blocks.sweep.block_frames`` for the
+run's workload and models; ``ttft_fit`` fits ``pipeline.ttft.model`` on the measured requests
+and adds predicted p50 and mean TTFT per pass to the predicted sweeps.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from pipeline import report
+
+from pipeline.base.arguments import positive_int
+from pipeline.blocks.limits import check_document_blocks
+from pipeline.blocks.sweep import block_frames as sweep_block_frames
+from pipeline.base.config import (CPU_CLIFF_GPU, GPU_CLIFF_CAPACITIES, LAB_CPU, LAB_DOCS,
+                                  LAB_PASSES, LAB_TOKENS, ROOT)
+from pipeline.engine_caches.options import add_model_arguments, option_dests, run_options
+from pipeline.base.errors import CLIError
+from pipeline.sizes.limits import check_block_size
+from pipeline.fit.per_request import (FITTED_FILE, HOLDOUT_FILE, FittedRequests,
+                                      fitted_requests)
+from pipeline.ttft.model import (TOKEN_COLUMNS, FitError, TTFTModel, fit_configs,
+                                 predict_pass_ttft, predicted_ttft, residuals_by_pass,
+                                 tokens_by_tier)
+from pipeline.workloads.documents import DocumentWorkload
+
+__all__ = ["BlockSetup", "add_arguments", "block_setup", "block_frames", "TTFTFit", "ttft_fit",
+           "REPORT_BLOCK_SIZE", "REAL_ENGINE_FILE", "ReportInputs", "report_inputs",
+           "render_groups", "report_groups"]
+
+#: Block size of the report's block-mode group when ``run`` has no ``--block-size``
+#: (vLLM's default block): the lab's workload costs about 0.3 s at this size.
+REPORT_BLOCK_SIZE = 16
+#: The real engine's committed measurement, drawn after the report's measured group.
+REAL_ENGINE_FILE = ROOT / "data" / "measured" / "llamacpp_lab.jsonl"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--block-size`` and the engine models (one definition: ``add_model_arguments``)."""
+    group = parser.add_argument_group(
+        "block mode (also writes blocks_events.parquet and blocks_aggregates.parquet; "
+        "document mode stays the default)")
+    group.add_argument("--block-size", type=positive_int, default=None,
+                       help="tokens per block: also run the sweeps in block mode (prefix "
+                            "caching, both orders per tier; see python -m pipeline blocks)")
+    add_model_arguments(group)
+
+
+@dataclass(frozen=True)
+class BlockSetup:
+    """Block mode as the options ask for it."""
+
+    block_size: int
+    gpu_model: str = "ideal"
+    cpu_model: str = "ideal"
+    gpu_options: dict = field(default_factory=dict)
+    cpu_options: dict = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """One line: block size and models with their options."""
+        def one(model: str, options: dict) -> str:
+            shown = ", ".join(f"{k}={v}" for k, v in options.items())
+            return f"{model} ({shown})" if shown else model
+        return (f"{self.block_size}-token blocks, GPU {one(self.gpu_model, self.gpu_options)}, "
+                f"CPU {one(self.cpu_model, self.cpu_options)}")
+
+
+def block_setup(args: argparse.Namespace, workload: DocumentWorkload) -> BlockSetup | None:
+    """The run's block mode, or None without ``--block-size``; CLIError naming the argument
+    for an engine model or option without ``--block-size``, a block size beyond the limit, a
+    run over ``MAX_BLOCKS`` block accesses, or a model option the model does not take."""
+    if args.block_size is None:
+        for dest in ("gpu_model", "cpu_model"):
+            if getattr(args, dest) != "ideal":
+                raise CLIError(f"--{dest.replace('_', '-')} {getattr(args, dest)}: engine "
+                               "models run in block mode only (add --block-size N)")
+        for dest in option_dests():
+            if getattr(args, dest) is not None:
+                raise CLIError(f"--{dest.replace('_', '-')}: an engine model option, block "
+                               "mode only (add --block-size N)")
+        return None
+    check_block_size(args.block_size)
+    requests, blocks = check_document_blocks(workload.docs, len(workload.passes),
+                                             workload.tokens, args.block_size)
+    gpu_options, cpu_options = run_options(args, args.block_size, requests, blocks)
+    return BlockSetup(args.block_size, args.gpu_model, args.cpu_model, gpu_options,
+                      cpu_options)
+
+
+def block_frames(setup: BlockSetup, workload: DocumentWorkload, args: argparse.Namespace,
+                 spec_points: tuple[int, ...], fit: TTFTFit | None = None
+                 ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(events, aggregates) of the block sweeps for the run's workload, grids and models;
+    with the run's fitted TTFT model, predicted p50 and mean TTFT per pass too (each request
+    priced by its tokens per tier)."""
+    return sweep_block_frames(workload.docs, workload.tokens, workload.passes,
+                              setup.block_size, args.gpu_capacities, args.cpu_capacities,
+                              args.cpu_sweep_gpu, spec_points, setup.gpu_model,
+                              setup.cpu_model, setup.gpu_options, setup.cpu_options,
+                              predicted_ttft(fit.models) if fit is not None else None)
+
+
+@dataclass(frozen=True)
+class TTFTFit:
+    """The fitted TTFT model of a run: per-config models, residuals per pass, and the
+    predicted sweeps with ``predicted_p50_ms`` / ``predicted_mean_ms`` per pass."""
+
+    models: dict[str, TTFTModel]
+    residuals: pl.DataFrame
+    predicted: pl.DataFrame
+
+
+def ttft_fit(attributed: pl.DataFrame, predicted: pl.DataFrame, tokens: int
+             ) -> TTFTFit | str:
+    """Fit ``pipeline.ttft.model`` on the attributed measured requests (whole documents in
+    their simulated tier) and predict p50 and mean TTFT per pass at every sweep point of
+    ``predicted`` (documents of ``tokens`` tokens). A string says why not, instead."""
+    matched = attributed.filter(pl.col("tier").is_not_null())
+    if matched.is_empty():
+        return "TTFT model not fitted: no measured request is in a simulated config"
+    requests = tokens_by_tier(matched).select("config", "pass", "doc", "ttft_ms",
+                                              *TOKEN_COLUMNS)
+    try:
+        models = fit_configs(requests)
+        return TTFTFit(models, residuals_by_pass(requests, models),
+                       predict_pass_ttft(predicted, models, tokens))
+    except FitError as exc:
+        return f"TTFT model not fitted: {exc}"
+
+
+@dataclass(frozen=True)
+class ReportInputs:
+    """Every frame of the report's groups after the measured one, computed by ``run``
+    (``report_inputs``) so that the report only draws: the real engine's measurement (or
+    None), the block-mode aggregates of the ideal model with their scenario and note (or
+    None), the run's own engine-model aggregates and their description (or None), the
+    engine models' GPU and CPU curves and the policies' lab curves (None off the lab's
+    workload), the trace page's name beside the report (or None), and the real engine's
+    measured against predicted TTFT per request under the committed fitted step-time file
+    and under its fit without the two highest loads (``pipeline.fit.per_request``; None when
+    a file or its measurements are missing)."""
+
+    real_engine: pl.DataFrame | None
+    block_aggregates: pl.DataFrame | None
+    block_scenario: dict
+    block_note: str
+    engine_curves: tuple[pl.DataFrame, pl.DataFrame] | None
+    policy_curves: pl.DataFrame | None
+    trace_link: str | None
+    engine_aggregates: pl.DataFrame | None = None
+    engine_describe: str = ""
+    fitted_engine: FittedRequests | None = None
+    fitted_holdout: FittedRequests | None = None
+
+
+def _fitted_engine(path: Path) -> FittedRequests | None:
+    """The committed fit's per-request predictions; None when a file is missing or bad."""
+    if not Path(path).is_file():
+        return None
+    try:
+        return fitted_requests(path)
+    except ValueError:
+        return None
+
+
+def _real_engine(path: Path) -> pl.DataFrame | None:
+    """The committed llama.cpp measurement joined with its predictions; None when the file
+    or its provenance is missing or unreadable."""
+    from pipeline.measure.llamacpp.compare import load_measurement
+    if not Path(path).is_file():
+        return None
+    try:
+        return load_measurement(path)
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def report_inputs(args: argparse.Namespace, workload: DocumentWorkload,
+                  blocks: BlockSetup | None, block_aggregates: pl.DataFrame | None,
+                  spec_points: tuple[int, ...], report_path: Path) -> ReportInputs:
+    """The frames of ``report_groups``: block mode's tail-first vs head-first from
+    ideal-model sweeps (the run's own, computed for the run's workload when it ran engine
+    models, or the lab's at 16-token blocks without ``--block-size``, about 0.3 s); with
+    engine models, the run's own ``block_aggregates``, drawn next to the ideal model in their
+    orders; ideal vs vllm, LMCache's chunk cliff and the cache policies, which are the lab's;
+    the real engine's measurement and the trace page's name. The lab-only frames exist only
+    when the run's workload is the lab's, so a run on another workload shows none of the
+    lab's capacities."""
+    from pipeline.engine_caches.curves import cpu_model_curves, gpu_model_curves
+    from pipeline.policies.curves import lab_curves
+
+    lab = (workload.docs, workload.tokens, tuple(workload.passes)) == \
+        (LAB_DOCS, LAB_TOKENS, tuple(LAB_PASSES))
+    note, size = "", blocks.block_size if blocks else REPORT_BLOCK_SIZE
+    engine_aggregates = None
+    if blocks is not None and (blocks.gpu_model, blocks.cpu_model) != ("ideal", "ideal"):
+        engine_aggregates = block_aggregates            # engine models: the ideal one too
+        _, block_aggregates = sweep_block_frames(
+            workload.docs, workload.tokens, workload.passes, size, args.gpu_capacities,
+            args.cpu_capacities, args.cpu_sweep_gpu, spec_points)
+        note = (f"Tail-first vs head-first is drawn with the ideal model in both orders; this "
+                f"run's {blocks.describe()} follow, next to the ideal model in their orders "
+                f"(all in blocks_aggregates.parquet).")
+    elif blocks is None and lab:
+        _, block_aggregates = sweep_block_frames(
+            workload.docs, workload.tokens, workload.passes, size, cpu_sweep_gpu=CPU_CLIFF_GPU,
+            spec_points=(*GPU_CLIFF_CAPACITIES, CPU_CLIFF_GPU, LAB_CPU))
+        note = (f"The ideal model at {size}-token blocks; run with --block-size N (and "
+                f"--gpu-model vllm / --cpu-model lmcache) for other block sizes and models.")
+    scenario = {"docs": workload.docs, "tokens": workload.tokens, "block_size": size,
+                "cpu_sweep_gpu": args.cpu_sweep_gpu if blocks else CPU_CLIFF_GPU}
+    trace = Path(report_path).parent / "trace.html"
+    return ReportInputs(
+        _real_engine(REAL_ENGINE_FILE), block_aggregates, scenario, note,
+        (gpu_model_curves(), cpu_model_curves()) if lab and block_aggregates is not None
+        else None,
+        lab_curves() if lab else None, trace.name if trace.is_file() else None,
+        engine_aggregates, blocks.describe() if engine_aggregates is not None else "",
+        _fitted_engine(FITTED_FILE), _fitted_engine(HOLDOUT_FILE))
+
+
+def render_groups(inputs: ReportInputs) -> list[report.Group]:
+    """The report's groups after the measured one, drawn from ``inputs`` (no model runs)."""
+    from pipeline.charts.engines import run_engine_sections
+
+    groups = []
+    if inputs.real_engine is not None:
+        groups.append(report.real_engine_group(inputs.real_engine, REAL_ENGINE_FILE))
+    if inputs.fitted_engine is not None:
+        held = inputs.fitted_holdout
+        groups.append(report.fitted_engine_group(
+            inputs.fitted_engine.frame, inputs.fitted_engine.provenance,
+            None if held is None else (held.frame, held.provenance)))
+    if inputs.block_aggregates is not None:
+        extra = ([] if inputs.engine_aggregates is None else
+                 run_engine_sections(inputs.engine_aggregates, inputs.block_aggregates,
+                                     inputs.block_scenario, inputs.engine_describe))
+        groups.append(report.block_group(inputs.block_aggregates, inputs.block_scenario,
+                                         inputs.block_note, inputs.engine_curves, extra))
+    if inputs.policy_curves is not None:
+        groups.append(report.policy_group(inputs.policy_curves))
+    if inputs.trace_link is not None:
+        groups.append(report.trace_group(inputs.trace_link))
+    return groups
+
+
+def report_groups(args: argparse.Namespace, workload: DocumentWorkload,
+                  blocks: BlockSetup | None, block_aggregates: pl.DataFrame | None,
+                  spec_points: tuple[int, ...], report_path: Path) -> list[report.Group]:
+    """The report's groups after the measured one: ``report_inputs`` computes the frames,
+    ``render_groups`` draws them."""
+    return render_groups(report_inputs(args, workload, blocks, block_aggregates, spec_points,
+                                       report_path))

@@ -1,0 +1,273 @@
+"""KV cache sizes: capacities in tokens or bytes, through a model's bytes per token.
+
+The presets and the formulas that give bytes per token are ``pipeline.sizes.model_presets``
+(re-exported here).
+
+A capacity is tokens (``56000``) or a size (``1.5GiB``, ``40GB``, ``512MiB``): GB/MB/KB/TB are
+powers of 10, GiB/MiB/KiB/TiB powers of 2. A size holds ``floor(bytes / bytes per token)``
+tokens. LMCache's ``max_local_cpu_size`` is called GB but multiplied by 2^30
+(``lmcache/v1/cache_engine.py``, ``LMCacheEngineBuilder._Create_memory_allocator``:
+``int(max_local_cpu_size * 1024**3)``), so LMCache's "5 GB" is ``5GiB`` here, or, written
+as LMCache's setting, ``5lmcacheGB`` (the unit ``lmcacheGB`` = 2^30 bytes, and the output
+says so).
+
+Commands: ``add_kv_arguments`` adds the model options, a capacity option takes
+``type=capacity`` (one) or ``type=capacities`` (a comma list), and after parsing
+``resolve_capacities(args, "gpu", "cpu")`` turns them into tokens in place and returns what
+``size_report`` / ``size_lines`` print (empty when every capacity was given in tokens).
+
+>>> kv = preset("qwen2.5-1.5b")
+>>> kv.bytes_per_token
+28672
+>>> parse_capacity("1.5GiB").tokens(kv)
+56173
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+
+from pipeline.sizes.limits import MAX_CAPACITY
+from pipeline.sizes.model_presets import DEFAULT_PRESET, DTYPE_BYTES, MODELS, PRESETS, KVSize, \
+    ModelShape, model_shape, parse_model_shape, parse_shape, preset, shape
+
+__all__ = ["DTYPE_BYTES", "UNITS", "KVSize", "PRESETS", "MODELS", "ModelShape", "model_shape",
+           "parse_model_shape", "Capacity", "preset", "shape",
+           "parse_capacity", "capacity", "capacities", "capacity_list", "format_bytes", "gib", "gb",
+           "size_up",
+           "add_kv_arguments", "kv_from_args", "DEFAULT_PRESET", "resolve_capacities",
+           "size_lines"]
+
+#: Size units: decimal (10^3k) and binary (2^10k).
+UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+         "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "LMCACHEGB": 2**30}
+_UNIT_NAMES = {"B": "B", "KB": "KB", "MB": "MB", "GB": "GB", "TB": "TB",
+               "KIB": "KiB", "MIB": "MiB", "GIB": "GiB", "TIB": "TiB",
+               "LMCACHEGB": "lmcacheGB"}
+#: what each unit is, as the output says it
+_UNIT_MEANING = {"B": "1 byte", "KB": "10^3 bytes", "MB": "10^6 bytes", "GB": "10^9 bytes",
+                 "TB": "10^12 bytes", "KIB": "2^10 bytes", "MIB": "2^20 bytes",
+                 "GIB": "2^30 bytes", "TIB": "2^40 bytes",
+                 "LMCACHEGB": "2^30 bytes, LMCache's max_local_cpu_size GB"}
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+
+# --- sizes and capacities ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Capacity:
+    """A capacity as given: ``count`` tokens, or ``count`` x ``unit`` bytes (``unit`` set)."""
+
+    text: str
+    count: Decimal
+    unit: str | None = None          # None: tokens; else a key of UNITS
+
+    @property
+    def size_bytes(self) -> int | None:
+        """The size in whole bytes, or None for a token count."""
+        return None if self.unit is None else int(self.count * UNITS[self.unit])
+
+    def tokens(self, kv: KVSize | None) -> int:
+        """Whole tokens: the count itself, or floor(bytes / bytes per token)."""
+        if self.unit is None:
+            return int(self.count)
+        if kv is None:
+            raise ValueError(f"{self.text!r} is a size: give a model to convert it to tokens")
+        return kv.tokens(self.size_bytes)
+
+    def describe(self, kv: KVSize | None) -> str:
+        """``56,173 tokens (1.5 GiB = 1,610,612,736 bytes; GiB = 2^30 bytes)`` or ``N tokens``."""
+        tokens = self.tokens(kv)
+        if self.unit is None:
+            return f"{tokens:,} tokens"
+        name = _UNIT_NAMES[self.unit]
+        return (f"{tokens:,} tokens ({self.count.normalize():f} {name} = {self.size_bytes:,} "
+                f"bytes; {name} = {_UNIT_MEANING[self.unit]}; {kv.bytes_per_token:,} bytes "
+                f"per token)")
+
+    def as_dict(self, kv: KVSize) -> dict[str, object]:
+        """JSON form: as given, tokens, and for a size its bytes, unit and unit's bytes."""
+        out: dict[str, object] = {"given": self.text, "tokens": self.tokens(kv)}
+        if self.unit is not None:
+            out.update(bytes=self.size_bytes, unit=_UNIT_NAMES[self.unit],
+                       unit_bytes=UNITS[self.unit], unit_meaning=_UNIT_MEANING[self.unit])
+        return out
+
+
+def parse_capacity(text: str) -> Capacity:
+    """Tokens (``56000``, ``56000 tokens``) or a size (``1.5GiB``); ValueError otherwise."""
+    cleaned = text.strip().replace("_", "")
+    match = _SIZE.match(cleaned)
+    if cleaned.startswith("-"):
+        raise ValueError(f"a capacity must be >= 0, got {text!r}")
+    if not match:
+        raise ValueError(f"expected tokens or a size such as 1.5GiB, 40GB, 512MiB, got {text!r}")
+    number, unit = match.groups()
+    try:
+        count = Decimal(number)
+    except InvalidOperation:
+        raise ValueError(f"not a number in {text!r}") from None
+    if count > MAX_CAPACITY:
+        raise ValueError(f"capacity {text!r} is too large")
+    unit_key = unit.upper()
+    if unit_key in ("", "TOKENS", "TOKEN", "TOK"):
+        if count != count.to_integral_value():
+            raise ValueError(f"a token count must be a whole number, got {text!r}")
+        return Capacity(text, count)
+    if unit_key not in UNITS:
+        raise ValueError(f"unknown unit {unit!r} in {text!r}: use tokens or one of "
+                         f"{', '.join(_UNIT_NAMES.values())} (GB = 10^9, GiB = 2^30 bytes, "
+                         f"lmcacheGB = LMCache's max_local_cpu_size GB = 2^30 bytes)")
+    return Capacity(text, count, unit_key)
+
+
+def capacity(text: str) -> Capacity:
+    """argparse type: one capacity (tokens or a size), converted later with ``tokens(kv)``."""
+    try:
+        return parse_capacity(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def capacity_list(kv: KVSize | None) -> Callable[[str], list[int]]:
+    """argparse type factory: comma-separated capacities (tokens or sizes) -> tokens via ``kv``.
+
+    For commands whose model is fixed before parsing; otherwise parse with ``capacity`` and
+    convert after parsing with ``Capacity.tokens(kv)``.
+    """
+    def parse(text: str) -> list[int]:
+        parts = [part for part in text.split(",") if part.strip()]
+        if not parts:
+            raise argparse.ArgumentTypeError(f"empty capacity list {text!r}")
+        try:
+            return [parse_capacity(part).tokens(kv) for part in parts]
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return parse
+
+
+def capacities(text: str) -> list[Capacity]:
+    """argparse type: comma-separated capacities kept as given; convert after parsing (when
+    the model options are known) with ``[c.tokens(kv) for c in ...]``."""
+    parts = [part for part in text.split(",") if part.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError(f"empty capacity list {text!r}")
+    try:
+        return [parse_capacity(part) for part in parts]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def gib(size_bytes: int) -> float:
+    """Bytes in GiB (2^30)."""
+    return size_bytes / 2**30
+
+
+def gb(size_bytes: int) -> float:
+    """Bytes in GB (10^9)."""
+    return size_bytes / 10**9
+
+
+def size_up(size_bytes: int, unit: int, digits: int) -> float:
+    """``size_bytes`` in ``unit`` bytes, rounded *up* to ``digits`` decimals (exact integer
+    arithmetic): the figure for a size that must hold at least ``size_bytes``.
+
+    >>> size_up(200_000 * 131_072, 2**30, 2)      # 24.414... GiB: 24.41 GiB holds less
+    24.42
+    """
+    scale = 10**digits
+    return -(-size_bytes * scale // unit) / scale
+
+
+def format_bytes(size_bytes: int) -> str:
+    """``1.34 GiB (1.44 GB)``: both units, two decimals (more when small)."""
+    digits = 2 if size_bytes >= 10**8 else 4
+    return f"{gib(size_bytes):.{digits}f} GiB ({gb(size_bytes):.{digits}f} GB)"
+
+
+# --- command-line options ------------------------------------------------------------------
+
+def add_kv_arguments(parser: argparse.ArgumentParser) -> None:
+    """--model, --kv-bytes-per-token, --kv-shape (at most one; default the lab's model)."""
+    from pipeline.base.arguments import positive_int
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--model", metavar="PRESET", default=None,
+                       help=f"model preset for the KV size: {', '.join(PRESETS)} "
+                            f"(default {DEFAULT_PRESET}, the lab's model)")
+    group.add_argument("--kv-bytes-per-token", metavar="BYTES", type=positive_int, default=None,
+                       help="KV bytes per token, instead of a preset")
+    group.add_argument("--kv-shape", metavar="L,H,D[,DTYPE]", default=None,
+                       help="layers, KV heads, head dim[, dtype] (standard formula 2 x L x H x "
+                            "D x dtype bytes), e.g. 28,2,128,bf16")
+
+
+def kv_from_args(args: argparse.Namespace) -> KVSize:
+    """The KVSize the options chose; ValueError naming the option on bad input."""
+    if args.kv_bytes_per_token is not None:
+        if args.kv_bytes_per_token < 1:
+            raise ValueError(f"--kv-bytes-per-token: must be >= 1, got {args.kv_bytes_per_token}")
+        return KVSize("custom", args.kv_bytes_per_token, "given with --kv-bytes-per-token")
+    if args.kv_shape is not None:
+        try:
+            return parse_shape(args.kv_shape)
+        except ValueError as exc:
+            raise ValueError(f"--kv-shape: {exc}") from None
+    try:
+        return preset(args.model or DEFAULT_PRESET)
+    except ValueError as exc:
+        raise ValueError(f"--model: {exc}") from None
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def resolve_capacities(args: argparse.Namespace, *dests: str) -> dict[str, object]:
+    """Turn the capacity options ``dests`` of ``args`` (a ``Capacity``, a list of them, an
+    int, or None) into tokens in place, through the model ``kv_from_args`` chooses.
+
+    Returns ``{}`` when every one was given in tokens, else ``{"kv": {...}, "options":
+    {"--cpu": Capacity.as_dict}}`` for the output (which unit, which bytes per token).
+    CLIError naming the option on a bad model option. Commands call it first in ``main``.
+    """
+    from pipeline.base.errors import CLIError
+    try:
+        kv = kv_from_args(args)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+    options: dict[str, object] = {}
+    for dest in dests:
+        value = getattr(args, dest, None)
+        given = value if isinstance(value, list) else [value]
+        if not any(isinstance(item, Capacity) for item in given):
+            continue
+        tokens = [item.tokens(kv) if isinstance(item, Capacity) else item for item in given]
+        setattr(args, dest, tokens if isinstance(value, list) else tokens[0])
+        sized = [item for item in given if isinstance(item, Capacity) and item.unit]
+        if sized:
+            parts = [item.as_dict(kv) for item in given]
+            options[_flag(dest)] = parts if isinstance(value, list) else parts[0]
+    if not options:
+        return {}
+    return {"kv": {"name": kv.name, "bytes_per_token": kv.bytes_per_token,
+                   "formula": kv.formula}, "options": options}
+
+
+def size_lines(sizes: dict[str, object]) -> list[str]:
+    """The text form of ``resolve_capacities``' answer: one line per option given as a size."""
+    if not sizes:
+        return []
+    kv = sizes["kv"]
+    lines = [f"sizes converted with {kv['name']}: {kv['bytes_per_token']:,} bytes per token "
+             f"({kv['formula']})"]
+    for flag, value in sizes["options"].items():
+        parts = value if isinstance(value, list) else [value]
+        lines.append(f"{flag} " + ", ".join(
+            f"{p['given']} = {p['tokens']:,} tokens" + (
+                f" ({p['bytes']:,} bytes; {p['unit']} = {p['unit_meaning']})"
+                if "unit" in p else "") for p in parts))
+    return lines
