@@ -170,7 +170,8 @@ def test_local_engine_replay_writes_the_engine_model_and_a_session_per_server(
         assert cli_main([*argv, "--resume"]) == 0
     assert started == [(None, 768, 5), (None, 768, 5)]      # no RAM cache; 601 + 3 -> 768
     got = lines(out)
-    assert [(r["step"], r["session"]) for r in got] == [(0, 0), (1, 0), (2, 1), (3, 1)]
+    # lines land as requests finish: at --rate 20 on a busy machine, 3 may finish before 2
+    assert sorted((r["step"], r["session"]) for r in got) == [(0, 0), (1, 0), (2, 1), (3, 1)]
     sidecar = json.loads((tmp_path / "m.provenance.json").read_text())
     assert sidecar["engine"]["name"] == "llama.cpp" and sidecar["kv_bytes_per_token"] == 2048
     model = sidecar["engine_model"]
