@@ -288,7 +288,7 @@ def random_workload(rng: random.Random):
         requests.append(SimRequest(index, tokens, rng.randint(1, 12), arrival_step=step))
     longest = max(len(r.prompt_token_ids) + r.max_tokens for r in requests)
     max_model_len = longest + rng.choice([0, 5, 100])
-    need = max(-(-min(len(r.prompt_token_ids) + r.max_tokens - 1, max_model_len)
+    need = max(-(-(min(len(r.prompt_token_ids) + r.max_tokens, max_model_len) - 1)
                  // block_size) for r in requests)
     chunked = rng.random() < 0.7
     batched = rng.choice([8, 16, 32, 64, 2048])

@@ -171,6 +171,22 @@ def test_bad_input_is_one_line_and_nothing_is_written(tmp_path, rows, options, m
     assert folder_snapshot(tmp_path) == before
 
 
+def test_a_pool_of_max_model_len_minus_one_tokens_is_enough(tmp_path):
+    """max_model_len 13 caps 8 prompt + 10 output tokens at 5 outputs; the KV never holds
+    the last sampled token, so 12 tokens = 3 blocks of 4 (vLLM's scheduler runs it in
+    num_gpu_blocks 4: finish at step 4)."""
+    trace = _write(tmp_path / "t.jsonl", [
+        {"arrival_step": 0, "prompt_token_ids": list(range(1, 9)), "max_tokens": 10}])
+    done = _run(trace, "--block-size", "4", "--num-gpu-blocks", "4", "--max-model-len", "13",
+                "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    frame = pl.read_parquet(tmp_path / "out" / "requests.parquet")
+    assert frame.select("finish_step", "output_tokens", "preemptions").rows() == [(4, 5, 0)]
+    refused = _run(trace, "--block-size", "4", "--num-gpu-blocks", "3", "--max-model-len",
+                   "13", "--out", str(tmp_path / "out2"))
+    assert refused.returncode == 1 and "needs 3 blocks of 4 tokens" in refused.stderr
+
+
 def test_mooncake_and_patterns_run(tmp_path):
     trace = _write(tmp_path / "m.jsonl", [
         {"timestamp": 0, "input_length": 600, "output_length": 3, "hash_ids": [1, 2]},

@@ -51,7 +51,10 @@ def timed_workloads(draw):
                                    arrival_step=step))
     longest = max(len(r.prompt_token_ids) + r.max_tokens for r in requests)
     max_model_len = longest + draw(st.sampled_from([0, 0, 3, 64]))
-    need = max(-(-min(len(r.prompt_token_ids) + r.max_tokens - 1, max_model_len)
+    prompt = max(len(r.prompt_token_ids) for r in requests)
+    if draw(st.booleans()) and longest > prompt + 1:     # max_model_len caps the outputs
+        max_model_len = draw(st.integers(prompt + 1, longest - 1))
+    need = max(-(-(min(len(r.prompt_token_ids) + r.max_tokens, max_model_len) - 1)
                  // block_size) for r in requests)
     chunked = draw(st.booleans())
     batched = draw(st.sampled_from([4, 8, 16, 32, 4096]))

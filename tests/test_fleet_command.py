@@ -159,6 +159,80 @@ def test_a_dead_ray_address_keeps_local_results(tmp_path, capsys):
     assert folder_snapshot(out) == before
 
 
+def test_an_address_that_accepts_but_is_no_ray_cluster_is_one_line(tmp_path, capsys,
+                                                                   monkeypatch):
+    """Something listening that never speaks Ray: ray.init would retry for minutes, log
+    and end in a traceback; the probe gives up after RAY_PROBE_S in one line."""
+    import socket
+
+    from pipeline.fleet import command
+
+    monkeypatch.setattr(command, "RAY_PROBE_S", 2.0)
+    silent = socket.create_server(("0.0.0.0", 0))
+    try:
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        before = folder_snapshot(tmp_path)
+        status, _, stderr = run(capsys, "--out", str(tmp_path / "out"), "--executor", "ray",
+                                "--ray-address", address)
+    finally:
+        silent.close()
+    assert status == 1, stderr
+    assert stderr.strip().count("\n") == 0 and "Traceback" not in stderr
+    assert f"--ray-address {address}: no Ray cluster answers" in stderr
+    assert folder_snapshot(tmp_path) == before
+
+
+def test_a_token_trace_in_steps_is_refused_not_given_poisson_arrivals(tmp_path, capsys):
+    """The fleet runs on milliseconds: arrival_step lines are named, not silently replaced
+    by --rate arrivals."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"arrival_step": 0, "prompt_token_ids": [1, 2, 3], "max_tokens": 1}\n'
+                     '{"arrival_step": 4, "prompt_token_ids": [1, 2], "max_tokens": 1}\n')
+    before = folder_snapshot(tmp_path)
+    status = main(["fleet", str(trace), "--format", "tokens", "--gpu-blocks", "8", "--jobs",
+                   "1", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert status == 1 and err.count("\n") == 1
+    assert f"{trace}: arrivals are in steps (arrival_step)" in err
+    assert folder_snapshot(tmp_path) == before
+
+
+def test_a_pool_beyond_the_block_limit_is_a_usage_error(tmp_path, capsys):
+    """Not one MemoryError per point (and a sweep.json) after the workers tried."""
+    from pipeline.sizes.limits import MAX_BLOCKS
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["fleet", *BASE, "--gpu-blocks", f"64,{MAX_BLOCKS + 1}", "--out",
+              str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1
+    assert f"--gpu-blocks: GPU block counts must be at most {MAX_BLOCKS:,}" in err
+    assert folder_snapshot(tmp_path) == {}
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--pattern", "groups", "--system-prompt-length", "16", "--limit", "3"],
+     "--limit takes a TRACE's first N requests; --pattern groups sets its size"),
+    (["--pattern", "groups"], "--pattern groups: give --system-prompt-length or "
+     "--question-length"),
+    (["--pattern", "multi-turn"], "--pattern multi-turn: give --system-prompt-length or "
+     "--question-length"),
+    ([*BASE, "--max-model-len", "144"],                      # prompts of 128 + 16 tokens
+     "--max-model-len 144: the longest prompt has 144 tokens (vLLM needs room for 1 output"),
+    ([*BASE, "--ray-address", "127.0.0.1:9"],
+     "--ray-address 127.0.0.1:9 joins a Ray cluster: give it with --executor ray"),
+])
+def test_options_that_would_be_ignored_are_refused(tmp_path, capsys, argv, message):
+    """Not run as if absent: --limit on a pattern, --ray-address without Ray, a pattern
+    whose prompts would be empty; and a prompt vLLM would refuse (max_model_len tokens)."""
+    before = folder_snapshot(tmp_path)
+    status = main(["fleet", *argv, "--gpu-blocks", "64", "--jobs", "1", "--out",
+                   str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert status == 1 and err.count("\n") == 1 and message in err, err
+    assert folder_snapshot(tmp_path) == before
+
+
 def test_list_routers_names_every_router_and_default(capsys):
     assert main(["fleet", "--list-routers"]) == 0
     text = capsys.readouterr().out

@@ -148,3 +148,21 @@ def test_a_real_sigint_is_one_line_and_exit_130(tmp_path):
     err = proc.communicate(timeout=60)[1].decode()
     assert proc.returncode == 130 and err == "interrupted; nothing written\n", err
     assert (folder_snapshot(out), report.read_bytes()) == before
+
+
+def test_simulate_interrupted_says_what_was_written(tmp_path, capsys, monkeypatch):
+    """Ctrl-C before the files: nothing written; Ctrl-C held through the renames (released
+    as the commit ends): the CLI's line says the files were written, not "nothing"."""
+    argv = ["simulate", *SMALL, "--num-gpu-blocks", "64", "--out", str(tmp_path / "o")]
+    monkeypatch.setattr("pipeline.engine.command.simulate", interrupt)
+    assert interrupted(capsys, argv) == "interrupted; nothing written"
+    assert folder_snapshot(tmp_path) == {}
+    monkeypatch.undo()
+    real_commit = staging.Outputs.commit
+
+    def commit_then_interrupt(self):
+        real_commit(self)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(staging.Outputs, "commit", commit_then_interrupt)
+    assert interrupted(capsys, argv) == "interrupted; 3 output file(s) were already written"

@@ -80,7 +80,7 @@ def test_curves_write_parquet_and_report(tmp_path):
     (["--latency", "roofline", "--concurrency", "1,2"], "give --gpu CAPS"),
     (["--latency", "roofline", "--concurrency", "2"], "--num-gpu-blocks is required"),
     (["--latency", "roofline", "--gpu", "800", "--speed", "1,2", "--rate", "1,2"],
-     "one load list"),
+     "--rate: not allowed with argument --speed"),
     (["--concurrency", "1.5", "--num-gpu-blocks", "9"], "--concurrency: a whole number"),
 ])
 def test_usage_errors_exit_2(tmp_path, options, message):

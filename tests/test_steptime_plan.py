@@ -42,13 +42,19 @@ def test_text_names_the_roofline():
     assert "[roofline (L4, Qwen2.5-7B, bf16 weights)]" in done.stdout
 
 
-@pytest.mark.parametrize("options, message", [
-    (["--pattern", "long-doc-qa", "--concurrency", "2"], "needs a step-time model"),
+@pytest.mark.parametrize("options, status, message", [
+    (["--pattern", "long-doc-qa", "--concurrency", "2"], 2, "needs a step-time model"),
     (["--pattern", "long-doc-qa", "--latency", "roofline", "--concurrency", "2", "--rate",
-      "1"], "give one load"),
-    (["--pattern", "long-doc-qa", "--latency", "roofline"], "untimed workload"),
+      "1"], 2, "give one load"),
+    (["--pattern", "long-doc-qa", "--latency", "roofline", "--speed", "2", "--concurrency",
+      "2"], 2, "give one load"),
+    (["--pattern", "long-doc-qa", "--latency", "roofline", "--concurrency", "2", "--report",
+      "r.html"], 2, "--report: not available"),
+    (["--pattern", "long-doc-qa", "--latency", "roofline"], 1, "untimed workload"),
 ])
-def test_errors_are_one_line(options, message):
+def test_errors_are_one_line(options, status, message):
+    """Usage errors (options that do not go together) exit 2; a workload that lacks what
+    the options need exits 1."""
     done = _plan("--target-ttft-p90-ms", "100", *options)
-    assert done.returncode == 1 and message in done.stderr, done.stderr
+    assert done.returncode == status and message in done.stderr, done.stderr
     assert done.stderr.count("\n") == 1

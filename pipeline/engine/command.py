@@ -7,15 +7,16 @@ full, preemption of the newest running request when decode growth finds no block
 freed tail first, async scheduling's two-deep batch queue, and an optional CPU tier
 (LMCache's, or any registered CPU model: ``--cpu-model``). Proven equal to vLLM 0.33.0's
 own scheduler (tests/test_engine_vllm_equal.py).
-Writes DIR/requests.parquet (one row per request) and DIR/steps.parquet (one per batch).
+Writes DIR/requests.parquet (one row per request), DIR/steps.parquet (one per batch) and
+DIR/metrics.json (the run's figures; with a step-time model also DIR/vllm_log.parquet).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 
 from pipeline.base.arguments import non_negative_int, plural, positive_int
+from pipeline.sizes.limits import MAX_BLOCKS
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.loop import simulate
 from pipeline.engine.options import add_engine_arguments, cpu_tier_factory
@@ -24,8 +25,8 @@ from pipeline.engine.workload import (FORMATS, Workload, pattern_workload, read_
 from pipeline.base.errors import CLIError
 from pipeline.trace.inputs import add_pattern_arguments
 from pipeline.base.staging import Outputs, parquet_bytes
-from pipeline.steptime.command import (load_list, loads_closed, metric_lines,
-                                       prepare, run_curves, run_metrics_outputs,
+from pipeline.steptime.command import (_usage, load_list, loads_closed, metric_lines, prepare,
+                                       run_curves, run_metrics_outputs,
                                        steptime_arguments)
 from pipeline.workloads.jsonl import TraceError
 
@@ -41,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="DIR", required=True,
                         help="folder for requests.parquet and steps.parquet")
     engine = add_engine_arguments(parser, "engine (vLLM's options and defaults)")
-    engine.add_argument("--num-gpu-blocks", type=positive_int, default=None, metavar="N",
+    engine.add_argument("--num-gpu-blocks", type=gpu_blocks, default=None, metavar="N",
                         help="vLLM's num_gpu_blocks (block 0 is the null block); required "
                              "unless --gpu CAPS gives curves")
     load = parser.add_argument_group("arrivals")
@@ -51,18 +52,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     load.add_argument("--output-tokens", type=positive_int, default=1,
                       help="max_tokens of token-id lines without one, and of patterns "
                            "(default %(default)s)")
-    load.add_argument("--speed", type=load_list, default=None,
-                      help="divide the trace's arrivals by X (a comma list: curves)")
-    load.add_argument("--rate", type=load_list, default=None,
-                      help="Poisson arrivals, R requests per step, or per second on the time "
-                           "clock (seeded by --seed; a comma list: curves)")
-    load.add_argument("--concurrency", type=load_list, default=None,
-                      help="closed loop: K requests running or waiting at any time (a comma "
-                           "list: curves)")
+    pattern = load.add_mutually_exclusive_group()     # one arrival pattern at a time
+    pattern.add_argument("--speed", type=load_list, default=None,
+                         help="divide the trace's arrivals by X (a comma list: curves)")
+    pattern.add_argument("--rate", type=load_list, default=None,
+                         help="Poisson arrivals, R requests per step, or per second on the "
+                              "time clock (seeded by --seed; a comma list: curves)")
+    pattern.add_argument("--concurrency", type=load_list, default=None,
+                         help="closed loop: K requests running or waiting at any time (a "
+                              "comma list: curves)")
     load.add_argument("--seed", type=non_negative_int, default=0,
                       help="seed of --rate (default 0)")
     add_pattern_arguments(parser)
     steptime_arguments(parser)
+
+
+def gpu_blocks(text: str) -> int:
+    """argparse type of --num-gpu-blocks: an integer >= 2 (block 0 is vLLM's null block), at
+    most ``MAX_BLOCKS`` (the pool's arrays are allocated whole: beyond it tens of GiB)."""
+    try:
+        value = positive_int(text)
+    except argparse.ArgumentTypeError:
+        value = 0
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 2 (block 0 is vLLM's null "
+                                         f"block), got {text!r}")
+    if value > MAX_BLOCKS:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_BLOCKS:,} blocks, got "
+                                         f"{text!r}")
+    return value
 
 
 def _where(workload: Workload, index: int) -> str:
@@ -72,19 +90,20 @@ def _where(workload: Workload, index: int) -> str:
 
 
 def _config(args: argparse.Namespace, workload: Workload) -> SchedulerConfig:
-    """The engine config; a prompt longer than --max-model-len or a request the pool can
-    never hold is one line naming its file:line and the option."""
+    """The engine config; a prompt of --max-model-len tokens or more (refused by vLLM's
+    input processor) or a request the pool can never hold is one line naming its file:line
+    and the option."""
     longest = max(len(r.prompt_token_ids) + r.max_tokens for r in workload.requests)
     max_len = args.max_model_len or longest
     size, usable = args.block_size, args.num_gpu_blocks - 1
-    if usable < 1:
-        raise CLIError("--num-gpu-blocks must be >= 2 (block 0 is vLLM's null block)")
     for r in workload.requests:
         prompt = len(r.prompt_token_ids)
-        if prompt > max_len:
-            raise CLIError(f"{_where(workload, r.index)}: prompt of {prompt} tokens is longer "
-                           f"than --max-model-len {max_len}")
-        need = -(-min(prompt + r.max_tokens - 1, max_len) // size)
+        if prompt >= max_len:                   # vLLM's input processor refuses both
+            what = "is longer than" if prompt > max_len else "fills"
+            raise CLIError(f"{_where(workload, r.index)}: prompt of {prompt} tokens {what} "
+                           f"--max-model-len {max_len} (vLLM needs room for 1 output token)")
+        # the KV holds every token but the last sampled one, at most max_model_len - 1
+        need = -(-(min(prompt + r.max_tokens, max_len) - 1) // size)
         if need > usable:
             raise CLIError(f"{_where(workload, r.index)}: the request needs {need} blocks of "
                            f"{size} tokens, more than --num-gpu-blocks {args.num_gpu_blocks} "
@@ -104,9 +123,7 @@ def _config(args: argparse.Namespace, workload: Workload) -> SchedulerConfig:
 def load(args: argparse.Namespace) -> Workload:
     """The workload of PATH or --pattern, with its arrivals set."""
     if (args.path is None) == (args.pattern is None):
-        raise CLIError("give a trace PATH or --pattern, not both or neither")
-    if args.rate is not None and args.concurrency is not None:
-        raise CLIError("--rate and --concurrency are two arrival patterns: give one")
+        _usage(args, "give a trace PATH or --pattern, not both or neither")
     if args.pattern is not None:
         workload = pattern_workload(args)
     else:
@@ -119,6 +136,9 @@ def load(args: argparse.Namespace) -> Workload:
             and args.concurrency is None):
         raise CLIError(f"{workload.path}: arrivals are in seconds (timestamp/arrival_time), "
                        f"not steps: give --rate or --concurrency for --clock steps")
+    if args.speed is not None and workload.timed is None:
+        raise CLIError(f"{workload.path}: --speed needs arrival times in the trace (use "
+                       f"--rate or --concurrency for an untimed workload)")
     with_arrivals(workload.requests, args.clock, speed=args.speed, rate=args.rate,
                   seed=args.seed)
     return workload
@@ -149,12 +169,12 @@ def main(args: argparse.Namespace) -> int:
         outputs.add(f"{args.out}/requests.parquet", parquet_bytes(result.requests), "--out")
         outputs.add(f"{args.out}/steps.parquet", parquet_bytes(result.steps), "--out")
         metrics = run_metrics_outputs(args, result, outputs)
-        outputs.commit()
+        written = outputs.commit()
     except (ValueError, RuntimeError) as exc:
         raise CLIError(str(exc)) from None
-    except KeyboardInterrupt:
-        print("interrupted: nothing written", file=sys.stderr)
-        return 130
+    except MemoryError as exc:                  # a pool (or grid) too large for this machine
+        raise CLIError(f"not enough memory for the engine's arrays ({exc}): a smaller "
+                       f"--num-gpu-blocks or --gpu") from None
     frame = result.requests
     prompt = int(frame["prompt_tokens"].sum())
     hit = int(frame["gpu_hit_tokens"].sum())
@@ -162,7 +182,7 @@ def main(args: argparse.Namespace) -> int:
           f"GPU prefix hits {hit:,} of {prompt:,} prompt tokens "
           f"({hit / prompt:.1%}), CPU {int(frame['cpu_hit_tokens'].sum()):,}, "
           f"{plural(int(frame['preemptions'].sum()), 'preemption')}; "
-          f"wrote {args.out}/requests.parquet and steps.parquet")
+          f"wrote {args.out}/: {', '.join(sorted(path.name for path in written))}")
     for line in metric_lines(metrics):
         print(line)
     return 0

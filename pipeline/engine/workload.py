@@ -111,7 +111,7 @@ def _read_tokens(path: Path, default_max_tokens: int) -> Workload:
 
 def _read_mooncake(path: Path, block_size: int) -> Workload:
     if _MOONCAKE_BLOCK % block_size:
-        raise TraceError(f"{path}: the block size {block_size} must divide Mooncake's "
+        raise TraceError(f"{path}: --block-size {block_size} must divide Mooncake's "
                          f"{_MOONCAKE_BLOCK}-token blocks")
     checks = mooncake.line_checks(_MOONCAKE_BLOCK) + [
         (pl.col("output_length") < 1, pl.format("output_length must be >= 1, got {}",

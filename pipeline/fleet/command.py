@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import socket
+import subprocess
 import sys
 from pathlib import Path
 from urllib.parse import urlparse
@@ -61,6 +62,35 @@ def list_routers() -> str:
     return "\n".join(lines)
 
 
+#: Seconds a ``--ray-address`` gets to answer as a Ray cluster.
+RAY_PROBE_S = 30.0
+
+#: The probe: ray.init in a child process, whose hang, log lines and fatal exits stay there.
+_RAY_PROBE = ("import sys, ray; ray.init(address=sys.argv[1], logging_level='ERROR', "
+              "log_to_driver=False); ray.shutdown()")
+
+
+def _probe_ray(address: str) -> None:
+    """CLIError (one line) unless a Ray cluster at ``address`` accepts a driver within
+    ``RAY_PROBE_S``: something that accepts TCP but is not Ray makes ``ray.init`` retry for
+    minutes, print Ray's log lines, and end in a traceback."""
+    try:
+        done = subprocess.run([sys.executable, "-c", _RAY_PROBE, address], text=True,
+                              stdin=subprocess.DEVNULL, capture_output=True,
+                              timeout=RAY_PROBE_S)
+    except subprocess.TimeoutExpired:
+        raise CLIError(f"--ray-address {address}: no Ray cluster answers within "
+                       f"{RAY_PROBE_S:g} s") from None
+    if done.returncode != 0:
+        lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+        # Ray's own log line says why (refused, not Ray, a missing auth token), else the
+        # traceback's last line
+        reason = next((line.split("GCS server: ", 1)[1] for line in reversed(lines)
+                       if "GCS server: " in line),
+                      lines[-1] if lines else f"exit status {done.returncode}")
+        raise CLIError(f"--ray-address {address}: no Ray cluster answers ({reason})")
+
+
 def ray_connect(address: str | None, jobs: int) -> bool:
     """``ray.init`` (local when no address, after proving an address answers); True when
     this call started Ray (and must shut it down)."""
@@ -81,7 +111,12 @@ def ray_connect(address: str | None, jobs: int) -> bool:
         except OSError as exc:
             raise CLIError(f"--ray-address {address}: no Ray cluster answers "
                            f"({exc.strerror or exc})") from None
-        ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+        _probe_ray(address)
+        try:
+            ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+        except Exception as exc:                  # noqa: BLE001 -- Ray raises several kinds
+            raise CLIError(f"--ray-address {address}: cannot join the Ray cluster "
+                           f"({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
     else:
         ray.init(num_cpus=jobs, logging_level="ERROR", log_to_driver=False,
                  include_dashboard=False)
@@ -95,8 +130,9 @@ def sweep_settings(args: argparse.Namespace, workload, options) -> Settings:
     longest = max(len(r.prompt_token_ids) + r.max_tokens for r in requests)
     max_len = args.max_model_len or longest
     prompt = max(len(r.prompt_token_ids) for r in requests)
-    if prompt > max_len:
-        raise CLIError(f"--max-model-len {max_len}: the longest prompt has {prompt} tokens")
+    if prompt >= max_len:                       # vLLM needs room for 1 output token
+        raise CLIError(f"--max-model-len {max_len}: the longest prompt has {prompt} tokens "
+                       "(vLLM needs room for 1 output token)")
     need = blocks_needed(requests, args.block_size, max_len)
     if min(args.gpu_blocks) < need:
         raise CLIError(f"--gpu-blocks {min(args.gpu_blocks)}: the longest request needs "
@@ -127,7 +163,8 @@ def sweep_settings(args: argparse.Namespace, workload, options) -> Settings:
 
 def blocks_needed(requests, block_size: int, max_len: int) -> int:
     """GPU blocks (null block included) the longest request needs."""
-    return max(-(-min(len(r.prompt_token_ids) + r.max_tokens - 1, max_len) // block_size)
+    # the KV holds every token but the last sampled one, at most max_model_len - 1
+    return max(-(-(min(len(r.prompt_token_ids) + r.max_tokens, max_len) - 1) // block_size)
                for r in requests) + 1
 
 
@@ -171,6 +208,9 @@ def _main(args: argparse.Namespace) -> int:
     if args.list_routers:
         print(list_routers())
         return 0
+    if args.ray_address and args.executor != "ray":      # not silently run locally
+        raise CLIError(f"--ray-address {args.ray_address} joins a Ray cluster: give it with "
+                       "--executor ray")
     try:
         options = router_options(args)
     except ValueError as exc:

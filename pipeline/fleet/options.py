@@ -9,6 +9,7 @@ from pipeline.base.arguments import non_negative_float, non_negative_int, positi
 from pipeline.engine.options import add_engine_arguments
 from pipeline.fleet.routers import ROUTERS, router_class
 from pipeline.fleet.sweep import EXECUTORS
+from pipeline.sizes.limits import MAX_BLOCKS
 from pipeline.steptime.options import add_latency_arguments
 
 __all__ = ["add_fleet_arguments", "router_list", "instance_list", "block_list", "load_list"]
@@ -49,8 +50,13 @@ def instance_list(text: str) -> list[int]:
 
 
 def block_list(text: str) -> list[int]:
-    """argparse type: GPU blocks per instance >= 2 (vLLM's num_gpu_blocks, null block in)."""
-    return _int_list(text, "GPU block counts", 2)
+    """argparse type: GPU blocks per instance >= 2 (vLLM's num_gpu_blocks, null block in),
+    at most ``MAX_BLOCKS`` (each instance's pool arrays are allocated whole)."""
+    values = _int_list(text, "GPU block counts", 2)
+    if values[-1] > MAX_BLOCKS:
+        raise argparse.ArgumentTypeError(f"GPU block counts must be at most {MAX_BLOCKS:,}, "
+                                         f"got {text!r}")
+    return values
 
 
 def load_list(text: str) -> list[float]:

@@ -109,11 +109,22 @@ def load_workload(args: argparse.Namespace) -> Workload:
     """The trace or pattern the options name; CLIError (one line) on a user error."""
     if (args.trace is None) == (args.pattern is None):
         raise CLIError("give a TRACE or --pattern, not both or neither")
+    if args.pattern is not None and getattr(args, "limit", None) is not None:
+        raise CLIError(f"--limit takes a TRACE's first N requests; --pattern {args.pattern} "
+                       "sets its size with its own options")
+    if (args.pattern in patterns.TOKEN_PATTERNS
+            and args.system_prompt_length + args.question_length < 1):
+        raise CLIError(f"--pattern {args.pattern}: give --system-prompt-length or "
+                       "--question-length (a prompt needs at least one token)")
     timed = True
     try:
         if args.trace is not None:
             read = read_workload(args.trace, args.format, args.block_size, args.output_tokens)
             requests, label = read.requests[:args.limit], str(args.trace)
+            if read.timed == "steps":
+                raise CLIError(f"{label}: arrivals are in steps (arrival_step), but the "
+                               "fleet's clock is in seconds: give arrival_time, or neither "
+                               "for Poisson arrivals at --rate")
             timed = read.timed == "seconds"
         elif args.pattern in patterns.TOKEN_PATTERNS:
             label, requests, timed = _token_pattern(args)

@@ -93,6 +93,9 @@ def prepare(args: argparse.Namespace) -> list[Load] | None:
         return None
     if args.gpu is None:
         _usage(args, "a list of loads makes curves: give --gpu CAPS (GPU capacities)")
+    if args.num_gpu_blocks is not None:                # not silently replaced by the grid
+        _usage(args, "--num-gpu-blocks is one run's pool; --gpu CAPS sweeps capacities: "
+                     "give one")
     if args.latency_model is None:
         _usage(args, "curves under load need --latency roofline or FILE (TTFT in ms)")
     if len(given) > 1:

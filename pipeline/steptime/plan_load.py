@@ -40,6 +40,7 @@ def add_load_plan_arguments(parser: argparse.ArgumentParser) -> None:
                        help="vLLM's max_num_seqs (default %(default)s)")
     group.add_argument("--max-num-batched-tokens", type=positive_int, default=8192,
                        help="vLLM's max_num_batched_tokens (default %(default)s)")
+    parser.set_defaults(load_plan_parser=parser)       # usage errors: exit 2
 
 
 def _workload(args: argparse.Namespace):
@@ -59,11 +60,19 @@ def _workload(args: argparse.Namespace):
         raise CLIError(str(exc)) from None
 
 
+def _usage(args: argparse.Namespace, message: str) -> None:
+    """A usage error: argparse's one line and exit 2 (a CLIError without the parser)."""
+    parser = getattr(args, "load_plan_parser", None)
+    if parser is None:
+        raise CLIError(message)
+    parser.error(message)
+
+
 def _load(args: argparse.Namespace, timed: bool) -> Load:
     given = [(k, getattr(args, k)) for k in ("speed", "rate", "concurrency")
              if getattr(args, k) is not None]
     if len(given) > 1:
-        raise CLIError("give one load: --speed, --rate or --concurrency")
+        _usage(args, "give one load: --speed, --rate or --concurrency")
     if not given:
         if not timed:
             raise CLIError("an untimed workload needs --rate or --concurrency")
@@ -72,13 +81,10 @@ def _load(args: argparse.Namespace, timed: bool) -> Load:
 
 
 def plan_under_load(args: argparse.Namespace) -> int:
-    """Search, then print the answer (text or --json); Ctrl-C is one line, exit 130."""
-    import sys
+    """Search, then print the answer (text or --json); Ctrl-C is the CLI's one line (exit
+    130, "interrupted; nothing written")."""
     try:
         return _plan_under_load(args)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
     except (ValueError, RuntimeError) as exc:
         raise CLIError(str(exc)) from None
 
@@ -88,11 +94,11 @@ def _plan_under_load(args: argparse.Namespace) -> int:
     from pipeline.engine.loop import simulate
     latency = latency_from_args(args)
     if latency is None:
-        raise CLIError("--target-ttft-p90-ms needs a step-time model: --latency roofline "
-                       "or FILE")
+        _usage(args, "--target-ttft-p90-ms needs a step-time model: --latency roofline or "
+                     "FILE")
     if args.report is not None:
-        raise CLIError("--report: not available with --target-ttft-p90-ms (simulate --gpu "
-                       "CAPS --report draws the curves)")
+        _usage(args, "--report: not available with --target-ttft-p90-ms (simulate --gpu CAPS "
+                     "--report draws the curves)")
     args.block_size = args.block_size or 16
     if args.output_tokens in (None, "trace"):         # Mooncake: each line's output_length
         args.output_tokens = 1

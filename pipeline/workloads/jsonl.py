@@ -254,10 +254,11 @@ def _flag(lines: Lines, reasons: list[tuple[pl.Expr, str | pl.Expr]]
     return frame.filter(pl.col("_reason").is_null()).drop("_reason"), sorted(bad.items())
 
 
-def _refuse(path: Path, skipped: list[tuple[int, str]]) -> TraceError:
+def _refuse(path: Path, skipped: list[tuple[int, str]], skippable: bool) -> TraceError:
+    """The first bad line; ``skippable``: the command offers --skip-bad-lines (say so)."""
     line, text = skipped[0]
-    more = (f" ({len(skipped) - 1} more bad lines; --skip-bad-lines skips them)"
-            if len(skipped) > 1 else "")
+    hint = "; --skip-bad-lines skips them" if skippable else ""
+    more = f" ({len(skipped) - 1} more bad lines{hint})" if len(skipped) > 1 else ""
     return TraceError(f"{path}:{line}: {text}{more}")
 
 
@@ -272,11 +273,12 @@ def apply_checks(lines: Lines, reasons: list[tuple[pl.Expr, str | pl.Expr]],
 
     Returns the good rows and the skipped (line, reason) pairs in line order. Without
     ``skip_bad_lines`` the first bad line raises ``TraceError``; so does a trace with no
-    good request left.
+    good request left. (Its callers, ``simulate``, ``fleet``, ``measure``, offer no
+    --skip-bad-lines, so the error does not suggest it.)
     """
     good, skipped = _flag(lines, reasons)
     if skipped and not skip_bad_lines:
-        raise _refuse(lines.path, skipped)
+        raise _refuse(lines.path, skipped, False)
     if good.height == 0:
         raise _no_requests(lines.path, skipped)
     return good, skipped
@@ -309,7 +311,7 @@ def checked_pieces(path: str | Path, fields: tuple[Field, ...],
         if bad and not skip_bad_lines:
             skipped.extend(pair for rest, lines_before in pieces for pair in
                            _flag(_piece_lines(path, rest, lines_before, fields), reasons)[1])
-            raise _refuse(path, skipped)
+            raise _refuse(path, skipped, True)
         if good.height:
             good_rows += good.height
             yield good
