@@ -366,3 +366,80 @@ def test_work_beyond_the_limits_is_refused_before_allocating(tmp_path, capsys, a
         argv[0], [])
     one_line_error(capsys, [*argv, *extra], names)
     assert folder_snapshot(tmp_path) == {}
+
+
+FLEET_WORKLOAD = ["--pattern", "groups", "--groups", "2", "--users", "2", "--questions", "1",
+                  "--system-prompt-length", "64", "--question-length", "16",
+                  "--output-tokens", "2", "--jobs", "1"]
+FLEET_ERRORS = [       # (argv after the workload, exit status, what the one line names)
+    (["--router", "bogus"], 2, "argument --router: unknown router 'bogus'"),
+    (["--instances", "0"], 2, "argument --instances: instance counts must be >= 1"),
+    (["--router", "round-robin", "--router-option", "kv-cost.temperature=1"], 2,
+     "error: --router-option 'kv-cost.temperature=1': router kv-cost is not among --router "
+     "round-robin"),
+    (["--router", "kv-cost", "--router-option", "kv-cost.heat=1"], 2,
+     "error: --router-option 'kv-cost.heat=1': router kv-cost has no option 'heat'"),
+    (["--router", "least-loaded", "--router-option", "least-loaded.metric=x"], 2,
+     "error: --router-option 'least-loaded.metric=x': bad value 'x'"),
+    (["--router", "kv-cost", "--router-option", "temperature"], 2,
+     "error: --router-option 'temperature': expected ROUTER.OPTION=VALUE"),
+    (["--executor", "ray", "--ray-address", "nowhere"], 2,
+     "error: --ray-address nowhere: expected HOST:PORT"),
+    (["--executor", "ray", "--ray-address", "127.0.0.1:9"], 1,
+     "--ray-address 127.0.0.1:9: no Ray cluster answers"),
+]
+
+
+def _status(argv) -> int:
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return exc.code
+
+
+@pytest.mark.parametrize("argv, status, names", FLEET_ERRORS)
+def test_fleet_bad_input_is_one_line_usage_2_and_writes_nothing(tmp_path, capsys, argv,
+                                                                 status, names):
+    from conftest import folder_snapshot
+
+    (tmp_path / "keep").write_text("x")
+    before = folder_snapshot(tmp_path)
+    code = _status(["fleet", *FLEET_WORKLOAD, "--out", str(tmp_path / "out"), *argv])
+    err = capsys.readouterr().err.strip()
+    assert code == status and names in err and "\n" not in err and "Traceback" not in err
+    if status == 2:
+        assert err.startswith("python -m pipeline fleet: error: "), err
+    assert folder_snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("argv, status, names", FLEET_ERRORS)
+def test_plan_fleet_bad_input_is_one_line_usage_2_and_writes_nothing(tmp_path, capsys, argv,
+                                                                      status, names):
+    from conftest import folder_snapshot
+
+    (tmp_path / "keep").write_text("x")
+    before = folder_snapshot(tmp_path)
+    argv = [*argv, "--instances", "2"] if "--instances" not in argv else argv
+    code = _status(["plan", *FLEET_WORKLOAD, "--fleet", "--target-hit-ratio", "0.5",
+                    "--out", str(tmp_path / "out"), *argv])
+    err = capsys.readouterr().err.strip()
+    assert code == status and names in err and "\n" not in err and "Traceback" not in err
+    if status == 2:
+        assert err.startswith("python -m pipeline plan: error: "), err
+    assert folder_snapshot(tmp_path) == before
+
+
+def test_fleet_dead_ray_address_keeps_the_finished_points(tmp_path, capsys):
+    """A sweep, then ``--resume`` on a Ray address where nothing answers: one line, exit
+    1, and the folder exactly as the first run left it."""
+    from conftest import folder_snapshot
+
+    out = tmp_path / "out"
+    assert _status(["fleet", *FLEET_WORKLOAD, "--out", str(out)]) == 0
+    capsys.readouterr()
+    before = folder_snapshot(out)
+    code = _status(["fleet", *FLEET_WORKLOAD, "--out", str(out), "--resume", "--executor",
+                    "ray", "--ray-address", "127.0.0.1:9"])
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and "no Ray cluster answers" in err and "\n" not in err
+    assert folder_snapshot(out) == before

@@ -128,10 +128,10 @@ def test_a_killed_worker_is_retried_in_a_fresh_pool(tmp_path):
 @pytest.mark.parametrize("argv, status, message", [
     (["--router", "bogus"], 2, "unknown router 'bogus'"),
     (["--instances", "0"], 2, "instance counts must be >= 1"),
-    (["--router", "round-robin", "--router-option", "kv-cost.temperature=1"], 1,
+    (["--router", "round-robin", "--router-option", "kv-cost.temperature=1"], 2,
      "router kv-cost is not among --router round-robin"),
-    (["--router", "kv-cost", "--router-option", "kv-cost.heat=1"], 1, "has no option 'heat'"),
-    (["--router", "least-loaded", "--router-option", "least-loaded.metric=x"], 1,
+    (["--router", "kv-cost", "--router-option", "kv-cost.heat=1"], 2, "has no option 'heat'"),
+    (["--router", "least-loaded", "--router-option", "least-loaded.metric=x"], 2,
      "bad value 'x'"),
     (["--executor", "ray", "--ray-address", "127.0.0.1:9"], 1, "no Ray cluster answers"),
     (["--gpu-blocks", "3"], 1, "--gpu-blocks 3: the longest request needs"),
@@ -141,9 +141,10 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, argv, status
     out = tmp_path / "out"
     (tmp_path / "keep").write_text("x")
     before = folder_snapshot(tmp_path)
-    with pytest.raises(SystemExit) if status == 2 else _nothing() as raised:
+    try:                                  # argparse's errors exit, the others return
         code = main(["fleet", *BASE, "--out", str(out), *argv])
-    code = raised.value.code if status == 2 else code
+    except SystemExit as exc:
+        code = exc.code
     err = capsys.readouterr().err
     assert code == status and message in err and len(err.strip().splitlines()) == 1
     assert folder_snapshot(tmp_path) == before
@@ -210,26 +211,36 @@ def test_a_pool_beyond_the_block_limit_is_a_usage_error(tmp_path, capsys):
     assert folder_snapshot(tmp_path) == {}
 
 
-@pytest.mark.parametrize("argv, message", [
+@pytest.mark.parametrize("argv, message, status", [
     (["--pattern", "groups", "--system-prompt-length", "16", "--limit", "3"],
-     "--limit takes a TRACE's first N requests; --pattern groups sets its size"),
+     "--limit takes a TRACE's first N requests; --pattern groups sets its size", 2),
     (["--pattern", "groups"], "--pattern groups: give --system-prompt-length or "
-     "--question-length"),
+     "--question-length", 2),
     (["--pattern", "multi-turn"], "--pattern multi-turn: give --system-prompt-length or "
-     "--question-length"),
-    ([*BASE, "--max-model-len", "144"],                      # prompts of 128 + 16 tokens
-     "--max-model-len 144: the longest prompt has 144 tokens (vLLM needs room for 1 output"),
+     "--question-length", 2),
     ([*BASE, "--ray-address", "127.0.0.1:9"],
-     "--ray-address 127.0.0.1:9 joins a Ray cluster: give it with --executor ray"),
+     "--ray-address 127.0.0.1:9 joins a Ray cluster: give it with --executor ray", 2),
+    ([*BASE, "--max-model-len", "144"],                      # prompts of 128 + 16 tokens
+     "--max-model-len 144: the longest prompt has 144 tokens (vLLM needs room for 1 output", 1),
 ])
-def test_options_that_would_be_ignored_are_refused(tmp_path, capsys, argv, message):
+@pytest.mark.parametrize("command", [["fleet"], ["plan", "--fleet"]])
+def test_options_that_would_be_ignored_are_refused(tmp_path, capsys, command, argv, message,
+                                                   status):
     """Not run as if absent: --limit on a pattern, --ray-address without Ray, a pattern
-    whose prompts would be empty; and a prompt vLLM would refuse (max_model_len tokens)."""
+    whose prompts would be empty (usage errors, exit 2, in fleet and plan --fleet); and a
+    prompt vLLM would refuse (max_model_len tokens: the data, exit 1)."""
+    if command != ["fleet"] and status == 1:
+        pytest.skip("plan --fleet reads the workload after its own checks")
     before = folder_snapshot(tmp_path)
-    status = main(["fleet", *argv, "--gpu-blocks", "64", "--jobs", "1", "--out",
-                   str(tmp_path / "out")])
+    extra = (["--gpu-blocks", "64", "--jobs", "1", "--out", str(tmp_path / "out")]
+             if command == ["fleet"] else
+             ["--instances", "2", "--gpu-blocks", "64", "--target-hit-ratio", "0.5"])
+    try:
+        got = main([*command, *argv, *extra])
+    except SystemExit as exit_:
+        got = exit_.code
     err = capsys.readouterr().err
-    assert status == 1 and err.count("\n") == 1 and message in err, err
+    assert got == status and err.count("\n") == 1 and message in err, err
     assert folder_snapshot(tmp_path) == before
 
 
@@ -237,16 +248,6 @@ def test_list_routers_names_every_router_and_default(capsys):
     assert main(["fleet", "--list-routers"]) == 0
     text = capsys.readouterr().out
     assert "prefix-approx.cache_threshold=0.3" in text and "kv-cost.temperature=0.0" in text
-
-
-class _nothing:
-    value = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def test_capacity_saved_compares_the_fewest_blocks_for_each_target():

@@ -113,6 +113,7 @@ def test_stale_view_answers_from_its_last_refresh():
     request = SimRequest(0, np.arange(12), 2)
     engine.add_request(request)
     engine.step()
+    view.changed(0)                        # as the fleet loop tells it after each move
     keys = engine.request_block_hashes(request)
     assert engine.cached_prefix_blocks(keys) == 3          # the prompt's 3 blocks
     assert view.cached_blocks(0, keys) == 0 and view.num_waiting(0) == 0
@@ -216,3 +217,28 @@ def test_the_engines_cached_keys_are_its_hashed_blocks():
             engine.step()
         assert engine.cached_keys() == set(engine.pool.cached)
         assert engine.cached_key_count() == len(engine.pool.cached) > 0
+
+
+@settings(max_examples=25)
+@given(workloads(), st.integers(2, 4), st.sampled_from(["round-robin", "random", "session"]),
+       st.sampled_from([None, "lmcache", "lru"]))
+def test_oblivious_routers_run_each_instance_alone_with_the_same_result(workload, n, name,
+                                                                         cpu):
+    """A router that reads no engine state is routed first and each instance run alone in
+    one compiled loop: the same frames as the event loop that interleaves the instances
+    (no CPU tier, the compiled LMCache tier, a registered model's tier)."""
+    from pipeline.engine.cpu_tier import LMCacheTier, ModelTier
+    from pipeline.fleet.routers import router_class
+
+    requests, config = workload
+    size = config.block_size
+    tier = {None: None, "lmcache": lambda: LMCacheTier(2048, size, 4 * size),
+            "lru": lambda: ModelTier("lru", 2048, size)}[cpu]
+    watched = type("Watched", (router_class(name),), {"OBLIVIOUS": False})
+    results = []
+    for router in (make_router(name, n, size, seed=2), watched(n, size, 2)):
+        assert router.OBLIVIOUS == (not results)
+        results.append(simulate_fleet(requests, config, router, LINEAR.step_ms,
+                                      cpu_tiers=[tier() for _ in range(n)] if tier else None))
+    assert results[0].requests.equals(results[1].requests)
+    assert results[0].steps.equals(results[1].steps)

@@ -21,9 +21,11 @@ from pipeline.engine.compiled import STUCK_MESSAGE, compiled_model
 from pipeline.engine.krun import DONE, FULL, STUCK_CALLS, advance, run_until, step_once
 from pipeline.engine.ktier import no_tier
 from pipeline.engine.request import SimRequest
+from pipeline.engine.snapshot import CacheSnapshot
 from pipeline.engine.step import DecodeRows, DecodeRun, StepRecord, TimedSteps
 
-__all__ = ["EngineSim", "StepRecord", "DecodeRun", "RequestView", "TimedSteps"]
+__all__ = ["EngineSim", "StepRecord", "DecodeRun", "RequestView", "TimedSteps",
+           "CacheSnapshot"]
 
 _STEP_FIELDS = [L.X_STEP, L.X_PREFILL, L.X_DECODE, L.X_CONTEXT, L.X_RELOAD, L.X_NRUN,
                 L.X_NWAIT, L.X_FREE]
@@ -116,6 +118,9 @@ class EngineSim:
         self.slots: dict[int, int] = {}
         self.open: dict[int, StepRecord] = {}     # records whose outputs may still come
         self.frees = np.zeros(config.max_model_len + 2, np.int64)
+        self._priced, self._model = None, None    # run_until's step model, compiled
+        self._buffers = (np.zeros((256, 8), np.int64), np.zeros((256, 2), np.float64),
+                         np.zeros(3, np.int64), np.zeros(1, np.float64))
         self.reserve(capacity, 0, 0)
 
     # ------------------------------------------------------------------ state
@@ -123,11 +128,11 @@ class EngineSim:
     def reserve(self, rows: int, keys: int, blocks: int) -> None:
         """Room for ``rows`` more requests, ``keys`` more block keys, ``blocks`` more
         block-table entries (arrays grow by doubling)."""
-        def grown(array, need, fill=0):
+        def grown(array, need):
             if need <= array.shape[0]:
                 return array
             size = max(need, 2 * array.shape[0])
-            out = np.full((size,) + array.shape[1:], fill, array.dtype)
+            out = np.zeros((size,) + array.shape[1:], array.dtype)   # pages on first use
             out[:array.shape[0]] = array
             return out
         need = self.rows + rows
@@ -180,8 +185,29 @@ class EngineSim:
             raise ValueError(f"request {request.index} added twice")
         keys = request_keys(request, self.block_size) if keys is None else keys
         keys = np.asarray(keys, np.uint64).reshape(-1)
-        self.load([request], keys, [keys.size])
+        self._load_one(request, keys)
         self.enqueue(self.rows - 1)
+
+    def _load_one(self, request: SimRequest, keys: np.ndarray) -> None:
+        """``load([request], keys, [keys.size])`` without its per-batch array work."""
+        prompt, max_tokens = len(request.prompt_token_ids), request.max_tokens
+        limit = min(prompt + max_tokens, self.config.max_model_len)
+        bcap = -(-limit // self.block_size) + 1
+        count = keys.size
+        if (self.rows + 1 > self.R.shape[0] or self.rows + 2 > self.WQ.size
+                or self.nkeys + count > self.KEYS.size or self.nblocks + bcap > self.BT.size):
+            self.reserve(1, count, bcap)
+        row = self.R[self.rows]
+        row[:] = 0
+        row[[L.INDEX, L.NPROMPT, L.NTOK, L.MAXTOK, L.LIMIT, L.BCAP, L.NKEYS, L.KOFF,
+             L.BOFF, L.NCACHED, L.FSCHED, L.FTOK, L.FIN]] = (
+            request.index, prompt, prompt, max_tokens, limit, bcap, count, self.nkeys,
+            self.nblocks, L.NONE, L.NONE, L.NONE, L.NONE)
+        self.KEYS[self.nkeys:self.nkeys + count] = keys.view(np.int64)
+        self.slots[request.index] = self.rows
+        self.rows += 1
+        self.nkeys += count
+        self.nblocks += bcap
 
     def enqueue(self, slot: int) -> None:
         """Queue the request loaded in row ``slot`` (``load``)."""
@@ -238,6 +264,10 @@ class EngineSim:
     def cached_key_count(self) -> int:
         """How many block keys the GPU prefix cache holds now."""
         return int(np.count_nonzero(self.HT[:, 1] >= 0))
+
+    def cache_snapshot(self) -> CacheSnapshot:
+        """The GPU prefix cache now, frozen (later steps do not change it)."""
+        return CacheSnapshot(self.HT.copy(), self.C[L.C_HMASK])
 
     def cached_prefix_blocks(self, block_hashes) -> int:
         """Leading blocks of ``block_hashes`` in the GPU prefix cache now (no change)."""
@@ -321,13 +351,14 @@ class EngineSim:
         (no arrivals meanwhile), pricing each batch with ``step_ms``: in one compiled call
         when it is a compiled model's (``compiled.compiled_model``), else one ``step()``
         and one ``step_ms`` call per batch."""
-        model = compiled_model(step_ms)
+        if step_ms is not self._priced:           # the same model as the last call's
+            self._priced, self._model = step_ms, compiled_model(step_ms)
+        model = self._model
         if model is None:
             return self._run_until_python(until_ms, now_ms, step_ms)
-        rows = 256
+        steps, times, state, now = self._buffers
+        now[0] = now_ms
         parts, events = [], []
-        steps, times = np.zeros((rows, 8), np.int64), np.zeros((rows, 2), np.float64)
-        state, now = np.zeros(3, np.int64), np.array([now_ms], np.float64)
         while True:
             self.G[L.G_NEV], self.G[L.G_EVON], state[2] = 0, 1, 0
             code = run_until(self.S, self.T, float(until_ms), model[0], model[1], steps,
@@ -340,9 +371,13 @@ class EngineSim:
                 break
             if code != FULL:
                 raise RuntimeError(STUCK_MESSAGE)
-            if count == rows:
-                rows *= 4
+            if count == steps.shape[0]:
+                rows = 4 * steps.shape[0]
                 steps, times = np.zeros((rows, 8), np.int64), np.zeros((rows, 2), np.float64)
+                self._buffers = (steps, times, state, now)
+        if len(parts) == 1:
+            (steps, times), = parts
+            return TimedSteps(float(now[0]), steps, times[:, 0], times[:, 1], events[0])
         times = np.concatenate([t for _, t in parts])
         return TimedSteps(float(now[0]), np.concatenate([s for s, _ in parts]), times[:, 0],
                           times[:, 1], np.concatenate(events))

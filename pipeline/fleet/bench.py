@@ -2,11 +2,18 @@
 wall and CPU time of the process pool and of a local Ray, and each simulation's requests
 per CPU second.
 
-``python -m pipeline.fleet.bench [--limit N] [--capacities K] [--jobs J] [--skip-ray]``
+``python -m pipeline.fleet.bench [--routers all] [--limit N] [--capacities K] [--jobs J]
+[--skip-ray]``
+
+The routers are the six the fleet issue's benchmark names (``ROUTER_SET``: round robin,
+the load and session baselines and the three cache-aware routers of SGLang, llm-d and
+Dynamo); ``random`` is round robin's unordered twin and ``prefix-estimate`` llm-d's
+second approximate scorer beside ``prefix-approx``: ``--routers all`` adds them.
 
 CPU time is the workers' own (the pool's children; Ray's worker processes, read from
-/proc), so it holds on a busy machine where wall time does not; wall time on an idle
-machine is about CPU time / jobs.
+/proc) and the driver's, so it holds on a busy machine where wall time does not; wall
+time on an idle machine is about CPU time / jobs. Each point's own CPU seconds (measured
+in its worker) give the mean per router.
 """
 
 from __future__ import annotations
@@ -26,7 +33,8 @@ from pipeline.fleet.workload import Workload
 
 #: The shared Mooncake trace beside the repository (``../shared/traces``).
 TRACE = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "synthetic_trace.jsonl"
-ROUTER_SET = [name for name in ROUTERS if name != "random"]
+ROUTER_SET = ["round-robin", "least-loaded", "session", "prefix-approx", "prefix-precise",
+              "kv-cost"]
 
 
 def _workload(path: Path, limit: int | None, block_size: int) -> Workload:
@@ -36,8 +44,8 @@ def _workload(path: Path, limit: int | None, block_size: int) -> Workload:
     return Workload(label, tuple(requests))
 
 
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+def _cpu(who: int) -> float:
+    usage = resource.getrusage(who)
     return usage.ru_utime + usage.ru_stime
 
 
@@ -72,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="first N requests (default: the whole trace)")
     parser.add_argument("--capacities", type=int, default=10, help="GPU block counts")
     parser.add_argument("--instances", type=int, default=8)
-    parser.add_argument("--routers", default=",".join(ROUTER_SET))
+    parser.add_argument("--routers", default=",".join(ROUTER_SET),
+                        help="comma-separated, or all (default: %(default)s)")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--skip-ray", action="store_true")
     parser.add_argument("--skip-local", action="store_true")
@@ -82,7 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     from pipeline.steptime import Roofline, gpu_preset
 
     workload = _workload(args.trace, args.limit, 16)
-    routers = args.routers.split(",")
+    routers = list(ROUTERS) if args.routers == "all" else args.routers.split(",")
+    unknown = [name for name in routers if name not in ROUTERS]
+    if unknown:
+        parser.error(f"--routers: unknown router {unknown[0]!r} (choose from "
+                     f"{', '.join(ROUTERS)}, or all)")
     longest = max(len(r.prompt_token_ids) + r.max_tokens for r in workload.requests)
     low = -(-longest // 16) + 1
     blocks = np.linspace(low, 3 * low, args.capacities).astype(int).tolist()
@@ -98,21 +111,29 @@ def main(argv: list[str] | None = None) -> int:
         if executor == "ray":
             import ray
             ray.init(num_cpus=args.jobs, include_dashboard=False, logging_level="ERROR")
-        before = (_children_cpu(), _descendants_cpu(os.getpid()))
+        before = (_cpu(resource.RUSAGE_CHILDREN), _descendants_cpu(os.getpid()),
+                  _cpu(resource.RUSAGE_SELF))
         started = time.perf_counter()
+        per_point: dict = {}
         with tempfile.TemporaryDirectory() as out:
             failed = run_sweep(settings, points, workload, Path(out), executor=executor,
-                               jobs=args.jobs)
+                               jobs=args.jobs, cpu=per_point)
         walls[executor] = time.perf_counter() - started
         if executor == "ray":
             cpu = _descendants_cpu(os.getpid()) - before[1]
             ray.shutdown()
         else:
-            cpu = _children_cpu() - before[0]
+            cpu = _cpu(resource.RUSAGE_CHILDREN) - before[0]
+        driver = _cpu(resource.RUSAGE_SELF) - before[2]
         rate = workload.size * len(points) / cpu if cpu else float("nan")
         print(f"{executor}: {walls[executor]:.1f} s wall, {cpu:.1f} s CPU in the workers "
-              f"({len(failed)} failed); {rate:,.0f} requests per CPU second per simulation "
-              f"({cpu / len(points):.2f} s CPU per point)")
+              f"+ {driver:.1f} s in the driver ({len(failed)} failed); {rate:,.0f} requests "
+              f"per CPU second per simulation ({cpu / len(points):.2f} s CPU per point)")
+        for name in routers:
+            mine = [seconds for point, seconds in per_point.items() if point.router == name]
+            if mine:
+                print(f"  {name}: {sum(mine) / len(mine):.2f} s CPU per point "
+                      f"(min {min(mine):.2f}, max {max(mine):.2f})")
     if len(walls) == 2:
         print(f"ray / local: {walls['ray'] / walls['local']:.2f}x wall (Ray's start "
               f"excluded)")

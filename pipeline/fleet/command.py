@@ -29,10 +29,11 @@ from pipeline.fleet.plan import Memory, smallest_memory
 from pipeline.fleet.report import report_html
 from pipeline.fleet.routers import ROUTERS, make_router, parse_router_options, router_class
 from pipeline.fleet.sweep import Point, Settings, point_path, run_sweep
-from pipeline.fleet.workload import add_workload_arguments, load_workload
+from pipeline.fleet.workload import add_workload_arguments, load_workload, workload_usage_checks
 from pipeline.base.staging import Outputs, json_bytes, parquet_bytes
 from pipeline.steptime.options import latency_from_args
 
+PROG = "python -m pipeline fleet"
 _SWEEP_KEYS = ("trace", "format", "pattern", "limit", "num_documents",
                "document_length", "repeat_count", "repeat_mode", "users", "num_requests",
                "zipf_alpha", "groups", "questions", "sessions", "turns", "think_s",
@@ -60,6 +61,33 @@ def list_routers() -> str:
         for option, parameter in cls.PARAMETERS.items():
             lines.append(f"    {name}.{option}={parameter.default!r}  {parameter.help}")
     return "\n".join(lines)
+
+
+def ray_target(address: str) -> tuple[str, int]:
+    """``--ray-address`` as (host, port); ValueError naming the option when it is not
+    HOST:PORT (or ray://HOST:PORT)."""
+    target = urlparse(address if "://" in address else f"ray://{address}")
+    try:
+        host, port = target.hostname, target.port
+    except ValueError:
+        host = port = None
+    if not host or not port:
+        raise ValueError(f"--ray-address {address}: expected HOST:PORT")
+    return host, port
+
+
+def usage_checks(args: argparse.Namespace) -> dict[str, dict]:
+    """The checks of options that argparse cannot make alone (which workload, each router's
+    options against ``--router``, ``--ray-address`` and its form): the router options, or
+    ValueError naming the option (a usage error)."""
+    workload_usage_checks(args)
+    options = router_options(args)
+    if args.ray_address and args.executor != "ray":      # not silently run locally
+        raise ValueError(f"--ray-address {args.ray_address} joins a Ray cluster: give it "
+                         "with --executor ray")
+    if args.executor == "ray" and args.ray_address:
+        ray_target(args.ray_address)
+    return options
 
 
 #: Seconds a ``--ray-address`` gets to answer as a Ray cluster.
@@ -99,13 +127,10 @@ def ray_connect(address: str | None, jobs: int) -> bool:
     if ray.is_initialized():
         return False
     if address:
-        target = urlparse(address if "://" in address else f"ray://{address}")
         try:
-            host, port = target.hostname, target.port
-        except ValueError:
-            host = port = None
-        if not host or not port:
-            raise CLIError(f"--ray-address {address}: expected HOST:PORT")
+            host, port = ray_target(address)
+        except ValueError as exc:
+            raise CLIError(str(exc)) from None
         try:
             socket.create_connection((host, port), timeout=5).close()
         except OSError as exc:
@@ -208,13 +233,11 @@ def _main(args: argparse.Namespace) -> int:
     if args.list_routers:
         print(list_routers())
         return 0
-    if args.ray_address and args.executor != "ray":      # not silently run locally
-        raise CLIError(f"--ray-address {args.ray_address} joins a Ray cluster: give it with "
-                       "--executor ray")
     try:
-        options = router_options(args)
-    except ValueError as exc:
-        raise CLIError(str(exc)) from None
+        options = usage_checks(args)
+    except ValueError as exc:                 # a usage error: one line, exit 2
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
     workload = load_workload(args)
     settings = sweep_settings(args, workload, options)
     out = Path(args.out)

@@ -12,6 +12,11 @@ time clock.
 Engine-side effects of a batch (blocks allocated and hashed, requests finished) are
 visible from the batch's start, as vLLM hashes blocks when it schedules them; the router
 hears a request's first token and finish at the end of the batch that sampled it.
+
+A router that reads nothing of the instances (``Router.OBLIVIOUS``: round robin, random,
+session) cannot be swayed by the order of events: every request is routed first, then each
+instance runs alone over its requests in one compiled loop (unless the instances share a
+CPU pool or the step times are Python's), with the same frames.
 """
 
 from __future__ import annotations
@@ -24,9 +29,10 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from pipeline.engine.compiled import compiled_model, compiled_run
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.core import EngineSim, StepRecord
-from pipeline.engine.hashing import bulk_request_keys, request_keys
+from pipeline.engine.hashing import flat_request_keys
 from pipeline.engine.loop import STEP_COLUMNS, request_frame, step_frame, timed_run
 from pipeline.engine.request import SimRequest
 from pipeline.fleet.routers.base import RouteRequest, Router
@@ -74,8 +80,8 @@ def _per_instance(value, n: int, what: str) -> list:
 def simulate_fleet(requests: Sequence[SimRequest], config: SchedulerConfig | Sequence,
                    router: Router, step_ms: StepMs | Sequence[StepMs], *,
                    cpu_tiers: Sequence | None = None, staleness_ms: float = 0.0,
-                   decode_run_ms: RunMs | Sequence[RunMs | None] | None = None
-                   ) -> FleetResult:
+                   decode_run_ms: RunMs | Sequence[RunMs | None] | None = None,
+                   keys: tuple[np.ndarray, np.ndarray] | None = None) -> FleetResult:
     """Route ``requests`` (numbered 0..n-1, arrivals ``arrival_s`` non-decreasing) over
     ``router.num_instances`` engines (``config`` and ``step_ms``: one, or one per
     instance; ``cpu_tiers``: one CPU-tier object per instance, or None).
@@ -83,7 +89,8 @@ def simulate_fleet(requests: Sequence[SimRequest], config: SchedulerConfig | Seq
     ``decode_run_ms(num_running, context_base, count)`` (a step-time model's, equal to
     ``step_ms`` of each pure decode step): an instance then runs a stretch of pure decode
     steps at once, up to the next arrival (and the stale view's next refresh); the same
-    result as step by step, faster."""
+    result as step by step, faster. ``keys``: ``hashing.flat_request_keys(requests,
+    block_size)`` if computed already (a sweep computes them once per workload)."""
     n_inst = router.num_instances
     configs = _per_instance(config, n_inst, "config")
     models = _per_instance(step_ms, n_inst, "step_ms")
@@ -107,21 +114,29 @@ def simulate_fleet(requests: Sequence[SimRequest], config: SchedulerConfig | Seq
     decisions: list[str] = [""] * len(requests)
     pointer = 0
     block_size = configs[0].block_size
-    keys_of = bulk_request_keys(requests, block_size)    # each request hashed once
+    flat, counts = keys if keys is not None else flat_request_keys(requests, block_size)
+    offsets = (np.cumsum(counts) - counts).tolist()       # each request hashed once
+    counts = counts.tolist()
+    as_list = getattr(router, "LIST_HASHES", True)
 
     def hear(until: float) -> None:
         while heard and heard[0][0] <= until:
             _, _, kind, instance, index = heapq.heappop(heard)
             if kind == 0:
                 router.on_first_token(instance, routed[index])
-            else:
-                router.on_finish(instance, routed[index])
+            else:                             # its last event: forget it
+                router.on_finish(instance, routed.pop(index))
                 view.outstanding[instance] -= 1
 
     order = itertools.count()
     shared = tiers[0] is not None and any(t is tiers[0] for t in tiers[1:])
+    if getattr(router, "OBLIVIOUS", False) and not shared and \
+            all(compiled_model(inst.step_ms) is not None for inst in fleet):
+        return _independent(requests, fleet, router, view, due, flat, counts, offsets,
+                            block_size, as_list)
+    arrivals = due.tolist()
     while True:
-        t_arrival = due[pointer] if pointer < len(requests) else np.inf
+        t_arrival = arrivals[pointer] if pointer < len(requests) else np.inf
         bound = t_arrival
         if view.stale and any(inst.engine.has_work() for inst in fleet):
             bound = min(bound, view.next_refresh)
@@ -130,22 +145,24 @@ def simulate_fleet(requests: Sequence[SimRequest], config: SchedulerConfig | Seq
             break
         now = float(bound)
         hear(now)
-        view.advance(now)
+        view.advance(now, t_arrival)
         if t_arrival > now:                       # a stale view's refresh only
             continue
         sim = requests[pointer]
         prompt = len(sim.prompt_token_ids)
-        keys = keys_of[pointer] or request_keys(sim, block_size)
-        keys_of[pointer] = None
-        request = RouteRequest(sim.index, keys[:prompt // block_size], prompt, now,
+        start = offsets[pointer]
+        own = flat[start:start + counts[pointer]]
+        head = own[:prompt // block_size]
+        request = RouteRequest(sim.index, head.tolist() if as_list else head, prompt, now,
                                sim.session)
+        view.request_keys(request.hashes, head)
         choice, decision = router.route(request, view)
         if not 0 <= choice < n_inst:
             raise RuntimeError(f"router {router.NAME} chose instance {choice}")
         inst = fleet[choice]
         if not inst.engine.has_work():
             inst.now = max(inst.now, now)
-        inst.engine.add_request(sim, keys)
+        inst.engine.add_request(sim, own)
         view.changed(choice)
         inst.requests.append(sim)
         inst.arrival.append(now)
@@ -162,13 +179,10 @@ def _advance_all(fleet: list[_Instance], bound: float, shared: bool, heard: list
     between arrivals but a shared CPU pool, so each runs alone up to the bound; with a
     shared pool the batches go in time order (ties: lower instance), as the pool sees
     them."""
-    if not shared:
+    if not shared:                            # run_until: no work, or the bound reached
         for inst in fleet:
             if inst.now < bound and inst.engine.has_work():
                 _run(inst, bound, heard, order)
-                view.changed(inst.index)
-            while inst.now < bound and inst.engine.has_work():
-                _step(inst, bound, heard, order)
                 view.changed(inst.index)
         return
     while True:
@@ -191,15 +205,41 @@ def _run(inst: _Instance, bound: float, heard: list, order) -> None:
     except RuntimeError:
         raise RuntimeError(f"instance {inst.index} schedules nothing while requests wait "
                            "(a request that can never fit)") from None
-    if len(timed.steps):
-        steps = timed.steps[:, 0].tolist()
-        inst.starts.update(zip(steps, timed.start_ms.tolist()))
-        inst.ends.update(zip(steps, (timed.start_ms + timed.duration_ms).tolist()))
-        inst.timed.append(timed)
     inst.now = timed.now_ms
-    ends = inst.ends
-    for step, kind, index in timed.events.tolist():
-        heapq.heappush(heard, (ends[step], next(order), kind, inst.index, index))
+    steps = timed.steps[:, 0]
+    if len(steps):
+        inst.timed.append(timed)
+    if len(timed.events):
+        ends = timed.start_ms + timed.duration_ms
+        found = np.searchsorted(steps, timed.events[:, 0]).tolist()
+        number, count = inst.index, len(steps)
+        for (step, kind, index), at in zip(timed.events.tolist(), found):
+            # a batch of this call, else (async) one of an earlier call still in flight
+            when = float(ends[at]) if at < count and steps[at] == step else \
+                _end_of(inst, step)
+            heapq.heappush(heard, (when, next(order), kind, number, index))
+
+
+def _end_of(inst: _Instance, step: int) -> float:
+    """The end of an earlier batch ``step`` of ``inst`` (any run_until call)."""
+    for timed in reversed(inst.timed):
+        at = int(np.searchsorted(timed.steps[:, 0], step))
+        if at < len(timed.steps) and timed.steps[at, 0] == step:
+            return float(timed.start_ms[at] + timed.duration_ms[at])
+    raise KeyError(step)
+
+
+class _StepTimes:
+    """step -> ms over sorted step numbers (what ``request_frame`` reads of a dict)."""
+
+    def __init__(self, steps: np.ndarray, times: np.ndarray) -> None:
+        self.steps, self.times = steps, times
+
+    def __getitem__(self, step: int) -> float:
+        at = int(np.searchsorted(self.steps, step))
+        if at == len(self.steps) or self.steps[at] != step:
+            raise KeyError(step)
+        return float(self.times[at])
 
 
 def _timed_frame(inst: _Instance) -> pl.DataFrame:
@@ -254,17 +294,65 @@ def _step(inst: _Instance, bound: float, heard: list, order) -> None:
     inst.open = inst.open[-3:]
 
 
+def _independent(requests: Sequence[SimRequest], fleet: list[_Instance], router: Router,
+                 view: FleetView, due: np.ndarray, flat: np.ndarray, counts: list[int],
+                 offsets: list[int], block_size: int, as_list: bool) -> FleetResult:
+    """An oblivious router's fleet: every request routed first (the router reads neither
+    the view nor any request's progress, so the order of events cannot change a
+    decision), then each instance run alone over its requests in one compiled loop, as
+    ``simulate`` runs one engine (the same batches, clock and outputs as the event loop,
+    where instances share nothing but the router)."""
+    n = len(requests)
+    placement = np.zeros(n, dtype=np.int64)
+    decisions: list[str] = [""] * n
+    arrivals = due.tolist()
+    for i, sim in enumerate(requests):
+        head = flat[offsets[i]:offsets[i] + len(sim.prompt_token_ids) // block_size]
+        request = RouteRequest(sim.index, head.tolist() if as_list else head,
+                               len(sim.prompt_token_ids), arrivals[i], sim.session)
+        choice, decisions[i] = router.route(request, view)
+        if not 0 <= choice < len(fleet):
+            raise RuntimeError(f"router {router.NAME} chose instance {choice}")
+        placement[i] = choice
+    per_block = np.repeat(placement, counts)
+    parts = []
+    for inst in fleet:
+        mine = np.flatnonzero(placement == inst.index)
+        if not mine.size:
+            parts.append((None, step_frame([], [], True, {}, {})))
+            continue
+        inst.engine.load([requests[i] for i in mine.tolist()], flat[per_block == inst.index],
+                         np.asarray(counts)[mine])
+        model = compiled_model(inst.step_ms)
+        parts.append(compiled_run(inst.engine, due[mine], True, None, model))
+    return _assemble(parts, decisions)
+
+
 def _fleet_frames(fleet: list[_Instance], placement: np.ndarray,
                   decisions: list[str]) -> FleetResult:
-    frames, steps = [], []
+    parts = []
     for inst in fleet:
-        if inst.requests:
-            frame = request_frame(inst.engine, inst.requests, np.array(inst.arrival),
-                                   True, inst.starts, inst.ends)
-            frames.append(frame.with_columns(instance=pl.lit(inst.index, pl.Int64)))
-        frame = (_timed_frame(inst) if inst.timed else
-                 step_frame(inst.records, inst.runs, True, inst.starts, inst.ends))
-        steps.append(frame.with_columns(instance=pl.lit(inst.index, pl.Int64)))
+        starts, ends = inst.starts, inst.ends
+        if inst.timed:                        # run_until's batches, in step order
+            numbers = np.concatenate([t.steps[:, 0] for t in inst.timed])
+            begin = np.concatenate([t.start_ms for t in inst.timed])
+            finish = np.concatenate([t.start_ms + t.duration_ms for t in inst.timed])
+            starts, ends = _StepTimes(numbers, begin), _StepTimes(numbers, finish)
+        frame = (request_frame(inst.engine, inst.requests, np.array(inst.arrival), True,
+                               starts, ends) if inst.requests else None)
+        parts.append((frame, _timed_frame(inst) if inst.timed else
+                      step_frame(inst.records, inst.runs, True, inst.starts, inst.ends)))
+    return _assemble(parts, decisions)
+
+
+def _assemble(parts: list[tuple[pl.DataFrame | None, pl.DataFrame]],
+              decisions: list[str]) -> FleetResult:
+    """Per instance (its request frame or None, its step frame) -> the fleet's frames."""
+    frames, steps = [], []
+    for index, (frame, batches) in enumerate(parts):
+        if frame is not None:
+            frames.append(frame.with_columns(instance=pl.lit(index, pl.Int64)))
+        steps.append(batches.with_columns(instance=pl.lit(index, pl.Int64)))
     requests = (pl.concat(frames).sort("request") if frames else pl.DataFrame())
     if frames:
         requests = requests.with_columns(

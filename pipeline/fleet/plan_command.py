@@ -140,7 +140,7 @@ def _check(args: argparse.Namespace) -> None:
     for flag in ("no_chunked_prefill", "async_scheduling", "cpu_shared"):
         setattr(args, flag, bool(getattr(args, flag)))
     try:
-        args.options = fleet_command.router_options(args)
+        args.options = fleet_command.usage_checks(args)
     except ValueError as exc:
         raise _Usage(str(exc)) from None
 

@@ -8,7 +8,8 @@ Parquet dataset partitioned by point.
 files are written when it finishes (steps first, requests last, each through a temporary
 name), so a killed sweep leaves only whole points and ``--resume`` skips the points whose
 requests file exists. The executors run the same function on the same inputs, so their
-results are equal row for row.
+results are equal row for row; the pool's workers (and Ray's, on a cluster of this machine)
+write their own points, the driver only records which finished.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import concurrent.futures as futures
 import multiprocessing as mp
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,12 +27,15 @@ from typing import Any
 import polars as pl
 import pyarrow.parquet as pq
 
+from pipeline.engine.compiled import compiled_model
 from pipeline.engine.config import SchedulerConfig
+from pipeline.engine.hashing import flat_request_keys
 from pipeline.fleet.loop import simulate_fleet
-from pipeline.fleet.routers import make_router
+from pipeline.fleet.routers import make_router, router_class
 from pipeline.fleet.workload import Workload, requests_at_load
 
-__all__ = ["Point", "Settings", "run_point", "run_sweep", "point_path", "EXECUTORS"]
+__all__ = ["Point", "Settings", "run_point", "run_sweep", "point_path", "EXECUTORS",
+           "workload_keys", "run_and_save", "by_cost"]
 
 EXECUTORS = ("local", "ray")
 
@@ -81,7 +86,8 @@ def run_point(settings: Settings, point: Point, workload: Workload) -> tuple[pl.
     result = simulate_fleet(requests_at_load(workload, point.load), config, router,
                             settings.step_model.step_ms, cpu_tiers=tiers,
                             staleness_ms=settings.staleness_ms,
-                            decode_run_ms=getattr(settings.step_model, "decode_run_ms", None))
+                            decode_run_ms=getattr(settings.step_model, "decode_run_ms", None),
+                            keys=workload_keys(workload, config.block_size))
     columns = dict(point=pl.lit(point.key), router=pl.lit(point.router),
                    instances=pl.lit(point.instances, pl.Int64),
                    gpu_blocks=pl.lit(point.gpu_blocks, pl.Int64),
@@ -89,6 +95,20 @@ def run_point(settings: Settings, point: Point, workload: Workload) -> tuple[pl.
     first = list(columns)
     return tuple(frame.with_columns(**columns).select(*first, pl.exclude(*first))
                  for frame in (result.requests, result.steps))
+
+
+_KEYS: list = []          # [(workload, block size, its flat_request_keys)], the last one
+
+
+def workload_keys(workload: Workload, block_size: int) -> tuple:
+    """``flat_request_keys`` of the workload's requests, computed once per workload and
+    block size (every point of a sweep routes the same requests; arrivals do not matter)."""
+    for known, size, keys in _KEYS:
+        if known is workload and size == block_size:
+            return keys
+    keys = flat_request_keys(workload.requests, block_size)
+    _KEYS[:] = [(workload, block_size, keys)]
+    return keys
 
 
 def point_path(out: Path, table: str, point: Point) -> Path:
@@ -118,30 +138,72 @@ def save_point(out: Path, point: Point, frames: tuple[pl.DataFrame, pl.DataFrame
 _WORKLOAD: Workload | None = None
 
 
-def _init_worker(workload: Workload) -> None:
+def _init_worker(workload: Workload, block_size: int, keys: tuple,
+                 settings: Settings) -> None:
     global _WORKLOAD
     _WORKLOAD = workload
+    if compiled_model(settings.step_model.step_ms) is not None:
+        try:                     # load the compiled kernels now, not in the first point
+            run_point(settings, Point("round-robin", 1, settings.config.num_gpu_blocks,
+                                      1.0), Workload("warm-up", workload.requests[:1]))
+        except Exception:        # noqa: BLE001 - a real point reports it
+            pass
+    _KEYS[:] = [(workload, block_size, keys)]
 
 
-def _run_in_worker(settings: Settings, point: Point):
-    return run_point(settings, point, _WORKLOAD)
+def run_and_save(settings: Settings, point: Point, workload: Workload,
+                 out: Path | None) -> tuple[float, Any]:
+    """``run_point`` where the point runs: (its CPU seconds, its frames, or None once
+    saved under ``out``). Saving there spares the frames a trip to the driver."""
+    started = time.process_time()
+    frames = run_point(settings, point, workload)
+    if out is not None:
+        save_point(out, point, frames)
+        frames = None
+    return time.process_time() - started, frames
 
 
-def _local(settings: Settings, points: list[Point], workload: Workload,
-           jobs: int) -> Iterator[tuple[Point, Any, BaseException | None]]:
-    """Run ``points`` on a process pool (one workload copy per worker)."""
+def _run_in_worker(settings: Settings, point: Point, out: Path):
+    return run_and_save(settings, point, _WORKLOAD, out)
+
+
+def _ray_point(settings: Settings, point: Point, shared: tuple, out: Path | None):
+    workload, block_size, keys = shared
+    _KEYS[:] = [(workload, block_size, keys)]
+    return run_and_save(settings, point, workload, out)
+
+
+def by_cost(points: list[Point]) -> list[Point]:
+    """The points, the likely slowest first (more instances; a router with more state:
+    the whole-trace benchmark's order, oblivious routers last; fewer GPU blocks: more
+    batches), so that the workers finish together."""
+    def weight(name: str) -> int:
+        known = {"prefix-estimate": 3, "kv-cost": 2}
+        return known.get(name, 0 if router_class(name).OBLIVIOUS else 1)
+    return sorted(points, key=lambda p: (-p.instances, -weight(p.router), p.gpu_blocks))
+
+
+def _local(settings: Settings, points: list[Point], workload: Workload, jobs: int,
+           out: Path) -> Iterator[tuple[Point, Any, BaseException | None]]:
+    """Run ``points`` on a process pool (one workload copy per worker; each worker saves
+    its points); in this process with ``jobs`` <= 1 (frames returned, saved here)."""
     if jobs <= 1:
         for point in points:
             try:
-                yield point, run_point(settings, point, workload), None
+                yield point, run_and_save(settings, point, workload, None), None
             except Exception as exc:                       # reported by point
                 yield point, None, exc
         return
+    block_size = settings.config.block_size
     # spawn, not fork: a forked child of a process whose polars thread pool runs can
     # deadlock (polars' documentation says so)
-    with futures.ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"),
-                                     initializer=_init_worker, initargs=(workload,)) as pool:
-        pending = {pool.submit(_run_in_worker, settings, point): point for point in points}
+    with futures.ProcessPoolExecutor(
+            max_workers=jobs, mp_context=mp.get_context("spawn"), initializer=_init_worker,
+            initargs=(workload, block_size, workload_keys(workload, block_size),
+                      settings)) as pool:
+        target = Path(out).resolve()
+        pending = {pool.submit(_run_in_worker, settings, point, target): point
+                   for point in by_cost(points)}
         for future in futures.as_completed(pending):
             point = pending[future]
             try:
@@ -150,15 +212,29 @@ def _local(settings: Settings, points: list[Point], workload: Workload,
                 yield point, None, exc
 
 
-def _ray(settings: Settings, points: list[Point], workload: Workload,
-         retries: int) -> Iterator[tuple[Point, Any, BaseException | None]]:
-    """Run ``points`` as Ray tasks (``ray.init`` already done); a task that raises or whose
-    worker dies is retried ``retries`` times by Ray itself."""
+def _ray_is_local() -> bool:
+    """Every node of the connected Ray cluster is this machine (its workers can write
+    the driver's folder)."""
     import ray
 
-    remote = ray.remote(max_retries=retries, retry_exceptions=True)(run_point)
-    shared = ray.put(workload)
-    pending = {remote.remote(settings, point, shared): point for point in points}
+    here = ray.util.get_node_ip_address()
+    return all(node.get("NodeManagerAddress") == here for node in ray.nodes()
+               if node.get("Alive"))
+
+
+def _ray(settings: Settings, points: list[Point], workload: Workload, retries: int,
+         out: Path) -> Iterator[tuple[Point, Any, BaseException | None]]:
+    """Run ``points`` as Ray tasks (``ray.init`` already done); a task that raises or whose
+    worker dies is retried ``retries`` times by Ray itself. On a cluster of this machine
+    only, the tasks save their points; else their frames come back to be saved here."""
+    import ray
+
+    remote = ray.remote(max_retries=retries, retry_exceptions=True)(_ray_point)
+    block_size = settings.config.block_size
+    shared = ray.put((workload, block_size, workload_keys(workload, block_size)))
+    target = Path(out).resolve() if _ray_is_local() else None    # workers: other cwd
+    pending = {remote.remote(settings, point, shared, target): point
+               for point in by_cost(points)}
     while pending:
         done, _ = ray.wait(list(pending), num_returns=1)
         ref = done[0]
@@ -171,18 +247,23 @@ def _ray(settings: Settings, points: list[Point], workload: Workload,
 
 def run_sweep(settings: Settings, points: list[Point], workload: Workload, out: Path, *,
               executor: str = "local", jobs: int = 2, retries: int = 1,
-              on_saved: Callable[[Point], None] | None = None) -> dict[Point, BaseException]:
+              on_saved: Callable[[Point], None] | None = None,
+              cpu: dict[Point, float] | None = None) -> dict[Point, BaseException]:
     """Run and save every point. A failed point is tried again up to ``retries`` times
     (local: in a fresh pool; Ray: by Ray, when its worker died); the others are kept.
-    Returns point -> its last error for the points that never finished."""
+    Returns point -> its last error for the points that never finished. ``cpu``: filled
+    with each point's CPU seconds where it ran (saving included where it saved)."""
     todo, failed = list(points), {}
     for _ in range(1 if executor == "ray" else retries + 1):
-        results = (_ray(settings, todo, workload, retries) if executor == "ray"
-                   else _local(settings, todo, workload, jobs))
+        results = (_ray(settings, todo, workload, retries, out) if executor == "ray"
+                   else _local(settings, todo, workload, jobs, out))
         failed = {}
-        for point, frames, error in results:
+        for point, outcome, error in results:
             if error is None:
-                save_point(out, point, frames)
+                if cpu is not None:
+                    cpu[point] = outcome[0]
+                if outcome[1] is not None:
+                    save_point(out, point, outcome[1])
                 if on_saved is not None:
                     on_saved(point)
             else:

@@ -32,7 +32,8 @@ class FleetView:
         self.stale = staleness_ms > 0
         self.epoch = 0
         self.next_refresh = 0.0
-        self.snapshot: list[tuple[int, int, float, set]] = []
+        # per engine (waiting, running, KV usage, CacheSnapshot, the engine's version)
+        self.snapshot: list[tuple[int, int, float, Any, int]] = []
         self._hashes: Sequence[Any] | None = None
         self._array = None
         self.versions = [0] * self.num_instances     # bumped when an engine's state moves
@@ -42,16 +43,30 @@ class FleetView:
         """The engine of ``instance`` stepped or took a request (its cache may differ)."""
         self.versions[instance] += 1
 
-    def advance(self, now: float) -> None:
-        """Before an event at ``now``: a stale view refreshes when a period has passed."""
+    def advance(self, now: float, upcoming: float = -np.inf) -> None:
+        """Before an event at ``now``: a stale view refreshes when a period has passed.
+        ``upcoming``: the next arrival; a refresh whose successor is due by then is never
+        read, so its contents are not copied (the refresh still counts)."""
         if not self.stale:
             self.epoch += 1
             return
         if now >= self.next_refresh:
-            self.snapshot = [(e.num_waiting, e.num_running, self._usage(e), e.cached_keys())
-                             for e in self.engines]
             self.epoch += 1
             self.next_refresh = (now // self.staleness_ms + 1) * self.staleness_ms
+            if upcoming < self.next_refresh:
+                self._refresh()
+
+    def _refresh(self) -> None:
+        """Snapshot every engine (an engine that has not moved since keeps its own)."""
+        old = self.snapshot
+        self.snapshot = [
+            old[i] if old and old[i][4] == self.versions[i] else
+            (e.num_waiting, e.num_running, self._usage(e), e.cache_snapshot(),
+             self.versions[i]) for i, e in enumerate(self.engines)]
+
+    def request_keys(self, hashes: Sequence[Any], keys: np.ndarray) -> None:
+        """The request being routed: its ``hashes`` as the uint64 array ``keys``."""
+        self._hashes, self._array = hashes, keys
 
     @staticmethod
     def _usage(engine: EngineSim) -> float:
@@ -77,17 +92,11 @@ class FleetView:
         return self._usage(self.engines[instance])
 
     def cached_blocks(self, instance: int, hashes: Sequence[Any]) -> int:
-        if not self.stale:                    # one conversion per request, not per instance
-            if hashes is not self._hashes:
-                self._hashes, self._array = hashes, np.asarray(hashes, np.uint64)
+        if hashes is not self._hashes:        # one conversion per request, not per instance
+            self._hashes, self._array = hashes, np.asarray(hashes, np.uint64)
+        if not self.stale:
             return self.engines[instance].cached_prefix_blocks(self._array)
-        keys = self.snapshot[instance][3]
-        count = 0
-        for key in hashes:
-            if key not in keys:
-                break
-            count += 1
-        return count
+        return self.snapshot[instance][3].prefix_blocks(self._array)
 
     def gpu_blocks(self, instance: int) -> int:
         """vLLM's num_gpu_blocks (its ``CacheNumBlocks`` metric): configuration, never stale."""
@@ -95,7 +104,7 @@ class FleetView:
 
     def cached_block_count(self, instance: int) -> int:
         if self.stale:
-            return len(self.snapshot[instance][3])
+            return self.snapshot[instance][3].key_count()
         version = self.versions[instance]
         known = self._counts.get(instance)
         if known is None or known[0] != version:

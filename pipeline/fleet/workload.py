@@ -42,7 +42,10 @@ class Workload:
 
 
 def requests_at_load(workload: Workload, load: float) -> list[SimRequest]:
-    """Fresh copies of the requests with arrival times divided by ``load``."""
+    """The requests with arrival times divided by ``load``: copies, or at load 1 (where
+    the division changes nothing) the requests themselves (nobody changes them)."""
+    if load == 1.0 and all(r.arrival_s is not None for r in workload.requests):
+        return list(workload.requests)
     return [replace(r, arrival_s=(r.arrival_s or 0.0) / load) for r in workload.requests]
 
 
@@ -105,17 +108,24 @@ def _token_pattern(args: argparse.Namespace) -> tuple[str, list[SimRequest], boo
     return f"--pattern {made.name}", requests, arrivals is not None
 
 
-def load_workload(args: argparse.Namespace) -> Workload:
-    """The trace or pattern the options name; CLIError (one line) on a user error."""
+def workload_usage_checks(args: argparse.Namespace) -> None:
+    """ValueError naming the option (a usage error) when the options cannot name one
+    workload: a TRACE and --pattern both or neither, --limit on a pattern, a pattern whose
+    prompts would be empty."""
     if (args.trace is None) == (args.pattern is None):
-        raise CLIError("give a TRACE or --pattern, not both or neither")
+        raise ValueError("give a TRACE or --pattern, not both or neither")
     if args.pattern is not None and getattr(args, "limit", None) is not None:
-        raise CLIError(f"--limit takes a TRACE's first N requests; --pattern {args.pattern} "
-                       "sets its size with its own options")
+        raise ValueError(f"--limit takes a TRACE's first N requests; --pattern {args.pattern} "
+                         "sets its size with its own options")
     if (args.pattern in patterns.TOKEN_PATTERNS
             and args.system_prompt_length + args.question_length < 1):
-        raise CLIError(f"--pattern {args.pattern}: give --system-prompt-length or "
-                       "--question-length (a prompt needs at least one token)")
+        raise ValueError(f"--pattern {args.pattern}: give --system-prompt-length or "
+                         "--question-length (a prompt needs at least one token)")
+
+
+def load_workload(args: argparse.Namespace) -> Workload:
+    """The trace or pattern the options name (``workload_usage_checks`` passed); CLIError
+    (one line) on a user error in the data."""
     timed = True
     try:
         if args.trace is not None:

@@ -65,6 +65,13 @@ class Router:
 
     NAME: ClassVar[str] = ""
     PARAMETERS: ClassVar[dict[str, Parameter]] = {}
+    #: False: the router reads no more of ``request.hashes`` than a few items or its
+    #: length, so the fleet may pass them as a numpy array instead of a list of ints
+    LIST_HASHES: ClassVar[bool] = True
+    #: True: ``route`` reads neither the view nor the callbacks (its decisions depend on
+    #: the requests alone), so the fleet may route everything first and run each
+    #: instance alone
+    OBLIVIOUS: ClassVar[bool] = False
 
     def __init__(self, num_instances: int, block_size: int, seed: int = 0,
                  **options: Any) -> None:

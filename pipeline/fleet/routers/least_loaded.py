@@ -28,6 +28,7 @@ def _metric(value: str) -> str:
 
 class LeastLoaded(Router):
     NAME = "least-loaded"
+    LIST_HASHES = False
     PARAMETERS = {"metric": Parameter("outstanding", _metric,
                                       "outstanding | vllm-dp (waiting*4+running) | queue")}
 

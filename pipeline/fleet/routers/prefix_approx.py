@@ -144,7 +144,10 @@ class _Union:
         self.sets = sets
 
     def __contains__(self, key) -> bool:
-        return any(key in s for s in self.sets)
+        for held in self.sets:
+            if key in held:
+                return True
+        return False
 
 
 class LazyTree:

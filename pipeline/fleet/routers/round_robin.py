@@ -12,6 +12,8 @@ from pipeline.fleet.routers.base import InstanceView, RouteRequest, Router
 
 class RoundRobin(Router):
     NAME = "round-robin"
+    LIST_HASHES = False
+    OBLIVIOUS = True
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)

@@ -20,7 +20,7 @@ def session_key(request: RouteRequest) -> str:
     if request.session is not None:
         return f"session:{request.session}"
     if len(request.hashes):
-        return f"block:{request.hashes[0]!r}"
+        return f"block:{int(request.hashes[0])!r}"
     return f"request:{request.index}"
 
 
@@ -32,6 +32,8 @@ def instance_for(key: str, num_instances: int) -> int:
 
 class Session(Router):
     NAME = "session"
+    LIST_HASHES = False
+    OBLIVIOUS = True
 
     def route(self, request: RouteRequest, view: InstanceView) -> tuple[int, str]:
         key = session_key(request)
