@@ -4,8 +4,8 @@
 ``add_arguments(parser)`` and ``main(args) -> int``. A command's module is imported only when
 that command runs (``python -m pipeline --help`` lists every command without importing any).
 This module builds one argparse parser from them and turns a ``CLIError`` into one line on
-stderr and exit status 1, a closed stdout (``| head``) into a quiet exit 1, and Ctrl-C into one
-line and exit status 130 (``interrupted; nothing written``, or what a command's
+stderr and exit status 1 (a ``UsageError``: 2), a closed stdout (``| head``) into a quiet
+exit 1, and Ctrl-C into one line and exit status 130 (``interrupted; nothing written``, or what a command's
 ``interrupted(args)`` says was kept).
 """
 
@@ -99,8 +99,8 @@ def _named_command(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """Parse ``argv`` and run the command; 1 with one line on stderr on a user error, 130
-    with one line on Ctrl-C."""
+    """Parse ``argv`` and run the command; 1 with one line on stderr on a user error (2 on a
+    usage error), 130 with one line on Ctrl-C."""
     if prog is None:
         prog = "kvlab" if sys.argv and sys.argv[0].endswith("kvlab") else PROG
     args = None
@@ -114,9 +114,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         status = args.handler(args)
         sys.stdout.flush()
         return status
-    except CLIError as exc:
+    except CLIError as exc:                   # UsageError: exit 2
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return exc.status
     except BrokenPipeError:
         _silence_stdout()
         return 1

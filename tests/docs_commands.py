@@ -6,8 +6,9 @@ after it (up to the next command) are output it must print, in that order, each 
 line, with gaps allowed; ``...`` inside a line matches any text and a line of only ``...``
 marks elided lines for the reader. ``[exit N]`` asserts the exit status (default 0). An HTML
 comment ``<!-- docs-test: skip REASON -->`` on the line before a block keeps it from being
-run, with the reason stated. Every other block (``bash``, ``text``, ``python``) is not run
-here (``python`` blocks are doctests: tests/test_docs.py).
+run, with the reason stated. A ``bash`` (``sh``, ``shell``) block is never run here: each of
+its lines (``\\`` continued) is a command that must carry such a reason. ``text`` blocks are
+not commands, and ``python`` blocks are doctests (tests/test_docs.py).
 
 Run as a script (``python tests/docs_commands.py PLAN.json RESULT.json``) in a copy of the
 checkout, it runs every command of the plan there: ``python -m pipeline ...`` in this one
@@ -30,6 +31,8 @@ from pathlib import Path
 FENCE = re.compile(r"^```(\S*)\s*$")
 SKIP = re.compile(r"^<!--\s*docs-test:\s*skip\s*(.*?)\s*-->\s*$")
 EXIT = re.compile(r"^\[exit (\d+)\]$")
+#: blocks of shell lines shown but not run here: each needs a skip comment saying why
+SHELL = ("bash", "sh", "shell")
 PIPELINE_PREFIXES = (["python", "-m", "pipeline"], ["python3", "-m", "pipeline"],
                      [".venv/bin/python", "-m", "pipeline"], ["kvlab"])
 
@@ -55,7 +58,7 @@ def page_commands(path: Path, root: Path) -> list[Command]:
     page = str(path.relative_to(root))
     commands: list[Command] = []
     lines = path.read_text().splitlines()
-    in_block, kind, skip, previous = False, "", None, ""
+    in_block, kind, skip, previous, continued = False, "", None, "", False
     for number, line in enumerate(lines, 1):
         fence = FENCE.match(line)
         if fence and not in_block:
@@ -64,6 +67,13 @@ def page_commands(path: Path, root: Path) -> list[Command]:
             skip = (reason.group(1) or "no reason given") if reason else None
         elif line.startswith("```") and in_block:
             in_block = False
+        elif in_block and kind in SHELL and line.strip() and not line.startswith("#"):
+            text = line.strip().removesuffix("\\").strip()
+            if continued:
+                commands[-1].text += " " + text
+            else:
+                commands.append(Command(page, number, text, skip=skip or "no reason given"))
+            continued = line.rstrip().endswith("\\")
         elif in_block and kind == "console":
             if line.startswith("$ "):
                 commands.append(Command(page, number, line[2:].strip(), skip=skip))

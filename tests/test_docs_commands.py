@@ -165,3 +165,54 @@ def test_every_link_between_the_pages_resolves():
                 headings = [anchor(line.lstrip("#")) for line in path.read_text().splitlines()
                             if line.startswith("#")]
                 assert fragment in headings, (page.name, target, fragment)
+
+
+def _inline_commands() -> list[tuple[str, list[str]]]:
+    """(page, words) of every ``python -m ...`` named inline in backquotes on the pages."""
+    import re
+    import shlex
+    found = []
+    for page in PAGES:
+        for text in re.findall(r"`(?:\.venv/bin/)?python3? -m ([^`]+)`", page.read_text()):
+            found.append((str(page.relative_to(ROOT)), shlex.split(text.replace("...", ""))))
+    return found
+
+
+def test_every_command_named_inline_exists_with_its_options():
+    """``python -m pipeline CMD --opt`` in prose names a command and options it has;
+    ``python -m MODULE`` a module that runs as a script (a moved module shows here)."""
+    import re
+    from importlib.util import find_spec
+    from pipeline.cli import COMMANDS
+    inline = _inline_commands()
+    assert len(inline) > 20
+    helps: dict[str, str] = {}
+    for page, words in inline:
+        if words[0] != "pipeline":
+            if words[0].startswith("pipeline."):
+                spec = find_spec(words[0])
+                assert spec is not None, (page, words)
+                assert '__name__ == "__main__"' in Path(spec.origin).read_text(), (page, words)
+            continue
+        if len(words) == 1 or words[1] in ("COMMAND", "--help"):
+            continue
+        assert words[1] in COMMANDS, (page, words)
+        if words[1] not in helps:
+            _, helps[words[1]] = run_help(words[1])
+        for option in (w.split("=")[0] for w in words[2:] if re.match(r"--[a-z]", w)):
+            assert re.search(rf"{re.escape(option)}\b", helps[words[1]]), (page, words, option)
+
+
+def run_help(command: str) -> tuple[int, str]:
+    from docs_commands import run_in_process
+    return run_in_process([command, "--help"])
+
+
+def test_the_readme_command_table_lists_every_command():
+    """The README's command table: one row per command of ``python -m pipeline --help``,
+    in its order, none stale."""
+    from pipeline.cli import COMMANDS
+    section = (ROOT / "README.md").read_text().split("\n## Commands\n", 1)[1].split("\n## ")[0]
+    rows = [line.split("|")[1].strip().strip("`") for line in section.splitlines()
+            if line.startswith("| `")]
+    assert sorted(rows) == sorted(COMMANDS), (rows, list(COMMANDS))

@@ -157,7 +157,9 @@ def test_done_when_command(capsys):
     (["--gpu-model", "vllm", "--gpu-order", "head-first"], "--gpu-order"),
 ])
 def test_bad_engine_options_are_one_line(capsys, argv, names):
-    assert cli_main(["blocks", *argv]) == 1
+    """Usage errors (an option of another model, an order or a chunk size the model cannot
+    take): one line, exit 2."""
+    assert cli_main(["blocks", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and names in err
 

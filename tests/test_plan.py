@@ -240,14 +240,15 @@ def test_engine_models_in_block_mode(capsys):
     assert "scanned" in out["answer"]["search"]
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--cpu-model", "lmcache"], "engine models need block mode"),
-    (["--pattern", "zipf", "--num-requests", "0"], "no requests"),
-    (["--block-size", "16", "--chunk-size", "256"], "--chunk-size applies to the lmcache"),
+@pytest.mark.parametrize("argv, message, status", [
+    (["--cpu-model", "lmcache"], "engine models need block mode", 2),
+    (["--pattern", "zipf", "--num-requests", "0"], "no requests", 1),
+    (["--block-size", "16", "--chunk-size", "256"], "--chunk-size applies to the lmcache", 2),
     (["--block-size", "16", "--cpu-model", "lmcache", "--cpu-order", "tail-first"],
-     "--cpu-order tail-first: the lmcache model is head-first"),
+     "--cpu-order tail-first: the lmcache model is head-first", 2),
 ])
-def test_engine_model_options_are_checked(argv, message, capsys):
-    assert cli_main(["plan", "--target-hit-ratio", "0.9", *argv]) == 1
+def test_engine_model_options_are_checked(argv, message, status, capsys):
+    """An option of another model or an order the model cannot follow is a usage error."""
+    assert cli_main(["plan", "--target-hit-ratio", "0.9", *argv]) == status
     err = capsys.readouterr().err
     assert message in err and len(err.splitlines()) == 1

@@ -8,6 +8,7 @@ import json
 import polars as pl
 import pytest
 
+from pipeline.cache.registry import POLICIES
 from pipeline.cli import main
 
 
@@ -33,10 +34,10 @@ def test_lab_cyclic_workload(tmp_path, capsys):
     for (name, capacity), row in rows.items():
         assert row["gpu_hits"] <= rows["opt", capacity]["gpu_hits"], (name, capacity)
     curves = pl.read_parquet(tmp_path / "curves.parquet")
-    assert set(curves["policy"]) == {"lru", "fifo", "mru", "lfu", "clock", "sieve", "s3fifo",
-                                     "arc", "opt"}
+    assert set(curves["policy"]) == set(POLICIES) >= {"lru", "fifo", "mru", "lfu", "clock",
+                                                      "sieve", "s3fifo", "arc", "opt"}
     events = pl.read_parquet(tmp_path / "events.parquet")
-    assert events.height == 9 * 6 * 30
+    assert events.height == len(POLICIES) * 6 * 30     # every registered policy, by default
 
 
 def test_table_output(tmp_path, capsys):
@@ -64,7 +65,7 @@ def test_trace_and_cpu_tier(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, status, message", [
     (["--gpu-policy", "lru,belady"], 2,
-     "unknown policy 'belady'; accepted: lru, fifo, mru, lfu, clock, sieve, s3fifo, arc, opt, all"),
+     f"unknown policy 'belady'; accepted: {', '.join(POLICIES)}, all"),
     (["--cpu-policy", "x", "--cpu", "5"], 2, "unknown policy 'x'; accepted: lru, fifo"),
     (["--capacities", "10,-5"], 2, "argument --capacities: a capacity must be >= 0"),
     (["--cpu", "-1"], 2, "argument --cpu: a capacity must be >= 0"),

@@ -106,10 +106,13 @@ def test_kv_from_args():
         .bytes_per_token == 57_344
     assert units.kv_from_args(parser.parse_args(["--kv-bytes-per-token", "100"])) \
         .bytes_per_token == 100
-    for argv, match in ((["--model", "nope"], "--model"), (["--kv-shape", "1,2"], "--kv-shape"),
-                        (["--kv-shape", "1,2,3,fp7"], "--kv-shape")):
-        with pytest.raises(ValueError, match=match):
-            units.kv_from_args(parser.parse_args(argv))
+    for argv in (["--model", "nope"], ["--kv-shape", "1,2"], ["--kv-shape", "1,2,3,fp7"]):
+        with pytest.raises(SystemExit):               # usage errors: argparse's types
+            parser.parse_args(argv)
+    for dest, value, match in (("model", "nope", "--model"), ("kv_shape", "1,2", "--kv-shape")):
+        given = {"kv_bytes_per_token": None, "kv_shape": None, "model": None, dest: value}
+        with pytest.raises(ValueError, match=match):   # a namespace built by hand
+            units.kv_from_args(argparse.Namespace(**given))
     with pytest.raises(SystemExit):                   # a usage error: argparse's type
         parser.parse_args(["--kv-bytes-per-token", "0"])
     with pytest.raises(ValueError, match="--kv-bytes-per-token"):   # a namespace built by hand

@@ -8,7 +8,7 @@ import re
 
 from kvlab.scenario import OneLineParser, non_negative_int, pass_list
 
-__all__ = ["Parser", "int_list", "non_negative_int", "pass_list", "plural", "positive_int",
+__all__ = ["Parser", "checked", "int_list", "non_negative_int", "pass_list", "plural", "positive_int",
            "positive_float", "non_negative_float", "unit_ratio"]
 
 
@@ -91,3 +91,16 @@ def non_negative_float(text: str) -> float:
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
     return value
+
+
+def checked(check):
+    """An argparse type: the text unchanged when ``check(text)`` accepts it, else a usage
+    error (exit 2) with ``check``'s ValueError as the message."""
+    def kind(text: str) -> str:
+        try:
+            check(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text
+    kind.__name__ = check.__name__
+    return kind

@@ -23,7 +23,7 @@ import argparse
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from pipeline.base.arguments import positive_int
+from pipeline.base.arguments import checked, positive_int
 from pipeline.blocks import literal_replay as block_replay
 from pipeline.blocks import lru_depths as block_onepass
 from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST, TRACE
@@ -48,13 +48,8 @@ __all__ = ["Option", "CacheModel", "MODELS", "register", "unregister", "entry", 
            "vllm_version"]
 
 
-def vllm_version(text: str) -> str:
-    """argparse type: a vLLM version such as 0.33.0."""
-    try:
-        unhashed_to_head(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
+#: argparse type: a vLLM version such as 0.33.0
+vllm_version = checked(unhashed_to_head)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import numpy as np
 from pipeline.cache import registry
 from pipeline.blocks.limits import output_blocks
 from pipeline.blocks.stream import HEAD_FIRST, ORDERS, TAIL_FIRST, TRACE
-from pipeline.base.errors import CLIError
+from pipeline.base.errors import CLIError, UsageError
 from pipeline.sizes.limits import MAX_BLOCKS, check_block_count, check_capacities
 from pipeline.cache.registry import MODEL_OPTIONS, MODEL_ORDERS, vllm_version
 
@@ -81,7 +81,7 @@ def default_chunk_size(block_size: int | None) -> int:
 def model_options(args: argparse.Namespace, block_size: int | None = None) -> tuple[dict, dict]:
     """(GPU model options, CPU model options) for ``args`` (a namespace with ``gpu_model``,
     ``cpu_model`` and, where the command has them, ``gpu_order``, ``cpu_order``,
-    ``block_size``) and the run's ``block_size`` (default ``args.block_size``); CLIError on an
+    ``block_size``) and the run's ``block_size`` (default ``args.block_size``); UsageError on an
     option the chosen model does not take, an order it cannot follow, or an option's own
     check (a chunk size off the block grid). Defaults are the declared options' (the chunk
     size: the smallest multiple of the block size >= 256). Every block command (``blocks``,
@@ -92,13 +92,13 @@ def model_options(args: argparse.Namespace, block_size: int | None = None) -> tu
     for tier, model in chosen.items():
         order = getattr(args, f"{tier}_order", None)      # commands without orders: skip
         if model in MODEL_ORDERS and order is not None and order != MODEL_ORDERS[model]:
-            raise CLIError(f"--{tier}-order {order}: the {model} model is "
+            raise UsageError(f"--{tier}-order {order}: the {model} model is "
                            f"{MODEL_ORDERS[model]}")
     declared = registry.options()
     for dest, option in declared.items():
         if getattr(args, dest, None) is not None and \
                 not any(dest in MODEL_OPTIONS.get(m, ()) for m in chosen.values()):
-            raise CLIError(f"{option.flag} applies to the {registry.option_owner(dest)} "
+            raise UsageError(f"{option.flag} applies to the {registry.option_owner(dest)} "
                            f"model only")
     options = []
     for model in chosen.values():
@@ -109,7 +109,7 @@ def model_options(args: argparse.Namespace, block_size: int | None = None) -> tu
             check = declared[dest].check
             problem = check(value, block_size) if check is not None else None
             if problem:
-                raise CLIError(problem)
+                raise UsageError(problem)
     return options[0], options[1]
 
 

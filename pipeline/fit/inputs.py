@@ -116,6 +116,9 @@ def load_runs(paths: list[Path]) -> list[Run]:
     """Every run of every file (see the module docstring)."""
     runs: list[Run] = []
     for path in paths:
+        if not Path(path).is_file():               # before its sidecar: name what is wrong
+            what = "is a folder" if Path(path).is_dir() else "no such file"
+            raise CLIError(f"{path}: cannot read ({what})")
         sidecar = read_sidecar(path)
         bos = not str(sidecar.get("workload", {}).get("prompts", "")).startswith("token ids")
         groups: dict[tuple, list[tuple[int, dict]]] = {}

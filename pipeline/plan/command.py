@@ -21,7 +21,7 @@ from kvlab import make_exports
 from pipeline.base.arguments import non_negative_int, pass_list, positive_float, positive_int, \
     unit_ratio
 from pipeline.base.config import LAB_CPU, LAB_DOCS, LAB_GPU, LAB_PASSES, LAB_TOKENS, REAL_MEASURED
-from pipeline.base.errors import CLIError
+from pipeline.base.errors import CLIError, UsageError
 from pipeline.sizes.units import KVSize, add_kv_arguments, capacity, kv_from_args
 from pipeline.blocks.limits import check_document_blocks
 from pipeline.engine_caches.options import add_model_arguments, add_order_arguments, run_options
@@ -154,7 +154,7 @@ def _workload(args: argparse.Namespace) -> tuple[Workload, str, str]:
                        f"({documents.docs} documents x {documents.tokens} tokens)")
     if args.block_size is None:
         if (args.gpu_model, args.cpu_model) != ("ideal", "ideal"):
-            raise CLIError("--gpu-model/--cpu-model: engine models need block mode "
+            raise UsageError("--gpu-model/--cpu-model: engine models need block mode "
                            "(--block-size, a trace PATH or --pattern)")
         check_count(documents.docs * len(documents.passes), MAX_ACCESSES,
                     f"--docs {documents.docs} x {len(documents.passes)} --passes", "accesses")

@@ -102,7 +102,8 @@ def _workload(args) -> tuple[str, np.ndarray, np.ndarray, np.ndarray | None]:
     """(label, keys, sizes, pass index per access or None)."""
     if args.trace is not None:
         if not args.trace.is_file():
-            raise CLIError(f"--trace {args.trace}: no such file")
+            what = "is a folder" if args.trace.is_dir() else "no such file"
+            raise CLIError(f"--trace {args.trace}: {what}")
         try:
             trace = read_mooncake(args.trace)
         except (OSError, ValueError) as exc:

@@ -192,15 +192,17 @@ def format_bytes(size_bytes: int) -> str:
 # --- command-line options ------------------------------------------------------------------
 
 def add_kv_arguments(parser: argparse.ArgumentParser) -> None:
-    """--model, --kv-bytes-per-token, --kv-shape (at most one; default the lab's model)."""
-    from pipeline.base.arguments import positive_int
+    """--model, --kv-bytes-per-token, --kv-shape (at most one; default the lab's model); an
+    unknown preset or a bad shape is a usage error."""
+    from pipeline.base.arguments import checked, positive_int
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--model", metavar="PRESET", default=None,
+    group.add_argument("--model", metavar="PRESET", default=None, type=checked(preset),
                        help=f"model preset for the KV size: {', '.join(PRESETS)} "
                             f"(default {DEFAULT_PRESET}, the lab's model)")
     group.add_argument("--kv-bytes-per-token", metavar="BYTES", type=positive_int, default=None,
                        help="KV bytes per token, instead of a preset")
     group.add_argument("--kv-shape", metavar="L,H,D[,DTYPE]", default=None,
+                       type=checked(parse_shape),
                        help="layers, KV heads, head dim[, dtype] (standard formula 2 x L x H x "
                             "D x dtype bytes), e.g. 28,2,128,bf16")
 
