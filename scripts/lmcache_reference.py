@@ -3,7 +3,7 @@
 Downloads the lmcache wheel of ``--version`` with pip (``--no-deps``, about 18 MB, once, into
 ``--cache``), extracts its Python files, imports
 ``lmcache.v1.storage_backend.local_cpu_backend.LocalCPUBackend`` with torch and the compiled
-parts stubbed (the stub machinery of ``scripts/vllm_reference.py``) and a token-counting
+parts stubbed (the stub machinery of ``scripts/stub_importer.py``) and a token-counting
 memory allocator, and drives it like the vLLM v1 connector does at concurrency 1: lookup =
 ``contains(key, pin=True)`` over the leading chunks then ``touch_cache()``; the pins are
 released (``unpin``) before the store, as ``wait_for_save`` calls ``lookup_unpin`` first; the
@@ -29,32 +29,20 @@ import argparse
 import json
 import logging
 import random
-import subprocess
 import sys
 import types
-import zipfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import vllm_reference  # noqa: E402  (the stub importer)
+from stub_importer import Importer, wheel_sources  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def lmcache_sources(version: str, cache: Path) -> Path:
     """The Python files of the lmcache ``version`` wheel, downloaded and extracted once."""
-    target = cache / f"lmcache-{version}"
-    if (target / "lmcache" / "v1" / "storage_backend" / "local_cpu_backend.py").is_file():
-        return target
-    wheels = cache / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-                    f"lmcache=={version}", "-d", str(wheels)], check=True, stdout=sys.stderr)
-    wheel = next(wheels.glob(f"lmcache-{version}-*.whl"))
-    with zipfile.ZipFile(wheel) as archive:
-        archive.extractall(target, [n for n in archive.namelist()
-                                    if n.startswith("lmcache/") and n.endswith(".py")])
-    wheel.unlink()
-    return target
+    return wheel_sources("lmcache", version, cache,
+                         "lmcache/v1/storage_backend/local_cpu_backend.py")
 
 
 def load_backend(source: Path):
@@ -64,7 +52,7 @@ def load_backend(source: Path):
     nvtx = types.ModuleType("nvtx")
     nvtx.annotate = lambda *args, **kwargs: (lambda function: function)
     sys.modules.update({"lmcache.logging": logger_module, "nvtx": nvtx})
-    sys.meta_path.insert(0, vllm_reference._Importer(source, "lmcache", ()))
+    sys.meta_path.insert(0, Importer(source, "lmcache", ()))
     import importlib.util
     name = "lmcache.v1.storage_backend.cache_policy"   # run this package's __init__:
     folder = source.joinpath(*name.split("."))          # get_cache_policy lives there

@@ -1,7 +1,7 @@
 """Drive vLLM's own v1 ``Scheduler`` (or ``AsyncScheduler``) on CPU with a fake executor.
 
 vLLM's files run unmodified (the 0.33.0 wheel's Python files, extracted by
-``scripts/vllm_reference.py``'s ``vllm_sources``; torch/CUDA-touching modules and the
+``scripts/stub_importer.py``'s ``vllm_sources``; torch/CUDA-touching modules and the
 config package replaced by inert stubs by its importer). The scheduler gets a plain config
 object carrying exactly the fields it reads, with vLLM's defaults; the "model" samples one
 token for every scheduled request whose chunk reaches the end of its sequence (the rule of
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from vllm_reference import install_importer, vllm_sources  # noqa: E402
+from stub_importer import install_importer, vllm_sources  # noqa: E402
 
 DEFAULT_VERSION = "0.33.0"
 _LOADED: dict = {}

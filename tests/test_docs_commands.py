@@ -30,6 +30,27 @@ NOT_COPIED = shutil.ignore_patterns(".git", ".venv", ".hypothesis", ".pytest_cac
                                     "*.egg-info", "events", "exports", "*.html")
 
 
+def not_copied(folder, names):
+    """NOT_COPIED, and the package's __pycache__ folders (share_package_caches links them)."""
+    skip = NOT_COPIED(folder, names)
+    if Path(folder).resolve().is_relative_to(ROOT / "pipeline") and "__pycache__" in names:
+        skip.add("__pycache__")
+    return skip
+
+
+def share_package_caches(copy):
+    """The copy's ``pipeline/**/__pycache__`` are links to this checkout's, so the commands
+    load numba's kernels compiled by the tests (the copy's sources keep their times and
+    sizes) and what they compile serves the tests too: on a clean clone each kernel compiles
+    once, not once more in the copy. (No page command writes into ``pipeline/``.)"""
+    for folder in sorted((ROOT / "pipeline").rglob("*.py")):
+        cache = folder.parent / "__pycache__"
+        cache.mkdir(exist_ok=True)
+        link = copy / cache.relative_to(ROOT)
+        if not link.is_symlink():
+            link.symlink_to(cache, target_is_directory=True)
+
+
 def runnable():
     """The commands to run here: not skipped, and with their shared data present."""
     return [c for c in COMMANDS
@@ -42,7 +63,8 @@ def docs_run(tmp_path_factory):
     command name, the folder that holds the copy and the commands' /tmp/)."""
     base = tmp_path_factory.mktemp("docs")
     copy = base / "repo"
-    shutil.copytree(ROOT, copy, ignore=NOT_COPIED)   # __pycache__ too: numba's caches
+    shutil.copytree(ROOT, copy, ignore=not_copied)
+    share_package_caches(copy)
     if (ROOT / ".venv").is_dir():
         (copy / ".venv").symlink_to(ROOT / ".venv")
     if SHARED.is_dir():

@@ -17,6 +17,23 @@ def chain(units):
     return sum(unit * 7919 ** k for k, unit in enumerate(units)) * 10 + len(units)
 
 
+def chains(units):
+    """``[chain(units[:1]), chain(units[:2]), ...]`` with one running sum (linear, not
+    quadratic, in the prompt's length)."""
+    keys, total, power = [], 0, 1
+    for k, unit in enumerate(units):
+        total += unit * power
+        power *= 7919
+        keys.append(total * 10 + k + 1)
+    return keys
+
+
+
+def test_chains_are_the_chain_of_each_prefix():
+    rng = random.Random(0)
+    units = [rng.randrange(10**6) for _ in range(50)]
+    assert chains(units) == [chain(units[:j + 1]) for j in range(len(units))]
+
 def prompts(rng, count):
     """Requests over a few documents behind optional shared system blocks: many ties."""
     out = []
@@ -25,7 +42,7 @@ def prompts(rng, count):
         doc = rng.randrange(4)
         body = [100 * (doc + 1) + j for j in range(rng.randrange(0, 6))]
         units = system + body                      # chained keys, as the engine's:
-        hashes = [chain(units[:j + 1]) for j in range(len(units))]
+        hashes = chains(units)
         tokens = len(hashes) * 16 + rng.randrange(0, 16)
         out.append(RouteRequest(index, hashes, max(tokens, 1), float(index * 7),
                                 session=rng.choice([None, f"s{rng.randrange(3)}"])))
@@ -156,7 +173,7 @@ def test_routed_index_match_equals_the_literal_walk_on_long_prompts(seed):
     for _ in range(25):
         doc = rng.choice(docs)
         units = doc[:rng.randrange(1, 400)] + [rng.randrange(10**6)] * rng.randrange(3)
-        hashes = [chain(units[:j + 1]) for j in range(len(units))]
+        hashes = chains(units)
         holders, expected = index.holders, {}
         for block in hashes:                       # llm-d's matchLongestPrefix, literally
             if not holders.get(block):

@@ -115,10 +115,10 @@ def test_window_equals_the_sequential_rule(entries, window):
 @pytest.fixture(scope="module")
 def vllm_stats():
     if not (VLLM / "vllm" / "v1" / "metrics" / "stats.py").is_file():
-        pytest.skip(f"vLLM 0.33.0 sources not at {VLLM} (scripts/vllm_reference.py fetches)")
+        pytest.skip(f"vLLM 0.33.0 sources not at {VLLM} (scripts/ensure_vllm_sources.sh fetches)")
     sys.path.insert(0, str(ROOT / "scripts"))
-    from vllm_reference import _Importer
-    finder = _Importer(VLLM)
+    from stub_importer import Importer
+    finder = Importer(VLLM)
     sys.meta_path.insert(0, finder)
     try:
         from vllm.v1.metrics.stats import CachingMetrics, PrefixCacheStats

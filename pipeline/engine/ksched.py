@@ -25,6 +25,7 @@ tier: ``pipeline.engine.kgeneric``).
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 from pipeline.engine.kpool import (cache_full_blocks, free_blocks, get_new_blocks,
@@ -40,6 +41,10 @@ from pipeline.engine.layout import (
     X_PREFILL, X_Q, X_RELOAD, X_STEP)
 
 __all__ = ["engine_step", "wait_append"]
+
+#: Constant arguments as int64, not numba literals: a literal 0 or 1 at a call site compiled
+#: its callee (and everything under it) once more for that value; one type, one compile.
+ZERO, ONE = np.int64(0), np.int64(1)
 
 
 @njit(cache=True, error_model="numpy")
@@ -208,7 +213,7 @@ def _schedule_waiting(S, T, q, budget, threshold, step):
         if C[C_CHUNKED] == 0 and num_new > budget:
             break
         num_new = min(num_new, budget)
-        if not _allocate_slots(S, slot, num_new, nhit, external, True):
+        if not _allocate_slots(S, slot, num_new, nhit, external, np.bool_(True)):
             break
         _wait_remove_at(G, WQ, p)
         RUN[G[G_NRUN]] = slot
@@ -252,10 +257,10 @@ def _schedule(S, T, q):
             held = R[slot, NBLK] * size
             if computed < held or (computed == held and G[G_NFREE] > 0):
                 if computed == held:
-                    _grow(S, slot, 1)
+                    _grow(S, slot, ONE)
                 if R[slot, NTOK] >= (max(R[slot, NCACHED], 0) + 1) * size:
                     _cache_blocks(S, slot, R[slot, NTOK])
-                _started(S, q, slot, 1, computed, step)
+                _started(S, q, slot, ONE, computed, step)
                 budget -= 1
                 continue
         if 0 < threshold < num_new:
@@ -265,7 +270,7 @@ def _schedule(S, T, q):
             continue
         ok = False
         while True:
-            if _allocate_slots(S, slot, num_new, 0, 0, False):
+            if _allocate_slots(S, slot, num_new, ZERO, ZERO, np.bool_(False)):
                 ok = True
                 break
             G[G_NRUN] -= 1
@@ -340,13 +345,13 @@ def _update_from_output(S, T, q):
                 _cache_blocks(S, slot, R[slot, COMPUTED] - R[slot, INFLIGHT])
         if R[slot, FTOK] == NONE:
             R[slot, FTOK] = step
-            _event(G, EV, step, 0, R[slot, INDEX])
+            _event(G, EV, step, ZERO, R[slot, INDEX])
             if not asynchronous:
                 REC[X_NFIRST] += 1
         if R[slot, NTOK] >= R[slot, LIMIT]:           # max_model_len or max_tokens reached
             R[slot, STATUS] = FINISHED
             R[slot, FIN] = step
-            _event(G, EV, step, 1, R[slot, INDEX])
+            _event(G, EV, step, ONE, R[slot, INDEX])
             G[G_FIN] = 1
             _free_request(S, slot)
             if before == RUNNING:
@@ -380,8 +385,8 @@ def engine_step(S, T):
         if not has:
             REC[X_HAS] = 0
             return 0
-        _schedule(S, T, 0)
-        _update_from_output(S, T, 0)
+        _schedule(S, T, ZERO)
+        _update_from_output(S, T, ZERO)
         return REC[X_HAS]
     REC[X_HAS] = 0
     if has:

@@ -111,7 +111,7 @@ def cpu_store(T, R, KEYS, slot):
     if hit > 0 and prompt < boundary:
         return                                        # skip_save
     first, count = hit // chunk, prompt // chunk
-    allocated, in_flight = 0, 0
+    allocated, in_flight = 0, np.int64(0)             # int64 from the start: one compile
     for j in range(first, count):
         if not _allocate(T, chunk, in_flight):
             break

@@ -28,7 +28,9 @@ def _replay(policy: str, run: Callable) -> Callable:
     def replay(codes: np.ndarray, sizes: np.ndarray, capacity: int,
                bypass: bool = True) -> np.ndarray:
         codes = np.ascontiguousarray(codes, dtype=np.int64)
-        sizes = np.ascontiguousarray(sizes, dtype=np.int64)
+        sizes = np.ascontiguousarray(sizes, dtype=np.int64).view()
+        sizes.flags.writeable = False     # always read-only (no kernel writes it): numba
+        #                                   compiles one specialization, not one per flag
         capacity = int(capacity)
         if capacity < 0:
             raise ValueError(f"capacity must be >= 0, got {capacity}")
