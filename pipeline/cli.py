@@ -21,7 +21,7 @@ from types import ModuleType
 from typing import NamedTuple
 
 from pipeline.base.arguments import Parser
-from pipeline.base.errors import CLIError
+from pipeline.base.errors import CLIError, UsageError
 
 PROG = "python -m pipeline"
 
@@ -114,7 +114,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         status = args.handler(args)
         sys.stdout.flush()
         return status
-    except CLIError as exc:                   # UsageError: exit 2
+    except UsageError as exc:                 # as argparse's own: one line, exit 2
+        print(f"{prog} {args.command}: error: {exc}", file=sys.stderr)
+        return exc.status
+    except CLIError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.status
     except BrokenPipeError:

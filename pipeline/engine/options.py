@@ -21,7 +21,7 @@ from pipeline.blocks.stream import HEAD_FIRST, ORDERS
 from pipeline.engine.cpu_tier import LMCacheTier, ModelTier, engine_cpu_models, \
     engine_tier_problem
 from pipeline.engine_caches.options import add_option_argument
-from pipeline.base.errors import CLIError
+from pipeline.base.errors import UsageError
 
 __all__ = ["add_engine_arguments", "cpu_tier_choice", "cpu_tier_factory", "cpu_tier_dests",
            "DEFAULT_CPU_MODEL"]
@@ -74,7 +74,6 @@ def add_engine_arguments(parser: argparse.ArgumentParser, title: str
                              "(default head-first, LMCache's)")
     for dest, option in _declared().items():
         add_option_argument(engine, option, _flag(dest), "cpu_" + dest)
-    parser.set_defaults(engine_parser=parser)
     return engine
 
 
@@ -85,10 +84,7 @@ def cpu_tier_dests() -> tuple[str, ...]:
 
 
 def _usage(args: argparse.Namespace, message: str) -> None:
-    parser = getattr(args, "engine_parser", None)
-    if parser is None:
-        raise CLIError(message)
-    parser.error(message)                              # exit 2, as argparse's own errors
+    raise UsageError(message)
 
 
 def cpu_tier_choice(args: argparse.Namespace) -> tuple[str, dict, str]:

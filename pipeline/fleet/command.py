@@ -22,7 +22,7 @@ import pyarrow.dataset as ds
 
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.options import cpu_tier_choice, cpu_tier_dests, cpu_tier_factory
-from pipeline.base.errors import CLIError
+from pipeline.base.errors import CLIError, UsageError
 from pipeline.fleet.aggregates import fleet_aggregates, instance_aggregates, json_rows
 from pipeline.fleet.options import add_fleet_arguments
 from pipeline.fleet.plan import Memory, smallest_memory
@@ -33,7 +33,6 @@ from pipeline.fleet.workload import add_workload_arguments, load_workload, workl
 from pipeline.base.staging import Outputs, json_bytes, parquet_bytes
 from pipeline.steptime.options import latency_from_args
 
-PROG = "python -m pipeline fleet"
 _SWEEP_KEYS = ("trace", "format", "pattern", "limit", "num_documents",
                "document_length", "repeat_count", "repeat_mode", "users", "num_requests",
                "zipf_alpha", "groups", "questions", "sessions", "turns", "think_s",
@@ -236,8 +235,7 @@ def _main(args: argparse.Namespace) -> int:
     try:
         options = usage_checks(args)
     except ValueError as exc:                 # a usage error: one line, exit 2
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(str(exc)) from None
     workload = load_workload(args)
     settings = sweep_settings(args, workload, options)
     out = Path(args.out)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 
@@ -32,7 +31,7 @@ import pyarrow.dataset as ds
 
 from pipeline.base.arguments import Parser
 from pipeline.engine.hashing import bulk_request_keys
-from pipeline.base.errors import CLIError
+from pipeline.base.errors import CLIError, UsageError
 from pipeline.fleet import command as fleet_command
 from pipeline.fleet.aggregates import fleet_aggregates
 from pipeline.fleet.plan import Memory, smallest_memory
@@ -44,7 +43,6 @@ from pipeline.workloads import patterns
 
 __all__ = ["add_fleet_plan_arguments", "fleet_requested", "fleet_plan", "gpu_block_grid"]
 
-PROG = "python -m pipeline plan"
 GRID_POINTS = 6
 #: fleet's options that plan takes only with --fleet (plan has the others already)
 FLEET_ONLY = ("instances", "router", "router_option", "gpu_blocks", "staleness_ms",
@@ -56,10 +54,6 @@ FLEET_ONLY = ("instances", "router", "router_option", "gpu_blocks", "staleness_m
 NOT_FLEET = (("target_ttft_ms", "--target-ttft-ms"), ("concurrency", "--concurrency"),
              ("measured", "--measured"), ("report", "--report"), ("gpu", "--gpu"),
              ("measured_docs", "--measured-docs"), ("served_model", "--served-model"))
-
-
-class _Usage(Exception):
-    """A usage error of ``plan --fleet``: one line, exit 2."""
 
 
 def add_fleet_plan_arguments(parser: argparse.ArgumentParser) -> None:
@@ -104,25 +98,22 @@ def gpu_block_grid(low: int, high: int, points: int = GRID_POINTS) -> list[int]:
 
 
 def fleet_plan(args: argparse.Namespace) -> int:
-    """Check, search, print (text or --json); a usage error is one line, exit 2."""
-    try:
-        return _fleet_plan(args)
-    except _Usage as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
+    """Check, search, print (text or --json); a usage error (``UsageError``) is one line,
+    exit 2."""
+    return _fleet_plan(args)
 
 
 def _check(args: argparse.Namespace) -> None:
     if not args.fleet:
-        raise _Usage(f"{_fleet_only_given(args)} needs --fleet")
+        raise UsageError(f"{_fleet_only_given(args)} needs --fleet")
     for dest, flag in NOT_FLEET:
         if getattr(args, dest) is not None:
-            raise _Usage(f"{flag}: not with --fleet (it plans for --target-ttft-p90-ms or "
+            raise UsageError(f"{flag}: not with --fleet (it plans for --target-ttft-p90-ms or "
                          "--target-hit-ratio, loads by --speed)")
     if args.instances is None:
-        raise _Usage("--fleet needs --instances N[,N...]")
+        raise UsageError("--fleet needs --instances N[,N...]")
     if args.seed < 0:
-        raise _Usage(f"--seed: expected an integer >= 0 with --fleet, got {args.seed}")
+        raise UsageError(f"--seed: expected an integer >= 0 with --fleet, got {args.seed}")
     defaults = dict(trace=args.path, block_size=args.block_size or 16,
                     output_tokens=args.output_tokens or 16, rate=args.rate or 4.0,
                     router=args.router or ["round-robin"], router_option=args.router_option
@@ -142,7 +133,7 @@ def _check(args: argparse.Namespace) -> None:
     try:
         args.options = fleet_command.usage_checks(args)
     except ValueError as exc:
-        raise _Usage(str(exc)) from None
+        raise UsageError(str(exc)) from None
 
 
 def ttft_withheld(model, kv: KVSize, prompts: list[int]) -> str | None:

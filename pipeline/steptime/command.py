@@ -19,7 +19,7 @@ import numpy as np
 import polars as pl
 
 from pipeline.base.arguments import positive_int
-from pipeline.base.errors import CLIError
+from pipeline.base.errors import CLIError, UsageError
 from pipeline.sizes.units import add_kv_arguments, capacities, kv_from_args, resolve_capacities, \
     size_lines
 from pipeline.base.staging import Outputs, json_bytes, parquet_bytes
@@ -59,14 +59,10 @@ def steptime_arguments(parser: argparse.ArgumentParser) -> None:
                        help="worker processes for the curve runs (default %(default)s)")
     group.add_argument("--report", type=Path, metavar="HTML", default=None,
                        help="also write the curves as a page (atomically)")
-    parser.set_defaults(steptime_parser=parser)
 
 
 def _usage(args: argparse.Namespace, message: str) -> None:
-    parser = getattr(args, "steptime_parser", None)
-    if parser is None:
-        raise CLIError(message)
-    parser.error(message)                              # exit 2, as argparse's own errors
+    raise UsageError(message)
 
 
 def prepare(args: argparse.Namespace) -> list[Load] | None:

@@ -16,7 +16,7 @@ import json
 from dataclasses import replace
 
 from pipeline.base.arguments import positive_float, positive_int
-from pipeline.base.errors import CLIError
+from pipeline.base.errors import CLIError, UsageError
 from pipeline.engine.request import EngineRequests
 from pipeline.sizes.units import kv_from_args
 from pipeline.steptime.curves import Load, apply_load
@@ -41,7 +41,6 @@ def add_load_plan_arguments(parser: argparse.ArgumentParser) -> None:
                        help="vLLM's max_num_seqs (default %(default)s)")
     group.add_argument("--max-num-batched-tokens", type=positive_int, default=8192,
                        help="vLLM's max_num_batched_tokens (default %(default)s)")
-    parser.set_defaults(load_plan_parser=parser)       # usage errors: exit 2
 
 
 def _workload(args: argparse.Namespace) -> EngineRequests:
@@ -62,11 +61,8 @@ def _workload(args: argparse.Namespace) -> EngineRequests:
 
 
 def _usage(args: argparse.Namespace, message: str) -> None:
-    """A usage error: argparse's one line and exit 2 (a CLIError without the parser)."""
-    parser = getattr(args, "load_plan_parser", None)
-    if parser is None:
-        raise CLIError(message)
-    parser.error(message)
+    """A usage error: argparse's one line and exit 2."""
+    raise UsageError(message)
 
 
 def _load(args: argparse.Namespace, timed: bool) -> Load:
