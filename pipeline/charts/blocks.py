@@ -13,6 +13,7 @@ import polars as pl
 from pipeline.blocks.stream import HEAD_FIRST, ORDERS, TAIL_FIRST
 from pipeline.blocks.sweep import edges
 from pipeline.charts import Section
+from pipeline.charts.parts import tooltips
 
 __all__ = ["block_sections", "gpu_orders_chart", "gpu_orders_caption", "cpu_tier_chart",
            "cpu_tier_caption", "second_pass_tokens", "reach_phrase"]
@@ -43,10 +44,10 @@ def _edge_rules(scenario: dict, top_x: int) -> alt.LayerChart:
              HEIGHT * 0.6)):
         base = alt.Chart(pl.DataFrame({"x": [edge[name]],
                                        "label": [f"{label} {edge[name]:,}"]})
-                         ).encode(x="x:Q")
+                         ).encode(x=alt.X("x:Q"))
         rules += [base.mark_rule(strokeDash=[5, 4], color="#555"),
                   base.mark_text(align=align, dx=dx, color="#555", fontSize=10)
-                  .encode(y=alt.value(y), text="label:N")]
+                  .encode(y=alt.YValue(y), text=alt.Text("label:N"))]
     return alt.layer(*rules)
 
 
@@ -55,8 +56,8 @@ def _step_line(frame: pl.DataFrame, x: str, colour: str, x_title: str,
     enc = {"x": alt.X(f"{x}:Q", title=x_title, axis=alt.Axis(format="d")),
            "y": alt.Y("cached_tokens:Q", title="second-pass cached tokens",
                       scale=alt.Scale(domain=[0, max(top, 1)])),
-           "tooltip": [alt.Tooltip(f"{x}:Q", format="d"), "gpu_hit_tokens:Q",
-                       "cpu_hit_tokens:Q", "miss_tokens:Q"]}
+           "tooltip": tooltips(alt.Tooltip(f"{x}:Q", format="d"), "gpu_hit_tokens:Q",
+                               "cpu_hit_tokens:Q", "miss_tokens:Q")}
     if colour_field:
         enc["color"] = alt.Color(f"{colour_field}:N", title="CPU order",
                                  scale=alt.Scale(domain=list(ORDERS),

@@ -6,7 +6,7 @@ import altair as alt
 import polars as pl
 
 from pipeline.charts import Section
-from pipeline.charts.parts import HEIGHT, WIDTH, tier_colour, tier_phrase
+from pipeline.charts.parts import HEIGHT, WIDTH, tier_colour, tier_phrase, tooltips
 from pipeline.cache.tiers import COUNT_COLUMNS, TIER
 
 #: aggregates column -> the tier it counts.
@@ -44,7 +44,7 @@ def breakdown_chart(aggregates: pl.DataFrame, scenario: dict) -> alt.FacetChart:
         y=alt.Y("count:Q", title="accesses", stack="zero"),
         color=tier_colour("tier"),
         order=alt.Order("tier_rank:Q"),
-        tooltip=["setup:N", "pass_label:N", "tier:N", "count:Q"])
+        tooltip=tooltips("setup:N", "pass_label:N", "tier:N", "count:Q"))
     return bars.properties(width=WIDTH // 2 - 20, height=HEIGHT - 40).facet(
         column=alt.Column("setup:N", title=None, sort=frame.get_column("setup").unique(
             maintain_order=True).to_list(), header=alt.Header(labelFontSize=13)),

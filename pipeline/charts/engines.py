@@ -13,6 +13,7 @@ import altair as alt
 import polars as pl
 
 from pipeline.charts import Section
+from pipeline.charts.parts import tooltips
 
 __all__ = ["gpu_models_section", "cpu_models_section", "run_engine_sections"]
 
@@ -22,7 +23,7 @@ def _step_chart(frame: pl.DataFrame, x_title: str, y_title: str) -> alt.Chart:
             .encode(x=alt.X("capacity:Q", title=x_title),
                     y=alt.Y("hit_tokens:Q", title=y_title),
                     color=alt.Color("model:N", title="model"),
-                    tooltip=["model", "capacity", "hit_tokens"])
+                    tooltip=tooltips("model", "capacity", "hit_tokens"))
             .properties(width=760, height=300))
 
 
@@ -124,7 +125,7 @@ def run_engine_sections(engine: pl.DataFrame, ideal: pl.DataFrame, scenario: dic
                                  axis=alt.Axis(format="~s")),
                          color=alt.Color("series:N", title="model"),
                          strokeDash=alt.StrokeDash("series:N", title="model"),
-                         tooltip=["series:N", alt.Tooltip(f"{x}:Q", format=","),
+                         tooltip=[alt.Tooltip("series:N"), alt.Tooltip(f"{x}:Q", format=","),
                                   alt.Tooltip("cached_tokens:Q", format=",")])
                  .properties(title=f"This run's engine models: {title}", width=760,
                              height=280))

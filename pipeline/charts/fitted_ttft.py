@@ -17,6 +17,7 @@ import altair as alt
 import polars as pl
 
 from pipeline.charts import Section
+from pipeline.charts.parts import tooltips
 
 __all__ = ["caption", "page_sections", "provenance_html", "scatter", "timeline"]
 
@@ -46,9 +47,9 @@ def scatter(frame: pl.DataFrame, title: str = "measured vs predicted TTFT per re
         y=alt.Y("predicted_ttft_ms:Q", title="predicted TTFT (ms, log scale)", scale=scale,
                 axis=alt.Axis(values=ticks)),
         color=alt.Color("load:N", title="load"), shape=alt.Shape("set:N", title=None),
-        tooltip=["load", "line", "prompt_tokens", "set",
-                 alt.Tooltip("measured_ttft_ms:Q", format=".1f"),
-                 alt.Tooltip("predicted_ttft_ms:Q", format=".1f"), "error_pct"])
+        tooltip=tooltips("load", "line", "prompt_tokens", "set",
+                         alt.Tooltip("measured_ttft_ms:Q", format=".1f"),
+                         alt.Tooltip("predicted_ttft_ms:Q", format=".1f"), "error_pct"))
     line = alt.Chart(pl.DataFrame({"x": [low, top], "y": [low, top]})).mark_line(
         clip=True, color="gray").encode(x=alt.X("x:Q", scale=scale), y=alt.Y("y:Q", scale=scale))
     return (line + points).properties(title=title, width=420, height=420)
@@ -76,7 +77,8 @@ def timeline(frame: pl.DataFrame) -> alt.FacetChart:
         shape=alt.Shape("what:N", title=None,
                         scale=alt.Scale(domain=["measured", "predicted"],
                                         range=["circle", "triangle-down"])),
-        tooltip=["load", "line", "prompt_tokens", "what", alt.Tooltip("ttft_ms:Q", format=".1f")],
+        tooltip=tooltips("load", "line", "prompt_tokens", "what",
+                         alt.Tooltip("ttft_ms:Q", format=".1f")),
     ).properties(width=760, height=110).facet(
         row=alt.Row("load:N", title=None, sort=list(dict.fromkeys(data["load"]))))
 

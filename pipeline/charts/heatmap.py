@@ -6,7 +6,7 @@ import altair as alt
 import polars as pl
 
 from pipeline.charts import Section
-from pipeline.charts.parts import HEIGHT, WIDTH, working_set
+from pipeline.charts.parts import HEIGHT, WIDTH, tooltips, working_set
 from pipeline.sweeps import second_pass
 
 
@@ -39,11 +39,13 @@ def heatmap_chart(aggregates: pl.DataFrame, scenario: dict) -> alt.LayerChart:
         color=alt.Color("hit_ratio:Q", title="second-pass hit ratio",
                         scale=alt.Scale(domain=[0, 1], range=RATIO_RANGE),
                         legend=alt.Legend(format="%")),
-        tooltip=["gpu_capacity:O", "cpu_capacity:O", alt.Tooltip("hit_ratio:Q", format=".0%"),
-                 "gpu_hits:Q", "cpu_hits:Q", "misses:Q"])
+        tooltip=tooltips("gpu_capacity:O", "cpu_capacity:O",
+                         alt.Tooltip("hit_ratio:Q", format=".0%"), "gpu_hits:Q", "cpu_hits:Q",
+                         "misses:Q"))
     labels = base.mark_text(fontSize=11).encode(
         text=alt.Text("hit_ratio:Q", format=".0%"),
-        color=alt.condition(alt.datum.hit_ratio > 0.5, alt.value("white"), alt.value("black")))
+        color=alt.ColorValue(**alt.condition(alt.datum.hit_ratio > 0.5, alt.value("white"),
+                                             alt.value("black"))))
     layers = [cells, labels]
     rule = alt.Chart(frame).mark_rule(color=EDGE_COLOUR, strokeWidth=3)
     if ws in frame["gpu_capacity"]:          # same field and sort as the cells: one domain

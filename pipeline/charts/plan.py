@@ -80,11 +80,11 @@ def _answer_rule(result: PlanResult, kv: KVSize, top: int) -> alt.LayerChart:
     tokens = result.cpu_tokens
     label = f"plan: {tokens:,} tokens = {_units(kv).gib(tokens):,.2f} GiB"
     frame = pl.DataFrame({"x": [tokens], "label": [label]})
-    base = alt.Chart(frame).encode(x="x:Q")
+    base = alt.Chart(frame).encode(x=alt.X("x:Q"))
     return alt.layer(base.mark_rule(strokeDash=[5, 4], color="#555"),
                      base.mark_text(align="left" if left else "right", dx=5 if left else -5,
                                     color="#333", fontWeight="bold")
-                     .encode(y=alt.value(10), text="label:N"))
+                     .encode(y=alt.YValue(10), text=alt.Text("label:N")))
 
 
 def _with_answer(evaluator: Evaluator, result: PlanResult | None, extra: int) -> list[int]:
@@ -109,15 +109,15 @@ def hit_ratio_section(evaluator: Evaluator, kv: KVSize, target: Target, names: l
                           scale=alt.Scale(domain=[0, 1])),
         color=colour, strokeDash=alt.StrokeDash("pass_name:N", title="pass", sort=None),
         tooltip=[alt.Tooltip("cpu_capacity:Q", format=",d", title="CPU tokens"),
-                 alt.Tooltip("cpu_gib:Q", format=",.3f", title="GiB"), "pass_name:N",
+                 alt.Tooltip("cpu_gib:Q", format=",.3f", title="GiB"), alt.Tooltip("pass_name:N"),
                  alt.Tooltip("hit_ratio:Q", format=".4f")])]
     chosen = [names[i] for i in target.passes]
     if target.kind == "hit_ratio":
         goal = alt.Chart(pl.DataFrame({"y": [target.value],
-                                       "label": [f"target {target.value:g}"]})).encode(y="y:Q")
+                                       "label": [f"target {target.value:g}"]})).encode(y=alt.Y("y:Q"))
         layers += [goal.mark_rule(strokeDash=[10, 3, 2, 3], color="#222", strokeWidth=1.5),
                    goal.mark_text(align="right", dy=-6, color="#222", fontWeight="bold")
-                   .encode(x=alt.value(WIDTH - 4), text="label:N")]
+                   .encode(x=alt.XValue(WIDTH - 4), text=alt.Text("label:N"))]
     if result is not None and result.status == "met":
         layers.append(_answer_rule(result, kv, int(curve["cpu_capacity"].max())))
     chart = alt.layer(*layers).properties(width=WIDTH, height=HEIGHT)
@@ -154,15 +154,16 @@ def ttft_capacity_section(evaluator: Evaluator, kv: KVSize, statistic: str = "p5
         x=x, y=alt.Y(f"{column}:Q", title=f"predicted {statistic} TTFT (ms)"), color=colour,
         strokeDash=dash,
         tooltip=[alt.Tooltip("cpu_capacity:Q", format=",d", title="CPU tokens"),
-                 alt.Tooltip("cpu_gib:Q", format=".3f", title="GiB"), "pass_name:N",
+                 alt.Tooltip("cpu_gib:Q", format=".3f", title="GiB"), alt.Tooltip("pass_name:N"),
                  alt.Tooltip(f"{column}:Q", format=".1f"),
                  alt.Tooltip("hit_ratio:Q", format=".3f")])]
     caption_tail = ""
     if measured is not None and measured.height:
         layers.append(alt.Chart(measured).mark_point(filled=True, size=90, shape="diamond",
                                                      stroke="black", strokeWidth=0.5).encode(
-            x=x, y=f"measured_{column}:Q", color=colour, strokeDash=dash,
-            tooltip=["config:N", "measured_pass:N", alt.Tooltip(f"measured_{column}:Q",
+            x=x, y=alt.Y(f"measured_{column}:Q"), color=colour, strokeDash=dash,
+            tooltip=[alt.Tooltip("config:N"), alt.Tooltip("measured_pass:N"),
+                     alt.Tooltip(f"measured_{column}:Q",
                                                                  format=".1f"),
                      alt.Tooltip(f"predicted_{column}:Q", format=".1f"),
                      alt.Tooltip(f"error_{statistic}_pct:Q", format=".1f", title="error %")]))
@@ -199,7 +200,8 @@ def fit_section(residuals: pl.DataFrame, statistic: str = "p50") -> Section:
                         scale=alt.Scale(domain=["measured", "predicted"],
                                         range=["#555555", "#4c78a8"])),
         column=alt.Column("config:N", title=None),
-        tooltip=["config:N", "pass:N", "series:N", alt.Tooltip("ttft_ms:Q", format=".1f"),
+        tooltip=[alt.Tooltip("config:N"), alt.Tooltip("pass:N"), alt.Tooltip("series:N"),
+                 alt.Tooltip("ttft_ms:Q", format=".1f"),
                  alt.Tooltip(f"error_{statistic}_pct:Q", format=".1f", title="error %")],
     ).properties(width=WIDTH // 2 - 40, height=HEIGHT - 60)
     worst = residuals.select(pl.col(f"error_{statistic}_pct").abs().max()).item()
@@ -224,7 +226,7 @@ def sweep_ttft_section(predicted: pl.DataFrame, sweep: str = "cpu_cliff",
         y=alt.Y(f"{column}:Q", title=f"predicted {statistic} TTFT (ms)"),
         color=alt.Color("pass_name:N", title="pass", sort=None),
         strokeDash=alt.StrokeDash("pass_name:N", title="pass", sort=None),
-        tooltip=[alt.Tooltip(f"{axis}:Q", format=",d"), "pass_name:N",
+        tooltip=[alt.Tooltip(f"{axis}:Q", format=",d"), alt.Tooltip("pass_name:N"),
                  alt.Tooltip(f"{column}:Q", format=".1f")],
     ).properties(width=WIDTH, height=HEIGHT - 60)
     ends = []

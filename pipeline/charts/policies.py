@@ -11,6 +11,7 @@ import altair as alt
 import polars as pl
 
 from pipeline.charts import Section
+from pipeline.charts.parts import tooltips
 from pipeline.base.config import LAB_DOCS, LAB_TOKENS
 
 __all__ = ["curve_chart", "policy_sections"]
@@ -27,8 +28,8 @@ def curve_chart(curves: pl.DataFrame, x_title: str, log_x: bool = False) -> alt.
         y=alt.Y("hit_ratio:Q", title="hit ratio", axis=alt.Axis(format="%"),
                 scale=alt.Scale(domain=[0, 1])),
         color=alt.Color("policy:N", sort=order, title="policy"),
-        tooltip=["policy", "capacity", "hits", "accesses",
-                 alt.Tooltip("hit_ratio:Q", format=".1%")])
+        tooltip=tooltips("policy", "capacity", "hits", "accesses",
+                         alt.Tooltip("hit_ratio:Q", format=".1%")))
     others = base.transform_filter(alt.datum.policy != "opt").mark_line(
         strokeWidth=1.5, interpolate=shape)
     ceiling = base.transform_filter(alt.datum.policy == "opt").mark_line(

@@ -39,7 +39,7 @@ def predicted_chart(predicted: pl.DataFrame, scenario: dict) -> alt.FacetChart:
         tooltip=[alt.Tooltip("capacity:Q", format="d"),
                  alt.Tooltip("predicted_ttft_ms:Q", format=".1f")])
     rule = alt.Chart().mark_rule(strokeDash=[5, 4], color="#555").encode(
-        x=alt.datum(working_set(scenario)))
+        x=alt.XDatum(working_set(scenario)))
     return alt.layer(line, rule, data=frame).properties(
         width=WIDTH // 2 - 20, height=HEIGHT - 40).facet(
         column=alt.Column("axis:N", title=None, header=alt.Header(labelFontSize=13),

@@ -30,11 +30,12 @@ def ratio_chart(requests: pl.DataFrame) -> alt.LayerChart:
     bars = base.mark_bar().encode(
         color=alt.Color("statistic:N", title="statistic", sort=["p50", "mean"],
                         scale=alt.Scale(range=["#6a51a3", "#bcbddc"])),
-        tooltip=["pass:N", "statistic:N", alt.Tooltip("ratio:Q", format=".2f")])
+        tooltip=[alt.Tooltip("pass:N"), alt.Tooltip("statistic:N"),
+                 alt.Tooltip("ratio:Q", format=".2f")])
     labels = base.mark_text(dy=-6, baseline="bottom", fontSize=11).encode(
         text=alt.Text("ratio:Q", format=".2f"))
     one = alt.Chart(pl.DataFrame({"y": [1.0]})).mark_rule(strokeDash=[5, 4], color="#555") \
-        .encode(y="y:Q")
+        .encode(y=alt.Y("y:Q"))
     return alt.layer(bars, labels, one).properties(
         title=f"TTFT ratio {BASELINE} / {OFFLOADED} per pass (above 1: {OFFLOADED} faster)",
         width=WIDTH, height=HEIGHT - 40)

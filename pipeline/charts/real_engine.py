@@ -12,6 +12,7 @@ import altair as alt
 import polars as pl
 
 from pipeline.charts import Section
+from pipeline.charts.parts import tooltips
 from pipeline.cache.tiers import TIERS
 
 __all__ = ["sections", "tier_frame", "tiers_caption", "tiers_chart", "ttft_caption",
@@ -48,8 +49,8 @@ def tiers_chart(joined: pl.DataFrame) -> alt.FacetChart:
                 axis=alt.Axis(labelAngle=0, values=pass_starts)),
         y=alt.Y("source:N", title=None, sort=list(SOURCES.values())),
         color=_tier_colour(),
-        tooltip=["config", "pass", "doc", "source", "tier",
-                 alt.Tooltip("ttft_ms:Q", format=".1f")],
+        tooltip=tooltips("config", "pass", "doc", "source", "tier",
+                         alt.Tooltip("ttft_ms:Q", format=".1f")),
     ).properties(width=620, height=66).facet(
         row=alt.Row("config:N", title=None, sort=list(dict.fromkeys(joined["config"]))))
 
@@ -73,7 +74,7 @@ def ttft_chart(joined: pl.DataFrame) -> alt.FacetChart:
         x=alt.X("request:Q", title="request (in sending order)"),
         y=alt.Y("ttft_ms:Q", title="TTFT (ms, log scale)", scale=alt.Scale(type="log")),
         color=_tier_colour(),
-        tooltip=["config", "pass", "doc", "tier", alt.Tooltip("ttft_ms:Q", format=".1f")],
+        tooltip=tooltips("config", "pass", "doc", "tier", alt.Tooltip("ttft_ms:Q", format=".1f")),
     ).properties(width=230, height=220).facet(
         column=alt.Column("config:N", title=None, sort=list(dict.fromkeys(joined["config"]))))
 

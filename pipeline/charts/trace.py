@@ -50,7 +50,7 @@ def gpu_section(curve: pl.DataFrame, order: str, infinite_ratio: float,
                      y=alt.Y("value:Q", title="hit ratio", scale=alt.Scale(domain=[0, 1])),
                      color=alt.Color("ratio:N", title=None, scale=alt.Scale(
                          domain=list(RATIO_COLOURS), range=list(RATIO_COLOURS.values()))),
-                     tooltip=[*units.tooltip("gpu_capacity"), "ratio:N",
+                     tooltip=[*units.tooltip("gpu_capacity"), alt.Tooltip("ratio:N"),
                               alt.Tooltip("value:Q", format=".4f")])
              .properties(title=f"Hit ratio over GPU capacity ({order}, no CPU tier)",
                          width=WIDTH, height=HEIGHT))
@@ -78,7 +78,7 @@ def cpu_section(curve: pl.DataFrame, gpu_capacity: int, order: str,
                              scale=alt.Scale(domain=[0, 1])),
                      color=alt.Color("tier:N", title="served by", scale=alt.Scale(
                          domain=["GPU", "CPU"], range=["#1f77b4", "#9467bd"])),
-                     tooltip=[*units.tooltip("cpu_capacity"), "tier:N",
+                     tooltip=[*units.tooltip("cpu_capacity"), alt.Tooltip("tier:N"),
                               alt.Tooltip("share:Q", format=".4f")])
              .properties(title=f"What a CPU tier adds at GPU {units.tokens(gpu_capacity)} "
                                f"(CPU {order})", width=WIDTH, height=HEIGHT))
@@ -100,7 +100,7 @@ def orders_section(curves: pl.DataFrame, units: Units = TOKENS) -> Section:
                      color=alt.Color("order:N", title="GPU order", scale=alt.Scale(
                          domain=list(ORDER_COLOURS), range=list(ORDER_COLOURS.values()))),
                      strokeDash=alt.StrokeDash("order:N", legend=None),
-                     tooltip=["order:N", *units.tooltip("gpu_capacity"),
+                     tooltip=[alt.Tooltip("order:N"), *units.tooltip("gpu_capacity"),
                               alt.Tooltip("token_hit_ratio:Q", format=".4f")])
              .properties(title="Tail-first (vLLM) vs head-first (LMCache) eviction on the GPU",
                          width=WIDTH, height=HEIGHT))
@@ -130,10 +130,10 @@ def reuse_section(reuse: pl.DataFrame, gpu_capacity: int, units: Units = TOKENS)
                     tooltip=[*units.tooltip("reuse_tokens"),
                              alt.Tooltip("share:Q", format=".4f")]))
     rule = alt.Chart(pl.DataFrame({"x": [max(gpu_capacity, 1)],
-                                   "label": [f"GPU {gpu_capacity:,}"]})).encode(x="x:Q")
+                                   "label": [f"GPU {gpu_capacity:,}"]})).encode(x=alt.X("x:Q"))
     chart = alt.layer(line, rule.mark_rule(strokeDash=[5, 4], color="#555"),
                       rule.mark_text(align="left", dx=4, color="#555")
-                      .encode(y=alt.value(12), text="label:N")).properties(
+                      .encode(y=alt.YValue(12), text=alt.Text("label:N"))).properties(
         title="Reuse-distance distribution: how far apart reuses are", width=WIDTH,
         height=HEIGHT)
     caption = (f"{_pct(beyond / total if total else 0.0)} of the {total:,} block reuses lie "

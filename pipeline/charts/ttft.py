@@ -7,7 +7,7 @@ import polars as pl
 
 from pipeline.charts import Section
 from pipeline.charts.parts import (HEIGHT, WIDTH, fmt, pass_order, tier_colour, tier_phrase,
-                                   ttft_stats)
+                                   tooltips, ttft_stats)
 from pipeline.base.config import BASELINE, OFFLOADED
 from pipeline.base.stats import exact_median
 from pipeline.sweeps import SECOND_PASS
@@ -48,13 +48,13 @@ def ttft_chart(requests: pl.DataFrame) -> alt.FacetChart:
         x=x, xOffset=alt.XOffset("doc:O"),
         y=alt.Y("ttft_ms:Q", title="TTFT (ms, log scale)", scale=alt.Scale(type="log")),
         color=tier_colour(),
-        tooltip=["config:N", "pass:N", "doc:Q", "tier:N",
-                 alt.Tooltip("ttft_ms:Q", format=".1f")]
+        tooltip=tooltips("config:N", "pass:N", "doc:Q", "tier:N",
+                         alt.Tooltip("ttft_ms:Q", format=".1f"))
     ).transform_filter(alt.datum.kind == "request")
     median = alt.Chart().encode(x=x, y=alt.Y("ttft_ms:Q"),
-                                tooltip=["config:N", "pass:N",
-                                         alt.Tooltip("ttft_ms:Q", format=".1f",
-                                                     title="p50 TTFT (ms)")]
+                                tooltip=tooltips("config:N", "pass:N",
+                                                 alt.Tooltip("ttft_ms:Q", format=".1f",
+                                                             title="p50 TTFT (ms)"))
                                 ).transform_filter(alt.datum.kind == "median")
     ticks = median.mark_tick(color="black", thickness=3, size=80)
     labels = median.mark_text(dy=-13, fontSize=11, fontWeight="bold").encode(

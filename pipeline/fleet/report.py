@@ -41,8 +41,8 @@ def capacity_saved(fleet: pl.DataFrame, baseline: str = "round-robin") -> pl.Dat
 def _chart(fleet: pl.DataFrame, field: str, title: str) -> alt.Chart:
     return (alt.Chart(alt.Data(values=fleet.to_dicts())).mark_line(point=True)
             .encode(x=alt.X("gpu_blocks:Q", title="GPU blocks per instance"),
-                    y=alt.Y(f"{field}:Q", title=title), color="router:N",
-                    strokeDash="load:N", shape="instances:N")
+                    y=alt.Y(f"{field}:Q", title=title), color=alt.Color("router:N"),
+                    strokeDash=alt.StrokeDash("load:N"), shape=alt.Shape("instances:N"))
             .properties(width=560, height=300))
 
 

@@ -10,7 +10,7 @@ import altair as alt
 import polars as pl
 
 from pipeline.charts import Section, page_html
-from pipeline.charts.parts import HEIGHT, WIDTH
+from pipeline.charts.parts import HEIGHT, WIDTH, tooltips
 from pipeline.steptime.curves import UPPER
 
 __all__ = ["curve_sections", "curves_page"]
@@ -30,7 +30,7 @@ def _x() -> alt.X:
 
 def _layers(frame: pl.DataFrame, y: alt.Y, order: list[str], extra: tuple = ()) -> alt.LayerChart:
     """Loaded curves coloured by load; the upper line black and dashed on top."""
-    tooltip = ["load", *extra, "gpu_capacity", alt.Tooltip(f"{y.shorthand}", format=".4g")]
+    tooltip = tooltips("load", *extra, "gpu_capacity", alt.Tooltip(f"{y.shorthand}", format=".4g"))
     loaded = alt.Chart(frame.filter(pl.col("curve") != UPPER)).mark_line(point=True).encode(
         x=_x(), y=y, color=alt.Color("load:N", sort=order[1:] if order else None,
                                      title="load"), tooltip=tooltip)
