@@ -12,7 +12,7 @@ import html
 import json
 import os
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 
 import altair as alt
@@ -32,6 +32,13 @@ class Section:
     key: str
     chart: Chart
     caption: str
+
+    @cached_property
+    def spec(self) -> dict:
+        """The chart's Vega-Lite spec, every row inlined and validated; built once (a
+        section drawn once serves every page that shows it)."""
+        with alt.data_transformers.enable("default", max_rows=None):
+            return self.chart.to_dict()
 
 
 STYLE = """
@@ -64,8 +71,7 @@ def _script_json(value: object) -> str:
 
 def _embed_script(sections: list[Section]) -> str:
     """One script that renders every chart into its container with vega-embed."""
-    with alt.data_transformers.enable("default", max_rows=None):
-        specs = {f"#chart-{s.key}": s.chart.to_dict() for s in sections}
+    specs = {f"#chart-{s.key}": s.spec for s in sections}
     options = {"mode": "vega-lite", "renderer": "svg", "actions": False}
     return (f"const kvlabSpecs = {_script_json(specs)};\n"
             f"const kvlabOptions = {_script_json(options)};\n"

@@ -10,8 +10,11 @@ and adds predicted p50 and mean TTFT per pass to the predicted sweeps.
 from __future__ import annotations
 
 import argparse
+import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import polars as pl
 
@@ -20,6 +23,7 @@ from pipeline import report
 from pipeline.base.arguments import positive_int
 from pipeline.blocks.limits import check_document_blocks
 from pipeline.blocks.sweep import block_frames as sweep_block_frames
+from pipeline.cache import registry
 from pipeline.base.config import (CPU_CLIFF_GPU, GPU_CLIFF_CAPACITIES, LAB_CPU, LAB_DOCS,
                                   LAB_PASSES, LAB_TOKENS, ROOT)
 from pipeline.engine_caches.options import add_model_arguments, option_dests, run_options
@@ -34,7 +38,7 @@ from pipeline.workloads.documents import DocumentWorkload
 
 __all__ = ["BlockSetup", "add_arguments", "block_setup", "block_frames", "TTFTFit", "ttft_fit",
            "REPORT_BLOCK_SIZE", "REAL_ENGINE_FILE", "ReportInputs", "report_inputs",
-           "render_groups", "report_groups"]
+           "render_groups", "report_groups", "reused", "file_key", "registry_key", "drawn"]
 
 #: Block size of the report's block-mode group when ``run`` has no ``--block-size``
 #: (vLLM's default block): the lab's workload costs about 0.3 s at this size.
@@ -183,6 +187,79 @@ def _real_engine(path: Path) -> pl.DataFrame | None:
         return None
 
 
+# --------------------------------------------------------------------------- reuse
+# The report's parts after the measured group mostly do not depend on the run: the committed
+# measurements' frames, the lab's block-mode, engine-model and policy curves, and the charts
+# drawn from them are functions of the code, the registered cache models and committed files
+# only. A process that runs ``run`` many times (the tests run it in-process) builds each once;
+# one run computes everything as before.
+
+T = TypeVar("T")
+
+#: name -> (key, value) of the last ``reused`` call with that name.
+_LAST: dict[str, tuple[object, object]] = {}
+
+
+def reused(name: str, key: object, build: Callable[[], T]) -> T:
+    """``build()``, or its value from the last call named ``name`` when that key equals
+    ``key`` (``file_key``, ``registry_key``)."""
+    last = _LAST.get(name)
+    if last is not None and last[0] == key:
+        return last[1]            # type: ignore[return-value]
+    value = build()
+    _LAST[name] = (key, value)
+    return value
+
+
+def file_key(*paths: str | os.PathLike) -> tuple:
+    """The files as (path, size, modification time in ns); (path, None) for a missing one."""
+    signature = []
+    for path in paths:
+        try:
+            status = Path(path).stat()
+        except OSError:
+            signature.append((str(path), None))
+        else:
+            signature.append((str(path), status.st_size, status.st_mtime_ns))
+    return tuple(signature)
+
+
+def registry_key() -> tuple:
+    """The registered cache models (frozen entries, equal when registered alike): a policy
+    registered later gives new curves."""
+    return tuple(registry.MODELS.values())
+
+
+class _Same:
+    """A key equal to another that holds the very same objects (frames have no equality
+    that answers yes or no)."""
+
+    def __init__(self, objects: tuple) -> None:
+        self.objects = objects
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, _Same) and len(other.objects) == len(self.objects)
+                and all(a is b for a, b in zip(self.objects, other.objects)))
+
+
+def drawn(name: str, draw: Callable[[], T], *inputs: object, **values: object) -> T:
+    """``draw()``, or what it drew last time from the very same ``inputs`` objects and equal
+    ``values`` (a ``Section`` keeps its spec once built: ``pipeline.charts.Section.spec``)."""
+    return reused(name, (_Same(inputs), values), draw)
+
+
+def _lab_block_aggregates() -> pl.DataFrame:
+    """The lab's block-mode aggregates at ``REPORT_BLOCK_SIZE`` (the ideal model)."""
+    return sweep_block_frames(LAB_DOCS, LAB_TOKENS, LAB_PASSES, REPORT_BLOCK_SIZE,
+                              cpu_sweep_gpu=CPU_CLIFF_GPU,
+                              spec_points=(*GPU_CLIFF_CAPACITIES, CPU_CLIFF_GPU, LAB_CPU))[1]
+
+
+def _committed(name: str, path: Path, load: Callable[[Path], T], *beside: Path) -> T:
+    """``load(path)``, once per process while the file (and ``beside`` it) is unchanged."""
+    return reused(name, file_key(path, *beside), lambda: load(path))
+
+
 def report_inputs(args: argparse.Namespace, workload: DocumentWorkload,
                   blocks: BlockSetup | None, block_aggregates: pl.DataFrame | None,
                   spec_points: tuple[int, ...], report_path: Path) -> ReportInputs:
@@ -210,43 +287,58 @@ def report_inputs(args: argparse.Namespace, workload: DocumentWorkload,
                 f"run's {blocks.describe()} follow, next to the ideal model in their orders "
                 f"(all in blocks_aggregates.parquet).")
     elif blocks is None and lab:
-        _, block_aggregates = sweep_block_frames(
-            workload.docs, workload.tokens, workload.passes, size, cpu_sweep_gpu=CPU_CLIFF_GPU,
-            spec_points=(*GPU_CLIFF_CAPACITIES, CPU_CLIFF_GPU, LAB_CPU))
+        block_aggregates = reused("lab block aggregates", registry_key(), _lab_block_aggregates)
         note = (f"The ideal model at {size}-token blocks; run with --block-size N (and "
                 f"--gpu-model vllm / --cpu-model lmcache) for other block sizes and models.")
     scenario = {"docs": workload.docs, "tokens": workload.tokens, "block_size": size,
                 "cpu_sweep_gpu": args.cpu_sweep_gpu if blocks else CPU_CLIFF_GPU}
+    from pipeline.measure.output import provenance_path
+
     trace = Path(report_path).parent / "trace.html"
+    models = registry_key()
     return ReportInputs(
-        _real_engine(REAL_ENGINE_FILE), block_aggregates, scenario, note,
-        (gpu_model_curves(), cpu_model_curves()) if lab and block_aggregates is not None
-        else None,
-        lab_curves() if lab else None, trace.name if trace.is_file() else None,
+        _committed("real engine", REAL_ENGINE_FILE, _real_engine,
+                   provenance_path(REAL_ENGINE_FILE)),
+        block_aggregates, scenario, note,
+        reused("engine curves", models, lambda: (gpu_model_curves(), cpu_model_curves()))
+        if lab and block_aggregates is not None else None,
+        reused("lab policy curves", models, lab_curves) if lab else None,
+        trace.name if trace.is_file() else None,
         engine_aggregates, blocks.describe() if engine_aggregates is not None else "",
-        _fitted_engine(FITTED_FILE), _fitted_engine(HOLDOUT_FILE))
+        _committed("fitted", FITTED_FILE, _fitted_engine),
+        _committed("holdout", HOLDOUT_FILE, _fitted_engine))
 
 
 def render_groups(inputs: ReportInputs) -> list[report.Group]:
-    """The report's groups after the measured one, drawn from ``inputs`` (no model runs)."""
+    """The report's groups after the measured one, drawn from ``inputs`` (no model runs);
+    a group drawn from the very same frames earlier in this process is reused (``drawn``)."""
     from pipeline.charts.engines import run_engine_sections
 
-    groups = []
-    if inputs.real_engine is not None:
-        groups.append(report.real_engine_group(inputs.real_engine, REAL_ENGINE_FILE))
-    if inputs.fitted_engine is not None:
-        held = inputs.fitted_holdout
-        groups.append(report.fitted_engine_group(
-            inputs.fitted_engine.frame, inputs.fitted_engine.provenance,
-            None if held is None else (held.frame, held.provenance)))
-    if inputs.block_aggregates is not None:
+    def block_group() -> report.Group:
         extra = ([] if inputs.engine_aggregates is None else
                  run_engine_sections(inputs.engine_aggregates, inputs.block_aggregates,
                                      inputs.block_scenario, inputs.engine_describe))
-        groups.append(report.block_group(inputs.block_aggregates, inputs.block_scenario,
-                                         inputs.block_note, inputs.engine_curves, extra))
+        return report.block_group(inputs.block_aggregates, inputs.block_scenario,
+                                  inputs.block_note, inputs.engine_curves, extra)
+
+    groups = []
+    if inputs.real_engine is not None:
+        groups.append(drawn("real engine group", lambda: report.real_engine_group(
+            inputs.real_engine, REAL_ENGINE_FILE), inputs.real_engine))
+    if inputs.fitted_engine is not None:
+        held = inputs.fitted_holdout
+        groups.append(drawn("fitted engine group", lambda: report.fitted_engine_group(
+            inputs.fitted_engine.frame, inputs.fitted_engine.provenance,
+            None if held is None else (held.frame, held.provenance)),
+            inputs.fitted_engine, held))
+    if inputs.block_aggregates is not None:
+        groups.append(drawn("block group", block_group, inputs.block_aggregates,
+                            inputs.engine_curves, inputs.engine_aggregates,
+                            scenario=inputs.block_scenario, note=inputs.block_note,
+                            describe=inputs.engine_describe))
     if inputs.policy_curves is not None:
-        groups.append(report.policy_group(inputs.policy_curves))
+        groups.append(drawn("policy group", lambda: report.policy_group(inputs.policy_curves),
+                            inputs.policy_curves))
     if inputs.trace_link is not None:
         groups.append(report.trace_group(inputs.trace_link))
     return groups
