@@ -9,11 +9,12 @@ own fewest c; saved = 1 - c'/c (a router that never reaches t has no row). Chart
 from __future__ import annotations
 
 import html
+from typing import TYPE_CHECKING
 
-import altair as alt
 import polars as pl
 
-from pipeline.charts import Section, page_html
+if TYPE_CHECKING:                       # altair is imported only when the page is drawn
+    import altair as alt
 
 __all__ = ["capacity_saved", "report_html"]
 
@@ -39,6 +40,8 @@ def capacity_saved(fleet: pl.DataFrame, baseline: str = "round-robin") -> pl.Dat
 
 
 def _chart(fleet: pl.DataFrame, field: str, title: str) -> alt.Chart:
+    import altair as alt
+
     return (alt.Chart(alt.Data(values=fleet.to_dicts())).mark_line(point=True)
             .encode(x=alt.X("gpu_blocks:Q", title="GPU blocks per instance"),
                     y=alt.Y(f"{field}:Q", title=title), color=alt.Color("router:N"),
@@ -64,6 +67,8 @@ def _best(fleet: pl.DataFrame, field: str, high: bool) -> str:
 
 def report_html(fleet: pl.DataFrame, label: str, model_label: str) -> str:
     """A self-contained, offline page of the fleet section."""
+    from pipeline.charts import Section, page_html
+
     saved = capacity_saved(fleet)
     sections = [Section("fleet-hit", _chart(fleet, "hit_ratio", "prefix hit ratio"),
                         "Prefix hit ratio (GPU + CPU tokens) per router against GPU blocks "

@@ -18,8 +18,6 @@ from typing import TypeVar
 
 import polars as pl
 
-from pipeline import report
-
 from pipeline.base.arguments import positive_int
 from pipeline.blocks.limits import check_document_blocks
 from pipeline.blocks.sweep import block_frames as sweep_block_frames
@@ -312,6 +310,7 @@ def report_inputs(args: argparse.Namespace, workload: DocumentWorkload,
 def render_groups(inputs: ReportInputs) -> list[report.Group]:
     """The report's groups after the measured one, drawn from ``inputs`` (no model runs);
     a group drawn from the very same frames earlier in this process is reused (``drawn``)."""
+    from pipeline import report
     from pipeline.charts.engines import run_engine_sections
 
     def block_group() -> report.Group:

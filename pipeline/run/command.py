@@ -17,7 +17,7 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.ttft import latency
-from pipeline import report, sweeps
+from pipeline import sweeps
 from pipeline.run import block_mode
 from pipeline.base.arguments import int_list, non_negative_int, pass_list, plural, positive_int
 from pipeline.ttft.attribution import attribute_tiers
@@ -278,6 +278,8 @@ def run_all(args: argparse.Namespace) -> dict[str, Path]:
     latencies = latency.latency_model(attributed)
     for line in _model_lines(attributed, latencies):
         say(line)
+    from pipeline import report        # altair: not for --help or a rejected input
+
     predicted, plan_sections, fit = None, [], None
     if problem is None:
         predicted = latency.predict(aggregates, latencies)

@@ -6,19 +6,20 @@ import argparse
 import json
 import os
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import polars as pl
 
 from pipeline.blocks.stream import ORDERS, BlockStream
-from pipeline.charts import page_html
-from pipeline.charts import trace as charts
 from pipeline.engine_caches.options import model_options
 from pipeline.base.errors import CLIError
 from pipeline.trace import engine
 from pipeline.trace.inputs import Workload
 from pipeline.base.staging import Outputs, parquet_bytes
+
+if TYPE_CHECKING:                       # altair is imported only when a report is drawn
+    from pipeline.charts.parts import Units
 
 __all__ = ["Models", "name_models", "check_writable", "add_frames", "summary",
            "add_report", "report_page", "FRAMES"]
@@ -136,10 +137,11 @@ def _half_crossing(stream: BlockStream, order: str, curve: pl.DataFrame,
     return None if blocks is None else blocks * stream.block_size
 
 
-def trace_units(args: argparse.Namespace) -> charts.Units:
+def trace_units(args: argparse.Namespace) -> Units:
     """GiB beside tokens in the report when capacities were given as sizes
     (``args.sizes_given``, set by the command) or a KV model was named (``--model``,
     ``--kv-bytes-per-token``, ``--kv-shape``)."""
+    from pipeline.charts import trace as charts
     from pipeline.sizes.units import kv_from_args
 
     named = any(getattr(args, option, None) is not None
@@ -154,6 +156,9 @@ def report_page(workload: Workload, stream: BlockStream, infinite: engine.Infini
                 args: argparse.Namespace, sweep_gpu: int, events: pl.DataFrame,
                 models: Models | None = None) -> str:
     """The whole trace.html page."""
+    from pipeline.charts import page_html
+    from pipeline.charts import trace as charts
+
     units = trace_units(args)
     prompt = infinite.prompt_tokens
     curves = _gpu_curves(stream, prompt)
