@@ -36,8 +36,8 @@ from pipeline.charts.provenance import provenance_block
 from pipeline.sweeps import AGGREGATE_SCHEMA, SWEEPS
 
 __all__ = ["write_report", "render_html", "build_sections", "REQUEST_COLUMNS", "Group",
-           "block_group", "policy_group", "plan_sections", "real_engine_group",
-           "fitted_engine_group", "trace_group"]
+           "block_group", "engine_sections", "policy_group", "plan_sections",
+           "real_engine_group", "fitted_engine_group", "trace_group"]
 
 #: A page group: (heading, HTML shown under it, sections).
 Group = tuple[str, str, list[Section]]
@@ -112,16 +112,22 @@ def block_group(aggregates: pl.DataFrame, scenario: dict, note: str = "",
     ``pipeline.engine_caches.curves``), ideal vs vllm and
     LMCache's chunk-level CPU cliff (the lab's workload)."""
     from pipeline.charts import blocks
-    from pipeline.charts import engines as engine_charts
     prelude = (f"<p>Engines cache fixed-size blocks and reuse a request's longest cached "
                f"prefix (<code>python -m pipeline blocks</code>): {scenario['docs']} documents "
                f"x {scenario['tokens']} tokens in {scenario['block_size']}-token blocks. "
                f"{html.escape(note)}</p>")
     sections = [*blocks.block_sections(aggregates, scenario), *extra]
     if engines is not None:
-        sections += [engine_charts.gpu_models_section(engines[0]),
-                     engine_charts.cpu_models_section(engines[1])]
+        sections += engine_sections(engines)
     return ("Block mode", prelude, sections)
+
+
+def engine_sections(engines: tuple[pl.DataFrame, pl.DataFrame]) -> list[Section]:
+    """Ideal vs vllm on the GPU and LMCache's chunk-level CPU cliff (``engines``: GPU and CPU
+    curves of ``pipeline.engine_caches.curves``), the lab's workload."""
+    from pipeline.charts import engines as engine_charts
+    return [engine_charts.gpu_models_section(engines[0]),
+            engine_charts.cpu_models_section(engines[1])]
 
 
 def policy_group(lab_curves: pl.DataFrame) -> Group:

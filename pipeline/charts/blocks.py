@@ -71,9 +71,9 @@ def gpu_orders_chart(aggregates: pl.DataFrame, scenario: dict) -> alt.HConcatCha
     """Second-pass GPU hit tokens vs GPU capacity, one panel per GPU order, edges marked."""
     frame = second_pass_tokens(aggregates, "gpu_cliff")
     top = int(frame["prompt_tokens"].max() or 0)
+    rules = _edge_rules(scenario, int(frame["gpu_capacity"].max() or 0))   # both panels'
     panels = [alt.layer(_step_line(frame.filter(pl.col("gpu_order") == order), "gpu_capacity",
-                                   ORDER_COLOURS[order], "GPU capacity (tokens)", top),
-                        _edge_rules(scenario, int(frame["gpu_capacity"].max() or 0)))
+                                   ORDER_COLOURS[order], "GPU capacity (tokens)", top), rules)
               .properties(title=order, width=PANEL_WIDTH, height=HEIGHT)
               for order in ORDERS]
     return alt.hconcat(*panels).properties(
@@ -136,9 +136,9 @@ def cpu_tier_chart(aggregates: pl.DataFrame, scenario: dict) -> alt.HConcatChart
     panel per GPU order, a line per CPU order."""
     frame = second_pass_tokens(aggregates, "cpu_cliff")
     top = int(frame["prompt_tokens"].max() or 0)
+    rules = _edge_rules(scenario, int(frame["cpu_capacity"].max() or 0))   # both panels'
     panels = [alt.layer(_step_line(frame.filter(pl.col("gpu_order") == order), "cpu_capacity",
-                                   "", "CPU capacity (tokens)", top, "cpu_order"),
-                        _edge_rules(scenario, int(frame["cpu_capacity"].max() or 0)))
+                                   "", "CPU capacity (tokens)", top, "cpu_order"), rules)
               .properties(title=f"GPU {order}", width=PANEL_WIDTH, height=HEIGHT)
               for order in ORDERS]
     return alt.hconcat(*panels).properties(

@@ -317,8 +317,11 @@ def render_groups(inputs: ReportInputs) -> list[report.Group]:
         extra = ([] if inputs.engine_aggregates is None else
                  run_engine_sections(inputs.engine_aggregates, inputs.block_aggregates,
                                      inputs.block_scenario, inputs.engine_describe))
+        if inputs.engine_curves is not None:          # the lab's: the same in every run
+            extra += drawn("engine sections", lambda: report.engine_sections(
+                inputs.engine_curves), inputs.engine_curves)
         return report.block_group(inputs.block_aggregates, inputs.block_scenario,
-                                  inputs.block_note, inputs.engine_curves, extra)
+                                  inputs.block_note, extra=extra)
 
     groups = []
     if inputs.real_engine is not None:
