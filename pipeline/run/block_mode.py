@@ -222,10 +222,10 @@ def file_key(*paths: str | os.PathLike) -> tuple:
     return tuple(signature)
 
 
-def registry_key() -> tuple:
-    """The registered cache models (frozen entries, equal when registered alike): a policy
-    registered later gives new curves."""
-    return tuple(registry.MODELS.values())
+def registry_key(*names: str) -> tuple:
+    """The registered cache models ``names`` (frozen entries, equal when registered alike;
+    None for a name not registered): a policy registered later gives new curves."""
+    return tuple((name, registry.MODELS.get(name)) for name in names)
 
 
 class _Same:
@@ -285,7 +285,8 @@ def report_inputs(args: argparse.Namespace, workload: DocumentWorkload,
                 f"run's {blocks.describe()} follow, next to the ideal model in their orders "
                 f"(all in blocks_aggregates.parquet).")
     elif blocks is None and lab:
-        block_aggregates = reused("lab block aggregates", registry_key(), _lab_block_aggregates)
+        block_aggregates = reused("lab block aggregates", registry_key("ideal"),
+                                  _lab_block_aggregates)
         note = (f"The ideal model at {size}-token blocks; run with --block-size N (and "
                 f"--gpu-model vllm / --cpu-model lmcache) for other block sizes and models.")
     scenario = {"docs": workload.docs, "tokens": workload.tokens, "block_size": size,
@@ -293,14 +294,15 @@ def report_inputs(args: argparse.Namespace, workload: DocumentWorkload,
     from pipeline.measure.output import provenance_path
 
     trace = Path(report_path).parent / "trace.html"
-    models = registry_key()
     return ReportInputs(
         _committed("real engine", REAL_ENGINE_FILE, _real_engine,
                    provenance_path(REAL_ENGINE_FILE)),
         block_aggregates, scenario, note,
-        reused("engine curves", models, lambda: (gpu_model_curves(), cpu_model_curves()))
+        reused("engine curves", registry_key("ideal", "vllm", "lmcache"),
+               lambda: (gpu_model_curves(), cpu_model_curves()))
         if lab and block_aggregates is not None else None,
-        reused("lab policy curves", models, lab_curves) if lab else None,
+        reused("lab policy curves", registry_key(*registry.POLICIES), lab_curves)
+        if lab else None,
         trace.name if trace.is_file() else None,
         engine_aggregates, blocks.describe() if engine_aggregates is not None else "",
         _committed("fitted", FITTED_FILE, _fitted_engine),
