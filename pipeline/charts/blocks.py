@@ -73,11 +73,11 @@ def gpu_orders_chart(aggregates: pl.DataFrame, scenario: dict) -> alt.HConcatCha
     top = int(frame["prompt_tokens"].max() or 0)
     rules = _edge_rules(scenario, int(frame["gpu_capacity"].max() or 0))   # both panels'
     panels = [alt.layer(_step_line(frame.filter(pl.col("gpu_order") == order), "gpu_capacity",
-                                   ORDER_COLOURS[order], "GPU capacity (tokens)", top), rules)
-              .properties(title=order, width=PANEL_WIDTH, height=HEIGHT)
+                                   ORDER_COLOURS[order], "GPU capacity (tokens)", top), rules,
+                        title=order, width=PANEL_WIDTH, height=HEIGHT)
               for order in ORDERS]
-    return alt.hconcat(*panels).properties(
-        title=f"Block mode ({scenario['block_size']}-token blocks): second-pass GPU hits "
+    return alt.hconcat(
+        *panels, title=f"Block mode ({scenario['block_size']}-token blocks): second-pass GPU hits "
               "vs GPU capacity, no CPU tier")
 
 
@@ -138,11 +138,11 @@ def cpu_tier_chart(aggregates: pl.DataFrame, scenario: dict) -> alt.HConcatChart
     top = int(frame["prompt_tokens"].max() or 0)
     rules = _edge_rules(scenario, int(frame["cpu_capacity"].max() or 0))   # both panels'
     panels = [alt.layer(_step_line(frame.filter(pl.col("gpu_order") == order), "cpu_capacity",
-                                   "", "CPU capacity (tokens)", top, "cpu_order"), rules)
-              .properties(title=f"GPU {order}", width=PANEL_WIDTH, height=HEIGHT)
+                                   "", "CPU capacity (tokens)", top, "cpu_order"), rules,
+                        title=f"GPU {order}", width=PANEL_WIDTH, height=HEIGHT)
               for order in ORDERS]
-    return alt.hconcat(*panels).properties(
-        title=f"What a CPU tier adds: second-pass cached tokens at GPU "
+    return alt.hconcat(
+        *panels, title=f"What a CPU tier adds: second-pass cached tokens at GPU "
               f"{scenario['cpu_sweep_gpu']:,} tokens")
 
 

@@ -17,8 +17,8 @@ def cpu_cliff_chart(aggregates: pl.DataFrame, scenario: dict) -> alt.LayerChart:
     steps = step_with_spec_points(frame, "cpu_capacity", "misses", scenario["cpu_spec_points"],
                                   "CPU capacity (tokens)", "second-pass misses",
                                   TIER_COLOURS[2])
-    return alt.layer(steps, working_set_rule(working_set(scenario))).properties(
-        title=f"CPU cliff: second-pass misses vs CPU capacity "
+    return alt.layer(
+        steps, working_set_rule(working_set(scenario)), title=f"CPU cliff: second-pass misses vs CPU capacity "
               f"(GPU fixed at {scenario['cpu_sweep_gpu']})",
         width=WIDTH, height=HEIGHT)
 

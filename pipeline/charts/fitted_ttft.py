@@ -52,7 +52,7 @@ def scatter(frame: pl.DataFrame, title: str = "measured vs predicted TTFT per re
                          alt.Tooltip("predicted_ttft_ms:Q", format=".1f"), "error_pct"))
     line = alt.Chart(pl.DataFrame({"x": [low, top], "y": [low, top]})).mark_line(
         clip=True, color="gray").encode(x=alt.X("x:Q", scale=scale), y=alt.Y("y:Q", scale=scale))
-    return (line + points).properties(title=title, width=420, height=420)
+    return alt.layer(line, points, title=title, width=420, height=420)
 
 
 def timeline(frame: pl.DataFrame) -> alt.FacetChart:

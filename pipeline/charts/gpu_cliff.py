@@ -16,8 +16,8 @@ def gpu_cliff_chart(aggregates: pl.DataFrame, scenario: dict) -> alt.LayerChart:
     frame = second_pass(aggregates, "gpu_cliff")
     steps = step_with_spec_points(frame, "gpu_capacity", "hits", scenario["gpu_spec_points"],
                                   "GPU capacity (tokens)", "second-pass hits", TIER_COLOURS[0])
-    return alt.layer(steps, working_set_rule(working_set(scenario))).properties(
-        title="GPU cliff: second-pass hits vs GPU capacity (no CPU tier)",
+    return alt.layer(
+        steps, working_set_rule(working_set(scenario)), title="GPU cliff: second-pass hits vs GPU capacity (no CPU tier)",
         width=WIDTH, height=HEIGHT)
 
 

@@ -54,8 +54,8 @@ def heatmap_chart(aggregates: pl.DataFrame, scenario: dict) -> alt.LayerChart:
     if ws in frame["cpu_capacity"]:
         layers.append(rule.transform_filter(alt.datum.cpu_capacity == ws).encode(
             y=alt.Y("cpu_capacity:O", sort="descending", bandPosition=1)))
-    return alt.layer(*layers).properties(
-        title=alt.Title("Second-pass hit ratio over a GPU × CPU capacity grid",
+    return alt.layer(
+        *layers, title=alt.Title("Second-pass hit ratio over a GPU × CPU capacity grid",
                         subtitle=f"orange: the working-set edge between {ws - 1} and {ws} "
                                  "tokens (bold labels)"),
         width=WIDTH, height=HEIGHT)

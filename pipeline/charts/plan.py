@@ -120,7 +120,7 @@ def hit_ratio_section(evaluator: Evaluator, kv: KVSize, target: Target, names: l
                    .encode(x=alt.XValue(WIDTH - 4), text=alt.Text("label:N"))]
     if result is not None and result.status == "met":
         layers.append(_answer_rule(result, kv, int(curve["cpu_capacity"].max())))
-    chart = alt.layer(*layers).properties(width=WIDTH, height=HEIGHT)
+    chart = alt.layer(*layers, width=WIDTH, height=HEIGHT)
     at = {row["pass_name"]: row["hit_ratio"] for row in
           curve.filter(pl.col("cpu_capacity") == 0).iter_rows(named=True)}
     start = ", ".join(f"{name} {at[name]:.3f}" for name in chosen if at.get(name) is not None)
@@ -163,8 +163,7 @@ def ttft_capacity_section(evaluator: Evaluator, kv: KVSize, statistic: str = "p5
                                                      stroke="black", strokeWidth=0.5).encode(
             x=x, y=alt.Y(f"measured_{column}:Q"), color=colour, strokeDash=dash,
             tooltip=[alt.Tooltip("config:N"), alt.Tooltip("measured_pass:N"),
-                     alt.Tooltip(f"measured_{column}:Q",
-                                                                 format=".1f"),
+                     alt.Tooltip(f"measured_{column}:Q", format=".1f"),
                      alt.Tooltip(f"predicted_{column}:Q", format=".1f"),
                      alt.Tooltip(f"error_{statistic}_pct:Q", format=".1f", title="error %")]))
         worst = measured[f"error_{statistic}_pct"].abs().max()
@@ -172,7 +171,7 @@ def ttft_capacity_section(evaluator: Evaluator, kv: KVSize, statistic: str = "p5
                         f"tier) are within {worst:.1f} % of the fitted model")
     if result is not None and result.status == "met":
         layers.append(_answer_rule(result, kv, int(curve["cpu_capacity"].max())))
-    chart = alt.layer(*layers).properties(width=WIDTH, height=HEIGHT)
+    chart = alt.layer(*layers, width=WIDTH, height=HEIGHT)
     gpu = evaluator.gpu_capacity
     first, last = curve.filter(pl.col("cpu_capacity") == 0), curve.filter(
         pl.col("cpu_capacity") == curve["cpu_capacity"].max())

@@ -34,7 +34,7 @@ def curve_chart(curves: pl.DataFrame, x_title: str, log_x: bool = False) -> alt.
         strokeWidth=1.5, interpolate=shape)
     ceiling = base.transform_filter(alt.datum.policy == "opt").mark_line(
         strokeWidth=3.5, strokeDash=[6, 3], interpolate=shape)
-    return alt.layer(others, ceiling).properties(width=760, height=320)
+    return alt.layer(others, ceiling, width=760, height=320)
 
 
 def _gap(curves: pl.DataFrame, capacity: int) -> tuple[float, str, float]:

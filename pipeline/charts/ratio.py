@@ -36,8 +36,8 @@ def ratio_chart(requests: pl.DataFrame) -> alt.LayerChart:
         text=alt.Text("ratio:Q", format=".2f"))
     one = alt.Chart(pl.DataFrame({"y": [1.0]})).mark_rule(strokeDash=[5, 4], color="#555") \
         .encode(y=alt.Y("y:Q"))
-    return alt.layer(bars, labels, one).properties(
-        title=f"TTFT ratio {BASELINE} / {OFFLOADED} per pass (above 1: {OFFLOADED} faster)",
+    return alt.layer(
+        bars, labels, one, title=f"TTFT ratio {BASELINE} / {OFFLOADED} per pass (above 1: {OFFLOADED} faster)",
         width=WIDTH, height=HEIGHT - 40)
 
 

@@ -133,9 +133,9 @@ def reuse_section(reuse: pl.DataFrame, gpu_capacity: int, units: Units = TOKENS)
                                    "label": [f"GPU {gpu_capacity:,}"]})).encode(x=alt.X("x:Q"))
     chart = alt.layer(line, rule.mark_rule(strokeDash=[5, 4], color="#555"),
                       rule.mark_text(align="left", dx=4, color="#555")
-                      .encode(y=alt.YValue(12), text=alt.Text("label:N"))).properties(
-        title="Reuse-distance distribution: how far apart reuses are", width=WIDTH,
-        height=HEIGHT)
+                      .encode(y=alt.YValue(12), text=alt.Text("label:N")),
+                      title="Reuse-distance distribution: how far apart reuses are",
+                      width=WIDTH, height=HEIGHT)
     caption = (f"{_pct(beyond / total if total else 0.0)} of the {total:,} block reuses lie "
                f"farther apart than a GPU of {units.tokens(gpu_capacity)} reaches: the offload "
                "opportunity a CPU tier can turn from recomputation into reloads.")
