@@ -15,6 +15,7 @@ Every module is placed in a layer: a new one must be added here.
 from __future__ import annotations
 
 import ast
+import functools
 import pkgutil
 import subprocess
 import sys
@@ -40,16 +41,23 @@ def _main_guard(node: ast.AST) -> bool:
                     for c in test.comparators))
 
 
+@functools.cache
+def _parsed(name: str) -> tuple[ast.Module, bool]:
+    """Module ``name``'s syntax tree (parsed once for all the tests: read, never changed),
+    and whether it is a package."""
+    spec = find_spec(name)
+    tree = ast.parse(open(spec.origin, encoding="utf-8").read(), spec.origin)
+    return tree, spec.submodule_search_locations is not None
+
+
 def imports_of(name: str, modules: set[str], skip_main: bool = False) -> set[str]:
     """The pipeline modules that module ``name`` imports (anywhere in its source; with
     ``skip_main``, not inside an ``if __name__ == "__main__":`` block)."""
-    spec = find_spec(name)
-    tree = ast.parse(open(spec.origin, encoding="utf-8").read(), spec.origin)
-    if skip_main:
-        tree.body = [node for node in tree.body if not _main_guard(node)]
-    package = name if spec.submodule_search_locations else name.rpartition(".")[0]
+    tree, is_package = _parsed(name)
+    top = [node for node in tree.body if not (skip_main and _main_guard(node))]
+    package = name if is_package else name.rpartition(".")[0]
     found = set()
-    for node in ast.walk(tree):
+    for node in (inner for statement in top for inner in ast.walk(statement)):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -217,7 +225,9 @@ def test_upward_imports_are_found():
     assert layer_of("m.x.y", layers) == "models" and layer_of("q", layers) is None
 
 
+@functools.cache
 def _layer_graph() -> dict[str, set[str]]:
+    """The import graph without ``__main__`` blocks (built once; the tests only read it)."""
     modules = pipeline_modules()
     return {name: imports_of(name, set(modules), skip_main=True) for name in modules}
 
