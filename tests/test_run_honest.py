@@ -27,8 +27,12 @@ SMALL = ["--points", "6", "--grid-steps", "3", "--quiet"]
 
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory):
+    """The lab's run (small grids): its events and exports; no test reads its report, so a
+    placeholder page stands in for it (tests/unrendered.py)."""
     root = tmp_path_factory.mktemp("seed")
-    assert main(["run", *SMALL, "--measured", str(DATA), *run_outputs(root)]) == 0
+    with pytest.MonkeyPatch.context() as patch:
+        without_report(patch)
+        assert main(["run", *SMALL, "--measured", str(DATA), *run_outputs(root)]) == 0
     return root
 
 
@@ -367,7 +371,8 @@ def lab_places(tmp_path, monkeypatch):
 
 
 def test_a_run_on_other_numbers_writes_beside_the_lab_s_outputs(tmp_path, capsys,
-                                                                lab_places):
+                                                                lab_places, monkeypatch):
+    without_report(monkeypatch)                 # where the page goes, not what it draws
     lab_report = lab_places["REPORT_PATH"]
     lab_report.parent.mkdir(parents=True)
     lab_report.write_text("the lab's report")
