@@ -42,35 +42,35 @@ def _main_guard(node: ast.AST) -> bool:
 
 
 @functools.cache
-def _parsed(name: str) -> tuple[ast.Module, bool]:
-    """Module ``name``'s syntax tree (parsed once for all the tests: read, never changed),
-    and whether it is a package."""
+def _imported_names(name: str) -> tuple[frozenset[str], frozenset[str]]:
+    """Every dotted name module ``name`` imports, anywhere in its source: (outside its
+    ``if __name__ == "__main__":`` blocks, inside them). Read once for all the tests."""
     spec = find_spec(name)
     tree = ast.parse(open(spec.origin, encoding="utf-8").read(), spec.origin)
-    return tree, spec.submodule_search_locations is not None
+    package = name if spec.submodule_search_locations else name.rpartition(".")[0]
+    outside: set[str] = set()
+    inside: set[str] = set()
+    for statement in tree.body:
+        found = inside if _main_guard(statement) else outside
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")
+                    parent = ".".join(parts[:len(parts) - node.level + 1])
+                    base = f"{parent}.{base}" if base else parent
+                found.update([base] + [f"{base}.{alias.name}" for alias in node.names])
+    return frozenset(outside), frozenset(inside)
 
 
 def imports_of(name: str, modules: set[str], skip_main: bool = False) -> set[str]:
     """The pipeline modules that module ``name`` imports (anywhere in its source; with
     ``skip_main``, not inside an ``if __name__ == "__main__":`` block)."""
-    tree, is_package = _parsed(name)
-    top = [node for node in tree.body if not (skip_main and _main_guard(node))]
-    package = name if is_package else name.rpartition(".")[0]
-    found = set()
-    for node in (inner for statement in top for inner in ast.walk(statement)):
-        if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                parent = ".".join(parts[:len(parts) - node.level + 1])
-                base = f"{parent}.{base}" if base else parent
-            targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
-        else:
-            continue
-        found |= {target for target in targets if target in modules}
-    return found - {name}
+    outside, inside = _imported_names(name)
+    targets = outside if skip_main else outside | inside
+    return {target for target in targets if target in modules} - {name}
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
