@@ -47,8 +47,7 @@ def share_package_caches(copy):
     With NUMBA_CACHE_DIR set, numba keeps a package's kernels in a folder of that directory
     named from the hash of the package's path: the copy's folders there are links to this
     checkout's, for the same reason."""
-    from numba.core.caching import UserProvidedCacheLocator
-    from numba.core.config import CACHE_DIR
+    cache_dir = os.environ.get("NUMBA_CACHE_DIR")
     package = Path(os.path.realpath(ROOT / "pipeline"))
     copied = Path(os.path.realpath(copy / "pipeline"))
     for folder in sorted({source.parent for source in package.rglob("*.py")}):
@@ -57,11 +56,12 @@ def share_package_caches(copy):
         link = copied / cache.relative_to(package)
         if not link.is_symlink():
             link.symlink_to(cache, target_is_directory=True)
-        if CACHE_DIR:
+        if cache_dir:
+            from numba.core.caching import UserProvidedCacheLocator
             subpath = UserProvidedCacheLocator.get_suitable_cache_subpath
-            shared = Path(CACHE_DIR) / subpath(str(folder / "x.py"))
+            shared = Path(cache_dir) / subpath(str(folder / "x.py"))
             shared.mkdir(parents=True, exist_ok=True)
-            link = Path(CACHE_DIR) / subpath(str(copied / folder.relative_to(package) / "x.py"))
+            link = Path(cache_dir) / subpath(str(copied / folder.relative_to(package) / "x.py"))
             if not link.is_symlink() and not link.exists():
                 link.symlink_to(shared, target_is_directory=True)
 
