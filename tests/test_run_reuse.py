@@ -9,20 +9,7 @@ from pipeline.base.config import LAB_DOCS, LAB_PASSES, LAB_TOKENS
 from pipeline.cache import registry
 from pipeline.run import block_mode
 from pipeline.run.block_mode import drawn, file_key, registry_key, reused
-from pipeline.cache.tiers import Tier
 from pipeline.workloads.documents import DocumentWorkload
-
-
-class LowestKeyFirst(Tier):
-    """A toy policy: evict the resident key that sorts first."""
-
-    name = "toy"
-
-    def _evict(self, key, size):
-        return min(self._sizes)
-
-    def _insert(self, key, size):
-        return True
 
 
 def test_reused_builds_again_only_for_another_key():
@@ -72,7 +59,7 @@ def test_a_second_lab_report_reuses_its_sections_until_a_policy_is_registered(tm
         assert [s.key for s in again[heading]] == [s.key for s in sections]
         assert all(a is b for a, b in zip(again[heading], sections)), heading
     models = registry_key(*registry.POLICIES)
-    registry.register(registry.policy_entry("toy", LowestKeyFirst, "lowest key first"))
+    registry.register(registry.policy_entry("toy", registry.POLICIES["fifo"], "FIFO again"))
     try:
         assert registry_key(*registry.POLICIES) != models
         toy = _lab_groups(tmp_path)
