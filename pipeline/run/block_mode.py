@@ -4,7 +4,10 @@ models of ``pipeline.engine_caches.options``) and the fitted TTFT model's per-pa
 ``add_arguments`` defines the block-mode group; ``block_setup`` is its one check (before
 anything is computed); ``block_frames`` runs ``pipeline.blocks.sweep.block_frames`` for the
 run's workload and models; ``ttft_fit`` fits ``pipeline.ttft.model`` on the measured requests
-and adds predicted p50 and mean TTFT per pass to the predicted sweeps.
+and adds predicted p50 and mean TTFT per pass to the predicted sweeps. ``report_inputs``
+computes the frames of the report's groups after the measured one and ``render_groups``
+draws them; what does not depend on the run (the committed measurements, the lab's curves
+and the charts drawn from them) is built once per process (``reused``, ``drawn``).
 """
 
 from __future__ import annotations
@@ -253,9 +256,12 @@ def _lab_block_aggregates() -> pl.DataFrame:
                               spec_points=(*GPU_CLIFF_CAPACITIES, CPU_CLIFF_GPU, LAB_CPU))[1]
 
 
-def _committed(name: str, path: Path, load: Callable[[Path], T], *beside: Path) -> T:
-    """``load(path)``, once per process while the file (and ``beside`` it) is unchanged."""
-    return reused(name, file_key(path, *beside), lambda: load(path))
+def _committed(name: str, path: Path, load: Callable[[Path], T]) -> T:
+    """``load(path)``, once per process while the file and every committed measurement
+    (``data/measured/``: the files it names, their sidecars and provenance) are unchanged."""
+    measured = sorted(REAL_ENGINE_FILE.parent.iterdir()) if REAL_ENGINE_FILE.parent.is_dir() \
+        else []
+    return reused(name, file_key(path, *measured), lambda: load(path))
 
 
 def report_inputs(args: argparse.Namespace, workload: DocumentWorkload,
@@ -291,13 +297,9 @@ def report_inputs(args: argparse.Namespace, workload: DocumentWorkload,
                 f"--gpu-model vllm / --cpu-model lmcache) for other block sizes and models.")
     scenario = {"docs": workload.docs, "tokens": workload.tokens, "block_size": size,
                 "cpu_sweep_gpu": args.cpu_sweep_gpu if blocks else CPU_CLIFF_GPU}
-    from pipeline.measure.output import provenance_path
-
     trace = Path(report_path).parent / "trace.html"
     return ReportInputs(
-        _committed("real engine", REAL_ENGINE_FILE, _real_engine,
-                   provenance_path(REAL_ENGINE_FILE)),
-        block_aggregates, scenario, note,
+        _committed("real engine", REAL_ENGINE_FILE, _real_engine), block_aggregates, scenario, note,
         reused("engine curves", registry_key("ideal", "vllm", "lmcache"),
                lambda: (gpu_model_curves(), cpu_model_curves()))
         if lab and block_aggregates is not None else None,
