@@ -15,14 +15,17 @@ ray = pytest.importorskip("ray")
 
 @pytest.fixture(scope="module", autouse=True)
 def compiled_kernels(tmp_path_factory):
-    """One point run here first, so the engine's kernels are compiled once, in this process,
+    """Two points run here first, so the engine's kernels are compiled once, in this process,
     and the process pool's two workers and Ray's load them from numba's cache (on a clean
-    checkout they compiled them side by side: ~20 s CPU each)."""
+    checkout they compiled them side by side: ~20 s CPU each). An oblivious router runs
+    each instance alone (``run_loop``), a prefix router steps them together (``run_until``
+    and its helpers): one point of each."""
     import contextlib
     import io
     with contextlib.redirect_stdout(io.StringIO()):
-        assert main(["fleet", *BASE, "--router", "round-robin", "--instances", "2",
-                     "--gpu-blocks", "40", "--out", str(tmp_path_factory.mktemp("warm"))]) == 0
+        assert main(["fleet", *BASE, "--router", "round-robin,prefix-precise", "--instances",
+                     "2", "--gpu-blocks", "40",
+                     "--out", str(tmp_path_factory.mktemp("warm"))]) == 0
 
 
 @pytest.fixture(scope="module", autouse=True)
