@@ -23,9 +23,8 @@ from numba import objmode
 from numba.extending import overload
 
 from pipeline.engine.ktier import cpu_lookup, cpu_store
-from pipeline.engine.raw import raw
 
-__all__ = ["register", "tier_lookup", "tier_store", "tier_raw", "PYTHON_TIER"]
+__all__ = ["register", "tier_lookup", "tier_store", "PYTHON_TIER"]
 
 #: the length of a Python tier's arrays (LMCache's compiled tier has 5)
 PYTHON_TIER = 2
@@ -60,12 +59,6 @@ def tier_store(T, R, KEYS, slot):
     raise NotImplementedError
 
 
-def tier_raw(T):
-    """``T``'s arrays as ``raw`` views (LMCache's tier; a Python tier's are left as they
-    are: compiled only)."""
-    raise NotImplementedError
-
-
 @overload(tier_lookup)
 def _tier_lookup(T, R, KEYS, slot, local):
     if len(T) == PYTHON_TIER:
@@ -87,11 +80,3 @@ def _tier_store(T, R, KEYS, slot):
                 _python_store(handle, R, KEYS, slot)
         return python
     return lambda T, R, KEYS, slot: cpu_store(T, R, KEYS, slot)
-
-
-@overload(tier_raw)
-def _tier_raw(T):
-    if len(T) == PYTHON_TIER:
-        return lambda T: T
-    return lambda T: (raw(T[0]), raw(T[1]), raw(T[2]), raw(T[3]), raw(T[4]))
-
