@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.engine.kjit import helper
+from pipeline.engine.kjit import helper, inlined
 from pipeline.engine.kpool import (cache_full_blocks, free_blocks, get_new_blocks,
                                    longest_hit, touch)
 from pipeline.engine.kgeneric import tier_lookup, tier_store
@@ -139,7 +139,7 @@ def _free_request(S, slot):
     R[slot, NCACHED] = NONE
 
 
-@helper
+@inlined
 def _preempt(S, slot):
     """Scheduler._preempt_request: to the front of the waiting queue."""
     G, R, WQ = S[1], S[2], S[9]
@@ -180,13 +180,13 @@ def _started(S, q, slot, num_new, start, step):
     REC[X_CONTEXT] += computed
 
 
-@helper
+@inlined
 def _schedule_waiting(S, T, q, budget, threshold, step):
     """The waiting-queue half of schedule(); returns the tokens reloaded."""
     C, G, R, KEYS, HT, RUN, WQ, HIT = S[0], S[1], S[2], S[3], S[7], S[8], S[9], S[13]
     size = C[C_BS]
     reloads = 0
-    p = 0                                             # stale requests skipped at the front
+    p = ZERO                                          # stale requests skipped at the front
     while budget > 0 and p < G[G_WLEN]:
         if G[G_NRUN] >= C[C_MAXSEQS]:
             break
@@ -226,7 +226,7 @@ def _schedule_waiting(S, T, q, budget, threshold, step):
     return reloads
 
 
-@helper
+@inlined
 def _schedule(S, T, q):
     """Scheduler.schedule into batch slot ``q``, then _update_after_schedule; the record
     totals in REC (``REC[X_HAS]`` 0 when it scheduled nothing)."""
@@ -307,7 +307,7 @@ def _event(G, EV, step, kind, index):
             G[G_NEV] = n + 1
 
 
-@helper
+@inlined
 def _update_from_output(S, T, q):
     """Scheduler.update_from_output with one sampled token per finished chunk."""
     C, G, R, KEYS, RUN, WQ, BQ, BSMP, BMETA, EV, REC = S[0], S[1], S[2], S[3], S[8], \
@@ -381,23 +381,21 @@ def engine_step(S, T):
     Outputs processed by this call go to EV (when ``G[G_EVON]``)."""
     C, G, REC = S[0], S[1], S[16]
     has = G[G_NRUN] > 0 or G[G_WLEN] > 0 or G[G_FIN] != 0
-    if C[C_ASYNC] == 0:
-        if not has:
-            REC[X_HAS] = 0
-            return 0
-        _schedule(S, T, ZERO)
-        _update_from_output(S, T, ZERO)
-        return REC[X_HAS]
+    asynchronous = C[C_ASYNC] != 0
     REC[X_HAS] = 0
-    if has:
-        _schedule(S, T, (G[G_QHEAD] + G[G_QLEN]) % 2)
-        G[G_QLEN] += 1
-        if G[G_QLEN] < 2 and (REC[X_HAS] != 0 or G[G_NRUN] > 0 or G[G_WLEN] > 0):
-            return REC[X_HAS]
-    elif G[G_QLEN] == 0:
+    if has:                                           # (one call site each: inlined)
+        q = (G[G_QHEAD] + G[G_QLEN]) % 2 if asynchronous else ZERO
+        _schedule(S, T, q)
+        if asynchronous:
+            G[G_QLEN] += 1
+            if G[G_QLEN] < 2 and (REC[X_HAS] != 0 or G[G_NRUN] > 0 or G[G_WLEN] > 0):
+                return REC[X_HAS]
+    elif not asynchronous or G[G_QLEN] == 0:
         return 0
-    q = G[G_QHEAD]
-    G[G_QHEAD] = (q + 1) % 2
-    G[G_QLEN] -= 1
+    q = ZERO
+    if asynchronous:
+        q = G[G_QHEAD]
+        G[G_QHEAD] = (q + 1) % 2
+        G[G_QLEN] -= 1
     _update_from_output(S, T, q)
     return REC[X_HAS]
