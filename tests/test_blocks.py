@@ -4,8 +4,6 @@ block; block mode with one full block per document equals kvlab's document mode.
 import contextlib
 import io
 import json
-import subprocess
-import sys
 from typing import NamedTuple
 
 import numpy as np
@@ -23,7 +21,7 @@ from pipeline.blocks.model_api import CPU_MODELS, GPU_MODELS, two_tier
 from pipeline.blocks.stream import ORDERS, block_stream
 from pipeline.workloads.blocks import BLOCK_SCHEMA, document_blocks
 
-from conftest import ROOT
+from conftest import cli_in_process
 
 
 @st.composite
@@ -146,9 +144,9 @@ def second_pass(*argv):
     return json.loads(done.stdout)["passes"][1]
 
 
-def test_python_dash_m_pipeline_blocks_prints_json():
-    done = subprocess.run([sys.executable, "-m", "pipeline", "blocks", "--gpu", "48000",
-                           "--passes", "fwd,fwd"], cwd=ROOT, capture_output=True, text=True)
+def test_the_blocks_command_prints_json():
+    """``python -m pipeline blocks``'s stdout is the JSON document (run in process)."""
+    done = cli_in_process("blocks", "--gpu", "48000", "--passes", "fwd,fwd")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["passes"][1]["gpu_hit_tokens"] == 29280
 

@@ -13,6 +13,7 @@ import polars as pl
 import pytest
 
 from conftest import KVLAB, ROOT, cli_in_process, run_outputs
+from unrendered import without_report
 
 
 def pipeline(*args):
@@ -63,7 +64,8 @@ def test_any_offload_capacity_is_swept_for_the_report(tmp_path):
     assert "70000-token CPU tier" in (tmp_path / "report" / "index.html").read_text()
 
 
-def test_other_workload_goes_to_its_own_exports(tmp_path):
+def test_other_workload_goes_to_its_own_exports(tmp_path, monkeypatch):
+    without_report(monkeypatch)
     proc = pipeline("run", "--docs", "4", "--tokens", "100", "--passes", "fwd,fwd",
                     "--measured", str(ROOT / "data" / "ttft.jsonl"), "--quiet",
                     "--grid-steps", "3", "--points", "4", *run_outputs(tmp_path))
@@ -90,10 +92,11 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path, args, message):
     assert not list(tmp_path.iterdir())
 
 
-def test_one_pass_is_refused_and_other_orders_skip_the_cliff_exports(tmp_path):
+def test_one_pass_is_refused_and_other_orders_skip_the_cliff_exports(tmp_path, monkeypatch):
     proc = pipeline("run", "--passes", "fwd", *run_outputs(tmp_path))
     assert proc.returncode == 1 and "two passes" in proc.stderr
     assert not list(tmp_path.iterdir())
+    without_report(monkeypatch)                 # test_run_honest draws a rev-first report
     proc = pipeline("run", "--passes", "rev,fwd,rev", "--measured",
                     str(ROOT / "data" / "ttft.jsonl"), "--grid-steps", "3", "--points", "4",
                     *run_outputs(tmp_path))
@@ -168,37 +171,44 @@ def test_readme_first_block_is_the_two_commands_and_ci_runs_the_second():
     assert commands[1] in (ROOT / ".ci" / "run").read_text()
 
 
-_IMPORTED = ("import sys\n"
+_IMPORTED = ("import contextlib, io, sys\n"
              "from pipeline.cli import COMMANDS, main\n"
-             "try:\n"
-             "    main(sys.argv[1:])\n"
-             "except SystemExit:\n"
-             "    pass\n"
-             "print(sorted(c.module for c in COMMANDS.values() if c.module in sys.modules),\n"
-             "      file=sys.stderr)\n")
+             "for argv in eval(sys.argv[1]):\n"
+             "    shown = io.StringIO()\n"
+             "    with contextlib.redirect_stdout(shown):\n"
+             "        try:\n"
+             "            main(argv)\n"
+             "        except SystemExit:\n"
+             "            pass\n"
+             "    print(repr((sorted(c.module for c in COMMANDS.values()\n"
+             "                       if c.module in sys.modules), shown.getvalue())))\n")
 
 
-def _commands_imported(*args):
-    """The command modules that ``python -m pipeline ARGS`` imported, and its stdout."""
-    proc = subprocess.run([sys.executable, "-c", _IMPORTED, *args], cwd=ROOT,
-                          capture_output=True, text=True)
-    return eval(proc.stderr.strip().splitlines()[-1]), proc.stdout
+def _commands_imported(*runs):
+    """For each argument list of ``runs`` in turn, in one fresh ``python -m pipeline``
+    process: the command modules imported so far, and what that run printed."""
+    proc = subprocess.run([sys.executable, "-c", _IMPORTED, repr([list(r) for r in runs])],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return [eval(line) for line in proc.stdout.splitlines()]
 
 
 def test_help_lists_every_command_without_importing_one():
     from pipeline.cli import COMMANDS
 
-    imported, shown = _commands_imported("--help")
+    [(imported, shown)] = _commands_imported(["--help"])
     assert imported == []
     for name, command in COMMANDS.items():
         assert name in shown and command.help.split()[0] in shown
 
 
 def test_a_command_imports_its_own_module_and_shows_its_options():
-    imported, shown = _commands_imported("trace", "--help")
+    # one fresh process: plan's help after trace's adds to a set that is exactly trace's module
+    (imported, shown), (after_plan, plan_shown) = _commands_imported(["trace", "--help"],
+                                                                     ["plan", "--help"])
     assert imported == ["pipeline.trace.command"]
     assert "--gpu-model" in shown and "--pattern" in shown
-    imported, shown = _commands_imported("plan", "--help")     # plan --fleet: fleet's options
+    imported, shown = after_plan, plan_shown                 # plan --fleet: fleet's options
     assert "pipeline.plan.command" in imported and "pipeline.run.command" not in imported
     assert "--target-ttft-ms" in shown and "--gpu-model" in shown
 

@@ -42,13 +42,28 @@ def share_package_caches(copy):
     """The copy's ``pipeline/**/__pycache__`` are links to this checkout's, so the commands
     load numba's kernels compiled by the tests (the copy's sources keep their times and
     sizes) and what they compile serves the tests too: on a clean clone each kernel compiles
-    once, not once more in the copy. (No page command writes into ``pipeline/``.)"""
-    for folder in sorted((ROOT / "pipeline").rglob("*.py")):
-        cache = folder.parent / "__pycache__"
+    once, not once more in the copy. (No page command writes into ``pipeline/``.)
+
+    With NUMBA_CACHE_DIR set, numba keeps a package's kernels in a folder of that directory
+    named from the hash of the package's path: the copy's folders there are links to this
+    checkout's, for the same reason."""
+    cache_dir = os.environ.get("NUMBA_CACHE_DIR")
+    package = Path(os.path.realpath(ROOT / "pipeline"))
+    copied = Path(os.path.realpath(copy / "pipeline"))
+    for folder in sorted({source.parent for source in package.rglob("*.py")}):
+        cache = folder / "__pycache__"
         cache.mkdir(exist_ok=True)
-        link = copy / cache.relative_to(ROOT)
+        link = copied / cache.relative_to(package)
         if not link.is_symlink():
             link.symlink_to(cache, target_is_directory=True)
+        if cache_dir:
+            from numba.core.caching import UserProvidedCacheLocator
+            subpath = UserProvidedCacheLocator.get_suitable_cache_subpath
+            shared = Path(cache_dir) / subpath(str(folder / "x.py"))
+            shared.mkdir(parents=True, exist_ok=True)
+            link = Path(cache_dir) / subpath(str(copied / folder.relative_to(package) / "x.py"))
+            if not link.is_symlink() and not link.exists():
+                link.symlink_to(shared, target_is_directory=True)
 
 
 def runnable():

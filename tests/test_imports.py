@@ -15,6 +15,7 @@ Every module is placed in a layer: a new one must be added here.
 from __future__ import annotations
 
 import ast
+import functools
 import pkgutil
 import subprocess
 import sys
@@ -40,29 +41,36 @@ def _main_guard(node: ast.AST) -> bool:
                     for c in test.comparators))
 
 
+@functools.cache
+def _imported_names(name: str) -> tuple[frozenset[str], frozenset[str]]:
+    """Every dotted name module ``name`` imports, anywhere in its source: (outside its
+    ``if __name__ == "__main__":`` blocks, inside them). Read once for all the tests."""
+    spec = find_spec(name)
+    tree = ast.parse(open(spec.origin, encoding="utf-8").read(), spec.origin)
+    package = name if spec.submodule_search_locations else name.rpartition(".")[0]
+    outside: set[str] = set()
+    inside: set[str] = set()
+    for statement in tree.body:
+        found = inside if _main_guard(statement) else outside
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")
+                    parent = ".".join(parts[:len(parts) - node.level + 1])
+                    base = f"{parent}.{base}" if base else parent
+                found.update([base] + [f"{base}.{alias.name}" for alias in node.names])
+    return frozenset(outside), frozenset(inside)
+
+
 def imports_of(name: str, modules: set[str], skip_main: bool = False) -> set[str]:
     """The pipeline modules that module ``name`` imports (anywhere in its source; with
     ``skip_main``, not inside an ``if __name__ == "__main__":`` block)."""
-    spec = find_spec(name)
-    tree = ast.parse(open(spec.origin, encoding="utf-8").read(), spec.origin)
-    if skip_main:
-        tree.body = [node for node in tree.body if not _main_guard(node)]
-    package = name if spec.submodule_search_locations else name.rpartition(".")[0]
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                parent = ".".join(parts[:len(parts) - node.level + 1])
-                base = f"{parent}.{base}" if base else parent
-            targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
-        else:
-            continue
-        found |= {target for target in targets if target in modules}
-    return found - {name}
+    outside, inside = _imported_names(name)
+    targets = outside if skip_main else outside | inside
+    return {target for target in targets if target in modules} - {name}
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -217,7 +225,9 @@ def test_upward_imports_are_found():
     assert layer_of("m.x.y", layers) == "models" and layer_of("q", layers) is None
 
 
+@functools.cache
 def _layer_graph() -> dict[str, set[str]]:
+    """The import graph without ``__main__`` blocks (built once; the tests only read it)."""
     modules = pipeline_modules()
     return {name: imports_of(name, set(modules), skip_main=True) for name in modules}
 

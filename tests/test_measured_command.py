@@ -2,8 +2,9 @@
 on the bundled data, and the measured command (one reader with run --measured and plan)."""
 
 import json
-import subprocess
+import runpy
 import sys
+import warnings
 
 import polars as pl
 import pytest
@@ -169,11 +170,17 @@ def test_cli_bad_input_is_one_line_and_exit_1(tmp_path, capsys):
     assert capsys.readouterr().err.count("\n") == 1
 
 
-def test_python_dash_m_and_usage_errors():
-    proc = subprocess.run([sys.executable, "-m", "pipeline.measured", "data/ttft.jsonl"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    assert "separate cleanly" in proc.stdout
+def test_python_dash_m_and_usage_errors(capsys, monkeypatch):
+    """``python -m pipeline.measured FILE`` runs the module's ``__main__`` block (through
+    runpy, as ``python -m`` does, in this process)."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "argv", ["pipeline/measured.py", "data/ttft.jsonl"])
+    with warnings.catch_warnings(), pytest.raises(SystemExit) as done:
+        warnings.simplefilter("ignore", RuntimeWarning)     # "found in sys.modules": it is
+        runpy.run_module("pipeline.measured", run_name="__main__", alter_sys=True)
+    printed = capsys.readouterr()
+    assert done.value.code == 0, printed.err
+    assert "separate cleanly" in printed.out
     with pytest.raises(SystemExit) as usage:
         run_command("measured", [str(DATA), "--gpu", "-1"])
     assert usage.value.code == 2

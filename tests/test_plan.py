@@ -4,13 +4,11 @@ patterns, bad input (the search itself is checked in test_plan_search.py)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from conftest import cli_in_process
 from kvlab.kvsim import TwoTierCache
 from pipeline.cli import main as cli_main
 from pipeline.plan.search import DocumentEvaluator, Target, plan
@@ -102,9 +100,10 @@ def test_bad_input_is_one_line(argv, message, capsys):
     assert len(err.strip().splitlines()) == 1 and message in err
 
 
-def test_bad_input_from_a_subprocess():
-    proc = subprocess.run([sys.executable, "-m", "pipeline", "plan", "--target-ttft-ms", "100",
-                           "--gpu", "12parsecs"], cwd=ROOT, capture_output=True, text=True)
+def test_bad_input_is_one_line_on_stderr_and_exit_2():
+    """As ``python -m pipeline`` runs it (conftest.cli_in_process; that a real process
+    exits with this status is test_cli.py's subprocess test, the same argparse error path)."""
+    proc = cli_in_process("plan", "--target-ttft-ms", "100", "--gpu", "12parsecs")
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "unknown unit 'parsecs'" in proc.stderr
 

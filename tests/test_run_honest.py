@@ -11,6 +11,7 @@ import polars as pl
 import pytest
 
 from conftest import KVLAB, ROOT, folder_snapshot, run_outputs
+from unrendered import without_report
 from pipeline import report
 from pipeline.run import exports
 from pipeline.cli import main
@@ -26,8 +27,12 @@ SMALL = ["--points", "6", "--grid-steps", "3", "--quiet"]
 
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory):
+    """The lab's run (small grids): its events and exports; no test reads its report, so a
+    placeholder page stands in for it (tests/unrendered.py)."""
     root = tmp_path_factory.mktemp("seed")
-    assert main(["run", *SMALL, "--measured", str(DATA), *run_outputs(root)]) == 0
+    with pytest.MonkeyPatch.context() as patch:
+        without_report(patch)
+        assert main(["run", *SMALL, "--measured", str(DATA), *run_outputs(root)]) == 0
     return root
 
 
@@ -123,7 +128,8 @@ def test_other_workload_attributes_under_the_measured_setup_and_withholds(docs20
     assert params["ttft_predictions"].startswith("TTFT predictions withheld")
 
 
-def test_more_docs_of_the_same_size_keep_the_predictions(tmp_path, capsys):
+def test_more_docs_of_the_same_size_keep_the_predictions(tmp_path, capsys, monkeypatch):
+    without_report(monkeypatch)
     assert main(["run", *SMALL, "--docs", "30", "--measured", str(DATA),
                  *run_outputs(tmp_path)]) == 0
     predicted = pl.read_parquet(tmp_path / "events" / "predicted_ttft.parquet")
@@ -185,8 +191,8 @@ def test_a_non_lab_run_cannot_write_into_kvlab(tmp_path, capsys):
     assert not list(tmp_path.iterdir())
 
 
-def test_passes_reach_the_exports_and_stale_files_go(tmp_path, capsys):
-    assert main(["run", *SMALL, "--measured", str(DATA), *run_outputs(tmp_path)]) == 0
+def test_passes_reach_the_exports_and_stale_files_go(previous, capsys):
+    tmp_path = previous                         # the outputs of a run with the default passes
     assert (tmp_path / "exports" / "cliff.json").exists()
     assert main(["run", *SMALL, "--passes", "rev,fwd,fwd,rev", "--measured", str(DATA),
                  *run_outputs(tmp_path)]) == 0
@@ -365,7 +371,8 @@ def lab_places(tmp_path, monkeypatch):
 
 
 def test_a_run_on_other_numbers_writes_beside_the_lab_s_outputs(tmp_path, capsys,
-                                                                lab_places):
+                                                                lab_places, monkeypatch):
+    without_report(monkeypatch)                 # where the page goes, not what it draws
     lab_report = lab_places["REPORT_PATH"]
     lab_report.parent.mkdir(parents=True)
     lab_report.write_text("the lab's report")
@@ -383,7 +390,9 @@ def test_a_run_on_other_numbers_writes_beside_the_lab_s_outputs(tmp_path, capsys
     assert str(lab_places["RUN_REPORT_PATH"]) in captured.out
 
 
-def test_pointing_another_run_at_the_lab_s_report_says_so(tmp_path, capsys, lab_places):
+def test_pointing_another_run_at_the_lab_s_report_says_so(tmp_path, capsys, lab_places,
+                                                         monkeypatch):
+    without_report(monkeypatch)
     assert main(["run", *SMALL, "--docs", "5", "--tokens", "100",
                  "--exports-dir", str(tmp_path / "exports"),
                  "--events-dir", str(tmp_path / "events"),
