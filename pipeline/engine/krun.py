@@ -9,6 +9,9 @@ outstanding); an idle engine jumps to the next arrival; each executed batch is o
 ``STEPS`` (and on the time clock its start and duration). It returns when done, when the
 step buffer is full (the caller grows it and calls again: all state is in the arrays) or
 when the engine is stuck.
+
+The four (and ``step_once``) are one compiled kernel, ``_engine``, that an operation code
+steers: the scheduler is compiled once into it, not once into each entry point.
 """
 
 from __future__ import annotations
