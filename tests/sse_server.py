@@ -77,7 +77,8 @@ class SSEServer(ThreadingHTTPServer):
         self.modes = dict(modes or {})
         self.delay_s = delay_s
         self.bodies: list[dict] = []
-        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
+        # shutdown() waits for serve_forever's next poll: 0.5 s by default, per server
+        self._thread = threading.Thread(target=self.serve_forever, args=(0.01,), daemon=True)
 
     @property
     def base_url(self) -> str:

@@ -119,7 +119,11 @@ def killed_worker_inputs(tmp_path):
 
 
 def test_a_killed_worker_is_retried_in_a_fresh_pool(tmp_path):
+    """One point on a pool of two: its worker dies, the pool breaks, a fresh pool runs it
+    (one spawned worker per pool, each importing the pipeline; a second point only spawned
+    two more, its failure being the same broken pool's)."""
     settings, points, workload = killed_worker_inputs(tmp_path)
+    points = points[:1]
     failed = sweep.run_sweep(settings, points, workload, tmp_path, jobs=2, retries=1)
     assert failed == {} and (tmp_path / "killed").exists()
     assert all(sweep.point_path(tmp_path, "requests", p).exists() for p in points)

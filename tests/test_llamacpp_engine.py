@@ -1,8 +1,10 @@
 """End to end on the real engine: llama-cpp-python's server, its RAM prompt cache, our model.
 
-A small lab workload (6 documents of 1500 tokens, passes fwd, fwd, rev) runs through
+A small lab workload (3 documents of 1000 tokens, passes fwd, fwd, rev) runs through
 ``python -m pipeline measure --local-engine`` with a RAM cache of 2.5 documents and one of all
-6. Every request's tier, as the engine's own log reports it, must equal the tier the
+3. Three documents are the fewest where the small cache shows every tier (the second, cyclic
+pass: hit, miss, hit; the reverse pass: live context, RAM, miss) and plain LRU, holding two of
+the three, predicts no hit in the cyclic pass; each miss costs a 1000-token prompt eval. Every request's tier, as the engine's own log reports it, must equal the tier the
 llama.cpp cache model predicts; TTFT must never contradict it; and hits must be at least 10x
 faster than misses (medians), every hit faster than every miss. Skips only when llama_cpp is
 not importable.
@@ -22,8 +24,8 @@ from pipeline.measure.llamacpp.engine import parse_request_log
 from pipeline.measure.output import provenance_path
 from pipeline.measure.workload import lab_requests
 
-CONFIGS = [("small", 2.5), ("all", 6.5)]
-DOCS, TOKENS, COMPLETION = 6, 1500, 4
+DOCS, TOKENS, COMPLETION = 3, 1000, 4
+CONFIGS = [("small", 2.5), ("all", DOCS + 0.5)]
 
 
 def test_log_parsing_reads_the_engines_account():
@@ -59,7 +61,7 @@ def test_real_engine_tiers_equal_the_llamacpp_model(tmp_path):
     requests = [r for name, _ in CONFIGS for r in lab_requests(name, DOCS, TOKENS,
                                                                ["fwd", "fwd", "rev"])]
     measured = pl.read_ndjson(out)
-    assert measured.height == len(requests) == 36
+    assert measured.height == len(requests) == 2 * 3 * DOCS
     joined = ttft_tier(measured).join(predict(requests, cache_bytes, state, COMPLETION).drop("doc"),
                                       on=KEYS, how="left")
     shown = joined.select("config", "pass", "doc", "ttft_ms", "server_tier", "predicted_tier",
@@ -75,9 +77,9 @@ def test_real_engine_tiers_equal_the_llamacpp_model(tmp_path):
     assert contradicted.is_empty(), shown
     summary = agreement(joined)
     for row in summary.iter_rows(named=True):
-        assert row["model_vs_server"] == row["requests"] == 18
+        assert row["model_vs_server"] == row["requests"] == 3 * DOCS
         assert row["miss_p50_ms"] >= 10 * row["hit_p50_ms"], summary
         assert row["slowest_hit_ms"] < row["fastest_miss_ms"], summary
     hits = joined.filter(pl.col("config") == "small", pl.col("pass") == "pass2-replay",
                          pl.col("server_tier") != "miss")
-    assert hits["doc"].to_list() == [0, 5]   # the 1-token refresh at work; LRU: none
+    assert hits["doc"].to_list() == [0, DOCS - 1]   # the 1-token refresh at work; LRU: none
