@@ -34,13 +34,14 @@ SMALL_TOP = 256
 @njit(cache=True)
 def _bands_pass(starts: np.ndarray, codes: np.ndarray, lookup: np.ndarray,
                 touch_from: np.ndarray, tail_first: bool, n_codes: int, limits: np.ndarray,
-                tops: np.ndarray, cap_band: np.ndarray, caps: np.ndarray,
-                hist: np.ndarray, out: np.ndarray) -> None:
+                tops: np.ndarray, by_band: np.ndarray, first_cap: np.ndarray,
+                caps: np.ndarray, hist: np.ndarray, out: np.ndarray) -> None:
     """Per band b: ``hist[b, d]`` = blocks whose running-max depth is d (1 <= d <=
-    ``tops[b]``); per capacity k (of band ``cap_band[k]``, ``caps[k]`` <= its top):
-    ``out[k, r]`` = request r's blocks with running-max depth <= ``caps[k]`` (when ``out``
-    has rows). Lookups cover each request's first ``lookup[r]`` blocks; placements blocks
-    ``touch_from[r]:lookup[r]``, in band b only when there are 1 .. ``limits[b]`` of them."""
+    ``tops[b]``); per capacity k of band b (``k`` in ``by_band[first_cap[b]:first_cap[b +
+    1]]``, ``caps[k]`` <= its top): ``out[k, r]`` = request r's blocks with running-max
+    depth <= ``caps[k]`` (when ``out`` has rows). Lookups cover each request's first
+    ``lookup[r]`` blocks; placements blocks ``touch_from[r]:lookup[r]``, in band b only when
+    there are 1 .. ``limits[b]`` of them."""
     n_bands = limits.size
     width = 0
     for b in range(n_bands):
@@ -50,8 +51,6 @@ def _bands_pass(starts: np.ndarray, codes: np.ndarray, lookup: np.ndarray,
     scratch = np.empty(max(width, 1), np.int64)
     running_of = np.empty(max(width, 1), np.int64)
     mark = np.full(n_codes, -1, np.int64)       # per code: the last request placing it
-    by_band = np.argsort(cap_band, kind="mergesort")
-    first_cap = np.searchsorted(cap_band[by_band], np.arange(n_bands + 1))
     for r in range(starts.size - 1):
         start = starts[r]
         end = start + lookup[r]
@@ -122,7 +121,10 @@ def band_counts(stream: BlockStream, order: str, limits: np.ndarray, tops: np.nd
         raise ValueError("band_counts: a capacity deeper than its band's top")
     hist = np.zeros((limits.size, int(tops.max(initial=0)) + 1), np.int64)
     out = np.zeros((caps.size, stream.requests), np.int64)
-    if limits.size:
+    if limits.size:                   # sorted here: numba's argsort takes seconds to compile
+        by_band = np.argsort(cap_band, kind="mergesort")
+        first_cap = np.searchsorted(cap_band[by_band], np.arange(limits.size + 1)).astype(np.int64)
         _bands_pass(stream.starts, stream.codes, stream.cacheable, touch, tail_first,
-                    stream.n_codes, limits, tops, cap_band, caps, hist, out)
+                    stream.n_codes, limits, tops, by_band.astype(np.int64), first_cap, caps,
+                    hist, out)
     return hist, out

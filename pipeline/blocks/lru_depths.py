@@ -73,7 +73,7 @@ def _depth_pass(starts: np.ndarray, codes: np.ndarray, lookup: np.ndarray,
     ``last`` (one -1 per key code) and ``tree`` (zeros, one more than the blocks) are the
     work arrays: int32 when the stream is small enough, so more of them stays in cache."""
     live = 0
-    clock = 0
+    clock = np.int64(0)                 # not a literal 0: touch compiles once, for int64
     for r in range(starts.size - 1):
         start = starts[r]
         end = start + lookup[r]
@@ -173,6 +173,8 @@ def distances_at(stream: BlockStream, capacity: int, order: str,
 def prefix_counts(stream: BlockStream, prefix: np.ndarray, capacities: np.ndarray) -> np.ndarray:
     """Prefix hit blocks per (capacity in blocks, request) from running-max depths."""
     out = np.zeros((capacities.size, stream.requests), np.int64)
+    prefix = prefix.view()
+    prefix.flags.writeable = False                    # read-only or not: one compile
     _count_prefix(stream.starts, stream.cacheable, prefix, capacities.astype(np.int64), out)
     return out
 

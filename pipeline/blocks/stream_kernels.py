@@ -43,11 +43,12 @@ def dense_codes(keys: np.ndarray) -> tuple[np.ndarray, int]:
     table = np.searchsorted(distinct >> np.uint64(shift),
                             np.arange((1 << bits) + 1, dtype=np.uint64)).astype(np.int64)
     codes = np.empty(keys.size, np.int64)
+    keys = keys.view()
+    keys.flags.writeable = False                       # read-only or not: one compile
     _lookup(keys, distinct, shift, table, codes)
     return codes, int(distinct.size)
 
 
-@njit(cache=True)
 def request_runs(request: np.ndarray, block_index: np.ndarray, block_tokens: np.ndarray,
                  block_size: int, codes: np.ndarray, n_codes: int, starts: np.ndarray,
                  tokens: np.ndarray, cacheable: np.ndarray,
@@ -56,6 +57,18 @@ def request_runs(request: np.ndarray, block_index: np.ndarray, block_tokens: np.
     block (``starts``), tokens, leading full blocks and number. Returns (runs, status, the
     first run repeating a key): ``UNORDERED`` when requests go down or block indices are
     not 0, 1, 2, ... per request, else ``REPEATED`` when a request holds a key twice."""
+    columns = []
+    for column in (request, block_index, block_tokens):   # polars gives either: read-only
+        column = column.view()                             # always, so the kernel compiles
+        column.flags.writeable = False                     # once
+        columns.append(column)
+    return _request_runs(*columns, block_size, codes, n_codes, starts, tokens, cacheable,
+                         numbers)
+
+
+@njit(cache=True)
+def _request_runs(request, block_index, block_tokens, block_size, codes, n_codes, starts,
+                  tokens, cacheable, numbers):
     mark = np.full(n_codes, -1, np.int64)
     runs = 0
     status = ORDERED

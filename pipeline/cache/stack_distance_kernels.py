@@ -12,6 +12,8 @@ from numba import njit
 
 #: Stack distance of a first access (or of an access excluded by ``size_limit``).
 COLD = int(np.iinfo(np.int64).max)
+#: -1 and +1 as int64, not numba literals (each literal compiled ``fenwick_add`` once more).
+_DOWN, _UP = np.int64(-1), np.int64(1)
 
 
 @njit(cache=True)
@@ -40,8 +42,8 @@ def touch(tree: np.ndarray, last: np.ndarray, code: int, clock: int) -> int:
     key's last touch (``last[code]`` = that time, -1 before the first); 1 if it is new."""
     stamp = last[code]
     if stamp >= 0:
-        fenwick_add(tree, stamp, -1)
-    fenwick_add(tree, clock, 1)
+        fenwick_add(tree, stamp, _DOWN)
+    fenwick_add(tree, clock, _UP)
     last[code] = clock
     return 1 if stamp < 0 else 0
 
@@ -121,10 +123,10 @@ def occupancy_pass(codes: np.ndarray, sizes: np.ndarray, size_limit: int, hits: 
                 live_keys += 1
             else:
                 fenwick_add(tree_size, previous, -size)
-                fenwick_add(tree_count, previous, -1)
+                fenwick_add(tree_count, previous, _DOWN)
                 point_size[previous] = 0
             fenwick_add(tree_size, i, size)
-            fenwick_add(tree_count, i, 1)
+            fenwick_add(tree_count, i, _UP)
             point_size[i] = size
             last_position[code] = i
         for c in range(capacities.size):

@@ -30,9 +30,9 @@ import numpy as np
 from pipeline.cache import registry
 from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST, check_order
 from pipeline.engine.kgeneric import register
-from pipeline.engine.ktier import tier_arrays
-from pipeline.engine.layout import (CPUSTATE, KOFF, NPROMPT, T_CAPACITY, T_CHUNK, T_ON,
-                                    T_PER, T_SIZE)
+from pipeline.engine.ktier import no_tier, tier_arrays
+from pipeline.engine.layout import (CPUSTATE, KOFF, NPROMPT, T_CAPACITY, T_CHUNK, T_HANDLE,
+                                    T_ON, T_PER)
 from pipeline.engine_caches.lmcache_cpu import DEFAULT_CHUNK_SIZE
 
 __all__ = ["LMCacheTier", "ModelTier", "engine_tier_problem", "engine_cpu_models"]
@@ -109,10 +109,9 @@ class ModelTier:
             self.tier = registry.make_tier(model, self.capacity_tokens // self.block_size,
                                            **options)
         self.per = self.chunk_size // self.block_size
-        state = np.zeros(T_SIZE, np.int64)
-        state[[T_ON, T_CAPACITY, T_CHUNK, T_PER]] = 1, self.capacity_tokens, \
-            self.chunk_size, self.per
-        self.arrays = (state, register(self))
+        self.arrays = no_tier()                       # LMCache's arrays' types, unused
+        self.arrays[0][[T_ON, T_CAPACITY, T_CHUNK, T_PER, T_HANDLE]] = \
+            1, self.capacity_tokens, self.chunk_size, self.per, register(self)
 
     def _keys(self, R: np.ndarray, KEYS: np.ndarray, slot: int) -> tuple[list[int], int]:
         """The request's keys the tier sees (full blocks, or the last block of each full

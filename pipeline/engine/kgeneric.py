@@ -1,16 +1,14 @@
-"""The engine's two CPU-tier call points, compiled per tier type: LMCache's compiled tier
-(``ktier``) or any Python tier object (``pipeline.engine.cpu_tier.ModelTier``).
+"""The engine's two CPU-tier call points: LMCache's compiled tier (``ktier``) or any Python
+tier object (``pipeline.engine.cpu_tier.ModelTier``).
 
 ``tier_lookup(T, R, KEYS, slot, local)`` (at admission, every time the scheduler tries the
 request; ``local`` its GPU hit in tokens) returns the tokens vLLM may load, counted from the
 request's first token; ``tier_store(T, R, KEYS, slot)`` runs once the request's prompt is
-computed. Which implementation a kernel gets is decided by the type of ``T`` when it is
-compiled (numba ``overload``): LMCache's 5 arrays (``ktier.tier_arrays`` / ``no_tier``) give
-``cpu_lookup`` / ``cpu_store``, so the default kernels hold no object-mode code and compile
-as before; a Python tier's 2 arrays ``(TS, H)`` (``TS[T_ON]`` 1, ``H[0]`` the tier's handle)
-give a separate specialization that calls the tier's ``lookup`` / ``store`` from object mode
-(``numba.objmode``, cached on disk like the rest). The tier object is found by its handle
-(``register``), so kernels never see a Python object.
+computed. Both tiers are the same 5 arrays (``ktier.tier_arrays`` / ``no_tier``), so one
+compiled kernel serves both: ``TS[T_HANDLE]`` 0 calls ``cpu_lookup`` / ``cpu_store``; a
+Python tier's handle (``register``; its other arrays unused) calls the tier's ``lookup`` /
+``store`` from object mode (``numba.objmode``, cached on disk like the rest). The tier
+object is found by its handle, so kernels never see a Python object.
 """
 
 from __future__ import annotations
@@ -18,28 +16,24 @@ from __future__ import annotations
 import itertools
 import weakref
 
-import numpy as np
 from numba import objmode
-from numba.extending import overload
 
+from pipeline.engine.kjit import helper
 from pipeline.engine.ktier import cpu_lookup, cpu_store
-from pipeline.engine.raw import raw
+from pipeline.engine.layout import T_HANDLE
 
-__all__ = ["register", "tier_lookup", "tier_store", "tier_raw", "PYTHON_TIER"]
-
-#: the length of a Python tier's arrays (LMCache's compiled tier has 5)
-PYTHON_TIER = 2
+__all__ = ["register", "tier_lookup", "tier_store"]
 
 _LIVE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _HANDLES = itertools.count(1)
 
 
-def register(tier: object) -> np.ndarray:
-    """A handle array for ``tier`` (an object with ``lookup(R, KEYS, slot, local)`` and
-    ``store(R, KEYS, slot)``); the kernels find it by ``H[0]`` while it is alive."""
+def register(tier: object) -> int:
+    """A handle (>= 1) for ``tier`` (an object with ``lookup(R, KEYS, slot, local)`` and
+    ``store(R, KEYS, slot)``); the kernels find it by ``TS[T_HANDLE]`` while it is alive."""
     handle = next(_HANDLES)
     _LIVE[handle] = tier
-    return np.array([handle], np.int64)
+    return handle
 
 
 def _python_lookup(handle, R, KEYS, slot, local) -> int:
@@ -50,48 +44,23 @@ def _python_store(handle, R, KEYS, slot) -> None:
     _LIVE[int(handle)].store(R, KEYS, int(slot))
 
 
+@helper
 def tier_lookup(T, R, KEYS, slot, local):
-    """See the module docstring (compiled only)."""
-    raise NotImplementedError
+    """See the module docstring."""
+    handle = T[0][T_HANDLE]
+    if handle == 0:
+        return cpu_lookup(T, R, KEYS, slot)
+    with objmode(out="int64"):
+        out = _python_lookup(handle, R, KEYS, slot, local)
+    return out
 
 
+@helper
 def tier_store(T, R, KEYS, slot):
-    """See the module docstring (compiled only)."""
-    raise NotImplementedError
-
-
-def tier_raw(T):
-    """``T``'s arrays as ``raw`` views (LMCache's tier; a Python tier's are left as they
-    are: compiled only)."""
-    raise NotImplementedError
-
-
-@overload(tier_lookup)
-def _tier_lookup(T, R, KEYS, slot, local):
-    if len(T) == PYTHON_TIER:
-        def python(T, R, KEYS, slot, local):
-            handle = T[1][0]
-            with objmode(out="int64"):
-                out = _python_lookup(handle, R, KEYS, slot, local)
-            return out
-        return python
-    return lambda T, R, KEYS, slot, local: cpu_lookup(T, R, KEYS, slot)
-
-
-@overload(tier_store)
-def _tier_store(T, R, KEYS, slot):
-    if len(T) == PYTHON_TIER:
-        def python(T, R, KEYS, slot):
-            handle = T[1][0]
-            with objmode():
-                _python_store(handle, R, KEYS, slot)
-        return python
-    return lambda T, R, KEYS, slot: cpu_store(T, R, KEYS, slot)
-
-
-@overload(tier_raw)
-def _tier_raw(T):
-    if len(T) == PYTHON_TIER:
-        return lambda T: T
-    return lambda T: (raw(T[0]), raw(T[1]), raw(T[2]), raw(T[3]), raw(T[4]))
-
+    """See the module docstring."""
+    handle = T[0][T_HANDLE]
+    if handle == 0:
+        cpu_store(T, R, KEYS, slot)
+        return
+    with objmode():
+        _python_store(handle, R, KEYS, slot)

@@ -15,8 +15,8 @@ key leaves the map when its last block is evicted (``_maybe_evict_cached_block``
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from pipeline.engine.kjit import helper, kernel
 from pipeline.engine.layout import FNEXT, FPREV, HASHED, HNEXT, HPREV, NONE, REF
 
 __all__ = ["table_size", "table_find", "table_slot", "table_delete", "pool_init",
@@ -34,12 +34,12 @@ def table_size(entries: int) -> int:
     return size
 
 
-@njit(cache=True, error_model="numpy")
+@helper
 def _home(key, mask):
     return ((key * _MIX) >> 20) & mask
 
 
-@njit(cache=True, error_model="numpy")
+@helper
 def _probe(HT, mask, key):
     """The slot holding ``key``, or the empty slot where its probe ends."""
     s = _home(key, mask)
@@ -48,14 +48,14 @@ def _probe(HT, mask, key):
     return s
 
 
-@njit(cache=True, error_model="numpy")
+@helper
 def table_find(HT, mask, key):
     """The slot holding ``key``, or NONE."""
     s = _probe(HT, mask, key)
     return s if HT[s, 1] >= 0 else NONE
 
 
-@njit(cache=True, error_model="numpy")
+@helper
 def table_slot(HT, mask, key):
     """The slot holding ``key``, or the empty slot where it goes (its key set)."""
     s = _probe(HT, mask, key)
@@ -63,7 +63,7 @@ def table_slot(HT, mask, key):
     return s
 
 
-@njit(cache=True, error_model="numpy")
+@helper
 def table_delete(HT, mask, s):
     """Empty slot ``s``, shifting back the entries that probed past it."""
     j = s
@@ -81,7 +81,7 @@ def table_delete(HT, mask, s):
     HT[s, 2] = NONE
 
 
-@njit(cache=True, error_model="numpy")
+@kernel
 def pool_init(P, HT):
     """Every block 1..n-1 free in order, no hashes, an empty map."""
     n = P.shape[0] - 1
@@ -100,14 +100,14 @@ def pool_init(P, HT):
         P[n, FNEXT] = n
 
 
-@njit(cache=True, error_model="numpy")
+@helper
 def _unlink_free(P, b):
     p, q = P[b, FPREV], P[b, FNEXT]
     P[p, FNEXT] = q
     P[q, FPREV] = p
 
 
-@njit(cache=True, error_model="numpy")
+@helper
 def _insert_free_after(P, a, b):
     q = P[a, FNEXT]
     P[a, FNEXT] = b
@@ -116,7 +116,7 @@ def _insert_free_after(P, a, b):
     P[q, FPREV] = b
 
 
-@njit(cache=True, error_model="numpy")
+@helper
 def _evict(P, BH, HT, mask, b):
     """_maybe_evict_cached_block: drop ``b`` from its key's holders."""
     if P[b, HASHED] == 0:
@@ -138,7 +138,7 @@ def _evict(P, BH, HT, mask, b):
     P[b, HASHED] = 0
 
 
-@njit(cache=True, error_model="numpy")
+@helper
 def get_new_blocks(P, BH, HT, mask, BT, at, count):
     """popleft_n + _maybe_evict_cached_block: ``count`` blocks from the queue's front to
     ``BT[at:at + count]``, each with one reference. Returns the number of free blocks
@@ -153,7 +153,7 @@ def get_new_blocks(P, BH, HT, mask, BT, at, count):
     return count
 
 
-@njit(cache=True, error_model="numpy")
+@helper
 def cache_full_blocks(P, BH, HT, mask, KEYS, koff, BT, boff, start, end):
     """Give blocks ``start..end-1`` of a request their keys (no de-duplication)."""
     for i in range(start, end):
@@ -172,7 +172,7 @@ def cache_full_blocks(P, BH, HT, mask, KEYS, koff, BT, boff, start, end):
         HT[s, 2] = b
 
 
-@njit(cache=True, error_model="numpy")
+@helper
 def touch(P, HIT, count):
     """A hit takes a reference; a block with none leaves the free queue. Returns the
     number of blocks taken out of the queue."""
@@ -186,7 +186,7 @@ def touch(P, HIT, count):
     return taken
 
 
-@njit(cache=True, error_model="numpy")
+@helper
 def free_blocks(P, BT, boff, nblk, BUF):
     """KVCacheManager.free: one reference less each, tail first; blocks at zero go to the
     queue (unhashed ones prepended in that order, hashed ones appended). Returns the
@@ -212,7 +212,7 @@ def free_blocks(P, BT, boff, nblk, BUF):
     return n
 
 
-@njit(cache=True, error_model="numpy")
+@helper
 def longest_hit(HT, mask, KEYS, koff, limit, HIT):
     """find_longest_cache_hit: the first cached block of each leading key (at most
     ``limit``) into ``HIT``; returns how many."""
@@ -226,7 +226,7 @@ def longest_hit(HT, mask, KEYS, koff, limit, HIT):
     return n
 
 
-@njit(cache=True, error_model="numpy")
+@kernel
 def leading_cached(HT, mask, keys):
     """How many leading ``keys`` are cached now (no state change)."""
     for i in range(keys.size):

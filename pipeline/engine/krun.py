@@ -9,21 +9,22 @@ outstanding); an idle engine jumps to the next arrival; each executed batch is o
 ``STEPS`` (and on the time clock its start and duration). It returns when done, when the
 step buffer is full (the caller grows it and calls again: all state is in the arrays) or
 when the engine is stuck.
+
+The four (and ``step_once``) are one compiled kernel, ``_engine``, that an operation code
+steers: the scheduler is compiled once into it, not once into each entry point.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from pipeline.engine.kjit import helper, inlined, kernel
 from pipeline.engine.ksched import engine_step, wait_append
 from pipeline.engine.layout import (
     B_NSAMP, B_NSCHED, BQ_NEW, BQ_START, C_ASYNC, C_BS, C_MAXBATCH, C_MAXE, C_MAXLEN,
     C_MAXSEQS, COMPUTED, G_ERROR, G_FIN, G_NEV, G_NFREE, G_NRUN, G_QHEAD, G_QLEN, G_STEP,
     G_WLEN, HOLDS, INFLIGHT, MAXTOK, NBLK, NPROMPT, NTOK, STALE, X_CONTEXT, X_DECODE, X_FREE,
     X_NFIRST, X_NRUN, X_NSCHED, X_NWAIT, X_PREFILL, X_Q, X_RELOAD, X_STEP)
-from pipeline.engine.kgeneric import tier_raw
-from pipeline.engine.raw import raw, raw_state
 
 __all__ = ["run_loop", "run_until", "advance", "step_once", "step_time", "MODEL_NONE",
            "MODEL_LINEAR", "MODEL_ROOFLINE", "DONE", "FULL", "STUCK", "STEP_FIELDS"]
@@ -37,7 +38,7 @@ L_POINTER, L_IDLE, L_ROWS = 0, 1, 2
 STEP_FIELDS = (X_STEP, X_PREFILL, X_DECODE, X_CONTEXT, X_RELOAD, X_NRUN, X_NWAIT, X_FREE)
 
 
-@njit(cache=True, error_model="numpy")
+@helper
 def step_time(S, model, coef):
     """Milliseconds of the batch just scheduled (``REC``), as the model's ``step_ms``."""
     REC, BQ = S[16], S[10]
@@ -66,7 +67,7 @@ def step_time(S, model, coef):
     return overhead + max(compute, memory) + per_reload * reload
 
 
-@njit(cache=True, error_model="numpy")
+@inlined
 def _execute(S, T, timed, model, coef, STEPS, DUR, L, now):
     """One engine call; a batch it executed is the next row (priced when ``timed``).
     Returns the clock after it, or ``-1 - now`` when the engine is stuck."""
@@ -89,11 +90,8 @@ def _execute(S, T, timed, model, coef, STEPS, DUR, L, now):
     return now
 
 
-@njit(cache=True, error_model="numpy")
-def run_loop(S, T, due, arrival, timed, concurrency, model, coef, STEPS, DUR, L, NOW):
-    """Run the requests (slots 0..n-1 in input order, ``due`` their arrival step or ms)
-    until done (DONE), the step buffer is full (FULL) or the engine is stuck (STUCK)."""
-    S, T, coef = raw_state(S), tier_raw(T), raw(coef)
+@inlined
+def _run_loop(S, T, due, arrival, timed, concurrency, model, coef, STEPS, DUR, L, NOW):
     G = S[1]
     n = due.size
     now = NOW[0]
@@ -129,7 +127,7 @@ def run_loop(S, T, due, arrival, timed, concurrency, model, coef, STEPS, DUR, L,
             return STUCK
 
 
-@njit(cache=True, error_model="numpy")
+@helper
 def _steady(S):
     """Every running request decoding one token per step: sync with its token sampled;
     async with exactly the running requests' one-token batch in flight."""
@@ -154,7 +152,7 @@ def _steady(S):
     return True
 
 
-@njit(cache=True, error_model="numpy")
+@helper
 def _allocations(S, steps):
     C, G, R, RUN = S[0], S[1], S[2], S[8]
     size, total = C[C_BS], 0
@@ -164,13 +162,8 @@ def _allocations(S, steps):
     return total
 
 
-@njit(cache=True, error_model="numpy")
-def advance(S, T, limit, FREES):
-    """Up to ``limit`` steps where each is a pure decode step (every running request
-    decoding one token, none finishing, every new block available, the waiting queue
-    unable to move), run one by one; free blocks after each into FREES. Returns how many
-    (0: the next step is not such a step, nothing done)."""
-    S, T = raw_state(S), tier_raw(T)
+@inlined
+def _advance(S, T, limit, FREES):
     C, G, R, RUN = S[0], S[1], S[2], S[8]
     n = G[G_NRUN]
     if limit < 2 or n == 0 or n > C[C_MAXBATCH]:
@@ -204,13 +197,8 @@ def advance(S, T, limit, FREES):
     return k
 
 
-@njit(cache=True, error_model="numpy")
-def run_until(S, T, until, model, coef, STEPS, DUR, L, NOW):
-    """Step (no arrivals) while the engine has work and its clock ``NOW[0]`` is before
-    ``until``: each executed batch a row of ``STEPS`` and (start, duration) of ``DUR``,
-    the outputs processed in EV. DONE, FULL (a buffer is full: drain and call again) or
-    STUCK."""
-    S, T, coef = raw_state(S), tier_raw(T), raw(coef)
+@inlined
+def _run_until(S, T, until, model, coef, STEPS, DUR, L, NOW):
     C, G, EV = S[0], S[1], S[15]
     now = NOW[0]
     room = 2 * C[C_MAXE] + 2
@@ -219,7 +207,7 @@ def run_until(S, T, until, model, coef, STEPS, DUR, L, NOW):
         if L[L_ROWS] >= STEPS.shape[0] or G[G_NEV] + room > EV.shape[0]:
             NOW[0] = now
             return FULL
-        now = _execute(S, T, True, model, coef, STEPS, DUR, L, now)
+        now = _execute(S, T, np.bool_(True), model, coef, STEPS, DUR, L, now)
         if now < 0:
             NOW[0] = -now - 1.0
             return STUCK
@@ -227,7 +215,56 @@ def run_until(S, T, until, model, coef, STEPS, DUR, L, NOW):
     return DONE
 
 
-@njit(cache=True, error_model="numpy")
-def step_once(S, T):
+OP_STEP, OP_ADVANCE, OP_UNTIL, OP_LOOP = range(4)
+
+
+@kernel
+def _engine(op, S, T, due, arrival, timed, concurrency, model, coef, STEPS, DUR, L, NOW,
+            until, limit, FREES):
+    """The one compiled entry point (``op`` says which): one kernel, so the scheduler's
+    code is compiled once into it, not once per entry point."""
+    if op == OP_STEP:
+        return engine_step(S, T)
+    if op == OP_ADVANCE:
+        return _advance(S, T, limit, FREES)
+    if op == OP_UNTIL:
+        return _run_until(S, T, until, model, coef, STEPS, DUR, L, NOW)
+    return _run_loop(S, T, due, arrival, timed, concurrency, model, coef, STEPS, DUR, L, NOW)
+
+
+# placeholders for the arguments an operation does not use (the types of the real ones)
+_F1, _F2 = np.zeros(1, np.float64), np.zeros((1, 2), np.float64)
+_I1, _I2 = np.zeros(1, np.int64), np.zeros((1, 8), np.int64)
+
+
+def run_loop(S, T, due: np.ndarray, arrival: np.ndarray, timed: bool, concurrency: int,
+             model: int, coef: np.ndarray, STEPS: np.ndarray, DUR: np.ndarray,
+             L: np.ndarray, NOW: np.ndarray) -> int:
+    """Run the requests (slots 0..n-1 in input order, ``due`` their arrival step or ms)
+    until done (DONE), the step buffer is full (FULL) or the engine is stuck (STUCK)."""
+    return _engine(OP_LOOP, S, T, due, arrival, timed, concurrency, model, coef, STEPS, DUR,
+                   L, NOW, 0.0, 0, _I1)
+
+
+def run_until(S, T, until: float, model: int, coef: np.ndarray, STEPS: np.ndarray,
+              DUR: np.ndarray, L: np.ndarray, NOW: np.ndarray) -> int:
+    """Step (no arrivals) while the engine has work and its clock ``NOW[0]`` is before
+    ``until``: each executed batch a row of ``STEPS`` and (start, duration) of ``DUR``,
+    the outputs processed in EV. DONE, FULL (a buffer is full: drain and call again) or
+    STUCK."""
+    return _engine(OP_UNTIL, S, T, _F1, _F1, True, 0, model, coef, STEPS, DUR, L, NOW,
+                   until, 0, _I1)
+
+
+def advance(S, T, limit: int, FREES: np.ndarray) -> int:
+    """Up to ``limit`` steps where each is a pure decode step (every running request
+    decoding one token, none finishing, every new block available, the waiting queue
+    unable to move), run one by one; free blocks after each into FREES. Returns how many
+    (0: the next step is not such a step, nothing done)."""
+    return _engine(OP_ADVANCE, S, T, _F1, _F1, False, 0, 0, _F1, _I2, _F2, _I1, _F1, 0.0,
+                   limit, FREES)
+
+
+def step_once(S, T) -> int:
     """``engine_step`` for a Python caller (``EngineSim.step``)."""
-    return engine_step(raw_state(S), tier_raw(T))
+    return _engine(OP_STEP, S, T, _F1, _F1, False, 0, 0, _F1, _I2, _F2, _I1, _F1, 0.0, 0, _I1)

@@ -26,8 +26,8 @@ tier: ``pipeline.engine.kgeneric``).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from pipeline.engine.kjit import helper, inlined
 from pipeline.engine.kpool import (cache_full_blocks, free_blocks, get_new_blocks,
                                    longest_hit, touch)
 from pipeline.engine.kgeneric import tier_lookup, tier_store
@@ -47,13 +47,13 @@ __all__ = ["engine_step", "wait_append"]
 ZERO, ONE = np.int64(0), np.int64(1)
 
 
-@njit(cache=True, error_model="numpy")
+@helper
 def wait_append(G, WQ, slot):
     WQ[(G[G_WHEAD] + G[G_WLEN]) % WQ.size] = slot
     G[G_WLEN] += 1
 
 
-@njit(cache=True, error_model="numpy")
+@helper
 def _wait_remove_at(G, WQ, p):
     """Remove the p-th waiting request (the p before it move one place back)."""
     cap, head = WQ.size, G[G_WHEAD]
@@ -63,7 +63,7 @@ def _wait_remove_at(G, WQ, p):
     G[G_WLEN] -= 1
 
 
-@njit(cache=True, error_model="numpy")
+@helper
 def _blocks_needed(S, slot, num_tokens, nhit):
     """SingleTypeKVCacheManager.get_num_blocks_to_allocate (full attention)."""
     C, R, P, HIT = S[0], S[2], S[5], S[13]
@@ -77,7 +77,7 @@ def _blocks_needed(S, slot, num_tokens, nhit):
     return max(required - nhit - R[slot, NBLK], 0) + evictable
 
 
-@njit(cache=True, error_model="numpy")
+@helper
 def _grow(S, slot, count):
     C, G, R, BT, P, BH, HT = S[0], S[1], S[2], S[4], S[5], S[6], S[7]
     if count <= 0:
@@ -90,7 +90,7 @@ def _grow(S, slot, count):
     G[G_NFREE] -= count
 
 
-@njit(cache=True, error_model="numpy")
+@helper
 def _cache_blocks(S, slot, num_tokens):
     """FullAttentionManager.cache_blocks: hash the newly full blocks."""
     C, R, KEYS, BT, P, BH, HT = S[0], S[2], S[3], S[4], S[5], S[6], S[7]
@@ -103,7 +103,7 @@ def _cache_blocks(S, slot, num_tokens):
     R[slot, NCACHED] = full
 
 
-@njit(cache=True, error_model="numpy")
+@helper
 def _allocate_slots(S, slot, num_new, nhit, external, admission):
     """KVCacheManager.allocate_slots; False (nothing changed) when it returns None."""
     C, G, R, BT, P, HIT = S[0], S[1], S[2], S[4], S[5], S[13]
@@ -130,7 +130,7 @@ def _allocate_slots(S, slot, num_new, nhit, external, admission):
     return True
 
 
-@njit(cache=True, error_model="numpy")
+@helper
 def _free_request(S, slot):
     """KVCacheManager.free: tail first."""
     G, R, BT, P, BUF = S[1], S[2], S[4], S[5], S[14]
@@ -139,7 +139,7 @@ def _free_request(S, slot):
     R[slot, NCACHED] = NONE
 
 
-@njit(cache=True, error_model="numpy")
+@inlined
 def _preempt(S, slot):
     """Scheduler._preempt_request: to the front of the waiting queue."""
     G, R, WQ = S[1], S[2], S[9]
@@ -154,7 +154,7 @@ def _preempt(S, slot):
     G[G_WLEN] += 1
 
 
-@njit(cache=True, error_model="numpy")
+@helper
 def _started(S, q, slot, num_new, start, step):
     """Add the entry to batch ``q`` and run _update_after_schedule for it."""
     C, R, BQ, BSMP, BMETA, REC = S[0], S[2], S[10], S[11], S[12], S[16]
@@ -180,13 +180,13 @@ def _started(S, q, slot, num_new, start, step):
     REC[X_CONTEXT] += computed
 
 
-@njit(cache=True, error_model="numpy")
+@inlined
 def _schedule_waiting(S, T, q, budget, threshold, step):
     """The waiting-queue half of schedule(); returns the tokens reloaded."""
     C, G, R, KEYS, HT, RUN, WQ, HIT = S[0], S[1], S[2], S[3], S[7], S[8], S[9], S[13]
     size = C[C_BS]
     reloads = 0
-    p = 0                                             # stale requests skipped at the front
+    p = ZERO                                          # stale requests skipped at the front
     while budget > 0 and p < G[G_WLEN]:
         if G[G_NRUN] >= C[C_MAXSEQS]:
             break
@@ -226,7 +226,7 @@ def _schedule_waiting(S, T, q, budget, threshold, step):
     return reloads
 
 
-@njit(cache=True, error_model="numpy")
+@inlined
 def _schedule(S, T, q):
     """Scheduler.schedule into batch slot ``q``, then _update_after_schedule; the record
     totals in REC (``REC[X_HAS]`` 0 when it scheduled nothing)."""
@@ -298,7 +298,7 @@ def _schedule(S, T, q):
     REC[X_NSCHED] = BMETA[q, B_NSCHED]
 
 
-@njit(cache=True, error_model="numpy")
+@helper
 def _event(G, EV, step, kind, index):
     if G[G_EVON] != 0:
         n = G[G_NEV]
@@ -307,7 +307,7 @@ def _event(G, EV, step, kind, index):
             G[G_NEV] = n + 1
 
 
-@njit(cache=True, error_model="numpy")
+@inlined
 def _update_from_output(S, T, q):
     """Scheduler.update_from_output with one sampled token per finished chunk."""
     C, G, R, KEYS, RUN, WQ, BQ, BSMP, BMETA, EV, REC = S[0], S[1], S[2], S[3], S[8], \
@@ -374,30 +374,28 @@ def _update_from_output(S, T, q):
         G[G_NRUN] = kept
 
 
-@njit(cache=True, error_model="numpy")
+@helper
 def engine_step(S, T):
     """One engine iteration (``EngineCore.step`` or ``step_with_batch_queue``); returns 1
     when it scheduled > 0 tokens (its totals in REC, its batch slot ``REC[X_Q]``), else 0.
     Outputs processed by this call go to EV (when ``G[G_EVON]``)."""
     C, G, REC = S[0], S[1], S[16]
     has = G[G_NRUN] > 0 or G[G_WLEN] > 0 or G[G_FIN] != 0
-    if C[C_ASYNC] == 0:
-        if not has:
-            REC[X_HAS] = 0
-            return 0
-        _schedule(S, T, ZERO)
-        _update_from_output(S, T, ZERO)
-        return REC[X_HAS]
+    asynchronous = C[C_ASYNC] != 0
     REC[X_HAS] = 0
-    if has:
-        _schedule(S, T, (G[G_QHEAD] + G[G_QLEN]) % 2)
-        G[G_QLEN] += 1
-        if G[G_QLEN] < 2 and (REC[X_HAS] != 0 or G[G_NRUN] > 0 or G[G_WLEN] > 0):
-            return REC[X_HAS]
-    elif G[G_QLEN] == 0:
+    if has:                                           # (one call site each: inlined)
+        q = (G[G_QHEAD] + G[G_QLEN]) % 2 if asynchronous else ZERO
+        _schedule(S, T, q)
+        if asynchronous:
+            G[G_QLEN] += 1
+            if G[G_QLEN] < 2 and (REC[X_HAS] != 0 or G[G_NRUN] > 0 or G[G_WLEN] > 0):
+                return REC[X_HAS]
+    elif not asynchronous or G[G_QLEN] == 0:
         return 0
-    q = G[G_QHEAD]
-    G[G_QHEAD] = (q + 1) % 2
-    G[G_QLEN] -= 1
+    q = ZERO
+    if asynchronous:
+        q = G[G_QHEAD]
+        G[G_QHEAD] = (q + 1) % 2
+        G[G_QLEN] -= 1
     _update_from_output(S, T, q)
     return REC[X_HAS]

@@ -16,8 +16,8 @@ least recent), node keys and the stack of free nodes.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from pipeline.engine.kjit import helper
 from pipeline.engine.kpool import table_delete, table_find, table_size, table_slot
 from pipeline.engine.layout import (CPUSTATE, KOFF, NONE, NPROMPT, T_CAPACITY, T_CHUNK,
                                     T_COUNT, T_FREE_TOP, T_MASK, T_ON, T_PER, T_SIZE, T_USED)
@@ -45,14 +45,14 @@ def no_tier() -> tuple:
             np.zeros((1, 2), np.int64), np.zeros(1, np.int64), np.zeros(1, np.int64))
 
 
-@njit(cache=True, error_model="numpy")
+@helper
 def _unlink(TN, node):
     p, q = TN[node, 0], TN[node, 1]
     TN[p, 1] = q
     TN[q, 0] = p
 
 
-@njit(cache=True, error_model="numpy")
+@helper
 def _push_back(TN, node):
     sentinel = TN.shape[0] - 1
     last = TN[sentinel, 0]
@@ -62,7 +62,7 @@ def _push_back(TN, node):
     TN[sentinel, 0] = node
 
 
-@njit(cache=True, error_model="numpy")
+@helper
 def cpu_lookup(T, R, KEYS, slot):
     """lookup(pin=True) + touch_cache for request ``slot``; the tokens vLLM may load
     (LMCache's hit, minus one when it is the whole prompt)."""
@@ -82,7 +82,7 @@ def cpu_lookup(T, R, KEYS, slot):
     return tokens - 1 if tokens == prompt else tokens
 
 
-@njit(cache=True, error_model="numpy")
+@helper
 def _allocate(T, size, in_flight):
     """Evict the least recent chunk until ``size`` more tokens fit; False if they never do."""
     TS, TT, TN, TNK, TFREE = T
@@ -100,7 +100,7 @@ def _allocate(T, size, in_flight):
     return True
 
 
-@njit(cache=True, error_model="numpy")
+@helper
 def cpu_store(T, R, KEYS, slot):
     """wait_for_save -> LMCacheEngine.store for request ``slot`` (its prompt computed)."""
     TS, TT, TN, TNK, TFREE = T

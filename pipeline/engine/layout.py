@@ -41,9 +41,10 @@ X_SIZE = 12
 B_STEP, B_NSCHED, B_NSAMP, B_HASREC = range(4)
 BQ_SLOT, BQ_NEW, BQ_START = range(3)
 
-# CPU tier scalars (int64)
-(T_ON, T_CAPACITY, T_CHUNK, T_PER, T_MASK, T_USED, T_FREE_TOP, T_COUNT) = range(8)
-T_SIZE = 8
+# CPU tier scalars (int64); T_HANDLE: a Python tier's handle (``kgeneric.register``), 0 for
+# LMCache's compiled tier
+(T_ON, T_CAPACITY, T_CHUNK, T_PER, T_MASK, T_USED, T_FREE_TOP, T_COUNT, T_HANDLE) = range(9)
+T_SIZE = 9
 
 # engine errors (G_ERROR)
 ERR_BLOCKS = 1          # a request's block table overflowed (a bug)

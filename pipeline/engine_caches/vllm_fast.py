@@ -70,7 +70,7 @@ def _depth_pass(keys, key_starts, prompt_keys, slots, phantom, limit, n_codes, d
     last = np.full(total, -1, np.int64)
     tree = np.zeros(keys.size + n_requests + 1, np.int64)
     live = 0
-    clock = 0
+    clock = np.int64(0)                 # not a literal 0: touch compiles once, for int64
     for r in range(n_requests):
         start = key_starts[r]
         running = 0

@@ -29,6 +29,9 @@ _TRUE = np.frombuffer(b"true", np.uint8)
 _FALSE = np.frombuffer(b"false", np.uint8)
 _NULL = np.frombuffer(b"null", np.uint8)
 _FAIL = -1
+#: Arguments as typed values, not numba literals: a literal compiles its callee once more
+#: for that value.
+_ZERO, _PLAIN, _ANY = np.int64(0), np.bool_(True), np.bool_(False)
 
 
 class Scanned(NamedTuple):
@@ -46,14 +49,14 @@ def _space(c: int) -> bool:
     return c == 32 or c == 9 or c == 13
 
 
-@njit(cache=True)
+@njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _skip(data: np.ndarray, i: int, end: int) -> int:
     while i < end and _space(data[i]):
         i += 1
     return i
 
 
-@njit(cache=True)
+@njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _digits(data: np.ndarray, i: int, end: int) -> int:
     """The end of the run of digits at ``i``."""
     while i < end and 48 <= data[i] <= 57:
@@ -61,7 +64,7 @@ def _digits(data: np.ndarray, i: int, end: int) -> int:
     return i
 
 
-@njit(cache=True)
+@njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _number(data: np.ndarray, i: int, end: int, plain: bool) -> int:
     """The end of a JSON number at ``i`` (``_FAIL`` if there is none); ``plain``: no sign,
     no exponent and at most 17 digits."""
@@ -93,7 +96,7 @@ def _number(data: np.ndarray, i: int, end: int, plain: bool) -> int:
     return _FAIL if plain and count > 17 else i
 
 
-@njit(cache=True)
+@njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _word(data: np.ndarray, i: int, end: int, word: np.ndarray) -> bool:
     if end - i != word.size:
         return False
@@ -103,7 +106,7 @@ def _word(data: np.ndarray, i: int, end: int, word: np.ndarray) -> bool:
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _other_value(data: np.ndarray, i: int, end: int) -> int:
     """The end of a number, literal or plain string at ``i``, else ``_FAIL``."""
     c = data[i] if i < end else 0
@@ -117,10 +120,10 @@ def _other_value(data: np.ndarray, i: int, end: int) -> int:
     for literal in (_TRUE, _FALSE, _NULL):
         if _word(data, i, min(i + literal.size, end), literal):
             return i + literal.size
-    return _number(data, i, end, False)
+    return _number(data, i, end, _ANY)
 
 
-@njit(cache=True)
+@njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _line(data: np.ndarray, i: int, tokens: np.ndarray, n_tokens: int,
           spans: np.ndarray, row: int) -> tuple[int, int]:
     """Parse the object at ``data[i]`` (a string or number cannot hold a newline, so it
@@ -153,7 +156,7 @@ def _line(data: np.ndarray, i: int, tokens: np.ndarray, n_tokens: int,
             if seen_time:
                 return _FAIL, i
             seen_time = True
-            after = _number(data, i, end, True)
+            after = _number(data, i, end, _PLAIN)
             if after == _FAIL:
                 return _FAIL, i
             spans[row, 0], spans[row, 1] = i, after
@@ -199,15 +202,13 @@ def _line(data: np.ndarray, i: int, tokens: np.ndarray, n_tokens: int,
     return count, i + 1
 
 
-@njit(cache=True)
+@njit(cache=True, no_cfunc_wrapper=True)
 def _scan(data: np.ndarray, tokens: np.ndarray, lines: np.ndarray, lengths: np.ndarray,
           spans: np.ndarray) -> int:
     """Every line of ``data`` in one walk; the number of objects, or ``_FAIL`` at the first
     line the fast path does not take."""
-    rows = 0
-    n_tokens = 0
+    rows = n_tokens = i = _ZERO                   # int64, not literal 0: one compile each
     number = 1
-    i = 0
     while True:
         i = _skip(data, i, data.size)
         if i >= data.size:
@@ -230,7 +231,7 @@ def _scan(data: np.ndarray, tokens: np.ndarray, lines: np.ndarray, lengths: np.n
         i += 1
 
 
-@njit(cache=True)
+@njit(cache=True, no_cfunc_wrapper=True)
 def _bounds(data: np.ndarray) -> tuple[int, int]:
     """(commas and closing brackets: at least the tokens, newlines)."""
     ends = 0

@@ -103,7 +103,9 @@ def token_blocks(tokens: np.ndarray, lengths: np.ndarray, block_size: int,
     block_index = np.arange(block_request.size, dtype=np.int64) - block_starts[block_request]
     keys = np.empty(block_request.size, dtype=np.uint64)
     block_tokens = np.empty(block_request.size, dtype=np.int64)
-    chain_block_keys(np.asarray(tokens, dtype=np.int64), lengths, int(block_size), keys, block_tokens)
+    tokens = np.asarray(tokens, dtype=np.int64).view()
+    tokens.flags.writeable = False                  # read-only or not: one compile
+    chain_block_keys(tokens, lengths, int(block_size), keys, block_tokens)
     return pl.DataFrame({"request": block_request + first_request,
                          "block_index": block_index, "block_key": keys,
                          "block_tokens": block_tokens}).cast(dict(BLOCK_SCHEMA))

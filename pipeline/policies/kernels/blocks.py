@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from pipeline.policies.kernels.lists import NONE, bucket_push, bucket_unlink, push, unlink
+from pipeline.policies.kernels.lists import FIRST, NONE, bucket_push, bucket_unlink, push, unlink
 from pipeline.policies.kernels.opt import next_use_codes, sift_down, sift_up
 
 __all__ = ["place_queue", "place_opt", "place_ring", "place_lfu", "block_lru", "block_fifo",
@@ -97,7 +97,7 @@ def place_opt(touches, t_off, lookup, l_off, capacity, k, next_use):
     heap = np.empty(k, np.int64)
     pin = np.full(k, -1, np.int64)
     aside = np.empty(max(capacity, 1), np.int64)
-    size = 0
+    size = np.int64(0)                          # not a literal 0: one compile of _heap_push
     clock = 0                                   # position in the placed touches
     count = 0                                   # pushes so far (the tie order)
     for r in range(requests):
@@ -230,7 +230,7 @@ def place_lfu(touches, t_off, lookup, l_off, capacity, k):
                 bcount[f + 1] += 1
             else:
                 freq[x] = 1
-                bucket_push(bhead, btail, prev, nxt, 1, x)
+                bucket_push(bhead, btail, prev, nxt, FIRST, x)
                 bcount[1] += 1
                 low = 1
                 resident[x] = True
@@ -250,7 +250,7 @@ def place_lfu(touches, t_off, lookup, l_off, capacity, k):
         for a in range(held):
             x = aside[a]
             freq[x] = 1
-            bucket_push(bhead, btail, prev, nxt, 1, x)
+            bucket_push(bhead, btail, prev, nxt, FIRST, x)
             bcount[1] += 1
             low = 1
             resident[x] = True

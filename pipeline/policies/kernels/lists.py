@@ -7,10 +7,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["NONE", "NEVER", "push", "unlink", "bucket_push", "bucket_unlink", "arrays"]
+__all__ = ["NONE", "NEVER", "FIRST", "push", "unlink", "bucket_push", "bucket_unlink", "arrays"]
 
 NONE = -1
 NEVER = np.iinfo(np.int64).max
+#: Count bucket 1 as an int64: a literal 1 argument compiled ``bucket_push`` once more.
+FIRST = np.int64(1)
 
 
 @njit(cache=True, nogil=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from pipeline.policies.kernels.lists import NONE, bucket_push, bucket_unlink
+from pipeline.policies.kernels.lists import FIRST, NONE, bucket_push, bucket_unlink
 from pipeline.policies.kernels.lists import push as _push, unlink as _unlink
 
 __all__ = ["queue", "clock", "sieve", "lfu"]
@@ -152,7 +152,7 @@ def _lfu(codes, sizes, capacity, k, prev, nxt):
             resident[v] = False
             used -= stored[v]
         freq[x] = 1
-        bucket_push(bhead, btail, prev, nxt, 1, x)
+        bucket_push(bhead, btail, prev, nxt, FIRST, x)
         bcount[1] += 1
         low = 1
         resident[x] = True
