@@ -46,6 +46,20 @@ def _report(tmp_path, capsys, *extra: str) -> str:
     return report.read_text()
 
 
+@pytest.fixture(scope="module")
+def plain_page(tmp_path_factory) -> str:
+    """The pattern's report without sizes, rendered once for the tests that only read it."""
+    import contextlib
+    import io
+
+    folder = tmp_path_factory.mktemp("plain")
+    report = folder / "t.html"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["trace", *PATTERN, "--out", str(folder / "o"), "--report",
+                     str(report)]) == 0
+    return report.read_text()
+
+
 def _without_script(page: str) -> str:
     return re.sub(r"<script.*?</script>", "", page, flags=re.S)
 
@@ -65,8 +79,8 @@ def test_sizes_given_as_sizes_get_gib_beside_tokens(tmp_path, capsys):
     assert "GiB of Llama-3.1-8B below" in page and "131,072 bytes per token" in page
 
 
-def test_every_number_has_thousands_separators(tmp_path, capsys):
-    page = _report(tmp_path, capsys)
+def test_every_number_has_thousands_separators(plain_page):
+    page = plain_page
     assert "GiB" not in _without_script(page)          # no sizes given: tokens only
     for key in ("trace-gpu", "trace-cpu", "trace-orders", "trace-reuse"):
         assert not BARE.search(_caption(page, key)), _caption(page, key)
@@ -74,14 +88,14 @@ def test_every_number_has_thousands_separators(tmp_path, capsys):
     assert not BARE.search(lede), lede
 
 
-def test_the_half_crossing_is_the_first_capacity_that_reaches_it(tmp_path, capsys):
+def test_the_half_crossing_is_the_first_capacity_that_reaches_it(plain_page):
     """The caption's capacity reaches half the infinite-cache block hits; one block less
     does not (the grid's point would be above it)."""
     from pipeline.blocks.stream import block_stream
     from pipeline.trace.command import load_workload
     from pipeline.cli import build_parser
 
-    page = _report(tmp_path, capsys)
+    page = plain_page
     half = int(re.search(r"reaches half .*? at ([\d,]+) tokens", _caption(page, "trace-gpu"))
                .group(1).replace(",", ""))
     args = build_parser().parse_args(["trace", *PATTERN])
