@@ -101,9 +101,22 @@ def test_cpu_tier_counts_per_instance_or_once_when_shared(capsys, grid_rows):
             assert a["total_tokens"] == a["gpu_tokens"] + a["cpu_tokens"]
 
 
-def test_text_output_names_the_grid_and_the_ttft_source(capsys):
-    status = main(["plan", *WORKLOAD, "--fleet", *GRID, "--target-hit-ratio", "0.3"])
-    text = capsys.readouterr().out
+@pytest.fixture(scope="module")
+def text_plan(tmp_path_factory):
+    """One text-mode ``plan --fleet --target-hit-ratio 0.3 --out DIR`` run: (status, stdout,
+    DIR); the text test and the --out test assert on it (``--out`` leaves the text as is)."""
+    import io
+    from contextlib import redirect_stdout
+    out = tmp_path_factory.mktemp("plan") / "plan"
+    buffer = io.StringIO()
+    with redirect_stdout(buffer):
+        status = main(["plan", *WORKLOAD, "--fleet", *GRID, "--target-hit-ratio", "0.3",
+                       "--out", str(out)])
+    return status, buffer.getvalue(), out
+
+
+def test_text_output_names_the_grid_and_the_ttft_source(text_plan):
+    status, text, _ = text_plan
     assert status == 0
     assert "TTFT: roofline (H100, Qwen2.5-1.5B, bf16 weights) (a lower bound" in text
     assert "grid: instances 1,2 x GPU blocks per instance 20,30,45" in text
@@ -125,10 +138,9 @@ def test_a_fitted_file_is_labelled_and_withheld_for_another_model(capsys):
     assert status == 1 and "TTFT withheld" in err and len(err.strip().splitlines()) == 1
 
 
-def test_out_writes_both_tables(tmp_path, capsys):
+def test_out_writes_both_tables(text_plan):
     import polars as pl
-    out = tmp_path / "plan"
-    status, document, _ = _plan(capsys, "--target-hit-ratio", "0.3", "--out", str(out))
+    status, _, out = text_plan
     assert status == 0
     assert pl.read_parquet(out / "fleet.parquet").height == 12
     assert pl.read_parquet(out / "plan.parquet")["router"].to_list() == ROUTERS

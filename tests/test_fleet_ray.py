@@ -15,26 +15,15 @@ ray = pytest.importorskip("ray")
 
 @pytest.fixture(scope="module", autouse=True)
 def compiled_kernels(tmp_path_factory):
-    """Two points run here first, so the engine's kernels are compiled once, in this process,
-    and the process pool's two workers and Ray's load them from numba's cache (on a clean
-    checkout they compiled them side by side: ~20 s CPU each). An oblivious router runs
-    each instance alone (``run_loop``), a prefix router steps them together (``run_until``
-    and its helpers): one point of each; and one point of the retry test's Python step
-    model (``step_once``), its kill disarmed."""
+    """One sweep runs here first, so the engine's kernel (and the prefix router's lookups)
+    is compiled once, in this process, and the process pool's two workers and Ray's load it
+    from numba's cache (on a clean checkout they compiled it side by side)."""
     import contextlib
     import io
-
-    from test_fleet_command import killed_worker_inputs
-
-    from pipeline.fleet import sweep
-
-    warm = tmp_path_factory.mktemp("warm")
     with contextlib.redirect_stdout(io.StringIO()):
         assert main(["fleet", *BASE, "--router", "round-robin,prefix-precise", "--instances",
-                     "2", "--gpu-blocks", "40", "--out", str(warm / "out")]) == 0
-    (warm / "killed").touch()
-    settings, points, workload = killed_worker_inputs(warm)
-    sweep.run_point(settings, points[0], workload)
+                     "2", "--gpu-blocks", "40", "--out",
+                     str(tmp_path_factory.mktemp("warm") / "out")]) == 0
 
 
 @pytest.fixture(scope="module", autouse=True)
