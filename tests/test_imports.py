@@ -133,7 +133,8 @@ def test_every_module_imports_in_a_fresh_interpreter():
 LAYERS: dict[str, tuple[str, ...]] = {
     "parts": (
         "pipeline", "pipeline.base.config", "pipeline.base.errors", "pipeline.base.arguments",
-        "pipeline.base.staging", "pipeline.base.stats", "pipeline.cache.tiers",
+        "pipeline.base.staging", "pipeline.base.stats", "pipeline.base.arrays",
+        "pipeline.cache.tiers",
         "pipeline.sizes.model_presets", "pipeline.sizes.units",
         "pipeline.charts", "pipeline.charts.provenance", "pipeline.measure.client",
         "pipeline.sizes.limits", "pipeline.sizes.grids",

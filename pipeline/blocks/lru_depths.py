@@ -54,6 +54,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from pipeline.base.arrays import read_only
 from pipeline.blocks.bands import SMALL_TOP, band_counts
 from pipeline.blocks.stream import TAIL_FIRST, BlockStream, capacity_blocks, check_order
 from pipeline.cache.stack_distance import NOTHING_STORED, band_limits
@@ -173,9 +174,8 @@ def distances_at(stream: BlockStream, capacity: int, order: str,
 def prefix_counts(stream: BlockStream, prefix: np.ndarray, capacities: np.ndarray) -> np.ndarray:
     """Prefix hit blocks per (capacity in blocks, request) from running-max depths."""
     out = np.zeros((capacities.size, stream.requests), np.int64)
-    prefix = prefix.view()
-    prefix.flags.writeable = False                    # read-only or not: one compile
-    _count_prefix(stream.starts, stream.cacheable, prefix, capacities.astype(np.int64), out)
+    _count_prefix(stream.starts, stream.cacheable, read_only(prefix),
+                  capacities.astype(np.int64), out)
     return out
 
 

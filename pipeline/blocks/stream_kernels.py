@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from pipeline.base.arrays import read_only
+
 __all__ = ["dense_codes", "request_runs", "ORDERED", "UNORDERED", "REPEATED"]
 
 ORDERED, UNORDERED, REPEATED = 0, 1, 2
@@ -43,9 +45,7 @@ def dense_codes(keys: np.ndarray) -> tuple[np.ndarray, int]:
     table = np.searchsorted(distinct >> np.uint64(shift),
                             np.arange((1 << bits) + 1, dtype=np.uint64)).astype(np.int64)
     codes = np.empty(keys.size, np.int64)
-    keys = keys.view()
-    keys.flags.writeable = False                       # read-only or not: one compile
-    _lookup(keys, distinct, shift, table, codes)
+    _lookup(read_only(keys), distinct, shift, table, codes)
     return codes, int(distinct.size)
 
 
@@ -57,11 +57,7 @@ def request_runs(request: np.ndarray, block_index: np.ndarray, block_tokens: np.
     block (``starts``), tokens, leading full blocks and number. Returns (runs, status, the
     first run repeating a key): ``UNORDERED`` when requests go down or block indices are
     not 0, 1, 2, ... per request, else ``REPEATED`` when a request holds a key twice."""
-    columns = []
-    for column in (request, block_index, block_tokens):   # polars gives either: read-only
-        column = column.view()                             # always, so the kernel compiles
-        column.flags.writeable = False                     # once
-        columns.append(column)
+    columns = [read_only(column) for column in (request, block_index, block_tokens)]
     return _request_runs(*columns, block_size, codes, n_codes, starts, tokens, cacheable,
                          numbers)
 

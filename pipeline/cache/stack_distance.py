@@ -43,6 +43,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from pipeline.base.arrays import read_only
 from pipeline.cache.stack_distance_kernels import (COLD, first_size_change, occupancy_pass,
                                                    stack_distance_pass)
 
@@ -138,8 +139,7 @@ def _fixed_key_sizes(keys: np.ndarray, sizes: np.ndarray, codes: np.ndarray,
 
 def _prepare(keys: object, sizes: object) -> _Coded:
     """Validate a trace (integer keys, non-negative fixed sizes per key) and code its keys."""
-    keys_array, sizes_array = _as_keys(keys), _as_int64("size", sizes).view()
-    sizes_array.flags.writeable = False             # read-only or not: the kernels compile once
+    keys_array, sizes_array = _as_keys(keys), read_only(_as_int64("size", sizes))
     if keys_array.size != sizes_array.size:
         raise ValueError(f"keys and sizes differ in length: {keys_array.size} != "
                          f"{sizes_array.size}")

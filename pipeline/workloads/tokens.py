@@ -28,6 +28,7 @@ import polars as pl
 import pyarrow as pa
 from numba import njit
 
+from pipeline.base.arrays import read_only
 from pipeline.workloads.blocks import BLOCK_SCHEMA, REQUEST_SCHEMA
 from pipeline.workloads.jsonl import Field, checked_pieces
 from pipeline.workloads.token_scan import scan_piece
@@ -103,8 +104,7 @@ def token_blocks(tokens: np.ndarray, lengths: np.ndarray, block_size: int,
     block_index = np.arange(block_request.size, dtype=np.int64) - block_starts[block_request]
     keys = np.empty(block_request.size, dtype=np.uint64)
     block_tokens = np.empty(block_request.size, dtype=np.int64)
-    tokens = np.asarray(tokens, dtype=np.int64).view()
-    tokens.flags.writeable = False                  # read-only or not: one compile
+    tokens = read_only(np.asarray(tokens, dtype=np.int64))
     chain_block_keys(tokens, lengths, int(block_size), keys, block_tokens)
     return pl.DataFrame({"request": block_request + first_request,
                          "block_index": block_index, "block_key": keys,

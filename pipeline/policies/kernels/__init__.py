@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from pipeline.base.arrays import read_only
 from pipeline.policies.kernels.ghost import arc, s3fifo
 from pipeline.policies.kernels.lists import arrays
 from pipeline.policies.kernels.opt import next_use_codes, opt
@@ -28,9 +29,7 @@ def _replay(policy: str, run: Callable) -> Callable:
     def replay(codes: np.ndarray, sizes: np.ndarray, capacity: int,
                bypass: bool = True) -> np.ndarray:
         codes = np.ascontiguousarray(codes, dtype=np.int64)
-        sizes = np.ascontiguousarray(sizes, dtype=np.int64).view()
-        sizes.flags.writeable = False     # always read-only (no kernel writes it): numba
-        #                                   compiles one specialization, not one per flag
+        sizes = read_only(np.ascontiguousarray(sizes, dtype=np.int64))  # no kernel writes it
         capacity = int(capacity)
         if capacity < 0:
             raise ValueError(f"capacity must be >= 0, got {capacity}")
