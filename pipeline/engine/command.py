@@ -8,7 +8,9 @@ freed tail first, async scheduling's two-deep batch queue, and an optional CPU t
 (LMCache's, or any registered CPU model: ``--cpu-model``). Proven equal to vLLM 0.33.0's
 own scheduler (tests/test_engine_vllm_equal.py).
 Writes DIR/requests.parquet (one row per request), DIR/steps.parquet (one per batch) and
-DIR/metrics.json (the run's figures; with a step-time model also DIR/vllm_log.parquet).
+DIR/metrics.json (the run's figures; with a step-time model also DIR/vllm_log.parquet);
+a run whose queue grows (``pipeline.engine.overload``) ends with a ``warning: overloaded:``
+line.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pipeline.sizes.limits import MAX_BLOCKS
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.loop import simulate
 from pipeline.engine.options import add_engine_arguments, cpu_tier_factory
+from pipeline.engine.overload import warning_line
 from pipeline.engine.request import EngineRequests
 from pipeline.engine.workload import (FORMATS, pattern_workload, read_workload,
                                       with_arrivals)
@@ -180,4 +183,6 @@ def main(args: argparse.Namespace) -> int:
           f"wrote {args.out}/: {', '.join(sorted(path.name for path in written))}")
     for line in metric_lines(metrics):
         print(line)
+    if metrics["overloaded"]:
+        print(warning_line(metrics))
     return 0

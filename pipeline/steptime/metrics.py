@@ -4,7 +4,9 @@
 CPU hit) to the engine's requests table (TTFT, queue wait and end-to-end come with the time
 clock). ``run_metrics(requests, steps)`` gives TTFT / queue / end-to-end percentiles
 (linear interpolation, as numpy's and vLLM's benchmark's), throughput, the token-weighted
-hit ratio per tier, preemptions, and the prefix-cache hit rate as vLLM 0.33 reports it:
+hit ratio per tier, preemptions, whether the run is overloaded (``overloaded``,
+``offered_rate``, ``served_rate``, ``queue_at_last_arrival``: ``pipeline.engine.overload``),
+and the prefix-cache hit rate as vLLM 0.33 reports it:
 
 * Prometheus: ``vllm:prefix_cache_hits / vllm:prefix_cache_queries``. vLLM records one
   entry per admission (``KVCacheManager.record_prefix_cache_stats``, at admission only):
@@ -29,6 +31,8 @@ import math
 
 import numpy as np
 import polars as pl
+
+from pipeline.engine.overload import overload_of
 
 __all__ = ["VLLM_WINDOW_REQUESTS", "VLLM_LOG_INTERVAL_S", "request_outputs",
            "prefix_cache_entries", "windowed_hit_rate", "vllm_log_figures", "run_metrics",
@@ -155,6 +159,7 @@ def run_metrics(requests: pl.DataFrame, steps: pl.DataFrame | None = None,
         "vllm_external_prefix_cache_hit_rate": ext_h / ext_q if ext_q else None,
         "vllm_log_hit_rate_final": float(window[-1]) if window.size else None,
         "step_time_model": label,
+        **overload_of(requests).metrics(),
     }
     if "ttft_ms" in frame.columns:
         for column, prefix in (("ttft_ms", "ttft_ms"), ("queue_ms", "queue_ms"),
