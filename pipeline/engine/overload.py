@@ -125,8 +125,8 @@ def overload_of(requests: pl.DataFrame) -> Overload:
 def warning_line(figures: dict, where: str = "") -> str:
     """``warning: overloaded: [WHERE: ]offered R req/s, served R req/s; N requests still
     queued when the last arrived (of M)`` from a metrics dict (``METRIC_KEYS`` and
-    ``requests``)."""
-    unit = "req/s" if figures["rate_unit"].endswith("/s") else "req/step"
+    ``requests``; per second without ``rate_unit``)."""
+    unit = "req/step" if figures.get("rate_unit", "").endswith("/step") else "req/s"
 
     def rate(value) -> str:
         return "n/a" if value is None else f"{value:,.2f} {unit}"

@@ -3,16 +3,27 @@
 Quantiles are polars' ``nearest``; ``hit_ratio`` = (GPU + CPU hit tokens) / prompt tokens;
 ``imbalance`` = the busiest instance's requests / the mean over instances (1 = even; an
 instance that got nothing counts as 0); ``throughput_rps`` = requests / (last finish -
-first arrival).
+first arrival). Per point, whether the fleet is overloaded (its waiting queue, every
+instance's together, grows over the run: ``pipeline.engine.overload``): ``overloaded``,
+``offered_rate`` and ``served_rate`` (requests per second), ``queue_at_last_arrival``,
+``peak_queue``.
 """
 
 from __future__ import annotations
 
 import polars as pl
 
-__all__ = ["POINT_COLUMNS", "instance_aggregates", "fleet_aggregates", "json_rows"]
+from pipeline.base.arguments import plural
+from pipeline.engine.overload import overload_of, warning_line
+
+__all__ = ["POINT_COLUMNS", "OVERLOAD_COLUMNS", "instance_aggregates", "fleet_aggregates",
+           "overload_rows", "overload_lines", "json_rows"]
 
 POINT_COLUMNS = ("router", "instances", "gpu_blocks", "load")
+#: the overload figures of a point (rates in requests per second)
+OVERLOAD_COLUMNS = pl.Schema({"overloaded": pl.Boolean, "offered_rate": pl.Float64,
+                              "served_rate": pl.Float64, "queue_at_last_arrival": pl.Int64,
+                              "peak_queue": pl.Int64})
 
 
 def _figures() -> list[pl.Expr]:
@@ -44,11 +55,47 @@ def fleet_aggregates(requests: pl.DataFrame) -> pl.DataFrame:
                  .select(*POINT_COLUMNS, imbalance=pl.col("busiest")
                          / (pl.col("n") / pl.col("instances"))))
     return (requests.group_by(*POINT_COLUMNS).agg(_figures())
-            .join(imbalance, on=list(POINT_COLUMNS)).sort(*POINT_COLUMNS))
+            .join(imbalance, on=list(POINT_COLUMNS))
+            .join(overload_rows(requests), on=list(POINT_COLUMNS)).sort(*POINT_COLUMNS))
+
+
+def overload_rows(requests: pl.DataFrame) -> pl.DataFrame:
+    """One row per point: its ``OVERLOAD_COLUMNS``, over every instance's requests."""
+    keys = requests.select(POINT_COLUMNS).unique(maintain_order=True)
+    rows = []
+    for key, part in requests.partition_by(POINT_COLUMNS, as_dict=True,
+                                           maintain_order=True).items():
+        figures = overload_of(part).metrics()
+        rows.append({**dict(zip(POINT_COLUMNS, key)),
+                     **{name: figures[name] for name in OVERLOAD_COLUMNS}})
+    return pl.DataFrame(rows, schema={**keys.schema, **OVERLOAD_COLUMNS})
+
+
+#: overloaded points printed one line each; more are one line with the worst
+POINT_LINES = 3
+
+
+def overload_lines(fleet: pl.DataFrame) -> list[str]:
+    """``warning: overloaded:`` lines of a sweep's points: one per overloaded point, or, past
+    ``POINT_LINES`` of them, one line with how many and the worst (the largest offered /
+    served rate)."""
+    over = fleet.filter(pl.col("overloaded")).sort(
+        pl.col("offered_rate") / pl.col("served_rate"), descending=True)
+
+    def where(row: dict) -> str:
+        return (f"{row['router']}, {plural(row['instances'], 'instance')} x "
+                f"{row['gpu_blocks']:,} GPU blocks, load {row['load']:g}")
+
+    if over.height > POINT_LINES:
+        worst = over.row(0, named=True)
+        return [warning_line(worst, f"{over.height} of {fleet.height} points; the worst, "
+                                    f"{where(worst)}")]
+    return [warning_line(row, where(row)) for row in over.iter_rows(named=True)]
 
 
 def json_rows(fleet: pl.DataFrame) -> list[dict]:
     """``--json``: one object per (router, point) with the fields the issue names."""
     keys = ("router", "instances", "gpu_blocks", "load", "prompt_tokens", "gpu_hit_tokens",
-            "cpu_hit_tokens", "ttft_p50_ms", "ttft_p90_ms", "imbalance")
+            "cpu_hit_tokens", "ttft_p50_ms", "ttft_p90_ms", "imbalance", "requests",
+            *OVERLOAD_COLUMNS)
     return fleet.select(keys).to_dicts()

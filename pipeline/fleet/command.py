@@ -23,7 +23,8 @@ import pyarrow.dataset as ds
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.options import cpu_tier_choice, cpu_tier_dests, cpu_tier_factory
 from pipeline.base.errors import CLIError, UsageError
-from pipeline.fleet.aggregates import fleet_aggregates, instance_aggregates, json_rows
+from pipeline.fleet.aggregates import fleet_aggregates, instance_aggregates, json_rows, \
+    overload_lines
 from pipeline.fleet.options import add_fleet_arguments
 from pipeline.fleet.plan import Memory, smallest_memory
 from pipeline.fleet.report import report_html
@@ -287,9 +288,12 @@ def _write_summaries(out: Path, points: list[Point], label: str, model,
     if plan is not None:
         outputs.add(out / "plan.parquet", parquet_bytes(plan), label="--out")
     outputs.commit()
-    if args.json:
+    warnings = overload_lines(fleet)
+    if args.json:                             # stdout stays JSON lines: warnings to stderr
         for row in json_rows(fleet):
             print(json.dumps(row))
+        for line in warnings:
+            print(line, file=sys.stderr)
         return
     print(f"{len(points)} points -> {out} (step times: {model_label})")
     with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_hide_dataframe_shape=True,
@@ -303,3 +307,5 @@ def _write_summaries(out: Path, points: list[Point], label: str, model,
             print(f"smallest total memory meeting {wanted} (replicas x (GPU KV + CPU tier), "
                   f"GiB; none: no swept point does):")
             print(plan)
+    for line in warnings:
+        print(line)

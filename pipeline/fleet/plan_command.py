@@ -14,7 +14,9 @@ TTFT is printed only when the step-time model can back it: the roofline (a lower
 or a fitted file, with the plan's KV bytes per token, and for a fitted file every prompt
 inside its fitted range. Otherwise a TTFT target is refused and a hit-ratio plan prints no
 TTFT, saying why. Nothing is written but ``--out DIR`` (``fleet.parquet``: every point;
-``plan.parquet``: the answers), both or neither, and only when every point ran.
+``plan.parquet``: the answers), both or neither, and only when every point ran. An answer
+whose point is overloaded (its queue grows under the load: ``pipeline.engine.overload``)
+gets a ``warning: overloaded:`` line (on stderr with ``--json``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -33,7 +36,8 @@ from pipeline.base.arguments import Parser
 from pipeline.engine.hashing import bulk_request_keys
 from pipeline.base.errors import CLIError, UsageError
 from pipeline.fleet import command as fleet_command
-from pipeline.fleet.aggregates import fleet_aggregates
+from pipeline.engine.overload import warning_line
+from pipeline.fleet.aggregates import OVERLOAD_COLUMNS, fleet_aggregates
 from pipeline.fleet.plan import Memory, smallest_memory
 from pipeline.fleet.sweep import Point, run_sweep
 from pipeline.fleet.workload import FLEET_PATTERNS, load_workload
@@ -191,11 +195,16 @@ def _fleet_plan(args: argparse.Namespace) -> int:
         outputs.add(args.out / "fleet.parquet", parquet_bytes(fleet), label="--out")
         outputs.add(args.out / "plan.parquet", parquet_bytes(plan), label="--out")
         outputs.commit()
-    document = _document(args, workload, kv, model, withheld, plan, load)
-    if args.json:
+    document = _document(args, workload, kv, model, withheld, plan, fleet, load)
+    warnings = [warning_line(a, f"the answer for {a['router']} ({a['instances']} x "
+                                f"{a['gpu_blocks']:,} GPU blocks)")
+                for a in document["answers"] if a["overloaded"]]
+    if args.json:                     # stdout stays one JSON document: warnings to stderr
         print(json.dumps(document, indent=2))
     else:
         _print(document)
+    for line in warnings:
+        print(line, file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
@@ -222,9 +231,12 @@ def _run(args: argparse.Namespace, settings, points: list[Point], workload) -> p
 
 
 def _document(args, workload, kv: KVSize, model, withheld: str | None, plan: pl.DataFrame,
-              load: float) -> dict:
+              fleet: pl.DataFrame, load: float) -> dict:
     kind = "ttft_p90" if args.target_ttft_p90_ms is not None else "hit_ratio"
     value = args.target_ttft_p90_ms if kind == "ttft_p90" else args.target_hit_ratio
+    point = ["router", "instances", "gpu_blocks", "load"]
+    plan = plan.join(fleet.select(*point, "requests", *OVERLOAD_COLUMNS), on=point,
+                     how="left")
     answers = []
     for row in plan.iter_rows(named=True):
         met = row["total_tokens"] is not None
@@ -233,7 +245,11 @@ def _document(args, workload, kv: KVSize, model, withheld: str | None, plan: pl.
             **{key: row[key] for key in ("instances", "gpu_blocks", "gpu_tokens",
                                          "cpu_tokens", "total_tokens", "total_gib",
                                          "hit_ratio", "ttft_p90_ms")},
-            "total_bytes": kv.bytes(row["total_tokens"]) if met else None})
+            "total_bytes": kv.bytes(row["total_tokens"]) if met else None,
+            # the answer's point under its simulated load (pipeline.engine.overload)
+            "overloaded": bool(row["overloaded"]) if met else None,
+            **{key: row[key] for key in ("offered_rate", "served_rate",
+                                         "queue_at_last_arrival", "requests")}})
     return {
         "kind": "kvlab-fleet-plan", "version": 1,
         "target": {"kind": kind, "value": value},

@@ -6,17 +6,21 @@ of ``--latency``) under the load (``--speed``, ``--rate`` or ``--concurrency``).
 bisects the number of GPU blocks between the smallest pool that holds the largest request
 and ``--gpu`` (default: a pool that holds every distinct block at once), assuming TTFT p90
 falls as the GPU grows; that is not proven under load (admission and preemption change with
-the pool), so the answer is reported with the figure one block below it.
+the pool), so the answer is reported with the figure one block below it. An answer whose run is
+overloaded (its queue grows: ``pipeline.engine.overload``) ends with a
+``warning: overloaded:`` line (stderr with ``--json``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import replace
 
 from pipeline.base.arguments import positive_float, positive_int
 from pipeline.base.errors import CLIError, UsageError
+from pipeline.engine.overload import warning_line
 from pipeline.engine.request import EngineRequests
 from pipeline.sizes.units import kv_from_args
 from pipeline.steptime.curves import Load, apply_load
@@ -24,6 +28,9 @@ from pipeline.steptime.metrics import run_metrics
 from pipeline.steptime.options import add_latency_arguments, latency_from_args
 
 __all__ = ["add_load_plan_arguments", "plan_under_load"]
+
+#: the answer's overload figures, also in the JSON document's ``answer``
+ANSWER_LOAD_KEYS = ("overloaded", "offered_rate", "served_rate", "queue_at_last_arrival")
 
 
 def add_load_plan_arguments(parser: argparse.ArgumentParser) -> None:
@@ -153,8 +160,13 @@ def _plan_under_load(args: argparse.Namespace) -> int:
         "search": f"bisected {lo:,}..{hi:,} blocks in {len(seen)} engine runs (assuming TTFT "
                   f"p90 falls as the GPU grows: not proven under load)",
         "figures": at, "figures_one_block_below": below}
-    if args.json:
+    document["answer"].update({key: at[key] for key in ANSWER_LOAD_KEYS})
+    warning = warning_line(at, f"the answer ({answer:,} GPU blocks)") if at["overloaded"] \
+        else None
+    if args.json:                     # stdout stays one JSON document: the warning to stderr
         print(json.dumps(document, indent=2, default=str))
+        if warning:
+            print(warning, file=sys.stderr)
         return 0
     gib = kv.bytes(answer * size) / 2**30
     verdict = {"met": "meets it", "gpu_minimum": "meets it already at the smallest pool that "
@@ -170,4 +182,6 @@ def _plan_under_load(args: argparse.Namespace) -> int:
     if below is not None:
         print(f"  one block below: TTFT p90 {below['ttft_ms_p90']:,.1f} ms")
     print(f"search: {document['search']}")
+    if warning:
+        print(warning)
     return 0
