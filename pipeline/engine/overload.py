@@ -27,18 +27,21 @@ empty instead.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
 import polars as pl
 
-__all__ = ["Overload", "overload", "overload_of", "warning_line", "RATE_MARGIN", "QUEUE_MIN",
-           "QUEUE_SHARE", "GROWTH_SHARE", "METRIC_KEYS"]
+__all__ = ["Overload", "overload", "overload_of", "warning_line", "warning_lines", "RATE_MARGIN", "QUEUE_MIN",
+           "QUEUE_SHARE", "GROWTH_SHARE", "METRIC_KEYS", "POINT_LINES"]
 
 RATE_MARGIN = 0.05      # offered > (1 + margin) x served
 QUEUE_MIN = 10          # requests waiting at the last arrival, at least ...
 QUEUE_SHARE = 0.01      # ... and this share of the run's requests
 GROWTH_SHARE = 0.25     # the second half's trend rises by this share of the final queue
+#: overloaded points of a sweep printed one line each; more are one line with the worst
+POINT_LINES = 3
 #: the keys a metrics dict (metrics.json, --json, fleet's rows) gets
 METRIC_KEYS = ("overloaded", "offered_rate", "served_rate", "rate_unit",
                "queue_at_last_arrival", "peak_queue")
@@ -135,3 +138,15 @@ def warning_line(figures: dict, where: str = "") -> str:
             f"{rate(figures['offered_rate'])}, served {rate(figures['served_rate'])}; "
             f"{figures['queue_at_last_arrival']:,} requests still queued when the last "
             f"arrived (of {figures['requests']:,})")
+
+
+def warning_lines(points: list[dict], where: Callable[[dict], str]) -> list[str]:
+    """``warning: overloaded:`` lines of a sweep's points (metrics dicts, ``where(point)``
+    naming one): one per overloaded point, or, past ``POINT_LINES`` of them, one line with
+    how many and the worst (the largest offered / served rate)."""
+    over = sorted((p for p in points if p["overloaded"]),
+                  key=lambda p: p["offered_rate"] / p["served_rate"], reverse=True)
+    if len(over) > POINT_LINES:
+        return [warning_line(over[0], f"{len(over)} of {len(points)} points; the worst, "
+                                      f"{where(over[0])}")]
+    return [warning_line(p, where(p)) for p in over]

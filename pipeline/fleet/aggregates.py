@@ -14,7 +14,7 @@ from __future__ import annotations
 import polars as pl
 
 from pipeline.base.arguments import plural
-from pipeline.engine.overload import overload_of, warning_line
+from pipeline.engine.overload import overload_of, warning_lines
 
 __all__ = ["POINT_COLUMNS", "OVERLOAD_COLUMNS", "instance_aggregates", "fleet_aggregates",
            "overload_rows", "overload_lines", "json_rows"]
@@ -71,26 +71,11 @@ def overload_rows(requests: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(rows, schema={**keys.schema, **OVERLOAD_COLUMNS})
 
 
-#: overloaded points printed one line each; more are one line with the worst
-POINT_LINES = 3
-
-
 def overload_lines(fleet: pl.DataFrame) -> list[str]:
-    """``warning: overloaded:`` lines of a sweep's points: one per overloaded point, or, past
-    ``POINT_LINES`` of them, one line with how many and the worst (the largest offered /
-    served rate)."""
-    over = fleet.filter(pl.col("overloaded")).sort(
-        pl.col("offered_rate") / pl.col("served_rate"), descending=True)
-
-    def where(row: dict) -> str:
-        return (f"{row['router']}, {plural(row['instances'], 'instance')} x "
-                f"{row['gpu_blocks']:,} GPU blocks, load {row['load']:g}")
-
-    if over.height > POINT_LINES:
-        worst = over.row(0, named=True)
-        return [warning_line(worst, f"{over.height} of {fleet.height} points; the worst, "
-                                    f"{where(worst)}")]
-    return [warning_line(row, where(row)) for row in over.iter_rows(named=True)]
+    """``warning: overloaded:`` lines of a sweep's points (``warning_lines``)."""
+    return warning_lines(fleet.to_dicts(), lambda row: (
+        f"{row['router']}, {plural(row['instances'], 'instance')} x {row['gpu_blocks']:,} "
+        f"GPU blocks, load {row['load']:g}"))
 
 
 def json_rows(fleet: pl.DataFrame) -> list[dict]:

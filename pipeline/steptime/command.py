@@ -5,7 +5,8 @@ options, ``--gpu CAPS`` (+ ``--gpu-steps``), ``--jobs`` and ``--report``;
 ``load_list`` is the type of ``--speed``, ``--rate`` and ``--concurrency`` (comma lists).
 ``prepare(args)`` settles the clock and returns the loads of a curve run (None for one run);
 ``run_metrics_outputs`` adds ``metrics.json`` and ``vllm_log.parquet`` to one timed run;
-``run_curves`` runs the grid and writes ``curves.parquet`` (and the report).
+``run_curves`` runs the grid and writes ``curves.parquet`` (and the report), then a
+``warning: overloaded:`` line per overloaded point (or one with how many and the worst).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pipeline.base.errors import CLIError, UsageError
 from pipeline.sizes.units import add_kv_arguments, capacities, kv_from_args, resolve_capacities, \
     size_lines
 from pipeline.base.staging import Outputs, json_bytes, parquet_bytes
+from pipeline.engine.overload import warning_lines
 from pipeline.engine.request import EngineRequests
 from pipeline.steptime.curves import UPPER, Load, load_curves, parse_loads, upper_curve
 from pipeline.steptime.fitted import Linear
@@ -218,6 +220,9 @@ def run_curves(args: argparse.Namespace, workload: EngineRequests, loads: list[L
             f"{r['gpu_capacity']:,} tokens hit {100 * (r['hit_ratio'] or 0):.1f} % TTFT p90 "
             f"{r['ttft_ms_p90']:,.0f} ms" for r in picks.iter_rows(named=True)))
     print(f"wrote {args.out}/curves.parquet" + (f" and {args.report}" if args.report else ""))
+    for line in warning_lines(frame.to_dicts(), lambda row: f"{row['load']}, GPU "
+                                                            f"{row['gpu_capacity']:,} tokens"):
+        print(line)
     return 0
 
 

@@ -5,7 +5,9 @@
 row per point; ``upper_curve`` adds the concurrency-1 line from the one-pass ``vllm`` model
 (``pipeline.engine_caches.vllm_fast``: every capacity in one pass, each request alone), where
 TTFT is the request's own prefill priced by the same step-time model (no queue). Load
-erodes the curve from that line down.
+erodes the curve from that line down. Each point says whether its run is overloaded
+(``overloaded``, ``offered_rate``, ``served_rate`` per second, ``queue_at_last_arrival``:
+``pipeline.engine.overload``; the concurrency-1 line never is).
 
 A GPU capacity of C tokens is ``num_gpu_blocks = C // block_size`` (vLLM logs "GPU KV cache
 size: num_gpu_blocks x block_size tokens", the null block inside), as the ``vllm`` model
@@ -43,7 +45,9 @@ CURVE_SCHEMA = pl.Schema({
     "hit_ratio": pl.Float64, "gpu_hit_ratio": pl.Float64, "cpu_hit_ratio": pl.Float64,
     "vllm_prefix_cache_hit_rate": pl.Float64, "ttft_ms_p50": pl.Float64,
     "ttft_ms_p90": pl.Float64, "ttft_ms_p99": pl.Float64, "queue_ms_p90": pl.Float64,
-    "preemptions": pl.Int64, "output_throughput": pl.Float64, "step_time_model": pl.String})
+    "preemptions": pl.Int64, "output_throughput": pl.Float64, "step_time_model": pl.String,
+    "overloaded": pl.Boolean, "offered_rate": pl.Float64, "served_rate": pl.Float64,
+    "queue_at_last_arrival": pl.Int64})
 
 
 @dataclass(frozen=True)
@@ -241,5 +245,6 @@ def upper_curve(requests: Sequence[SimRequest], capacities: Sequence[int],
                      "requests": prompt.size, "hit_ratio": ratio, "gpu_hit_ratio": ratio,
                      "cpu_hit_ratio": 0.0, "vllm_prefix_cache_hit_rate": ratio, **quantiles,
                      "queue_ms_p90": 0.0, "preemptions": 0, "output_throughput": None,
-                     "step_time_model": latency.label})
+                     "step_time_model": latency.label, "overloaded": False,
+                     "offered_rate": None, "served_rate": None, "queue_at_last_arrival": 0})
     return pl.DataFrame(rows, schema=CURVE_SCHEMA)
