@@ -18,7 +18,7 @@ grows at arrivals, so it is read at each arrival.
   second test, a steady queue (a closed loop of more requests than the engine runs at
   once) the third, a noisy but stable queue the first and third; an open-loop rate above
   what the configuration serves passes all three. A run whose requests all arrive at one
-  moment (a batch, a closed loop's start) has no arrival window: not overloaded.
+  moment (a batch at step 0) has no arrival window: not overloaded.
 
 The queue at the end of the run is not reported: every simulated run serves every request,
 so it is always 0; ``drain`` (last finish - last arrival) says how long the queue took to
@@ -33,8 +33,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import polars as pl
 
-__all__ = ["Overload", "overload", "overload_of", "warning_line", "warning_lines", "RATE_MARGIN", "QUEUE_MIN",
-           "QUEUE_SHARE", "GROWTH_SHARE", "METRIC_KEYS", "POINT_LINES"]
+__all__ = ["Overload", "overload", "overload_of", "warning_line", "warning_lines",
+           "RATE_MARGIN", "QUEUE_MIN", "QUEUE_SHARE", "GROWTH_SHARE", "METRIC_KEYS",
+           "POINT_LINES"]
 
 RATE_MARGIN = 0.05      # offered > (1 + margin) x served
 QUEUE_MIN = 10          # requests waiting at the last arrival, at least ...

@@ -6,8 +6,8 @@ of ``--latency``) under the load (``--speed``, ``--rate`` or ``--concurrency``).
 bisects the number of GPU blocks between the smallest pool that holds the largest request
 and ``--gpu`` (default: a pool that holds every distinct block at once), assuming TTFT p90
 falls as the GPU grows; that is not proven under load (admission and preemption change with
-the pool), so the answer is reported with the figure one block below it. An answer whose run is
-overloaded (its queue grows: ``pipeline.engine.overload``) ends with a
+the pool), so the answer is reported with the figure one block below it. An answer whose
+run is overloaded (its queue grows: ``pipeline.engine.overload``) ends with a
 ``warning: overloaded:`` line (stderr with ``--json``).
 """
 
