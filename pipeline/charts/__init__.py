@@ -54,6 +54,15 @@ figcaption { font-size: 1.05em; margin-top: 6px; color: #333; max-width: 820px; 
 .provenance.synthetic { background: #fff4e5; border-color: #e65100; }
 .provenance.real { background: #e8f5e9; border-color: #2e7d32; }
 .provenance p { margin: 6px 0; } code { word-break: break-all; }
+.summary { background: #f4f6f8; border-radius: 6px; padding: 10px 16px; }
+.summary dl { display: grid; grid-template-columns: max-content 1fr; gap: 3px 16px;
+              margin: 4px 0 10px; font-size: 0.92em; }
+.summary dt { font-weight: 600; color: #333; } .summary dd { margin: 0; }
+.wide { overflow-x: auto; }
+table.points { border-collapse: collapse; font-size: 0.88em; margin: 6px 0 12px; }
+table.points th, table.points td { padding: 2px 6px; text-align: right;
+                                   border-bottom: 1px solid #e3e3e3; white-space: nowrap; }
+table.points th:first-child, table.points td:first-child { text-align: left; }
 """
 
 

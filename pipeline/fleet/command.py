@@ -278,8 +278,10 @@ def _write_summaries(out: Path, points: list[Point], label: str, model,
     outputs = Outputs()
     outputs.add(out / "instances.parquet", parquet_bytes(instances), label="--out")
     outputs.add(out / "fleet.parquet", parquet_bytes(fleet), label="--out")
-    outputs.add(out / "report.html", report_html(fleet, label, model_label).encode(),
-                label="--out")
+    from pipeline.charts.summary import engine_configuration, provenance_text
+    page = report_html(fleet, label, model_label, requests, engine_configuration(args, model),
+                       provenance_text(model))
+    outputs.add(out / "report.html", page.encode(), label="--out")
     targets = dict(ttft_p90_ms=args.target_ttft_p90_ms, hit_ratio=args.target_hit_ratio)
     memory = Memory(getattr(model, "kv_bytes_per_token", None),
                     args.block_size, args.cpu_tokens, args.cpu_shared)

@@ -207,8 +207,11 @@ def run_curves(args: argparse.Namespace, workload: EngineRequests, loads: list[L
     description = (f"{workload.label}: {len(workload.requests):,} requests, block size "
                    f"{block}, {len(grid)} GPU capacities x {len(loads)} loads")
     if args.report is not None:
+        from pipeline.charts.summary import engine_configuration, provenance_text
         from pipeline.steptime.chart import curves_page
-        outputs.add(args.report, curves_page(curves, description).encode(), "--report")
+        page = curves_page(curves, description, engine_configuration(args, model),
+                           provenance_text(model))
+        outputs.add(args.report, page.encode(), "--report")
     outputs.commit()
     for line in size_lines(args.curve_sizes):
         print(line)

@@ -33,6 +33,7 @@ from pipeline.engine.request import SimRequest
 from pipeline.engine.workload import with_arrivals
 from pipeline.steptime.cost import StepTimeModel
 from pipeline.steptime.metrics import run_metrics
+from pipeline.steptime.tpot import tpot_quantiles
 
 __all__ = ["Load", "parse_loads", "apply_load", "load_curves", "upper_curve", "CURVE_SCHEMA",
            "ONE_PASS", "UPPER"]
@@ -47,7 +48,8 @@ CURVE_SCHEMA = pl.Schema({
     "ttft_ms_p90": pl.Float64, "ttft_ms_p99": pl.Float64, "queue_ms_p90": pl.Float64,
     "preemptions": pl.Int64, "output_throughput": pl.Float64, "step_time_model": pl.String,
     "overloaded": pl.Boolean, "offered_rate": pl.Float64, "served_rate": pl.Float64,
-    "queue_at_last_arrival": pl.Int64})
+    "queue_at_last_arrival": pl.Int64, "request_rate": pl.Float64,
+    "request_throughput": pl.Float64, "tpot_ms_p50": pl.Float64, "tpot_ms_p90": pl.Float64})
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,18 @@ def _init(work: dict) -> None:
     _WORK.update(work)
 
 
+def _request_rate(requests: Sequence[SimRequest], load: Load, metrics: dict) -> float | None:
+    """Requests per second of a point: the Poisson rate; a trace's arrivals (n - 1 over their
+    span); a closed loop's served throughput."""
+    if load.kind == "rate":
+        return load.value
+    if load.kind == "speed":
+        times = [r.arrival_s for r in requests]
+        span = max(times) - min(times)
+        return (len(times) - 1) / span if span > 0 else None
+    return metrics.get("request_throughput")
+
+
 def _point(job: tuple[int, int]) -> dict:
     k, capacity = job
     requests, concurrency, load = _WORK["loads"][k]
@@ -134,6 +148,7 @@ def _point(job: tuple[int, int]) -> dict:
         raise ValueError(f"GPU capacity {capacity:,} tokens ({config.num_gpu_blocks} blocks): "
                          f"{exc}; give larger capacities") from None
     m = run_metrics(result.requests, result.steps, _WORK["latency"].label)
+    m.update(tpot_quantiles(result.requests), request_rate=_request_rate(requests, load, m))
     return {"curve": "under load", "load": load.label, "load_kind": load.kind,
             "load_value": load.value, "gpu_capacity": capacity,
             "num_gpu_blocks": config.num_gpu_blocks, "requests": m["requests"],

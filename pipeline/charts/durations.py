@@ -1,0 +1,90 @@
+"""Time on the report pages: one duration formatter and one axis rule for every time chart.
+
+``format_duration(ms)`` words a duration the way a person reads it: milliseconds below 1 s,
+seconds below 10 min, minutes above (never "1,234,567 ms"). ``needs_log(values)`` is the
+one rule for log axes: the positive values span more than ``LOG_SPAN`` (100x).
+``time_axis(values_ms, title)`` picks the unit (seconds once a value exceeds 10 s) and the
+scale of a time axis, and says "(log scale)" in its title when it is one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import altair as alt
+
+__all__ = ["LOG_SPAN", "SECONDS_ABOVE_MS", "format_duration", "needs_log", "scale_for",
+           "TimeAxis", "time_axis"]
+
+LOG_SPAN = 100.0                # max / min of the positive values above which axes are log
+SECONDS_ABOVE_MS = 10_000.0     # an axis whose values exceed 10 s is drawn in seconds
+
+
+def _sig(value: float, digits: int = 3) -> str:
+    """``value`` to ``digits`` significant figures, without a trailing ``.0``."""
+    if value == 0:
+        return "0"
+    decimals = max(digits - 1 - math.floor(math.log10(abs(value))), 0)
+    return f"{value:,.{decimals}f}"
+
+
+def format_duration(ms: float | None) -> str:
+    """``812 ms``, ``2.92 ms``, ``12.4 s``, ``122 s``, ``62.3 min``; ``n/a`` for None or
+    NaN."""
+    if ms is None or not math.isfinite(ms):
+        return "n/a"
+    if abs(ms) < 1_000:
+        return f"{_sig(ms)} ms"
+    if abs(ms) < 600_000:
+        return f"{_sig(ms / 1e3)} s"
+    return f"{ms / 60e3:,.1f} min"
+
+
+def _positive(values: Iterable[float | None]) -> list[float]:
+    return [float(v) for v in values
+            if v is not None and math.isfinite(float(v)) and float(v) > 0]
+
+
+def needs_log(values: Iterable[float | None]) -> bool:
+    """True when the positive, finite values span more than ``LOG_SPAN`` (max / min)."""
+    positive = _positive(values)
+    return bool(positive) and max(positive) > LOG_SPAN * min(positive)
+
+
+def scale_for(values: Iterable[float | None], zero: bool = True) -> tuple[alt.Scale, str]:
+    """The scale of an axis over ``values`` and the suffix of its title: log and
+    ``" (log scale)"`` when they span more than 100x, else linear (from 0 when ``zero``)."""
+    if needs_log(values):
+        return alt.Scale(type="log"), " (log scale)"
+    return alt.Scale(type="linear", zero=zero), ""
+
+
+@dataclass(frozen=True)
+class TimeAxis:
+    """A time axis: its unit (``ms`` or ``s``), the divisor from milliseconds, its scale and
+    title."""
+
+    unit: str
+    divisor: float
+    scale: alt.Scale
+    title: str
+    log: bool
+
+    def y(self, field: str, **kwargs) -> alt.Y:
+        return alt.Y(f"{field}:Q", title=self.title, scale=self.scale, **kwargs)
+
+    def x(self, field: str, **kwargs) -> alt.X:
+        return alt.X(f"{field}:Q", title=self.title, scale=self.scale, **kwargs)
+
+
+def time_axis(values_ms: Iterable[float | None], title: str) -> TimeAxis:
+    """The axis for durations ``values_ms``: seconds when one exceeds 10 s, log when they
+    span more than 100x; ``title`` gets the unit and, if log, "(log scale)"."""
+    values = [float(v) for v in values_ms
+              if v is not None and math.isfinite(float(v))]
+    seconds = bool(values) and max(values) > SECONDS_ABOVE_MS
+    unit, divisor = ("s", 1e3) if seconds else ("ms", 1.0)
+    scale, suffix = scale_for(values)
+    return TimeAxis(unit, divisor, scale, f"{title} ({unit}){suffix}", bool(suffix))
