@@ -186,8 +186,11 @@ def summary_rows(points: pl.DataFrame) -> pl.DataFrame:
 
 def _summary(points: pl.DataFrame, label: str, model_label: str,
              configuration: Sequence[tuple[str, str]], provenance: str) -> str:
-    from pipeline.charts.summary import overload_text, summary_html, table_html
+    from pipeline.charts.summary import overload_text, summary_html, table_html, tier_text
     rows = summary_rows(points)
+    heaviest = rows.filter(pl.col("load") == rows["load"].max())
+    tiers = "; ".join(f"{r['router']}: {tier_text(r['GPU'], r['CPU'])}"
+                      for r in heaviest.iter_rows(named=True))
     first = points.sort("instances", "gpu_blocks").tail(1).row(0, named=True)
     judged = [{**r, "label": f"{r['router']} at load {r['load']:g}, {r['instances']} x "
                              f"{r['gpu_blocks']} blocks"} for r in points.iter_rows(named=True)]
@@ -202,7 +205,8 @@ def _summary(points: pl.DataFrame, label: str, model_label: str,
              ("instances", values("instances")),
              ("GPU blocks per instance", values("gpu_blocks")),
              ("loads (arrival-rate multipliers)", values("load")),
-             ("overload", overload_text(judged)), ("TPOT", tpot),
+             ("overload", overload_text(judged)),
+             (f"hit ratio by tier (load {rows['load'].max():g})", tiers), ("TPOT", tpot),
              ("step time", provenance or model_label)]
     headline = (f"<p>Per router and load at {first['instances']} instances x "
                 f"{first['gpu_blocks']:,} GPU blocks (hit ratio by tier: GPU / CPU / "
