@@ -186,9 +186,10 @@ def test_fleet_page_summary_and_ttft_against_request_rate_per_router():
                  "50.0 %", "TTFT p99", "TPOT p50", "10.0 ms", "roofline (H100): not measured",
                  "max_num_batched_tokens 8,192"):
         assert text in summary, text
-    units = _units(_specs(page)["#chart-fleet-rate"])
-    (_, enc, data), *_ = [u for u in units if _mark(u[0]) == "line"]
-    assert enc["x"]["field"] == "request_rate" and enc["color"]["field"] == "fleet"
+    spec = _specs(page)["#chart-fleet-rate"]
+    assert spec["facet"]["column"]["field"] == "fleet"       # 2 x 40 and 2 x 80 blocks
+    (_, enc, data), *_ = [u for u in _units(spec) if _mark(u[0]) == "line"]
+    assert enc["x"]["field"] == "request_rate" and enc["color"]["field"] == "router"
     assert {r["statistic"] for r in data} == {"p50", "p90"}
     assert sorted({r["request_rate"] for r in data}) == pytest.approx([1.0, 4.0])
 

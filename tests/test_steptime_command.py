@@ -71,6 +71,9 @@ def test_curves_write_parquet_and_report(tmp_path):
     assert alone["ttft_ms_p90"].to_list() == pytest.approx(upper["ttft_ms_p90"].to_list())
     page = (out / "c.html").read_text()
     assert "curves under load" in page and "roofline (H100, Qwen2.5-1.5B" in page
+    assert '<section class="summary">' in page and "H100 SXM: 989.4 TFLOP/s" in page
+    loaded = curves.filter(pl.col("curve") != "upper")
+    assert (loaded["request_rate"] > 0).all() and loaded["tpot_ms_p50"].null_count() == 0
 
 
 @pytest.mark.parametrize("options, message", [

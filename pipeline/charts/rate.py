@@ -22,7 +22,8 @@ __all__ = ["STATISTICS", "ttft_long", "ttft_rate_chart", "ttft_bars"]
 STATISTICS = (("p50", "ttft_p50_ms"), ("p90", "ttft_p90_ms"))
 _DASH = alt.StrokeDash("statistic:N", title="TTFT", sort=[s for s, _ in STATISTICS],
                        scale=alt.Scale(domain=[s for s, _ in STATISTICS],
-                                       range=[[1, 0], [6, 4]]))
+                                       range=[[1, 0], [6, 4]]),
+                       legend=None)            # the title says: p50 solid, p90 dashed
 
 
 def ttft_long(frame: pl.DataFrame, keep: Sequence[str]) -> pl.DataFrame:
@@ -54,12 +55,15 @@ def ttft_bars(frame: pl.DataFrame, category: str, title: str, order: Sequence[st
 
 
 def ttft_rate_chart(frame: pl.DataFrame, group: str, group_title: str, rate_title: str,
-                    order: Sequence[str]) -> alt.LayerChart:
-    """TTFT p50/p90 (y) against ``request_rate`` (x), one line per ``group``; with one
-    distinct rate, ``ttft_bars`` per group instead."""
+                    order: Sequence[str], facet: str | None = None) -> alt.TopLevelMixin:
+    """TTFT p50/p90 (y) against ``request_rate`` (x), one line per ``group``, one panel per
+    ``facet`` value when given; with one distinct rate, ``ttft_bars`` per group instead."""
     if frame["request_rate"].drop_nulls().n_unique() < 2:
+        if facet is not None:
+            frame = frame.with_columns(pl.format("{}, {}", group, facet).alias(group))
+            order = frame[group].unique(maintain_order=True).to_list()
         return ttft_bars(frame, group, group_title, order)
-    long = ttft_long(frame, [group, "request_rate"])
+    long = ttft_long(frame, [group, "request_rate", *([facet] if facet else [])])
     axis = time_axis(long["ttft_ms"].to_list(), "TTFT")
     rate_scale, rate_suffix = scale_for(long["request_rate"].to_list(), zero=False)
     long = long.with_columns(value=pl.col("ttft_ms") / axis.divisor,
@@ -72,4 +76,8 @@ def ttft_rate_chart(frame: pl.DataFrame, group: str, group_title: str, rate_titl
         tooltip=[alt.Tooltip(f"{group}:N", title=group_title),
                  alt.Tooltip("request_rate:Q", title="requests/s", format=".3~g"),
                  alt.Tooltip("statistic:N"), alt.Tooltip("text:N", title="TTFT")])
-    return alt.layer(chart).properties(width=560, height=300)
+    if facet is None:
+        return alt.layer(chart).properties(width=560, height=300)
+    panels = long[facet].unique(maintain_order=True).to_list()
+    return chart.properties(width=max(180, 620 // len(panels)), height=280).facet(
+        column=alt.Column(f"{facet}:N", title=None, sort=panels))

@@ -98,7 +98,7 @@ def cell_text(column: str, value) -> str:
     if isinstance(value, float):
         if column.endswith("_ms") or "_ms_" in column:
             return format_duration(value)
-        if column.endswith(RATIO_SUFFIXES) or column in ("GPU", "CPU", "recomputed"):
+        if column.endswith(RATIO_SUFFIXES) or column in ("GPU", "CPU", "recomputed", "saved"):
             return percent(value)
         return f"{value:,.3g}"
     if isinstance(value, int):

@@ -71,36 +71,31 @@ def point_figures(fleet: pl.DataFrame, requests: pl.DataFrame | None) -> pl.Data
     return frame.with_columns(request_rate=pl.when(rate.is_finite()).then(rate))
 
 
-def _group(frame: pl.DataFrame) -> pl.DataFrame:
-    """A ``fleet`` label per row: the router, with the fleet's shape when it varies."""
-    shapes = frame.select("instances", "gpu_blocks").unique().height
-    if shapes < 2:
-        return frame.with_columns(fleet=pl.col("router"))
-    return frame.with_columns(fleet=pl.format("{}, {} x {} blocks", "router", "instances",
-                                              "gpu_blocks"))
-
-
 def _rate_section(points: pl.DataFrame, label: str) -> Section:
     from pipeline.charts import Section
     from pipeline.charts.durations import format_duration
     from pipeline.charts.rate import ttft_rate_chart
-    frame = _group(points.sort("router", "instances", "gpu_blocks", "load"))
-    order = frame["fleet"].unique(maintain_order=True).to_list()
-    chart = ttft_rate_chart(frame, "fleet", "router", "request rate (the workload's arrivals "
-                            "x load, requests/s)", order)
+    frame = points.sort("instances", "gpu_blocks", "router", "load").with_columns(
+        fleet=pl.format("{} x {} blocks", "instances", "gpu_blocks"))
+    shapes = frame["fleet"].n_unique()
+    order = sorted(frame["router"].unique().to_list())
+    chart = ttft_rate_chart(frame, "router", "router", "request rate (requests/s)"
+                            if shapes > 1 else "request rate (the workload's arrivals x "
+                            "load, requests/s)", order,
+                            facet="fleet" if shapes > 1 else None)
     if frame["request_rate"].drop_nulls().n_unique() < 2:
         return Section("fleet-rate", chart.properties(
             title=f"TTFT p50 and p90 per router ({label})"),
             "One load: TTFT p50 and p90 per router; give --load X,X,... for TTFT against "
             "request rate.")
     heavy = frame.sort("request_rate").tail(1)["request_rate"][0]
-    at = frame.filter(pl.col("request_rate") == heavy).sort("ttft_p90_ms")
-    best = at.row(0, named=True)
+    best = frame.filter(pl.col("request_rate") == heavy).sort("ttft_p90_ms").row(0, named=True)
+    panels = " (one panel per instances x GPU blocks)" if shapes > 1 else ""
     return Section("fleet-rate", chart.properties(
         title=f"TTFT p50 (solid) and p90 (dashed) against request rate ({label})"),
-        f"TTFT against request rate, one line per router, as a vllm bench serve sweep plots "
-        f"it; at {heavy:,.3g} requests/s the lowest TTFT p90 is {best['fleet']}'s, "
-        f"{format_duration(best['ttft_p90_ms'])}.")
+        f"TTFT against request rate, one line per router{panels}, as a vllm bench serve "
+        f"sweep plots it; at {heavy:,.3g} requests/s the lowest TTFT p90 is {best['router']}'s "
+        f"at {best['fleet']}, {format_duration(best['ttft_p90_ms'])}.")
 
 
 def _by_blocks(frame: pl.DataFrame, y: alt.Y) -> alt.Chart:

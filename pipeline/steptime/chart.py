@@ -253,11 +253,8 @@ def _points(curves: pl.DataFrame) -> str:
 def curves_page(curves: pl.DataFrame, description: str,
                 configuration: Sequence[tuple[str, str]] = (), provenance: str = "") -> str:
     """The whole page: the summary, then the curve sections, then every point."""
-    upper = curves.filter(pl.col("curve") == UPPER)["load"].unique().to_list()
-    lede = (f"{description}. Step time: {_label(curves)}. The dashed black line of the "
-            f"capacity charts is {upper[0] if upper else 'concurrency 1'} (each request "
-            f"alone), the line load usually erodes (not a strict bound: a request admitted "
-            f"beside another can hit blocks that one allocated).")
+    lede = (f"Simulated engine runs (a model of vLLM v1's scheduler); times are "
+            f"{_label(curves)}{_bound(_label(curves))}.")
     return page_html("kvlab simulate: curves under load", lede,
                      [("Summary", _summary(curves, description, configuration, provenance),
                        []),
