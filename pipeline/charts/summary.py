@@ -20,11 +20,12 @@ import polars as pl
 
 from pipeline.charts.durations import format_duration
 
-__all__ = ["OVERLOAD_KEYS", "summary_html", "engine_configuration", "overload_text",
+__all__ = ["OVERLOAD_KEYS", "NOT_MODELLED", "summary_html", "engine_configuration", "overload_text",
            "provenance_text", "tier_text", "table_html", "percent", "cell_text"]
 
 OVERLOAD_KEYS = ("overloaded", "offered_rate", "served_rate", "queue_at_last_arrival")
 RATIO_SUFFIXES = ("_ratio", "_rate_share")
+NOT_MODELLED = "not modelled (needs finish times and requests of 2+ output tokens)"
 
 
 def percent(value: float | None) -> str:

@@ -181,7 +181,8 @@ def summary_rows(points: pl.DataFrame) -> pl.DataFrame:
 
 def _summary(points: pl.DataFrame, label: str, model_label: str,
              configuration: Sequence[tuple[str, str]], provenance: str) -> str:
-    from pipeline.charts.summary import overload_text, summary_html, table_html, tier_text
+    from pipeline.charts.summary import (NOT_MODELLED, overload_text, summary_html,
+                                         table_html, tier_text)
     rows = summary_rows(points)
     heaviest = rows.filter(pl.col("load") == rows["load"].max())
     tiers = "; ".join(f"{r['router']}: {tier_text(r['GPU'], r['CPU'])}"
@@ -189,8 +190,7 @@ def _summary(points: pl.DataFrame, label: str, model_label: str,
     first = points.sort("instances", "gpu_blocks").tail(1).row(0, named=True)
     judged = [{**r, "label": f"{r['router']} at load {r['load']:g}, {r['instances']} x "
                              f"{r['gpu_blocks']} blocks"} for r in points.iter_rows(named=True)]
-    tpot = ("not modelled (no finish times)" if rows["TPOT_p50_ms"].drop_nulls().is_empty()
-            else "in the table")
+    tpot = NOT_MODELLED if rows["TPOT_p50_ms"].drop_nulls().is_empty() else "in the table"
 
     def values(column: str) -> str:
         return ", ".join(f"{v:g}" for v in sorted(points[column].unique().to_list()))

@@ -21,7 +21,7 @@ from pipeline.charts import Section, page_html
 from pipeline.charts.durations import format_duration, time_axis
 from pipeline.charts.parts import HEIGHT, WIDTH, tooltips
 from pipeline.charts.rate import ttft_rate_chart
-from pipeline.charts.summary import (overload_text, percent, summary_html, table_html,
+from pipeline.charts.summary import (NOT_MODELLED, overload_text, percent, summary_html, table_html,
                                      tier_text)
 from pipeline.steptime.curves import UPPER
 
@@ -220,8 +220,8 @@ def _summary(curves: pl.DataFrame, description: str,
     top = rows.row(0, named=True) if rows.height else {}
     points = [{**r, "label": f"{r['load']} at {r['gpu_capacity']:,} tokens"}
               for r in loaded.iter_rows(named=True)]
-    tpot = ("not modelled (no finish times)" if rows.height == 0
-            or rows["TPOT_p50_ms"].drop_nulls().is_empty() else "in the table")
+    tpot = (NOT_MODELLED if rows.height == 0 or rows["TPOT_p50_ms"].drop_nulls().is_empty()
+            else "in the table")
     caps = (f"{capacities[0]:,} tokens" if len(capacities) == 1 else
             f"{len(capacities)} capacities, {capacities[0]:,} to {capacities[-1]:,} tokens")
     items = [("workload", description), *configuration, ("GPU KV capacities", caps),
