@@ -64,9 +64,11 @@ def overload_text(rows: Sequence[dict]) -> str:
         return f"overloaded: no ({len(judged)} of {len(judged)} points keep up with arrivals)"
     worst = max(over, key=lambda r: r.get("offered_rate") or 0)
     where = worst.get("label", "")
+    queue = worst.get("queue_at_last_arrival")
+    queued = "n/a" if queue is None else f"{queue:,.0f}"
     return (f"overloaded: yes ({len(over)} of {len(judged)} points; {where} offered "
             f"{_rate(worst.get('offered_rate'))}, served {_rate(worst.get('served_rate'))}, "
-            f"{worst.get('queue_at_last_arrival', 'n/a')} queued at the last arrival)")
+            f"{queued} queued at the last arrival)")
 
 
 def engine_configuration(args: argparse.Namespace, model) -> list[tuple[str, str]]:
