@@ -1,8 +1,9 @@
 """Time on the report pages: one duration formatter and one axis rule for every time chart.
 
-``format_duration(ms)`` words a duration the way a person reads it: milliseconds below 1 s,
-seconds below 10 min, minutes above (never "1,234,567 ms"). ``needs_log(values)`` is the
-one rule for log axes: the positive values span more than ``LOG_SPAN`` (100x).
+``format_duration(ms)`` (from ``pipeline.base.durations``, which command lines use too)
+words a duration the way a person reads it: milliseconds below 1 s, seconds below 10 min,
+minutes above (never "1,234,567 ms"). ``needs_log(values)`` is the one rule for log axes:
+the positive values span more than ``LOG_SPAN`` (100x).
 ``time_axis(values_ms, title)`` picks the unit (seconds once a value exceeds 10 s) and the
 scale of a time axis, and says "(log scale)" in its title when it is one.
 """
@@ -15,31 +16,13 @@ from dataclasses import dataclass
 
 import altair as alt
 
+from pipeline.base.durations import format_duration
+
 __all__ = ["LOG_SPAN", "SECONDS_ABOVE_MS", "format_duration", "needs_log", "scale_for",
            "TimeAxis", "time_axis"]
 
 LOG_SPAN = 100.0                # max / min of the positive values above which axes are log
 SECONDS_ABOVE_MS = 10_000.0     # an axis whose values exceed 10 s is drawn in seconds
-
-
-def _sig(value: float, digits: int = 3) -> str:
-    """``value`` to ``digits`` significant figures, without a trailing ``.0``."""
-    if value == 0:
-        return "0"
-    decimals = max(digits - 1 - math.floor(math.log10(abs(value))), 0)
-    return f"{value:,.{decimals}f}"
-
-
-def format_duration(ms: float | None) -> str:
-    """``812 ms``, ``2.92 ms``, ``12.4 s``, ``122 s``, ``62.3 min``; ``n/a`` for None or
-    NaN."""
-    if ms is None or not math.isfinite(ms):
-        return "n/a"
-    if abs(ms) < 1_000:
-        return f"{_sig(ms)} ms"
-    if abs(ms) < 600_000:
-        return f"{_sig(ms / 1e3)} s"
-    return f"{ms / 60e3:,.1f} min"
 
 
 def _positive(values: Iterable[float | None]) -> list[float]:

@@ -20,6 +20,7 @@ import numpy as np
 import polars as pl
 
 from pipeline.base.arguments import positive_int
+from pipeline.base.durations import format_duration
 from pipeline.base.errors import CLIError, UsageError
 from pipeline.sizes.units import add_kv_arguments, capacities, kv_from_args, resolve_capacities, \
     size_lines
@@ -221,7 +222,7 @@ def run_curves(args: argparse.Namespace, workload: EngineRequests, loads: list[L
         picks = rows[[0, rows.height // 2, rows.height - 1]] if rows.height > 2 else rows
         print(f"  {load}: " + "; ".join(
             f"{r['gpu_capacity']:,} tokens hit {100 * (r['hit_ratio'] or 0):.1f} % TTFT p90 "
-            f"{r['ttft_ms_p90']:,.0f} ms" for r in picks.iter_rows(named=True)))
+            f"{format_duration(r['ttft_ms_p90'])}" for r in picks.iter_rows(named=True)))
     print(f"wrote {args.out}/curves.parquet" + (f" and {args.report}" if args.report else ""))
     for line in warning_lines(frame.to_dicts(), lambda row: f"{row['load']}, GPU "
                                                             f"{row['gpu_capacity']:,} tokens"):
