@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from pipeline.base.durations import format_duration
 from pipeline.fleet.aggregates import POINT_COLUMNS
 
 if TYPE_CHECKING:                       # altair is imported only when the page is drawn
@@ -73,7 +74,6 @@ def point_figures(fleet: pl.DataFrame, requests: pl.DataFrame | None) -> pl.Data
 
 def _rate_section(points: pl.DataFrame, label: str) -> Section:
     from pipeline.charts import Section
-    from pipeline.charts.durations import format_duration
     from pipeline.charts.rate import ttft_rate_chart
     frame = points.sort("instances", "gpu_blocks", "router", "load").with_columns(
         fleet=pl.format("{} x {} blocks", "instances", "gpu_blocks"))
@@ -150,7 +150,6 @@ def _capacity_sections(points: pl.DataFrame) -> list[Section]:
 
 
 def _best(fleet: pl.DataFrame, field: str, high: bool) -> str:
-    from pipeline.charts.durations import format_duration
     row = fleet.sort(field, descending=high).row(0, named=True)
     value = format_duration(row[field]) if field.endswith("_ms") else f"{row[field]:.3g}"
     return (f"best {field}: {row['router']} ({value}) at {row['gpu_blocks']} blocks, "
