@@ -145,6 +145,10 @@ def test_overload_keys_are_shown_when_the_points_carry_them():
     summary = _summary(page)
     assert "overloaded: yes (2 of 4 points" in summary and "served 5 requests/s" in summary
     assert "not assessed" not in summary
+    rate = json.dumps(_specs(page)["#chart-load-rate"])      # the overloaded points circled
+    assert "datum.overloaded" in rate and "circled: the 2 overloaded points" in page
+    plain = curves_page(_curves([2000, 40000], [1.0, 16.0]), "w", CONFIG, "p")
+    assert "datum.overloaded" not in json.dumps(_specs(plain)["#chart-load-rate"])
 
 
 def test_provenance_names_the_clock_without_a_model():

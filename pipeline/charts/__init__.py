@@ -63,6 +63,7 @@ table.points { border-collapse: collapse; font-size: 0.88em; margin: 6px 0 12px;
 table.points th, table.points td { padding: 2px 6px; text-align: right;
                                    border-bottom: 1px solid #e3e3e3; white-space: nowrap; }
 table.points th:first-child, table.points td:first-child { text-align: left; }
+.summary table.points { font-size: 0.84em; }
 """
 
 

@@ -74,7 +74,7 @@ def point_figures(fleet: pl.DataFrame, requests: pl.DataFrame | None) -> pl.Data
 
 def _rate_section(points: pl.DataFrame, label: str) -> Section:
     from pipeline.charts import Section
-    from pipeline.charts.rate import ttft_rate_chart
+    from pipeline.charts.rate import overload_note, ttft_rate_chart
     frame = points.sort("instances", "gpu_blocks", "router", "load").with_columns(
         fleet=pl.format("{} x {} blocks", "instances", "gpu_blocks"))
     shapes = frame["fleet"].n_unique()
@@ -95,7 +95,7 @@ def _rate_section(points: pl.DataFrame, label: str) -> Section:
         title=f"TTFT p50 (solid) and p90 (dashed) against request rate ({label})"),
         f"TTFT against request rate, one line per router{panels}, as a vllm bench serve "
         f"sweep plots it; at {heavy:,.3g} requests/s the lowest TTFT p90 is {best['router']}'s "
-        f"at {best['fleet']}, {format_duration(best['ttft_p90_ms'])}.")
+        f"at {best['fleet']}, {format_duration(best['ttft_p90_ms'])}{overload_note(frame)}.")
 
 
 def _by_blocks(frame: pl.DataFrame, y: alt.Y) -> alt.Chart:
@@ -112,8 +112,9 @@ def _bars(frame: pl.DataFrame, field: str, x: alt.X) -> alt.Chart:
     """One capacity: ``field`` per router (and load, instances) as bars."""
     import altair as alt
 
-    frame = frame.with_columns(row=pl.format("{}, {} instances, load {}", "router",
-                                             "instances", "load"))
+    frame = frame.with_columns(row=pl.Series([
+        f"{r}, {n} instances, load {x:g}"
+        for r, n, x in frame.select("router", "instances", "load").iter_rows()]))
     return (alt.Chart(alt.Data(values=frame.to_dicts())).mark_bar()
             .encode(y=alt.Y("row:N", title=None), x=x, color=alt.Color("router:N"),
                     tooltip=["row:N", alt.Tooltip(f"{field}:Q", format=".4g")])
@@ -156,7 +157,7 @@ def _best(fleet: pl.DataFrame, field: str, high: bool) -> str:
             f"{row['instances']} instances, load {row['load']:g}.")
 
 
-_TITLES = {"requests_per_s": "requests/s", "TTFT_p50_ms": "TTFT p50",
+_TITLES = {"requests_per_s": "req/s", "overloaded": "overload", "TTFT_p50_ms": "TTFT p50",
            "TTFT_p90_ms": "TTFT p90", "TTFT_p99_ms": "TTFT p99", "TPOT_p50_ms": "TPOT p50",
            "TPOT_p90_ms": "TPOT p90"}
 

@@ -20,7 +20,7 @@ import polars as pl
 from pipeline.charts import Section, page_html
 from pipeline.charts.durations import format_duration, time_axis
 from pipeline.charts.parts import HEIGHT, WIDTH, tooltips
-from pipeline.charts.rate import ttft_rate_chart
+from pipeline.charts.rate import overload_note, ttft_rate_chart
 from pipeline.charts.summary import (NOT_MODELLED, overload_text, percent, summary_html, table_html,
                                      tier_text)
 from pipeline.steptime.curves import UPPER
@@ -140,8 +140,8 @@ def rate_section(curves: pl.DataFrame) -> Section:
     caption = (f"TTFT against request rate, one line per GPU capacity{fewer}, as a "
                f"vllm bench serve sweep plots it: at {heavy['load']} "
                f"({heavy['request_rate']:,.3g} requests/s) TTFT p90 is "
-               f"{format_duration(heavy['ttft_ms_p90'])} at {heavy['gpu_capacity']:,} tokens; "
-               f"times are {label}{_bound(label)}.")
+               f"{format_duration(heavy['ttft_ms_p90'])} at {heavy['gpu_capacity']:,} tokens"
+               f"{overload_note(frame)}; times are {label}{_bound(label)}.")
     return Section("load-rate", chart, caption)
 
 
@@ -207,7 +207,7 @@ def summary_rows(curves: pl.DataFrame) -> pl.DataFrame:
     return top.select(**columns)
 
 
-_TITLES = {"requests_per_s": "requests/s", "TTFT_p50_ms": "TTFT p50",
+_TITLES = {"requests_per_s": "req/s", "overloaded": "overload", "TTFT_p50_ms": "TTFT p50",
            "TTFT_p90_ms": "TTFT p90", "TTFT_p99_ms": "TTFT p99", "TPOT_p50_ms": "TPOT p50",
            "TPOT_p90_ms": "TPOT p90"}
 
