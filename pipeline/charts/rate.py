@@ -90,8 +90,8 @@ def ttft_rate_chart(frame: pl.DataFrame, group: str, group_title: str, rate_titl
                  alt.Tooltip("request_rate:Q", title="requests/s", format=".3~g"),
                  alt.Tooltip("statistic:N"), alt.Tooltip("text:N", title="TTFT")])]
     if flagged:                          # the overload detector's verdict, circled in black
-        layers.append(base.mark_point(shape="circle", size=200, filled=False, strokeWidth=1.5,
-                                      color="#111").transform_filter("datum.overloaded"))
+        layers.append(base.mark_point(shape="circle", size=200, filled=False, strokeWidth=1.5)
+                      .encode(color=alt.value("#111")).transform_filter("datum.overloaded"))
     chart = alt.layer(*layers)
     if facet is None:
         return chart.properties(width=560, height=300)
