@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import math
 import re
+import sys
+from collections.abc import Callable
 
 from kvlab.scenario import OneLineParser, non_negative_int, pass_list
 
-__all__ = ["Parser", "checked", "int_list", "non_negative_int", "pass_list", "plural", "positive_int",
+__all__ = ["Parser", "checked", "deprecated_alias", "int_list", "non_negative_int", "pass_list", "plural", "positive_int",
            "positive_float", "non_negative_float", "unit_ratio"]
 
 
@@ -26,6 +28,59 @@ class Parser(OneLineParser):
         if _NEGATIVE.match(arg_string) and arg_string not in self._option_string_actions:
             return None
         return super()._parse_optional(arg_string)
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        strings = list(sys.argv[1:] if args is None else args)
+        namespace, extras = super().parse_known_args(strings, namespace)
+        for action in self._actions:
+            if isinstance(action, _DeprecatedAlias) and \
+                    getattr(namespace, _ALIASED, {}).get(action.new) and \
+                    any(s == action.new or s.startswith(action.new + "=") for s in strings):
+                self.error(f"{action.option_strings[0]} is the deprecated spelling of "
+                           f"{action.new}: give {action.new} once")
+        if hasattr(namespace, _ALIASED):
+            delattr(namespace, _ALIASED)
+        return namespace, extras
+
+
+#: the namespace attribute that records which new options an alias set while parsing
+_ALIASED = "_deprecated_aliases_used"
+
+
+class _DeprecatedAlias(argparse.Action):
+    """An old spelling of option ``new``: the value (``convert``ed to the new option's text)
+    goes through the new option's type to its dest, and one line on stderr says so."""
+
+    def __init__(self, option_strings, dest, new: str, convert: Callable[[str], str] | None,
+                 **kwargs):
+        super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                         help=argparse.SUPPRESS, **kwargs)
+        self.new, self.convert = new, convert
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        target = parser._option_string_actions[self.new]
+        text = self.convert(values) if self.convert is not None else values
+        try:
+            value = target.type(text) if target.type is not None else text
+        except argparse.ArgumentTypeError as exc:
+            parser.error(f"argument {option_string}: {exc}")
+        same = f"{self.new} {text}" if self.convert is not None else self.new
+        print(f"warning: {option_string} is deprecated; use {same} (same meaning)",
+              file=sys.stderr)
+        setattr(namespace, target.dest, value)
+        used = dict(getattr(namespace, _ALIASED, {}))
+        used[self.new] = option_string
+        setattr(namespace, _ALIASED, used)
+
+
+def deprecated_alias(parser, old: str, new: str,
+                     convert: Callable[[str], str] | None = None) -> argparse.Action:
+    """Add ``old`` as a hidden, deprecated spelling of the option ``new`` (already added to
+    ``parser`` or its parent): it sets ``new``'s dest through ``new``'s type, after
+    ``convert`` (old text -> new text, e.g. ``2048`` -> ``2048blocks``), and prints one line
+    ``warning: OLD is deprecated; use NEW (same meaning)`` on stderr. Giving both is a usage
+    error. ``parser`` may be an argument group."""
+    return parser.add_argument(old, action=_DeprecatedAlias, new=new, convert=convert)
 
 
 def int_list(text: str) -> list[int]:

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import argparse
 
-from pipeline.base.arguments import non_negative_int, plural, positive_int
-from pipeline.sizes.limits import MAX_BLOCKS
+from pipeline.base.arguments import deprecated_alias, non_negative_int, plural, positive_int
+from pipeline.sizes.units import resolve_capacities, size_lines
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.loop import simulate
 from pipeline.engine.options import add_engine_arguments, cpu_tier_factory
@@ -46,9 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="DIR", required=True,
                         help="folder for requests.parquet and steps.parquet")
     engine = add_engine_arguments(parser, "engine (vLLM's options and defaults)")
-    engine.add_argument("--num-gpu-blocks", type=gpu_blocks, default=None, metavar="N",
-                        help="vLLM's num_gpu_blocks (block 0 is the null block); required "
-                             "unless --gpu CAPS gives curves")
+    deprecated_alias(engine, "--num-gpu-blocks", "--gpu", lambda text: f"{text}blocks")
     load = parser.add_argument_group("arrivals")
     load.add_argument("--clock", choices=("steps", "time"), default=None,
                       help="steps: one step = one executed batch (default); time: each "
@@ -57,8 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="max_tokens of token-id lines without one, and of patterns "
                            "(default %(default)s)")
     pattern = load.add_mutually_exclusive_group()     # one arrival pattern at a time
-    pattern.add_argument("--speed", type=load_list, default=None,
-                         help="divide the trace's arrivals by X (a comma list: curves)")
+    pattern.add_argument("--speed", type=load_list, default=None, metavar="X[,X...]",
+                         help="divide the trace's arrival times by X (a comma list: curves)")
     pattern.add_argument("--rate", type=load_list, default=None,
                          help="Poisson arrivals, R requests per step, or per second on the "
                               "time clock (seeded by --seed; a comma list: curves)")
@@ -69,22 +67,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="seed of --rate (default 0)")
     add_pattern_arguments(parser)
     steptime_arguments(parser)
-
-
-def gpu_blocks(text: str) -> int:
-    """argparse type of --num-gpu-blocks: an integer >= 2 (block 0 is vLLM's null block), at
-    most ``MAX_BLOCKS`` (the pool's arrays are allocated whole: beyond it tens of GiB)."""
-    try:
-        value = positive_int(text)
-    except argparse.ArgumentTypeError:
-        value = 0
-    if value < 2:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 2 (block 0 is vLLM's null "
-                                         f"block), got {text!r}")
-    if value > MAX_BLOCKS:
-        raise argparse.ArgumentTypeError(f"expected at most {MAX_BLOCKS:,} blocks, got "
-                                         f"{text!r}")
-    return value
 
 
 def _config(args: argparse.Namespace, workload: EngineRequests) -> SchedulerConfig:
@@ -104,7 +86,7 @@ def _config(args: argparse.Namespace, workload: EngineRequests) -> SchedulerConf
         need = -(-(min(prompt + r.max_tokens, max_len) - 1) // size)
         if need > usable:
             raise CLIError(f"{workload.where(r.index)}: the request needs {need} blocks of "
-                           f"{size} tokens, more than --num-gpu-blocks {args.num_gpu_blocks} "
+                           f"{size} tokens, more than --gpu {args.num_gpu_blocks}blocks "
                            f"holds ({usable} usable)")
     batched = args.max_num_batched_tokens
     if args.no_chunked_prefill and batched < max_len:
@@ -143,6 +125,7 @@ def load(args: argparse.Namespace) -> EngineRequests:
 
 
 def main(args: argparse.Namespace) -> int:
+    args.sizes = resolve_capacities(args, "gpu", "cpu", block_size=args.block_size)
     try:
         loads = prepare(args)                   # steptime: the clock, and curves or one run
         tiers = cpu_tier_factory(args)
@@ -172,7 +155,7 @@ def main(args: argparse.Namespace) -> int:
         raise CLIError(str(exc)) from None
     except MemoryError as exc:                  # a pool (or grid) too large for this machine
         raise CLIError(f"not enough memory for the engine's arrays ({exc}): a smaller "
-                       f"--num-gpu-blocks or --gpu") from None
+                       f"--gpu") from None
     frame = result.requests
     prompt = int(frame["prompt_tokens"].sum())
     hit = int(frame["gpu_hit_tokens"].sum())
@@ -181,6 +164,8 @@ def main(args: argparse.Namespace) -> int:
           f"({hit / prompt:.1%}), CPU {int(frame['cpu_hit_tokens'].sum()):,}, "
           f"{plural(int(frame['preemptions'].sum()), 'preemption')}; "
           f"wrote {args.out}/: {', '.join(sorted(path.name for path in written))}")
+    for line in size_lines(args.sizes):
+        print(line)
     for line in metric_lines(metrics):
         print(line)
     if metrics["overloaded"]:

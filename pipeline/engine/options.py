@@ -2,7 +2,7 @@
 and ``fleet``, and the CPU tier they choose (``cpu_tier_factory``).
 
 The CPU tier is any registered CPU model (``--cpu-model``, default ``lmcache``: LMCache's
-CPU backend, compiled) of ``--cpu-tokens``; its declared options (``registry`` entries'
+CPU backend, compiled) of ``--cpu`` (tokens, blocks or a size); its declared options (``registry`` entries'
 ``Option``s) are offered as ``--cpu-<option>`` (``--cpu-chunk-size``), built as
 ``pipeline.engine_caches.options`` builds the block commands' option groups. An option of
 another model, an order the model cannot follow or a check that fails is a one-line usage
@@ -16,12 +16,13 @@ from collections.abc import Callable
 from functools import partial
 
 from pipeline.cache import registry
-from pipeline.base.arguments import non_negative_int, positive_int
+from pipeline.base.arguments import deprecated_alias, non_negative_int, positive_int
 from pipeline.blocks.stream import HEAD_FIRST, ORDERS
 from pipeline.engine.cpu_tier import LMCacheTier, ModelTier, engine_cpu_models, \
     engine_tier_problem
 from pipeline.engine_caches.options import add_option_argument
 from pipeline.base.errors import UsageError
+from pipeline.sizes.units import one_capacity
 
 __all__ = ["add_engine_arguments", "cpu_tier_choice", "cpu_tier_factory", "cpu_tier_dests",
            "DEFAULT_CPU_MODEL"]
@@ -61,8 +62,11 @@ def add_engine_arguments(parser: argparse.ArgumentParser, title: str
                         help="cap on a prefill chunk when other requests wait (default 0)")
     engine.add_argument("--async-scheduling", action="store_true",
                         help="two batches in flight (vLLM 0.33's default on CUDA)")
-    engine.add_argument("--cpu-tokens", type=non_negative_int, default=0,
-                        help="CPU tier capacity in tokens of KV (default 0: none)")
+    engine.add_argument("--cpu", type=one_capacity, default=0, metavar="SIZE",
+                        help="CPU tier capacity: tokens, blocks (512blocks = 512 x "
+                             "--block-size tokens) or a size with --model (20GiB, 200GB, "
+                             "512MiB) (default 0: none)")
+    deprecated_alias(engine, "--cpu-tokens", "--cpu")
     engine.add_argument("--cpu-model", dest="cpu_tier_model", default=None,
                         choices=tuple(registry.CPU_MODELS),
                         help=f"the CPU tier's model, any registered CPU model (default "
@@ -117,18 +121,18 @@ def cpu_tier_choice(args: argparse.Namespace) -> tuple[str, dict, str]:
     order = getattr(args, "cpu_tier_order", None) or entry.order or HEAD_FIRST
     if entry.order is not None and order != entry.order:
         _usage(args, f"--cpu-order {order}: the {model} model is {entry.order}")
-    if given is not None and not args.cpu_tokens:
-        _usage(args, f"--cpu-model {model} needs --cpu-tokens N (the tier's size)")
+    if given is not None and not args.cpu:
+        _usage(args, f"--cpu-model {model} needs --cpu SIZE (the tier's size)")
     return model, options, order
 
 
 def cpu_tier_factory(args: argparse.Namespace) -> Callable[[], object] | None:
     """A picklable factory of fresh CPU tiers as ``args`` ask (``cpu_tier_choice``), or
-    None without ``--cpu-tokens``: the compiled ``LMCacheTier`` for ``lmcache``, else a
+    None without ``--cpu`` (in tokens by then: ``resolve_capacities``): the compiled ``LMCacheTier`` for ``lmcache``, else a
     ``ModelTier``."""
     model, options, order = cpu_tier_choice(args)
-    if not args.cpu_tokens:
+    if not args.cpu:
         return None
     if model == DEFAULT_CPU_MODEL:
-        return partial(LMCacheTier, args.cpu_tokens, args.block_size, options["chunk_size"])
-    return partial(ModelTier, model, args.cpu_tokens, args.block_size, options, order)
+        return partial(LMCacheTier, args.cpu, args.block_size, options["chunk_size"])
+    return partial(ModelTier, model, args.cpu, args.block_size, options, order)

@@ -3,9 +3,12 @@
 The presets and the formulas that give bytes per token are ``pipeline.sizes.model_presets``
 (re-exported here).
 
-A capacity is tokens (``56000``) or a size (``1.5GiB``, ``40GB``, ``512MiB``): GB/MB/KB/TB are
+A capacity is tokens (``56000``), blocks (``5860blocks``: 5860 x the command's
+``--block-size`` tokens, vLLM's ``num_gpu_blocks`` with block 0, the null block, counted as
+``simulate`` counts it) or a size (``1.5GiB``, ``40GB``, ``512MiB``): GB/MB/KB/TB are
 powers of 10, GiB/MiB/KiB/TiB powers of 2. A size holds ``floor(bytes / bytes per token)``
-tokens. LMCache's ``max_local_cpu_size`` is called GB but multiplied by 2^30
+tokens, and needs a model (``--model``, ``--kv-bytes-per-token`` or ``--kv-shape``): without
+one it is a usage error naming ``--model``, never a silent default. LMCache's ``max_local_cpu_size`` is called GB but multiplied by 2^30
 (``lmcache/v1/cache_engine.py``, ``LMCacheEngineBuilder._Create_memory_allocator``:
 ``int(max_local_cpu_size * 1024**3)``), so LMCache's "5 GB" is ``5GiB`` here, or, written
 as LMCache's setting, ``5lmcacheGB`` (the unit ``lmcacheGB`` = 2^30 bytes, and the output
@@ -13,8 +16,8 @@ says so).
 
 Commands: ``add_kv_arguments`` adds the model options, a capacity option takes
 ``type=capacity`` (one) or ``type=capacities`` (a comma list), and after parsing
-``resolve_capacities(args, "gpu", "cpu")`` turns them into tokens in place and returns what
-``size_report`` / ``size_lines`` print (empty when every capacity was given in tokens).
+``resolve_capacities(args, "gpu", "cpu", block_size=...)`` turns them into tokens in place
+and returns what ``size_lines`` prints (empty when every capacity was given in tokens).
 
 >>> kv = preset("qwen2.5-1.5b")
 >>> kv.bytes_per_token
@@ -37,9 +40,9 @@ from pipeline.sizes.model_presets import DEFAULT_PRESET, DTYPE_BYTES, MODELS, PR
 
 __all__ = ["DTYPE_BYTES", "UNITS", "KVSize", "PRESETS", "MODELS", "ModelShape", "model_shape",
            "parse_model_shape", "Capacity", "preset", "shape",
-           "parse_capacity", "capacity", "capacities", "capacity_list", "format_bytes", "gib", "gb",
+           "parse_capacity", "capacity", "one_capacity", "capacities", "capacity_list", "format_bytes", "gib", "gb",
            "size_up",
-           "add_kv_arguments", "kv_from_args", "DEFAULT_PRESET", "resolve_capacities",
+           "add_kv_arguments", "kv_from_args", "model_given", "BLOCKS", "DEFAULT_PRESET", "resolve_capacities",
            "size_lines"]
 
 #: Size units: decimal (10^3k) and binary (2^10k).
@@ -53,6 +56,8 @@ _UNIT_MEANING = {"B": "1 byte", "KB": "10^3 bytes", "MB": "10^6 bytes", "GB": "1
                  "TB": "10^12 bytes", "KIB": "2^10 bytes", "MIB": "2^20 bytes",
                  "GIB": "2^30 bytes", "TIB": "2^40 bytes",
                  "LMCACHEGB": "2^30 bytes, LMCache's max_local_cpu_size GB"}
+#: the unit of a capacity in blocks (``5860blocks``)
+BLOCKS = "BLOCKS"
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
@@ -64,17 +69,27 @@ class Capacity:
 
     text: str
     count: Decimal
-    unit: str | None = None          # None: tokens; else a key of UNITS
+    unit: str | None = None          # None: tokens; BLOCKS: blocks; else a key of UNITS
+
+    @property
+    def is_size(self) -> bool:
+        """Whether this is a size in bytes (it needs a model's bytes per token)."""
+        return self.unit is not None and self.unit != BLOCKS
 
     @property
     def size_bytes(self) -> int | None:
         """The size in whole bytes, or None for a token count."""
-        return None if self.unit is None else int(self.count * UNITS[self.unit])
+        return int(self.count * UNITS[self.unit]) if self.is_size else None
 
-    def tokens(self, kv: KVSize | None) -> int:
-        """Whole tokens: the count itself, or floor(bytes / bytes per token)."""
+    def tokens(self, kv: KVSize | None, block_size: int | None = None) -> int:
+        """Whole tokens: the count itself, blocks x ``block_size``, or floor(bytes / bytes per
+        token)."""
         if self.unit is None:
             return int(self.count)
+        if self.unit == BLOCKS:
+            if block_size is None:
+                raise ValueError(f"{self.text!r} is in blocks: give a block size")
+            return int(self.count) * block_size
         if kv is None:
             raise ValueError(f"{self.text!r} is a size: give a model to convert it to tokens")
         return kv.tokens(self.size_bytes)
@@ -82,17 +97,20 @@ class Capacity:
     def describe(self, kv: KVSize | None) -> str:
         """``56,173 tokens (1.5 GiB = 1,610,612,736 bytes; GiB = 2^30 bytes)`` or ``N tokens``."""
         tokens = self.tokens(kv)
-        if self.unit is None:
+        if not self.is_size:
             return f"{tokens:,} tokens"
         name = _UNIT_NAMES[self.unit]
         return (f"{tokens:,} tokens ({self.count.normalize():f} {name} = {self.size_bytes:,} "
                 f"bytes; {name} = {_UNIT_MEANING[self.unit]}; {kv.bytes_per_token:,} bytes "
                 f"per token)")
 
-    def as_dict(self, kv: KVSize) -> dict[str, object]:
-        """JSON form: as given, tokens, and for a size its bytes, unit and unit's bytes."""
-        out: dict[str, object] = {"given": self.text, "tokens": self.tokens(kv)}
-        if self.unit is not None:
+    def as_dict(self, kv: KVSize | None, block_size: int | None = None) -> dict[str, object]:
+        """JSON form: as given, tokens, and for a size its bytes, unit and unit's bytes (for
+        blocks the block size)."""
+        out: dict[str, object] = {"given": self.text, "tokens": self.tokens(kv, block_size)}
+        if self.unit == BLOCKS:
+            out.update(blocks=int(self.count), block_size=block_size)
+        elif self.unit is not None:
             out.update(bytes=self.size_bytes, unit=_UNIT_NAMES[self.unit],
                        unit_bytes=UNITS[self.unit], unit_meaning=_UNIT_MEANING[self.unit])
         return out
@@ -105,7 +123,8 @@ def parse_capacity(text: str) -> Capacity:
     if cleaned.startswith("-"):
         raise ValueError(f"a capacity must be >= 0, got {text!r}")
     if not match:
-        raise ValueError(f"expected tokens or a size such as 1.5GiB, 40GB, 512MiB, got {text!r}")
+        raise ValueError(f"expected tokens, blocks (5860blocks) or a size such as 1.5GiB, "
+                         f"40GB, 512MiB, got {text!r}")
     number, unit = match.groups()
     try:
         count = Decimal(number)
@@ -118,8 +137,12 @@ def parse_capacity(text: str) -> Capacity:
         if count != count.to_integral_value():
             raise ValueError(f"a token count must be a whole number, got {text!r}")
         return Capacity(text, count)
+    if unit_key in (BLOCKS, "BLOCK"):
+        if count != count.to_integral_value():
+            raise ValueError(f"a block count must be a whole number, got {text!r}")
+        return Capacity(text, count, BLOCKS)
     if unit_key not in UNITS:
-        raise ValueError(f"unknown unit {unit!r} in {text!r}: use tokens or one of "
+        raise ValueError(f"unknown unit {unit!r} in {text!r}: use tokens, blocks or one of "
                          f"{', '.join(_UNIT_NAMES.values())} (GB = 10^9, GiB = 2^30 bytes, "
                          f"lmcacheGB = LMCache's max_local_cpu_size GB = 2^30 bytes)")
     return Capacity(text, count, unit_key)
@@ -131,6 +154,13 @@ def capacity(text: str) -> Capacity:
         return parse_capacity(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def one_capacity(text: str) -> Capacity:
+    """argparse type of an option that takes one capacity: a comma list is refused."""
+    if "," in text:
+        raise argparse.ArgumentTypeError(f"one capacity, not a list: got {text!r}")
+    return capacity(text)
 
 
 def capacity_list(kv: KVSize | None) -> Callable[[str], list[int]]:
@@ -192,13 +222,14 @@ def format_bytes(size_bytes: int) -> str:
 # --- command-line options ------------------------------------------------------------------
 
 def add_kv_arguments(parser: argparse.ArgumentParser) -> None:
-    """--model, --kv-bytes-per-token, --kv-shape (at most one; default the lab's model); an
-    unknown preset or a bad shape is a usage error."""
+    """--model, --kv-bytes-per-token, --kv-shape (at most one); an unknown preset or a bad
+    shape is a usage error. A size in bytes needs one of them (``kv_from_args``)."""
     from pipeline.base.arguments import checked, positive_int
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--model", metavar="PRESET", default=None, type=checked(preset),
-                       help=f"model preset for the KV size: {', '.join(PRESETS)} "
-                            f"(default {DEFAULT_PRESET}, the lab's model)")
+                       help=f"model preset for KV bytes per token (and the roofline's "
+                            f"shape): {', '.join(PRESETS)}; needed by sizes in bytes and "
+                            f"by TTFT, never assumed")
     group.add_argument("--kv-bytes-per-token", metavar="BYTES", type=positive_int, default=None,
                        help="KV bytes per token, instead of a preset")
     group.add_argument("--kv-shape", metavar="L,H,D[,DTYPE]", default=None,
@@ -207,8 +238,18 @@ def add_kv_arguments(parser: argparse.ArgumentParser) -> None:
                             "D x dtype bytes), e.g. 28,2,128,bf16")
 
 
-def kv_from_args(args: argparse.Namespace) -> KVSize:
-    """The KVSize the options chose; ValueError naming the option on bad input."""
+def model_given(args: argparse.Namespace) -> bool:
+    """Whether the options name a KV size (--model, --kv-bytes-per-token or --kv-shape)."""
+    return any(getattr(args, dest, None) is not None
+               for dest in ("model", "kv_bytes_per_token", "kv_shape"))
+
+
+def kv_from_args(args: argparse.Namespace, needed_for: str | None = None) -> KVSize:
+    """The KVSize the options chose; ValueError naming the option on bad input.
+
+    With none of --model, --kv-bytes-per-token, --kv-shape: a usage error (exit 2) naming
+    ``--model`` when ``needed_for`` says what needs bytes (``"--gpu 20GiB"``), else the lab's
+    model (``DEFAULT_PRESET``; callers that print bytes then say it is the lab's)."""
     if args.kv_bytes_per_token is not None:
         if args.kv_bytes_per_token < 1:
             raise ValueError(f"--kv-bytes-per-token: must be >= 1, got {args.kv_bytes_per_token}")
@@ -218,6 +259,10 @@ def kv_from_args(args: argparse.Namespace) -> KVSize:
             return parse_shape(args.kv_shape)
         except ValueError as exc:
             raise ValueError(f"--kv-shape: {exc}") from None
+    if args.model is None and needed_for is not None:
+        from pipeline.base.errors import UsageError
+        raise UsageError(f"{needed_for} needs --model PRESET (or --kv-bytes-per-token / "
+                         f"--kv-shape) for its bytes per token: no model is assumed")
     try:
         return preset(args.model or DEFAULT_PRESET)
     except ValueError as exc:
@@ -228,48 +273,77 @@ def _flag(dest: str) -> str:
     return "--" + dest.replace("_", "-")
 
 
-def resolve_capacities(args: argparse.Namespace, *dests: str) -> dict[str, object]:
+def resolve_capacities(args: argparse.Namespace, *dests: str,
+                       block_size: int | None = None) -> dict[str, object]:
     """Turn the capacity options ``dests`` of ``args`` (a ``Capacity``, a list of them, an
-    int, or None) into tokens in place, through the model ``kv_from_args`` chooses.
+    int, or None) into tokens in place: blocks through ``block_size``, sizes through the
+    model ``kv_from_args`` chooses (a size without a model, or blocks without a block size,
+    is a usage error naming the option). With ``--gpu-memory-utilization`` (``args``'
+    ``gpu_memory_utilization``) and ``"gpu"`` among ``dests``, ``--gpu`` is what vLLM would
+    allocate (``pipeline.sizes.vllm_memory``).
 
     Returns ``{}`` when every one was given in tokens, else ``{"kv": {...}, "options":
-    {"--cpu": Capacity.as_dict}}`` for the output (which unit, which bytes per token).
+    {"--cpu": Capacity.as_dict}}`` (and ``"gpu_memory_utilization"``) for the output.
     CLIError naming the option on a bad model option. Commands call it first in ``main``.
     """
-    from pipeline.base.errors import CLIError
+    from pipeline.base.errors import CLIError, UsageError
+    extra: dict[str, object] = {}
+    if "gpu" in dests and getattr(args, "gpu_memory_utilization", None) is not None:
+        from pipeline.sizes.vllm_memory import gpu_from_utilization
+        extra["gpu_memory_utilization"] = gpu_from_utilization(args, block_size)
+    given_all = {dest: getattr(args, dest, None) for dest in dests}
+    sized = [f"{_flag(d)} {c.text}" for d, v in given_all.items()
+             for c in (v if isinstance(v, list) else [v]) if isinstance(c, Capacity) and c.is_size]
     try:
-        kv = kv_from_args(args)
+        kv = kv_from_args(args, sized[0] if sized else None)
     except ValueError as exc:
         raise CLIError(str(exc)) from None
     options: dict[str, object] = {}
-    for dest in dests:
-        value = getattr(args, dest, None)
+    for dest, value in given_all.items():
         given = value if isinstance(value, list) else [value]
         if not any(isinstance(item, Capacity) for item in given):
             continue
-        tokens = [item.tokens(kv) if isinstance(item, Capacity) else item for item in given]
+        blocks = [item for item in given if isinstance(item, Capacity) and item.unit == BLOCKS]
+        if blocks and block_size is None:
+            raise UsageError(f"{_flag(dest)} {blocks[0].text}: blocks need a block size "
+                             f"(--block-size)")
+        tokens = [item.tokens(kv, block_size) if isinstance(item, Capacity) else item
+                  for item in given]
         setattr(args, dest, tokens if isinstance(value, list) else tokens[0])
-        sized = [item for item in given if isinstance(item, Capacity) and item.unit]
-        if sized:
-            parts = [item.as_dict(kv) for item in given]
+        if any(isinstance(item, Capacity) and item.unit for item in given):
+            parts = [item.as_dict(kv, block_size) if isinstance(item, Capacity) else
+                     {"given": str(item), "tokens": item} for item in given]
             options[_flag(dest)] = parts if isinstance(value, list) else parts[0]
-    if not options:
+    if not options and not extra:
         return {}
     return {"kv": {"name": kv.name, "bytes_per_token": kv.bytes_per_token,
-                   "formula": kv.formula}, "options": options}
+                   "formula": kv.formula} if sized or extra else None,
+            "options": options, **extra}
 
 
 def size_lines(sizes: dict[str, object]) -> list[str]:
-    """The text form of ``resolve_capacities``' answer: one line per option given as a size."""
+    """The text form of ``resolve_capacities``' answer: the --gpu-memory-utilization
+    arithmetic, then one line per option given in blocks or as a size."""
     if not sizes:
         return []
+    lines = []
+    if "gpu_memory_utilization" in sizes:
+        lines.append(sizes["gpu_memory_utilization"]["line"])
     kv = sizes["kv"]
-    lines = [f"sizes converted with {kv['name']}: {kv['bytes_per_token']:,} bytes per token "
-             f"({kv['formula']})"]
+    if kv is not None and any("unit" in p for value in sizes["options"].values()
+                              for p in (value if isinstance(value, list) else [value])):
+        lines.append(f"sizes converted with {kv['name']}: {kv['bytes_per_token']:,} bytes per "
+                     f"token ({kv['formula']})")
     for flag, value in sizes["options"].items():
         parts = value if isinstance(value, list) else [value]
-        lines.append(f"{flag} " + ", ".join(
-            f"{p['given']} = {p['tokens']:,} tokens" + (
-                f" ({p['bytes']:,} bytes; {p['unit']} = {p['unit_meaning']})"
-                if "unit" in p else "") for p in parts))
+        lines.append(f"{flag} " + ", ".join(_part(p) for p in parts))
     return lines
+
+
+def _part(p: dict[str, object]) -> str:
+    text = f"{p['given']} = {p['tokens']:,} tokens"
+    if "unit" in p:
+        return text + f" ({p['bytes']:,} bytes; {p['unit']} = {p['unit_meaning']})"
+    if "blocks" in p:
+        return text + f" ({p['blocks']:,} blocks of {p['block_size']} tokens)"
+    return text

@@ -22,8 +22,7 @@ import polars as pl
 from pipeline.base.arguments import positive_int
 from pipeline.base.durations import format_duration
 from pipeline.base.errors import CLIError, UsageError
-from pipeline.sizes.units import add_kv_arguments, capacities, kv_from_args, resolve_capacities, \
-    size_lines
+from pipeline.sizes.units import add_kv_arguments, capacities, kv_from_args, size_lines
 from pipeline.base.staging import Outputs, json_bytes, parquet_bytes
 from pipeline.engine.overload import warning_lines
 from pipeline.engine.request import EngineRequests
@@ -51,17 +50,22 @@ def steptime_arguments(parser: argparse.ArgumentParser) -> None:
     add_latency_arguments(parser)
     add_kv_arguments(parser.add_argument_group(
         "model (the roofline's shape; sizes in --gpu)"))
-    group = parser.add_argument_group("curves under load (--gpu CAPS with --latency)")
-    group.add_argument("--gpu", type=capacities, metavar="CAPS", default=None,
-                       help="GPU KV capacities, tokens or sizes (comma list): one run per "
-                            "(load, capacity), hit ratio and TTFT per point in "
-                            "DIR/curves.parquet; --speed/--rate/--concurrency take lists")
+    group = parser.add_argument_group("GPU capacity, and curves under load (a list in --gpu "
+                                      "or a load list, with --latency)")
+    group.add_argument("--gpu", type=capacities, metavar="SIZE[,SIZE...]", default=None,
+                       help="GPU KV capacity: tokens, blocks (5860blocks = vLLM's "
+                            "num_gpu_blocks 5860 of --block-size tokens, the null block "
+                            "included) or a size with --model (20GiB, 200GB, 512MiB); one "
+                            "value: one run; a list (or a load list): one run per (load, "
+                            "capacity), hit ratio and TTFT per point in DIR/curves.parquet")
     group.add_argument("--gpu-steps", type=positive_int, metavar="N", default=None,
                        help="with --gpu LO,HI: N capacities spaced geometrically")
     group.add_argument("--jobs", type=positive_int, default=1,
                        help="worker processes for the curve runs (default %(default)s)")
     group.add_argument("--report", type=Path, metavar="HTML", default=None,
                        help="also write the curves as a page (atomically)")
+    from pipeline.sizes.vllm_memory import add_memory_arguments
+    add_memory_arguments(parser)
 
 
 def _usage(args: argparse.Namespace, message: str) -> None:
@@ -82,20 +86,18 @@ def prepare(args: argparse.Namespace) -> list[Load] | None:
     given = {kind: getattr(args, kind) for kind in LOAD_KINDS if getattr(args, kind)}
     if args.concurrency and any(v != int(v) for v in args.concurrency):
         _usage(args, "--concurrency: a whole number of requests")
-    curves = args.gpu is not None or any(len(values) > 1 for values in given.values())
+    curves = (args.gpu is not None and len(args.gpu) > 1 or args.gpu_steps is not None
+              or args.report is not None or any(len(values) > 1 for values in given.values()))
     if not curves:
         for kind, values in given.items():
             setattr(args, kind, int(values[0]) if kind == "concurrency" else values[0])
-        if args.gpu_steps is not None or args.report is not None:
-            _usage(args, "--gpu-steps and --report belong to a curve run: give --gpu CAPS")
-        if args.num_gpu_blocks is None:
-            _usage(args, "--num-gpu-blocks is required (or --gpu CAPS for curves)")
+        if args.gpu is None:
+            _usage(args, "--gpu SIZE is required (the GPU KV capacity; a list for curves)")
+        args.num_gpu_blocks = _one_pool(args.gpu[0], args.block_size)
         return None
     if args.gpu is None:
-        _usage(args, "a list of loads makes curves: give --gpu CAPS (GPU capacities)")
-    if args.num_gpu_blocks is not None:                # not silently replaced by the grid
-        _usage(args, "--num-gpu-blocks is one run's pool; --gpu CAPS sweeps capacities: "
-                     "give one")
+        _usage(args, "a list of loads makes curves: give --gpu SIZE[,SIZE...] (GPU "
+                     "capacities)")
     if args.latency_model is None:
         _usage(args, "curves under load need --latency roofline or FILE (TTFT in ms)")
     if len(given) > 1:
@@ -104,6 +106,19 @@ def prepare(args: argparse.Namespace) -> list[Load] | None:
     for name in LOAD_KINDS:
         setattr(args, name, None)
     return [Load(kind, v) for v in values]
+
+
+def _one_pool(tokens: int, block_size: int) -> int:
+    """One run's num_gpu_blocks for ``--gpu`` tokens: at least 2 (block 0 is vLLM's null
+    block), at most ``MAX_BLOCKS`` (the pool's arrays are allocated whole)."""
+    from pipeline.sizes.limits import MAX_BLOCKS
+    blocks = tokens // block_size
+    if blocks < 2:
+        raise UsageError(f"--gpu: {tokens:,} tokens are {blocks} blocks of {block_size}: at "
+                         f"least 2 (block 0 is vLLM's null block)")
+    if blocks > MAX_BLOCKS:
+        raise UsageError(f"--gpu: {blocks:,} blocks of {block_size}: at most {MAX_BLOCKS:,}")
+    return blocks
 
 
 def _notes(model, prompt_tokens, kv_bytes: int) -> list[str]:
@@ -170,14 +185,12 @@ def metric_lines(metrics: dict) -> list[str]:
 
 
 def _grid(args: argparse.Namespace) -> list[int]:
-    sizes = resolve_capacities(args, "gpu")
     tokens = list(args.gpu)
     if args.gpu_steps is not None:
         if len(tokens) != 2 or not 0 < tokens[0] < tokens[1]:
             _usage(args, "--gpu-steps needs --gpu LO,HI with 0 < LO < HI")
         grid = np.geomspace(tokens[0], tokens[1], args.gpu_steps)
         tokens = sorted({int(round(t)) for t in grid})
-    args.curve_sizes = sizes
     return sorted(set(tokens))
 
 
@@ -192,7 +205,7 @@ def run_curves(args: argparse.Namespace, workload: EngineRequests, loads: list[L
         config = config_for(smallest)
     except CLIError as exc:
         raise CLIError(f"--gpu {grid[0]:,} tokens ({smallest} blocks of {block}): "
-                       f"{str(exc).replace('--num-gpu-blocks', 'that capacity')}") from None
+                       f"{str(exc).replace(f'--gpu {smallest}blocks', 'that capacity')}") from None
     model = args.latency_model
     frame = load_curves(workload.requests, grid, loads, config, model, cpu_tier=tier_factory,
                         jobs=args.jobs, seed=args.seed)
@@ -214,7 +227,7 @@ def run_curves(args: argparse.Namespace, workload: EngineRequests, loads: list[L
                            provenance_text(model))
         outputs.add(args.report, page.encode(), "--report")
     outputs.commit()
-    for line in size_lines(args.curve_sizes):
+    for line in size_lines(args.sizes):
         print(line)
     print(f"{description}; step time {model.label}")
     for load in [upper["load"][0], *[l.label for l in loads]]:

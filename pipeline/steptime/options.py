@@ -2,8 +2,8 @@
 
 ``add_latency_arguments(parser)`` adds them; ``latency_from_args(args)`` returns the chosen
 ``StepTimeModel`` (None without ``--latency``), or raises CLIError naming the option. The
-roofline's model shape is ``--model-shape``, else the ``--model`` preset (the KV options'
-default model when none is given).
+roofline's model shape is ``--model-shape``, else the ``--model`` preset (one of them is
+required: a usage error naming ``--model`` otherwise, never a silent default).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import argparse
 from pathlib import Path
 
 from pipeline.base.arguments import non_negative_float, positive_float
-from pipeline.base.errors import CLIError
-from pipeline.sizes.units import DEFAULT_PRESET, model_shape, parse_model_shape
+from pipeline.base.errors import CLIError, UsageError
+from pipeline.sizes.units import model_shape, parse_model_shape
 from pipeline.steptime.cost import StepTimeModel
 from pipeline.steptime.fitted import load_latency
 from pipeline.steptime.gpus import GPUS, custom_gpu, gpu_preset
@@ -34,9 +34,9 @@ def add_latency_arguments(parser: argparse.ArgumentParser, latency: bool = True)
                            help="roofline: from the model's shape and the GPU's peaks (a "
                                 "lower bound, labelled roofline); FILE: fitted coefficients "
                                 "written by fit (JSON, kind fitted-step-time)")
-    group.add_argument("--gpu-type", default="H100", metavar="NAME",
-                       help=f"GPU preset of the roofline: {', '.join(GPU_NAMES)} "
-                            f"(default %(default)s)")
+    group.add_argument("--gpu-type", default=None, metavar="NAME",
+                       help=f"GPU preset of the roofline and of --gpu-memory-utilization: "
+                            f"{', '.join(GPU_NAMES)} (default H100 for the roofline)")
     group.add_argument("--gpu-tflops", type=positive_float, metavar="TFLOPS",
                        help="peak dense bf16 TFLOP/s (custom, or overrides the preset)")
     group.add_argument("--gpu-fp8-tflops", type=positive_float, metavar="TFLOPS",
@@ -57,7 +57,8 @@ def add_latency_arguments(parser: argparse.ArgumentParser, latency: bool = True)
 
 def _gpu(args: argparse.Namespace):
     try:
-        base = None if args.gpu_type.lower() == "custom" else gpu_preset(args.gpu_type)
+        name = args.gpu_type or "H100"
+        base = None if name.lower() == "custom" else gpu_preset(name)
         return custom_gpu(base, bf16_tflops=args.gpu_tflops, fp8_tflops=args.gpu_fp8_tflops,
                           hbm_gbps=args.gpu_hbm_gbps, host_link_gbps=args.host_link_gbps)
     except ValueError as exc:
@@ -73,8 +74,11 @@ def _shape(args: argparse.Namespace):
     if getattr(args, "kv_shape", None) or getattr(args, "kv_bytes_per_token", None):
         raise CLIError("--latency roofline: --kv-shape/--kv-bytes-per-token give no model "
                        "shape; use --model PRESET or --model-shape")
+    if getattr(args, "model", None) is None:       # a TTFT for an unnamed model: never assumed
+        raise UsageError("--latency roofline needs --model PRESET (or --model-shape): TTFT "
+                         "depends on the model, none is assumed")
     try:
-        return model_shape(getattr(args, "model", None) or DEFAULT_PRESET)
+        return model_shape(args.model)
     except ValueError as exc:
         raise CLIError(f"--model: {exc}") from None
 
