@@ -25,13 +25,14 @@ from pipeline.engine.options import cpu_tier_choice, cpu_tier_dests, cpu_tier_fa
 from pipeline.base.errors import CLIError, UsageError
 from pipeline.fleet.aggregates import fleet_aggregates, instance_aggregates, json_rows, \
     overload_lines
-from pipeline.fleet.options import add_fleet_arguments
+from pipeline.fleet.options import add_fleet_arguments, resolve_fleet_capacities
 from pipeline.fleet.plan import Memory, smallest_memory
 from pipeline.fleet.report import report_html
 from pipeline.fleet.routers import ROUTERS, make_router, parse_router_options, router_class
 from pipeline.fleet.sweep import Point, Settings, point_path, run_sweep
 from pipeline.fleet.workload import add_workload_arguments, load_workload, workload_usage_checks
 from pipeline.base.staging import Outputs, json_bytes, parquet_bytes
+from pipeline.sizes.units import size_lines
 from pipeline.steptime.options import latency_from_args
 
 _SWEEP_KEYS = ("trace", "format", "pattern", "limit", "num_documents",
@@ -40,10 +41,10 @@ _SWEEP_KEYS = ("trace", "format", "pattern", "limit", "num_documents",
                "system_prompt_length", "question_length", "output_tokens", "rate",
                "shuffle_seed", "router_option", "seed", "staleness_ms", "block_size",
                "max_num_seqs", "max_num_batched_tokens", "max_model_len",
-               "no_chunked_prefill", "async_scheduling", "cpu_tokens", "cpu_chunk_size",
+               "no_chunked_prefill", "async_scheduling", "cpu", "cpu_chunk_size",
                "cpu_shared", "latency", "gpu_type", "gpu_tflops",
                "gpu_fp8_tflops", "gpu_hbm_gbps", "host_link_gbps", "weights",
-               "step_overhead_ms", "model_shape")
+               "step_overhead_ms", "model_shape", "model")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -150,7 +151,7 @@ def ray_connect(address: str | None, jobs: int) -> bool:
 
 def sweep_settings(args: argparse.Namespace, workload, options) -> Settings:
     """What every point shares, from the engine, CPU-tier and step-time options; CLIError
-    (one line) when the smallest ``--gpu-blocks`` cannot hold the longest request."""
+    (one line) when the smallest ``--gpu`` pool cannot hold the longest request."""
     requests = workload.requests
     longest = max(len(r.prompt_token_ids) + r.max_tokens for r in requests)
     max_len = args.max_model_len or longest
@@ -160,7 +161,7 @@ def sweep_settings(args: argparse.Namespace, workload, options) -> Settings:
                        "(vLLM needs room for 1 output token)")
     need = blocks_needed(requests, args.block_size, max_len)
     if min(args.gpu_blocks) < need:
-        raise CLIError(f"--gpu-blocks {min(args.gpu_blocks)}: the longest request needs "
+        raise CLIError(f"--gpu {min(args.gpu_blocks)}blocks: the longest request needs "
                        f"{need} blocks of {args.block_size} tokens (null block included)")
     try:
         config = SchedulerConfig(block_size=args.block_size, num_gpu_blocks=need,
@@ -181,7 +182,7 @@ def sweep_settings(args: argparse.Namespace, workload, options) -> Settings:
     if args.latency is None:
         args.latency = "roofline"
     if args.cpu_shared and tier is None:
-        raise CLIError("--cpu-shared needs --cpu-tokens N (the shared pool's size)")
+        raise CLIError("--cpu-shared needs --cpu SIZE (the shared pool's size)")
     return Settings(config, latency_from_args(args), options, args.seed, args.staleness_ms,
                     tier, args.cpu_shared)
 
@@ -237,12 +238,13 @@ def _main(args: argparse.Namespace) -> int:
         options = usage_checks(args)
     except ValueError as exc:                 # a usage error: one line, exit 2
         raise UsageError(str(exc)) from None
+    args.sizes = resolve_fleet_capacities(args)
     workload = load_workload(args)
     settings = sweep_settings(args, workload, options)
     out = Path(args.out)
     _check_out(out, args)
     points = [Point(r, n, b, x) for r in args.router for n in args.instances
-              for b in args.gpu_blocks for x in args.load]
+              for b in args.gpu_blocks for x in args.speed]
     todo = [p for p in points if not (args.resume and point_path(out, "requests", p).exists())]
     started_ray = (ray_connect(args.ray_address, args.jobs) if args.executor == "ray"
                    else False)
@@ -284,7 +286,7 @@ def _write_summaries(out: Path, points: list[Point], label: str, model,
     outputs.add(out / "report.html", page.encode(), label="--out")
     targets = dict(ttft_p90_ms=args.target_ttft_p90_ms, hit_ratio=args.target_hit_ratio)
     memory = Memory(getattr(model, "kv_bytes_per_token", None),
-                    args.block_size, args.cpu_tokens, args.cpu_shared)
+                    args.block_size, args.cpu, args.cpu_shared)
     plan = (smallest_memory(fleet, **targets, memory=memory)
             if any(v is not None for v in targets.values()) else None)
     if plan is not None:
@@ -309,5 +311,5 @@ def _write_summaries(out: Path, points: list[Point], label: str, model,
             print(f"smallest total memory meeting {wanted} (replicas x (GPU KV + CPU tier), "
                   f"GiB; none: no swept point does):")
             print(plan)
-    for line in warnings:
+    for line in [*warnings, *size_lines(getattr(args, "sizes", {}))]:
         print(line)

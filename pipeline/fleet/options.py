@@ -5,14 +5,26 @@ from __future__ import annotations
 import argparse
 import os
 
-from pipeline.base.arguments import non_negative_float, non_negative_int, positive_int
+from pipeline.base.arguments import deprecated_alias, non_negative_float, non_negative_int, \
+    positive_int
 from pipeline.engine.options import add_engine_arguments
 from pipeline.fleet.routers import ROUTERS, router_class
 from pipeline.fleet.sweep import EXECUTORS
 from pipeline.sizes.limits import MAX_BLOCKS
+from pipeline.sizes.units import add_kv_arguments, capacities
+from pipeline.sizes.vllm_memory import add_memory_arguments
 from pipeline.steptime.options import add_latency_arguments
 
-__all__ = ["add_fleet_arguments", "router_list", "instance_list", "block_list", "load_list"]
+__all__ = ["add_fleet_arguments", "router_list", "instance_list", "block_list", "load_list",
+           "DEFAULT_GPU_BLOCKS", "in_blocks", "resolve_fleet_capacities"]
+
+#: KV capacity per instance without --gpu: vLLM's num_gpu_blocks
+DEFAULT_GPU_BLOCKS = 2048
+
+
+def in_blocks(text: str) -> str:
+    """``2048,4096`` -> ``2048blocks,4096blocks`` (the old --gpu-blocks as --gpu)."""
+    return ",".join(f"{part.strip()}blocks" for part in text.split(",") if part.strip())
 
 
 def _items(text: str, what: str) -> list[str]:
@@ -71,6 +83,27 @@ def load_list(text: str) -> list[float]:
     return sorted(set(values))
 
 
+def resolve_fleet_capacities(args: argparse.Namespace) -> dict[str, object]:
+    """``--gpu`` and ``--cpu`` in tokens (``resolve_capacities``), and ``args.gpu_blocks``:
+    the swept num_gpu_blocks per instance (tokens // --block-size, null block included), each
+    2..``MAX_BLOCKS`` (a usage error naming --gpu otherwise). Returns the size lines' data."""
+    from pipeline.base.errors import UsageError
+    from pipeline.sizes.units import resolve_capacities
+    sizes = resolve_capacities(args, "gpu", "cpu", block_size=args.block_size)
+    if args.gpu is None:
+        args.gpu_blocks = [DEFAULT_GPU_BLOCKS]
+        return sizes
+    blocks = sorted({tokens // args.block_size for tokens in args.gpu})
+    if blocks[0] < 2:
+        raise UsageError(f"--gpu: {min(args.gpu):,} tokens are {blocks[0]} blocks of "
+                         f"{args.block_size}: at least 2 (block 0 is vLLM's null block)")
+    if blocks[-1] > MAX_BLOCKS:
+        raise UsageError(f"--gpu: {blocks[-1]:,} blocks of {args.block_size}: at most "
+                         f"{MAX_BLOCKS:,} per instance")
+    args.gpu_blocks = blocks
+    return sizes
+
+
 def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
     """Everything but the workload."""
     fleet = parser.add_argument_group("fleet (each combination is one point of the sweep)")
@@ -85,12 +118,15 @@ def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
                             "the projects' defaults")
     fleet.add_argument("--list-routers", action="store_true",
                        help="print every router with its parameters and sources, and exit")
-    fleet.add_argument("--gpu-blocks", type=block_list, default=[2048], metavar="N[,N...]",
-                       help="KV capacity per instance in blocks (vLLM's num_gpu_blocks, "
-                            "the null block included) (default 2048)")
-    fleet.add_argument("--load", type=load_list, default=[1.0], metavar="X[,X...]",
-                       help="arrival-rate multipliers: arrival times are divided by X "
-                            "(default 1)")
+    fleet.add_argument("--gpu", type=capacities, default=None, metavar="SIZE[,SIZE...]",
+                       help=f"KV capacity per instance: tokens, blocks (2048blocks = vLLM's "
+                            f"num_gpu_blocks 2048 of --block-size tokens, the null block "
+                            f"included) or a size with --model (20GiB, 200GB, 512MiB); a list "
+                            f"sweeps (default {DEFAULT_GPU_BLOCKS}blocks)")
+    deprecated_alias(fleet, "--gpu-blocks", "--gpu", in_blocks)
+    fleet.add_argument("--speed", type=load_list, default=[1.0], metavar="X[,X...]",
+                       help="the trace's arrival times divided by X; a list sweeps (default 1)")
+    deprecated_alias(fleet, "--load", "--speed")
     fleet.add_argument("--seed", type=non_negative_int, default=0,
                        help="seed of the random router and of random tie-breaks "
                             "(default %(default)s)")
@@ -100,11 +136,15 @@ def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
                             "live (the oracle view) (default 0)")
     engine = add_engine_arguments(parser, "engine (per instance; a model of vLLM v1)")
     engine.add_argument("--cpu-shared", action="store_true",
-                        help="one CPU pool of --cpu-tokens shared by every instance (as a "
+                        help="one CPU pool of --cpu shared by every instance (as a "
                              "Mooncake store or LMCache remote backend: a chunk stored by one "
                              "instance loads on any; reloads cost the roofline's "
                              "--host-link-gbps) instead of one per instance")
     add_latency_arguments(parser)
+    add_kv_arguments(parser.add_argument_group(
+        "model (KV bytes per token and the roofline's shape; required by the roofline and "
+        "by sizes in bytes)"))
+    add_memory_arguments(parser)
     run = parser.add_argument_group("sweep execution and outputs")
     run.add_argument("--executor", choices=EXECUTORS, default="local",
                      help="local: a process pool; ray: Ray tasks (ray.init() starts a local "

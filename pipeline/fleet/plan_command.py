@@ -2,10 +2,10 @@
 hit-ratio target, for a fleet of instances behind that router.
 
 The search is ``fleet``'s (``pipeline.fleet.plan.smallest_memory``): every point of a grid
-(``--instances`` x ``--gpu-blocks`` per instance, at the load ``--speed``) is one fleet
+(``--instances`` x ``--gpu`` per instance, at the load ``--speed``) is one fleet
 simulation, and per router the point with the least memory (replicas x (GPU KV + CPU tier),
 or replicas x GPU KV + one ``--cpu-shared`` pool) that meets the target is the answer. The
-answer is only as fine as the grid: without ``--gpu-blocks`` the grid is six block counts,
+answer is only as fine as the grid: without ``--gpu`` the grid is six block counts,
 geometric from the smallest pool that holds the longest request to one that holds every
 distinct block of the workload. Memory is in tokens and in bytes at the plan's KV size
 (``--model``, ``--kv-bytes-per-token`` or ``--kv-shape``, as ``plan`` sizes it).
@@ -38,6 +38,7 @@ from pipeline.base.errors import CLIError, UsageError
 from pipeline.fleet import command as fleet_command
 from pipeline.engine.overload import warning_line
 from pipeline.fleet.aggregates import OVERLOAD_COLUMNS, fleet_aggregates
+from pipeline.fleet.options import resolve_fleet_capacities
 from pipeline.fleet.plan import Memory, smallest_memory
 from pipeline.fleet.sweep import Point, run_sweep
 from pipeline.fleet.workload import FLEET_PATTERNS, load_workload
@@ -49,14 +50,14 @@ __all__ = ["add_fleet_plan_arguments", "fleet_requested", "fleet_plan", "gpu_blo
 
 GRID_POINTS = 6
 #: fleet's options that plan takes only with --fleet (plan has the others already)
-FLEET_ONLY = ("instances", "router", "router_option", "gpu_blocks", "staleness_ms",
+FLEET_ONLY = ("instances", "router", "router_option", "staleness_ms",
               "max_model_len", "no_chunked_prefill", "long_prefill_token_threshold",
-              "async_scheduling", "cpu_tokens", "cpu_chunk_size", "cpu_shared", "limit",
+              "async_scheduling", "cpu", "cpu_chunk_size", "cpu_shared", "limit",
               "groups", "questions", "sessions", "turns", "think_s", "executor", "jobs",
               "ray_address", "retries")
 #: plan's options that do not apply to a fleet
 NOT_FLEET = (("target_ttft_ms", "--target-ttft-ms"), ("concurrency", "--concurrency"),
-             ("measured", "--measured"), ("report", "--report"), ("gpu", "--gpu"),
+             ("measured", "--measured"), ("report", "--report"),
              ("measured_docs", "--measured-docs"), ("served_model", "--served-model"))
 
 
@@ -72,7 +73,7 @@ def add_fleet_plan_arguments(parser: argparse.ArgumentParser) -> None:
                             "--target-ttft-p90-ms or --target-hit-ratio (a grid of fleet "
                             "simulations)")
     for action in template._actions:
-        if action.dest in FLEET_ONLY:
+        if action.dest in FLEET_ONLY or getattr(action, "new", None) in ("--gpu", "--cpu"):
             action.default = None
             action.container = group
             group._add_action(action)
@@ -123,7 +124,7 @@ def _check(args: argparse.Namespace) -> None:
                     router=args.router or ["round-robin"], router_option=args.router_option
                     or [], staleness_ms=args.staleness_ms or 0.0,
                     long_prefill_token_threshold=args.long_prefill_token_threshold or 0,
-                    cpu_tokens=args.cpu_tokens or 0,
+                    cpu=args.cpu or 0,
                     groups=args.groups or 4, questions=args.questions or 4,
                     sessions=args.sessions or 8, turns=args.turns or 4,
                     think_s=2.0 if args.think_s is None else args.think_s,
@@ -152,7 +153,7 @@ def ttft_withheld(model, kv: KVSize, prompts: list[int]) -> str | None:
 
 
 def _grid(args: argparse.Namespace, workload) -> list[int]:
-    if args.gpu_blocks is not None:
+    if args.gpu is not None:
         return args.gpu_blocks
     requests = workload.requests
     longest = max(len(r.prompt_token_ids) + r.max_tokens for r in requests)
@@ -164,8 +165,9 @@ def _grid(args: argparse.Namespace, workload) -> list[int]:
 
 def _fleet_plan(args: argparse.Namespace) -> int:
     _check(args)
+    args.sizes = resolve_fleet_capacities(args)
     try:
-        kv = kv_from_args(args)
+        kv = kv_from_args(args, "plan --fleet (memory in bytes)")
     except ValueError as exc:
         raise CLIError(str(exc)) from None
     if args.out is not None and not args.out.parent.is_dir():
@@ -182,7 +184,7 @@ def _fleet_plan(args: argparse.Namespace) -> int:
     points = [Point(r, n, b, load) for r in args.router for n in args.instances
               for b in args.gpu_blocks]
     fleet = _run(args, settings, points, workload)
-    memory = Memory(kv.bytes_per_token, args.block_size, args.cpu_tokens, args.cpu_shared)
+    memory = Memory(kv.bytes_per_token, args.block_size, args.cpu, args.cpu_shared)
     plan = smallest_memory(fleet, args.target_ttft_p90_ms, args.target_hit_ratio, memory)
     plan = plan.sort(pl.col("router").replace_strict(
         {name: i for i, name in enumerate(args.router)}, return_dtype=pl.Int64))
@@ -261,7 +263,7 @@ def _document(args, workload, kv: KVSize, model, withheld: str | None, plan: pl.
                  "withheld": withheld},
         "grid": {"routers": args.router, "instances": args.instances,
                  "gpu_blocks": args.gpu_blocks, "block_size": args.block_size,
-                 "cpu_tokens": args.cpu_tokens, "cpu_shared": args.cpu_shared,
+                 "cpu_tokens": args.cpu, "cpu_shared": args.cpu_shared,
                  "load": load},
         "answers": answers}
 

@@ -22,7 +22,9 @@ from pipeline.base.arguments import non_negative_int, pass_list, positive_float,
     unit_ratio
 from pipeline.base.config import LAB_CPU, LAB_DOCS, LAB_GPU, LAB_PASSES, LAB_TOKENS, REAL_MEASURED
 from pipeline.base.errors import CLIError, UsageError
-from pipeline.sizes.units import KVSize, add_kv_arguments, capacity, kv_from_args
+from pipeline.sizes.units import KVSize, add_kv_arguments, capacities, capacity, \
+    capacity_tokens, kv_from_args, model_given, one_of, sized_option
+from pipeline.sizes.vllm_memory import add_memory_arguments, gpu_from_utilization
 from pipeline.blocks.limits import check_document_blocks
 from pipeline.engine_caches.options import add_model_arguments, add_order_arguments, run_options
 from pipeline.fleet.plan_command import add_fleet_plan_arguments, fleet_plan, fleet_requested
@@ -60,9 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="WHICH",
                         help="passes that must meet it: warm (every pass after the first; "
                              "default), all, or 1-based numbers such as 2,3")
-    parser.add_argument("--gpu", type=capacity, default=None, metavar="CAP",
-                        help=f"GPU KV capacity: tokens or a size such as 0.6GiB "
-                             f"(default {LAB_GPU} tokens)")
+    parser.add_argument("--gpu", type=capacities, default=None, metavar="SIZE[,SIZE...]",
+                        help=f"GPU KV capacity: tokens, blocks (1345blocks, of --block-size "
+                             f"tokens) or a size with --model (0.6GiB, 20GiB, 200GB, 512MiB) "
+                             f"(default: the lab's {LAB_GPU} tokens); one value, a list only "
+                             f"with --fleet (the grid per instance)")
     add_kv_arguments(parser)
     work = parser.add_argument_group("workload (default: the lab's documents)")
     work.add_argument("--docs", type=positive_int, default=LAB_DOCS,
@@ -101,6 +105,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", type=Path, metavar="HTML",
                         help="also write a page with predicted TTFT against the CPU capacity "
                              "and the fit's error per pass (atomically)")
+    add_memory_arguments(parser)
     add_fleet_plan_arguments(parser)
 
 
@@ -249,14 +254,24 @@ def main(args: argparse.Namespace) -> int:
         return fleet_plan(args)
     if args.target_ttft_p90_ms is not None:
         return plan_under_load(args)
+    utilization = None
+    if getattr(args, "gpu_memory_utilization", None) is not None:
+        utilization = gpu_from_utilization(args, args.block_size)
+    args.gpu = one_of(args.gpu, "--gpu", "a list only with --fleet")
     try:
-        kv = kv_from_args(args)
-        gpu = LAB_GPU if args.gpu is None else args.gpu.tokens(kv)
-        args.measured_gpu_tokens = args.measured_gpu.tokens(kv)
-        args.measured_cpu_tokens = args.measured_cpu.tokens(kv)
+        kv = kv_from_args(args, sized_option(args, "gpu", "measured_gpu", "measured_cpu"))
+        gpu = LAB_GPU if args.gpu is None else capacity_tokens(args.gpu, kv, args.block_size,
+                                                               "--gpu")
+        args.measured_gpu_tokens = capacity_tokens(args.measured_gpu, kv, args.block_size,
+                                                   "--measured-gpu")
+        args.measured_cpu_tokens = capacity_tokens(args.measured_cpu, kv, args.block_size,
+                                                   "--measured-cpu")
         default = " (the lab's)" if args.gpu is None else ""
-        gpu_given = (args.gpu.describe(kv) if args.gpu is not None and args.gpu.unit else
+        gpu_given = (utilization["line"] if utilization is not None else
+                     args.gpu.describe(kv) if args.gpu is not None and args.gpu.is_size else
                      f"{gpu:,} tokens{default} = {kv.bytes(gpu) / 2**30:.2f} GiB")
+        if not model_given(args):
+            gpu_given += f" (KV of the lab's model {kv.name}: no --model given)"
     except ValueError as exc:
         raise CLIError(str(exc) if str(exc).startswith("--") else f"--gpu: {exc}") from None
     args.gpu = gpu                                  # tokens from here on (run_options)

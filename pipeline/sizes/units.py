@@ -42,7 +42,7 @@ __all__ = ["DTYPE_BYTES", "UNITS", "KVSize", "PRESETS", "MODELS", "ModelShape", 
            "parse_model_shape", "Capacity", "preset", "shape",
            "parse_capacity", "capacity", "one_capacity", "capacities", "capacity_list", "format_bytes", "gib", "gb",
            "size_up",
-           "add_kv_arguments", "kv_from_args", "model_given", "BLOCKS", "DEFAULT_PRESET", "resolve_capacities",
+           "add_kv_arguments", "kv_from_args", "model_given", "BLOCKS", "sized_option", "one_of", "capacity_tokens", "DEFAULT_PRESET", "resolve_capacities",
            "size_lines"]
 
 #: Size units: decimal (10^3k) and binary (2^10k).
@@ -273,6 +273,40 @@ def _flag(dest: str) -> str:
     return "--" + dest.replace("_", "-")
 
 
+def sized_option(args: argparse.Namespace, *dests: str) -> str | None:
+    """``"--gpu 20GiB"``: the first of the capacity options ``dests`` given as a size in
+    bytes (what needs a model), or None."""
+    for dest in dests:
+        value = getattr(args, dest, None)
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, Capacity) and item.is_size:
+                return f"{_flag(dest)} {item.text}"
+    return None
+
+
+def one_of(value, flag: str, why: str = "one value"):
+    """The one capacity of a ``capacities`` option (None stays None); a usage error naming
+    ``flag`` for a list (``why`` says where a list goes)."""
+    if not isinstance(value, list):
+        return value
+    if len(value) > 1:
+        from pipeline.base.errors import UsageError
+        raise UsageError(f"{flag}: one capacity here ({why}), got {len(value)}")
+    return value[0]
+
+
+def capacity_tokens(value: Capacity | int, kv: KVSize | None, block_size: int | None,
+                    flag: str) -> int:
+    """Tokens of one capacity option; a usage error naming ``flag`` for blocks without a
+    block size."""
+    if not isinstance(value, Capacity):
+        return value
+    if value.unit == BLOCKS and block_size is None:
+        from pipeline.base.errors import UsageError
+        raise UsageError(f"{flag} {value.text}: blocks need a block size (--block-size)")
+    return value.tokens(kv, block_size)
+
+
 def resolve_capacities(args: argparse.Namespace, *dests: str,
                        block_size: int | None = None) -> dict[str, object]:
     """Turn the capacity options ``dests`` of ``args`` (a ``Capacity``, a list of them, an
@@ -286,16 +320,15 @@ def resolve_capacities(args: argparse.Namespace, *dests: str,
     {"--cpu": Capacity.as_dict}}`` (and ``"gpu_memory_utilization"``) for the output.
     CLIError naming the option on a bad model option. Commands call it first in ``main``.
     """
-    from pipeline.base.errors import CLIError, UsageError
+    from pipeline.base.errors import CLIError
     extra: dict[str, object] = {}
     if "gpu" in dests and getattr(args, "gpu_memory_utilization", None) is not None:
         from pipeline.sizes.vllm_memory import gpu_from_utilization
         extra["gpu_memory_utilization"] = gpu_from_utilization(args, block_size)
     given_all = {dest: getattr(args, dest, None) for dest in dests}
-    sized = [f"{_flag(d)} {c.text}" for d, v in given_all.items()
-             for c in (v if isinstance(v, list) else [v]) if isinstance(c, Capacity) and c.is_size]
+    sized = sized_option(args, *dests)
     try:
-        kv = kv_from_args(args, sized[0] if sized else None)
+        kv = kv_from_args(args, sized)
     except ValueError as exc:
         raise CLIError(str(exc)) from None
     options: dict[str, object] = {}
@@ -303,12 +336,7 @@ def resolve_capacities(args: argparse.Namespace, *dests: str,
         given = value if isinstance(value, list) else [value]
         if not any(isinstance(item, Capacity) for item in given):
             continue
-        blocks = [item for item in given if isinstance(item, Capacity) and item.unit == BLOCKS]
-        if blocks and block_size is None:
-            raise UsageError(f"{_flag(dest)} {blocks[0].text}: blocks need a block size "
-                             f"(--block-size)")
-        tokens = [item.tokens(kv, block_size) if isinstance(item, Capacity) else item
-                  for item in given]
+        tokens = [capacity_tokens(item, kv, block_size, _flag(dest)) for item in given]
         setattr(args, dest, tokens if isinstance(value, list) else tokens[0])
         if any(isinstance(item, Capacity) and item.unit for item in given):
             parts = [item.as_dict(kv, block_size) if isinstance(item, Capacity) else

@@ -22,7 +22,8 @@ from pipeline.base.arguments import positive_float, positive_int
 from pipeline.base.errors import CLIError, UsageError
 from pipeline.engine.overload import warning_line
 from pipeline.engine.request import EngineRequests
-from pipeline.sizes.units import kv_from_args
+from pipeline.sizes.units import capacity_tokens, kv_from_args, one_of
+from pipeline.sizes.vllm_memory import gpu_from_utilization
 from pipeline.steptime.curves import Load, apply_load
 from pipeline.steptime.metrics import run_metrics
 from pipeline.steptime.options import add_latency_arguments, latency_from_args
@@ -37,7 +38,7 @@ def add_load_plan_arguments(parser: argparse.ArgumentParser) -> None:
     """The load, engine and step-time options of a TTFT-p90-under-load target."""
     add_latency_arguments(parser, latency=False)      # plan's own --latency (a path) serves
     group = parser.add_argument_group("load (with --target-ttft-p90-ms; the engine model)")
-    group.add_argument("--speed", type=positive_float, default=None,
+    group.add_argument("--speed", type=positive_float, default=None, metavar="X",
                        help="the trace's arrival times divided by X (default 1)")
     group.add_argument("--rate", type=positive_float, default=None,
                        help="Poisson arrivals, R requests per second (seeded by --seed)")
@@ -106,15 +107,19 @@ def _plan_under_load(args: argparse.Namespace) -> int:
     args.block_size = args.block_size or 16
     if args.output_tokens in (None, "trace"):         # Mooncake: each line's output_length
         args.output_tokens = 1
-    kv = kv_from_args(args)
+    utilization = None
+    if getattr(args, "gpu_memory_utilization", None) is not None:
+        utilization = gpu_from_utilization(args, args.block_size)
+    gpu = one_of(args.gpu, "--gpu", "the top of the search")
+    kv = kv_from_args(args, "--target-ttft-p90-ms (the answer in GiB)")
     workload = _workload(args)
     load = _load(args, workload.arrival_unit == "seconds")
     requests, concurrency = apply_load(workload.requests, load, args.seed)
     size = args.block_size
     longest = max(len(r.prompt_token_ids) + r.max_tokens for r in requests)
     lo = -(-(longest - 1) // size) + 1
-    if args.gpu is not None:
-        hi = args.gpu.tokens(kv) // size
+    if gpu is not None:
+        hi = capacity_tokens(gpu, kv, size, "--gpu") // size
         if hi < lo:
             raise CLIError(f"--gpu: {hi * size:,} tokens cannot hold the largest request "
                            f"(at least {lo * size:,} tokens)")
@@ -159,7 +164,8 @@ def _plan_under_load(args: argparse.Namespace) -> int:
                    "gpu_bytes": kv.bytes(answer * size), "kv": kv.describe()},
         "search": f"bisected {lo:,}..{hi:,} blocks in {len(seen)} engine runs (assuming TTFT "
                   f"p90 falls as the GPU grows: not proven under load)",
-        "figures": at, "figures_one_block_below": below}
+        "figures": at, "figures_one_block_below": below,
+        **({"gpu_memory_utilization": utilization} if utilization is not None else {})}
     document["answer"].update({key: at[key] for key in ANSWER_LOAD_KEYS})
     warning = warning_line(at, f"the answer ({answer:,} GPU blocks)") if at["overloaded"] \
         else None
@@ -182,6 +188,8 @@ def _plan_under_load(args: argparse.Namespace) -> int:
     if below is not None:
         print(f"  one block below: TTFT p90 {below['ttft_ms_p90']:,.1f} ms")
     print(f"search: {document['search']}")
+    if utilization is not None:
+        print(utilization["line"])
     if warning:
         print(warning)
     return 0

@@ -27,7 +27,8 @@ from pipeline.base.errors import CLIError
 from pipeline.sizes.units import add_kv_arguments, capacities, capacity, resolve_capacities, \
     size_lines
 from pipeline.trace import engine, outputs
-from pipeline.trace.inputs import add_input_arguments, load_workload
+from pipeline.trace.inputs import add_input_arguments, block_size_of, load_workload
+from pipeline.sizes.vllm_memory import add_memory_arguments
 from pipeline.base.staging import Outputs
 
 DEFAULT_OUT = EVENTS_DIR / "trace"
@@ -37,20 +38,24 @@ DEFAULT_REPORT = REPORTS_DIR / "trace.html"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``trace``."""
     add_input_arguments(parser)
-    tiers = parser.add_argument_group("tiers (capacities in tokens or sizes such as 1.5GiB, "
-                                      "40GB, 1.5lmcacheGB through --model's bytes per token; "
+    tiers = parser.add_argument_group("tiers (capacities in tokens, blocks such as 5860blocks "
+                                      "(x --block-size tokens) or sizes such as 1.5GiB, 40GB, "
+                                      "512MiB, 1.5lmcacheGB through --model's bytes per token; "
                                       "a tier holds capacity // block-size blocks)")
-    tiers.add_argument("--gpu", type=capacities, default=None, metavar="CAPS",
-                       help="GPU capacities (default: 0 and 1/32 .. 1 of the distinct blocks)")
-    tiers.add_argument("--cpu", type=capacities, default=None, metavar="CAPS",
-                       help="CPU capacities (default: 0, 1/4 and all of the distinct blocks)")
-    tiers.add_argument("--cpu-sweep-gpu", type=capacity, default=None, metavar="CAP",
+    tiers.add_argument("--gpu", type=capacities, default=None, metavar="SIZE[,SIZE...]",
+                       help="GPU capacities, a list sweeps (default: 0 and 1/32 .. 1 of the "
+                            "distinct blocks)")
+    tiers.add_argument("--cpu", type=capacities, default=None, metavar="SIZE[,SIZE...]",
+                       help="CPU capacities, a list sweeps (default: 0, 1/4 and all of the "
+                            "distinct blocks)")
+    tiers.add_argument("--cpu-sweep-gpu", type=capacity, default=None, metavar="SIZE",
                        help="the GPU capacity of the report's CPU curve (default: the "
                             "smallest non-zero --gpu)")
     add_order_arguments(tiers)
     add_model_arguments(parser.add_argument_group(
         "models (pipeline.blocks.model_api; engine options as on blocks)"))
     add_kv_arguments(parser.add_argument_group("KV size (converts sizes to tokens)"))
+    add_memory_arguments(parser)
     out = parser.add_argument_group("output")
     out.add_argument("--out", type=Path, default=DEFAULT_OUT,
                      help="folder for events.parquet, requests.parquet, points.parquet "
@@ -81,8 +86,9 @@ def _shown(path: str | Path) -> str:
 
 def main(args: argparse.Namespace) -> int:
     """``python -m pipeline trace``: validate, replay, write, print."""
-    as_sizes = resolve_capacities(args, "gpu", "cpu", "cpu_sweep_gpu")
-    args.sizes_given = bool(as_sizes)           # the report adds GiB (outputs.trace_units)
+    as_sizes = resolve_capacities(args, "gpu", "cpu", "cpu_sweep_gpu",
+                                  block_size=block_size_of(args))
+    args.sizes_given = bool(as_sizes.get("kv"))  # the report adds GiB (outputs.trace_units)
     workload = load_workload(args)
     try:
         stream = workload.block_stream()

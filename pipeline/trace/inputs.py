@@ -100,6 +100,14 @@ def _pattern_size(args: argparse.Namespace, block_size: int) -> tuple[int, str]:
         f"--pattern {args.pattern}: {what} requests of {prompt} tokens in {block_size}-token blocks"
 
 
+def block_size_of(args: argparse.Namespace) -> int:
+    """The block size the workload will have: --block-size, else the format's default."""
+    if args.block_size:
+        return args.block_size
+    mooncake = args.pattern is None and args.format == "mooncake"
+    return MOONCAKE_BLOCK_SIZE if mooncake else TOKENS_BLOCK_SIZE
+
+
 def load_workload(args: argparse.Namespace) -> Workload:
     """Read or generate the workload; a user error becomes one ``CLIError`` line."""
     if (args.path is None) == (args.pattern is None):
