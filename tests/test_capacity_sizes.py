@@ -69,7 +69,8 @@ def test_blocks_sizes(capsys):
                                "--gpu", "64", "--cpu", "0"])
     assert "sizes" not in tokens                        # tokens only: output unchanged
     sized = run_json(capsys, ["blocks", "--docs", "2", "--tokens", "64", "--passes", "fwd",
-                              "--gpu", f"{64 * LAB_BPT}B", "--cpu", "0"])
+                              "--gpu", f"{64 * LAB_BPT}B", "--cpu", "0", "--model",
+                              "qwen2.5-1.5b"])
     assert sized["passes"] == tokens["passes"]
     assert sized["sizes"]["options"]["--gpu"] == {
         "given": f"{64 * LAB_BPT}B", "tokens": 64, "bytes": 64 * LAB_BPT, "unit": "B",
@@ -88,7 +89,8 @@ def test_trace_sizes(capsys, tmp_path):
     assert out["sizes"]["kv"]["name"] == "Llama-3.1-8B"
     assert [p["tokens"] for p in out["sizes"]["options"]["--gpu"]] == [0, 4 * 10**6 // per_token]
     assert out["sizes"]["options"]["--cpu"][0]["unit_meaning"].startswith("2^30 bytes")
-    assert main([*SMALL_TRACE, "--out", str(tmp_path / "u"), "--gpu", "1GiB"]) == 0
+    assert main([*SMALL_TRACE, "--out", str(tmp_path / "u"), "--gpu", "1GiB", "--model",
+                 "qwen2.5-1.5b"]) == 0
     text = capsys.readouterr().out
     assert f"1GiB = {2**30 // LAB_BPT:,} tokens" in text and "GiB = 2^30 bytes" in text
 
@@ -104,7 +106,8 @@ def test_policies_sizes(capsys, tmp_path):
 
 
 def test_measured_sizes(capsys):
-    assert main(["measured", "data/ttft.jsonl", "--cpu", "1.5lmcacheGB"]) == 0
+    assert main(["measured", "data/ttft.jsonl", "--cpu", "1.5lmcacheGB", "--model",
+                 "qwen2.5-1.5b"]) == 0
     text = capsys.readouterr().out
     assert "lmcache CPU 56173 tokens" in text
     assert "--cpu 1.5lmcacheGB = 56,173 tokens (1,610,612,736 bytes; lmcacheGB = 2^30" in text

@@ -267,7 +267,7 @@ def test_work_beyond_the_limits_is_refused_before_allocating(tmp_path, capsys, a
 
 FLEET_WORKLOAD = ["--pattern", "groups", "--groups", "2", "--users", "2", "--questions", "1",
                   "--system-prompt-length", "64", "--question-length", "16",
-                  "--output-tokens", "2", "--jobs", "1"]
+                  "--output-tokens", "2", "--model", "qwen2.5-1.5b", "--jobs", "1"]
 FLEET_ERRORS = [       # (argv after the workload, exit status, what the one line names)
     (["--router", "bogus"], 2, "argument --router: unknown router 'bogus'"),
     (["--instances", "0"], 2, "argument --instances: instance counts must be >= 1"),

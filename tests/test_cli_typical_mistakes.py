@@ -56,14 +56,13 @@ MISTAKES = [
     (["fit", "missing.jsonl", "--output", "o/fit.json"], 1, "missing.jsonl: cannot read"),
     (["fit", "folder", "--output", "o/fit.json"], 1, "folder: cannot read (is a folder)"),
     (["fit", "empty.jsonl", "--output", "o/fit.json"], 1, "empty.jsonl: no sidecar"),
-    (["simulate", "missing.jsonl", "--num-gpu-blocks", "100", "--out", "o"], 1, "missing.jsonl"),
-    (["simulate", "--pattern", "zipf", "--num-gpu-blocks", "0", "--out", "o"], 2,
-     "--num-gpu-blocks"),
+    (["simulate", "missing.jsonl", "--gpu", "100blocks", "--out", "o"], 1, "missing.jsonl"),
+    (["simulate", "--pattern", "zipf", "--gpu", "0blocks", "--out", "o"], 2, "--gpu"),
     (["simulate", "--pattern", "zipf", "--gpu", "1.5XB", "--out", "o"], 2, "--gpu"),
     (["fleet", "missing.jsonl", "--out", "o"], 1, "missing.jsonl"),
     (["fleet", "folder", "--out", "o"], 1, "folder: cannot read"),
     (["fleet", "empty.jsonl", "--out", "o"], 1, "empty.jsonl: no requests"),
-    (["fleet", "--pattern", "groups", "--gpu-blocks", "-1", "--out", "o"], 2, "--gpu-blocks"),
+    (["fleet", "--pattern", "groups", "--gpu", "-1", "--out", "o"], 2, "--gpu"),
     (["fleet", "--pattern", "groups", "--router", "nope", "--out", "o"], 2, "--router"),
 ]
 

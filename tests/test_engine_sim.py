@@ -136,7 +136,7 @@ def test_simulate_writes_the_step_interface(tmp_path):
          "output_token_ids": [900001, 900002]},
         {"arrival_step": 4, "prompt_token_ids": list(range(1, 16)) + [900001, 900002],
          "max_tokens": 1}])
-    done = _run(trace, "--format", "tokens", "--num-gpu-blocks", "3", "--out",
+    done = _run(trace, "--format", "tokens", "--gpu", "3blocks", "--out",
                 str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr
     requests = pl.read_parquet(tmp_path / "out" / "requests.parquet")
@@ -159,13 +159,13 @@ def test_simulate_writes_the_step_interface(tmp_path):
      ["--max-model-len", "2"], "t.jsonl:1: prompt of 3 tokens is longer than --max-model-len 2"),
     ([{"arrival_step": 0, "prompt_token_ids": list(range(40)), "max_tokens": 1}],
      ["--block-size", "4"], "t.jsonl:1: the request needs 10 blocks of 4 tokens, more than "
-                            "--num-gpu-blocks 3"),
+                            "--gpu 3blocks"),
 ])
 def test_bad_input_is_one_line_and_nothing_is_written(tmp_path, rows, options, message):
     trace = _write(tmp_path / "t.jsonl", rows)
     out = tmp_path / "out"
     before = folder_snapshot(tmp_path)
-    done = _run(trace, "--num-gpu-blocks", "3", "--out", str(out), *options)
+    done = _run(trace, "--gpu", "3blocks", "--out", str(out), *options)
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
     assert folder_snapshot(tmp_path) == before
@@ -177,12 +177,12 @@ def test_a_pool_of_max_model_len_minus_one_tokens_is_enough(tmp_path):
     num_gpu_blocks 4: finish at step 4)."""
     trace = _write(tmp_path / "t.jsonl", [
         {"arrival_step": 0, "prompt_token_ids": list(range(1, 9)), "max_tokens": 10}])
-    done = _run(trace, "--block-size", "4", "--num-gpu-blocks", "4", "--max-model-len", "13",
+    done = _run(trace, "--block-size", "4", "--gpu", "4blocks", "--max-model-len", "13",
                 "--out", str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr
     frame = pl.read_parquet(tmp_path / "out" / "requests.parquet")
     assert frame.select("finish_step", "output_tokens", "preemptions").rows() == [(4, 5, 0)]
-    refused = _run(trace, "--block-size", "4", "--num-gpu-blocks", "3", "--max-model-len",
+    refused = _run(trace, "--block-size", "4", "--gpu", "3blocks", "--max-model-len",
                    "13", "--out", str(tmp_path / "out2"))
     assert refused.returncode == 1 and "needs 3 blocks of 4 tokens" in refused.stderr
 
@@ -191,17 +191,17 @@ def test_mooncake_and_patterns_run(tmp_path):
     trace = _write(tmp_path / "m.jsonl", [
         {"timestamp": 0, "input_length": 600, "output_length": 3, "hash_ids": [1, 2]},
         {"timestamp": 5, "input_length": 700, "output_length": 2, "hash_ids": [1, 3]}])
-    done = _run(trace, "--format", "mooncake", "--num-gpu-blocks", "200", "--concurrency", "1",
+    done = _run(trace, "--format", "mooncake", "--gpu", "200blocks", "--concurrency", "1",
                 "--out", str(tmp_path / "m"))
     assert done.returncode == 0, done.stderr
     frame = pl.read_parquet(tmp_path / "m" / "requests.parquet")
     assert frame["gpu_hit_tokens"].to_list() == [0, 512]
     assert frame["output_tokens"].to_list() == [3, 2]
-    untimed = _run(trace, "--format", "mooncake", "--num-gpu-blocks", "200", "--out",
+    untimed = _run(trace, "--format", "mooncake", "--gpu", "200blocks", "--out",
                    str(tmp_path / "x"))
     assert untimed.returncode == 1 and "give --rate or --concurrency" in untimed.stderr
     done = _run("--pattern", "long-doc-qa", "--num-documents", "3", "--document-length",
-                "100", "--num-gpu-blocks", "100", "--rate", "0.5", "--out", str(tmp_path / "p"))
+                "100", "--gpu", "100blocks", "--rate", "0.5", "--out", str(tmp_path / "p"))
     assert done.returncode == 0, done.stderr
     frame = pl.read_parquet(tmp_path / "p" / "requests.parquet")
     assert frame.height == 9 and frame["gpu_hit_tokens"].sum() > 0
@@ -374,7 +374,7 @@ def test_concurrency_one_equals_the_trace_commands_vllm_model(tmp_path, asynchro
         status = main(["trace", trace, "--format", "mooncake", "--gpu", "3072", "--cpu", "0",
                        "--gpu-model", "vllm", "--no-report", "--out", str(tmp_path / "t")])
     assert status == 0, err.getvalue()
-    done = _run(trace, "--format", "mooncake", "--block-size", "512", "--num-gpu-blocks", "6",
+    done = _run(trace, "--format", "mooncake", "--block-size", "512", "--gpu", "6blocks",
                 "--concurrency", "1", "--out", str(tmp_path / "s"),
                 *(["--async-scheduling"] if asynchronous else []))
     assert done.returncode == 0, done.stderr

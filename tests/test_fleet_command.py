@@ -14,7 +14,7 @@ from pipeline.fleet import sweep
 
 BASE = ["--pattern", "groups", "--groups", "3", "--users", "2", "--questions", "2",
         "--system-prompt-length", "128", "--question-length", "16", "--output-tokens", "4",
-        "--latency", "roofline", "--jobs", "1"]
+        "--latency", "roofline", "--model", "qwen2.5-1.5b", "--jobs", "1"]
 
 
 def run(capsys, *argv):
@@ -26,7 +26,7 @@ def run(capsys, *argv):
 def test_sweep_writes_a_dataset_by_point_and_json_rows(tmp_path, capsys):
     out = tmp_path / "out"
     status, stdout, _ = run(capsys, "--router", "round-robin,kv-cost", "--instances", "1,3",
-                            "--gpu-blocks", "40,80", "--out", str(out), "--json")
+                            "--gpu", "40blocks,80blocks", "--out", str(out), "--json")
     assert status == 0
     rows = [json.loads(line) for line in stdout.splitlines()]
     assert len(rows) == 8 and {r["router"] for r in rows} == {"round-robin", "kv-cost"}
@@ -64,7 +64,7 @@ def test_resume_skips_finished_points_and_reruns_failed_ones(tmp_path, capsys, m
         return real(settings, point, workload)
 
     monkeypatch.setattr(sweep, "run_point", failing)
-    status, _, stderr = run(capsys, "--gpu-blocks", "40,80", "--out", str(out))
+    status, _, stderr = run(capsys, "--gpu", "40blocks,80blocks", "--out", str(out))
     assert status == 1
     assert stderr.strip() == "error: point round-robin_n2_b80_l1: RuntimeError: boom"
     assert sweep.point_path(out, "requests", sweep.Point("round-robin", 2, 40, 1.0)).exists()
@@ -72,15 +72,15 @@ def test_resume_skips_finished_points_and_reruns_failed_ones(tmp_path, capsys, m
     kept = sweep.point_path(out, "requests", sweep.Point("round-robin", 2, 40, 1.0)).read_bytes()
     calls = []
     monkeypatch.setattr(sweep, "run_point", lambda s, p, w: calls.append(p) or real(s, p, w))
-    status, _, _ = run(capsys, "--gpu-blocks", "40,80", "--out", str(out), "--resume")
+    status, _, _ = run(capsys, "--gpu", "40blocks,80blocks", "--out", str(out), "--resume")
     assert status == 0 and [p.gpu_blocks for p in calls] == [80]
     assert sweep.point_path(out, "requests", sweep.Point("round-robin", 2, 40, 1.0)) \
         .read_bytes() == kept
     assert pl.read_parquet(out / "fleet.parquet").height == 2
-    status, _, stderr = run(capsys, "--gpu-blocks", "40,80", "--out", str(out), "--resume",
+    status, _, stderr = run(capsys, "--gpu", "40blocks,80blocks", "--out", str(out), "--resume",
                             "--seed", "5")
     assert status == 1 and "written with other settings" in stderr
-    status, _, stderr = run(capsys, "--gpu-blocks", "40", "--out", str(out))
+    status, _, stderr = run(capsys, "--gpu", "40blocks", "--out", str(out))
     assert status == 1 and "--resume continues it" in stderr
 
 
@@ -114,7 +114,8 @@ def killed_worker_inputs(tmp_path):
     model = latency_from_args(Namespace(latency="roofline", gpu_type="H100", gpu_tflops=None,
                                         gpu_fp8_tflops=None, gpu_hbm_gbps=None,
                                         host_link_gbps=None, weights="bf16",
-                                        step_overhead_ms=1.0, model_shape=None, model=None))
+                                        step_overhead_ms=1.0, model_shape=None,
+                                        model="qwen2.5-1.5b"))
     settings = sweep.Settings(SchedulerConfig(num_gpu_blocks=64, max_model_len=256),
                               KillOnce(model, str(tmp_path / "killed")))
     points = [sweep.Point("round-robin", 2, 64, 1.0), sweep.Point("kv-cost", 2, 64, 1.0)]
@@ -141,7 +142,7 @@ def test_a_killed_worker_is_retried_in_a_fresh_pool(tmp_path):
     (["--router", "least-loaded", "--router-option", "least-loaded.metric=x"], 2,
      "bad value 'x'"),
     (["--executor", "ray", "--ray-address", "127.0.0.1:9"], 1, "no Ray cluster answers"),
-    (["--gpu-blocks", "3"], 1, "--gpu-blocks 3: the longest request needs"),
+    (["--gpu", "3blocks"], 1, "--gpu 3blocks: the longest request needs"),
     (["--max-model-len", "10"], 1, "--max-model-len 10"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, argv, status, message):
@@ -197,7 +198,7 @@ def test_a_token_trace_in_steps_is_refused_not_given_poisson_arrivals(tmp_path, 
     trace.write_text('{"arrival_step": 0, "prompt_token_ids": [1, 2, 3], "max_tokens": 1}\n'
                      '{"arrival_step": 4, "prompt_token_ids": [1, 2], "max_tokens": 1}\n')
     before = folder_snapshot(tmp_path)
-    status = main(["fleet", str(trace), "--format", "tokens", "--gpu-blocks", "8", "--jobs",
+    status = main(["fleet", str(trace), "--format", "tokens", "--gpu", "8blocks", "--jobs",
                    "1", "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert status == 1 and err.count("\n") == 1
@@ -209,12 +210,11 @@ def test_a_pool_beyond_the_block_limit_is_a_usage_error(tmp_path, capsys):
     """Not one MemoryError per point (and a sweep.json) after the workers tried."""
     from pipeline.sizes.limits import MAX_BLOCKS
 
-    with pytest.raises(SystemExit) as exit_:
-        main(["fleet", *BASE, "--gpu-blocks", f"64,{MAX_BLOCKS + 1}", "--out",
-              str(tmp_path / "out")])
+    code = main(["fleet", *BASE, "--gpu", f"64blocks,{MAX_BLOCKS + 1}blocks", "--out",
+                 str(tmp_path / "out")])
     err = capsys.readouterr().err
-    assert exit_.value.code == 2 and err.count("\n") == 1
-    assert f"--gpu-blocks: GPU block counts must be at most {MAX_BLOCKS:,}" in err
+    assert code == 2 and err.count("\n") == 1
+    assert f"--gpu: {MAX_BLOCKS + 1:,} blocks of 16: at most {MAX_BLOCKS:,}" in err
     assert folder_snapshot(tmp_path) == {}
 
 
@@ -239,9 +239,9 @@ def test_options_that_would_be_ignored_are_refused(tmp_path, capsys, command, ar
     if command != ["fleet"] and status == 1:
         pytest.skip("plan --fleet reads the workload after its own checks")
     before = folder_snapshot(tmp_path)
-    extra = (["--gpu-blocks", "64", "--jobs", "1", "--out", str(tmp_path / "out")]
+    extra = (["--gpu", "64blocks", "--jobs", "1", "--out", str(tmp_path / "out")]
              if command == ["fleet"] else
-             ["--instances", "2", "--gpu-blocks", "64", "--target-hit-ratio", "0.5"])
+             ["--instances", "2", "--gpu", "64blocks", "--target-hit-ratio", "0.5"])
     try:
         got = main([*command, *argv, *extra])
     except SystemExit as exit_:
@@ -310,7 +310,7 @@ def test_any_cpu_model_per_instance_or_shared(tmp_path, capsys):
                         ("shared", ["--cpu-model", "lru", "--cpu-shared"])):
         out = tmp_path / name
         status, stdout, err = run(capsys, "--router", "round-robin", "--instances", "2",
-                                  "--gpu-blocks", "14", "--cpu-tokens", "4096", *extra,
+                                  "--gpu", "14blocks", "--cpu", "4096", *extra,
                                   "--out", str(out), "--json")
         assert status == 0, err
         served[name] = json.loads(stdout)["cpu_hit_tokens"]

@@ -12,11 +12,11 @@ from pipeline.fleet.plan_command import gpu_block_grid
 
 WORKLOAD = ["--pattern", "groups", "--groups", "3", "--users", "2", "--questions", "2",
             "--system-prompt-length", "256", "--question-length", "16", "--output-tokens",
-            "4", "--jobs", "1"]
+            "4", "--model", "qwen2.5-1.5b", "--jobs", "1"]
 ROUTERS, INSTANCES, BLOCKS = ["round-robin", "prefix-approx"], [1, 2], [20, 30, 45]
 GRID = ["--router", ",".join(ROUTERS), "--instances", ",".join(map(str, INSTANCES)),
-        "--gpu-blocks", ",".join(map(str, BLOCKS))]
-KV = 28_672                                     # Qwen2.5-1.5B, plan's default model
+        "--gpu", ",".join(f"{b}blocks" for b in BLOCKS)]
+KV = 28_672                                     # Qwen2.5-1.5B, the --model given
 
 
 def _plan(capsys, *argv):
@@ -93,7 +93,7 @@ def test_ttft_answer_is_the_smallest_grid_point_and_unreachable_says_so(capsys, 
 
 def test_cpu_tier_counts_per_instance_or_once_when_shared(capsys, grid_rows):
     for shared in (False, True):
-        extra = ["--cpu-tokens", "256", *(["--cpu-shared"] if shared else [])]
+        extra = ["--cpu", "256", *(["--cpu-shared"] if shared else [])]
         status, document, _ = _plan(capsys, "--target-hit-ratio", "0.01", *extra)
         assert status == 0
         for a in document["answers"]:
@@ -163,8 +163,8 @@ def test_out_writes_both_tables(text_plan):
      "--target-ttft-ms: not with --fleet"),
     (["--fleet", "--instances", "2", "--target-hit-ratio", "0.5", "--concurrency", "2"], 2,
      "--concurrency: not with --fleet"),
-    (["--fleet", "--instances", "2", "--target-hit-ratio", "0.5", "--gpu-blocks", "3"], 1,
-     "--gpu-blocks 3: the longest request needs"),
+    (["--fleet", "--instances", "2", "--target-hit-ratio", "0.5", "--gpu", "3blocks"], 1,
+     "--gpu 3blocks: the longest request needs"),
     (["--fleet", "--instances", "2", "--target-hit-ratio", "0.5", "--out", "/nonexistent/x"],
      1, "--out: folder /nonexistent does not exist"),
 ])

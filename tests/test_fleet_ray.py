@@ -22,7 +22,7 @@ def compiled_kernels(tmp_path_factory):
     import io
     with contextlib.redirect_stdout(io.StringIO()):
         assert main(["fleet", *BASE, "--router", "round-robin,prefix-precise", "--instances",
-                     "2", "--gpu-blocks", "40", "--out",
+                     "2", "--gpu", "40blocks", "--out",
                      str(tmp_path_factory.mktemp("warm") / "out")]) == 0
 
 
@@ -40,7 +40,7 @@ def dataset(folder, order):
 
 def test_ray_and_local_results_are_identical(tmp_path, capsys):
     argv = [*BASE, "--router", "round-robin,prefix-precise,random", "--instances", "2",
-            "--gpu-blocks", "40,80", "--load", "1,2", "--json"]
+            "--gpu", "40blocks,80blocks", "--speed", "1,2", "--json"]
     outputs = {}
     for executor in ("local", "ray"):
         out = tmp_path / executor

@@ -153,7 +153,7 @@ def test_a_real_sigint_is_one_line_and_exit_130(tmp_path):
 def test_simulate_interrupted_says_what_was_written(tmp_path, capsys, monkeypatch):
     """Ctrl-C before the files: nothing written; Ctrl-C held through the renames (released
     as the commit ends): the CLI's line says the files were written, not "nothing"."""
-    argv = ["simulate", *SMALL, "--num-gpu-blocks", "64", "--out", str(tmp_path / "o")]
+    argv = ["simulate", *SMALL, "--gpu", "64blocks", "--out", str(tmp_path / "o")]
     monkeypatch.setattr("pipeline.engine.command.simulate", interrupt)
     assert interrupted(capsys, argv) == "interrupted; nothing written"
     assert folder_snapshot(tmp_path) == {}

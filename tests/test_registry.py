@@ -161,8 +161,8 @@ def test_toy_policy_as_the_engines_cpu_tier(toy, tmp_path, capsys):
     runs = {}
     for model, load in (("toy", "1"), ("lru", "1"), ("toy", "4")):
         out = tmp_path / f"{model}-{load}"
-        assert main(["simulate", str(trace), "--block-size", "4", "--num-gpu-blocks", "6",
-                     "--cpu-tokens", "24", "--cpu-model", model, "--concurrency", load,
+        assert main(["simulate", str(trace), "--block-size", "4", "--gpu", "6blocks",
+                     "--cpu", "24", "--cpu-model", model, "--concurrency", load,
                      "--out", str(out)]) == 0
         runs[model, load] = pl.read_parquet(out / "requests.parquet")["cpu_hit_tokens"]
     capsys.readouterr()

@@ -32,13 +32,13 @@ SIM_PATTERN = ["--pattern", "zipf", "--num-documents", "3", "--document-length",
     (["TRACE", "--concurrency", "1.5"], [SIM_LINE], 2, "--concurrency: a whole number"),
     (["TRACE", *SIM_PATTERN], [SIM_LINE], 2, "give a trace PATH or --pattern"),
     (["TRACE", "--num-gpu-blocks", "8", "--gpu", "64,128", "--latency", "roofline"],
-     [SIM_LINE], 2, "--num-gpu-blocks is one run's pool; --gpu CAPS sweeps capacities"),
+     [SIM_LINE], 2, "--num-gpu-blocks is the deprecated spelling of --gpu: give --gpu once"),
     ([], [SIM_LINE], 2, "give a trace PATH or --pattern"),
     # the null block inside: one usable block at least
-    (["TRACE", "--num-gpu-blocks", "1"], [SIM_LINE], 2, "--num-gpu-blocks: expected an "
-     "integer >= 2 (block 0 is vLLM's null block), got '1'"),
-    (["TRACE", "--num-gpu-blocks", str(MAX_BLOCKS + 1)], [SIM_LINE], 2,
-     f"--num-gpu-blocks: expected at most {MAX_BLOCKS:,} blocks"),
+    (["TRACE", "--gpu", "1blocks"], [SIM_LINE], 2, "--gpu: 16 tokens are 1 blocks of 16: "
+     "at least 2 (block 0 is vLLM's null block)"),
+    (["TRACE", "--gpu", f"{MAX_BLOCKS + 1}blocks"], [SIM_LINE], 2,
+     f"--gpu: {MAX_BLOCKS + 1:,} blocks of 16: at most {MAX_BLOCKS:,}"),
     # --speed scales arrivals: a workload without any is refused, not run unscaled
     (["TRACE", "--speed", "2"], [UNTIMED_LINE], 1, "t.jsonl: --speed needs arrival times"),
     ([*SIM_PATTERN, "--speed", "2"], [], 1, "--pattern zipf: --speed needs arrival times"),
@@ -71,7 +71,7 @@ def test_simulate_bad_arguments(tmp_path, capsys, argv, lines, status, message):
     trace.write_text("".join(line + "\n" for line in lines))
     before = folder_snapshot(tmp_path)
     argv = [str(trace) if arg == "TRACE" else arg for arg in argv]
-    pool = [] if "--num-gpu-blocks" in argv else ["--num-gpu-blocks", "8"]
+    pool = [] if "--num-gpu-blocks" in argv or "--gpu" in argv else ["--gpu", "8blocks"]
     try:
         code = main(["simulate", *argv, *pool, "--out", str(tmp_path / "out")])
     except SystemExit as exc:
@@ -86,7 +86,7 @@ def test_simulate_bad_arguments(tmp_path, capsys, argv, lines, status, message):
 # --- the engine's CPU tier (simulate, fleet): a usage error, exit 2, nothing written -----
 
 ENGINE = ["--pattern", "long-doc-qa", "--num-documents", "2", "--document-length", "64",
-          "--cpu-tokens", "512"]
+          "--cpu", "512"]
 
 
 @pytest.mark.parametrize("command", ["simulate", "fleet"])
@@ -107,13 +107,13 @@ ENGINE = ["--pattern", "long-doc-qa", "--num-documents", "2", "--document-length
 def test_engine_cpu_tier_usage_errors(tmp_path, capsys, command, argv, message):
     from conftest import folder_snapshot
 
-    extra = ["--num-gpu-blocks", "64"] if command == "simulate" else ["--gpu-blocks", "64"]
+    extra = ["--gpu", "64blocks"] if command == "simulate" else ["--gpu", "64blocks"]
     usage_error(capsys, [command, *ENGINE, *extra, *argv, "--out", str(tmp_path / "out")],
                 message)
     assert folder_snapshot(tmp_path) == {}
 
 
 def test_engine_cpu_model_without_a_tier_is_a_usage_error(tmp_path, capsys):
-    usage_error(capsys, ["simulate", *ENGINE[:-2], "--num-gpu-blocks", "64", "--cpu-model",
+    usage_error(capsys, ["simulate", *ENGINE[:-2], "--gpu", "64blocks", "--cpu-model",
                          "lru", "--out", str(tmp_path / "out")],
-                "--cpu-model lru needs --cpu-tokens N")
+                "--cpu-model lru needs --cpu SIZE")

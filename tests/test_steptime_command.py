@@ -11,6 +11,10 @@ from conftest import ROOT, cli_in_process, folder_snapshot
 CHAT = str(ROOT / "data" / "simulate" / "chat.jsonl")
 
 
+#: the roofline needs a model (none is assumed)
+ROOF = ["--latency", "roofline", "--model", "qwen2.5-1.5b"]
+
+
 def _run(*args):
     return cli_in_process("simulate", *args)
 
@@ -28,7 +32,7 @@ def _fit(tmp_path):
 
 def test_one_timed_run_writes_metrics(tmp_path):
     out = tmp_path / "out"
-    done = _run(CHAT, "--num-gpu-blocks", "64", "--rate", "5", "--latency", _fit(tmp_path),
+    done = _run(CHAT, "--gpu", "64blocks", "--rate", "5", "--latency", _fit(tmp_path),
                 "--out", str(out))
     assert done.returncode == 0, done.stderr
     requests = pl.read_parquet(out / "requests.parquet")
@@ -48,7 +52,7 @@ def test_one_timed_run_writes_metrics(tmp_path):
 
 
 def test_roofline_run_says_roofline(tmp_path):
-    done = _run(CHAT, "--num-gpu-blocks", "64", "--concurrency", "2", "--latency", "roofline",
+    done = _run(CHAT, "--gpu", "64blocks", "--concurrency", "2", "--latency", "roofline",
                 "--model", "qwen2.5-0.5b", "--gpu-type", "L4", "--out", str(tmp_path / "o"))
     assert done.returncode == 0, done.stderr
     metrics = json.loads((tmp_path / "o" / "metrics.json").read_text())
@@ -60,7 +64,7 @@ def test_roofline_run_says_roofline(tmp_path):
 def test_curves_write_parquet_and_report(tmp_path):
     out = tmp_path / "c"
     done = _run("--pattern", "long-doc-qa", "--num-documents", "4", "--document-length", "200",
-                "--latency", "roofline", "--gpu", "256,4096", "--gpu-steps", "20",
+                *ROOF, "--gpu", "256,4096", "--gpu-steps", "20",
                 "--concurrency", "1,4", "--out", str(out), "--report", str(out / "c.html"))
     assert done.returncode == 0, done.stderr
     curves = pl.read_parquet(out / "curves.parquet")
@@ -91,14 +95,14 @@ def test_curve_lines_word_long_times_in_seconds(tmp_path):
 
 
 @pytest.mark.parametrize("options, message", [
-    (["--num-gpu-blocks", "64", "--clock", "time"], "--clock time needs a step-time model"),
-    (["--num-gpu-blocks", "64", "--latency", "roofline", "--clock", "steps"], "--clock time"),
+    (["--gpu", "64blocks", "--clock", "time"], "--clock time needs a step-time model"),
+    (["--gpu", "64blocks", *ROOF, "--clock", "steps"], "--clock time"),
     (["--gpu", "100,200", "--concurrency", "1,2"], "curves under load need --latency"),
-    (["--latency", "roofline", "--concurrency", "1,2"], "give --gpu CAPS"),
-    (["--latency", "roofline", "--concurrency", "2"], "--num-gpu-blocks is required"),
-    (["--latency", "roofline", "--gpu", "800", "--speed", "1,2", "--rate", "1,2"],
+    ([*ROOF, "--concurrency", "1,2"], "give --gpu SIZE"),
+    ([*ROOF, "--concurrency", "2"], "--gpu SIZE is required"),
+    ([*ROOF, "--gpu", "800", "--speed", "1,2", "--rate", "1,2"],
      "--rate: not allowed with argument --speed"),
-    (["--concurrency", "1.5", "--num-gpu-blocks", "9"], "--concurrency: a whole number"),
+    (["--concurrency", "1.5", "--gpu", "9blocks"], "--concurrency: a whole number"),
 ])
 def test_usage_errors_exit_2(tmp_path, options, message):
     before = folder_snapshot(tmp_path)
@@ -108,13 +112,13 @@ def test_usage_errors_exit_2(tmp_path, options, message):
 
 
 @pytest.mark.parametrize("options, message", [
-    (["--num-gpu-blocks", "64", "--rate", "2", "--latency", "nope.json"],
+    (["--gpu", "64blocks", "--rate", "2", "--latency", "nope.json"],
      "--latency: nope.json: cannot read"),
-    (["--num-gpu-blocks", "64", "--rate", "2", "--latency", "roofline", "--gpu-type", "X"],
+    (["--gpu", "64blocks", "--rate", "2", *ROOF, "--gpu-type", "X"],
      "--gpu-type: unknown GPU"),
-    (["--latency", "roofline", "--gpu", "32,800", "--concurrency", "1,2"],
+    ([*ROOF, "--gpu", "32,800", "--concurrency", "1,2"],
      "--gpu 32 tokens (2 blocks of 16)"),
-    (["--num-gpu-blocks", "64", "--latency", "roofline"], "arrivals are in steps"),
+    (["--gpu", "64blocks", *ROOF], "arrivals are in steps"),
 ])
 def test_bad_input_is_one_line_and_nothing_is_written(tmp_path, options, message):
     before = folder_snapshot(tmp_path)

@@ -194,7 +194,8 @@ def test_options_choose_the_model(tmp_path):
     (["--latency", "roofline", "--gpu-type", "custom"], "--gpu-type: a custom GPU needs"),
     (["--latency", "roofline", "--model", "deepseek-v3"], "--model: DeepSeek-V3"),
     (["--latency", "roofline", "--kv-shape", "28,2,128"], "--model-shape"),
-    (["--latency", "roofline", "--gpu-type", "A100", "--weights", "fp8"], "--weights"),
+    (["--latency", "roofline", "--gpu-type", "A100", "--weights", "fp8", "--model",
+      "qwen2.5-1.5b"], "--weights"),
     (["--latency", "missing.json"], "--latency: missing.json: cannot read"),
 ])
 def test_bad_options_name_the_option(argv, message):

@@ -11,6 +11,10 @@ PATTERN = ["--pattern", "long-doc-qa", "--num-documents", "6", "--document-lengt
            "--model", "qwen2.5-7b", "--gpu-type", "L4", "--concurrency", "4"]
 
 
+#: the roofline needs a model (none is assumed)
+ROOF = ["--latency", "roofline", "--model", "qwen2.5-1.5b"]
+
+
 def _plan(*args):
     return cli_in_process("plan", *args)
 
@@ -44,13 +48,13 @@ def test_text_names_the_roofline():
 
 @pytest.mark.parametrize("options, status, message", [
     (["--pattern", "long-doc-qa", "--concurrency", "2"], 2, "needs a step-time model"),
-    (["--pattern", "long-doc-qa", "--latency", "roofline", "--concurrency", "2", "--rate",
+    (["--pattern", "long-doc-qa", *ROOF, "--concurrency", "2", "--rate",
       "1"], 2, "give one load"),
-    (["--pattern", "long-doc-qa", "--latency", "roofline", "--speed", "2", "--concurrency",
+    (["--pattern", "long-doc-qa", *ROOF, "--speed", "2", "--concurrency",
       "2"], 2, "give one load"),
-    (["--pattern", "long-doc-qa", "--latency", "roofline", "--concurrency", "2", "--report",
+    (["--pattern", "long-doc-qa", *ROOF, "--concurrency", "2", "--report",
       "r.html"], 2, "--report: not available"),
-    (["--pattern", "long-doc-qa", "--latency", "roofline"], 1, "untimed workload"),
+    (["--pattern", "long-doc-qa", *ROOF], 1, "untimed workload"),
 ])
 def test_errors_are_one_line(options, status, message):
     """Usage errors (options that do not go together) exit 2; a workload that lacks what

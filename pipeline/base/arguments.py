@@ -38,13 +38,17 @@ class Parser(OneLineParser):
                     any(s == action.new or s.startswith(action.new + "=") for s in strings):
                 self.error(f"{action.option_strings[0]} is the deprecated spelling of "
                            f"{action.new}: give {action.new} once")
-        if hasattr(namespace, _ALIASED):
-            delattr(namespace, _ALIASED)
+        for line in getattr(namespace, _WARNINGS, ()):
+            print(line, file=sys.stderr)
+        for name in (_ALIASED, _WARNINGS):
+            if hasattr(namespace, name):
+                delattr(namespace, name)
         return namespace, extras
 
 
-#: the namespace attribute that records which new options an alias set while parsing
-_ALIASED = "_deprecated_aliases_used"
+#: the namespace attributes that record which new options an alias set while parsing, and
+#: the deprecation lines printed once parsing succeeded
+_ALIASED, _WARNINGS = "_deprecated_aliases_used", "_deprecated_alias_warnings"
 
 
 class _DeprecatedAlias(argparse.Action):
@@ -65,8 +69,9 @@ class _DeprecatedAlias(argparse.Action):
         except argparse.ArgumentTypeError as exc:
             parser.error(f"argument {option_string}: {exc}")
         same = f"{self.new} {text}" if self.convert is not None else self.new
-        print(f"warning: {option_string} is deprecated; use {same} (same meaning)",
-              file=sys.stderr)
+        warnings = list(getattr(namespace, _WARNINGS, ()))
+        warnings.append(f"warning: {option_string} is deprecated; use {same} (same meaning)")
+        setattr(namespace, _WARNINGS, warnings)
         setattr(namespace, target.dest, value)
         used = dict(getattr(namespace, _ALIASED, {}))
         used[self.new] = option_string

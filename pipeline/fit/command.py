@@ -21,8 +21,9 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pipeline.base.arguments import positive_int
-from pipeline.base.errors import CLIError
+from pipeline.base.arguments import deprecated_alias, positive_int
+from pipeline.base.errors import CLIError, UsageError
+from pipeline.sizes.units import Capacity, KVSize, one_capacity
 from pipeline.fit.evaluate import HOLDOUT_BY, error_summary, holdout_masks, predictions, residuals
 from pipeline.fit.fitted import fitted_document
 from pipeline.fit.inputs import load_runs
@@ -70,15 +71,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--max-num-seqs", type=positive_int)
     model.add_argument("--max-num-batched-tokens", type=positive_int)
     model.add_argument("--block-size", type=positive_int)
-    model.add_argument("--num-gpu-blocks", type=positive_int)
+    model.add_argument("--gpu", type=one_capacity, metavar="SIZE",
+                       help="the engine's GPU KV capacity: tokens, blocks (5860blocks = "
+                            "vLLM's num_gpu_blocks, the null block included) or a size with "
+                            "--kv-bytes-per-token (20GiB, 200GB, 512MiB)")
+    deprecated_alias(model, "--num-gpu-blocks", "--gpu", lambda text: f"{text}blocks")
 
 
 def _engine(run_model: dict, args: argparse.Namespace) -> EngineModel:
     fields = dict(run_model)
-    for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "num_gpu_blocks"):
+    for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
         if getattr(args, name, None):
             fields[name] = getattr(args, name)
+    gpu = getattr(args, "gpu", None)
+    if gpu is not None:
+        fields["num_gpu_blocks"] = _gpu_blocks(gpu, args, fields.get("block_size") or 16)
     return EngineModel.from_dict(fields)
+
+
+def _gpu_blocks(gpu: Capacity, args: argparse.Namespace, block_size: int) -> int:
+    """num_gpu_blocks of ``--gpu`` (tokens // block size); a size needs
+    --kv-bytes-per-token, a pool under 2 blocks is refused (usage errors)."""
+    if gpu.is_size and not args.kv_bytes_per_token:
+        raise UsageError(f"--gpu {gpu.text} needs --kv-bytes-per-token (or --gpu in tokens or "
+                         f"blocks): no model is assumed")
+    kv = KVSize("given", args.kv_bytes_per_token, "--kv-bytes-per-token") \
+        if args.kv_bytes_per_token else None
+    blocks = gpu.tokens(kv, block_size) // block_size
+    if blocks < 2:
+        raise UsageError(f"--gpu {gpu.text}: {blocks} blocks of {block_size}: at least 2 "
+                         f"(block 0 is vLLM's null block)")
+    return blocks
 
 
 def _one(values: set, what: str) -> object:
