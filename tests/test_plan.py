@@ -53,7 +53,8 @@ def test_gpu_alone_and_unreachable(capsys):
 
 def test_gpu_as_a_size(capsys):
     # 1.5GiB of the 1.5B model is 56,173 tokens: every document fits on the GPU.
-    out = run_plan(capsys, "--target-hit-ratio", "1", "--gpu", "1.5GiB")
+    out = run_plan(capsys, "--target-hit-ratio", "1", "--gpu", "1.5GiB", "--model",
+                   "qwen2.5-1.5b")
     assert out["gpu"]["tokens"] == 56_173 and out["answer"]["status"] == "gpu_alone"
 
 
