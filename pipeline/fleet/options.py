@@ -15,7 +15,7 @@ from pipeline.sizes.units import add_kv_arguments, capacities
 from pipeline.sizes.vllm_memory import add_memory_arguments
 from pipeline.steptime.options import add_latency_arguments
 
-__all__ = ["add_fleet_arguments", "router_list", "instance_list", "block_list", "load_list",
+__all__ = ["add_fleet_arguments", "router_list", "instance_list", "load_list",
            "DEFAULT_GPU_BLOCKS", "in_blocks", "resolve_fleet_capacities"]
 
 #: KV capacity per instance without --gpu: vLLM's num_gpu_blocks
@@ -59,16 +59,6 @@ def _int_list(text: str, what: str, low: int) -> list[int]:
 def instance_list(text: str) -> list[int]:
     """argparse type: instance counts >= 1."""
     return _int_list(text, "instance counts", 1)
-
-
-def block_list(text: str) -> list[int]:
-    """argparse type: GPU blocks per instance >= 2 (vLLM's num_gpu_blocks, null block in),
-    at most ``MAX_BLOCKS`` (each instance's pool arrays are allocated whole)."""
-    values = _int_list(text, "GPU block counts", 2)
-    if values[-1] > MAX_BLOCKS:
-        raise argparse.ArgumentTypeError(f"GPU block counts must be at most {MAX_BLOCKS:,}, "
-                                         f"got {text!r}")
-    return values
 
 
 def load_list(text: str) -> list[float]:

@@ -2,7 +2,7 @@
 
 Memory of a point = replicas x (GPU KV per instance + CPU tier per instance), or replicas x
 GPU KV + one shared CPU pool: GPU KV = ``gpu_blocks`` x ``--block-size`` tokens, CPU =
-``--cpu-tokens``, both in bytes at the step-time model's KV bytes per token (the roofline's
+``--cpu``, both in bytes at the step-time model's KV bytes per token (the roofline's
 model shape, or a fitted file's ``kv_bytes_per_token``). Points are ranked by total tokens
 (GPU + CPU over the fleet: the same order as bytes at one KV size); without a KV size the
 byte columns are null. A point meets

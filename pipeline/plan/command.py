@@ -84,11 +84,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help=f"measured TTFT jsonl (default: {REAL_MEASURED} if present, else "
                           "the bundled synthetic data/ttft.jsonl)")
     fit.add_argument("--measured-gpu", type=capacity, default=str(LAB_GPU),
-                     help="GPU capacity the measurement ran with, tokens or a size "
-                          "(default %(default)s)")
+                     help="GPU capacity the measurement ran with: tokens, blocks or a size "
+                          "with --model (default %(default)s)")
     fit.add_argument("--measured-cpu", type=capacity, default=str(LAB_CPU),
-                     help="lmcache CPU capacity the measurement ran with, tokens or a "
-                          "size (default %(default)s)")
+                     help="lmcache CPU capacity the measurement ran with: tokens, blocks "
+                          "or a size with --model (default %(default)s)")
     fit.add_argument("--measured-tokens", type=non_negative_int, default=LAB_TOKENS,
                      help="simulator tokens per measured document (default %(default)s)")
     fit.add_argument("--measured-docs", type=positive_int, metavar="N",
