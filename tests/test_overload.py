@@ -148,11 +148,11 @@ LDQA = ["--pattern", "long-doc-qa", "--num-documents", "20", "--document-length"
         "--output-tokens", "4", "--max-num-seqs", "1"]
 
 
-@pytest.mark.parametrize("clock", [[], ["--latency", "roofline"]], ids=["steps", "time"])
+@pytest.mark.parametrize("clock", [[], ["--latency", "roofline", "--model", "qwen2.5-1.5b"]], ids=["steps", "time"])
 def test_simulate_warns_when_overloaded_and_not_under_a_light_load(tmp_path, clock):
     unit = "req/s" if clock else "req/step"
     heavy, light = ("2000", "20") if clock else ("1", "0.1")
-    done = cli_in_process("simulate", *LDQA, "--num-gpu-blocks", "300", "--rate", heavy,
+    done = cli_in_process("simulate", *LDQA, "--gpu", "300blocks", "--rate", heavy,
                           *clock, "--out", str(tmp_path / "heavy"))
     assert done.returncode == 0, done.stderr
     line = done.stdout.splitlines()[-1]
@@ -163,14 +163,15 @@ def test_simulate_warns_when_overloaded_and_not_under_a_light_load(tmp_path, clo
     assert metrics["offered_rate"] > 2 * metrics["served_rate"]
     assert f"{metrics['queue_at_last_arrival']:,} requests still queued" in line
     assert metrics["rate_unit"] == ("requests/s" if clock else "requests/step")
-    done = cli_in_process("simulate", *LDQA, "--num-gpu-blocks", "300", "--rate", light,
+    done = cli_in_process("simulate", *LDQA, "--gpu", "300blocks", "--rate", light,
                           *clock, "--out", str(tmp_path / "light"))
     assert done.returncode == 0 and WARNING not in done.stdout + done.stderr
     assert json.loads((tmp_path / "light" / "metrics.json").read_text())["overloaded"] is False
 
 
 def test_simulate_curves_mark_the_overloaded_points(tmp_path):
-    done = cli_in_process("simulate", *LDQA, "--latency", "roofline", "--gpu", "4000,8000",
+    done = cli_in_process("simulate", *LDQA, "--latency", "roofline", "--model", "qwen2.5-1.5b",
+                          "--gpu", "4000,8000",
                           "--rate", "20,2000", "--out", str(tmp_path / "c"))
     assert done.returncode == 0, done.stderr
     curves = pl.read_parquet(tmp_path / "c" / "curves.parquet")
@@ -182,7 +183,8 @@ def test_simulate_curves_mark_the_overloaded_points(tmp_path):
 
 FLEET = ["--pattern", "groups", "--groups", "3", "--users", "2", "--questions", "10",
          "--system-prompt-length", "128", "--question-length", "16", "--output-tokens", "4",
-         "--latency", "roofline", "--jobs", "1", "--max-num-seqs", "1", "--gpu-blocks", "40"]
+         "--latency", "roofline", "--model", "qwen2.5-1.5b", "--jobs", "1", "--max-num-seqs",
+         "1", "--gpu", "40blocks"]
 
 
 def test_fleet_marks_each_overloaded_point(tmp_path):
@@ -212,8 +214,8 @@ def test_fleet_under_a_light_load_says_nothing(tmp_path):
 
 
 PLAN = ["--pattern", "long-doc-qa", "--num-documents", "20", "--document-length", "200",
-        "--output-tokens", "4", "--latency", "roofline", "--max-num-seqs", "1",
-        "--target-ttft-p90-ms", "50"]
+        "--output-tokens", "4", "--latency", "roofline", "--model", "qwen2.5-1.5b",
+        "--max-num-seqs", "1", "--target-ttft-p90-ms", "50"]
 
 
 @pytest.mark.parametrize("rate, overloaded", [("2000", True), ("20", False)])
@@ -250,7 +252,7 @@ def test_the_conversation_trace_at_its_own_rate_on_one_h100_is_overloaded(tmp_pa
         pytest.skip(f"the shared trace {trace} is absent")
     done = cli_in_process("simulate", str(trace), "--format", "mooncake", "--latency",
                           "roofline", "--model", "llama-3.1-8b", "--gpu-type", "H100",
-                          "--num-gpu-blocks", "12000", "--out", str(tmp_path / "o"))
+                          "--gpu", "12000blocks", "--out", str(tmp_path / "o"))
     assert done.returncode == 0, done.stderr
     metrics = json.loads((tmp_path / "o" / "metrics.json").read_text())
     assert metrics["overloaded"] is True and metrics["ttft_ms_p90"] > 60_000
