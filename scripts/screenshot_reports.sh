@@ -17,10 +17,11 @@ pattern=(--pattern multi-tenant --users 8 --num-documents 4 --document-length 10
          --system-prompt-length 500 --repeat-count 2 --output-tokens 64
          --latency roofline --gpu-type L4)
 "$python" -m pipeline simulate "${pattern[@]}" --model qwen2.5-7b --gpu 2000,40000 \
-  --gpu-steps 6 --rate 1,4,16 --cpu-tokens 16000 --out "$work/simulate" \
+  --gpu-steps 6 --rate 1,4,16 --cpu 16000 --out "$work/simulate" \
   --report "$work/simulate.html" >/dev/null
 "$python" -m pipeline fleet "${pattern[@]}" --router round-robin,kv-cost --instances 2 \
-  --gpu-blocks 200,800,2000 --load 1,4,16,64 --jobs 2 --out "$work/fleet" >/dev/null
+  --model qwen2.5-7b --gpu 200blocks,800blocks,2000blocks --speed 1,4,16,64 --jobs 2 \
+  --out "$work/fleet" >/dev/null
 shot() {   # shot PAGE PNG: the first 1400 x 1700 pixels of PAGE
   "$browser" --headless --no-sandbox --disable-gpu --disable-background-networking \
     --disable-component-update --user-data-dir="$work/profile" --virtual-time-budget=5000 \

@@ -17,7 +17,7 @@ from pipeline.steptime.curves import CURVE_SCHEMA, UPPER
 LABEL = "roofline (L4, Qwen2.5-7B, bf16 weights)"
 ARGS = SimpleNamespace(max_num_seqs=256, max_num_batched_tokens=8192, max_model_len=None,
                        no_chunked_prefill=False, async_scheduling=False, block_size=16,
-                       cpu_tokens=0, cpu_tier_model=None, model="qwen2.5-7b")
+                       cpu=0, cpu_tier_model=None, model="qwen2.5-7b")
 CONFIG = engine_configuration(ARGS, None)
 
 

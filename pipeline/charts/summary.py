@@ -81,7 +81,7 @@ def engine_configuration(args: argparse.Namespace, model) -> list[tuple[str, str
               f"{args.max_model_len or 'the longest request'}, chunked prefill "
               f"{'off' if args.no_chunked_prefill else 'on'}, async scheduling "
               f"{'on' if args.async_scheduling else 'off'}")
-    cpu = getattr(args, "cpu_tokens", 0) or 0
+    cpu = getattr(args, "cpu", 0) or 0                 # tokens by then (resolve_capacities)
     tier = (f"{cpu:,} tokens ({getattr(args, 'cpu_tier_model', None) or 'lmcache'})"
             if cpu else "none")
     return [("model", name),
