@@ -87,8 +87,8 @@ def test_curves_write_parquet_and_report(tmp_path):
 def test_curve_lines_word_long_times_in_seconds(tmp_path):
     # 3 s of overhead per step: TTFTs of seconds, printed as seconds, not "6,000 ms"
     done = _run("--pattern", "long-doc-qa", "--num-documents", "4", "--document-length", "200",
-                "--latency", "roofline", "--step-overhead-ms", "3000", "--gpu", "1024",
-                "--rate", "1000", "--out", str(tmp_path / "o"))
+                *ROOF, "--step-overhead-ms", "3000", "--gpu", "1024,2048", "--rate", "1000",
+                "--out", str(tmp_path / "o"))
     assert done.returncode == 0, done.stderr
     assert re.search(r"rate 1000/s: .* TTFT p90 \d\.\d\d s", done.stdout), done.stdout
     assert not re.search(r"\d,\d{3} ms", done.stdout), done.stdout
