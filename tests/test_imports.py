@@ -162,7 +162,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "pipeline.plan.blocks", "pipeline.engine_caches.options", "pipeline.ttft.scope",
         "pipeline.ttft.inputs",
         # the engine loop and its step-time models (their own branches)
-        "pipeline.engine", "pipeline.engine.*", "pipeline.steptime", "pipeline.steptime.*"),
+        "pipeline.engine", "pipeline.engine.*", "pipeline.steptime", "pipeline.steptime.*",
+        "pipeline.sizes.vllm_memory"),
     "stages": (
         "pipeline.simulate", "pipeline.sweeps", "pipeline.measured", "pipeline.report",
         "pipeline.charts.*", "pipeline.blocks.sweep", "pipeline.run.block_mode",

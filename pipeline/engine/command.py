@@ -18,7 +18,8 @@ from __future__ import annotations
 import argparse
 
 from pipeline.base.arguments import deprecated_alias, non_negative_int, plural, positive_int
-from pipeline.sizes.units import resolve_capacities, size_lines
+from pipeline.sizes.units import size_lines
+from pipeline.sizes.vllm_memory import resolve_with_utilization
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.loop import simulate
 from pipeline.engine.options import add_engine_arguments, cpu_tier_factory
@@ -125,7 +126,7 @@ def load(args: argparse.Namespace) -> EngineRequests:
 
 
 def main(args: argparse.Namespace) -> int:
-    args.sizes = resolve_capacities(args, "gpu", "cpu", block_size=args.block_size)
+    args.sizes = resolve_with_utilization(args, "gpu", "cpu", block_size=args.block_size)
     try:
         loads = prepare(args)                   # steptime: the clock, and curves or one run
         tiers = cpu_tier_factory(args)

@@ -78,8 +78,8 @@ def resolve_fleet_capacities(args: argparse.Namespace) -> dict[str, object]:
     the swept num_gpu_blocks per instance (tokens // --block-size, null block included), each
     2..``MAX_BLOCKS`` (a usage error naming --gpu otherwise). Returns the size lines' data."""
     from pipeline.base.errors import UsageError
-    from pipeline.sizes.units import resolve_capacities
-    sizes = resolve_capacities(args, "gpu", "cpu", block_size=args.block_size)
+    from pipeline.sizes.vllm_memory import resolve_with_utilization
+    sizes = resolve_with_utilization(args, "gpu", "cpu", block_size=args.block_size)
     if args.gpu is None:
         args.gpu_blocks = [DEFAULT_GPU_BLOCKS]
         return sizes

@@ -312,19 +312,14 @@ def resolve_capacities(args: argparse.Namespace, *dests: str,
     """Turn the capacity options ``dests`` of ``args`` (a ``Capacity``, a list of them, an
     int, or None) into tokens in place: blocks through ``block_size``, sizes through the
     model ``kv_from_args`` chooses (a size without a model, or blocks without a block size,
-    is a usage error naming the option). With ``--gpu-memory-utilization`` (``args``'
-    ``gpu_memory_utilization``) and ``"gpu"`` among ``dests``, ``--gpu`` is what vLLM would
-    allocate (``pipeline.sizes.vllm_memory``).
+    is a usage error naming the option). ``--gpu-memory-utilization`` goes through
+    ``pipeline.sizes.vllm_memory.resolve_with_utilization``, which calls this.
 
     Returns ``{}`` when every one was given in tokens, else ``{"kv": {...}, "options":
-    {"--cpu": Capacity.as_dict}}`` (and ``"gpu_memory_utilization"``) for the output.
+    {"--cpu": Capacity.as_dict}}`` for the output.
     CLIError naming the option on a bad model option. Commands call it first in ``main``.
     """
     from pipeline.base.errors import CLIError
-    extra: dict[str, object] = {}
-    if "gpu" in dests and getattr(args, "gpu_memory_utilization", None) is not None:
-        from pipeline.sizes.vllm_memory import gpu_from_utilization
-        extra["gpu_memory_utilization"] = gpu_from_utilization(args, block_size)
     given_all = {dest: getattr(args, dest, None) for dest in dests}
     sized = sized_option(args, *dests)
     try:
@@ -342,11 +337,10 @@ def resolve_capacities(args: argparse.Namespace, *dests: str,
             parts = [item.as_dict(kv, block_size) if isinstance(item, Capacity) else
                      {"given": str(item), "tokens": item} for item in given]
             options[_flag(dest)] = parts if isinstance(value, list) else parts[0]
-    if not options and not extra:
+    if not options:
         return {}
     return {"kv": {"name": kv.name, "bytes_per_token": kv.bytes_per_token,
-                   "formula": kv.formula} if sized or extra else None,
-            "options": options, **extra}
+                   "formula": kv.formula} if sized else None, "options": options}
 
 
 def size_lines(sizes: dict[str, object]) -> list[str]:
@@ -357,12 +351,12 @@ def size_lines(sizes: dict[str, object]) -> list[str]:
     lines = []
     if "gpu_memory_utilization" in sizes:
         lines.append(sizes["gpu_memory_utilization"]["line"])
-    kv = sizes["kv"]
-    if kv is not None and any("unit" in p for value in sizes["options"].values()
+    kv, options = sizes.get("kv"), sizes.get("options", {})
+    if kv is not None and any("unit" in p for value in options.values()
                               for p in (value if isinstance(value, list) else [value])):
         lines.append(f"sizes converted with {kv['name']}: {kv['bytes_per_token']:,} bytes per "
                      f"token ({kv['formula']})")
-    for flag, value in sizes["options"].items():
+    for flag, value in options.items():
         parts = value if isinstance(value, list) else [value]
         lines.append(f"{flag} " + ", ".join(_part(p) for p in parts))
     return lines

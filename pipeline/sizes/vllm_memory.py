@@ -34,7 +34,8 @@ from pipeline.base.arguments import non_negative_float, unit_ratio
 from pipeline.base.errors import CLIError, UsageError
 from pipeline.sizes.model_presets import KVSize, ModelShape
 
-__all__ = ["VllmMemory", "vllm_kv_memory", "add_memory_arguments", "gpu_from_utilization"]
+__all__ = ["VllmMemory", "vllm_kv_memory", "add_memory_arguments", "gpu_from_utilization",
+           "resolve_with_utilization"]
 
 GIB = 2**30
 #: vLLM's scheduler defaults the commands also use (max_num_batched_tokens, max_num_seqs)
@@ -145,7 +146,6 @@ def gpu_from_utilization(args: argparse.Namespace, block_size: int | None) -> di
     tokens) and return its ``as_dict``; a usage error with --gpu or
     without --gpu-type / --model."""
     from pipeline.sizes.model_presets import DTYPE_BYTES, model_shape, preset
-    from pipeline.sizes.units import Capacity
     from pipeline.steptime.gpus import gpu_preset
     flag = "--gpu-memory-utilization"
     if getattr(args, "gpu", None) is not None:
@@ -177,5 +177,18 @@ def gpu_from_utilization(args: argparse.Namespace, block_size: int | None) -> di
     if longest and (memory.num_blocks - 1) * size < longest:
         raise CLIError(f"{flag}: {memory.tokens:,} KV tokens cannot hold one request of "
                        f"--max-model-len {longest} (vLLM refuses to start)")
-    args.gpu = [Capacity(f"{memory.num_blocks}blocks", Decimal(memory.tokens))]
+    args.gpu = [memory.tokens]
     return memory.as_dict()
+
+
+def resolve_with_utilization(args: argparse.Namespace, *dests: str,
+                             block_size: int | None = None) -> dict[str, object]:
+    """``resolve_capacities``, after ``--gpu-memory-utilization`` (when given) set ``--gpu``;
+    its arithmetic is then the answer's ``gpu_memory_utilization`` (``size_lines`` prints
+    it first)."""
+    from pipeline.sizes.units import resolve_capacities
+    memory = None
+    if getattr(args, "gpu_memory_utilization", None) is not None:
+        memory = gpu_from_utilization(args, block_size)
+    sizes = resolve_capacities(args, *dests, block_size=block_size)
+    return sizes if memory is None else {**sizes, "gpu_memory_utilization": memory}

@@ -24,11 +24,10 @@ import polars as pl
 from pipeline.base.config import EVENTS_DIR, REPORTS_DIR
 from pipeline.engine_caches.options import add_model_arguments, add_order_arguments, run_options
 from pipeline.base.errors import CLIError
-from pipeline.sizes.units import add_kv_arguments, capacities, capacity, resolve_capacities, \
-    size_lines
+from pipeline.sizes.units import add_kv_arguments, capacities, capacity, size_lines
 from pipeline.trace import engine, outputs
 from pipeline.trace.inputs import add_input_arguments, block_size_of, load_workload
-from pipeline.sizes.vllm_memory import add_memory_arguments
+from pipeline.sizes.vllm_memory import add_memory_arguments, resolve_with_utilization
 from pipeline.base.staging import Outputs
 
 DEFAULT_OUT = EVENTS_DIR / "trace"
@@ -86,8 +85,8 @@ def _shown(path: str | Path) -> str:
 
 def main(args: argparse.Namespace) -> int:
     """``python -m pipeline trace``: validate, replay, write, print."""
-    as_sizes = resolve_capacities(args, "gpu", "cpu", "cpu_sweep_gpu",
-                                  block_size=block_size_of(args))
+    as_sizes = resolve_with_utilization(args, "gpu", "cpu", "cpu_sweep_gpu",
+                                        block_size=block_size_of(args))
     args.sizes_given = bool(as_sizes.get("kv"))  # the report adds GiB (outputs.trace_units)
     workload = load_workload(args)
     try:
