@@ -148,7 +148,8 @@ LDQA = ["--pattern", "long-doc-qa", "--num-documents", "20", "--document-length"
         "--output-tokens", "4", "--max-num-seqs", "1"]
 
 
-@pytest.mark.parametrize("clock", [[], ["--latency", "roofline", "--model", "qwen2.5-1.5b"]], ids=["steps", "time"])
+@pytest.mark.parametrize("clock", [[], ["--latency", "roofline", "--model", "qwen2.5-1.5b"]],
+                         ids=["steps", "time"])
 def test_simulate_warns_when_overloaded_and_not_under_a_light_load(tmp_path, clock):
     unit = "req/s" if clock else "req/step"
     heavy, light = ("2000", "20") if clock else ("1", "0.1")

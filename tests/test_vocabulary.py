@@ -184,3 +184,23 @@ def test_help_shows_only_the_new_names(command, old):
     assert done.returncode == 0 and "--gpu " in done.stdout
     for name in old:
         assert name not in done.stdout
+
+
+def test_fit_gpu_is_num_gpu_blocks_in_any_spelling(capsys):
+    from pipeline.cli import build_parser
+    from pipeline.fit.command import _engine
+
+    parser = build_parser()
+    run_model = {"max_num_seqs": 8, "max_num_batched_tokens": 512, "block_size": 16}
+    blocks = {}
+    for argv in (["--gpu", "4000blocks"], ["--gpu", "64000"], ["--num-gpu-blocks", "4000"],
+                 ["--gpu", "250MiB", "--kv-bytes-per-token", "4096"]):
+        args = parser.parse_args(["fit", "f.jsonl", "--output", "o.json", *argv])
+        blocks[argv[1]] = _engine(run_model, args).num_gpu_blocks
+    assert capsys.readouterr().err == \
+        "warning: --num-gpu-blocks is deprecated; use --gpu 4000blocks (same meaning)\n"
+    # 250 MiB / 4,096 bytes per token = 64,000 tokens = 4,000 blocks of 16
+    assert set(blocks.values()) == {4000}
+    args = parser.parse_args(["fit", "f.jsonl", "--output", "o.json", "--gpu", "250MiB"])
+    with pytest.raises(UsageError, match="--kv-bytes-per-token"):
+        _engine(run_model, args)

@@ -10,7 +10,8 @@ from collections.abc import Callable
 
 from kvlab.scenario import OneLineParser, non_negative_int, pass_list
 
-__all__ = ["Parser", "checked", "deprecated_alias", "int_list", "non_negative_int", "pass_list", "plural", "positive_int",
+__all__ = ["Parser", "checked", "deprecated_alias", "int_list", "non_negative_int", "pass_list",
+           "plural", "positive_int",
            "positive_float", "non_negative_float", "unit_ratio"]
 
 

@@ -2,8 +2,8 @@
 and ``fleet``, and the CPU tier they choose (``cpu_tier_factory``).
 
 The CPU tier is any registered CPU model (``--cpu-model``, default ``lmcache``: LMCache's
-CPU backend, compiled) of ``--cpu`` (tokens, blocks or a size); its declared options (``registry`` entries'
-``Option``s) are offered as ``--cpu-<option>`` (``--cpu-chunk-size``), built as
+CPU backend, compiled) of ``--cpu`` (tokens, blocks or a size); its declared options
+(``registry`` entries' ``Option``s) are offered as ``--cpu-<option>`` (``--cpu-chunk-size``), built as
 ``pipeline.engine_caches.options`` builds the block commands' option groups. An option of
 another model, an order the model cannot follow or a check that fails is a one-line usage
 error (exit 2).
@@ -128,8 +128,8 @@ def cpu_tier_choice(args: argparse.Namespace) -> tuple[str, dict, str]:
 
 def cpu_tier_factory(args: argparse.Namespace) -> Callable[[], object] | None:
     """A picklable factory of fresh CPU tiers as ``args`` ask (``cpu_tier_choice``), or
-    None without ``--cpu`` (in tokens by then: ``resolve_capacities``): the compiled ``LMCacheTier`` for ``lmcache``, else a
-    ``ModelTier``."""
+    None without ``--cpu`` (in tokens by then: ``resolve_capacities``): the compiled
+    ``LMCacheTier`` for ``lmcache``, else a ``ModelTier``."""
     model, options, order = cpu_tier_choice(args)
     if not args.cpu:
         return None

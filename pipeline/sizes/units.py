@@ -8,7 +8,8 @@ A capacity is tokens (``56000``), blocks (``5860blocks``: 5860 x the command's
 ``simulate`` counts it) or a size (``1.5GiB``, ``40GB``, ``512MiB``): GB/MB/KB/TB are
 powers of 10, GiB/MiB/KiB/TiB powers of 2. A size holds ``floor(bytes / bytes per token)``
 tokens, and needs a model (``--model``, ``--kv-bytes-per-token`` or ``--kv-shape``): without
-one it is a usage error naming ``--model``, never a silent default. LMCache's ``max_local_cpu_size`` is called GB but multiplied by 2^30
+one it is a usage error naming ``--model``, never a silent default. LMCache's
+``max_local_cpu_size`` is called GB but multiplied by 2^30
 (``lmcache/v1/cache_engine.py``, ``LMCacheEngineBuilder._Create_memory_allocator``:
 ``int(max_local_cpu_size * 1024**3)``), so LMCache's "5 GB" is ``5GiB`` here, or, written
 as LMCache's setting, ``5lmcacheGB`` (the unit ``lmcacheGB`` = 2^30 bytes, and the output
@@ -24,6 +25,8 @@ and returns what ``size_lines`` prints (empty when every capacity was given in t
 28672
 >>> parse_capacity("1.5GiB").tokens(kv)
 56173
+>>> parse_capacity("5860blocks").tokens(None, block_size=16)
+93760
 """
 
 from __future__ import annotations
@@ -38,12 +41,11 @@ from pipeline.sizes.limits import MAX_CAPACITY
 from pipeline.sizes.model_presets import DEFAULT_PRESET, DTYPE_BYTES, MODELS, PRESETS, KVSize, \
     ModelShape, model_shape, parse_model_shape, parse_shape, preset, shape
 
-__all__ = ["DTYPE_BYTES", "UNITS", "KVSize", "PRESETS", "MODELS", "ModelShape", "model_shape",
-           "parse_model_shape", "Capacity", "preset", "shape",
-           "parse_capacity", "capacity", "one_capacity", "capacities", "capacity_list", "format_bytes", "gib", "gb",
-           "size_up",
-           "add_kv_arguments", "kv_from_args", "model_given", "BLOCKS", "sized_option", "one_of", "capacity_tokens", "DEFAULT_PRESET", "resolve_capacities",
-           "size_lines"]
+__all__ = ["DTYPE_BYTES", "UNITS", "BLOCKS", "KVSize", "PRESETS", "MODELS", "ModelShape",
+           "model_shape", "parse_model_shape", "Capacity", "preset", "shape", "parse_capacity",
+           "capacity", "one_capacity", "capacities", "capacity_list", "format_bytes", "gib",
+           "gb", "size_up", "add_kv_arguments", "kv_from_args", "model_given", "sized_option",
+           "one_of", "capacity_tokens", "DEFAULT_PRESET", "resolve_capacities", "size_lines"]
 
 #: Size units: decimal (10^3k) and binary (2^10k).
 UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
