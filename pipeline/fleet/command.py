@@ -33,7 +33,7 @@ from pipeline.fleet.sweep import Point, Settings, point_path, run_sweep
 from pipeline.fleet.workload import add_workload_arguments, load_workload, workload_usage_checks
 from pipeline.base.staging import Outputs, json_bytes, parquet_bytes
 from pipeline.sizes.units import size_lines
-from pipeline.steptime.options import latency_from_args
+from pipeline.steptime.options import check_roofline_model, latency_from_args
 
 _SWEEP_KEYS = ("trace", "format", "pattern", "limit", "num_documents",
                "document_length", "repeat_count", "repeat_mode", "users", "num_requests",
@@ -239,6 +239,8 @@ def _main(args: argparse.Namespace) -> int:
     except ValueError as exc:                 # a usage error: one line, exit 2
         raise UsageError(str(exc)) from None
     args.sizes = resolve_fleet_capacities(args)
+    if args.latency in (None, "roofline"):     # the default step times: before any reading
+        check_roofline_model(args)
     workload = load_workload(args)
     settings = sweep_settings(args, workload, options)
     out = Path(args.out)

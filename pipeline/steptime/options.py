@@ -19,7 +19,7 @@ from pipeline.steptime.fitted import load_latency
 from pipeline.steptime.gpus import GPUS, custom_gpu, gpu_preset
 from pipeline.steptime.roofline import DEFAULT_OVERHEAD_MS, Roofline
 
-__all__ = ["add_latency_arguments", "latency_from_args"]
+__all__ = ["add_latency_arguments", "latency_from_args", "check_roofline_model"]
 
 GPU_NAMES = [gpu.name.split()[0] for gpu in GPUS.values()] + ["custom"]
 
@@ -65,18 +65,26 @@ def _gpu(args: argparse.Namespace):
         raise CLIError(f"--gpu-type: {exc}") from None
 
 
+def check_roofline_model(args: argparse.Namespace) -> None:
+    """The roofline's model is named: --model-shape, or --model (a usage error naming
+    --model otherwise: a TTFT for an unnamed model is never assumed)."""
+    if getattr(args, "model_shape", None):
+        return
+    if getattr(args, "kv_shape", None) or getattr(args, "kv_bytes_per_token", None):
+        raise CLIError("--latency roofline: --kv-shape/--kv-bytes-per-token give no model "
+                       "shape; use --model PRESET or --model-shape")
+    if getattr(args, "model", None) is None:
+        raise UsageError("--latency roofline needs --model PRESET (or --model-shape): TTFT "
+                         "depends on the model, none is assumed")
+
+
 def _shape(args: argparse.Namespace):
+    check_roofline_model(args)
     if getattr(args, "model_shape", None):
         try:
             return parse_model_shape(args.model_shape)
         except ValueError as exc:
             raise CLIError(f"--model-shape: {exc}") from None
-    if getattr(args, "kv_shape", None) or getattr(args, "kv_bytes_per_token", None):
-        raise CLIError("--latency roofline: --kv-shape/--kv-bytes-per-token give no model "
-                       "shape; use --model PRESET or --model-shape")
-    if getattr(args, "model", None) is None:       # a TTFT for an unnamed model: never assumed
-        raise UsageError("--latency roofline needs --model PRESET (or --model-shape): TTFT "
-                         "depends on the model, none is assumed")
     try:
         return model_shape(args.model)
     except ValueError as exc:
