@@ -13,6 +13,8 @@ from pipeline.cli import COMMANDS
 
 TTFT = str(ROOT / "data" / "ttft.jsonl")
 LAB_OUT = ["--events-dir", "o/e", "--exports-dir", "o/x", "--report", "o/r.html"]
+#: the roofline (fleet's default step times) needs a model: none is assumed
+QWEN = ["--model", "qwen2.5-1.5b"]
 
 #: (argv, exit status, what the one line names); run in a folder holding ``empty.jsonl``,
 #: the folder ``folder/`` and the file ``file``
@@ -59,9 +61,9 @@ MISTAKES = [
     (["simulate", "missing.jsonl", "--gpu", "100blocks", "--out", "o"], 1, "missing.jsonl"),
     (["simulate", "--pattern", "zipf", "--gpu", "0blocks", "--out", "o"], 2, "--gpu"),
     (["simulate", "--pattern", "zipf", "--gpu", "1.5XB", "--out", "o"], 2, "--gpu"),
-    (["fleet", "missing.jsonl", "--out", "o"], 1, "missing.jsonl"),
-    (["fleet", "folder", "--out", "o"], 1, "folder: cannot read"),
-    (["fleet", "empty.jsonl", "--out", "o"], 1, "empty.jsonl: no requests"),
+    (["fleet", "missing.jsonl", *QWEN, "--out", "o"], 1, "missing.jsonl"),
+    (["fleet", "folder", *QWEN, "--out", "o"], 1, "folder: cannot read"),
+    (["fleet", "empty.jsonl", *QWEN, "--out", "o"], 1, "empty.jsonl: no requests"),
     (["fleet", "--pattern", "groups", "--gpu", "-1", "--out", "o"], 2, "--gpu"),
     (["fleet", "--pattern", "groups", "--router", "nope", "--out", "o"], 2, "--router"),
 ]

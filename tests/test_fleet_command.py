@@ -198,8 +198,8 @@ def test_a_token_trace_in_steps_is_refused_not_given_poisson_arrivals(tmp_path, 
     trace.write_text('{"arrival_step": 0, "prompt_token_ids": [1, 2, 3], "max_tokens": 1}\n'
                      '{"arrival_step": 4, "prompt_token_ids": [1, 2], "max_tokens": 1}\n')
     before = folder_snapshot(tmp_path)
-    status = main(["fleet", str(trace), "--format", "tokens", "--gpu", "8blocks", "--jobs",
-                   "1", "--out", str(tmp_path / "out")])
+    status = main(["fleet", str(trace), "--format", "tokens", "--gpu", "8blocks", "--model",
+                   "qwen2.5-1.5b", "--jobs", "1", "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert status == 1 and err.count("\n") == 1
     assert f"{trace}: arrivals are in steps (arrival_step)" in err

@@ -107,7 +107,8 @@ ENGINE = ["--pattern", "long-doc-qa", "--num-documents", "2", "--document-length
 def test_engine_cpu_tier_usage_errors(tmp_path, capsys, command, argv, message):
     from conftest import folder_snapshot
 
-    extra = ["--gpu", "64blocks"] if command == "simulate" else ["--gpu", "64blocks"]
+    extra = ["--gpu", "64blocks"] + ([] if command == "simulate" else  # fleet: a roofline
+                                     ["--model", "qwen2.5-1.5b"])
     usage_error(capsys, [command, *ENGINE, *extra, *argv, "--out", str(tmp_path / "out")],
                 message)
     assert folder_snapshot(tmp_path) == {}
