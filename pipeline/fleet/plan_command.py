@@ -73,8 +73,10 @@ def add_fleet_plan_arguments(parser: argparse.ArgumentParser) -> None:
                             "--target-ttft-p90-ms or --target-hit-ratio (a grid of fleet "
                             "simulations)")
     for action in template._actions:
-        if action.dest in FLEET_ONLY or getattr(action, "new", None) in ("--gpu", "--cpu"):
-            action.default = None
+        alias = getattr(action, "new", None) in ("--gpu", "--cpu")   # fleet's old spellings
+        if action.dest in FLEET_ONLY or alias:
+            if not alias:
+                action.default = None
             action.container = group
             group._add_action(action)
     group.add_argument("--out", type=Path, metavar="DIR",
