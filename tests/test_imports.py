@@ -134,6 +134,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "parts": (
         "pipeline", "pipeline.base.config", "pipeline.base.errors", "pipeline.base.arguments",
         "pipeline.base.staging", "pipeline.base.stats", "pipeline.base.arrays",
+        "pipeline.base.durations",
         "pipeline.cache.tiers",
         "pipeline.sizes.model_presets", "pipeline.sizes.units",
         "pipeline.charts", "pipeline.charts.provenance", "pipeline.measure.client",
