@@ -106,10 +106,10 @@ def fitted_engine_group(frame: pl.DataFrame, provenance: dict[str, str],
 def block_group(aggregates: pl.DataFrame, scenario: dict, note: str = "",
                 engines: tuple[pl.DataFrame, pl.DataFrame] | None = None,
                 extra: list[Section] = ()) -> Group:
-    """Block mode: tail-first vs head-first (``block_sections``: ``aggregates`` of the ideal
+    """Block mode: tail-first vs head-first (``block_sections``: ``aggregates`` of the block-lru
     model in both orders, ``scenario`` with docs, tokens, block_size, cpu_sweep_gpu), then
     ``extra`` (a run's own engine models), then with ``engines`` (GPU and CPU curves of
-    ``pipeline.engine_caches.curves``), ideal vs vllm and
+    ``pipeline.engine_caches.curves``), block-lru vs vllm and
     LMCache's chunk-level CPU cliff (the lab's workload)."""
     from pipeline.charts import blocks
     prelude = (f"<p>Engines cache fixed-size blocks and reuse a request's longest cached "

@@ -175,7 +175,7 @@ def run_onepass_bench(requests: int = 2_000_000, objects: int = 100_000, points:
 
 def run_block_bench(path: str, fractions: tuple[float, ...] = (0.01, 0.10, 0.50),
                     order: str = "tail-first") -> list:
-    """Block mode on a Mooncake trace: each compiled GPU model (LRU: the ``ideal`` one pass)
+    """Block mode on a Mooncake trace: each compiled GPU model (LRU: the ``block-lru`` one pass)
     next to its class replay, hit tokens asserted equal."""
     from pipeline.blocks.model_api import GPU_MODELS
     from pipeline.policies.blockmode import policy_gpu_model

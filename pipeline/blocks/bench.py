@@ -7,7 +7,7 @@ each; the prefix is the whole context or, one time in four, a random part of it)
 ``--block-capacities`` GPU capacities evenly spaced from 2 % to 100 % of the distinct
 blocks, tail-first.
 
-(c) the fast engine (``lru_depths.ideal_gpu``: one pass per size band, then every capacity)
+(c) the fast engine (``lru_depths.block_lru_gpu``: one pass per size band, then every capacity)
 runs at every capacity (median of 3 runs); (a) the literal replay
 (``literal_replay.replay_gpu``) runs at ``--block-sample`` evenly spaced capacities and its
 time is extrapolated to all of them
@@ -108,11 +108,11 @@ def run_bench(blocks: int = 2_000_000, contexts: int = 2000, capacities: int = 1
           f"{distinct:,} distinct blocks, largest request {int(stream.cacheable.max())} "
           f"cacheable blocks; prepared in {prepare_s:.2f} s")
 
-    lru_depths.ideal_gpu(stream, grid[:1], TAIL_FIRST)          # compile outside timing
+    lru_depths.block_lru_gpu(stream, grid[:1], TAIL_FIRST)          # compile outside timing
     times = []
     for _ in range(FAST_REPEATS):
         started = time.perf_counter()
-        fast = lru_depths.ideal_gpu(stream, grid, TAIL_FIRST)
+        fast = lru_depths.block_lru_gpu(stream, grid, TAIL_FIRST)
         times.append(time.perf_counter() - started)
     fast_s = float(np.median(times))
     print(f"(c) one pass, {grid.size} capacities: {fast_s:.2f} s, median of "

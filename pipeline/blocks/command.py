@@ -25,7 +25,8 @@ from pipeline.base.arguments import non_negative_int, pass_list, positive_int
 from pipeline.blocks.limits import check_document_blocks, model_capacities
 from pipeline.blocks.model_api import two_tier
 from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST
-from pipeline.engine_caches.options import add_model_arguments, add_order_arguments, run_options
+from pipeline.engine_caches.options import LAB_MODELS, add_model_arguments, add_order_arguments, \
+    run_options
 from pipeline.base.config import LAB_DOCS, LAB_GPU, LAB_PASSES, LAB_TOKENS
 from pipeline.sizes.units import add_kv_arguments, capacity, resolve_capacities
 from pipeline.sizes.limits import check_block_size
@@ -53,15 +54,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--block-size", type=positive_int, default=DEFAULT_BLOCK_SIZE,
                         help="tokens per block; only full blocks are cached (default 16)")
     add_order_arguments(parser)
-    add_model_arguments(parser)
+    add_model_arguments(parser, LAB_MODELS)
     add_kv_arguments(parser)
 
 
 def run_blocks(gpu: int = LAB_GPU, docs: int = LAB_DOCS, tokens: int = LAB_TOKENS,
                passes: list[str] | tuple[str, ...] = LAB_PASSES, cpu: int = 0,
                block_size: int = DEFAULT_BLOCK_SIZE, gpu_order: str = TAIL_FIRST,
-               cpu_order: str = HEAD_FIRST, gpu_model: str = "ideal",
-               cpu_model: str = "ideal", gpu_options: dict | None = None,
+               cpu_order: str = HEAD_FIRST, gpu_model: str = "block-lru",
+               cpu_model: str = "block-lru", gpu_options: dict | None = None,
                cpu_options: dict | None = None) -> dict:
     """Run the block-mode scenario and return ``{"passes": [...]}`` as the command prints."""
     stream = documents_workload(docs, tokens, passes, block_size).block_stream()

@@ -4,7 +4,7 @@ the limits themselves and their plain checks are ``pipeline.sizes.limits``.
 * ``check_document_blocks``: the block accesses of the lab's documents read in blocks stay
   within ``MAX_BLOCKS``.
 * ``model_capacities`` clips a capacity to ``CLIP_FACTOR`` times what a run can ever store.
-  Past that size no registered model evicts or refuses anything (ideal, vllm, lmcache, their
+  Past that size no registered model evicts or refuses anything (block-lru, vllm, lmcache, their
   replays, and the policies: S3-FIFO's small queue, the smallest share of a tier, is 10 %
   of it), so every larger capacity gives the same answer (hypothesis-tested for every
   registered model in tests/test_trace_models.py); the clip only keeps the literal replays,

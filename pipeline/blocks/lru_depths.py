@@ -61,7 +61,7 @@ from pipeline.cache.stack_distance import NOTHING_STORED, band_limits
 from pipeline.cache.stack_distance_kernels import COLD, fenwick_prefix, touch
 
 __all__ = ["COLD", "Distances", "block_distances", "distances_at", "prefix_counts",
-           "ideal_gpu", "ideal_cpu", "prefix_blocks"]
+           "block_lru_gpu", "block_lru_cpu", "prefix_blocks"]
 
 
 @njit(cache=True)
@@ -206,13 +206,13 @@ def prefix_blocks(stream: BlockStream, capacities: np.ndarray, order: str,
     return out
 
 
-def ideal_gpu(stream: BlockStream, capacities: object, order: str) -> np.ndarray:
+def block_lru_gpu(stream: BlockStream, capacities: object, order: str) -> np.ndarray:
     """GPU model API: prefix hit tokens per (capacity in tokens, request), shape (K, R)."""
     blocks = capacity_blocks(capacities, stream.block_size)
     return prefix_blocks(stream, blocks, order) * stream.block_size
 
 
-def ideal_cpu(stream: BlockStream, gpu_hit_tokens: np.ndarray, capacities: object,
+def block_lru_cpu(stream: BlockStream, gpu_hit_tokens: np.ndarray, capacities: object,
               order: str) -> np.ndarray:
     """CPU model API: CPU prefix hit tokens (counted from block 0) per (capacity, request),
     given each request's GPU hit tokens; the tier places blocks g.. of each request."""

@@ -52,8 +52,8 @@ def request_result(stream: BlockStream, gpu_hit_tokens: np.ndarray,
 
 
 def two_tier(stream: BlockStream, gpu_capacity: int, cpu_capacity: int,
-             gpu_order: str, cpu_order: str, gpu_model: str = "ideal",
-             cpu_model: str = "ideal", gpu_options: dict | None = None,
+             gpu_order: str, cpu_order: str, gpu_model: str = "block-lru",
+             cpu_model: str = "block-lru", gpu_options: dict | None = None,
              cpu_options: dict | None = None) -> pl.DataFrame:
     """Run a GPU model and a CPU model on one (GPU, CPU) pair; one row per request.
     ``gpu_options`` / ``cpu_options``: keyword arguments of an engine model."""

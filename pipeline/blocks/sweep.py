@@ -15,9 +15,9 @@ in block mode and writes
 
 Any registered model runs the tiers (``pipeline.blocks.model_api``: ``GPU_MODELS[name](stream,
 caps, order, **options)``, ``CPU_MODELS[name](stream, gpu_tokens, caps, order, **options)``;
-``ideal`` by default); the aggregates name them (``gpu_model``, ``cpu_model``), and an engine
+``block-lru`` by default); the aggregates name them (``gpu_model``, ``cpu_model``), and an engine
 model runs only the order it follows (vllm tail-first, lmcache head-first). The events are
-always the ideal model's LRU depths. ``block_frames`` builds both frames in memory (for
+always the block-lru model's LRU depths. ``block_frames`` builds both frames in memory (for
 ``run --block-size``, which stages its outputs); ``block_sweeps`` also writes them.
 
 Capacities are in tokens; a tier of C tokens holds C // block_size blocks.
@@ -134,7 +134,7 @@ def block_hit_steps(events: pl.DataFrame | pl.LazyFrame, block_size: int) -> pl.
 def _summarise(sweep: str, gpu_order: str, cpu_order: str, gpu_caps: np.ndarray,
                cpu_caps: np.ndarray, stream: BlockStream, pass_index: np.ndarray,
                passes: Sequence[str], gpu_tokens: np.ndarray, cpu_tokens: np.ndarray,
-               models: tuple[str, str] = ("ideal", "ideal"), ttft: pl.Expr | None = None
+               models: tuple[str, str] = ("block-lru", "block-lru"), ttft: pl.Expr | None = None
                ) -> pl.DataFrame:
     """Per (capacity row, pass) sums of (K, R) token matrices; with ``ttft`` (a per-request
     TTFT expression), also its median and mean per pass."""
@@ -173,7 +173,7 @@ def _summarise(sweep: str, gpu_order: str, cpu_order: str, gpu_caps: np.ndarray,
 def block_aggregates(stream: BlockStream, pass_index: np.ndarray, passes: Sequence[str],
                      gpu_capacities: Sequence[int], cpu_capacities: Sequence[int],
                      cpu_sweep_gpu: int, orders: Sequence[str] = ORDERS,
-                     gpu_model: str = "ideal", cpu_model: str = "ideal",
+                     gpu_model: str = "block-lru", cpu_model: str = "block-lru",
                      gpu_options: dict | None = None, cpu_options: dict | None = None,
                      ttft: pl.Expr | None = None) -> pl.DataFrame:
     """Both sweeps' aggregates (see the module docstring), every capacity exact. Each model
@@ -225,8 +225,8 @@ def _check(block_size: int, gpu_capacities: Sequence[int] | None,
 def block_frames(docs: int, tokens: int, passes: Sequence[str], block_size: int,
                  gpu_capacities: Sequence[int] | None = None,
                  cpu_capacities: Sequence[int] | None = None, cpu_sweep_gpu: int = 21520,
-                 spec_points: Sequence[int] = (), gpu_model: str = "ideal",
-                 cpu_model: str = "ideal", gpu_options: dict | None = None,
+                 spec_points: Sequence[int] = (), gpu_model: str = "block-lru",
+                 cpu_model: str = "block-lru", gpu_options: dict | None = None,
                  cpu_options: dict | None = None, ttft: pl.Expr | None = None
                  ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(events, aggregates) of both block sweeps, in memory; inputs validated first
@@ -246,8 +246,8 @@ def block_frames(docs: int, tokens: int, passes: Sequence[str], block_size: int,
 def block_sweeps(docs: int, tokens: int, passes: Sequence[str], block_size: int,
                  events_dir: Path, gpu_capacities: Sequence[int] | None = None,
                  cpu_capacities: Sequence[int] | None = None, cpu_sweep_gpu: int = 21520,
-                 spec_points: Sequence[int] = (), gpu_model: str = "ideal",
-                 cpu_model: str = "ideal", gpu_options: dict | None = None,
+                 spec_points: Sequence[int] = (), gpu_model: str = "block-lru",
+                 cpu_model: str = "block-lru", gpu_options: dict | None = None,
                  cpu_options: dict | None = None) -> pl.DataFrame:
     """Run both block sweeps (``block_frames``), write the events and aggregates Parquet files
     into ``events_dir`` (atomically), and return the aggregates. Inputs are validated first."""

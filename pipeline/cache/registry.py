@@ -20,6 +20,7 @@ read from the entries at every use, so a registered model appears in each at onc
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -42,9 +43,10 @@ from pipeline.policies.blockmode import policy_cpu_model, policy_gpu_model
 from pipeline.policies.kernels import blocks as block_kernels
 from pipeline.policies.stack_passes import LRU_PASS, MRU_PASS, OPT_PASS, OnePass
 
-__all__ = ["Option", "CacheModel", "MODELS", "register", "unregister", "entry", "names",
+__all__ = ["Option", "CacheModel", "MODELS", "DEPRECATED_NAMES", "accepted_name", "register",
+           "unregister", "entry", "names",
            "GPU_MODELS", "CPU_MODELS", "POLICIES", "MODEL_OPTIONS", "MODEL_ORDERS",
-           "options", "option_owner", "policy_entry", "make_policy", "make_tier", "policy_names",
+           "options", "option_owner", "describe", "models_line", "models_field", "policy_entry", "make_policy", "make_tier", "policy_names",
            "vllm_version"]
 
 
@@ -186,7 +188,7 @@ def policy_entry(name: str, cls: type, summary: str, onepass: OnePass | None = N
 
 
 def _builtin() -> list[CacheModel]:
-    ideal_gpu, ideal_cpu = block_onepass.ideal_gpu, block_onepass.ideal_cpu
+    block_lru_gpu, block_lru_cpu = block_onepass.block_lru_gpu, block_onepass.block_lru_cpu
     k, b = kernels, block_kernels
     policies = [
         policy_entry("lru", LRU, "least recently used", LRU_PASS, k.replay_lru, b.block_lru),
@@ -201,12 +203,13 @@ def _builtin() -> list[CacheModel]:
         policy_entry("opt", OPT, "Belady's OPT (the ceiling)", OPT_PASS, k.replay_opt,
                      b.block_opt),
     ]
-    # lru in block mode is the one-pass ideal engine (proven equal to its class replay)
-    policies[0] = replace(policies[0], gpu=ideal_gpu, cpu=ideal_cpu)
+    # lru in block mode is the one-pass block-lru engine (proven equal to its class replay)
+    policies[0] = replace(policies[0], gpu=block_lru_gpu, cpu=block_lru_cpu)
     return [
-        CacheModel("ideal", "the block model (LRU, one pass)", "block", tier=LRU,
-                   gpu=ideal_gpu, cpu=ideal_cpu),
-        CacheModel("ideal-replay", "the block model replayed literally (reference)", "block",
+        CacheModel("block-lru", "one-pass block LRU, CPU tier fed past the GPU hit: no "
+                   "engine's rules, not a bound", "block", tier=LRU,
+                   gpu=block_lru_gpu, cpu=block_lru_cpu),
+        CacheModel("block-lru-replay", "block-lru replayed literally (reference)", "block",
                    tier=LRU, gpu=block_replay.replay_gpu, cpu=block_replay.replay_cpu),
         CacheModel("vllm", "vLLM's v1 block allocator (one pass)", "block", tier=_vllm_tier,
                    gpu=vllm_fast.vllm_gpu, order=TAIL_FIRST, options=VLLM_OPTIONS),
@@ -229,6 +232,46 @@ def _builtin() -> list[CacheModel]:
 
 #: name -> entry, in display order
 MODELS: dict[str, CacheModel] = {model.name: model for model in _builtin()}
+
+#: old name -> new name, accepted one more release with a warning (``accepted_name``)
+DEPRECATED_NAMES: dict[str, str] = {"ideal": "block-lru", "ideal-replay": "block-lru-replay"}
+
+
+def accepted_name(name: str, flag: str) -> str:
+    """``name`` as given to ``flag``, a deprecated one (``DEPRECATED_NAMES``) turned into its
+    new name with one line on stderr saying so."""
+    new = DEPRECATED_NAMES.get(name)
+    if new is None:
+        return name
+    print(f"warning: {flag} {name} is deprecated: it is now called {new}",
+          file=sys.stderr)
+    return new
+
+
+def describe(name: str, options: Mapping | None = None) -> str:
+    """``name`` and, in parentheses, what it models: the engine and version for vllm and
+    lmcache, else the entry's summary (``models_line``)."""
+    options = options or {}
+    if name in ("vllm", "vllm-replay"):
+        what = f"vLLM {options.get('vllm_version', DEFAULT_VLLM_VERSION)} block pool"
+    elif name in ("lmcache", "lmcache-replay"):
+        what = "LMCache LocalCPUBackend"
+    else:
+        return f"{name} ({entry(name).summary})"
+    return f"{name} ({what}{', replayed literally' if name.endswith('-replay') else ''})"
+
+
+def models_line(gpu: str, cpu: str | None, gpu_options: Mapping | None = None,
+                cpu_options: Mapping | None = None) -> str:
+    """The first line of every answer that sizes a tier: ``models: GPU vllm (vLLM 0.33.0
+    block pool), CPU lmcache (LMCache LocalCPUBackend)``; ``cpu`` None: no CPU tier."""
+    shown = describe(cpu, cpu_options) if cpu is not None else "none (no CPU tier)"
+    return f"models: GPU {describe(gpu, gpu_options)}, CPU {shown}"
+
+
+def models_field(gpu: str, cpu: str | None) -> dict[str, str | None]:
+    """The ``models`` field of those answers' JSON documents: ``{"gpu": ..., "cpu": ...}``."""
+    return {"gpu": gpu, "cpu": cpu}
 
 
 def register(model: CacheModel) -> CacheModel:

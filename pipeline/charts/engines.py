@@ -1,10 +1,10 @@
-"""Report sections for the engine models: ``ideal`` vs ``vllm`` GPU cliffs, and LMCache's
-chunk-level CPU cliff next to the document and ideal block models'.
+"""Report sections for the engine models: ``block-lru`` vs ``vllm`` GPU cliffs, and LMCache's
+chunk-level CPU cliff next to the document and block-lru models'.
 
 Each section draws a frame it is given (model, capacity, hit_tokens), computed by
 ``pipeline.engine_caches.curves`` in the stage that writes the aggregates.
 ``run_engine_sections`` draws a run's own engine models instead (any workload: its block
-aggregates next to the ideal model's in the same orders).
+aggregates next to the block-lru model's in the same orders).
 """
 
 from __future__ import annotations
@@ -28,18 +28,18 @@ def _step_chart(frame: pl.DataFrame, x_title: str, y_title: str) -> alt.Chart:
 
 
 def gpu_models_section(frame: pl.DataFrame) -> Section:
-    """ideal vs vllm: second-pass GPU hits over the GPU capacity vLLM logs
+    """block-lru vs vllm: second-pass GPU hits over the GPU capacity vLLM logs
     (``pipeline.engine_caches.curves.gpu_model_curves``)."""
     return Section("engines-gpu", _step_chart(frame, "GPU KV cache (tokens, as vLLM logs it)",
                                               "second-pass GPU-hit tokens"),
-                   "vLLM 0.33's curve is the ideal one shifted right by two blocks (32 "
+                   "vLLM 0.33's curve is the block-lru one shifted right by two blocks (32 "
                    "tokens): the running request's partial tail block and the null block take "
-                   "slots the ideal model gives to cached blocks; before vLLM 0.24 the empty "
+                   "slots the block-lru model gives to cached blocks; before vLLM 0.24 the empty "
                    "tail slots also stay parked in the LRU, which costs more.")
 
 
 def cpu_models_section(frame: pl.DataFrame) -> Section:
-    """LMCache's chunk-level CPU cliff next to the document and ideal block models'
+    """LMCache's chunk-level CPU cliff next to the document and block-lru models'
     (``pipeline.engine_caches.curves.cpu_model_curves``)."""
     return Section("engines-cpu", _step_chart(frame, "CPU tier (tokens of KV)",
                                               "second-pass CPU-served tokens"),
@@ -52,15 +52,15 @@ def cpu_models_section(frame: pl.DataFrame) -> Section:
 # --------------------------------------------------------------------------- a run's engines
 
 
-def _run_curves(engine: pl.DataFrame, ideal: pl.DataFrame, sweep: str, x: str,
+def _run_curves(engine: pl.DataFrame, lru: pl.DataFrame, sweep: str, x: str,
                 tier: str) -> pl.DataFrame:
     """Second-pass cached tokens of ``sweep`` per capacity: the run's engine models and the
-    ideal model in the same orders; ``series`` names the model (and orders when several)."""
+    block-lru model in the same orders; ``series`` names the model (and orders when several)."""
     from pipeline.charts.blocks import second_pass_tokens
 
     mine = second_pass_tokens(engine, sweep)
     orders = mine.select("gpu_order", "cpu_order").unique(maintain_order=True)
-    ideal_rows = second_pass_tokens(ideal, sweep).join(orders, on=["gpu_order", "cpu_order"])
+    lru_rows = second_pass_tokens(lru, sweep).join(orders, on=["gpu_order", "cpu_order"])
     several = orders.height > 1
 
     def named(frame: pl.DataFrame) -> pl.DataFrame:
@@ -68,7 +68,7 @@ def _run_curves(engine: pl.DataFrame, ideal: pl.DataFrame, sweep: str, x: str,
             "{} + {}", "gpu_model", "cpu_model")
         label = pl.format("{} ({} CPU)", model, "cpu_order") if several else model
         return frame.select(x, "cached_tokens", "gpu_order", "cpu_order", series=label)
-    return pl.concat([named(mine), named(ideal_rows)]).sort("series", x)
+    return pl.concat([named(mine), named(lru_rows)]).sort("series", x)
 
 
 def _reach(frame: pl.DataFrame, x: str, series: str) -> tuple[int, int | None]:
@@ -81,7 +81,7 @@ def _reach(frame: pl.DataFrame, x: str, series: str) -> tuple[int, int | None]:
 
 def _comparison(frame: pl.DataFrame, x: str, tier: str) -> str:
     """One clause per series (its most cached tokens and from which capacity), and how many
-    more tokens of capacity the engine needs than the ideal model for the same tokens."""
+    more tokens of capacity the engine needs than the block-lru model for the same tokens."""
     from pipeline.charts.blocks import reach_phrase
 
     names = frame["series"].unique(maintain_order=True).to_list()
@@ -89,26 +89,26 @@ def _comparison(frame: pl.DataFrame, x: str, tier: str) -> str:
     best, first = found[names[0]]
     if len(names) > 1 and len(set(found.values())) == 1 and first is not None:
         return (f"{' and '.join(names)} both keep {best:,} {reach_phrase(first, best, tier)}: the "
-                "engine models need no more than the ideal one")
+                "engine models need no more than the block-lru one")
     parts = [f"{series} keeps none" if first is None else
              f"{series} keeps {best:,} {reach_phrase(first, best, tier)}"
              for series, (best, first) in found.items()]
     text = "; ".join(parts)
-    ideal = [s for s in names if s.startswith("ideal")]
-    engines = [s for s in names if not s.startswith("ideal")]
-    if len(ideal) == len(engines) == 1:
-        (best_i, first_i), (best_e, first_e) = found[ideal[0]], found[engines[0]]
+    lru = [s for s in names if s.startswith("block-lru")]
+    engines = [s for s in names if not s.startswith("block-lru")]
+    if len(lru) == len(engines) == 1:
+        (best_i, first_i), (best_e, first_e) = found[lru[0]], found[engines[0]]
         if best_i == best_e and first_i is not None and first_e is not None:
             gap = first_e - first_i
-            text += (f": {engines[0]} needs {gap:,} more {tier} tokens than the ideal model"
-                     if gap > 0 else f": {engines[0]} needs no more than the ideal model")
+            text += (f": {engines[0]} needs {gap:,} more {tier} tokens than the block-lru model"
+                     if gap > 0 else f": {engines[0]} needs no more than the block-lru model")
     return text
 
 
-def run_engine_sections(engine: pl.DataFrame, ideal: pl.DataFrame, scenario: dict,
+def run_engine_sections(engine: pl.DataFrame, lru: pl.DataFrame, scenario: dict,
                         describe: str) -> list[Section]:
-    """The run's engine models (``engine``: its block aggregates) next to the ideal model in
-    the same orders (``ideal``): second-pass GPU hits over the GPU capacity, and what the CPU
+    """The run's engine models (``engine``: its block aggregates) next to the block-lru model in
+    the same orders (``block-lru``): second-pass GPU hits over the GPU capacity, and what the CPU
     tier adds at the run's fixed GPU capacity. ``describe``: the models and their options."""
     sections = []
     for key, sweep, x, tier, title in (
@@ -117,7 +117,7 @@ def run_engine_sections(engine: pl.DataFrame, ideal: pl.DataFrame, scenario: dic
             ("run-engines-cpu", "cpu_cliff", "cpu_capacity", "CPU",
              f"second-pass cached tokens (GPU + CPU) over the CPU capacity at GPU "
              f"{scenario['cpu_sweep_gpu']:,} tokens")):
-        frame = _run_curves(engine, ideal, sweep, x, tier)
+        frame = _run_curves(engine, lru, sweep, x, tier)
         chart = (alt.Chart(frame).mark_line(interpolate="step-after", strokeWidth=2)
                  .encode(x=alt.X(f"{x}:Q", title=f"{tier} capacity (tokens)",
                                  axis=alt.Axis(format="~s")),
@@ -130,7 +130,7 @@ def run_engine_sections(engine: pl.DataFrame, ideal: pl.DataFrame, scenario: dic
                  .properties(title=f"This run's engine models: {title}", width=760,
                              height=280))
         where = "" if tier == "GPU" else f" at GPU {scenario['cpu_sweep_gpu']:,} tokens"
-        caption = (f"This run's {describe}{where}, next to the ideal model in the same "
+        caption = (f"This run's {describe}{where}, next to the block-lru model in the same "
                    f"orders, second-pass tokens of the {scenario['docs'] * scenario['tokens']:,}"
                    f" in the working set: {_comparison(frame, x, tier)}.")
         sections.append(Section(key, chart, caption))

@@ -22,7 +22,7 @@ from pipeline.sizes.units import size_lines
 from pipeline.sizes.vllm_memory import resolve_with_utilization
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.loop import simulate
-from pipeline.engine.options import add_engine_arguments, cpu_tier_factory
+from pipeline.engine.options import add_engine_arguments, cpu_tier_factory, engine_models
 from pipeline.engine.overload import warning_line
 from pipeline.engine.request import EngineRequests
 from pipeline.engine.workload import (FORMATS, pattern_workload, read_workload,
@@ -130,6 +130,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         loads = prepare(args)                   # steptime: the clock, and curves or one run
         tiers = cpu_tier_factory(args)
+        first_line, models = engine_models(args)
         workload = load(args)
         if workload.arrival_unit == "steps" and args.clock == "time" and args.rate is None \
                 and args.concurrency is None and not loads_closed(loads):
@@ -139,7 +140,7 @@ def main(args: argparse.Namespace) -> int:
             def config_for(blocks: int) -> SchedulerConfig:
                 args.num_gpu_blocks = blocks
                 return _config(args, workload)
-            return run_curves(args, workload, loads, config_for, tiers)
+            return run_curves(args, workload, loads, config_for, tiers, first_line)
         config = _config(args, workload)
         tier = tiers() if tiers is not None else None
         model = args.latency_model
@@ -150,7 +151,7 @@ def main(args: argparse.Namespace) -> int:
         outputs = Outputs()
         outputs.add(f"{args.out}/requests.parquet", parquet_bytes(result.requests), "--out")
         outputs.add(f"{args.out}/steps.parquet", parquet_bytes(result.steps), "--out")
-        metrics = run_metrics_outputs(args, result, outputs)
+        metrics = run_metrics_outputs(args, result, outputs, models)
         written = outputs.commit()
     except (ValueError, RuntimeError) as exc:
         raise CLIError(str(exc)) from None
@@ -160,6 +161,7 @@ def main(args: argparse.Namespace) -> int:
     frame = result.requests
     prompt = int(frame["prompt_tokens"].sum())
     hit = int(frame["gpu_hit_tokens"].sum())
+    print(first_line)
     print(f"{plural(frame.height, 'request')} in {plural(result.steps.height, 'step')}: "
           f"GPU prefix hits {hit:,} of {prompt:,} prompt tokens "
           f"({hit / prompt:.1%}), CPU {int(frame['cpu_hit_tokens'].sum()):,}, "

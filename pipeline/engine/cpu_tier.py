@@ -12,7 +12,7 @@ LMCache's own hit on. Engines given the same tier share it.
 
 Any other model (``ModelTier``): the registry entry's tier object (``registry.make_tier``)
 at the same two points (``pipeline.engine.kgeneric``). A block-unit model (the policies,
-``ideal``) sees the request's full prompt blocks (the engine's chained block keys, as
+``block-lru``) sees the request's full prompt blocks (the engine's chained block keys, as
 unsigned ints, so a policy that compares keys orders them as the block stream's codes):
 lookup of the leading blocks present from block 0 (no state change), c tokens, of which
 vLLM loads ``c - g`` (``c - 1`` when c is the whole prompt); store places the blocks from

@@ -20,12 +20,12 @@ from pipeline.base.arguments import deprecated_alias, non_negative_int, positive
 from pipeline.blocks.stream import HEAD_FIRST, ORDERS
 from pipeline.engine.cpu_tier import LMCacheTier, ModelTier, engine_cpu_models, \
     engine_tier_problem
-from pipeline.engine_caches.options import add_option_argument
+from pipeline.engine_caches.options import add_option_argument, model_name
 from pipeline.base.errors import UsageError
 from pipeline.sizes.units import one_capacity
 
 __all__ = ["add_engine_arguments", "cpu_tier_choice", "cpu_tier_factory", "cpu_tier_dests",
-           "DEFAULT_CPU_MODEL"]
+           "DEFAULT_CPU_MODEL", "engine_models"]
 
 DEFAULT_CPU_MODEL = "lmcache"
 
@@ -68,7 +68,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser, title: str
                              "512MiB) (default 0: none)")
     deprecated_alias(engine, "--cpu-tokens", "--cpu")
     engine.add_argument("--cpu-model", dest="cpu_tier_model", default=None,
-                        choices=tuple(registry.CPU_MODELS),
+                        choices=tuple(registry.CPU_MODELS), type=model_name("--cpu-model"),
                         help=f"the CPU tier's model, any registered CPU model (default "
                              f"{DEFAULT_CPU_MODEL}: LMCache's CPU backend, compiled; a block "
                              f"model sees the prompt's full blocks and stores them from the "
@@ -136,3 +136,12 @@ def cpu_tier_factory(args: argparse.Namespace) -> Callable[[], object] | None:
     if model == DEFAULT_CPU_MODEL:
         return partial(LMCacheTier, args.cpu, args.block_size, options["chunk_size"])
     return partial(ModelTier, model, args.cpu, args.block_size, options, order)
+
+
+def engine_models(args: argparse.Namespace) -> tuple[str, dict]:
+    """(the answer's first line, the ``models`` field) of an engine run: vLLM's allocator on
+    the GPU, the CPU tier's model (``cpu_tier_choice``; none without a CPU tier)."""
+    model, options, _ = cpu_tier_choice(args)
+    cpu = model if getattr(args, "cpu", 0) else None
+    return (registry.models_line("vllm", cpu, None, options),
+            registry.models_field("vllm", cpu))

@@ -1,5 +1,5 @@
-"""The engine models' curves on the lab's workload, for the report: ``ideal`` vs ``vllm`` GPU
-hits, and LMCache's chunk-level CPU tier next to the document and ideal block models'.
+"""The engine models' curves on the lab's workload, for the report: ``block-lru`` vs ``vllm`` GPU
+hits, and LMCache's chunk-level CPU tier next to the document and block-lru models'.
 
 Both run the fast engines on the lab's documents (passes fwd,fwd) and return frames (model,
 capacity, hit_tokens) that ``pipeline.charts.engines`` draws; ``run`` computes them.
@@ -28,10 +28,10 @@ def _stream(docs: int, tokens: int, block_size: int):
 
 def gpu_model_curves(capacities: list[int] | None = None, docs: int = LAB_DOCS,
                      tokens: int = LAB_TOKENS, block_size: int = 16) -> pl.DataFrame:
-    """Second-pass GPU-hit tokens per (model, GPU capacity): ideal, vLLM 0.33, vLLM 0.11."""
+    """Second-pass GPU-hit tokens per (model, GPU capacity): block-lru, vLLM 0.33, vLLM 0.11."""
     capacities = list(GPU_CAPACITIES if capacities is None else capacities)
     stream = _stream(docs, tokens, block_size)
-    runs = {"ideal": GPU_MODELS["ideal"](stream, capacities, TAIL_FIRST),
+    runs = {"block-lru": GPU_MODELS["block-lru"](stream, capacities, TAIL_FIRST),
             "vllm 0.33": GPU_MODELS["vllm"](stream, capacities, TAIL_FIRST),
             "vllm 0.11": GPU_MODELS["vllm"](stream, capacities, TAIL_FIRST,
                                             vllm_version="0.11.0")}
@@ -43,12 +43,12 @@ def gpu_model_curves(capacities: list[int] | None = None, docs: int = LAB_DOCS,
 def cpu_model_curves(capacities: list[int] | None = None, gpu: int = LAB_GPU,
                      docs: int = LAB_DOCS, tokens: int = LAB_TOKENS) -> pl.DataFrame:
     """Second-pass CPU-served tokens per (model, CPU capacity) at GPU ``gpu``: the document
-    model (one block per document), the ideal 16-token block model, LMCache under vLLM."""
+    model (one block per document), the block-lru model (16-token blocks), LMCache under vLLM."""
     capacities = list(CPU_CAPACITIES if capacities is None else capacities)
     rows = []
     for name, block_size, gpu_model, cpu_model in (
-            ("document (kvlab)", max(tokens, 1), "ideal", "ideal"),
-            ("ideal blocks", 16, "ideal", "ideal"), ("lmcache", 16, "vllm", "lmcache")):
+            ("document (kvlab)", max(tokens, 1), "block-lru", "block-lru"),
+            ("block-lru blocks", 16, "block-lru", "block-lru"), ("lmcache", 16, "vllm", "lmcache")):
         stream = _stream(docs, tokens, block_size)
         g = GPU_MODELS[gpu_model](stream, [gpu], TAIL_FIRST)[0]
         cpu = CPU_MODELS[cpu_model](stream, g, capacities, HEAD_FIRST)

@@ -3,6 +3,10 @@ from the registry's declared options (``pipeline.cache.registry``: each entry's 
 
 ``add_model_arguments`` defines ``--gpu-model``/``--cpu-model`` and every declared option for
 every block command; ``run_options`` is their one check (``blocks`` and ``trace`` call it).
+The commands that size a tier (``trace``, ``plan``) default to the engine-faithful pair,
+vllm + lmcache (``ENGINE_MODELS``); the lab's own (``blocks``, ``run --block-size``) keep the
+lab's block model, block-lru (``LAB_MODELS``). The old names ``ideal`` / ``ideal-replay``
+are accepted with a warning (``model_name``).
 ``--output-tokens`` and ``--vllm-version`` belong to the ``vllm`` GPU model, ``--chunk-size``
 and ``--save-unfull-chunk`` to the ``lmcache`` CPU model; giving one to another model, or an
 order the engine cannot follow, is a one-line error naming the argument.
@@ -11,6 +15,7 @@ order the engine cannot follow, is a one-line error naming the argument.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 import numpy as np
 
@@ -22,7 +27,7 @@ from pipeline.sizes.limits import MAX_BLOCKS, check_block_count, check_capacitie
 from pipeline.cache.registry import MODEL_OPTIONS, MODEL_ORDERS, vllm_version
 
 __all__ = ["MODEL_OPTIONS", "MODEL_ORDERS", "add_engine_arguments", "add_option_argument",
-           "add_order_arguments",
+           "add_order_arguments", "ENGINE_MODELS", "LAB_MODELS", "model_name", "models_given",
            "model_options", "default_chunk_size", "vllm_version", "add_model_arguments",
            "run_options", "option_dests", "trace_outputs"]
 
@@ -62,14 +67,49 @@ def add_order_arguments(parser: argparse.ArgumentParser) -> None:
                              "LMCache's LRU)")
 
 
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--gpu-model`` and ``--cpu-model`` (the registries' names) and the engine options:
-    one definition for every block command."""
-    parser.add_argument("--gpu-model", choices=tuple(registry.GPU_MODELS), default="ideal",
-                        help="GPU cache model (default %(default)s; vllm: vLLM's v1 allocator)")
-    parser.add_argument("--cpu-model", choices=tuple(registry.CPU_MODELS), default="ideal",
+#: the engine-faithful models every command that sizes a tier defaults to (trace, plan)
+ENGINE_MODELS = ("vllm", "lmcache")
+#: the lab's block model, the default of the lab's own commands (blocks, run --block-size)
+LAB_MODELS = ("block-lru", "block-lru")
+
+
+def model_name(flag: str) -> Callable[[str], str]:
+    """argparse type of a model flag: the name, a deprecated one turned into its new name
+    with a warning (``registry.accepted_name``); argparse's ``choices`` then check it."""
+    def name(text: str) -> str:
+        return registry.accepted_name(text, flag)
+    name.__name__ = "model name"
+    return name
+
+
+class _Given(argparse.Action):
+    """Store the value and record that the flag was given (``models_given``)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, values)
+        setattr(namespace, f"{self.dest}_given", True)
+
+
+def models_given(args: argparse.Namespace) -> bool:
+    """Whether ``--gpu-model`` or ``--cpu-model`` was given on the command line."""
+    return bool(getattr(args, "gpu_model_given", False) or
+                getattr(args, "cpu_model_given", False))
+
+
+def add_model_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+                        defaults: tuple[str, str] = ENGINE_MODELS) -> None:
+    """``--gpu-model`` and ``--cpu-model`` (the registries' names; ``defaults``: the
+    engine-faithful vllm + lmcache, ``LAB_MODELS`` for the lab's commands) and the engine
+    options: one definition for every block command."""
+    parser.add_argument("--gpu-model", choices=tuple(registry.GPU_MODELS), default=defaults[0],
+                        type=model_name("--gpu-model"), action=_Given,
+                        help="GPU cache model (default %(default)s; vllm: vLLM's v1 allocator; "
+                             "block-lru: a one-pass block LRU, no engine's rules)")
+    parser.add_argument("--cpu-model", choices=tuple(registry.CPU_MODELS), default=defaults[1],
+                        type=model_name("--cpu-model"), action=_Given,
                         help="CPU cache model (default %(default)s; lmcache: LMCache's CPU "
-                             "backend)")
+                             "backend; block-lru: an LRU fed past the GPU hit, which never "
+                             "refreshes blocks the GPU served: not an upper bound)")
     add_engine_arguments(parser)
 
 
@@ -92,8 +132,10 @@ def model_options(args: argparse.Namespace, block_size: int | None = None) -> tu
     for tier, model in chosen.items():
         order = getattr(args, f"{tier}_order", None)      # commands without orders: skip
         if model in MODEL_ORDERS and order is not None and order != MODEL_ORDERS[model]:
+            default = "" if getattr(args, f"{tier}_model_given", True) else (
+                f" (the default --{tier}-model; --{tier}-model block-lru follows either order)")
             raise UsageError(f"--{tier}-order {order}: the {model} model is "
-                           f"{MODEL_ORDERS[model]}")
+                             f"{MODEL_ORDERS[model]}{default}")
     declared = registry.options()
     for dest, option in declared.items():
         if getattr(args, dest, None) is not None and \

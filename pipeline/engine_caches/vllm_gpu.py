@@ -1,6 +1,6 @@
 """The ``vllm`` GPU model, replayed literally: vLLM's v1 block allocator, one request at a time.
 
-What the idealized block model (``pipeline.blocks.literal_replay``) leaves out and vLLM does,
+What the block-lru model (``pipeline.blocks.literal_replay``) leaves out and vLLM does,
 read in the vllm wheels (0.11.0, 0.22.1, 0.23.0, 0.24.0, 0.33.0; files under
 ``vllm/v1/core/``):
 
@@ -27,7 +27,7 @@ new blocks are popped from the head of the free queue, evicting their hash
 (``get_new_blocks`` / ``_maybe_evict_cached_block``); a block that becomes full is cached even
 when its hash is already cached by another block (no de-duplication). A request that needs
 more blocks than the pool has free is never scheduled: it changes nothing (its lookup is still
-reported, as in the idealized model's oversize rule). vLLM itself refuses to start when a
+reported, as in the block-lru model's oversize rule). vLLM itself refuses to start when a
 request cannot fit (max_model_len against the KV cache), so this is a convention for inputs
 vLLM never runs. ``scripts/vllm_reference.py`` drives vLLM's own ``KVCacheManager`` (0.11.0,
 0.23.0, 0.24.0, 0.33.0 wheels) and finds every request's hit equal to this replay.

@@ -21,7 +21,8 @@ import polars as pl
 import pyarrow.dataset as ds
 
 from pipeline.engine.config import SchedulerConfig
-from pipeline.engine.options import cpu_tier_choice, cpu_tier_dests, cpu_tier_factory
+from pipeline.engine.options import cpu_tier_choice, cpu_tier_dests, cpu_tier_factory, \
+    engine_models
 from pipeline.base.errors import CLIError, UsageError
 from pipeline.fleet.aggregates import fleet_aggregates, instance_aggregates, json_rows, \
     overload_lines
@@ -295,12 +296,14 @@ def _write_summaries(out: Path, points: list[Point], label: str, model,
         outputs.add(out / "plan.parquet", parquet_bytes(plan), label="--out")
     outputs.commit()
     warnings = overload_lines(fleet)
+    first_line, models = engine_models(args)
     if args.json:                             # stdout stays JSON lines: warnings to stderr
         for row in json_rows(fleet):
-            print(json.dumps(row))
+            print(json.dumps({"models": models, **row}))
         for line in warnings:
             print(line, file=sys.stderr)
         return
+    print(first_line)
     print(f"{len(points)} points -> {out} (step times: {model_label})")
     with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_hide_dataframe_shape=True,
                    float_precision=3, tbl_hide_column_data_types=True,

@@ -34,6 +34,7 @@ import pyarrow.dataset as ds
 
 from pipeline.base.arguments import Parser
 from pipeline.engine.hashing import bulk_request_keys
+from pipeline.engine.options import engine_models
 from pipeline.base.errors import CLIError, UsageError
 from pipeline.fleet import command as fleet_command
 from pipeline.engine.overload import warning_line
@@ -135,6 +136,11 @@ def _check(args: argparse.Namespace) -> None:
                     latency=str(args.latency) if args.latency is not None else "roofline")
     for key, value in defaults.items():
         setattr(args, key, value)
+    if getattr(args, "gpu_model_given", False) and args.gpu_model != "vllm":
+        raise UsageError(f"--gpu-model {args.gpu_model}: not with --fleet (its engines run "
+                         f"vLLM's allocator, vllm)")
+    if getattr(args, "cpu_model_given", False):
+        args.cpu_tier_model = args.cpu_model           # the engines' CPU tier
     for flag in ("no_chunked_prefill", "async_scheduling", "cpu_shared"):
         setattr(args, flag, bool(getattr(args, flag)))
     try:
@@ -206,6 +212,7 @@ def _fleet_plan(args: argparse.Namespace) -> int:
     if args.json:                     # stdout stays one JSON document: warnings to stderr
         print(json.dumps(document, indent=2))
     else:
+        print(engine_models(args)[0])
         _print(document)
     for line in warnings:
         print(line, file=sys.stderr if args.json else sys.stdout)
@@ -256,6 +263,7 @@ def _document(args, workload, kv: KVSize, model, withheld: str | None, plan: pl.
                                          "queue_at_last_arrival", "requests")}})
     return {
         "kind": "kvlab-fleet-plan", "version": 1,
+        "cache_models": engine_models(args)[1],
         "target": {"kind": kind, "value": value},
         "workload": f"{workload.label}: {workload.size:,} requests",
         "kv": {"name": kv.name, "bytes_per_token": kv.bytes_per_token,

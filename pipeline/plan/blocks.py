@@ -17,6 +17,7 @@ import numpy as np
 import polars as pl
 
 from pipeline.blocks.model_api import CPU_MODELS, GPU_MODELS, request_result
+from pipeline.cache.registry import models_field, models_line
 from pipeline.blocks.lru_depths import COLD, block_distances, prefix_blocks, prefix_counts
 from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST, check_order
 from pipeline.plan.search import Evaluator, requests_frame
@@ -32,7 +33,7 @@ SCAN_LIMIT = 2000
 class BlockEvaluator(Evaluator):
     """Per-pass figures of a workload in blocks (its ``block_stream()``).
 
-    Any GPU model of ``pipeline.blocks.model_api`` runs once. The ``ideal`` CPU model gets every
+    Any GPU model of ``pipeline.blocks.model_api`` runs once. The ``block-lru`` CPU model gets every
     capacity from one pass (the candidates are exact); any other CPU model (``lmcache``, the
     policies) is run per capacity on a grid of its granularity (the chunk size, else the
     block size), every step scanned up to ``SCAN_LIMIT`` steps, bisected above that on the
@@ -42,7 +43,7 @@ class BlockEvaluator(Evaluator):
     def __init__(self, description: str, workload: Workload, gpu_capacity: int,
                  models: dict[str, TTFTModel],
                  gpu_order: str = TAIL_FIRST, cpu_order: str = HEAD_FIRST,
-                 gpu_model: str = "ideal", cpu_model: str = "ideal",
+                 gpu_model: str = "block-lru", cpu_model: str = "block-lru",
                  gpu_options: dict | None = None, cpu_options: dict | None = None) -> None:
         self.stream = stream = workload.block_stream()
         requests, block_size = workload.requests, stream.block_size
@@ -54,7 +55,9 @@ class BlockEvaluator(Evaluator):
         self.requests_frame = requests_frame(requests, stream.prompt_tokens)
         self.smallest_item, self.evaluations = block_size, 0
         self.cpu_model, self.cpu_options = cpu_model, dict(cpu_options or {})
-        self.hits_monotone = cpu_model == "ideal"
+        self.hits_monotone = cpu_model == "block-lru"
+        self.cache_models = models_field(gpu_model, cpu_model)
+        self.models_line = models_line(gpu_model, cpu_model, gpu_options, cpu_options)
         self.gpu_hit = GPU_MODELS[gpu_model](stream, [gpu_capacity], gpu_order,
                                              **(gpu_options or {}))[0]
         self.gpu_blocks = self.gpu_hit // block_size
@@ -65,7 +68,7 @@ class BlockEvaluator(Evaluator):
 
     def _cpu_prefix(self, cpu_capacity: int) -> np.ndarray:
         """CPU prefix hit tokens per request (counted from block 0) at ``cpu_capacity``."""
-        if self.cpu_model != "ideal":
+        if self.cpu_model != "block-lru":
             return CPU_MODELS[self.cpu_model](self.stream, self.gpu_hit, [cpu_capacity],
                                               self.cpu_order, **self.cpu_options)[0]
         blocks = np.array([cpu_capacity // self.stream.block_size], np.int64)
@@ -83,7 +86,7 @@ class BlockEvaluator(Evaluator):
 
     def candidates(self) -> tuple[np.ndarray, np.ndarray]:
         size = self.stream.block_size
-        if self.cpu_model != "ideal":
+        if self.cpu_model != "block-lru":
             step = int(self.cpu_options.get("chunk_size", size))
             top = self.stream.n_codes * size + step          # every distinct block, and more
             grid = np.arange(step, top + step, step, dtype=np.int64)

@@ -31,7 +31,7 @@ from pipeline.fleet.plan_command import add_fleet_plan_arguments, fleet_plan, fl
 from pipeline.sizes.limits import MAX_ACCESSES, check_count
 from pipeline.plan.search import DocumentEvaluator, Evaluator, PlanResult, Target
 from pipeline.plan.output import answer_fields, backed_plan, describe_target, document_head, \
-    model_json, model_lines, print_document
+    model_json, model_lines, models_fields, print_document
 from pipeline.plan.blocks import BlockEvaluator
 from pipeline.base.staging import Outputs
 from pipeline.trace.inputs import add_input_arguments, load_workload
@@ -158,9 +158,11 @@ def _workload(args: argparse.Namespace) -> tuple[Workload, str, str]:
         raise CLIError(f"--docs/--tokens: the workload has no tokens to cache "
                        f"({documents.docs} documents x {documents.tokens} tokens)")
     if args.block_size is None:
-        if (args.gpu_model, args.cpu_model) != ("ideal", "ideal"):
-            raise UsageError("--gpu-model/--cpu-model: engine models need block mode "
-                           "(--block-size, a trace PATH or --pattern)")
+        for tier in ("gpu", "cpu"):
+            model = getattr(args, f"{tier}_model")
+            if getattr(args, f"{tier}_model_given", False) and model != "block-lru":
+                raise UsageError(f"--{tier}-model {model}: engine models need block mode "
+                                 f"(--block-size, a trace PATH or --pattern)")
         check_count(documents.docs * len(documents.passes), MAX_ACCESSES,
                     f"--docs {documents.docs} x {len(documents.passes)} --passes", "accesses")
         whole = documents.workload(None)
@@ -301,6 +303,7 @@ def main(args: argparse.Namespace) -> int:
     cpu_tokens = result.cpu_tokens
     document = {
         **document_head(evaluator.description, kv, gpu, gpu_given, target, names),
+        **models_fields(evaluator),
         "measured": {"path": source, "synthetic": synthetic,
                      "worst_error_pct": {"p50": errors["error_p50_pct"].abs().max(),
                                          "mean": errors["error_mean_pct"].abs().max()},

@@ -14,7 +14,8 @@ import argparse
 from pipeline.base.errors import CLIError
 from pipeline.fit.plan_ttft import StepTimeTTFT, fitted_problem, load_step_time_ttft
 from pipeline.plan.search import Target
-from pipeline.plan.output import answer_fields, backed_plan, document_head, print_document
+from pipeline.plan.output import answer_fields, backed_plan, document_head, models_fields, \
+    print_document
 from pipeline.ttft.model import GPU_ONLY, OFFLOAD
 
 __all__ = ["fitted_plan", "model_lines"]
@@ -46,6 +47,7 @@ def fitted_plan(args: argparse.Namespace, kv, gpu: int, gpu_given: str, build,
     cpu = result.cpu_tokens
     document = {
         **document_head(evaluator.description, kv, gpu, gpu_given, target, names),
+        **models_fields(evaluator),
         "measured": {"path": str(args.latency), "synthetic": False, "fitted": True},
         "models": {"fitted step time": {"path": str(args.latency),
                                         "served_model": model.served_model,

@@ -44,6 +44,13 @@ def document_head(description: str, kv: KVSize, gpu: int, gpu_given: str, target
     }
 
 
+def models_fields(evaluator: Evaluator) -> dict:
+    """The cache models of a plan document: ``cache_models`` ({"gpu": ..., "cpu": ...}; plan's
+    ``models`` are its TTFT models) and the text's first line (``print_document`` takes it
+    out of the JSON)."""
+    return {"cache_models": evaluator.cache_models, "cache_models_line": evaluator.models_line}
+
+
 def lmcache_setting(tokens: int, kv: KVSize) -> float:
     """max_local_cpu_size that holds ``tokens`` (its "GB" are 2^30 bytes), rounded up."""
     return size_up(kv.bytes(tokens), 2**30, 2)
@@ -177,10 +184,13 @@ def print_document(document: dict, withheld: str | None, as_json: bool, lines: l
     """Print a plan document as JSON or as text (with its model lines); 0."""
     if withheld is not None:
         document["ttft_withheld"] = withheld
+    first = document.pop("cache_models_line", None)
     if as_json:
         print(json.dumps(finite(document), indent=2, allow_nan=False))
         return 0
     document["model_lines"] = lines
+    if first is not None:
+        print(first)
     print(render_text(document, result, target, names))
     return 0
 

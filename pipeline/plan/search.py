@@ -87,6 +87,10 @@ class Evaluator:
     evaluations: int = 0
     #: hits provably never fall as the CPU tier grows (above the oversize bands)
     hits_monotone: bool = True
+    #: the cache models ({"gpu": name, "cpu": name}) and the answer's first line naming them
+    cache_models: dict = {"gpu": "two-tier", "cpu": "two-tier"}
+    models_line: str = ("models: kvlab's TwoTierCache (whole documents, an LRU per tier, the "
+                        "CPU fed the GPU's misses; --block-size for the block models)")
 
     def requests(self, cpu_capacity: int) -> pl.DataFrame:
         """``requests_frame`` plus TOKEN_COLUMNS at this CPU capacity."""

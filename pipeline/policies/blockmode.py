@@ -7,11 +7,11 @@ order (tail-first: tail .. head; head-first: head .. tail) and evicts other bloc
 fits. The CPU tier places blocks g.. of each request (g its GPU hit) and looks up all of
 them. OPT is given the future of the tier's own placements, which never depends on its
 hits, so it is exact as a replay (a reference for prefix hits, not a bound). The ``lru``
-model equals the block model's ``ideal`` engine (tests/test_policies_blocks.py).
+model equals the block model's ``block-lru`` engine (tests/test_policies_blocks.py).
 
 The registry (``pipeline.cache.registry``) makes each policy's models with ``policy_gpu_model`` /
 ``policy_cpu_model`` from the block kernel its entry declares (``block_kernel``); ``lru``'s
-are the block engine's one-pass ``ideal`` model (``pipeline/blocks/lru_depths.py``), which the
+are the block engine's one-pass ``block-lru`` model (``pipeline/blocks/lru_depths.py``), which the
 tests prove equal to the class replay here; a policy without a block kernel (one registered
 from outside) replays its class. ``place`` is a
 request-level step (look up the whole prefix, read every block, then evict with the

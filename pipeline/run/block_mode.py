@@ -27,7 +27,8 @@ from pipeline.blocks.sweep import block_frames as sweep_block_frames
 from pipeline.cache import registry
 from pipeline.base.config import (CPU_CLIFF_GPU, GPU_CLIFF_CAPACITIES, LAB_CPU, LAB_DOCS,
                                   LAB_PASSES, LAB_TOKENS, ROOT)
-from pipeline.engine_caches.options import add_model_arguments, option_dests, run_options
+from pipeline.engine_caches.options import LAB_MODELS, add_model_arguments, option_dests, \
+    run_options
 from pipeline.base.errors import CLIError
 from pipeline.sizes.limits import check_block_size
 from pipeline.fit.per_request import (FITTED_FILE, HOLDOUT_FILE, FittedRequests,
@@ -56,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--block-size", type=positive_int, default=None,
                        help="tokens per block: also run the sweeps in block mode (prefix "
                             "caching, both orders per tier; see python -m pipeline blocks)")
-    add_model_arguments(group)
+    add_model_arguments(group, LAB_MODELS)
 
 
 @dataclass(frozen=True)
@@ -64,8 +65,8 @@ class BlockSetup:
     """Block mode as the options ask for it."""
 
     block_size: int
-    gpu_model: str = "ideal"
-    cpu_model: str = "ideal"
+    gpu_model: str = "block-lru"
+    cpu_model: str = "block-lru"
     gpu_options: dict = field(default_factory=dict)
     cpu_options: dict = field(default_factory=dict)
 
@@ -84,7 +85,7 @@ def block_setup(args: argparse.Namespace, workload: DocumentWorkload) -> BlockSe
     run over ``MAX_BLOCKS`` block accesses, or a model option the model does not take."""
     if args.block_size is None:
         for dest in ("gpu_model", "cpu_model"):
-            if getattr(args, dest) != "ideal":
+            if getattr(args, dest) != "block-lru":
                 raise CLIError(f"--{dest.replace('_', '-')} {getattr(args, dest)}: engine "
                                "models run in block mode only (add --block-size N)")
         for dest in option_dests():
@@ -145,7 +146,7 @@ def ttft_fit(attributed: pl.DataFrame, predicted: pl.DataFrame, tokens: int
 class ReportInputs:
     """Every frame of the report's groups after the measured one, computed by ``run``
     (``report_inputs``) so that the report only draws: the real engine's measurement (or
-    None), the block-mode aggregates of the ideal model with their scenario and note (or
+    None), the block-mode aggregates of the block-lru model with their scenario and note (or
     None), the run's own engine-model aggregates and their description (or None), the
     engine models' GPU and CPU curves and the policies' lab curves (None off the lab's
     workload), the trace page's name beside the report (or None), and the real engine's
@@ -250,7 +251,7 @@ def drawn(name: str, draw: Callable[[], T], *inputs: object, **values: object) -
 
 
 def _lab_block_aggregates() -> pl.DataFrame:
-    """The lab's block-mode aggregates at ``REPORT_BLOCK_SIZE`` (the ideal model)."""
+    """The lab's block-mode aggregates at ``REPORT_BLOCK_SIZE`` (the block-lru model)."""
     return sweep_block_frames(LAB_DOCS, LAB_TOKENS, LAB_PASSES, REPORT_BLOCK_SIZE,
                               cpu_sweep_gpu=CPU_CLIFF_GPU,
                               spec_points=(*GPU_CLIFF_CAPACITIES, CPU_CLIFF_GPU, LAB_CPU))[1]
@@ -268,10 +269,10 @@ def report_inputs(args: argparse.Namespace, workload: DocumentWorkload,
                   blocks: BlockSetup | None, block_aggregates: pl.DataFrame | None,
                   spec_points: tuple[int, ...], report_path: Path) -> ReportInputs:
     """The frames of ``report_groups``: block mode's tail-first vs head-first from
-    ideal-model sweeps (the run's own, computed for the run's workload when it ran engine
+    block-lru sweeps (the run's own, computed for the run's workload when it ran engine
     models, or the lab's at 16-token blocks without ``--block-size``, about 0.3 s); with
-    engine models, the run's own ``block_aggregates``, drawn next to the ideal model in their
-    orders; ideal vs vllm, LMCache's chunk cliff and the cache policies, which are the lab's;
+    engine models, the run's own ``block_aggregates``, drawn next to the block-lru model in their
+    orders; block-lru vs vllm, LMCache's chunk cliff and the cache policies, which are the lab's;
     the real engine's measurement and the trace page's name. The lab-only frames exist only
     when the run's workload is the lab's, so a run on another workload shows none of the
     lab's capacities."""
@@ -282,25 +283,25 @@ def report_inputs(args: argparse.Namespace, workload: DocumentWorkload,
         (LAB_DOCS, LAB_TOKENS, tuple(LAB_PASSES))
     note, size = "", blocks.block_size if blocks else REPORT_BLOCK_SIZE
     engine_aggregates = None
-    if blocks is not None and (blocks.gpu_model, blocks.cpu_model) != ("ideal", "ideal"):
-        engine_aggregates = block_aggregates            # engine models: the ideal one too
+    if blocks is not None and (blocks.gpu_model, blocks.cpu_model) != ("block-lru", "block-lru"):
+        engine_aggregates = block_aggregates            # engine models: the block-lru one too
         _, block_aggregates = sweep_block_frames(
             workload.docs, workload.tokens, workload.passes, size, args.gpu_capacities,
             args.cpu_capacities, args.cpu_sweep_gpu, spec_points)
-        note = (f"Tail-first vs head-first is drawn with the ideal model in both orders; this "
-                f"run's {blocks.describe()} follow, next to the ideal model in their orders "
+        note = (f"Tail-first vs head-first is drawn with the block-lru model in both orders; this "
+                f"run's {blocks.describe()} follow, next to the block-lru model in their orders "
                 f"(all in blocks_aggregates.parquet).")
     elif blocks is None and lab:
-        block_aggregates = reused("lab block aggregates", registry_key("ideal"),
+        block_aggregates = reused("lab block aggregates", registry_key("block-lru"),
                                   _lab_block_aggregates)
-        note = (f"The ideal model at {size}-token blocks; run with --block-size N (and "
+        note = (f"The block-lru model at {size}-token blocks; run with --block-size N (and "
                 f"--gpu-model vllm / --cpu-model lmcache) for other block sizes and models.")
     scenario = {"docs": workload.docs, "tokens": workload.tokens, "block_size": size,
                 "cpu_sweep_gpu": args.cpu_sweep_gpu if blocks else CPU_CLIFF_GPU}
     trace = Path(report_path).parent / "trace.html"
     return ReportInputs(
         _committed("real engine", REAL_ENGINE_FILE, _real_engine), block_aggregates, scenario, note,
-        reused("engine curves", registry_key("ideal", "vllm", "lmcache"),
+        reused("engine curves", registry_key("block-lru", "vllm", "lmcache"),
                lambda: (gpu_model_curves(), cpu_model_curves()))
         if lab and block_aggregates is not None else None,
         reused("lab policy curves", registry_key(*registry.POLICIES), lab_curves)

@@ -143,11 +143,13 @@ def _finite(value):
     return value
 
 
-def run_metrics_outputs(args: argparse.Namespace, result, outputs: Outputs) -> dict:
+def run_metrics_outputs(args: argparse.Namespace, result, outputs: Outputs,
+                        models: dict | None = None) -> dict:
     """Add DIR/metrics.json and DIR/vllm_log.parquet (time clock) to ``outputs``; return the
-    metrics."""
+    metrics (with ``models``, the cache models, first when given)."""
     model = args.latency_model
-    metrics = run_metrics(result.requests, result.steps, model.label if model else None)
+    metrics = {**({"models": models} if models is not None else {}),
+               **run_metrics(result.requests, result.steps, model.label if model else None)}
     kv = kv_from_args(args)
     metrics["provenance"] = model.provenance if model else None
     metrics["notes"] = _notes(model, result.requests["prompt_tokens"].to_list(),
@@ -195,9 +197,11 @@ def _grid(args: argparse.Namespace) -> list[int]:
 
 
 def run_curves(args: argparse.Namespace, workload: EngineRequests, loads: list[Load],
-               config_for: Callable[[int], object], tier_factory) -> int:
+               config_for: Callable[[int], object], tier_factory,
+               first_line: str | None = None) -> int:
     """The grid of (load, capacity) runs plus the upper line; writes DIR/curves.parquet and
-    the --report page; ``config_for(num_gpu_blocks)`` is the command's config check."""
+    the --report page; ``config_for(num_gpu_blocks)`` is the command's config check;
+    ``first_line`` (the cache models) is printed first."""
     grid = _grid(args)
     block = args.block_size
     smallest = max(grid[0] // block, 2)
@@ -227,6 +231,8 @@ def run_curves(args: argparse.Namespace, workload: EngineRequests, loads: list[L
                            provenance_text(model))
         outputs.add(args.report, page.encode(), "--report")
     outputs.commit()
+    if first_line is not None:
+        print(first_line)
     for line in size_lines(args.sizes):
         print(line)
     print(f"{description}; step time {model.label}")

@@ -124,6 +124,7 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
         return 0
+    print(models.line())
     print(f"trace: {workload.label} ({infinite.requests} requests, {infinite.blocks} block "
           f"accesses of {stream.block_size} tokens, {infinite.distinct_blocks} distinct, "
           f"{infinite.prompt_tokens} prompt tokens)")
@@ -140,7 +141,7 @@ def main(args: argparse.Namespace) -> int:
         print(line)
     print(f"events: {_shown(sizes['events']['path'])} ({sizes['events']['rows']} rows, "
           f"{sizes['events']['bytes_per_row']:.2f} bytes/access; "
-          f"{'' if args.gpu_model == 'ideal' else 'the ideal model: '}GPU curve exact from "
+          f"{'' if args.gpu_model == 'block-lru' else 'the block-lru model: '}GPU curve exact from "
           f"{int(np.max(stream.cacheable, initial=0))} blocks)")
     print(f"per request: {_shown(sizes['requests']['path'])} ({sizes['requests']['rows']} rows, "
           f"{sizes['requests']['bytes_per_row']:.2f} bytes/request/point)")

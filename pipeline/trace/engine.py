@@ -105,7 +105,7 @@ def _run_cpu(stream: BlockStream, gpu_hits: np.ndarray, capacities: list[int], o
 
 
 def points(stream: BlockStream, gpu: list[int], cpu: list[int], gpu_order: str,
-           cpu_order: str, gpu_model: str = "ideal", cpu_model: str = "ideal",
+           cpu_order: str, gpu_model: str = "block-lru", cpu_model: str = "block-lru",
            gpu_options: dict | None = None,
            cpu_options: dict | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Every (GPU, CPU) pair: the per-point totals (``POINT_SCHEMA``) and one row per
@@ -202,8 +202,8 @@ def gpu_crossing(stream: BlockStream, order: str, hit_blocks: int, low: int,
 
 
 def cpu_curve(stream: BlockStream, gpu_capacity: int, capacities: np.ndarray,
-              gpu_order: str, cpu_order: str, gpu_model: str = "ideal",
-              cpu_model: str = "ideal", gpu_options: dict | None = None,
+              gpu_order: str, cpu_order: str, gpu_model: str = "block-lru",
+              cpu_model: str = "block-lru", gpu_options: dict | None = None,
               cpu_options: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
     """At one GPU capacity: (GPU hit tokens, CPU-served tokens per CPU capacity)."""
     gpu_hits = _run_gpu(stream, [gpu_capacity], gpu_order, gpu_model, gpu_options)[0]

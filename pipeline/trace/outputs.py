@@ -12,6 +12,7 @@ import numpy as np
 import polars as pl
 
 from pipeline.blocks.stream import ORDERS, BlockStream
+from pipeline.cache.registry import models_field, models_line
 from pipeline.engine_caches.options import model_options
 from pipeline.base.errors import CLIError
 from pipeline.trace import engine
@@ -37,11 +38,15 @@ class Models(NamedTuple):
     cpu_options: dict
 
     def describe(self, tier: str) -> str:
-        """``ideal``, or e.g. ``vllm: output_tokens=1, vllm_version=0.33.0``."""
+        """``block-lru``, or e.g. ``vllm: output_tokens=1, vllm_version=0.33.0``."""
         model, options = (self.gpu_model, self.gpu_options) if tier == "gpu" else \
             (self.cpu_model, self.cpu_options)
         extra = ", ".join(f"{key}={value}" for key, value in options.items())
         return f"{model}: {extra}" if extra else model
+
+    def line(self) -> str:
+        """The answer's first line: ``models: GPU vllm (vLLM 0.33.0 block pool), CPU ...``."""
+        return models_line(self.gpu_model, self.cpu_model, self.gpu_options, self.cpu_options)
 
 
 def name_models(points: pl.DataFrame, per_request: pl.DataFrame,
@@ -92,6 +97,7 @@ def summary(workload: Workload, stream: BlockStream, infinite: engine.Infinite,
             points: pl.DataFrame, models: Models) -> dict:
     """The ``--json`` document."""
     return {
+        "models": models_field(models.gpu_model, models.cpu_model),
         "trace": workload.label, "block_size": stream.block_size,
         "requests": infinite.requests, "block_accesses": infinite.blocks,
         "distinct_blocks": infinite.distinct_blocks, "prompt_tokens": infinite.prompt_tokens,
@@ -182,7 +188,7 @@ def report_page(workload: Workload, stream: BlockStream, infinite: engine.Infini
             f"{infinite.token_hit_ratio:.4f} of prompt tokens. Models: GPU "
             f"{args.gpu_order} ({models.describe('gpu')}), CPU {args.cpu_order} "
             f"({models.describe('cpu')}); the GPU capacity curves and reuse distances are "
-            f"the ideal model's, the CPU curve these models'.")
+            f"the block-lru model's, the CPU curve these models'.")
     order_curve = curves.filter(order=args.gpu_order).drop("order")
     note = ("<p>Capacities are in tokens; a tier of C tokens holds C // block size blocks. "
             "Model: <code>pipeline.blocks</code> (README, block-level prefix caching).</p>")
