@@ -83,11 +83,11 @@ def test_cpu_tier_onepass_equals_replay(case, gpu, drawn, gpu_order, cpu_order):
 
 @given(block_frames(), st.integers(0, 60), st.integers(0, 60), st.sampled_from(ORDERS),
        st.sampled_from(ORDERS))
-def test_model_registry_ideal_equals_replay_in_tokens(case, gpu, cpu, gpu_order, cpu_order):
+def test_model_registry_block_lru_equals_replay_in_tokens(case, gpu, cpu, gpu_order, cpu_order):
     frame, block_size = case
     stream = block_stream(frame, block_size)
-    fast = two_tier(stream, gpu, cpu, gpu_order, cpu_order, "ideal", "ideal")
-    literal = two_tier(stream, gpu, cpu, gpu_order, cpu_order, "ideal-replay", "ideal-replay")
+    fast = two_tier(stream, gpu, cpu, gpu_order, cpu_order, "block-lru", "block-lru")
+    literal = two_tier(stream, gpu, cpu, gpu_order, cpu_order, "block-lru-replay", "block-lru-replay")
     assert fast.equals(literal)
     assert (fast["gpu_hit_tokens"] + fast["cpu_hit_tokens"] + fast["miss_tokens"]
             == fast["prompt_tokens"]).all()
@@ -168,7 +168,7 @@ def test_model_choices_come_from_the_registries():
     assert done.returncode == 0
     for name in (*GPU_MODELS, *CPU_MODELS):
         assert name in done.stdout
-    assert second_pass("--gpu", "48000", "--gpu-model", "ideal-replay")["gpu_hit_tokens"] == 29280
+    assert second_pass("--gpu", "48000", "--gpu-model", "block-lru-replay")["gpu_hit_tokens"] == 29280
 
 
 @pytest.mark.parametrize("argv, names", [
@@ -192,7 +192,7 @@ def test_stream_rejects_bad_block_size_and_repeated_keys():
     with pytest.raises(ValueError, match="repeats a block key"):
         block_stream(repeated, 4)
     with pytest.raises(ValueError, match="unknown order"):
-        lru_depths.ideal_gpu(block_stream(frame, 16), [100], "lru")
+        lru_depths.block_lru_gpu(block_stream(frame, 16), [100], "lru")
 
 
 def touch_distance_prefix(stream, capacities):

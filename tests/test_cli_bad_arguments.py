@@ -56,7 +56,8 @@ def test_blocks_at_the_largest_capacity_runs_every_model_quickly(capsys):
     as the fast engines."""
     runs = []
     for gpu_model, cpu_model in (("vllm", "lmcache"), ("vllm-replay", "lmcache-replay"),
-                                 ("ideal", "ideal"), ("ideal-replay", "ideal-replay")):
+                                 ("block-lru", "block-lru"),
+                                 ("block-lru-replay", "block-lru-replay")):
         assert main(["blocks", "--gpu", str(MAX_CAPACITY), "--cpu", str(MAX_CAPACITY),
                      "--gpu-model", gpu_model, "--cpu-model", cpu_model, "--docs", "3",
                      "--tokens", "100"]) == 0

@@ -24,12 +24,12 @@ def test_engine_tables_match_the_command():
     gpu_rows = [r for r in rows if len(r) == 4 and "/" not in r[1]]
     cpu_rows = [r for r in rows if len(r) == 4 and "/" in r[1]]
     assert len(gpu_rows) == 4 and len(cpu_rows) == 4
-    for capacity, ideal, vllm, old in gpu_rows:
+    for capacity, lru, vllm, old in gpu_rows:
         got = [run_blocks(gpu=number(capacity), passes=["fwd", "fwd"], gpu_model=model,
                           gpu_options=options)["passes"][1]["gpu_hit_tokens"]
-               for model, options in (("ideal", None), ("vllm", None),
+               for model, options in (("block-lru", None), ("vllm", None),
                                       ("vllm", {"vllm_version": "0.11.0"}))]
-        assert got == [number(ideal), number(vllm), number(old)]
+        assert got == [number(lru), number(vllm), number(old)]
     for capacity, *passes in cpu_rows:
         result = run_blocks(gpu=21520, cpu=number(capacity), gpu_model="vllm",
                             cpu_model="lmcache")["passes"]

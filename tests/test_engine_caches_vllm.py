@@ -1,5 +1,5 @@
 """The ``vllm`` GPU model: vLLM 0.33.0's figures, the one-pass engine equals the
-literal allocator replay per request, and the three differences from the ideal model."""
+literal allocator replay per request, and the three differences from the block-lru model."""
 
 import json
 import numpy as np
@@ -38,8 +38,8 @@ def test_lab_figures_vllm_0_33(model):
     assert second_pass(hits) == [0, 18_880, 28_960, 49_920]
 
 
-def test_ideal_model_differs_as_vllm_does():
-    assert second_pass(GPU_MODELS["ideal"](lab_stream(), CAPACITIES, "tail-first")) == \
+def test_block_lru_model_differs_as_vllm_does():
+    assert second_pass(GPU_MODELS["block-lru"](lab_stream(), CAPACITIES, "tail-first")) == \
         [0, 19_200, 29_280, 50_080]
 
 

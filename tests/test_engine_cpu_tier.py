@@ -34,7 +34,7 @@ def composition(prompts, outputs, gpu_blocks: int, model: str, cpu_tokens: int,
 
 def test_every_cpu_model_but_the_oracle_is_offered():
     offered = engine_cpu_models()
-    assert {"lmcache", "lmcache-replay", "ideal", "lru", "fifo", "s3fifo", "arc",
+    assert {"lmcache", "lmcache-replay", "block-lru", "lru", "fifo", "s3fifo", "arc",
             "sieve", "clock", "lfu", "mru"} <= set(offered)
     assert "opt" not in offered and "vllm" not in offered
     with pytest.raises(ValueError, match="needs the future"):

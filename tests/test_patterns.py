@@ -10,7 +10,7 @@ from conftest import ModelLRU
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.blocks.lru_depths import ideal_gpu
+from pipeline.blocks.lru_depths import block_lru_gpu
 from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST, block_stream
 from pipeline.cache.stack_distance import lru_hit_counts
 from pipeline.workloads.blocks import REQUEST_SCHEMA, check_blocks
@@ -62,8 +62,8 @@ def test_tile_with_room_for_one_document_less_is_the_cyclic_cliff(n):
     # block mode, LMCache's head-first: the cliff survives; vLLM's tail-first keeps heads
     stream = block_stream(pattern.blocks(16), 16)
     room = (n - 1) * (5011 // 16 + 1) * 16
-    assert ideal_gpu(stream, [room], HEAD_FIRST).sum() == 0
-    assert ideal_gpu(stream, [room], TAIL_FIRST).sum() > 0
+    assert block_lru_gpu(stream, [room], HEAD_FIRST).sum() == 0
+    assert block_lru_gpu(stream, [room], TAIL_FIRST).sum() > 0
 
 
 def test_interleave_hits_every_repeat_with_room_for_one_document():

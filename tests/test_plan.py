@@ -209,7 +209,8 @@ def test_plan_for_the_shared_trace(capsys):
         pytest.skip(f"{trace} is absent (the shared Mooncake trace)")
     out = run_plan(capsys, str(trace), "--gpu", "200000", "--target-hit-ratio", "0.5")
     assert out["answer"]["status"] == "met"
-    assert out["answer"]["cpu"]["tokens"] == 6_558_720          # 12,810 blocks of 512 tokens
+    assert out["cache_models"] == {"gpu": "vllm", "cpu": "lmcache"}      # the default
+    assert out["answer"]["cpu"]["tokens"] == 6_536_704          # 12,767 chunks of 512 tokens
     assert out["figures"][0]["hit_ratio"] >= 0.5 > out["figures_one_token_below"][0]["hit_ratio"]
 
 
@@ -243,7 +244,8 @@ def test_engine_models_in_block_mode(capsys):
 @pytest.mark.parametrize("argv, message, status", [
     (["--cpu-model", "lmcache"], "engine models need block mode", 2),
     (["--pattern", "zipf", "--num-requests", "0"], "no requests", 1),
-    (["--block-size", "16", "--chunk-size", "256"], "--chunk-size applies to the lmcache", 2),
+    (["--block-size", "16", "--cpu-model", "block-lru", "--chunk-size", "256"],
+     "--chunk-size applies to the lmcache", 2),
     (["--block-size", "16", "--cpu-model", "lmcache", "--cpu-order", "tail-first"],
      "--cpu-order tail-first: the lmcache model is head-first", 2),
 ])

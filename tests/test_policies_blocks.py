@@ -1,5 +1,5 @@
 """The policy family in block mode (pipeline/policies/blockmode.py, registered in
-pipeline.blocks.model_api): LRU equals the block model's ideal engine on both tiers and orders,
+pipeline.blocks.model_api): LRU equals the block model's block-lru engine on both tiers and orders,
 every policy runs through the two-tier API, and ``Policy.place`` keeps its contract."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pipeline.workloads.blocks import BLOCK_SCHEMA
 
 def fast_gpu(name: str):
     """Policy ``name``'s GPU model on the block kernel its entry declares (``lru``'s entry
-    runs the ideal model instead, so the kernel is wrapped here)."""
+    runs the block-lru model instead, so the kernel is wrapped here)."""
     return policy_gpu_model(name, POLICIES[name], entry(name).block_kernel)
 
 
@@ -60,19 +60,19 @@ def test_lru_on_the_base_equals_kvlab_lru(capacity, trace):
 
 @given(block_frames(), st.lists(st.integers(0, 30), min_size=1, max_size=3),
        st.sampled_from(ORDERS), st.sampled_from(ORDERS), st.integers(0, 20))
-def test_lru_model_equals_the_ideal_model(case, capacities, gpu_order, cpu_order, gpu):
-    """The class replay of LRU equals the one-pass ideal model, which is what ``lru`` is
+def test_lru_model_equals_the_block_lru_model(case, capacities, gpu_order, cpu_order, gpu):
+    """The class replay of LRU equals the one-pass block-lru model, which is what ``lru`` is
     registered as."""
     frame, block_size = case
     stream = block_stream(frame, block_size)
-    assert GPU_MODELS["lru"] is GPU_MODELS["ideal"] and CPU_MODELS["lru"] is CPU_MODELS["ideal"]
+    assert GPU_MODELS["lru"] is GPU_MODELS["block-lru"] and CPU_MODELS["lru"] is CPU_MODELS["block-lru"]
     np.testing.assert_array_equal(
         policy_gpu_model("lru", POLICIES["lru"])(stream, capacities, gpu_order),
-        GPU_MODELS["ideal"](stream, capacities, gpu_order))
-    gpu_hits = GPU_MODELS["ideal"](stream, [gpu], gpu_order)[0]
+        GPU_MODELS["block-lru"](stream, capacities, gpu_order))
+    gpu_hits = GPU_MODELS["block-lru"](stream, [gpu], gpu_order)[0]
     np.testing.assert_array_equal(
         policy_cpu_model("lru", POLICIES["lru"])(stream, gpu_hits, capacities, cpu_order),
-        CPU_MODELS["ideal"](stream, gpu_hits, capacities, cpu_order))
+        CPU_MODELS["block-lru"](stream, gpu_hits, capacities, cpu_order))
 
 
 @settings(max_examples=60)

@@ -73,8 +73,8 @@ def test_views_drop_an_unregistered_entry():
 
 
 def test_builtin_names_and_options():
-    assert list(registry.GPU_MODELS)[:4] == ["ideal", "ideal-replay", "vllm", "vllm-replay"]
-    assert list(registry.CPU_MODELS)[:4] == ["ideal", "ideal-replay", "lmcache",
+    assert list(registry.GPU_MODELS)[:4] == ["block-lru", "block-lru-replay", "vllm", "vllm-replay"]
+    assert list(registry.CPU_MODELS)[:4] == ["block-lru", "block-lru-replay", "lmcache",
                                              "lmcache-replay"]
     assert registry.MODEL_OPTIONS["vllm"] == ("output_tokens", "vllm_version")
     assert registry.MODEL_ORDERS == {"vllm": "tail-first", "vllm-replay": "tail-first",
@@ -228,7 +228,7 @@ KEYED = [name for name, model in registry.MODELS.items() if model.unit in ("bloc
 
 
 def test_every_keyed_model_is_in_the_contract():
-    engines = {"ideal", "ideal-replay", "vllm", "vllm-replay", "lmcache", "lmcache-replay"}
+    engines = {"block-lru", "block-lru-replay", "vllm", "vllm-replay", "lmcache", "lmcache-replay"}
     assert engines | set(registry.POLICIES) <= set(KEYED)    # a new policy joins by itself
 
 
@@ -288,7 +288,7 @@ def test_the_fast_paths_an_entry_declares_are_the_ones_run():
                                       hit_matrix("lru", codes, sizes, [1, 2], "classes"))
         stream = block_stream(document_blocks([0, 1, 0], 48, 16), 16)
         np.testing.assert_array_equal(spied.gpu(stream, [32], "tail-first"),
-                                      registry.GPU_MODELS["ideal"](stream, [32], "tail-first"))
+                                      registry.GPU_MODELS["block-lru"](stream, [32], "tail-first"))
         assert sorted(calls) == [("block", 2), ("replay", 1), ("replay", 2)]
     finally:
         registry.unregister("spied")

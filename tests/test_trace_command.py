@@ -35,7 +35,7 @@ def test_shared_trace_prints_the_infinite_cache_ratio_and_every_point(tmp_path, 
 def test_parquet_events_give_the_gpu_curve_in_polars(tmp_path, capsys):
     gpu = [400 * 512, 5000 * 512, 20000 * 512]
     summary = run_json(capsys, SYNTHETIC, "--gpu", ",".join(map(str, gpu)), "--cpu", "0",
-                       "--out", tmp_path, "--no-report")
+                       "--out", tmp_path, "--no-report", "--gpu-model", "block-lru")
     assert summary["infinite_cache_block_hit_ratio"] == 0.6396
     assert summary["gpu_curve_exact_from_blocks"] <= 400
     events = pl.read_parquet(tmp_path / "events.parquet")
@@ -59,9 +59,10 @@ def test_fast_and_literal_models_agree_per_request_on_a_pattern(tmp_path, capsys
               "--num-requests", "40", "--question-length", "20", "--system-prompt-length",
               "40", "--block-size", "16", "--gpu", "0,64,160,480", "--cpu", "0,128,1000",
               "--no-report"]
-    fast = run_json(capsys, *common, "--out", tmp_path / "fast")
+    fast = run_json(capsys, *common, "--out", tmp_path / "fast", "--gpu-model", "block-lru",
+                    "--cpu-model", "block-lru")
     literal = run_json(capsys, *common, "--out", tmp_path / "literal", "--gpu-model",
-                       "ideal-replay", "--cpu-model", "ideal-replay")
+                       "block-lru-replay", "--cpu-model", "block-lru-replay")
     assert fast["points"] == literal["points"]
     a, b = (pl.read_parquet(tmp_path / name / "requests.parquet").drop("gpu_model", "cpu_model")
             for name in ("fast", "literal"))
@@ -73,7 +74,7 @@ def test_long_doc_qa_tile_cliff_head_first_but_not_tail_first(tmp_path, capsys):
     room = 3 * 1024 + 512    # 4 documents of 4 blocks, room for 3 and 2 blocks
     args = ["--pattern", "long-doc-qa", "--repeat-mode", "tile", "--num-documents", "4",
             "--document-length", "1024", "--block-size", "256", "--gpu", str(room),
-            "--cpu", "0", "--out", tmp_path, "--no-report"]
+            "--cpu", "0", "--out", tmp_path, "--no-report", "--gpu-model", "block-lru"]
     head = run_json(capsys, *args, "--gpu-order", "head-first")
     tail = run_json(capsys, *args, "--gpu-order", "tail-first")
     assert head["points"][0]["gpu_tokens"] == 0

@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.blocks.lru_depths import ideal_cpu, ideal_gpu
+from pipeline.blocks.lru_depths import block_lru_cpu, block_lru_gpu
 from pipeline.blocks.stream import ORDERS, block_stream
 from pipeline.trace import engine
 from pipeline.workloads.tokens import token_blocks
@@ -28,7 +28,7 @@ def test_gpu_curve_equals_the_engine_per_request_sums(prompt_list, block_size, o
                                                        capacities):
     """Every capacity, including those below the largest request (one pass per band)."""
     stream = stream_of(prompt_list, block_size)
-    expected = ideal_gpu(stream, capacities, order).sum(axis=1) // block_size
+    expected = block_lru_gpu(stream, capacities, order).sum(axis=1) // block_size
     assert engine.gpu_curve(stream, np.array(capacities), order).tolist() == expected.tolist()
 
 
@@ -41,11 +41,11 @@ def test_points_are_the_engine_tiers_summed(prompt_list, block_size, gpu, cpu):
     totals, per_request = engine.points(stream, gpu, cpu, "tail-first", "head-first")
     assert totals.height == len(gpu) * len(cpu)
     assert per_request.height == len(gpu) * len(cpu) * stream.requests
-    gpu_hits = ideal_gpu(stream, gpu, "tail-first")
+    gpu_hits = block_lru_gpu(stream, gpu, "tail-first")
     prompt = int(stream.prompt_tokens.sum())
     for row in totals.iter_rows(named=True):
         g, c = divmod(row["point"], len(cpu))
-        cpu_prefix = ideal_cpu(stream, gpu_hits[g], [cpu[c]], "head-first")[0]
+        cpu_prefix = block_lru_cpu(stream, gpu_hits[g], [cpu[c]], "head-first")[0]
         served = np.maximum(cpu_prefix - gpu_hits[g], 0)
         assert (row["gpu_capacity"], row["cpu_capacity"]) == (gpu[g], cpu[c])
         assert row["gpu_tokens"] == gpu_hits[g].sum()

@@ -86,13 +86,13 @@ def test_engine_models_run_and_the_printout_says_which_ran(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "GPU tail-first (vllm: output_tokens=trace, vllm_version=0.33.0), CPU head-first " \
            "(lmcache: chunk_size=512, save_unfull_chunk=False), capacities in tokens:" in out
-    assert "the ideal model: GPU curve exact from" in out
+    assert "the block-lru model: GPU curve exact from" in out
 
 
-TWINS = {"ideal": "ideal-replay", "vllm": "vllm-replay", "lmcache": "lmcache-replay",
-         "lru": "ideal"}           # fast engine -> its literal replay (lru: the block model)
+TWINS = {"block-lru": "block-lru-replay", "vllm": "vllm-replay", "lmcache": "lmcache-replay",
+         "lru": "block-lru"}           # fast engine -> its literal replay (lru: the block model)
 PAIRS = sorted(   # every registered model, arc and s3fifo included
-    {(gpu, "ideal") for gpu in GPU_MODELS} | {("ideal", cpu) for cpu in CPU_MODELS}
+    {(gpu, "block-lru") for gpu in GPU_MODELS} | {("block-lru", cpu) for cpu in CPU_MODELS}
     | {("vllm", "lmcache"), ("vllm-replay", "lmcache-replay")})
 
 
@@ -129,10 +129,11 @@ def test_blocks_takes_the_same_chunk_default(capsys):
     (["--gpu-model", "vllm", "--gpu-order", "head-first"], "--gpu-order"),
     (["--cpu-model", "lmcache-replay", "--cpu-order", "tail-first"], "--cpu-order"),
     (["--cpu-model", "lmcache", "--chunk-size", "24"], "--chunk-size"),
-    (["--chunk-size", "32"], "--chunk-size"),
-    (["--output-tokens", "5"], "--output-tokens"),
-    (["--cpu-model", "ideal", "--save-unfull-chunk"], "--save-unfull-chunk"),
-    (["--gpu-model", "ideal-replay", "--vllm-version", "0.20.0"], "--vllm-version"),
+    (["--cpu-model", "block-lru", "--chunk-size", "32"], "--chunk-size"),
+    (["--gpu-model", "block-lru", "--output-tokens", "5"], "--output-tokens"),
+    (["--gpu-order", "head-first"], "--gpu-order"),     # the default vllm is tail-first
+    (["--cpu-model", "block-lru", "--save-unfull-chunk"], "--save-unfull-chunk"),
+    (["--gpu-model", "block-lru-replay", "--vllm-version", "0.20.0"], "--vllm-version"),
 ])
 def test_bad_model_combinations_are_one_line_and_write_nothing(tmp_path, capsys, argv, names):
     """Usage errors: one line, exit 2, nothing written."""
