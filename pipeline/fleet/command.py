@@ -299,7 +299,7 @@ def _write_summaries(out: Path, points: list[Point], label: str, model,
     first_line, models = engine_models(args)
     if args.json:                             # stdout stays JSON lines: warnings to stderr
         for row in json_rows(fleet):
-            print(json.dumps({"models": models, **row}))
+            print(json.dumps({**row, "models": models}))
         for line in warnings:
             print(line, file=sys.stderr)
         return
