@@ -150,3 +150,16 @@ def test_plan_fleet_names_its_models_and_takes_the_cpu_model(capsys):
     assert chosen["cache_models"] == {"gpu": "vllm", "cpu": "lru"}
     status, _, err = run(capsys, *argv, "--gpu-model", "block-lru")
     assert status == 2 and "--gpu-model block-lru: not with --fleet" in err
+
+
+def test_plan_under_load_names_the_engine_first(capsys):
+    argv = ["plan", "--target-ttft-p90-ms", "100000", "--pattern", "long-doc-qa",
+            "--num-documents", "4", "--document-length", "300", "--output-tokens", "4",
+            "--latency", "roofline", "--model", "qwen2.5-7b", "--gpu-type", "L4",
+            "--concurrency", "2"]
+    status, out, _ = run(capsys, *argv)
+    assert status == 0
+    assert out.splitlines()[0] == "models: GPU vllm (vLLM 0.33.0 block pool), CPU none (no " \
+                                  "CPU tier)"
+    assert json.loads(run(capsys, *argv, "--json")[1])["cache_models"] == {"gpu": "vllm",
+                                                                          "cpu": None}

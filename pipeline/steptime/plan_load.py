@@ -20,6 +20,7 @@ from dataclasses import replace
 
 from pipeline.base.arguments import positive_float, positive_int
 from pipeline.base.errors import CLIError, UsageError
+from pipeline.cache.registry import models_field, models_line
 from pipeline.engine.overload import warning_line
 from pipeline.engine.request import EngineRequests
 from pipeline.sizes.units import capacity_tokens, kv_from_args, one_of
@@ -157,6 +158,7 @@ def _plan_under_load(args: argparse.Namespace) -> int:
     below = figures(answer - 1) if status == "met" else None
     at = figures(answer)
     document = {
+        "cache_models": models_field("vllm", None),        # the engine, no CPU tier
         "target": {"kind": "ttft_p90_under_load", "ttft_ms_p90": target, "load": load.label},
         "workload": f"{workload.label}: {len(requests):,} requests, block size {size}",
         "step_time_model": latency.label, "provenance": latency.provenance,
@@ -178,6 +180,7 @@ def _plan_under_load(args: argparse.Namespace) -> int:
     verdict = {"met": "meets it", "gpu_minimum": "meets it already at the smallest pool that "
                "holds the largest request", "unreachable": "misses it even at the top of "
                "the search"}[status]
+    print(models_line("vllm", None))
     print(f"target: TTFT p90 <= {target:g} ms at {load.label} [{latency.label}]")
     print(f"workload: {document['workload']}")
     print(f"answer: GPU KV {answer * size:,} tokens = {gib:.2f} GiB ({kv.describe()}), "
