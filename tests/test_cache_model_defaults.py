@@ -163,3 +163,15 @@ def test_plan_under_load_names_the_engine_first(capsys):
                                   "CPU tier)"
     assert json.loads(run(capsys, *argv, "--json")[1])["cache_models"] == {"gpu": "vllm",
                                                                           "cpu": None}
+
+
+def test_an_order_the_default_model_cannot_follow_says_how(tmp_path, capsys):
+    status, _, err = run(capsys, "trace", *TRACE, "--out", tmp_path / "o", "--gpu-order",
+                         "head-first")
+    assert status == 2 and err.count("\n") == 1
+    assert "the vllm model is tail-first (the default --gpu-model; --gpu-model block-lru " \
+           "follows either order)" in err
+    assert not (tmp_path / "o").exists()
+    status, out, _ = run(capsys, "trace", *TRACE, "--out", tmp_path / "p", "--gpu-order",
+                         "head-first", "--gpu-model", "block-lru")
+    assert status == 0 and out.startswith("models: GPU block-lru (")

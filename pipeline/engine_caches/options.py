@@ -110,6 +110,7 @@ def add_model_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGrou
                         help="CPU cache model (default %(default)s; lmcache: LMCache's CPU "
                              "backend; block-lru: an LRU fed past the GPU hit, which never "
                              "refreshes blocks the GPU served: not an upper bound)")
+    parser.set_defaults(gpu_model_given=False, cpu_model_given=False)
     add_engine_arguments(parser)
 
 
