@@ -104,18 +104,18 @@ def test_plan_of_whole_documents_names_the_document_model(capsys):
 
 def test_simulate_names_its_models_first_and_in_metrics(tmp_path, capsys):
     SIM = ZIPF[:-2]
-    status, out, _ = run(capsys, "simulate", *SIM, "--num-gpu-blocks", "40", "--cpu-tokens",
+    status, out, _ = run(capsys, "simulate", *SIM, "--gpu", "40blocks", "--cpu",
                          "512", "--out", tmp_path / "a")
     assert status == 0 and out.splitlines()[0] == ENGINE_LINE
     metrics = json.loads((tmp_path / "a" / "metrics.json").read_text())
     assert metrics["models"] == {"gpu": "vllm", "cpu": "lmcache"}
-    status, out, _ = run(capsys, "simulate", *SIM, "--num-gpu-blocks", "40",
+    status, out, _ = run(capsys, "simulate", *SIM, "--gpu", "40blocks",
                          "--out", tmp_path / "b")
     assert out.splitlines()[0] == "models: GPU vllm (vLLM 0.33.0 block pool), CPU none (no " \
                                   "CPU tier)"
-    old = run(capsys, "simulate", *SIM, "--num-gpu-blocks", "40", "--cpu-tokens", "512",
+    old = run(capsys, "simulate", *SIM, "--gpu", "40blocks", "--cpu", "512",
               "--cpu-model", "ideal", "--out", tmp_path / "old")
-    new = run(capsys, "simulate", *SIM, "--num-gpu-blocks", "40", "--cpu-tokens", "512",
+    new = run(capsys, "simulate", *SIM, "--gpu", "40blocks", "--cpu", "512",
               "--cpu-model", "block-lru", "--out", tmp_path / "new")
     assert old[2] == "warning: --cpu-model ideal is deprecated: it is now called block-lru\n"
     assert old[1].replace("old", "new") == new[1]
@@ -124,7 +124,7 @@ def test_simulate_names_its_models_first_and_in_metrics(tmp_path, capsys):
 
 def test_fleet_names_its_models_first_and_in_json(tmp_path, capsys):
     argv = ["fleet", *SIM, "--latency", "roofline", "--jobs", "1", "--instances", "2",
-            "--gpu-blocks", "40", "--cpu-tokens", "512"]
+            "--gpu", "40blocks", "--cpu", "512", "--model", "qwen2.5-1.5b"]
     status, out, _ = run(capsys, *argv, "--out", tmp_path / "a")
     assert status == 0 and out.splitlines()[0] == ENGINE_LINE
     status, out, _ = run(capsys, *argv, "--out", tmp_path / "b", "--json")
@@ -141,7 +141,8 @@ def test_registry_names():
 
 def test_plan_fleet_names_its_models_and_takes_the_cpu_model(capsys):
     argv = ["plan", *SIM, "--jobs", "1", "--fleet", "--router", "round-robin", "--instances",
-            "1", "--gpu-blocks", "40", "--cpu-tokens", "512", "--target-hit-ratio", "0.3"]
+            "1", "--gpu", "40blocks", "--cpu", "512", "--target-hit-ratio", "0.3",
+            "--model", "qwen2.5-1.5b"]
     status, out, _ = run(capsys, *argv)
     assert status == 0 and out.splitlines()[0] == ENGINE_LINE
     document = json.loads(run(capsys, *argv, "--json")[1])

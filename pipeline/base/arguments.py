@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from kvlab.scenario import OneLineParser, non_negative_int, pass_list
 
-__all__ = ["Parser", "checked", "deprecated_alias", "int_list", "non_negative_int", "pass_list",
+__all__ = ["Parser", "checked", "deprecated_alias", "queue_warning", "int_list", "non_negative_int", "pass_list",
            "plural", "positive_int",
            "positive_float", "non_negative_float", "unit_ratio"]
 
@@ -77,6 +77,12 @@ class _DeprecatedAlias(argparse.Action):
         used = dict(getattr(namespace, _ALIASED, {}))
         used[self.new] = option_string
         setattr(namespace, _ALIASED, used)
+
+
+def queue_warning(namespace: argparse.Namespace, line: str) -> None:
+    """Queue one ``warning: ...`` line, printed on stderr with the deprecated spellings'
+    once parsing succeeds (``Parser``)."""
+    setattr(namespace, _WARNINGS, [*getattr(namespace, _WARNINGS, ()), line])
 
 
 def deprecated_alias(parser, old: str, new: str,

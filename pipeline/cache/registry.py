@@ -20,7 +20,6 @@ read from the entries at every use, so a registered model appears in each at onc
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -43,7 +42,7 @@ from pipeline.policies.blockmode import policy_cpu_model, policy_gpu_model
 from pipeline.policies.kernels import blocks as block_kernels
 from pipeline.policies.stack_passes import LRU_PASS, MRU_PASS, OPT_PASS, OnePass
 
-__all__ = ["Option", "CacheModel", "MODELS", "DEPRECATED_NAMES", "accepted_name", "register",
+__all__ = ["Option", "CacheModel", "MODELS", "DEPRECATED_NAMES", "register",
            "unregister", "entry", "names",
            "GPU_MODELS", "CPU_MODELS", "POLICIES", "MODEL_OPTIONS", "MODEL_ORDERS",
            "options", "option_owner", "describe", "models_line", "models_field", "policy_entry", "make_policy", "make_tier", "policy_names",
@@ -233,19 +232,9 @@ def _builtin() -> list[CacheModel]:
 #: name -> entry, in display order
 MODELS: dict[str, CacheModel] = {model.name: model for model in _builtin()}
 
-#: old name -> new name, accepted one more release with a warning (``accepted_name``)
+#: old name -> new name, accepted one more release with a warning
+#: (``pipeline.engine_caches.options.ModelName``)
 DEPRECATED_NAMES: dict[str, str] = {"ideal": "block-lru", "ideal-replay": "block-lru-replay"}
-
-
-def accepted_name(name: str, flag: str) -> str:
-    """``name`` as given to ``flag``, a deprecated one (``DEPRECATED_NAMES``) turned into its
-    new name with one line on stderr saying so."""
-    new = DEPRECATED_NAMES.get(name)
-    if new is None:
-        return name
-    print(f"warning: {flag} {name} is deprecated: it is now called {new}",
-          file=sys.stderr)
-    return new
 
 
 def describe(name: str, options: Mapping | None = None) -> str:

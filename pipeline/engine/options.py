@@ -20,7 +20,7 @@ from pipeline.base.arguments import deprecated_alias, non_negative_int, positive
 from pipeline.blocks.stream import HEAD_FIRST, ORDERS
 from pipeline.engine.cpu_tier import LMCacheTier, ModelTier, engine_cpu_models, \
     engine_tier_problem
-from pipeline.engine_caches.options import add_option_argument, model_name
+from pipeline.engine_caches.options import ModelName, add_option_argument, model_names
 from pipeline.base.errors import UsageError
 from pipeline.sizes.units import one_capacity
 
@@ -68,7 +68,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser, title: str
                              "512MiB) (default 0: none)")
     deprecated_alias(engine, "--cpu-tokens", "--cpu")
     engine.add_argument("--cpu-model", dest="cpu_tier_model", default=None,
-                        choices=tuple(registry.CPU_MODELS), type=model_name("--cpu-model"),
+                        choices=model_names(registry.CPU_MODELS), action=ModelName,
                         help=f"the CPU tier's model, any registered CPU model (default "
                              f"{DEFAULT_CPU_MODEL}: LMCache's CPU backend, compiled; a block "
                              f"model sees the prompt's full blocks and stores them from the "

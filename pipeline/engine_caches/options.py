@@ -6,7 +6,7 @@ every block command; ``run_options`` is their one check (``blocks`` and ``trace`
 The commands that size a tier (``trace``, ``plan``) default to the engine-faithful pair,
 vllm + lmcache (``ENGINE_MODELS``); the lab's own (``blocks``, ``run --block-size``) keep the
 lab's block model, block-lru (``LAB_MODELS``). The old names ``ideal`` / ``ideal-replay``
-are accepted with a warning (``model_name``).
+are accepted with a warning (``ModelName``).
 ``--output-tokens`` and ``--vllm-version`` belong to the ``vllm`` GPU model, ``--chunk-size``
 and ``--save-unfull-chunk`` to the ``lmcache`` CPU model; giving one to another model, or an
 order the engine cannot follow, is a one-line error naming the argument.
@@ -15,19 +15,19 @@ order the engine cannot follow, is a one-line error naming the argument.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 
 import numpy as np
 
 from pipeline.cache import registry
 from pipeline.blocks.limits import output_blocks
 from pipeline.blocks.stream import HEAD_FIRST, ORDERS, TAIL_FIRST, TRACE
+from pipeline.base.arguments import queue_warning
 from pipeline.base.errors import CLIError, UsageError
 from pipeline.sizes.limits import MAX_BLOCKS, check_block_count, check_capacities
 from pipeline.cache.registry import MODEL_OPTIONS, MODEL_ORDERS, vllm_version
 
 __all__ = ["MODEL_OPTIONS", "MODEL_ORDERS", "add_engine_arguments", "add_option_argument",
-           "add_order_arguments", "ENGINE_MODELS", "LAB_MODELS", "model_name", "models_given",
+           "add_order_arguments", "ENGINE_MODELS", "LAB_MODELS", "ModelName", "model_names", "models_given",
            "model_options", "default_chunk_size", "vllm_version", "add_model_arguments",
            "run_options", "option_dests", "trace_outputs"]
 
@@ -73,20 +73,32 @@ ENGINE_MODELS = ("vllm", "lmcache")
 LAB_MODELS = ("block-lru", "block-lru")
 
 
-def model_name(flag: str) -> Callable[[str], str]:
-    """argparse type of a model flag: the name, a deprecated one turned into its new name
-    with a warning (``registry.accepted_name``); argparse's ``choices`` then check it."""
-    def name(text: str) -> str:
-        return registry.accepted_name(text, flag)
-    name.__name__ = "model name"
-    return name
+class _Names(tuple):
+    """Model names as ``choices``: iterates the registry's names (what ``--help`` and
+    argparse's error show) and also holds the deprecated ones (``DEPRECATED_NAMES``)."""
+
+    def __contains__(self, name: object) -> bool:
+        return tuple.__contains__(self, registry.DEPRECATED_NAMES.get(name, name))
 
 
-class _Given(argparse.Action):
-    """Store the value and record that the flag was given (``models_given``)."""
+def model_names(names) -> tuple[str, ...]:
+    """``choices`` of a model flag: ``names`` (e.g. ``registry.GPU_MODELS``), and the old
+    names of those, which ``ModelName`` turns into the new ones."""
+    return _Names(names)
+
+
+class ModelName(argparse.Action):
+    """Store a model name (``choices=model_names(...)``); a deprecated one is stored as its
+    new name and queues one line, ``warning: --gpu-model ideal is deprecated: it is now called
+    block-lru``, printed once parsing succeeds. Records that the flag was given
+    (``DEST_given``, see ``models_given``)."""
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
-        setattr(namespace, self.dest, values)
+        new = registry.DEPRECATED_NAMES.get(values)
+        if new is not None:
+            queue_warning(namespace, f"warning: {option_string} {values} is deprecated: it is "
+                                     f"now called {new}")
+        setattr(namespace, self.dest, new or values)
         setattr(namespace, f"{self.dest}_given", True)
 
 
@@ -101,12 +113,12 @@ def add_model_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGrou
     """``--gpu-model`` and ``--cpu-model`` (the registries' names; ``defaults``: the
     engine-faithful vllm + lmcache, ``LAB_MODELS`` for the lab's commands) and the engine
     options: one definition for every block command."""
-    parser.add_argument("--gpu-model", choices=tuple(registry.GPU_MODELS), default=defaults[0],
-                        type=model_name("--gpu-model"), action=_Given,
+    parser.add_argument("--gpu-model", choices=model_names(registry.GPU_MODELS),
+                        default=defaults[0], action=ModelName,
                         help="GPU cache model (default %(default)s; vllm: vLLM's v1 allocator; "
                              "block-lru: a one-pass block LRU, no engine's rules)")
-    parser.add_argument("--cpu-model", choices=tuple(registry.CPU_MODELS), default=defaults[1],
-                        type=model_name("--cpu-model"), action=_Given,
+    parser.add_argument("--cpu-model", choices=model_names(registry.CPU_MODELS),
+                        default=defaults[1], action=ModelName,
                         help="CPU cache model (default %(default)s; lmcache: LMCache's CPU "
                              "backend; block-lru: an LRU fed past the GPU hit, which never "
                              "refreshes blocks the GPU served: not an upper bound)")
