@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sys
 from dataclasses import replace
 from functools import partial
@@ -38,8 +39,11 @@ from pipeline.fleet.sweep import Point, Settings, run_point  # noqa: E402
 from pipeline.steptime import Linear  # noqa: E402
 from pipeline.workloads.patterns import multi_turn, tenant_groups  # noqa: E402
 
-TRACES = (ROOT.parent / "shared" / "traces" / "synthetic_trace.jsonl",
-          ROOT.parents[1] / "shared" / "traces" / "synthetic_trace.jsonl")
+#: Where the shared Mooncake trace may be (KVLAB_SHARED names the shared folder); without
+#: it the Mooncake slice is left out and only the patterns run.
+TRACES = tuple(Path(folder) / "traces" / "synthetic_trace.jsonl" for folder in (
+    *filter(None, [os.environ.get("KVLAB_SHARED")]), ROOT.parent / "shared",
+    ROOT.parents[1] / "shared"))
 LINEAR = Linear(dict(fixed_ms=2.0, prefill_token_ms=0.004, context_token_ms=0.0002,
                      decode_seq_ms=0.3, reload_token_ms=0.001),
                 label="linear stand-in (digest coefficients)")
@@ -65,9 +69,13 @@ class PythonModel:
         return LINEAR.decode_run_ms(num_running, context_base, count)
 
 
-def _mooncake() -> tuple[EngineRequests, SchedulerConfig, int]:
+def shared_trace() -> Path | None:
+    """The first of ``TRACES`` that exists (None: no shared data here)."""
+    return next((path for path in TRACES if path.exists()), None)
+
+
+def _mooncake(trace: Path) -> tuple[EngineRequests, SchedulerConfig, int]:
     from pipeline.engine.workload import read_workload
-    trace = next(path for path in TRACES if path.exists())
     requests = read_workload(trace, "mooncake", 16).requests[:240]
     longest = max(len(r.prompt_token_ids) + r.max_tokens for r in requests)
     blocks = 3 * (-(-longest // 16) + 1) // 2
@@ -89,11 +97,13 @@ def _pattern(made, output_tokens: int, rate: float) -> EngineRequests:
 
 
 def workloads() -> list[tuple[str, EngineRequests, SchedulerConfig, int, int]]:
-    """(name, workload, scheduler config, GPU blocks per instance, instances)."""
-    moon, moon_config, moon_blocks = _mooncake()
+    """(name, workload, scheduler config, GPU blocks per instance, instances); the Mooncake
+    slice only where the shared trace is."""
+    trace = shared_trace()
+    moon = [] if trace is None else [("mooncake", *_mooncake(trace), 4)]
     small = SchedulerConfig(num_gpu_blocks=300, max_model_len=4096,
                             max_num_batched_tokens=512, max_num_seqs=16)
-    return [("mooncake", moon, moon_config, moon_blocks, 4),
+    return [*moon,
             ("groups", _pattern(tenant_groups(6, 4, 3, 512, 64, seed=1), 24, 60.0),
              small, 300, 3),
             ("multi-turn", _pattern(multi_turn(8, 3, 256, 48, 40, think_s=0.05, rate=40.0,
@@ -133,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="every variant of the "
                         "patterns, two of the Mooncake slice (the test suite's subset)")
     args = parser.parse_args(argv)
+    if args.write and shared_trace() is None:
+        parser.error(f"--write needs the shared Mooncake trace (looked in {TRACES[0]} ...)")
     got = run_all(args.quick)
     if args.write:
         args.write.parent.mkdir(parents=True, exist_ok=True)

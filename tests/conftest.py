@@ -11,7 +11,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 KVLAB = ROOT / "kvlab"
-SHARED_TRACES = ROOT.parent / "shared" / "traces"
+#: The shared data folder beside the repository (``../shared``; KVLAB_SHARED names another).
+#: A fresh clone has none: every test that reads it skips and says why (``needs_shared_trace``,
+#: ``shared_trace()``).
+SHARED = Path(os.environ.get("KVLAB_SHARED", ROOT.parent / "shared"))
+SHARED_TRACES = SHARED / "traces"
+SYNTHETIC_TRACE = SHARED_TRACES / "synthetic_trace.jsonl"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -29,6 +34,18 @@ from hypothesis import settings  # noqa: E402
 settings.register_profile("kvlab", max_examples=int(os.environ.get("KVLAB_EXAMPLES", "80")),
                           deadline=None, derandomize=True)
 settings.load_profile("kvlab")
+
+_ABSENT = (f"the shared Mooncake trace {SYNTHETIC_TRACE} is absent (../shared/ beside the "
+           f"repository; KVLAB_SHARED names another folder)")
+#: Marks a test that reads the shared Mooncake trace: skipped, with the reason, without it.
+needs_shared_trace = pytest.mark.skipif(not SYNTHETIC_TRACE.exists(), reason=_ABSENT)
+
+
+def shared_trace() -> Path:
+    """The shared Mooncake trace's path; skips the calling test (saying why) when absent."""
+    if not SYNTHETIC_TRACE.exists():
+        pytest.skip(_ABSENT)
+    return SYNTHETIC_TRACE
 
 
 class ModelLRU:

@@ -9,13 +9,13 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, SHARED_TRACES
+from conftest import ROOT, SYNTHETIC_TRACE, needs_shared_trace
 
 from pipeline.sizes.limits import MAX_BLOCK_SIZE, MAX_BLOCKS, MAX_CAPACITY
 from pipeline.cache.registry import POLICIES
 from pipeline.cli import main
 
-SYNTHETIC = SHARED_TRACES / "synthetic_trace.jsonl"
+SYNTHETIC = SYNTHETIC_TRACE
 HUGE = str(10 ** 20)                         # beyond int64
 SMALL = ["--pattern", "zipf", "--num-documents", "3", "--document-length", "40",
          "--num-requests", "6"]

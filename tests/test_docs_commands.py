@@ -17,14 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SHARED_TRACES
+from conftest import ROOT, SHARED
 from docs_commands import as_plan, missing_lines, page_commands
 
 PAGES = sorted([ROOT / "README.md", ROOT / "data" / "README.md",
                 ROOT / "data" / "measured" / "README.md", *(ROOT / "docs").glob("*.md")])
 COMMANDS = [c for page in PAGES for c in page_commands(page, ROOT)]
-#: The shared data folder (``../shared`` of the main checkout; KVLAB_SHARED names another).
-SHARED = Path(os.environ.get("KVLAB_SHARED", SHARED_TRACES.parent))
 #: What a copy of the checkout leaves out: generated outputs and the environment.
 NOT_COPIED = shutil.ignore_patterns(".git", ".venv", ".hypothesis", ".pytest_cache",
                                     "*.egg-info", "events", "exports", "*.html")

@@ -202,11 +202,9 @@ def test_bisection_only_when_ttft_cannot_rise_with_the_cpu_tier(params, monotone
 
 
 def test_plan_for_the_shared_trace(capsys):
-    from conftest import SHARED_TRACES
+    from conftest import shared_trace
 
-    trace = SHARED_TRACES / "synthetic_trace.jsonl"
-    if not trace.exists():
-        pytest.skip(f"{trace} is absent (the shared Mooncake trace)")
+    trace = shared_trace()
     out = run_plan(capsys, str(trace), "--gpu", "200000", "--target-hit-ratio", "0.5")
     assert out["answer"]["status"] == "met"
     assert out["cache_models"] == {"gpu": "vllm", "cpu": "lmcache"}      # the default

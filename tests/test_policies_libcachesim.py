@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import SHARED_TRACES
+from conftest import shared_trace
 from pipeline.policies import OPT
 from pipeline.cache.registry import make_policy
 from pipeline.policies.reference import LCS_NAMES, lcs_hits
@@ -18,7 +18,6 @@ from pipeline.workloads.mooncake import read_mooncake
 from policy_traces import random_traces
 
 pytest.importorskip("libcachesim", reason="libCacheSim (a dev dependency) not installed")
-MOONCAKE = SHARED_TRACES / "synthetic_trace.jsonl"
 
 FEW = settings(max_examples=min(50, settings.default.max_examples))  # per policy: x9
 
@@ -55,9 +54,7 @@ def test_per_access_hits_equal_libcachesim(name, capacity, trace):
 
 @pytest.fixture(scope="module")
 def mooncake():
-    if not MOONCAKE.exists():
-        pytest.skip(f"shared Mooncake trace not found at {MOONCAKE}")
-    keys, tokens = read_mooncake(MOONCAKE).items()
+    keys, tokens = read_mooncake(shared_trace()).items()
     return keys[:6_000], tokens[:6_000]         # the first ~200 requests keep this fast
 
 
@@ -73,10 +70,8 @@ def test_mooncake_items_equal_libcachesim(mooncake, name, unit, capacity):
 
 @pytest.fixture(scope="module")
 def mooncake_file(tmp_path_factory):
-    if not MOONCAKE.exists():
-        pytest.skip(f"shared Mooncake trace not found at {MOONCAKE}")
     from pipeline.policies.reference import write_oracle_trace
-    keys, _ = read_mooncake(MOONCAKE).items(unit=True)
+    keys, _ = read_mooncake(shared_trace()).items(unit=True)
     path = tmp_path_factory.mktemp("lcs") / "mooncake.oracleGeneral.bin"
     write_oracle_trace(str(path), keys, np.ones_like(keys))
     return keys, str(path)

@@ -7,14 +7,13 @@ import json
 import numpy as np
 import polars as pl
 import pytest
-from conftest import SHARED_TRACES
+from conftest import SYNTHETIC_TRACE, needs_shared_trace
 
 from pipeline.blocks.sweep import block_hit_steps
 from pipeline.cli import main
 
-SYNTHETIC = SHARED_TRACES / "synthetic_trace.jsonl"
-needs_trace = pytest.mark.skipif(not SYNTHETIC.exists(),
-                                 reason=f"shared Mooncake trace not found at {SYNTHETIC}")
+SYNTHETIC = SYNTHETIC_TRACE
+needs_trace = needs_shared_trace
 
 
 def run_json(capsys, *argv):

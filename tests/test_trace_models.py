@@ -8,7 +8,7 @@ import json
 import numpy as np
 import polars as pl
 import pytest
-from conftest import SHARED_TRACES
+from conftest import SYNTHETIC_TRACE, needs_shared_trace
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -20,9 +20,8 @@ from pipeline.engine_caches.options import default_chunk_size
 from pipeline.workloads.blocks import document_blocks
 from pipeline.workloads.mooncake import read_mooncake
 
-SYNTHETIC = SHARED_TRACES / "synthetic_trace.jsonl"
-needs_trace = pytest.mark.skipif(not SYNTHETIC.exists(),
-                                 reason=f"shared Mooncake trace not found at {SYNTHETIC}")
+SYNTHETIC = SYNTHETIC_TRACE
+needs_trace = needs_shared_trace
 ZIPF = ["--pattern", "zipf", "--num-documents", "5", "--document-length", "90",
         "--num-requests", "30", "--question-length", "20", "--system-prompt-length", "40",
         "--block-size", "16", "--no-report"]

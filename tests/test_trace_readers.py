@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import SHARED_TRACES
+from conftest import SYNTHETIC_TRACE, needs_shared_trace
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -17,9 +17,8 @@ from pipeline.workloads.jsonl import TraceError
 from pipeline.workloads.mooncake import read_mooncake
 from pipeline.workloads.tokens import read_tokens, splitmix64, token_blocks
 
-SYNTHETIC = SHARED_TRACES / "synthetic_trace.jsonl"
-needs_trace = pytest.mark.skipif(not SYNTHETIC.exists(),
-                                 reason=f"shared Mooncake trace not found at {SYNTHETIC}")
+SYNTHETIC = SYNTHETIC_TRACE
+needs_trace = needs_shared_trace
 
 
 def write_lines(path, records):

@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import SHARED_TRACES
+from conftest import SYNTHETIC_TRACE, needs_shared_trace
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -16,7 +16,7 @@ from pipeline.cli import main
 from pipeline.trace import engine
 from test_trace_engine import prompts, stream_of
 
-SYNTHETIC = SHARED_TRACES / "synthetic_trace.jsonl"
+SYNTHETIC = SYNTHETIC_TRACE
 PATTERN = ["--pattern", "multi-tenant", "--users", "3", "--num-documents", "4",
            "--document-length", "3000", "--system-prompt-length", "100"]
 
@@ -107,7 +107,7 @@ def test_the_half_crossing_is_the_first_capacity_that_reaches_it(plain_page):
     assert half not in engine.curve_grid(stream).tolist()        # not a grid point here
 
 
-@pytest.mark.skipif(not SYNTHETIC.exists(), reason=f"shared trace not found at {SYNTHETIC}")
+@needs_shared_trace
 def test_shared_trace_half_crossing_is_the_exact_one(tmp_path, capsys):
     report = tmp_path / "t.html"
     assert main(["trace", str(SYNTHETIC), "--model", "llama-3.1-8b", "--gpu", "0,2GiB,20GiB",

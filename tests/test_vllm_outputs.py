@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import polars as pl
 import pytest
-from conftest import ROOT, SHARED_TRACES
+from conftest import ROOT, SYNTHETIC_TRACE, needs_shared_trace
 from hypothesis import given
 from hypothesis import strategies as st
 from test_engine_caches_vllm import vllm_frames
@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import vllm_reference as reference  # noqa: E402
 
 SOURCES = reference.Path.home() / ".cache" / "kvlab" / "vllm-0.33.0"
-SYNTHETIC = SHARED_TRACES / "synthetic_trace.jsonl"
+SYNTHETIC = SYNTHETIC_TRACE
 A = list(range(1, 16))                                  # 15 tokens
 REPLY = [900001, 900002]
 
@@ -136,7 +136,7 @@ def test_max_tokens_on_plain_lines_is_read(tmp_path):
     assert read_tokens(path, 16).output_tokens.tolist() == [2, 3, 4, 5, 6]
 
 
-@pytest.mark.skipif(not SYNTHETIC.exists(), reason=f"shared trace not found at {SYNTHETIC}")
+@needs_shared_trace
 def test_mooncake_output_length_is_each_requests_max_tokens():
     workload = read_mooncake(SYNTHETIC)
     lengths = np.array([json.loads(line)["output_length"]
