@@ -15,8 +15,8 @@ from pipeline.plan.search import DocumentEvaluator, Target, plan
 from pipeline.workloads.documents import DocumentWorkload
 
 
-def run_plan(capsys, *argv: str) -> dict:
-    assert cli_main(["plan", *argv, "--json"]) == 0
+def run_plan(capsys, *argv: str, status: int = 0) -> dict:
+    assert cli_main(["plan", *argv, "--json"]) == status
     return json.loads(capsys.readouterr().out)
 
 
@@ -46,9 +46,15 @@ def test_lab_hit_ratio_and_other_model(capsys):
 def test_gpu_alone_and_unreachable(capsys):
     assert run_plan(capsys, "--target-ttft-ms", "100", "--gpu", "50110")["answer"]["status"] \
         == "gpu_alone"
-    out = run_plan(capsys, "--target-ttft-ms", "20")
+    out = run_plan(capsys, "--target-ttft-ms", "20", status=1)    # answered, then exit 1
     assert out["answer"]["status"] == "unreachable"
     assert out["figures_one_token_below"] is None
+
+
+def test_an_unreachable_target_prints_its_answer_and_exits_1(capsys):
+    assert cli_main(["plan", "--target-ttft-ms", "20"]) == 1
+    captured = capsys.readouterr()
+    assert "answer: NO CPU size can meet it" in captured.out and captured.err == ""
 
 
 def test_gpu_as_a_size(capsys):
@@ -225,8 +231,8 @@ def test_bad_trace_and_pattern(tmp_path, capsys):
 def test_plan_for_a_pattern(capsys):
     # LMCache's long_doc_qa: 8 documents of 20000 tokens, a warm-up round then 2 more reads
     out = run_plan(capsys, "--pattern", "long-doc-qa", "--target-hit-ratio", "0.9",
-                   "--gpu", "40000", "--block-size", "256", "--pass", "all")
-    assert "long" in out["workload"] and out["answer"]["status"] in ("met", "unreachable")
+                   "--gpu", "40000", "--block-size", "256", "--pass", "all", status=1)
+    assert "long" in out["workload"] and out["answer"]["status"] == "unreachable"
     assert out["answer"]["cpu"]["tokens"] % 256 == 0
 
 

@@ -43,6 +43,7 @@ from pipeline.fleet.options import resolve_fleet_capacities
 from pipeline.fleet.plan import Memory, smallest_memory
 from pipeline.fleet.sweep import Point, run_sweep
 from pipeline.fleet.workload import FLEET_PATTERNS, load_workload
+from pipeline.plan.output import exit_status
 from pipeline.sizes.units import KVSize, kv_from_args
 from pipeline.base.staging import Outputs, parquet_bytes
 from pipeline.workloads import patterns
@@ -216,7 +217,8 @@ def _fleet_plan(args: argparse.Namespace) -> int:
         _print(document)
     for line in warnings:
         print(line, file=sys.stderr if args.json else sys.stdout)
-    return 0
+    met = any(a["status"] == "met" for a in document["answers"])
+    return exit_status("met" if met else "unreachable")      # 1: no router meets it
 
 
 def _run(args: argparse.Namespace, settings, points: list[Point], workload) -> pl.DataFrame:

@@ -6,6 +6,7 @@ the CPU tier in tokens and in GiB/GB, with the predicted figures per pass there 
 below. Without a trace PATH or --pattern the workload is the lab's documents, whole (or in
 blocks with --block-size). TTFT comes from a model fitted per engine config on a measured
 file (``pipeline.ttft.model``); hits from the one-pass engines (``pipeline.plan.search``).
+A target that no size searched meets is answered all the same (text or --json), exit status 1.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from pipeline.base.errors import CLIError
 from pipeline.plan.search import Evaluator, PlanResult, Target, plan
 from pipeline.ttft.model import TTFTModel
 
-__all__ = ["document_head", "tokens_and_size", "size_up", "lmcache_setting", "model_json",
-           "describe_target",
+__all__ = ["exit_status", "document_head", "tokens_and_size", "size_up", "lmcache_setting",
+           "model_json", "describe_target",
            "model_lines", "finite", "render_text"]
 
 TIER_WORDS = {"gpu": "GPU hit", "cpu": "CPU reload", "miss": "recompute"}
@@ -179,20 +179,27 @@ def answer_fields(result: PlanResult, cpu_tokens: int, kv: KVSize) -> dict:
     }
 
 
+def exit_status(status: str) -> int:
+    """``plan``'s exit status for an answer's status: 1 when no size searched meets the
+    target (``unreachable``; the answer is printed all the same), else 0."""
+    return 1 if status == "unreachable" else 0
+
+
 def print_document(document: dict, withheld: str | None, as_json: bool, lines: list[str],
                    result: PlanResult, target: Target, names: list[str]) -> int:
-    """Print a plan document as JSON or as text (with its model lines); 0."""
+    """Print a plan document as JSON or as text (with its model lines); the exit status
+    (``exit_status``)."""
     if withheld is not None:
         document["ttft_withheld"] = withheld
     first = document.pop("cache_models_line", None)
     if as_json:
         print(json.dumps(finite(document), indent=2, allow_nan=False))
-        return 0
+        return exit_status(result.status)
     document["model_lines"] = lines
     if first is not None:
         print(first)
     print(render_text(document, result, target, names))
-    return 0
+    return exit_status(result.status)
 
 
 def without_ttft(result: PlanResult) -> PlanResult:

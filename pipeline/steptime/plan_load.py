@@ -23,6 +23,7 @@ from pipeline.base.errors import CLIError, UsageError
 from pipeline.cache.registry import models_field, models_line
 from pipeline.engine.overload import warning_line
 from pipeline.engine.request import EngineRequests
+from pipeline.plan.output import exit_status
 from pipeline.sizes.units import capacity_tokens, kv_from_args, one_of
 from pipeline.sizes.vllm_memory import gpu_from_utilization
 from pipeline.steptime.curves import Load, apply_load
@@ -175,7 +176,7 @@ def _plan_under_load(args: argparse.Namespace) -> int:
         print(json.dumps(document, indent=2, default=str))
         if warning:
             print(warning, file=sys.stderr)
-        return 0
+        return exit_status(status)
     gib = kv.bytes(answer * size) / 2**30
     verdict = {"met": "meets it", "gpu_minimum": "meets it already at the smallest pool that "
                "holds the largest request", "unreachable": "misses it even at the top of "
@@ -195,4 +196,4 @@ def _plan_under_load(args: argparse.Namespace) -> int:
         print(utilization["line"])
     if warning:
         print(warning)
-    return 0
+    return exit_status(status)
