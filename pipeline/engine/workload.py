@@ -30,7 +30,8 @@ from pipeline.engine.request import EngineRequests, SimRequest
 from pipeline.base.errors import CLIError
 from pipeline.trace.inputs import pattern_from_args
 from pipeline.workloads import mooncake
-from pipeline.workloads.jsonl import Field, TraceError, apply_checks, read_lines
+from pipeline.workloads.jsonl import Field, TraceError, apply_checks, read_lines, \
+    refuse_backwards
 from pipeline.workloads.tokens import splitmix64
 from pipeline.workloads.workload import Workload
 
@@ -42,20 +43,6 @@ TOKEN_FIELDS = (Field("prompt_token_ids", "int list"), Field("max_tokens", "int"
                 Field("arrival_step", "int"), Field("arrival_time", "number"),
                 Field("output_token_ids", "int list"))
 _MOONCAKE_BLOCK = mooncake.MOONCAKE_BLOCK_SIZE
-
-
-def _backwards(frame: pl.DataFrame, column: str, path: Path) -> None:
-    values = frame[column]
-    if values.null_count() not in (0, frame.height):
-        line = int(frame.filter(values.is_null())["line"][0])
-        raise TraceError(f"{path}:{line}: {column} missing (other lines have it)")
-    if values.null_count():
-        return
-    drop = frame.filter(values.diff().fill_null(0) < 0)
-    if drop.height:
-        row = drop.row(0, named=True)
-        raise TraceError(f"{path}:{row['line']}: {column} goes backwards ({row[column]} after "
-                         f"an earlier line's larger value)")
 
 
 def _read_tokens(path: Path, default_max_tokens: int) -> EngineRequests:
@@ -78,7 +65,7 @@ def _read_tokens(path: Path, default_max_tokens: int) -> EngineRequests:
     ]
     good, _ = apply_checks(read_lines(path, TOKEN_FIELDS), checks, False)
     for column in ("arrival_step", "arrival_time"):
-        _backwards(good, column, path)
+        refuse_backwards(good, column, path)
     lengths = good["prompt_token_ids"].list.len().to_numpy()
     flat = good["prompt_token_ids"].explode().to_numpy().astype(np.int64)
     prompts = np.split(flat, np.cumsum(lengths)[:-1])
@@ -107,7 +94,7 @@ def _read_mooncake(path: Path, block_size: int) -> EngineRequests:
                                                 pl.col("output_length"))),
         (pl.col("timestamp") < 0, "timestamp is negative")]
     good, _ = apply_checks(read_lines(path, mooncake.FIELDS), checks, False)
-    _backwards(good, "timestamp", path)
+    refuse_backwards(good, "timestamp", path)
     per = _MOONCAKE_BLOCK // block_size
     lengths = good["input_length"].to_numpy().astype(np.int64)
     ids = good["hash_ids"].explode().to_numpy().astype(np.int64)

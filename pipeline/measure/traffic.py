@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.measure.workload import BODY_WORDS, SEED, Request
-from pipeline.workloads.jsonl import apply_checks, read_lines
+from pipeline.workloads.jsonl import apply_checks, read_lines, refuse_backwards
 from pipeline.workloads.mooncake import FIELDS as MOONCAKE_FIELDS
 from pipeline.workloads.mooncake import MOONCAKE_BLOCK_SIZE
 from pipeline.workloads.mooncake import line_checks as mooncake_checks
@@ -102,6 +102,7 @@ def block_token_ids(block_id: int, tokens: int, seed: int = SEED) -> list[int]:
 
 def _mooncake(path: Path, block_size: int, seed: int, token_ids: bool) -> list[dict]:
     good, _ = apply_checks(read_lines(path, MOONCAKE_FIELDS), mooncake_checks(block_size), False)
+    refuse_backwards(good, "timestamp", path)
     rows = []
     for stamp, length, output, ids, line in good.select(
             "timestamp", "input_length", "output_length", "hash_ids", "line").iter_rows():
@@ -119,6 +120,7 @@ def _mooncake(path: Path, block_size: int, seed: int, token_ids: bool) -> list[d
 
 def _tokens(path: Path) -> list[dict]:
     good, _ = apply_checks(read_lines(path, TOKEN_FIELDS), token_checks(), False)
+    refuse_backwards(good, "timestamp", path)
     lengths = good["tokens"].list.len().to_numpy()
     keys = token_blocks(good["tokens"].explode().to_numpy(), lengths, TOKEN_BLOCK)
     per_request = keys.group_by("request", maintain_order=True).agg("block_key")

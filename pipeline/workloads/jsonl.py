@@ -11,12 +11,19 @@ A bad line is ``file:line: reason``. By default the first one raises ``TraceErro
 is returned, so nothing gets written); with ``skip_bad_lines`` every bad line is dropped and
 listed in the result. Blank lines are ignored (they are not requests) but keep the line
 numbering of the file.
+
+Compression is told by the content, not the name: a gzip file (``1f 8b``; ``.gz``) is read
+through ``gzip`` (line numbers are those of the decompressed text); a zstd file (``28 b5 2f
+fd``; ``.zst``) is refused in one line saying how to decompress it (the standard library has
+no zstd before Python 3.14).
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import mmap
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
@@ -26,10 +33,12 @@ import polars as pl
 from numba import njit
 
 __all__ = ["TraceError", "Field", "Lines", "read_lines", "read_pieces", "apply_checks",
-           "checked_pieces", "CHUNK_BYTES"]
+           "checked_pieces", "refuse_backwards", "CHUNK_BYTES"]
 
 _WHITESPACE = np.array([9, 10, 13, 32], dtype=np.uint8)
 _BOM = b"\xef\xbb\xbf"
+_GZIP = b"\x1f\x8b"
+_ZSTD = b"\x28\xb5\x2f\xfd"
 _INT64 = (-(2 ** 63), 2 ** 63 - 1)
 
 
@@ -163,11 +172,28 @@ def _mapped_pieces(mapped: mmap.mmap) -> Iterator[memoryview]:
         start = cut
 
 
+def _gzip_pieces(path: Path, handle) -> Iterator[bytes]:
+    """``_pieces`` of a gzip file's decompressed text; a damaged file is one TraceError."""
+    try:
+        with gzip.GzipFile(fileobj=handle, mode="rb") as unpacked:
+            yield from _read_in_pieces(unpacked)
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        raise TraceError(f"{path}: not a readable gzip file ({exc})") from None
+
+
 def _pieces(path: Path) -> Iterator[bytes | memoryview]:
     """The file's text in whole lines, about ``CHUNK_BYTES`` at a time (the last piece may
-    lack its final newline; an empty file is one empty piece)."""
+    lack its final newline; an empty file is one empty piece); gzip decompressed, zstd
+    refused (see the module docstring)."""
     try:
         with open(path, "rb") as handle:
+            head = handle.peek(len(_ZSTD))         # the first bytes, left unread
+            if head.startswith(_ZSTD):
+                raise TraceError(f"{path}: a zstd-compressed trace, which kvlab does not read; "
+                                 f"decompress it first (zstd -d {path})")
+            if head.startswith(_GZIP):
+                yield from _gzip_pieces(path, handle)
+                return
             try:
                 mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
             except (ValueError, OSError):
@@ -317,3 +343,23 @@ def checked_pieces(path: str | Path, fields: tuple[Field, ...],
             yield good
     if good_rows == 0:
         raise _no_requests(path, skipped)
+
+
+def refuse_backwards(frame: pl.DataFrame, column: str, path: str | Path) -> None:
+    """Every reader's one rule for arrival times: ``column`` of the good rows (with their
+    ``line``) never decreases down the file, else ``TraceError`` naming the first line that
+    goes back. Traces are written in arrival order (Mooncake's, vLLM's benchmark files);
+    sorting one silently would replay another workload than the file's order, so it is
+    refused in every command alike. A column null on every line is no timing (fine); null on
+    some lines only is refused too."""
+    values = frame[column]
+    if values.null_count() not in (0, frame.height):
+        line = int(frame.filter(values.is_null())["line"][0])
+        raise TraceError(f"{path}:{line}: {column} missing (other lines have it)")
+    if values.null_count():
+        return
+    drop = frame.filter(values.diff().fill_null(0) < 0)
+    if drop.height:
+        row = drop.row(0, named=True)
+        raise TraceError(f"{path}:{row['line']}: {column} goes backwards ({row[column]} after "
+                         f"an earlier line's larger value)")

@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.workloads.blocks import BLOCK_SCHEMA, REQUEST_SCHEMA
-from pipeline.workloads.jsonl import Field, checked_pieces
+from pipeline.workloads.jsonl import Field, checked_pieces, refuse_backwards
 from pipeline.workloads.workload import Workload
 
 __all__ = ["MOONCAKE_BLOCK_SIZE", "FIELDS", "line_checks", "read_mooncake"]
@@ -64,8 +64,9 @@ def read_mooncake(path: str | Path, block_size: int = MOONCAKE_BLOCK_SIZE,
     """Read a Mooncake JSONL trace into a ``Workload`` (block and request frames).
 
     Raises ``TraceError`` (``file:line: reason``) on the first bad line unless
-    ``skip_bad_lines``, which drops bad lines and lists them in ``Workload.skipped``. The file
-    is read piece by piece (``pipeline.workloads.jsonl.checked_pieces``).
+    ``skip_bad_lines``, which drops bad lines and lists them in ``Workload.skipped``, and on a
+    timestamp that goes backwards (``refuse_backwards``; skipped or not). The file is read
+    piece by piece (``pipeline.workloads.jsonl.checked_pieces``).
     """
     if block_size < 1:
         raise ValueError(f"block size must be >= 1, got {block_size}")
@@ -78,6 +79,7 @@ def read_mooncake(path: str | Path, block_size: int = MOONCAKE_BLOCK_SIZE,
                                         "output_length"))
         first += good.height
     good = pl.concat(requests)
+    refuse_backwards(good, "timestamp", path)
     request_frame = good.select(
         pl.col("request").cast(pl.UInt32), pass_name=pl.lit(None, pl.String),
         doc=pl.lit(None, pl.Int64), prompt_tokens=pl.col("input_length").cast(pl.UInt64),

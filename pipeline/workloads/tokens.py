@@ -30,7 +30,7 @@ from numba import njit
 
 from pipeline.base.arrays import read_only
 from pipeline.workloads.blocks import BLOCK_SCHEMA, REQUEST_SCHEMA
-from pipeline.workloads.jsonl import Field, checked_pieces
+from pipeline.workloads.jsonl import Field, checked_pieces, refuse_backwards
 from pipeline.workloads.token_scan import scan_piece
 from pipeline.workloads.workload import Workload
 
@@ -204,6 +204,7 @@ def read_tokens(path: str | Path, block_size: int, skip_bad_lines: bool = False)
                                       pl.col("max_tokens"), pl.lit(1)).cast(pl.Int64),
             given=pl.col("output_token_ids").is_not_null() | pl.col("max_tokens").is_not_null()))
     good = pl.concat(requests)
+    refuse_backwards(good, "timestamp", path)
     outputs = good["output_tokens"].to_numpy() if good["given"].any() else None
     output_blocks = pl.concat(sampled) if outputs is not None else None
     request_frame = good.with_row_index("request").select(
