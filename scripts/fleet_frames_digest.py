@@ -53,6 +53,8 @@ VARIANTS = (("live", 0.0, False, None, False), ("stale", 25.0, False, None, Fals
             ("shared", 0.0, False, "shared", False),
             ("stale-async-shared", 25.0, True, "shared", False),
             ("python-stale-cpu", 25.0, False, "own", True))
+#: the session router as recorded: the session id, else the prompt's first block
+SESSION_FALLBACK = {"session": {"key": "blocks:1"}}
 #: what ``--quick`` (the test suite) runs: every variant of the small patterns, two of the
 #: Mooncake slice
 QUICK = {"mooncake": ("live", "cpu")}
@@ -128,7 +130,8 @@ def run_all(quick: bool = False) -> dict[str, str]:
             factory = None if tier is None else partial(LMCacheTier, 8 * blocks * 16, 16, 256)
             settings = Settings(cfg, PythonModel() if python else LINEAR, seed=3,
                                 staleness_ms=staleness, cpu_tier=factory,
-                                cpu_shared=tier == "shared")
+                                cpu_shared=tier == "shared",
+                                router_options=SESSION_FALLBACK)
             for router in ROUTERS:
                 frames = run_point(settings, Point(router, n, blocks, 1.0), workload)
                 out[f"{wname}/{vname}/{router}"] = digest(frames)

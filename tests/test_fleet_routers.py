@@ -227,7 +227,7 @@ def test_simple_routers_equal_their_references(seed):
     rr = make_router("round-robin", n, 16)
     dp = make_router("least-loaded", n, 16, metric="vllm-dp")
     ll = make_router("least-loaded", n, 16)
-    session = make_router("session", n, 16)
+    session = make_router("session", n, 16, key="blocks:1")   # session id, else first block
     for k, request in enumerate(prompts(rng, 20)):
         view = random_view(rng, n, CACHED)
         assert rr.route(request, view)[0] == round_robin(k, n)

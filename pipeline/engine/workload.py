@@ -10,6 +10,8 @@
   ``output_length`` (the request's ``max_tokens``), ``hash_ids`` (one prefix-chained id per
   512-token block). The engine's block size must divide 512: vLLM block b of a request is
   keyed by its 512-block's id and its offset inside it, which equal prefixes share.
+* Either format may name each request's conversation (``session_id``, or ``chat_id`` with
+  ``parent_chat_id``: ``pipeline.workloads.sessions``), which ``SimRequest.session`` keeps.
 
 Bad lines raise ``TraceError`` naming ``file:line`` (timestamps going backwards,
 ``max_tokens`` < 1, empty prompts, negative token ids); nothing is returned then.
@@ -32,6 +34,7 @@ from pipeline.trace.inputs import pattern_from_args
 from pipeline.workloads import mooncake
 from pipeline.workloads.jsonl import Field, TraceError, apply_checks, read_lines, \
     refuse_backwards
+from pipeline.workloads.sessions import SESSION_FIELDS, session_ids
 from pipeline.workloads.tokens import splitmix64
 from pipeline.workloads.workload import Workload
 
@@ -63,7 +66,7 @@ def _read_tokens(path: Path, default_max_tokens: int) -> EngineRequests:
         (pl.col("arrival_step") < 0, "arrival_step is negative"),
         (pl.col("arrival_time") < 0, "arrival_time is negative"),
     ]
-    good, _ = apply_checks(read_lines(path, TOKEN_FIELDS), checks, False)
+    good, _ = apply_checks(read_lines(path, TOKEN_FIELDS + SESSION_FIELDS), checks, False)
     for column in ("arrival_step", "arrival_time"):
         refuse_backwards(good, column, path)
     lengths = good["prompt_token_ids"].list.len().to_numpy()
@@ -73,13 +76,14 @@ def _read_tokens(path: Path, default_max_tokens: int) -> EngineRequests:
     max_tokens = good["max_tokens"].fill_null(default_max_tokens).to_list()
     steps = good["arrival_step"].to_list()
     times = good["arrival_time"].to_list()
+    sessions = session_ids(good)
     requests = []
     for i, prompt_ids in enumerate(prompts):
         out = outs[i]
         requests.append(SimRequest(i, prompt_ids,
                                    len(out) if out is not None else int(max_tokens[i]),
                                    arrival_step=steps[i], arrival_s=times[i],
-                                   output_token_ids=out))
+                                   output_token_ids=out, session=sessions[i]))
     timed = "steps" if steps and steps[0] is not None else (
         "seconds" if times and times[0] is not None else None)
     return EngineRequests(str(path), requests, good["line"].to_numpy(), timed)
@@ -93,7 +97,7 @@ def _read_mooncake(path: Path, block_size: int) -> EngineRequests:
         (pl.col("output_length") < 1, pl.format("output_length must be >= 1, got {}",
                                                 pl.col("output_length"))),
         (pl.col("timestamp") < 0, "timestamp is negative")]
-    good, _ = apply_checks(read_lines(path, mooncake.FIELDS), checks, False)
+    good, _ = apply_checks(read_lines(path, mooncake.FIELDS + SESSION_FIELDS), checks, False)
     refuse_backwards(good, "timestamp", path)
     per = _MOONCAKE_BLOCK // block_size
     lengths = good["input_length"].to_numpy().astype(np.int64)
@@ -108,8 +112,10 @@ def _read_mooncake(path: Path, block_size: int) -> EngineRequests:
         keys = splitmix64(raw.view(np.uint64))
     outputs = good["output_length"].to_list()
     stamps = good["timestamp"].to_list()
+    sessions = session_ids(good)
     requests = [SimRequest(i, range(length), int(outputs[i]),
-                           arrival_s=float(stamps[i]) / 1000.0, prompt_keys=keys[a:a + f])
+                           arrival_s=float(stamps[i]) / 1000.0, prompt_keys=keys[a:a + f],
+                           session=sessions[i])
                 for i, (length, a, f) in enumerate(zip(lengths.tolist(), key_start.tolist(),
                                                        full.tolist()))]
     return EngineRequests(str(path), requests, good["line"].to_numpy(), "seconds")

@@ -152,8 +152,14 @@ def ray_connect(address: str | None, jobs: int) -> bool:
 
 def sweep_settings(args: argparse.Namespace, workload, options) -> Settings:
     """What every point shares, from the engine, CPU-tier and step-time options; CLIError
-    (one line) when the smallest ``--gpu`` pool cannot hold the longest request."""
+    (one line) when a router refuses the workload (``Router.refusal``) or the smallest
+    ``--gpu`` pool cannot hold the longest request."""
     requests = workload.requests
+    sessions = [r.session for r in requests]
+    for name in args.router:
+        refused = router_class(name).refusal(sessions, options.get(name, {}))
+        if refused:
+            raise CLIError(refused)
     longest = max(len(r.prompt_token_ids) + r.max_tokens for r in requests)
     max_len = args.max_model_len or longest
     prompt = max(len(r.prompt_token_ids) for r in requests)

@@ -48,7 +48,8 @@ class TraceError(ValueError):
 
 @dataclass(frozen=True)
 class Field:
-    """A required JSON field: ``kind`` is ``"number"``, ``"int"`` or ``"int list"``."""
+    """A JSON field: ``kind`` is ``"number"``, ``"int"``, ``"int list"`` or ``"key"`` (a
+    string or an integer, read as a string: an id)."""
 
     name: str
     kind: str
@@ -56,7 +57,7 @@ class Field:
     @property
     def dtype(self) -> pl.DataType:
         return {"number": pl.Float64(), "int": pl.Int64(),
-                "int list": pl.List(pl.Int64)}[self.kind]
+                "int list": pl.List(pl.Int64), "key": pl.String()}[self.kind]
 
     def problem(self, value: object) -> str | None:
         """Why a parsed JSON value does not fit (None if it does, or if it is missing)."""
@@ -65,6 +66,9 @@ class Field:
         if self.kind == "number":
             ok = isinstance(value, (int, float)) and not isinstance(value, bool)
             return None if ok else f"{self.name} is not a number"
+        if self.kind == "key":
+            ok = isinstance(value, str) or _is_integer(value)
+            return None if ok else f"{self.name} is not a string or an integer"
         if self.kind == "int":
             if _is_integer(value) and not _is_int64(value):
                 return f"{self.name} {value} is beyond the 64-bit integer range"

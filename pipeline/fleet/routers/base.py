@@ -87,6 +87,13 @@ class Router:
         self.options = {name: options.get(name, parameter.default)
                         for name, parameter in self.PARAMETERS.items()}
 
+    @classmethod
+    def refusal(cls, sessions: Sequence[str | None], options: dict) -> str | None:
+        """Why this router, with ``options``, cannot route a workload whose requests have
+        these session ids (one line naming the option to change), else None: checked
+        before a sweep runs."""
+        return None
+
     def route(self, request: RouteRequest, view: InstanceView) -> tuple[int, str]:
         raise NotImplementedError
 
