@@ -74,7 +74,27 @@ def test_text_output(capsys):
     text = capsys.readouterr().out
     assert "a CPU tier of 50,110 tokens = 1.34 GiB (1.44 GB; GiB = 2^30 bytes" in text
     assert "max_local_cpu_size: 1.34" in text and "SYNTHETIC" in text
-    assert "not identifiable" in text
+    assert "not identifiable" not in text and "evaluations)" not in text   # --verbose only
+    assert cli_main(["plan", "--target-ttft-ms", "100", "--verbose"]) == 0
+    verbose = capsys.readouterr().out
+    assert "not identifiable" in verbose and "evaluations)" in verbose
+    assert set(text.splitlines()) < set(verbose.splitlines())
+
+
+def test_withheld_ttft_prints_no_model_without_verbose(capsys):
+    """A model that backs nothing (another model's KV bytes) is a detail: one line says TTFT
+    is withheld; --verbose prints the model and its notes; --json keeps them either way."""
+    argv = ["plan", "--target-hit-ratio", "0.6", "--model", "llama-3.1-8b"]
+    assert cli_main(argv) == 0
+    text = capsys.readouterr().out
+    assert "TTFT model from" not in text and "per-tier medians" not in text
+    assert "TTFT withheld: " in text and "(--verbose: the TTFT model)" in text
+    assert len(text.splitlines()) <= 14
+    assert cli_main([*argv, "--verbose"]) == 0
+    verbose = capsys.readouterr().out
+    assert "TTFT model from" in verbose and "not identifiable" in verbose
+    out = run_plan(capsys, *argv[1:])
+    assert out["models"]["lmcache"]["not_identifiable"] and out["ttft_withheld"]
 
 
 def bad_measured(tmp_path, configs: list[str]) -> str:

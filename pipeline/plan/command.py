@@ -102,7 +102,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     fit.add_argument("--served-model", metavar="NAME",
                      help="with --latency: the model planned for (TTFT is withheld when the "
                           "fitted file was fitted on another)")
-    parser.add_argument("--json", action="store_true", help="print one JSON document instead")
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead "
+                        "(always complete)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="text: also print the TTFT model's fit (its notes, and the model "
+                             "even when TTFT is withheld) and how the answer was searched")
     parser.add_argument("--report", type=Path, metavar="HTML",
                         help="also write a page with predicted TTFT against the CPU capacity "
                              "and the fit's error per pass (atomically)")
@@ -315,7 +319,8 @@ def main(args: argparse.Namespace) -> int:
     }
     lines = [line for config, model in models.items()
              for line in model_lines(config, model, found.bytes_per_token)]
-    return print_document(document, withheld, args.json, lines, result, target, names)
+    return print_document(document, withheld, args.json, lines, result, target, names,
+                          args.verbose)
 
 
 if __name__ == "__main__":

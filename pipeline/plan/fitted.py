@@ -58,4 +58,4 @@ def fitted_plan(args: argparse.Namespace, kv, gpu: int, gpu_given: str, build,
         **answer_fields(result, cpu, kv),
     }
     return print_document(document, withheld, args.json, model_lines(model), result, target,
-                          names)
+                          names, args.verbose)

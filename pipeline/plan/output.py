@@ -119,21 +119,36 @@ def _figure_rows(result: PlanResult) -> list[dict]:
             for row, low in zip(result.figures.rows(named=True), below)]
 
 
-def render_text(document: dict, result: PlanResult, target: Target, names: list[str]) -> str:
+def _model_text(document: dict, verbose: bool) -> list[str]:
+    """The TTFT model's lines: the model per config and its error; its notes (indented
+    deeper) only when ``verbose``."""
+    measured = document["measured"]
+    if measured.get("fitted"):                      # plan --latency: a fitted step-time file
+        lines = [f"TTFT model: fitted step time from {measured['path']}:"]
+    else:
+        lines = [f"TTFT model from {measured['path']}"
+                 f"{' (SYNTHETIC stand-in)' if measured['synthetic'] else ''}:"]
+    lines += [line for line in document["model_lines"]
+              if verbose or not line.startswith("    ")]
+    if not measured.get("fitted"):
+        worst = measured["worst_error_pct"]
+        lines.append(f"  predicted vs measured per pass: worst error {worst['p50']:.1f} % "
+                     f"(p50), {worst['mean']:.1f} % (mean)")
+    return lines
+
+
+def render_text(document: dict, result: PlanResult, target: Target, names: list[str],
+                verbose: bool = False) -> str:
+    """The text answer: what bears on the question (the workload, sizes, target, the TTFT
+    model when it backs the figures, the answer and its figures); ``verbose`` adds the
+    model's notes, the model even when TTFT is withheld, and the search."""
     kv, answer = document["kv"], document["answer"]
     lines = [f"workload: {document['workload']}",
              f"KV size: {kv['describe']}",
              f"GPU KV cache: {document['gpu']['given']}",
-             f"target: {describe_target(target, names)}",
-             f"TTFT model from {document['measured']['path']}"
-             f"{' (SYNTHETIC stand-in)' if document['measured']['synthetic'] else ''}:"]
-    lines += document["model_lines"]
-    if document["measured"].get("fitted"):          # plan --latency: a fitted step-time file
-        lines[4] = f"TTFT model: fitted step time from {document['measured']['path']}:"
-    else:
-        worst = document["measured"]["worst_error_pct"]
-        lines.append(f"  predicted vs measured per pass: worst error {worst['p50']:.1f} % "
-                     f"(p50), {worst['mean']:.1f} % (mean)")
+             f"target: {describe_target(target, names)}"]
+    if verbose or not document.get("ttft_withheld"):
+        lines += _model_text(document, verbose)
     lines.append("")
     cpu = answer["cpu"]
     if answer["status"] == "gpu_alone":
@@ -150,10 +165,12 @@ def render_text(document: dict, result: PlanResult, target: Target, names: list[
                      f"bytes)")
         lines.append(f"  LMCache: max_local_cpu_size: {answer['lmcache_max_local_cpu_size']:.2f}"
                      f" (LMCache's GB are 2^30 bytes)")
-    lines.append(f"  ({result.search}; {result.evaluations} evaluations)")
+    if verbose:
+        lines.append(f"  ({result.search}; {result.evaluations} evaluations)")
     if document.get("ttft_withheld"):
+        more = "" if verbose else " (--verbose: the TTFT model)"
         lines.append(f"TTFT withheld: {document['ttft_withheld']}; the figures are hit "
-                     f"ratios only")
+                     f"ratios only{more}")
     columns = [f"CPU {cpu['tokens']:,} tokens"]
     if result.below is not None:
         columns.append(f"CPU {cpu['tokens'] - 1:,} tokens (one below)")
@@ -186,9 +203,10 @@ def exit_status(status: str) -> int:
 
 
 def print_document(document: dict, withheld: str | None, as_json: bool, lines: list[str],
-                   result: PlanResult, target: Target, names: list[str]) -> int:
-    """Print a plan document as JSON or as text (with its model lines); the exit status
-    (``exit_status``)."""
+                   result: PlanResult, target: Target, names: list[str],
+                   verbose: bool = False) -> int:
+    """Print a plan document as JSON (complete) or as text (``render_text``: with its model
+    lines); the exit status (``exit_status``)."""
     if withheld is not None:
         document["ttft_withheld"] = withheld
     first = document.pop("cache_models_line", None)
@@ -198,7 +216,7 @@ def print_document(document: dict, withheld: str | None, as_json: bool, lines: l
     document["model_lines"] = lines
     if first is not None:
         print(first)
-    print(render_text(document, result, target, names))
+    print(render_text(document, result, target, names, verbose))
     return exit_status(result.status)
 
 
