@@ -1,4 +1,4 @@
-"""``python -m pipeline``: see pipeline/cli.py."""
+"""``python -m pipeline``: see pipeline/cli.py (Ctrl-C from the first import: pipeline.entry)."""
 
 from pipeline.cli import main
 

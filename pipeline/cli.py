@@ -6,7 +6,8 @@ that command runs (``python -m pipeline --help`` lists every command without imp
 This module builds one argparse parser from them and turns a ``CLIError`` into one line on
 stderr and exit status 1 (a ``UsageError``: 2), a closed stdout (``| head``) into a quiet
 exit 1, and Ctrl-C into one line and exit status 130 (``interrupted; nothing written``, or what a command's
-``interrupted(args)`` says was kept).
+``interrupted(args)`` says was kept); ``pipeline.entry`` extends that to every moment of a
+process, its imports and its exit included.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Iterable
 from types import ModuleType
 from typing import NamedTuple
 
+from pipeline import entry
 from pipeline.base.arguments import Parser
 from pipeline.base.errors import CLIError, UsageError
 
@@ -111,33 +113,47 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         from pipeline.base import staging     # polars: not needed for --help
 
         staging.committed.clear()             # this command's commits only (see interrupted)
+        entry.take_over()                     # a guarded process: Ctrl-C is ours from here
         status = args.handler(args)
         sys.stdout.flush()
+        entry.finished()                      # outputs complete: a late Ctrl-C is ignored
         return status
-    except UsageError as exc:                 # as argparse's own: one line, exit 2
+    except BaseException as exc:
+        return _ended(exc, args, prog)
+
+
+def _ended(exc: BaseException, args: argparse.Namespace | None, prog: str) -> int:
+    """``main``'s answer to what ended the command: Ctrl-C (also when an import or a library
+    turned it into another exception, ``entry.interrupted``), a usage or user error, a
+    closed stdout; anything else (argparse's exit, a bug) goes on up."""
+    entry.finished()
+    if isinstance(exc, KeyboardInterrupt) or entry.interrupted():
+        print(interrupted(args), file=sys.stderr)
+        entry.said_interrupted()
+        return 130
+    if isinstance(exc, UsageError):           # as argparse's own: one line, exit 2
         print(f"{prog} {args.command}: error: {exc}", file=sys.stderr)
         return exc.status
-    except CLIError as exc:
+    if isinstance(exc, CLIError):
         print(f"error: {exc}", file=sys.stderr)
         return exc.status
-    except BrokenPipeError:
+    if isinstance(exc, BrokenPipeError):
         _silence_stdout()
         return 1
-    except KeyboardInterrupt:
-        print(interrupted(args), file=sys.stderr)
-        return 130
+    raise exc
 
 
 def interrupted(args: argparse.Namespace | None) -> str:
     """The one line Ctrl-C prints: what the command says it keeps (its ``interrupted(args)``,
     e.g. ``measure``'s lines so far), else whether ``pipeline.base.staging`` had committed."""
-    from pipeline.base import staging
+    staging = sys.modules.get("pipeline.base.staging")   # None: interrupted before it
 
     name = getattr(args, "command", None)
-    says = getattr(command_module(name), "interrupted", None) if name in COMMANDS else None
+    module = sys.modules.get(COMMANDS[name].module) if name in COMMANDS else None
+    says = getattr(module, "interrupted", None)      # not imported again: it may be what broke
     if says:
         return says(args)
-    if staging.committed:
+    if staging is not None and staging.committed:
         return f"interrupted; {len(staging.committed)} output file(s) were already written"
     return "interrupted; nothing written"
 

@@ -1,0 +1,101 @@
+"""A real Ctrl-C at several moments of real ``python -m pipeline`` processes (while Python
+imports, while the command runs, while the process exits): one line on stderr and exit 130,
+or the command's own exit when it had finished; its outputs whole or absent, never a
+temporary file (``pipeline.entry``, ``pipeline.base.staging``)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import polars as pl
+import pytest
+
+from conftest import ROOT
+from pipeline.entry import ENTRY_MODULES, _entry_module
+
+SMALL = ["--pattern", "zipf", "--num-documents", "3", "--document-length", "40",
+         "--num-requests", "6"]
+COMMANDS = {
+    "trace": (["trace", *SMALL, "--no-report"],
+              {"events.parquet", "points.parquet", "request_info.parquet", "requests.parquet"}),
+    "simulate": (["simulate", *SMALL, "--num-gpu-blocks", "64"],
+                 {"metrics.json", "requests.parquet", "steps.parquet"}),
+    "fleet": (["fleet", *SMALL, "--gpu-blocks", "64", "--latency", "roofline", "--jobs", "1"],
+              None),
+    "plan": (["plan", "--target-hit-ratio", "0.5", "--report"], {"plan.html"}),
+}
+#: seconds after Python has started (measured first, under the same load)
+DELAYS = (0.0, 0.05, 0.3, 1.0)
+
+
+def _startup_s(count: int) -> float:
+    """How long ``count`` Pythons started at once take to reach ``pipeline.entry`` (before
+    that no code of ours runs: Python itself is starting)."""
+    started = time.monotonic()
+    procs = [subprocess.Popen([sys.executable, "-c", "import pipeline.entry"], cwd=ROOT)
+             for _ in range(count)]
+    assert [proc.wait() for proc in procs] == [0] * count
+    return time.monotonic() - started
+
+
+def _outputs(folder) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_a_ctrl_c_at_any_moment_is_one_line_and_leaves_whole_outputs(tmp_path, command):
+    argv, expected = COMMANDS[command]
+    base = 1.5 * _startup_s(len(DELAYS))      # with a margin: load varies
+    runs = []
+    for delay in DELAYS:
+        out = tmp_path / f"at-{delay}"
+        target = out / "plan.html" if command == "plan" else out
+        out.mkdir()
+        proc = subprocess.Popen([sys.executable, "-m", "pipeline", *argv,
+                                 *([] if command == "plan" else ["--out"]), str(target)],
+                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        runs.append((delay, out, proc, time.monotonic()))
+    for delay, out, proc, started in runs:            # all started: signal each on time
+        time.sleep(max(0.0, started + base + delay - time.monotonic()))
+        proc.send_signal(signal.SIGINT)
+    for delay, out, proc, _ in runs:
+        err = proc.communicate(timeout=120)[1].decode()
+        files = _outputs(out)
+        assert not [f for f in files if ".tmp-" in f], (delay, files)
+        if proc.returncode == 130:
+            assert err.count("\n") == 1 and err.startswith("interrupted"), (delay, err)
+        else:
+            assert proc.returncode == 0 and "Traceback" not in err, (delay, err)
+        if expected is not None:                      # all or nothing, as the line says
+            assert files == expected if proc.returncode == 0 else \
+                files == (set() if "nothing written" in err else expected), (delay, err, files)
+        for parquet in (out / f for f in files if f.endswith(".parquet")):
+            pl.read_parquet(parquet)                  # whole: every file reads
+
+
+def test_the_entry_modules_are_the_run_command_modules():
+    """Every command module whose ``__main__`` block runs the CLI is guarded from its first
+    import (and only those: a benchmark module is no CLI)."""
+    from pipeline.cli import COMMANDS as CLI
+
+    running = {"pipeline", "pipeline.__main__"}
+    for command in CLI.values():
+        source = (ROOT / (command.module.replace(".", "/") + ".py")).read_text()
+        if "run_command(" in source.split('if __name__ == "__main__":')[-1]:
+            running.add(command.module)
+    assert running == ENTRY_MODULES
+
+
+@pytest.mark.parametrize(("argv", "module"), [
+    (["python", "-m", "pipeline", "trace"], "pipeline"),
+    (["python", "-X", "importtime", "-mpipeline.plan.command"], "pipeline.plan.command"),
+    (["python", "-u", "-m", "pipeline.fleet.bench"], "pipeline.fleet.bench"),
+    (["python", "-c", "import pipeline", "-m", "pipeline"], None),
+    (["python", "script.py", "-m", "pipeline"], None),
+    (["python", "-m"], None),
+])
+def test_the_module_python_runs_is_read_from_its_command_line(argv, module):
+    assert _entry_module(argv) == module
