@@ -1,8 +1,9 @@
 """Ctrl-C at every moment of a CLI process: one line on stderr, exit 130, nothing half-written.
 
 A process that runs the CLI (``python -m pipeline``, ``python -m pipeline.<command module>``,
-the ``kvlab`` script) is *guarded* from its first import of ``pipeline`` on (standard library
-only here, so that happens within milliseconds of the start):
+the ``kvlab`` console script, told by its name) is *guarded* from its first import of
+``pipeline`` on (``pipeline/__init__.py``; standard library only here, so that happens within
+milliseconds of the start):
 
 1. until ``pipeline.cli.main`` runs the command (imports, argparse), nothing has been
    written: a Ctrl-C prints ``interrupted; nothing written`` and exits 130 at once (an
@@ -25,7 +26,7 @@ import signal
 import sys
 
 __all__ = ["ENTRY_MODULES", "NOTHING_WRITTEN", "guard", "guard_if_entry", "take_over",
-           "finished", "interrupted", "said_interrupted", "kvlab"]
+           "finished", "interrupted", "said_interrupted"]
 
 NOTHING_WRITTEN = "interrupted; nothing written"
 
@@ -123,8 +124,11 @@ def _entry_module(argv: list[str]) -> str | None:
 
 
 def guard_if_entry() -> None:
-    """``guard()`` when this process is ``python -m`` one of ``ENTRY_MODULES``."""
-    if _entry_module(list(getattr(sys, "orig_argv", []))) in ENTRY_MODULES:
+    """``guard()`` when this process is ``python -m`` one of ``ENTRY_MODULES`` or the
+    ``kvlab`` console script."""
+    script = os.path.basename(sys.argv[0]) if sys.argv else ""
+    if script == "kvlab" or \
+            _entry_module(list(getattr(sys, "orig_argv", []))) in ENTRY_MODULES:
         guard()
 
 
@@ -142,11 +146,3 @@ def finished() -> None:
     if signal.getsignal(signal.SIGINT) in (_before_main, _first_only):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         exec("pass")                                # noqa: S102 (clears the flag above)
-
-
-def kvlab() -> None:
-    """The ``kvlab`` console script: ``pipeline.cli.main``, guarded (exits the process)."""
-    guard()
-    from pipeline.cli import main
-
-    sys.exit(main())

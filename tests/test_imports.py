@@ -132,7 +132,7 @@ def test_every_module_imports_in_a_fresh_interpreter():
 #: (the longest match wins; exact names before patterns).
 LAYERS: dict[str, tuple[str, ...]] = {
     "parts": (
-        "pipeline", "pipeline.base.config", "pipeline.base.errors", "pipeline.base.arguments",
+        "pipeline", "pipeline.entry", "pipeline.base.config", "pipeline.base.errors", "pipeline.base.arguments",
         "pipeline.base.staging", "pipeline.base.stats", "pipeline.base.arrays",
         "pipeline.base.durations",
         "pipeline.cache.tiers",

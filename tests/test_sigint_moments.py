@@ -99,3 +99,23 @@ def test_the_entry_modules_are_the_run_command_modules():
 ])
 def test_the_module_python_runs_is_read_from_its_command_line(argv, module):
     assert _entry_module(argv) == module
+
+
+@pytest.mark.parametrize(("argv", "orig", "guarded"), [
+    (["/venv/bin/kvlab", "trace"], ["/venv/bin/python3", "/venv/bin/kvlab", "trace"], True),
+    (["-m"], ["python", "-m", "pipeline.plan.command"], True),
+    (["x.py"], ["python", "-m", "pipeline.fleet.bench"], False),
+    (["pytest"], ["python", "-m", "pytest"], False),
+])
+def test_the_kvlab_script_and_the_entry_modules_are_guarded(monkeypatch, argv, orig, guarded):
+    from pipeline import entry
+
+    monkeypatch.setattr(sys, "argv", argv)
+    monkeypatch.setattr(sys, "orig_argv", orig, raising=False)
+    monkeypatch.setattr(entry, "_guarded", False)
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        entry.guard_if_entry()
+        assert (signal.getsignal(signal.SIGINT) is entry._before_main) is guarded
+    finally:
+        signal.signal(signal.SIGINT, before)
