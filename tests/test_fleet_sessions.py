@@ -39,8 +39,8 @@ def test_token_traces_carry_session_ids_too(tmp_path):
     assert [r.session for r in read_workload(path, "tokens", 16).requests] == ["x", "y"]
 
 
-FLEET = ["--router", "session", "--instances", "3", "--gpu-blocks", "200",
-         "--latency", "roofline", "--jobs", "1", "--json"]
+FLEET = ["--router", "session", "--instances", "3", "--gpu", "200blocks",
+         "--model", "qwen2.5-1.5b", "--latency", "roofline", "--jobs", "1", "--json"]
 
 
 def test_a_trace_without_session_ids_is_refused_naming_the_key_option(tmp_path, capsys):

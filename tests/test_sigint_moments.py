@@ -21,9 +21,10 @@ SMALL = ["--pattern", "zipf", "--num-documents", "3", "--document-length", "40",
 COMMANDS = {
     "trace": (["trace", *SMALL, "--no-report"],
               {"events.parquet", "points.parquet", "request_info.parquet", "requests.parquet"}),
-    "simulate": (["simulate", *SMALL, "--num-gpu-blocks", "64"],
+    "simulate": (["simulate", *SMALL, "--gpu", "64blocks"],
                  {"metrics.json", "requests.parquet", "steps.parquet"}),
-    "fleet": (["fleet", *SMALL, "--gpu-blocks", "64", "--latency", "roofline", "--jobs", "1"],
+    "fleet": (["fleet", *SMALL, "--gpu", "64blocks", "--latency", "roofline", "--model",
+               "qwen2.5-1.5b", "--jobs", "1"],
               None),
     "plan": (["plan", "--target-hit-ratio", "0.5", "--report"], {"plan.html"}),
 }

@@ -99,7 +99,7 @@ def test_trace_and_simulate_refuse_the_same_backwards_line(tmp_path, capsys):
     path.write_bytes(_text(swapped))
     errors = []
     for argv in (["trace", str(path), "--gpu", "1024", "--no-report"],
-                 ["simulate", str(path), "--format", "mooncake", "--num-gpu-blocks", "200"]):
+                 ["simulate", str(path), "--format", "mooncake", "--gpu", "200blocks"]):
         assert main([*argv, "--out", str(tmp_path / argv[0])]) == 1
         errors.append(capsys.readouterr().err)
     assert errors[0] == errors[1] == f"error: {path}:4: timestamp goes backwards (0.0 after " \
