@@ -209,8 +209,9 @@ def test_fit_gpu_is_num_gpu_blocks_in_any_spelling(capsys):
 def test_plan_fleet_takes_the_grid_in_gpu_and_the_old_spelling():
     base = ["plan", *GROUPS, "--output-tokens", "2", "--fleet", "--instances", "1",
             "--target-hit-ratio", "0.3", "--model", "qwen2.5-1.5b", "--json"]
-    new = _ok(*base, "--gpu", "20blocks,40blocks", "--cpu", "64")
-    old = _ok(*base, "--gpu-blocks", "20,40", "--cpu-tokens", "64")
+    new = cli_in_process(*base, "--gpu", "20blocks,40blocks", "--cpu", "64")
+    old = cli_in_process(*base, "--gpu-blocks", "20,40", "--cpu-tokens", "64")
+    assert old.returncode == new.returncode == 1      # no router meets 0.3 on this grid
     assert old.stderr.splitlines() == [
         "warning: --gpu-blocks is deprecated; use --gpu 20blocks,40blocks (same meaning)",
         "warning: --cpu-tokens is deprecated; use --cpu (same meaning)"]
