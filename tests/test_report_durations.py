@@ -76,3 +76,15 @@ def test_tpot_is_decode_time_over_output_tokens_after_the_first():
     assert figures == {"tpot_ms_p50": pytest.approx(10.0), "tpot_ms_p90": pytest.approx(10.0)}
     assert tpot_quantiles(requests.drop("finish_ms")) == {"tpot_ms_p50": None,
                                                           "tpot_ms_p90": None}
+
+
+def test_a_timed_run_prints_long_ttft_in_seconds_and_minutes():
+    from pipeline.steptime.command import metric_lines
+    metrics = {"step_time_model": "roofline (H100)", "ttft_ms_p50": 95_081.5,
+               "ttft_ms_p90": 3_907_751.0, "ttft_ms_p99": 812.0, "queue_ms_p90": 3_900_000.0,
+               "request_throughput": 2.0, "output_throughput": 10.0, "duration_s": 100.0,
+               "gpu_hit_ratio": 0.5, "cpu_hit_ratio": 0.0, "vllm_prefix_cache_hit_rate": 0.5,
+               "vllm_log_hit_rate_final": 0.5}
+    first = metric_lines(metrics)[0]
+    assert first.startswith("TTFT p50 / p90 / p99: 95.1 s / 65.1 min / 812 ms, queue p90 65.0 min")
+    assert "3,907" not in first and "95,081" not in first

@@ -171,9 +171,9 @@ def metric_lines(metrics: dict) -> list[str]:
     def pct(value):
         return "n/a" if value is None else f"{100 * value:.1f} %"
 
-    lines = [f"TTFT p50 / p90 / p99: {metrics['ttft_ms_p50']:,.1f} / "
-             f"{metrics['ttft_ms_p90']:,.1f} / {metrics['ttft_ms_p99']:,.1f} ms, queue p90 "
-             f"{metrics['queue_ms_p90']:,.1f} ms [{metrics['step_time_model']}]",
+    ttft = " / ".join(format_duration(metrics[f"ttft_ms_{p}"]) for p in ("p50", "p90", "p99"))
+    lines = [f"TTFT p50 / p90 / p99: {ttft}, queue p90 "
+             f"{format_duration(metrics['queue_ms_p90'])} [{metrics['step_time_model']}]",
              f"throughput {metrics['request_throughput'] or 0:,.2f} requests/s, "
              f"{metrics['output_throughput'] or 0:,.0f} output tokens/s over "
              f"{metrics['duration_s']:,.1f} s [{metrics['step_time_model']}]",

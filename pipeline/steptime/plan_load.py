@@ -19,6 +19,7 @@ import sys
 from dataclasses import replace
 
 from pipeline.base.arguments import positive_float, positive_int
+from pipeline.base.durations import format_duration
 from pipeline.base.errors import CLIError, UsageError
 from pipeline.cache.registry import models_field, models_line
 from pipeline.engine.overload import warning_line
@@ -186,11 +187,12 @@ def _plan_under_load(args: argparse.Namespace) -> int:
     print(f"workload: {document['workload']}")
     print(f"answer: GPU KV {answer * size:,} tokens = {gib:.2f} GiB ({kv.describe()}), "
           f"num_gpu_blocks {answer}: {verdict}")
-    print(f"  there: TTFT p90 {at['ttft_ms_p90']:,.1f} ms, p50 {at['ttft_ms_p50']:,.1f} ms, "
+    print(f"  there: TTFT p90 {format_duration(at['ttft_ms_p90'])}, "
+          f"p50 {format_duration(at['ttft_ms_p50'])}, "
           f"hit ratio {100 * (at['hit_ratio'] or 0):.1f} %, "
           f"{at['preemptions']} preemptions")
     if below is not None:
-        print(f"  one block below: TTFT p90 {below['ttft_ms_p90']:,.1f} ms")
+        print(f"  one block below: TTFT p90 {format_duration(below['ttft_ms_p90'])}")
     print(f"search: {document['search']}")
     if utilization is not None:
         print(utilization["line"])
