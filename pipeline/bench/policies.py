@@ -2,7 +2,8 @@
 
 Trace: ``pipeline.bench.curve.zipf_trace`` (default 2,000,000 requests, Zipf(1.0) over
 100,000 objects, sizes 256..8192 fixed per object). Per policy: accesses/s of one replay at
-10 % of the distinct bytes, ours (numba kernel, LRU included) next to
+10 % of the distinct bytes, ours (numba kernel, LRU included; the class for a policy
+whose entry declares no kernel) next to
 libCacheSim's ``process_trace`` on the same trace file, with hit counts asserted equal; and
 the wall time of a ``--points``-capacity curve (5 %..100 %): ours (LRU one pass, the others
 one kernel per capacity on a thread per core) next to libCacheSim's (measured for
@@ -29,16 +30,20 @@ import numpy as np
 from pipeline.bench.curve import capacity_grid, distinct_bytes, libcachesim_hashpower, zipf_trace
 from pipeline.policies import POLICIES
 from pipeline.policies.reference import LCS_NAMES, lcs_hit_count, write_oracle_trace
-from pipeline.policies.replay import encode, hit_counts
+from pipeline.policies.replay import class_hits, encode, hit_counts
 from pipeline.cache.registry import entry, names
 
 __all__ = ["run_bench", "run_onepass_bench", "add_arguments", "main"]
 
 
 def _ours_one(name, codes, sizes, capacity):
+    """Hits and seconds at one capacity: the compiled replay where the entry declares one
+    (without bypass, as libCacheSim), else the policy's class."""
+    kernel = entry(name).replay_kernel
     start = time.perf_counter()
-    hits = int(entry(name).replay_kernel(codes, sizes, capacity, bypass=False).sum())
-    return hits, time.perf_counter() - start
+    hits = (kernel(codes, sizes, capacity, bypass=False) if kernel is not None
+            else class_hits(name, codes, sizes, capacity))
+    return int(hits.sum()), time.perf_counter() - start
 
 
 def run_bench(requests: int = 2_000_000, objects: int = 100_000, points: int = 50,
@@ -56,7 +61,8 @@ def run_bench(requests: int = 2_000_000, objects: int = 100_000, points: int = 5
           f"one capacity = 10% of {total:,} distinct bytes; curve = {points} capacities; "
           f"{workers} worker threads")
     for name in policies:                          # compile every kernel before timing
-        entry(name).replay_kernel(codes[:1000], sizes[:1000], one)
+        if entry(name).replay_kernel is not None:
+            entry(name).replay_kernel(codes[:1000], sizes[:1000], one)
     fd, path = tempfile.mkstemp(suffix=".oracleGeneral.bin")
     os.close(fd)
     rows = []

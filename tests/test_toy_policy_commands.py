@@ -1,0 +1,48 @@
+"""A toy policy registered from this file, as docs/extending.md says (one ``register`` call,
+no other edit), is what every command runs, or a command that cannot run it says so: the
+benchmark, ``plan``'s modes, ``trace``'s files and the lists of policies."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+
+from pipeline.cache import registry
+from pipeline.cache.tiers import Tier
+from pipeline.cli import main
+
+
+class HighestKeyFirst(Tier):
+    """A toy policy: evict the resident key that sorts last."""
+
+    name = "toy"
+
+    def _evict(self, key, size):
+        return max(self._sizes)
+
+    def _insert(self, key, size):
+        return True
+
+
+@pytest.fixture
+def toy():
+    entry = registry.register(registry.policy_entry("toy", HighestKeyFirst, "highest key first"))
+    yield entry
+    registry.unregister("toy")
+
+
+def test_bench_times_a_policy_without_a_kernel(toy, capsys):
+    from pipeline.bench.policies import run_bench
+    from pipeline.bench.curve import distinct_bytes, zipf_trace
+    from pipeline.policies.replay import class_hits, encode
+
+    rows = run_bench(requests=3000, objects=200, points=3, policies=("toy",))
+    keys, sizes = zipf_trace(3000, 200, 20261003)
+    codes = encode(keys)
+    one = int(round(0.10 * distinct_bytes(keys, sizes)))
+    assert [row["policy"] for row in rows] == ["toy"]
+    assert rows[0]["hits"] == int(class_hits("toy", codes, sizes, one).sum()) > 0
+    assert "toy" in capsys.readouterr().out
