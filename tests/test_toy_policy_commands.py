@@ -46,3 +46,17 @@ def test_bench_times_a_policy_without_a_kernel(toy, capsys):
     assert [row["policy"] for row in rows] == ["toy"]
     assert rows[0]["hits"] == int(class_hits("toy", codes, sizes, one).sum()) > 0
     assert "toy" in capsys.readouterr().out
+
+
+def test_the_lists_of_policies_come_from_the_registry(toy, capsys):
+    import pipeline.policies as policies
+
+    assert main(["policies", "--list"]) == 0
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert listed == registry.policy_names() and listed[-1] == "toy"
+    assert policies.HighestKeyFirst is HighestKeyFirst and "HighestKeyFirst" in dir(policies)
+    with pytest.raises(AttributeError):
+        policies.NoSuchPolicy
+    with pytest.raises(SystemExit):
+        main(["policies", "--help"])
+    assert "toy;" in capsys.readouterr().out          # --gpu-policy's choices

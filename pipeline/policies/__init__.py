@@ -1,34 +1,41 @@
 """A family of cache policies on one base (``pipeline.cache.tiers.Tier``: ``access(key, size) ->
 bool``, ``lookup``, ``place``, ``key in cache``, ``used``, ``keys()``), one small module
-each. Their registry entries (name, class, fast paths) are in ``pipeline.cache.registry``;
-``POLICIES``, ``make_policy`` and ``policy_names`` are read from there on first use.
+each. Which policies there are is the registry's word (``pipeline.cache.registry``: name,
+class, fast paths; ``python -m pipeline policies --list``): ``POLICIES``, ``make_policy``,
+``policy_names`` and each registered policy's class by its name (``pipeline.policies.LRU``)
+are read from there on use.
 
 LRU is equal per access to kvlab's own ``LRUCache`` (the contract's class; tests prove it).
-Every other policy follows libCacheSim's default definition (``libCacheSim/cache/eviction/*.c``)
+The built-in others follow libCacheSim's default definition (``libCacheSim/cache/eviction/*.c``)
 so that the cross-check (tests/test_policies_libcachesim.py) can demand identical hits per
 access.
 """
 
 from __future__ import annotations
 
-from pipeline.policies.arc import ARC
 from pipeline.policies.base import Policy
-from pipeline.policies.clock import Clock
-from pipeline.policies.lfu import LFU
-from pipeline.policies.opt import OPT
-from pipeline.policies.s3fifo import S3FIFO
-from pipeline.policies.sieve import Sieve
-from pipeline.policies.simple import FIFO, LRU, MRU
 
-__all__ = ["Policy", "LRU", "FIFO", "MRU", "LFU", "Clock", "Sieve", "S3FIFO", "ARC", "OPT",
-           "POLICIES", "make_policy", "policy_names"]
+__all__ = ["Policy", "POLICIES", "make_policy", "policy_names"]
 _FROM_REGISTRY = ("POLICIES", "make_policy", "policy_names")
 
 
+def _classes() -> dict[str, type]:
+    """Each registered policy's class, by class name (registry order)."""
+    from pipeline.cache import registry
+    return {cls.__name__: cls for cls in registry.POLICIES.values()}
+
+
 def __getattr__(name: str):
-    """``POLICIES``, ``make_policy``, ``policy_names``: the registry's (imported on first use,
-    so the registry can import the policy classes)."""
+    """``POLICIES``, ``make_policy``, ``policy_names`` and the policy classes: the registry's
+    (imported on first use, so the registry can import the policy modules)."""
     if name in _FROM_REGISTRY:
         from pipeline.cache import registry
         return getattr(registry, name)
+    classes = _classes()
+    if name in classes:
+        return classes[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_FROM_REGISTRY, *_classes()})

@@ -1,5 +1,5 @@
-"""Hit ratio of every cache policy (LRU, FIFO, MRU, LFU, CLOCK, SIEVE, S3-FIFO, ARC and
-Belady's OPT as the ceiling) per capacity, on the lab's documents or a Mooncake trace.
+"""Hit ratio of every registered cache policy (``--list`` names them; Belady's OPT is the
+ceiling) per capacity, on the lab's documents or a Mooncake trace.
 
 Default: the lab's document mode (10 documents x 5011 tokens, passes fwd,fwd,rev, one object
 per document). ``--trace PATH``: a Mooncake JSONL trace at object level (each block one
@@ -57,6 +57,13 @@ def policy_name(text: str) -> str:
     return text
 
 
+def policy_list_text() -> str:
+    """One line per registered policy, in registry order: its name and summary."""
+    from pipeline.cache.registry import entry
+
+    return "\n".join(f"{name:8} {entry(name).summary}" for name in POLICIES)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``policies``."""
     work = parser.add_argument_group("workload (default: the lab's documents)")
@@ -70,6 +77,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     work.add_argument("--passes", type=pass_list, default=list(LAB_PASSES),
                       help="lab: reading orders (default fwd,fwd,rev)")
     model = parser.add_argument_group("cache model")
+    model.add_argument("--list", action="store_true",
+                       help="print every registered policy (name and summary) and exit")
     model.add_argument("--gpu-policy", type=policy_list, default=list(POLICIES),
                        metavar="NAMES", help=f"policies of the GPU tier, comma-separated "
                        f"({', '.join(POLICIES)}; default all)")
@@ -249,6 +258,9 @@ def _table(label: str, totals: pl.DataFrame, cpu: int) -> str:
 
 def main(args: argparse.Namespace) -> int:
     """Run the command; print the table (or JSON) and write the Parquet files."""
+    if args.list:
+        print(policy_list_text())
+        return 0
     start = time.perf_counter()
     label, curves, events = simulate(args, events=args.trace is None or args.events)
     staged = Outputs()                  # both files or neither (pipeline.base.staging)
