@@ -60,3 +60,20 @@ def test_the_lists_of_policies_come_from_the_registry(toy, capsys):
     with pytest.raises(SystemExit):
         main(["policies", "--help"])
     assert "toy;" in capsys.readouterr().out          # --gpu-policy's choices
+
+
+LOAD = ["--pattern", "long-doc-qa", "--num-documents", "2", "--document-length", "500",
+        "--latency", "roofline", "--model", "llama-3.1-8b", "--rate", "2"]
+
+
+@pytest.mark.parametrize("option", ["--cpu-model", "--gpu-model"])
+def test_plan_under_load_refuses_a_cache_model_it_would_not_run(toy, option, capsys):
+    assert main(["plan", "--target-ttft-p90-ms", "100", *LOAD, option, "toy"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and f"{option} toy: not with --target-ttft-p90-ms" in error[0]
+
+
+def test_plan_under_load_takes_vllm_by_name(capsys):
+    assert main(["plan", "--target-ttft-p90-ms", "100", *LOAD, "--gpu-model", "vllm",
+                 "--json"]) in (0, 1)
+    assert json.loads(capsys.readouterr().out)["cache_models"] == {"gpu": "vllm", "cpu": None}

@@ -255,11 +255,23 @@ def _write_report(args: argparse.Namespace, evaluator: Evaluator, kv: KVSize, ta
     outputs.commit()
 
 
+def _check_engine_models(args: argparse.Namespace) -> None:
+    """``--target-ttft-p90-ms`` runs the engine model: vLLM's allocator and no CPU tier, so a
+    cache model it would not run is a usage error, not silently dropped."""
+    if args.cpu_model_given:
+        raise UsageError(f"--cpu-model {args.cpu_model}: not with --target-ttft-p90-ms (it "
+                         f"sizes the GPU of an engine without a CPU tier)")
+    if args.gpu_model_given and args.gpu_model != "vllm":
+        raise UsageError(f"--gpu-model {args.gpu_model}: not with --target-ttft-p90-ms (its "
+                         f"engine runs vLLM's allocator, vllm)")
+
+
 def main(args: argparse.Namespace) -> int:
     """Validate everything, fit, search, print (text or --json)."""
     if fleet_requested(args):
         return fleet_plan(args)
     if args.target_ttft_p90_ms is not None:
+        _check_engine_models(args)
         return plan_under_load(args)
     utilization = None
     if getattr(args, "gpu_memory_utilization", None) is not None:
