@@ -77,3 +77,28 @@ def test_plan_under_load_takes_vllm_by_name(capsys):
     assert main(["plan", "--target-ttft-p90-ms", "100", *LOAD, "--gpu-model", "vllm",
                  "--json"]) in (0, 1)
     assert json.loads(capsys.readouterr().out)["cache_models"] == {"gpu": "vllm", "cpu": None}
+
+
+FLEET = ["plan", "--fleet", "--instances", "1", "--pattern", "long-doc-qa", "--num-documents",
+         "2", "--document-length", "500", "--target-hit-ratio", "0.1", "--model",
+         "llama-3.1-8b", "--jobs", "1"]     # in this process: the toy is registered here only
+
+
+def test_plan_fleet_refuses_a_cpu_model_without_a_cpu_tier(toy, capsys):
+    assert main([*FLEET, "--cpu-model", "toy"]) == 2
+    assert "--cpu-model toy needs --cpu SIZE" in capsys.readouterr().err
+
+
+def test_plan_fleet_json_names_the_cpu_model_it_ran(toy, capsys):
+    main([*FLEET, "--cpu-model", "toy", "--cpu", "2000", "--json"])
+    assert json.loads(capsys.readouterr().out)["cache_models"] == {"gpu": "vllm", "cpu": "toy"}
+
+
+def test_simulate_metrics_name_the_cpu_model_it_ran(toy, tmp_path, capsys):
+    out = tmp_path / "sim"
+    assert main(["simulate", "--pattern", "long-doc-qa", "--num-documents", "2",
+                 "--document-length", "500", "--gpu", "64blocks", "--cpu-model", "toy", "--cpu", "2000",
+                 "--latency", "roofline", "--model", "llama-3.1-8b", "--out", str(out)]) == 0
+    capsys.readouterr()
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["models"] == {"gpu": "vllm", "cpu": "toy"}
