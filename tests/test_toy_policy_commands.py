@@ -102,3 +102,34 @@ def test_simulate_metrics_name_the_cpu_model_it_ran(toy, tmp_path, capsys):
     capsys.readouterr()
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["models"] == {"gpu": "vllm", "cpu": "toy"}
+
+
+def _document_hit_ratio(cpu: int, passes: tuple[int, ...]) -> list[float]:
+    """The lab's documents through an LRU GPU (21520 tokens) and a toy CPU tier of ``cpu``
+    tokens fed the GPU's misses, access by access: the hit ratio of each pass."""
+    from pipeline.policies.simple import LRU
+    from pipeline.workloads.documents import documents_workload
+
+    keys, sizes = documents_workload(10, 5011, ["fwd", "fwd", "rev"], None).items()
+    gpu, cpu_tier = LRU(21520), HighestKeyFirst(cpu)
+    served = np.zeros(len(keys))
+    for i, (key, size) in enumerate(zip(keys.tolist(), sizes.tolist())):
+        served[i] = size if gpu.access(key, size) or cpu_tier.access(key, size) else 0
+    per_pass = served.reshape(3, 10).sum(axis=1) / sizes.reshape(3, 10).sum(axis=1)
+    return [float(per_pass[p]) for p in passes]
+
+
+def test_plan_hit_ratio_runs_a_toy_cpu_policy_on_documents(toy, capsys):
+    assert main(["plan", "--target-hit-ratio", "0.6", "--cpu-model", "toy", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["cache_models"] == {"gpu": "lru", "cpu": "toy"}
+    answer = document["answer"]["cpu"]["tokens"]
+    assert min(_document_hit_ratio(answer, (1, 2))) >= 0.6
+    assert min(_document_hit_ratio(answer - 1, (1, 2))) < 0.6      # the smallest
+    assert [row["hit_ratio"] for row in document["figures"]][1:] == \
+        pytest.approx(_document_hit_ratio(answer, (1, 2)))
+
+
+def test_plan_on_documents_still_refuses_an_engine_model(capsys):
+    assert main(["plan", "--target-hit-ratio", "0.6", "--cpu-model", "lmcache"]) == 2
+    assert "--cpu-model lmcache: engine models need block mode" in capsys.readouterr().err

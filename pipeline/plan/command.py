@@ -34,6 +34,8 @@ from pipeline.plan.search import DocumentEvaluator, Evaluator, PlanResult, Targe
 from pipeline.plan.output import answer_fields, backed_plan, describe_target, document_head, \
     model_json, model_lines, models_fields, print_document
 from pipeline.plan.blocks import BlockEvaluator
+from pipeline.plan.policies import PolicyDocumentEvaluator
+from pipeline.cache.registry import policy_names
 from pipeline.base.staging import Outputs
 from pipeline.trace.inputs import add_input_arguments, load_workload
 from pipeline.steptime.plan_load import add_load_plan_arguments, plan_under_load
@@ -163,11 +165,14 @@ def _workload(args: argparse.Namespace) -> tuple[Workload, str, str]:
         raise CLIError(f"--docs/--tokens: the workload has no tokens to cache "
                        f"({documents.docs} documents x {documents.tokens} tokens)")
     if args.block_size is None:
+        policies = policy_names()
         for tier in ("gpu", "cpu"):
             model = getattr(args, f"{tier}_model")
-            if getattr(args, f"{tier}_model_given", False) and model != "block-lru":
+            if getattr(args, f"{tier}_model_given", False) and model != "block-lru" \
+                    and model not in policies:
                 raise UsageError(f"--{tier}-model {model}: engine models need block mode "
-                                 f"(--block-size, a trace PATH or --pattern)")
+                                 f"(--block-size, a trace PATH or --pattern); whole "
+                                 f"documents take a policy ({', '.join(policies)})")
         check_count(documents.docs * len(documents.passes), MAX_ACCESSES,
                     f"--docs {documents.docs} x {len(documents.passes)} --passes", "accesses")
         whole = documents.workload(None)
@@ -179,12 +184,28 @@ def _workload(args: argparse.Namespace) -> tuple[Workload, str, str]:
             f"blocks, passes {','.join(documents.passes)}", "--block-size")
 
 
+def document_policies(args: argparse.Namespace) -> tuple[str, str] | None:
+    """Document mode's (GPU, CPU) policies when a policy was asked for either tier (the
+    other tier: lru), or None: kvlab's TwoTierCache (``block-lru`` names it too)."""
+    policies = policy_names()
+    given = {tier: getattr(args, f"{tier}_model") for tier in ("gpu", "cpu")
+             if getattr(args, f"{tier}_model_given", False)
+             and getattr(args, f"{tier}_model") in policies}
+    if not given:
+        return None
+    return given.get("gpu", "lru"), given.get("cpu", "lru")
+
+
 def _evaluator_builder(args: argparse.Namespace, workload: Workload, description: str,
                 option: str) -> Callable[[int, dict[str, TTFTModel]], Evaluator]:
     """How to build the workload's evaluator at a GPU capacity with TTFT models: document
     mode for whole items, else block mode with the run's models (their options checked
     now)."""
     if workload.block_size is None:
+        chosen = document_policies(args)
+        if chosen is not None:
+            return lambda gpu, models: PolicyDocumentEvaluator(description, workload, gpu,
+                                                               models, *chosen)
         return lambda gpu, models: DocumentEvaluator(description, workload, gpu, models)
     gpu_options, cpu_options = run_options(args, workload.block_size, workload.requests.height,
                                            workload.blocks.height, workload)
