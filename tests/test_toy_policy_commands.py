@@ -133,3 +133,35 @@ def test_plan_hit_ratio_runs_a_toy_cpu_policy_on_documents(toy, capsys):
 def test_plan_on_documents_still_refuses_an_engine_model(capsys):
     assert main(["plan", "--target-hit-ratio", "0.6", "--cpu-model", "lmcache"]) == 2
     assert "--cpu-model lmcache: engine models need block mode" in capsys.readouterr().err
+
+
+def test_trace_files_are_the_toy_models_or_say_whose_they_are(toy, tmp_path, capsys):
+    """requests.parquet is the toy's, request by request (a two-tier replay of its class,
+    GPU tail-first, CPU head-first past the GPU hit); events.parquet, GPU LRU depths, says
+    in its metadata that they are the block-lru model's."""
+    from pipeline.cache.tiers import TwoTier
+
+    docs = [[d * 100 + b for b in range(3)] for d in range(5)]
+    order = [0, 1, 2, 0, 3, 4, 1, 0, 2, 3, 4, 0]
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": i, "input_length": 3 * 512 + 100,
+                                         "output_length": 1, "hash_ids": docs[d] + [9000 + i]})
+                             + "\n" for i, d in enumerate(order)))
+    out = tmp_path / "out"
+    assert main(["trace", str(trace), "--gpu", "4blocks", "--cpu", "6blocks", "--gpu-model",
+                 "toy", "--cpu-model", "toy", "--no-report", "--json", "--out", str(out)]) == 0
+    capsys.readouterr()
+    tiers = TwoTier(HighestKeyFirst(4), HighestKeyFirst(6))
+    expected = []
+    for d in order:
+        keys = docs[d]
+        g, c = tiers.gpu.lookup(keys), tiers.cpu.lookup(keys)
+        tiers.gpu.place(keys[::-1])
+        tiers.cpu.place(keys[g:])
+        expected.append((g * 512, max(0, c - g) * 512))
+    requests = pl.read_parquet(out / "requests.parquet").sort("request")
+    assert set(requests["gpu_model"].cast(pl.String)) == {"toy"}
+    assert list(zip(requests["gpu_hit_tokens"], requests["cpu_hit_tokens"])) == expected
+    assert any(cpu for _, cpu in expected)
+    metadata = pl.read_parquet_metadata(out / "events.parquet")
+    assert metadata["kvlab.model"] == "block-lru" and "requests.parquet" in metadata["kvlab.about"]
