@@ -160,7 +160,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "pipeline.measure.llamacpp.compare", "pipeline.measure.llamacpp.engine",
         "pipeline.ttft.model", "pipeline.ttft.latency", "pipeline.ttft.attribution",
         "pipeline.ttft.configs", "pipeline.ttft.measured_setup", "pipeline.plan.search",
-        "pipeline.plan.blocks", "pipeline.engine_caches.options", "pipeline.ttft.scope",
+        "pipeline.plan.blocks", "pipeline.plan.policies", "pipeline.engine_caches.options",
+        "pipeline.ttft.scope",
         "pipeline.ttft.inputs",
         # the engine loop and its step-time models (their own branches)
         "pipeline.engine", "pipeline.engine.*", "pipeline.steptime", "pipeline.steptime.*",
