@@ -137,8 +137,8 @@ def test_plan_on_documents_still_refuses_an_engine_model(capsys):
 
 def test_trace_files_are_the_toy_models_or_say_whose_they_are(toy, tmp_path, capsys):
     """requests.parquet is the toy's, request by request (a two-tier replay of its class,
-    GPU tail-first, CPU head-first past the GPU hit); events.parquet, GPU LRU depths, says
-    in its metadata that they are the block-lru model's."""
+    GPU tail-first, CPU head-first past the GPU hit); the page says that its GPU curves and
+    reuse distances (events.parquet's depths) are the block-lru model's."""
     from pipeline.cache.tiers import TwoTier
 
     docs = [[d * 100 + b for b in range(3)] for d in range(5)]
@@ -149,7 +149,8 @@ def test_trace_files_are_the_toy_models_or_say_whose_they_are(toy, tmp_path, cap
                              + "\n" for i, d in enumerate(order)))
     out = tmp_path / "out"
     assert main(["trace", str(trace), "--gpu", "4blocks", "--cpu", "6blocks", "--gpu-model",
-                 "toy", "--cpu-model", "toy", "--no-report", "--json", "--out", str(out)]) == 0
+                 "toy", "--cpu-model", "toy", "--report", str(tmp_path / "trace.html"), "--json",
+                 "--out", str(out)]) == 0
     capsys.readouterr()
     tiers = TwoTier(HighestKeyFirst(4), HighestKeyFirst(6))
     expected = []
@@ -163,5 +164,6 @@ def test_trace_files_are_the_toy_models_or_say_whose_they_are(toy, tmp_path, cap
     assert set(requests["gpu_model"].cast(pl.String)) == {"toy"}
     assert list(zip(requests["gpu_hit_tokens"], requests["cpu_hit_tokens"])) == expected
     assert any(cpu for _, cpu in expected)
-    metadata = pl.read_parquet_metadata(out / "events.parquet")
-    assert metadata["kvlab.model"] == "block-lru" and "requests.parquet" in metadata["kvlab.about"]
+    page = (tmp_path / "trace.html").read_text(encoding="utf-8")
+    assert ("CPU head-first (toy); the GPU capacity curves and reuse distances are the "
+            "block-lru model&#x27;s") in page

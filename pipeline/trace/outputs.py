@@ -23,18 +23,10 @@ if TYPE_CHECKING:                       # altair is imported only when a report 
     from pipeline.charts.parts import Units
 
 __all__ = ["Models", "name_models", "check_writable", "add_frames", "summary",
-           "add_report", "report_page", "FRAMES", "EVENTS_METADATA"]
+           "add_report", "report_page", "FRAMES"]
 
 #: The Parquet files ``trace`` writes under ``--out``.
 FRAMES = ("events", "requests", "points", "request_info")
-
-#: events.parquet's key-value metadata: whose depths its rows are, whatever models ran
-EVENTS_METADATA = {
-    "kvlab.model": "block-lru",
-    "kvlab.about": "GPU LRU stack depths of the workload (the block-lru model's), whatever "
-                   "--gpu-model ran: a stack distance exists for a stack algorithm only; the "
-                   "models that ran are in requests.parquet and points.parquet (gpu_model, "
-                   "cpu_model)"}
 
 
 class Models(NamedTuple):
@@ -93,7 +85,7 @@ def add_frames(staged: Outputs, folder: Path, events: pl.DataFrame, per_request:
     sizes = {}
     for name, frame in zip(FRAMES, (events, per_request, points, requests)):
         path = Path(folder) / f"{name}.parquet"
-        content = parquet_bytes(frame, metadata=EVENTS_METADATA if name == "events" else None)
+        content = parquet_bytes(frame)
         staged.add(path, content, "--out")
         sizes[name] = {"path": str(path), "rows": frame.height, "bytes": len(content),
                        "bytes_per_row": len(content) / max(frame.height, 1)}
