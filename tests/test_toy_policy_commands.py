@@ -97,7 +97,8 @@ def test_plan_fleet_json_names_the_cpu_model_it_ran(toy, capsys):
 def test_simulate_metrics_name_the_cpu_model_it_ran(toy, tmp_path, capsys):
     out = tmp_path / "sim"
     assert main(["simulate", "--pattern", "long-doc-qa", "--num-documents", "2",
-                 "--document-length", "500", "--gpu", "64blocks", "--cpu-model", "toy", "--cpu", "2000",
+                 "--document-length", "500", "--gpu", "64blocks", "--cpu-model", "toy",
+                 "--cpu", "2000",
                  "--latency", "roofline", "--model", "llama-3.1-8b", "--out", str(out)]) == 0
     capsys.readouterr()
     metrics = json.loads((out / "metrics.json").read_text())
