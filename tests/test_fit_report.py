@@ -62,7 +62,7 @@ def test_frame_is_every_request_simulated_with_the_files_coefficients(fitted, ca
 def test_bad_fitted_file_is_one_error_naming_it(tmp_path, fitted):
     bad = tmp_path / "f.json"
     bad.write_text("{")
-    with pytest.raises(ValueError, match=r"f\.json: cannot read"):
+    with pytest.raises(ValueError, match=r"f\.json:1: not JSON"):
         fitted_requests(bad)
     bad.write_text(json.dumps({"kind": "other"}))
     with pytest.raises(ValueError, match=r"f\.json: not a fitted step-time file"):

@@ -8,19 +8,19 @@ least-squares value came out negative), ``prompt_tokens_range`` (the
 fitted requests' prompt lengths: the range the figures are backed on), ``source`` (files),
 ``holdout``, plus ``engine_model`` (the scheduler settings simulated), ``provenance``, the
 fit's residuals and, with ``fit --machine-load``, ``machine_load`` (the step-time scale per
-unit of load average; the coefficients are then an idle machine's). ``check_fitted`` validates a document as a reader would.
+unit of load average; the coefficients are then an idle machine's). Readers check it with
+``pipeline.steptime.fitted_file.read_fitted``.
 """
 
 from __future__ import annotations
 
 import math
 
-from pipeline.fit.schedule import FEATURES, SPEC_FEATURES
+from pipeline.fit.schedule import FEATURES
 from pipeline.fit.solve import Fit
+from pipeline.steptime.fitted_file import FITTED_KIND, VERSION
 
-__all__ = ["KIND", "VERSION", "check_fitted", "fitted_document"]
-
-KIND, VERSION = "fitted-step-time", 1
+__all__ = ["fitted_document"]
 
 
 def _number(value: float) -> float | None:
@@ -41,7 +41,7 @@ def fitted_document(fit: Fit, *, engine: str, served_model: str | None,
         "meaning": "step times = (1 + per_load_average x load average) x the linear model of "
                    "coefficients: the coefficients are an idle machine's (load 0)"}}
     return {
-        "kind": KIND, "version": VERSION, "engine": engine, "served_model": served_model,
+        "kind": FITTED_KIND, "version": VERSION, "engine": engine, "served_model": served_model,
         "kv_bytes_per_token": kv_bytes_per_token,
         "coefficients": {name: _number(fit.coefficients[name]) or 0.0 for name in FEATURES},
         "stderr": {name: _number(fit.stderr[name]) for name in FEATURES},
@@ -62,25 +62,3 @@ def fitted_document(fit: Fit, *, engine: str, served_model: str | None,
                 "notes": fit.notes},
         "residuals": residuals, **extra,
     }
-
-
-def check_fitted(document: object, where: str) -> dict:
-    """``document`` if it is a fitted JSON this version reads; ValueError naming ``where``."""
-    if not isinstance(document, dict) or document.get("kind") != KIND:
-        raise ValueError(f"{where}: not a fitted step-time file (kind {KIND!r})")
-    if document.get("version") != VERSION:
-        raise ValueError(f"{where}: version {document.get('version')!r}, expected {VERSION}")
-    coefficients = document.get("coefficients")
-    if (not isinstance(coefficients, dict) or not set(SPEC_FEATURES) <= set(coefficients)
-            or not set(coefficients) <= set(FEATURES)):
-        raise ValueError(f"{where}: coefficients must have {', '.join(SPEC_FEATURES)} "
-                         f"(and optionally attention_pair_ms)")
-    for name, value in coefficients.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-            raise ValueError(f"{where}: coefficients.{name} must be a number >= 0")
-    span = document.get("prompt_tokens_range")
-    if (not isinstance(span, list) or len(span) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) for v in span)
-            or not 0 <= span[0] <= span[1]):
-        raise ValueError(f"{where}: prompt_tokens_range must be [lo, hi] integers, lo <= hi")
-    return document

@@ -17,7 +17,6 @@ The report only draws what this returns (``pipeline.charts.fitted_ttft``).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +26,7 @@ import polars as pl
 from pipeline.base.config import ROOT
 from pipeline.base.errors import CLIError
 from pipeline.fit.evaluate import holdout_masks, predictions
-from pipeline.fit.fitted import check_fitted
+from pipeline.steptime.fitted_file import read_fitted
 from pipeline.fit.inputs import Run, load_runs
 from pipeline.fit.schedule import FEATURES, EngineModel, serial_schedule, simulate_run
 
@@ -90,10 +89,7 @@ def fitted_requests(path: str | Path = FITTED_FILE, root: Path = ROOT) -> Fitted
     """The frame and provenance described above; ValueError naming the file when it, or a
     measurement it names, cannot be read."""
     path = Path(path)
-    try:
-        document = check_fitted(json.loads(path.read_text(encoding="utf-8")), str(path))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: cannot read a fitted file ({exc})") from None
+    document = read_fitted(path)
     sources = [root / s if not Path(s).is_absolute() else Path(s)
                for s in document.get("source") or []]
     if not sources:
@@ -103,7 +99,7 @@ def fitted_requests(path: str | Path = FITTED_FILE, root: Path = ROOT) -> Fitted
     except CLIError as exc:
         raise ValueError(str(exc)) from None
     coefficients = document["coefficients"]
-    beta = np.array([float(coefficients.get(name, 0.0)) for name in FEATURES])
+    beta = np.array([float(coefficients.get(name) or 0.0) for name in FEATURES])
     engines = [EngineModel.from_dict(document.get("engine_model") or run.engine_model)
                for run in runs]
     holdout = document.get("holdout") or {}

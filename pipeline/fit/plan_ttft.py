@@ -20,13 +20,12 @@ different served model, a different KV size per token, or prompts outside the fi
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
-from pipeline.fit.fitted import check_fitted
+from pipeline.steptime.fitted_file import read_fitted
 
 __all__ = ["StepTimeTTFT", "fitted_problem", "load_step_time_ttft"]
 
@@ -84,21 +83,14 @@ class StepTimeTTFT:
 def load_step_time_ttft(path: str | Path) -> StepTimeTTFT:
     """The fitted file at ``path``; ValueError (one line naming it) when it is not one."""
     path = Path(path)
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise ValueError(f"{path}: not JSON") from None
-    document = check_fitted(document, str(path))
+    document = read_fitted(path)
     chunk = (document.get("engine_model") or {}).get("max_num_batched_tokens")
-    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-        raise ValueError(f"{path}: engine_model.max_num_batched_tokens must be an integer >= 1")
+    if chunk is None:
+        raise ValueError(f"{path}: engine_model.max_num_batched_tokens is missing (plan "
+                         f"prefills in chunks of it)")
     lo, hi = document["prompt_tokens_range"]
     per_load = (document.get("machine_load") or {}).get("per_load_average") or 0.0
-    if isinstance(per_load, bool) or not isinstance(per_load, (int, float)) or per_load < 0:
-        raise ValueError(f"{path}: machine_load.per_load_average must be a number >= 0")
-    return StepTimeTTFT({k: float(v) for k, v in document["coefficients"].items()}, chunk,
+    return StepTimeTTFT({k: float(v or 0.0) for k, v in document["coefficients"].items()}, chunk,
                         path.name, document.get("served_model"),
                         document.get("kv_bytes_per_token"), (lo, hi),
                         per_load=float(per_load))

@@ -22,14 +22,13 @@ import numpy as np
 import polars as pl
 
 from pipeline.fit.inputs import Run
+from pipeline.steptime.fitted_file import NAMES
 
 __all__ = ["FEATURES", "EngineModel", "Schedule", "engine_schedule", "serial_schedule",
            "simulate_run", "step_features"]
 
-FEATURES = ("fixed_ms", "prefill_token_ms", "context_token_ms", "decode_seq_ms",
-            "reload_token_ms", "attention_pair_ms")
-#: the engine contract's five; ``attention_pair_ms`` is the sixth (ENGINE-SPEC, Changes)
-SPEC_FEATURES = FEATURES[:5]
+#: the linear step-time form's coefficients, in its order (``steptime.fitted_file.TERMS``)
+FEATURES = NAMES
 
 
 def attention_pairs(new: int, before: int) -> int:

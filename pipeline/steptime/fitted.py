@@ -6,8 +6,8 @@ context + decode_seq_ms x decode sequences + reload_token_ms x reloaded tokens``
 query-key pairs under the causal mask, ``StepCost.attention_pairs``; absent = 0).
 
 The file (``{"kind": "fitted-step-time", "version": 1, ...}``, see ENGINE-SPEC) is checked
-whole by ``load_latency(path)``: a bad one is refused with one line naming the file and the
-field. A coefficient the fit could not identify (listed in ``unidentified``, its value null
+whole by ``fitted_file.read_fitted``: a bad one is refused with one line naming the file and
+the field. A coefficient the fit could not identify (listed in ``unidentified``, its value null
 or a number) counts as 0 ms and the model's ``notes`` say so, as they say when the
 simulated prompts leave the fitted ``prompt_tokens_range``.
 
@@ -19,8 +19,6 @@ simulated prompts leave the fitted ``prompt_tokens_range``.
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,14 +27,10 @@ from typing import Any
 import numpy as np
 
 from pipeline.steptime.cost import StepCost, step_cost
+from pipeline.steptime.fitted_file import (COEFFICIENTS, FITTED_KIND, NAMES, OPTIONAL,
+                                           read_fitted)
 
 __all__ = ["COEFFICIENTS", "OPTIONAL", "Linear", "load_latency", "FITTED_KIND"]
-
-COEFFICIENTS = ("fixed_ms", "prefill_token_ms", "context_token_ms", "decode_seq_ms",
-                "reload_token_ms")
-#: optional coefficients: absent means 0 (files written before they existed)
-OPTIONAL = ("attention_pair_ms",)
-FITTED_KIND = "fitted-step-time"
 
 
 @dataclass(frozen=True)
@@ -106,62 +100,19 @@ class Linear:
                 f"{lo}..{hi} tokens: the fitted step time is extrapolated there")
 
 
-def _fail(path: Path, what: str) -> ValueError:
-    return ValueError(f"{path}: {what}")
-
-
-def _number(path: Path, where: str, value: Any, allow_null: bool = False) -> float | None:
-    if value is None and allow_null:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _fail(path, f"{where} must be a finite number, got {value!r}")
-    return float(value)
-
-
 def load_latency(path: str | Path) -> Linear:
     """The ``Linear`` model of a fitted-step-time JSON file; ValueError naming the file."""
     path = Path(path)
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise _fail(path, f"cannot read it ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise _fail(path, "not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}:{exc.lineno}: not JSON ({exc.msg})") from None
-    if not isinstance(document, dict) or document.get("kind") != FITTED_KIND:
-        raise _fail(path, f'not a fitted step-time file (expected "kind": "{FITTED_KIND}")')
-    if document.get("version") != 1:
-        raise _fail(path, f"version {document.get('version')!r} is not supported (expected 1)")
-    given = document.get("coefficients")
-    if not isinstance(given, dict):
-        raise _fail(path, '"coefficients" must be an object')
-    names = COEFFICIENTS + OPTIONAL
-    unidentified = document.get("unidentified", [])
-    if not isinstance(unidentified, list) or any(n not in names for n in unidentified):
-        raise _fail(path, f'"unidentified" must list coefficient names of '
-                          f'{", ".join(names)}, got {unidentified!r}')
+    document = read_fitted(path)
+    given, unidentified = document["coefficients"], document.get("unidentified", [])
     coefficients, notes = {}, []
-    for name in names:
+    for name in NAMES:
         if name not in given:
-            if name in OPTIONAL:
-                continue
-            raise _fail(path, f'"coefficients" lacks {name}')
-        value = _number(path, f"coefficients.{name}", given[name], name in unidentified)
+            continue
+        coefficients[name] = 0.0 if name in unidentified else float(given[name])
         if name in unidentified:
             notes.append(f"{name} was not identified by the fit: taken as 0 ms")
-            value = 0.0
-        coefficients[name] = value
-    kv = document.get("kv_bytes_per_token")
-    if kv is not None and (isinstance(kv, bool) or not isinstance(kv, int) or kv < 1):
-        raise _fail(path, f"kv_bytes_per_token must be an integer >= 1, got {kv!r}")
-    span = document.get("prompt_tokens_range")
-    if span is not None:
-        if (not isinstance(span, list) or len(span) != 2
-                or not all(isinstance(v, int) and not isinstance(v, bool) for v in span)
-                or span[0] > span[1]):
-            raise _fail(path, f"prompt_tokens_range must be [lo, hi] integers, got {span!r}")
-        span = (span[0], span[1])
+    kv, span = document.get("kv_bytes_per_token"), tuple(document["prompt_tokens_range"])
     stderr = document.get("stderr") or {}
     engine, served = document.get("engine", "?"), document.get("served_model", "?")
     sources = document.get("source") or []
