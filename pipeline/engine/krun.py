@@ -25,11 +25,16 @@ from pipeline.engine.layout import (
     C_MAXSEQS, COMPUTED, G_ERROR, G_FIN, G_NEV, G_NFREE, G_NRUN, G_QHEAD, G_QLEN, G_STEP,
     G_WLEN, HOLDS, INFLIGHT, MAXTOK, NBLK, NPROMPT, NTOK, STALE, X_CONTEXT, X_DECODE, X_FREE,
     X_NFIRST, X_NRUN, X_NSCHED, X_NWAIT, X_PREFILL, X_Q, X_RELOAD, X_STEP)
+from pipeline.steptime.fitted_file import TERMS
 
 __all__ = ["run_loop", "run_until", "advance", "step_once", "step_time", "MODEL_NONE",
            "MODEL_LINEAR", "MODEL_ROOFLINE", "DONE", "FULL", "STUCK", "STEP_FIELDS"]
 
 MODEL_NONE, MODEL_LINEAR, MODEL_ROOFLINE = 0, 1, 2
+#: the step quantities ``step_time`` passes ``linear_ms``, in this order
+QUANTITIES = ("one", "prefill_tokens", "decode_seqs", "context_tokens", "reload_tokens",
+              "attention_pairs")
+_TERM_AT = tuple(QUANTITIES.index(quantity) for _, quantity in TERMS)
 DONE, FULL, STUCK = 0, 1, 2
 #: Engine calls in a row that execute nothing before the run is declared stuck.
 STUCK_CALLS = 64
@@ -52,11 +57,7 @@ def step_time(S, model, coef):
     else:
         pairs = context                               # decodes only: one query each
     if model == MODEL_LINEAR:
-        ms = coef[0] + coef[1] * prefill + coef[2] * context + coef[3] * decodes \
-            + coef[4] * reload
-        if coef[5] != 0.0:
-            ms += coef[5] * pairs
-        return ms
+        return linear_ms(coef, (1, prefill, decodes, context, reload, pairs))
     overhead, per_token, per_sample, per_pair, weights, per_context, per_reload = \
         coef[0], coef[1], coef[2], coef[3], coef[4], coef[5], coef[6]
     tokens = prefill + decodes
@@ -65,6 +66,16 @@ def step_time(S, model, coef):
     compute = per_token * tokens + per_sample * (decodes + REC[X_NFIRST]) + per_pair * pairs
     memory = weights + per_context * context
     return overhead + max(compute, memory) + per_reload * reload
+
+
+@helper
+def linear_ms(coef, quantities):
+    """The linear form: ``coef`` in ``TERMS`` order times the step's ``QUANTITIES``
+    (``_TERM_AT`` says where each term's quantity sits), summed in that order."""
+    ms = 0.0
+    for j in range(len(_TERM_AT)):
+        ms += coef[j] * quantities[_TERM_AT[j]]
+    return ms
 
 
 @inlined

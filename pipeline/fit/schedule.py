@@ -22,7 +22,8 @@ import numpy as np
 import polars as pl
 
 from pipeline.fit.inputs import Run
-from pipeline.steptime.fitted_file import NAMES
+from pipeline.steptime.cost import step_cost
+from pipeline.steptime.fitted_file import NAMES, TERMS
 
 __all__ = ["FEATURES", "EngineModel", "Schedule", "engine_schedule", "serial_schedule",
            "simulate_run", "step_features"]
@@ -130,11 +131,11 @@ def serial_schedule(run: Run, engine: EngineModel, coefficients: np.ndarray) -> 
 
 
 def step_features(record) -> tuple[float, ...]:
-    """A step's regressors, in ``FEATURES`` order (the fitted step time is their dot
-    product with the coefficients)."""
-    pairs = sum(attention_pairs(new, before) for _, new, before in record.scheduled)
-    return (1.0, float(record.prefill_tokens), float(record.context_tokens),
-            float(record.decode_seqs), float(record.reload_tokens), float(pairs))
+    """A step's regressors, the quantities of ``TERMS`` in order (the fitted step time is
+    their dot product with the coefficients)."""
+    cost = step_cost(record)
+    return tuple(1.0 if quantity == "one" else float(getattr(cost, quantity))
+                 for _, quantity in TERMS)
 
 
 def engine_schedule(run: Run, engine: EngineModel, coefficients: np.ndarray) -> Schedule:

@@ -28,7 +28,7 @@ import numpy as np
 
 from pipeline.steptime.cost import StepCost, step_cost
 from pipeline.steptime.fitted_file import (COEFFICIENTS, FITTED_KIND, NAMES, OPTIONAL,
-                                           read_fitted)
+                                           TERMS, read_fitted)
 
 __all__ = ["COEFFICIENTS", "OPTIONAL", "Linear", "load_latency", "FITTED_KIND"]
 
@@ -51,39 +51,37 @@ class Linear:
             raise ValueError(f"missing coefficient(s) {', '.join(missing)}")
 
     def step_ms(self, record: Any) -> float:
-        """Milliseconds of one executed batch."""
+        """Milliseconds of one executed batch: ``TERMS`` summed in their order."""
         cost: StepCost = step_cost(record)
-        c = self.coefficients
-        ms = (c["fixed_ms"] + c["prefill_token_ms"] * cost.prefill_tokens
-              + c["context_token_ms"] * cost.context_tokens
-              + c["decode_seq_ms"] * cost.decode_seqs
-              + c["reload_token_ms"] * cost.reload_tokens)
-        pair = c.get("attention_pair_ms", 0.0)
-        if pair:
-            if cost.attention_pairs is None:
-                raise ValueError("attention_pair_ms needs the scheduled requests of a step "
-                                 "(a StepRecord), not only its totals")
-            ms += pair * cost.attention_pairs
-        return ms
+        if self.coefficients.get("attention_pair_ms", 0.0) and cost.attention_pairs is None:
+            raise ValueError("attention_pair_ms needs the scheduled requests of a step "
+                             "(a StepRecord), not only its totals")
+        return self._sum(lambda quantity: 1 if quantity == "one" else getattr(cost, quantity))
 
     def decode_run_ms(self, num_running: int, context_base: int, count: int) -> np.ndarray:
         """Milliseconds of ``count`` consecutive pure decode steps (an engine DecodeRun):
         step j has ``num_running`` decodes over ``context_base + num_running x j`` context
-        tokens (as many attention pairs), no prefill, no reload."""
-        c = self.coefficients
+        tokens (as many attention pairs), no prefill, no reload; ``step_ms``'s sum, so
+        every element equals it bit for bit."""
         context = (context_base + num_running * np.arange(count)).astype(np.float64)
-        # step_ms's arithmetic in its order, so every element equals it bit for bit
-        ms = c["fixed_ms"] + c["context_token_ms"] * context + c["decode_seq_ms"] * num_running
-        pair = c.get("attention_pair_ms", 0.0)
-        return ms + pair * context if pair else ms
+        run = {"one": 1, "decode_seqs": num_running, "context_tokens": context,
+               "attention_pairs": context}
+        return self._sum(lambda quantity: run.get(quantity, 0)) + np.zeros(count)
+
+    def _sum(self, value: Any) -> Any:
+        """Sum over ``TERMS`` in order of coefficient x ``value(quantity)`` (a term whose
+        coefficient is 0 or absent is skipped)."""
+        ms = 0.0
+        for name, quantity in TERMS:
+            coefficient = self.coefficients.get(name, 0.0)
+            if coefficient or name == "fixed_ms":
+                ms = ms + coefficient * value(quantity)
+        return ms
 
     def kernel_coefficients(self) -> tuple[str, tuple[float, ...]]:
-        """For the engine's compiled loop: ("linear", (fixed, prefill token, context token,
-        decode seq, reload token, attention pair) ms), ``step_ms``'s terms in its order."""
-        c = self.coefficients
-        return "linear", (c["fixed_ms"], c["prefill_token_ms"], c["context_token_ms"],
-                          c["decode_seq_ms"], c["reload_token_ms"],
-                          c.get("attention_pair_ms", 0.0))
+        """For the engine's compiled loop: ("linear", the coefficients in ``TERMS`` order);
+        ``krun.linear_ms`` sums them as ``step_ms`` does."""
+        return "linear", tuple(self.coefficients.get(name, 0.0) for name in NAMES)
 
     def range_note(self, prompt_tokens: Any) -> str | None:
         """A note when prompts (an iterable of lengths) leave the fitted range, else None."""
