@@ -1,8 +1,11 @@
-"""The compiled engine's linear step time is ``Linear.step_ms`` (the one ``TERMS`` order)."""
+"""The linear step form is defined once (``TERMS``): the compiled engine prices batches as
+``Linear.step_ms`` does, and plan's closed-form TTFT is the engine's."""
 
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -11,6 +14,7 @@ from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.krun import QUANTITIES
 from pipeline.engine.loop import simulate
 from pipeline.engine.request import SimRequest
+from pipeline.fit.plan_ttft import StepTimeTTFT
 from pipeline.fit.schedule import FEATURES
 from pipeline.steptime import Linear, StepCost
 from pipeline.steptime.fitted_file import NAMES, TERMS
@@ -51,3 +55,27 @@ def test_the_kernel_prices_every_batch_as_step_ms(values, pairs, seed, budget):
                       step_ms=lambda record: model.step_ms(record))
     assert compiled.steps["duration_ms"].to_list() == python.steps["duration_ms"].to_list()
     assert compiled.steps.height == python.steps.height > 0
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(COEFFICIENT, min_size=6, max_size=6), st.integers(1, 1500),
+       st.integers(0, 1500), st.integers(1, 600), st.sampled_from([64, 256, 1000]))
+def test_plans_closed_form_is_the_engines_ttft_of_a_request_alone(values, shared, fresh,
+                                                                   first_fresh, chunk):
+    """plan --latency's TTFT (``StepTimeTTFT``) is the engine's under the same coefficients:
+    a request after another that left ``shared`` tokens of its prompt cached."""
+    coefficients = dict(zip(NAMES, values))
+    prompts = [np.arange(shared + first_fresh),
+               np.concatenate((np.arange(shared), 10_000 + np.arange(fresh + 1)))]
+    requests = [SimRequest(i, p, 2, arrival_s=1e6 * i) for i, p in enumerate(prompts)]
+    config = SchedulerConfig(num_gpu_blocks=400, max_model_len=4096,
+                             max_num_batched_tokens=chunk)
+    frame = simulate(requests, config, clock="time",
+                     step_ms=Linear(coefficients).step_ms).requests
+    closed = StepTimeTTFT(coefficients, chunk, "f.json", None, None, (1, 4096))
+    predicted = frame.select(
+        pl.col("gpu_hit_tokens").alias("gpu_tokens"), pl.lit(0).alias("cpu_tokens"),
+        (pl.col("prompt_tokens") - pl.col("gpu_hit_tokens")).alias("miss_tokens"),
+    ).select(closed.expression())
+    assert predicted.to_series().to_list() == pytest.approx(frame["ttft_ms"].to_list(),
+                                                            rel=1e-9, abs=1e-5)

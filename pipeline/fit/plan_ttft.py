@@ -11,8 +11,8 @@ tokens, the chunks attend ``k h + chunk k (k - 1) / 2 + m`` context tokens in al
            + (m h + m (m + 1) / 2) attention_pair
 
 (the query-key pairs of the new tokens do not depend on the chunking)
-with the fitted coefficients in ms (``expression`` is this as a polars expression on plan's
-token columns). A ``fit --machine-load`` file's coefficients are an idle machine's; ``describe`` says so.
+with the fitted coefficients in ms: the linear step form (``steptime``'s ``TERMS``) of the
+request's steps' totals (``expression``: a polars expression on plan's token columns). A ``fit --machine-load`` file's coefficients are an idle machine's; ``describe`` says so.
 ``fitted_problem`` says why a fitted file cannot back a workload's TTFT: a
 different served model, a different KV size per token, or prompts outside the fitted
 ``prompt_tokens_range``.
@@ -20,12 +20,14 @@ different served model, a different KV size per token, or prompts outside the fi
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
+from functools import reduce
 from pathlib import Path
 
 import polars as pl
 
-from pipeline.steptime.fitted_file import read_fitted
+from pipeline.steptime.fitted_file import TERMS, read_fitted
 
 __all__ = ["StepTimeTTFT", "fitted_problem", "load_step_time_ttft"]
 
@@ -57,9 +59,10 @@ class StepTimeTTFT:
         k = (m / self.chunk).ceil()
         attended = k * h + self.chunk * k * (k - 1) / 2 + m
         pairs = m * h + m * (m + 1) / 2          # every new token attends to all before it
-        reloaded = pl.min_horizontal(cpu, h)
-        return (k * c["fixed_ms"] + m * c["prefill_token_ms"] + attended * c["context_token_ms"]
-                + reloaded * c["reload_token_ms"] + pairs * c.get("attention_pair_ms", 0.0))
+        totals = {"one": k, "prefill_tokens": m, "context_tokens": attended,
+                  "decode_seqs": pl.lit(0.0), "reload_tokens": pl.min_horizontal(cpu, h),
+                  "attention_pairs": pairs}          # the request's steps, summed
+        return reduce(operator.add, (totals[q] * c.get(name, 0.0) for name, q in TERMS))
 
     def unpriced_tiers(self) -> list[str]:
         return []
