@@ -1,16 +1,13 @@
 """The fitted step-time JSON (the engine contract's ``fitted-step-time``, version 1).
 
-``fitted_document`` builds it from a fit: ``kind``, ``version``, ``engine``,
-``served_model``, ``kv_bytes_per_token``, ``coefficients`` and ``stderr`` (milliseconds per
-step, per prefilled token, per attended context token, per decode sequence, per reloaded
-token, and ``attention_pair_ms`` per query-key pair: see ENGINE-SPEC's Changes), ``unidentified`` (names) with ``unidentified_why``, ``held_at_zero`` (coefficients whose
-least-squares value came out negative), ``prompt_tokens_range`` (the
-fitted requests' prompt lengths: the range the figures are backed on), ``source`` (files),
-``holdout``, plus ``engine_model`` (the scheduler settings simulated), ``provenance``, the
-fit's residuals and, with ``fit --machine-load``, ``machine_load`` (the step-time scale per
-unit of load average; the coefficients are then an idle machine's). Readers check it with
-``pipeline.steptime.fitted_file.read_fitted``.
-"""
+``fitted_document`` builds it from a fit: ``kind``, ``version``, ``engine``, ``served_model``,
+``kv_bytes_per_token``, ``coefficients`` and ``stderr`` (``steptime.fitted_file.TERMS``, in
+ms), ``unidentified`` (names) with ``unidentified_why``, ``held_at_zero`` (coefficients whose
+least-squares value came out negative), ``prompt_tokens_range`` (the fitted prompt lengths:
+the range the figures are backed on), ``source`` (files), ``holdout``, ``engine_model`` (the
+scheduler settings simulated), ``provenance``, the residuals and, with ``fit
+--machine-load``, ``machine_load`` (the step-time scale per unit of load average; the
+coefficients are then an idle machine's). Read by ``steptime.fitted_file.read_fitted``."""
 
 from __future__ import annotations
 

@@ -56,12 +56,11 @@ class StepTimeTTFT:
         context = gpu + cpu + miss
         m = pl.max_horizontal(miss, pl.min_horizontal(context, pl.lit(1.0)))
         h = context - m
-        k = (m / self.chunk).ceil()
-        attended = k * h + self.chunk * k * (k - 1) / 2 + m
-        pairs = m * h + m * (m + 1) / 2          # every new token attends to all before it
-        totals = {"one": k, "prefill_tokens": m, "context_tokens": attended,
-                  "decode_seqs": pl.lit(0.0), "reload_tokens": pl.min_horizontal(cpu, h),
-                  "attention_pairs": pairs}          # the request's steps, summed
+        k = (m / self.chunk).ceil()                # the request's steps' totals:
+        totals = {"one": k, "prefill_tokens": m, "decode_seqs": pl.lit(0.0),
+                  "context_tokens": k * h + self.chunk * k * (k - 1) / 2 + m,
+                  "reload_tokens": pl.min_horizontal(cpu, h),
+                  "attention_pairs": m * h + m * (m + 1) / 2}
         return reduce(operator.add, (totals[q] * c.get(name, 0.0) for name, q in TERMS))
 
     def unpriced_tiers(self) -> list[str]:
@@ -89,8 +88,7 @@ def load_step_time_ttft(path: str | Path) -> StepTimeTTFT:
     document = read_fitted(path)
     chunk = (document.get("engine_model") or {}).get("max_num_batched_tokens")
     if chunk is None:
-        raise ValueError(f"{path}: engine_model.max_num_batched_tokens is missing (plan "
-                         f"prefills in chunks of it)")
+        raise ValueError(f"{path}: engine_model.max_num_batched_tokens is missing")
     lo, hi = document["prompt_tokens_range"]
     per_load = (document.get("machine_load") or {}).get("per_load_average") or 0.0
     return StepTimeTTFT({k: float(v or 0.0) for k, v in document["coefficients"].items()}, chunk,

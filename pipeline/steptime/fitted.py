@@ -1,15 +1,10 @@
-"""Fitted step-time coefficients: the ``Linear`` model and the JSON file ``fit`` writes.
+"""Fitted step-time coefficients: the ``Linear`` model of the JSON file ``fit`` writes.
 
-``step_ms = fixed_ms + prefill_token_ms x prefill tokens + context_token_ms x attended
-context + decode_seq_ms x decode sequences + reload_token_ms x reloaded tokens``, plus
-``attention_pair_ms x attention pairs`` when the file has that sixth coefficient (the
-query-key pairs under the causal mask, ``StepCost.attention_pairs``; absent = 0).
-
-The file (``{"kind": "fitted-step-time", "version": 1, ...}``, see ENGINE-SPEC) is checked
-whole by ``fitted_file.read_fitted``: a bad one is refused with one line naming the file and
-the field. A coefficient the fit could not identify (listed in ``unidentified``, its value null
-or a number) counts as 0 ms and the model's ``notes`` say so, as they say when the
-simulated prompts leave the fitted ``prompt_tokens_range``.
+``step_ms`` is the linear form of ``fitted_file.TERMS`` (fixed, prefill tokens, attended
+context, decode sequences, reloaded tokens, and attention pairs when the file has that sixth
+coefficient). ``load_latency`` reads a file through ``fitted_file.read_fitted``. A
+coefficient the fit could not identify (``unidentified``, null or a number) counts as 0 ms
+and the model's ``notes`` say so, as they say when prompts leave ``prompt_tokens_range``.
 
 >>> model = Linear({"fixed_ms": 3.0, "prefill_token_ms": 0.01, "context_token_ms": 0.0,
 ...                 "decode_seq_ms": 0.2, "reload_token_ms": 0.001})
@@ -59,18 +54,16 @@ class Linear:
         return self._sum(lambda quantity: 1 if quantity == "one" else getattr(cost, quantity))
 
     def decode_run_ms(self, num_running: int, context_base: int, count: int) -> np.ndarray:
-        """Milliseconds of ``count`` consecutive pure decode steps (an engine DecodeRun):
-        step j has ``num_running`` decodes over ``context_base + num_running x j`` context
-        tokens (as many attention pairs), no prefill, no reload; ``step_ms``'s sum, so
-        every element equals it bit for bit."""
+        """``step_ms`` of ``count`` pure decode steps (an engine DecodeRun), bit for bit: step
+        j has ``num_running`` decodes over ``context_base + num_running x j`` context tokens
+        (as many attention pairs)."""
         context = (context_base + num_running * np.arange(count)).astype(np.float64)
         run = {"one": 1, "decode_seqs": num_running, "context_tokens": context,
                "attention_pairs": context}
         return self._sum(lambda quantity: run.get(quantity, 0)) + np.zeros(count)
 
     def _sum(self, value: Any) -> Any:
-        """Sum over ``TERMS`` in order of coefficient x ``value(quantity)`` (a term whose
-        coefficient is 0 or absent is skipped)."""
+        """``TERMS`` in order: coefficient x ``value(quantity)``, zero coefficients skipped."""
         ms = 0.0
         for name, quantity in TERMS:
             coefficient = self.coefficients.get(name, 0.0)
@@ -79,8 +72,7 @@ class Linear:
         return ms
 
     def kernel_coefficients(self) -> tuple[str, tuple[float, ...]]:
-        """For the engine's compiled loop: ("linear", the coefficients in ``TERMS`` order);
-        ``krun.linear_ms`` sums them as ``step_ms`` does."""
+        """("linear", coefficients in ``TERMS`` order): what ``krun.linear_ms`` sums."""
         return "linear", tuple(self.coefficients.get(name, 0.0) for name in NAMES)
 
     def range_note(self, prompt_tokens: Any) -> str | None:

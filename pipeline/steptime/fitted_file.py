@@ -1,13 +1,8 @@
-"""The fitted step-time JSON (``{"kind": "fitted-step-time", "version": 1, ...}``, see
-ENGINE-SPEC): its coefficient names, in the linear form's order, and the one validator.
-
-``TERMS`` pairs each coefficient with the step quantity it multiplies (a ``StepCost``
-field; ``one`` for the fixed term): ``step_ms`` is their sum in this order, the engine's
-compiled kernel reads its coefficient vector in this order, and ``fit`` regresses on these
-columns. ``read_fitted(path)`` reads a file and ``check_fitted(document, where)`` checks
-one whole: every reader (``load_latency``, ``plan --latency``, ``fit``'s report) goes
-through them, and a bad file is refused with one line naming it and the field.
-"""
+"""The fitted step-time JSON (ENGINE-SPEC's ``fitted-step-time``, version 1): the linear
+form's terms in order (``TERMS``: each coefficient and the ``StepCost`` quantity it
+multiplies, ``one`` for the fixed term; ``Linear.step_ms``, the compiled kernel, ``fit`` and
+plan's closed form all sum them in this order) and the one reader every user of the file
+goes through (``read_fitted``): a bad file is one line naming it and the field."""
 
 from __future__ import annotations
 
@@ -24,8 +19,7 @@ TERMS = (("fixed_ms", "one"), ("prefill_token_ms", "prefill_tokens"),
          ("context_token_ms", "context_tokens"), ("decode_seq_ms", "decode_seqs"),
          ("reload_token_ms", "reload_tokens"), ("attention_pair_ms", "attention_pairs"))
 NAMES = tuple(name for name, _ in TERMS)
-#: the engine contract's five; ``attention_pair_ms`` is optional (absent = 0: files
-#: written before it existed)
+#: the contract's five; ``attention_pair_ms`` is optional (absent = 0: older files)
 COEFFICIENTS, OPTIONAL = NAMES[:5], NAMES[5:]
 FITTED_KIND, VERSION = "fitted-step-time", 1
 
@@ -40,7 +34,6 @@ def check_fitted(document: Any, where: str) -> dict:
     naming the field otherwise."""
     def fail(what: str) -> ValueError:
         return ValueError(f"{where}: {what}")
-
     if not isinstance(document, dict) or document.get("kind") != FITTED_KIND:
         raise fail(f'not a fitted step-time file (expected "kind": "{FITTED_KIND}")')
     if document.get("version") != VERSION:
@@ -52,9 +45,8 @@ def check_fitted(document: Any, where: str) -> dict:
     if not isinstance(unidentified, list) or any(n not in NAMES for n in unidentified):
         raise fail(f'"unidentified" must list coefficient names of {", ".join(NAMES)}, '
                    f"got {unidentified!r}")
-    for name in COEFFICIENTS:
-        if name not in given:
-            raise fail(f'"coefficients" lacks {name}')
+    for name in (name for name in COEFFICIENTS if name not in given):
+        raise fail(f'"coefficients" lacks {name}')
     for name, value in given.items():
         if name not in NAMES:
             raise fail(f"coefficients.{name} is not a coefficient (expected {', '.join(NAMES)})")

@@ -111,9 +111,7 @@ class Roofline:
         return self.overhead_ms + np.maximum(compute, weights + per_context * context)
 
     def kernel_coefficients(self) -> tuple[str, tuple[float, ...]]:
-        """For the engine's compiled loop: ("roofline", (overhead, then ``step_ms``'s folded
-        rates: per token, per sample, per pair, weights, per context token, per reload
-        token)), priced there with ``step_ms``'s arithmetic in its order."""
+        """("roofline", (overhead, ``step_ms``'s folded rates)): the compiled loop's vector."""
         self.step_ms(StepCost(0, 0, 0))                  # fold the constants once
         return "roofline", (self.overhead_ms, *self._rates)
 
