@@ -16,7 +16,8 @@ verdict; exit status 0 when everything matches, 1 otherwise.
 first: ``lab/`` (the default run), ``docs20/`` (``--docs 20 --tokens 4096``), ``direct/``
 (``--method direct --passes fwd,rev,fwd``), ``engines/`` (block mode with the vllm and lmcache
 models), ``measured-cli/`` (the ``measured`` command's print-out and ``--json``) and
-``commands/`` (``blocks``, ``trace``, ``policies``, ``plan`` and ``measured`` answers and
+``commands/`` (``blocks``, ``trace``, ``policies``, ``plan`` (hit ratio, TTFT, fitted
+latency, fleet), ``simulate``, ``fleet``, ``fit`` and ``measured`` answers, warnings and
 files; JSON with sorted keys, the output folder's path replaced by ``DIR`` and the
 checkout's by ``ROOT``, in pages too; the trace cases need ``--trace PATH``, default the
 shared synthetic trace). Run it before and after a change, then compare the two folders.
@@ -102,6 +103,51 @@ def command_cases(out: Path, trace: Path | None) -> dict[str, list[str]]:
                           "--document-length", "2000", "--gpu-model", "lru", "--cpu-model",
                           "s3fifo", "--json", "--out", str(out / "trace-pattern"),
                           "--report", str(out / "trace-pattern" / "trace.html")],
+        "simulate-chat": ["simulate", "data/simulate/chat.jsonl", "--format", "tokens",
+                          "--block-size", "4", "--gpu", "64blocks", "--out",
+                          str(out / "simulate-chat")],
+        "simulate-ldqa": ["simulate", "--pattern", "long-doc-qa", "--num-documents", "4",
+                          "--document-length", "2000", "--gpu", "300blocks", "--output-tokens",
+                          "16", "--concurrency", "8", "--cpu", "40000", "--out",
+                          str(out / "simulate-ldqa")],
+        "simulate-lru": ["simulate", "--pattern", "long-doc-qa", "--num-documents", "4",
+                         "--document-length", "2000", "--gpu", "300blocks", "--output-tokens",
+                         "16", "--concurrency", "8", "--cpu", "40000", "--cpu-model", "lru",
+                         "--out", str(out / "simulate-lru")],
+        "simulate-overloaded": ["simulate", "--pattern", "long-doc-qa", "--num-documents", "20",
+                                "--document-length", "200", "--gpu", "300blocks",
+                                "--max-num-seqs", "1", "--output-tokens", "4", "--rate", "1",
+                                "--out", str(out / "simulate-overloaded")],
+        "simulate-roofline": ["simulate", "--pattern", "long-doc-qa", "--num-documents", "4",
+                              "--document-length", "2000", "--gpu", "300blocks", "--cpu",
+                              "40000", "--rate", "4", "--model", "qwen2.5-1.5b", "--latency",
+                              "roofline", "--out", str(out / "simulate-roofline")],
+        "simulate-fitted": ["simulate", "--pattern", "long-doc-qa", "--num-documents", "4",
+                            "--document-length", "2000", "--gpu", "300blocks", "--rate", "4",
+                            "--latency", "data/measured/llamacpp_calib.fitted.json", "--out",
+                            str(out / "simulate-fitted")],
+        "fleet-groups": ["fleet", "--pattern", "groups", "--groups", "4", "--users", "4",
+                         "--questions", "3", "--system-prompt-length", "1024", "--router",
+                         "round-robin,prefix-approx,kv-cost", "--instances", "4", "--gpu",
+                         "200blocks,400blocks", "--model", "qwen2.5-1.5b", "--jobs", "1",
+                         "--out", str(out / "fleet-groups")],
+        "fleet-chat": ["fleet", "--pattern", "multi-turn", "--sessions", "6", "--turns", "3",
+                       "--system-prompt-length", "256", "--question-length", "64",
+                       "--output-tokens", "32", "--router", "session,least-loaded",
+                       "--instances", "3", "--gpu", "300blocks", "--model", "qwen2.5-1.5b",
+                       "--jobs", "1", "--json", "--out", str(out / "fleet-chat")],
+        "plan-fleet": ["plan", "--pattern", "groups", "--groups", "4", "--users", "4",
+                       "--questions", "3", "--system-prompt-length", "1024", "--fleet",
+                       "--instances", "2,4", "--router", "round-robin,prefix-approx,kv-cost",
+                       "--gpu", "66blocks,100blocks,150blocks,200blocks,300blocks",
+                       "--target-ttft-p90-ms", "3.5", "--model", "qwen2.5-1.5b", "--jobs", "1"],
+        "plan-latency": ["plan", "--target-hit-ratio", "0.5", "--latency",
+                         "data/measured/llamacpp_calib.fitted.json", "--docs", "4", "--tokens",
+                         "5000"],
+        "fit-calib": ["fit", *(f"data/measured/llamacpp_calib_{run}.jsonl" for run in
+                               ("closed-c1", "rate-0.1", "rate-0.2", "rate-0.3", "rate-0.45")),
+                      "--machine-load", "--holdout", "0.4", "--holdout-by", "load",
+                      "--output", str(out / "fit-calib" / "fitted.json")],
     }
     if trace is not None:
         cases.update({
@@ -136,10 +182,16 @@ def generate(folder: Path, trace: Path | None = None) -> None:
     for name, arguments in command_cases(out, trace).items():
         (out / name).mkdir(parents=True, exist_ok=True)
         done = subprocess.run([sys.executable, "-m", "pipeline", *arguments], cwd=ROOT,
-                              check=True, capture_output=True, text=True)
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            sys.exit(f"{name}: exit {done.returncode}: {done.stderr.strip()[-500:]}")
         shown = re.sub(r"\(\d+\.\d s\)", "(T s)", done.stdout.replace(str(folder), "DIR")
                        .replace(str(ROOT), "ROOT"))
         (out / name / "stdout.txt").write_text(stable_json(shown), encoding="utf-8")
+        if done.stderr:                                   # warnings and notes
+            (out / name / "stderr.txt").write_text(
+                done.stderr.replace(str(folder), "DIR").replace(str(ROOT), "ROOT"),
+                encoding="utf-8")
         for page in (out / name).glob("*.html"):          # pages that name the checkout
             text = page.read_text(encoding="utf-8")
             page.write_text(text.replace(str(ROOT), "ROOT"), encoding="utf-8")
