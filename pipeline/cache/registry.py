@@ -43,7 +43,7 @@ from pipeline.policies.kernels import blocks as block_kernels
 from pipeline.policies.stack_passes import LRU_PASS, MRU_PASS, OPT_PASS, OnePass
 
 __all__ = ["Option", "CacheModel", "MODELS", "DEPRECATED_NAMES", "register",
-           "unregister", "entry", "names",
+           "unregister", "added", "entry", "names",
            "GPU_MODELS", "CPU_MODELS", "POLICIES", "MODEL_OPTIONS", "MODEL_ORDERS",
            "options", "option_owner", "describe", "models_line", "models_field", "policy_entry", "make_policy", "make_tier", "policy_names",
            "vllm_version"]
@@ -231,6 +231,7 @@ def _builtin() -> list[CacheModel]:
 
 #: name -> entry, in display order
 MODELS: dict[str, CacheModel] = {model.name: model for model in _builtin()}
+_BUILTIN = frozenset(MODELS)
 
 #: old name -> new name, accepted one more release with a warning
 #: (``pipeline.engine_caches.options.ModelName``)
@@ -269,6 +270,11 @@ def register(model: CacheModel) -> CacheModel:
         raise ValueError(f"cache model {model.name!r} is already registered")
     MODELS[model.name] = model
     return model
+
+
+def added() -> list[CacheModel]:
+    """The entries registered at run time (``register``), in registration order."""
+    return [model for name, model in MODELS.items() if name not in _BUILTIN]
 
 
 def unregister(name: str) -> None:

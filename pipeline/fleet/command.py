@@ -58,7 +58,8 @@ def list_routers() -> str:
     lines = []
     for name in ROUTERS:
         cls = router_class(name)
-        summary = " ".join((sys.modules[cls.__module__].__doc__ or "").split("\n\n")[0].split())
+        doc = cls.__doc__ or sys.modules[cls.__module__].__doc__ or ""
+        summary = " ".join(doc.split("\n\n")[0].split())
         lines.append(summary.replace(f"``{name}``", name, 1).replace("``", ""))
         for option, parameter in cls.PARAMETERS.items():
             lines.append(f"    {name}.{option}={parameter.default!r}  {parameter.help}")

@@ -9,7 +9,9 @@ files are written when it finishes (steps first, requests last, each through a t
 name), so a killed sweep leaves only whole points and ``--resume`` skips the points whose
 requests file exists. The executors run the same function on the same inputs, so their
 results are equal row for row; the pool's workers (and Ray's, on a cluster of this machine)
-write their own points, the driver only records which finished.
+write their own points, the driver only records which finished. Components registered at
+run time in the driver (a cache model, a router) travel to the workers with the sweep
+(``Registered``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import concurrent.futures as futures
 import multiprocessing as mp
 import os
+import pickle
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -27,15 +30,18 @@ from typing import Any
 import polars as pl
 import pyarrow.parquet as pq
 
+from pipeline.base.errors import CLIError
+from pipeline.cache import registry
 from pipeline.engine.compiled import compiled_model
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.hashing import flat_request_keys
 from pipeline.engine.request import EngineRequests
 from pipeline.fleet.loop import simulate_fleet
-from pipeline.fleet.routers import make_router, router_class
+from pipeline.fleet.routers import ROUTERS, added_routers, make_router, register_router, \
+    router_class
 from pipeline.fleet.workload import requests_at_load
 
-__all__ = ["Point", "Settings", "run_point", "run_sweep", "point_path", "EXECUTORS",
+__all__ = ["Point", "Settings", "Registered", "run_point", "run_sweep", "point_path", "EXECUTORS",
            "workload_keys", "run_and_save", "by_cost"]
 
 EXECUTORS = ("local", "ray")
@@ -135,13 +141,58 @@ def save_point(out: Path, point: Point, frames: tuple[pl.DataFrame, pl.DataFrame
     _write(frames[0], point_path(out, "requests", point))
 
 
+@dataclass(frozen=True)
+class Registered:
+    """What the driver registered at run time (``registry.register``,
+    ``routers.register_router``), for the worker processes, which import the built-in
+    components only: a policy as its ``policy_entry`` arguments, another cache model as
+    its entry, a router as its class. Classes and kernels travel by reference: the module
+    that defines them must be importable in the workers (it is, on this machine)."""
+
+    policies: tuple = ()
+    models: tuple = ()
+    routers: tuple = ()
+
+    @classmethod
+    def now(cls) -> Registered:
+        """What is registered now beyond the built-in components."""
+        added = registry.added()
+        return cls(tuple((m.name, m.tier, m.summary, m.onepass, m.replay_kernel,
+                          m.block_kernel) for m in added if m.policy),
+                   tuple(m for m in added if not m.policy), tuple(added_routers()))
+
+    def apply(self) -> None:
+        """Register here what this process lacks."""
+        for arguments in self.policies:
+            if arguments[0] not in registry.MODELS:
+                registry.register(registry.policy_entry(*arguments))
+        for model in self.models:
+            if model.name not in registry.MODELS:
+                registry.register(model)
+        for router in self.routers:
+            if router.NAME not in ROUTERS:
+                register_router(router)
+
+    def check_sendable(self) -> None:
+        """CLIError naming the component that cannot be sent to a worker process."""
+        for item in (*self.policies, *self.models, *self.routers):
+            try:
+                pickle.dumps(item)
+            except Exception as exc:                     # noqa: BLE001 - named below
+                name = getattr(item, "NAME", None) or getattr(item, "name", None) or item[0]
+                raise CLIError(f"{name}, registered at run time, cannot be sent to the "
+                               f"worker processes ({exc}); define it at the top level of "
+                               f"an importable module, or run with --jobs 1") from None
+
+
 # ------------------------------------------------------------------ executors
 _WORKLOAD: EngineRequests | None = None
 
 
 def _init_worker(workload: EngineRequests, block_size: int, keys: tuple,
-                 settings: Settings) -> None:
+                 settings: Settings, registered: Registered) -> None:
     global _WORKLOAD
+    registered.apply()
     _WORKLOAD = workload
     if compiled_model(settings.step_model.step_ms) is not None:
         try:                     # load the compiled kernels now, not in the first point
@@ -169,7 +220,8 @@ def _run_in_worker(settings: Settings, point: Point, out: Path):
 
 
 def _ray_point(settings: Settings, point: Point, shared: tuple, out: Path | None):
-    workload, block_size, keys = shared
+    workload, block_size, keys, registered = shared
+    registered.apply()
     _KEYS[:] = [(workload, block_size, keys)]
     return run_and_save(settings, point, workload, out)
 
@@ -179,8 +231,8 @@ def by_cost(points: list[Point]) -> list[Point]:
     the whole-trace benchmark's order, oblivious routers last; fewer GPU blocks: more
     batches), so that the workers finish together."""
     def weight(name: str) -> int:
-        known = {"prefix-estimate": 3, "kv-cost": 2}
-        return known.get(name, 0 if router_class(name).OBLIVIOUS else 1)
+        cls = router_class(name)
+        return 0 if cls.OBLIVIOUS else cls.COST
     return sorted(points, key=lambda p: (-p.instances, -weight(p.router), p.gpu_blocks))
 
 
@@ -196,12 +248,14 @@ def _local(settings: Settings, points: list[Point], workload: EngineRequests, jo
                 yield point, None, exc
         return
     block_size = settings.config.block_size
+    registered = Registered.now()
+    registered.check_sendable()
     # spawn, not fork: a forked child of a process whose polars thread pool runs can
     # deadlock (polars' documentation says so)
     with futures.ProcessPoolExecutor(
             max_workers=jobs, mp_context=mp.get_context("spawn"), initializer=_init_worker,
             initargs=(workload, block_size, workload_keys(workload, block_size),
-                      settings)) as pool:
+                      settings, registered)) as pool:
         target = Path(out).resolve()
         pending = {pool.submit(_run_in_worker, settings, point, target): point
                    for point in by_cost(points)}
@@ -232,7 +286,8 @@ def _ray(settings: Settings, points: list[Point], workload: EngineRequests, retr
 
     remote = ray.remote(max_retries=retries, retry_exceptions=True)(_ray_point)
     block_size = settings.config.block_size
-    shared = ray.put((workload, block_size, workload_keys(workload, block_size)))
+    shared = ray.put((workload, block_size, workload_keys(workload, block_size),
+                      Registered.now()))
     target = Path(out).resolve() if _ray_is_local() else None    # workers: other cwd
     pending = {remote.remote(settings, point, shared, target): point
                for point in by_cost(points)}

@@ -1,5 +1,11 @@
 """The router registry: one line per router (name -> module defining ``ROUTER``).
 
+A new router is one file in this package (a ``Router`` subclass, ``ROUTER = Class``) plus
+its line in ``ROUTERS``; ``register_router(Class)`` adds one from anywhere at run time
+(``unregister_router(name)`` drops it), and ``fleet``'s worker processes get it with the
+sweep (``pipeline.fleet.sweep.Registered``). ``--router``'s choices, its ``--help`` and
+``--list-routers`` read ``ROUTERS``.
+
 >>> sorted(ROUTERS)[:3]
 ['kv-cost', 'least-loaded', 'prefix-approx']
 """
@@ -11,9 +17,11 @@ from typing import Any
 
 from pipeline.fleet.routers.base import Router
 
-__all__ = ["ROUTERS", "router_class", "make_router", "parse_router_options"]
+__all__ = ["ROUTERS", "router_class", "make_router", "parse_router_options",
+           "register_router", "unregister_router", "added_routers"]
 
-ROUTERS = {
+#: name -> the module whose ``ROUTER`` it is, or the class (``register_router``)
+ROUTERS: dict[str, str | type[Router]] = {
     "round-robin": "pipeline.fleet.routers.round_robin",
     "random": "pipeline.fleet.routers.random_choice",
     "least-loaded": "pipeline.fleet.routers.least_loaded",
@@ -23,13 +31,33 @@ ROUTERS = {
     "prefix-precise": "pipeline.fleet.routers.prefix_precise",
     "kv-cost": "pipeline.fleet.routers.kv_cost",
 }
+_BUILTIN = frozenset(ROUTERS)
+
+
+def register_router(cls: type[Router]) -> type[Router]:
+    """Add router class ``cls`` under its ``NAME`` (ValueError when empty or taken)."""
+    if not cls.NAME or cls.NAME in ROUTERS:
+        raise ValueError(f"router name {cls.NAME!r} is empty or already registered")
+    ROUTERS[cls.NAME] = cls
+    return cls
+
+
+def unregister_router(name: str) -> None:
+    """Drop a router (KeyError when absent)."""
+    del ROUTERS[name]
+
+
+def added_routers() -> list[type[Router]]:
+    """The router classes registered at run time, in registration order."""
+    return [router_class(name) for name in ROUTERS if name not in _BUILTIN]
 
 
 def router_class(name: str) -> type[Router]:
     """The router class registered as ``name``; ValueError naming the choices if none."""
     if name not in ROUTERS:
         raise ValueError(f"unknown router {name!r} (choose from {', '.join(ROUTERS)})")
-    return importlib.import_module(ROUTERS[name]).ROUTER
+    target = ROUTERS[name]
+    return target if isinstance(target, type) else importlib.import_module(target).ROUTER
 
 
 def make_router(name: str, num_instances: int, block_size: int, seed: int = 0,

@@ -72,6 +72,9 @@ class Router:
     #: the requests alone), so the fleet may route everything first and run each
     #: instance alone
     OBLIVIOUS: ClassVar[bool] = False
+    #: how slow a point of this router is, roughly (a sweep starts the slowest first;
+    #: an oblivious router counts 0)
+    COST: ClassVar[int] = 1
 
     def __init__(self, num_instances: int, block_size: int, seed: int = 0,
                  **options: Any) -> None:

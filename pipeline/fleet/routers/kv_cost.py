@@ -99,6 +99,7 @@ def softmax_pick(logits: list[float], temperature: float, sample: float) -> int:
 
 class KvCost(Router):
     NAME = "kv-cost"
+    COST = 2
     PARAMETERS = {
         "overlap_weight": Parameter(1.0, float, "weight of prefill blocks in the cost"),
         "temperature": Parameter(0.0, float, "softmax temperature (0: lowest cost)"),

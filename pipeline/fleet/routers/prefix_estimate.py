@@ -114,6 +114,7 @@ def load_score(waiting: int, threshold: float) -> float:
 
 class PrefixEstimate(Router):
     NAME = "prefix-estimate"
+    COST = 3
     PARAMETERS = {
         "prefix_weight": Parameter(1.0, float, "weight of the approximate prefix scorer"),
         "load_weight": Parameter(1.0, float, "weight of the load-aware scorer"),
