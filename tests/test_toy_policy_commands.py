@@ -138,9 +138,13 @@ def test_plan_on_documents_still_refuses_an_engine_model(capsys):
 
 def test_trace_files_are_the_toy_models_or_say_whose_they_are(toy, tmp_path, capsys):
     """requests.parquet is the toy's, request by request (a two-tier replay of its class,
-    GPU tail-first, CPU head-first past the GPU hit); the page says that its GPU curves and
-    reuse distances (events.parquet's depths) are the block-lru model's."""
+    GPU tail-first, CPU head-first past the GPU hit), and so are the report's GPU capacity
+    curve and CPU curve; events.parquet's depths, which the toy cannot give (no stack
+    depth), say in the file's metadata and on the page that they are the block-lru
+    model's."""
     from pipeline.cache.tiers import TwoTier
+    from pipeline.trace import engine
+    from pipeline.workloads.mooncake import read_mooncake
 
     docs = [[d * 100 + b for b in range(3)] for d in range(5)]
     order = [0, 1, 2, 0, 3, 4, 1, 0, 2, 3, 4, 0]
@@ -153,18 +157,45 @@ def test_trace_files_are_the_toy_models_or_say_whose_they_are(toy, tmp_path, cap
                  "toy", "--cpu-model", "toy", "--report", str(tmp_path / "trace.html"), "--json",
                  "--out", str(out)]) == 0
     capsys.readouterr()
-    tiers = TwoTier(HighestKeyFirst(4), HighestKeyFirst(6))
-    expected = []
-    for d in order:
-        keys = docs[d]
-        g, c = tiers.gpu.lookup(keys), tiers.cpu.lookup(keys)
-        tiers.gpu.place(keys[::-1])
-        tiers.cpu.place(keys[g:])
-        expected.append((g * 512, max(0, c - g) * 512))
+
+    def replay(gpu: int, cpu: int) -> list[tuple[int, int]]:
+        tiers, served = TwoTier(HighestKeyFirst(gpu), HighestKeyFirst(cpu)), []
+        for d in order:
+            keys = docs[d]
+            g, c = tiers.gpu.lookup(keys), tiers.cpu.lookup(keys)
+            tiers.gpu.place(keys[::-1])
+            tiers.cpu.place(keys[g:])
+            served.append((g * 512, max(0, c - g) * 512))
+        return served
+
+    expected = replay(4, 6)
     requests = pl.read_parquet(out / "requests.parquet").sort("request")
     assert set(requests["gpu_model"].cast(pl.String)) == {"toy"}
     assert list(zip(requests["gpu_hit_tokens"], requests["cpu_hit_tokens"])) == expected
     assert any(cpu for _, cpu in expected)
+    # the GPU capacity curve: the toy alone at each capacity of the page's grid
+    stream = read_mooncake(trace).block_stream()
+    grid = engine.curve_grid(stream)
+    curve = engine.model_gpu_curve(stream, grid, "tail-first", "toy")
+    assert curve.tolist() == [sum(g for g, _ in replay(int(c) // 512, 0)) // 512
+                              for c in grid]
+    assert curve.tolist() != engine.gpu_curve(stream, grid, "tail-first").tolist()
     page = (tmp_path / "trace.html").read_text(encoding="utf-8")
-    assert ("CPU head-first (toy); the GPU capacity curves and reuse distances are the "
-            "block-lru model&#x27;s") in page
+    assert "Hit ratio over GPU capacity (toy tail-first, no CPU tier)" in page
+    assert ("the GPU capacity curve and the CPU curve are these models&#x27; (the GPU model "
+            "run at each capacity); the tail-first vs head-first curves and the reuse "
+            "distances (events.parquet&#x27;s depths) are the block-lru model&#x27;s") in page
+    metadata = pl.read_parquet_metadata(out / "events.parquet")
+    assert metadata["kvlab.model"] == "block-lru" and metadata["kvlab.gpu_model"] == "toy"
+    assert "not --gpu-model toy's" in metadata["kvlab.about"]
+
+
+def test_trace_events_of_the_block_lru_engine_carry_no_label(tmp_path, capsys):
+    """lru runs the block-lru engine: its depths are its own, the file is as before."""
+    out = tmp_path / "out"
+    assert main(["trace", "--pattern", "long-doc-qa", "--num-documents", "2",
+                 "--document-length", "600", "--gpu-model", "lru", "--no-report",
+                 "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert not any(key.startswith("kvlab.")
+                   for key in pl.read_parquet_metadata(out / "events.parquet"))

@@ -88,14 +88,14 @@ def test_every_number_has_thousands_separators(plain_page):
     assert not BARE.search(lede), lede
 
 
-def test_the_half_crossing_is_the_first_capacity_that_reaches_it(plain_page):
-    """The caption's capacity reaches half the infinite-cache block hits; one block less
-    does not (the grid's point would be above it)."""
+def test_the_half_crossing_is_the_first_capacity_that_reaches_it(tmp_path, capsys):
+    """The block-lru engine's caption: its capacity reaches half the infinite-cache block
+    hits; one block less does not (the grid's point would be above it)."""
     from pipeline.blocks.stream import block_stream
     from pipeline.trace.command import load_workload
     from pipeline.cli import build_parser
 
-    page = plain_page
+    page = _report(tmp_path, capsys, "--gpu-model", "block-lru")
     half = int(re.search(r"reaches half .*? at ([\d,]+) tokens", _caption(page, "trace-gpu"))
                .group(1).replace(",", ""))
     args = build_parser().parse_args(["trace", *PATTERN])

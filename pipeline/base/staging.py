@@ -44,10 +44,12 @@ __all__ = ["Outputs", "parquet_bytes", "json_bytes", "ZSTD_LEVEL"]
 ZSTD_LEVEL = 3
 
 
-def parquet_bytes(frame: pl.DataFrame, level: int = ZSTD_LEVEL) -> bytes:
-    """``frame`` as a zstd Parquet file, in memory (polars' writer)."""
+def parquet_bytes(frame: pl.DataFrame, level: int = ZSTD_LEVEL,
+                  metadata: dict[str, str] | None = None) -> bytes:
+    """``frame`` as a zstd Parquet file, in memory (polars' writer); ``metadata``: the
+    file's key-value metadata (``polars.read_parquet_metadata`` reads it back)."""
     buffer = io.BytesIO()
-    frame.write_parquet(buffer, compression="zstd", compression_level=level)
+    frame.write_parquet(buffer, compression="zstd", compression_level=level, metadata=metadata)
     return buffer.getvalue()
 
 

@@ -42,7 +42,8 @@ def gpu_section(curve: pl.DataFrame, order: str, infinite_ratio: float,
                 half: int | None = None, units: Units = TOKENS) -> Section:
     """``curve``: gpu_capacity (tokens), block_hit_ratio, token_hit_ratio; ``half``: the
     exact capacity (tokens) where the block hit ratio reaches half ``infinite_ratio``
-    (``pipeline.trace.engine.gpu_crossing``), else the first grid point that does."""
+    (``pipeline.trace.engine.gpu_crossing``), else the first grid point that does (the
+    caption says so)."""
     long = units.with_gib(_long_ratios(_positive(curve, "gpu_capacity"), "gpu_capacity"),
                           "gpu_capacity")
     chart = (alt.Chart(long).mark_line(interpolate="step-after", strokeWidth=2)
@@ -55,10 +56,12 @@ def gpu_section(curve: pl.DataFrame, order: str, infinite_ratio: float,
              .properties(title=f"Hit ratio over GPU capacity ({order}, no CPU tier)",
                          width=WIDTH, height=HEIGHT))
     top = curve.row(-1, named=True)
+    where = "at"
     if half is None:
         half = curve.filter(pl.col("block_hit_ratio") >= infinite_ratio / 2)["gpu_capacity"].min()
+        where = "by the chart's capacity of"
     caption = (f"The GPU alone reaches half the infinite-cache block hit ratio "
-               f"({_pct(infinite_ratio)}) at {units.tokens(half)} and "
+               f"({_pct(infinite_ratio)}) {where} {units.tokens(half)} and "
                f"{_pct(top['block_hit_ratio'])} of blocks ({_pct(top['token_hit_ratio'])} "
                f"of prompt tokens) when it holds every distinct block, at "
                f"{units.tokens(top['gpu_capacity'])}.")

@@ -111,7 +111,7 @@ def main(args: argparse.Namespace) -> int:
     points, per_request = outputs.name_models(points, per_request, models)
     staged = Outputs()
     sizes = outputs.add_frames(staged, args.out, events, per_request, points,
-                               workload.requests)
+                               workload.requests, args.gpu_model)
     summary = outputs.summary(workload, stream, infinite, args, sweep_gpu, sizes, points,
                               models)
     if not args.no_report:

@@ -24,7 +24,7 @@ from pipeline.cache.stack_distance import NOTHING_STORED, band_limits
 from pipeline.cache.tiers import served_beyond
 
 __all__ = ["Infinite", "infinite", "points", "gpu_curve", "gpu_crossing", "cpu_curve",
-           "block_events",
+           "block_events", "has_lru_depths", "model_gpu_curve",
            "default_gpu_grid", "default_cpu_grid", "curve_grid", "distinct_cacheable",
            "POINT_SCHEMA", "REQUEST_POINT_SCHEMA"]
 
@@ -199,6 +199,24 @@ def gpu_crossing(stream: BlockStream, order: str, hit_blocks: int, low: int,
         if within[end] >= hit_blocks:
             return int(max(start, np.searchsorted(within, hit_blocks)))
     return None
+
+
+def has_lru_depths(model: str) -> bool:
+    """Whether GPU model ``model`` is the block-lru engine (block-lru, its literal replay,
+    and a policy whose block mode is that engine: lru): its hits are the one-pass LRU depths
+    of ``block_events``, ``gpu_curve`` and ``gpu_crossing``. Other models keep no stack
+    depth (a stack algorithm's only): their curves are runs at each capacity."""
+    return GPU_MODELS.get(model) in (GPU_MODELS["block-lru"], GPU_MODELS["block-lru-replay"])
+
+
+def model_gpu_curve(stream: BlockStream, capacities: np.ndarray, order: str, model: str,
+                    options: dict | None = None) -> np.ndarray:
+    """GPU model ``model``'s hit blocks (no CPU tier) at each capacity (tokens): the model
+    run at every capacity; ``gpu_curve`` for block-lru, from its one-pass depths."""
+    if has_lru_depths(model):
+        return gpu_curve(stream, capacities, order)
+    tokens = _run_gpu(stream, [int(c) for c in capacities], order, model, options)
+    return tokens.sum(axis=1) // stream.block_size
 
 
 def cpu_curve(stream: BlockStream, gpu_capacity: int, capacities: np.ndarray,

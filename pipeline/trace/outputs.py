@@ -23,10 +23,22 @@ if TYPE_CHECKING:                       # altair is imported only when a report 
     from pipeline.charts.parts import Units
 
 __all__ = ["Models", "name_models", "check_writable", "add_frames", "summary",
-           "add_report", "report_page", "FRAMES"]
+           "add_report", "report_page", "FRAMES", "events_metadata"]
 
 #: The Parquet files ``trace`` writes under ``--out``.
 FRAMES = ("events", "requests", "points", "request_info")
+
+
+def events_metadata(gpu_model: str) -> dict[str, str] | None:
+    """events.parquet's key-value metadata when its depths are not ``gpu_model``'s (a model
+    other than the block-lru engine keeps no stack depth), else None (no metadata)."""
+    if engine.has_lru_depths(gpu_model):
+        return None
+    return {"kvlab.model": "block-lru", "kvlab.gpu_model": gpu_model,
+            "kvlab.about": f"stack_distance: the block-lru model's GPU LRU depths (the "
+                           f"workload's reuse distances), not --gpu-model {gpu_model}'s: a "
+                           f"one-pass depth exists for a stack algorithm only; "
+                           f"{gpu_model}'s answers are requests.parquet and points.parquet"}
 
 
 class Models(NamedTuple):
@@ -79,13 +91,15 @@ def check_writable(folder: Path, report: Path | None) -> None:
 
 
 def add_frames(staged: Outputs, folder: Path, events: pl.DataFrame, per_request: pl.DataFrame,
-               points: pl.DataFrame, requests: pl.DataFrame) -> dict:
-    """Stage the four Parquet files in ``staged``; return each one's path, rows and bytes
-    per row."""
+               points: pl.DataFrame, requests: pl.DataFrame, gpu_model: str) -> dict:
+    """Stage the four Parquet files in ``staged`` (events.parquet says whose depths it holds
+    when they are not ``gpu_model``'s: ``events_metadata``); return each one's path, rows and
+    bytes per row."""
     sizes = {}
     for name, frame in zip(FRAMES, (events, per_request, points, requests)):
         path = Path(folder) / f"{name}.parquet"
-        content = parquet_bytes(frame)
+        content = parquet_bytes(frame, metadata=events_metadata(gpu_model)
+                                if name == "events" else None)
         staged.add(path, content, "--out")
         sizes[name] = {"path": str(path), "rows": frame.height, "bytes": len(content),
                        "bytes_per_row": len(content) / max(frame.height, 1)}
@@ -171,6 +185,17 @@ def report_page(workload: Workload, stream: BlockStream, infinite: engine.Infini
     grid = engine.curve_grid(stream)
     models = models or Models(args.gpu_model, args.cpu_model,
                               *model_options(args, stream.block_size))
+    own = engine.has_lru_depths(models.gpu_model)
+    if own:
+        order_curve = curves.filter(order=args.gpu_order).drop("order")
+        half = _half_crossing(stream, args.gpu_order, order_curve, infinite)
+    else:                                   # the model's own runs, crossing on the grid
+        hits = engine.model_gpu_curve(stream, grid, args.gpu_order, models.gpu_model,
+                                      models.gpu_options)
+        order_curve = pl.DataFrame({"gpu_capacity": grid,
+                                    "block_hit_ratio": hits / max(stream.blocks, 1),
+                                    "token_hit_ratio": hits * stream.block_size / max(prompt, 1)})
+        half = None
     gpu_tokens, cpu_tokens = engine.cpu_curve(stream, sweep_gpu, grid, args.gpu_order,
                                               args.cpu_order, *models)
     cpu = pl.DataFrame({"cpu_capacity": grid, "gpu_token_ratio": gpu_tokens / max(prompt, 1),
@@ -187,16 +212,20 @@ def report_page(workload: Workload, stream: BlockStream, infinite: engine.Infini
             f"reuses its longest cached prefix, {infinite.block_hit_ratio:.4f} of blocks and "
             f"{infinite.token_hit_ratio:.4f} of prompt tokens. Models: GPU "
             f"{args.gpu_order} ({models.describe('gpu')}), CPU {args.cpu_order} "
-            f"({models.describe('cpu')}); the GPU capacity curves and reuse distances are "
-            f"the block-lru model's, the CPU curve these models'.")
-    order_curve = curves.filter(order=args.gpu_order).drop("order")
+            f"({models.describe('cpu')}); " + (
+                "the GPU capacity curves and reuse distances are the block-lru model's, the "
+                "CPU curve these models'." if own else
+                f"the GPU capacity curve and the CPU curve are these models' (the GPU model "
+                f"run at each capacity); the tail-first vs head-first curves and the reuse "
+                f"distances (events.parquet's depths) are the block-lru model's: "
+                f"{models.gpu_model} keeps no stack depth, which a stack algorithm only has."))
     note = ("<p>Capacities are in tokens; a tier of C tokens holds C // block size blocks. "
             "Model: <code>pipeline.blocks</code> (README, block-level prefix caching).</p>")
     groups = [
         ("GPU capacity", note, [
-            charts.gpu_section(order_curve, args.gpu_order, infinite.block_hit_ratio,
-                               _half_crossing(stream, args.gpu_order, order_curve, infinite),
-                               units),
+            charts.gpu_section(order_curve, args.gpu_order if own else
+                               f"{models.gpu_model} {args.gpu_order}",
+                               infinite.block_hit_ratio, half, units),
             charts.orders_section(curves.select("order", "gpu_capacity", "token_hit_ratio"),
                                   units)]),
         ("A CPU tier", "", [charts.cpu_section(cpu, sweep_gpu, args.cpu_order, units)]),
