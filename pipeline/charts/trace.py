@@ -93,8 +93,9 @@ def cpu_section(curve: pl.DataFrame, gpu_capacity: int, order: str,
     return Section("trace-cpu", chart, caption)
 
 
-def orders_section(curves: pl.DataFrame, units: Units = TOKENS) -> Section:
-    """``curves``: order, gpu_capacity, token_hit_ratio."""
+def orders_section(curves: pl.DataFrame, units: Units = TOKENS, whose: str = "") -> Section:
+    """``curves``: order, gpu_capacity, token_hit_ratio; ``whose``: the model they are, when
+    not the run's GPU model (in the title)."""
     chart = (alt.Chart(units.with_gib(_positive(curves, "gpu_capacity"), "gpu_capacity"))
              .mark_line(interpolate="step-after", strokeWidth=2)
              .encode(x=units.axis("gpu_capacity", "GPU capacity (tokens, log)"),
@@ -105,7 +106,8 @@ def orders_section(curves: pl.DataFrame, units: Units = TOKENS) -> Section:
                      strokeDash=alt.StrokeDash("order:N", legend=None),
                      tooltip=[alt.Tooltip("order:N"), *units.tooltip("gpu_capacity"),
                               alt.Tooltip("token_hit_ratio:Q", format=".4f")])
-             .properties(title="Tail-first (vLLM) vs head-first (LMCache) eviction on the GPU",
+             .properties(title="Tail-first (vLLM) vs head-first (LMCache) eviction on the GPU"
+                               + (f" ({whose})" if whose else ""),
                          width=WIDTH, height=HEIGHT))
     gap = (curves.pivot("order", index="gpu_capacity", values="token_hit_ratio")
            .with_columns(gap=pl.col("tail-first") - pl.col("head-first"))
@@ -116,8 +118,10 @@ def orders_section(curves: pl.DataFrame, units: Units = TOKENS) -> Section:
     return Section("trace-orders", chart, caption)
 
 
-def reuse_section(reuse: pl.DataFrame, gpu_capacity: int, units: Units = TOKENS) -> Section:
-    """``reuse``: reuse_tokens (one row per reused block: its LRU stack distance in tokens)."""
+def reuse_section(reuse: pl.DataFrame, gpu_capacity: int, units: Units = TOKENS,
+                  whose: str = "") -> Section:
+    """``reuse``: reuse_tokens (one row per reused block: its LRU stack distance in tokens);
+    ``whose``: the LRU model they are, when not the run's GPU model (in the caption)."""
     total = reuse.height
     beyond = reuse.filter(pl.col("reuse_tokens") > gpu_capacity).height
     cdf = (reuse.group_by("reuse_tokens").agg(n=pl.len()).sort("reuse_tokens")
@@ -140,6 +144,7 @@ def reuse_section(reuse: pl.DataFrame, gpu_capacity: int, units: Units = TOKENS)
                       title="Reuse-distance distribution: how far apart reuses are",
                       width=WIDTH, height=HEIGHT)
     caption = (f"{_pct(beyond / total if total else 0.0)} of the {total:,} block reuses lie "
-               f"farther apart than a GPU of {units.tokens(gpu_capacity)} reaches: the offload "
+               f"farther apart than {f'an LRU ({whose})' if whose else 'a'} GPU of "
+               f"{units.tokens(gpu_capacity)} reaches: the offload "
                "opportunity a CPU tier can turn from recomputation into reloads.")
     return Section("trace-reuse", chart, caption)

@@ -227,9 +227,10 @@ def report_page(workload: Workload, stream: BlockStream, infinite: engine.Infini
                                f"{models.gpu_model} {args.gpu_order}",
                                infinite.block_hit_ratio, half, units),
             charts.orders_section(curves.select("order", "gpu_capacity", "token_hit_ratio"),
-                                  units)]),
+                                  units, "" if own else "block-lru")]),
         ("A CPU tier", "", [charts.cpu_section(cpu, sweep_gpu, args.cpu_order, units)]),
-        ("Reuse distances", "", [charts.reuse_section(reuse, sweep_gpu, units)]),
+        ("Reuse distances", "", [charts.reuse_section(reuse, sweep_gpu, units,
+                                                      "" if own else "block-lru")]),
     ]
     return page_html(f"kvlab trace: {Path(workload.label).name}", lede, groups)
 
