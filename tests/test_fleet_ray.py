@@ -67,3 +67,27 @@ def test_ray_retries_a_point_whose_worker_died(tmp_path):
                              retries=1)
     assert failed == {} and (tmp_path / "killed").exists()
     assert all(sweep.point_path(tmp_path / "out", "requests", p).exists() for p in points)
+
+
+def test_ray_workers_run_a_cpu_tier_registered_in_the_driver(tmp_path, capsys):
+    """A policy registered at run time in the driver reaches Ray's workers with the sweep
+    (their answers are the process pool's)."""
+    import test_toy_tier_commands as toy
+
+    from pipeline.cache import registry
+
+    ray.cloudpickle.register_pickle_by_value(toy)                  # workers lack tests/
+    registry.register(registry.policy_entry("newest-out", toy.NewestOut, "newest out"))
+    try:
+        outputs = {}
+        for executor in ("local", "ray"):
+            assert main(["fleet", *BASE, "--instances", "2", "--gpu", "14blocks", "--cpu",
+                         "1000", "--cpu-model", "newest-out", "--executor", executor,
+                         "--jobs", "2", "--json", "--out", str(tmp_path / executor)]) == 0
+            outputs[executor] = [json.loads(line)
+                                 for line in capsys.readouterr().out.splitlines()]
+    finally:
+        registry.unregister("newest-out")
+    assert outputs["local"] == outputs["ray"]
+    assert {row["models"]["cpu"] for row in outputs["ray"]} == {"newest-out"}
+    assert any(row["cpu_hit_tokens"] for row in outputs["ray"])
