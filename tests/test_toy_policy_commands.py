@@ -142,8 +142,8 @@ def test_trace_files_are_the_toy_models_or_say_whose_they_are(toy, tmp_path, cap
     curve and CPU curve; events.parquet's depths, which the toy cannot give (no stack
     depth), say in the file's metadata and on the page that they are the block-lru
     model's."""
-    from pipeline.cache.tiers import TwoTier
     from pipeline.trace import engine
+    from test_toy_tier_commands import two_tier_replay
     from pipeline.workloads.mooncake import read_mooncake
 
     docs = [[d * 100 + b for b in range(3)] for d in range(5)]
@@ -159,14 +159,8 @@ def test_trace_files_are_the_toy_models_or_say_whose_they_are(toy, tmp_path, cap
     capsys.readouterr()
 
     def replay(gpu: int, cpu: int) -> list[tuple[int, int]]:
-        tiers, served = TwoTier(HighestKeyFirst(gpu), HighestKeyFirst(cpu)), []
-        for d in order:
-            keys = docs[d]
-            g, c = tiers.gpu.lookup(keys), tiers.cpu.lookup(keys)
-            tiers.gpu.place(keys[::-1])
-            tiers.cpu.place(keys[g:])
-            served.append((g * 512, max(0, c - g) * 512))
-        return served
+        return two_tier_replay(HighestKeyFirst(gpu), HighestKeyFirst(cpu),
+                               [docs[d] for d in order])
 
     expected = replay(4, 6)
     requests = pl.read_parquet(out / "requests.parquet").sort("request")

@@ -55,17 +55,23 @@ def trace(tmp_path):
     return path
 
 
-def replay(gpu_blocks: int, cpu_blocks: int) -> list[tuple[int, int]]:
-    """Per request (GPU, CPU) hit tokens: an LRU GPU placed tail first, the toy CPU tier
-    placed head first past the GPU hit (block mode's two tiers)."""
-    tiers, served = TwoTier(LRU(gpu_blocks), NewestOut(cpu_blocks)), []
-    for d in ORDER:
-        keys = DOCS[d]
+def two_tier_replay(gpu: Tier, cpu: Tier, requests: list[list[int]] | None = None,
+                    block: int = BLOCK) -> list[tuple[int, int]]:
+    """Per request (GPU, CPU) hit tokens of block mode's two tiers: the GPU placed tail
+    first, the CPU head first past the GPU hit (``requests``: block keys, default the
+    documents in ``ORDER``)."""
+    tiers, served = TwoTier(gpu, cpu), []
+    for keys in requests if requests is not None else [DOCS[d] for d in ORDER]:
         g, c = tiers.gpu.lookup(keys), tiers.cpu.lookup(keys)
         tiers.gpu.place(keys[::-1])
         tiers.cpu.place(keys[g:])
-        served.append((g * BLOCK, max(0, c - g) * BLOCK))
+        served.append((g * block, max(0, c - g) * block))
     return served
+
+
+def replay(gpu_blocks: int, cpu_blocks: int) -> list[tuple[int, int]]:
+    """An LRU GPU and the toy CPU tier."""
+    return two_tier_replay(LRU(gpu_blocks), NewestOut(cpu_blocks))
 
 
 def hit_ratio(gpu_blocks: int, cpu_blocks: int) -> float:
@@ -88,18 +94,7 @@ def test_trace_runs_the_toy_tier(tier, trace, tmp_path, capsys):
     assert set(requests["cpu_model"].cast(pl.String)) == {"newest-out"}
     expected = replay(4, 6)
     assert list(zip(requests["gpu_hit_tokens"], requests["cpu_hit_tokens"])) == expected
-    assert expected != [(g, c) for g, c in _lru_replay(4, 6)]     # the toy is not LRU here
-
-
-def _lru_replay(gpu_blocks: int, cpu_blocks: int) -> list[tuple[int, int]]:
-    tiers, served = TwoTier(LRU(gpu_blocks), LRU(cpu_blocks)), []
-    for d in ORDER:
-        keys = DOCS[d]
-        g, c = tiers.gpu.lookup(keys), tiers.cpu.lookup(keys)
-        tiers.gpu.place(keys[::-1])
-        tiers.cpu.place(keys[g:])
-        served.append((g * BLOCK, max(0, c - g) * BLOCK))
-    return served
+    assert expected != two_tier_replay(LRU(4), LRU(6))         # the toy is not LRU here
 
 
 def test_plan_sizes_the_toy_tier(tier, trace, capsys):
