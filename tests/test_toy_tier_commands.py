@@ -148,3 +148,20 @@ def test_plan_fleet_runs_the_toy_tier_in_workers(tier, capsys):
         documents.append(json.loads(capsys.readouterr().out))
     assert documents[1]["cache_models"] == {"gpu": "vllm", "cpu": "newest-out"}
     assert documents[0] == documents[1]
+
+
+def test_fleet_names_a_tier_its_workers_cannot_get(tmp_path, capsys):
+    """A class defined inside a function cannot travel to a worker process: one line
+    naming it, before any point runs."""
+    class Local(NewestOut):
+        pass
+
+    registry.register(registry.policy_entry("local-tier", Local, "defined in a function"))
+    try:
+        assert main(["fleet", *WORKLOAD, "--gpu", "64blocks", "--cpu-model", "local-tier",
+                     "--cpu", "2000", "--jobs", "2", "--out", str(tmp_path / "out")]) == 1
+    finally:
+        registry.unregister("local-tier")
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "local-tier, registered at run time, cannot be sent" in error[0]
+    assert not (tmp_path / "out" / "requests").exists()

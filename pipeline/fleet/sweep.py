@@ -41,8 +41,8 @@ from pipeline.fleet.routers import ROUTERS, added_routers, make_router, register
     router_class
 from pipeline.fleet.workload import requests_at_load
 
-__all__ = ["Point", "Settings", "Registered", "run_point", "run_sweep", "point_path", "EXECUTORS",
-           "workload_keys", "run_and_save", "by_cost"]
+__all__ = ["Point", "Settings", "Registered", "run_point", "run_sweep", "point_path",
+           "EXECUTORS", "workload_keys", "run_and_save", "by_cost"]
 
 EXECUTORS = ("local", "ray")
 
