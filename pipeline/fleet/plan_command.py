@@ -45,6 +45,7 @@ from pipeline.fleet.sweep import Point, run_sweep
 from pipeline.fleet.workload import FLEET_PATTERNS, load_workload
 from pipeline.plan.output import exit_status
 from pipeline.sizes.units import KVSize, kv_from_args
+from pipeline.steptime.alone import plan_with_latency
 from pipeline.base.staging import Outputs, parquet_bytes
 from pipeline.workloads import patterns
 
@@ -150,17 +151,6 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(str(exc)) from None
 
 
-def ttft_withheld(model, kv: KVSize, prompts: list[int]) -> str | None:
-    """Why ``model``'s TTFT cannot back this plan (None when it can): another KV size than
-    the plan's, or (fitted) prompts outside the fitted range."""
-    theirs = getattr(model, "kv_bytes_per_token", None)
-    if theirs is not None and theirs != kv.bytes_per_token:
-        return (f"the step times ({model.label}) are for {theirs:,} KV bytes per token, the "
-                f"plan sizes {kv.name}'s {kv.bytes_per_token:,}")
-    note = getattr(model, "range_note", None)
-    return note(prompts) if note is not None else None
-
-
 def _grid(args: argparse.Namespace, workload) -> list[int]:
     if args.gpu is not None:
         return args.gpu_blocks
@@ -185,10 +175,9 @@ def _fleet_plan(args: argparse.Namespace) -> int:
     args.gpu_blocks = _grid(args, workload)
     settings = fleet_command.sweep_settings(args, workload, args.options)
     model = settings.step_model
-    withheld = ttft_withheld(model, kv, [len(r.prompt_token_ids) for r in workload.requests])
-    if withheld is not None and args.target_ttft_p90_ms is not None:
-        raise CLIError(f"--target-ttft-p90-ms: TTFT withheld: {withheld}; ask for "
-                       f"--target-hit-ratio instead")
+    withheld = plan_with_latency(
+        model, kv.bytes_per_token, [len(r.prompt_token_ids) for r in workload.requests],
+        ttft_target=None if args.target_ttft_p90_ms is None else "--target-ttft-p90-ms")
     load = args.speed or 1.0
     points = [Point(r, n, b, load) for r in args.router for n in args.instances
               for b in args.gpu_blocks]
