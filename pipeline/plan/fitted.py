@@ -19,6 +19,7 @@ from pipeline.plan.search import Target
 from pipeline.plan.output import answer_fields, backed_plan, document_head, models_fields, \
     print_document
 from pipeline.steptime.alone import AloneTTFT, plan_with_latency
+from pipeline.steptime.cost import StepTimeModel
 from pipeline.steptime.fitted import Linear
 from pipeline.steptime.options import latency_from_args
 from pipeline.ttft.model import GPU_ONLY, OFFLOAD
@@ -26,11 +27,23 @@ from pipeline.ttft.model import GPU_ONLY, OFFLOAD
 __all__ = ["fitted_plan", "model_lines"]
 
 
-def model_lines(model: AloneTTFT) -> list[str]:
+def model_lines(model: StepTimeModel) -> list[str]:
     """The text lines that describe the step-time model."""
-    c = getattr(model.model, "coefficients", {})
-    parts = ", ".join(f"{name} {value:.4g}" for name, value in c.items())
-    return [f"  {model.describe()}: {parts or model.model.provenance}"]
+    if not isinstance(model, Linear):
+        return [f"  {model.label}, one request at a time: {model.provenance}"]
+    parts = ", ".join(f"{name} {value:.4g}" for name, value in model.coefficients.items())
+    return [f"  {model.describe()}: {parts}"]
+
+
+def _fields(model: StepTimeModel, path: str, chunk: int) -> dict:
+    """The step-time model in plan's JSON document."""
+    if not isinstance(model, Linear):
+        return {"path": path, "label": model.label, "provenance": model.provenance,
+                "chunk": chunk}
+    return {"path": path, "served_model": model.served_model,
+            "kv_bytes_per_token": model.kv_bytes_per_token,
+            "prompt_tokens_range": list(model.prompt_tokens_range), "chunk": chunk,
+            "coefficients": dict(model.coefficients)}
 
 
 def fitted_plan(args: argparse.Namespace, kv, gpu: int, gpu_given: str, build,
@@ -60,8 +73,8 @@ def fitted_plan(args: argparse.Namespace, kv, gpu: int, gpu_given: str, build,
         **models_fields(evaluator),
         "measured": {"path": str(args.latency), "synthetic": False, "fitted": fitted},
         "models": {"fitted step time" if fitted else "step time":
-                   model.fields(str(args.latency))},
+                   _fields(step_model, str(args.latency), chunk)},
         **answer_fields(result, result.cpu_tokens, kv),
     }
-    return print_document(document, withheld, args.json, model_lines(model), result, target,
-                          names, args.verbose)
+    return print_document(document, withheld, args.json, model_lines(step_model), result,
+                          target, names, args.verbose)

@@ -1,23 +1,14 @@
-"""TTFT of a request alone on the engine under a model, and planning with a latency model.
+"""TTFT of a request alone on the engine under a model (``request_ttft``) and the one check
+of a latency model that every planner makes (``plan_with_latency``).
 
-``request_ttft(model, chunk)`` is the one TTFT of a request alone (no queueing): a polars
-expression on ``gpu_tokens``, ``cpu_tokens`` and ``miss_tokens``. A request-level TTFT
-model (the lab's per-tier regressions, ``pipeline.ttft.model``) is its own ``expression``.
-For a step-time model the request keeps its ``gpu + cpu`` cached prefix, reloads the
-CPU-served part, and prefills the ``miss`` tokens (at least one: an engine recomputes the
-last prompt token to sample) in chunks of ``chunk`` tokens, the last one sampling the first
-token. With ``k = ceil(m / chunk)`` chunks after ``h`` cached tokens the steps' totals are
-
-    one k, prefill m, context k h + chunk k (k-1)/2 + m, reload min(cpu, h),
-    attention pairs m h + m (m + 1) / 2
-
-so the fitted linear form (``Linear``, ``fitted_file.TERMS``) is a closed form of them; any
-other model (the roofline, a registered one) is priced step by step by its ``step_ms``.
-
-``plan_with_latency`` is every planner's one check of a latency model (``--latency``, read by
-``registry.step_time_model``): ``backing_problem`` says why its TTFT cannot back a plan
-(another served model, another KV size per token, prompts outside a fitted range), and a
-TTFT target is then refused.
+A request-level TTFT model (the lab's per-tier regressions, ``pipeline.ttft.model``) is its
+own ``expression``. Under a step-time model the request keeps its cached prefix (``gpu +
+cpu`` tokens, the CPU part reloaded) and prefills the ``miss`` tokens (at least one: the
+engine recomputes the last prompt token) in chunks of ``chunk``, the last chunk sampling.
+With ``k = ceil(m / chunk)`` chunks after ``h`` cached tokens its steps' totals are: one k,
+prefill m, context ``k h + chunk k (k-1)/2 + m``, reload ``min(cpu, h)``, attention pairs
+``m h + m (m+1)/2``; the fitted linear form (``TERMS``) is a closed form of them, any other
+model is priced chunk by chunk by its ``step_ms``.
 """
 
 from __future__ import annotations
@@ -25,30 +16,30 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass
 from functools import reduce
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import polars as pl
 
 from pipeline.base.errors import CLIError
-from pipeline.steptime.cost import StepCost, StepTimeModel
+from pipeline.steptime.cost import StepTimeModel
 from pipeline.steptime.fitted import Linear
 from pipeline.steptime.fitted_file import TERMS
 
-__all__ = ["request_ttft", "AloneTTFT", "backing_problem", "plan_with_latency"]
+__all__ = ["request_ttft", "alone_ms", "AloneTTFT", "backing_problem", "plan_with_latency"]
 
 TOKEN_COLUMNS = ("gpu_tokens", "cpu_tokens", "miss_tokens")
 
 
 def request_ttft(model: Any, chunk: int | None = None) -> pl.Expr:
-    """TTFT (ms) of a request alone under ``model`` (see the module docstring), prefilled in
-    chunks of ``chunk`` tokens (a step-time model needs it)."""
+    """TTFT (ms) of a request alone under ``model``, from TOKEN_COLUMNS (module docstring)."""
     if hasattr(model, "expression"):                  # a request-level TTFT model
         return model.expression()
     if isinstance(model, Linear):
         return _linear_ttft(model.coefficients, chunk)
     return pl.struct(*TOKEN_COLUMNS).map_batches(
-        lambda tokens: pl.Series(_stepped_ttft(model, tokens.struct.unnest(), chunk)),
+        lambda tokens: pl.Series(alone_ms(model, *tokens.struct.unnest(), chunk)),
         return_dtype=pl.Float64)
 
 
@@ -65,19 +56,22 @@ def _linear_ttft(c: Any, chunk: int) -> pl.Expr:
     return reduce(operator.add, (totals[q] * c.get(name, 0.0) for name, q in TERMS))
 
 
-def _stepped_ttft(model: StepTimeModel, tokens: pl.DataFrame, chunk: int) -> np.ndarray:
-    """Each row's chunks as ``StepCost`` records, summed by ``model.step_ms``."""
-    out = np.zeros(tokens.height)
-    for row, (gpu, cpu, miss) in enumerate(tokens.iter_rows()):
-        context = gpu + cpu + miss
-        m = max(miss, min(context, 1))
-        before, reload = context - m, min(cpu, context - m)
+def alone_ms(model: StepTimeModel, gpu: Any, cpu: Any, miss: Any, chunk: int) -> np.ndarray:
+    """TTFT of each request alone (token counts per tier), its chunks priced one by one by
+    ``model.step_ms`` (as the engine's records: the roofline's and the fitted form's fast
+    path)."""
+    out = np.zeros(len(miss))
+    for row, (g, c, m) in enumerate(zip(map(int, gpu), map(int, cpu), map(int, miss))):
+        context = g + c + m
+        m = max(m, min(context, 1))
+        before, reload = context - m, min(c, context - m)
         while m > 0:
             new = min(chunk, m)
             m -= new
-            out[row] += model.step_ms(StepCost(new, 0, before + new, reload,
-                                               new * before + new * (new + 1) // 2,
-                                               0 if m else 1))
+            out[row] += model.step_ms(SimpleNamespace(
+                scheduled=[(0, new, before)], prefill_tokens=new, decode_seqs=0,
+                context_tokens=before + new, reload_tokens=reload,
+                first_tokens=[] if m else [0]))
             before, reload = before + new, 0
     return out
 
@@ -99,46 +93,28 @@ class AloneTTFT:
         return []
 
     def monotone(self) -> bool:
-        """True when moving a prompt token from recompute to a cache never raises TTFT
-        (unknown for a model other than the fitted linear form: False, plan scans). For the
-        linear form the pairs, prefill and chunk terms only fall, but the context term can
-        rise (a later first chunk attends more), so it must be 0, and a reload must cost no
-        more than a prefilled token."""
+        """True when moving a prompt token from recompute to a cache never raises TTFT (False:
+        unknown, plan scans). The linear form's pairs, prefill and chunk terms only fall, but
+        its context term can rise (a later first chunk attends more): 0 it must be, and a
+        reload must cost no more than a prefilled token."""
         c = getattr(self.model, "coefficients", None)
         return (isinstance(self.model, Linear) and c["context_token_ms"] == 0
                 and c["reload_token_ms"] <= c["prefill_token_ms"])
-
-    def describe(self) -> str:
-        describe = getattr(self.model, "describe", None)
-        return describe() if describe is not None else (
-            f"{self.model.label}, chunks of {self.chunk} tokens, one request at a time")
-
-    def fields(self, path: str) -> dict:
-        """The JSON of the model in plan's document."""
-        if not isinstance(self.model, Linear):
-            return {"path": path, "label": self.model.label,
-                    "provenance": self.model.provenance, "chunk": self.chunk}
-        m = self.model
-        return {"path": path, "served_model": m.served_model,
-                "kv_bytes_per_token": m.kv_bytes_per_token,
-                "prompt_tokens_range": list(m.prompt_tokens_range), "chunk": self.chunk,
-                "coefficients": dict(m.coefficients)}
 
 
 def backing_problem(model: StepTimeModel, kv_bytes_per_token: int | None, prompts: Any,
                     served_model: str | None = None) -> str | None:
     """Why ``model``'s TTFT cannot back a plan of ``served_model`` at ``kv_bytes_per_token``
     over ``prompts`` (lengths); None when it can."""
-    source = getattr(model, "source", model.label)
-    fitted_on = getattr(model, "served_model", None)
-    if served_model is not None and fitted_on not in (None, served_model):
-        return f"{source} was fitted on {fitted_on}, not {served_model}"
+    fitted = isinstance(model, Linear)
+    source = model.source if fitted else model.label
+    if fitted and served_model is not None and model.served_model not in (None, served_model):
+        return f"{source} was fitted on {model.served_model}, not {served_model}"
     theirs = getattr(model, "kv_bytes_per_token", None)
     if kv_bytes_per_token is not None and theirs is not None and theirs != kv_bytes_per_token:
-        verb = "was fitted" if isinstance(model, Linear) else "prices steps"
-        return (f"{source} {verb} with {theirs:,} KV bytes per token, this plan sizes "
-                f"{kv_bytes_per_token:,}")
-    outside, count = (model.outside(prompts) if isinstance(model, Linear) else (0, 0))
+        return (f"{source} {'was fitted' if fitted else 'prices steps'} with {theirs:,} KV "
+                f"bytes per token, this plan sizes {kv_bytes_per_token:,}")
+    outside, count = model.outside(prompts) if fitted else (0, 0)
     if outside:
         lo, hi = model.prompt_tokens_range
         return f"{outside} of {count} prompts lie outside the {lo}..{hi} tokens {source} was " \
