@@ -257,16 +257,21 @@ def test_plan_step_time_ttft_equals_one_request_on_the_serial_engine(
 def test_fitted_problem_names_model_kv_size_and_range():
     import polars as pl
     from pipeline.steptime import Linear
-    from pipeline.steptime.alone import backing_problem
+    from pipeline.base.errors import CLIError
+    from pipeline.steptime.alone import plan_with_latency
     model = Linear(dict.fromkeys(FEATURES, 0.0), kv_bytes_per_token=2048,
                    prompt_tokens_range=(500, 8000), served_model="tiny", source="f.json")
     lengths = pl.Series([600, 7000])
-    assert backing_problem(model, None, lengths) is None
-    assert "f.json was fitted on tiny, not llama" in backing_problem(model, None, lengths, "llama")
-    assert "2,048 KV bytes per token, this plan sizes 4,096" in backing_problem(
+    assert plan_with_latency(model, None, lengths) is None
+    assert "f.json was fitted on tiny, not llama" in plan_with_latency(
+        model, None, lengths, served_model="llama")
+    assert "2,048 KV bytes per token, this plan sizes 4,096" in plan_with_latency(
         model, 4096, lengths)
-    assert "1 of 3 prompts lie outside the 500..8000" in backing_problem(
+    assert "1 of 3 prompts lie outside the 500..8000" in plan_with_latency(
         model, 2048, pl.Series([600, 9000, 700]))
+    with pytest.raises(CLIError, match="^--target-ttft-ms: TTFT withheld: 1 of 3 prompts"):
+        plan_with_latency(model, 2048, pl.Series([600, 9000, 700]),
+                          ttft_target="--target-ttft-ms")
 
 
 def test_the_committed_fitted_file_is_what_the_step_time_reader_takes():

@@ -46,6 +46,7 @@ from pipeline.fleet.workload import FLEET_PATTERNS, load_workload
 from pipeline.plan.output import exit_status
 from pipeline.sizes.units import KVSize, kv_from_args
 from pipeline.steptime.alone import plan_with_latency
+from pipeline.steptime.registry import name_of
 from pipeline.base.staging import Outputs, parquet_bytes
 from pipeline.workloads import patterns
 
@@ -259,7 +260,7 @@ def _document(args, workload, kv: KVSize, model, withheld: str | None, plan: pl.
         "workload": f"{workload.label}: {workload.size:,} requests",
         "kv": {"name": kv.name, "bytes_per_token": kv.bytes_per_token,
                "describe": kv.describe()},
-        "ttft": {"source": "roofline" if model.label.startswith("roofline") else "fitted",
+        "ttft": {"source": name_of(model),
                  "step_time_model": model.label, "provenance": model.provenance,
                  "withheld": withheld},
         "grid": {"routers": args.router, "instances": args.instances,
@@ -285,7 +286,6 @@ def _print(document: dict) -> None:
     print(f"grid: instances {','.join(map(str, grid['instances']))} x GPU blocks per instance "
           f"{','.join(map(str, grid['gpu_blocks']))} ({grid['block_size']} tokens each), "
           f"{cpu}; the answer is the smallest of these points")
-    label = "roofline" if ttft["source"] == "roofline" else "fitted"
     for a in document["answers"]:
         if a["status"] != "met":
             print(f"  {a['router']}: no point of the grid meets it")
@@ -293,7 +293,7 @@ def _print(document: dict) -> None:
         parts = f"{a['instances']} x {a['gpu_blocks']:,} blocks"
         if a["cpu_tokens"]:
             parts += f" + CPU {a['cpu_tokens']:,} tokens"
-        shown = (f", TTFT p90 {a['ttft_p90_ms']:,.2f} ms ({label})"
+        shown = (f", TTFT p90 {a['ttft_p90_ms']:,.2f} ms ({ttft['source']})"
                  if a["ttft_p90_ms"] is not None else "")
         print(f"  {a['router']}: {a['total_tokens']:,} tokens = {a['total_gib']:.3f} GiB "
               f"({parts}); hit ratio {a['hit_ratio']:.3f}{shown}")

@@ -1,10 +1,9 @@
-"""TTFT of a request alone on the engine under a model (``request_ttft``) and the one check
-of a latency model that every planner makes (``plan_with_latency``).
+"""TTFT of a request alone on the engine under a step-time model (``request_ttft``) and the
+one check of a latency model that every planner makes (``plan_with_latency``).
 
-A request-level TTFT model (the lab's per-tier regressions, ``pipeline.ttft.model``) is its
-own ``expression``. Under a step-time model the request keeps its cached prefix (``gpu +
-cpu`` tokens, the CPU part reloaded) and prefills the ``miss`` tokens (at least one: the
-engine recomputes the last prompt token) in chunks of ``chunk``, the last chunk sampling.
+The request keeps its cached prefix (``gpu + cpu`` tokens, the CPU part reloaded) and
+prefills the ``miss`` tokens (at least one: the engine recomputes the last prompt token) in
+chunks of ``chunk``, the last chunk sampling.
 With ``k = ceil(m / chunk)`` chunks after ``h`` cached tokens its steps' totals are: one k,
 prefill m, context ``k h + chunk k (k-1)/2 + m``, reload ``min(cpu, h)``, attention pairs
 ``m h + m (m+1)/2``; the fitted linear form (``TERMS``) is a closed form of them, any other
@@ -27,15 +26,13 @@ from pipeline.steptime.cost import StepTimeModel
 from pipeline.steptime.fitted import Linear
 from pipeline.steptime.fitted_file import TERMS
 
-__all__ = ["request_ttft", "alone_ms", "AloneTTFT", "backing_problem", "plan_with_latency"]
+__all__ = ["request_ttft", "alone_ms", "AloneTTFT", "plan_with_latency"]
 
 TOKEN_COLUMNS = ("gpu_tokens", "cpu_tokens", "miss_tokens")
 
 
-def request_ttft(model: Any, chunk: int | None = None) -> pl.Expr:
+def request_ttft(model: StepTimeModel, chunk: int) -> pl.Expr:
     """TTFT (ms) of a request alone under ``model``, from TOKEN_COLUMNS (module docstring)."""
-    if hasattr(model, "expression"):                  # a request-level TTFT model
-        return model.expression()
     if isinstance(model, Linear):
         return _linear_ttft(model.coefficients, chunk)
     return pl.struct(*TOKEN_COLUMNS).map_batches(
@@ -82,30 +79,36 @@ class AloneTTFT:
 
     model: StepTimeModel
     chunk: int
-    config: str = "step time"
-    method: str = "step time"
 
     def expression(self) -> pl.Expr:
         """Predicted TTFT (ms) from gpu_tokens, cpu_tokens, miss_tokens."""
         return request_ttft(self.model, self.chunk)
-
-    def unpriced_tiers(self) -> list[str]:
-        return []
 
     def monotone(self) -> bool:
         """True when moving a prompt token from recompute to a cache never raises TTFT (False:
         unknown, plan scans). The linear form's pairs, prefill and chunk terms only fall, but
         its context term can rise (a later first chunk attends more): 0 it must be, and a
         reload must cost no more than a prefilled token."""
-        c = getattr(self.model, "coefficients", None)
-        return (isinstance(self.model, Linear) and c["context_token_ms"] == 0
-                and c["reload_token_ms"] <= c["prefill_token_ms"])
+        c = self.model.coefficients if isinstance(self.model, Linear) else {}
+        return bool(c) and c["context_token_ms"] == 0 and \
+            c["reload_token_ms"] <= c["prefill_token_ms"]
 
 
-def backing_problem(model: StepTimeModel, kv_bytes_per_token: int | None, prompts: Any,
-                    served_model: str | None = None) -> str | None:
-    """Why ``model``'s TTFT cannot back a plan of ``served_model`` at ``kv_bytes_per_token``
-    over ``prompts`` (lengths); None when it can."""
+def plan_with_latency(model: StepTimeModel, kv_bytes_per_token: int | None, prompts: Any,
+                      *, served_model: str | None = None,
+                      ttft_target: str | None = None) -> str | None:
+    """Plan with ``model``'s TTFT: None when it backs a plan of ``served_model`` at
+    ``kv_bytes_per_token`` over ``prompts`` (lengths), else why not (the plan's figures are
+    then hit ratios only; with ``ttft_target``, the option of a TTFT target, a CLIError)."""
+    withheld = _problem(model, kv_bytes_per_token, prompts, served_model)
+    if withheld is not None and ttft_target is not None:
+        raise CLIError(f"{ttft_target}: TTFT withheld: {withheld}; ask for "
+                       f"--target-hit-ratio instead")
+    return withheld
+
+
+def _problem(model: StepTimeModel, kv_bytes_per_token: int | None, prompts: Any,
+             served_model: str | None) -> str | None:
     fitted = isinstance(model, Linear)
     source = model.source if fitted else model.label
     if fitted and served_model is not None and model.served_model not in (None, served_model):
@@ -120,16 +123,3 @@ def backing_problem(model: StepTimeModel, kv_bytes_per_token: int | None, prompt
         return f"{outside} of {count} prompts lie outside the {lo}..{hi} tokens {source} was " \
                f"fitted on"
     return None
-
-
-def plan_with_latency(model: StepTimeModel, kv_bytes_per_token: int | None, prompts: Any,
-                      *, served_model: str | None = None,
-                      ttft_target: str | None = None) -> str | None:
-    """Plan with ``model``'s TTFT: None when it backs the plan, else why not
-    (``backing_problem``; the plan's figures are then hit ratios only). With
-    ``ttft_target`` (the option of a TTFT target) a reason is a CLIError naming it."""
-    withheld = backing_problem(model, kv_bytes_per_token, prompts, served_model)
-    if withheld is not None and ttft_target is not None:
-        raise CLIError(f"{ttft_target}: TTFT withheld: {withheld}; ask for "
-                       f"--target-hit-ratio instead")
-    return withheld

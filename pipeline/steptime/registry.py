@@ -20,7 +20,7 @@ from pipeline.steptime.fitted import Linear
 from pipeline.steptime.fitted_file import read_json
 from pipeline.steptime.roofline import Roofline
 
-__all__ = ["STEP_TIME_MODELS", "step_time_model", "model_names"]
+__all__ = ["STEP_TIME_MODELS", "step_time_model", "model_names", "name_of"]
 
 #: name -> class; a class with a ``file_kind`` reads ``--latency FILE`` of that kind
 STEP_TIME_MODELS: dict[str, type] = {
@@ -32,6 +32,12 @@ STEP_TIME_MODELS: dict[str, type] = {
 def model_names() -> list[str]:
     """The names ``--latency NAME`` takes (the models built from options)."""
     return [name for name, cls in STEP_TIME_MODELS.items() if cls.file_kind is None]
+
+
+def name_of(model: StepTimeModel) -> str:
+    """The registered name of ``model``'s class (its class name when not registered)."""
+    return next((name for name, cls in STEP_TIME_MODELS.items() if type(model) is cls),
+                type(model).__name__)
 
 
 def step_time_model(choice: str, args: Any) -> StepTimeModel:
