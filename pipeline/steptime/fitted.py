@@ -2,7 +2,7 @@
 
 ``step_ms`` is the linear form of ``fitted_file.TERMS`` (fixed, prefill tokens, attended
 context, decode sequences, reloaded tokens, and attention pairs when the file has that sixth
-coefficient). ``load_latency`` (``Linear.from_document``) reads a file checked by
+coefficient). ``Linear.from_document`` (``load_latency``: a file) reads a document checked by
 ``fitted_file.check_fitted``. A coefficient the fit could not identify (``unidentified``,
 null or a number) counts as 0 ms and the model's ``notes`` say so, as they say when prompts
 leave ``prompt_tokens_range``; ``chunk`` is the fitted engine's ``max_num_batched_tokens``.
@@ -24,7 +24,7 @@ import numpy as np
 
 from pipeline.steptime.cost import StepCost, step_cost
 from pipeline.steptime.fitted_file import (COEFFICIENTS, FITTED_KIND, NAMES, OPTIONAL,
-                                           TERMS, check_fitted, read_fitted)
+                                           TERMS, check_fitted, read_json)
 
 __all__ = ["COEFFICIENTS", "OPTIONAL", "Linear", "load_latency", "FITTED_KIND"]
 
@@ -113,39 +113,36 @@ class Linear:
     def from_document(cls, document: Any, path: str | Path) -> Linear:
         """The model of a fitted-step-time document read from ``path``; ValueError naming
         the file and the field."""
-        return _from_document(check_fitted(document, str(path)), Path(path))
+        document, path = check_fitted(document, str(path)), Path(path)
+        given, unidentified = document["coefficients"], document.get("unidentified", [])
+        coefficients, notes = {}, []
+        for name in NAMES:
+            if name not in given:
+                continue
+            coefficients[name] = 0.0 if name in unidentified else float(given[name])
+            if name in unidentified:
+                notes.append(f"{name} was not identified by the fit: taken as 0 ms")
+        kv, span = document.get("kv_bytes_per_token"), tuple(document["prompt_tokens_range"])
+        stderr = document.get("stderr") or {}
+        engine, served = document.get("engine", "?"), document.get("served_model", "?")
+        sources = document.get("source") or []
+        errors = ", ".join(f"{name} {coefficients[name]:.4g} ± {stderr[name]:.2g}"
+                           if isinstance(stderr.get(name), (int, float)) else
+                           f"{name} {coefficients[name]:.4g}" for name in coefficients)
+        provenance = (f"fitted by least squares ({engine}, {served}) from "
+                      f"{', '.join(map(str, sources)) or 'unnamed files'}: {errors}")
+        if isinstance(document.get("provenance"), str):
+            provenance += f"; the file says: {document['provenance']}"
+        held = document.get("held_at_zero")
+        if isinstance(held, list) and held:
+            notes.append(f"{', '.join(map(str, held))} held at 0 by the fit")
+        chunk = (document.get("engine_model") or {}).get("max_num_batched_tokens")
+        per_load = (document.get("machine_load") or {}).get("per_load_average") or 0.0
+        return cls(coefficients, f"fitted ({path.name}: {engine}, {served})", provenance,
+                   tuple(notes), kv, span, tuple(unidentified), chunk,
+                   document.get("served_model"), path.name, float(per_load))
 
 
 def load_latency(path: str | Path) -> Linear:
     """The ``Linear`` model of a fitted-step-time JSON file; ValueError naming the file."""
-    return _from_document(read_fitted(path), Path(path))
-
-
-def _from_document(document: dict, path: Path) -> Linear:
-    given, unidentified = document["coefficients"], document.get("unidentified", [])
-    coefficients, notes = {}, []
-    for name in NAMES:
-        if name not in given:
-            continue
-        coefficients[name] = 0.0 if name in unidentified else float(given[name])
-        if name in unidentified:
-            notes.append(f"{name} was not identified by the fit: taken as 0 ms")
-    kv, span = document.get("kv_bytes_per_token"), tuple(document["prompt_tokens_range"])
-    stderr = document.get("stderr") or {}
-    engine, served = document.get("engine", "?"), document.get("served_model", "?")
-    sources = document.get("source") or []
-    errors = ", ".join(f"{name} {coefficients[name]:.4g} ± {stderr[name]:.2g}"
-                       if isinstance(stderr.get(name), (int, float)) else
-                       f"{name} {coefficients[name]:.4g}" for name in coefficients)
-    provenance = (f"fitted by least squares ({engine}, {served}) from "
-                  f"{', '.join(map(str, sources)) or 'unnamed files'}: {errors}")
-    if isinstance(document.get("provenance"), str):
-        provenance += f"; the file says: {document['provenance']}"
-    held = document.get("held_at_zero")
-    if isinstance(held, list) and held:
-        notes.append(f"{', '.join(map(str, held))} held at 0 by the fit")
-    chunk = (document.get("engine_model") or {}).get("max_num_batched_tokens")
-    per_load = (document.get("machine_load") or {}).get("per_load_average") or 0.0
-    return Linear(coefficients, f"fitted ({path.name}: {engine}, {served})", provenance,
-                  tuple(notes), kv, span, tuple(unidentified), chunk,
-                  document.get("served_model"), path.name, float(per_load))
+    return Linear.from_document(read_json(path), path)

@@ -1,13 +1,8 @@
-"""The step-time models a command can run: one class each, one line in ``STEP_TIME_MODELS``.
-
-A class is a ``StepTimeModel`` (``label``, ``provenance``, ``step_ms``) and says how
-``--latency`` builds it: ``file_kind = None`` and ``from_args(args)`` for a model built from
-the command's options (``--latency NAME``), or ``file_kind`` (the JSON ``kind``) and
-``from_document(document, path)`` for one read from a file (``--latency FILE``).
-``step_time_model(choice, args)`` is the one way every command (``simulate``, ``fleet``,
-``plan`` and its latency paths) turns ``--latency`` into a model; a model that offers
-``kernel_coefficients`` also runs in the compiled engine loop, any other one in Python.
-"""
+"""The step-time models: one class each (a ``StepTimeModel``), one line in
+``STEP_TIME_MODELS``. A class with ``file_kind = None`` is built by ``from_args(args)``
+(``--latency NAME``), one with a ``file_kind`` by ``from_document(document, path)`` from a
+``--latency FILE`` of that JSON ``kind``; ``step_time_model`` is how every command reads
+``--latency``. A model with ``kernel_coefficients`` runs in the compiled loop."""
 
 from __future__ import annotations
 
@@ -20,18 +15,13 @@ from pipeline.steptime.fitted import Linear
 from pipeline.steptime.fitted_file import read_json
 from pipeline.steptime.roofline import Roofline
 
-__all__ = ["STEP_TIME_MODELS", "step_time_model", "model_names", "name_of"]
+__all__ = ["STEP_TIME_MODELS", "step_time_model", "name_of"]
 
 #: name -> class; a class with a ``file_kind`` reads ``--latency FILE`` of that kind
 STEP_TIME_MODELS: dict[str, type] = {
     "roofline": Roofline,
     "fitted": Linear,
 }
-
-
-def model_names() -> list[str]:
-    """The names ``--latency NAME`` takes (the models built from options)."""
-    return [name for name, cls in STEP_TIME_MODELS.items() if cls.file_kind is None]
 
 
 def name_of(model: StepTimeModel) -> str:
@@ -41,9 +31,8 @@ def name_of(model: StepTimeModel) -> str:
 
 
 def step_time_model(choice: str, args: Any) -> StepTimeModel:
-    """The model of ``--latency CHOICE``: a registered name's ``from_args(args)``, else the
-    file CHOICE read by the class of its ``kind``; CLIError naming ``--latency`` (a name's
-    own errors name their options)."""
+    """The model of ``--latency CHOICE`` (see the module docstring); CLIError naming the
+    option."""
     cls = STEP_TIME_MODELS.get(choice.lower())
     if cls is not None and cls.file_kind is None:
         return cls.from_args(args)

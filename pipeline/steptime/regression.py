@@ -1,11 +1,6 @@
-"""The least squares of the time package's fits: the lab's per-tier TTFT regressions
-(``pipeline.ttft.model``) and ``fit``'s step-time coefficients (``pipeline.fit.solve``).
-
-Columns are scaled to unit norm first (conditioning). ``null_space`` gives the directions the
-rows cannot see; a column is identifiable iff none of them has a component on it
-(``identifiable``). ``scaled_least_squares`` solves and gives standard errors from the
-residual variance.
-"""
+"""The least squares of the time package's fits, columns scaled to unit norm first: the
+lab's per-tier TTFT regressions (``pipeline.ttft.model``) and ``fit``'s step-time
+coefficients (``pipeline.fit.solve``)."""
 
 from __future__ import annotations
 

@@ -77,25 +77,16 @@ class Roofline:
     def from_args(cls, args: Any) -> Roofline:
         """``--latency roofline``: ``--model-shape`` or ``--model`` on ``--gpu-type`` (H100
         by default) and its overrides; CLIError (or UsageError) naming the option."""
-        try:
-            name = args.gpu_type or "H100"
-            base = None if name.lower() == "custom" else gpu_preset(name)
-            gpu = custom_gpu(base, bf16_tflops=args.gpu_tflops, fp8_tflops=args.gpu_fp8_tflops,
-                             hbm_gbps=args.gpu_hbm_gbps, host_link_gbps=args.host_link_gbps)
-        except ValueError as exc:
-            raise CLIError(f"--gpu-type: {exc}") from None
+        name = args.gpu_type or "H100"
+        gpu = _option("--gpu-type", lambda: custom_gpu(
+            None if name.lower() == "custom" else gpu_preset(name),
+            bf16_tflops=args.gpu_tflops, fp8_tflops=args.gpu_fp8_tflops,
+            hbm_gbps=args.gpu_hbm_gbps, host_link_gbps=args.host_link_gbps))
         check_roofline_model(args)
-        option, parse, value = (("--model-shape", parse_model_shape, args.model_shape)
-                                if getattr(args, "model_shape", None) else
-                                ("--model", model_shape, args.model))
-        try:
-            shape = parse(value)
-        except ValueError as exc:
-            raise CLIError(f"{option}: {exc}") from None
-        try:
-            return cls(shape, gpu, args.step_overhead_ms, args.weights)
-        except ValueError as exc:
-            raise CLIError(f"--weights: {exc}") from None
+        shape = (_option("--model-shape", parse_model_shape, args.model_shape)
+                 if getattr(args, "model_shape", None) else
+                 _option("--model", model_shape, args.model))
+        return _option("--weights", cls, shape, gpu, args.step_overhead_ms, args.weights)
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -187,6 +178,14 @@ class Roofline:
                    + r.per_pair * pairs)
         memory = r.weights + r.per_context * record.context_tokens
         return r.overhead_ms + max(compute, memory) + r.per_reload * record.reload_tokens
+
+
+def _option(option: str, build: Any, *values: Any) -> Any:
+    """``build(*values)``; its ValueError as a CLIError naming ``option``."""
+    try:
+        return build(*values)
+    except ValueError as exc:
+        raise CLIError(f"{option}: {exc}") from None
 
 
 def check_roofline_model(args: Any) -> None:
