@@ -232,11 +232,11 @@ def test_plan_step_time_ttft_equals_one_request_on_the_serial_engine(
     """plan's closed form prices a lone request exactly as the simulated engine runs it
     (reload aside, which the serial engine has no CPU tier for)."""
     import polars as pl
-    from pipeline.fit.plan_ttft import StepTimeTTFT
+    from pipeline.steptime import Linear
+    from pipeline.steptime.alone import request_ttft
     if cached + miss == 0:
         return
     coefficients = dict(zip(FEATURES, (fixed, prefill, context, 0.0, 0.0, pairs)))
-    model = StepTimeTTFT(coefficients, 512, "f.json", "m", None, (1, 10_000))
     prompt = np.arange(1, cached + miss + 1, dtype=np.int64)
     previous = np.concatenate([prompt[:cached], -np.arange(1, 4, dtype=np.int64)])
     run = Run("f", "x", {}, [1, 2], np.array([0.0, 1e6]), np.zeros(2), np.zeros(2),
@@ -247,35 +247,41 @@ def test_plan_step_time_ttft_equals_one_request_on_the_serial_engine(
     cpu = int(cached * cpu_share)
     frame = pl.DataFrame({"gpu_tokens": [cached - cpu], "cpu_tokens": [cpu],
                           "miss_tokens": [miss]})
-    got = frame.select(model.expression()).item()
+    got = frame.select(request_ttft(Linear(coefficients), 512)).item()
     assert got == pytest.approx(expected, rel=1e-9, abs=1e-9)
-    with_reload = StepTimeTTFT({**coefficients, "reload_token_ms": reload}, 512, "f", "m",
-                               None, (1, 10_000))
-    extra = frame.select(with_reload.expression()).item() - got
+    with_reload = Linear({**coefficients, "reload_token_ms": reload})
+    extra = frame.select(request_ttft(with_reload, 512)).item() - got
     assert extra == pytest.approx(reload * min(cpu, cached + miss - max(miss, 1)), abs=1e-6)
 
 
 def test_fitted_problem_names_model_kv_size_and_range():
     import polars as pl
-    from pipeline.fit.plan_ttft import StepTimeTTFT, fitted_problem
-    model = StepTimeTTFT(dict.fromkeys(FEATURES, 0.0), 512, "f.json", "tiny", 2048, (500, 8000))
+    from pipeline.steptime import Linear
+    from pipeline.base.errors import CLIError
+    from pipeline.steptime.alone import plan_with_latency
+    model = Linear(dict.fromkeys(FEATURES, 0.0), kv_bytes_per_token=2048,
+                   prompt_tokens_range=(500, 8000), served_model="tiny", source="f.json")
     lengths = pl.Series([600, 7000])
-    assert fitted_problem(model, None, None, lengths) is None
-    assert "fitted on tiny, not llama" in fitted_problem(model, "llama", None, lengths)
-    assert "2,048 KV bytes per token, this plan sizes 4,096" in fitted_problem(
-        model, None, 4096, lengths)
-    assert "1 of 3 prompts lie outside the 500..8000" in fitted_problem(
-        model, None, 2048, pl.Series([600, 9000, 700]))
+    assert plan_with_latency(model, None, lengths) is None
+    assert "f.json was fitted on tiny, not llama" in plan_with_latency(
+        model, None, lengths, served_model="llama")
+    assert "2,048 KV bytes per token, this plan sizes 4,096" in plan_with_latency(
+        model, 4096, lengths)
+    assert "1 of 3 prompts lie outside the 500..8000" in plan_with_latency(
+        model, 2048, pl.Series([600, 9000, 700]))
+    with pytest.raises(CLIError, match="^--target-ttft-ms: TTFT withheld: 1 of 3 prompts"):
+        plan_with_latency(model, 2048, pl.Series([600, 9000, 700]),
+                          ttft_target="--target-ttft-ms")
 
 
 def test_the_committed_fitted_file_is_what_the_step_time_reader_takes():
     """data/measured/llamacpp_calib.fitted.json through the engine contract's reader
-    (steptime's load_latency, once that branch is here) and plan's."""
+    (steptime's load_latency, which plan reads too)."""
     from conftest import ROOT
-    from pipeline.fit.plan_ttft import load_step_time_ttft
+    from pipeline.steptime import load_latency
     path = ROOT / "data" / "measured" / "llamacpp_calib.fitted.json"
     doc = json.loads(path.read_text())
-    model = load_step_time_ttft(path)
+    model = load_latency(path)
     assert model.coefficients == doc["coefficients"] and model.chunk == 512
     assert model.prompt_tokens_range == (513, 8001) and model.kv_bytes_per_token == 2048
     assert doc["unidentified"] == ["reload_token_ms"] and doc["source"]

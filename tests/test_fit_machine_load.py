@@ -104,10 +104,10 @@ def test_command_writes_the_scale_and_the_report_frame_uses_it(tmp_path, capsys)
         simulate_run(r, SERIAL, beta * (1 + block["per_load_average"] * r.machine_load))
         .ttft_ms() for r in load_runs(paths)])
     assert np.allclose(result.frame["predicted_ttft_ms"].to_numpy(), expected)
-    from pipeline.fit.plan_ttft import load_step_time_ttft
-    model = load_step_time_ttft(out)               # plan says whose step times it prices
+    from pipeline.steptime import load_latency
+    model = load_latency(out)                      # plan says whose step times it prices
     assert model.per_load == block["per_load_average"]
     assert "an idle machine's step times: x (1 + 0.0" in model.describe()
     assert cli_main(["fit", *map(str, paths), "--output", str(out)]) == 0
     assert "machine_load" not in json.loads(out.read_text())       # off by default
-    assert "idle" not in load_step_time_ttft(out).describe()
+    assert "idle" not in load_latency(out).describe()

@@ -1,5 +1,7 @@
-"""The linear step form is defined once (``TERMS``): the compiled engine prices batches as
-``Linear.step_ms`` does, and plan's closed-form TTFT is the engine's."""
+"""Each step-time model is defined once: the compiled engine prices batches as the model's
+``step_ms`` does (the linear form's ``TERMS``, the roofline's ``Rates``), and plan's TTFT of
+a request alone (``request_ttft``: the linear closed form, any other model step by step) is
+the engine's."""
 
 from __future__ import annotations
 
@@ -14,10 +16,12 @@ from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.krun import QUANTITIES
 from pipeline.engine.loop import simulate
 from pipeline.engine.request import SimRequest
-from pipeline.fit.plan_ttft import StepTimeTTFT
 from pipeline.fit.schedule import FEATURES
-from pipeline.steptime import Linear, StepCost
+from pipeline.sizes.units import model_shape
+from pipeline.steptime import Linear, Roofline, StepCost, gpu_preset
+from pipeline.steptime.alone import request_ttft
 from pipeline.steptime.fitted_file import NAMES, TERMS
+from pipeline.steptime.roofline import Rates
 
 COEFFICIENT = st.one_of(st.just(0.0), st.floats(1e-6, 5.0, allow_nan=False))
 
@@ -28,6 +32,14 @@ def test_one_order_of_terms():
     assert {quantity for _, quantity in TERMS} <= set(QUANTITIES) <= fields
     model = Linear(dict(zip(NAMES, np.arange(1.0, 7.0))))
     assert model.kernel_coefficients() == ("linear", tuple(np.arange(1.0, 7.0)))
+    roofline = Roofline(model_shape("qwen2.5-1.5b"), gpu_preset("H100"), 1.5)
+    kind, vector = roofline.kernel_coefficients()
+    assert kind == "roofline" and vector == tuple(roofline.rates)
+    assert dict(zip(Rates._fields, vector))["overhead_ms"] == 1.5
+
+
+def _roofline(overhead: float, gpu: str) -> Roofline:
+    return Roofline(model_shape("qwen2.5-1.5b"), gpu_preset(gpu), overhead)
 
 
 def _requests(rng: np.random.Generator, count: int) -> list[SimRequest]:
@@ -38,14 +50,20 @@ def _requests(rng: np.random.Generator, count: int) -> list[SimRequest]:
             for i in range(count)]
 
 
-@settings(max_examples=25, deadline=None)
-@given(st.lists(COEFFICIENT, min_size=6, max_size=6), st.booleans(),
-       st.integers(0, 2**31), st.sampled_from([16, 48, 8192]))
-def test_the_kernel_prices_every_batch_as_step_ms(values, pairs, seed, budget):
+def _model(values, pairs, roofline):
+    if roofline:
+        return _roofline(values[0], ("H100", "L4", "A100")[int(values[1]) % 3])
     coefficients = dict(zip(NAMES, values))
     if not pairs:
         del coefficients["attention_pair_ms"]
-    model = Linear(coefficients)
+    return Linear(coefficients)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(COEFFICIENT, min_size=6, max_size=6), st.booleans(), st.booleans(),
+       st.integers(0, 2**31), st.sampled_from([16, 48, 8192]))
+def test_the_kernel_prices_every_batch_as_step_ms(values, pairs, roofline, seed, budget):
+    model = _model(values, pairs, roofline)
     assert compiled_model(model.step_ms) is not None      # the compiled kernel prices it
     config = SchedulerConfig(num_gpu_blocks=64, max_model_len=256, block_size=8,
                              max_num_batched_tokens=budget, max_num_seqs=4)
@@ -58,24 +76,22 @@ def test_the_kernel_prices_every_batch_as_step_ms(values, pairs, seed, budget):
 
 
 @settings(max_examples=15, deadline=None)
-@given(st.lists(COEFFICIENT, min_size=6, max_size=6), st.integers(1, 1500),
+@given(st.lists(COEFFICIENT, min_size=6, max_size=6), st.booleans(), st.integers(1, 1500),
        st.integers(0, 1500), st.integers(1, 600), st.sampled_from([64, 256, 1000]))
-def test_plans_closed_form_is_the_engines_ttft_of_a_request_alone(values, shared, fresh,
-                                                                   first_fresh, chunk):
-    """plan --latency's TTFT (``StepTimeTTFT``) is the engine's under the same coefficients:
-    a request after another that left ``shared`` tokens of its prompt cached."""
-    coefficients = dict(zip(NAMES, values))
+def test_plans_ttft_is_the_engines_ttft_of_a_request_alone(values, roofline, shared, fresh,
+                                                            first_fresh, chunk):
+    """plan --latency's TTFT (``request_ttft``) is the engine's under the same model: a
+    request after another that left ``shared`` tokens of its prompt cached."""
+    model = _model(values, True, roofline)
     prompts = [np.arange(shared + first_fresh),
                np.concatenate((np.arange(shared), 10_000 + np.arange(fresh + 1)))]
     requests = [SimRequest(i, p, 2, arrival_s=1e6 * i) for i, p in enumerate(prompts)]
     config = SchedulerConfig(num_gpu_blocks=400, max_model_len=4096,
                              max_num_batched_tokens=chunk)
-    frame = simulate(requests, config, clock="time",
-                     step_ms=Linear(coefficients).step_ms).requests
-    closed = StepTimeTTFT(coefficients, chunk, "f.json", None, None, (1, 4096))
+    frame = simulate(requests, config, clock="time", step_ms=model.step_ms).requests
     predicted = frame.select(
         pl.col("gpu_hit_tokens").alias("gpu_tokens"), pl.lit(0).alias("cpu_tokens"),
         (pl.col("prompt_tokens") - pl.col("gpu_hit_tokens")).alias("miss_tokens"),
-    ).select(closed.expression())
+    ).select(request_ttft(model, chunk))
     assert predicted.to_series().to_list() == pytest.approx(frame["ttft_ms"].to_list(),
                                                             rel=1e-9, abs=1e-5)

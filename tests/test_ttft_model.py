@@ -210,7 +210,7 @@ def test_pass_ttft_per_request_frames_pick_the_config_by_cpu_capacity():
 
 
 def test_identifiable_from_the_null_space():
-    from pipeline.ttft.model import identifiable
+    from pipeline.steptime.regression import identifiable
 
     t = np.array([1.0, 2.0, 3.0, 4.0])
     ok, rank = identifiable(np.column_stack([np.ones(4), t]))

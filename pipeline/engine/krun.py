@@ -26,6 +26,7 @@ from pipeline.engine.layout import (
     G_WLEN, HOLDS, INFLIGHT, MAXTOK, NBLK, NPROMPT, NTOK, STALE, X_CONTEXT, X_DECODE, X_FREE,
     X_NFIRST, X_NRUN, X_NSCHED, X_NWAIT, X_PREFILL, X_Q, X_RELOAD, X_STEP)
 from pipeline.steptime.fitted_file import TERMS
+from pipeline.steptime.roofline import Rates
 
 __all__ = ["run_loop", "run_until", "advance", "step_once", "step_time", "MODEL_NONE",
            "MODEL_LINEAR", "MODEL_ROOFLINE", "DONE", "FULL", "STUCK", "STEP_FIELDS"]
@@ -35,6 +36,10 @@ MODEL_NONE, MODEL_LINEAR, MODEL_ROOFLINE = 0, 1, 2
 QUANTITIES = ("one", "prefill_tokens", "decode_seqs", "context_tokens", "reload_tokens",
               "attention_pairs")
 _TERM_AT = tuple(QUANTITIES.index(quantity) for _, quantity in TERMS)
+#: where each of the roofline's ``Rates`` sits in its coefficient vector
+(_OVERHEAD, _PER_TOKEN, _PER_SAMPLE, _PER_PAIR, _WEIGHTS, _PER_CONTEXT, _PER_RELOAD) = (
+    Rates._fields.index(name) for name in ("overhead_ms", "per_token", "per_sample",
+                                           "per_pair", "weights", "per_context", "per_reload"))
 DONE, FULL, STUCK = 0, 1, 2
 #: Engine calls in a row that execute nothing before the run is declared stuck.
 STUCK_CALLS = 64
@@ -58,14 +63,13 @@ def step_time(S, model, coef):
         pairs = context                               # decodes only: one query each
     if model == MODEL_LINEAR:
         return linear_ms(coef, (1, prefill, decodes, context, reload, pairs))
-    overhead, per_token, per_sample, per_pair, weights, per_context, per_reload = \
-        coef[0], coef[1], coef[2], coef[3], coef[4], coef[5], coef[6]
     tokens = prefill + decodes
     if tokens == 0 and reload == 0:
-        return overhead
-    compute = per_token * tokens + per_sample * (decodes + REC[X_NFIRST]) + per_pair * pairs
-    memory = weights + per_context * context
-    return overhead + max(compute, memory) + per_reload * reload
+        return coef[_OVERHEAD]
+    compute = (coef[_PER_TOKEN] * tokens + coef[_PER_SAMPLE] * (decodes + REC[X_NFIRST])
+               + coef[_PER_PAIR] * pairs)
+    memory = coef[_WEIGHTS] + coef[_PER_CONTEXT] * context
+    return coef[_OVERHEAD] + max(compute, memory) + coef[_PER_RELOAD] * reload
 
 
 @helper

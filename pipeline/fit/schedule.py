@@ -22,7 +22,7 @@ import numpy as np
 import polars as pl
 
 from pipeline.fit.inputs import Run
-from pipeline.steptime.cost import step_cost
+from pipeline.steptime.cost import StepCost, step_cost
 from pipeline.steptime.fitted_file import NAMES, TERMS
 
 __all__ = ["FEATURES", "EngineModel", "Schedule", "engine_schedule", "serial_schedule",
@@ -30,11 +30,6 @@ __all__ = ["FEATURES", "EngineModel", "Schedule", "engine_schedule", "serial_sch
 
 #: the linear step-time form's coefficients, in its order (``steptime.fitted_file.TERMS``)
 FEATURES = NAMES
-
-
-def attention_pairs(new: int, before: int) -> int:
-    """Query-key pairs of ``new`` tokens after ``before`` under the causal mask."""
-    return new * before + new * (new + 1) // 2
 
 
 @dataclass(frozen=True)
@@ -105,13 +100,14 @@ def serial_schedule(run: Run, engine: EngineModel, coefficients: np.ndarray) -> 
         done = reused
         while done < length:
             new = min(chunk, length - done)
-            steps.append((1.0, new, done + new, 0.0, 0.0, attention_pairs(new, done)))
+            steps.append(step_features(StepCost(new, 0, done + new, 0, new * done
+                                                + new * (new + 1) // 2)))
             done += new
         first_index = len(rows) + len(steps) - 1
         context = length
         for _ in range(int(run.max_tokens[index]) - 1):
             context += 1
-            steps.append((1.0, 0.0, context, 1.0, 0.0, context))
+            steps.append(step_features(StepCost(0, 1, context, 0, context)))
         for row in steps:
             duration = max(float(np.dot(row, coefficients)), 0.0)
             rows.append(row)

@@ -35,7 +35,7 @@ import numpy as np
 
 from pipeline.fit.inputs import Run
 from pipeline.fit.schedule import FEATURES, EngineModel, Schedule, simulate_run
-from pipeline.ttft.model import identifiable
+from pipeline.steptime.regression import identifiable, null_space, scaled_least_squares
 
 __all__ = ["Fit", "FitError", "design_rows", "fit_runs", "identifiability", "load_scale"]
 
@@ -133,7 +133,7 @@ def identifiability(x: np.ndarray) -> dict[str, str]:
     if x.shape[0] == 0:
         return {name: "no rows" for name in FEATURES}
     ok, _ = identifiable(x)
-    norms = np.linalg.norm(x, axis=0)
+    norms, rank, null = null_space(x)
     for j, name in enumerate(FEATURES):
         if norms[j] == 0:
             reasons[name] = {
@@ -142,10 +142,7 @@ def identifiability(x: np.ndarray) -> dict[str, str]:
                 "prefill_token_ms": "no step prefilled tokens",
                 "attention_pair_ms": "no step attended anything",
             }.get(name, "its feature is zero in every step")
-    scaled = x / np.where(norms > 0, norms, 1.0)
-    _, singular, vt = np.linalg.svd(scaled, full_matrices=True)
-    rank = int(np.sum(singular > 1e-9 * max(singular.max(initial=0.0), 1.0)))
-    for vector in vt[rank:]:
+    for vector in null:
         tied = [FEATURES[j] for j in range(len(FEATURES)) if abs(vector[j]) > 1e-6
                 and norms[j] > 0]
         for name in tied:
@@ -171,11 +168,8 @@ def _solve(x: np.ndarray, y: np.ndarray, w: np.ndarray, active: list[int]
         se = np.full(x.shape[1], math.nan)
         if not active:
             return coef, se, clamped
-        a = x[:, active] * w[:, None]
-        b = y * w
-        norms = np.linalg.norm(a, axis=0)
-        solution, *_ = np.linalg.lstsq(a / norms, b, rcond=None)
-        solution = solution / norms
+        solution, errors = scaled_least_squares(x[:, active] * w[:, None], y * w,
+                                                np.linalg.pinv)
         negative = [c for c, v in zip(active, solution) if v < 0]
         if negative:
             worst = min(negative, key=lambda c: solution[active.index(c)])
@@ -183,13 +177,8 @@ def _solve(x: np.ndarray, y: np.ndarray, w: np.ndarray, active: list[int]
             clamped.append(worst)
             continue
         coef[active] = solution
-        n, p = a.shape
-        if n > p:
-            residual = b - a @ solution
-            sigma2 = float(residual @ residual) / (n - p)
-            scaled = a / norms
-            cov = sigma2 * np.linalg.pinv(scaled.T @ scaled) / np.outer(norms, norms)
-            se[active] = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+        if errors is not None:
+            se[active] = errors
         return coef, se, clamped
 
 

@@ -45,6 +45,8 @@ from pipeline.fleet.sweep import Point, run_sweep
 from pipeline.fleet.workload import FLEET_PATTERNS, load_workload
 from pipeline.plan.output import exit_status
 from pipeline.sizes.units import KVSize, kv_from_args
+from pipeline.steptime.alone import plan_with_latency
+from pipeline.steptime.registry import name_of
 from pipeline.base.staging import Outputs, parquet_bytes
 from pipeline.workloads import patterns
 
@@ -150,17 +152,6 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(str(exc)) from None
 
 
-def ttft_withheld(model, kv: KVSize, prompts: list[int]) -> str | None:
-    """Why ``model``'s TTFT cannot back this plan (None when it can): another KV size than
-    the plan's, or (fitted) prompts outside the fitted range."""
-    theirs = getattr(model, "kv_bytes_per_token", None)
-    if theirs is not None and theirs != kv.bytes_per_token:
-        return (f"the step times ({model.label}) are for {theirs:,} KV bytes per token, the "
-                f"plan sizes {kv.name}'s {kv.bytes_per_token:,}")
-    note = getattr(model, "range_note", None)
-    return note(prompts) if note is not None else None
-
-
 def _grid(args: argparse.Namespace, workload) -> list[int]:
     if args.gpu is not None:
         return args.gpu_blocks
@@ -185,10 +176,9 @@ def _fleet_plan(args: argparse.Namespace) -> int:
     args.gpu_blocks = _grid(args, workload)
     settings = fleet_command.sweep_settings(args, workload, args.options)
     model = settings.step_model
-    withheld = ttft_withheld(model, kv, [len(r.prompt_token_ids) for r in workload.requests])
-    if withheld is not None and args.target_ttft_p90_ms is not None:
-        raise CLIError(f"--target-ttft-p90-ms: TTFT withheld: {withheld}; ask for "
-                       f"--target-hit-ratio instead")
+    withheld = plan_with_latency(
+        model, kv.bytes_per_token, [len(r.prompt_token_ids) for r in workload.requests],
+        ttft_target=None if args.target_ttft_p90_ms is None else "--target-ttft-p90-ms")
     load = args.speed or 1.0
     points = [Point(r, n, b, load) for r in args.router for n in args.instances
               for b in args.gpu_blocks]
@@ -270,7 +260,7 @@ def _document(args, workload, kv: KVSize, model, withheld: str | None, plan: pl.
         "workload": f"{workload.label}: {workload.size:,} requests",
         "kv": {"name": kv.name, "bytes_per_token": kv.bytes_per_token,
                "describe": kv.describe()},
-        "ttft": {"source": "roofline" if model.label.startswith("roofline") else "fitted",
+        "ttft": {"source": name_of(model),
                  "step_time_model": model.label, "provenance": model.provenance,
                  "withheld": withheld},
         "grid": {"routers": args.router, "instances": args.instances,
@@ -296,7 +286,6 @@ def _print(document: dict) -> None:
     print(f"grid: instances {','.join(map(str, grid['instances']))} x GPU blocks per instance "
           f"{','.join(map(str, grid['gpu_blocks']))} ({grid['block_size']} tokens each), "
           f"{cpu}; the answer is the smallest of these points")
-    label = "roofline" if ttft["source"] == "roofline" else "fitted"
     for a in document["answers"]:
         if a["status"] != "met":
             print(f"  {a['router']}: no point of the grid meets it")
@@ -304,7 +293,7 @@ def _print(document: dict) -> None:
         parts = f"{a['instances']} x {a['gpu_blocks']:,} blocks"
         if a["cpu_tokens"]:
             parts += f" + CPU {a['cpu_tokens']:,} tokens"
-        shown = (f", TTFT p90 {a['ttft_p90_ms']:,.2f} ms ({label})"
+        shown = (f", TTFT p90 {a['ttft_p90_ms']:,.2f} ms ({ttft['source']})"
                  if a["ttft_p90_ms"] is not None else "")
         print(f"  {a['router']}: {a['total_tokens']:,} tokens = {a['total_gib']:.3f} GiB "
               f"({parts}); hit ratio {a['hit_ratio']:.3f}{shown}")

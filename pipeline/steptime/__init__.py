@@ -1,9 +1,11 @@
 """Step-time models: one executed batch (a ``StepRecord``) -> milliseconds.
 
 ``Roofline`` (a model's shape on a GPU preset: a lower bound, labelled roofline) and
-``Linear`` (fitted coefficients, ``load_latency`` reads ``fit``'s JSON); ``metrics`` turns
-a timed run into per-request and per-run figures, including vLLM's own prefix-cache hit
-rates; ``curves`` runs a grid of GPU capacities x loads.
+``Linear`` (fitted coefficients, ``load_latency`` reads ``fit``'s JSON), registered in
+``registry`` (``--latency``); ``alone`` prices a request alone and checks that a model backs
+a plan; ``regression`` is the fits' least squares; ``metrics`` turns a timed run into
+per-request and per-run figures, including vLLM's own prefix-cache hit rates; ``curves``
+runs a grid of GPU capacities x loads.
 """
 
 from pipeline.steptime.cost import StepCost, StepTimeModel, step_cost

@@ -31,6 +31,7 @@ from pipeline.engine.core import EngineSim
 from pipeline.engine.loop import simulate
 from pipeline.engine.request import SimRequest
 from pipeline.engine.workload import with_arrivals
+from pipeline.steptime.alone import alone_ms
 from pipeline.steptime.cost import StepTimeModel
 from pipeline.steptime.metrics import run_metrics
 from pipeline.steptime.tpot import tpot_quantiles
@@ -206,26 +207,6 @@ def _block_frame(requests: Sequence[SimRequest], config: SchedulerConfig) -> pl.
     return pl.DataFrame(rows).cast(dict(BLOCK_SCHEMA))
 
 
-def _alone_ttft(prompt: np.ndarray, hits: np.ndarray, budget: int, latency: StepTimeModel,
-                index: np.ndarray) -> np.ndarray:
-    """Each request alone: its prefill from the hit on, in chunks of ``budget`` tokens, the
-    last chunk sampling its first token; TTFT = the sum of those steps."""
-    from types import SimpleNamespace
-    out = np.zeros(prompt.size)
-    for j in range(prompt.size):
-        done, total, ms = int(hits[j]), int(prompt[j]), 0.0
-        while done < total:
-            new = min(budget, total - done)
-            last = done + new == total
-            ms += latency.step_ms(SimpleNamespace(
-                scheduled=[(int(index[j]), new, done)], prefill_tokens=new, decode_seqs=0,
-                context_tokens=done + new, reload_tokens=0,
-                first_tokens=[int(index[j])] if last else []))
-            done += new
-        out[j] = ms
-    return out
-
-
 def upper_curve(requests: Sequence[SimRequest], capacities: Sequence[int],
                 config: SchedulerConfig, latency: StepTimeModel) -> pl.DataFrame:
     """The concurrency-1 line (CURVE_SCHEMA rows, curve ``UPPER``, load ``ONE_PASS``): hits from
@@ -245,11 +226,11 @@ def upper_curve(requests: Sequence[SimRequest], capacities: Sequence[int],
         hits = vllm_gpu(stream, [b * config.block_size for b in blocks],
                         output_tokens=outputs)
     prompt = np.array([len(r.prompt_token_ids) for r in requests], dtype=np.int64)
-    index = np.arange(prompt.size)
     rows = []
     for capacity, hit in zip(capacities, hits):
         # a request larger than the pool is never scheduled under vLLM: no TTFT for it
-        ttft = _alone_ttft(prompt, hit, config.max_num_batched_tokens, latency, index)
+        ttft = alone_ms(latency, hit, np.zeros_like(hit), prompt - hit,
+                        config.max_num_batched_tokens)
         frame = pl.DataFrame({"ttft_ms": ttft})
         quantiles = {f"ttft_ms_p{p}": float(frame["ttft_ms"].quantile(p / 100, "linear"))
                      for p in (50, 90, 99)}

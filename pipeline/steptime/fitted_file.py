@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["TERMS", "NAMES", "COEFFICIENTS", "OPTIONAL", "FITTED_KIND", "VERSION",
-           "check_fitted", "read_fitted"]
+           "check_fitted", "read_fitted", "read_json"]
 
 #: (coefficient, the step quantity it multiplies), in the linear form's order
 TERMS = (("fixed_ms", "one"), ("prefill_token_ms", "prefill_tokens"),
@@ -69,16 +69,19 @@ def check_fitted(document: Any, where: str) -> dict:
     return document
 
 
-def read_fitted(path: str | Path) -> dict:
-    """The checked document of the fitted file at ``path``; ValueError naming the file (and
-    the line of a JSON error)."""
-    path = Path(path)
+def read_json(path: str | Path) -> Any:
+    """The JSON document at ``path``; ValueError naming the file (and the line of a JSON
+    error)."""
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise ValueError(f"{path}: cannot read it ({exc.strerror or exc})") from None
     except UnicodeDecodeError:
         raise ValueError(f"{path}: not UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}:{exc.lineno}: not JSON ({exc.msg})") from None
-    return check_fitted(document, str(path))
+
+
+def read_fitted(path: str | Path) -> dict:
+    """The checked document of the fitted file at ``path``; ValueError naming the file."""
+    return check_fitted(read_json(path), str(path))

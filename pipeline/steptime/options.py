@@ -9,15 +9,12 @@ required: a usage error naming ``--model`` otherwise, never a silent default).
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from pipeline.base.arguments import non_negative_float, positive_float
-from pipeline.base.errors import CLIError, UsageError
-from pipeline.sizes.units import model_shape, parse_model_shape
 from pipeline.steptime.cost import StepTimeModel
-from pipeline.steptime.fitted import load_latency
-from pipeline.steptime.gpus import GPUS, custom_gpu, gpu_preset
-from pipeline.steptime.roofline import DEFAULT_OVERHEAD_MS, Roofline
+from pipeline.steptime.gpus import GPUS
+from pipeline.steptime.registry import step_time_model
+from pipeline.steptime.roofline import DEFAULT_OVERHEAD_MS, check_roofline_model
 
 __all__ = ["add_latency_arguments", "latency_from_args", "check_roofline_model"]
 
@@ -55,55 +52,7 @@ def add_latency_arguments(parser: argparse.ArgumentParser, latency: bool = True)
                        help="the roofline's model shape instead of the --model preset")
 
 
-def _gpu(args: argparse.Namespace):
-    try:
-        name = args.gpu_type or "H100"
-        base = None if name.lower() == "custom" else gpu_preset(name)
-        return custom_gpu(base, bf16_tflops=args.gpu_tflops, fp8_tflops=args.gpu_fp8_tflops,
-                          hbm_gbps=args.gpu_hbm_gbps, host_link_gbps=args.host_link_gbps)
-    except ValueError as exc:
-        raise CLIError(f"--gpu-type: {exc}") from None
-
-
-def check_roofline_model(args: argparse.Namespace) -> None:
-    """The roofline's model is named: --model-shape, or --model (a usage error naming
-    --model otherwise: a TTFT for an unnamed model is never assumed)."""
-    if getattr(args, "model_shape", None):
-        return
-    if getattr(args, "kv_shape", None) or getattr(args, "kv_bytes_per_token", None):
-        raise CLIError("--latency roofline: --kv-shape/--kv-bytes-per-token give no model "
-                       "shape; use --model PRESET or --model-shape")
-    if getattr(args, "model", None) is None:
-        raise UsageError("--latency roofline needs --model PRESET (or --model-shape): TTFT "
-                         "depends on the model, none is assumed")
-
-
-def _shape(args: argparse.Namespace):
-    check_roofline_model(args)
-    if getattr(args, "model_shape", None):
-        try:
-            return parse_model_shape(args.model_shape)
-        except ValueError as exc:
-            raise CLIError(f"--model-shape: {exc}") from None
-    try:
-        return model_shape(args.model)
-    except ValueError as exc:
-        raise CLIError(f"--model: {exc}") from None
-
-
 def latency_from_args(args: argparse.Namespace) -> StepTimeModel | None:
-    """The step-time model ``--latency`` chose, or None; CLIError naming the option."""
+    """The step-time model ``--latency`` chose (``registry.step_time_model``), or None."""
     choice = getattr(args, "latency", None)
-    if choice is None:
-        return None
-    choice = str(choice)
-    if choice.lower() == "roofline":
-        gpu, shape = _gpu(args), _shape(args)
-        try:
-            return Roofline(shape, gpu, args.step_overhead_ms, args.weights)
-        except ValueError as exc:
-            raise CLIError(f"--weights: {exc}") from None
-    try:
-        return load_latency(Path(choice))
-    except ValueError as exc:
-        raise CLIError(f"--latency: {exc}") from None
+    return None if choice is None else step_time_model(str(choice), args)

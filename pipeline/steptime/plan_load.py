@@ -2,7 +2,8 @@
 load meets a target, from the engine model on the time clock.
 
 Each candidate capacity is one engine run (``pipeline.engine.simulate``, the step-time model
-of ``--latency``) under the load (``--speed``, ``--rate`` or ``--concurrency``). The search
+of ``--latency``, refused when it cannot back this plan: ``steptime.alone.plan_with_latency``)
+under the load (``--speed``, ``--rate`` or ``--concurrency``). The search
 bisects the number of GPU blocks between the smallest pool that holds the largest request
 and ``--gpu`` (default: a pool that holds every distinct block at once), assuming TTFT p90
 falls as the GPU grows; that is not proven under load (admission and preemption change with
@@ -27,6 +28,7 @@ from pipeline.engine.request import EngineRequests
 from pipeline.plan.output import exit_status
 from pipeline.sizes.units import capacity_tokens, kv_from_args, one_of
 from pipeline.sizes.vllm_memory import gpu_from_utilization
+from pipeline.steptime.alone import plan_with_latency
 from pipeline.steptime.curves import Load, apply_load
 from pipeline.steptime.metrics import run_metrics
 from pipeline.steptime.options import add_latency_arguments, latency_from_args
@@ -71,16 +73,11 @@ def _workload(args: argparse.Namespace) -> EngineRequests:
         raise CLIError(str(exc)) from None
 
 
-def _usage(args: argparse.Namespace, message: str) -> None:
-    """A usage error: argparse's one line and exit 2."""
-    raise UsageError(message)
-
-
 def _load(args: argparse.Namespace, timed: bool) -> Load:
     given = [(k, getattr(args, k)) for k in ("speed", "rate", "concurrency")
              if getattr(args, k) is not None]
     if len(given) > 1:
-        _usage(args, "give one load: --speed, --rate or --concurrency")
+        raise UsageError("give one load: --speed, --rate or --concurrency")
     if not given:
         if not timed:
             raise CLIError("an untimed workload needs --rate or --concurrency")
@@ -102,11 +99,11 @@ def _plan_under_load(args: argparse.Namespace) -> int:
     from pipeline.engine.loop import simulate
     latency = latency_from_args(args)
     if latency is None:
-        _usage(args, "--target-ttft-p90-ms needs a step-time model: --latency roofline or "
-                     "FILE")
+        raise UsageError("--target-ttft-p90-ms needs a step-time model: --latency roofline "
+                         "or FILE")
     if args.report is not None:
-        _usage(args, "--report: not available with --target-ttft-p90-ms (simulate --gpu CAPS "
-                     "--report draws the curves)")
+        raise UsageError("--report: not available with --target-ttft-p90-ms (simulate --gpu "
+                         "CAPS --report draws the curves)")
     args.block_size = args.block_size or 16
     if args.output_tokens in (None, "trace"):         # Mooncake: each line's output_length
         args.output_tokens = 1
@@ -118,6 +115,9 @@ def _plan_under_load(args: argparse.Namespace) -> int:
     workload = _workload(args)
     load = _load(args, workload.arrival_unit == "seconds")
     requests, concurrency = apply_load(workload.requests, load, args.seed)
+    plan_with_latency(latency, kv.bytes_per_token, [len(r.prompt_token_ids) for r in requests],
+                      served_model=getattr(args, "served_model", None),
+                      ttft_target="--target-ttft-p90-ms")
     size = args.block_size
     longest = max(len(r.prompt_token_ids) + r.max_tokens for r in requests)
     lo = -(-(longest - 1) // size) + 1

@@ -23,19 +23,34 @@ launch) is a fixed assumption. Every figure this gives is a roofline, labelled s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from functools import cached_property
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from pipeline.sizes.units import ModelShape
+from pipeline.base.errors import CLIError, UsageError
+from pipeline.sizes.units import ModelShape, model_shape, parse_model_shape
 from pipeline.steptime.cost import StepCost, step_cost  # noqa: F401 (StepCost: doctest)
-from pipeline.steptime.gpus import GpuPreset
+from pipeline.steptime.gpus import GpuPreset, custom_gpu, gpu_preset
 
-__all__ = ["Roofline", "WEIGHT_BYTES", "DEFAULT_OVERHEAD_MS"]
+__all__ = ["Roofline", "Rates", "WEIGHT_BYTES", "DEFAULT_OVERHEAD_MS", "check_roofline_model"]
 
 WEIGHT_BYTES = {"bf16": 2, "fp8": 1}
 #: fixed per-step overhead (scheduler, sampler, kernel launches): an assumption, not a fit
 DEFAULT_OVERHEAD_MS = 2.0
+
+
+class Rates(NamedTuple):
+    """The roofline's constants, folded once: ``step_ms`` reads them by name, and the compiled
+    kernel's coefficient vector is this tuple (``krun`` finds each by its field's index)."""
+
+    overhead_ms: float
+    per_token: float                   # ms per token through the layers (compute)
+    per_sample: float                  # ms per sampled sequence (LM head, compute)
+    per_pair: float                    # ms per attention pair (compute)
+    weights: float                     # ms to read the weights once (memory)
+    per_context: float                 # ms per attended context token's KV (memory)
+    per_reload: float                  # ms per token reloaded over the host link
 
 
 @dataclass(frozen=True)
@@ -55,6 +70,23 @@ class Roofline:
         if not self.overhead_ms >= 0:
             raise ValueError(f"the step overhead must be >= 0 ms, got {self.overhead_ms}")
         self.gpu.flops(self.weights)                 # fp8 on a chip without it: refused now
+
+    file_kind: ClassVar[str | None] = None           # --latency roofline: from the options
+
+    @classmethod
+    def from_args(cls, args: Any) -> Roofline:
+        """``--latency roofline``: ``--model-shape`` or ``--model`` on ``--gpu-type`` (H100
+        by default) and its overrides; CLIError (or UsageError) naming the option."""
+        name = args.gpu_type or "H100"
+        gpu = _option("--gpu-type", lambda: custom_gpu(
+            None if name.lower() == "custom" else gpu_preset(name),
+            bf16_tflops=args.gpu_tflops, fp8_tflops=args.gpu_fp8_tflops,
+            hbm_gbps=args.gpu_hbm_gbps, host_link_gbps=args.host_link_gbps))
+        check_roofline_model(args)
+        shape = (_option("--model-shape", parse_model_shape, args.model_shape)
+                 if getattr(args, "model_shape", None) else
+                 _option("--model", model_shape, args.model))
+        return _option("--weights", cls, shape, gpu, args.step_overhead_ms, args.weights)
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -103,30 +135,30 @@ class Roofline:
         """Milliseconds of ``count`` consecutive pure decode steps (an engine DecodeRun):
         step j has ``num_running`` decodes over ``context_base + num_running x j`` context
         tokens, no prefill, no reload; equal to ``step_ms`` of each of those records."""
-        self.step_ms(StepCost(0, 0, 0))                  # fold the constants once
-        per_token, per_sample, per_pair, weights, per_context, _ = self._rates
+        r = self.rates
         context = (context_base + num_running * np.arange(count)).astype(np.float64)
         # step_ms's arithmetic in its order, so every element equals it bit for bit
-        compute = per_token * num_running + per_sample * num_running + per_pair * context
-        return self.overhead_ms + np.maximum(compute, weights + per_context * context)
+        compute = r.per_token * num_running + r.per_sample * num_running + r.per_pair * context
+        return r.overhead_ms + np.maximum(compute, r.weights + r.per_context * context)
+
+    @cached_property
+    def rates(self) -> Rates:
+        """``step_ms``'s constants (``Rates``), folded once."""
+        m, gpu = self.model, self.gpu
+        peak, hbm = gpu.flops(self.weights) / 1e3, gpu.hbm_gbps * 1e6
+        return Rates(self.overhead_ms, 2 * m.layer_parameters / peak,
+                     2 * m.lm_head_parameters / peak,
+                     4 * m.layers * m.attention_heads * m.head_dim / peak,
+                     self.weight_bytes / hbm, self.kv_bytes_per_token / hbm,
+                     self.kv_bytes_per_token / (gpu.host_link_gbps * 1e6))
 
     def kernel_coefficients(self) -> tuple[str, tuple[float, ...]]:
-        """("roofline", (overhead, ``step_ms``'s folded rates)): the compiled loop's vector."""
-        self.step_ms(StepCost(0, 0, 0))                  # fold the constants once
-        return "roofline", (self.overhead_ms, *self._rates)
+        """("roofline", ``rates``): the compiled loop's vector, in ``Rates``' field order."""
+        return "roofline", tuple(self.rates)
 
     def step_ms(self, record: Any) -> float:
         """Milliseconds of one executed batch (see the module docstring); the same sum as
         ``parts`` with the constants folded once (the engine calls it every step)."""
-        if "_rates" not in self.__dict__:
-            m, gpu = self.model, self.gpu
-            peak, hbm = gpu.flops(self.weights) / 1e3, gpu.hbm_gbps * 1e6
-            object.__setattr__(self, "_rates", (
-                2 * m.layer_parameters / peak, 2 * m.lm_head_parameters / peak,
-                4 * m.layers * m.attention_heads * m.head_dim / peak, self.weight_bytes / hbm,
-                self.kv_bytes_per_token / hbm,
-                self.kv_bytes_per_token / (gpu.host_link_gbps * 1e6)))
-        per_token, per_sample, per_pair, weights, per_context, per_reload = self._rates
         scheduled = getattr(record, "scheduled", None)
         if scheduled is None or isinstance(record, StepCost):
             p = self.parts(record)
@@ -141,7 +173,29 @@ class Roofline:
         tokens = record.prefill_tokens + decodes
         if tokens == 0 and record.reload_tokens == 0:
             return self.overhead_ms
-        compute = (per_token * tokens + per_sample * (decodes + len(record.first_tokens))
-                   + per_pair * pairs)
-        memory = weights + per_context * record.context_tokens
-        return self.overhead_ms + max(compute, memory) + per_reload * record.reload_tokens
+        r = self.rates
+        compute = (r.per_token * tokens + r.per_sample * (decodes + len(record.first_tokens))
+                   + r.per_pair * pairs)
+        memory = r.weights + r.per_context * record.context_tokens
+        return r.overhead_ms + max(compute, memory) + r.per_reload * record.reload_tokens
+
+
+def _option(option: str, build: Any, *values: Any) -> Any:
+    """``build(*values)``; its ValueError as a CLIError naming ``option``."""
+    try:
+        return build(*values)
+    except ValueError as exc:
+        raise CLIError(f"{option}: {exc}") from None
+
+
+def check_roofline_model(args: Any) -> None:
+    """The roofline's model is named: --model-shape, or --model (a usage error naming
+    --model otherwise: a TTFT for an unnamed model is never assumed)."""
+    if getattr(args, "model_shape", None):
+        return
+    if getattr(args, "kv_shape", None) or getattr(args, "kv_bytes_per_token", None):
+        raise CLIError("--latency roofline: --kv-shape/--kv-bytes-per-token give no model "
+                       "shape; use --model PRESET or --model-shape")
+    if getattr(args, "model", None) is None:
+        raise UsageError("--latency roofline needs --model PRESET (or --model-shape): TTFT "
+                         "depends on the model, none is assumed")

@@ -11,7 +11,7 @@ token / r, in GB/s) and ``g`` the cost per GPU-hit token. Least squares (numpy) 
 measured requests joined with the simulator's tiers gives each parameter with a standard
 error. Parameters whose column is all zero are *not exercised* (e.g. ``r`` in a config with
 no CPU tier). A parameter is *identifiable* iff its unit vector lies in the row space of the
-design matrix (no null-space direction moves it). When the full model is rank-deficient the
+design matrix (no null-space direction moves it; ``pipeline.steptime.regression``). When the full model is rank-deficient the
 linear model (``a = c = 0``) is tried; when that is rank-deficient too, the model falls back
 to the per-tier medians of ``pipeline.ttft.latency`` (what the bundled lab file allows: one
 document length, so no per-token cost is identifiable), interpolated by token share for
@@ -31,9 +31,10 @@ import polars as pl
 from kvlab.kvsim import TIERS
 from kvlab.summarize import CONFIGS
 from pipeline.base.arguments import plural
+from pipeline.steptime.regression import identifiable, scaled_least_squares
 
 __all__ = ["PARAMETERS", "TOKEN_COLUMNS", "FitError", "TTFTModel", "design_matrix",
-           "fit_config", "fit_configs", "tokens_by_tier", "identifiable", "residuals_by_pass",
+           "fit_config", "fit_configs", "tokens_by_tier", "residuals_by_pass",
            "pass_ttft", "predicted_ttft", "predict_pass_ttft", "model_for_capacity", "measured_requests"]
 
 PARAMETERS = ("overhead_ms", "recompute_fixed_ms", "recompute_ms_per_token",
@@ -59,17 +60,6 @@ def _columns() -> dict[str, pl.Expr]:
 def design_matrix(frame: pl.DataFrame) -> np.ndarray:
     """The design matrix of ``frame`` (columns TOKEN_COLUMNS), one column per PARAMETERS."""
     return frame.select(**_columns()).to_numpy().astype(np.float64).reshape(frame.height, -1)
-
-
-def identifiable(x: np.ndarray, rtol: float = 1e-9) -> tuple[np.ndarray, int]:
-    """(identifiable per column, rank): column j is identifiable iff no null-space vector of
-    ``x`` has a component on it (columns are scaled to unit norm first)."""
-    norms = np.linalg.norm(x, axis=0)
-    scaled = x / np.where(norms > 0, norms, 1.0)
-    _, singular, vt = np.linalg.svd(scaled, full_matrices=True)
-    rank = int(np.sum(singular > rtol * max(singular.max(initial=0.0), 1.0)))
-    null = vt[rank:]
-    return np.all(np.abs(null) < 1e-6, axis=0) & (norms > 0), rank
 
 
 @dataclass(frozen=True)
@@ -146,15 +136,8 @@ def tokens_by_tier(attributed: pl.DataFrame) -> pl.DataFrame:
 def _least_squares(config: str, x: np.ndarray, y: np.ndarray, names: list[str],
                    notes: list[str], skipped: tuple[str, ...]) -> TTFTModel:
     n, p = x.shape
-    norms = np.linalg.norm(x, axis=0)
-    coef_scaled, *_ = np.linalg.lstsq(x / norms, y, rcond=None)
-    coef = coef_scaled / norms
-    residual = y - x @ coef
-    if n > p:
-        sigma2 = float(residual @ residual) / (n - p)
-        cov = sigma2 * np.linalg.inv((x / norms).T @ (x / norms)) / np.outer(norms, norms)
-        se = np.sqrt(np.clip(np.diag(cov), 0, None))
-    else:
+    coef, se = scaled_least_squares(x, y)
+    if se is None:
         se = np.full(p, math.nan)
         notes.append(f"{n} points for {p} parameters: an exact fit, no uncertainty")
     loose = [name for name, value, error in zip(names, coef, se) if abs(error) > abs(value)]
