@@ -1,16 +1,37 @@
-"""What each request of a block stream holds and caches under vLLM, as flat arrays (the
-input of ``vllm_fast`` and ``vllm_compiled``; ``vllm_gpu.vllm_requests`` is the readable
-form)."""
+"""What each request of a block stream holds and caches under vLLM, as flat arrays: the input
+of the pool (``vllm_gpu``) and of the one-pass depths (``vllm_fast``).
+
+A request computes ``prompt + output - 1`` tokens (the last sampled token is never fed
+back) and holds ``ceil(computed / block_size)`` slots; its full blocks are hashed: the
+leading full prompt blocks with their stream codes, then blocks holding output tokens with
+the trace's sampled block codes (``output_token_ids`` with ``"trace"``: a next turn that
+re-sends the reply hits them) or fresh codes no prompt matches. Its lookup reads at most
+``num_tokens - 1`` tokens (``get_computed_blocks``).
+"""
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
-from pipeline.blocks.stream import BlockStream
-from pipeline.engine_caches.vllm_gpu import OutputTokens, given_output_codes, request_outputs
+from pipeline.blocks.stream import TRACE, BlockStream
+from pipeline.blocks.stream import output_lengths as request_outputs
 
-__all__ = ["VllmLayout", "vllm_layout"]
+__all__ = ["OutputTokens", "VllmLayout", "vllm_layout", "given_output_codes",
+           "request_outputs"]
+
+OutputTokens = int | np.ndarray | str
+
+
+def given_output_codes(stream: BlockStream, output_tokens: OutputTokens = 1
+                       ) -> tuple[np.ndarray, np.ndarray] | None:
+    """(codes, starts) of the sampled blocks the trace hashes (``RequestOutputs``), used
+    with ``"trace"`` only; None when there are none (every output block gets a fresh key)."""
+    outputs = stream.outputs
+    if not (isinstance(output_tokens, str) and output_tokens == TRACE) or outputs is None \
+            or outputs.codes.size == 0:
+        return None
+    return outputs.codes.astype(np.int64), outputs.starts.astype(np.int64)
 
 
 class VllmLayout:
@@ -44,7 +65,8 @@ def _fill_keys(codes, starts, prompt_keys, hashed, key_starts, first_fresh, samp
 
 
 def vllm_layout(stream: BlockStream, output_tokens: OutputTokens = 1) -> VllmLayout:
-    """The arrays of ``vllm_gpu.vllm_requests``, built without a Python loop per request."""
+    """Per request of ``stream``: the keys it caches, the blocks it may hit and the slots it
+    holds (``output_tokens`` one number, one per request, or ``"trace"``)."""
     size = stream.block_size
     prompt = stream.prompt_tokens.astype(np.int64)
     computed = prompt + request_outputs(stream, output_tokens) - 1
