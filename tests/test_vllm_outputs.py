@@ -25,6 +25,7 @@ from pipeline.blocks.stream import TRACE, RequestOutputs, block_stream
 from pipeline.cli import main
 from pipeline.engine_caches.vllm_fast import vllm_gpu
 from pipeline.engine_caches.vllm_gpu import replay_gpu, replay_vllm
+from pipeline.engine_caches.vllm_layout import vllm_layout
 from pipeline.workloads.mooncake import read_mooncake
 from pipeline.workloads.tokens import read_tokens
 
@@ -107,6 +108,7 @@ def test_a_next_turn_hits_the_reply_as_vllm_does(tmp_path, capsys):
                                         {"timestamp": 1, "tokens": A + REPLY}])
     stream = read_tokens(path, 16).block_stream()
     assert replay_vllm(stream, 48, TRACE).tolist() == [0, 1]
+    assert not vllm_layout(stream, TRACE).repeated          # the one-pass form is exact
     assert vllm_gpu(stream, [48], output_tokens=TRACE).tolist() == [[0, 16]]
     assert vllm_gpu(stream, [48], output_tokens=2).tolist() == [[0, 0]]
     hits = {}
@@ -119,6 +121,19 @@ def test_a_next_turn_hits_the_reply_as_vllm_does(tmp_path, capsys):
         assert summary["gpu_options"]["output_tokens"] == (output if output == "trace" else 2)
         hits[output] = pl.read_parquet(out / "requests.parquet")["gpu_hit_tokens"].to_list()
     assert hits == {"trace": [0, 16], "2": [0, 0]}
+
+
+def test_a_reply_sampled_again_is_replayed(tmp_path):
+    """A sampling the same reply twice: the second copy's key is cached when it is computed
+    (two blocks, one hash), so the one-pass form gives way to the pool at every capacity."""
+    line = {"timestamp": 0, "tokens": A, "output_token_ids": REPLY}
+    path = write(tmp_path / "aa.jsonl", [line, {**line, "timestamp": 1},
+                                         {"timestamp": 2, "tokens": A + REPLY}])
+    stream = read_tokens(path, 16).block_stream()
+    assert vllm_layout(stream, TRACE).repeated
+    capacities = [16, 32, 48, 64]
+    assert vllm_gpu(stream, capacities, output_tokens=TRACE).tolist() == \
+        oracle.replay_gpu(stream, capacities, output_tokens=TRACE).tolist()
 
 
 def test_token_lines_give_max_tokens_or_the_reply_length(tmp_path):

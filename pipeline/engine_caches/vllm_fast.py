@@ -40,9 +40,11 @@ evictions there is no duplicate and the recurrence holds as is (the key counts i
 Requests with more slots than K are never scheduled; capacities fall into bands between the
 distinct ``n_r`` with one depth pass per band (as ``pipeline.cache.stack_distance``). Output
 lengths may differ per request (``n_r``, ``f_r`` per request). When the trace gives the sampled
-tokens, an output block's key can already be cached (a request re-sent with its reply), which
-the lookup never touches: a duplicate again, so such a run is replayed (``vllm_gpu``) at
-every capacity. Tests hold every capacity equal to that replay and to the plain-Python
+tokens, a sampled block's key is fresh when its request first computes it (a later turn that
+re-sends the reply looks it up like any prompt key); only when an output key was some
+earlier block's key (``VllmLayout.repeated``: the same reply sampled again) can it be
+cached already, where the lookup never touches it: a duplicate again, so such a run is
+replayed (``vllm_gpu``) at every capacity. Tests hold every capacity equal to that replay and to the plain-Python
 oracle (``tests/oracles/vllm_pool.py``).
 """
 
@@ -127,7 +129,7 @@ def vllm_hits(stream: BlockStream, capacities: np.ndarray, output_tokens: Output
 def _layout_hits(layout: VllmLayout, capacities: np.ndarray, phantom: bool
                  ) -> tuple[np.ndarray, np.ndarray]:
     hits = np.zeros((capacities.size, layout.key_starts.size - 1), np.int64)
-    if layout.sampled:                          # sampled keys: replayed at every capacity
+    if layout.repeated:                         # duplicates: replayed at every capacity
         return hits, np.zeros(capacities.size, bool)
     exact = np.ones(capacities.size, bool)
     sizes = np.unique(layout.slots)

@@ -36,32 +36,39 @@ def given_output_codes(stream: BlockStream, output_tokens: OutputTokens = 1
 
 class VllmLayout:
     """Flat arrays of what each request caches: ``keys[key_starts[r]:key_starts[r+1]]`` its
-    hashed keys (``prompt_keys[r]`` leading prompt keys, then fresh output keys), ``lookup``
-    its hittable leading blocks, ``slots`` the blocks it holds, ``n_codes`` key codes used;
-    ``sampled``: some output keys are the trace's sampled blocks (not fresh)."""
+    hashed keys (``prompt_keys[r]`` leading prompt keys, then output keys), ``lookup`` its
+    hittable leading blocks, ``slots`` the blocks it holds, ``n_codes`` key codes used;
+    ``repeated``: some output key (a sampled block of the trace) was a key of an earlier
+    block, so it may be cached when its request runs (not fresh)."""
 
-    def __init__(self, keys, key_starts, prompt_keys, lookup, slots, n_codes, sampled=False):
+    def __init__(self, keys, key_starts, prompt_keys, lookup, slots, n_codes, repeated=False):
         self.keys, self.key_starts, self.prompt_keys = keys, key_starts, prompt_keys
         self.lookup, self.slots, self.n_codes = lookup, slots, n_codes
-        self.sampled = sampled
+        self.repeated = repeated
 
 
 @njit(cache=True)
 def _fill_keys(codes, starts, prompt_keys, hashed, key_starts, first_fresh, sampled,
-               sampled_starts, keys):
+               sampled_starts, seen, keys):
+    """Fill ``keys``; return the codes used and whether a sampled output key was seen
+    before (``seen``: a flag per code below ``first_fresh``)."""
     fresh = first_fresh
+    repeated = False
     for r in range(starts.size - 1):
         out = key_starts[r]
         for j in range(prompt_keys[r]):
             keys[out + j] = codes[starts[r] + j]
+            seen[keys[out + j]] = True
         given = sampled_starts[r + 1] - sampled_starts[r]
         for j in range(prompt_keys[r], hashed[r]):
             if j - prompt_keys[r] < given:
                 keys[out + j] = sampled[sampled_starts[r] + j - prompt_keys[r]]
+                repeated |= seen[keys[out + j]]
+                seen[keys[out + j]] = True
             else:
                 keys[out + j] = fresh
                 fresh += 1
-    return fresh
+    return fresh, repeated
 
 
 def vllm_layout(stream: BlockStream, output_tokens: OutputTokens = 1) -> VllmLayout:
@@ -78,9 +85,10 @@ def vllm_layout(stream: BlockStream, output_tokens: OutputTokens = 1) -> VllmLay
     sampled, sampled_starts = given if given else (np.zeros(0, np.int64),
                                                    np.zeros(stream.requests + 1, np.int64))
     first_fresh = stream.outputs.n_codes if given else stream.n_codes
-    n_codes = _fill_keys(stream.codes.astype(np.int64), stream.starts.astype(np.int64),
-                         prompt_keys, hashed, key_starts, first_fresh, sampled,
-                         sampled_starts, keys)
+    n_codes, repeated = _fill_keys(stream.codes.astype(np.int64),
+                                   stream.starts.astype(np.int64), prompt_keys, hashed,
+                                   key_starts, first_fresh, sampled, sampled_starts,
+                                   np.zeros(max(first_fresh, stream.n_codes), np.bool_), keys)
     lookup = np.minimum(stream.cacheable, np.maximum(prompt - 1, 0) // size).astype(np.int64)
     return VllmLayout(keys, key_starts, prompt_keys, lookup, -(-computed // size), n_codes,
-                      given is not None)
+                      bool(repeated))
