@@ -14,8 +14,9 @@ from pipeline.blocks.model_api import GPU_MODELS
 from pipeline.cli import main as cli_main
 from pipeline.blocks.stream import HEAD_FIRST, block_stream
 from pipeline.engine_caches.vllm_fast import vllm_gpu, vllm_hits
-from pipeline.engine_caches.vllm_gpu import (VllmTier, replay_gpu, replay_vllm,
-                                             unhashed_to_head, usable_blocks)
+from pipeline.engine_caches.vllm_gpu import (VllmPool, VllmTier, replay_gpu, replay_vllm,
+                                             unhashed_to_head)
+from pipeline.engine_caches.vllm_layout import vllm_layout
 from pipeline.workloads.blocks import BLOCK_SCHEMA, document_blocks
 
 from oracles import vllm_pool as oracle
@@ -54,7 +55,6 @@ def test_block_multiple_documents_hit_one_block_less():
 
 def test_null_block_and_tail_slot():
     """A pool of N // 16 blocks, block 0 reserved; a 5011-token prompt holds 314 slots."""
-    assert usable_blocks(48000, 16) == 2999
     pool = oracle.VllmBlockPool(48000 // 16, prepend_unhashed=True)
     assert 0 not in pool.free and len(pool.free) == 2999
     request = oracle.vllm_requests(lab_stream(passes=("fwd",)))[0]
@@ -62,6 +62,11 @@ def test_null_block_and_tail_slot():
     pool.run(request)
     assert next(iter(pool.free)) not in {b for blocks in pool.cached.values() for b in blocks}
     assert len(pool.cached) == 313
+    compiled = VllmPool(48000 // 16, prepend_unhashed=True)       # the production pool
+    assert compiled.free.tolist() == [2999]
+    layout = vllm_layout(lab_stream(passes=("fwd",)))                 # its first request
+    compiled.run(layout.keys, layout.key_starts[:2], layout.lookup[:1], layout.slots[:1])
+    assert compiled.free.tolist() == [2999] and compiled.cached_keys().size == 313
 
 
 def test_free_queue_placement_changed_in_0_24():

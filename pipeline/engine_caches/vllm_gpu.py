@@ -51,8 +51,7 @@ from pipeline.blocks.stream import TAIL_FIRST, TRACE, BlockStream, capacity_bloc
 from pipeline.engine.kpool import leading_cached, pool_arrays, run_alone
 from pipeline.engine_caches.vllm_layout import OutputTokens, VllmLayout, vllm_layout
 
-__all__ = ["DEFAULT_VLLM_VERSION", "PREPEND_SINCE", "unhashed_to_head", "usable_blocks",
-           "check_gpu_options", "VllmPool", "replay_layout", "replay_vllm", "replay_gpu",
+__all__ = ["DEFAULT_VLLM_VERSION", "PREPEND_SINCE", "unhashed_to_head", "check_gpu_options", "VllmPool", "replay_layout", "replay_vllm", "replay_gpu",
            "VllmTier"]
 
 DEFAULT_VLLM_VERSION = "0.33.0"
@@ -74,12 +73,6 @@ def _version_tuple(version: str) -> tuple[int, ...]:
 def unhashed_to_head(version: str) -> bool:
     """True when vLLM ``version`` puts freed unhashed blocks at the head of the free queue."""
     return _version_tuple(version) >= PREPEND_SINCE
-
-
-def usable_blocks(logged_tokens: int, block_size: int) -> int:
-    """Blocks a request can use when vLLM logs a KV cache of ``logged_tokens``: the pool has
-    ``logged_tokens // block_size`` blocks and block 0 is the null block."""
-    return max(int(logged_tokens) // block_size - 1, 0)
 
 
 def check_gpu_options(order: str, output_tokens: OutputTokens, vllm_version: str) -> None:

@@ -14,11 +14,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from pipeline.blocks.stream import TRACE, BlockStream
-from pipeline.blocks.stream import output_lengths as request_outputs
+from pipeline.blocks.stream import TRACE, BlockStream, output_lengths
 
-__all__ = ["OutputTokens", "VllmLayout", "vllm_layout", "given_output_codes",
-           "request_outputs"]
+__all__ = ["OutputTokens", "VllmLayout", "vllm_layout", "given_output_codes"]
 
 OutputTokens = int | np.ndarray | str
 
@@ -76,7 +74,7 @@ def vllm_layout(stream: BlockStream, output_tokens: OutputTokens = 1) -> VllmLay
     holds (``output_tokens`` one number, one per request, or ``"trace"``)."""
     size = stream.block_size
     prompt = stream.prompt_tokens.astype(np.int64)
-    computed = prompt + request_outputs(stream, output_tokens) - 1
+    computed = prompt + output_lengths(stream, output_tokens) - 1
     hashed = computed // size
     prompt_keys = np.minimum(stream.cacheable, hashed).astype(np.int64)
     key_starts = np.concatenate(([0], np.cumsum(hashed))).astype(np.int64)

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.blocks.stream import TAIL_FIRST, BlockStream, capacity_blocks
+from pipeline.blocks.stream import output_lengths as request_outputs
 from pipeline.engine_caches.vllm_gpu import (DEFAULT_VLLM_VERSION, check_gpu_options,
                                              unhashed_to_head)
-from pipeline.engine_caches.vllm_layout import (OutputTokens, given_output_codes,
-                                                request_outputs)
+from pipeline.engine_caches.vllm_layout import OutputTokens, given_output_codes
 
 __all__ = ["VllmRequest", "VllmBlockPool", "vllm_requests", "replay_vllm", "replay_gpu"]
 
