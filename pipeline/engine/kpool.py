@@ -7,12 +7,13 @@ implementation of the pool: the engine loop (``ksched``) drives it step by step,
 The free queue is a doubly linked list through ``P[:, FPREV]``/``P[:, FNEXT]`` with a
 sentinel row (the last row of ``P``); block 0 is the null block, never free. Freed blocks
 without a hash are prepended in order (vLLM >= 0.24), or appended like the hashed ones
-(before); a hit takes a block out of the queue wherever it stands. The map is an open-addressing table ``HT`` (linear probing, backward
-shift deletion; rows (key, first block, last block), keys as int64 bits) from a block key
-to the first and last block holding it, the holders in the
-order they were cached linked through ``P[:, HPREV]``/``P[:, HNEXT]``: a key held by several
-blocks resolves to the first one cached (``BlockHashToBlockMap.get_one_block``), and the
-key leaves the map when its last block is evicted (``_maybe_evict_cached_block``).
+(before); a hit takes a block out of the queue wherever it stands. The map is an
+open-addressing table ``HT`` (linear probing, backward shift deletion; rows (key, first
+block, last block), keys as int64 bits) from a block key to the first and last block
+holding it, the holders in the order they were cached linked through ``P[:, HPREV]``/
+``P[:, HNEXT]``: a key held by several blocks resolves to the first one cached
+(``BlockHashToBlockMap.get_one_block``), and the key leaves the map when its last block is
+evicted (``_maybe_evict_cached_block``).
 """
 
 from __future__ import annotations
@@ -250,7 +251,7 @@ def leading_cached(HT, mask, keys):
 @kernel
 def run_alone(P, BH, HT, KEYS, key_starts, lookup, slots, prepend, free, BT, HIT, BUF, hits):
     """Requests one at a time, each finished before the next: ``get_computed_blocks`` (at
-    most ``lookup[r]`` leading keys; the hit blocks into ``hits[r]``), ``allocate_slots``
+    most ``lookup[r]`` leading keys; how many hit into ``hits[r]``), ``allocate_slots``
     for its ``slots[r]`` blocks (None when more than the ``free[0]`` free blocks: nothing
     changes), its blocks hashed with ``KEYS[key_starts[r]:key_starts[r + 1]]`` (the
     others, a partial tail, stay unhashed), then ``free``. ``BT``, ``HIT`` and ``BUF`` hold
