@@ -1,5 +1,6 @@
-"""The ``vllm`` GPU model: vLLM 0.33.0's figures, the one-pass engine equals the
-literal allocator replay per request, and the three differences from the block-lru model."""
+"""The ``vllm`` GPU model: vLLM 0.33.0's figures, the one-pass engine equals the compiled
+pool's replay per request, which equals the plain-Python oracle (``oracles.vllm_pool``), the
+pool as a tier object, and the three differences from the block-lru model."""
 
 import json
 import numpy as np
@@ -12,11 +13,13 @@ from kvlab.scenario import pass_keys
 from pipeline.blocks.model_api import GPU_MODELS
 from pipeline.cli import main as cli_main
 from pipeline.blocks.stream import HEAD_FIRST, block_stream
-from pipeline.engine_caches.vllm_compiled import replay_vllm_compiled
 from pipeline.engine_caches.vllm_fast import vllm_gpu, vllm_hits
-from pipeline.engine_caches.vllm_gpu import (VllmBlockPool, replay_gpu, replay_vllm,
-                                             unhashed_to_head, usable_blocks, vllm_requests)
+from pipeline.engine_caches.vllm_gpu import (VllmPool, VllmTier, replay_gpu, replay_vllm,
+                                             unhashed_to_head)
+from pipeline.engine_caches.vllm_layout import vllm_layout
 from pipeline.workloads.blocks import BLOCK_SCHEMA, document_blocks
+
+from oracles import vllm_pool as oracle
 
 
 CAPACITIES = [30000, 47000, 48000, 50110]
@@ -52,14 +55,18 @@ def test_block_multiple_documents_hit_one_block_less():
 
 def test_null_block_and_tail_slot():
     """A pool of N // 16 blocks, block 0 reserved; a 5011-token prompt holds 314 slots."""
-    assert usable_blocks(48000, 16) == 2999
-    pool = VllmBlockPool(48000 // 16, prepend_unhashed=True)
+    pool = oracle.VllmBlockPool(48000 // 16, prepend_unhashed=True)
     assert 0 not in pool.free and len(pool.free) == 2999
-    request = vllm_requests(lab_stream(passes=("fwd",)))[0]
+    request = oracle.vllm_requests(lab_stream(passes=("fwd",)))[0]
     assert (request.blocks, len(request.keys), request.lookup) == (314, 313, 313)
     pool.run(request)
     assert next(iter(pool.free)) not in {b for blocks in pool.cached.values() for b in blocks}
     assert len(pool.cached) == 313
+    compiled = VllmPool(48000 // 16, prepend_unhashed=True)       # the production pool
+    assert compiled.free.tolist() == [2999]
+    layout = vllm_layout(lab_stream(passes=("fwd",)))                 # its first request
+    compiled.run(layout.keys, layout.key_starts[:2], layout.lookup[:1], layout.slots[:1])
+    assert compiled.free.tolist() == [2999] and compiled.cached_keys().size == 313
 
 
 def test_free_queue_placement_changed_in_0_24():
@@ -72,7 +79,7 @@ def test_free_queue_placement_changed_in_0_24():
 def test_longer_outputs_cache_the_tail_block():
     """5011 + 13 = 5024 = 314 x 16 tokens computed: the tail block is full, hashed with output
     tokens (a key no prompt matches) and takes an LRU slot like any other."""
-    request = vllm_requests(lab_stream(passes=("fwd",)), output_tokens=14)[0]
+    request = oracle.vllm_requests(lab_stream(passes=("fwd",)), output_tokens=14)[0]
     assert (request.blocks, len(request.keys)) == (314, 314)
     stream = lab_stream()
     for output in (1, 2, 13, 14, 40):
@@ -109,13 +116,13 @@ def vllm_frames(draw, max_requests=12, max_blocks=6):
 def test_one_pass_equals_literal_replay(case, output, version, drawn):
     frame, block_size = case
     stream = block_stream(frame, block_size)
-    slots = {r.blocks for r in vllm_requests(stream, output)}
+    slots = {r.blocks for r in oracle.vllm_requests(stream, output)}
     blocks = sorted({0, 1, *drawn, *slots, *(s + 2 for s in slots)})     # band edges (+ null)
     tokens = [b * block_size + (b % block_size) for b in blocks]
     hits, exact = vllm_hits(stream, np.maximum(np.array(tokens) // block_size - 1, 0),
                             output, version)
     for row, capacity in enumerate(tokens):       # compiled == readable: the test below
-        literal = replay_vllm_compiled(stream, capacity, output, version)
+        literal = replay_vllm(stream, capacity, output, version)
         if exact[row]:
             assert hits[row].tolist() == literal.tolist()
         else:                                   # the API replays that capacity literally
@@ -125,12 +132,15 @@ def test_one_pass_equals_literal_replay(case, output, version, drawn):
 
 @given(vllm_frames(), st.integers(1, 9), st.sampled_from(["0.11.0", "0.33.0"]),
        st.integers(0, 40))
-def test_compiled_allocator_equals_readable_one(case, output, version, blocks):
+def test_compiled_pool_equals_the_oracle(case, output, version, blocks):
     frame, block_size = case
     stream = block_stream(frame, block_size)
     capacity = blocks * block_size + blocks % block_size
-    assert replay_vllm_compiled(stream, capacity, output, version).tolist() == \
-        replay_vllm(stream, capacity, output, version).tolist()
+    assert replay_vllm(stream, capacity, output, version).tolist() == \
+        oracle.replay_vllm(stream, capacity, output, version).tolist()
+    assert replay_gpu(stream, [capacity], output_tokens=output, vllm_version=version
+                      ).tolist() == oracle.replay_gpu(stream, [capacity], output_tokens=output,
+                                                      vllm_version=version).tolist()
 
 
 def test_duplicate_is_detected_not_guessed():
@@ -181,3 +191,17 @@ def test_capacities_must_be_integers_at_least_zero(capacities):
     for model in (vllm_gpu, replay_gpu):
         with pytest.raises(ValueError, match="capacities"):
             model(stream, capacities)
+
+
+@given(st.integers(0, 6), st.sampled_from(["0.11.0", "0.33.0"]),
+       st.lists(st.lists(st.sampled_from("abcdefgh"), max_size=5, unique=True), max_size=12))
+def test_tier_object_equals_the_oracle(blocks, version, requests):
+    """``VllmTier`` (the compiled pool) and the oracle's pool agree on every lookup and on
+    the keys held after every request."""
+    tier = VllmTier((blocks + 1) * 4, block_size=4, vllm_version=version)
+    pool = oracle.VllmBlockPool(blocks + 1, unhashed_to_head(version))
+    for keys in requests:
+        assert tier.lookup(keys) == len(pool.longest_hit(keys, len(keys)))
+        tier.place(keys)
+        pool.run(oracle.VllmRequest(tuple(keys), len(keys), len(keys)))
+        assert sorted(tier.keys()) == sorted(pool.cached)

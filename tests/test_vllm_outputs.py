@@ -1,7 +1,8 @@
 """Per-request output lengths in the concurrency-1 ``vllm`` model (``--output-tokens trace``):
-the fast paths equal the literal allocator, the literal allocator equals vLLM 0.33.0's own
-``KVCacheManager`` (scripts/vllm_reference.py; skipped without the sources), sampled blocks
-are hashed so a next turn re-sending the reply hits them, and bad lengths are one line."""
+the one-pass form and the compiled pool equal the plain-Python oracle, the compiled pool
+equals vLLM 0.33.0's own ``KVCacheManager`` (scripts/vllm_reference.py; skipped without the
+sources), sampled blocks are hashed so a next turn re-sending the reply hits them, and bad
+lengths are one line."""
 
 from __future__ import annotations
 
@@ -16,14 +17,15 @@ import pytest
 from conftest import ROOT, SYNTHETIC_TRACE, needs_shared_trace
 from hypothesis import given
 from hypothesis import strategies as st
+from oracles import vllm_pool as oracle
 from test_engine_caches_vllm import vllm_frames
 
 from pipeline.blocks.limits import storable_tokens
 from pipeline.blocks.stream import TRACE, RequestOutputs, block_stream
 from pipeline.cli import main
-from pipeline.engine_caches.vllm_compiled import replay_vllm_compiled
 from pipeline.engine_caches.vllm_fast import vllm_gpu
-from pipeline.engine_caches.vllm_gpu import replay_gpu, replay_vllm, vllm_requests
+from pipeline.engine_caches.vllm_gpu import replay_gpu, replay_vllm
+from pipeline.engine_caches.vllm_layout import vllm_layout
 from pipeline.workloads.mooncake import read_mooncake
 from pipeline.workloads.tokens import read_tokens
 
@@ -70,16 +72,18 @@ def test_fast_paths_equal_the_literal_model_per_request(stream, version, blocks,
             starts=np.zeros(stream.requests + 1, np.int64)))
     size = stream.block_size
     capacities = [b * size + b % size for b in blocks]
-    literal = replay_gpu(stream, capacities, output_tokens=TRACE, vllm_version=version)
+    literal = oracle.replay_gpu(stream, capacities, output_tokens=TRACE, vllm_version=version)
     assert vllm_gpu(stream, capacities, output_tokens=TRACE,
                     vllm_version=version).tolist() == literal.tolist()
+    assert replay_gpu(stream, capacities, output_tokens=TRACE,
+                      vllm_version=version).tolist() == literal.tolist()
     for row, capacity in enumerate(capacities):
-        assert (replay_vllm_compiled(stream, capacity, TRACE, version) * size).tolist() \
+        assert (replay_vllm(stream, capacity, TRACE, version) * size).tolist() \
             == literal[row].tolist()
     lengths = np.maximum(stream.outputs.lengths, 1)
     if not sampled and stream.requests:                 # "trace" is the array of lengths
-        assert replay_gpu(stream, capacities, output_tokens=lengths,
-                          vllm_version=version).tolist() == literal.tolist()
+        assert oracle.replay_gpu(stream, capacities, output_tokens=lengths,
+                                 vllm_version=version).tolist() == literal.tolist()
     assert storable_tokens(stream, TRACE) == storable_tokens(stream, lengths)
 
 
@@ -90,11 +94,11 @@ def test_requests_without_a_length_generate_one_token():
                                                        "block_index": pl.UInt32,
                                                        "block_key": pl.UInt64,
                                                        "block_tokens": pl.UInt32}), 16)
-    assert [r.blocks for r in vllm_requests(frame_stream, TRACE)] == [1, 1]
+    assert [r.blocks for r in oracle.vllm_requests(frame_stream, TRACE)] == [1, 1]
     with_lengths = dataclasses.replace(frame_stream, outputs=RequestOutputs(
         np.array([0, 18]), np.zeros(0, np.int64), np.zeros(3, np.int64), 2))
-    assert [r.blocks for r in vllm_requests(with_lengths, TRACE)] == [1, 3]
-    assert [r.blocks for r in vllm_requests(with_lengths, 2)] == [2, 2]
+    assert [r.blocks for r in oracle.vllm_requests(with_lengths, TRACE)] == [1, 3]
+    assert [r.blocks for r in oracle.vllm_requests(with_lengths, 2)] == [2, 2]
 
 
 def test_a_next_turn_hits_the_reply_as_vllm_does(tmp_path, capsys):
@@ -104,6 +108,7 @@ def test_a_next_turn_hits_the_reply_as_vllm_does(tmp_path, capsys):
                                         {"timestamp": 1, "tokens": A + REPLY}])
     stream = read_tokens(path, 16).block_stream()
     assert replay_vllm(stream, 48, TRACE).tolist() == [0, 1]
+    assert not vllm_layout(stream, TRACE).repeated          # the one-pass form is exact
     assert vllm_gpu(stream, [48], output_tokens=TRACE).tolist() == [[0, 16]]
     assert vllm_gpu(stream, [48], output_tokens=2).tolist() == [[0, 0]]
     hits = {}
@@ -116,6 +121,19 @@ def test_a_next_turn_hits_the_reply_as_vllm_does(tmp_path, capsys):
         assert summary["gpu_options"]["output_tokens"] == (output if output == "trace" else 2)
         hits[output] = pl.read_parquet(out / "requests.parquet")["gpu_hit_tokens"].to_list()
     assert hits == {"trace": [0, 16], "2": [0, 0]}
+
+
+def test_a_reply_sampled_again_is_replayed(tmp_path):
+    """A sampling the same reply twice: the second copy's key is cached when it is computed
+    (two blocks, one hash), so the one-pass form gives way to the pool at every capacity."""
+    line = {"timestamp": 0, "tokens": A, "output_token_ids": REPLY}
+    path = write(tmp_path / "aa.jsonl", [line, {**line, "timestamp": 1},
+                                         {"timestamp": 2, "tokens": A + REPLY}])
+    stream = read_tokens(path, 16).block_stream()
+    assert vllm_layout(stream, TRACE).repeated
+    capacities = [16, 32, 48, 64]
+    assert vllm_gpu(stream, capacities, output_tokens=TRACE).tolist() == \
+        oracle.replay_gpu(stream, capacities, output_tokens=TRACE).tolist()
 
 
 def test_token_lines_give_max_tokens_or_the_reply_length(tmp_path):
@@ -145,7 +163,7 @@ def test_mooncake_output_length_is_each_requests_max_tokens():
     stream = workload.block_stream()
     capacities = [512 * 1000, 512 * 8000]
     per_request = vllm_gpu(stream, capacities, output_tokens=TRACE)
-    literal = [replay_vllm_compiled(stream, c, lengths) * 512 for c in capacities]
+    literal = [replay_vllm(stream, c, lengths) * 512 for c in capacities]
     assert per_request.tolist() == np.array(literal).tolist()
     assert per_request.sum() < vllm_gpu(stream, capacities, output_tokens=1).sum()
 
@@ -183,10 +201,11 @@ def test_output_tokens_takes_a_number_or_trace(capsys):
 
 @pytest.mark.skipif(not (SOURCES / "vllm" / "v1" / "core" / "kv_cache_manager.py").is_file(),
                     reason="vLLM 0.33.0 sources absent: run scripts/ensure_vllm_sources.sh")
-def test_literal_model_equals_vllms_allocator_with_per_request_outputs():
+def test_pool_and_oracle_equal_vllms_allocator_with_per_request_outputs():
     """Random chats (scripts/vllm_reference.py ``random_chats``): a max_tokens per prompt,
-    some replies given as ids and re-sent by a later turn; every request's hit equal to
-    vLLM 0.33.0's KVCacheManager, and the reply hashing matters in some cases."""
+    some replies given as ids and re-sent by a later turn; every request's hit of the
+    compiled pool and of the oracle equal to vLLM 0.33.0's KVCacheManager, and the reply
+    hashing matters in some cases."""
     classes = reference.load_vllm(SOURCES)
     rng = random.Random(20261201)
     mattered = 0
@@ -196,8 +215,9 @@ def test_literal_model_equals_vllms_allocator_with_per_request_outputs():
         need = max(-(-(len(p) + o - 1) // block_size) for p, o in zip(prompts, outputs)) + 1
         capacity = rng.randint(need, need + 30) * block_size + rng.randint(0, block_size - 1)
         theirs = reference.vllm_hits(classes, prompts, capacity, block_size, outputs, sampled)
-        assert reference.model_hits(prompts, capacity, block_size, outputs, "0.33.0",
-                                    sampled) == theirs
+        for replay in (None, oracle.replay_vllm):
+            assert reference.model_hits(prompts, capacity, block_size, outputs, "0.33.0",
+                                        sampled, replay) == theirs
         assert reference.model_hits(prompts, capacity, block_size, outputs, "0.33.0") == \
             reference.vllm_hits(classes, prompts, capacity, block_size, outputs)
         mattered += reference.model_hits(prompts, capacity, block_size, outputs,

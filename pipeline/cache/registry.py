@@ -149,8 +149,7 @@ LMCACHE_OPTIONS = (
 
 def _vllm_tier(capacity: int, block_size: int = 16, output_tokens: int = 1,
                vllm_version: str = DEFAULT_VLLM_VERSION):
-    from pipeline.engine_caches.tier_objects import VllmTier
-    return VllmTier(capacity, block_size, output_tokens, vllm_version)
+    return vllm_gpu.VllmTier(capacity, block_size, output_tokens, vllm_version)
 
 
 def _lmcache_tier(capacity: int, chunk_size: int = DEFAULT_CHUNK_SIZE,
@@ -367,7 +366,7 @@ def make_policy(name: str, capacity: float, future: Sequence[Hashable] | None = 
 
 def make_tier(name: str, capacity: float, **options: object):
     """A fresh tier object of model ``name`` (``lookup``/``place``; a policy's also
-    ``access``): a policy's class, or an engine's (``pipeline.engine_caches.tier_objects``)
+    ``access``): a policy's class, or an engine's (``vllm_gpu.VllmTier``, ``tier_objects``)
     with its options; OPT takes ``future=``. ``capacity`` is in the entry's sizes: a policy's
     in the sizes it is given (blocks when every size is 1), vllm's and lmcache's in tokens.
     Keys are placed in the tier's touch order by the caller. ValueError for an unknown name."""

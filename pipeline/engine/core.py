@@ -16,7 +16,7 @@ import numpy as np
 from pipeline.engine import layout as L
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.hashing import block_keys, request_keys
-from pipeline.engine.kpool import leading_cached, pool_init, table_size
+from pipeline.engine.kpool import leading_cached, pool_arrays
 from pipeline.engine.compiled import STUCK_MESSAGE, compiled_model
 from pipeline.engine.krun import DONE, FULL, STUCK_CALLS, advance, run_until, step_once
 from pipeline.engine.ktier import no_tier
@@ -49,7 +49,8 @@ class EngineSim:
         self.block_size = config.block_size
         blocks = config.num_gpu_blocks
         entries = max(1, min(config.max_num_seqs, config.max_num_batched_tokens))
-        hsize = table_size(blocks)
+        self.P, self.BH, self.HT = pool_arrays(blocks)   # block keys as int64 bits
+        hsize = self.HT.shape[0]
         self.C = np.zeros(L.C_SIZE, np.int64)
         self.C[[L.C_BS, L.C_NBLOCKS, L.C_MAXSEQS, L.C_MAXBATCH, L.C_MAXLEN, L.C_CHUNKED,
                 L.C_THRESH, L.C_ASYNC, L.C_HMASK, L.C_MAXE]] = [
@@ -58,10 +59,6 @@ class EngineSim:
             config.long_prefill_token_threshold, int(config.async_scheduling), hsize - 1,
             entries]
         self.G = np.zeros(L.G_SIZE, np.int64)
-        self.P = np.zeros((blocks + 1, L.P_COLUMNS), np.int64)
-        self.BH = np.zeros(blocks + 1, np.int64)        # block keys as int64 bits
-        self.HT = np.empty((hsize, 3), np.int64)
-        pool_init(self.P, self.HT)
         self.G[L.G_NFREE] = blocks - 1
         self.R = np.zeros((0, L.R_COLUMNS), np.int64)
         self.KEYS = np.zeros(0, np.int64)               # uint64 keys as int64 bits

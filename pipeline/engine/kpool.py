@@ -1,15 +1,19 @@
 """vLLM v1's ``BlockPool`` compiled (``vllm/v1/core/block_pool.py``): reference counts, the
-free queue (``FreeKVCacheBlockQueue``) and the hash -> blocks map, on arrays.
+free queue (``FreeKVCacheBlockQueue``) and the hash -> blocks map, on arrays. The one
+implementation of the pool: the engine loop (``ksched``) drives it step by step, and
+``run_alone`` one request at a time (the concurrency-1 ``vllm`` model,
+``pipeline.engine_caches.vllm_gpu``).
 
 The free queue is a doubly linked list through ``P[:, FPREV]``/``P[:, FNEXT]`` with a
 sentinel row (the last row of ``P``); block 0 is the null block, never free. Freed blocks
-without a hash are prepended in order, hashed ones appended; a hit takes a block out of the
-queue wherever it stands. The map is an open-addressing table ``HT`` (linear probing, backward
-shift deletion; rows (key, first block, last block), keys as int64 bits) from a block key
-to the first and last block holding it, the holders in the
-order they were cached linked through ``P[:, HPREV]``/``P[:, HNEXT]``: a key held by several
-blocks resolves to the first one cached (``BlockHashToBlockMap.get_one_block``), and the
-key leaves the map when its last block is evicted (``_maybe_evict_cached_block``).
+without a hash are prepended in order (vLLM >= 0.24), or appended like the hashed ones
+(before); a hit takes a block out of the queue wherever it stands. The map is an
+open-addressing table ``HT`` (linear probing, backward shift deletion; rows (key, first
+block, last block), keys as int64 bits) from a block key to the first and last block
+holding it, the holders in the order they were cached linked through ``P[:, HPREV]``/
+``P[:, HNEXT]``: a key held by several blocks resolves to the first one cached
+(``BlockHashToBlockMap.get_one_block``), and the key leaves the map when its last block is
+evicted (``_maybe_evict_cached_block``).
 """
 
 from __future__ import annotations
@@ -17,11 +21,11 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.engine.kjit import helper, kernel
-from pipeline.engine.layout import FNEXT, FPREV, HASHED, HNEXT, HPREV, NONE, REF
+from pipeline.engine.layout import FNEXT, FPREV, HASHED, HNEXT, HPREV, NONE, P_COLUMNS, REF
 
 __all__ = ["table_size", "table_find", "table_slot", "table_delete", "pool_init",
-           "get_new_blocks", "cache_full_blocks", "touch", "free_blocks", "longest_hit",
-           "leading_cached"]
+           "pool_arrays", "get_new_blocks", "cache_full_blocks", "touch", "free_blocks",
+           "longest_hit", "leading_cached", "run_alone"]
 
 _MIX = np.int64(0x9E3779B97F4A7C15 - (1 << 64))     # as int64 bits
 
@@ -98,6 +102,15 @@ def pool_init(P, HT):
     P[n, FPREV] = prev
     if n == 1:
         P[n, FNEXT] = n
+
+
+def pool_arrays(num_blocks: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A fresh pool of ``num_blocks`` blocks (``pool_init``): ``P`` (a row per block and the
+    sentinel), ``BH`` (each block's key) and the map ``HT`` (its mask: ``HT.shape[0] - 1``)."""
+    P = np.zeros((num_blocks + 1, P_COLUMNS), np.int64)
+    HT = np.empty((table_size(num_blocks), 3), np.int64)
+    pool_init(P, HT)
+    return P, np.zeros(num_blocks + 1, np.int64), HT
 
 
 @helper
@@ -187,10 +200,10 @@ def touch(P, HIT, count):
 
 
 @helper
-def free_blocks(P, BT, boff, nblk, BUF):
+def free_blocks(P, BT, boff, nblk, BUF, prepend):
     """KVCacheManager.free: one reference less each, tail first; blocks at zero go to the
-    queue (unhashed ones prepended in that order, hashed ones appended). Returns the
-    number of blocks that became free."""
+    queue (unhashed ones prepended in that order when ``prepend``, the rest appended).
+    Returns the number of blocks that became free."""
     n = 0
     for i in range(nblk - 1, -1, -1):
         b = BT[boff + i]
@@ -202,12 +215,12 @@ def free_blocks(P, BT, boff, nblk, BUF):
     at = sentinel
     for i in range(n):
         b = BUF[i]
-        if P[b, HASHED] == 0:
+        if prepend and P[b, HASHED] == 0:
             _insert_free_after(P, at, b)
             at = b
     for i in range(n):
         b = BUF[i]
-        if P[b, HASHED] != 0:
+        if not prepend or P[b, HASHED] != 0:
             _insert_free_after(P, P[sentinel, FPREV], b)
     return n
 
@@ -233,3 +246,27 @@ def leading_cached(HT, mask, keys):
         if table_find(HT, mask, keys[i]) < 0:
             return i
     return keys.size
+
+
+@kernel
+def run_alone(P, BH, HT, KEYS, key_starts, lookup, slots, prepend, free, BT, HIT, BUF, hits):
+    """Requests one at a time, each finished before the next: ``get_computed_blocks`` (at
+    most ``lookup[r]`` leading keys; how many hit into ``hits[r]``), ``allocate_slots``
+    for its ``slots[r]`` blocks (None when more than the ``free[0]`` free blocks: nothing
+    changes), its blocks hashed with ``KEYS[key_starts[r]:key_starts[r + 1]]`` (the
+    others, a partial tail, stay unhashed), then ``free``. ``BT``, ``HIT`` and ``BUF`` hold
+    at least ``max(slots)`` entries; ``free[0]`` is kept for the next call."""
+    mask = HT.shape[0] - 1
+    for r in range(key_starts.size - 1):
+        koff = key_starts[r]
+        hit = longest_hit(HT, mask, KEYS, koff, lookup[r], HIT)
+        hits[r] = hit
+        need = slots[r]
+        if need > free[0]:
+            continue
+        free[0] -= touch(P, HIT, hit)
+        for i in range(hit):
+            BT[i] = HIT[i]
+        free[0] -= get_new_blocks(P, BH, HT, mask, BT, hit, need - hit)
+        cache_full_blocks(P, BH, HT, mask, KEYS, koff, BT, 0, hit, key_starts[r + 1] - koff)
+        free[0] += free_blocks(P, BT, 0, need, BUF, prepend)

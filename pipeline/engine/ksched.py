@@ -132,9 +132,9 @@ def _allocate_slots(S, slot, num_new, nhit, external, admission):
 
 @helper
 def _free_request(S, slot):
-    """KVCacheManager.free: tail first."""
+    """KVCacheManager.free: tail first (unhashed blocks prepended, as since vLLM 0.24)."""
     G, R, BT, P, BUF = S[1], S[2], S[4], S[5], S[14]
-    G[G_NFREE] += free_blocks(P, BT, R[slot, BOFF], R[slot, NBLK], BUF)
+    G[G_NFREE] += free_blocks(P, BT, R[slot, BOFF], R[slot, NBLK], BUF, np.bool_(True))
     R[slot, NBLK] = 0
     R[slot, NCACHED] = NONE
 

@@ -1,9 +1,8 @@
-"""vLLM's block pool and LMCache's CPU backend as tier objects (``lookup`` / ``place``), for
-callers that drive a tier one request at a time (``pipeline.cache.tiers.TwoTier``, an engine loop).
+"""LMCache's CPU backend as a tier object (``lookup`` / ``place``), for callers that drive a
+tier one request at a time (``pipeline.cache.tiers.TwoTier``, an engine loop); vLLM's pool is
+one too (``pipeline.engine_caches.vllm_gpu.VllmTier``).
 
-``VllmTier`` serves requests of full prompt blocks (the vllm model's partial tail slot,
-output blocks and hit cap come with ``vllm_requests`` and ``VllmBlockPool.run``, which the
-block-mode models use); ``LMCacheTier`` takes chunk keys and their tokens. LMCache stores
+``LMCacheTier`` takes chunk keys and their tokens. LMCache stores
 from its own hit, whatever the GPU tier holds, so it places every key of a request
 (``places_whole_request``); ``admit`` / ``store`` are the two halves of its ``place``, which
 the engine calls at its own points (``pipeline.engine.cpu_tier.ModelTier``).
@@ -14,37 +13,9 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 
 from pipeline.engine_caches.lmcache_cpu import DEFAULT_CHUNK_SIZE, LocalCpuBackend
-from pipeline.engine_caches.vllm_gpu import (DEFAULT_VLLM_VERSION, VllmBlockPool, VllmRequest,
-                                             unhashed_to_head)
 from pipeline.cache.tiers import leading_run
 
-__all__ = ["VllmTier", "LMCacheTier"]
-
-
-class VllmTier:
-    """vLLM's v1 block pool of ``capacity`` tokens as vLLM logs them (``capacity //
-    block_size`` blocks, block 0 the null block)."""
-
-    places_whole_request = False
-
-    def __init__(self, capacity: int, block_size: int = 16, output_tokens: int = 1,
-                 vllm_version: str = DEFAULT_VLLM_VERSION) -> None:
-        self.capacity, self.block_size = int(capacity), int(block_size)
-        self.pool = VllmBlockPool(max(self.capacity // self.block_size, 0),
-                                  unhashed_to_head(vllm_version))
-
-    def lookup(self, keys: Sequence[Hashable]) -> int:
-        """Leading blocks of ``keys`` cached now (``find_longest_cache_hit``); no change."""
-        return len(self.pool.longest_hit(list(keys), len(keys)))
-
-    def place(self, keys: Sequence[Hashable], sizes: object = None) -> None:
-        """Run one request whose prompt is the full blocks ``keys`` (schedule, cache,
-        free); a request that needs more blocks than are free changes nothing."""
-        keys = tuple(keys)
-        self.pool.run(VllmRequest(keys, len(keys), len(keys)))
-
-    def keys(self) -> list:
-        return list(self.pool.cached)
+__all__ = ["LMCacheTier"]
 
 
 class LMCacheTier:

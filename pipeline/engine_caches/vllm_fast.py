@@ -34,15 +34,18 @@ multiple of the block size), the request computes that block again into a new sl
 the old copy survives the request's own evictions two blocks hold one hash. Later lookups
 touch the first-inserted copy, so which copy moves depends on the capacity: no
 capacity-independent stack. The old copy at depth d survives iff ``d - h_r <= K - n_r``; the
-kernel detects exactly that and the capacity is replayed literally instead
-(``vllm_compiled``, the allocator in numba). When the old copy is among the request's own
+kernel detects exactly that and the capacity is replayed request by request instead
+(``vllm_gpu``: the engine's compiled pool). When the old copy is among the request's own
 evictions there is no duplicate and the recurrence holds as is (the key counts in ``p_r``).
 Requests with more slots than K are never scheduled; capacities fall into bands between the
 distinct ``n_r`` with one depth pass per band (as ``pipeline.cache.stack_distance``). Output
 lengths may differ per request (``n_r``, ``f_r`` per request). When the trace gives the sampled
-tokens, an output block's key can already be cached (a request re-sent with its reply), which
-the lookup never touches: a duplicate again, so such a run is replayed literally (compiled) at
-every capacity.
+tokens, a sampled block's key is fresh when its request first computes it (a later turn that
+re-sends the reply looks it up like any prompt key); only when an output key was some
+earlier block's key (``VllmLayout.repeated``: the same reply sampled again) can it be
+cached already, where the lookup never touches it: a duplicate again, so such a run is
+replayed (``vllm_gpu``) at every capacity. Tests hold every capacity equal to that replay and to the plain-Python
+oracle (``tests/oracles/vllm_pool.py``).
 """
 
 from __future__ import annotations
@@ -51,10 +54,9 @@ import numpy as np
 from numba import njit
 
 from pipeline.blocks.stream import TAIL_FIRST, BlockStream, capacity_blocks
-from pipeline.engine_caches.vllm_compiled import replay_vllm_compiled
-from pipeline.engine_caches.vllm_gpu import (DEFAULT_VLLM_VERSION, OutputTokens, check_gpu_options,
-                                             unhashed_to_head)
-from pipeline.engine_caches.vllm_layout import vllm_layout
+from pipeline.engine_caches.vllm_gpu import (DEFAULT_VLLM_VERSION, check_gpu_options,
+                                             replay_layout, unhashed_to_head)
+from pipeline.engine_caches.vllm_layout import OutputTokens, VllmLayout, vllm_layout
 from pipeline.cache.stack_distance_kernels import COLD, fenwick_prefix, touch
 
 __all__ = ["vllm_gpu", "vllm_hits"]
@@ -120,11 +122,14 @@ def vllm_hits(stream: BlockStream, capacities: np.ndarray, output_tokens: Output
               vllm_version: str = DEFAULT_VLLM_VERSION) -> tuple[np.ndarray, np.ndarray]:
     """Hit blocks per (capacity, request) for capacities in usable blocks, and per capacity
     whether the one-pass form was exact (False: that row is still empty)."""
-    layout = vllm_layout(stream, output_tokens)
-    phantom = not unhashed_to_head(vllm_version)
-    capacities = np.asarray(capacities, np.int64)
-    hits = np.zeros((capacities.size, stream.requests), np.int64)
-    if layout.sampled:                                  # sampled keys: replay literally
+    return _layout_hits(vllm_layout(stream, output_tokens), np.asarray(capacities, np.int64),
+                        not unhashed_to_head(vllm_version))
+
+
+def _layout_hits(layout: VllmLayout, capacities: np.ndarray, phantom: bool
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    hits = np.zeros((capacities.size, layout.key_starts.size - 1), np.int64)
+    if layout.repeated:                         # duplicates: replayed at every capacity
         return hits, np.zeros(capacities.size, bool)
     exact = np.ones(capacities.size, bool)
     sizes = np.unique(layout.slots)
@@ -149,11 +154,13 @@ def vllm_gpu(stream: BlockStream, capacities: object, order: str = TAIL_FIRST, *
              ) -> np.ndarray:
     """GPU model API (``pipeline.blocks.model_api``): hit tokens per (capacity, request), (K, R),
     for KV cache sizes in tokens as vLLM logs them; a capacity where the one-pass form is not
-    exact (a duplicated block, see the module docstring) is replayed literally (compiled)."""
+    exact (a duplicated block, see the module docstring) is replayed request by request in
+    the compiled pool (``vllm_gpu.replay_layout``)."""
     check_gpu_options(order, output_tokens, vllm_version)
     tokens = capacity_blocks(capacities, 1)              # validated integer tokens >= 0
-    usable = np.maximum(tokens // stream.block_size - 1, 0)
-    hits, exact = vllm_hits(stream, usable, output_tokens, vllm_version)
+    layout, prepend = vllm_layout(stream, output_tokens), unhashed_to_head(vllm_version)
+    hits, exact = _layout_hits(layout, np.maximum(tokens // stream.block_size - 1, 0),
+                               not prepend)
     for k in np.flatnonzero(~exact):
-        hits[k] = replay_vllm_compiled(stream, int(tokens[k]), output_tokens, vllm_version)
+        hits[k] = replay_layout(layout, int(tokens[k]) // stream.block_size, prepend)
     return hits * stream.block_size

@@ -1,8 +1,10 @@
-"""The ``vllm`` GPU model, replayed literally: vLLM's v1 block allocator, one request at a time.
+"""The ``vllm`` GPU model at concurrency 1: vLLM's v1 block pool, one request at a time.
 
-What the block-lru model (``pipeline.blocks.literal_replay``) leaves out and vLLM does,
-read in the vllm wheels (0.11.0, 0.22.1, 0.23.0, 0.24.0, 0.33.0; files under
-``vllm/v1/core/``):
+The pool is the engine's (``pipeline.engine.kpool``, compiled), run here by ``run_alone``:
+each request looks up its prefix, takes its blocks, hashes the full ones and frees them
+before the next arrives. What the block-lru model (``pipeline.blocks.literal_replay``)
+leaves out and vLLM does, read in the vllm wheels (0.11.0, 0.22.1, 0.23.0, 0.24.0, 0.33.0;
+files under ``vllm/v1/core/``):
 
 1. **The partial tail block holds a slot.** ``KVCacheManager.allocate_slots`` gives a running
    request ``ceil(tokens / block_size)`` blocks; only full ones get a hash
@@ -20,8 +22,8 @@ read in the vllm wheels (0.11.0, 0.22.1, 0.23.0, 0.24.0, 0.33.0; files under
    ``request.num_tokens - 1`` tokens (the last prompt token must be computed to sample), so a
    prompt that is an exact multiple of the block size hits at most all but its last block.
 
-Further rules kept literally: the lookup (``find_longest_cache_hit``) takes the longest run of
-leading block hashes present and, for a hash held by several blocks, the first one inserted
+Further rules kept: the lookup (``find_longest_cache_hit``) takes the longest run of leading
+block hashes present and, for a hash held by several blocks, the first one inserted
 (``BlockHashToBlockMap.get_one_block``); hit blocks leave the free queue (``BlockPool.touch``);
 new blocks are popped from the head of the free queue, evicting their hash
 (``get_new_blocks`` / ``_maybe_evict_cached_block``); a block that becomes full is cached even
@@ -30,34 +32,27 @@ more blocks than the pool has free is never scheduled: it changes nothing (its l
 reported, as in the block-lru model's oversize rule). vLLM itself refuses to start when a
 request cannot fit (max_model_len against the KV cache), so this is a convention for inputs
 vLLM never runs. ``scripts/vllm_reference.py`` drives vLLM's own ``KVCacheManager`` (0.11.0,
-0.23.0, 0.24.0, 0.33.0 wheels) and finds every request's hit equal to this replay.
+0.23.0, 0.24.0, 0.33.0 wheels) and finds every request's hit equal to this replay; the tests
+hold it equal to a plain-Python port (``tests/oracles/vllm_pool.py``).
 
-Workload as the lab runs it: concurrency 1 (each request finishes before the next arrives),
-``max_tokens = output_tokens``: one number for every request, or ``"trace"``, each request's
-own length from the trace (``BlockStream.outputs``; 1 where it gives none); a request
-computes ``prompt + output - 1`` tokens (the last sampled token is never fed back), so longer
-outputs fill and cache the tail block. Blocks that hold output tokens are hashed as vLLM
-hashes them when the trace gives the sampled ids (``output_token_ids``, with
-``"trace"``): a next turn that re-sends the reply hits them; otherwise they get fresh keys,
-placeholders no prompt can match.
+Workload as the lab runs it (``vllm_layout``): ``max_tokens = output_tokens``, one number for
+every request, or ``"trace"``, each request's own length from the trace
+(``BlockStream.outputs``; 1 where it gives none); longer outputs fill and cache the tail
+block, hashed as vLLM hashes them when the trace gives the sampled ids.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from pipeline.blocks.stream import TAIL_FIRST, TRACE, BlockStream, capacity_blocks
-from pipeline.blocks.stream import output_lengths as request_outputs
+from pipeline.engine.kpool import leading_cached, pool_arrays, run_alone
+from pipeline.engine_caches.vllm_layout import OutputTokens, VllmLayout, vllm_layout
 
-__all__ = ["DEFAULT_VLLM_VERSION", "PREPEND_SINCE", "VllmRequest", "VllmBlockPool",
-           "unhashed_to_head", "usable_blocks", "vllm_requests", "replay_vllm", "replay_gpu",
-           "check_gpu_options", "TRACE", "OutputTokens", "request_outputs", "given_output_codes"]
-
-OutputTokens = int | np.ndarray | str
+__all__ = ["DEFAULT_VLLM_VERSION", "PREPEND_SINCE", "unhashed_to_head", "check_gpu_options", "VllmPool", "replay_layout", "replay_vllm", "replay_gpu",
+           "VllmTier"]
 
 DEFAULT_VLLM_VERSION = "0.33.0"
 #: First release whose ``BlockPool.free_blocks`` prepends unhashed blocks (PR #42656).
@@ -80,23 +75,6 @@ def unhashed_to_head(version: str) -> bool:
     return _version_tuple(version) >= PREPEND_SINCE
 
 
-def usable_blocks(logged_tokens: int, block_size: int) -> int:
-    """Blocks a request can use when vLLM logs a KV cache of ``logged_tokens``: the pool has
-    ``logged_tokens // block_size`` blocks and block 0 is the null block."""
-    return max(int(logged_tokens) // block_size - 1, 0)
-
-
-def given_output_codes(stream: BlockStream, output_tokens: OutputTokens = 1
-                       ) -> tuple[np.ndarray, np.ndarray] | None:
-    """(codes, starts) of the sampled blocks the trace hashes (``RequestOutputs``), used
-    with ``"trace"`` only; None when there are none (every output block gets a fresh key)."""
-    outputs = stream.outputs
-    if not (isinstance(output_tokens, str) and output_tokens == TRACE) or outputs is None \
-            or outputs.codes.size == 0:
-        return None
-    return outputs.codes.astype(np.int64), outputs.starts.astype(np.int64)
-
-
 def check_gpu_options(order: str, output_tokens: OutputTokens, vllm_version: str) -> None:
     """Raise ValueError on an order other than tail-first, output < 1 (one number, one per
     request, or ``"trace"``) or a bad version."""
@@ -116,126 +94,98 @@ def check_gpu_options(order: str, output_tokens: OutputTokens, vllm_version: str
     _version_tuple(vllm_version)
 
 
-@dataclass(frozen=True)
-class VllmRequest:
-    """One request as the allocator sees it: ``keys`` the hashes of the blocks it caches
-    (prompt blocks, then blocks holding output tokens: fresh keys), ``lookup`` the leading
-    prompt blocks it may hit (its full prompt blocks, at most ``cap``), ``blocks`` the slots
-    it holds while running."""
+class VllmPool:
+    """vLLM's block pool of ``num_blocks`` blocks (block 0 the null block), its state kept
+    between ``run`` calls; ``prepend_unhashed`` as ``unhashed_to_head``."""
 
-    keys: tuple[Hashable, ...]
-    lookup: int
-    blocks: int
+    def __init__(self, num_blocks: int, prepend_unhashed: bool) -> None:
+        self.P, self.BH, self.HT = pool_arrays(max(int(num_blocks), 0))
+        self.prepend = np.bool_(prepend_unhashed)
+        self.free = np.array([max(int(num_blocks) - 1, 0)], np.int64)
+        self._buffers = np.zeros((3, 0), np.int64)           # BT, HIT, BUF
 
+    def run(self, keys: np.ndarray, key_starts: np.ndarray, lookup: np.ndarray,
+            slots: np.ndarray) -> np.ndarray:
+        """Run requests one at a time (``kpool.run_alone``; request r caches
+        ``keys[key_starts[r]:key_starts[r + 1]]``, may hit ``lookup[r]`` leading blocks,
+        holds ``slots[r]``); the hit blocks of each."""
+        hits = np.zeros(key_starts.size - 1, np.int64)
+        need = int(slots.max()) if slots.size else 0
+        if need > self._buffers.shape[1]:
+            self._buffers = np.zeros((3, need), np.int64)
+        run_alone(self.P, self.BH, self.HT, keys, key_starts, lookup, slots, self.prepend,
+                  self.free, *self._buffers, hits)
+        return hits
 
-def vllm_requests(stream: BlockStream, output_tokens: OutputTokens = 1
-                  ) -> list[VllmRequest]:
-    """Per request of ``stream``: what vLLM allocates, caches and may hit (``output_tokens``
-    one number, one per request, or ``"trace"``)."""
-    size = stream.block_size
-    codes = stream.codes.tolist()
-    outputs = request_outputs(stream, output_tokens).tolist()
-    given = given_output_codes(stream, output_tokens)
-    sampled, sampled_starts = (given[0].tolist(), given[1].tolist()) if given else ([], None)
-    fresh = stream.outputs.n_codes if given else stream.n_codes
-    out = []
-    for r in range(stream.requests):
-        prompt = int(stream.prompt_tokens[r])
-        computed = prompt + outputs[r] - 1              # the last sampled token is never fed
-        full_prompt = int(stream.cacheable[r])
-        hashed = computed // size
-        start = int(stream.starts[r])
-        keys = codes[start:start + min(full_prompt, hashed)]
-        if sampled_starts is not None:                  # the trace's sampled blocks
-            keys += sampled[sampled_starts[r]:sampled_starts[r + 1]][:hashed - len(keys)]
-        extra = hashed - len(keys)
-        keys = tuple(keys) + tuple(range(fresh, fresh + extra))
-        fresh += extra
-        cap = max(prompt - 1, 0) // size                # get_computed_blocks: num_tokens - 1
-        out.append(VllmRequest(keys, min(full_prompt, cap), -(-computed // size)))
-    return out
+    def cached_prefix(self, keys: np.ndarray) -> int:
+        """How many leading ``keys`` are cached now (no change)."""
+        return int(leading_cached(self.HT, self.HT.shape[0] - 1, keys)) if keys.size else 0
+
+    def cached_keys(self) -> np.ndarray:
+        return self.HT[self.HT[:, 1] >= 0, 0]
 
 
-class VllmBlockPool:
-    """vLLM's ``BlockPool`` + ``FreeKVCacheBlockQueue`` for requests run one at a time.
-
-    ``free`` is the free queue (head = first = next to be reused), ``block_hash`` each block's
-    cached key (None: unhashed), ``cached`` key -> its blocks in insertion order.
-    """
-
-    def __init__(self, num_gpu_blocks: int, prepend_unhashed: bool) -> None:
-        self.prepend_unhashed = prepend_unhashed
-        self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_gpu_blocks))
-        if num_gpu_blocks:
-            self.free.popitem(last=False)               # block 0: the null block
-        self.block_hash: list[Hashable | None] = [None] * num_gpu_blocks
-        self.cached: dict[Hashable, dict[int, None]] = {}
-
-    def longest_hit(self, keys: Sequence[Hashable], limit: int) -> list[int]:
-        """find_longest_cache_hit: the first cached block of each leading key, at most
-        ``limit`` keys."""
-        hit = []
-        for key in keys[:limit]:
-            blocks = self.cached.get(key)
-            if not blocks:
-                break
-            hit.append(next(iter(blocks)))              # get_one_block: first inserted
-        return hit
-
-    def _pop_free(self) -> int:
-        """get_new_blocks: pop the head of the free queue and evict its hash."""
-        block, _ = self.free.popitem(last=False)
-        key = self.block_hash[block]
-        if key is not None:                             # _maybe_evict_cached_block
-            del self.cached[key][block]
-            if not self.cached[key]:
-                del self.cached[key]
-            self.block_hash[block] = None
-        return block
-
-    def _free_blocks(self, ordered: list[int]) -> None:
-        """free_blocks(reversed(request blocks)): ``ordered`` is tail first."""
-        if self.prepend_unhashed:
-            unhashed = [b for b in ordered if self.block_hash[b] is None]
-            for block in reversed(unhashed):            # prepend_n keeps the list's order
-                self.free[block] = None
-                self.free.move_to_end(block, last=False)
-            ordered = [b for b in ordered if self.block_hash[b] is not None]
-        for block in ordered:                           # append_n
-            self.free[block] = None
-
-    def run(self, request: VllmRequest) -> int:
-        """Schedule, run and finish one request; return its GPU hit in blocks."""
-        hit = self.longest_hit(request.keys, request.lookup)
-        if request.blocks > len(self.free):             # allocate_slots returns None
-            return len(hit)
-        for block in hit:                               # touch
-            del self.free[block]
-        blocks = hit + [self._pop_free() for _ in range(request.blocks - len(hit))]
-        for index in range(len(hit), len(request.keys)):   # cache_full_blocks
-            key = request.keys[index]
-            self.block_hash[blocks[index]] = key
-            self.cached.setdefault(key, {})[blocks[index]] = None
-        self._free_blocks(blocks[::-1])
-        return len(hit)
+def replay_layout(layout: VllmLayout, num_blocks: int, prepend_unhashed: bool) -> np.ndarray:
+    """GPU hit blocks per request of ``layout`` in a fresh pool of ``num_blocks`` blocks."""
+    return VllmPool(num_blocks, prepend_unhashed).run(layout.keys, layout.key_starts,
+                                                      layout.lookup, layout.slots)
 
 
 def replay_vllm(stream: BlockStream, logged_tokens: int, output_tokens: OutputTokens = 1,
                 vllm_version: str = DEFAULT_VLLM_VERSION) -> np.ndarray:
     """GPU hit blocks per request for a vLLM KV cache of ``logged_tokens`` (as vLLM logs it)."""
-    pool = VllmBlockPool(max(int(logged_tokens) // stream.block_size, 0),
-                         unhashed_to_head(vllm_version))
-    return np.array([pool.run(request) for request in vllm_requests(stream, output_tokens)],
-                    dtype=np.int64)
+    return replay_layout(vllm_layout(stream, output_tokens),
+                         int(logged_tokens) // stream.block_size, unhashed_to_head(vllm_version))
 
 
 def replay_gpu(stream: BlockStream, capacities: object, order: str = TAIL_FIRST, *,
                output_tokens: OutputTokens = 1, vllm_version: str = DEFAULT_VLLM_VERSION
                ) -> np.ndarray:
-    """GPU model API (``pipeline.blocks.model_api``): hit tokens per (capacity, request), (K, R);
-    capacities are KV cache sizes in tokens as vLLM logs them."""
+    """GPU model API (``pipeline.blocks.model_api``): hit tokens per (capacity, request), (K, R),
+    each capacity (KV cache sizes in tokens as vLLM logs them) replayed request by request."""
     check_gpu_options(order, output_tokens, vllm_version)
     tokens = capacity_blocks(capacities, 1)              # validated integer tokens >= 0
-    rows = [replay_vllm(stream, int(c), output_tokens, vllm_version) for c in tokens]
-    return np.array(rows, dtype=np.int64).reshape(tokens.size, stream.requests) \
-        * stream.block_size
+    layout, prepend = vllm_layout(stream, output_tokens), unhashed_to_head(vllm_version)
+    hits = np.zeros((tokens.size, stream.requests), np.int64)
+    for k, capacity in enumerate(tokens.tolist()):
+        hits[k] = replay_layout(layout, capacity // stream.block_size, prepend)
+    return hits * stream.block_size
+
+
+class VllmTier:
+    """vLLM's v1 block pool of ``capacity`` tokens as vLLM logs them (``capacity //
+    block_size`` blocks, block 0 the null block) as a tier object (``lookup``/``place``),
+    for callers that drive a tier one request at a time (``pipeline.cache.tiers.TwoTier``).
+    A request is its full prompt blocks ``keys`` (any hashable keys; the vllm model's partial
+    tail slot, output blocks and hit cap come with ``vllm_layout``)."""
+
+    places_whole_request = False
+
+    def __init__(self, capacity: int, block_size: int = 16, output_tokens: int = 1,
+                 vllm_version: str = DEFAULT_VLLM_VERSION) -> None:
+        self.capacity, self.block_size = int(capacity), int(block_size)
+        self.pool = VllmPool(self.capacity // self.block_size, unhashed_to_head(vllm_version))
+        self.codes: dict[Hashable, int] = {}
+        self.names: list[Hashable] = []
+
+    def _codes(self, keys: Sequence[Hashable]) -> np.ndarray:
+        for key in keys:
+            if key not in self.codes:
+                self.codes[key] = len(self.names)
+                self.names.append(key)
+        return np.array([self.codes[key] for key in keys], np.int64)
+
+    def lookup(self, keys: Sequence[Hashable]) -> int:
+        """Leading blocks of ``keys`` cached now (``find_longest_cache_hit``); no change."""
+        known = next((i for i, key in enumerate(keys) if key not in self.codes), len(keys))
+        return self.pool.cached_prefix(self._codes(list(keys)[:known]))
+
+    def place(self, keys: Sequence[Hashable], sizes: object = None) -> None:
+        """Run one request whose prompt is the full blocks ``keys`` (schedule, cache,
+        free); a request that needs more blocks than are free changes nothing."""
+        codes = self._codes(list(keys))
+        count = np.array([codes.size], np.int64)
+        self.pool.run(codes, np.array([0, codes.size], np.int64), count, count)
+
+    def keys(self) -> list:
+        return [self.names[code] for code in self.pool.cached_keys().tolist()]
