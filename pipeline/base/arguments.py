@@ -1,18 +1,58 @@
-"""argparse types shared by the commands (one definition each)."""
+"""argparse types shared by the commands (one definition each), and the frozen options
+object every command runs on (``freeze``, changed only by ``derive``)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import math
 import re
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from kvlab.scenario import OneLineParser, non_negative_int, pass_list
 
-__all__ = ["Parser", "checked", "deprecated_alias", "queue_warning", "int_list", "non_negative_int", "pass_list",
-           "plural", "positive_int",
-           "positive_float", "non_negative_float", "unit_ratio"]
+__all__ = ["Options", "Parser", "checked", "deprecated_alias", "derive", "freeze",
+           "queue_warning", "int_list", "non_negative_int", "pass_list", "plural",
+           "positive_int", "positive_float", "non_negative_float", "unit_ratio"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """A command's parsed options, frozen (``freeze``): a command never changes what it was
+    given; what it works out (tokens of a size, the clock, one run's load) is a new options
+    object (``derive``) or a value of its own."""
+
+    def __contains__(self, name: str) -> bool:         # as argparse.Namespace
+        return name in self.__dict__
+
+
+@functools.cache
+def _options_type(name: str, fields: tuple[str, ...]) -> type:
+    return dataclasses.make_dataclass(name, [(field, Any) for field in fields],
+                                      bases=(Options,), frozen=True)
+
+
+def freeze(namespace: argparse.Namespace | Options) -> Options:
+    """``namespace`` as a frozen dataclass (``FooOptions`` for command ``foo``), one field
+    per parsed option; an ``Options`` unchanged."""
+    if isinstance(namespace, Options):
+        return namespace
+    values = vars(namespace)
+    command = str(values.get("command") or "command").title().replace("-", "")
+    return _options_type(f"{command}Options", tuple(values))(**values)
+
+
+def derive(options: argparse.Namespace | Options, /, **changes: Any) -> Options:
+    """A frozen copy of ``options`` with ``changes`` (new names may be added: what a command
+    works out from its options); ``options`` itself is unchanged."""
+    values = {**vars(options), **changes}
+    frozen = freeze(options)
+    if set(values) == set(vars(frozen)):
+        return dataclasses.replace(frozen, **changes)
+    return freeze(argparse.Namespace(**values))
 
 
 #: What argparse should read as a value, never as an option: a minus sign and a digit

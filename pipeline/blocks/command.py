@@ -83,7 +83,7 @@ def main(args: argparse.Namespace) -> int:
     """``python -m pipeline blocks``: print the JSON (with ``sizes`` when a capacity was
     given as a size: its unit and the bytes per token)."""
     check_block_size(args.block_size)
-    sizes = resolve_capacities(args, "gpu", "cpu", block_size=args.block_size)
+    args, sizes = resolve_capacities(args, "gpu", "cpu", block_size=args.block_size)
     requests, blocks = check_document_blocks(args.docs, len(args.passes), args.tokens,
                                              args.block_size)
     gpu_options, cpu_options = run_options(args, args.block_size, requests, blocks)

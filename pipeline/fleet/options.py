@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from pipeline.base.arguments import deprecated_alias, non_negative_float, non_negative_int, \
-    positive_int
+from pipeline.base.arguments import Options, deprecated_alias, derive, non_negative_float, \
+    non_negative_int, positive_int
 from pipeline.engine.options import add_engine_arguments
 from pipeline.fleet.routers import ROUTERS, router_class
 from pipeline.fleet.sweep import EXECUTORS
@@ -73,16 +73,16 @@ def load_list(text: str) -> list[float]:
     return sorted(set(values))
 
 
-def resolve_fleet_capacities(args: argparse.Namespace) -> dict[str, object]:
-    """``--gpu`` and ``--cpu`` in tokens (``resolve_capacities``), and ``args.gpu_blocks``:
-    the swept num_gpu_blocks per instance (tokens // --block-size, null block included), each
-    2..``MAX_BLOCKS`` (a usage error naming --gpu otherwise). Returns the size lines' data."""
+def resolve_fleet_capacities(args: argparse.Namespace) -> Options:
+    """The options with ``--gpu`` and ``--cpu`` in tokens (``resolve_capacities``),
+    ``sizes`` (the size lines' data) and ``gpu_blocks``: the swept num_gpu_blocks per
+    instance (tokens // --block-size, null block included), each 2..``MAX_BLOCKS`` (a usage
+    error naming --gpu otherwise)."""
     from pipeline.base.errors import UsageError
     from pipeline.sizes.vllm_memory import resolve_with_utilization
-    sizes = resolve_with_utilization(args, "gpu", "cpu", block_size=args.block_size)
+    args, sizes = resolve_with_utilization(args, "gpu", "cpu", block_size=args.block_size)
     if args.gpu is None:
-        args.gpu_blocks = [DEFAULT_GPU_BLOCKS]
-        return sizes
+        return derive(args, sizes=sizes, gpu_blocks=[DEFAULT_GPU_BLOCKS])
     blocks = sorted({tokens // args.block_size for tokens in args.gpu})
     if blocks[0] < 2:
         raise UsageError(f"--gpu: {min(args.gpu):,} tokens are {blocks[0]} blocks of "
@@ -90,8 +90,7 @@ def resolve_fleet_capacities(args: argparse.Namespace) -> dict[str, object]:
     if blocks[-1] > MAX_BLOCKS:
         raise UsageError(f"--gpu: {blocks[-1]:,} blocks of {args.block_size}: at most "
                          f"{MAX_BLOCKS:,} per instance")
-    args.gpu_blocks = blocks
-    return sizes
+    return derive(args, sizes=sizes, gpu_blocks=blocks)
 
 
 def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:

@@ -32,7 +32,7 @@ import numpy as np
 import polars as pl
 import pyarrow.dataset as ds
 
-from pipeline.base.arguments import Parser
+from pipeline.base.arguments import Options, Parser, derive
 from pipeline.engine.hashing import bulk_request_keys
 from pipeline.engine.options import engine_models
 from pipeline.base.errors import CLIError, UsageError
@@ -112,7 +112,10 @@ def fleet_plan(args: argparse.Namespace) -> int:
     return _fleet_plan(args)
 
 
-def _check(args: argparse.Namespace) -> None:
+def _check(args: argparse.Namespace) -> Options:
+    """The options of a fleet plan: fleet's defaults where plan's parser left None, the
+    engines' CPU tier, the router options; a usage error on an option a fleet does not
+    take."""
     if not args.fleet:
         raise UsageError(f"{_fleet_only_given(args)} needs --fleet")
     for dest, flag in NOT_FLEET:
@@ -135,17 +138,15 @@ def _check(args: argparse.Namespace) -> None:
                     executor=args.executor or "local", jobs=args.jobs or os.cpu_count() or 1,
                     retries=1 if args.retries is None else args.retries,
                     latency=str(args.latency) if args.latency is not None else "roofline")
-    for key, value in defaults.items():
-        setattr(args, key, value)
     if getattr(args, "gpu_model_given", False) and args.gpu_model != "vllm":
         raise UsageError(f"--gpu-model {args.gpu_model}: not with --fleet (its engines run "
                          f"vLLM's allocator, vllm)")
     if getattr(args, "cpu_model_given", False):
-        args.cpu_tier_model = args.cpu_model           # the engines' CPU tier
-    for flag in ("no_chunked_prefill", "async_scheduling", "cpu_shared"):
-        setattr(args, flag, bool(getattr(args, flag)))
+        defaults["cpu_tier_model"] = args.cpu_model     # the engines' CPU tier
+    args = derive(args, **defaults, **{flag: bool(getattr(args, flag)) for flag in (
+        "no_chunked_prefill", "async_scheduling", "cpu_shared")})
     try:
-        args.options = fleet_command.usage_checks(args)
+        return derive(args, options=fleet_command.usage_checks(args))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
@@ -173,8 +174,7 @@ def _grid(args: argparse.Namespace, workload) -> list[int]:
 
 
 def _fleet_plan(args: argparse.Namespace) -> int:
-    _check(args)
-    args.sizes = resolve_fleet_capacities(args)
+    args = resolve_fleet_capacities(_check(args))
     try:
         kv = kv_from_args(args, "plan --fleet (memory in bytes)")
     except ValueError as exc:
@@ -182,8 +182,8 @@ def _fleet_plan(args: argparse.Namespace) -> int:
     if args.out is not None and not args.out.parent.is_dir():
         raise CLIError(f"--out: folder {args.out.parent} does not exist")
     workload = load_workload(args)
-    args.gpu_blocks = _grid(args, workload)
-    settings = fleet_command.sweep_settings(args, workload, args.options)
+    args = derive(args, gpu_blocks=_grid(args, workload))
+    args, settings = fleet_command.sweep_settings(args, workload, args.options)
     model = settings.step_model
     withheld = ttft_withheld(model, kv, [len(r.prompt_token_ids) for r in workload.requests])
     if withheld is not None and args.target_ttft_p90_ms is not None:

@@ -19,7 +19,7 @@ from pathlib import Path
 import polars as pl
 
 from kvlab import make_exports
-from pipeline.base.arguments import non_negative_int, pass_list, positive_float, positive_int, \
+from pipeline.base.arguments import derive, non_negative_int, pass_list, positive_float, positive_int, \
     unit_ratio
 from pipeline.base.config import LAB_CPU, LAB_DOCS, LAB_GPU, LAB_PASSES, LAB_TOKENS, REAL_MEASURED
 from pipeline.base.errors import CLIError, UsageError
@@ -296,25 +296,24 @@ def main(args: argparse.Namespace) -> int:
         return plan_under_load(args)
     utilization = None
     if getattr(args, "gpu_memory_utilization", None) is not None:
-        utilization = gpu_from_utilization(args, args.block_size)
-    args.gpu = one_of(args.gpu, "--gpu", "a list only with --fleet")
+        args, utilization = gpu_from_utilization(args, args.block_size)
+    given = one_of(args.gpu, "--gpu", "a list only with --fleet")
     try:
         kv = kv_from_args(args, sized_option(args, "gpu", "measured_gpu", "measured_cpu"))
-        gpu = LAB_GPU if args.gpu is None else capacity_tokens(args.gpu, kv, args.block_size,
-                                                               "--gpu")
-        args.measured_gpu_tokens = capacity_tokens(args.measured_gpu, kv, args.block_size,
-                                                   "--measured-gpu")
-        args.measured_cpu_tokens = capacity_tokens(args.measured_cpu, kv, args.block_size,
-                                                   "--measured-cpu")
-        default = " (the lab's)" if args.gpu is None else ""
+        gpu = LAB_GPU if given is None else capacity_tokens(given, kv, args.block_size, "--gpu")
+        args = derive(args, gpu=gpu,                # tokens from here on (run_options)
+                      measured_gpu_tokens=capacity_tokens(args.measured_gpu, kv,
+                                                          args.block_size, "--measured-gpu"),
+                      measured_cpu_tokens=capacity_tokens(args.measured_cpu, kv,
+                                                          args.block_size, "--measured-cpu"))
+        default = " (the lab's)" if given is None else ""
         gpu_given = (utilization["line"] if utilization is not None else
-                     args.gpu.describe(kv) if args.gpu is not None and args.gpu.is_size else
+                     given.describe(kv) if given is not None and given.is_size else
                      f"{gpu:,} tokens{default} = {kv.bytes(gpu) / 2**30:.2f} GiB")
         if not model_given(args):
             gpu_given += f" (KV of the lab's model {kv.name}: no --model given)"
     except ValueError as exc:
         raise CLIError(str(exc) if str(exc).startswith("--") else f"--gpu: {exc}") from None
-    args.gpu = gpu                                  # tokens from here on (run_options)
     workload, description, option = _workload(args)
     build = _evaluator_builder(args, workload, description, option)
     names = _pass_names(workload)

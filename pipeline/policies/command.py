@@ -168,7 +168,7 @@ def _event_rows(name: str, capacities: list[int], tiers: np.ndarray,
 TIER_NAMES = ("gpu", "cpu", "miss")
 
 
-def _resolve_sizes(args) -> dict:
+def _resolve_sizes(args) -> tuple[object, dict]:
     """``--capacities``/``--cpu`` to tokens (``pipeline.sizes.units``); a size where capacities
     count blocks (a trace with ``--sizes unit``) is a CLIError."""
     if args.trace is not None and args.sizes == "unit":
@@ -183,9 +183,8 @@ def _resolve_sizes(args) -> dict:
 
 
 def simulate(args, events: bool = True) -> tuple[str, pl.DataFrame, pl.DataFrame | None]:
-    """(workload label, curves, events or None) for the parsed arguments; validates first.
-    Capacities given as sizes are converted here (``args.sizes_given`` says how)."""
-    args.sizes_given = _resolve_sizes(args)
+    """(workload label, curves, events or None) for the parsed arguments, capacities in
+    tokens (``_resolve_sizes``); validates first."""
     if args.method == "onepass":
         exact = onepass_policies()
         bad = [name for name in [*args.gpu_policy, *([args.cpu_policy] if args.cpu else [])]
@@ -262,6 +261,7 @@ def main(args: argparse.Namespace) -> int:
         print(policy_list_text())
         return 0
     start = time.perf_counter()
+    args, sizes = _resolve_sizes(args)
     label, curves, events = simulate(args, events=args.trace is None or args.events)
     staged = Outputs()                  # both files or neither (pipeline.base.staging)
     staged.add(args.out / "curves.parquet", parquet_bytes(curves), "--out")
@@ -277,13 +277,13 @@ def main(args: argparse.Namespace) -> int:
                    "curves": totals.drop("pass_hits" if totals["pass_hits"].dtype == pl.Null
                                          else []).to_dicts(),
                    "files": [str(path) for path in paths]}
-        if args.sizes_given:
-            payload["sizes"] = args.sizes_given
+        if sizes:
+            payload["sizes"] = sizes
         json.dump(payload, sys.stdout, indent=1)
         print()
     else:
         print(_table(label, totals, args.cpu))
-        for line in size_lines(args.sizes_given):
+        for line in size_lines(sizes):
             print(line)
         print(f"wrote {' and '.join(map(str, paths))} ({time.perf_counter() - start:.1f} s)")
     return 0

@@ -3,7 +3,8 @@
 ``steptime_arguments(parser)`` adds ``--latency`` and the GPU options, the KV model
 options, ``--gpu CAPS`` (+ ``--gpu-steps``), ``--jobs`` and ``--report``;
 ``load_list`` is the type of ``--speed``, ``--rate`` and ``--concurrency`` (comma lists).
-``prepare(args)`` settles the clock and returns the loads of a curve run (None for one run);
+``prepare(args)`` returns the run's options (the clock settled) and the loads of a curve run
+(None for one run);
 ``run_metrics_outputs`` adds ``metrics.json`` and ``vllm_log.parquet`` to one timed run;
 ``run_curves`` runs the grid and writes ``curves.parquet`` (and the report), then a
 ``warning: overloaded:`` line per overloaded point (or one with how many and the worst).
@@ -19,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pipeline.base.arguments import positive_int
+from pipeline.base.arguments import Options, derive, positive_int
 from pipeline.base.durations import format_duration
 from pipeline.base.errors import CLIError, UsageError
 from pipeline.sizes.units import add_kv_arguments, capacities, kv_from_args, size_lines
@@ -72,15 +73,16 @@ def _usage(args: argparse.Namespace, message: str) -> None:
     raise UsageError(message)
 
 
-def prepare(args: argparse.Namespace) -> list[Load] | None:
-    """Set ``args.clock`` (time with --latency), the load options back to single values for
-    one run, and return the loads of a curve run (None for one run)."""
-    args.latency_model = latency_from_args(args)
-    if args.clock is None:
-        args.clock = "time" if args.latency_model is not None else "steps"
-    if args.clock == "time" and args.latency_model is None:
+def prepare(args: argparse.Namespace) -> tuple[Options, list[Load] | None]:
+    """(the run's options, the loads of a curve run or None for one run). The options are
+    ``args`` with ``latency_model`` (``--latency``'s, or None), ``clock`` settled (time
+    with --latency), and for one run the load options as single values and
+    ``num_gpu_blocks``; for curves the load options None (the loads say them)."""
+    model = latency_from_args(args)
+    clock = args.clock or ("time" if model is not None else "steps")
+    if clock == "time" and model is None:
         _usage(args, "--clock time needs a step-time model: --latency roofline or FILE")
-    if args.clock == "steps" and args.latency_model is not None:
+    if clock == "steps" and model is not None:
         _usage(args, "--latency prices batches in milliseconds: use --clock time (the "
                      "default with --latency)")
     given = {kind: getattr(args, kind) for kind in LOAD_KINDS if getattr(args, kind)}
@@ -89,23 +91,22 @@ def prepare(args: argparse.Namespace) -> list[Load] | None:
     curves = (args.gpu is not None and len(args.gpu) > 1 or args.gpu_steps is not None
               or args.report is not None or any(len(values) > 1 for values in given.values()))
     if not curves:
-        for kind, values in given.items():
-            setattr(args, kind, int(values[0]) if kind == "concurrency" else values[0])
+        single = {kind: int(values[0]) if kind == "concurrency" else values[0]
+                  for kind, values in given.items()}
         if args.gpu is None:
             _usage(args, "--gpu SIZE is required (the GPU KV capacity; a list for curves)")
-        args.num_gpu_blocks = _one_pool(args.gpu[0], args.block_size)
-        return None
+        return derive(args, latency_model=model, clock=clock, **single,
+                      num_gpu_blocks=_one_pool(args.gpu[0], args.block_size)), None
     if args.gpu is None:
         _usage(args, "a list of loads makes curves: give --gpu SIZE[,SIZE...] (GPU "
                      "capacities)")
-    if args.latency_model is None:
+    if model is None:
         _usage(args, "curves under load need --latency roofline or FILE (TTFT in ms)")
     if len(given) > 1:
         _usage(args, "curves take one load list: --speed, --rate or --concurrency")
     kind, values = next(iter(given.items())) if given else ("speed", [1.0])
-    for name in LOAD_KINDS:
-        setattr(args, name, None)
-    return [Load(kind, v) for v in values]
+    return (derive(args, latency_model=model, clock=clock, **dict.fromkeys(LOAD_KINDS)),
+            [Load(kind, v) for v in values])
 
 
 def _one_pool(tokens: int, block_size: int) -> int:

@@ -18,7 +18,7 @@ import json
 import sys
 from dataclasses import replace
 
-from pipeline.base.arguments import positive_float, positive_int
+from pipeline.base.arguments import derive, positive_float, positive_int
 from pipeline.base.durations import format_duration
 from pipeline.base.errors import CLIError, UsageError
 from pipeline.cache.registry import models_field, models_line
@@ -107,12 +107,12 @@ def _plan_under_load(args: argparse.Namespace) -> int:
     if args.report is not None:
         _usage(args, "--report: not available with --target-ttft-p90-ms (simulate --gpu CAPS "
                      "--report draws the curves)")
-    args.block_size = args.block_size or 16
-    if args.output_tokens in (None, "trace"):         # Mooncake: each line's output_length
-        args.output_tokens = 1
+    tokens = args.output_tokens                      # Mooncake: each line's output_length
+    args = derive(args, block_size=args.block_size or 16,
+                  output_tokens=1 if tokens in (None, "trace") else tokens)
     utilization = None
     if getattr(args, "gpu_memory_utilization", None) is not None:
-        utilization = gpu_from_utilization(args, args.block_size)
+        args, utilization = gpu_from_utilization(args, args.block_size)
     gpu = one_of(args.gpu, "--gpu", "the top of the search")
     kv = kv_from_args(args, "--target-ttft-p90-ms (the answer in GiB)")
     workload = _workload(args)
