@@ -57,10 +57,6 @@ FLEET_ONLY = ("instances", "router", "router_option", "staleness_ms",
               "async_scheduling", "cpu", "cpu_chunk_size", "cpu_shared", "limit",
               "groups", "questions", "sessions", "turns", "think_s", "executor", "jobs",
               "ray_address", "retries")
-#: plan's options that do not apply to a fleet
-NOT_FLEET = (("target_ttft_ms", "--target-ttft-ms"), ("concurrency", "--concurrency"),
-             ("measured", "--measured"), ("report", "--report"),
-             ("measured_docs", "--measured-docs"), ("served_model", "--served-model"))
 
 
 def add_fleet_plan_arguments(parser: argparse.ArgumentParser) -> None:
@@ -118,10 +114,6 @@ def _check(args: argparse.Namespace) -> Options:
     take."""
     if not args.fleet:
         raise UsageError(f"{_fleet_only_given(args)} needs --fleet")
-    for dest, flag in NOT_FLEET:
-        if getattr(args, dest) is not None:
-            raise UsageError(f"{flag}: not with --fleet (it plans for --target-ttft-p90-ms or "
-                         "--target-hit-ratio, loads by --speed)")
     if args.instances is None:
         raise UsageError("--fleet needs --instances N[,N...]")
     if args.seed < 0:

@@ -12,6 +12,7 @@ A target that no size searched meets is answered all the same (text or --json), 
 from __future__ import annotations
 
 import argparse
+import functools
 import html
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +20,7 @@ from pathlib import Path
 import polars as pl
 
 from kvlab import make_exports
-from pipeline.base.arguments import derive, non_negative_int, pass_list, positive_float, positive_int, \
+from pipeline.base.arguments import Parser, derive, non_negative_int, pass_list, positive_float, positive_int, \
     unit_ratio
 from pipeline.base.config import LAB_CPU, LAB_DOCS, LAB_GPU, LAB_PASSES, LAB_TOKENS, REAL_MEASURED
 from pipeline.base.errors import CLIError, UsageError
@@ -114,6 +115,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "and the fit's error per pass (atomically)")
     add_memory_arguments(parser)
     add_fleet_plan_arguments(parser)
+
+
+_MEASURED = ("measured_gpu", "measured_cpu", "measured_tokens", "measured_docs")
+_DOCUMENTS = ("statistic", "passes_to_meet", "docs", "tokens", "passes", "gpu_order",
+              "cpu_order", "verbose")
+_ENGINE = ("speed", "rate", "concurrency", "seed", "max_num_seqs", "max_num_batched_tokens",
+           "gpu_tflops", "gpu_fp8_tflops", "gpu_hbm_gbps", "host_link_gbps",
+           "step_overhead_ms", "model_shape")
+#: each mode of plan: (what the error calls it, the options it does not use, why); giving
+#: one of them is a usage error naming it (``refuse_unused``)
+MODES = {
+    "fleet": ("--fleet", ("target_ttft_ms", "concurrency", "measured", "report",
+                          "served_model", *_MEASURED, *_DOCUMENTS),
+              "it plans for --target-ttft-p90-ms or --target-hit-ratio, loads by --speed"),
+    "load": ("--target-ttft-p90-ms", ("measured", "served_model", *_MEASURED, *_DOCUMENTS),
+             "it sizes the GPU of an engine under a load, TTFT from --latency's step times"),
+    "fitted": ("--latency FITTED", (*_ENGINE, *_MEASURED),
+               "TTFT comes from the fitted file, one request at a time"),
+    "measured": ("the measured TTFT model", ("served_model", *_ENGINE),
+                 "one request at a time; --target-ttft-p90-ms runs the engine under a load, "
+                 "--served-model goes with --latency FITTED"),
+}
+
+
+@functools.cache
+def _parsed_defaults() -> tuple[dict, dict]:
+    """(dest -> default, dest -> flag) of plan's options, from a parser of its own."""
+    template = Parser(add_help=False)
+    add_arguments(template)
+    flags = {a.dest: a.option_strings[0] for a in template._actions if a.option_strings}
+    return vars(template.parse_args(["--target-hit-ratio", "1"])), flags
+
+
+def refuse_unused(args: argparse.Namespace, mode: str) -> None:
+    """A usage error (one line naming the option, exit 2) when an option that plan's
+    ``mode`` (a key of ``MODES``) does not use was given a value other than its default."""
+    name, unused, why = MODES[mode]
+    defaults, flags = _parsed_defaults()
+    for dest in unused:
+        if getattr(args, dest) != defaults[dest]:
+            raise UsageError(f"{flags[dest]}: not with {name} ({why})")
 
 
 def pass_choice(text: str) -> str:
@@ -290,10 +332,14 @@ def _check_engine_models(args: argparse.Namespace) -> None:
 def main(args: argparse.Namespace) -> int:
     """Validate everything, fit, search, print (text or --json)."""
     if fleet_requested(args):
+        if args.fleet:
+            refuse_unused(args, "fleet")
         return fleet_plan(args)
     if args.target_ttft_p90_ms is not None:
+        refuse_unused(args, "load")
         _check_engine_models(args)
         return plan_under_load(args)
+    refuse_unused(args, "measured" if args.latency is None else "fitted")
     utilization = None
     if getattr(args, "gpu_memory_utilization", None) is not None:
         args, utilization = gpu_from_utilization(args, args.block_size)
