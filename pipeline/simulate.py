@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 
-from pipeline.base.arguments import deprecated_alias, derive, non_negative_int, plural, \
+from pipeline.base.arguments import deprecated_alias, derive, plural, \
     positive_int
 from pipeline.cache.events import METHODS, RESULT_SCHEMA, with_stack_distances
 from pipeline.cache.events import simulate as document_events
@@ -36,7 +36,8 @@ from pipeline.engine.workload import (FORMATS, pattern_workload, read_workload,
 from pipeline.base.errors import CLIError
 from pipeline.trace.inputs import add_pattern_arguments
 from pipeline.base.staging import Outputs, parquet_bytes
-from pipeline.steptime.command import (_usage, load_list, loads_closed, metric_lines, prepare,
+from pipeline.steptime.options import add_load_arguments
+from pipeline.steptime.command import (_usage, loads_closed, metric_lines, prepare,
                                        run_curves, run_metrics_outputs,
                                        steptime_arguments)
 from pipeline.workloads.jsonl import TraceError
@@ -61,17 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     load.add_argument("--output-tokens", type=positive_int, default=1,
                       help="max_tokens of token-id lines without one, and of patterns "
                            "(default %(default)s)")
-    pattern = load.add_mutually_exclusive_group()     # one arrival pattern at a time
-    pattern.add_argument("--speed", type=load_list, default=None, metavar="X[,X...]",
-                         help="divide the trace's arrival times by X (a comma list: curves)")
-    pattern.add_argument("--rate", type=load_list, default=None,
-                         help="Poisson arrivals, R requests per step, or per second on the "
-                              "time clock (seeded by --seed; a comma list: curves)")
-    pattern.add_argument("--concurrency", type=load_list, default=None,
-                         help="closed loop: K requests running or waiting at any time (a "
-                              "comma list: curves)")
-    load.add_argument("--seed", type=non_negative_int, default=0,
-                      help="seed of --rate (default 0)")
+    add_load_arguments(load, lists=True)                # one arrival pattern at a time
     add_pattern_arguments(parser)
     steptime_arguments(parser)
 

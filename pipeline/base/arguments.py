@@ -14,7 +14,7 @@ from typing import Any
 
 from kvlab.scenario import OneLineParser, non_negative_int, pass_list
 
-__all__ = ["Options", "Parser", "checked", "deprecated_alias", "derive", "freeze",
+__all__ = ["Options", "Parser", "add_document_arguments", "checked", "deprecated_alias", "derive", "freeze",
            "queue_warning", "int_list", "non_negative_int", "pass_list", "plural",
            "positive_int", "positive_float", "non_negative_float", "unit_ratio"]
 
@@ -211,3 +211,17 @@ def checked(check):
         return text
     kind.__name__ = check.__name__
     return kind
+
+
+def add_document_arguments(group, count: Callable[[str], int] = positive_int,
+                           passes_note: str = "") -> None:
+    """``--docs``, ``--tokens`` and ``--passes``: the lab's documents, its defaults (one
+    definition); ``count`` is the type of --docs and --tokens (``blocks`` takes 0)."""
+    from pipeline.base.config import LAB_DOCS, LAB_PASSES, LAB_TOKENS
+    group.add_argument("--docs", type=count, default=LAB_DOCS,
+                       help="documents (default %(default)s)")
+    group.add_argument("--tokens", type=count, default=LAB_TOKENS,
+                       help="KV tokens per document (default %(default)s)")
+    group.add_argument("--passes", type=pass_list, default=list(LAB_PASSES),
+                       help=f"reading orders, comma-separated fwd/rev{passes_note} (default "
+                            f"fwd,fwd,rev)")

@@ -23,8 +23,9 @@ from pipeline.engine.cpu_tier import LMCacheTier, ModelTier, engine_cpu_models, 
 from pipeline.engine_caches.options import ModelName, add_option_argument, model_names
 from pipeline.base.errors import UsageError
 from pipeline.sizes.units import one_capacity
+from pipeline.sizes.vllm_memory import DEFAULT_BATCHED_TOKENS, DEFAULT_SEQS
 
-__all__ = ["add_engine_arguments", "cpu_tier_choice", "cpu_tier_factory", "cpu_tier_dests",
+__all__ = ["add_engine_arguments", "add_scheduler_limits", "cpu_tier_choice", "cpu_tier_factory", "cpu_tier_dests",
            "DEFAULT_CPU_MODEL", "engine_models"]
 
 DEFAULT_CPU_MODEL = "lmcache"
@@ -50,10 +51,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser, title: str
     engine = parser.add_argument_group(title)
     engine.add_argument("--block-size", type=positive_int, default=16,
                         help="tokens per KV block (default %(default)s)")
-    engine.add_argument("--max-num-seqs", type=positive_int, default=256,
-                        help="running requests at most (default %(default)s)")
-    engine.add_argument("--max-num-batched-tokens", type=positive_int, default=8192,
-                        help="tokens per step at most (default %(default)s)")
+    add_scheduler_limits(engine)
     engine.add_argument("--max-model-len", type=positive_int, default=None,
                         help="longest sequence (default: the longest prompt + max_tokens)")
     engine.add_argument("--no-chunked-prefill", action="store_true",
@@ -79,6 +77,16 @@ def add_engine_arguments(parser: argparse.ArgumentParser, title: str
     for dest, option in _declared().items():
         add_option_argument(engine, option, _flag(dest), "cpu_" + dest)
     return engine
+
+
+def add_scheduler_limits(group) -> None:
+    """``--max-num-seqs`` and ``--max-num-batched-tokens``: vLLM's names and defaults."""
+    group.add_argument("--max-num-seqs", type=positive_int, default=DEFAULT_SEQS,
+                       help="vLLM's max_num_seqs: running requests at most (default "
+                            "%(default)s)")
+    group.add_argument("--max-num-batched-tokens", type=positive_int,
+                       default=DEFAULT_BATCHED_TOKENS, help="vLLM's max_num_batched_tokens: "
+                       "tokens per step at most (default %(default)s)")
 
 
 def cpu_tier_dests() -> tuple[str, ...]:

@@ -116,8 +116,6 @@ def _check(args: argparse.Namespace) -> Options:
         raise UsageError(f"{_fleet_only_given(args)} needs --fleet")
     if args.instances is None:
         raise UsageError("--fleet needs --instances N[,N...]")
-    if args.seed < 0:
-        raise UsageError(f"--seed: expected an integer >= 0 with --fleet, got {args.seed}")
     defaults = dict(trace=args.path, block_size=args.block_size or 16,
                     output_tokens=args.output_tokens or 16, rate=args.rate or 4.0,
                     router=args.router or ["round-robin"], router_option=args.router_option

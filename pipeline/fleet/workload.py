@@ -48,13 +48,12 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default %(default)s)")
     parser.add_argument("--limit", type=positive_int, metavar="N",
                         help="the trace's first N requests only")
-    add_pattern_arguments(parser)
+    add_pattern_arguments(parser, document_length=2000, num_requests=200)
     pattern = next(a for a in parser._actions if a.dest == "pattern")
     pattern.choices = FLEET_PATTERNS
     pattern.help += ("; groups: groups x users, a system prompt per group and unique "
                      "questions (llm-d's shared-prefix workload); multi-turn: chats with "
                      "session ids that re-send earlier turns and answers")
-    parser.set_defaults(document_length=2000, num_requests=200)
     group = parser.add_argument_group("groups and multi-turn patterns, arrivals")
     group.add_argument("--groups", type=positive_int, default=4,
                        help="groups: system prompts, each shared by --users users "

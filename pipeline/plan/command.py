@@ -20,9 +20,9 @@ from pathlib import Path
 import polars as pl
 
 from kvlab import make_exports
-from pipeline.base.arguments import Parser, derive, non_negative_int, pass_list, positive_float, positive_int, \
-    unit_ratio
-from pipeline.base.config import LAB_CPU, LAB_DOCS, LAB_GPU, LAB_PASSES, LAB_TOKENS, REAL_MEASURED
+from pipeline.base.arguments import Parser, add_document_arguments, derive, non_negative_int, \
+    positive_float, positive_int, unit_ratio
+from pipeline.base.config import LAB_CPU, LAB_DOCS, LAB_GPU, LAB_TOKENS, REAL_MEASURED
 from pipeline.base.errors import CLIError, UsageError
 from pipeline.sizes.units import KVSize, add_kv_arguments, capacities, capacity, \
     capacity_tokens, kv_from_args, model_given, one_of, sized_option
@@ -73,12 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"with --fleet (the grid per instance)")
     add_kv_arguments(parser)
     work = parser.add_argument_group("workload (default: the lab's documents)")
-    work.add_argument("--docs", type=positive_int, default=LAB_DOCS,
-                      help="documents (default %(default)s)")
-    work.add_argument("--tokens", type=positive_int, default=LAB_TOKENS,
-                      help="KV tokens per document (default %(default)s)")
-    work.add_argument("--passes", type=pass_list, default=list(LAB_PASSES),
-                      help="fwd/rev per pass (default fwd,fwd,rev)")
+    add_document_arguments(work)
     add_order_arguments(work)
     add_model_arguments(work)
     add_input_arguments(parser)

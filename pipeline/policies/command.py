@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pipeline.base.arguments import pass_list, positive_int
-from pipeline.base.config import EVENTS_DIR, GPU_CLIFF_CAPACITIES, LAB_DOCS, LAB_PASSES, LAB_TOKENS
+from pipeline.base.arguments import add_document_arguments
+from pipeline.base.config import EVENTS_DIR, GPU_CLIFF_CAPACITIES
 from pipeline.base.errors import CLIError
 from pipeline.sizes.limits import MAX_EVENTS, check_count
 from pipeline.sizes.units import Capacity, add_kv_arguments, capacities, capacity, \
@@ -70,12 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     work.add_argument("--trace", type=Path, help="Mooncake JSONL trace, replayed per block")
     work.add_argument("--sizes", choices=("unit", "tokens"), default="unit",
                       help="trace block sizes: unit (capacity in blocks, default) or tokens")
-    work.add_argument("--docs", type=positive_int, default=LAB_DOCS,
-                      help="lab: documents (default %(default)s)")
-    work.add_argument("--tokens", type=positive_int, default=LAB_TOKENS,
-                      help="lab: KV tokens per document (default %(default)s)")
-    work.add_argument("--passes", type=pass_list, default=list(LAB_PASSES),
-                      help="lab: reading orders (default fwd,fwd,rev)")
+    add_document_arguments(work)
     model = parser.add_argument_group("cache model")
     model.add_argument("--list", action="store_true",
                        help="print every registered policy (name and summary) and exit")

@@ -2,7 +2,6 @@
 
 ``steptime_arguments(parser)`` adds ``--latency`` and the GPU options, the KV model
 options, ``--gpu CAPS`` (+ ``--gpu-steps``), ``--jobs`` and ``--report``;
-``load_list`` is the type of ``--speed``, ``--rate`` and ``--concurrency`` (comma lists).
 ``prepare(args)`` returns the run's options (the clock settled) and the loads of a curve run
 (None for one run);
 ``run_metrics_outputs`` adds ``metrics.json`` and ``vllm_log.parquet`` to one timed run;
@@ -27,23 +26,15 @@ from pipeline.sizes.units import add_kv_arguments, capacities, kv_from_args, siz
 from pipeline.base.staging import Outputs, json_bytes, parquet_bytes
 from pipeline.engine.overload import warning_lines
 from pipeline.engine.request import EngineRequests
-from pipeline.steptime.curves import UPPER, Load, load_curves, parse_loads, upper_curve
+from pipeline.steptime.curves import UPPER, Load, load_curves, upper_curve
 from pipeline.steptime.fitted import Linear
 from pipeline.steptime.metrics import prefix_cache_entries, run_metrics, vllm_log_figures
 from pipeline.steptime.options import add_latency_arguments, latency_from_args
 
-__all__ = ["steptime_arguments", "load_list", "prepare", "run_metrics_outputs", "run_curves",
+__all__ = ["steptime_arguments", "prepare", "run_metrics_outputs", "run_curves",
            "metric_lines", "loads_closed"]
 
 LOAD_KINDS = ("speed", "rate", "concurrency")
-
-
-def load_list(text: str) -> list[float]:
-    """argparse type: one number > 0 or a comma list of them."""
-    try:
-        return [load.value for load in parse_loads("rate", text)]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def steptime_arguments(parser: argparse.ArgumentParser) -> None:

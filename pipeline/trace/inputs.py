@@ -38,15 +38,18 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
     add_pattern_arguments(parser)
 
 
-def add_pattern_arguments(parser: argparse.ArgumentParser) -> None:
-    """--pattern and its options (LMCache long_doc_qa's vocabulary)."""
+def add_pattern_arguments(parser: argparse.ArgumentParser, document_length: int = 20000,
+                          num_requests: int = 1000) -> None:
+    """--pattern and its options (LMCache long_doc_qa's vocabulary), defined once; the
+    defaults of ``--document-length`` and ``--num-requests`` are the caller's (``fleet``: 2000
+    and 200, as many engines simulated per point; ``plan --fleet`` keeps plan's)."""
     group = parser.add_argument_group("pattern (instead of PATH; LMCache long_doc_qa's names)")
     group.add_argument("--pattern", choices=patterns.PATTERNS, default=None,
                        help="long-doc-qa: LMCache's benchmark; multi-tenant: a shared system "
                             "prompt + per-user documents; zipf: Zipf-popular documents")
     group.add_argument("--num-documents", type=positive_int, default=8,
                        help="documents (per user for multi-tenant) (default %(default)s)")
-    group.add_argument("--document-length", type=non_negative_int, default=20000,
+    group.add_argument("--document-length", type=non_negative_int, default=document_length,
                        help="tokens per document (default %(default)s)")
     group.add_argument("--repeat-count", type=non_negative_int, default=2,
                        help="long-doc-qa, multi-tenant: reads of each document after the "
@@ -61,7 +64,7 @@ def add_pattern_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--users", type=positive_int, default=4,
                        help="multi-tenant: users, each with --num-documents documents "
                             "(default %(default)s)")
-    group.add_argument("--num-requests", type=non_negative_int, default=1000,
+    group.add_argument("--num-requests", type=non_negative_int, default=num_requests,
                        help="zipf: requests drawn (default %(default)s)")
     group.add_argument("--zipf-alpha", type=non_negative_float, default=1.0,
                        help="zipf: popularity exponent (default %(default)s)")
