@@ -33,24 +33,21 @@ from pipeline.engine.overload import warning_line
 from pipeline.engine.request import EngineRequests
 from pipeline.engine.workload import (FORMATS, pattern_workload, read_workload,
                                       with_arrivals)
-from pipeline.base.errors import CLIError
-from pipeline.trace.inputs import add_pattern_arguments
+from pipeline.base.errors import CLIError, UsageError
+from pipeline.trace.inputs import add_pattern_arguments, add_trace_arguments
 from pipeline.base.staging import Outputs, parquet_bytes
 from pipeline.steptime.options import add_load_arguments
-from pipeline.steptime.command import (_usage, loads_closed, metric_lines, prepare,
+from pipeline.steptime.command import (loads_closed, metric_lines, prepare,
                                        run_curves, run_metrics_outputs,
                                        steptime_arguments)
 from pipeline.workloads.jsonl import TraceError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", nargs="?", metavar="PATH",
-                        help="trace file (JSONL); or give --pattern instead")
-    parser.add_argument("--format", choices=FORMATS, default="tokens",
-                        help='tokens: {"prompt_token_ids", "max_tokens", "arrival_step" or '
-                             '"arrival_time", optional "output_token_ids"}; mooncake: '
-                             "{timestamp, input_length, output_length, hash_ids} "
-                             "(default %(default)s)")
+    add_trace_arguments(parser, FORMATS, 'tokens: {"prompt_token_ids", "max_tokens", '
+                        '"arrival_step" or "arrival_time", optional "output_token_ids"}; '
+                        "mooncake: {timestamp, input_length, output_length, hash_ids}",
+                        default="tokens")
     parser.add_argument("--out", metavar="DIR", required=True,
                         help="folder for requests.parquet and steps.parquet")
     engine = add_engine_arguments(parser, "engine (vLLM's options and defaults)")
@@ -72,9 +69,9 @@ __all__ = ["add_arguments", "main", "load", "METHODS", "RESULT_SCHEMA", "documen
 
 
 def _config(args: argparse.Namespace, workload: EngineRequests, blocks: int) -> SchedulerConfig:
-    """The engine config of a pool of ``blocks`` (vLLM's num_gpu_blocks); a prompt of --max-model-len tokens or more (refused by vLLM's
-    input processor) or a request the pool can never hold is one line naming its file:line
-    and the option."""
+    """The engine config of a pool of ``blocks`` (vLLM's num_gpu_blocks); a prompt of
+    --max-model-len tokens or more (refused by vLLM's input processor) or a request the pool
+    can never hold is one line naming its file:line and the option."""
     longest = max(len(r.prompt_token_ids) + r.max_tokens for r in workload.requests)
     max_len = args.max_model_len or longest
     size, usable = args.block_size, blocks - 1
@@ -105,7 +102,7 @@ def _config(args: argparse.Namespace, workload: EngineRequests, blocks: int) -> 
 def load(args: argparse.Namespace) -> EngineRequests:
     """The workload of PATH or --pattern, with its arrivals set."""
     if (args.path is None) == (args.pattern is None):
-        _usage(args, "give a trace PATH or --pattern, not both or neither")
+        raise UsageError("give a trace PATH or --pattern, not both or neither")
     if args.pattern is not None:
         workload = pattern_workload(args)
     else:

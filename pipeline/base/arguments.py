@@ -14,9 +14,9 @@ from typing import Any
 
 from kvlab.scenario import OneLineParser, non_negative_int, pass_list
 
-__all__ = ["Options", "Parser", "add_document_arguments", "checked", "deprecated_alias", "derive", "freeze",
-           "queue_warning", "int_list", "non_negative_int", "pass_list", "plural",
-           "positive_int", "positive_float", "non_negative_float", "unit_ratio"]
+__all__ = ["Options", "Parser", "add_document_arguments", "checked", "deprecated_alias",
+           "derive", "freeze", "queue_warning", "int_list", "non_negative_int", "pass_list",
+           "plural", "positive_int", "positive_float", "non_negative_float", "unit_ratio"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,8 +25,8 @@ from pipeline.base.errors import UsageError
 from pipeline.sizes.units import one_capacity
 from pipeline.sizes.vllm_memory import DEFAULT_BATCHED_TOKENS, DEFAULT_SEQS
 
-__all__ = ["add_engine_arguments", "add_scheduler_limits", "cpu_tier_choice", "cpu_tier_factory", "cpu_tier_dests",
-           "DEFAULT_CPU_MODEL", "engine_models"]
+__all__ = ["add_engine_arguments", "add_scheduler_limits", "cpu_tier_choice",
+           "cpu_tier_factory", "cpu_tier_dests", "DEFAULT_CPU_MODEL", "engine_models"]
 
 DEFAULT_CPU_MODEL = "lmcache"
 
@@ -95,10 +95,6 @@ def cpu_tier_dests() -> tuple[str, ...]:
     return ("cpu_tier_model", "cpu_tier_order", *("cpu_" + dest for dest in _declared()))
 
 
-def _usage(args: argparse.Namespace, message: str) -> None:
-    raise UsageError(message)
-
-
 def cpu_tier_choice(args: argparse.Namespace) -> tuple[str, dict, str]:
     """(model, its options, order) of the CPU tier ``args`` ask for; a usage error (one
     line, exit 2) on an option of another model, a failed check, an order the model cannot
@@ -108,29 +104,29 @@ def cpu_tier_choice(args: argparse.Namespace) -> tuple[str, dict, str]:
     entry = registry.entry(model)
     problem = engine_tier_problem(model)
     if problem:
-        _usage(args, f"--cpu-model {model}: {problem}")
+        raise UsageError(f"--cpu-model {model}: {problem}")
     declared = _declared()
     for dest in declared:
         if getattr(args, "cpu_" + dest, None) is not None and dest not in entry.option_names:
             owner = next(n for n in engine_cpu_models()
                          if dest in registry.entry(n).option_names)
-            _usage(args, f"{_flag(dest)} applies to the {owner} CPU model, not --cpu-model "
-                         f"{model}")
+            raise UsageError(f"{_flag(dest)} applies to the {owner} CPU model, not --cpu-model "
+                             f"{model}")
     options = {dest: declared[dest].value(getattr(args, "cpu_" + dest, None), args.block_size)
                for dest in entry.option_names}
     for dest, value in options.items():
         check = declared[dest].check
         problem = check(value, args.block_size) if check is not None else None
         if problem:
-            _usage(args, problem.replace(declared[dest].flag, _flag(dest), 1))
+            raise UsageError(problem.replace(declared[dest].flag, _flag(dest), 1))
     if options.get("save_unfull_chunk"):
-        _usage(args, f"{_flag('save_unfull_chunk')}: the engine keys full chunks only "
-                     f"(LMCache >= 0.4's default)")
+        raise UsageError(f"{_flag('save_unfull_chunk')}: the engine keys full chunks only "
+                         f"(LMCache >= 0.4's default)")
     order = getattr(args, "cpu_tier_order", None) or entry.order or HEAD_FIRST
     if entry.order is not None and order != entry.order:
-        _usage(args, f"--cpu-order {order}: the {model} model is {entry.order}")
+        raise UsageError(f"--cpu-order {order}: the {model} model is {entry.order}")
     if given is not None and not args.cpu:
-        _usage(args, f"--cpu-model {model} needs --cpu SIZE (the tier's size)")
+        raise UsageError(f"--cpu-model {model} needs --cpu SIZE (the tier's size)")
     return model, options, order
 
 

@@ -22,8 +22,9 @@ gets a ``warning: overloaded:`` line (on stderr with ``--json``).
 from __future__ import annotations
 
 import argparse
+import copy
+import functools
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -57,6 +58,20 @@ FLEET_ONLY = ("instances", "router", "router_option", "staleness_ms",
               "async_scheduling", "cpu", "cpu_chunk_size", "cpu_shared", "limit",
               "groups", "questions", "sessions", "turns", "think_s", "executor", "jobs",
               "ray_address", "retries")
+
+
+#: the options whose default, when plan's parser leaves None, is fleet's own
+FLEET_DEFAULTS = ("block_size", "output_tokens", "rate", "router", "router_option",
+                  "staleness_ms", "long_prefill_token_threshold", "cpu", "groups", "questions",
+                  "sessions", "turns", "think_s", "executor", "jobs", "retries")
+
+
+@functools.cache
+def _fleet_defaults() -> dict:
+    """``fleet``'s parser's defaults, by dest."""
+    template = Parser(add_help=False)
+    fleet_command.add_arguments(template)
+    return {action.dest: action.default for action in template._actions}
 
 
 def add_fleet_plan_arguments(parser: argparse.ArgumentParser) -> None:
@@ -102,12 +117,6 @@ def gpu_block_grid(low: int, high: int, points: int = GRID_POINTS) -> list[int]:
     return sorted({int(round(b)) for b in np.geomspace(low, high, points)})
 
 
-def fleet_plan(args: argparse.Namespace) -> int:
-    """Check, search, print (text or --json); a usage error (``UsageError``) is one line,
-    exit 2."""
-    return _fleet_plan(args)
-
-
 def _check(args: argparse.Namespace) -> Options:
     """The options of a fleet plan: fleet's defaults where plan's parser left None, the
     engines' CPU tier, the router options; a usage error on an option a fleet does not
@@ -116,18 +125,11 @@ def _check(args: argparse.Namespace) -> Options:
         raise UsageError(f"{_fleet_only_given(args)} needs --fleet")
     if args.instances is None:
         raise UsageError("--fleet needs --instances N[,N...]")
-    defaults = dict(trace=args.path, block_size=args.block_size or 16,
-                    output_tokens=args.output_tokens or 16, rate=args.rate or 4.0,
-                    router=args.router or ["round-robin"], router_option=args.router_option
-                    or [], staleness_ms=args.staleness_ms or 0.0,
-                    long_prefill_token_threshold=args.long_prefill_token_threshold or 0,
-                    cpu=args.cpu or 0,
-                    groups=args.groups or 4, questions=args.questions or 4,
-                    sessions=args.sessions or 8, turns=args.turns or 4,
-                    think_s=2.0 if args.think_s is None else args.think_s,
-                    executor=args.executor or "local", jobs=args.jobs or os.cpu_count() or 1,
-                    retries=1 if args.retries is None else args.retries,
-                    latency=str(args.latency) if args.latency is not None else "roofline")
+    fleet = _fleet_defaults()
+    defaults = {dest: copy.copy(fleet[dest]) for dest in FLEET_DEFAULTS
+                if getattr(args, dest) is None}
+    defaults.update(trace=args.path, latency="roofline" if args.latency is None
+                    else str(args.latency))
     if getattr(args, "gpu_model_given", False) and args.gpu_model != "vllm":
         raise UsageError(f"--gpu-model {args.gpu_model}: not with --fleet (its engines run "
                          f"vLLM's allocator, vllm)")
@@ -163,7 +165,9 @@ def _grid(args: argparse.Namespace, workload) -> list[int]:
     return gpu_block_grid(low, len(keys) + outputs + low)
 
 
-def _fleet_plan(args: argparse.Namespace) -> int:
+def fleet_plan(args: argparse.Namespace) -> int:
+    """Check, search, print (text or --json); a usage error (``UsageError``) is one line,
+    exit 2."""
     args = resolve_fleet_capacities(_check(args))
     try:
         kv = kv_from_args(args, "plan --fleet (memory in bytes)")

@@ -60,10 +60,6 @@ def steptime_arguments(parser: argparse.ArgumentParser) -> None:
     add_memory_arguments(parser)
 
 
-def _usage(args: argparse.Namespace, message: str) -> None:
-    raise UsageError(message)
-
-
 def prepare(args: argparse.Namespace) -> tuple[Options, list[Load] | None]:
     """(the run's options, the loads of a curve run or None for one run). The options are
     ``args`` with ``latency_model`` (``--latency``'s, or None), ``clock`` settled (time
@@ -72,29 +68,29 @@ def prepare(args: argparse.Namespace) -> tuple[Options, list[Load] | None]:
     model = latency_from_args(args)
     clock = args.clock or ("time" if model is not None else "steps")
     if clock == "time" and model is None:
-        _usage(args, "--clock time needs a step-time model: --latency roofline or FILE")
+        raise UsageError("--clock time needs a step-time model: --latency roofline or FILE")
     if clock == "steps" and model is not None:
-        _usage(args, "--latency prices batches in milliseconds: use --clock time (the "
-                     "default with --latency)")
+        raise UsageError("--latency prices batches in milliseconds: use --clock time (the "
+                         "default with --latency)")
     given = {kind: getattr(args, kind) for kind in LOAD_KINDS if getattr(args, kind)}
     if args.concurrency and any(v != int(v) for v in args.concurrency):
-        _usage(args, "--concurrency: a whole number of requests")
+        raise UsageError("--concurrency: a whole number of requests")
     curves = (args.gpu is not None and len(args.gpu) > 1 or args.gpu_steps is not None
               or args.report is not None or any(len(values) > 1 for values in given.values()))
     if not curves:
         single = {kind: int(values[0]) if kind == "concurrency" else values[0]
                   for kind, values in given.items()}
         if args.gpu is None:
-            _usage(args, "--gpu SIZE is required (the GPU KV capacity; a list for curves)")
+            raise UsageError("--gpu SIZE is required (the GPU KV capacity; a list for curves)")
         return derive(args, latency_model=model, clock=clock, **single,
                       num_gpu_blocks=_one_pool(args.gpu[0], args.block_size)), None
     if args.gpu is None:
-        _usage(args, "a list of loads makes curves: give --gpu SIZE[,SIZE...] (GPU "
-                     "capacities)")
+        raise UsageError("a list of loads makes curves: give --gpu SIZE[,SIZE...] (GPU "
+                         "capacities)")
     if model is None:
-        _usage(args, "curves under load need --latency roofline or FILE (TTFT in ms)")
+        raise UsageError("curves under load need --latency roofline or FILE (TTFT in ms)")
     if len(given) > 1:
-        _usage(args, "curves take one load list: --speed, --rate or --concurrency")
+        raise UsageError("curves take one load list: --speed, --rate or --concurrency")
     kind, values = next(iter(given.items())) if given else ("speed", [1.0])
     return (derive(args, latency_model=model, clock=clock, **dict.fromkeys(LOAD_KINDS)),
             [Load(kind, v) for v in values])
@@ -107,7 +103,7 @@ def _one_pool(tokens: int, block_size: int) -> int:
     blocks = tokens // block_size
     if blocks < 2:
         raise UsageError(f"--gpu: {tokens:,} tokens are {blocks} blocks of {block_size}: at "
-                         f"least 2 (block 0 is vLLM's null block)")
+                             f"least 2 (block 0 is vLLM's null block)")
     if blocks > MAX_BLOCKS:
         raise UsageError(f"--gpu: {blocks:,} blocks of {block_size}: at most {MAX_BLOCKS:,}")
     return blocks
@@ -182,7 +178,7 @@ def _grid(args: argparse.Namespace) -> list[int]:
     tokens = list(args.gpu)
     if args.gpu_steps is not None:
         if len(tokens) != 2 or not 0 < tokens[0] < tokens[1]:
-            _usage(args, "--gpu-steps needs --gpu LO,HI with 0 < LO < HI")
+            raise UsageError("--gpu-steps needs --gpu LO,HI with 0 < LO < HI")
         grid = np.geomspace(tokens[0], tokens[1], args.gpu_steps)
         tokens = sorted({int(round(t)) for t in grid})
     return sorted(set(tokens))

@@ -64,16 +64,11 @@ def _workload(args: argparse.Namespace) -> EngineRequests:
         raise CLIError(str(exc)) from None
 
 
-def _usage(args: argparse.Namespace, message: str) -> None:
-    """A usage error: argparse's one line and exit 2."""
-    raise UsageError(message)
-
-
 def _load(args: argparse.Namespace, timed: bool) -> Load:
     given = [(k, getattr(args, k)) for k in ("speed", "rate", "concurrency")
              if getattr(args, k) is not None]
     if len(given) > 1:
-        _usage(args, "give one load: --speed, --rate or --concurrency")
+        raise UsageError("give one load: --speed, --rate or --concurrency")
     if not given:
         if not timed:
             raise CLIError("an untimed workload needs --rate or --concurrency")
@@ -95,11 +90,11 @@ def _plan_under_load(args: argparse.Namespace) -> int:
     from pipeline.engine.loop import simulate
     latency = latency_from_args(args)
     if latency is None:
-        _usage(args, "--target-ttft-p90-ms needs a step-time model: --latency roofline or "
-                     "FILE")
+        raise UsageError("--target-ttft-p90-ms needs a step-time model: --latency roofline or "
+                         "FILE")
     if args.report is not None:
-        _usage(args, "--report: not available with --target-ttft-p90-ms (simulate --gpu CAPS "
-                     "--report draws the curves)")
+        raise UsageError("--report: not available with --target-ttft-p90-ms (simulate --gpu CAPS "
+                         "--report draws the curves)")
     tokens = args.output_tokens                      # Mooncake: each line's output_length
     args = derive(args, block_size=args.block_size or 16,
                   output_tokens=1 if tokens in (None, "trace") else tokens)

@@ -16,6 +16,7 @@ from pipeline.workloads.tokens import read_tokens
 from pipeline.workloads.workload import Workload
 
 __all__ = ["FORMATS", "Workload", "add_input_arguments", "add_pattern_arguments",
+           "add_trace_arguments",
            "load_workload", "pattern_from_args"]
 
 FORMATS = ("mooncake", "tokens")
@@ -24,18 +25,27 @@ TOKENS_BLOCK_SIZE = 16          # vLLM's default block size
 
 def add_input_arguments(parser: argparse.ArgumentParser) -> None:
     """PATH and --format, or --pattern with long_doc_qa's vocabulary."""
-    parser.add_argument("path", nargs="?", metavar="PATH",
-                        help="trace file (JSONL); or give --pattern instead")
-    parser.add_argument("--format", choices=FORMATS, default="mooncake",
-                        help="mooncake: {timestamp, input_length, output_length, hash_ids}; "
-                             "tokens: {timestamp, tokens} and optional max_tokens, "
-                             "output_token_ids (default %(default)s)")
+    add_trace_arguments(parser, FORMATS, "mooncake: {timestamp, input_length, output_length, "
+                        "hash_ids}; tokens: {timestamp, tokens} and optional max_tokens, "
+                        "output_token_ids")
     parser.add_argument("--block-size", type=positive_int, default=None,
                         help=f"tokens per block (default {MOONCAKE_BLOCK_SIZE} for mooncake, "
                              f"{TOKENS_BLOCK_SIZE} for tokens and patterns)")
     parser.add_argument("--skip-bad-lines", action="store_true",
                         help="skip and count bad trace lines instead of stopping at the first")
     add_pattern_arguments(parser)
+
+
+def add_trace_arguments(parser: argparse.ArgumentParser, formats: tuple[str, ...],
+                        formats_help: str, dest: str = "path", default: str = "mooncake"
+                        ) -> None:
+    """The trace file (``dest``: PATH, fleet's TRACE) and its ``--format``, whose default is
+    the command's: mooncake for ``trace``, ``plan`` and ``fleet``, token ids for
+    ``simulate``."""
+    parser.add_argument(dest, nargs="?", metavar=dest.upper(),
+                        help="trace file (JSONL, --format); or give --pattern instead")
+    parser.add_argument("--format", choices=formats, default=default,
+                        help=f"{formats_help} (default %(default)s)")
 
 
 def add_pattern_arguments(parser: argparse.ArgumentParser, document_length: int = 20000,
