@@ -2,8 +2,8 @@
 
 ``COMMANDS`` names each command's module and its one-line help; the module offers
 ``add_arguments(parser)`` and ``main(options) -> int``: the options are parsed once into a
-frozen dataclass (``pipeline.base.arguments.freeze``) that no command changes. A command's module is imported only when
-that command runs (``python -m pipeline --help`` lists every command without importing any).
+frozen dataclass (``pipeline.base.arguments.freeze``) that no command changes. A command's
+module is imported only when that command runs (``python -m pipeline --help`` lists every command without importing any).
 This module builds one argparse parser from them and turns a ``CLIError`` into one line on
 stderr and exit status 1 (a ``UsageError``: 2), a closed stdout (``| head``) into a quiet
 exit 1, and Ctrl-C into one line and exit status 130 (``interrupted; nothing written``, or what a command's

@@ -48,11 +48,7 @@ def freeze(namespace: argparse.Namespace | Options) -> Options:
 def derive(options: argparse.Namespace | Options, /, **changes: Any) -> Options:
     """A frozen copy of ``options`` with ``changes`` (new names may be added: what a command
     works out from its options); ``options`` itself is unchanged."""
-    values = {**vars(options), **changes}
-    frozen = freeze(options)
-    if set(values) == set(vars(frozen)):
-        return dataclasses.replace(frozen, **changes)
-    return freeze(argparse.Namespace(**values))
+    return freeze(argparse.Namespace(**{**vars(options), **changes}))
 
 
 #: What argparse should read as a value, never as an option: a minus sign and a digit

@@ -22,10 +22,11 @@ from pipeline.engine.cpu_tier import LMCacheTier, ModelTier, engine_cpu_models, 
     engine_tier_problem
 from pipeline.engine_caches.options import ModelName, add_option_argument, model_names
 from pipeline.base.errors import UsageError
+from pipeline.sizes.limits import MAX_BLOCKS
 from pipeline.sizes.units import one_capacity
 from pipeline.sizes.vllm_memory import DEFAULT_BATCHED_TOKENS, DEFAULT_SEQS
 
-__all__ = ["add_engine_arguments", "add_scheduler_limits", "cpu_tier_choice",
+__all__ = ["add_engine_arguments", "add_scheduler_limits", "pool_blocks", "cpu_tier_choice",
            "cpu_tier_factory", "cpu_tier_dests", "DEFAULT_CPU_MODEL", "engine_models"]
 
 DEFAULT_CPU_MODEL = "lmcache"
@@ -87,6 +88,20 @@ def add_scheduler_limits(group) -> None:
     group.add_argument("--max-num-batched-tokens", type=positive_int,
                        default=DEFAULT_BATCHED_TOKENS, help="vLLM's max_num_batched_tokens: "
                        "tokens per step at most (default %(default)s)")
+
+
+def pool_blocks(tokens: list[int], block_size: int, where: str = "") -> list[int]:
+    """vLLM's num_gpu_blocks of each ``--gpu`` capacity in tokens (sorted, each once), the
+    null block included: at least 2, at most ``MAX_BLOCKS`` ``where`` (the pool's arrays are
+    allocated whole); a usage error naming --gpu otherwise."""
+    blocks = sorted({count // block_size for count in tokens})
+    if blocks[0] < 2:
+        raise UsageError(f"--gpu: {min(tokens):,} tokens are {blocks[0]} blocks of "
+                         f"{block_size}: at least 2 (block 0 is vLLM's null block)")
+    if blocks[-1] > MAX_BLOCKS:
+        raise UsageError(f"--gpu: {blocks[-1]:,} blocks of {block_size}: at most "
+                         f"{MAX_BLOCKS:,}{where}")
+    return blocks
 
 
 def cpu_tier_dests() -> tuple[str, ...]:

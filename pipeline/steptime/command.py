@@ -29,6 +29,7 @@ from pipeline.engine.request import EngineRequests
 from pipeline.steptime.curves import UPPER, Load, load_curves, upper_curve
 from pipeline.steptime.fitted import Linear
 from pipeline.steptime.metrics import prefix_cache_entries, run_metrics, vllm_log_figures
+from pipeline.engine.options import pool_blocks
 from pipeline.steptime.options import add_latency_arguments, latency_from_args
 
 __all__ = ["steptime_arguments", "prepare", "run_metrics_outputs", "run_curves",
@@ -83,7 +84,7 @@ def prepare(args: argparse.Namespace) -> tuple[Options, list[Load] | None]:
         if args.gpu is None:
             raise UsageError("--gpu SIZE is required (the GPU KV capacity; a list for curves)")
         return derive(args, latency_model=model, clock=clock, **single,
-                      num_gpu_blocks=_one_pool(args.gpu[0], args.block_size)), None
+                      num_gpu_blocks=pool_blocks(args.gpu[:1], args.block_size)[0]), None
     if args.gpu is None:
         raise UsageError("a list of loads makes curves: give --gpu SIZE[,SIZE...] (GPU "
                          "capacities)")
@@ -94,19 +95,6 @@ def prepare(args: argparse.Namespace) -> tuple[Options, list[Load] | None]:
     kind, values = next(iter(given.items())) if given else ("speed", [1.0])
     return (derive(args, latency_model=model, clock=clock, **dict.fromkeys(LOAD_KINDS)),
             [Load(kind, v) for v in values])
-
-
-def _one_pool(tokens: int, block_size: int) -> int:
-    """One run's num_gpu_blocks for ``--gpu`` tokens: at least 2 (block 0 is vLLM's null
-    block), at most ``MAX_BLOCKS`` (the pool's arrays are allocated whole)."""
-    from pipeline.sizes.limits import MAX_BLOCKS
-    blocks = tokens // block_size
-    if blocks < 2:
-        raise UsageError(f"--gpu: {tokens:,} tokens are {blocks} blocks of {block_size}: at "
-                             f"least 2 (block 0 is vLLM's null block)")
-    if blocks > MAX_BLOCKS:
-        raise UsageError(f"--gpu: {blocks:,} blocks of {block_size}: at most {MAX_BLOCKS:,}")
-    return blocks
 
 
 def _notes(model, prompt_tokens, kv_bytes: int) -> list[str]:
