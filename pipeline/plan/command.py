@@ -124,7 +124,7 @@ MODES = {
     "fleet": ("--fleet", ("target_ttft_ms", "concurrency", "measured", "report",
                           "served_model", *_MEASURED, *_DOCUMENTS),
               "it plans for --target-ttft-p90-ms or --target-hit-ratio, loads by --speed"),
-    "load": ("--target-ttft-p90-ms", ("measured", "served_model", *_MEASURED, *_DOCUMENTS),
+    "load": ("--target-ttft-p90-ms", ("measured", *_MEASURED, *_DOCUMENTS),
              "it sizes the GPU of an engine under a load, TTFT from --latency's step times"),
     "fitted": ("--latency FITTED", (*_ENGINE, *_MEASURED),
                "TTFT comes from the fitted file, one request at a time"),
