@@ -86,9 +86,9 @@ def test_no_command_changes_its_options(name, tmp_path, monkeypatch):
     (["--target-ttft-ms", "100", "--served-model", "m"], "--served-model: not with the "
                                                           "measured"),
     (["--target-hit-ratio", "0.5", "--latency", "f.json", "--measured-docs", "3"],
-     "--measured-docs: not with --latency FITTED"),
+     "--measured-docs: not with --latency"),
     (["--target-hit-ratio", "0.5", "--latency", "f.json", "--max-num-seqs", "3"],
-     "--max-num-seqs: not with --latency FITTED"),
+     "--max-num-seqs: not with --latency"),
     ([*PATTERN, "--target-ttft-p90-ms", "100", "--pass", "2"], "--pass: not with "
                                                                "--target-ttft-p90-ms"),
     ([*PATTERN, "--target-ttft-p90-ms", "100", "--measured-gpu", "9"], "--measured-gpu: "

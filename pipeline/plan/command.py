@@ -115,9 +115,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 _MEASURED = ("measured_gpu", "measured_cpu", "measured_tokens", "measured_docs")
 _DOCUMENTS = ("statistic", "passes_to_meet", "docs", "tokens", "passes", "gpu_order",
               "cpu_order", "verbose")
-_ENGINE = ("speed", "rate", "concurrency", "seed", "max_num_seqs", "max_num_batched_tokens",
-           "gpu_tflops", "gpu_fp8_tflops", "gpu_hbm_gbps", "host_link_gbps",
-           "step_overhead_ms", "model_shape")
+_LOAD = ("speed", "rate", "concurrency", "seed", "max_num_seqs")
+_STEP_TIME = ("max_num_batched_tokens", "gpu_tflops", "gpu_fp8_tflops", "gpu_hbm_gbps",
+              "host_link_gbps", "step_overhead_ms", "model_shape")
 #: each mode of plan: (what the error calls it, the options it does not use, why); giving
 #: one of them is a usage error naming it (``refuse_unused``)
 MODES = {
@@ -126,9 +126,9 @@ MODES = {
               "it plans for --target-ttft-p90-ms or --target-hit-ratio, loads by --speed"),
     "load": ("--target-ttft-p90-ms", ("measured", *_MEASURED, *_DOCUMENTS),
              "it sizes the GPU of an engine under a load, TTFT from --latency's step times"),
-    "fitted": ("--latency FITTED", (*_ENGINE, *_MEASURED),
-               "TTFT comes from the fitted file, one request at a time"),
-    "measured": ("the measured TTFT model", ("served_model", *_ENGINE),
+    "fitted": ("--latency", (*_LOAD, *_MEASURED),
+               "TTFT from its step times, each request alone"),
+    "measured": ("the measured TTFT model", ("served_model", *_LOAD, *_STEP_TIME),
                  "one request at a time; --target-ttft-p90-ms runs the engine under a load, "
                  "--served-model goes with --latency FITTED"),
 }
