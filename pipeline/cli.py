@@ -1,8 +1,9 @@
 """One CLI over the pipeline: ``python -m pipeline COMMAND`` (also installed as ``kvlab``).
 
 ``COMMANDS`` names each command's module and its one-line help; the module offers
-``add_arguments(parser)`` and ``main(args) -> int``. A command's module is imported only when
-that command runs (``python -m pipeline --help`` lists every command without importing any).
+``add_arguments(parser)`` and ``main(options) -> int``: the options are parsed once into a
+frozen dataclass (``pipeline.base.arguments.freeze``) that no command changes. A command's
+module is imported only when that command runs (``python -m pipeline --help`` lists every command without importing any).
 This module builds one argparse parser from them and turns a ``CLIError`` into one line on
 stderr and exit status 1 (a ``UsageError``: 2), a closed stdout (``| head``) into a quiet
 exit 1, and Ctrl-C into one line and exit status 130 (``interrupted; nothing written``, or what a command's
@@ -22,7 +23,7 @@ from types import ModuleType
 from typing import NamedTuple
 
 from pipeline import entry
-from pipeline.base.arguments import Parser
+from pipeline.base.arguments import Parser, freeze
 from pipeline.base.errors import CLIError, UsageError
 
 PROG = "python -m pipeline"
@@ -56,7 +57,7 @@ COMMANDS = {
                     "a TTFT or hit-ratio target"),
     "fit": Command("pipeline.fit.command", "fit step-time coefficients to measured requests "
                    "(least squares on their schedule)"),
-    "simulate": Command("pipeline.engine.command", "vLLM's engine loop step by step: "
+    "simulate": Command("pipeline.simulate", "vLLM's engine loop step by step: "
                         "per-request steps, hits and preemptions under load"),
     "fleet": Command("pipeline.fleet.command", "N engine instances behind each router: hit "
                      "ratio, TTFT, imbalance (a sweep)"),
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     try:
         argv = sys.argv[1:] if argv is None else argv
         parser = build_parser(prog, load=_named_command(argv))
-        args = parser.parse_args(argv)
+        args = freeze(parser.parse_args(argv))
         from pipeline.base import staging     # polars: not needed for --help
 
         staging.committed.clear()             # this command's commits only (see interrupted)

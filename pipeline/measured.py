@@ -84,7 +84,7 @@ def _server_tiers(path: str, df: pl.DataFrame) -> pl.DataFrame | None:
 
 def main(args: argparse.Namespace) -> int:
     """Print the stats table, the tier table and the separation notes; 1 on bad input."""
-    sizes = resolve_capacities(args, "gpu", "cpu")
+    args, sizes = resolve_capacities(args, "gpu", "cpu")
     measured = read_measured(args.input, setup_flags(args),
                              lambda line: print(line, file=sys.stderr))
     df, setup = measured.requests, measured.setup

@@ -1,118 +1,173 @@
-"""Workload x cache model -> one event row per access.
+"""The ``simulate`` stage and command: a workload through a model of vLLM v1's engine loop,
+step by step.
 
-Two methods give identical events (proven by tests/test_simulate.py):
-
-* ``direct`` replays the accesses through kvlab's ``TwoTierCache`` once per
-  (GPU, CPU) capacity pair: the reference, cache semantics straight from kvlab.
-* ``onepass`` (default) derives every capacity from LRU stack distances
-  (``pipeline.cache.stack_distance``): one pass over the trace for the GPU tier and one pass over
-  the GPU-miss stream per GPU capacity for the CPU tier.
+The scheduler (running requests first, then the FCFS queue; max_num_seqs,
+max_num_batched_tokens, chunked prefill, long_prefill_token_threshold, max_model_len),
+vLLM's admission check, prefix hits at (re-)admission, blocks hashed as soon as they are
+full, preemption of the newest running request when decode growth finds no block, blocks
+freed tail first, async scheduling's two-deep batch queue, and an optional CPU tier
+(LMCache's, or any registered CPU model: ``--cpu-model``). Proven equal to vLLM 0.33.0's
+own scheduler (tests/test_engine_vllm_equal.py).
+Writes DIR/requests.parquet (one row per request), DIR/steps.parquet (one per batch) and
+DIR/metrics.json (the run's figures; with a step-time model also DIR/vllm_log.parquet);
+a run whose queue grows (``pipeline.engine.overload``) ends with a ``warning: overloaded:``
+line. The lab's document-mode events (one row per access and capacity pair) are
+``pipeline.cache.events``; ``METHODS``, ``RESULT_SCHEMA``, ``with_stack_distances`` and
+``document_events`` (its ``simulate``) stay reachable here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import argparse
 
-import numpy as np
-import polars as pl
-
-from kvlab.kvsim import TwoTierCache
-from pipeline.sizes.limits import check_capacity_list
-from pipeline.cache.stack_distance import COLD, stack_distances
-from pipeline.cache.tiers import TIER, TIER_CODES
-from pipeline.cache.two_tier import two_tier_states
-from pipeline.workloads.documents import ACCESS_SCHEMA
-
-METHODS = ("onepass", "direct")
-
-#: Columns the methods add to the access table, one row per (capacity pair, access).
-RESULT_SCHEMA = pl.Schema({
-    "stack_distance": pl.Int64,   # GPU-tier LRU stack distance; null on a first access
-    "gpu_capacity": pl.Int64,
-    "cpu_capacity": pl.Int64,
-    "tier": TIER,                 # gpu / cpu / miss
-    "gpu_used": pl.Int64,         # tokens stored in each tier after the access
-    "cpu_used": pl.Int64,
-    "gpu_evicted": pl.Int32,      # items each tier evicted on this access
-    "cpu_evicted": pl.Int32,
-})
+from pipeline.base.arguments import deprecated_alias, derive, plural, \
+    positive_int
+from pipeline.cache.events import METHODS, RESULT_SCHEMA, with_stack_distances
+from pipeline.cache.events import simulate as document_events
+from pipeline.sizes.units import size_lines
+from pipeline.sizes.vllm_memory import resolve_with_utilization
+from pipeline.engine.config import SchedulerConfig
+from pipeline.engine.loop import simulate as run_engine
+from pipeline.engine.options import add_engine_arguments, cpu_tier_factory, engine_models
+from pipeline.engine.overload import warning_line
+from pipeline.engine.request import EngineRequests
+from pipeline.engine.workload import (FORMATS, pattern_workload, read_workload,
+                                      with_arrivals)
+from pipeline.base.errors import CLIError, UsageError
+from pipeline.trace.inputs import add_pattern_arguments, add_trace_arguments
+from pipeline.base.staging import Outputs, parquet_bytes
+from pipeline.steptime.options import add_load_arguments
+from pipeline.steptime.command import (loads_closed, metric_lines, prepare,
+                                       run_curves, run_metrics_outputs,
+                                       steptime_arguments)
+from pipeline.workloads.jsonl import TraceError
 
 
-def _replay_direct(keys: np.ndarray, sizes: np.ndarray, gpu: int, cpu: int) -> dict:
-    """Per-access tier, occupancy and evictions from kvlab's TwoTierCache."""
-    cache = TwoTierCache(gpu, cpu)
-    n = len(keys)
-    tier = np.empty(n, dtype=np.int8)
-    used = np.empty((2, n), dtype=np.int64)
-    evicted = np.empty((2, n), dtype=np.int32)
-    for i, (key, size) in enumerate(zip(keys.tolist(), sizes.tolist())):
-        before = cache.gpu.evictions, cache.cpu.evictions
-        tier[i] = TIER_CODES[cache.access(key, size)]
-        used[:, i] = cache.gpu.used, cache.cpu.used
-        evicted[:, i] = cache.gpu.evictions - before[0], cache.cpu.evictions - before[1]
-    return {"tier": tier, "gpu_used": used[0], "cpu_used": used[1],
-            "gpu_evicted": evicted[0], "cpu_evicted": evicted[1]}
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_trace_arguments(parser, FORMATS, 'tokens: {"prompt_token_ids", "max_tokens", '
+                        '"arrival_step" or "arrival_time", optional "output_token_ids"}; '
+                        "mooncake: {timestamp, input_length, output_length, hash_ids}",
+                        default="tokens")
+    parser.add_argument("--out", metavar="DIR", required=True,
+                        help="folder for requests.parquet and steps.parquet")
+    engine = add_engine_arguments(parser, "engine (vLLM's options and defaults)")
+    deprecated_alias(engine, "--num-gpu-blocks", "--gpu", lambda text: f"{text}blocks")
+    load = parser.add_argument_group("arrivals")
+    load.add_argument("--clock", choices=("steps", "time"), default=None,
+                      help="steps: one step = one executed batch (default); time: each "
+                           "batch priced by --latency (the default with --latency)")
+    load.add_argument("--output-tokens", type=positive_int, default=1,
+                      help="max_tokens of token-id lines without one, and of patterns "
+                           "(default %(default)s)")
+    add_load_arguments(load, lists=True)                # one arrival pattern at a time
+    add_pattern_arguments(parser)
+    steptime_arguments(parser)
 
 
-def _replay_onepass(keys: np.ndarray, sizes: np.ndarray, gpus: list[int],
-                    cpus: list[int]) -> list[list[dict]]:
-    """_replay_direct's columns for every (GPU, CPU) pair, from stack distances
-    (``pipeline.cache.two_tier``)."""
-    return [[{"tier": state.tiers[j], "gpu_used": state.gpu_used, "cpu_used": state.cpu_used[j],
-              "gpu_evicted": state.gpu_evicted, "cpu_evicted": state.cpu_evicted[j]}
-             for j in range(len(cpus))]
-            for state in two_tier_states(keys, sizes, gpus, cpus)]
+__all__ = ["add_arguments", "main", "load", "METHODS", "RESULT_SCHEMA", "document_events",
+           "with_stack_distances"]
 
 
-def _stack_distance_column(keys: np.ndarray, sizes: np.ndarray, method: str) -> pl.Series:
-    """GPU-tier stack distances (null on first reads; all null for the direct method when a
-    key changes size, since a distance is then undefined)."""
-    try:
-        distances = stack_distances(keys, sizes)
-    except ValueError:
-        if method == "onepass":
-            raise
-        return pl.Series("stack_distance", [None] * len(keys), dtype=pl.Int64)
-    distance = pl.Series("stack_distance", distances, dtype=pl.Int64)
-    return distance.set(distance == COLD, None)
+def _config(args: argparse.Namespace, workload: EngineRequests, blocks: int) -> SchedulerConfig:
+    """The engine config of a pool of ``blocks`` (vLLM's num_gpu_blocks); a prompt of
+    --max-model-len tokens or more (refused by vLLM's input processor) or a request the pool
+    can never hold is one line naming its file:line and the option."""
+    longest = max(len(r.prompt_token_ids) + r.max_tokens for r in workload.requests)
+    max_len = args.max_model_len or longest
+    size, usable = args.block_size, blocks - 1
+    for r in workload.requests:
+        prompt = len(r.prompt_token_ids)
+        if prompt >= max_len:                   # vLLM's input processor refuses both
+            what = "is longer than" if prompt > max_len else "fills"
+            raise CLIError(f"{workload.where(r.index)}: prompt of {prompt} tokens {what} "
+                           f"--max-model-len {max_len} (vLLM needs room for 1 output token)")
+        # the KV holds every token but the last sampled one, at most max_model_len - 1
+        need = -(-(min(prompt + r.max_tokens, max_len) - 1) // size)
+        if need > usable:
+            raise CLIError(f"{workload.where(r.index)}: the request needs {need} blocks of "
+                           f"{size} tokens, more than --gpu {blocks}blocks "
+                           f"holds ({usable} usable)")
+    batched = args.max_num_batched_tokens
+    if args.no_chunked_prefill and batched < max_len:
+        raise CLIError(f"--no-chunked-prefill needs --max-num-batched-tokens ({batched}) >= "
+                       f"--max-model-len ({max_len}), as vLLM requires")
+    return SchedulerConfig(num_gpu_blocks=blocks, max_model_len=max_len,
+                           block_size=size, max_num_seqs=args.max_num_seqs,
+                           max_num_batched_tokens=batched,
+                           chunked_prefill=not args.no_chunked_prefill,
+                           long_prefill_token_threshold=args.long_prefill_token_threshold,
+                           async_scheduling=args.async_scheduling)
 
 
-def with_stack_distances(accesses: pl.DataFrame) -> pl.DataFrame:
-    """The access table plus its GPU-tier ``stack_distance`` column (null on first reads)."""
-    keys = accesses["doc"].to_numpy().astype(np.int64)
-    sizes = accesses["size"].to_numpy().astype(np.int64)
-    return accesses.with_columns(_stack_distance_column(keys, sizes, "onepass"))
-
-
-def simulate(accesses: pl.DataFrame, gpu_capacities: Sequence[int],
-             cpu_capacities: Sequence[int] = (0,), method: str = "onepass") -> pl.DataFrame:
-    """Events for every (GPU, CPU) capacity pair: the access table plus RESULT_SCHEMA."""
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}: expected one of {', '.join(METHODS)}")
-    gpus = check_capacity_list("gpu capacities", gpu_capacities)
-    cpus = check_capacity_list("cpu capacities", cpu_capacities)
-    keys = accesses["doc"].to_numpy().astype(np.int64)
-    sizes = accesses["size"].to_numpy().astype(np.int64)
-    accesses = accesses.with_columns(_stack_distance_column(keys, sizes, method))
-    if method == "direct":
-        results = [[_replay_direct(keys, sizes, gpu, cpu) for cpu in cpus] for gpu in gpus]
+def load(args: argparse.Namespace) -> EngineRequests:
+    """The workload of PATH or --pattern, with its arrivals set."""
+    if (args.path is None) == (args.pattern is None):
+        raise UsageError("give a trace PATH or --pattern, not both or neither")
+    if args.pattern is not None:
+        workload = pattern_workload(args)
     else:
-        results = _replay_onepass(keys, sizes, gpus, cpus)
-    pairs = [(gpu, cpu, result) for gpu, columns in zip(gpus, results)
-             for cpu, result in zip(cpus, columns)]
-    n = accesses.height
+        try:
+            workload = read_workload(args.path, args.format, args.block_size,
+                                     args.output_tokens)
+        except TraceError as exc:
+            raise CLIError(str(exc)) from None
+    if (workload.arrival_unit == "seconds" and args.clock == "steps" and args.rate is None
+            and args.concurrency is None):
+        raise CLIError(f"{workload.label}: arrivals are in seconds (timestamp/arrival_time), "
+                       f"not steps: give --rate or --concurrency for --clock steps")
+    if args.speed is not None and workload.arrival_unit is None:
+        raise CLIError(f"{workload.label}: --speed needs arrival times in the trace (use "
+                       f"--rate or --concurrency for an untimed workload)")
+    with_arrivals(workload.requests, args.clock, speed=args.speed, rate=args.rate,
+                  seed=args.seed)
+    return workload
 
-    def column(name: str) -> np.ndarray:
-        return np.concatenate([result[name] for _, _, result in pairs]) if pairs else []
 
-    results_frame = pl.DataFrame([
-        pl.Series("gpu_capacity", np.repeat([gpu for gpu, _, _ in pairs], n), dtype=pl.Int64),
-        pl.Series("cpu_capacity", np.repeat([cpu for _, cpu, _ in pairs], n), dtype=pl.Int64),
-        # the tier column straight from the int8 codes: no per-pair string arrays
-        pl.Series("tier", column("tier"), dtype=pl.Int8).cat.to(TIER),
-        *(pl.Series(name, column(name), dtype=RESULT_SCHEMA[name])
-          for name in ("gpu_used", "cpu_used", "gpu_evicted", "cpu_evicted")),
-    ])
-    repeated = pl.concat([accesses] * len(pairs), rechunk=True)
-    return pl.concat([repeated, results_frame], how="horizontal").select(
-        *ACCESS_SCHEMA.names(), *RESULT_SCHEMA.names())
+def main(args: argparse.Namespace) -> int:
+    args, sizes = resolve_with_utilization(args, "gpu", "cpu", block_size=args.block_size)
+    args = derive(args, sizes=sizes)
+    try:
+        args, loads = prepare(args)             # steptime: the clock, and curves or one run
+        tiers = cpu_tier_factory(args)
+        first_line, models = engine_models(args)
+        workload = load(args)
+        if workload.arrival_unit == "steps" and args.clock == "time" and args.rate is None \
+                and args.concurrency is None and not loads_closed(loads):
+            raise CLIError(f"{workload.label}: arrivals are in steps (arrival_step), not "
+                           f"seconds: give --rate or --concurrency for --clock time")
+        if loads is not None:
+            return run_curves(args, workload, loads, lambda blocks: _config(
+                args, workload, blocks), tiers, first_line)
+        config = _config(args, workload, args.num_gpu_blocks)
+        tier = tiers() if tiers is not None else None
+        model = args.latency_model
+        result = run_engine(workload.requests, config, cpu_tier=tier, clock=args.clock,
+                          concurrency=args.concurrency,
+                          step_ms=model.step_ms if model is not None else None,
+                          decode_run_ms=getattr(model, "decode_run_ms", None))
+        outputs = Outputs()
+        outputs.add(f"{args.out}/requests.parquet", parquet_bytes(result.requests), "--out")
+        outputs.add(f"{args.out}/steps.parquet", parquet_bytes(result.steps), "--out")
+        metrics = run_metrics_outputs(args, result, outputs, models)
+        written = outputs.commit()
+    except (ValueError, RuntimeError) as exc:
+        raise CLIError(str(exc)) from None
+    except MemoryError as exc:                  # a pool (or grid) too large for this machine
+        raise CLIError(f"not enough memory for the engine's arrays ({exc}): a smaller "
+                       f"--gpu") from None
+    frame = result.requests
+    prompt = int(frame["prompt_tokens"].sum())
+    hit = int(frame["gpu_hit_tokens"].sum())
+    print(first_line)
+    print(f"{plural(frame.height, 'request')} in {plural(result.steps.height, 'step')}: "
+          f"GPU prefix hits {hit:,} of {prompt:,} prompt tokens "
+          f"({hit / prompt:.1%}), CPU {int(frame['cpu_hit_tokens'].sum()):,}, "
+          f"{plural(int(frame['preemptions'].sum()), 'preemption')}; "
+          f"wrote {args.out}/: {', '.join(sorted(path.name for path in written))}")
+    for line in size_lines(args.sizes):
+        print(line)
+    for line in metric_lines(metrics):
+        print(line)
+    if metrics["overloaded"]:
+        print(warning_line(metrics))
+    return 0

@@ -43,7 +43,7 @@ def test_resolve_equals_literal_conversion(texts, per_token):
     args = argparse.Namespace(model=None, kv_shape=None, kv_bytes_per_token=per_token,
                               gpu=units.capacities(",".join(texts)),
                               cpu=units.capacity(texts[0]), other=7)
-    sizes = units.resolve_capacities(args, "gpu", "cpu", "other", "absent")
+    args, sizes = units.resolve_capacities(args, "gpu", "cpu", "other", "absent")
 
     def literal(text: str) -> int:
         digits = "".join(ch for ch in text if ch.isdigit())

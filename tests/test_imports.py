@@ -152,7 +152,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "pipeline.ttft.verdicts"),
     "models": (
         "pipeline.cache.stack_distance", "pipeline.cache.stack_distance_kernels",
-        "pipeline.cache.two_tier",
+        "pipeline.cache.two_tier", "pipeline.cache.events",
         "pipeline.cache.registry", "pipeline.policies", "pipeline.policies.*",
         "pipeline.blocks.literal_replay", "pipeline.blocks.lru_depths", "pipeline.blocks.model_api",
         "pipeline.blocks.bands",
@@ -178,7 +178,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "pipeline.cli", "pipeline.__main__", "pipeline.run.command", "pipeline.plan.command",
         "pipeline.ttft.synthetic", "pipeline.blocks.command", "pipeline.trace.command",
         "pipeline.policies.command", "pipeline.measure.cli", "pipeline.bench.*",
-        "pipeline.blocks.bench", "pipeline.engine_caches.bench", "pipeline.engine.command",
+        "pipeline.blocks.bench", "pipeline.engine_caches.bench",
         "pipeline.fleet.command", "pipeline.fleet.plan_command", "pipeline.fit.command",
         "pipeline.commands.*",
         "pipeline.steptime.plan_load"),

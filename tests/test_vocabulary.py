@@ -47,7 +47,7 @@ def test_blocks_are_a_unit_of_the_block_size():
                               gpu=units.capacities("10blocks,32"))
     with pytest.raises(UsageError, match="--gpu 10blocks: blocks need a block size"):
         units.resolve_capacities(args, "gpu")
-    sizes = units.resolve_capacities(args, "gpu", block_size=16)
+    args, sizes = units.resolve_capacities(args, "gpu", block_size=16)
     assert args.gpu == [160, 32] and sizes["options"]["--gpu"][0]["blocks"] == 10
 
 

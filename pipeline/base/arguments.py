@@ -1,18 +1,54 @@
-"""argparse types shared by the commands (one definition each)."""
+"""argparse types shared by the commands (one definition each), and the frozen options
+object every command runs on (``freeze``, changed only by ``derive``)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import math
 import re
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from kvlab.scenario import OneLineParser, non_negative_int, pass_list
 
-__all__ = ["Parser", "checked", "deprecated_alias", "queue_warning", "int_list", "non_negative_int", "pass_list",
-           "plural", "positive_int",
-           "positive_float", "non_negative_float", "unit_ratio"]
+__all__ = ["Options", "Parser", "add_document_arguments", "checked", "deprecated_alias",
+           "derive", "freeze", "queue_warning", "int_list", "non_negative_int", "pass_list",
+           "plural", "positive_int", "positive_float", "non_negative_float", "unit_ratio"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """A command's parsed options, frozen (``freeze``): a command never changes what it was
+    given; what it works out (tokens of a size, the clock, one run's load) is a new options
+    object (``derive``) or a value of its own."""
+
+    def __contains__(self, name: str) -> bool:         # as argparse.Namespace
+        return name in self.__dict__
+
+
+@functools.cache
+def _options_type(name: str, fields: tuple[str, ...]) -> type:
+    return dataclasses.make_dataclass(name, [(field, Any) for field in fields],
+                                      bases=(Options,), frozen=True)
+
+
+def freeze(namespace: argparse.Namespace | Options) -> Options:
+    """``namespace`` as a frozen dataclass (``FooOptions`` for command ``foo``), one field
+    per parsed option; an ``Options`` unchanged."""
+    if isinstance(namespace, Options):
+        return namespace
+    values = vars(namespace)
+    command = str(values.get("command") or "command").title().replace("-", "")
+    return _options_type(f"{command}Options", tuple(values))(**values)
+
+
+def derive(options: argparse.Namespace | Options, /, **changes: Any) -> Options:
+    """A frozen copy of ``options`` with ``changes`` (new names may be added: what a command
+    works out from its options); ``options`` itself is unchanged."""
+    return freeze(argparse.Namespace(**{**vars(options), **changes}))
 
 
 #: What argparse should read as a value, never as an option: a minus sign and a digit
@@ -171,3 +207,17 @@ def checked(check):
         return text
     kind.__name__ = check.__name__
     return kind
+
+
+def add_document_arguments(group, count: Callable[[str], int] = positive_int,
+                           passes_note: str = "") -> None:
+    """``--docs``, ``--tokens`` and ``--passes``: the lab's documents, its defaults (one
+    definition); ``count`` is the type of --docs and --tokens (``blocks`` takes 0)."""
+    from pipeline.base.config import LAB_DOCS, LAB_PASSES, LAB_TOKENS
+    group.add_argument("--docs", type=count, default=LAB_DOCS,
+                       help="documents (default %(default)s)")
+    group.add_argument("--tokens", type=count, default=LAB_TOKENS,
+                       help="KV tokens per document (default %(default)s)")
+    group.add_argument("--passes", type=pass_list, default=list(LAB_PASSES),
+                       help=f"reading orders, comma-separated fwd/rev{passes_note} (default "
+                            f"fwd,fwd,rev)")

@@ -21,7 +21,7 @@ import sys
 
 import polars as pl
 
-from pipeline.base.arguments import non_negative_int, pass_list, positive_int
+from pipeline.base.arguments import add_document_arguments, non_negative_int, positive_int
 from pipeline.blocks.limits import check_document_blocks, model_capacities
 from pipeline.blocks.model_api import two_tier
 from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST
@@ -41,12 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu", type=capacity, default=LAB_GPU, metavar="CAP",
                         help="GPU KV capacity: tokens or a size such as 0.6GiB, through "
                              "--model's bytes per token (default %(default)s tokens)")
-    parser.add_argument("--docs", type=non_negative_int, default=LAB_DOCS,
-                        help="number of documents (default %(default)s)")
-    parser.add_argument("--tokens", type=non_negative_int, default=LAB_TOKENS,
-                        help="tokens per document (default %(default)s)")
-    parser.add_argument("--passes", type=pass_list, default=list(LAB_PASSES),
-                        help="comma-separated reading orders, fwd or rev (default fwd,fwd,rev)")
+    add_document_arguments(parser, count=non_negative_int)
     parser.add_argument("--cpu", type=capacity, default=0, metavar="CAP",
                         help="CPU offload capacity: tokens or a size (1.5GiB; LMCache's "
                              "max_local_cpu_size 1.5 as 1.5lmcacheGB); 0 = GPU tier only "
@@ -83,7 +78,7 @@ def main(args: argparse.Namespace) -> int:
     """``python -m pipeline blocks``: print the JSON (with ``sizes`` when a capacity was
     given as a size: its unit and the bytes per token)."""
     check_block_size(args.block_size)
-    sizes = resolve_capacities(args, "gpu", "cpu", block_size=args.block_size)
+    args, sizes = resolve_capacities(args, "gpu", "cpu", block_size=args.block_size)
     requests, blocks = check_document_blocks(args.docs, len(args.passes), args.tokens,
                                              args.block_size)
     gpu_options, cpu_options = run_options(args, args.block_size, requests, blocks)

@@ -22,10 +22,12 @@ from pipeline.engine.cpu_tier import LMCacheTier, ModelTier, engine_cpu_models, 
     engine_tier_problem
 from pipeline.engine_caches.options import ModelName, add_option_argument, model_names
 from pipeline.base.errors import UsageError
+from pipeline.sizes.limits import MAX_BLOCKS
 from pipeline.sizes.units import one_capacity
+from pipeline.sizes.vllm_memory import DEFAULT_BATCHED_TOKENS, DEFAULT_SEQS
 
-__all__ = ["add_engine_arguments", "cpu_tier_choice", "cpu_tier_factory", "cpu_tier_dests",
-           "DEFAULT_CPU_MODEL", "engine_models"]
+__all__ = ["add_engine_arguments", "add_scheduler_limits", "pool_blocks", "cpu_tier_choice",
+           "cpu_tier_factory", "cpu_tier_dests", "DEFAULT_CPU_MODEL", "engine_models"]
 
 DEFAULT_CPU_MODEL = "lmcache"
 
@@ -50,10 +52,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser, title: str
     engine = parser.add_argument_group(title)
     engine.add_argument("--block-size", type=positive_int, default=16,
                         help="tokens per KV block (default %(default)s)")
-    engine.add_argument("--max-num-seqs", type=positive_int, default=256,
-                        help="running requests at most (default %(default)s)")
-    engine.add_argument("--max-num-batched-tokens", type=positive_int, default=8192,
-                        help="tokens per step at most (default %(default)s)")
+    add_scheduler_limits(engine)
     engine.add_argument("--max-model-len", type=positive_int, default=None,
                         help="longest sequence (default: the longest prompt + max_tokens)")
     engine.add_argument("--no-chunked-prefill", action="store_true",
@@ -81,14 +80,34 @@ def add_engine_arguments(parser: argparse.ArgumentParser, title: str
     return engine
 
 
+def add_scheduler_limits(group) -> None:
+    """``--max-num-seqs`` and ``--max-num-batched-tokens``: vLLM's names and defaults."""
+    group.add_argument("--max-num-seqs", type=positive_int, default=DEFAULT_SEQS,
+                       help="vLLM's max_num_seqs: running requests at most (default "
+                            "%(default)s)")
+    group.add_argument("--max-num-batched-tokens", type=positive_int,
+                       default=DEFAULT_BATCHED_TOKENS, help="vLLM's max_num_batched_tokens: "
+                       "tokens per step at most (default %(default)s)")
+
+
+def pool_blocks(tokens: list[int], block_size: int, where: str = "") -> list[int]:
+    """vLLM's num_gpu_blocks of each ``--gpu`` capacity in tokens (sorted, each once), the
+    null block included: at least 2, at most ``MAX_BLOCKS`` ``where`` (the pool's arrays are
+    allocated whole); a usage error naming --gpu otherwise."""
+    blocks = sorted({count // block_size for count in tokens})
+    if blocks[0] < 2:
+        raise UsageError(f"--gpu: {min(tokens):,} tokens are {blocks[0]} blocks of "
+                         f"{block_size}: at least 2 (block 0 is vLLM's null block)")
+    if blocks[-1] > MAX_BLOCKS:
+        raise UsageError(f"--gpu: {blocks[-1]:,} blocks of {block_size}: at most "
+                         f"{MAX_BLOCKS:,}{where}")
+    return blocks
+
+
 def cpu_tier_dests() -> tuple[str, ...]:
     """The argparse dests of the CPU tier's options (``--cpu-model`` is ``cpu_tier_model``:
     ``plan`` has a block ``--cpu-model`` of its own)."""
     return ("cpu_tier_model", "cpu_tier_order", *("cpu_" + dest for dest in _declared()))
-
-
-def _usage(args: argparse.Namespace, message: str) -> None:
-    raise UsageError(message)
 
 
 def cpu_tier_choice(args: argparse.Namespace) -> tuple[str, dict, str]:
@@ -100,29 +119,29 @@ def cpu_tier_choice(args: argparse.Namespace) -> tuple[str, dict, str]:
     entry = registry.entry(model)
     problem = engine_tier_problem(model)
     if problem:
-        _usage(args, f"--cpu-model {model}: {problem}")
+        raise UsageError(f"--cpu-model {model}: {problem}")
     declared = _declared()
     for dest in declared:
         if getattr(args, "cpu_" + dest, None) is not None and dest not in entry.option_names:
             owner = next(n for n in engine_cpu_models()
                          if dest in registry.entry(n).option_names)
-            _usage(args, f"{_flag(dest)} applies to the {owner} CPU model, not --cpu-model "
-                         f"{model}")
+            raise UsageError(f"{_flag(dest)} applies to the {owner} CPU model, not --cpu-model "
+                             f"{model}")
     options = {dest: declared[dest].value(getattr(args, "cpu_" + dest, None), args.block_size)
                for dest in entry.option_names}
     for dest, value in options.items():
         check = declared[dest].check
         problem = check(value, args.block_size) if check is not None else None
         if problem:
-            _usage(args, problem.replace(declared[dest].flag, _flag(dest), 1))
+            raise UsageError(problem.replace(declared[dest].flag, _flag(dest), 1))
     if options.get("save_unfull_chunk"):
-        _usage(args, f"{_flag('save_unfull_chunk')}: the engine keys full chunks only "
-                     f"(LMCache >= 0.4's default)")
+        raise UsageError(f"{_flag('save_unfull_chunk')}: the engine keys full chunks only "
+                         f"(LMCache >= 0.4's default)")
     order = getattr(args, "cpu_tier_order", None) or entry.order or HEAD_FIRST
     if entry.order is not None and order != entry.order:
-        _usage(args, f"--cpu-order {order}: the {model} model is {entry.order}")
+        raise UsageError(f"--cpu-order {order}: the {model} model is {entry.order}")
     if given is not None and not args.cpu:
-        _usage(args, f"--cpu-model {model} needs --cpu SIZE (the tier's size)")
+        raise UsageError(f"--cpu-model {model} needs --cpu SIZE (the tier's size)")
     return model, options, order
 
 

@@ -23,6 +23,7 @@ import pyarrow.dataset as ds
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.options import cpu_tier_choice, cpu_tier_dests, cpu_tier_factory, \
     engine_models
+from pipeline.base.arguments import Options, derive
 from pipeline.base.errors import CLIError, UsageError
 from pipeline.fleet.aggregates import fleet_aggregates, instance_aggregates, json_rows, \
     overload_lines
@@ -151,8 +152,9 @@ def ray_connect(address: str | None, jobs: int) -> bool:
     return True
 
 
-def sweep_settings(args: argparse.Namespace, workload, options) -> Settings:
-    """What every point shares, from the engine, CPU-tier and step-time options; CLIError
+def sweep_settings(args: argparse.Namespace, workload, options) -> tuple[Options, Settings]:
+    """(the options with the CPU tier's chunk size and the step times settled, what every
+    point shares) from the engine, CPU-tier and step-time options; CLIError
     (one line) when a router refuses the workload (``Router.refusal``) or the smallest
     ``--gpu`` pool cannot hold the longest request."""
     requests = workload.requests
@@ -182,17 +184,17 @@ def sweep_settings(args: argparse.Namespace, workload, options) -> Settings:
                                  async_scheduling=args.async_scheduling)
         tier = cpu_tier_factory(args)
         # the sweep's settings record the chunk size the tier runs with (None: no chunks)
-        args.cpu_chunk_size = cpu_tier_choice(args)[1].get("chunk_size")
+        chunk_size = cpu_tier_choice(args)[1].get("chunk_size")
         if tier is not None:
             tier()                                    # the chunk size must fit the blocks
     except ValueError as exc:
         raise CLIError(f"engine options: {exc}") from None
-    if args.latency is None:
-        args.latency = "roofline"
+    args = derive(args, cpu_chunk_size=chunk_size,
+                  latency="roofline" if args.latency is None else args.latency)
     if args.cpu_shared and tier is None:
         raise CLIError("--cpu-shared needs --cpu SIZE (the shared pool's size)")
-    return Settings(config, latency_from_args(args), options, args.seed, args.staleness_ms,
-                    tier, args.cpu_shared)
+    return args, Settings(config, latency_from_args(args), options, args.seed,
+                          args.staleness_ms, tier, args.cpu_shared)
 
 
 def blocks_needed(requests, block_size: int, max_len: int) -> int:
@@ -246,11 +248,11 @@ def _main(args: argparse.Namespace) -> int:
         options = usage_checks(args)
     except ValueError as exc:                 # a usage error: one line, exit 2
         raise UsageError(str(exc)) from None
-    args.sizes = resolve_fleet_capacities(args)
+    args = resolve_fleet_capacities(args)
     if args.latency in (None, "roofline"):     # the default step times: before any reading
         check_roofline_model(args)
     workload = load_workload(args)
-    settings = sweep_settings(args, workload, options)
+    args, settings = sweep_settings(args, workload, options)
     out = Path(args.out)
     _check_out(out, args)
     points = [Point(r, n, b, x) for r in args.router for n in args.instances

@@ -5,15 +5,15 @@ from __future__ import annotations
 import argparse
 import os
 
-from pipeline.base.arguments import deprecated_alias, non_negative_float, non_negative_int, \
-    positive_int
-from pipeline.engine.options import add_engine_arguments
+from pipeline.base.arguments import Options, deprecated_alias, derive, non_negative_float, \
+    non_negative_int, positive_int
+from pipeline.engine.options import add_engine_arguments, pool_blocks
 from pipeline.fleet.routers import ROUTERS, router_class
 from pipeline.fleet.sweep import EXECUTORS
-from pipeline.sizes.limits import MAX_BLOCKS
 from pipeline.sizes.units import add_kv_arguments, capacities
 from pipeline.sizes.vllm_memory import add_memory_arguments
 from pipeline.steptime.options import add_latency_arguments
+from pipeline.steptime.options import load_list as loads
 
 __all__ = ["add_fleet_arguments", "router_list", "instance_list", "load_list",
            "DEFAULT_GPU_BLOCKS", "in_blocks", "resolve_fleet_capacities"]
@@ -62,36 +62,19 @@ def instance_list(text: str) -> list[int]:
 
 
 def load_list(text: str) -> list[float]:
-    """argparse type: arrival-rate multipliers > 0."""
-    try:
-        values = [float(part) for part in _items(text, "load")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") \
-            from None
-    if any(not value > 0 or value == float("inf") for value in values):
-        raise argparse.ArgumentTypeError(f"loads must be finite and > 0, got {text!r}")
-    return sorted(set(values))
+    """argparse type: arrival-rate multipliers > 0 (``simulate``'s), sorted, each once."""
+    return sorted(set(loads(text)))
 
 
-def resolve_fleet_capacities(args: argparse.Namespace) -> dict[str, object]:
-    """``--gpu`` and ``--cpu`` in tokens (``resolve_capacities``), and ``args.gpu_blocks``:
-    the swept num_gpu_blocks per instance (tokens // --block-size, null block included), each
-    2..``MAX_BLOCKS`` (a usage error naming --gpu otherwise). Returns the size lines' data."""
-    from pipeline.base.errors import UsageError
+def resolve_fleet_capacities(args: argparse.Namespace) -> Options:
+    """The options with ``--gpu`` and ``--cpu`` in tokens (``resolve_capacities``),
+    ``sizes`` (the size lines' data) and ``gpu_blocks``: the swept num_gpu_blocks per
+    instance (tokens // --block-size, null block included), each 2..``MAX_BLOCKS`` (a usage
+    error naming --gpu otherwise)."""
     from pipeline.sizes.vllm_memory import resolve_with_utilization
-    sizes = resolve_with_utilization(args, "gpu", "cpu", block_size=args.block_size)
-    if args.gpu is None:
-        args.gpu_blocks = [DEFAULT_GPU_BLOCKS]
-        return sizes
-    blocks = sorted({tokens // args.block_size for tokens in args.gpu})
-    if blocks[0] < 2:
-        raise UsageError(f"--gpu: {min(args.gpu):,} tokens are {blocks[0]} blocks of "
-                         f"{args.block_size}: at least 2 (block 0 is vLLM's null block)")
-    if blocks[-1] > MAX_BLOCKS:
-        raise UsageError(f"--gpu: {blocks[-1]:,} blocks of {args.block_size}: at most "
-                         f"{MAX_BLOCKS:,} per instance")
-    args.gpu_blocks = blocks
-    return sizes
+    args, sizes = resolve_with_utilization(args, "gpu", "cpu", block_size=args.block_size)
+    return derive(args, sizes=sizes, gpu_blocks=[DEFAULT_GPU_BLOCKS] if args.gpu is None else
+                  pool_blocks(args.gpu, args.block_size, " per instance"))
 
 
 def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:

@@ -22,8 +22,9 @@ gets a ``warning: overloaded:`` line (on stderr with ``--json``).
 from __future__ import annotations
 
 import argparse
+import copy
+import functools
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -32,7 +33,7 @@ import numpy as np
 import polars as pl
 import pyarrow.dataset as ds
 
-from pipeline.base.arguments import Parser
+from pipeline.base.arguments import Options, Parser, derive
 from pipeline.engine.hashing import bulk_request_keys
 from pipeline.engine.options import engine_models
 from pipeline.base.errors import CLIError, UsageError
@@ -59,10 +60,20 @@ FLEET_ONLY = ("instances", "router", "router_option", "staleness_ms",
               "async_scheduling", "cpu", "cpu_chunk_size", "cpu_shared", "limit",
               "groups", "questions", "sessions", "turns", "think_s", "executor", "jobs",
               "ray_address", "retries")
-#: plan's options that do not apply to a fleet
-NOT_FLEET = (("target_ttft_ms", "--target-ttft-ms"), ("concurrency", "--concurrency"),
-             ("measured", "--measured"), ("report", "--report"),
-             ("measured_docs", "--measured-docs"), ("served_model", "--served-model"))
+
+
+#: the options whose default, when plan's parser leaves None, is fleet's own
+FLEET_DEFAULTS = ("block_size", "output_tokens", "rate", "router", "router_option",
+                  "staleness_ms", "long_prefill_token_threshold", "cpu", "groups", "questions",
+                  "sessions", "turns", "think_s", "executor", "jobs", "retries")
+
+
+@functools.cache
+def _fleet_defaults() -> dict:
+    """``fleet``'s parser's defaults, by dest."""
+    template = Parser(add_help=False)
+    fleet_command.add_arguments(template)
+    return {action.dest: action.default for action in template._actions}
 
 
 def add_fleet_plan_arguments(parser: argparse.ArgumentParser) -> None:
@@ -108,46 +119,28 @@ def gpu_block_grid(low: int, high: int, points: int = GRID_POINTS) -> list[int]:
     return sorted({int(round(b)) for b in np.geomspace(low, high, points)})
 
 
-def fleet_plan(args: argparse.Namespace) -> int:
-    """Check, search, print (text or --json); a usage error (``UsageError``) is one line,
-    exit 2."""
-    return _fleet_plan(args)
-
-
-def _check(args: argparse.Namespace) -> None:
+def _check(args: argparse.Namespace) -> Options:
+    """The options of a fleet plan: fleet's defaults where plan's parser left None, the
+    engines' CPU tier, the router options; a usage error on an option a fleet does not
+    take."""
     if not args.fleet:
         raise UsageError(f"{_fleet_only_given(args)} needs --fleet")
-    for dest, flag in NOT_FLEET:
-        if getattr(args, dest) is not None:
-            raise UsageError(f"{flag}: not with --fleet (it plans for --target-ttft-p90-ms or "
-                         "--target-hit-ratio, loads by --speed)")
     if args.instances is None:
         raise UsageError("--fleet needs --instances N[,N...]")
-    if args.seed < 0:
-        raise UsageError(f"--seed: expected an integer >= 0 with --fleet, got {args.seed}")
-    defaults = dict(trace=args.path, block_size=args.block_size or 16,
-                    output_tokens=args.output_tokens or 16, rate=args.rate or 4.0,
-                    router=args.router or ["round-robin"], router_option=args.router_option
-                    or [], staleness_ms=args.staleness_ms or 0.0,
-                    long_prefill_token_threshold=args.long_prefill_token_threshold or 0,
-                    cpu=args.cpu or 0,
-                    groups=args.groups or 4, questions=args.questions or 4,
-                    sessions=args.sessions or 8, turns=args.turns or 4,
-                    think_s=2.0 if args.think_s is None else args.think_s,
-                    executor=args.executor or "local", jobs=args.jobs or os.cpu_count() or 1,
-                    retries=1 if args.retries is None else args.retries,
-                    latency=str(args.latency) if args.latency is not None else "roofline")
-    for key, value in defaults.items():
-        setattr(args, key, value)
+    fleet = _fleet_defaults()
+    defaults = {dest: copy.copy(fleet[dest]) for dest in FLEET_DEFAULTS
+                if getattr(args, dest) is None}
+    defaults.update(trace=args.path, latency="roofline" if args.latency is None
+                    else str(args.latency))
     if getattr(args, "gpu_model_given", False) and args.gpu_model != "vllm":
         raise UsageError(f"--gpu-model {args.gpu_model}: not with --fleet (its engines run "
                          f"vLLM's allocator, vllm)")
     if getattr(args, "cpu_model_given", False):
-        args.cpu_tier_model = args.cpu_model           # the engines' CPU tier
-    for flag in ("no_chunked_prefill", "async_scheduling", "cpu_shared"):
-        setattr(args, flag, bool(getattr(args, flag)))
+        defaults["cpu_tier_model"] = args.cpu_model     # the engines' CPU tier
+    args = derive(args, **defaults, **{flag: bool(getattr(args, flag)) for flag in (
+        "no_chunked_prefill", "async_scheduling", "cpu_shared")})
     try:
-        args.options = fleet_command.usage_checks(args)
+        return derive(args, options=fleet_command.usage_checks(args))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
@@ -163,9 +156,10 @@ def _grid(args: argparse.Namespace, workload) -> list[int]:
     return gpu_block_grid(low, len(keys) + outputs + low)
 
 
-def _fleet_plan(args: argparse.Namespace) -> int:
-    _check(args)
-    args.sizes = resolve_fleet_capacities(args)
+def fleet_plan(args: argparse.Namespace) -> int:
+    """Check, search, print (text or --json); a usage error (``UsageError``) is one line,
+    exit 2."""
+    args = resolve_fleet_capacities(_check(args))
     try:
         kv = kv_from_args(args, "plan --fleet (memory in bytes)")
     except ValueError as exc:
@@ -173,8 +167,8 @@ def _fleet_plan(args: argparse.Namespace) -> int:
     if args.out is not None and not args.out.parent.is_dir():
         raise CLIError(f"--out: folder {args.out.parent} does not exist")
     workload = load_workload(args)
-    args.gpu_blocks = _grid(args, workload)
-    settings = fleet_command.sweep_settings(args, workload, args.options)
+    args = derive(args, gpu_blocks=_grid(args, workload))
+    args, settings = fleet_command.sweep_settings(args, workload, args.options)
     model = settings.step_model
     withheld = plan_with_latency(
         model, kv.bytes_per_token, [len(r.prompt_token_ids) for r in workload.requests],

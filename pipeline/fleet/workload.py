@@ -19,7 +19,7 @@ from pipeline.base.arguments import non_negative_float, positive_float, positive
 from pipeline.engine.request import EngineRequests, SimRequest
 from pipeline.engine.workload import FORMATS, pattern_workload, read_workload, with_arrivals
 from pipeline.base.errors import CLIError
-from pipeline.trace.inputs import add_pattern_arguments
+from pipeline.trace.inputs import add_pattern_arguments, add_trace_arguments
 from pipeline.workloads import patterns
 from pipeline.workloads.jsonl import TraceError
 
@@ -40,21 +40,17 @@ def requests_at_load(workload: EngineRequests, load: float) -> list[SimRequest]:
 def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     """TRACE or --pattern (``simulate``'s and ``trace``'s vocabulary, plus groups and
     multi-turn)."""
-    parser.add_argument("trace", nargs="?", metavar="TRACE",
-                        help="trace file (JSONL, --format); or give --pattern")
-    parser.add_argument("--format", choices=FORMATS, default="mooncake",
-                        help="mooncake: {timestamp, input_length, output_length, hash_ids}; "
-                             "tokens: {prompt_token_ids, max_tokens, arrival_time} "
-                             "(default %(default)s)")
+    add_trace_arguments(parser, FORMATS, "mooncake: {timestamp, input_length, "
+                        "output_length, hash_ids}; tokens: {prompt_token_ids, max_tokens, "
+                        "arrival_time}", dest="trace")
     parser.add_argument("--limit", type=positive_int, metavar="N",
                         help="the trace's first N requests only")
-    add_pattern_arguments(parser)
+    add_pattern_arguments(parser, document_length=2000, num_requests=200)
     pattern = next(a for a in parser._actions if a.dest == "pattern")
     pattern.choices = FLEET_PATTERNS
     pattern.help += ("; groups: groups x users, a system prompt per group and unique "
                      "questions (llm-d's shared-prefix workload); multi-turn: chats with "
                      "session ids that re-send earlier turns and answers")
-    parser.set_defaults(document_length=2000, num_requests=200)
     group = parser.add_argument_group("groups and multi-turn patterns, arrivals")
     group.add_argument("--groups", type=positive_int, default=4,
                        help="groups: system prompts, each shared by --users users "

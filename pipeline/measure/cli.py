@@ -26,7 +26,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from pipeline.base.arguments import pass_list, positive_float, positive_int
+from pipeline.base.arguments import derive, pass_list, positive_float, positive_int
 from pipeline.base.config import BASELINE, LAB_DOCS, LAB_PASSES
 from pipeline.base.errors import CLIError
 from pipeline.measure.client import RequestFailed
@@ -184,7 +184,7 @@ def main(args: argparse.Namespace) -> int:
     from pipeline.measure.replay import is_replay, run_replay
     if is_replay(args):
         return run_replay(args)
-    args.concurrency = args.concurrency or 1
+    args = derive(args, concurrency=args.concurrency or 1)
     if args.local_engine or args.show:
         from pipeline.measure.llamacpp.local import run_local, show
         return show(args.output) if args.show else run_local(args)

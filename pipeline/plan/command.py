@@ -12,6 +12,7 @@ A target that no size searched meets is answered all the same (text or --json), 
 from __future__ import annotations
 
 import argparse
+import functools
 import html
 from collections.abc import Callable
 from pathlib import Path
@@ -19,9 +20,9 @@ from pathlib import Path
 import polars as pl
 
 from kvlab import make_exports
-from pipeline.base.arguments import non_negative_int, pass_list, positive_float, positive_int, \
-    unit_ratio
-from pipeline.base.config import LAB_CPU, LAB_DOCS, LAB_GPU, LAB_PASSES, LAB_TOKENS, REAL_MEASURED
+from pipeline.base.arguments import Parser, add_document_arguments, derive, non_negative_int, \
+    positive_float, positive_int, unit_ratio
+from pipeline.base.config import LAB_CPU, LAB_DOCS, LAB_GPU, LAB_TOKENS, REAL_MEASURED
 from pipeline.base.errors import CLIError, UsageError
 from pipeline.sizes.units import KVSize, add_kv_arguments, capacities, capacity, \
     capacity_tokens, kv_from_args, model_given, one_of, sized_option
@@ -72,12 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"with --fleet (the grid per instance)")
     add_kv_arguments(parser)
     work = parser.add_argument_group("workload (default: the lab's documents)")
-    work.add_argument("--docs", type=positive_int, default=LAB_DOCS,
-                      help="documents (default %(default)s)")
-    work.add_argument("--tokens", type=positive_int, default=LAB_TOKENS,
-                      help="KV tokens per document (default %(default)s)")
-    work.add_argument("--passes", type=pass_list, default=list(LAB_PASSES),
-                      help="fwd/rev per pass (default fwd,fwd,rev)")
+    add_document_arguments(work)
     add_order_arguments(work)
     add_model_arguments(work)
     add_input_arguments(parser)
@@ -114,6 +110,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "and the fit's error per pass (atomically)")
     add_memory_arguments(parser)
     add_fleet_plan_arguments(parser)
+
+
+_MEASURED = ("measured_gpu", "measured_cpu", "measured_tokens", "measured_docs")
+_DOCUMENTS = ("statistic", "passes_to_meet", "docs", "tokens", "passes", "gpu_order",
+              "cpu_order", "verbose")
+_LOAD = ("speed", "rate", "concurrency", "seed", "max_num_seqs")
+_STEP_TIME = ("max_num_batched_tokens", "gpu_tflops", "gpu_fp8_tflops", "gpu_hbm_gbps",
+              "host_link_gbps", "step_overhead_ms", "model_shape")
+#: each mode of plan: (what the error calls it, the options it does not use, why); giving
+#: one of them is a usage error naming it (``refuse_unused``)
+MODES = {
+    "fleet": ("--fleet", ("target_ttft_ms", "concurrency", "measured", "report",
+                          "served_model", *_MEASURED, *_DOCUMENTS),
+              "it plans for --target-ttft-p90-ms or --target-hit-ratio, loads by --speed"),
+    "load": ("--target-ttft-p90-ms", ("measured", *_MEASURED, *_DOCUMENTS),
+             "it sizes the GPU of an engine under a load, TTFT from --latency's step times"),
+    "fitted": ("--latency", (*_LOAD, *_MEASURED),
+               "TTFT from its step times, each request alone"),
+    "measured": ("the measured TTFT model", ("served_model", *_LOAD, *_STEP_TIME),
+                 "one request at a time; --target-ttft-p90-ms runs the engine under a load, "
+                 "--served-model goes with --latency FITTED"),
+}
+
+
+@functools.cache
+def _parsed_defaults() -> tuple[dict, dict]:
+    """(dest -> default, dest -> flag) of plan's options, from a parser of its own."""
+    template = Parser(add_help=False)
+    add_arguments(template)
+    flags = {a.dest: a.option_strings[0] for a in template._actions if a.option_strings}
+    return vars(template.parse_args(["--target-hit-ratio", "1"])), flags
+
+
+def refuse_unused(args: argparse.Namespace, mode: str) -> None:
+    """A usage error (one line naming the option, exit 2) when an option that plan's
+    ``mode`` (a key of ``MODES``) does not use was given a value other than its default."""
+    name, unused, why = MODES[mode]
+    defaults, flags = _parsed_defaults()
+    for dest in unused:
+        if getattr(args, dest) != defaults[dest]:
+            raise UsageError(f"{flags[dest]}: not with {name} ({why})")
 
 
 def pass_choice(text: str) -> str:
@@ -290,31 +327,34 @@ def _check_engine_models(args: argparse.Namespace) -> None:
 def main(args: argparse.Namespace) -> int:
     """Validate everything, fit, search, print (text or --json)."""
     if fleet_requested(args):
+        if args.fleet:
+            refuse_unused(args, "fleet")
         return fleet_plan(args)
     if args.target_ttft_p90_ms is not None:
+        refuse_unused(args, "load")
         _check_engine_models(args)
         return plan_under_load(args)
+    refuse_unused(args, "measured" if args.latency is None else "fitted")
     utilization = None
     if getattr(args, "gpu_memory_utilization", None) is not None:
-        utilization = gpu_from_utilization(args, args.block_size)
-    args.gpu = one_of(args.gpu, "--gpu", "a list only with --fleet")
+        args, utilization = gpu_from_utilization(args, args.block_size)
+    given = one_of(args.gpu, "--gpu", "a list only with --fleet")
     try:
         kv = kv_from_args(args, sized_option(args, "gpu", "measured_gpu", "measured_cpu"))
-        gpu = LAB_GPU if args.gpu is None else capacity_tokens(args.gpu, kv, args.block_size,
-                                                               "--gpu")
-        args.measured_gpu_tokens = capacity_tokens(args.measured_gpu, kv, args.block_size,
-                                                   "--measured-gpu")
-        args.measured_cpu_tokens = capacity_tokens(args.measured_cpu, kv, args.block_size,
-                                                   "--measured-cpu")
-        default = " (the lab's)" if args.gpu is None else ""
+        gpu = LAB_GPU if given is None else capacity_tokens(given, kv, args.block_size, "--gpu")
+        args = derive(args, gpu=gpu,                # tokens from here on (run_options)
+                      measured_gpu_tokens=capacity_tokens(args.measured_gpu, kv,
+                                                          args.block_size, "--measured-gpu"),
+                      measured_cpu_tokens=capacity_tokens(args.measured_cpu, kv,
+                                                          args.block_size, "--measured-cpu"))
+        default = " (the lab's)" if given is None else ""
         gpu_given = (utilization["line"] if utilization is not None else
-                     args.gpu.describe(kv) if args.gpu is not None and args.gpu.is_size else
+                     given.describe(kv) if given is not None and given.is_size else
                      f"{gpu:,} tokens{default} = {kv.bytes(gpu) / 2**30:.2f} GiB")
         if not model_given(args):
             gpu_given += f" (KV of the lab's model {kv.name}: no --model given)"
     except ValueError as exc:
         raise CLIError(str(exc) if str(exc).startswith("--") else f"--gpu: {exc}") from None
-    args.gpu = gpu                                  # tokens from here on (run_options)
     workload, description, option = _workload(args)
     build = _evaluator_builder(args, workload, description, option)
     names = _pass_names(workload)

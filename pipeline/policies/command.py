@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pipeline.base.arguments import pass_list, positive_int
-from pipeline.base.config import EVENTS_DIR, GPU_CLIFF_CAPACITIES, LAB_DOCS, LAB_PASSES, LAB_TOKENS
+from pipeline.base.arguments import add_document_arguments
+from pipeline.base.config import EVENTS_DIR, GPU_CLIFF_CAPACITIES
 from pipeline.base.errors import CLIError
 from pipeline.sizes.limits import MAX_EVENTS, check_count
 from pipeline.sizes.units import Capacity, add_kv_arguments, capacities, capacity, \
@@ -70,12 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     work.add_argument("--trace", type=Path, help="Mooncake JSONL trace, replayed per block")
     work.add_argument("--sizes", choices=("unit", "tokens"), default="unit",
                       help="trace block sizes: unit (capacity in blocks, default) or tokens")
-    work.add_argument("--docs", type=positive_int, default=LAB_DOCS,
-                      help="lab: documents (default %(default)s)")
-    work.add_argument("--tokens", type=positive_int, default=LAB_TOKENS,
-                      help="lab: KV tokens per document (default %(default)s)")
-    work.add_argument("--passes", type=pass_list, default=list(LAB_PASSES),
-                      help="lab: reading orders (default fwd,fwd,rev)")
+    add_document_arguments(work)
     model = parser.add_argument_group("cache model")
     model.add_argument("--list", action="store_true",
                        help="print every registered policy (name and summary) and exit")
@@ -168,7 +163,7 @@ def _event_rows(name: str, capacities: list[int], tiers: np.ndarray,
 TIER_NAMES = ("gpu", "cpu", "miss")
 
 
-def _resolve_sizes(args) -> dict:
+def _resolve_sizes(args) -> tuple[object, dict]:
     """``--capacities``/``--cpu`` to tokens (``pipeline.sizes.units``); a size where capacities
     count blocks (a trace with ``--sizes unit``) is a CLIError."""
     if args.trace is not None and args.sizes == "unit":
@@ -183,9 +178,8 @@ def _resolve_sizes(args) -> dict:
 
 
 def simulate(args, events: bool = True) -> tuple[str, pl.DataFrame, pl.DataFrame | None]:
-    """(workload label, curves, events or None) for the parsed arguments; validates first.
-    Capacities given as sizes are converted here (``args.sizes_given`` says how)."""
-    args.sizes_given = _resolve_sizes(args)
+    """(workload label, curves, events or None) for the parsed arguments, capacities in
+    tokens (``_resolve_sizes``); validates first."""
     if args.method == "onepass":
         exact = onepass_policies()
         bad = [name for name in [*args.gpu_policy, *([args.cpu_policy] if args.cpu else [])]
@@ -262,6 +256,7 @@ def main(args: argparse.Namespace) -> int:
         print(policy_list_text())
         return 0
     start = time.perf_counter()
+    args, sizes = _resolve_sizes(args)
     label, curves, events = simulate(args, events=args.trace is None or args.events)
     staged = Outputs()                  # both files or neither (pipeline.base.staging)
     staged.add(args.out / "curves.parquet", parquet_bytes(curves), "--out")
@@ -277,13 +272,13 @@ def main(args: argparse.Namespace) -> int:
                    "curves": totals.drop("pass_hits" if totals["pass_hits"].dtype == pl.Null
                                          else []).to_dicts(),
                    "files": [str(path) for path in paths]}
-        if args.sizes_given:
-            payload["sizes"] = args.sizes_given
+        if sizes:
+            payload["sizes"] = sizes
         json.dump(payload, sys.stdout, indent=1)
         print()
     else:
         print(_table(label, totals, args.cpu))
-        for line in size_lines(args.sizes_given):
+        for line in size_lines(sizes):
             print(line)
         print(f"wrote {' and '.join(map(str, paths))} ({time.perf_counter() - start:.1f} s)")
     return 0

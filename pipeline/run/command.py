@@ -19,12 +19,13 @@ import polars as pl
 from pipeline.ttft import latency
 from pipeline import sweeps
 from pipeline.run import block_mode
-from pipeline.base.arguments import int_list, non_negative_int, pass_list, plural, positive_int
+from pipeline.base.arguments import add_document_arguments, int_list, non_negative_int, plural, \
+    positive_int
 from pipeline.ttft.attribution import attribute_tiers
 from pipeline.blocks.sweep import AGGREGATES_FILE as BLOCK_AGGREGATES
 from pipeline.blocks.sweep import EVENTS_FILE as BLOCK_EVENTS
 from pipeline.base.config import (CPU_CLIFF_CAPACITIES, CPU_CLIFF_GPU, GPU_CLIFF_CAPACITIES,
-                                  LAB_CPU, LAB_DOCS, LAB_PASSES, LAB_TOKENS, REAL_MEASURED)
+                                  LAB_CPU, REAL_MEASURED)
 from pipeline.base.errors import CLIError
 from pipeline.sizes.limits import MAX_EVENTS, MAX_PAIRS, MAX_VALUE, check_count
 from pipeline.ttft.inputs import add_setup_arguments, read_measured, setup_flags
@@ -33,7 +34,7 @@ from pipeline.run.exports import (EXPORT_NAMES, exports_folder, lab_differences,
                                   output_places, params_document, replaced_lab_outputs,
                                   scenario_exports)
 from pipeline.base.staging import Outputs, check_target, json_bytes, parquet_bytes
-from pipeline.simulate import METHODS
+from pipeline.cache.events import METHODS
 from pipeline.ttft.summary import summary
 from pipeline.ttft.verdicts import separation_notes
 from pipeline.workloads.documents import DocumentWorkload
@@ -42,14 +43,8 @@ from pipeline.workloads.documents import DocumentWorkload
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``run``."""
     workload = parser.add_argument_group("workload")
-    workload.add_argument("--docs", type=positive_int, default=LAB_DOCS,
-                          help="documents reused as prefixes (default %(default)s)")
-    workload.add_argument("--tokens", type=positive_int, default=LAB_TOKENS,
-                          help="KV tokens per document (default %(default)s)")
-    workload.add_argument("--passes", type=pass_list, default=list(LAB_PASSES),
-                          help="reading orders, comma-separated fwd/rev, at least two: the cliffs "
-                               "are second-pass results (default fwd,fwd,rev; cliff.json and "
-                               "cpu_cliff.json are written only when it starts with fwd,fwd)")
+    add_document_arguments(workload, passes_note=", at least two: the cliffs are second-pass "
+                           "results (cliff.json and cpu_cliff.json only after fwd,fwd)")
     grids = parser.add_argument_group("capacity grids (tokens)")
     grids.add_argument("--gpu-capacities", type=int_list,
                        help="GPU capacities of the GPU cliff (default: --points even steps over "

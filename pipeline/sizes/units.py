@@ -17,8 +17,8 @@ says so).
 
 Commands: ``add_kv_arguments`` adds the model options, a capacity option takes
 ``type=capacity`` (one) or ``type=capacities`` (a comma list), and after parsing
-``resolve_capacities(args, "gpu", "cpu", block_size=...)`` turns them into tokens in place
-and returns what ``size_lines`` prints (empty when every capacity was given in tokens).
+``resolve_capacities(args, "gpu", "cpu", block_size=...)`` returns a copy of the options with
+them in tokens and what ``size_lines`` prints (empty when every capacity was given in tokens).
 
 >>> kv = preset("qwen2.5-1.5b")
 >>> kv.bytes_per_token
@@ -36,6 +36,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
+from typing import Any
 
 from pipeline.sizes.limits import MAX_CAPACITY
 from pipeline.sizes.model_presets import DEFAULT_PRESET, DTYPE_BYTES, MODELS, PRESETS, KVSize, \
@@ -310,14 +311,15 @@ def capacity_tokens(value: Capacity | int, kv: KVSize | None, block_size: int | 
 
 
 def resolve_capacities(args: argparse.Namespace, *dests: str,
-                       block_size: int | None = None) -> dict[str, object]:
-    """Turn the capacity options ``dests`` of ``args`` (a ``Capacity``, a list of them, an
-    int, or None) into tokens in place: blocks through ``block_size``, sizes through the
+                       block_size: int | None = None) -> tuple[Any, dict[str, object]]:
+    """The capacity options ``dests`` of ``args`` (a ``Capacity``, a list of them, an int,
+    or None) in tokens, as (a frozen copy of ``args`` with them, ``pipeline.base.arguments.
+    derive``; the sizes' data): blocks through ``block_size``, sizes through the
     model ``kv_from_args`` chooses (a size without a model, or blocks without a block size,
     is a usage error naming the option). ``--gpu-memory-utilization`` goes through
     ``pipeline.sizes.vllm_memory.resolve_with_utilization``, which calls this.
 
-    Returns ``{}`` when every one was given in tokens, else ``{"kv": {...}, "options":
+    The sizes' data is ``{}`` when every one was given in tokens, else ``{"kv": {...}, "options":
     {"--cpu": Capacity.as_dict}}`` for the output.
     CLIError naming the option on a bad model option. Commands call it first in ``main``.
     """
@@ -329,20 +331,23 @@ def resolve_capacities(args: argparse.Namespace, *dests: str,
     except ValueError as exc:
         raise CLIError(str(exc)) from None
     options: dict[str, object] = {}
+    changes: dict[str, object] = {}
     for dest, value in given_all.items():
         given = value if isinstance(value, list) else [value]
         if not any(isinstance(item, Capacity) for item in given):
             continue
         tokens = [capacity_tokens(item, kv, block_size, _flag(dest)) for item in given]
-        setattr(args, dest, tokens if isinstance(value, list) else tokens[0])
+        changes[dest] = tokens if isinstance(value, list) else tokens[0]
         if any(isinstance(item, Capacity) and item.unit for item in given):
             parts = [item.as_dict(kv, block_size) if isinstance(item, Capacity) else
                      {"given": str(item), "tokens": item} for item in given]
             options[_flag(dest)] = parts if isinstance(value, list) else parts[0]
+    from pipeline.base.arguments import derive
+    args = derive(args, **changes)
     if not options:
-        return {}
-    return {"kv": {"name": kv.name, "bytes_per_token": kv.bytes_per_token,
-                   "formula": kv.formula} if sized else None, "options": options}
+        return args, {}
+    return args, {"kv": {"name": kv.name, "bytes_per_token": kv.bytes_per_token,
+                         "formula": kv.formula} if sized else None, "options": options}
 
 
 def size_lines(sizes: dict[str, object]) -> list[str]:

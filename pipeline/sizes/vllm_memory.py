@@ -29,8 +29,9 @@ import argparse
 import math
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
-from pipeline.base.arguments import non_negative_float, unit_ratio
+from pipeline.base.arguments import derive, non_negative_float, unit_ratio
 from pipeline.base.errors import CLIError, UsageError
 from pipeline.sizes.model_presets import KVSize, ModelShape
 
@@ -141,9 +142,10 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
                            help=f"GPU preset: {', '.join(GPU_NAMES[:-1])}")
 
 
-def gpu_from_utilization(args: argparse.Namespace, block_size: int | None) -> dict[str, object]:
-    """Set ``args.gpu`` to the pool ``--gpu-memory-utilization`` gives (a one-item list, in
-    tokens) and return its ``as_dict``; a usage error with --gpu or
+def gpu_from_utilization(args: argparse.Namespace, block_size: int | None
+                         ) -> tuple[Any, dict[str, object]]:
+    """(a frozen copy of ``args`` whose ``gpu`` is the pool ``--gpu-memory-utilization``
+    gives, a one-item list in tokens; the pool's ``as_dict``); a usage error with --gpu or
     without --gpu-type / --model."""
     from pipeline.sizes.model_presets import DTYPE_BYTES, model_shape, preset
     from pipeline.steptime.gpus import gpu_preset
@@ -177,18 +179,17 @@ def gpu_from_utilization(args: argparse.Namespace, block_size: int | None) -> di
     if longest and (memory.num_blocks - 1) * size < longest:
         raise CLIError(f"{flag}: {memory.tokens:,} KV tokens cannot hold one request of "
                        f"--max-model-len {longest} (vLLM refuses to start)")
-    args.gpu = [memory.tokens]
-    return memory.as_dict()
+    return derive(args, gpu=[memory.tokens]), memory.as_dict()
 
 
 def resolve_with_utilization(args: argparse.Namespace, *dests: str,
-                             block_size: int | None = None) -> dict[str, object]:
+                             block_size: int | None = None) -> tuple[Any, dict[str, object]]:
     """``resolve_capacities``, after ``--gpu-memory-utilization`` (when given) set ``--gpu``;
     its arithmetic is then the answer's ``gpu_memory_utilization`` (``size_lines`` prints
     it first)."""
     from pipeline.sizes.units import resolve_capacities
     memory = None
     if getattr(args, "gpu_memory_utilization", None) is not None:
-        memory = gpu_from_utilization(args, block_size)
-    sizes = resolve_capacities(args, *dests, block_size=block_size)
-    return sizes if memory is None else {**sizes, "gpu_memory_utilization": memory}
+        args, memory = gpu_from_utilization(args, block_size)
+    args, sizes = resolve_capacities(args, *dests, block_size=block_size)
+    return args, sizes if memory is None else {**sizes, "gpu_memory_utilization": memory}

@@ -2,8 +2,8 @@
 
 ``steptime_arguments(parser)`` adds ``--latency`` and the GPU options, the KV model
 options, ``--gpu CAPS`` (+ ``--gpu-steps``), ``--jobs`` and ``--report``;
-``load_list`` is the type of ``--speed``, ``--rate`` and ``--concurrency`` (comma lists).
-``prepare(args)`` settles the clock and returns the loads of a curve run (None for one run);
+``prepare(args)`` returns the run's options (the clock settled) and the loads of a curve run
+(None for one run);
 ``run_metrics_outputs`` adds ``metrics.json`` and ``vllm_log.parquet`` to one timed run;
 ``run_curves`` runs the grid and writes ``curves.parquet`` (and the report), then a
 ``warning: overloaded:`` line per overloaded point (or one with how many and the worst).
@@ -19,30 +19,23 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pipeline.base.arguments import positive_int
+from pipeline.base.arguments import Options, derive, positive_int
 from pipeline.base.durations import format_duration
 from pipeline.base.errors import CLIError, UsageError
 from pipeline.sizes.units import add_kv_arguments, capacities, kv_from_args, size_lines
 from pipeline.base.staging import Outputs, json_bytes, parquet_bytes
 from pipeline.engine.overload import warning_lines
 from pipeline.engine.request import EngineRequests
-from pipeline.steptime.curves import UPPER, Load, load_curves, parse_loads, upper_curve
+from pipeline.steptime.curves import UPPER, Load, load_curves, upper_curve
 from pipeline.steptime.fitted import Linear
 from pipeline.steptime.metrics import prefix_cache_entries, run_metrics, vllm_log_figures
+from pipeline.engine.options import pool_blocks
 from pipeline.steptime.options import add_latency_arguments, latency_from_args
 
-__all__ = ["steptime_arguments", "load_list", "prepare", "run_metrics_outputs", "run_curves",
+__all__ = ["steptime_arguments", "prepare", "run_metrics_outputs", "run_curves",
            "metric_lines", "loads_closed"]
 
 LOAD_KINDS = ("speed", "rate", "concurrency")
-
-
-def load_list(text: str) -> list[float]:
-    """argparse type: one number > 0 or a comma list of them."""
-    try:
-        return [load.value for load in parse_loads("rate", text)]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def steptime_arguments(parser: argparse.ArgumentParser) -> None:
@@ -68,57 +61,40 @@ def steptime_arguments(parser: argparse.ArgumentParser) -> None:
     add_memory_arguments(parser)
 
 
-def _usage(args: argparse.Namespace, message: str) -> None:
-    raise UsageError(message)
-
-
-def prepare(args: argparse.Namespace) -> list[Load] | None:
-    """Set ``args.clock`` (time with --latency), the load options back to single values for
-    one run, and return the loads of a curve run (None for one run)."""
-    args.latency_model = latency_from_args(args)
-    if args.clock is None:
-        args.clock = "time" if args.latency_model is not None else "steps"
-    if args.clock == "time" and args.latency_model is None:
-        _usage(args, "--clock time needs a step-time model: --latency roofline or FILE")
-    if args.clock == "steps" and args.latency_model is not None:
-        _usage(args, "--latency prices batches in milliseconds: use --clock time (the "
-                     "default with --latency)")
+def prepare(args: argparse.Namespace) -> tuple[Options, list[Load] | None]:
+    """(the run's options, the loads of a curve run or None for one run). The options are
+    ``args`` with ``latency_model`` (``--latency``'s, or None), ``clock`` settled (time
+    with --latency), and for one run the load options as single values and
+    ``num_gpu_blocks``; for curves the load options None (the loads say them)."""
+    model = latency_from_args(args)
+    clock = args.clock or ("time" if model is not None else "steps")
+    if clock == "time" and model is None:
+        raise UsageError("--clock time needs a step-time model: --latency roofline or FILE")
+    if clock == "steps" and model is not None:
+        raise UsageError("--latency prices batches in milliseconds: use --clock time (the "
+                         "default with --latency)")
     given = {kind: getattr(args, kind) for kind in LOAD_KINDS if getattr(args, kind)}
     if args.concurrency and any(v != int(v) for v in args.concurrency):
-        _usage(args, "--concurrency: a whole number of requests")
+        raise UsageError("--concurrency: a whole number of requests")
     curves = (args.gpu is not None and len(args.gpu) > 1 or args.gpu_steps is not None
               or args.report is not None or any(len(values) > 1 for values in given.values()))
     if not curves:
-        for kind, values in given.items():
-            setattr(args, kind, int(values[0]) if kind == "concurrency" else values[0])
+        single = {kind: int(values[0]) if kind == "concurrency" else values[0]
+                  for kind, values in given.items()}
         if args.gpu is None:
-            _usage(args, "--gpu SIZE is required (the GPU KV capacity; a list for curves)")
-        args.num_gpu_blocks = _one_pool(args.gpu[0], args.block_size)
-        return None
+            raise UsageError("--gpu SIZE is required (the GPU KV capacity; a list for curves)")
+        return derive(args, latency_model=model, clock=clock, **single,
+                      num_gpu_blocks=pool_blocks(args.gpu[:1], args.block_size)[0]), None
     if args.gpu is None:
-        _usage(args, "a list of loads makes curves: give --gpu SIZE[,SIZE...] (GPU "
-                     "capacities)")
-    if args.latency_model is None:
-        _usage(args, "curves under load need --latency roofline or FILE (TTFT in ms)")
+        raise UsageError("a list of loads makes curves: give --gpu SIZE[,SIZE...] (GPU "
+                         "capacities)")
+    if model is None:
+        raise UsageError("curves under load need --latency roofline or FILE (TTFT in ms)")
     if len(given) > 1:
-        _usage(args, "curves take one load list: --speed, --rate or --concurrency")
+        raise UsageError("curves take one load list: --speed, --rate or --concurrency")
     kind, values = next(iter(given.items())) if given else ("speed", [1.0])
-    for name in LOAD_KINDS:
-        setattr(args, name, None)
-    return [Load(kind, v) for v in values]
-
-
-def _one_pool(tokens: int, block_size: int) -> int:
-    """One run's num_gpu_blocks for ``--gpu`` tokens: at least 2 (block 0 is vLLM's null
-    block), at most ``MAX_BLOCKS`` (the pool's arrays are allocated whole)."""
-    from pipeline.sizes.limits import MAX_BLOCKS
-    blocks = tokens // block_size
-    if blocks < 2:
-        raise UsageError(f"--gpu: {tokens:,} tokens are {blocks} blocks of {block_size}: at "
-                         f"least 2 (block 0 is vLLM's null block)")
-    if blocks > MAX_BLOCKS:
-        raise UsageError(f"--gpu: {blocks:,} blocks of {block_size}: at most {MAX_BLOCKS:,}")
-    return blocks
+    return (derive(args, latency_model=model, clock=clock, **dict.fromkeys(LOAD_KINDS)),
+            [Load(kind, v) for v in values])
 
 
 def _notes(model, prompt_tokens, kv_bytes: int) -> list[str]:
@@ -190,7 +166,7 @@ def _grid(args: argparse.Namespace) -> list[int]:
     tokens = list(args.gpu)
     if args.gpu_steps is not None:
         if len(tokens) != 2 or not 0 < tokens[0] < tokens[1]:
-            _usage(args, "--gpu-steps needs --gpu LO,HI with 0 < LO < HI")
+            raise UsageError("--gpu-steps needs --gpu LO,HI with 0 < LO < HI")
         grid = np.geomspace(tokens[0], tokens[1], args.gpu_steps)
         tokens = sorted({int(round(t)) for t in grid})
     return sorted(set(tokens))

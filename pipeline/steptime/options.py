@@ -1,4 +1,5 @@
-"""The step-time options of a command: ``--latency roofline|FILE`` and the GPU preset.
+"""The step-time options of a command: ``--latency roofline|FILE`` and the GPU preset; the
+load (``add_load_arguments``: ``--speed``, ``--rate``, ``--concurrency``, ``--seed``).
 
 ``add_latency_arguments(parser)`` adds them; ``latency_from_args(args)`` returns the chosen
 ``StepTimeModel`` (None without ``--latency``), or raises CLIError naming the option. The
@@ -10,13 +11,15 @@ from __future__ import annotations
 
 import argparse
 
-from pipeline.base.arguments import non_negative_float, positive_float
+from pipeline.base.arguments import non_negative_float, non_negative_int, positive_float, \
+    positive_int
 from pipeline.steptime.cost import StepTimeModel
 from pipeline.steptime.gpus import GPUS
 from pipeline.steptime.registry import step_time_model
 from pipeline.steptime.roofline import DEFAULT_OVERHEAD_MS, check_roofline_model
 
-__all__ = ["add_latency_arguments", "latency_from_args", "check_roofline_model"]
+__all__ = ["add_latency_arguments", "add_load_arguments", "latency_from_args",
+           "check_roofline_model", "load_list"]
 
 GPU_NAMES = [gpu.name.split()[0] for gpu in GPUS.values()] + ["custom"]
 
@@ -50,6 +53,34 @@ def add_latency_arguments(parser: argparse.ArgumentParser, latency: bool = True)
                             "(default %(default)s)")
     group.add_argument("--model-shape", metavar="L,HIDDEN,INTER,HEADS,KV_HEADS,VOCAB[,tied]",
                        help="the roofline's model shape instead of the --model preset")
+
+
+def load_list(text: str) -> list[float]:
+    """argparse type: one number > 0 or a comma list of them."""
+    from pipeline.steptime.curves import parse_loads
+    try:
+        return [load.value for load in parse_loads("rate", text)]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_load_arguments(group, lists: bool) -> None:
+    """The load: ``--speed``, ``--rate`` or ``--concurrency``, and ``--seed`` (of --rate).
+    ``lists`` (``simulate``): each a comma list (curves), argparse refuses two of them;
+    otherwise (``plan``) one value each, the command refusing two."""
+    one = group.add_mutually_exclusive_group() if lists else group
+    number, count = (load_list, load_list) if lists else (positive_float, positive_int)
+    curves = "; a comma list: curves" if lists else ""
+    one.add_argument("--speed", type=number, default=None, metavar="X[,X...]" if lists else "X",
+                     help=f"divide the trace's arrival times by X (default 1{curves})")
+    one.add_argument("--rate", type=number, default=None,
+                     help=f"Poisson arrivals, R requests per "
+                          f"{'step, or per second on the time clock' if lists else 'second'} "
+                          f"(seeded by --seed{curves})")
+    one.add_argument("--concurrency", type=count, default=None,
+                     help=f"closed loop: K requests running or waiting at any time{curves}")
+    group.add_argument("--seed", type=non_negative_int, default=0,
+                       help="seed of --rate (default %(default)s)")
 
 
 def latency_from_args(args: argparse.Namespace) -> StepTimeModel | None:

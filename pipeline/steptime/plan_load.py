@@ -19,7 +19,7 @@ import json
 import sys
 from dataclasses import replace
 
-from pipeline.base.arguments import positive_float, positive_int
+from pipeline.base.arguments import derive
 from pipeline.base.durations import format_duration
 from pipeline.base.errors import CLIError, UsageError
 from pipeline.cache.registry import models_field, models_line
@@ -31,7 +31,9 @@ from pipeline.sizes.vllm_memory import gpu_from_utilization
 from pipeline.steptime.alone import plan_with_latency
 from pipeline.steptime.curves import Load, apply_load
 from pipeline.steptime.metrics import run_metrics
-from pipeline.steptime.options import add_latency_arguments, latency_from_args
+from pipeline.engine.options import add_scheduler_limits
+from pipeline.steptime.options import add_latency_arguments, add_load_arguments, \
+    latency_from_args
 
 __all__ = ["add_load_plan_arguments", "plan_under_load"]
 
@@ -43,17 +45,8 @@ def add_load_plan_arguments(parser: argparse.ArgumentParser) -> None:
     """The load, engine and step-time options of a TTFT-p90-under-load target."""
     add_latency_arguments(parser, latency=False)      # plan's own --latency (a path) serves
     group = parser.add_argument_group("load (with --target-ttft-p90-ms; the engine model)")
-    group.add_argument("--speed", type=positive_float, default=None, metavar="X",
-                       help="the trace's arrival times divided by X (default 1)")
-    group.add_argument("--rate", type=positive_float, default=None,
-                       help="Poisson arrivals, R requests per second (seeded by --seed)")
-    group.add_argument("--concurrency", type=positive_int, default=None,
-                       help="closed loop: K requests outstanding")
-    group.add_argument("--seed", type=int, default=0, help="seed of --rate (default 0)")
-    group.add_argument("--max-num-seqs", type=positive_int, default=256,
-                       help="vLLM's max_num_seqs (default %(default)s)")
-    group.add_argument("--max-num-batched-tokens", type=positive_int, default=8192,
-                       help="vLLM's max_num_batched_tokens (default %(default)s)")
+    add_load_arguments(group, lists=False)
+    add_scheduler_limits(group)
 
 
 def _workload(args: argparse.Namespace) -> EngineRequests:
@@ -104,12 +97,12 @@ def _plan_under_load(args: argparse.Namespace) -> int:
     if args.report is not None:
         raise UsageError("--report: not available with --target-ttft-p90-ms (simulate --gpu "
                          "CAPS --report draws the curves)")
-    args.block_size = args.block_size or 16
-    if args.output_tokens in (None, "trace"):         # Mooncake: each line's output_length
-        args.output_tokens = 1
+    tokens = args.output_tokens                      # Mooncake: each line's output_length
+    args = derive(args, block_size=args.block_size or 16,
+                  output_tokens=1 if tokens in (None, "trace") else tokens)
     utilization = None
     if getattr(args, "gpu_memory_utilization", None) is not None:
-        utilization = gpu_from_utilization(args, args.block_size)
+        args, utilization = gpu_from_utilization(args, args.block_size)
     gpu = one_of(args.gpu, "--gpu", "the top of the search")
     kv = kv_from_args(args, "--target-ttft-p90-ms (the answer in GiB)")
     workload = _workload(args)

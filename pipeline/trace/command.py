@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from pipeline.base.arguments import derive
 from pipeline.base.config import EVENTS_DIR, REPORTS_DIR
 from pipeline.engine_caches.options import add_model_arguments, add_order_arguments, run_options
 from pipeline.base.errors import CLIError
@@ -85,9 +86,10 @@ def _shown(path: str | Path) -> str:
 
 def main(args: argparse.Namespace) -> int:
     """``python -m pipeline trace``: validate, replay, write, print."""
-    as_sizes = resolve_with_utilization(args, "gpu", "cpu", "cpu_sweep_gpu",
-                                        block_size=block_size_of(args))
-    args.sizes_given = bool(as_sizes.get("kv"))  # the report adds GiB (outputs.trace_units)
+    args, as_sizes = resolve_with_utilization(args, "gpu", "cpu", "cpu_sweep_gpu",
+                                              block_size=block_size_of(args))
+    # the report adds GiB (outputs.trace_units)
+    args = derive(args, sizes_given=bool(as_sizes.get("kv")))
     workload = load_workload(args)
     try:
         stream = workload.block_stream()

@@ -16,6 +16,7 @@ from pipeline.workloads.tokens import read_tokens
 from pipeline.workloads.workload import Workload
 
 __all__ = ["FORMATS", "Workload", "add_input_arguments", "add_pattern_arguments",
+           "add_trace_arguments",
            "load_workload", "pattern_from_args"]
 
 FORMATS = ("mooncake", "tokens")
@@ -24,12 +25,9 @@ TOKENS_BLOCK_SIZE = 16          # vLLM's default block size
 
 def add_input_arguments(parser: argparse.ArgumentParser) -> None:
     """PATH and --format, or --pattern with long_doc_qa's vocabulary."""
-    parser.add_argument("path", nargs="?", metavar="PATH",
-                        help="trace file (JSONL); or give --pattern instead")
-    parser.add_argument("--format", choices=FORMATS, default="mooncake",
-                        help="mooncake: {timestamp, input_length, output_length, hash_ids}; "
-                             "tokens: {timestamp, tokens} and optional max_tokens, "
-                             "output_token_ids (default %(default)s)")
+    add_trace_arguments(parser, FORMATS, "mooncake: {timestamp, input_length, output_length, "
+                        "hash_ids}; tokens: {timestamp, tokens} and optional max_tokens, "
+                        "output_token_ids")
     parser.add_argument("--block-size", type=positive_int, default=None,
                         help=f"tokens per block (default {MOONCAKE_BLOCK_SIZE} for mooncake, "
                              f"{TOKENS_BLOCK_SIZE} for tokens and patterns)")
@@ -38,15 +36,30 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
     add_pattern_arguments(parser)
 
 
-def add_pattern_arguments(parser: argparse.ArgumentParser) -> None:
-    """--pattern and its options (LMCache long_doc_qa's vocabulary)."""
+def add_trace_arguments(parser: argparse.ArgumentParser, formats: tuple[str, ...],
+                        formats_help: str, dest: str = "path", default: str = "mooncake"
+                        ) -> None:
+    """The trace file (``dest``: PATH, fleet's TRACE) and its ``--format``, whose default is
+    the command's: mooncake for ``trace``, ``plan`` and ``fleet``, token ids for
+    ``simulate``."""
+    parser.add_argument(dest, nargs="?", metavar=dest.upper(),
+                        help="trace file (JSONL, --format); or give --pattern instead")
+    parser.add_argument("--format", choices=formats, default=default,
+                        help=f"{formats_help} (default %(default)s)")
+
+
+def add_pattern_arguments(parser: argparse.ArgumentParser, document_length: int = 20000,
+                          num_requests: int = 1000) -> None:
+    """--pattern and its options (LMCache long_doc_qa's vocabulary), defined once; the
+    defaults of ``--document-length`` and ``--num-requests`` are the caller's (``fleet``: 2000
+    and 200, as many engines simulated per point; ``plan --fleet`` keeps plan's)."""
     group = parser.add_argument_group("pattern (instead of PATH; LMCache long_doc_qa's names)")
     group.add_argument("--pattern", choices=patterns.PATTERNS, default=None,
                        help="long-doc-qa: LMCache's benchmark; multi-tenant: a shared system "
                             "prompt + per-user documents; zipf: Zipf-popular documents")
     group.add_argument("--num-documents", type=positive_int, default=8,
                        help="documents (per user for multi-tenant) (default %(default)s)")
-    group.add_argument("--document-length", type=non_negative_int, default=20000,
+    group.add_argument("--document-length", type=non_negative_int, default=document_length,
                        help="tokens per document (default %(default)s)")
     group.add_argument("--repeat-count", type=non_negative_int, default=2,
                        help="long-doc-qa, multi-tenant: reads of each document after the "
@@ -61,7 +74,7 @@ def add_pattern_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--users", type=positive_int, default=4,
                        help="multi-tenant: users, each with --num-documents documents "
                             "(default %(default)s)")
-    group.add_argument("--num-requests", type=non_negative_int, default=1000,
+    group.add_argument("--num-requests", type=non_negative_int, default=num_requests,
                        help="zipf: requests drawn (default %(default)s)")
     group.add_argument("--zipf-alpha", type=non_negative_float, default=1.0,
                        help="zipf: popularity exponent (default %(default)s)")
