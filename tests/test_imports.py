@@ -152,7 +152,6 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "pipeline.ttft.verdicts"),
     "models": (
         "pipeline.cache.stack_distance", "pipeline.cache.stack_distance_kernels",
-        "pipeline.cache.two_tier",
         "pipeline.cache.registry", "pipeline.policies", "pipeline.policies.*",
         "pipeline.blocks.lru_depths", "pipeline.blocks.model_api",
         "pipeline.blocks.bands",
