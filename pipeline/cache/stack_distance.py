@@ -113,13 +113,6 @@ def _as_capacities(capacities: object) -> np.ndarray:
     return array
 
 
-def _as_capacity(capacity: object) -> np.ndarray:
-    """A single capacity as a 1-element int64 array, or raise."""
-    if np.ndim(capacity) != 0:
-        raise TypeError(f"capacity must be a single number, got {capacity!r}")
-    return _as_capacities(capacity)
-
-
 def _dense_codes(keys: np.ndarray) -> tuple[np.ndarray, int]:
     """Key codes 0..n_codes-1 for table lookups (the keys themselves when small enough)."""
     if keys.size == 0:
