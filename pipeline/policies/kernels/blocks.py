@@ -1,7 +1,6 @@
-"""Block-mode kernels: ``Policy.place`` compiled for the queue policies (FIFO, MRU), CLOCK,
-SIEVE, LFU and OPT, equal per request to the classes' replay (tests/test_policies_blocks.py);
-each policy's hit and victim rules are the per-access kernels' own (``simple.py``). LRU's
-block mode is the one-pass ``block-lru`` engine (``pipeline/blocks/lru_depths.py``).
+"""Block-mode kernels: ``Policy.place`` compiled for the queue policies (FIFO, MRU; LRU's mode
+0 is kept, though LRU's block mode is the one-pass ``block-lru`` engine), CLOCK, SIEVE, LFU
+and OPT, equal per request to the classes' replay (tests/test_policies_blocks.py).
 
 A request: look its blocks up (the prefix hit: the leading blocks present), then read its
 touches (each a hit or an insertion), then evict until the tier fits, setting aside a victim
@@ -17,10 +16,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from pipeline.policies.kernels.lists import FIRST, NONE, bucket_push, push
+from pipeline.policies.kernels.lists import FIRST, NONE, bucket_push, bucket_unlink, push, unlink
 from pipeline.policies.kernels.opt import next_use_codes, sift_down, sift_up
-from pipeline.policies.kernels.simple import (lfu_hit, lfu_victim, queue_hit, queue_victim,
-                                              ring_victim)
 
 __all__ = ["place_queue", "place_opt", "place_ring", "place_lfu", "block_fifo", "block_mru",
            "block_lfu", "block_clock", "block_sieve", "block_opt"]
@@ -58,14 +55,17 @@ def place_queue(touches, t_off, lookup, l_off, capacity, k, mode):
             x = touches[q]
             pin[x] = r
             if resident[x]:
-                queue_hit(ends, prev, nxt, x, mode)
+                if mode != 1:
+                    unlink(ends, prev, nxt, x)
+                    push(ends, prev, nxt, x)
             else:
                 push(ends, prev, nxt, x)
                 resident[x] = True
                 used += 1
         held = 0
         while used + held > capacity:
-            v = queue_victim(ends, prev, nxt, mode)
+            v = ends[0] if mode == 2 else ends[1]
+            unlink(ends, prev, nxt, v)
             resident[v] = False
             used -= 1
             if pin[v] == r:
@@ -170,7 +170,20 @@ def place_ring(touches, t_off, lookup, l_off, capacity, k, sieve):
                 used += 1
         held = 0
         while used + held > capacity:
-            v, hand = ring_victim(ends, prev, nxt, bit, hand, sieve)
+            if sieve:
+                v = ends[1] if hand == NONE else hand
+                while bit[v]:
+                    bit[v] = False
+                    v = ends[1] if prev[v] == NONE else prev[v]
+                hand = prev[v]
+            else:
+                v = ends[1]
+                while bit[v]:
+                    bit[v] = False
+                    unlink(ends, prev, nxt, v)
+                    push(ends, prev, nxt, v)
+                    v = ends[1]
+            unlink(ends, prev, nxt, v)
             resident[v] = False
             used -= 1
             if pin[v] == r:
@@ -210,7 +223,12 @@ def place_lfu(touches, t_off, lookup, l_off, capacity, k):
             x = touches[q]
             pin[x] = r
             if resident[x]:
-                lfu_hit(bhead, btail, bcount, prev, nxt, freq, x)
+                f = freq[x]
+                bucket_unlink(bhead, btail, prev, nxt, f, x)
+                bcount[f] -= 1
+                freq[x] = f + 1
+                bucket_push(bhead, btail, prev, nxt, f + 1, x)
+                bcount[f + 1] += 1
             else:
                 freq[x] = 1
                 bucket_push(bhead, btail, prev, nxt, FIRST, x)
@@ -220,7 +238,11 @@ def place_lfu(touches, t_off, lookup, l_off, capacity, k):
                 used += 1
         held = 0
         while used + held > capacity:
-            v, low = lfu_victim(bhead, btail, bcount, prev, nxt, low)
+            while bcount[low] == 0:
+                low += 1
+            v = btail[low]
+            bucket_unlink(bhead, btail, prev, nxt, low, v)
+            bcount[low] -= 1
             resident[v] = False
             used -= 1
             if pin[v] == r:
