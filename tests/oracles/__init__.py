@@ -1,2 +1,2 @@
-"""Test oracles: literal Python ports of engine rules that are no production path any more.
-Each is small and readable; the tests prove the compiled engines equal to them."""
+"""Test oracles: literal Python ports of engine code, read beside the engine's source and
+held equal to the compiled production models by the tests (never imported by pipeline/)."""
