@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvlab.scenario import run as run_scenario
-from pipeline.blocks import literal_replay, lru_depths
+from pipeline.blocks import lru_depths
 from pipeline.cli import main as cli_main
 from pipeline.cache.stack_distance import stack_distances
 from pipeline.blocks.command import run_blocks
@@ -22,6 +22,7 @@ from pipeline.blocks.stream import ORDERS, block_stream
 from pipeline.workloads.blocks import BLOCK_SCHEMA, document_blocks
 
 from conftest import cli_in_process
+from oracles import block_lru as literal_replay
 
 
 @st.composite

@@ -152,9 +152,9 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "pipeline.ttft.verdicts"),
     "models": (
         "pipeline.cache.stack_distance", "pipeline.cache.stack_distance_kernels",
-        "pipeline.cache.two_tier", "pipeline.cache.events",
+        "pipeline.cache.events",
         "pipeline.cache.registry", "pipeline.policies", "pipeline.policies.*",
-        "pipeline.blocks.literal_replay", "pipeline.blocks.lru_depths", "pipeline.blocks.model_api",
+        "pipeline.blocks.lru_depths", "pipeline.blocks.model_api",
         "pipeline.blocks.bands",
         "pipeline.engine_caches.*", "pipeline.measure.llamacpp.cache_model",
         "pipeline.measure.llamacpp.compare", "pipeline.measure.llamacpp.engine",

@@ -1,5 +1,5 @@
 """The planner's search against literal replays at every CPU capacity: kvlab's TwoTierCache
-in document mode, the block model's reference replay (``pipeline.blocks.literal_replay``) in block
+in document mode, the block model's reference replay (``tests/oracles/block_lru.py``) in block
 mode."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from conftest import ROOT
 from kvlab.kvsim import TwoTierCache
-from pipeline.blocks.literal_replay import replay
+from oracles.block_lru import replay
 from pipeline.blocks.stream import ORDERS, block_stream
 from pipeline.plan.search import DocumentEvaluator, Target, plan
 from pipeline.plan.blocks import BlockEvaluator

@@ -8,9 +8,8 @@ from hypothesis import strategies as st
 
 from kvlab.kvsim import LRUCache, TwoTierCache
 from pipeline.cache.stack_distance import (COLD, hit_curve, lru_hit_counts, lru_hits, lru_states,
-                                           stack_distances)
+                                           stack_distances, two_tier_states)
 from pipeline.cache.tiers import TIERS
-from pipeline.cache.two_tier import two_tier_tiers
 
 DOC_TOKENS = 5011
 
@@ -22,6 +21,11 @@ def kvlab_lru_hits(keys, sizes, capacity):
     """Re-run kvlab's LRUCache: one bool per access."""
     cache = LRUCache(capacity)
     return [cache.access(key, size) for key, size in zip(keys, sizes)]
+
+
+def two_tier_tiers(keys, sizes, gpu, cpu_capacities):
+    """Tier codes (K, N) of ``TwoTierCache(gpu, c)`` per CPU capacity c, from the one pass."""
+    return two_tier_states(keys, sizes, [gpu], cpu_capacities)[0].tiers
 
 
 def kvlab_tiers(keys, sizes, gpu, cpu):
@@ -193,7 +197,5 @@ def test_malformed_inputs_raise():
         stack_distances(["a", "b"], [1, 1])
     with pytest.raises(TypeError, match="integers"):
         lru_hits([0], [1.5], [5])
-    with pytest.raises(TypeError, match="single number"):
-        two_tier_tiers([0], [1], [5, 6], [5])
     with pytest.raises(ValueError, match="exact range"):
         hit_curve([0, 1], [5, 9]).at([8])

@@ -8,10 +8,9 @@ each; the prefix is the whole context or, one time in four, a random part of it)
 blocks, tail-first.
 
 (c) the fast engine (``lru_depths.block_lru_gpu``: one pass per size band, then every capacity)
-runs at every capacity (median of 3 runs); (a) the literal replay
-(``literal_replay.replay_gpu``) runs at ``--block-sample`` evenly spaced capacities and its
-time is extrapolated to all of them
-(``--block-full`` runs all); every replayed capacity's per-request hits must equal the fast
+runs at every capacity (median of 3 runs); (a) the literal replay (``block-lru-replay``: the
+LRU class, request by request) runs at ``--block-sample`` evenly spaced capacities and its
+time is extrapolated to all of them (``--block-full`` runs all); every replayed capacity's per-request hits must equal the fast
 engine's, else exit 1. It also writes the trace's block events (``sweep.block_events``) to a
 temporary Parquet file and reports bytes per block access.
 ``python -m pipeline.blocks.bench [--block-blocks N] ...``, or ``run_bench()`` from Python.
@@ -29,7 +28,8 @@ import numpy as np
 import polars as pl
 
 from pipeline.base.arguments import positive_int
-from pipeline.blocks import literal_replay, lru_depths
+from pipeline.blocks import lru_depths
+from pipeline.blocks.model_api import GPU_MODELS
 from pipeline.blocks.stream import TAIL_FIRST, block_stream
 from pipeline.blocks.sweep import block_events
 from pipeline.sweeps import write_parquet_atomic
@@ -123,7 +123,7 @@ def run_bench(blocks: int = 2_000_000, contexts: int = 2000, capacities: int = 1
     replay_s = []
     for row in rows:
         started = time.perf_counter()
-        literal = literal_replay.replay_gpu(stream, grid[row:row + 1], TAIL_FIRST)[0]
+        literal = GPU_MODELS["block-lru-replay"](stream, grid[row:row + 1], TAIL_FIRST)[0]
         replay_s.append(time.perf_counter() - started)
         if not np.array_equal(literal, fast[row]):
             print(f"MISMATCH at capacity {grid[row]}: replay and one pass differ",

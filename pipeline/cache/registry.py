@@ -24,7 +24,6 @@ from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from pipeline.base.arguments import checked, positive_int
-from pipeline.blocks import literal_replay as block_replay
 from pipeline.blocks import lru_depths as block_onepass
 from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST, TRACE
 from pipeline.engine_caches import lmcache_cpu, lmcache_fast, vllm_fast, vllm_gpu
@@ -189,7 +188,7 @@ def _builtin() -> list[CacheModel]:
     block_lru_gpu, block_lru_cpu = block_onepass.block_lru_gpu, block_onepass.block_lru_cpu
     k, b = kernels, block_kernels
     policies = [
-        policy_entry("lru", LRU, "least recently used", LRU_PASS, k.replay_lru, b.block_lru),
+        policy_entry("lru", LRU, "least recently used", LRU_PASS, k.replay_lru),
         policy_entry("fifo", FIFO, "first in, first out", None, k.replay_fifo, b.block_fifo),
         policy_entry("mru", MRU, "most recently used", MRU_PASS, k.replay_mru, b.block_mru),
         policy_entry("lfu", LFU, "least frequently used", None, k.replay_lfu, b.block_lfu),
@@ -208,7 +207,8 @@ def _builtin() -> list[CacheModel]:
                    "engine's rules, not a bound", "block", tier=LRU,
                    gpu=block_lru_gpu, cpu=block_lru_cpu),
         CacheModel("block-lru-replay", "block-lru replayed literally (reference)", "block",
-                   tier=LRU, gpu=block_replay.replay_gpu, cpu=block_replay.replay_cpu),
+                   tier=LRU, gpu=policy_gpu_model("block-lru-replay", LRU),
+                   cpu=policy_cpu_model("block-lru-replay", LRU)),
         CacheModel("vllm", "vLLM's v1 block allocator (one pass)", "block", tier=_vllm_tier,
                    gpu=vllm_fast.vllm_gpu, order=TAIL_FIRST, options=VLLM_OPTIONS),
         CacheModel("vllm-replay", "vLLM's v1 block allocator replayed literally", "block",

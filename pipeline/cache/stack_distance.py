@@ -33,7 +33,12 @@ The same prefix property gives the state itself: after any access the cache hold
 longest top of the stack that fits, so ``lru_states`` finds the bytes used at every capacity
 with a Fenwick descent, and evictions from the change in items held.
 
-A two-tier cache (``TwoTierCache``) is two such passes: ``pipeline.cache.two_tier`` composes them.
+A two-tier cache (``TwoTierCache``) is two such passes (``two_tier_states``): the GPU tier is an
+LRU cache that sees every access, the CPU tier one fed exactly the GPU misses (a GPU hit
+leaves it untouched), so one ``lru_states`` pass gives the GPU tier at every GPU capacity and
+one more over each GPU capacity's miss stream the CPU tier at every CPU capacity; an access's
+tier is gpu on a GPU hit, else cpu on a CPU hit, else miss (``pipeline.cache.tiers.access_tiers``,
+the one composition).
 """
 
 from __future__ import annotations
@@ -46,9 +51,11 @@ import numpy as np
 from pipeline.base.arrays import read_only
 from pipeline.cache.stack_distance_kernels import (COLD, first_size_change, occupancy_pass,
                                                    stack_distance_pass)
+from pipeline.cache.tiers import access_tiers
 
-__all__ = ["COLD", "NOTHING_STORED", "HitCurve", "LRUStates", "stack_distances", "lru_hits",
-           "lru_hit_counts", "lru_states", "hit_curve", "band_limits"]
+__all__ = ["COLD", "NOTHING_STORED", "HitCurve", "LRUStates", "TwoTierStates", "stack_distances",
+           "lru_hits", "lru_hit_counts", "lru_states", "two_tier_states", "hit_curve",
+           "band_limits"]
 
 
 #: band limit of a capacity that can store no key at all
@@ -104,13 +111,6 @@ def _as_capacities(capacities: object) -> np.ndarray:
     if array.size and array.max() >= COLD:
         raise ValueError(f"capacity must be below {COLD}, got {array.max()}")
     return array
-
-
-def _as_capacity(capacity: object) -> np.ndarray:
-    """A single capacity as a 1-element int64 array, or raise."""
-    if np.ndim(capacity) != 0:
-        raise TypeError(f"capacity must be a single number, got {capacity!r}")
-    return _as_capacities(capacity)
 
 
 def _dense_codes(keys: np.ndarray) -> tuple[np.ndarray, int]:
@@ -265,6 +265,38 @@ def lru_states(keys: object, sizes: object, capacities: object) -> LRUStates:
                         band_used, band_evicted)
         used[rows], evicted[rows] = band_used, band_evicted
     return LRUStates(hits, used, evicted)
+
+
+class TwoTierStates(NamedTuple):
+    """``TwoTierCache(gpu, cpu)`` per access for one GPU capacity and K CPU capacities."""
+
+    tiers: np.ndarray         # int8 (K, N): codes indexing pipeline.cache.tiers.TIERS
+    gpu_used: np.ndarray      # int64 (N,): GPU tokens stored after the access
+    gpu_evicted: np.ndarray   # int32 (N,): items the GPU tier evicted on the access
+    cpu_used: np.ndarray      # int64 (K, N): CPU tokens stored after the access
+    cpu_evicted: np.ndarray   # int32 (K, N): items the CPU tier evicted on the access
+
+
+def two_tier_states(keys: object, sizes: object, gpu_capacities: object,
+                    cpu_capacities: object) -> list[TwoTierStates]:
+    """Per-access state of ``TwoTierCache(g, c)`` for every GPU capacity g (one list item
+    each) and every CPU capacity c (the rows of its arrays), exactly."""
+    gpu = lru_states(keys, sizes, gpu_capacities)           # validates the trace
+    keys, sizes = np.asarray(keys), np.asarray(sizes)
+    positions = np.arange(keys.size)
+    results = []
+    for g in range(gpu.hits.shape[0]):
+        misses = np.flatnonzero(~gpu.hits[g])
+        cpu = lru_states(keys[misses], sizes[misses], cpu_capacities)
+        cpu_evicted = np.zeros((cpu.hits.shape[0], keys.size), dtype=np.int32)
+        cpu_evicted[:, misses] = cpu.evicted
+        # The CPU tier changes only on GPU misses: carry its occupancy over GPU hits.
+        last_miss = np.searchsorted(misses, positions, side="right") - 1
+        cpu_used = (np.where(last_miss >= 0, cpu.used[:, np.maximum(last_miss, 0)], 0)
+                    if misses.size else np.zeros_like(cpu_evicted, dtype=np.int64))
+        results.append(TwoTierStates(access_tiers(gpu.hits[g], np.atleast_2d(cpu.hits)),
+                                     gpu.used[g], gpu.evicted[g], cpu_used, cpu_evicted))
+    return results
 
 
 class HitCurve(NamedTuple):

@@ -2,7 +2,7 @@
 
 The pool is the engine's (``pipeline.engine.kpool``, compiled), run here by ``run_alone``:
 each request looks up its prefix, takes its blocks, hashes the full ones and frees them
-before the next arrives. What the block-lru model (``pipeline.blocks.literal_replay``)
+before the next arrives. What the block-lru model (``pipeline.blocks.lru_depths``)
 leaves out and vLLM does, read in the vllm wheels (0.11.0, 0.22.1, 0.23.0, 0.24.0, 0.33.0;
 files under ``vllm/v1/core/``):
 

@@ -7,7 +7,7 @@ policy that declares no fast path)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -73,16 +73,29 @@ def policy_hits(name: str, codes: np.ndarray, sizes: np.ndarray, capacity: int,
     return hit_matrix(name, codes, sizes, [capacity], method)[0]
 
 
+def _inputs(name: str, codes: np.ndarray, sizes: np.ndarray, capacities: Sequence[int]
+            ) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """The policy checked; codes and sizes as contiguous int64, capacities as ints."""
+    if name not in POLICIES:
+        raise ValueError(f"unknown policy {name!r}; accepted: {', '.join(POLICIES)}")
+    return (np.ascontiguousarray(codes, dtype=np.int64),
+            np.ascontiguousarray(sizes, dtype=np.int64), [int(c) for c in capacities])
+
+
+def _per_capacity(run: Callable[[int], object], capacities: list[int],
+                  workers: int | None) -> list:
+    """``run(capacity)`` for every capacity, on a thread pool (the kernels release the GIL)."""
+    workers = workers or os.cpu_count() or 1
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(capacities)))) as pool:
+        return list(pool.map(run, capacities))
+
+
 def hit_matrix(name: str, codes: np.ndarray, sizes: np.ndarray, capacities: Sequence[int],
                method: str = "auto", workers: int | None = None) -> np.ndarray:
     """Per-access hits, one row per capacity (bool array, capacities x accesses)."""
-    if name not in POLICIES:
-        raise ValueError(f"unknown policy {name!r}; accepted: {', '.join(POLICIES)}")
+    codes, sizes, capacities = _inputs(name, codes, sizes, capacities)
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; accepted: {', '.join(METHODS)}")
-    codes = np.ascontiguousarray(codes, dtype=np.int64)
-    sizes = np.ascontiguousarray(sizes, dtype=np.int64)
-    capacities = [int(c) for c in capacities]
     if _one_pass(name, method, codes, sizes, len(capacities)):
         return _entry(name).onepass.hits(codes, sizes, capacities)
     kernel = _entry(name).replay_kernel
@@ -93,30 +106,21 @@ def hit_matrix(name: str, codes: np.ndarray, sizes: np.ndarray, capacities: Sequ
             return kernel(codes, sizes, capacity)
     if len(capacities) == 1:
         return run(name, codes, sizes, capacities[0])[None, :]
-    workers = workers or os.cpu_count() or 1
-    with ThreadPoolExecutor(max_workers=min(workers, len(capacities))) as pool:
-        rows = list(pool.map(lambda c: run(name, codes, sizes, c), capacities))
-    return np.vstack(rows)
+    return np.vstack(_per_capacity(lambda c: run(name, codes, sizes, c), capacities, workers))
 
 
 def hit_counts(name: str, codes: np.ndarray, sizes: np.ndarray, capacities: Sequence[int],
                method: str = "auto", workers: int | None = None) -> np.ndarray:
     """Hits per capacity (int64), without keeping per-access rows: one pass where exact, else
     one compiled replay per capacity on a thread pool (the kernels release the GIL)."""
-    capacities = [int(c) for c in capacities]
-    codes = np.ascontiguousarray(codes, dtype=np.int64)
-    sizes = np.ascontiguousarray(sizes, dtype=np.int64)
-    if name not in POLICIES:
-        raise ValueError(f"unknown policy {name!r}; accepted: {', '.join(POLICIES)}")
+    codes, sizes, capacities = _inputs(name, codes, sizes, capacities)
     if _one_pass(name, method, codes, sizes, len(capacities)):
         return _entry(name).onepass.counts(codes, sizes, capacities)
     kernel = _entry(name).replay_kernel
     if method not in ("auto", "replay") or kernel is None:
         return hit_matrix(name, codes, sizes, capacities, method, workers).sum(axis=1)
-    workers = workers or os.cpu_count() or 1
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(capacities)))) as pool:
-        return np.array(list(pool.map(
-            lambda c: int(kernel(codes, sizes, c).sum()), capacities)), dtype=np.int64)
+    return np.array(_per_capacity(lambda c: int(kernel(codes, sizes, c).sum()), capacities,
+                                  workers), dtype=np.int64)
 
 
 def tiered_codes(gpu: str, cpu: str, codes: np.ndarray, sizes: np.ndarray, gpu_capacity: int,

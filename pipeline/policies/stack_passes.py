@@ -16,17 +16,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeline.cache.stack_distance_kernels import first_size_change
+
 __all__ = ["OnePass", "LRU_PASS", "MRU_PASS", "OPT_PASS", "slots", "mru_distances_of",
            "opt_distances_of"]
 
 
 def _fixed_sizes(codes: np.ndarray, sizes: np.ndarray) -> bool:
-    """True when every key keeps one size."""
-    if codes.size == 0:
-        return True
-    first = np.full(int(codes.max()) + 1, -1, dtype=np.int64)
-    first[codes[::-1]] = sizes[::-1]
-    return bool((first[codes] == sizes).all())
+    """True when every key keeps one size (the stack-distance pass's own check)."""
+    first = np.full(int(codes.max()) + 1 if codes.size else 0, -1, dtype=np.int64)
+    return first_size_change(codes, sizes, first) < 0
 
 
 def _one_size(codes: np.ndarray, sizes: np.ndarray) -> bool:

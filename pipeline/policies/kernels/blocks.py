@@ -1,5 +1,6 @@
-"""Block-mode kernels: ``Policy.place`` compiled for the queue policies (LRU, FIFO, MRU),
-CLOCK, SIEVE, LFU and OPT, equal per request to the classes' replay (tests/test_policies_blocks.py).
+"""Block-mode kernels: ``Policy.place`` compiled for the queue policies (FIFO, MRU; LRU's mode
+0 is kept, though LRU's block mode is the one-pass ``block-lru`` engine), CLOCK, SIEVE, LFU
+and OPT, equal per request to the classes' replay (tests/test_policies_blocks.py).
 
 A request: look its blocks up (the prefix hit: the leading blocks present), then read its
 touches (each a hit or an insertion), then evict until the tier fits, setting aside a victim
@@ -18,8 +19,8 @@ from numba import njit
 from pipeline.policies.kernels.lists import FIRST, NONE, bucket_push, bucket_unlink, push, unlink
 from pipeline.policies.kernels.opt import next_use_codes, sift_down, sift_up
 
-__all__ = ["place_queue", "place_opt", "place_ring", "place_lfu", "block_lru", "block_fifo",
-           "block_mru", "block_lfu", "block_clock", "block_sieve", "block_opt"]
+__all__ = ["place_queue", "place_opt", "place_ring", "place_lfu", "block_fifo", "block_mru",
+           "block_lfu", "block_clock", "block_sieve", "block_opt"]
 
 
 @njit(cache=True, nogil=True)
@@ -256,11 +257,6 @@ def place_lfu(touches, t_off, lookup, l_off, capacity, k):
             resident[x] = True
             used += 1
     return out
-
-
-def block_lru(touches, t_off, lookup, l_off, capacity, k):
-    """LRU's block kernel (the queue in mode 0)."""
-    return place_queue(touches, t_off, lookup, l_off, capacity, k, 0)
 
 
 def block_fifo(touches, t_off, lookup, l_off, capacity, k):

@@ -1,4 +1,5 @@
-"""The block model, replayed literally: the readable reference the fast engine must equal.
+"""The block-lru model, replayed literally: the test oracle the one-pass engine
+(``pipeline/blocks/lru_depths.py``) and the LRU class replay (``block-lru-replay``) must equal.
 
 The rules (README, "Block-level prefix caching"):
 
@@ -16,7 +17,7 @@ The rules (README, "Block-level prefix caching"):
   missing ones stored) and leaves the blocks the GPU served alone.
 
 A tier of C tokens holds C // block_size blocks. ``replay`` runs one (GPU, CPU) pair request
-by request; ``replay_gpu`` / ``replay_cpu`` offer it through the engines' model API.
+by request, in blocks.
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pipeline.blocks.stream import TAIL_FIRST, BlockStream, capacity_blocks, check_order
+from pipeline.blocks.stream import TAIL_FIRST, BlockStream, check_order
 from pipeline.cache.tiers import leading_run
 
-__all__ = ["BlockTier", "Replay", "replay", "replay_gpu", "replay_cpu"]
+__all__ = ["BlockTier", "Replay", "replay"]
 
 
 class BlockTier:
@@ -98,22 +99,3 @@ def replay(stream: BlockStream, gpu_blocks: int, cpu_blocks: int, gpu_order: str
         gpu.place(keys)
         cpu.place(keys[g:])
     return result
-
-
-def replay_gpu(stream: BlockStream, capacities: object, order: str) -> np.ndarray:
-    """GPU model API: prefix hit tokens per (capacity, request), shape (K, R)."""
-    blocks = capacity_blocks(capacities, stream.block_size)
-    rows = [replay(stream, int(c), 0, order, order).gpu_prefix for c in blocks]
-    return np.array(rows, dtype=np.int64).reshape(blocks.size, stream.requests) \
-        * stream.block_size
-
-
-def replay_cpu(stream: BlockStream, gpu_hit_tokens: np.ndarray, capacities: object,
-               order: str) -> np.ndarray:
-    """CPU model API: CPU prefix hit tokens (from block 0) per (capacity, request)."""
-    blocks = capacity_blocks(capacities, stream.block_size)
-    gpu_prefix = np.asarray(gpu_hit_tokens, np.int64) // stream.block_size
-    rows = [replay(stream, 0, int(c), order, order, gpu_prefix=gpu_prefix).cpu_prefix
-            for c in blocks]
-    return np.array(rows, dtype=np.int64).reshape(blocks.size, stream.requests) \
-        * stream.block_size
