@@ -144,12 +144,18 @@ WEIGHTS = {"new": 10, "store": 30, "complete_store": 25, "load": 8, "complete_lo
            "touch": 5, "finish": 8, "lookup": 3, "reset": 1}
 
 
-def random_operations(rng: random.Random, steps: int = 40) -> list[tuple]:
+#: A mix for reuse: loads, their completions and finished requests promote ARC's chunks.
+REUSE_WEIGHTS = {"new": 10, "store": 25, "complete_store": 20, "load": 15,
+                 "complete_load": 15, "touch": 15, "finish": 15, "lookup": 2, "reset": 0}
+
+
+def random_operations(rng: random.Random, steps: int = 40,
+                      weights: dict[str, int] = WEIGHTS) -> list[tuple]:
     """A random sequence of calls as the connector could make them: requests are paths of
     a small key trie (shared prefixes), stores of chunk ranges, completions (some failed),
     loads of stored prefixes, touches, finished requests, rare resets."""
-    names, weights = list(WEIGHTS), list(WEIGHTS.values())
-    return [(rng.choices(names, weights)[0], rng.random(), rng.random(), rng.random(),
+    names, counts = list(weights), list(weights.values())
+    return [(rng.choices(names, counts)[0], rng.random(), rng.random(), rng.random(),
              rng.random()) for _ in range(steps)]
 
 
