@@ -249,8 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rng, mismatches, calls = random.Random(args.seed), [], 0
     for case in range(args.random):
-        config = {"num_chunks": rng.choice([0, 1, 2, 3, 4, 6, 10]), "policy": rng.choice(["lru", "arc"]),
-                  "store_threshold": rng.choice([0, 1, 2, 3]),
+        config = {"num_chunks": rng.choice([0, 1, 2, 3, 4, 6, 10]),
+                  "policy": rng.choice(["lru", "arc"]), "store_threshold": rng.choice([0, 1, 2, 3]),
                   "max_tracker_size": rng.choice([2, 5, 64_000])}
         ops = random_operations(rng, rng.randint(5, 60))
         calls += len(ops)

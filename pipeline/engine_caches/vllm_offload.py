@@ -1,8 +1,8 @@
 """vLLM 0.33.0's native KV offloading (``--kv-offloading-size GiB --kv-offloading-backend
 native``: the ``OffloadingConnector`` with ``CPUOffloadingManager``), the CPU side, exact.
 
-``NativeOffload`` holds the manager's state (``vllm_offload_kernels``, compiled) and offers
-its calls: ``lookup``, ``prepare_load``/``complete_load``, ``touch``,
+``NativeOffload`` holds the manager's state (compiled: ``vllm_offload_policies``,
+``vllm_offload_kernels``) and offers its calls: ``lookup``, ``prepare_load``/``complete_load``, ``touch``,
 ``prepare_store``/``complete_store``, ``request_finished``, ``reset``; the eviction
 policies ``lru`` and ``arc``, ``store_threshold`` and ``max_tracker_size`` as vLLM has
 them. ``offload_chunks`` is vLLM's sizing: how ``--kv-offloading-size`` becomes a number of
@@ -21,15 +21,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.engine_caches import vllm_offload_kernels as kernels
-from pipeline.engine_caches.vllm_offload_kernels import (C_CHUNK, C_COUNT, C_EVICT, C_GHOST,
-                                                         C_RANK, C_REF, C_SIZE, C_WHERE,
-                                                         FIRST_ROW, NO_RANK, R_B1, R_T1,
-                                                         R_TRACK, RES, GHOST, TRACK,
-                                                         RQ_GEN, S_ALLOC, S_ARC,
-                                                         S_CHUNKS, S_EVICTABLE, S_FREE_TOP,
-                                                         S_GEN, S_NEXT_RANK, S_PENDING,
-                                                         S_SIZE, S_SKIPPED, S_THRESHOLD,
-                                                         S_TPC, S_TRACK_MAX, SHIFT, T1, T2)
+from pipeline.engine_caches.vllm_offload_policies import (
+    C_CHUNK, C_COUNT, C_EVICT, C_GHOST, C_RANK, C_REF, C_SIZE, C_WHERE, FIRST_ROW, GHOST,
+    NO_RANK, R_B1, R_T1, R_TRACK, RES, RQ_GEN, S_ALLOC, S_ARC, S_B1, S_B2, S_CHUNKS,
+    S_EVICTABLE, S_FREE_TOP, S_GEN, S_HEAP, S_NEXT_RANK, S_PENDING, S_SIZE, S_SKIPPED, S_T1,
+    S_T2, S_THRESHOLD, S_TPC, S_TRACK_MAX, SHIFT, T1, TRACK)
 
 __all__ = ["NativeOffload", "OffloadRequest", "offload_chunks", "blocks_per_chunk",
            "LOOKUP_NAMES", "POLICIES"]
@@ -176,8 +172,7 @@ class NativeOffload:
             L[sentinel, :] = sentinel
         S[S_GEN] += 1
         S[S_ALLOC] = S[S_FREE_TOP] = S[S_EVICTABLE] = S[S_PENDING] = S[S_NEXT_RANK] = 0
-        S[kernels.S_HEAP] = S[kernels.S_T1] = S[kernels.S_T2] = 0
-        S[kernels.S_B1] = S[kernels.S_B2] = 0
+        S[S_HEAP] = S[S_T1] = S[S_T2] = S[S_B1] = S[S_B2] = 0
         F[0] = 0.0
         self.M[5][:] = -1
 
