@@ -2,12 +2,13 @@
 native``: the ``OffloadingConnector`` with ``CPUOffloadingManager``), the CPU side, exact.
 
 ``NativeOffload`` holds the manager's state (compiled: ``vllm_offload_policies``,
-``vllm_offload_kernels``) and offers its calls: ``lookup``, ``prepare_load``/``complete_load``, ``touch``,
-``prepare_store``/``complete_store``, ``request_finished``, ``reset``; the eviction
-policies ``lru`` and ``arc``, ``store_threshold`` and ``max_tracker_size`` as vLLM has
-them. ``offload_chunks`` is vLLM's sizing: how ``--kv-offloading-size`` becomes a number of
-CPU chunks. docs/offloading.md gives the rules with vLLM's file and line;
-tests/test_vllm_offload.py proves every call equal to vLLM's own manager.
+``vllm_offload_kernels``) and offers its calls: ``lookup``, ``prepare_load``,
+``complete_load``, ``touch``, ``prepare_store``, ``complete_store``, ``request_finished``,
+``reset``; the eviction policies ``lru`` and ``arc``, ``store_threshold`` and
+``max_tracker_size`` as vLLM has them. ``offload_chunks`` is vLLM's sizing: how
+``--kv-offloading-size`` becomes a number of CPU chunks. docs/offloading.md gives the rules
+with vLLM's file and line; tests/test_vllm_offload.py proves every call equal to vLLM's own
+manager.
 
 Keys are any non-negative integers (a block key of the workload); a request is the list of
 its chunk keys in prefix order (``new_request``), and a call names chunks by their index in
@@ -25,7 +26,7 @@ from pipeline.engine_caches.vllm_offload_policies import (
     C_CHUNK, C_COUNT, C_EVICT, C_GHOST, C_RANK, C_REF, C_SIZE, C_WHERE, FIRST_ROW, GHOST,
     NO_RANK, R_B1, R_T1, R_TRACK, RES, RQ_GEN, S_ALLOC, S_ARC, S_B1, S_B2, S_CHUNKS,
     S_EVICTABLE, S_FREE_TOP, S_GEN, S_HEAP, S_NEXT_RANK, S_PENDING, S_SIZE, S_SKIPPED, S_T1,
-    S_T2, S_THRESHOLD, S_TPC, S_TRACK_MAX, SHIFT, T1, TRACK)
+    S_T2, S_THRESHOLD, S_TPC, S_TRACK_MAX, SHIFT, T1, TRACK, W_SIZE)
 
 __all__ = ["NativeOffload", "OffloadRequest", "offload_chunks", "blocks_per_chunk",
            "LOOKUP_NAMES", "POLICIES"]
@@ -96,8 +97,10 @@ class NativeOffload:
         K, L = self._key_arrays(FIRST_ROW + max(expected_keys, 1))
         for sentinel in range(FIRST_ROW):
             L[sentinel, :] = sentinel
+        heap = 2 * num_chunks + 64
         self.M = (S, np.zeros(1), K, L, np.zeros(num_chunks, np.int64),
-                  np.full(num_chunks, -1, np.int64), np.zeros((2 * num_chunks + 64, 2), np.int64))
+                  np.full(num_chunks, -1, np.int64), np.zeros((heap, 2), np.int64),
+                  np.zeros((heap, W_SIZE), np.int64))
 
     @staticmethod
     def _key_arrays(rows: int) -> tuple[np.ndarray, np.ndarray]:
@@ -116,6 +119,13 @@ class NativeOffload:
                 K2[:len(K)], L2[:len(L)] = K, L
                 self.M = self.M[:2] + (K2, L2) + self.M[4:]
         return row
+
+    def _scratch(self, chunks) -> np.ndarray:
+        """The call's chunks as an array, the scratch rows grown to hold one row each."""
+        chunks = np.asarray(chunks, np.int64)
+        if len(chunks) > len(self.M[7]):
+            self.M = self.M[:7] + (np.zeros((2 * len(chunks), W_SIZE), np.int64),)
+        return chunks
 
     def _rows_of(self, keys) -> np.ndarray:
         return np.array([self._row(int(k)) for k in keys], np.int64)
@@ -137,7 +147,7 @@ class NativeOffload:
     def prepare_load(self, request: OffloadRequest, chunks) -> None:
         """Pin the request's ``chunks`` (indices) for a load; each must be a HIT."""
         kernels.prepare_load(self.M, request.rows, request.flags, request.rq,
-                             np.asarray(chunks, np.int64))
+                             self._scratch(chunks))
 
     def complete_load(self, keys) -> None:
         kernels.complete_load(self.M, self._rows_of(keys))
@@ -148,7 +158,7 @@ class NativeOffload:
     def prepare_store(self, request: OffloadRequest, chunks) -> tuple[list, list] | None:
         """Offer the request's ``chunks`` for storing: (keys to store, keys evicted), or
         None where vLLM cannot store them (no room)."""
-        chunks = np.asarray(chunks, np.int64)
+        chunks = self._scratch(chunks)
         stored, evicted = np.empty(len(chunks), np.int64), np.empty(len(chunks), np.int64)
         count, victims = kernels.prepare_store(self.M, request.rows, request.flags,
                                                request.rq, chunks, stored, evicted)

@@ -7,16 +7,13 @@ cites vLLM's lines for each rule.
 
 from __future__ import annotations
 
-import numpy as np
-from numba import njit
-
 from pipeline.engine_caches.vllm_offload_policies import (
     ABSENT, C_CHUNK, C_COUNT, C_EVICT, C_GHOST, C_PROT, C_RANK, C_REF, C_WHERE, GHOST, HIT,
     HIT_PENDING, INSERTED, MISS, MISSED, NO_RANK, RES, REUSED, RQ_DONE, RQ_GEN, RQ_RANK, R_T1,
     R_TRACK, S_ALLOC, S_ARC, S_B1, S_CHUNKS, S_EVICTABLE, S_FREE_TOP, S_GEN, S_PENDING,
     S_SKIPPED, S_STAMP, S_T1, S_THRESHOLD, S_TPC, S_TRACK_MAX, S_TRACK_SIZE, SEEN, SHIFT, T1,
-    T2, TRACK, append, arc_evict, arc_ghost_hit, arc_move, lru_evict, lru_renew,
-    push_evictable, request_rank, touch, unlink)
+    T2, TRACK, W_CANDIDATE, W_KEY, W_READY, W_RECORDED, append, arc_evict, arc_ghost_hit,
+    arc_move, compiled, lru_evict, lru_renew, push_evictable, request_rank, touch, unlink)
 
 __all__ = ["lookup", "prepare_load", "complete_load", "prepare_store", "complete_store",
            "request_finished", "touch"]
@@ -24,7 +21,7 @@ __all__ = ["lookup", "prepare_load", "complete_load", "prepare_store", "complete
 
 # --------------------------------------------------------------------------- the manager
 
-@njit(cache=True)
+@compiled
 def lookup(M, key):
     """``lookup``: MISS (0), HIT (1: stored and ready), HIT_PENDING (2: store in flight)."""
     K = M[2]
@@ -33,7 +30,7 @@ def lookup(M, key):
     return HIT if K[key, C_REF] >= 0 else HIT_PENDING
 
 
-@njit(cache=True)
+@compiled
 def _request_state(S, FLAGS, RQ):
     """``_get_request_cache_access``: a request's flags, cleared after a cache reset."""
     if RQ[RQ_GEN] != S[S_GEN]:
@@ -41,12 +38,12 @@ def _request_state(S, FLAGS, RQ):
         RQ[RQ_GEN], RQ[RQ_DONE] = S[S_GEN], 0
 
 
-@njit(cache=True)
+@compiled
 def _record(M, KEYS, FLAGS, RQ, chunks, recorded, reused):
     """``_record_request_cache_access``: chunks first seen (in ``chunks`` order, where
     ``recorded``) go to the policy's ``on_request_access`` (LRU: the request's rank, tails
     before heads); ``reused`` ones not inserted by this request are marked reused."""
-    S, F, K, L, FREE, CKEY, HEAP = M
+    S, F, K, L, FREE, CKEY, HEAP, W = M
     _request_state(S, FLAGS, RQ)
     first = True
     for j in range(len(chunks)):
@@ -74,11 +71,11 @@ def _record(M, KEYS, FLAGS, RQ, chunks, recorded, reused):
             FLAGS[i] |= REUSED
 
 
-@njit(cache=True)
+@compiled
 def prepare_load(M, KEYS, FLAGS, RQ, chunks):
     """``prepare_load``: pin each chunk (ref_cnt + 1; an idle one stops being evictable)
     and record the request's reuse."""
-    S, F, K, L, FREE, CKEY, HEAP = M
+    S, F, K, L, FREE, CKEY, HEAP, W = M
     for j in range(len(chunks)):
         key = KEYS[chunks[j]]
         assert K[key, C_WHERE] != ABSENT and K[key, C_REF] >= 0
@@ -86,14 +83,15 @@ def prepare_load(M, KEYS, FLAGS, RQ, chunks):
             K[key, C_EVICT] = 0
             S[S_EVICTABLE] -= 1
         K[key, C_REF] += 1
-    every = np.ones(len(chunks), np.bool_)
+    every = W[:len(chunks), W_RECORDED]
+    every[:] = 1
     _record(M, KEYS, FLAGS, RQ, chunks, every, every)
 
 
-@njit(cache=True)
+@compiled
 def complete_load(M, keys):
     """``complete_load``: unpin; a chunk back at ref_cnt 0 is evictable again."""
-    S, F, K, L, FREE, CKEY, HEAP = M
+    S, F, K, L, FREE, CKEY, HEAP, W = M
     for key in keys:
         assert K[key, C_WHERE] != ABSENT and K[key, C_REF] > 0
         K[key, C_REF] -= 1
@@ -104,11 +102,11 @@ def complete_load(M, keys):
                 push_evictable(S, K, CKEY, HEAP, key)
 
 
-@njit(cache=True)
+@compiled
 def _count_offers(M, keys):
     """``_record_accesses``: the store-threshold tracker, an LRU table of offer counts of
     at most ``max_tracker_size`` keys (keys offered in this call are never dropped)."""
-    S, F, K, L, FREE, CKEY, HEAP = M
+    S, F, K, L, FREE, CKEY, HEAP, W = M
     tracked = 0
     for key in keys:
         if K[key, C_COUNT] > 0:
@@ -133,32 +131,33 @@ def _count_offers(M, keys):
         S[S_TRACK_SIZE] += 1
 
 
-@njit(cache=True)
+@compiled
 def prepare_store(M, KEYS, FLAGS, RQ, chunks, stored, evicted):
     """``prepare_store`` of a request's ``chunks``: fills ``stored`` (chunk indices) and
     ``evicted`` (key rows); returns (stored, evicted) counts, or (-1, -1) for vLLM's None
     (no room: nothing allocated, but the offers, misses and accesses stay recorded)."""
-    S, F, K, L, FREE, CKEY, HEAP = M
+    S, F, K, L, FREE, CKEY, HEAP, W = M
     n = len(chunks)
-    keys = np.empty(n, np.int64)
+    keys, candidate = W[:n, W_KEY], W[:n, W_CANDIDATE]
+    recorded, ready = W[:n, W_RECORDED], W[:n, W_READY]
     for j in range(n):
         keys[j] = KEYS[chunks[j]]
     if S[S_THRESHOLD] >= 2:
         _count_offers(M, keys)
-    candidate = np.zeros(n, np.bool_)
-    recorded = np.zeros(n, np.bool_)
-    ready = np.zeros(n, np.bool_)
+    candidate[:] = 0
+    recorded[:] = 0
+    ready[:] = 0
     count = 0
     for j in range(n):
         key = keys[j]
         if K[key, C_WHERE] == ABSENT:
             if S[S_THRESHOLD] < 2 or K[key, C_COUNT] >= S[S_THRESHOLD]:
-                candidate[j] = recorded[j] = True
+                candidate[j] = recorded[j] = 1
                 count += 1
             else:
                 S[S_SKIPPED] += 1
         elif K[key, C_REF] >= 0:
-            ready[j] = recorded[j] = True
+            ready[j] = recorded[j] = 1
     _request_state(S, FLAGS, RQ)
     if S[S_ARC] == 1:                                  # on_store_miss (LRU's is a no-op)
         for j in range(n - 1, -1, -1):
@@ -179,9 +178,9 @@ def prepare_store(M, KEYS, FLAGS, RQ, chunks, stored, evicted):
         for key in keys:
             K[key, C_PROT] = S[S_STAMP]
         if S[S_ARC] == 1:
-            victims = arc_evict(S, F, K, L, need, evicted)
+            victims = arc_evict(S, F, K, L, W, need, evicted)
         else:
-            victims = lru_evict(S, K, CKEY, HEAP, need, evicted)
+            victims = lru_evict(S, K, CKEY, HEAP, W, need, evicted)
         if victims < 0:
             return -1, -1
         S[S_EVICTABLE] -= victims
@@ -221,11 +220,11 @@ def prepare_store(M, KEYS, FLAGS, RQ, chunks, stored, evicted):
     return count, victims
 
 
-@njit(cache=True)
+@compiled
 def complete_store(M, keys, success):
     """``complete_store``: chunks still in flight become ready and evictable, or (failed)
     leave the cache and free their chunk."""
-    S, F, K, L, FREE, CKEY, HEAP = M
+    S, F, K, L, FREE, CKEY, HEAP, W = M
     for key in keys:
         if K[key, C_WHERE] == ABSENT or K[key, C_REF] >= 0:
             continue
@@ -247,12 +246,12 @@ def complete_store(M, keys, success):
             S[S_FREE_TOP] += 1
 
 
-@njit(cache=True)
+@compiled
 def request_finished(M, KEYS, FLAGS, RQ):
     """``on_request_finished``: the request's accesses, tail to head. LRU: each resident
     key a fresh rank; ARC: a chunk only inserted keeps its list (moved to its MRU end), a
     reused one moves to T2's MRU end."""
-    S, F, K, L, FREE, CKEY, HEAP = M
+    S, F, K, L, FREE, CKEY, HEAP, W = M
     if RQ[RQ_GEN] != S[S_GEN] or RQ[RQ_DONE] == 1:
         return
     RQ[RQ_DONE] = 1

@@ -3,7 +3,7 @@ policies compiled with numba: ``lru`` (a request's rank, a lazy min-heap) and ``
 T2 and the ghost lists B1, B2), plus ``touch``. ``vllm_offload_kernels`` holds the manager's
 calls; docs/offloading.md cites vLLM's lines for each rule.
 
-State ``M = (S, F, K, L, FREE, CKEY, HEAP)``:
+State ``M = (S, F, K, L, FREE, CKEY, HEAP, W)``:
 
 * ``S`` scalars (``S_*`` below), ``F[0]`` ARC's ``target_t1_size`` (a float, as in vLLM);
 * ``K[row]`` one row per key (``C_*`` columns): where it lives (absent, T1 — LRU's one
@@ -14,7 +14,9 @@ State ``M = (S, F, K, L, FREE, CKEY, HEAP)``:
   ``L[s, next]`` oldest);
 * ``FREE`` the stack of freed chunk ids, ``CKEY`` chunk id -> key row (-1: free);
 * ``HEAP`` LRU's lazy min-heap of (rank, key row), as vLLM keeps it (an entry is current
-  while its key is evictable with that rank).
+  while its key is evictable with that rank);
+* ``W`` scratch rows (``W_*`` columns) for a call's temporaries: no kernel allocates
+  (they compile without numba's reference counting, as the engine's kernels do).
 
 An LRU rank ``(major, minor)`` is the integer ``major * 2**32 + minor`` (``minor`` is 0 or
 ``-position``, positions < 2**31). A request is ``(KEYS, FLAGS, RQ)``: its key rows in chunk
@@ -25,7 +27,6 @@ finished]``.
 
 from __future__ import annotations
 
-import numpy as np
 from numba import njit
 
 S_CHUNKS, S_ALLOC, S_FREE_TOP, S_EVICTABLE, S_PENDING, S_NEXT_RANK, S_GEN, S_ARC, \
@@ -43,18 +44,24 @@ RQ_RANK, RQ_RANK_GEN, RQ_GEN, RQ_DONE = range(4)
 MISS, HIT, HIT_PENDING = 0, 1, 2
 NO_RANK = -(1 << 62)
 SHIFT = 1 << 32
+W_KEY, W_CANDIDATE, W_RECORDED, W_READY, W_A, W_B, W_C, W_D = range(8)
+W_SIZE = 8
+
+#: Every kernel allocates nothing (no reference counting: numba refuses an allocation), so
+#: the engine's own ``_nrt=False`` kernels can call them; temporaries live in ``W``.
+compiled = njit(cache=True, error_model="numpy", _nrt=False)
 
 
 # --------------------------------------------------------------------------- lists, heap
 
-@njit(cache=True)
+@compiled
 def unlink(L, row, c):
     p, q = L[row, c], L[row, c + 1]
     L[p, c + 1] = q
     L[q, c] = p
 
 
-@njit(cache=True)
+@compiled
 def append(L, row, s, c):
     last = L[s, c]
     L[last, c + 1] = row
@@ -63,12 +70,12 @@ def append(L, row, s, c):
     L[s, c] = row
 
 
-@njit(cache=True)
+@compiled
 def _less(a_rank, a_key, b_rank, b_key):
     return a_rank < b_rank or (a_rank == b_rank and a_key < b_key)
 
 
-@njit(cache=True)
+@compiled
 def _heap_push(S, HEAP, rank, key):
     i = S[S_HEAP]
     S[S_HEAP] += 1
@@ -81,7 +88,7 @@ def _heap_push(S, HEAP, rank, key):
     HEAP[i, 0], HEAP[i, 1] = rank, key
 
 
-@njit(cache=True)
+@compiled
 def _heap_pop(S, HEAP):
     rank, key = HEAP[0, 0], HEAP[0, 1]
     S[S_HEAP] -= 1
@@ -104,7 +111,7 @@ def _heap_pop(S, HEAP):
     return rank, key
 
 
-@njit(cache=True)
+@compiled
 def push_evictable(S, K, CKEY, HEAP, key):
     """LRU's ``push_evictable``; a full heap is first rebuilt from the evictable keys
     (vLLM compacts it by its own rule: the current entries, so the order, are the same)."""
@@ -119,7 +126,7 @@ def push_evictable(S, K, CKEY, HEAP, key):
 
 # --------------------------------------------------------------------------- policies
 
-@njit(cache=True)
+@compiled
 def request_rank(S, RQ):
     """LRU's ``_get_request_rank``: a request's rank, assigned on first use."""
     if RQ[RQ_RANK_GEN] != S[S_GEN] or RQ[RQ_RANK] == 0:
@@ -128,7 +135,7 @@ def request_rank(S, RQ):
     return RQ[RQ_RANK]
 
 
-@njit(cache=True)
+@compiled
 def lru_renew(S, K, CKEY, HEAP, key):
     """LRU's ``_assign_new_rank`` + push: a fresh (next_rank, 0) for a resident key."""
     if K[key, C_WHERE] == ABSENT:
@@ -139,7 +146,7 @@ def lru_renew(S, K, CKEY, HEAP, key):
         push_evictable(S, K, CKEY, HEAP, key)
 
 
-@njit(cache=True)
+@compiled
 def arc_ghost_hit(S, F, K, L, key):
     """ARC's ``_adapt_to_ghost_hit``."""
     ghost = K[key, C_GHOST]
@@ -156,7 +163,7 @@ def arc_ghost_hit(S, F, K, L, key):
         append(L, key, R_B2, GHOST)
 
 
-@njit(cache=True)
+@compiled
 def arc_move(S, K, L, key, where):
     """Move a resident key to the MRU end of T1 (``where`` 1) or T2 (2)."""
     S[S_T1 + K[key, C_WHERE] - 1] -= 1
@@ -166,10 +173,10 @@ def arc_move(S, K, L, key, where):
     append(L, key, R_T1 + where - 1, RES)
 
 
-@njit(cache=True)
+@compiled
 def touch(M, keys):
     """``CPUOffloadingManager.touch``: the policy's touch, keys in reverse order."""
-    S, F, K, L, FREE, CKEY, HEAP = M
+    S, F, K, L, FREE, CKEY, HEAP, W = M
     for j in range(len(keys) - 1, -1, -1):
         key = keys[j]
         if S[S_ARC] == 0:
@@ -182,13 +189,12 @@ def touch(M, keys):
             arc_ghost_hit(S, F, K, L, key)
 
 
-@njit(cache=True)
-def lru_evict(S, K, CKEY, HEAP, n, out):
+@compiled
+def lru_evict(S, K, CKEY, HEAP, W, n, out):
     """LRU's ``evict``: the n smallest current heap entries not protected, or -1 (no
     change)."""
     stamp = S[S_STAMP]
-    selected = np.empty((n, 2), np.int64)
-    deferred = np.empty((S[S_HEAP], 2), np.int64)
+    selected, deferred = W[:, W_A:W_B + 1], W[:, W_C:W_D + 1]
     count, waiting = 0, 0
     while S[S_HEAP] > 0 and count < n:
         rank, key = _heap_pop(S, HEAP)
@@ -216,7 +222,7 @@ def lru_evict(S, K, CKEY, HEAP, n, out):
     return n
 
 
-@njit(cache=True)
+@compiled
 def _arc_next(S, K, L, cursor, sentinel):
     """ARC's ``next_candidate``: the next idle, unprotected key from ``cursor``."""
     while cursor != sentinel:
@@ -227,13 +233,13 @@ def _arc_next(S, K, L, cursor, sentinel):
     return -1, cursor
 
 
-@njit(cache=True)
-def arc_evict(S, F, K, L, n, out):
+@compiled
+def arc_evict(S, F, K, L, W, n, out):
     """ARC's ``evict``: from T1 while it holds at least int(target) (virtually), else T2,
     else T1; all n or -1 (no change); then the ghost lists are trimmed to capacity."""
     virtual_t1 = S[S_T1]
     c1, c2 = L[R_T1, RES + 1], L[R_T2, RES + 1]
-    source = np.empty(n, np.int64)
+    source = W[:, W_A]
     for j in range(n):
         key = -1
         if virtual_t1 >= int(F[0]):
