@@ -1,7 +1,8 @@
 """The state of vLLM 0.33.0's native CPU offloading manager in arrays, and its two eviction
 policies compiled with numba: ``lru`` (a request's rank, a lazy min-heap) and ``arc`` (T1,
 T2 and the ghost lists B1, B2), plus ``touch``. ``vllm_offload_kernels`` holds the manager's
-calls; docs/offloading.md cites vLLM's lines for each rule.
+calls; docs/offloading.md cites vLLM's lines for each rule. (numba's on-disk cache of those
+calls does not notice an edit here: delete ``__pycache__/vllm_offload_kernels*.nb?`` after one.)
 
 State ``M = (S, F, K, L, FREE, CKEY, HEAP, W)``:
 
