@@ -32,63 +32,119 @@ These rules are no stack algorithm (a larger tier can hit less), so every capaci
 own replay. The literal Python port is the test oracle ``tests/oracles/lmcache_cpu.py``.
 
 State ``T = (TS, TT, TN, TNK, TFREE)``: scalars (``pipeline.engine.layout``: ``T_*``), the
-key -> node table (rows (key, node, tokens): ``kpool``'s open-addressing table, or, with
-``TS[T_MASK]`` < 0, indexed by the key itself for dense keys 0..n-1), the LRU list
-(``TN[:, 0]`` prev, ``TN[:, 1]`` next, sentinel last: its next is the least recent), node
-keys and the stack of free nodes.
+key -> node table (rows (key, node, -): ``kpool``'s open-addressing table), the chunks as
+nodes of an LRU list (``TN[:, 0]`` prev, ``TN[:, 1]`` next, ``TN[:, 2]`` tokens, 0 when not
+held; sentinel last: its next is the least recent), node keys and the stack of free nodes.
+Dense keys 0..n-1 (block mode) are their own nodes and ``TT`` is 1-D (no table): the
+three primitives that differ (``_node``, ``_add``, ``_drop``) are chosen by that type when
+compiling, so neither form pays for the other.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from pipeline.engine.kjit import helper, kernel
+from numba.extending import overload
+
+from pipeline.engine.kjit import helper, inlined, kernel
 from pipeline.engine.kpool import table_delete, table_find, table_size, table_slot
-from pipeline.engine.layout import (NONE, T_CAPACITY, T_CHUNK, T_COUNT, T_FREE_TOP, T_MASK,
-                                    T_ON, T_PER, T_SIZE, T_USED)
+from pipeline.engine.layout import (NONE, T_CAPACITY, T_CHUNK, T_FREE_TOP, T_MASK, T_ON, T_PER,
+                                    T_SIZE, T_USED)
 
 __all__ = ["tier_arrays", "no_tier", "lookup", "store", "held_keys", "admit_keys",
            "store_keys", "replay_runs"]
 
 
-def tier_arrays(capacity_tokens: int, chunk: int, per: int = 1, nodes: int | None = None,
-                dense_keys: int = 0) -> tuple:
+def tier_arrays(capacity_tokens: int, chunk: int, per: int = 1, dense_keys: int = 0) -> tuple:
     """A fresh, empty tier of ``capacity_tokens`` (chunks of ``chunk`` tokens, ``per`` engine
-    blocks each); room for ``nodes`` chunks (default: full chunks only); ``dense_keys`` > 0:
-    keys are 0..dense_keys-1, indexing the table directly."""
-    nodes = int(capacity_tokens) // chunk + 1 if nodes is None else int(nodes)
-    size = int(dense_keys) or table_size(nodes)
+    blocks each, full chunks only); ``dense_keys`` > 0: keys are 0..dense_keys-1, chunks of
+    any tokens."""
+    nodes = int(dense_keys) or int(capacity_tokens) // chunk + 1
+    size = 1 if dense_keys else table_size(nodes)
     TS = np.zeros(T_SIZE, np.int64)
     TS[T_ON], TS[T_CAPACITY], TS[T_CHUNK], TS[T_PER] = 1, capacity_tokens, chunk, per
     TS[T_MASK], TS[T_FREE_TOP] = (-1 if dense_keys else size - 1), nodes
-    TN = np.empty((nodes + 1, 2), np.int64)
-    TN[nodes] = nodes                                  # an empty list
-    return (TS, np.full((size, 3), NONE, np.int64), TN, np.zeros(nodes, np.int64),
+    TN = np.zeros((nodes + 1, 3), np.int64)
+    TN[nodes, :2] = nodes                              # an empty list
+    TT = np.zeros(1, np.int64) if dense_keys else np.full((size, 3), NONE, np.int64)
+    return (TS, TT, TN, np.zeros(nodes, np.int64),
             np.arange(nodes - 1, -1, -1, dtype=np.int64))
 
 
 def no_tier() -> tuple:
     """The arrays of an absent tier (same types, so one compiled kernel serves both)."""
     return (np.zeros(T_SIZE, np.int64), np.full((16, 3), NONE, np.int64),
-            np.zeros((1, 2), np.int64), np.zeros(1, np.int64), np.zeros(1, np.int64))
+            np.zeros((1, 3), np.int64), np.zeros(1, np.int64), np.zeros(1, np.int64))
+
+
+def _node(T, key):
+    """The node holding ``key``, or NONE."""
+
+
+def _add(T, key):
+    """A node holding ``key`` if it was not held (its tokens still 0), else NONE."""
+
+
+def _drop(T, node):
+    """Forget the key of ``node`` (just unlinked)."""
 
 
 @helper
-def _find(TT, mask, key):
-    """The table row holding ``key``, or NONE."""
-    if mask < 0:
-        return key if TT[key, 1] >= 0 else NONE
-    return table_find(TT, mask, key)
+def _node_hashed(T, key):
+    s = table_find(T[1], T[0][T_MASK], key)
+    return T[1][s, 1] if s >= 0 else NONE
+
+
+@overload(_node, inline="always")
+def _node_typed(T, key):
+    if T.types[1].ndim == 1:                          # dense keys: each its own node
+        return lambda T, key: (key + 1) * (T[2][key, 2] > 0) - 1     # key or NONE
+    return lambda T, key: _node_hashed(T, key)
 
 
 @helper
+def _add_hashed(T, key):
+    TS, TT, TNK, TFREE = T[0], T[1], T[3], T[4]
+    s = table_slot(TT, TS[T_MASK], key)
+    node = NONE
+    if TT[s, 1] < 0:
+        TS[T_FREE_TOP] -= 1
+        node = TFREE[TS[T_FREE_TOP]]
+        TT[s, 1] = node
+        TNK[node] = key
+    return node
+
+
+@overload(_add, inline="always")
+def _add_typed(T, key):
+    if T.types[1].ndim == 1:
+        return lambda T, key: (key + 1) * (T[2][key, 2] == 0) - 1    # key or NONE
+    return lambda T, key: _add_hashed(T, key)
+
+
+@helper
+def _drop_hashed(T, node):
+    TS, TT, TNK, TFREE = T[0], T[1], T[3], T[4]
+    table_delete(TT, TS[T_MASK], table_find(TT, TS[T_MASK], TNK[node]))
+    TFREE[TS[T_FREE_TOP]] = node
+    TS[T_FREE_TOP] += 1
+
+
+@overload(_drop, inline="always")
+def _drop_typed(T, node):
+    if T.types[1].ndim == 1:
+        return lambda T, node: None
+    return lambda T, node: _drop_hashed(T, node)
+
+
+@inlined
 def _unlink(TN, node):
     p, q = TN[node, 0], TN[node, 1]
     TN[p, 1] = q
     TN[q, 0] = p
 
 
-@helper
+@inlined
 def _push_back(TN, node):
     sentinel = TN.shape[0] - 1
     last = TN[sentinel, 0]
@@ -98,59 +154,54 @@ def _push_back(TN, node):
     TN[sentinel, 0] = node
 
 
-@helper
-def _held(TT, mask, KEYS, first, stride, count):
+@inlined
+def _held(T, KEYS, first, stride, count):
     """The leading chunks of a run stored now."""
     hit = 0
-    while hit < count and _find(TT, mask, KEYS[first + hit * stride]) >= 0:
+    while hit < count:
+        if _node(T, KEYS[first + hit * stride]) < 0:
+            break
         hit += 1
     return hit
 
 
-@helper
+@inlined
 def lookup(T, KEYS, first, stride, count, last):
     """lookup(pin=True) + touch_cache of a run (see the module docstring): LMCache's hit c in
     tokens."""
-    TS, TT, TN = T[0], T[1], T[2]
-    chunk, mask = TS[T_CHUNK], TS[T_MASK]
-    hit = _held(TT, mask, KEYS, first, stride, count)
+    hit = _held(T, KEYS, first, stride, count)
     for j in range(hit - 1, -1, -1):                  # chunk 0 ends most recent
-        node = TT[_find(TT, mask, KEYS[first + j * stride]), 1]
-        _unlink(TN, node)
-        _push_back(TN, node)
+        node = _node(T, KEYS[first + j * stride])
+        _unlink(T[2], node)
+        _push_back(T[2], node)
+    tokens = hit * T[0][T_CHUNK]
     if hit == count and hit > 0:
-        return (hit - 1) * chunk + last
-    return hit * chunk
+        tokens += last - T[0][T_CHUNK]
+    return tokens
 
 
-@helper
+@inlined
 def _allocate(T, size, in_flight):
     """Evict the least recent chunk until ``size`` more tokens fit; False if they never do."""
-    TS, TT, TN, TNK, TFREE = T
-    sentinel, mask = TN.shape[0] - 1, TS[T_MASK]
+    TS, TN = T[0], T[2]
+    sentinel = TN.shape[0] - 1
     while TS[T_USED] + in_flight + size > TS[T_CAPACITY]:
         node = TN[sentinel, 1]
         if node == sentinel:
             return False
         _unlink(TN, node)
-        s = _find(TT, mask, TNK[node])
-        TS[T_USED] -= TT[s, 2]
-        if mask < 0:
-            TT[s, 1] = NONE
-        else:
-            table_delete(TT, mask, s)
-        TS[T_COUNT] -= 1
-        TFREE[TS[T_FREE_TOP]] = node
-        TS[T_FREE_TOP] += 1
+        TS[T_USED] -= TN[node, 2]
+        TN[node, 2] = 0
+        _drop(T, node)
     return True
 
 
-@helper
+@inlined
 def store(T, KEYS, first, stride, count, last, prompt, hit):
     """wait_for_save -> LMCacheEngine.store of a run whose prompt of ``prompt`` tokens is
     computed, from LMCache's own hit ``hit`` (``lookup``)."""
-    TS, TT, TN, TNK, TFREE = T
-    chunk, mask = TS[T_CHUNK], TS[T_MASK]
+    TS, TN = T[0], T[2]
+    chunk = TS[T_CHUNK]
     boundary = -(-(hit + 1) // chunk) * chunk
     if hit > 0 and prompt < boundary:
         return                                        # skip_save
@@ -163,24 +214,18 @@ def store(T, KEYS, first, stride, count, last, prompt, hit):
         in_flight += size
         stop += 1
     for j in range(start, stop):                      # batched_put in prefix order
-        key = KEYS[first + j * stride]
-        s = key if mask < 0 else table_slot(TT, mask, key)
-        if TT[s, 1] >= 0:
+        node = _add(T, KEYS[first + j * stride])
+        if node < 0:
             continue                                  # already there: not refreshed
-        TS[T_FREE_TOP] -= 1
-        node = TFREE[TS[T_FREE_TOP]]
-        TT[s, 1] = node
-        TT[s, 2] = chunk if j < count - 1 else last
-        TNK[node] = key
+        TN[node, 2] = chunk if j < count - 1 else last
         _push_back(TN, node)
-        TS[T_USED] += TT[s, 2]
-        TS[T_COUNT] += 1
+        TS[T_USED] += TN[node, 2]
 
 
 @kernel
 def held_keys(T, keys):
     """The leading chunks of the run ``keys`` stored now, no change (from Python)."""
-    return _held(T[1], T[0][T_MASK], keys, 0, 1, keys.size)
+    return _held(T, keys, 0, 1, keys.size)
 
 
 @kernel

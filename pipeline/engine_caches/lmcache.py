@@ -88,11 +88,9 @@ def lmcache_hits(chunks: Chunks, capacities: np.ndarray) -> np.ndarray:
     ends = chunks.starts[1:]
     last = np.where(ends > chunks.starts[:-1], chunks.tokens[np.maximum(ends - 1, 0)]
                     if chunks.tokens.size else 0, chunks.chunk_size)
-    smallest = int(chunks.tokens.min()) if chunks.tokens.size else chunks.chunk_size
     out = np.zeros((len(capacities), ends.size), np.int64)
     for k, capacity in enumerate(capacities):
-        nodes = min(int(capacity) // smallest, chunks.n_codes) + 1
-        T = tier_arrays(int(capacity), chunks.chunk_size, 1, nodes, max(chunks.n_codes, 1))
+        T = tier_arrays(int(capacity), chunks.chunk_size, 1, max(chunks.n_codes, 1))
         replay_runs(T, chunks.starts, chunks.codes, last, chunks.prompt_tokens, out[k])
     return out
 
