@@ -60,14 +60,15 @@ def tier_arrays(capacity_tokens: int, chunk: int, per: int = 1, dense_keys: int 
     blocks each, full chunks only); ``dense_keys`` > 0: keys are 0..dense_keys-1, chunks of
     any tokens."""
     nodes = int(dense_keys) or int(capacity_tokens) // chunk + 1
-    size = 1 if dense_keys else table_size(nodes)
+    size = table_size(nodes)
     TS = np.zeros(T_SIZE, np.int64)
     TS[T_ON], TS[T_CAPACITY], TS[T_CHUNK], TS[T_PER] = 1, capacity_tokens, chunk, per
     TS[T_MASK], TS[T_FREE_TOP] = (-1 if dense_keys else size - 1), nodes
     TN = np.zeros((nodes + 1, 3), np.int64)
     TN[nodes, :2] = nodes                              # an empty list
-    TT = np.zeros(1, np.int64) if dense_keys else np.full((size, 3), NONE, np.int64)
-    return (TS, TT, TN, np.zeros(nodes, np.int64),
+    if dense_keys:                                     # no table, no node keys, no free stack
+        return TS, np.zeros(1, np.int64), TN, np.zeros(1, np.int64), np.zeros(1, np.int64)
+    return (TS, np.full((size, 3), NONE, np.int64), TN, np.zeros(nodes, np.int64),
             np.arange(nodes - 1, -1, -1, dtype=np.int64))
 
 
