@@ -12,9 +12,10 @@ chunk (``allocate``: LMCache's own evict-one-at-a-time loop, no busy loop) and p
 ``batched_submit_put_task``, then releases the store's references (``ref_count_down``, as
 ``LMCacheEngine.store`` relies on ``batched_put`` to do). The backend's LRU, touch order,
 eviction and skip-if-present are LMCache's code; the connector's store range is this
-script's reading of it (cited in ``pipeline/engine_caches/lmcache_cpu.py``). Compares every
-request's hit with ``pipeline.engine_caches.lmcache_cpu.replay_lmcache`` on the lab's workload
-and on random shared-prefix workloads; prints JSON, exit status 1 on any mismatch.
+script's reading of it (cited in ``pipeline/engine/ktier.py``). Compares every request's hit
+with the literal port (the test oracle ``tests/oracles/lmcache_cpu.py``) and with the compiled
+model (``pipeline.engine_caches.lmcache.lmcache_hits``) on the lab's workload and on random
+shared-prefix workloads; prints JSON, exit status 1 on any mismatch.
 
     .venv/bin/python scripts/lmcache_reference.py --version 0.5.6
 
@@ -163,7 +164,9 @@ def lmcache_hits(backend_class, requests, capacity: int, chunk_size: int) -> lis
 
 def main() -> int:
     from pipeline.blocks.stream import block_stream
-    from pipeline.engine_caches.lmcache_cpu import lmcache_chunks, replay_lmcache
+    from oracles.lmcache_cpu import replay_lmcache
+    from pipeline.engine_caches.lmcache import lmcache_chunks
+    from pipeline.engine_caches.lmcache import lmcache_hits as compiled_hits
     from pipeline.workloads.blocks import document_blocks
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -183,8 +186,9 @@ def main() -> int:
                              int(chunks.prompt_tokens[r])))
         theirs = lmcache_hits(backend_class, requests, capacity, chunk_size)
         ours = replay_lmcache(chunks, capacity).tolist()
-        return theirs, ([] if theirs == ours else [{"case": label, "lmcache": theirs,
-                                                    "model": ours}])
+        compiled = compiled_hits(chunks, [capacity])[0].tolist()
+        return theirs, ([] if theirs == ours == compiled else [
+            {"case": label, "lmcache": theirs, "oracle": ours, "model": compiled}])
 
     report = {"version": args.version, "lab": {}, "mismatches": []}
     order = [d for _ in range(2) for d in range(10)] + list(range(9, -1, -1))
@@ -220,5 +224,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
+    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
     sys.exit(main())

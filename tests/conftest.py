@@ -145,3 +145,11 @@ def pytest_xdist_make_scheduler(config, log):
             super()._assign_work_unit(node)
 
     return StartFirst(config, log)
+
+
+# The literal LMCache port runs through every command as ``lmcache-replay`` (a test oracle,
+# no production model).
+from oracles.lmcache_cpu import ENTRY as LMCACHE_ORACLE  # noqa: E402
+from pipeline.cache import registry as _registry  # noqa: E402
+
+_registry.register(LMCACHE_ORACLE)

@@ -1,5 +1,5 @@
-"""The ``lmcache`` CPU model: the lab's figures, the numba replay equals the
-literal LocalCPUBackend replay per request, and why no one-pass form exists."""
+"""The ``lmcache`` CPU model: the lab's figures, the compiled backend equals the literal
+LocalCPUBackend replay (the oracle) per request, and why no one-pass form exists."""
 
 import json
 
@@ -14,10 +14,10 @@ from pipeline.blocks.command import run_blocks
 from pipeline.blocks.model_api import request_result, two_tier
 from pipeline.blocks.stream import TAIL_FIRST, block_stream
 from pipeline.cli import main as cli_main
-from pipeline.engine_caches.lmcache_cpu import lmcache_chunks, replay_cpu, replay_lmcache
-from pipeline.engine_caches.lmcache_fast import lmcache_cpu, lmcache_hits
+from pipeline.engine_caches.lmcache import lmcache_chunks, lmcache_cpu, lmcache_hits
 from pipeline.engine_caches.vllm_fast import vllm_gpu
 from pipeline.workloads.blocks import BLOCK_SCHEMA, document_blocks
+from oracles.lmcache_cpu import replay_cpu, replay_lmcache
 
 LAB = ("fwd", "fwd", "rev")
 

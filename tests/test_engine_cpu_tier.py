@@ -16,7 +16,7 @@ from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.cpu_tier import LMCacheTier, ModelTier, engine_cpu_models
 from pipeline.engine.loop import simulate
 from pipeline.engine.request import SimRequest
-from pipeline.engine_caches.lmcache_cpu import loadable_prefix
+from pipeline.engine_caches.lmcache import loadable_prefix
 from pipeline.cache.tiers import served_beyond
 from test_engine_sim import _stream, loaded_runs, prompt_sets
 

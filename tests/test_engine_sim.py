@@ -21,9 +21,10 @@ from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.cpu_tier import LMCacheTier
 from pipeline.engine.loop import simulate
 from pipeline.engine.request import SimRequest
-from pipeline.engine_caches.lmcache_cpu import lmcache_chunks, loadable_prefix, replay_lmcache
+from pipeline.engine_caches.lmcache import lmcache_chunks, loadable_prefix
 from pipeline.engine_caches.vllm_gpu import replay_vllm
 from pipeline.workloads.tokens import token_blocks
+from oracles.lmcache_cpu import replay_lmcache
 
 
 @st.composite

@@ -28,6 +28,8 @@ def compiled_kernels(tmp_path_factory):
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray(compiled_kernels):
+    import oracles.lmcache_cpu
+    ray.cloudpickle.register_pickle_by_value(oracles.lmcache_cpu)   # conftest registers it
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     yield
     ray.shutdown()

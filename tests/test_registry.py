@@ -74,8 +74,7 @@ def test_views_drop_an_unregistered_entry():
 
 def test_builtin_names_and_options():
     assert list(registry.GPU_MODELS)[:4] == ["block-lru", "block-lru-replay", "vllm", "vllm-replay"]
-    assert list(registry.CPU_MODELS)[:4] == ["block-lru", "block-lru-replay", "lmcache",
-                                             "lmcache-replay"]
+    assert list(registry.CPU_MODELS)[:4] == ["block-lru", "block-lru-replay", "lmcache", "lru"]
     assert registry.MODEL_OPTIONS["vllm"] == ("output_tokens", "vllm_version")
     assert registry.MODEL_ORDERS == {"vllm": "tail-first", "vllm-replay": "tail-first",
                                      "lmcache": "head-first", "lmcache-replay": "head-first"}

@@ -26,8 +26,8 @@ from dataclasses import dataclass, replace
 from pipeline.base.arguments import checked, positive_int
 from pipeline.blocks import lru_depths as block_onepass
 from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST, TRACE
-from pipeline.engine_caches import lmcache_cpu, lmcache_fast, vllm_fast, vllm_gpu
-from pipeline.engine_caches.lmcache_cpu import DEFAULT_CHUNK_SIZE
+from pipeline.engine_caches import lmcache, vllm_fast, vllm_gpu
+from pipeline.engine_caches.lmcache import DEFAULT_CHUNK_SIZE
 from pipeline.engine_caches.vllm_gpu import DEFAULT_VLLM_VERSION, PREPEND_SINCE, unhashed_to_head
 from pipeline.policies.arc import ARC
 from pipeline.policies.clock import Clock
@@ -153,10 +153,9 @@ def _vllm_tier(capacity: int, block_size: int = 16, output_tokens: int = 1,
 
 def _lmcache_tier(capacity: int, chunk_size: int = DEFAULT_CHUNK_SIZE,
                   save_unfull_chunk: bool = False):
-    """LMCache's CPU backend; the caller's chunk keys decide whether a partial last chunk
-    is stored (``save_unfull_chunk``)."""
-    from pipeline.engine_caches.tier_objects import LMCacheTier
-    return LMCacheTier(capacity, chunk_size)
+    """LMCache's CPU backend over chunk keys (full chunks: ``save_unfull_chunk`` is the
+    block-mode model's)."""
+    return lmcache.LMCacheTier(capacity, chunk_size, chunk_size)
 
 
 def _llamacpp_tier(capacity: int | None, state_size=None):
@@ -215,10 +214,7 @@ def _builtin() -> list[CacheModel]:
                    tier=_vllm_tier, gpu=vllm_gpu.replay_gpu, order=TAIL_FIRST,
                    options=VLLM_OPTIONS),
         CacheModel("lmcache", "LMCache's local CPU backend (compiled)", "chunk",
-                   tier=_lmcache_tier, cpu=lmcache_fast.lmcache_cpu, order=HEAD_FIRST,
-                   options=LMCACHE_OPTIONS),
-        CacheModel("lmcache-replay", "LMCache's local CPU backend replayed literally", "chunk",
-                   tier=_lmcache_tier, cpu=lmcache_cpu.replay_cpu, order=HEAD_FIRST,
+                   tier=_lmcache_tier, cpu=lmcache.lmcache_cpu, order=HEAD_FIRST,
                    options=LMCACHE_OPTIONS),
         *policies,
         CacheModel("llamacpp", "llama.cpp's prompt cache (live context + RAM cache)",
@@ -366,7 +362,7 @@ def make_policy(name: str, capacity: float, future: Sequence[Hashable] | None = 
 
 def make_tier(name: str, capacity: float, **options: object):
     """A fresh tier object of model ``name`` (``lookup``/``place``; a policy's also
-    ``access``): a policy's class, or an engine's (``vllm_gpu.VllmTier``, ``tier_objects``)
+    ``access``): a policy's class, or an engine's (``vllm_gpu.VllmTier``, ``lmcache.LMCacheTier``)
     with its options; OPT takes ``future=``. ``capacity`` is in the entry's sizes: a policy's
     in the sizes it is given (blocks when every size is 1), vllm's and lmcache's in tokens.
     Keys are placed in the tier's touch order by the caller. ValueError for an unknown name."""

@@ -1,11 +1,10 @@
 """The engine's CPU tier: LMCache's, compiled (``LMCacheTier``, the default), or any
 registered CPU model's tier object called from the compiled scheduler (``ModelTier``).
 
-LMCache (``LMCacheTier``): LMCache's local CPU backend (LRU, the rules of
-``pipeline.engine_caches.lmcache_cpu.LocalCpuBackend``, compiled in
-``pipeline.engine.ktier``) keyed by chunks of ``chunk_size`` tokens: chunk j of a prompt
-is keyed by the chained key of its last block (only full chunks: ``save_unfull_chunk``
-False). Lookup at admission (every time the scheduler tries the request, as vLLM asks its
+LMCache (``pipeline.engine_caches.lmcache.LMCacheTier``): LMCache's local CPU backend (LRU,
+``pipeline.engine.ktier``, called by ``pipeline.engine.kgeneric``) keyed by chunks of
+``chunk_size`` tokens: chunk j of a prompt is keyed by the chained key of its last block
+(only full chunks: ``save_unfull_chunk`` False). Lookup at admission (every time the scheduler tries the request, as vLLM asks its
 connector): LMCache's hit c, of which vLLM loads ``c - g`` beyond its own GPU hit g
 (``c - 1`` when c is the whole prompt). Store once the request's prompt is computed, from
 LMCache's own hit on. Engines given the same tier share it.
@@ -18,9 +17,10 @@ lookup of the leading blocks present from block 0 (no state change), c tokens, o
 vLLM loads ``c - g`` (``c - 1`` when c is the whole prompt); store places the blocks from
 the GPU hit g of the request's last admission on, in ``order`` (head-first: prefix order),
 capacity ``capacity_tokens // block_size`` blocks of size 1: the block models' composition
-(``pipeline.policies.blockmode``). A chunk-unit model (``lmcache``, ``lmcache-replay``) sees
-LMCache's chunk keys and follows LMCache's own protocol (``admit`` refreshes the hit chunks,
-``store`` from its own hit), so forced through this path ``lmcache`` equals ``LMCacheTier``.
+(``pipeline.policies.blockmode``). A chunk-unit model (``lmcache``, its test oracle) sees
+LMCache's chunk keys and follows LMCache's own protocol (``admit(keys)`` refreshes the hit
+chunks, ``store(keys, prompt_tokens, hit_tokens)`` from its own hit), so forced through this
+path ``lmcache`` equals ``LMCacheTier``.
 """
 
 from __future__ import annotations
@@ -30,31 +30,12 @@ import numpy as np
 from pipeline.cache import registry
 from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST, check_order
 from pipeline.engine.kgeneric import register
-from pipeline.engine.ktier import no_tier, tier_arrays
+from pipeline.engine.ktier import no_tier
 from pipeline.engine.layout import (CPUSTATE, KOFF, NPROMPT, T_CAPACITY, T_CHUNK, T_HANDLE,
                                     T_ON, T_PER)
-from pipeline.engine_caches.lmcache_cpu import DEFAULT_CHUNK_SIZE
+from pipeline.engine_caches.lmcache import DEFAULT_CHUNK_SIZE, LMCacheTier, check_chunk_size
 
 __all__ = ["LMCacheTier", "ModelTier", "engine_tier_problem", "engine_cpu_models"]
-
-
-def _check_chunk(chunk_size: int, block_size: int) -> None:
-    if chunk_size < 1 or chunk_size % block_size:
-        raise ValueError(f"chunk size must be a positive multiple of the block size "
-                         f"{block_size}, got {chunk_size}")
-
-
-class LMCacheTier:
-    """A CPU tier of ``capacity_tokens``; ``arrays`` its compiled state (``ktier``)."""
-
-    def __init__(self, capacity_tokens: int, block_size: int,
-                 chunk_size: int = DEFAULT_CHUNK_SIZE) -> None:
-        _check_chunk(chunk_size, block_size)
-        self.capacity_tokens = int(capacity_tokens)
-        self.block_size = block_size
-        self.chunk_size = chunk_size
-        self.per = chunk_size // block_size
-        self.arrays = tier_arrays(self.capacity_tokens, chunk_size, self.per)
 
 
 def engine_tier_problem(name: str) -> str | None:
@@ -99,7 +80,7 @@ class ModelTier:
                 raise ValueError("--cpu-save-unfull-chunk: the engine keys full chunks only "
                                  "(LMCache >= 0.4's default)")
             self.chunk_size = int(options.get("chunk_size", DEFAULT_CHUNK_SIZE))
-            _check_chunk(self.chunk_size, self.block_size)
+            check_chunk_size(self.chunk_size, self.block_size)
             self.tier = registry.make_tier(model, self.capacity_tokens, **options)
             if not (hasattr(self.tier, "admit") and hasattr(self.tier, "store")):
                 raise ValueError(f"--cpu-model {model}: a chunk model's tier needs admit and "
@@ -125,7 +106,7 @@ class ModelTier:
         """At admission (GPU hit ``local`` tokens): the tokens vLLM may load, from 0."""
         keys, prompt = self._keys(R, KEYS, slot)
         if self.chunk_unit:
-            hit = int(self.tier.admit(keys, [self.chunk_size] * len(keys)))
+            hit = int(self.tier.admit(keys))
             R[slot, CPUSTATE] = hit                   # LMCache stores from its own hit
         else:
             hit = int(self.tier.lookup(keys)) * self.block_size
@@ -137,7 +118,7 @@ class ModelTier:
         keys, prompt = self._keys(R, KEYS, slot)
         start = max(int(R[slot, CPUSTATE]), 0)
         if self.chunk_unit:
-            self.tier.store(keys, [self.chunk_size] * len(keys), prompt, start)
+            self.tier.store(keys, prompt, start)
             return
         placed = keys[start:]
         self.tier.place(placed[::-1] if self.tail_first else placed, 1)

@@ -1,14 +1,18 @@
-"""The engine's two CPU-tier call points: LMCache's compiled tier (``ktier``) or any Python
-tier object (``pipeline.engine.cpu_tier.ModelTier``).
+"""The engine's two CPU-tier call points, the one place a tier component is plugged in:
+LMCache's compiled backend (``ktier``) or any Python tier object
+(``pipeline.engine.cpu_tier.ModelTier``).
 
 ``tier_lookup(T, R, KEYS, slot, local)`` (at admission, every time the scheduler tries the
 request; ``local`` its GPU hit in tokens) returns the tokens vLLM may load, counted from the
 request's first token; ``tier_store(T, R, KEYS, slot)`` runs once the request's prompt is
 computed. Both tiers are the same 5 arrays (``ktier.tier_arrays`` / ``no_tier``), so one
-compiled kernel serves both: ``TS[T_HANDLE]`` 0 calls ``cpu_lookup`` / ``cpu_store``; a
-Python tier's handle (``register``; its other arrays unused) calls the tier's ``lookup`` /
-``store`` from object mode (``numba.objmode``, cached on disk like the rest). The tier
-object is found by its handle, so kernels never see a Python object.
+compiled kernel serves both: ``TS[T_HANDLE]`` 0 runs ``ktier.lookup`` / ``ktier.store`` on
+the request's full chunks (chunk j keyed by its block ``(j + 1) * per - 1``); a Python
+tier's handle (``register``; its other arrays unused) calls the tier's ``lookup`` / ``store``
+from object mode (``numba.objmode``, cached on disk like the rest). The tier object is found
+by its handle, so kernels never see a Python object. A compiled tier of another engine is
+one more module with the same ``lookup`` / ``store`` over a run of keys, and one more branch
+here.
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ import weakref
 from numba import objmode
 
 from pipeline.engine.kjit import helper
-from pipeline.engine.ktier import cpu_lookup, cpu_store
-from pipeline.engine.layout import T_HANDLE
+from pipeline.engine.ktier import lookup as lmcache_lookup
+from pipeline.engine.ktier import store as lmcache_store
+from pipeline.engine.layout import CPUSTATE, KOFF, NPROMPT, T_CHUNK, T_HANDLE, T_PER
 
 __all__ = ["register", "tier_lookup", "tier_store"]
 
@@ -47,9 +52,13 @@ def _python_store(handle, R, KEYS, slot) -> None:
 @helper
 def tier_lookup(T, R, KEYS, slot, local):
     """See the module docstring."""
-    handle = T[0][T_HANDLE]
+    TS = T[0]
+    handle = TS[T_HANDLE]
     if handle == 0:
-        return cpu_lookup(T, R, KEYS, slot)
+        chunk, per, prompt = TS[T_CHUNK], TS[T_PER], R[slot, NPROMPT]
+        hit = lmcache_lookup(T, KEYS, R[slot, KOFF] + per - 1, per, prompt // chunk, chunk)
+        R[slot, CPUSTATE] = hit                       # LMCache stores from its own hit
+        return hit - 1 if hit == prompt else hit
     with objmode(out="int64"):
         out = _python_lookup(handle, R, KEYS, slot, local)
     return out
@@ -58,9 +67,12 @@ def tier_lookup(T, R, KEYS, slot, local):
 @helper
 def tier_store(T, R, KEYS, slot):
     """See the module docstring."""
-    handle = T[0][T_HANDLE]
+    TS = T[0]
+    handle = TS[T_HANDLE]
     if handle == 0:
-        cpu_store(T, R, KEYS, slot)
+        chunk, per, prompt = TS[T_CHUNK], TS[T_PER], R[slot, NPROMPT]
+        lmcache_store(T, KEYS, R[slot, KOFF] + per - 1, per, prompt // chunk, chunk, prompt,
+                      max(R[slot, CPUSTATE], 0))
         return
     with objmode():
         _python_store(handle, R, KEYS, slot)

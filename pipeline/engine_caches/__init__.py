@@ -5,14 +5,13 @@
   version), and as a tier object (``VllmTier``); ``vllm_layout``: what each request caches.
 * ``vllm_fast``: every capacity at once (block depths + a scalar per capacity), replaying
   the pool where that form is not exact.
-* ``lmcache_cpu``: LMCache's local CPU backend under vLLM v1, replayed literally;
-  ``lmcache_fast``: the same replay in numba (its rules are no stack algorithm).
+* ``lmcache``: LMCache's local CPU backend under vLLM v1 (its one compiled implementation,
+  ``pipeline.engine.ktier``) in block mode and as a tier object (``LMCacheTier``; its rules
+  are no stack algorithm: one replay per capacity).
 * ``options``: the models' CLI options and checks, built from the registry's declared
-  options; ``tier_objects``: LMCache's backend as a tier object
-  (``lookup``/``place``); ``curves``: their curves for the report; ``bench``: fast vs
-  literal timings.
+  options; ``curves``: their curves for the report; ``bench``: their timings.
 
 All read a ``pipeline.blocks.stream.BlockStream`` and follow the model API of
-``pipeline.blocks.model_api`` (entries of ``pipeline.cache.registry``: vllm, vllm-replay, lmcache,
-lmcache-replay).
+``pipeline.blocks.model_api`` (entries of ``pipeline.cache.registry``: vllm, vllm-replay,
+lmcache).
 """
