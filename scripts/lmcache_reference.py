@@ -12,8 +12,8 @@ chunk (``allocate``: LMCache's own evict-one-at-a-time loop, no busy loop) and p
 ``batched_submit_put_task``, then releases the store's references (``ref_count_down``, as
 ``LMCacheEngine.store`` relies on ``batched_put`` to do). The backend's LRU, touch order,
 eviction and skip-if-present are LMCache's code; the connector's store range is this
-script's reading of it (cited in ``pipeline/engine_caches/lmcache_cpu.py``). Compares every
-request's hit with ``pipeline.engine_caches.lmcache_cpu.replay_lmcache`` on the lab's workload
+script's reading of it (cited in ``pipeline/components/lmcache_cpu.py``). Compares every
+request's hit with ``pipeline.components.lmcache_cpu.replay_lmcache`` on the lab's workload
 and on random shared-prefix workloads; prints JSON, exit status 1 on any mismatch.
 
     .venv/bin/python scripts/lmcache_reference.py --version 0.5.6
@@ -162,8 +162,8 @@ def lmcache_hits(backend_class, requests, capacity: int, chunk_size: int) -> lis
 
 
 def main() -> int:
-    from pipeline.blocks.stream import block_stream
-    from pipeline.engine_caches.lmcache_cpu import lmcache_chunks, replay_lmcache
+    from pipeline.workloads.stream import block_stream
+    from pipeline.components.lmcache_cpu import lmcache_chunks, replay_lmcache
     from pipeline.workloads.blocks import document_blocks
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

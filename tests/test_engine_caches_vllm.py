@@ -9,12 +9,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvlab.scenario import pass_keys
-from pipeline.blocks.model_api import GPU_MODELS
+from pipeline.catalog.model_api import GPU_MODELS
 from pipeline.cli import main as cli_main
-from pipeline.blocks.stream import HEAD_FIRST, block_stream
-from pipeline.engine_caches.vllm_compiled import replay_vllm_compiled
-from pipeline.engine_caches.vllm_fast import vllm_gpu, vllm_hits
-from pipeline.engine_caches.vllm_gpu import (VllmBlockPool, replay_gpu, replay_vllm,
+from pipeline.workloads.stream import HEAD_FIRST, block_stream
+from pipeline.components.vllm_compiled import replay_vllm_compiled
+from pipeline.onepass.vllm_fast import vllm_gpu, vllm_hits
+from pipeline.components.vllm_gpu import (VllmBlockPool, replay_gpu, replay_vllm,
                                              unhashed_to_head, usable_blocks, vllm_requests)
 from pipeline.workloads.blocks import BLOCK_SCHEMA, document_blocks
 

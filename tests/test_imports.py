@@ -109,7 +109,7 @@ def test_find_cycle_finds_one_and_only_one():
 def test_import_graph_has_no_cycle():
     modules = pipeline_modules()
     graph = {name: imports_of(name, set(modules)) for name in modules}
-    assert graph["pipeline.run.command"] >= {"pipeline.base.config", "pipeline.report"}  # walks
+    assert graph["pipeline.commands.run"] >= {"pipeline.base.config", "pipeline.report"}  # walks
     assert "pipeline.charts.gpu_cliff" in graph["pipeline.report"]
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
@@ -140,27 +140,27 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "pipeline.charts", "pipeline.charts.provenance", "pipeline.measure.client",
         "pipeline.sizes.limits", "pipeline.sizes.grids",
         # packages whose __init__ is a docstring
-        "pipeline.blocks", "pipeline.engine_caches", "pipeline.bench", "pipeline.trace",
-        "pipeline.base", "pipeline.cache", "pipeline.sizes", "pipeline.ttft", "pipeline.run",
+        "pipeline.blocks", "pipeline.components", "pipeline.bench", "pipeline.trace",
+        "pipeline.base", "pipeline.cache", "pipeline.sizes", "pipeline.ttft", "pipeline.commands",
         "pipeline.plan",
         "pipeline.measure", "pipeline.measure.llamacpp", "pipeline.workloads"),
     "workloads": (
-        "pipeline.workloads.*", "pipeline.blocks.stream", "pipeline.blocks.stream_kernels",
-        "pipeline.blocks.limits", "pipeline.trace.inputs", "pipeline.measure.workload",
+        "pipeline.workloads.*", "pipeline.workloads.stream", "pipeline.workloads.stream_kernels",
+        "pipeline.workloads.stream_limits", "pipeline.workloads.sources", "pipeline.measure.workload",
         "pipeline.measure.runner", "pipeline.measure.output",
         "pipeline.measure.llamacpp.gguf_model", "pipeline.ttft.summary",
         "pipeline.ttft.verdicts"),
     "models": (
-        "pipeline.cache.stack_distance", "pipeline.cache.stack_distance_kernels",
-        "pipeline.cache.two_tier",
+        "pipeline.onepass.stack_distance", "pipeline.onepass.stack_distance_kernels",
+        "pipeline.onepass.two_tier",
         "pipeline.cache.registry", "pipeline.policies", "pipeline.policies.*",
-        "pipeline.blocks.literal_replay", "pipeline.blocks.lru_depths", "pipeline.blocks.model_api",
-        "pipeline.blocks.bands",
-        "pipeline.engine_caches.*", "pipeline.measure.llamacpp.cache_model",
+        "pipeline.components.block_lru_replay", "pipeline.onepass.lru_depths", "pipeline.catalog.model_api",
+        "pipeline.onepass.bands",
+        "pipeline.components.*", "pipeline.components.llamacpp_cache",
         "pipeline.measure.llamacpp.compare", "pipeline.measure.llamacpp.engine",
         "pipeline.ttft.model", "pipeline.ttft.latency", "pipeline.ttft.attribution",
         "pipeline.ttft.configs", "pipeline.ttft.measured_setup", "pipeline.plan.search",
-        "pipeline.plan.blocks", "pipeline.plan.policies", "pipeline.engine_caches.options",
+        "pipeline.plan.blocks", "pipeline.plan.policies", "pipeline.catalog.model_options",
         "pipeline.ttft.scope",
         "pipeline.ttft.inputs",
         # the engine loop and its step-time models (their own branches)
@@ -168,20 +168,20 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "pipeline.sizes.vllm_memory"),
     "stages": (
         "pipeline.simulate", "pipeline.sweeps", "pipeline.measured", "pipeline.report",
-        "pipeline.charts.*", "pipeline.blocks.sweep", "pipeline.run.block_mode",
-        "pipeline.run.exports", "pipeline.engine_caches.curves", "pipeline.policies.curves",
-        "pipeline.trace.engine", "pipeline.trace.outputs", "pipeline.plan.output",
+        "pipeline.charts.*", "pipeline.blocks.sweep", "pipeline.commands.run_blocks",
+        "pipeline.commands.run_exports", "pipeline.blocks.engine_curves", "pipeline.blocks.policy_curves",
+        "pipeline.trace.engine", "pipeline.commands.trace_outputs", "pipeline.plan.output",
         "pipeline.measure.llamacpp.local", "pipeline.measure.*", "pipeline.fleet",
         "pipeline.fleet.*", "pipeline.fit", "pipeline.fit.*", "pipeline.plan.fitted",
-        "pipeline.steptime.chart", "pipeline.steptime.command"),
+        "pipeline.charts.steptime", "pipeline.commands.simulate_time"),
     "commands": (
-        "pipeline.cli", "pipeline.__main__", "pipeline.run.command", "pipeline.plan.command",
-        "pipeline.ttft.synthetic", "pipeline.blocks.command", "pipeline.trace.command",
-        "pipeline.policies.command", "pipeline.measure.cli", "pipeline.bench.*",
-        "pipeline.blocks.bench", "pipeline.engine_caches.bench", "pipeline.engine.command",
-        "pipeline.fleet.command", "pipeline.fleet.plan_command", "pipeline.fit.command",
+        "pipeline.cli", "pipeline.__main__", "pipeline.commands.run", "pipeline.commands.plan",
+        "pipeline.commands.synth_ttft", "pipeline.commands.blocks", "pipeline.commands.trace",
+        "pipeline.commands.policies", "pipeline.commands.measure", "pipeline.bench.*",
+        "pipeline.bench.blocks", "pipeline.bench.engine_caches", "pipeline.commands.simulate",
+        "pipeline.commands.fleet", "pipeline.commands.plan_fleet", "pipeline.commands.fit",
         "pipeline.commands.*",
-        "pipeline.steptime.plan_load"),
+        "pipeline.plan.load"),
 }
 ORDER = list(LAYERS)
 #: the report's renderers: they draw frames and import no model
@@ -243,7 +243,7 @@ def test_every_module_has_a_layer():
 
 def test_imports_follow_the_layers():
     graph = _layer_graph()
-    assert "pipeline.cache.registry" in graph["pipeline.blocks.model_api"]       # the walk works
+    assert "pipeline.cache.registry" in graph["pipeline.catalog.model_api"]       # the walk works
     problems = upward_imports(graph)
     assert not problems, "imports from a higher layer:\n" + "\n".join(problems)
 

@@ -16,7 +16,7 @@ from pipeline.ttft.attribution import attribute_tiers
 from pipeline.ttft.summary import stats_table, summary, tier_table
 from pipeline.ttft.verdicts import separation_notes
 from pipeline.workloads.measured_file import RECORD_SCHEMA, load_measured, records_frame
-from pipeline.ttft.synthetic import simulated_tiers
+from pipeline.commands.synth_ttft import simulated_tiers
 
 from measured_records import assert_same, record, write_lines
 

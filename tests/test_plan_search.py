@@ -1,5 +1,5 @@
 """The planner's search against literal replays at every CPU capacity: kvlab's TwoTierCache
-in document mode, the block model's reference replay (``pipeline.blocks.literal_replay``) in block
+in document mode, the block model's reference replay (``pipeline.components.block_lru_replay``) in block
 mode."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from conftest import ROOT
 from kvlab.kvsim import TwoTierCache
-from pipeline.blocks.literal_replay import replay
-from pipeline.blocks.stream import ORDERS, block_stream
+from pipeline.components.block_lru_replay import replay
+from pipeline.workloads.stream import ORDERS, block_stream
 from pipeline.plan.search import DocumentEvaluator, Target, plan
 from pipeline.plan.blocks import BlockEvaluator
 from pipeline.ttft.model import fit_configs, measured_requests
@@ -203,7 +203,7 @@ def test_block_mode_equals_the_block_model_replay(docs, per_doc, block, tail, or
 def test_other_cpu_models_scan_their_grid(docs, per_doc, tail, orders, level):
     """A CPU model without the one-pass form (LMCache's) is run per chunk step: the answer is
     the first step whose figures meet the target under the model's literal replay."""
-    from pipeline.blocks.model_api import CPU_MODELS, request_result
+    from pipeline.catalog.model_api import CPU_MODELS, request_result
 
     block, chunk = 2, 4
     tokens = per_doc * block + tail % block

@@ -82,7 +82,7 @@ def test_whole_mooncake_trace_hit_counts_equal_libcachesim(mooncake_file, name):
     """The compiled replays over all 121,877 block accesses, at a small and a large cache."""
     from pipeline.policies.reference import lcs_hit_count
     from pipeline.cache.registry import entry
-    from pipeline.policies.replay import encode
+    from pipeline.catalog.policy_replay import encode
     keys, path = mooncake_file
     codes = encode(keys)
     for capacity in (878, 8784):

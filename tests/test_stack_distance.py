@@ -1,4 +1,4 @@
-"""pipeline/cache/stack_distance.py: one-pass stack distances must match kvlab's caches access
+"""pipeline/onepass/stack_distance.py: one-pass stack distances must match kvlab's caches access
 by access."""
 
 import numpy as np
@@ -7,10 +7,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvlab.kvsim import LRUCache, TwoTierCache
-from pipeline.cache.stack_distance import (COLD, hit_curve, lru_hit_counts, lru_hits, lru_states,
+from pipeline.onepass.stack_distance import (COLD, hit_curve, lru_hit_counts, lru_hits, lru_states,
                                            stack_distances)
 from pipeline.cache.tiers import TIERS
-from pipeline.cache.two_tier import two_tier_tiers
+from pipeline.onepass.two_tier import two_tier_tiers
 
 DOC_TOKENS = 5011
 

@@ -18,12 +18,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_engine_caches_vllm import vllm_frames
 
-from pipeline.blocks.limits import storable_tokens
-from pipeline.blocks.stream import TRACE, RequestOutputs, block_stream
+from pipeline.workloads.stream_limits import storable_tokens
+from pipeline.workloads.stream import TRACE, RequestOutputs, block_stream
 from pipeline.cli import main
-from pipeline.engine_caches.vllm_compiled import replay_vllm_compiled
-from pipeline.engine_caches.vllm_fast import vllm_gpu
-from pipeline.engine_caches.vllm_gpu import replay_gpu, replay_vllm, vllm_requests
+from pipeline.components.vllm_compiled import replay_vllm_compiled
+from pipeline.onepass.vllm_fast import vllm_gpu
+from pipeline.components.vllm_gpu import replay_gpu, replay_vllm, vllm_requests
 from pipeline.workloads.mooncake import read_mooncake
 from pipeline.workloads.tokens import read_tokens
 

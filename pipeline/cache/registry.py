@@ -3,11 +3,11 @@
 An entry says how to make the model's tier (an object with ``lookup``/``place``, and
 ``access`` for the policies: ``pipeline.cache.tiers.Tier``), its fast paths (block mode: a GPU
 model ``f(stream, capacities, order, **options)`` and a CPU model ``f(stream, gpu_hit_tokens,
-capacities, order, **options)``, see ``pipeline.blocks.model_api``, and for a policy the
+capacities, order, **options)``, see ``pipeline.catalog.model_api``, and for a policy the
 compiled ``block_kernel`` they run; per access: a ``onepass`` engine for every capacity and a
 compiled ``replay_kernel`` at one capacity), its unit, the one touch order it follows
 (engines), its declared options (``Option``: the CLI flags and checks are built from them,
-``pipeline.engine_caches.options``) and where it is used (a ``policy`` of the family, a
+``pipeline.catalog.model_options``) and where it is used (a ``policy`` of the family, a
 ``measured`` config model).
 
 ``MODELS`` holds the built-in entries in display order; ``register(entry)`` adds one (a new
@@ -24,12 +24,13 @@ from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from pipeline.base.arguments import checked, positive_int
-from pipeline.blocks import literal_replay as block_replay
-from pipeline.blocks import lru_depths as block_onepass
-from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST, TRACE
-from pipeline.engine_caches import lmcache_cpu, lmcache_fast, vllm_fast, vllm_gpu
-from pipeline.engine_caches.lmcache_cpu import DEFAULT_CHUNK_SIZE
-from pipeline.engine_caches.vllm_gpu import DEFAULT_VLLM_VERSION, PREPEND_SINCE, unhashed_to_head
+from pipeline.components import block_lru_replay as block_replay
+from pipeline.onepass import lru_depths as block_onepass
+from pipeline.workloads.stream import HEAD_FIRST, TAIL_FIRST, TRACE
+from pipeline.components import lmcache_cpu, lmcache_fast, vllm_gpu
+from pipeline.onepass import vllm_fast
+from pipeline.components.lmcache_cpu import DEFAULT_CHUNK_SIZE
+from pipeline.components.vllm_gpu import DEFAULT_VLLM_VERSION, PREPEND_SINCE, unhashed_to_head
 from pipeline.policies.arc import ARC
 from pipeline.policies.clock import Clock
 from pipeline.policies.lfu import LFU
@@ -40,7 +41,7 @@ from pipeline.policies.simple import FIFO, LRU, MRU
 import pipeline.policies.kernels as kernels
 from pipeline.policies.blockmode import policy_cpu_model, policy_gpu_model
 from pipeline.policies.kernels import blocks as block_kernels
-from pipeline.policies.stack_passes import LRU_PASS, MRU_PASS, OPT_PASS, OnePass
+from pipeline.onepass.stack_passes import LRU_PASS, MRU_PASS, OPT_PASS, OnePass
 
 __all__ = ["Option", "CacheModel", "MODELS", "DEPRECATED_NAMES", "register",
            "unregister", "added", "entry", "names",
@@ -149,7 +150,7 @@ LMCACHE_OPTIONS = (
 
 def _vllm_tier(capacity: int, block_size: int = 16, output_tokens: int = 1,
                vllm_version: str = DEFAULT_VLLM_VERSION):
-    from pipeline.engine_caches.tier_objects import VllmTier
+    from pipeline.components.tier_objects import VllmTier
     return VllmTier(capacity, block_size, output_tokens, vllm_version)
 
 
@@ -157,14 +158,14 @@ def _lmcache_tier(capacity: int, chunk_size: int = DEFAULT_CHUNK_SIZE,
                   save_unfull_chunk: bool = False):
     """LMCache's CPU backend; the caller's chunk keys decide whether a partial last chunk
     is stored (``save_unfull_chunk``)."""
-    from pipeline.engine_caches.tier_objects import LMCacheTier
+    from pipeline.components.tier_objects import LMCacheTier
     return LMCacheTier(capacity, chunk_size)
 
 
 def _llamacpp_tier(capacity: int | None, state_size=None):
     """llama.cpp's live context and RAM prompt cache of ``capacity`` bytes (None: no RAM
     cache); it serves ``request(prompt, completion)`` (token sequences, not keys)."""
-    from pipeline.measure.llamacpp.cache_model import LlamaCppPromptCache
+    from pipeline.components.llamacpp_cache import LlamaCppPromptCache
     return LlamaCppPromptCache(capacity, state_size)
 
 
@@ -177,7 +178,7 @@ def policy_entry(name: str, cls: type, summary: str, onepass: OnePass | None = N
                  replay_kernel: Callable | None = None,
                  block_kernel: Callable | None = None) -> CacheModel:
     """The entry of a policy of the family: its class is its tier and the reference of
-    every fast path it declares (``onepass``: ``pipeline.policies.stack_passes``;
+    every fast path it declares (``onepass``: ``pipeline.onepass.stack_passes``;
     ``replay_kernel``: ``pipeline.policies.kernels``; ``block_kernel``:
     ``pipeline.policies.kernels.blocks``). Without a fast path the class is replayed."""
     return CacheModel(name, summary, "block", tier=cls,
@@ -234,7 +235,7 @@ MODELS: dict[str, CacheModel] = {model.name: model for model in _builtin()}
 _BUILTIN = frozenset(MODELS)
 
 #: old name -> new name, accepted one more release with a warning
-#: (``pipeline.engine_caches.options.ModelName``)
+#: (``pipeline.catalog.model_options.ModelName``)
 DEPRECATED_NAMES: dict[str, str] = {"ideal": "block-lru", "ideal-replay": "block-lru-replay"}
 
 
@@ -367,7 +368,7 @@ def make_policy(name: str, capacity: float, future: Sequence[Hashable] | None = 
 
 def make_tier(name: str, capacity: float, **options: object):
     """A fresh tier object of model ``name`` (``lookup``/``place``; a policy's also
-    ``access``): a policy's class, or an engine's (``pipeline.engine_caches.tier_objects``)
+    ``access``): a policy's class, or an engine's (``pipeline.components.tier_objects``)
     with its options; OPT takes ``future=``. ``capacity`` is in the entry's sizes: a policy's
     in the sizes it is given (blocks when every size is 1), vllm's and lmcache's in tokens.
     Keys are placed in the tier's touch order by the caller. ValueError for an unknown name."""

@@ -2,8 +2,8 @@
 registered CPU model's tier object called from the compiled scheduler (``ModelTier``).
 
 LMCache (``LMCacheTier``): LMCache's local CPU backend (LRU, the rules of
-``pipeline.engine_caches.lmcache_cpu.LocalCpuBackend``, compiled in
-``pipeline.engine.ktier``) keyed by chunks of ``chunk_size`` tokens: chunk j of a prompt
+``pipeline.components.lmcache_cpu.LocalCpuBackend``, compiled in
+``pipeline.components.ktier``) keyed by chunks of ``chunk_size`` tokens: chunk j of a prompt
 is keyed by the chained key of its last block (only full chunks: ``save_unfull_chunk``
 False). Lookup at admission (every time the scheduler tries the request, as vLLM asks its
 connector): LMCache's hit c, of which vLLM loads ``c - g`` beyond its own GPU hit g
@@ -11,7 +11,7 @@ connector): LMCache's hit c, of which vLLM loads ``c - g`` beyond its own GPU hi
 LMCache's own hit on. Engines given the same tier share it.
 
 Any other model (``ModelTier``): the registry entry's tier object (``registry.make_tier``)
-at the same two points (``pipeline.engine.kgeneric``). A block-unit model (the policies,
+at the same two points (``pipeline.components.kgeneric``). A block-unit model (the policies,
 ``block-lru``) sees the request's full prompt blocks (the engine's chained block keys, as
 unsigned ints, so a policy that compares keys orders them as the block stream's codes):
 lookup of the leading blocks present from block 0 (no state change), c tokens, of which
@@ -28,12 +28,12 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.cache import registry
-from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST, check_order
-from pipeline.engine.kgeneric import register
-from pipeline.engine.ktier import no_tier, tier_arrays
-from pipeline.engine.layout import (CPUSTATE, KOFF, NPROMPT, T_CAPACITY, T_CHUNK, T_HANDLE,
+from pipeline.workloads.stream import HEAD_FIRST, TAIL_FIRST, check_order
+from pipeline.components.kgeneric import register
+from pipeline.components.ktier import no_tier, tier_arrays
+from pipeline.components.engine_layout import (CPUSTATE, KOFF, NPROMPT, T_CAPACITY, T_CHUNK, T_HANDLE,
                                     T_ON, T_PER)
-from pipeline.engine_caches.lmcache_cpu import DEFAULT_CHUNK_SIZE
+from pipeline.components.lmcache_cpu import DEFAULT_CHUNK_SIZE
 
 __all__ = ["LMCacheTier", "ModelTier", "engine_tier_problem", "engine_cpu_models"]
 

@@ -146,7 +146,7 @@ def gpu_from_utilization(args: argparse.Namespace, block_size: int | None) -> di
     tokens) and return its ``as_dict``; a usage error with --gpu or
     without --gpu-type / --model."""
     from pipeline.sizes.model_presets import DTYPE_BYTES, model_shape, preset
-    from pipeline.steptime.gpus import gpu_preset
+    from pipeline.sizes.gpus import gpu_preset
     flag = "--gpu-memory-utilization"
     if getattr(args, "gpu", None) is not None:
         raise UsageError(f"{flag} gives --gpu: give one of them")

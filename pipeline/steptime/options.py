@@ -12,7 +12,7 @@ import argparse
 
 from pipeline.base.arguments import non_negative_float, positive_float
 from pipeline.steptime.cost import StepTimeModel
-from pipeline.steptime.gpus import GPUS
+from pipeline.sizes.gpus import GPUS
 from pipeline.steptime.registry import step_time_model
 from pipeline.steptime.roofline import DEFAULT_OVERHEAD_MS, check_roofline_model
 

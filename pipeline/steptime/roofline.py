@@ -14,7 +14,7 @@ before the forward pass (not overlapped). The per-step overhead (scheduling, sam
 launch) is a fixed assumption. Every figure this gives is a roofline, labelled so.
 
 >>> from pipeline.sizes.units import model_shape
->>> from pipeline.steptime.gpus import gpu_preset
+>>> from pipeline.sizes.gpus import gpu_preset
 >>> model = Roofline(model_shape("Llama-3.1-8B"), gpu_preset("H100"), overhead_ms=0.0)
 >>> round(model.step_ms(StepCost(0, 1, 1)), 2)   # one decode: 15.0 GB of weights / 3.35 TB/s
 4.48
@@ -31,7 +31,7 @@ import numpy as np
 from pipeline.base.errors import CLIError, UsageError
 from pipeline.sizes.units import ModelShape, model_shape, parse_model_shape
 from pipeline.steptime.cost import StepCost, step_cost  # noqa: F401 (StepCost: doctest)
-from pipeline.steptime.gpus import GpuPreset, custom_gpu, gpu_preset
+from pipeline.sizes.gpus import GpuPreset, custom_gpu, gpu_preset
 
 __all__ = ["Roofline", "Rates", "WEIGHT_BYTES", "DEFAULT_OVERHEAD_MS", "check_roofline_model"]
 

@@ -11,7 +11,7 @@ kvlab models two configs by name: ``baseline`` (``TwoTierCache(gpu, 0)``) and ``
         "cache-4.5": {"model": "llamacpp", "ram_bytes": 46573024},
         "cache":     {"model": "llamacpp", "ram_bytes": 108670390, "role": "offload"}}}
 
-* ``llamacpp``: ``pipeline.measure.llamacpp.cache_model.LlamaCppPromptCache`` (live context
+* ``llamacpp``: ``pipeline.components.llamacpp_cache.LlamaCppPromptCache`` (live context
   = ``gpu``, RAM prompt cache of ``ram_bytes`` = ``cpu``; null = no RAM cache), fed the
   workload's real prompt tokens from the provenance file beside the measurement
   (``<name>.provenance.json``: workload, state size); plain LRU's prediction comes with it
@@ -114,7 +114,7 @@ def _provenance(measured: Path) -> dict:
 
 def _llamacpp(measured: Path, configs: dict[str, ConfigModel]) -> pl.DataFrame:
     """config, request, pass, doc, tier, lru_tier per request the provenance's workload sends."""
-    from pipeline.measure.llamacpp.cache_model import StateSize
+    from pipeline.components.llamacpp_cache import StateSize
     from pipeline.measure.llamacpp.compare import predict
     from pipeline.measure.workload import spec_requests
 
