@@ -35,7 +35,7 @@ NOTHING_WRITTEN = "interrupted; nothing written"
 ENTRY_MODULES = frozenset({
     "pipeline", "pipeline.__main__", "pipeline.commands.fit", "pipeline.commands.policies",
     "pipeline.commands.plan", "pipeline.commands.measure", "pipeline.commands.synth_ttft",
-    "pipeline.measured"})
+    "pipeline.commands.measured"})
 
 
 def _before_main(signum, frame) -> None:

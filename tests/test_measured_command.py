@@ -171,13 +171,13 @@ def test_cli_bad_input_is_one_line_and_exit_1(tmp_path, capsys):
 
 
 def test_python_dash_m_and_usage_errors(capsys, monkeypatch):
-    """``python -m pipeline.measured FILE`` runs the module's ``__main__`` block (through
+    """``python -m pipeline.commands.measured FILE`` runs the module's ``__main__`` block (through
     runpy, as ``python -m`` does, in this process)."""
     monkeypatch.chdir(ROOT)
-    monkeypatch.setattr(sys, "argv", ["pipeline/measured.py", "data/ttft.jsonl"])
+    monkeypatch.setattr(sys, "argv", ["pipeline/commands/measured.py", "data/ttft.jsonl"])
     with warnings.catch_warnings(), pytest.raises(SystemExit) as done:
         warnings.simplefilter("ignore", RuntimeWarning)     # "found in sys.modules": it is
-        runpy.run_module("pipeline.measured", run_name="__main__", alter_sys=True)
+        runpy.run_module("pipeline.commands.measured", run_name="__main__", alter_sys=True)
     printed = capsys.readouterr()
     assert done.value.code == 0, printed.err
     assert "separate cleanly" in printed.out

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-__all__ = ["GpuPreset", "GPUS", "gpu_preset", "custom_gpu"]
+__all__ = ["GpuPreset", "GPUS", "GPU_NAMES", "gpu_preset", "custom_gpu"]
 
 _NVIDIA = "https://www.nvidia.com/en-us/data-center/"
 
@@ -67,6 +67,8 @@ GPUS: dict[str, GpuPreset] = {gpu.name.split()[0].lower(): gpu for gpu in (
     GpuPreset("L40S", 362.05, 733.0, 864.0, 32.0, 48, "PCIe 4.0 x16", _NVIDIA + "l40s/"),
     GpuPreset("L4", 121.0, 242.5, 300.0, 32.0, 24, "PCIe 4.0 x16", _NVIDIA + "l4/"),
 )}
+#: the names ``--gpu-type`` accepts: the presets' and ``custom``
+GPU_NAMES = [gpu.name.split()[0] for gpu in GPUS.values()] + ["custom"]
 
 
 def gpu_preset(name: str) -> GpuPreset:

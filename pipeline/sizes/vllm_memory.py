@@ -124,7 +124,7 @@ def vllm_kv_memory(gpu: str, total: int, utilization: float, shape: ModelShape, 
 def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
     """--gpu-memory-utilization and --activation-reserve (and --gpu-type when the command has
     no roofline options)."""
-    from pipeline.steptime.options import GPU_NAMES
+    from pipeline.sizes.gpus import GPU_NAMES
     group = parser.add_argument_group(
         "vLLM's allocation (--gpu-memory-utilization with --gpu-type and --model)")
     group.add_argument("--gpu-memory-utilization", type=unit_ratio, default=None, metavar="F",

@@ -12,13 +12,11 @@ import argparse
 
 from pipeline.base.arguments import non_negative_float, positive_float
 from pipeline.steptime.cost import StepTimeModel
-from pipeline.sizes.gpus import GPUS
+from pipeline.sizes.gpus import GPU_NAMES
 from pipeline.steptime.registry import step_time_model
 from pipeline.steptime.roofline import DEFAULT_OVERHEAD_MS, check_roofline_model
 
 __all__ = ["add_latency_arguments", "latency_from_args", "check_roofline_model"]
-
-GPU_NAMES = [gpu.name.split()[0] for gpu in GPUS.values()] + ["custom"]
 
 
 def add_latency_arguments(parser: argparse.ArgumentParser, latency: bool = True) -> None:
