@@ -134,7 +134,11 @@ def policy_group(lab_curves: pl.DataFrame) -> Group:
     """Hit ratio per cache policy on the lab's workload (``lab_curves``:
     ``pipeline.blocks.policy_curves.lab_curves``), OPT as the ceiling."""
     from pipeline.charts import policies
-    return ("Cache policies", "<p>Nine policies on the lab's documents "
+    count = lab_curves["policy"].n_unique()          # the registry's policies that ran
+    words = ("No", "One", "Two", "Three", "Four", "Five", "Six", "Seven", "Eight", "Nine",
+             "Ten", "Eleven", "Twelve")
+    return ("Cache policies", f"<p>{words[count] if count < len(words) else count} "
+            f"polic{'y' if count == 1 else 'ies'} on the lab's documents "
             "(<code>python -m pipeline policies</code>; a trace: <code>--trace PATH</code>)."
             "</p>", policies.policy_sections(lab_curves))
 

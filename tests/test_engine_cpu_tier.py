@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.cache import registry
+from pipeline import catalog as registry
 from pipeline.workloads.stream import HEAD_FIRST, TAIL_FIRST
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.cpu_tier import LMCacheTier, ModelTier, engine_cpu_models

@@ -14,7 +14,7 @@ from kvlab.kvsim import LRUCache
 from pipeline.commands.blocks import run_blocks
 from pipeline.catalog.model_api import CPU_MODELS, GPU_MODELS, two_tier
 from pipeline.workloads.stream import ORDERS, block_stream
-from pipeline.cache.registry import POLICIES, entry, names
+from pipeline.catalog import POLICIES, entry, names
 from pipeline.policies.blockmode import policy_cpu_model, policy_gpu_model
 from pipeline.policies.simple import LRU
 from pipeline.workloads.blocks import BLOCK_SCHEMA

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from pipeline.onepass.stack_passes import opt_distances_of
 from pipeline.catalog.policy_replay import encode, hit_counts, hit_matrix, onepass_policies
-from pipeline.cache.registry import entry
+from pipeline.catalog import entry
 
 
 @st.composite

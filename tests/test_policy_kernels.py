@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.cache.registry import POLICIES, entry, names
+from pipeline.catalog import POLICIES, entry, names
 from pipeline.catalog.policy_replay import class_hits, encode, hit_counts, hit_matrix, tiered_codes
 from kvlab.kvsim import TwoTierCache
 from policy_traces import random_traces

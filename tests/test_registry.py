@@ -11,7 +11,7 @@ import pytest
 
 from conftest import run_outputs
 from kvlab.scenario import pass_keys
-from pipeline.cache import registry
+from pipeline import catalog as registry
 from pipeline.workloads.stream import block_stream
 from pipeline.cli import main
 from pipeline.cache.tiers import Tier, TwoTier

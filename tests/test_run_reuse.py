@@ -6,7 +6,7 @@ import argparse
 import polars as pl
 
 from pipeline.base.config import LAB_DOCS, LAB_PASSES, LAB_TOKENS
-from pipeline.cache import registry
+from pipeline import catalog as registry
 from pipeline.commands import run_blocks as block_mode
 from pipeline.commands.run_blocks import drawn, file_key, registry_key, reused
 from pipeline.workloads.documents import DocumentWorkload

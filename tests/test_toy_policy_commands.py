@@ -10,7 +10,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.cache import registry
+from pipeline import catalog as registry
 from pipeline.cache.tiers import Tier
 from pipeline.cli import main
 

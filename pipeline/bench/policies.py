@@ -31,7 +31,7 @@ from pipeline.bench.curve import capacity_grid, distinct_bytes, libcachesim_hash
 from pipeline.policies import POLICIES
 from pipeline.policies.reference import LCS_NAMES, lcs_hit_count, write_oracle_trace
 from pipeline.catalog.policy_replay import class_hits, encode, hit_counts
-from pipeline.cache.registry import entry, names
+from pipeline.catalog import entry, names
 
 __all__ = ["run_bench", "run_onepass_bench", "add_arguments", "main"]
 

@@ -11,7 +11,7 @@ import polars as pl
 
 from pipeline.workloads.stream import HEAD_FIRST, TAIL_FIRST
 from pipeline.base.config import LAB_DOCS, LAB_GPU, LAB_TOKENS
-from pipeline.cache.registry import CPU_MODELS, GPU_MODELS
+from pipeline.catalog import CPU_MODELS, GPU_MODELS
 from pipeline.cache.tiers import served_beyond
 from pipeline.workloads.documents import documents_workload
 

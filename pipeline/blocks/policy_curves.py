@@ -13,7 +13,7 @@ import polars as pl
 from pipeline.sizes import grids
 from pipeline.base.config import LAB_DOCS, LAB_PASSES, LAB_TOKENS
 from pipeline.catalog.policy_replay import encode, hit_counts
-from pipeline.cache.registry import POLICIES
+from pipeline.catalog import POLICIES
 from pipeline.workloads.documents import documents_workload
 from pipeline.workloads.mooncake import read_mooncake
 

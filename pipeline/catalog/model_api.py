@@ -10,7 +10,7 @@ hit in tokens counted from the request's first token, shape (K, R). The CPU serv
 lies beyond the GPU hit: max(0, cpu - gpu).
 
 ``two_tier`` combines one of each into the per-request result (``RESULT_SCHEMA``). The
-models are the registry's (``pipeline.cache.registry``: one entry per model name, ``GPU_MODELS``
+models are the registry's (``pipeline.catalog``: one entry per model name, ``GPU_MODELS``
 and ``CPU_MODELS`` are views of it); add a model by registering an entry.
 """
 
@@ -22,7 +22,7 @@ import numpy as np
 import polars as pl
 
 from pipeline.workloads.stream import BlockStream, check_order
-from pipeline.cache.registry import CPU_MODELS, GPU_MODELS
+from pipeline.catalog import CPU_MODELS, GPU_MODELS
 from pipeline.cache.tiers import served_beyond
 
 __all__ = ["GPU_MODELS", "CPU_MODELS", "RESULT_SCHEMA", "GpuModel", "CpuModel", "two_tier",

@@ -1,5 +1,5 @@
 """The cache models' own options on the block commands, and their checks (one place), built
-from the registry's declared options (``pipeline.cache.registry``: each entry's ``Option``s).
+from the registry's declared options (``pipeline.catalog``: each entry's ``Option``s).
 
 ``add_model_arguments`` defines ``--gpu-model``/``--cpu-model`` and every declared option for
 every block command; ``run_options`` is their one check (``blocks`` and ``trace`` call it).
@@ -18,13 +18,13 @@ import argparse
 
 import numpy as np
 
-from pipeline.cache import registry
+from pipeline import catalog as registry
 from pipeline.workloads.stream_limits import output_blocks
 from pipeline.workloads.stream import HEAD_FIRST, ORDERS, TAIL_FIRST, TRACE
 from pipeline.base.arguments import queue_warning
 from pipeline.base.errors import CLIError, UsageError
 from pipeline.sizes.limits import MAX_BLOCKS, check_block_count, check_capacities
-from pipeline.cache.registry import MODEL_OPTIONS, MODEL_ORDERS, vllm_version
+from pipeline.catalog import MODEL_OPTIONS, MODEL_ORDERS, vllm_version
 
 __all__ = ["MODEL_OPTIONS", "MODEL_ORDERS", "add_engine_arguments", "add_option_argument",
            "add_order_arguments", "ENGINE_MODELS", "LAB_MODELS", "ModelName", "model_names", "models_given",

@@ -13,10 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import polars as pl
 
-from pipeline.cache.registry import POLICIES, make_policy
+from pipeline.catalog import POLICIES, make_policy
 from pipeline.cache.tiers import access_tiers
-from pipeline.cache.registry import entry as _entry
-from pipeline.cache.registry import names as _names
+from pipeline.catalog import entry as _entry
+from pipeline.catalog import names as _names
 
 __all__ = ["METHODS", "onepass_policies", "encode", "policy_hits", "hit_matrix", "hit_counts",
            "tiered_codes", "curves_frame", "class_hits"]

@@ -35,7 +35,7 @@ from pipeline.plan.output import answer_fields, backed_plan, describe_target, do
     model_json, model_lines, models_fields, print_document
 from pipeline.plan.blocks import BlockEvaluator
 from pipeline.plan.policies import PolicyDocumentEvaluator
-from pipeline.cache.registry import policy_names
+from pipeline.catalog import policy_names
 from pipeline.base.staging import Outputs
 from pipeline.workloads.sources import add_input_arguments, load_workload
 from pipeline.plan.load import add_load_plan_arguments, plan_under_load

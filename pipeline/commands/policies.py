@@ -59,7 +59,7 @@ def policy_name(text: str) -> str:
 
 def policy_list_text() -> str:
     """One line per registered policy, in registry order: its name and summary."""
-    from pipeline.cache.registry import entry
+    from pipeline.catalog import entry
 
     return "\n".join(f"{name:8} {entry(name).summary}" for name in POLICIES)
 

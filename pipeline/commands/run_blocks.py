@@ -24,7 +24,7 @@ import polars as pl
 from pipeline.base.arguments import positive_int
 from pipeline.workloads.stream_limits import check_document_blocks
 from pipeline.blocks.sweep import block_frames as sweep_block_frames
-from pipeline.cache import registry
+from pipeline import catalog as registry
 from pipeline.base.config import (CPU_CLIFF_GPU, GPU_CLIFF_CAPACITIES, LAB_CPU, LAB_DOCS,
                                   LAB_PASSES, LAB_TOKENS, ROOT)
 from pipeline.catalog.model_options import LAB_MODELS, add_model_arguments, option_dests, \

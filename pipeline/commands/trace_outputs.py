@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 
 from pipeline.workloads.stream import ORDERS, BlockStream
-from pipeline.cache.registry import models_field, models_line
+from pipeline.catalog import models_field, models_line
 from pipeline.catalog.model_options import model_options
 from pipeline.base.errors import CLIError
 from pipeline.trace import engine

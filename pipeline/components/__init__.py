@@ -12,6 +12,6 @@
   literal timings.
 
 All read a ``pipeline.workloads.stream.BlockStream`` and follow the model API of
-``pipeline.catalog.model_api`` (entries of ``pipeline.cache.registry``: vllm, vllm-replay, lmcache,
+``pipeline.catalog.model_api`` (entries of ``pipeline.catalog``: vllm, vllm-replay, lmcache,
 lmcache-replay).
 """

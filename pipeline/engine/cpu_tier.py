@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.cache import registry
+from pipeline import catalog as registry
 from pipeline.workloads.stream import HEAD_FIRST, TAIL_FIRST, check_order
 from pipeline.components.kgeneric import register
 from pipeline.components.ktier import no_tier, tier_arrays

@@ -15,7 +15,7 @@ import argparse
 from collections.abc import Callable
 from functools import partial
 
-from pipeline.cache import registry
+from pipeline import catalog as registry
 from pipeline.base.arguments import deprecated_alias, non_negative_int, positive_int
 from pipeline.workloads.stream import HEAD_FIRST, ORDERS
 from pipeline.engine.cpu_tier import LMCacheTier, ModelTier, engine_cpu_models, \

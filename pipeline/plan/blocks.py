@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 
 from pipeline.catalog.model_api import CPU_MODELS, GPU_MODELS, request_result
-from pipeline.cache.registry import models_field, models_line
+from pipeline.catalog import models_field, models_line
 from pipeline.onepass.lru_depths import COLD, block_distances, prefix_blocks, prefix_counts
 from pipeline.workloads.stream import HEAD_FIRST, TAIL_FIRST, check_order
 from pipeline.plan.search import Evaluator, requests_frame

@@ -22,7 +22,7 @@ from dataclasses import replace
 from pipeline.base.arguments import positive_float, positive_int
 from pipeline.base.durations import format_duration
 from pipeline.base.errors import CLIError, UsageError
-from pipeline.cache.registry import models_field, models_line
+from pipeline.catalog import models_field, models_line
 from pipeline.engine.overload import warning_line
 from pipeline.engine.request import EngineRequests
 from pipeline.plan.output import exit_status

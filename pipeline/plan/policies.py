@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from pipeline.cache.registry import models_field, models_line
+from pipeline.catalog import models_field, models_line
 from pipeline.cache.tiers import CPU_CODE, GPU_CODE, MISS_CODE, access_tiers
 from pipeline.plan.search import Evaluator, requests_frame
 from pipeline.catalog.policy_replay import encode, policy_hits

@@ -9,7 +9,7 @@ them. OPT is given the future of the tier's own placements, which never depends 
 hits, so it is exact as a replay (a reference for prefix hits, not a bound). The ``lru``
 model equals the block model's ``block-lru`` engine (tests/test_policies_blocks.py).
 
-The registry (``pipeline.cache.registry``) makes each policy's models with ``policy_gpu_model`` /
+The registry (``pipeline.catalog``) makes each policy's models with ``policy_gpu_model`` /
 ``policy_cpu_model`` from the block kernel its entry declares (``block_kernel``); ``lru``'s
 are the block engine's one-pass ``block-lru`` model (``pipeline/onepass/lru_depths.py``), which the
 tests prove equal to the class replay here; a policy without a block kernel (one registered

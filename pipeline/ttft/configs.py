@@ -33,13 +33,13 @@ import polars as pl
 from pipeline.base.config import BASELINE, OFFLOADED
 from pipeline.base.errors import CLIError
 from pipeline.sizes.limits import check_value
-from pipeline.cache.registry import names
+from pipeline.catalog import names
 from pipeline.cache.tiers import TIER
 
 __all__ = ["MODELS", "ROLES", "ConfigModel", "parse_configs", "attribute_configs",
            "as_roles", "agreement_lines"]
 
-#: the registry's measured-config models (``pipeline.cache.registry``: llamacpp, two-tier)
+#: the registry's measured-config models (``pipeline.catalog``: llamacpp, two-tier)
 MODELS = tuple(names(measured=True))
 #: role -> the config name kvlab's fits use for it
 ROLES = {"gpu-only": BASELINE, "offload": OFFLOADED}
