@@ -1,17 +1,14 @@
-"""Engine-faithful cache models for block mode: vLLM's GPU allocator, LMCache's CPU tier.
+"""Engine components (layer: components): each engine's cache rules, written once, over a
+``pipeline.workloads.stream.BlockStream``; their registry entries are ``entries.py``.
 
-* ``vllm_gpu``: vLLM's v1 block allocator replayed literally (partial tail slot, null block,
-  hit cap, free-queue placement by version); the readable reference.
-* ``vllm_layout`` / ``vllm_fast``: its one-pass engine (block depths + a scalar per capacity);
-  ``vllm_compiled``: the allocator in numba, for the capacities the one-pass form cannot do.
-* ``lmcache_cpu``: LMCache's local CPU backend under vLLM v1, replayed literally;
-  ``lmcache_fast``: the same replay in numba (its rules are no stack algorithm).
-* ``options``: the models' CLI options and checks, built from the registry's declared
-  options; ``tier_objects``: vLLM's pool and LMCache's backend as tier objects
-  (``lookup``/``place``); ``curves``: their curves for the report; ``bench``: fast vs
-  literal timings.
-
-All read a ``pipeline.workloads.stream.BlockStream`` and follow the model API of
-``pipeline.catalog.model_api`` (entries of ``pipeline.catalog``: vllm, vllm-replay, lmcache,
-lmcache-replay).
+* ``vllm_gpu``: vLLM's v1 block allocator replayed literally (the readable reference);
+  ``vllm_layout`` / ``vllm_compiled``: its block layout and the allocator in numba;
+  ``kpool``: the engine loop's compiled block pool (with ``kjit`` and ``engine_layout``,
+  the engine state's array layout).
+* ``lmcache_cpu``: LMCache's local CPU backend, replayed literally; ``lmcache_fast``: the
+  same in numba; ``ktier`` / ``kgeneric``: the engine loop's compiled CPU tier and the
+  bridge to any tier object.
+* ``block_lru_replay``: the block-lru rules replayed literally (reference);
+  ``llamacpp_cache``: llama.cpp's prompt cache; ``tier_objects``: vLLM's pool and LMCache's
+  backend as tier objects (``lookup``/``place``).
 """
