@@ -2,14 +2,16 @@
 the CLI), the import graph has no cycle, and it follows the layers.
 
 The graph is read from the source (``ast``), counting every ``pipeline`` import wherever it
-stands (a function-level import that dodges a cycle at run time is still a cycle).
+stands (a function-level import that dodges a cycle at run time is still a cycle, and a
+command's ``if __name__ == "__main__":`` block counts too).
 
-The layers, lowest first (``LAYERS``): parts (units, tiers, schemas, outputs) -> workloads
--> models -> stages (``simulate.py``, ``sweeps.py``, ``measured.py``, ``report.py`` and their
-helpers, the charts) -> commands. A module imports only modules of its own layer or below
-(a command's ``if __name__ == "__main__":`` block, which calls the CLI, aside); the report
-and its charts import no model at all, so the page is a function of the frames it is given.
-Every module is placed in a layer: a new one must be added here.
+The layers, lowest first (``LAYERS``): core (base, sizes, the cache interface) -> workloads ->
+engine components (components, policies) -> engine loop / one-pass (engine, onepass, the
+catalog of entries) -> time (steptime) -> stages (``simulate.py``, ``sweeps.py``,
+``measured.py`` and the stages' packages) -> charts (``report.py``, charts) -> commands. A
+module imports only modules of its own layer or below, with no exception; each package
+belongs to exactly one layer, and the report and its charts import no model layer, so the
+page is a function of the frames it is given. A new package must be added here.
 """
 
 from __future__ import annotations
