@@ -24,13 +24,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import numpy as np
 
 from pipeline.base.errors import CLIError, UsageError
 from pipeline.sizes.units import ModelShape, model_shape, parse_model_shape
 from pipeline.steptime.cost import StepCost, step_cost  # noqa: F401 (StepCost: doctest)
+from pipeline.base.step_vectors import Rates
 from pipeline.sizes.gpus import GpuPreset, custom_gpu, gpu_preset
 
 __all__ = ["Roofline", "Rates", "WEIGHT_BYTES", "DEFAULT_OVERHEAD_MS", "check_roofline_model"]
@@ -38,19 +39,6 @@ __all__ = ["Roofline", "Rates", "WEIGHT_BYTES", "DEFAULT_OVERHEAD_MS", "check_ro
 WEIGHT_BYTES = {"bf16": 2, "fp8": 1}
 #: fixed per-step overhead (scheduler, sampler, kernel launches): an assumption, not a fit
 DEFAULT_OVERHEAD_MS = 2.0
-
-
-class Rates(NamedTuple):
-    """The roofline's constants, folded once: ``step_ms`` reads them by name, and the compiled
-    kernel's coefficient vector is this tuple (``krun`` finds each by its field's index)."""
-
-    overhead_ms: float
-    per_token: float                   # ms per token through the layers (compute)
-    per_sample: float                  # ms per sampled sequence (LM head, compute)
-    per_pair: float                    # ms per attention pair (compute)
-    weights: float                     # ms to read the weights once (memory)
-    per_context: float                 # ms per attended context token's KV (memory)
-    per_reload: float                  # ms per token reloaded over the host link
 
 
 @dataclass(frozen=True)
