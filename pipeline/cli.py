@@ -38,28 +38,28 @@ class Command(NamedTuple):
 
 #: command name -> its module and one-line help (the module is imported only to run it).
 COMMANDS = {
-    "run": Command("pipeline.run.command",
+    "run": Command("pipeline.commands.run",
                    "exports, sweeps, aggregates, measured summary, report"),
     "measured": Command("pipeline.measured",
                         "summarize a measured TTFT file and attribute its requests to tiers"),
-    "synth-ttft": Command("pipeline.ttft.synthetic", "regenerate the synthetic data/ttft.jsonl"),
+    "synth-ttft": Command("pipeline.commands.synth_ttft", "regenerate the synthetic data/ttft.jsonl"),
     "bench": Command("pipeline.bench.run", "time the default run and the one-pass curves; "
                      "--with adds the others (figures)"),
-    "blocks": Command("pipeline.blocks.command", "the lab's scenario in block mode "
+    "blocks": Command("pipeline.commands.blocks", "the lab's scenario in block mode "
                       "(tail-first / head-first tiers), JSON"),
-    "trace": Command("pipeline.trace.command", "replay a trace (Mooncake, token ids) or a "
+    "trace": Command("pipeline.commands.trace", "replay a trace (Mooncake, token ids) or a "
                      "pattern: GPU/CPU/recomputed tokens"),
-    "policies": Command("pipeline.policies.command", "hit ratio per cache policy (LRU ... ARC, "
+    "policies": Command("pipeline.commands.policies", "hit ratio per cache policy (LRU ... ARC, "
                         "OPT) per capacity: lab or Mooncake trace"),
-    "measure": Command("pipeline.measure.cli", "measure TTFT on a real server (or a local "
+    "measure": Command("pipeline.commands.measure", "measure TTFT on a real server (or a local "
                        "llama.cpp one) into a JSON-lines file"),
-    "plan": Command("pipeline.plan.command", "the smallest CPU tier (tokens and GiB) that meets "
+    "plan": Command("pipeline.commands.plan", "the smallest CPU tier (tokens and GiB) that meets "
                     "a TTFT or hit-ratio target"),
-    "fit": Command("pipeline.fit.command", "fit step-time coefficients to measured requests "
+    "fit": Command("pipeline.commands.fit", "fit step-time coefficients to measured requests "
                    "(least squares on their schedule)"),
     "simulate": Command("pipeline.simulate", "vLLM's engine loop step by step: "
                         "per-request steps, hits and preemptions under load"),
-    "fleet": Command("pipeline.fleet.command", "N engine instances behind each router: hit "
+    "fleet": Command("pipeline.commands.fleet", "N engine instances behind each router: hit "
                      "ratio, TTFT, imbalance (a sweep)"),
 }
 

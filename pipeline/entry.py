@@ -33,9 +33,9 @@ NOTHING_WRITTEN = "interrupted; nothing written"
 #: The modules ``python -m`` runs as the CLI: the package and each command module whose
 #: ``__main__`` block calls ``pipeline.cli.run_command`` (tests/test_interrupts.py checks).
 ENTRY_MODULES = frozenset({
-    "pipeline", "pipeline.__main__", "pipeline.fit.command", "pipeline.policies.command",
-    "pipeline.plan.command", "pipeline.measure.cli", "pipeline.ttft.synthetic",
-    "pipeline.measured"})
+    "pipeline", "pipeline.__main__", "pipeline.commands.fit", "pipeline.commands.policies",
+    "pipeline.commands.plan", "pipeline.commands.measure", "pipeline.commands.synth_ttft",
+    "pipeline.commands.measured"})
 
 
 def _before_main(signum, frame) -> None:

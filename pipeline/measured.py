@@ -122,9 +122,3 @@ def main(args: argparse.Namespace) -> int:
                                          setup.configs)))
     print("\n" + "\n".join(separation_notes(attributed) or ["(no pass has two or more tiers)"]))
     return 0
-
-
-if __name__ == "__main__":
-    from pipeline.cli import run_command
-
-    sys.exit(run_command("measured"))

@@ -17,7 +17,7 @@ block mode with the engine models (``block_group``), the cache policies
 (``policy_group``) and a link to the trace report (``trace_group``).
 
 The report renders the frames it is given: it runs no model and reads no file (``run``'s
-stages compute every frame, ``pipeline.run.block_mode.report_inputs``).
+stages compute every frame, ``pipeline.commands.run_blocks.report_inputs``).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def build_sections(aggregates: pl.DataFrame, requests: pl.DataFrame, scenario: d
 
 
 def plan_sections(fit_predicted: pl.DataFrame, residuals: pl.DataFrame) -> list[Section]:
-    """The fitted TTFT model (``pipeline.run.block_mode.ttft_fit``): predicted p50 TTFT per pass
+    """The fitted TTFT model (``pipeline.commands.run_blocks.ttft_fit``): predicted p50 TTFT per pass
     along the GPU and the CPU cliff, and measured vs predicted per (config, pass)."""
     from pipeline.charts import plan
     return [plan.sweep_ttft_section(fit_predicted, "gpu_cliff"),
@@ -109,7 +109,7 @@ def block_group(aggregates: pl.DataFrame, scenario: dict, note: str = "",
     """Block mode: tail-first vs head-first (``block_sections``: ``aggregates`` of the block-lru
     model in both orders, ``scenario`` with docs, tokens, block_size, cpu_sweep_gpu), then
     ``extra`` (a run's own engine models), then with ``engines`` (GPU and CPU curves of
-    ``pipeline.engine_caches.curves``), block-lru vs vllm and
+    ``pipeline.blocks.engine_curves``), block-lru vs vllm and
     LMCache's chunk-level CPU cliff (the lab's workload)."""
     from pipeline.charts import blocks
     prelude = (f"<p>Engines cache fixed-size blocks and reuse a request's longest cached "
@@ -124,7 +124,7 @@ def block_group(aggregates: pl.DataFrame, scenario: dict, note: str = "",
 
 def engine_sections(engines: tuple[pl.DataFrame, pl.DataFrame]) -> list[Section]:
     """Ideal vs vllm on the GPU and LMCache's chunk-level CPU cliff (``engines``: GPU and CPU
-    curves of ``pipeline.engine_caches.curves``), the lab's workload."""
+    curves of ``pipeline.blocks.engine_curves``), the lab's workload."""
     from pipeline.charts import engines as engine_charts
     return [engine_charts.gpu_models_section(engines[0]),
             engine_charts.cpu_models_section(engines[1])]
@@ -132,9 +132,13 @@ def engine_sections(engines: tuple[pl.DataFrame, pl.DataFrame]) -> list[Section]
 
 def policy_group(lab_curves: pl.DataFrame) -> Group:
     """Hit ratio per cache policy on the lab's workload (``lab_curves``:
-    ``pipeline.policies.curves.lab_curves``), OPT as the ceiling."""
+    ``pipeline.blocks.policy_curves.lab_curves``), OPT as the ceiling."""
     from pipeline.charts import policies
-    return ("Cache policies", "<p>Nine policies on the lab's documents "
+    count = lab_curves["policy"].n_unique()          # the registry's policies that ran
+    words = ("No", "One", "Two", "Three", "Four", "Five", "Six", "Seven", "Eight", "Nine",
+             "Ten", "Eleven", "Twelve")
+    return ("Cache policies", f"<p>{words[count] if count < len(words) else count} "
+            f"polic{'y' if count == 1 else 'ies'} on the lab's documents "
             "(<code>python -m pipeline policies</code>; a trace: <code>--trace PATH</code>)."
             "</p>", policies.policy_sections(lab_curves))
 

@@ -34,10 +34,10 @@ from pipeline.engine.request import EngineRequests
 from pipeline.engine.workload import (FORMATS, pattern_workload, read_workload,
                                       with_arrivals)
 from pipeline.base.errors import CLIError, UsageError
-from pipeline.trace.inputs import add_pattern_arguments, add_trace_arguments
+from pipeline.workloads.sources import add_pattern_arguments, add_trace_arguments
 from pipeline.base.staging import Outputs, parquet_bytes
 from pipeline.steptime.options import add_load_arguments
-from pipeline.steptime.command import (loads_closed, metric_lines, prepare,
+from pipeline.commands.simulate_time import (loads_closed, metric_lines, prepare,
                                        run_curves, run_metrics_outputs,
                                        steptime_arguments)
 from pipeline.workloads.jsonl import TraceError

@@ -192,7 +192,7 @@ def hit_steps(accesses: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
 
     One row per (pass, distinct stack distance d): ``hits`` = the pass's hits at every GPU
     capacity in [d, next d). Exact for capacities >= the largest item size (below it,
-    oversize items change the stack: use ``pipeline.cache.stack_distance.lru_hit_counts``). An
+    oversize items change the stack: use ``pipeline.onepass.stack_distance.lru_hit_counts``). An
     events log may be passed whole: each access counts once (``one_pair``).
     """
     return (
@@ -220,7 +220,7 @@ def hits_at(accesses: pl.DataFrame, capacities: Sequence[int]) -> pl.DataFrame:
     if too_small:
         raise ValueError(f"capacity {too_small[0]} is below the largest item ({largest}): the "
                          "stack-distance curve is exact only from there; use "
-                         "pipeline.cache.stack_distance.lru_hit_counts")
+                         "pipeline.onepass.stack_distance.lru_hit_counts")
     grid = (pl.DataFrame({"capacity": list(capacities)}, schema={"capacity": pl.Int64})
             .join(accesses.select(pl.col("pass_index").unique()), how="cross")
             .sort("capacity"))

@@ -12,9 +12,9 @@ chunk (``allocate``: LMCache's own evict-one-at-a-time loop, no busy loop) and p
 ``batched_submit_put_task``, then releases the store's references (``ref_count_down``, as
 ``LMCacheEngine.store`` relies on ``batched_put`` to do). The backend's LRU, touch order,
 eviction and skip-if-present are LMCache's code; the connector's store range is this
-script's reading of it (cited in ``pipeline/engine/ktier.py``). Compares every request's hit
+script's reading of it (cited in ``pipeline/components/ktier.py``). Compares every request's hit
 with the literal port (the test oracle ``tests/oracles/lmcache_cpu.py``) and with the compiled
-model (``pipeline.engine_caches.lmcache.lmcache_hits``) on the lab's workload and on random
+model (``pipeline.components.lmcache.lmcache_hits``) on the lab's workload and on random
 shared-prefix workloads; prints JSON, exit status 1 on any mismatch.
 
     .venv/bin/python scripts/lmcache_reference.py --version 0.5.6
@@ -163,10 +163,10 @@ def lmcache_hits(backend_class, requests, capacity: int, chunk_size: int) -> lis
 
 
 def main() -> int:
-    from pipeline.blocks.stream import block_stream
+    from pipeline.workloads.stream import block_stream
     from oracles.lmcache_cpu import replay_lmcache
-    from pipeline.engine_caches.lmcache import lmcache_chunks
-    from pipeline.engine_caches.lmcache import lmcache_hits as compiled_hits
+    from pipeline.components.lmcache import lmcache_chunks
+    from pipeline.components.lmcache import lmcache_hits as compiled_hits
     from pipeline.workloads.blocks import document_blocks
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -1,6 +1,6 @@
 """Drive vLLM 0.33.0's own native offloading manager (``CPUOffloadingManager`` with its
 ``lru`` and ``arc`` policies, vllm/v1/kv_offload/cpu/) unmodified on CPU, and compare it
-call by call with ``pipeline.engine_caches.vllm_offload.NativeOffload``.
+call by call with ``pipeline.components.vllm_offload.NativeOffload``.
 
 vLLM's files are imported from the extracted wheel (scripts/ensure_vllm_sources.sh) through
 ``stub_importer`` (torch and the metrics' dependencies stubbed; the manager uses neither).
@@ -233,7 +233,7 @@ def hash_path(path: list[int]) -> int:
 def compare(config: dict, ops: list[tuple]) -> str | None:
     """None when vLLM's manager and NativeOffload agree after every call, else the first
     difference."""
-    from pipeline.engine_caches.vllm_offload import NativeOffload
+    from pipeline.components.vllm_offload import NativeOffload
     real, model = RealOffload(**config), NativeOffload(**config)
     for number, (left, right) in enumerate(zip(run_operations(real, ops),
                                                run_operations(model, ops))):

@@ -6,7 +6,7 @@ with every unavailable dependency (torch, pydantic, ...) replaced by an inert st
 package ``__init__`` files not run, and drives ``KVCacheManager`` request by request like the
 scheduler at concurrency 1 (``get_computed_blocks`` -> ``allocate_slots`` -> decode steps
 -> ``free``). Then it compares every request's GPU hit with
-``pipeline.engine_caches.vllm_gpu.replay_vllm`` (the engine's compiled pool at concurrency 1)
+``pipeline.components.vllm_gpu.replay_vllm`` (the engine's compiled pool at concurrency 1)
 on the lab's workload, on random prompts with
 shared prefixes (one output length), and on as many random chats (``random_chats``: a
 max_tokens per prompt, some replies given as sampled ids and re-sent by a later turn; the
@@ -127,13 +127,13 @@ def vllm_hits(classes, prompts: list[list[int]], logged_tokens: int, block_size:
 def model_hits(prompts: list[list[int]], logged_tokens: int, block_size: int,
                output_tokens: int | list[int], version: str,
                sampled: list[list[int] | None] | None = None, replay=None) -> list[int]:
-    """The same from ``pipeline.engine_caches.vllm_gpu.replay_vllm``, or ``replay`` with its
+    """The same from ``pipeline.components.vllm_gpu.replay_vllm``, or ``replay`` with its
     signature (the tests' plain-Python oracle) (prompts as a block frame; per-prompt outputs
     and sampled ids as a trace's ``Workload`` gives them, run with ``"trace"``)."""
     import numpy as np
     import polars as pl
 
-    from pipeline.engine_caches.vllm_gpu import replay_vllm
+    from pipeline.components.vllm_gpu import replay_vllm
     replay = replay or replay_vllm
     from pipeline.workloads.blocks import BLOCK_SCHEMA, REQUEST_SCHEMA
     from pipeline.workloads.workload import Workload

@@ -103,7 +103,7 @@ def check_access(model: CacheModel, cache: object, key: object, size: int, sizes
 
 # The policy family (pipeline/policies): every policy that stores each fitting miss and needs
 # no future (S3-FIFO and OPT may decline a miss: tests/test_policy_contract.py checks them).
-from pipeline.cache.registry import POLICIES  # noqa: E402
+from pipeline.catalog import POLICIES  # noqa: E402
 
 CACHE_MODELS += [single_store(f"policy-{name}", cls) for name, cls in POLICIES.items()
                  if not getattr(cls, "may_decline", False)

@@ -150,6 +150,6 @@ def pytest_xdist_make_scheduler(config, log):
 # The literal LMCache port runs through every command as ``lmcache-replay`` (a test oracle,
 # no production model).
 from oracles.lmcache_cpu import ENTRY as LMCACHE_ORACLE  # noqa: E402
-from pipeline.cache import registry as _registry  # noqa: E402
+from pipeline import catalog as _registry  # noqa: E402
 
 _registry.register(LMCACHE_ORACLE)

@@ -9,7 +9,7 @@ import pytest
 from pipeline.bench import curve
 from pipeline.bench import trace as trace_bench
 from pipeline.cli import main
-from pipeline.cache.stack_distance import lru_hit_counts
+from pipeline.onepass.stack_distance import lru_hit_counts
 from test_engine_caches_bench import tiny_trace
 
 QUICK = ["bench", "--skip-run", "--skip-curve"]

@@ -13,12 +13,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvlab.scenario import run as run_scenario
-from pipeline.blocks import lru_depths
+from pipeline.onepass import lru_depths
 from pipeline.cli import main as cli_main
-from pipeline.cache.stack_distance import stack_distances
-from pipeline.blocks.command import run_blocks
-from pipeline.blocks.model_api import CPU_MODELS, GPU_MODELS, two_tier
-from pipeline.blocks.stream import ORDERS, block_stream
+from pipeline.onepass.stack_distance import stack_distances
+from pipeline.commands.blocks import run_blocks
+from pipeline.catalog.model_api import CPU_MODELS, GPU_MODELS, two_tier
+from pipeline.workloads.stream import ORDERS, block_stream
 from pipeline.workloads.blocks import BLOCK_SCHEMA, document_blocks
 
 from conftest import cli_in_process
@@ -198,7 +198,7 @@ def test_stream_rejects_bad_block_size_and_repeated_keys():
 
 def touch_distance_prefix(stream, capacities):
     """Prefix hits from the classic stack distance of each touch of the flattened head-first
-    touch sequence (pipeline.cache.stack_distance), running max per request."""
+    touch sequence (pipeline.onepass.stack_distance), running max per request."""
     mask = stream.cacheable_mask()
     codes = stream.codes[mask]
     distances = stack_distances(codes, np.ones_like(codes)) if codes.size else codes

@@ -1,4 +1,4 @@
-"""The many-bands pass (``pipeline.blocks.bands``) equals one Fenwick pass per size band,
+"""The many-bands pass (``pipeline.onepass.bands``) equals one Fenwick pass per size band,
 and the curves built on it equal the per-band passes they replace."""
 
 import numpy as np
@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.blocks import bands, lru_depths
-from pipeline.blocks.stream import ORDERS, block_stream
+from pipeline.onepass import bands, lru_depths
+from pipeline.workloads.stream import ORDERS, block_stream
 from pipeline.trace import engine
 from pipeline.workloads.blocks import BLOCK_SCHEMA
 from test_blocks import block_frames

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.blocks.stream import block_stream
-from pipeline.blocks.stream_kernels import dense_codes
+from pipeline.workloads.stream import block_stream
+from pipeline.workloads.stream_kernels import dense_codes
 from pipeline.workloads.blocks import BLOCK_SCHEMA, check_blocks
 
 KEYS = st.one_of(st.integers(0, 5), st.integers(0, 2 ** 64 - 1),

@@ -5,8 +5,8 @@ import os
 import polars as pl
 import pytest
 
-from pipeline.blocks.command import run_blocks
-from pipeline.blocks.stream import ORDERS
+from pipeline.commands.blocks import run_blocks
+from pipeline.workloads.stream import ORDERS
 from pipeline.blocks.sweep import (AGGREGATE_SCHEMA, AGGREGATES_FILE, EVENT_SCHEMA, EVENTS_FILE,
                                    block_hit_steps, block_sweeps)
 from pipeline.charts.blocks import block_sections

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from pipeline.cache import registry
+from pipeline import catalog as registry
 from pipeline.cli import build_parser, main
 
 ZIPF = ["--pattern", "zipf", "--num-documents", "6", "--document-length", "100",

@@ -206,10 +206,10 @@ def test_a_command_imports_its_own_module_and_shows_its_options():
     # one fresh process: plan's help after trace's adds to a set that is exactly trace's module
     (imported, shown), (after_plan, plan_shown) = _commands_imported(["trace", "--help"],
                                                                      ["plan", "--help"])
-    assert imported == ["pipeline.trace.command"]
+    assert imported == ["pipeline.commands.trace"]
     assert "--gpu-model" in shown and "--pattern" in shown
     imported, shown = after_plan, plan_shown                 # plan --fleet: fleet's options
-    assert "pipeline.plan.command" in imported and "pipeline.run.command" not in imported
+    assert "pipeline.commands.plan" in imported and "pipeline.commands.run" not in imported
     assert "--target-ttft-ms" in shown and "--gpu-model" in shown
 
 

@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT, SYNTHETIC_TRACE, needs_shared_trace
 
 from pipeline.sizes.limits import MAX_BLOCK_SIZE, MAX_BLOCKS, MAX_CAPACITY
-from pipeline.cache.registry import POLICIES
+from pipeline.catalog import POLICIES
 from pipeline.cli import main
 
 SYNTHETIC = SYNTHETIC_TRACE

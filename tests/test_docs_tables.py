@@ -4,7 +4,7 @@
 
 import re
 
-from pipeline.blocks.command import run_blocks
+from pipeline.commands.blocks import run_blocks
 
 from conftest import ROOT
 

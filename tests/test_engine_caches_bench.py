@@ -2,7 +2,7 @@
 
 import json
 
-from pipeline.engine_caches.bench import bench, mooncake_blocks
+from pipeline.bench.engine_caches import bench, mooncake_blocks
 
 
 def tiny_trace(tmp_path):

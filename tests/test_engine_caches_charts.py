@@ -4,7 +4,7 @@ import polars as pl
 
 from pipeline.charts import Section
 from pipeline.charts.engines import cpu_models_section, gpu_models_section
-from pipeline.engine_caches.curves import cpu_model_curves, gpu_model_curves
+from pipeline.blocks.engine_curves import cpu_model_curves, gpu_model_curves
 
 
 def test_vllm_curve_is_the_block_lru_one_two_blocks_later():

@@ -10,12 +10,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvlab.scenario import pass_keys
-from pipeline.blocks.command import run_blocks
-from pipeline.blocks.model_api import request_result, two_tier
-from pipeline.blocks.stream import TAIL_FIRST, block_stream
+from pipeline.commands.blocks import run_blocks
+from pipeline.catalog.model_api import request_result, two_tier
+from pipeline.workloads.stream import TAIL_FIRST, block_stream
 from pipeline.cli import main as cli_main
-from pipeline.engine_caches.lmcache import lmcache_chunks, lmcache_cpu, lmcache_hits
-from pipeline.engine_caches.vllm_fast import vllm_gpu
+from pipeline.components.lmcache import lmcache_chunks, lmcache_cpu, lmcache_hits
+from pipeline.onepass.vllm_fast import vllm_gpu
 from pipeline.workloads.blocks import BLOCK_SCHEMA, document_blocks
 from oracles.lmcache_cpu import replay_cpu, replay_lmcache
 

@@ -10,13 +10,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvlab.scenario import pass_keys
-from pipeline.blocks.model_api import GPU_MODELS
+from pipeline.catalog.model_api import GPU_MODELS
 from pipeline.cli import main as cli_main
-from pipeline.blocks.stream import HEAD_FIRST, block_stream
-from pipeline.engine_caches.vllm_fast import vllm_gpu, vllm_hits
-from pipeline.engine_caches.vllm_gpu import (VllmPool, VllmTier, replay_gpu, replay_vllm,
+from pipeline.workloads.stream import HEAD_FIRST, block_stream
+from pipeline.onepass.vllm_fast import vllm_gpu, vllm_hits
+from pipeline.components.vllm_gpu import (VllmPool, VllmTier, replay_gpu, replay_vllm,
                                              unhashed_to_head)
-from pipeline.engine_caches.vllm_layout import vllm_layout
+from pipeline.components.vllm_layout import vllm_layout
 from pipeline.workloads.blocks import BLOCK_SCHEMA, document_blocks
 
 from oracles import vllm_pool as oracle

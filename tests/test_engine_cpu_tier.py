@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.cache import registry
-from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST
+from pipeline import catalog as registry
+from pipeline.workloads.stream import HEAD_FIRST, TAIL_FIRST
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.cpu_tier import LMCacheTier, ModelTier, engine_cpu_models
 from pipeline.engine.loop import simulate
 from pipeline.engine.request import SimRequest
-from pipeline.engine_caches.lmcache import loadable_prefix
+from pipeline.components.lmcache import loadable_prefix
 from pipeline.cache.tiers import served_beyond
 from test_engine_sim import _stream, loaded_runs, prompt_sets
 

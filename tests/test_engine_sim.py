@@ -15,14 +15,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT, folder_snapshot
-from pipeline.blocks.stream import block_stream
+from pipeline.workloads.stream import block_stream
 from pipeline.cli import main
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.cpu_tier import LMCacheTier
 from pipeline.engine.loop import simulate
 from pipeline.engine.request import SimRequest
-from pipeline.engine_caches.lmcache import lmcache_chunks, loadable_prefix
-from pipeline.engine_caches.vllm_gpu import replay_vllm
+from pipeline.components.lmcache import lmcache_chunks, loadable_prefix
+from pipeline.components.vllm_gpu import replay_vllm
 from pipeline.workloads.tokens import token_blocks
 from oracles.lmcache_cpu import replay_lmcache
 
@@ -212,8 +212,8 @@ def test_mooncake_and_patterns_run(tmp_path):
 def test_the_vllm_model_takes_per_request_output_lengths(data):
     """The fast ``vllm`` GPU model and its literal replay agree with one output length per
     request (the replay equals the engine at concurrency 1, above)."""
-    from pipeline.engine_caches.vllm_fast import vllm_gpu
-    from pipeline.engine_caches.vllm_gpu import replay_gpu
+    from pipeline.onepass.vllm_fast import vllm_gpu
+    from pipeline.components.vllm_gpu import replay_gpu
     block_size = data.draw(st.sampled_from([1, 2, 4]))
     prompts = data.draw(prompt_sets(block_size))
     outputs = np.array(data.draw(st.lists(st.integers(1, 9), min_size=len(prompts),

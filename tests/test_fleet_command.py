@@ -175,7 +175,7 @@ def test_an_address_that_accepts_but_is_no_ray_cluster_is_one_line(tmp_path, cap
     and end in a traceback; the probe gives up after RAY_PROBE_S in one line."""
     import socket
 
-    from pipeline.fleet import command
+    from pipeline.commands import fleet as command
 
     monkeypatch.setattr(command, "RAY_PROBE_S", 2.0)
     silent = socket.create_server(("0.0.0.0", 0))
@@ -259,7 +259,7 @@ def test_list_routers_names_every_router_and_default(capsys):
 
 
 def test_capacity_saved_compares_the_fewest_blocks_for_each_target():
-    from pipeline.fleet.report import capacity_saved
+    from pipeline.charts.fleet import capacity_saved
 
     fleet = pl.DataFrame({"router": ["round-robin"] * 3 + ["kv-cost"] * 3,
                           "instances": [2] * 6, "load": [1.0] * 6,

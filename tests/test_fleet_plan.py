@@ -8,7 +8,7 @@ import pytest
 
 from conftest import ROOT, folder_snapshot
 from pipeline.cli import main
-from pipeline.fleet.plan_command import gpu_block_grid
+from pipeline.commands.plan_fleet import gpu_block_grid
 
 WORKLOAD = ["--pattern", "groups", "--groups", "3", "--users", "2", "--questions", "2",
             "--system-prompt-length", "256", "--question-length", "16", "--output-tokens",

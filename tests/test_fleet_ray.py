@@ -76,7 +76,7 @@ def test_ray_workers_run_a_cpu_tier_registered_in_the_driver(tmp_path, capsys):
     (their answers are the process pool's)."""
     import test_toy_tier_commands as toy
 
-    from pipeline.cache import registry
+    from pipeline import catalog as registry
 
     ray.cloudpickle.register_pickle_by_value(toy)                  # workers lack tests/
     registry.register(registry.policy_entry("newest-out", toy.NewestOut, "newest out"))

@@ -2,14 +2,16 @@
 the CLI), the import graph has no cycle, and it follows the layers.
 
 The graph is read from the source (``ast``), counting every ``pipeline`` import wherever it
-stands (a function-level import that dodges a cycle at run time is still a cycle).
+stands (a function-level import that dodges a cycle at run time is still a cycle, and a
+command's ``if __name__ == "__main__":`` block counts too).
 
-The layers, lowest first (``LAYERS``): parts (units, tiers, schemas, outputs) -> workloads
--> models -> stages (``simulate.py``, ``sweeps.py``, ``measured.py``, ``report.py`` and their
-helpers, the charts) -> commands. A module imports only modules of its own layer or below
-(a command's ``if __name__ == "__main__":`` block, which calls the CLI, aside); the report
-and its charts import no model at all, so the page is a function of the frames it is given.
-Every module is placed in a layer: a new one must be added here.
+The layers, lowest first (``LAYERS``): core (base, sizes, the cache interface) -> workloads ->
+engine components (components, policies) -> engine loop / one-pass (engine, onepass, the
+catalog of entries) -> time (steptime) -> stages (``simulate.py``, ``sweeps.py``,
+``measured.py`` and the stages' packages) -> charts (``report.py``, charts) -> commands. A
+module imports only modules of its own layer or below, with no exception; each package
+belongs to exactly one layer, and the report and its charts import no model layer, so the
+page is a function of the frames it is given. A new package must be added here.
 """
 
 from __future__ import annotations
@@ -109,7 +111,7 @@ def test_find_cycle_finds_one_and_only_one():
 def test_import_graph_has_no_cycle():
     modules = pipeline_modules()
     graph = {name: imports_of(name, set(modules)) for name in modules}
-    assert graph["pipeline.run.command"] >= {"pipeline.base.config", "pipeline.report"}  # walks
+    assert graph["pipeline.commands.run"] >= {"pipeline.base.config", "pipeline.report"}  # walks
     assert "pipeline.charts.gpu_cliff" in graph["pipeline.report"]
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
@@ -128,84 +130,39 @@ def test_every_module_imports_in_a_fresh_interpreter():
 
 # --------------------------------------------------------------------------- the layers
 
-#: layer -> its modules: an exact dotted name, or ``prefix.*`` for a package's modules
-#: (the longest match wins; exact names before patterns).
+#: layer -> its members, lowest first: a package (the package and every module under it) or
+#: one of the top-level modules (the package ``pipeline``, ``entry``, the CLI and the four
+#: stage entry points). Each package belongs to exactly one layer; there is no exception.
 LAYERS: dict[str, tuple[str, ...]] = {
-    "parts": (
-        "pipeline", "pipeline.entry", "pipeline.base.config", "pipeline.base.errors", "pipeline.base.arguments",
-        "pipeline.base.staging", "pipeline.base.stats", "pipeline.base.arrays",
-        "pipeline.base.durations",
-        "pipeline.cache.tiers",
-        "pipeline.sizes.model_presets", "pipeline.sizes.units",
-        "pipeline.charts", "pipeline.charts.provenance", "pipeline.measure.client",
-        "pipeline.sizes.limits", "pipeline.sizes.grids",
-        # packages whose __init__ is a docstring
-        "pipeline.blocks", "pipeline.engine_caches", "pipeline.bench", "pipeline.trace",
-        "pipeline.base", "pipeline.cache", "pipeline.sizes", "pipeline.ttft", "pipeline.run",
-        "pipeline.plan",
-        "pipeline.measure", "pipeline.measure.llamacpp", "pipeline.workloads"),
-    "workloads": (
-        "pipeline.workloads.*", "pipeline.blocks.stream", "pipeline.blocks.stream_kernels",
-        "pipeline.blocks.limits", "pipeline.trace.inputs", "pipeline.measure.workload",
-        "pipeline.measure.runner", "pipeline.measure.output",
-        "pipeline.measure.llamacpp.gguf_model", "pipeline.ttft.summary",
-        "pipeline.ttft.verdicts"),
-    "models": (
-        "pipeline.cache.stack_distance", "pipeline.cache.stack_distance_kernels",
-        "pipeline.cache.events",
-        "pipeline.cache.registry", "pipeline.policies", "pipeline.policies.*",
-        "pipeline.blocks.lru_depths", "pipeline.blocks.model_api",
-        "pipeline.blocks.bands",
-        "pipeline.engine_caches.*", "pipeline.measure.llamacpp.cache_model",
-        "pipeline.measure.llamacpp.compare", "pipeline.measure.llamacpp.engine",
-        "pipeline.ttft.model", "pipeline.ttft.latency", "pipeline.ttft.attribution",
-        "pipeline.ttft.configs", "pipeline.ttft.measured_setup", "pipeline.plan.search",
-        "pipeline.plan.blocks", "pipeline.plan.policies", "pipeline.engine_caches.options",
-        "pipeline.ttft.scope",
-        "pipeline.ttft.inputs",
-        # the engine loop and its step-time models (their own branches)
-        "pipeline.engine", "pipeline.engine.*", "pipeline.steptime", "pipeline.steptime.*",
-        "pipeline.sizes.vllm_memory"),
-    "stages": (
-        "pipeline.simulate", "pipeline.sweeps", "pipeline.measured", "pipeline.report",
-        "pipeline.charts.*", "pipeline.blocks.sweep", "pipeline.run.block_mode",
-        "pipeline.run.exports", "pipeline.engine_caches.curves", "pipeline.policies.curves",
-        "pipeline.trace.engine", "pipeline.trace.outputs", "pipeline.plan.output",
-        "pipeline.measure.llamacpp.local", "pipeline.measure.*", "pipeline.fleet",
-        "pipeline.fleet.*", "pipeline.fit", "pipeline.fit.*", "pipeline.plan.fitted",
-        "pipeline.steptime.chart", "pipeline.steptime.command"),
-    "commands": (
-        "pipeline.cli", "pipeline.__main__", "pipeline.run.command", "pipeline.plan.command",
-        "pipeline.ttft.synthetic", "pipeline.blocks.command", "pipeline.trace.command",
-        "pipeline.policies.command", "pipeline.measure.cli", "pipeline.bench.*",
-        "pipeline.blocks.bench", "pipeline.engine_caches.bench",
-        "pipeline.fleet.command", "pipeline.fleet.plan_command", "pipeline.fit.command",
-        "pipeline.commands.*",
-        "pipeline.steptime.plan_load"),
+    "core": ("pipeline", "pipeline.entry", "pipeline.base", "pipeline.sizes", "pipeline.cache"),
+    "workloads": ("pipeline.workloads",),
+    "components": ("pipeline.components", "pipeline.policies"),
+    "engine": ("pipeline.engine", "pipeline.onepass", "pipeline.catalog"),
+    "time": ("pipeline.steptime",),
+    "stages": ("pipeline.simulate", "pipeline.sweeps", "pipeline.measured", "pipeline.blocks",
+               "pipeline.trace", "pipeline.plan", "pipeline.fleet", "pipeline.measure",
+               "pipeline.ttft", "pipeline.fit"),
+    "charts": ("pipeline.report", "pipeline.charts"),
+    "commands": ("pipeline.cli", "pipeline.__main__", "pipeline.commands", "pipeline.bench"),
 }
 ORDER = list(LAYERS)
-#: the report's renderers: they draw frames and import no model
-RENDERERS = ("pipeline.report", "pipeline.charts.*")
-#: the one renderer that takes a model object: the plan command's page draws an Evaluator
-RENDERER_MODEL_IMPORTS = {("pipeline.charts.plan", "pipeline.plan.search")}
-
-
-def _matches(name: str, pattern: str) -> bool:
-    return name == pattern or (pattern.endswith(".*") and name.startswith(pattern[:-1]))
+#: the layers of models: the report and its charts import none (they draw the frames given)
+MODEL_LAYERS = ("components", "engine")
+#: the modules at pipeline/'s top level (not packages): each is named in LAYERS itself
+TOP_LEVEL = ("pipeline.entry", "pipeline.cli", "pipeline.__main__", "pipeline.simulate",
+             "pipeline.sweeps", "pipeline.measured", "pipeline.report")
 
 
 def layer_of(name: str, layers: dict[str, tuple[str, ...]] = LAYERS) -> str | None:
-    """The layer of module ``name``: an exact entry, else the longest matching pattern."""
+    """The layer of module ``name``: the layer naming it, or naming the package it is in
+    (``pipeline`` itself names only the package, not its modules)."""
     for layer, members in layers.items():
         if name in members:
             return layer
-    best = None
     for layer, members in layers.items():
-        for pattern in members:
-            if pattern.endswith(".*") and _matches(name, pattern) and \
-                    (best is None or len(pattern) > len(best[1])):
-                best = (layer, pattern)
-    return best[0] if best else None
+        if any(member != "pipeline" and name.startswith(member + ".") for member in members):
+            return layer
+    return None
 
 
 def upward_imports(graph: dict[str, set[str]], layers: dict[str, tuple[str, ...]] = LAYERS
@@ -223,7 +180,7 @@ def upward_imports(graph: dict[str, set[str]], layers: dict[str, tuple[str, ...]
 
 
 def test_upward_imports_are_found():
-    layers = {"parts": ("p",), "models": ("m.*",), "commands": ("c",)}
+    layers = {"parts": ("p",), "models": ("m",), "commands": ("c",)}
     assert upward_imports({"p": {"m.x"}, "m.x": {"p"}, "c": {"m.x", "p"}}, layers) == \
         ["p (parts) -> m.x (models)"]
     assert layer_of("m.x.y", layers) == "models" and layer_of("q", layers) is None
@@ -231,9 +188,9 @@ def test_upward_imports_are_found():
 
 @functools.cache
 def _layer_graph() -> dict[str, set[str]]:
-    """The import graph without ``__main__`` blocks (built once; the tests only read it)."""
+    """The import graph, ``__main__`` blocks included (built once; the tests only read it)."""
     modules = pipeline_modules()
-    return {name: imports_of(name, set(modules), skip_main=True) for name in modules}
+    return {name: imports_of(name, set(modules)) for name in modules}
 
 
 def test_every_module_has_a_layer():
@@ -241,18 +198,32 @@ def test_every_module_has_a_layer():
     assert not unplaced, f"place these modules in tests/test_imports.py LAYERS: {unplaced}"
 
 
+def test_each_package_is_in_one_layer_and_the_top_level_holds_only_named_modules():
+    """A layer names whole packages (never one module of a package), each once; a module at
+    pipeline/'s top level is one of ``TOP_LEVEL``, each named in a layer."""
+    members = [member for group in LAYERS.values() for member in group]
+    assert len(members) == len(set(members))
+    packages = {name for name in pipeline_modules() if name != "pipeline"
+                and find_spec(name).submodule_search_locations}
+    top_packages = {name for name in packages if name.count(".") == 1}
+    assert {m for m in members if m not in TOP_LEVEL and m != "pipeline"} == top_packages
+    top_modules = {name for name in pipeline_modules()
+                   if name.count(".") == 1 and name not in packages}
+    assert top_modules == set(TOP_LEVEL)
+
+
 def test_imports_follow_the_layers():
     graph = _layer_graph()
-    assert "pipeline.cache.registry" in graph["pipeline.blocks.model_api"]       # the walk works
+    assert "pipeline.cache.registry" in graph["pipeline.catalog"]       # the walk works
+    assert "pipeline.cli" in graph["pipeline.commands.plan"]            # __main__ blocks too
     problems = upward_imports(graph)
     assert not problems, "imports from a higher layer:\n" + "\n".join(problems)
 
 
 def test_the_report_imports_no_model():
+    """The report and its charts draw the frames they are given: no model layer imported."""
     graph = _layer_graph()
     problems = [f"{name} -> {target}" for name, targets in sorted(graph.items())
-                if any(_matches(name, pattern) for pattern in RENDERERS)
-                for target in sorted(targets)
-                if layer_of(target) == "models"
-                and (name, target) not in RENDERER_MODEL_IMPORTS]
+                if layer_of(name) == "charts"
+                for target in sorted(targets) if layer_of(target) in MODEL_LAYERS]
     assert not problems, "the report's renderers import models:\n" + "\n".join(problems)

@@ -43,7 +43,7 @@ def test_trace_interrupted_before_its_report_writes_nothing(tmp_path, capsys, mo
     out, report = old_outputs
     capsys.readouterr()
     before = folder_snapshot(tmp_path)
-    monkeypatch.setattr("pipeline.trace.outputs.report_page", interrupt)
+    monkeypatch.setattr("pipeline.commands.trace_outputs.report_page", interrupt)
     assert interrupted(capsys, ["trace", *SMALL, "--gpu", "0,7777777", "--out", str(out),
                                 "--report", str(report)]) == "interrupted; nothing written"
     assert folder_snapshot(tmp_path) == before
@@ -79,7 +79,7 @@ def test_policies_writes_both_files_or_neither(tmp_path, capsys, monkeypatch):
     assert main(argv) == 0
     capsys.readouterr()
     before = folder_snapshot(tmp_path)
-    from pipeline.policies import command
+    from pipeline.commands import policies as command
 
     real, calls = command.parquet_bytes, []
 
@@ -112,7 +112,7 @@ def test_run_interrupted_in_its_sweeps_writes_nothing(tmp_path, capsys, monkeypa
 
 
 def test_measure_keeps_its_lines_and_says_so(tmp_path):
-    from pipeline.measure.cli import interrupted as measure_line
+    from pipeline.commands.measure import interrupted as measure_line
 
     class Args:
         output = tmp_path / "m.jsonl"
@@ -131,7 +131,7 @@ def test_a_real_sigint_is_one_line_and_exit_130(tmp_path):
     before = folder_snapshot(out), report.read_bytes()
     script = (
         "import sys, time, pathlib\n"
-        "import pipeline.trace.outputs as outputs\n"
+        "import pipeline.commands.trace_outputs as outputs\n"
         "def slow(*args, **kwargs):\n"
         f"    pathlib.Path({str(marker)!r}).touch()\n"
         "    time.sleep(60)\n"

@@ -20,8 +20,8 @@ from pipeline.fit.schedule import FEATURES
 from pipeline.sizes.units import model_shape
 from pipeline.steptime import Linear, Roofline, StepCost, gpu_preset
 from pipeline.steptime.alone import request_ttft
-from pipeline.steptime.fitted_file import NAMES, TERMS
-from pipeline.steptime.roofline import Rates
+from pipeline.base.fitted_step_time import NAMES, TERMS
+from pipeline.base.step_vectors import Rates
 
 COEFFICIENT = st.one_of(st.just(0.0), st.floats(1e-6, 5.0, allow_nan=False))
 

@@ -18,7 +18,7 @@ import polars as pl
 import pytest
 
 from pipeline.cli import main as cli_main
-from pipeline.measure.llamacpp.cache_model import StateSize
+from pipeline.components.llamacpp_cache import StateSize
 from pipeline.measure.llamacpp.compare import KEYS, agreement, predict, ttft_tier
 from pipeline.measure.llamacpp.engine import parse_request_log
 from pipeline.measure.output import provenance_path

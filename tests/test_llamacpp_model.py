@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.measure.llamacpp.cache_model import LlamaCppPromptCache, StateSize, common_prefix
+from pipeline.components.llamacpp_cache import LlamaCppPromptCache, StateSize, common_prefix
 from pipeline.measure.llamacpp.compare import predict
 from pipeline.measure.workload import lab_requests, prompt_token_ids
 

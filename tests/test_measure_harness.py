@@ -222,7 +222,7 @@ def test_local_engine_resume_replays_the_cut_group_unrecorded(tmp_path, monkeypa
     """--local-engine's flow with the engine replaced by the test server: a failure mid-group,
     then --resume replays the group's finished requests (not written) and writes the rest."""
     from pipeline.measure.llamacpp import local
-    from pipeline.measure.llamacpp.cache_model import StateSize
+    from pipeline.components.llamacpp_cache import StateSize
 
     server = SSEServer(modes={1: "http500"})
 
@@ -268,7 +268,7 @@ def test_local_engine_resume_replays_the_cut_group_unrecorded(tmp_path, monkeypa
 def test_ram_cache_configs_and_server_context():
     import argparse
 
-    from pipeline.measure.cli import parse_ram_caches
+    from pipeline.commands.measure import parse_ram_caches
     from pipeline.measure.llamacpp.local import cache_bytes_for, server_context
 
     configs = parse_ram_caches("baseline=0, small=2.5,all=10")
@@ -296,7 +296,7 @@ def test_long_doc_qa_pattern_sends_lmcache_s_order(tmp_path, mode):
 
 
 def test_long_doc_qa_interleave_is_served_by_the_live_context():
-    from pipeline.measure.llamacpp.cache_model import StateSize
+    from pipeline.components.llamacpp_cache import StateSize
     from pipeline.measure.llamacpp.compare import predict
     from pipeline.measure.workload import spec_requests
 

@@ -16,7 +16,7 @@ from pipeline.ttft.attribution import attribute_tiers
 from pipeline.ttft.summary import stats_table, summary, tier_table
 from pipeline.ttft.verdicts import separation_notes
 from pipeline.workloads.measured_file import RECORD_SCHEMA, load_measured, records_frame
-from pipeline.ttft.synthetic import simulated_tiers
+from pipeline.commands.synth_ttft import simulated_tiers
 
 from measured_records import assert_same, record, write_lines
 
@@ -171,13 +171,13 @@ def test_cli_bad_input_is_one_line_and_exit_1(tmp_path, capsys):
 
 
 def test_python_dash_m_and_usage_errors(capsys, monkeypatch):
-    """``python -m pipeline.measured FILE`` runs the module's ``__main__`` block (through
+    """``python -m pipeline.commands.measured FILE`` runs the module's ``__main__`` block (through
     runpy, as ``python -m`` does, in this process)."""
     monkeypatch.chdir(ROOT)
-    monkeypatch.setattr(sys, "argv", ["pipeline/measured.py", "data/ttft.jsonl"])
+    monkeypatch.setattr(sys, "argv", ["pipeline/commands/measured.py", "data/ttft.jsonl"])
     with warnings.catch_warnings(), pytest.raises(SystemExit) as done:
         warnings.simplefilter("ignore", RuntimeWarning)     # "found in sys.modules": it is
-        runpy.run_module("pipeline.measured", run_name="__main__", alter_sys=True)
+        runpy.run_module("pipeline.commands.measured", run_name="__main__", alter_sys=True)
     printed = capsys.readouterr()
     assert done.value.code == 0, printed.err
     assert "separate cleanly" in printed.out

@@ -13,7 +13,7 @@ import pytest
 from conftest import KVLAB, ROOT
 from kvlab.make_exports import SYNTHETIC_SHA256, is_synthetic, measured_source
 from kvlab.summarize import atomic_output, write_json_atomic
-from pipeline.ttft.synthetic import generate
+from pipeline.commands.synth_ttft import generate
 
 BUNDLED = ROOT / "data" / "ttft.jsonl"
 

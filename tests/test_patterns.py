@@ -10,9 +10,9 @@ from conftest import ModelLRU
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.blocks.lru_depths import block_lru_gpu
-from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST, block_stream
-from pipeline.cache.stack_distance import lru_hit_counts
+from pipeline.onepass.lru_depths import block_lru_gpu
+from pipeline.workloads.stream import HEAD_FIRST, TAIL_FIRST, block_stream
+from pipeline.onepass.stack_distance import lru_hit_counts
 from pipeline.workloads.blocks import REQUEST_SCHEMA, check_blocks
 from pipeline.workloads.patterns import (Pattern, long_doc_qa, multi_tenant, repeat_order,
                                          zipf_documents)

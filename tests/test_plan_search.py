@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from conftest import ROOT
 from kvlab.kvsim import TwoTierCache
 from oracles.block_lru import replay
-from pipeline.blocks.stream import ORDERS, block_stream
+from pipeline.workloads.stream import ORDERS, block_stream
 from pipeline.plan.search import DocumentEvaluator, Target, plan
 from pipeline.plan.blocks import BlockEvaluator
 from pipeline.ttft.model import fit_configs, measured_requests
@@ -203,7 +203,7 @@ def test_block_mode_equals_the_block_model_replay(docs, per_doc, block, tail, or
 def test_other_cpu_models_scan_their_grid(docs, per_doc, tail, orders, level):
     """A CPU model without the one-pass form (LMCache's) is run per chunk step: the answer is
     the first step whose figures meet the target under the model's literal replay."""
-    from pipeline.blocks.model_api import CPU_MODELS, request_result
+    from pipeline.catalog.model_api import CPU_MODELS, request_result
 
     block, chunk = 2, 4
     tokens = per_doc * block + tail % block

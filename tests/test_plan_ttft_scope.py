@@ -11,7 +11,7 @@ from hypothesis import given, strategies as st
 
 from pipeline.cli import main
 from pipeline.sizes.units import size_up
-from pipeline.engine_caches.options import default_chunk_size
+from pipeline.catalog.model_options import default_chunk_size
 
 MOONCAKE = [
     '{"timestamp": 0, "input_length": 1100, "output_length": 1, "hash_ids": [1, 2, 3]}',

@@ -1,5 +1,5 @@
 """The policy family in block mode (pipeline/policies/blockmode.py, registered in
-pipeline.blocks.model_api): LRU equals the block model's block-lru engine on both tiers and orders,
+pipeline.catalog.model_api): LRU equals the block model's block-lru engine on both tiers and orders,
 every policy runs through the two-tier API, and ``Policy.place`` keeps its contract."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvlab.kvsim import LRUCache
-from pipeline.blocks.command import run_blocks
-from pipeline.blocks.model_api import CPU_MODELS, GPU_MODELS, two_tier
-from pipeline.blocks.stream import ORDERS, block_stream
-from pipeline.cache.registry import POLICIES, entry, names
+from pipeline.commands.blocks import run_blocks
+from pipeline.catalog.model_api import CPU_MODELS, GPU_MODELS, two_tier
+from pipeline.workloads.stream import ORDERS, block_stream
+from pipeline.catalog import POLICIES, entry, names
 from pipeline.policies.blockmode import policy_cpu_model, policy_gpu_model
 from pipeline.policies.simple import LRU
 from pipeline.workloads.blocks import BLOCK_SCHEMA

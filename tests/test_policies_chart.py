@@ -8,7 +8,7 @@ import json
 import polars as pl
 
 from pipeline.charts.policies import policy_sections
-from pipeline.policies.curves import lab_curves, trace_curves
+from pipeline.blocks.policy_curves import lab_curves, trace_curves
 
 
 def test_lab_curves_and_section():

@@ -8,7 +8,7 @@ import json
 import polars as pl
 import pytest
 
-from pipeline.cache.registry import POLICIES
+from pipeline.catalog import POLICIES
 from pipeline.cli import main
 
 

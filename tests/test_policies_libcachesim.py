@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from conftest import shared_trace
 from pipeline.policies import OPT
-from pipeline.cache.registry import make_policy
+from pipeline.catalog import make_policy
 from pipeline.policies.reference import LCS_NAMES, lcs_hits
 from pipeline.workloads.mooncake import read_mooncake
 from policy_traces import random_traces
@@ -81,8 +81,8 @@ def mooncake_file(tmp_path_factory):
 def test_whole_mooncake_trace_hit_counts_equal_libcachesim(mooncake_file, name):
     """The compiled replays over all 121,877 block accesses, at a small and a large cache."""
     from pipeline.policies.reference import lcs_hit_count
-    from pipeline.cache.registry import entry
-    from pipeline.policies.replay import encode
+    from pipeline.catalog import entry
+    from pipeline.catalog.policy_replay import encode
     keys, path = mooncake_file
     codes = encode(keys)
     for capacity in (878, 8784):

@@ -1,4 +1,4 @@
-"""The one-pass engines of MRU and OPT (pipeline/policies/stack_passes.py,
+"""The one-pass engines of MRU and OPT (pipeline/onepass/stack_passes.py,
 kernels/stack.py) equal the per-capacity replay per access, and the counterexamples that
 keep LFU (and unequal sizes) out of the one pass."""
 
@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.policies.stack_passes import opt_distances_of
-from pipeline.policies.replay import encode, hit_counts, hit_matrix, onepass_policies
-from pipeline.cache.registry import entry
+from pipeline.onepass.stack_passes import opt_distances_of
+from pipeline.catalog.policy_replay import encode, hit_counts, hit_matrix, onepass_policies
+from pipeline.catalog import entry
 
 
 @st.composite

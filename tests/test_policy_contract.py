@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.policies import LRU, OPT
-from pipeline.cache.registry import POLICIES, make_policy
+from pipeline.catalog import POLICIES, make_policy
 
 NAMES = list(POLICIES)
 sized_traces = st.lists(st.tuples(st.integers(0, 7), st.integers(0, 12)), max_size=40)

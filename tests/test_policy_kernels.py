@@ -1,5 +1,5 @@
 """The compiled replays (pipeline/policies/kernels, each entry's ``replay_kernel``) equal the Python classes per access,
-and the curve engine (pipeline/policies/replay.py) equals them at every capacity."""
+and the curve engine (pipeline/catalog/policy_replay.py) equals them at every capacity."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.cache.registry import POLICIES, entry, names
-from pipeline.policies.replay import class_hits, encode, hit_counts, hit_matrix, tiered_codes
+from pipeline.catalog import POLICIES, entry, names
+from pipeline.catalog.policy_replay import class_hits, encode, hit_counts, hit_matrix, tiered_codes
 from kvlab.kvsim import TwoTierCache
 from policy_traces import random_traces
 

@@ -8,7 +8,7 @@ import polars as pl
 
 from kvlab.summarize import read_records
 from pipeline.charts.real_engine import sections, tier_frame
-from pipeline.measure.llamacpp.cache_model import StateSize
+from pipeline.components.llamacpp_cache import StateSize
 from pipeline.measure.llamacpp.compare import agreement, load_measurement, predict
 from pipeline.measure.workload import lab_requests
 

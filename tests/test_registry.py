@@ -11,8 +11,8 @@ import pytest
 
 from conftest import run_outputs
 from kvlab.scenario import pass_keys
-from pipeline.cache import registry
-from pipeline.blocks.stream import block_stream
+from pipeline import catalog as registry
+from pipeline.workloads.stream import block_stream
 from pipeline.cli import main
 from pipeline.cache.tiers import Tier, TwoTier
 from pipeline.workloads.blocks import document_blocks
@@ -266,7 +266,7 @@ def test_the_fast_paths_an_entry_declares_are_the_ones_run():
 
     import pipeline.policies.kernels as kernels
     from pipeline.policies.kernels import blocks as block_kernels
-    from pipeline.policies.replay import hit_matrix
+    from pipeline.catalog.policy_replay import hit_matrix
     from pipeline.policies.simple import LRU
 
     calls: list[tuple[str, int]] = []

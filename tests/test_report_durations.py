@@ -79,7 +79,7 @@ def test_tpot_is_decode_time_over_output_tokens_after_the_first():
 
 
 def test_a_timed_run_prints_long_ttft_in_seconds_and_minutes():
-    from pipeline.steptime.command import metric_lines
+    from pipeline.commands.simulate_time import metric_lines
     metrics = {"step_time_model": "roofline (H100)", "ttft_ms_p50": 95_081.5,
                "ttft_ms_p90": 3_907_751.0, "ttft_ms_p99": 812.0, "queue_ms_p90": 3_900_000.0,
                "request_throughput": 2.0, "output_throughput": 10.0, "duration_s": 100.0,

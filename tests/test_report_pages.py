@@ -10,8 +10,8 @@ import polars as pl
 import pytest
 
 from pipeline.charts.summary import engine_configuration, provenance_text
-from pipeline.fleet.report import report_html
-from pipeline.steptime.chart import curves_page
+from pipeline.charts.fleet import report_html
+from pipeline.charts.steptime import curves_page
 from pipeline.steptime.curves import CURVE_SCHEMA, UPPER
 
 LABEL = "roofline (L4, Qwen2.5-7B, bf16 weights)"

@@ -5,8 +5,8 @@ pass; and ``bench --with``."""
 import numpy as np
 import polars as pl
 
-from pipeline.blocks.model_api import CPU_MODELS, GPU_MODELS
-from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST
+from pipeline.catalog.model_api import CPU_MODELS, GPU_MODELS
+from pipeline.workloads.stream import HEAD_FIRST, TAIL_FIRST
 from pipeline.blocks.sweep import lab_block_stream, block_frames
 
 LAB = {"docs": 10, "tokens": 5011, "passes": ["fwd", "fwd", "rev"], "block_size": 16}

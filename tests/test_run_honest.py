@@ -13,7 +13,7 @@ import pytest
 from conftest import KVLAB, ROOT, folder_snapshot, run_outputs
 from unrendered import without_report
 from pipeline import report
-from pipeline.run import exports
+from pipeline.commands import run_exports as exports
 from pipeline.cli import main
 from pipeline.base.config import EXPORTS_DIR, KVLAB_DIR
 from pipeline.ttft.measured_setup import LAB_SETUP, resolve_setup

@@ -1,4 +1,4 @@
-"""``run`` builds the report's run-independent parts once per process (pipeline.run.block_mode:
+"""``run`` builds the report's run-independent parts once per process (pipeline.commands.run_blocks:
 ``reused``, ``drawn``) and builds them again when what they depend on changes."""
 
 import argparse
@@ -6,9 +6,9 @@ import argparse
 import polars as pl
 
 from pipeline.base.config import LAB_DOCS, LAB_PASSES, LAB_TOKENS
-from pipeline.cache import registry
-from pipeline.run import block_mode
-from pipeline.run.block_mode import drawn, file_key, registry_key, reused
+from pipeline import catalog as registry
+from pipeline.commands import run_blocks as block_mode
+from pipeline.commands.run_blocks import drawn, file_key, registry_key, reused
 from pipeline.workloads.documents import DocumentWorkload
 
 

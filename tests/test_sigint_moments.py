@@ -112,8 +112,8 @@ def test_the_entry_modules_are_the_run_command_modules():
 
 @pytest.mark.parametrize(("argv", "module"), [
     (["python", "-m", "pipeline", "trace"], "pipeline"),
-    (["python", "-X", "importtime", "-mpipeline.plan.command"], "pipeline.plan.command"),
-    (["python", "-u", "-m", "pipeline.fleet.bench"], "pipeline.fleet.bench"),
+    (["python", "-X", "importtime", "-mpipeline.commands.plan"], "pipeline.commands.plan"),
+    (["python", "-u", "-m", "pipeline.bench.fleet"], "pipeline.bench.fleet"),
     (["python", "-c", "import pipeline", "-m", "pipeline"], None),
     (["python", "script.py", "-m", "pipeline"], None),
     (["python", "-m"], None),
@@ -124,8 +124,8 @@ def test_the_module_python_runs_is_read_from_its_command_line(argv, module):
 
 @pytest.mark.parametrize(("argv", "orig", "guarded"), [
     (["/venv/bin/kvlab", "trace"], ["/venv/bin/python3", "/venv/bin/kvlab", "trace"], True),
-    (["-m"], ["python", "-m", "pipeline.plan.command"], True),
-    (["x.py"], ["python", "-m", "pipeline.fleet.bench"], False),
+    (["-m"], ["python", "-m", "pipeline.commands.plan"], True),
+    (["x.py"], ["python", "-m", "pipeline.bench.fleet"], False),
     (["pytest"], ["python", "-m", "pytest"], False),
 ])
 def test_the_kvlab_script_and_the_entry_modules_are_guarded(monkeypatch, argv, orig, guarded):

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from kvlab.kvsim import TwoTierCache
-from pipeline.cache.stack_distance import lru_states
+from pipeline.onepass.stack_distance import lru_states
 from pipeline.cache.events import RESULT_SCHEMA, simulate
 from pipeline.workloads.documents import ACCESS_SCHEMA, PASS_ORDER, DocumentWorkload
 

@@ -1,4 +1,4 @@
-"""pipeline/cache/stack_distance.py: one-pass stack distances must match kvlab's caches access
+"""pipeline/onepass/stack_distance.py: one-pass stack distances must match kvlab's caches access
 by access."""
 
 import numpy as np
@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvlab.kvsim import LRUCache, TwoTierCache
-from pipeline.cache.stack_distance import (COLD, hit_curve, lru_hit_counts, lru_hits, lru_states,
+from pipeline.onepass.stack_distance import (COLD, hit_curve, lru_hit_counts, lru_hits, lru_states,
                                            stack_distances, two_tier_states)
 from pipeline.cache.tiers import TIERS
 

@@ -12,7 +12,7 @@ from pipeline.sizes.units import ModelShape
 from pipeline.steptime import Linear, Roofline
 from pipeline.steptime.curves import (CURVE_SCHEMA, ONE_PASS, UPPER, Load, apply_load,
                                       load_curves, parse_loads, upper_curve)
-from pipeline.steptime.gpus import GpuPreset
+from pipeline.sizes.gpus import GpuPreset
 
 TINY = ModelShape("tiny", 2, 64, 128, 4, 2, 100)
 GPU = GpuPreset("toy", 1e-3, None, 1e-3, 1e-4)

@@ -9,7 +9,7 @@ import pytest
 from pipeline.base.errors import CLIError
 from pipeline.sizes.units import MODELS, PRESETS, ModelShape, model_shape, parse_model_shape
 from pipeline.steptime import Linear, Roofline, StepCost, gpu_preset, load_latency, step_cost
-from pipeline.steptime.gpus import GpuPreset, custom_gpu
+from pipeline.sizes.gpus import GpuPreset, custom_gpu
 from pipeline.steptime.options import add_latency_arguments, latency_from_args
 from pipeline.sizes.units import add_kv_arguments
 

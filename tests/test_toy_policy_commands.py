@@ -10,7 +10,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.cache import registry
+from pipeline import catalog as registry
 from pipeline.cache.tiers import Tier
 from pipeline.cli import main
 
@@ -37,7 +37,7 @@ def toy():
 def test_bench_times_a_policy_without_a_kernel(toy, capsys):
     from pipeline.bench.policies import run_bench
     from pipeline.bench.curve import distinct_bytes, zipf_trace
-    from pipeline.policies.replay import class_hits, encode
+    from pipeline.catalog.policy_replay import class_hits, encode
 
     rows = run_bench(requests=3000, objects=200, points=3, policies=("toy",))
     keys, sizes = zipf_trace(3000, 200, 20261003)

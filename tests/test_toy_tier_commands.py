@@ -10,7 +10,7 @@ import json
 import polars as pl
 import pytest
 
-from pipeline.cache import registry
+from pipeline import catalog as registry
 from pipeline.cache.tiers import Tier, TwoTier
 from pipeline.cli import main
 from pipeline.policies.simple import LRU

@@ -7,8 +7,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.blocks.lru_depths import block_lru_cpu, block_lru_gpu
-from pipeline.blocks.stream import ORDERS, block_stream
+from pipeline.onepass.lru_depths import block_lru_cpu, block_lru_gpu
+from pipeline.workloads.stream import ORDERS, block_stream
 from pipeline.trace import engine
 from pipeline.workloads.tokens import token_blocks
 

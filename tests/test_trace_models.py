@@ -12,11 +12,11 @@ from conftest import SYNTHETIC_TRACE, needs_shared_trace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.blocks.limits import model_capacities, storable_tokens
-from pipeline.blocks.model_api import CPU_MODELS, GPU_MODELS, request_result
-from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST, block_stream
+from pipeline.workloads.stream_limits import model_capacities, storable_tokens
+from pipeline.catalog.model_api import CPU_MODELS, GPU_MODELS, request_result
+from pipeline.workloads.stream import HEAD_FIRST, TAIL_FIRST, block_stream
 from pipeline.cli import main
-from pipeline.engine_caches.options import default_chunk_size
+from pipeline.catalog.model_options import default_chunk_size
 from pipeline.workloads.blocks import document_blocks
 from pipeline.workloads.mooncake import read_mooncake
 

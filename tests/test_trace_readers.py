@@ -10,7 +10,7 @@ from conftest import SYNTHETIC_TRACE, needs_shared_trace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.blocks.stream import block_stream
+from pipeline.workloads.stream import block_stream
 from pipeline.workloads.blocks import BLOCK_SCHEMA, REQUEST_SCHEMA, check_blocks
 from pipeline.workloads import jsonl
 from pipeline.workloads.jsonl import TraceError

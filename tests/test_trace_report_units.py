@@ -11,7 +11,7 @@ from conftest import SYNTHETIC_TRACE, needs_shared_trace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.blocks.stream import ORDERS
+from pipeline.workloads.stream import ORDERS
 from pipeline.cli import main
 from pipeline.trace import engine
 from test_trace_engine import prompts, stream_of
@@ -91,8 +91,8 @@ def test_every_number_has_thousands_separators(plain_page):
 def test_the_half_crossing_is_the_first_capacity_that_reaches_it(tmp_path, capsys):
     """The block-lru engine's caption: its capacity reaches half the infinite-cache block
     hits; one block less does not (the grid's point would be above it)."""
-    from pipeline.blocks.stream import block_stream
-    from pipeline.trace.command import load_workload
+    from pipeline.workloads.stream import block_stream
+    from pipeline.commands.trace import load_workload
     from pipeline.cli import build_parser
 
     page = _report(tmp_path, capsys, "--gpu-model", "block-lru")

@@ -226,8 +226,8 @@ def test_identifiable_from_the_null_space():
 def test_block_mode_request_frames_fit_directly():
     """The block engine's per-request result (pipeline.blocks) renamed to TOKEN_COLUMNS is
     fit input as it is: partial hits at several lengths make every cost identifiable."""
-    from pipeline.blocks.model_api import two_tier
-    from pipeline.blocks.stream import block_stream
+    from pipeline.catalog.model_api import two_tier
+    from pipeline.workloads.stream import block_stream
     from pipeline.workloads.blocks import BLOCK_SCHEMA
 
     rng = np.random.default_rng(11)

@@ -1,4 +1,4 @@
-"""pipeline.engine_caches.vllm_offload equals vLLM 0.33.0's own native offloading manager
+"""pipeline.components.vllm_offload equals vLLM 0.33.0's own native offloading manager
 (``CPUOffloadingManager``, ``lru`` and ``arc``) after every call, and its sizing and
 decisions match hand arithmetic.
 
@@ -20,7 +20,7 @@ from conftest import ROOT
 sys.path.insert(0, str(ROOT / "scripts"))
 import vllm_offload_reference as reference  # noqa: E402
 
-from pipeline.engine_caches.vllm_offload import (NativeOffload, blocks_per_chunk,  # noqa: E402
+from pipeline.components.vllm_offload import (NativeOffload, blocks_per_chunk,  # noqa: E402
                                                  offload_chunks)
 
 needs_vllm = pytest.mark.skipif(

@@ -20,12 +20,12 @@ from hypothesis import strategies as st
 from oracles import vllm_pool as oracle
 from test_engine_caches_vllm import vllm_frames
 
-from pipeline.blocks.limits import storable_tokens
-from pipeline.blocks.stream import TRACE, RequestOutputs, block_stream
+from pipeline.workloads.stream_limits import storable_tokens
+from pipeline.workloads.stream import TRACE, RequestOutputs, block_stream
 from pipeline.cli import main
-from pipeline.engine_caches.vllm_fast import vllm_gpu
-from pipeline.engine_caches.vllm_gpu import replay_gpu, replay_vllm
-from pipeline.engine_caches.vllm_layout import vllm_layout
+from pipeline.onepass.vllm_fast import vllm_gpu
+from pipeline.components.vllm_gpu import replay_gpu, replay_vllm
+from pipeline.components.vllm_layout import vllm_layout
 from pipeline.workloads.mooncake import read_mooncake
 from pipeline.workloads.tokens import read_tokens
 

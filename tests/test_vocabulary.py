@@ -188,7 +188,7 @@ def test_help_shows_only_the_new_names(command, old):
 
 def test_fit_gpu_is_num_gpu_blocks_in_any_spelling(capsys):
     from pipeline.cli import build_parser
-    from pipeline.fit.command import _engine
+    from pipeline.commands.fit import _engine
 
     parser = build_parser()
     run_model = {"max_num_seqs": 8, "max_num_batched_tokens": 512, "block_size": 16}

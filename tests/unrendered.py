@@ -11,6 +11,6 @@ PLACEHOLDER = "<!doctype html><title>report not drawn by this test</title>"
 def without_report(monkeypatch) -> None:
     """``run`` in this test writes PLACEHOLDER as its report (everything else unchanged)."""
     from pipeline import report
-    from pipeline.run import block_mode
+    from pipeline.commands import run_blocks as block_mode
     monkeypatch.setattr(report, "render_html", lambda *args, **kwargs: PLACEHOLDER)
     monkeypatch.setattr(block_mode, "report_groups", lambda *args, **kwargs: [])

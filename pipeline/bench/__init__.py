@@ -1,6 +1,6 @@
-"""Benchmarks: scripts that print figures, never tests.
+"""Benchmarks (layer: commands): scripts that print figures, never tests.
 
 ``python -m pipeline bench`` (``pipeline.bench.run``) times the default run and then runs
 ``pipeline.bench.curve`` (one-pass LRU curves against kvlab's LRUCache and libCacheSim);
-``python -m pipeline.bench.curve`` runs the latter alone.
+``blocks``, ``engine_caches``, ``policies``, ``trace`` and ``fleet`` time the others.
 """

@@ -2,7 +2,7 @@
 
 (a) kvlab's ``LRUCache`` re-run per capacity (pure Python), (b) libCacheSim's LRU
 ``process_trace`` over its binary oracleGeneral trace, one fresh cache per capacity, and
-(c) the one-pass stack-distance curve (``pipeline.cache.stack_distance.lru_hit_counts``). Every hit
+(c) the one-pass stack-distance curve (``pipeline.onepass.stack_distance.lru_hit_counts``). Every hit
 count that (a) and (b) produce is checked against (c); a mismatch exits with status 1.
 
 Workload: Zipf(alpha=1.0) requests over ``--objects`` objects, sizes uniform 256..8192 fixed
@@ -26,7 +26,7 @@ import numpy as np
 
 from kvlab.kvsim import LRUCache
 from pipeline.base.arguments import positive_int
-from pipeline.cache.stack_distance import hit_curve, lru_hit_counts
+from pipeline.onepass.stack_distance import hit_curve, lru_hit_counts
 
 ZIPF_ALPHA = 1.0
 SIZE_RANGE = (256, 8192)

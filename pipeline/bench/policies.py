@@ -30,8 +30,8 @@ import numpy as np
 from pipeline.bench.curve import capacity_grid, distinct_bytes, libcachesim_hashpower, zipf_trace
 from pipeline.policies import POLICIES
 from pipeline.policies.reference import LCS_NAMES, lcs_hit_count, write_oracle_trace
-from pipeline.policies.replay import class_hits, encode, hit_counts
-from pipeline.cache.registry import entry, names
+from pipeline.catalog.policy_replay import class_hits, encode, hit_counts
+from pipeline.catalog import entry, names
 
 __all__ = ["run_bench", "run_onepass_bench", "add_arguments", "main"]
 
@@ -183,7 +183,7 @@ def run_block_bench(path: str, fractions: tuple[float, ...] = (0.01, 0.10, 0.50)
                     order: str = "tail-first") -> list:
     """Block mode on a Mooncake trace: each compiled GPU model (LRU: the ``block-lru`` one pass)
     next to its class replay, hit tokens asserted equal."""
-    from pipeline.blocks.model_api import GPU_MODELS
+    from pipeline.catalog.model_api import GPU_MODELS
     from pipeline.policies.blockmode import policy_gpu_model
     from pipeline.workloads.mooncake import MOONCAKE_BLOCK_SIZE, read_mooncake
 

@@ -5,8 +5,8 @@
    for ``run --docs 3000`` (``--docs``), and the zstd levels on its event logs.
 2. The one-pass LRU curves against kvlab's LRUCache and libCacheSim (pipeline.bench.curve).
 3. With ``--with NAME[,NAME]``, each behind its own flag so the default stays short:
-   ``blocks`` (block one-pass vs literal replay, ``pipeline.blocks.bench``), ``engines``
-   (vllm / lmcache fast vs literal, ``pipeline.engine_caches.bench``), ``trace`` (10M-block curve
+   ``blocks`` (block one-pass vs literal replay, ``pipeline.bench.blocks``), ``engines``
+   (vllm / lmcache fast vs literal, ``pipeline.bench.engine_caches``), ``trace`` (10M-block curve
    and the shared trace end to end, ``pipeline.bench.trace``), ``policies`` (the policy
    family vs libCacheSim, ``pipeline.bench.policies``); ``all`` runs the four. Each has its
    option group, prefixed by its name, so no option clashes.
@@ -29,7 +29,7 @@ from pipeline.base.arguments import positive_int
 from pipeline.bench import curve
 from pipeline.bench import policies as policies_bench
 from pipeline.bench import trace as trace_bench
-from pipeline.blocks import bench as blocks_bench
+from pipeline.bench import blocks as blocks_bench
 from pipeline.base.config import ROOT
 from pipeline.base.staging import ZSTD_LEVEL, parquet_bytes
 from pipeline.sweeps import SWEEPS
@@ -132,8 +132,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "; ".join(f"{name}: {what}" for name, what in OPTIONAL.items()))
     curve.add_arguments(parser.add_argument_group("one-pass curve benchmark"))
     blocks_bench.add_arguments(parser.add_argument_group(
-        "--with blocks (python -m pipeline.blocks.bench)"))
-    engines = parser.add_argument_group("--with engines (python -m pipeline.engine_caches.bench; "
+        "--with blocks (python -m pipeline.bench.blocks)"))
+    engines = parser.add_argument_group("--with engines (python -m pipeline.bench.engine_caches; "
                                         "its trace is --trace, below)")
     engines.add_argument("--engines-capacities", type=positive_int, default=50,
                          help="capacities of each engine's curve (default %(default)s)")
@@ -149,7 +149,7 @@ def _optional(name: str, args: argparse.Namespace) -> int:
     if name == "blocks":
         return blocks_bench.main(args)
     if name == "engines":
-        from pipeline.engine_caches import bench as engines_bench
+        from pipeline.bench import engine_caches as engines_bench
         trace = trace_bench.trace_path(args.trace)
         if trace is None:
             line = trace_bench.skipped("the engines benchmark")

@@ -50,7 +50,7 @@ def curve_figures(requests: int = 62_500, documents: int = 20_000, document_leng
                   seed: int = 20261130, block_size: int = 16) -> dict:
     """Generate the trace, build the stream, compute the GPU curve; time each step (this
     process). Default: 62,500 requests x 160 blocks = 10M block accesses."""
-    from pipeline.blocks.stream import TAIL_FIRST, block_stream
+    from pipeline.workloads.stream import TAIL_FIRST, block_stream
     from pipeline.trace.engine import distinct_cacheable, gpu_curve
     from pipeline.workloads.patterns import zipf_documents
 

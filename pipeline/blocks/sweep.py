@@ -5,7 +5,7 @@ in block mode and writes
 
 * ``blocks_events.parquet``: per GPU order, one row per block access (request, block index)
   with its GPU-tier LRU depth before the request (``stack_distance``, in blocks; null when
-  cold or not cacheable), from the unfiltered one-pass (``pipeline.blocks.lru_depths``): exact
+  cold or not cacheable), from the unfiltered one-pass (``pipeline.onepass.lru_depths``): exact
   for every capacity of at least one request's cacheable blocks. ``block_hit_steps`` turns it
   into the whole hit curve with polars (``cum_max`` of the depth along each request);
 * ``blocks_aggregates.parquet``: per sweep, orders, capacities and pass: prompt, GPU-hit,
@@ -13,7 +13,7 @@ in block mode and writes
   exact, oversize bands included. Sweeps: ``gpu_cliff`` (each GPU order, no CPU tier) and
   ``cpu_cliff`` (GPU fixed at ``cpu_sweep_gpu``, each GPU order x CPU order).
 
-Any registered model runs the tiers (``pipeline.blocks.model_api``: ``GPU_MODELS[name](stream,
+Any registered model runs the tiers (``pipeline.catalog.model_api``: ``GPU_MODELS[name](stream,
 caps, order, **options)``, ``CPU_MODELS[name](stream, gpu_tokens, caps, order, **options)``;
 ``block-lru`` by default); the aggregates name them (``gpu_model``, ``cpu_model``), and an engine
 model runs only the order it follows (vllm tail-first, lmcache head-first). The events are
@@ -33,11 +33,11 @@ import numpy as np
 import polars as pl
 
 from pipeline.sizes import grids
-from pipeline.blocks import lru_depths
-from pipeline.blocks.limits import model_capacities
-from pipeline.blocks.model_api import CPU_MODELS, GPU_MODELS
-from pipeline.blocks.stream import HEAD_FIRST, ORDERS, BlockStream
-from pipeline.engine_caches.options import MODEL_ORDERS
+from pipeline.onepass import lru_depths
+from pipeline.workloads.stream_limits import model_capacities
+from pipeline.catalog.model_api import CPU_MODELS, GPU_MODELS
+from pipeline.workloads.stream import HEAD_FIRST, ORDERS, BlockStream
+from pipeline.catalog.model_options import MODEL_ORDERS
 from pipeline.sweeps import write_parquet_atomic
 from pipeline.cache.tiers import served_beyond
 from pipeline.workloads.documents import documents_workload

@@ -1,2 +1,2 @@
-"""The cache-model interface: tiers and the ``Tier`` base, the one registry of cache models,
-kvlab's two-tier cache at every capacity pair and the one-pass LRU stack distances."""
+"""The cache-model interface (layer: core): tiers and the ``Tier`` base (``tiers``) and the
+registry's interface (``registry``; the entries are collected by ``pipeline.catalog``)."""

@@ -5,7 +5,7 @@ Two methods give identical events (proven by tests/test_simulate.py):
 * ``direct`` replays the accesses through kvlab's ``TwoTierCache`` once per
   (GPU, CPU) capacity pair: the reference, cache semantics straight from kvlab.
 * ``onepass`` (default) derives every capacity from LRU stack distances
-  (``pipeline.cache.stack_distance``): one pass over the trace for the GPU tier and one pass over
+  (``pipeline.onepass.stack_distance``): one pass over the trace for the GPU tier and one pass over
   the GPU-miss stream per GPU capacity for the CPU tier.
 """
 
@@ -19,7 +19,7 @@ import polars as pl
 from kvlab.kvsim import TwoTierCache
 from pipeline.sizes.limits import check_capacity_list
 from pipeline.cache.tiers import TIER, TIER_CODES
-from pipeline.cache.stack_distance import COLD, stack_distances, two_tier_states
+from pipeline.onepass.stack_distance import COLD, stack_distances, two_tier_states
 from pipeline.workloads.documents import ACCESS_SCHEMA
 
 METHODS = ("onepass", "direct")
@@ -56,7 +56,7 @@ def _replay_direct(keys: np.ndarray, sizes: np.ndarray, gpu: int, cpu: int) -> d
 def _replay_onepass(keys: np.ndarray, sizes: np.ndarray, gpus: list[int],
                     cpus: list[int]) -> list[list[dict]]:
     """_replay_direct's columns for every (GPU, CPU) pair, from stack distances
-    (``pipeline.cache.stack_distance.two_tier_states``)."""
+    (``pipeline.onepass.stack_distance.two_tier_states``)."""
     return [[{"tier": state.tiers[j], "gpu_used": state.gpu_used, "cpu_used": state.cpu_used[j],
               "gpu_evicted": state.gpu_evicted, "cpu_evicted": state.cpu_evicted[j]}
              for j in range(len(cpus))]

@@ -1,55 +1,36 @@
-"""The one registry of cache models: one ``CacheModel`` entry per model name.
+"""The registry's interface: what a cache model's entry says (``CacheModel``, ``Option``), the
+table of entries (``MODELS``) and every lookup over it. It names no model: each package
+declares its own entries (``pipeline/components/entries.py``, ``pipeline/policies/entries.py``,
+``pipeline/onepass/entries.py``) and ``pipeline.catalog`` collects them in one place, in
+display order; callers read the registry through ``pipeline.catalog``.
 
 An entry says how to make the model's tier (an object with ``lookup``/``place``, and
-``access`` for the policies: ``pipeline.cache.tiers.Tier``), its fast paths (block mode: a GPU
-model ``f(stream, capacities, order, **options)`` and a CPU model ``f(stream, gpu_hit_tokens,
-capacities, order, **options)``, see ``pipeline.blocks.model_api``, and for a policy the
-compiled ``block_kernel`` they run; per access: a ``onepass`` engine for every capacity and a
-compiled ``replay_kernel`` at one capacity), its unit, the one touch order it follows
-(engines), its declared options (``Option``: the CLI flags and checks are built from them,
-``pipeline.engine_caches.options``) and where it is used (a ``policy`` of the family, a
-``measured`` config model).
+``access`` for the policies: ``pipeline.cache.tiers.Tier``), its fast paths, each optional
+(block mode: a GPU model ``f(stream, capacities, order, **options)`` and a CPU model
+``f(stream, gpu_hit_tokens, capacities, order, **options)``, see
+``pipeline.catalog.model_api``, and for a policy the compiled ``block_kernel`` they run; per
+access: a ``onepass`` engine for every capacity and a compiled ``replay_kernel`` at one
+capacity: a caller checks that the one it wants is there), its unit, the one touch order it
+follows (engines), its declared options (``Option``: the CLI flags and checks are built from
+them, ``pipeline.catalog.model_options``), what it models given its options (``describes``) and
+where it is used (a ``policy`` of the family, a ``measured`` config model).
 
-``MODELS`` holds the built-in entries in display order; ``register(entry)`` adds one (a new
-policy is one module plus one ``register`` call, or one line in ``_builtin``) and
-``unregister(name)`` drops it. Nothing registers on import elsewhere. The views
-``GPU_MODELS``, ``CPU_MODELS``, ``POLICIES``, ``MODEL_OPTIONS`` and ``MODEL_ORDERS`` are
+``register(entry)`` adds one (a new policy is one module plus one line in its package's
+``entries.py``, or one ``register`` call at run time) and ``unregister(name)`` drops it. The
+views ``GPU_MODELS``, ``CPU_MODELS``, ``POLICIES``, ``MODEL_OPTIONS`` and ``MODEL_ORDERS`` are
 read from the entries at every use, so a registered model appears in each at once.
 """
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from pipeline.base.arguments import checked, positive_int
-from pipeline.blocks import lru_depths as block_onepass
-from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST, TRACE
-from pipeline.engine_caches import lmcache, vllm_fast, vllm_gpu
-from pipeline.engine_caches.lmcache import DEFAULT_CHUNK_SIZE
-from pipeline.engine_caches.vllm_gpu import DEFAULT_VLLM_VERSION, PREPEND_SINCE, unhashed_to_head
-from pipeline.policies.arc import ARC
-from pipeline.policies.clock import Clock
-from pipeline.policies.lfu import LFU
-from pipeline.policies.opt import OPT
-from pipeline.policies.s3fifo import S3FIFO
-from pipeline.policies.sieve import Sieve
-from pipeline.policies.simple import FIFO, LRU, MRU
-import pipeline.policies.kernels as kernels
-from pipeline.policies.blockmode import policy_cpu_model, policy_gpu_model
-from pipeline.policies.kernels import blocks as block_kernels
-from pipeline.policies.stack_passes import LRU_PASS, MRU_PASS, OPT_PASS, OnePass
-
-__all__ = ["Option", "CacheModel", "MODELS", "DEPRECATED_NAMES", "register",
+__all__ = ["Option", "CacheModel", "MODELS", "BUILTIN_NAMES", "DEPRECATED_NAMES", "register",
            "unregister", "added", "entry", "names",
            "GPU_MODELS", "CPU_MODELS", "POLICIES", "MODEL_OPTIONS", "MODEL_ORDERS",
-           "options", "option_owner", "describe", "models_line", "models_field", "policy_entry", "make_policy", "make_tier", "policy_names",
-           "vllm_version"]
-
-
-#: argparse type: a vLLM version such as 0.33.0
-vllm_version = checked(unhashed_to_head)
+           "options", "option_owner", "describe", "models_line", "models_field", "make_policy",
+           "make_tier", "policy_names"]
 
 
 @dataclass(frozen=True)
@@ -88,162 +69,38 @@ class CacheModel:
     cpu: Callable | None = None              # block-mode CPU model (fast path)
     order: str | None = None                 # the one touch order it follows
     options: tuple[Option, ...] = ()
-    onepass: OnePass | None = None           # per access: every capacity in one exact pass
+    onepass: object | None = None            # per access: every capacity in one exact pass
+    #                                          (a ``pipeline.onepass.stack_passes.OnePass``)
     replay_kernel: Callable | None = None    # per access: compiled replay at one capacity
     block_kernel: Callable | None = None     # block mode: the compiled kernel of gpu and cpu
     policy: bool = False                     # one of the policy family (``policies``)
     measured: bool = False                   # a measured config's model (sidecar ``model``)
+    describes: Callable[[Mapping], str] | None = None   # options -> what it models (else summary)
 
     @property
     def option_names(self) -> tuple[str, ...]:
         return tuple(option.dest for option in self.options)
 
 
-def _default_chunk_size(block_size: int | None) -> int:
-    """LMCache's chunk size (256) on the block grid: the smallest multiple of ``block_size``
-    that is at least 256 (256 itself for 16-token blocks, 512 for a Mooncake trace's 512)."""
-    if not block_size:
-        return DEFAULT_CHUNK_SIZE
-    return -(-DEFAULT_CHUNK_SIZE // block_size) * block_size
-
-
-def _chunk_on_grid(chunk: object, block_size: int | None) -> str | None:
-    if chunk is not None and block_size and chunk % block_size:
-        return (f"--chunk-size {chunk}: must be a multiple of the block size {block_size} "
-                f"(--block-size)")
-    return None
-
-
-def output_tokens(text: str) -> int | str:
-    """argparse type of ``--output-tokens``: an integer >= 1, or ``trace``."""
-    if text == TRACE:
-        return TRACE
-    try:
-        return positive_int(text)
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1 or {TRACE!r}, "
-                                         f"got {text!r}") from None
-
-
-_SINCE = ".".join(map(str, PREPEND_SINCE))
-VLLM_OPTIONS = (
-    Option("output_tokens", "vllm model: tokens generated per request (max_tokens): N for "
-           "every request, or 'trace': each request's own (Mooncake output_length, token "
-           "JSONL max_tokens or output_token_ids; 1 where none) (default: trace when the "
-           "input gives lengths, else 1)",
-           output_tokens, 1),
-    Option("vllm_version", f"vllm model: free-queue placement of unhashed blocks, head since "
-           f"{_SINCE}, tail before (default {DEFAULT_VLLM_VERSION})", vllm_version,
-           DEFAULT_VLLM_VERSION),
-)
-LMCACHE_OPTIONS = (
-    Option("chunk_size", f"lmcache model: chunk_size in tokens, a multiple of the block size "
-           f"(default the smallest multiple >= {DEFAULT_CHUNK_SIZE}: {DEFAULT_CHUNK_SIZE} for "
-           f"16-token blocks, 512 for 512)", positive_int, _default_chunk_size,
-           check=_chunk_on_grid),
-    Option("save_unfull_chunk", "lmcache model: store a prompt's partial last chunk (default "
-           "off, as LMCache >= 0.4)", default=False, boolean=True),
-)
-
-
-def _vllm_tier(capacity: int, block_size: int = 16, output_tokens: int = 1,
-               vllm_version: str = DEFAULT_VLLM_VERSION):
-    return vllm_gpu.VllmTier(capacity, block_size, output_tokens, vllm_version)
-
-
-def _lmcache_tier(capacity: int, chunk_size: int = DEFAULT_CHUNK_SIZE,
-                  save_unfull_chunk: bool = False):
-    """LMCache's CPU backend over chunk keys (full chunks: ``save_unfull_chunk`` is the
-    block-mode model's)."""
-    return lmcache.LMCacheTier(capacity, chunk_size, chunk_size)
-
-
-def _llamacpp_tier(capacity: int | None, state_size=None):
-    """llama.cpp's live context and RAM prompt cache of ``capacity`` bytes (None: no RAM
-    cache); it serves ``request(prompt, completion)`` (token sequences, not keys)."""
-    from pipeline.measure.llamacpp.cache_model import LlamaCppPromptCache
-    return LlamaCppPromptCache(capacity, state_size)
-
-
-def _two_tier_cache(gpu: int, cpu: int = 0):
-    from kvlab.kvsim import TwoTierCache
-    return TwoTierCache(gpu, cpu)
-
-
-def policy_entry(name: str, cls: type, summary: str, onepass: OnePass | None = None,
-                 replay_kernel: Callable | None = None,
-                 block_kernel: Callable | None = None) -> CacheModel:
-    """The entry of a policy of the family: its class is its tier and the reference of
-    every fast path it declares (``onepass``: ``pipeline.policies.stack_passes``;
-    ``replay_kernel``: ``pipeline.policies.kernels``; ``block_kernel``:
-    ``pipeline.policies.kernels.blocks``). Without a fast path the class is replayed."""
-    return CacheModel(name, summary, "block", tier=cls,
-                      gpu=policy_gpu_model(name, cls, block_kernel),
-                      cpu=policy_cpu_model(name, cls, block_kernel), onepass=onepass,
-                      replay_kernel=replay_kernel, block_kernel=block_kernel, policy=True)
-
-
-def _builtin() -> list[CacheModel]:
-    block_lru_gpu, block_lru_cpu = block_onepass.block_lru_gpu, block_onepass.block_lru_cpu
-    k, b = kernels, block_kernels
-    policies = [
-        policy_entry("lru", LRU, "least recently used", LRU_PASS, k.replay_lru),
-        policy_entry("fifo", FIFO, "first in, first out", None, k.replay_fifo, b.block_fifo),
-        policy_entry("mru", MRU, "most recently used", MRU_PASS, k.replay_mru, b.block_mru),
-        policy_entry("lfu", LFU, "least frequently used", None, k.replay_lfu, b.block_lfu),
-        policy_entry("clock", Clock, "CLOCK (second chance)", None, k.replay_clock,
-                     b.block_clock),
-        policy_entry("sieve", Sieve, "SIEVE", None, k.replay_sieve, b.block_sieve),
-        policy_entry("s3fifo", S3FIFO, "S3-FIFO", None, k.replay_s3fifo),
-        policy_entry("arc", ARC, "ARC", None, k.replay_arc),
-        policy_entry("opt", OPT, "Belady's OPT (the ceiling)", OPT_PASS, k.replay_opt,
-                     b.block_opt),
-    ]
-    # lru in block mode is the one-pass block-lru engine (proven equal to its class replay)
-    policies[0] = replace(policies[0], gpu=block_lru_gpu, cpu=block_lru_cpu)
-    return [
-        CacheModel("block-lru", "one-pass block LRU, CPU tier fed past the GPU hit: no "
-                   "engine's rules, not a bound", "block", tier=LRU,
-                   gpu=block_lru_gpu, cpu=block_lru_cpu),
-        CacheModel("block-lru-replay", "block-lru replayed literally (reference)", "block",
-                   tier=LRU, gpu=policy_gpu_model("block-lru-replay", LRU),
-                   cpu=policy_cpu_model("block-lru-replay", LRU)),
-        CacheModel("vllm", "vLLM's v1 block allocator (one pass)", "block", tier=_vllm_tier,
-                   gpu=vllm_fast.vllm_gpu, order=TAIL_FIRST, options=VLLM_OPTIONS),
-        CacheModel("vllm-replay", "vLLM's v1 block allocator replayed literally", "block",
-                   tier=_vllm_tier, gpu=vllm_gpu.replay_gpu, order=TAIL_FIRST,
-                   options=VLLM_OPTIONS),
-        CacheModel("lmcache", "LMCache's local CPU backend (compiled)", "chunk",
-                   tier=_lmcache_tier, cpu=lmcache.lmcache_cpu, order=HEAD_FIRST,
-                   options=LMCACHE_OPTIONS),
-        *policies,
-        CacheModel("llamacpp", "llama.cpp's prompt cache (live context + RAM cache)",
-                   "context", tier=_llamacpp_tier, measured=True),
-        CacheModel("two-tier", "kvlab's TwoTierCache in tokens", "object",
-                   tier=_two_tier_cache, measured=True),
-    ]
-
-
-#: name -> entry, in display order
-MODELS: dict[str, CacheModel] = {model.name: model for model in _builtin()}
-_BUILTIN = frozenset(MODELS)
+#: name -> entry, in display order (filled by ``pipeline.catalog``)
+MODELS: dict[str, CacheModel] = {}
+#: the names ``pipeline.catalog`` registered (the built-in entries)
+BUILTIN_NAMES: set[str] = set()
 
 #: old name -> new name, accepted one more release with a warning
-#: (``pipeline.engine_caches.options.ModelName``)
+#: (``pipeline.catalog.model_options.ModelName``)
 DEPRECATED_NAMES: dict[str, str] = {"ideal": "block-lru", "ideal-replay": "block-lru-replay"}
 
 
 def describe(name: str, options: Mapping | None = None) -> str:
-    """``name`` and, in parentheses, what it models: the engine and version for vllm and
-    lmcache, else the entry's summary (``models_line``)."""
-    options = options or {}
-    if name in ("vllm", "vllm-replay"):
-        what = f"vLLM {options.get('vllm_version', DEFAULT_VLLM_VERSION)} block pool"
-    elif name in ("lmcache", "lmcache-replay"):
-        what = "LMCache LocalCPUBackend"
-    else:
-        return f"{name} ({entry(name).summary})"
-    return f"{name} ({what}{', replayed literally' if name.endswith('-replay') else ''})"
+    """``name`` and, in parentheses, what it models: the entry's ``describes(options)`` (the
+    engine and version for vllm and lmcache; ``, replayed literally`` for a ``-replay``
+    name), else its summary (``models_line``)."""
+    model = entry(name)
+    if model.describes is None:
+        return f"{name} ({model.summary})"
+    replayed = ", replayed literally" if name.endswith("-replay") else ""
+    return f"{name} ({model.describes(options or {})}{replayed})"
 
 
 def models_line(gpu: str, cpu: str | None, gpu_options: Mapping | None = None,
@@ -269,7 +126,7 @@ def register(model: CacheModel) -> CacheModel:
 
 def added() -> list[CacheModel]:
     """The entries registered at run time (``register``), in registration order."""
-    return [model for name, model in MODELS.items() if name not in _BUILTIN]
+    return [model for name, model in MODELS.items() if name not in BUILTIN_NAMES]
 
 
 def unregister(name: str) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import altair as alt
 import polars as pl
 
-from pipeline.blocks.stream import HEAD_FIRST, ORDERS, TAIL_FIRST
+from pipeline.workloads.stream import HEAD_FIRST, ORDERS, TAIL_FIRST
 from pipeline.blocks.sweep import edges
 from pipeline.charts import Section
 from pipeline.charts.parts import tooltips

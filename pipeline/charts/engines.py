@@ -2,7 +2,7 @@
 chunk-level CPU cliff next to the document and block-lru models'.
 
 Each section draws a frame it is given (model, capacity, hit_tokens), computed by
-``pipeline.engine_caches.curves`` in the stage that writes the aggregates.
+``pipeline.blocks.engine_curves`` in the stage that writes the aggregates.
 ``run_engine_sections`` draws a run's own engine models instead (any workload: its block
 aggregates next to the block-lru model's in the same orders).
 """
@@ -29,7 +29,7 @@ def _step_chart(frame: pl.DataFrame, x_title: str, y_title: str) -> alt.Chart:
 
 def gpu_models_section(frame: pl.DataFrame) -> Section:
     """block-lru vs vllm: second-pass GPU hits over the GPU capacity vLLM logs
-    (``pipeline.engine_caches.curves.gpu_model_curves``)."""
+    (``pipeline.blocks.engine_curves.gpu_model_curves``)."""
     return Section("engines-gpu", _step_chart(frame, "GPU KV cache (tokens, as vLLM logs it)",
                                               "second-pass GPU-hit tokens"),
                    "vLLM 0.33's curve is the block-lru one shifted right by two blocks (32 "
@@ -40,7 +40,7 @@ def gpu_models_section(frame: pl.DataFrame) -> Section:
 
 def cpu_models_section(frame: pl.DataFrame) -> Section:
     """LMCache's chunk-level CPU cliff next to the document and block-lru models'
-    (``pipeline.engine_caches.curves.cpu_model_curves``)."""
+    (``pipeline.blocks.engine_curves.cpu_model_curves``)."""
     return Section("engines-cpu", _step_chart(frame, "CPU tier (tokens of KV)",
                                               "second-pass CPU-served tokens"),
                    "LMCache's cliff is at 48,640 tokens, not 50,110: it stores only full "

@@ -1,7 +1,7 @@
 """Report sections for the policy family: hit ratio vs capacity per policy, with Belady's
 OPT as the ceiling, for the lab's cyclic workload and for a Mooncake trace (object level).
 
-``policy_sections(lab, trace)`` draws the frames it is given (``pipeline.policies.curves``:
+``policy_sections(lab, trace)`` draws the frames it is given (``pipeline.blocks.policy_curves``:
 ``lab_curves``, ``trace_curves``, computed in the stage that writes the aggregates).
 """
 

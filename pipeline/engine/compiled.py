@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from pipeline.engine import layout as L
+from pipeline.components import engine_layout as L
 from pipeline.engine.krun import DONE, FULL, MODEL_LINEAR, MODEL_NONE, MODEL_ROOFLINE, run_loop
 
 __all__ = ["compiled_model", "compiled_run", "request_table", "with_times", "MODEL_NONE",

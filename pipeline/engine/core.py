@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.engine import layout as L
+from pipeline.components import engine_layout as L
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.hashing import block_keys, request_keys
-from pipeline.engine.kpool import leading_cached, pool_arrays
+from pipeline.components.kpool import leading_cached, pool_arrays
 from pipeline.engine.compiled import STUCK_MESSAGE, compiled_model
 from pipeline.engine.krun import DONE, FULL, STUCK_CALLS, advance, run_until, step_once
-from pipeline.engine.ktier import no_tier
+from pipeline.components.ktier import no_tier
 from pipeline.engine.request import SimRequest
 from pipeline.engine.snapshot import CacheSnapshot
 from pipeline.engine.step import DecodeRows, DecodeRun, StepRecord, TimedSteps

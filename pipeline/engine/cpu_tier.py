@@ -1,8 +1,8 @@
 """The engine's CPU tier: LMCache's, compiled (``LMCacheTier``, the default), or any
 registered CPU model's tier object called from the compiled scheduler (``ModelTier``).
 
-LMCache (``pipeline.engine_caches.lmcache.LMCacheTier``): LMCache's local CPU backend (LRU,
-``pipeline.engine.ktier``, called by ``pipeline.engine.kgeneric``) keyed by chunks of
+LMCache (``pipeline.components.lmcache.LMCacheTier``): LMCache's local CPU backend (LRU,
+``pipeline.components.ktier``, called by ``pipeline.components.kgeneric``) keyed by chunks of
 ``chunk_size`` tokens: chunk j of a prompt is keyed by the chained key of its last block
 (only full chunks: ``save_unfull_chunk`` False). Lookup at admission (every time the scheduler tries the request, as vLLM asks its
 connector): LMCache's hit c, of which vLLM loads ``c - g`` beyond its own GPU hit g
@@ -10,7 +10,7 @@ connector): LMCache's hit c, of which vLLM loads ``c - g`` beyond its own GPU hi
 LMCache's own hit on. Engines given the same tier share it.
 
 Any other model (``ModelTier``): the registry entry's tier object (``registry.make_tier``)
-at the same two points (``pipeline.engine.kgeneric``). A block-unit model (the policies,
+at the same two points (``pipeline.components.kgeneric``). A block-unit model (the policies,
 ``block-lru``) sees the request's full prompt blocks (the engine's chained block keys, as
 unsigned ints, so a policy that compares keys orders them as the block stream's codes):
 lookup of the leading blocks present from block 0 (no state change), c tokens, of which
@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.cache import registry
-from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST, check_order
-from pipeline.engine.kgeneric import register
-from pipeline.engine.ktier import no_tier
-from pipeline.engine.layout import (CPUSTATE, KOFF, NPROMPT, T_CAPACITY, T_CHUNK, T_HANDLE,
+from pipeline import catalog as registry
+from pipeline.workloads.stream import HEAD_FIRST, TAIL_FIRST, check_order
+from pipeline.components.kgeneric import register
+from pipeline.components.ktier import no_tier
+from pipeline.components.engine_layout import (CPUSTATE, KOFF, NPROMPT, T_CAPACITY, T_CHUNK, T_HANDLE,
                                     T_ON, T_PER)
-from pipeline.engine_caches.lmcache import DEFAULT_CHUNK_SIZE, LMCacheTier, check_chunk_size
+from pipeline.components.lmcache import DEFAULT_CHUNK_SIZE, LMCacheTier, check_chunk_size
 
 __all__ = ["LMCacheTier", "ModelTier", "engine_tier_problem", "engine_cpu_models"]
 

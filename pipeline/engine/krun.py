@@ -18,15 +18,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.engine.kjit import helper, inlined, kernel
+from pipeline.components.kjit import helper, inlined, kernel
 from pipeline.engine.ksched import engine_step, wait_append
-from pipeline.engine.layout import (
+from pipeline.components.engine_layout import (
     B_NSAMP, B_NSCHED, BQ_NEW, BQ_START, C_ASYNC, C_BS, C_MAXBATCH, C_MAXE, C_MAXLEN,
     C_MAXSEQS, COMPUTED, G_ERROR, G_FIN, G_NEV, G_NFREE, G_NRUN, G_QHEAD, G_QLEN, G_STEP,
     G_WLEN, HOLDS, INFLIGHT, MAXTOK, NBLK, NPROMPT, NTOK, STALE, X_CONTEXT, X_DECODE, X_FREE,
     X_NFIRST, X_NRUN, X_NSCHED, X_NWAIT, X_PREFILL, X_Q, X_RELOAD, X_STEP)
-from pipeline.steptime.fitted_file import TERMS
-from pipeline.steptime.roofline import Rates
+from pipeline.base.fitted_step_time import TERMS
+from pipeline.base.step_vectors import Rates
 
 __all__ = ["run_loop", "run_until", "advance", "step_once", "step_time", "MODEL_NONE",
            "MODEL_LINEAR", "MODEL_ROOFLINE", "DONE", "FULL", "STUCK", "STEP_FIELDS"]

@@ -19,19 +19,19 @@ and a request preempted with output in flight waits in the queue until that outp
 arrives (``num_stale_output_tokens``).
 
 State ``S = (C, G, R, KEYS, BT, P, BH, HT, RUN, WQ, BQ, BSMP, BMETA, HIT, BUF, EV, REC)``
-(``pipeline.engine.layout``); the CPU tier ``T`` (``pipeline.engine.ktier``, or a Python
-tier: ``pipeline.engine.kgeneric``).
+(``pipeline.components.engine_layout``); the CPU tier ``T`` (``pipeline.components.ktier``, or a Python
+tier: ``pipeline.components.kgeneric``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from pipeline.engine.kjit import helper, inlined
-from pipeline.engine.kpool import (cache_full_blocks, free_blocks, get_new_blocks,
+from pipeline.components.kjit import helper, inlined
+from pipeline.components.kpool import (cache_full_blocks, free_blocks, get_new_blocks,
                                    longest_hit, touch)
-from pipeline.engine.kgeneric import tier_lookup, tier_store
-from pipeline.engine.layout import (
+from pipeline.components.kgeneric import tier_lookup, tier_store
+from pipeline.components.engine_layout import (
     B_HASREC, B_NSAMP, B_NSCHED, B_STEP, BCAP, BOFF, C_ASYNC, C_BS, C_CHUNKED, C_HMASK,
     C_MAXBATCH, C_MAXLEN, C_MAXSEQS, C_THRESH, COMPUTED, CPUHIT, ERR_BLOCKS, FIN, FINISHED,
     FSCHED, FTOK, G_ERROR, G_EVON, G_FIN, G_NEV, G_NFREE, G_NRUN, G_QHEAD, G_QLEN, G_STEP,

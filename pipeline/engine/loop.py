@@ -9,7 +9,7 @@ from itertools import chain
 import numpy as np
 import polars as pl
 
-from pipeline.engine import layout as L
+from pipeline.components import engine_layout as L
 from pipeline.engine.compiled import (MODEL_NONE, STUCK_MESSAGE, compiled_model, compiled_run,
                                       request_table, with_times)
 from pipeline.engine.config import SchedulerConfig

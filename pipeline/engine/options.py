@@ -4,7 +4,7 @@ and ``fleet``, and the CPU tier they choose (``cpu_tier_factory``).
 The CPU tier is any registered CPU model (``--cpu-model``, default ``lmcache``: LMCache's
 CPU backend, compiled) of ``--cpu`` (tokens, blocks or a size); its declared options
 (``registry`` entries' ``Option``s) are offered as ``--cpu-<option>`` (``--cpu-chunk-size``), built as
-``pipeline.engine_caches.options`` builds the block commands' option groups. An option of
+``pipeline.catalog.model_options`` builds the block commands' option groups. An option of
 another model, an order the model cannot follow or a check that fails is a one-line usage
 error (exit 2).
 """
@@ -15,12 +15,12 @@ import argparse
 from collections.abc import Callable
 from functools import partial
 
-from pipeline.cache import registry
+from pipeline import catalog as registry
 from pipeline.base.arguments import deprecated_alias, non_negative_int, positive_int
-from pipeline.blocks.stream import HEAD_FIRST, ORDERS
+from pipeline.workloads.stream import HEAD_FIRST, ORDERS
 from pipeline.engine.cpu_tier import LMCacheTier, ModelTier, engine_cpu_models, \
     engine_tier_problem
-from pipeline.engine_caches.options import ModelName, add_option_argument, model_names
+from pipeline.catalog.model_options import ModelName, add_option_argument, model_names
 from pipeline.base.errors import UsageError
 from pipeline.sizes.limits import MAX_BLOCKS
 from pipeline.sizes.units import one_capacity

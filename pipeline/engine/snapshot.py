@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.engine.kpool import leading_cached
+from pipeline.components.kpool import leading_cached
 
 __all__ = ["CacheSnapshot"]
 

@@ -1,4 +1,4 @@
-"""Read-only views of an ``EngineSim``'s arrays (``pipeline.engine.layout``): one request's
+"""Read-only views of an ``EngineSim``'s arrays (``pipeline.components.engine_layout``): one request's
 counters (``RequestView``, what ``EngineSim.result`` returns) and the block pool's cached
 keys and free count (``PoolView``, ``EngineSim.pool``)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.engine import layout as L
+from pipeline.components import engine_layout as L
 
 __all__ = ["RequestView", "PoolView"]
 

@@ -30,7 +30,7 @@ import polars as pl
 
 from pipeline.engine.request import EngineRequests, SimRequest
 from pipeline.base.errors import CLIError
-from pipeline.trace.inputs import pattern_from_args
+from pipeline.workloads.sources import pattern_from_args
 from pipeline.workloads import mooncake
 from pipeline.workloads.jsonl import Field, TraceError, apply_checks, read_lines, \
     refuse_backwards
@@ -163,7 +163,7 @@ def engine_requests(workload: Workload, output_tokens: int,
 
 
 def pattern_workload(args: argparse.Namespace) -> EngineRequests:
-    """The ``--pattern`` options' requests (``pipeline.trace.inputs``): prompts as chained
+    """The ``--pattern`` options' requests (``pipeline.workloads.sources``): prompts as chained
     block keys of ``args.block_size`` (no token ids needed), ``args.output_tokens`` each;
     a bad pattern option is a one-line CLIError."""
     try:

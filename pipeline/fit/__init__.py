@@ -1,4 +1,5 @@
-"""Fitting an engine's step costs to measured requests: ``python -m pipeline fit`` (command.py).
+"""Fitting an engine's step costs to measured requests (layer: stages): ``python -m pipeline
+fit`` (``pipeline.commands.fit``).
 
 ``inputs.py`` (measured replay files and their sidecars), ``schedule.py`` (the simulated
 schedule of the measured requests), ``solve.py`` (least squares on that schedule, standard

@@ -15,7 +15,7 @@ import math
 
 from pipeline.fit.schedule import FEATURES
 from pipeline.fit.solve import Fit
-from pipeline.steptime.fitted_file import FITTED_KIND, VERSION
+from pipeline.base.fitted_step_time import FITTED_KIND, VERSION
 
 __all__ = ["fitted_document"]
 

@@ -26,7 +26,7 @@ import polars as pl
 from pipeline.base.config import ROOT
 from pipeline.base.errors import CLIError
 from pipeline.fit.evaluate import holdout_masks, predictions
-from pipeline.steptime.fitted_file import read_fitted
+from pipeline.base.fitted_step_time import read_fitted
 from pipeline.fit.inputs import Run, load_runs
 from pipeline.fit.schedule import FEATURES, EngineModel, serial_schedule, simulate_run
 

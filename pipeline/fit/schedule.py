@@ -23,7 +23,7 @@ import polars as pl
 
 from pipeline.fit.inputs import Run
 from pipeline.steptime.cost import StepCost, step_cost
-from pipeline.steptime.fitted_file import NAMES, TERMS
+from pipeline.base.fitted_step_time import NAMES, TERMS
 
 __all__ = ["FEATURES", "EngineModel", "Schedule", "engine_schedule", "serial_schedule",
            "simulate_run", "step_features"]

@@ -31,7 +31,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from pipeline.base.errors import CLIError
-from pipeline.cache import registry
+from pipeline import catalog as registry
 from pipeline.engine.compiled import compiled_model
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.hashing import flat_request_keys

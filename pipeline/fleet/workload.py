@@ -19,7 +19,7 @@ from pipeline.base.arguments import non_negative_float, positive_float, positive
 from pipeline.engine.request import EngineRequests, SimRequest
 from pipeline.engine.workload import FORMATS, pattern_workload, read_workload, with_arrivals
 from pipeline.base.errors import CLIError
-from pipeline.trace.inputs import add_pattern_arguments, add_trace_arguments
+from pipeline.workloads.sources import add_pattern_arguments, add_trace_arguments
 from pipeline.workloads import patterns
 from pipeline.workloads.jsonl import TraceError
 

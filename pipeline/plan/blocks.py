@@ -4,9 +4,9 @@ capacity from one pass.
 The GPU tier's prefix hit per request comes from the fast engine at the one GPU capacity.
 The CPU tier places blocks g.. of each request (g = its GPU hit), and a request's CPU
 prefix at a tier of C blocks is the number of its leading blocks whose running-max depth is
-<= C (``pipeline.blocks.lru_depths``): one unfiltered depth pass gives every C >= the largest
+<= C (``pipeline.onepass.lru_depths``): one unfiltered depth pass gives every C >= the largest
 placement, one pass per size band the rest. The CPU serves max(0, cpu - gpu) tokens, the
-rest is recomputed (``pipeline.blocks.model_api.request_result``), so the tokens by tier change
+rest is recomputed (``pipeline.catalog.model_api.request_result``), so the tokens by tier change
 only where some running-max depth equals C: those capacities (in tokens: blocks x block
 size) are the candidates the search visits.
 """
@@ -16,10 +16,10 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from pipeline.blocks.model_api import CPU_MODELS, GPU_MODELS, request_result
-from pipeline.cache.registry import models_field, models_line
-from pipeline.blocks.lru_depths import COLD, block_distances, prefix_blocks, prefix_counts
-from pipeline.blocks.stream import HEAD_FIRST, TAIL_FIRST, check_order
+from pipeline.catalog.model_api import CPU_MODELS, GPU_MODELS, request_result
+from pipeline.catalog import models_field, models_line
+from pipeline.onepass.lru_depths import COLD, block_distances, prefix_blocks, prefix_counts
+from pipeline.workloads.stream import HEAD_FIRST, TAIL_FIRST, check_order
 from pipeline.plan.search import Evaluator, requests_frame
 from pipeline.ttft.model import TTFTModel
 from pipeline.workloads.workload import Workload
@@ -33,7 +33,7 @@ SCAN_LIMIT = 2000
 class BlockEvaluator(Evaluator):
     """Per-pass figures of a workload in blocks (its ``block_stream()``).
 
-    Any GPU model of ``pipeline.blocks.model_api`` runs once. The ``block-lru`` CPU model gets every
+    Any GPU model of ``pipeline.catalog.model_api`` runs once. The ``block-lru`` CPU model gets every
     capacity from one pass (the candidates are exact); any other CPU model (``lmcache``, the
     policies) is run per capacity on a grid of its granularity (the chunk size, else the
     block size), every step scanned up to ``SCAN_LIMIT`` steps, bisected above that on the

@@ -2,7 +2,7 @@
 documents (kvlab's two tiers, the CPU fed the GPU's misses), planned.
 
 The GPU policy replays every access once at the one GPU capacity; the CPU policy replays the
-GPU's misses at each CPU capacity asked for (``pipeline.policies.replay``: a compiled kernel
+GPU's misses at each CPU capacity asked for (``pipeline.catalog.policy_replay``: a compiled kernel
 where the entry declares one, else its class). A policy compares capacities only with sums of
 the sizes it holds, so its figures change only where the CPU capacity reaches a sum of
 distinct items' sizes: those sums are the candidates, and every one is scanned (a policy's
@@ -17,10 +17,10 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from pipeline.cache.registry import models_field, models_line
+from pipeline.catalog import models_field, models_line
 from pipeline.cache.tiers import CPU_CODE, GPU_CODE, MISS_CODE, access_tiers
 from pipeline.plan.search import Evaluator, requests_frame
-from pipeline.policies.replay import encode, policy_hits
+from pipeline.catalog.policy_replay import encode, policy_hits
 from pipeline.ttft.model import TOKEN_COLUMNS, TTFTModel
 from pipeline.workloads.workload import Workload
 

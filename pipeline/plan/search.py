@@ -2,7 +2,7 @@
 
 Every CPU capacity at once: the GPU tier's hits come from one LRU pass over the whole
 stream; the CPU tier sees exactly the GPU misses, so one stack-distance pass over that
-substream (``pipeline.cache.stack_distance``) says, for every CPU capacity C >= the largest
+substream (``pipeline.onepass.stack_distance``) says, for every CPU capacity C >= the largest
 item, which accesses it serves (distance <= C). Below the largest item, kvlab's oversize rule
 splits capacities into size bands, each with its own exact pass. Figures change only at those
 distances (the candidates), so the search visits candidates only:
@@ -13,7 +13,7 @@ distances (the candidates), so the search visits candidates only:
 * below it (the oversize bands, where hits are not monotone) it scans every candidate.
 
 ``Evaluator`` holds what every mode shares (figures per pass, the monotonicity check);
-``DocumentEvaluator`` is document mode (one access per request, ``pipeline.cache.stack_distance``);
+``DocumentEvaluator`` is document mode (one access per request, ``pipeline.onepass.stack_distance``);
 ``pipeline.plan.blocks.BlockEvaluator`` is block mode through ``pipeline.blocks``.
 """
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from pipeline.cache.stack_distance import COLD, lru_hits, stack_distances
+from pipeline.onepass.stack_distance import COLD, lru_hits, stack_distances
 from pipeline.cache.tiers import CPU_CODE as CPU
 from pipeline.cache.tiers import GPU_CODE as GPU
 from pipeline.cache.tiers import MISS_CODE as MISS

@@ -1,9 +1,10 @@
 """A family of cache policies on one base (``pipeline.cache.tiers.Tier``: ``access(key, size) ->
 bool``, ``lookup``, ``place``, ``key in cache``, ``used``, ``keys()``), one small module
-each. Which policies there are is the registry's word (``pipeline.cache.registry``: name,
-class, fast paths; ``python -m pipeline policies --list``): ``POLICIES``, ``make_policy``,
-``policy_names`` and each registered policy's class by its name (``pipeline.policies.LRU``)
-are read from there on use.
+each, with their registry entries (``entries.py``: name, class, fast paths). Which policies
+there are is the registry's word (``pipeline.catalog``; ``python -m pipeline policies
+--list``): ``POLICIES``, ``make_policy``, ``policy_names`` and each registered policy's
+class by its name (``pipeline.policies.LRU``) are read from the registry's interface
+(``pipeline.cache.registry``) on use, the built-in classes from ``entries.py``.
 
 LRU is equal per access to kvlab's own ``LRUCache`` (the contract's class; tests prove it).
 The built-in others follow libCacheSim's default definition (``libCacheSim/cache/eviction/*.c``)
@@ -20,14 +21,16 @@ _FROM_REGISTRY = ("POLICIES", "make_policy", "policy_names")
 
 
 def _classes() -> dict[str, type]:
-    """Each registered policy's class, by class name (registry order)."""
+    """Each policy's class, by class name: the built-in ones, then every registered one."""
     from pipeline.cache import registry
-    return {cls.__name__: cls for cls in registry.POLICIES.values()}
+    from pipeline.policies.entries import ENTRIES
+    return {cls.__name__: cls for cls in
+            [entry.tier for entry in ENTRIES] + list(registry.POLICIES.values())}
 
 
 def __getattr__(name: str):
     """``POLICIES``, ``make_policy``, ``policy_names`` and the policy classes: the registry's
-    (imported on first use, so the registry can import the policy modules)."""
+    (read on use: the entries are registered by ``pipeline.catalog``)."""
     if name in _FROM_REGISTRY:
         from pipeline.cache import registry
         return getattr(registry, name)

@@ -1,4 +1,4 @@
-"""The policy family as block-mode GPU and CPU models (``pipeline.blocks.model_api``' API).
+"""The policy family as block-mode GPU and CPU models (``pipeline.catalog.model_api``' API).
 
 Per capacity, one policy instance holds ``capacity // block_size`` unit blocks and sees
 the block model's rules: a request's prefix hit is its leading cacheable blocks present
@@ -9,9 +9,9 @@ them. OPT is given the future of the tier's own placements, which never depends 
 hits, so it is exact as a replay (a reference for prefix hits, not a bound). The ``lru``
 model equals the block model's ``block-lru`` engine (tests/test_policies_blocks.py).
 
-The registry (``pipeline.cache.registry``) makes each policy's models with ``policy_gpu_model`` /
+The registry (``pipeline.catalog``) makes each policy's models with ``policy_gpu_model`` /
 ``policy_cpu_model`` from the block kernel its entry declares (``block_kernel``); ``lru``'s
-are the block engine's one-pass ``block-lru`` model (``pipeline/blocks/lru_depths.py``), which the
+are the block engine's one-pass ``block-lru`` model (``pipeline/onepass/lru_depths.py``), which the
 tests prove equal to the class replay here; a policy without a block kernel (one registered
 from outside) replays its class. ``place`` is a
 request-level step (look up the whole prefix, read every block, then evict with the
@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pipeline.blocks.stream import TAIL_FIRST, BlockStream, capacity_blocks, check_order
+from pipeline.workloads.stream import TAIL_FIRST, BlockStream, capacity_blocks, check_order
 
 __all__ = ["policy_gpu_model", "policy_cpu_model"]
 

@@ -26,7 +26,7 @@ Work:
   passes); ``plan --docs 300000`` (0.9 M accesses) peaks at about 0.46 GB and 24 s.
 
 What depends on a block stream (the block count of a document run, the clipped capacities of
-a model run) is in ``pipeline.blocks.limits``, built on these.
+a model run) is in ``pipeline.workloads.stream_limits``, built on these.
 """
 
 from __future__ import annotations

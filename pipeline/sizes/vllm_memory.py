@@ -125,7 +125,7 @@ def vllm_kv_memory(gpu: str, total: int, utilization: float, shape: ModelShape, 
 def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
     """--gpu-memory-utilization and --activation-reserve (and --gpu-type when the command has
     no roofline options)."""
-    from pipeline.steptime.options import GPU_NAMES
+    from pipeline.sizes.gpus import GPU_NAMES
     group = parser.add_argument_group(
         "vLLM's allocation (--gpu-memory-utilization with --gpu-type and --model)")
     group.add_argument("--gpu-memory-utilization", type=unit_ratio, default=None, metavar="F",
@@ -148,7 +148,7 @@ def gpu_from_utilization(args: argparse.Namespace, block_size: int | None
     gives, a one-item list in tokens; the pool's ``as_dict``); a usage error with --gpu or
     without --gpu-type / --model."""
     from pipeline.sizes.model_presets import DTYPE_BYTES, model_shape, preset
-    from pipeline.steptime.gpus import gpu_preset
+    from pipeline.sizes.gpus import gpu_preset
     flag = "--gpu-memory-utilization"
     if getattr(args, "gpu", None) is not None:
         raise UsageError(f"{flag} gives --gpu: give one of them")

@@ -10,7 +10,7 @@ runs a grid of GPU capacities x loads.
 
 from pipeline.steptime.cost import StepCost, StepTimeModel, step_cost
 from pipeline.steptime.fitted import COEFFICIENTS, Linear, load_latency
-from pipeline.steptime.gpus import GPUS, GpuPreset, custom_gpu, gpu_preset
+from pipeline.sizes.gpus import GPUS, GpuPreset, custom_gpu, gpu_preset
 from pipeline.steptime.roofline import Roofline
 
 __all__ = ["StepCost", "StepTimeModel", "step_cost", "COEFFICIENTS", "Linear", "load_latency",

@@ -24,7 +24,7 @@ import polars as pl
 from pipeline.base.errors import CLIError
 from pipeline.steptime.cost import StepTimeModel
 from pipeline.steptime.fitted import Linear
-from pipeline.steptime.fitted_file import TERMS
+from pipeline.base.fitted_step_time import TERMS
 
 __all__ = ["request_ttft", "alone_ms", "AloneTTFT", "plan_with_latency"]
 

@@ -3,7 +3,7 @@
 ``load_curves(requests, capacities, loads, config, latency)`` runs the engine model
 (``pipeline.engine.simulate``, time clock) once per (load, GPU capacity) and returns one
 row per point; ``upper_curve`` adds the concurrency-1 line from the one-pass ``vllm`` model
-(``pipeline.engine_caches.vllm_fast``: every capacity in one pass, each request alone), where
+(``pipeline.onepass.vllm_fast``: every capacity in one pass, each request alone), where
 TTFT is the request's own prefill priced by the same step-time model (no queue). Load
 erodes the curve from that line down. Each point says whether its run is overloaded
 (``overloaded``, ``offered_rate``, ``served_rate`` per second, ``queue_at_last_arrival``:
@@ -211,8 +211,8 @@ def upper_curve(requests: Sequence[SimRequest], capacities: Sequence[int],
                 config: SchedulerConfig, latency: StepTimeModel) -> pl.DataFrame:
     """The concurrency-1 line (CURVE_SCHEMA rows, curve ``UPPER``, load ``ONE_PASS``): hits from
     the one-pass ``vllm`` model, TTFT of each request alone under ``latency``."""
-    from pipeline.blocks.stream import block_stream
-    from pipeline.engine_caches.vllm_fast import vllm_gpu
+    from pipeline.workloads.stream import block_stream
+    from pipeline.onepass.vllm_fast import vllm_gpu
     blocks = [_blocks(int(c), config.block_size) for c in capacities]
     if any(r.output_token_ids is not None for r in requests):
         # sampled tokens a later prompt may re-send: the engine itself, one at a time

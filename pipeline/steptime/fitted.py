@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from pipeline.steptime.cost import StepCost, step_cost
-from pipeline.steptime.fitted_file import (COEFFICIENTS, FITTED_KIND, NAMES, OPTIONAL,
+from pipeline.base.fitted_step_time import (COEFFICIENTS, FITTED_KIND, NAMES, OPTIONAL,
                                            TERMS, check_fitted, read_json)
 
 __all__ = ["COEFFICIENTS", "OPTIONAL", "Linear", "load_latency", "FITTED_KIND"]

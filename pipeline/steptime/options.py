@@ -14,14 +14,12 @@ import argparse
 from pipeline.base.arguments import non_negative_float, non_negative_int, positive_float, \
     positive_int
 from pipeline.steptime.cost import StepTimeModel
-from pipeline.steptime.gpus import GPUS
+from pipeline.sizes.gpus import GPU_NAMES
 from pipeline.steptime.registry import step_time_model
 from pipeline.steptime.roofline import DEFAULT_OVERHEAD_MS, check_roofline_model
 
 __all__ = ["add_latency_arguments", "add_load_arguments", "latency_from_args",
            "check_roofline_model", "load_list"]
-
-GPU_NAMES = [gpu.name.split()[0] for gpu in GPUS.values()] + ["custom"]
 
 
 def add_latency_arguments(parser: argparse.ArgumentParser, latency: bool = True) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 from pipeline.base.errors import CLIError
 from pipeline.steptime.cost import StepTimeModel
 from pipeline.steptime.fitted import Linear
-from pipeline.steptime.fitted_file import read_json
+from pipeline.base.fitted_step_time import read_json
 from pipeline.steptime.roofline import Roofline
 
 __all__ = ["STEP_TIME_MODELS", "step_time_model", "name_of"]

@@ -14,7 +14,7 @@ before the forward pass (not overlapped). The per-step overhead (scheduling, sam
 launch) is a fixed assumption. Every figure this gives is a roofline, labelled so.
 
 >>> from pipeline.sizes.units import model_shape
->>> from pipeline.steptime.gpus import gpu_preset
+>>> from pipeline.sizes.gpus import gpu_preset
 >>> model = Roofline(model_shape("Llama-3.1-8B"), gpu_preset("H100"), overhead_ms=0.0)
 >>> round(model.step_ms(StepCost(0, 1, 1)), 2)   # one decode: 15.0 GB of weights / 3.35 TB/s
 4.48
@@ -24,33 +24,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import numpy as np
 
 from pipeline.base.errors import CLIError, UsageError
 from pipeline.sizes.units import ModelShape, model_shape, parse_model_shape
 from pipeline.steptime.cost import StepCost, step_cost  # noqa: F401 (StepCost: doctest)
-from pipeline.steptime.gpus import GpuPreset, custom_gpu, gpu_preset
+from pipeline.base.step_vectors import Rates
+from pipeline.sizes.gpus import GpuPreset, custom_gpu, gpu_preset
 
 __all__ = ["Roofline", "Rates", "WEIGHT_BYTES", "DEFAULT_OVERHEAD_MS", "check_roofline_model"]
 
 WEIGHT_BYTES = {"bf16": 2, "fp8": 1}
 #: fixed per-step overhead (scheduler, sampler, kernel launches): an assumption, not a fit
 DEFAULT_OVERHEAD_MS = 2.0
-
-
-class Rates(NamedTuple):
-    """The roofline's constants, folded once: ``step_ms`` reads them by name, and the compiled
-    kernel's coefficient vector is this tuple (``krun`` finds each by its field's index)."""
-
-    overhead_ms: float
-    per_token: float                   # ms per token through the layers (compute)
-    per_sample: float                  # ms per sampled sequence (LM head, compute)
-    per_pair: float                    # ms per attention pair (compute)
-    weights: float                     # ms to read the weights once (memory)
-    per_context: float                 # ms per attended context token's KV (memory)
-    per_reload: float                  # ms per token reloaded over the host link
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,3 @@
-"""Trace replay: ``python -m pipeline trace``.
-
-``inputs`` reads a trace or generates a pattern, ``engine`` runs it through the block model
-(``pipeline.blocks``), ``outputs`` writes Parquet, the JSON summary and reports/trace.html,
-``command`` is the CLI.
-"""
+"""Trace replay (layer: stages): ``engine`` runs a trace or a pattern (read by
+``pipeline.workloads.sources``) through the block models; ``pipeline.commands.trace`` is the
+command and ``pipeline.commands.trace_outputs`` writes its files."""

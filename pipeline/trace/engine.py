@@ -15,12 +15,12 @@ import polars as pl
 
 from pipeline.sizes import grids
 from pipeline.blocks import sweep
-from pipeline.blocks.bands import SMALL_TOP, band_counts
-from pipeline.blocks.limits import model_capacities
-from pipeline.blocks.model_api import CPU_MODELS, GPU_MODELS, request_result
-from pipeline.blocks.lru_depths import COLD, block_distances
-from pipeline.blocks.stream import BlockStream, capacity_blocks
-from pipeline.cache.stack_distance import NOTHING_STORED, band_limits
+from pipeline.onepass.bands import SMALL_TOP, band_counts
+from pipeline.workloads.stream_limits import model_capacities
+from pipeline.catalog.model_api import CPU_MODELS, GPU_MODELS, request_result
+from pipeline.onepass.lru_depths import COLD, block_distances
+from pipeline.workloads.stream import BlockStream, capacity_blocks
+from pipeline.onepass.stack_distance import NOTHING_STORED, band_limits
 from pipeline.cache.tiers import served_beyond
 
 __all__ = ["Infinite", "infinite", "points", "gpu_curve", "gpu_crossing", "cpu_curve",
@@ -110,7 +110,7 @@ def points(stream: BlockStream, gpu: list[int], cpu: list[int], gpu_order: str,
            cpu_options: dict | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Every (GPU, CPU) pair: the per-point totals (``POINT_SCHEMA``) and one row per
     (point, request) (``REQUEST_POINT_SCHEMA``). ``gpu_options`` / ``cpu_options``: an
-    engine model's keyword arguments (``pipeline.engine_caches.options.run_options``)."""
+    engine model's keyword arguments (``pipeline.catalog.model_options.run_options``)."""
     gpu_hits = _run_gpu(stream, gpu, gpu_order, gpu_model, gpu_options)     # (G, R) tokens
     per_request = []
     for g in range(len(gpu)):
@@ -146,8 +146,8 @@ def _count_within(prefix: np.ndarray, capacities: np.ndarray) -> np.ndarray:
 
 def gpu_curve(stream: BlockStream, capacities: np.ndarray, order: str) -> np.ndarray:
     """GPU prefix hit blocks per capacity (tokens), summed over requests: one engine pass per
-    size band (``pipeline.blocks.lru_depths``; the bands of capacities <= ``bands.SMALL_TOP``
-    blocks all in one pass of ``pipeline.blocks.bands``), with no (capacity, request)
+    size band (``pipeline.onepass.lru_depths``; the bands of capacities <= ``bands.SMALL_TOP``
+    blocks all in one pass of ``pipeline.onepass.bands``), with no (capacity, request)
     matrix."""
     capacity = capacity_blocks(capacities, stream.block_size)
     out = np.zeros(capacity.size, dtype=np.int64)

@@ -11,7 +11,7 @@ kvlab models two configs by name: ``baseline`` (``TwoTierCache(gpu, 0)``) and ``
         "cache-4.5": {"model": "llamacpp", "ram_bytes": 46573024},
         "cache":     {"model": "llamacpp", "ram_bytes": 108670390, "role": "offload"}}}
 
-* ``llamacpp``: ``pipeline.measure.llamacpp.cache_model.LlamaCppPromptCache`` (live context
+* ``llamacpp``: ``pipeline.components.llamacpp_cache.LlamaCppPromptCache`` (live context
   = ``gpu``, RAM prompt cache of ``ram_bytes`` = ``cpu``; null = no RAM cache), fed the
   workload's real prompt tokens from the provenance file beside the measurement
   (``<name>.provenance.json``: workload, state size); plain LRU's prediction comes with it
@@ -33,13 +33,13 @@ import polars as pl
 from pipeline.base.config import BASELINE, OFFLOADED
 from pipeline.base.errors import CLIError
 from pipeline.sizes.limits import check_value
-from pipeline.cache.registry import names
+from pipeline.catalog import names
 from pipeline.cache.tiers import TIER
 
 __all__ = ["MODELS", "ROLES", "ConfigModel", "parse_configs", "attribute_configs",
            "as_roles", "agreement_lines"]
 
-#: the registry's measured-config models (``pipeline.cache.registry``: llamacpp, two-tier)
+#: the registry's measured-config models (``pipeline.catalog``: llamacpp, two-tier)
 MODELS = tuple(names(measured=True))
 #: role -> the config name kvlab's fits use for it
 ROLES = {"gpu-only": BASELINE, "offload": OFFLOADED}
@@ -114,7 +114,7 @@ def _provenance(measured: Path) -> dict:
 
 def _llamacpp(measured: Path, configs: dict[str, ConfigModel]) -> pl.DataFrame:
     """config, request, pass, doc, tier, lru_tier per request the provenance's workload sends."""
-    from pipeline.measure.llamacpp.cache_model import StateSize
+    from pipeline.components.llamacpp_cache import StateSize
     from pipeline.measure.llamacpp.compare import predict
     from pipeline.measure.workload import spec_requests
 

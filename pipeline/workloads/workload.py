@@ -10,7 +10,7 @@ one whole item (document mode: the key is the document).
 
 Two views feed the cache models: ``items()``, every item as one access (keys and sizes: the
 per-access policies, stack distances, the document-mode planner), and ``block_stream()``,
-the one derived form of block mode (``pipeline.blocks.stream.BlockStream``: per request
+the one derived form of block mode (``pipeline.workloads.stream.BlockStream``: per request
 its block range and cacheable prefix, prefix rule included).
 """
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import polars as pl
 
-from pipeline.blocks.stream import BlockStream, RequestOutputs, block_stream
+from pipeline.workloads.stream import BlockStream, RequestOutputs, block_stream
 
 __all__ = ["Workload"]
 
@@ -59,7 +59,7 @@ class Workload:
         return keys, self.blocks["block_tokens"].cast(pl.Int64).to_numpy()
 
     def block_stream(self) -> BlockStream:
-        """The block stream derived from this workload (``pipeline.blocks.stream``): what
+        """The block stream derived from this workload (``pipeline.workloads.stream``): what
         every block-mode model reads. ValueError without a block size."""
         if self.block_size is None:
             raise ValueError("a workload of whole items has no block stream: give a block size")

@@ -1,5 +1,5 @@
 """The block-lru model, replayed literally: the test oracle the one-pass engine
-(``pipeline/blocks/lru_depths.py``) and the LRU class replay (``block-lru-replay``) must equal.
+(``pipeline/onepass/lru_depths.py``) and the LRU class replay (``block-lru-replay``) must equal.
 
 The rules (README, "Block-level prefix caching"):
 
@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pipeline.blocks.stream import TAIL_FIRST, BlockStream, check_order
+from pipeline.workloads.stream import TAIL_FIRST, BlockStream, check_order
 from pipeline.cache.tiers import leading_run
 
 __all__ = ["BlockTier", "Replay", "replay"]

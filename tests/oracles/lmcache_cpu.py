@@ -1,5 +1,5 @@
 """LMCache's local CPU backend under vLLM v1, ported literally (the oracle of the compiled
-``pipeline.engine.ktier``, whose docstring cites each rule to LMCache's sources; compared
+``pipeline.components.ktier``, whose docstring cites each rule to LMCache's sources; compared
 with LMCache's own code by ``scripts/lmcache_reference.py``).
 
 ``LocalCpuBackend`` is ``LocalCPUBackend`` with the LRU policy over an ``OrderedDict``;
@@ -15,10 +15,10 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
-from pipeline.blocks.stream import HEAD_FIRST, BlockStream, capacity_blocks
-from pipeline.cache.registry import LMCACHE_OPTIONS, CacheModel
+from pipeline.workloads.stream import HEAD_FIRST, BlockStream, capacity_blocks
+from pipeline.catalog import LMCACHE_OPTIONS, CacheModel
 from pipeline.cache.tiers import leading_run
-from pipeline.engine_caches.lmcache import (DEFAULT_CHUNK_SIZE, Chunks, check_cpu_options,
+from pipeline.components.lmcache import (DEFAULT_CHUNK_SIZE, Chunks, check_cpu_options,
                                             lmcache_chunks, loadable_prefix)
 
 __all__ = ["LocalCpuBackend", "replay_lmcache", "replay_cpu", "LiteralLMCacheTier", "ENTRY"]
@@ -89,7 +89,7 @@ def replay_lmcache(chunks: Chunks, capacity_tokens: int) -> np.ndarray:
 def replay_cpu(stream: BlockStream, gpu_hit_tokens: np.ndarray, capacities: object,
                order: str = HEAD_FIRST, *, chunk_size: int = DEFAULT_CHUNK_SIZE,
                save_unfull_chunk: bool = False) -> np.ndarray:
-    """CPU model API (``pipeline.blocks.model_api``): CPU prefix tokens per (capacity,
+    """CPU model API (``pipeline.catalog.model_api``): CPU prefix tokens per (capacity,
     request), (K, R); ``gpu_hit_tokens`` unused."""
     check_cpu_options(stream, order, chunk_size)
     tokens = capacity_blocks(capacities, 1)              # validated integer tokens >= 0

@@ -1,10 +1,10 @@
 """vLLM's v1 block allocator at concurrency 1 in plain Python, step for step as
 ``vllm/v1/core/`` does it (``BlockPool``, ``FreeKVCacheBlockQueue``, ``KVCacheManager``): the
-test oracle of the compiled pool (``pipeline.engine.kpool``, run one request at a time by
-``pipeline.engine_caches.vllm_gpu``). Tests hold every request's hit equal to it; the rules
-and the vLLM releases they were read in are in ``pipeline.engine_caches.vllm_gpu``.
+test oracle of the compiled pool (``pipeline.components.kpool``, run one request at a time by
+``pipeline.components.vllm_gpu``). Tests hold every request's hit equal to it; the rules
+and the vLLM releases they were read in are in ``pipeline.components.vllm_gpu``.
 
-``vllm_requests`` is the readable form of ``pipeline.engine_caches.vllm_layout`` (what a
+``vllm_requests`` is the readable form of ``pipeline.components.vllm_layout`` (what a
 request caches, may hit and holds); ``VllmBlockPool.run`` schedules, runs and finishes one:
 the lookup takes the first-inserted block of each leading hash, hit blocks leave the free
 queue (``touch``), new blocks are popped from the head, evicting their hash, full blocks are
@@ -20,11 +20,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.blocks.stream import TAIL_FIRST, BlockStream, capacity_blocks
-from pipeline.blocks.stream import output_lengths as request_outputs
-from pipeline.engine_caches.vllm_gpu import (DEFAULT_VLLM_VERSION, check_gpu_options,
+from pipeline.workloads.stream import TAIL_FIRST, BlockStream, capacity_blocks
+from pipeline.workloads.stream import output_lengths as request_outputs
+from pipeline.components.vllm_gpu import (DEFAULT_VLLM_VERSION, check_gpu_options,
                                              unhashed_to_head)
-from pipeline.engine_caches.vllm_layout import OutputTokens, given_output_codes
+from pipeline.components.vllm_layout import OutputTokens, given_output_codes
 
 __all__ = ["VllmRequest", "VllmBlockPool", "vllm_requests", "replay_vllm", "replay_gpu"]
 
@@ -145,7 +145,7 @@ def replay_vllm(stream: BlockStream, logged_tokens: int, output_tokens: OutputTo
 def replay_gpu(stream: BlockStream, capacities: object, order: str = TAIL_FIRST, *,
                output_tokens: OutputTokens = 1, vllm_version: str = DEFAULT_VLLM_VERSION
                ) -> np.ndarray:
-    """GPU model API (``pipeline.blocks.model_api``): hit tokens per (capacity, request), (K, R);
+    """GPU model API (``pipeline.catalog.model_api``): hit tokens per (capacity, request), (K, R);
     capacities are KV cache sizes in tokens as vLLM logs them."""
     check_gpu_options(order, output_tokens, vllm_version)
     tokens = capacity_blocks(capacities, 1)              # validated integer tokens >= 0

@@ -1,3 +1,3 @@
 """llama.cpp through llama-cpp-python 0.3.36: the engine (``engine.py``), a tiny GGUF model
-(``gguf_model.py``), its two-tier prompt cache as a model (``cache_model.py``), predicted vs
-measured tiers (``compare.py``) and the one-command measurement (``local.py``)."""
+(``gguf_model.py``), predicted vs measured tiers (``compare.py``, with the prompt cache's
+model ``pipeline.components.llamacpp_cache``) and the one-command measurement (``local.py``)."""

@@ -21,7 +21,7 @@ from pathlib import Path
 import polars as pl
 
 from kvlab.kvsim import TwoTierCache
-from pipeline.measure.llamacpp.cache_model import LlamaCppPromptCache, StateSize
+from pipeline.components.llamacpp_cache import LlamaCppPromptCache, StateSize
 from pipeline.measure.output import provenance_path
 from pipeline.cache.tiers import TIER
 from pipeline.measure.workload import Request, prompt_token_ids, spec_requests

@@ -28,7 +28,7 @@ import httpx
 from pipeline.base.config import ROOT
 from pipeline.base.errors import CLIError
 from pipeline.measure.client import StreamResult
-from pipeline.measure.llamacpp.cache_model import StateSize
+from pipeline.components.llamacpp_cache import StateSize
 from pipeline.measure.workload import Request
 
 __all__ = ["LLAMACPP_VERSION", "LlamaServer", "LogObserver", "ensure_installed",

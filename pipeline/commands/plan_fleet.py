@@ -1,0 +1,293 @@
+"""``plan --fleet``: the smallest total KV memory per router that meets a TTFT p90 or a
+hit-ratio target, for a fleet of instances behind that router.
+
+The search is ``fleet``'s (``pipeline.fleet.plan.smallest_memory``): every point of a grid
+(``--instances`` x ``--gpu`` per instance, at the load ``--speed``) is one fleet
+simulation, and per router the point with the least memory (replicas x (GPU KV + CPU tier),
+or replicas x GPU KV + one ``--cpu-shared`` pool) that meets the target is the answer. The
+answer is only as fine as the grid: without ``--gpu`` the grid is six block counts,
+geometric from the smallest pool that holds the longest request to one that holds every
+distinct block of the workload. Memory is in tokens and in bytes at the plan's KV size
+(``--model``, ``--kv-bytes-per-token`` or ``--kv-shape``, as ``plan`` sizes it).
+
+TTFT is printed only when the step-time model can back it: the roofline (a lower bound)
+or a fitted file, with the plan's KV bytes per token, and for a fitted file every prompt
+inside its fitted range. Otherwise a TTFT target is refused and a hit-ratio plan prints no
+TTFT, saying why. Nothing is written but ``--out DIR`` (``fleet.parquet``: every point;
+``plan.parquet``: the answers), both or neither, and only when every point ran. An answer
+whose point is overloaded (its queue grows under the load: ``pipeline.engine.overload``)
+gets a ``warning: overloaded:`` line (on stderr with ``--json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import functools
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pyarrow.dataset as ds
+
+from pipeline.base.arguments import Options, Parser, derive
+from pipeline.engine.hashing import bulk_request_keys
+from pipeline.engine.options import engine_models
+from pipeline.base.errors import CLIError, UsageError
+from pipeline.commands import fleet as fleet_command
+from pipeline.engine.overload import warning_line
+from pipeline.fleet.aggregates import OVERLOAD_COLUMNS, fleet_aggregates
+from pipeline.fleet.options import resolve_fleet_capacities
+from pipeline.fleet.plan import Memory, smallest_memory
+from pipeline.fleet.sweep import Point, run_sweep
+from pipeline.fleet.workload import FLEET_PATTERNS, load_workload
+from pipeline.plan.output import exit_status
+from pipeline.sizes.units import KVSize, kv_from_args
+from pipeline.steptime.alone import plan_with_latency
+from pipeline.steptime.registry import name_of
+from pipeline.base.staging import Outputs, parquet_bytes
+from pipeline.workloads import patterns
+
+__all__ = ["add_fleet_plan_arguments", "fleet_requested", "fleet_plan", "gpu_block_grid"]
+
+GRID_POINTS = 6
+#: fleet's options that plan takes only with --fleet (plan has the others already)
+FLEET_ONLY = ("instances", "router", "router_option", "staleness_ms",
+              "max_model_len", "no_chunked_prefill", "long_prefill_token_threshold",
+              "async_scheduling", "cpu", "cpu_chunk_size", "cpu_shared", "limit",
+              "groups", "questions", "sessions", "turns", "think_s", "executor", "jobs",
+              "ray_address", "retries")
+
+
+#: the options whose default, when plan's parser leaves None, is fleet's own
+FLEET_DEFAULTS = ("block_size", "output_tokens", "rate", "router", "router_option",
+                  "staleness_ms", "long_prefill_token_threshold", "cpu", "groups", "questions",
+                  "sessions", "turns", "think_s", "executor", "jobs", "retries")
+
+
+@functools.cache
+def _fleet_defaults() -> dict:
+    """``fleet``'s parser's defaults, by dest."""
+    template = Parser(add_help=False)
+    fleet_command.add_arguments(template)
+    return {action.dest: action.default for action in template._actions}
+
+
+def add_fleet_plan_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--fleet``, ``--out`` and fleet's options that ``plan`` lacks (one definition:
+    ``fleet``'s own, default None here so that giving one without --fleet is refused)."""
+    template = Parser(add_help=False)
+    fleet_command.add_arguments(template)
+    group = parser.add_argument_group(
+        "fleet (with --fleet: the smallest fleet memory per router; fleet's options)")
+    group.add_argument("--fleet", action="store_true",
+                       help="plan a fleet of --instances behind each --router for "
+                            "--target-ttft-p90-ms or --target-hit-ratio (a grid of fleet "
+                            "simulations)")
+    for action in template._actions:
+        alias = getattr(action, "new", None) in ("--gpu", "--cpu")   # fleet's old spellings
+        if action.dest in FLEET_ONLY or alias:
+            if not alias:
+                action.default = None
+            action.container = group
+            group._add_action(action)
+    group.add_argument("--out", type=Path, metavar="DIR",
+                       help="with --fleet: also write DIR/fleet.parquet (every point) and "
+                            "DIR/plan.parquet (the answers)")
+    pattern = next(a for a in parser._actions if a.dest == "pattern")
+    pattern.choices = FLEET_PATTERNS
+
+
+def _fleet_only_given(args: argparse.Namespace) -> str | None:
+    if args.pattern in patterns.TOKEN_PATTERNS:
+        return f"--pattern {args.pattern}"
+    given = next((d for d in FLEET_ONLY if getattr(args, d) not in (None, False)), None)
+    return None if given is None else f"--{given.replace('_', '-')}"
+
+
+def fleet_requested(args: argparse.Namespace) -> bool:
+    """--fleet, or an option only a fleet plan takes (refused by ``fleet_plan``)."""
+    return bool(args.fleet or _fleet_only_given(args))
+
+
+def gpu_block_grid(low: int, high: int, points: int = GRID_POINTS) -> list[int]:
+    """``points`` block counts, geometric from ``low`` to ``high`` (distinct integers)."""
+    high = max(high, low)
+    return sorted({int(round(b)) for b in np.geomspace(low, high, points)})
+
+
+def _check(args: argparse.Namespace) -> Options:
+    """The options of a fleet plan: fleet's defaults where plan's parser left None, the
+    engines' CPU tier, the router options; a usage error on an option a fleet does not
+    take."""
+    if not args.fleet:
+        raise UsageError(f"{_fleet_only_given(args)} needs --fleet")
+    if args.instances is None:
+        raise UsageError("--fleet needs --instances N[,N...]")
+    fleet = _fleet_defaults()
+    defaults = {dest: copy.copy(fleet[dest]) for dest in FLEET_DEFAULTS
+                if getattr(args, dest) is None}
+    defaults.update(trace=args.path, latency="roofline" if args.latency is None
+                    else str(args.latency))
+    if getattr(args, "gpu_model_given", False) and args.gpu_model != "vllm":
+        raise UsageError(f"--gpu-model {args.gpu_model}: not with --fleet (its engines run "
+                         f"vLLM's allocator, vllm)")
+    if getattr(args, "cpu_model_given", False):
+        defaults["cpu_tier_model"] = args.cpu_model     # the engines' CPU tier
+    args = derive(args, **defaults, **{flag: bool(getattr(args, flag)) for flag in (
+        "no_chunked_prefill", "async_scheduling", "cpu_shared")})
+    try:
+        return derive(args, options=fleet_command.usage_checks(args))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _grid(args: argparse.Namespace, workload) -> list[int]:
+    if args.gpu is not None:
+        return args.gpu_blocks
+    requests = workload.requests
+    longest = max(len(r.prompt_token_ids) + r.max_tokens for r in requests)
+    low = fleet_command.blocks_needed(requests, args.block_size, args.max_model_len or longest)
+    keys = {k for ks in bulk_request_keys(requests, args.block_size) for k in (ks or ())}
+    outputs = sum(-(-r.max_tokens // args.block_size) + 1 for r in requests)
+    return gpu_block_grid(low, len(keys) + outputs + low)
+
+
+def fleet_plan(args: argparse.Namespace) -> int:
+    """Check, search, print (text or --json); a usage error (``UsageError``) is one line,
+    exit 2."""
+    args = resolve_fleet_capacities(_check(args))
+    try:
+        kv = kv_from_args(args, "plan --fleet (memory in bytes)")
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+    if args.out is not None and not args.out.parent.is_dir():
+        raise CLIError(f"--out: folder {args.out.parent} does not exist")
+    workload = load_workload(args)
+    args = derive(args, gpu_blocks=_grid(args, workload))
+    args, settings = fleet_command.sweep_settings(args, workload, args.options)
+    model = settings.step_model
+    withheld = plan_with_latency(
+        model, kv.bytes_per_token, [len(r.prompt_token_ids) for r in workload.requests],
+        ttft_target=None if args.target_ttft_p90_ms is None else "--target-ttft-p90-ms")
+    load = args.speed or 1.0
+    points = [Point(r, n, b, load) for r in args.router for n in args.instances
+              for b in args.gpu_blocks]
+    fleet = _run(args, settings, points, workload)
+    memory = Memory(kv.bytes_per_token, args.block_size, args.cpu, args.cpu_shared)
+    plan = smallest_memory(fleet, args.target_ttft_p90_ms, args.target_hit_ratio, memory)
+    plan = plan.sort(pl.col("router").replace_strict(
+        {name: i for i, name in enumerate(args.router)}, return_dtype=pl.Int64))
+    if withheld is not None:
+        fleet = fleet.with_columns(pl.lit(None, pl.Float64).alias(name)
+                                   for name in fleet.columns if name.startswith("ttft_"))
+        plan = plan.with_columns(ttft_p90_ms=pl.lit(None, pl.Float64))
+    if args.out is not None:
+        outputs = Outputs()
+        outputs.add(args.out / "fleet.parquet", parquet_bytes(fleet), label="--out")
+        outputs.add(args.out / "plan.parquet", parquet_bytes(plan), label="--out")
+        outputs.commit()
+    document = _document(args, workload, kv, model, withheld, plan, fleet, load)
+    warnings = [warning_line(a, f"the answer for {a['router']} ({a['instances']} x "
+                                f"{a['gpu_blocks']:,} GPU blocks)")
+                for a in document["answers"] if a["overloaded"]]
+    if args.json:                     # stdout stays one JSON document: warnings to stderr
+        print(json.dumps(document, indent=2))
+    else:
+        print(engine_models(args)[0])
+        _print(document)
+    for line in warnings:
+        print(line, file=sys.stderr if args.json else sys.stdout)
+    met = any(a["status"] == "met" for a in document["answers"])
+    return exit_status("met" if met else "unreachable")      # 1: no router meets it
+
+
+def _run(args: argparse.Namespace, settings, points: list[Point], workload) -> pl.DataFrame:
+    """Every point's fleet figures; CLIError when a point failed (nothing is written)."""
+    started = (fleet_command.ray_connect(args.ray_address, args.jobs)
+               if args.executor == "ray" else False)
+    try:
+        with tempfile.TemporaryDirectory(prefix="kvlab-fleet-plan-") as tmp:
+            failed = run_sweep(settings, points, workload, Path(tmp), executor=args.executor,
+                               jobs=args.jobs, retries=args.retries)
+            if failed:
+                point, error = next(iter(failed.items()))
+                raise CLIError(f"{len(failed)} of {len(points)} points failed, nothing "
+                               f"written; point {point.key}: {type(error).__name__}: "
+                               f"{error}".splitlines()[0])
+            table = ds.dataset(Path(tmp) / "requests", format="parquet",
+                               partitioning="hive").to_table()
+            return fleet_aggregates(pl.from_arrow(table))
+    finally:
+        if started:
+            import ray
+            ray.shutdown()
+
+
+def _document(args, workload, kv: KVSize, model, withheld: str | None, plan: pl.DataFrame,
+              fleet: pl.DataFrame, load: float) -> dict:
+    kind = "ttft_p90" if args.target_ttft_p90_ms is not None else "hit_ratio"
+    value = args.target_ttft_p90_ms if kind == "ttft_p90" else args.target_hit_ratio
+    point = ["router", "instances", "gpu_blocks", "load"]
+    plan = plan.join(fleet.select(*point, "requests", *OVERLOAD_COLUMNS), on=point,
+                     how="left")
+    answers = []
+    for row in plan.iter_rows(named=True):
+        met = row["total_tokens"] is not None
+        answers.append({
+            "router": row["router"], "status": "met" if met else "unreachable",
+            **{key: row[key] for key in ("instances", "gpu_blocks", "gpu_tokens",
+                                         "cpu_tokens", "total_tokens", "total_gib",
+                                         "hit_ratio", "ttft_p90_ms")},
+            "total_bytes": kv.bytes(row["total_tokens"]) if met else None,
+            # the answer's point under its simulated load (pipeline.engine.overload)
+            "overloaded": bool(row["overloaded"]) if met else None,
+            **{key: row[key] for key in ("offered_rate", "served_rate",
+                                         "queue_at_last_arrival", "requests")}})
+    return {
+        "kind": "kvlab-fleet-plan", "version": 1,
+        "cache_models": engine_models(args)[1],
+        "target": {"kind": kind, "value": value},
+        "workload": f"{workload.label}: {workload.size:,} requests",
+        "kv": {"name": kv.name, "bytes_per_token": kv.bytes_per_token,
+               "describe": kv.describe()},
+        "ttft": {"source": name_of(model),
+                 "step_time_model": model.label, "provenance": model.provenance,
+                 "withheld": withheld},
+        "grid": {"routers": args.router, "instances": args.instances,
+                 "gpu_blocks": args.gpu_blocks, "block_size": args.block_size,
+                 "cpu_tokens": args.cpu, "cpu_shared": args.cpu_shared,
+                 "load": load},
+        "answers": answers}
+
+
+def _print(document: dict) -> None:
+    target, ttft, grid = document["target"], document["ttft"], document["grid"]
+    wanted = (f"TTFT p90 <= {target['value']:g} ms" if target["kind"] == "ttft_p90"
+              else f"hit ratio >= {target['value']:g}")
+    cpu = ("no CPU tier" if not grid["cpu_tokens"] else
+           f"CPU {'pool' if grid['cpu_shared'] else 'tier per instance'} "
+           f"{grid['cpu_tokens']:,} tokens")
+    print(f"target: {wanted} at load {grid['load']:g}, the smallest total KV memory per router")
+    print(f"workload: {document['workload']}")
+    print(f"KV: {document['kv']['describe']}")
+    bound = " (a lower bound, not measured)" if ttft["source"] == "roofline" else ""
+    print(f"TTFT: {ttft['step_time_model']}{bound}" if ttft["withheld"] is None
+          else f"TTFT: withheld: {ttft['withheld']}")
+    print(f"grid: instances {','.join(map(str, grid['instances']))} x GPU blocks per instance "
+          f"{','.join(map(str, grid['gpu_blocks']))} ({grid['block_size']} tokens each), "
+          f"{cpu}; the answer is the smallest of these points")
+    for a in document["answers"]:
+        if a["status"] != "met":
+            print(f"  {a['router']}: no point of the grid meets it")
+            continue
+        parts = f"{a['instances']} x {a['gpu_blocks']:,} blocks"
+        if a["cpu_tokens"]:
+            parts += f" + CPU {a['cpu_tokens']:,} tokens"
+        shown = (f", TTFT p90 {a['ttft_p90_ms']:,.2f} ms ({ttft['source']})"
+                 if a["ttft_p90_ms"] is not None else "")
+        print(f"  {a['router']}: {a['total_tokens']:,} tokens = {a['total_gib']:.3f} GiB "
+              f"({parts}); hit ratio {a['hit_ratio']:.3f}{shown}")

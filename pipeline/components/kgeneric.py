@@ -1,0 +1,78 @@
+"""The engine's two CPU-tier call points, the one place a tier component is plugged in:
+LMCache's compiled backend (``ktier``) or any Python tier object
+(``pipeline.engine.cpu_tier.ModelTier``).
+
+``tier_lookup(T, R, KEYS, slot, local)`` (at admission, every time the scheduler tries the
+request; ``local`` its GPU hit in tokens) returns the tokens vLLM may load, counted from the
+request's first token; ``tier_store(T, R, KEYS, slot)`` runs once the request's prompt is
+computed. Both tiers are the same 5 arrays (``ktier.tier_arrays`` / ``no_tier``), so one
+compiled kernel serves both: ``TS[T_HANDLE]`` 0 runs ``ktier.lookup`` / ``ktier.store`` on
+the request's full chunks (chunk j keyed by its block ``(j + 1) * per - 1``); a Python
+tier's handle (``register``; its other arrays unused) calls the tier's ``lookup`` / ``store``
+from object mode (``numba.objmode``, cached on disk like the rest). The tier object is found
+by its handle, so kernels never see a Python object. A compiled tier of another engine is
+one more module with the same ``lookup`` / ``store`` over a run of keys, and one more branch
+here.
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+
+from numba import objmode
+
+from pipeline.components.kjit import helper
+from pipeline.components.ktier import lookup as lmcache_lookup
+from pipeline.components.ktier import store as lmcache_store
+from pipeline.components.engine_layout import CPUSTATE, KOFF, NPROMPT, T_CHUNK, T_HANDLE, T_PER
+
+__all__ = ["register", "tier_lookup", "tier_store"]
+
+_LIVE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_HANDLES = itertools.count(1)
+
+
+def register(tier: object) -> int:
+    """A handle (>= 1) for ``tier`` (an object with ``lookup(R, KEYS, slot, local)`` and
+    ``store(R, KEYS, slot)``); the kernels find it by ``TS[T_HANDLE]`` while it is alive."""
+    handle = next(_HANDLES)
+    _LIVE[handle] = tier
+    return handle
+
+
+def _python_lookup(handle, R, KEYS, slot, local) -> int:
+    return int(_LIVE[int(handle)].lookup(R, KEYS, int(slot), int(local)))
+
+
+def _python_store(handle, R, KEYS, slot) -> None:
+    _LIVE[int(handle)].store(R, KEYS, int(slot))
+
+
+@helper
+def tier_lookup(T, R, KEYS, slot, local):
+    """See the module docstring."""
+    TS = T[0]
+    handle = TS[T_HANDLE]
+    if handle == 0:
+        chunk, per, prompt = TS[T_CHUNK], TS[T_PER], R[slot, NPROMPT]
+        hit = lmcache_lookup(T, KEYS, R[slot, KOFF] + per - 1, per, prompt // chunk, chunk)
+        R[slot, CPUSTATE] = hit                       # LMCache stores from its own hit
+        return hit - 1 if hit == prompt else hit
+    with objmode(out="int64"):
+        out = _python_lookup(handle, R, KEYS, slot, local)
+    return out
+
+
+@helper
+def tier_store(T, R, KEYS, slot):
+    """See the module docstring."""
+    TS = T[0]
+    handle = TS[T_HANDLE]
+    if handle == 0:
+        chunk, per, prompt = TS[T_CHUNK], TS[T_PER], R[slot, NPROMPT]
+        lmcache_store(T, KEYS, R[slot, KOFF] + per - 1, per, prompt // chunk, chunk, prompt,
+                      max(R[slot, CPUSTATE], 0))
+        return
+    with objmode():
+        _python_store(handle, R, KEYS, slot)

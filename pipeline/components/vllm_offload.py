@@ -1,0 +1,228 @@
+"""vLLM 0.33.0's native KV offloading (``--kv-offloading-size GiB --kv-offloading-backend
+native``: the ``OffloadingConnector`` with ``CPUOffloadingManager``), the CPU side, exact.
+
+``NativeOffload`` holds the manager's state (compiled: ``vllm_offload_policies``,
+``vllm_offload_kernels``) and offers its calls: ``lookup``, ``prepare_load``,
+``complete_load``, ``touch``, ``prepare_store``, ``complete_store``, ``request_finished``,
+``reset``; the eviction policies ``lru`` and ``arc``, ``store_threshold`` and
+``max_tracker_size`` as vLLM has them. ``offload_chunks`` is vLLM's sizing: how
+``--kv-offloading-size`` becomes a number of CPU chunks. docs/offloading.md gives the rules
+with vLLM's file and line; tests/test_vllm_offload.py proves every call equal to vLLM's own
+manager.
+
+Keys are any non-negative integers (a block key of the workload); a request is the list of
+its chunk keys in prefix order (``new_request``), and a call names chunks by their index in
+it, as the connector's scheduler does (it passes slices of the request's offload keys).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.components import vllm_offload_kernels as kernels
+from pipeline.components.vllm_offload_policies import (
+    C_CHUNK, C_COUNT, C_EVICT, C_GHOST, C_RANK, C_REF, C_SIZE, C_WHERE, FIRST_ROW, GHOST,
+    NO_RANK, R_B1, R_T1, R_TRACK, RES, RQ_GEN, S_ALLOC, S_ARC, S_B1, S_B2, S_CHUNKS,
+    S_EVICTABLE, S_FREE_TOP, S_GEN, S_HEAP, S_NEXT_RANK, S_PENDING, S_SIZE, S_SKIPPED, S_T1,
+    S_T2, S_THRESHOLD, S_TPC, S_TRACK_MAX, SHIFT, T1, TRACK, W_SIZE)
+
+__all__ = ["NativeOffload", "OffloadRequest", "offload_chunks", "blocks_per_chunk",
+           "LOOKUP_NAMES", "POLICIES"]
+
+#: ``lookup``'s results, by code (vLLM's ``LookupResult`` names).
+LOOKUP_NAMES = ("MISS", "HIT", "HIT_PENDING")
+#: vLLM's built-in eviction policies (``eviction_policy`` in kv_connector_extra_config).
+POLICIES = ("lru", "arc")
+#: ``CPUOffloadingSpec.BLOCK_SIZE_ALIGNMENT``: a chunk's bytes are rounded up to a page.
+PAGE_BYTES = 4096
+
+
+def blocks_per_chunk(gpu_block_size: int, block_size: int | None = None,
+                     chunk_blocks: int | None = None) -> int:
+    """GPU blocks per offloaded chunk from kv_connector_extra_config's ``block_size``
+    (tokens, a multiple of the GPU block size) or ``blocks_per_chunk``; 1 when neither."""
+    if block_size is not None and chunk_blocks is not None:
+        raise ValueError("Specify only one of 'block_size' or 'blocks_per_chunk'")
+    if chunk_blocks is not None:
+        if chunk_blocks <= 0:
+            raise ValueError("'blocks_per_chunk' must be greater than 0.")
+        return int(chunk_blocks)
+    if block_size is not None:
+        if block_size % gpu_block_size:
+            raise ValueError(f"'block_size'={block_size} is not a multiple of the GPU block "
+                             f"size ({gpu_block_size} tokens)")
+        return block_size // gpu_block_size
+    return 1
+
+
+def offload_chunks(size_gib: float, worker_kv_bytes_per_block: int, chunk_blocks: int = 1,
+                   world_size: int = 1, page_bytes: int = PAGE_BYTES) -> int:
+    """CPU chunks for ``--kv-offloading-size size_gib``: ``cpu_bytes_to_use = size * 2**30``
+    divided by a chunk's bytes (every worker's copy of ``chunk_blocks`` blocks) rounded up
+    to a page."""
+    cpu_bytes_to_use = size_gib * (1 << 30)
+    chunk_bytes = worker_kv_bytes_per_block * world_size * chunk_blocks
+    aligned = -(-chunk_bytes // page_bytes) * page_bytes
+    return int(cpu_bytes_to_use) // aligned
+
+
+@dataclass
+class OffloadRequest:
+    """One request's chunk keys (as key rows), its per-chunk flags and its rank state."""
+
+    keys: list[int]
+    rows: np.ndarray
+    flags: np.ndarray
+    rq: np.ndarray
+
+
+class NativeOffload:
+    """vLLM's ``CPUOffloadingManager(num_chunks, cache_policy, store_threshold,
+    max_tracker_size)``; ``tokens_per_chunk`` sets the key positions (chunk i ends at token
+    (i + 1) * tokens_per_chunk), which order LRU's ranks."""
+
+    def __init__(self, num_chunks: int, policy: str = "lru", store_threshold: int = 0,
+                 max_tracker_size: int = 64_000, tokens_per_chunk: int = 16,
+                 expected_keys: int = 64) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"Unknown cache policy: {policy!r}. Supported: {list(POLICIES)}")
+        S = np.zeros(S_SIZE, np.int64)
+        S[S_CHUNKS], S[S_ARC], S[S_THRESHOLD] = num_chunks, policy == "arc", store_threshold
+        S[S_TRACK_MAX], S[S_TPC] = max_tracker_size, tokens_per_chunk
+        self.policy = policy
+        self._rows: dict[int, int] = {}
+        self._keys: list[int] = []
+        K, L = self._key_arrays(FIRST_ROW + max(expected_keys, 1))
+        for sentinel in range(FIRST_ROW):
+            L[sentinel, :] = sentinel
+        heap = 2 * num_chunks + 64
+        self.M = (S, np.zeros(1), K, L, np.zeros(num_chunks, np.int64),
+                  np.full(num_chunks, -1, np.int64), np.zeros((heap, 2), np.int64),
+                  np.zeros((heap, W_SIZE), np.int64))
+
+    @staticmethod
+    def _key_arrays(rows: int) -> tuple[np.ndarray, np.ndarray]:
+        K = np.zeros((rows, C_SIZE), np.int64)
+        K[:, C_CHUNK], K[:, C_RANK] = -1, NO_RANK
+        return K, np.zeros((rows, 6), np.int64)
+
+    def _row(self, key: int) -> int:
+        row = self._rows.get(key)
+        if row is None:
+            row = self._rows[key] = FIRST_ROW + len(self._keys)
+            self._keys.append(key)
+            K, L = self.M[2], self.M[3]
+            if row >= len(K):                          # grow: rows are appended
+                K2, L2 = self._key_arrays(2 * len(K))
+                K2[:len(K)], L2[:len(L)] = K, L
+                self.M = self.M[:2] + (K2, L2) + self.M[4:]
+        return row
+
+    def _scratch(self, chunks) -> np.ndarray:
+        """The call's chunks as an array, the scratch rows grown to hold one row each."""
+        chunks = np.asarray(chunks, np.int64)
+        if len(chunks) > len(self.M[7]):
+            self.M = self.M[:7] + (np.zeros((2 * len(chunks), W_SIZE), np.int64),)
+        return chunks
+
+    def _rows_of(self, keys) -> np.ndarray:
+        return np.array([self._row(int(k)) for k in keys], np.int64)
+
+    # ---------------------------------------------------------------- vLLM's calls
+
+    def new_request(self, keys: list[int]) -> OffloadRequest:
+        """``on_new_request`` for a request whose chunk keys (prefix order) are ``keys``."""
+        rq = np.zeros(4, np.int64)
+        rq[RQ_GEN] = self.M[0][S_GEN]
+        return OffloadRequest(list(keys), self._rows_of(keys), np.zeros(len(keys), np.uint8),
+                              rq)
+
+    def lookup(self, key: int) -> int:
+        """0 MISS, 1 HIT (stored, ready), 2 HIT_PENDING (its store is in flight)."""
+        row = self._rows.get(key)
+        return 0 if row is None else kernels.lookup(self.M, row)
+
+    def prepare_load(self, request: OffloadRequest, chunks) -> None:
+        """Pin the request's ``chunks`` (indices) for a load; each must be a HIT."""
+        kernels.prepare_load(self.M, request.rows, request.flags, request.rq,
+                             self._scratch(chunks))
+
+    def complete_load(self, keys) -> None:
+        kernels.complete_load(self.M, self._rows_of(keys))
+
+    def touch(self, keys) -> None:
+        kernels.touch(self.M, self._rows_of(keys))
+
+    def prepare_store(self, request: OffloadRequest, chunks) -> tuple[list, list] | None:
+        """Offer the request's ``chunks`` for storing: (keys to store, keys evicted), or
+        None where vLLM cannot store them (no room)."""
+        chunks = self._scratch(chunks)
+        stored, evicted = np.empty(len(chunks), np.int64), np.empty(len(chunks), np.int64)
+        count, victims = kernels.prepare_store(self.M, request.rows, request.flags,
+                                               request.rq, chunks, stored, evicted)
+        if count < 0:
+            return None
+        return ([request.keys[i] for i in stored[:count]],
+                [self._keys[row - FIRST_ROW] for row in evicted[:victims]])
+
+    def complete_store(self, keys, success: bool = True) -> None:
+        kernels.complete_store(self.M, self._rows_of(keys), success)
+
+    def request_finished(self, request: OffloadRequest) -> None:
+        kernels.request_finished(self.M, request.rows, request.flags, request.rq)
+
+    def reset(self) -> None:
+        """``reset_cache``: every chunk dropped (the store-threshold tracker stays)."""
+        S, F, K, L = self.M[:4]
+        K[:, C_WHERE] = K[:, C_REF] = K[:, C_EVICT] = K[:, C_GHOST] = 0
+        K[:, C_CHUNK], K[:, C_RANK] = -1, NO_RANK
+        for sentinel in range(R_TRACK):
+            L[sentinel, :] = sentinel
+        S[S_GEN] += 1
+        S[S_ALLOC] = S[S_FREE_TOP] = S[S_EVICTABLE] = S[S_PENDING] = S[S_NEXT_RANK] = 0
+        S[S_HEAP] = S[S_T1] = S[S_T2] = S[S_B1] = S[S_B2] = 0
+        F[0] = 0.0
+        self.M[5][:] = -1
+
+    # ---------------------------------------------------------------- reading the state
+
+    @property
+    def stores_skipped(self) -> int:
+        """Stores the threshold refused so far (vLLM's ``stores_skipped`` counter)."""
+        return int(self.M[0][S_SKIPPED])
+
+    def _list(self, sentinel: int, column: int) -> list[int]:
+        L, out, row = self.M[3], [], self.M[3][sentinel, column + 1]
+        while row != sentinel:
+            out.append(self._keys[row - FIRST_ROW])
+            row = L[row, column + 1]
+        return out
+
+    def snapshot(self) -> dict:
+        """The whole state in vLLM's terms (what tests compare with vLLM's own manager)."""
+        S, F, K = self.M[0], self.M[1], self.M[2]
+        chunks = {}
+        for key, row in self._rows.items():
+            if K[row, C_WHERE]:
+                chunks[key] = (int(K[row, C_REF]), int(K[row, C_CHUNK]))
+        state = {"chunks": chunks, "allocated": int(S[S_ALLOC]),
+                 "free": [int(c) for c in self.M[4][:S[S_FREE_TOP]]],
+                 "evictable": int(S[S_EVICTABLE]), "pending": int(S[S_PENDING]),
+                 "tracker": [(k, int(K[self._rows[k], C_COUNT]))
+                             for k in self._list(R_TRACK, TRACK)],
+                 "skipped": self.stores_skipped}
+        if self.policy == "lru":
+            state["ranks"] = {k: divmod(int(K[self._rows[k], C_RANK]), SHIFT)
+                              for k in chunks}
+            state["ranks"] = {k: (major + (minor > 0), minor - SHIFT * (minor > 0))
+                              for k, (major, minor) in state["ranks"].items()}
+            state["lru_evictable"] = sorted(k for k in chunks if K[self._rows[k], C_EVICT])
+            state["next_rank"] = int(S[S_NEXT_RANK])
+        else:
+            state["t1"] = [k for k in self._list(R_T1, RES) if K[self._rows[k], C_WHERE] == T1]
+            state["t2"] = self._list(R_T1 + 1, RES)
+            state["b1"], state["b2"] = self._list(R_B1, GHOST), self._list(R_B1 + 1, GHOST)
+            state["target_t1_size"] = float(F[0])
+        return state

@@ -1,1 +1,0 @@
-"""The ``run`` command: every stage, with its block mode and its JSON exports."""
