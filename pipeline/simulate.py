@@ -12,7 +12,7 @@ Writes DIR/requests.parquet (one row per request), DIR/steps.parquet (one per ba
 DIR/metrics.json (the run's figures; with a step-time model also DIR/vllm_log.parquet);
 a run whose queue grows (``pipeline.engine.overload``) ends with a ``warning: overloaded:``
 line. The lab's document-mode events (one row per access and capacity pair) are
-``pipeline.cache.events``; ``METHODS``, ``RESULT_SCHEMA``, ``with_stack_distances`` and
+``pipeline.onepass.events``; ``METHODS``, ``RESULT_SCHEMA``, ``with_stack_distances`` and
 ``document_events`` (its ``simulate``) stay reachable here.
 """
 
@@ -22,8 +22,8 @@ import argparse
 
 from pipeline.base.arguments import deprecated_alias, derive, plural, \
     positive_int
-from pipeline.cache.events import METHODS, RESULT_SCHEMA, with_stack_distances
-from pipeline.cache.events import simulate as document_events
+from pipeline.onepass.events import METHODS, RESULT_SCHEMA, with_stack_distances
+from pipeline.onepass.events import simulate as document_events
 from pipeline.sizes.units import size_lines
 from pipeline.sizes.vllm_memory import resolve_with_utilization
 from pipeline.engine.config import SchedulerConfig

@@ -23,7 +23,7 @@ from kvlab.summarize import atomic_output
 from pipeline.sizes import grids
 from pipeline.base.config import LAB_DOCS, LAB_TOKENS
 from pipeline.sizes.limits import check_capacity_list
-from pipeline.cache.events import simulate
+from pipeline.onepass.events import simulate
 from pipeline.base.staging import parquet_bytes
 from pipeline.workloads.documents import DocumentWorkload
 
@@ -211,7 +211,7 @@ def hits_at(accesses: pl.DataFrame, capacities: Sequence[int]) -> pl.DataFrame:
     """GPU hits per (pass, capacity) read off ``hit_steps``: columns pass_index, capacity, hits.
 
     ``accesses`` needs ``pass_index``, ``size`` and ``stack_distance`` (see
-    ``pipeline.cache.events.with_stack_distances``, or any events log: each access counts once);
+    ``pipeline.onepass.events.with_stack_distances``, or any events log: each access counts once);
     every capacity must be >= the largest size.
     """
     accesses = one_pair(accesses).collect()

@@ -139,11 +139,13 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "components": ("pipeline.components", "pipeline.policies"),
     "engine": ("pipeline.engine", "pipeline.onepass", "pipeline.catalog"),
     "time": ("pipeline.steptime",),
-    "stages": ("pipeline.simulate", "pipeline.sweeps", "pipeline.measured", "pipeline.blocks",
+    "stages": ("pipeline.sweeps", "pipeline.measured", "pipeline.blocks",
                "pipeline.trace", "pipeline.plan", "pipeline.fleet", "pipeline.measure",
                "pipeline.ttft", "pipeline.fit"),
     "charts": ("pipeline.report", "pipeline.charts"),
-    "commands": ("pipeline.cli", "pipeline.__main__", "pipeline.commands", "pipeline.bench"),
+    # simulate.py is the simulate stage's entry point and its command (it draws the report)
+    "commands": ("pipeline.cli", "pipeline.__main__", "pipeline.simulate", "pipeline.commands",
+                 "pipeline.bench"),
 }
 ORDER = list(LAYERS)
 #: the layers of models: the report and its charts import none (they draw the frames given)

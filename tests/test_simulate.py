@@ -1,4 +1,4 @@
-"""pipeline.cache.events (the lab's document mode): the one-pass method equals kvlab's classes replayed directly."""
+"""pipeline.onepass.events (the lab's document mode): the one-pass method equals kvlab's classes replayed directly."""
 
 import numpy as np
 import polars as pl
@@ -9,7 +9,7 @@ from polars.testing import assert_frame_equal
 
 from kvlab.kvsim import TwoTierCache
 from pipeline.onepass.stack_distance import lru_states
-from pipeline.cache.events import RESULT_SCHEMA, simulate
+from pipeline.onepass.events import RESULT_SCHEMA, simulate
 from pipeline.workloads.documents import ACCESS_SCHEMA, PASS_ORDER, DocumentWorkload
 
 

@@ -7,7 +7,7 @@ import pytest
 from kvlab.make_exports import CPU_CLIFF_CAPACITIES, GPU_CLIFF_CAPACITIES
 from kvlab.scenario import run as run_scenario
 from pipeline import sweeps
-from pipeline.cache.events import RESULT_SCHEMA
+from pipeline.onepass.events import RESULT_SCHEMA
 from pipeline.workloads.documents import ACCESS_SCHEMA, DocumentWorkload
 
 WORKLOAD = DocumentWorkload()
@@ -99,7 +99,7 @@ def test_unwritable_folder_leaves_nothing(tmp_path):
 
 
 def test_hit_curve_from_the_stack_distance_column_equals_the_sweep(swept):
-    from pipeline.cache.events import with_stack_distances
+    from pipeline.onepass.events import with_stack_distances
     _, plan, aggregates = swept
     accesses = with_stack_distances(WORKLOAD.accesses())
     gpu_cliff = aggregates.filter(pl.col("sweep") == "gpu_cliff",

@@ -34,7 +34,7 @@ from pipeline.commands.run_exports import (EXPORT_NAMES, exports_folder, lab_dif
                                   output_places, params_document, replaced_lab_outputs,
                                   scenario_exports)
 from pipeline.base.staging import Outputs, check_target, json_bytes, parquet_bytes
-from pipeline.cache.events import METHODS
+from pipeline.onepass.events import METHODS
 from pipeline.ttft.summary import summary
 from pipeline.ttft.verdicts import separation_notes
 from pipeline.workloads.documents import DocumentWorkload

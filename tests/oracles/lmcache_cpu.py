@@ -16,7 +16,8 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 
 from pipeline.workloads.stream import HEAD_FIRST, BlockStream, capacity_blocks
-from pipeline.catalog import LMCACHE_OPTIONS, CacheModel
+from pipeline.catalog import CacheModel
+from pipeline.components.entries import LMCACHE_OPTIONS
 from pipeline.cache.tiers import leading_run
 from pipeline.components.lmcache import (DEFAULT_CHUNK_SIZE, Chunks, check_cpu_options,
                                             lmcache_chunks, loadable_prefix)
