@@ -40,7 +40,7 @@ class Command(NamedTuple):
 COMMANDS = {
     "run": Command("pipeline.commands.run",
                    "exports, sweeps, aggregates, measured summary, report"),
-    "measured": Command("pipeline.measured",
+    "measured": Command("pipeline.commands.measured",
                         "summarize a measured TTFT file and attribute its requests to tiers"),
     "synth-ttft": Command("pipeline.commands.synth_ttft", "regenerate the synthetic data/ttft.jsonl"),
     "bench": Command("pipeline.bench.run", "time the default run and the one-pass curves; "

@@ -117,7 +117,7 @@ def test_each_plan_mode_names_the_models_it_ran(name, tmp_path):
 
 def test_simulate_command_is_the_stage_module():
     from pipeline import simulate
-    from pipeline.cache import events
+    from pipeline.onepass import events
     assert cli.COMMANDS["simulate"].module == "pipeline.simulate"
     assert cli.command_module("simulate") is simulate
     assert callable(simulate.main) and callable(simulate.add_arguments)

@@ -1,9 +1,4 @@
-"""Block-level prefix caching: requests as prefix-chained blocks, two tiers,
-tail-first or head-first order per tier.
-
-``stream`` turns a block frame into arrays, ``lru_depths`` (with ``bands``) gives every
-capacity from one pass of LRU depths (the literal replay it equals is a test oracle,
-``tests/oracles/block_lru.py``), ``model_api``
-holds the model API (its ``GPU_MODELS`` / ``CPU_MODELS`` are views of ``pipeline.catalog``),
-``command`` is ``python -m pipeline blocks``.
-"""
+"""Block mode's stage (layer: stages): the block sweeps of ``run --block-size`` and the
+report (``sweep``), and the report's curves of the engine models (``engine_curves``) and of
+the policy family (``policy_curves``). The block stream is ``pipeline.workloads.stream``,
+the models are the registry's (``pipeline.catalog``)."""
