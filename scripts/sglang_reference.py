@@ -126,6 +126,7 @@ class SGLangTree:
         self.rc = load_sglang(source)
         self.clock = _Clock()
         self.rc.time = self.clock        # the module global radix_cache.py reads time from
+        # (each operation below sets it again, so several trees can live in one process)
         self.allocator = FakeAllocator()
         params = self.rc.CacheInitParams(disable=False, req_to_token_pool=None,
                                          token_to_kv_pool_allocator=self.allocator,
@@ -137,10 +138,12 @@ class SGLangTree:
         return self.rc.RadixKey(token_ids=array("q", tokens))
 
     def match_prefix(self, tokens):
+        self.rc.time = self.clock
         result = self.cache.match_prefix(self.rc.MatchPrefixParams(key=self.key(tokens)))
         return result.device_prefix_len, result.last_device_node
 
     def insert(self, tokens, priority: int = 0, inserted_len: int = 0):
+        self.rc.time = self.clock
         values = Values(range(self.next_slot, self.next_slot + len(tokens)))
         self.next_slot += len(tokens)
         result = self.cache.insert(self.rc.InsertParams(
@@ -148,12 +151,15 @@ class SGLangTree:
         return result.prefix_len, result.last_device_node
 
     def inc_lock_ref(self, node) -> int:
+        self.rc.time = self.clock
         return self.cache.inc_lock_ref(node).delta
 
     def dec_lock_ref(self, node) -> int:
+        self.rc.time = self.clock
         return self.cache.dec_lock_ref(node).delta
 
     def evict(self, num_tokens: int) -> int:
+        self.rc.time = self.clock
         before = self.allocator.freed
         evicted = self.cache.evict(self.rc.EvictParams(num_tokens=num_tokens)).num_tokens_evicted
         assert self.allocator.freed - before == evicted
