@@ -90,11 +90,21 @@ class RadixTree:
             return tokens[offset]
         return tokens[offset:offset + self.page_size]
 
-    def _match_len(self, stored: tuple, key: tuple) -> int:
-        n = min(len(stored), len(key))
-        i = 0
-        while i < n and stored[i] == key[i]:
-            i += 1
+    def _match_len(self, stored: tuple, key: tuple, offset: int) -> int:
+        """Common prefix of ``stored`` and ``key[offset:]``, rounded down to whole pages:
+        one C-level comparison when all of ``stored`` matches, else a binary search."""
+        n = min(len(stored), len(key) - offset)
+        if stored[:n] == key[offset:offset + n]:
+            i = n
+        else:
+            lo, hi = 0, n                       # stored[:lo] matches; stored[:hi] does not
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if stored[lo:mid] == key[offset + lo:offset + mid]:
+                    lo = mid
+                else:
+                    hi = mid
+            i = lo
         return i if self.page_size == 1 else i // self.page_size * self.page_size
 
     def eviction_key(self, node: Node):
@@ -138,7 +148,7 @@ class RadixTree:
             if child is None:
                 break
             child.last_access_time = access
-            length = self._match_len(child.key, key[offset:])
+            length = self._match_len(child.key, key, offset)
             if length < len(child.key):
                 node = self._split(child, length)
                 matched += length
@@ -166,7 +176,7 @@ class RadixTree:
                 break
             node = child
             node.last_access_time = access
-            length = self._match_len(node.key, key[offset:])
+            length = self._match_len(node.key, key, offset)
             total += length
             offset += length
             if length < len(node.key):
@@ -229,12 +239,8 @@ class RadixTree:
         return evicted
 
     def total_size(self) -> int:
-        total, stack = 0, [self.root]
-        while stack:
-            node = stack.pop()
-            total += len(node.key)
-            stack.extend(node.children.values())
-        return total
+        """Tokens in the tree: every node but the root is either evictable or protected."""
+        return self.evictable_size + self.protected_size
 
     # ------------------------------------------------------------------ internals
 
