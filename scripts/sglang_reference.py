@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib.abc
 import json
+import os
 import sys
 import time
 import types
@@ -36,7 +37,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from stub_importer import Importer  # noqa: E402
 
 VERSION = "0.5.23"
-SOURCES = Path.home() / ".cache" / "kvlab" / f"sglang-{VERSION}"
+#: Where ensure_sglang_sources.sh extracts them: $KVLAB_CACHE, default ~/.cache/kvlab.
+SOURCES = Path(os.environ.get("KVLAB_CACHE", Path.home() / ".cache" / "kvlab")) / f"sglang-{VERSION}"
 MARKER = Path("sglang") / "srt" / "mem_cache" / "radix_cache.py"
 
 #: SGLang modules replaced by stubs: everything radix_cache.py imports but the tree never runs.
