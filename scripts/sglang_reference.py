@@ -38,7 +38,8 @@ from stub_importer import Importer  # noqa: E402
 
 VERSION = "0.5.23"
 #: Where ensure_sglang_sources.sh extracts them: $KVLAB_CACHE, default ~/.cache/kvlab.
-SOURCES = Path(os.environ.get("KVLAB_CACHE", Path.home() / ".cache" / "kvlab")) / f"sglang-{VERSION}"
+CACHE = Path(os.environ.get("KVLAB_CACHE", Path.home() / ".cache" / "kvlab"))
+SOURCES = CACHE / f"sglang-{VERSION}"
 MARKER = Path("sglang") / "srt" / "mem_cache" / "radix_cache.py"
 
 #: SGLang modules replaced by stubs: everything radix_cache.py imports but the tree never runs.

@@ -164,7 +164,8 @@ def test_equal_to_sglang_after_every_operation(policy, page_size, capacity, oper
         kind = step[0]
         if kind == "insert":
             _, tokens, priority, inserted, lock = step
-            a, b = ours.insert(tokens, priority, inserted), theirs.insert(tokens, priority, inserted)
+            a = ours.insert(tokens, priority, inserted)
+            b = theirs.insert(tokens, priority, inserted)
             assert a[0] == b[0], step
             if lock:
                 assert ours.inc_lock_ref(a[1]) == theirs.inc_lock_ref(b[1]), step
