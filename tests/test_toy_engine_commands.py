@@ -252,3 +252,9 @@ def test_another_engines_option_is_a_usage_error(engine, command, capsys):
              "--toy-idle-blocks applies to the one-at-a-time engine, not --engine vllm")):
         assert main([*command, *WORKLOAD, "--gpu", "64blocks", *given]) == 2
         assert message in capsys.readouterr().err
+
+
+def test_curves_refuse_another_engine(engine, capsys):
+    assert main(["simulate", *WORKLOAD, "--gpu", "64blocks,128blocks", "--latency",
+                 "roofline", "--engine", "one-at-a-time", "--out", "x"]) == 2
+    assert "--engine one-at-a-time: curves run vLLM's engine only" in capsys.readouterr().err
