@@ -258,3 +258,22 @@ def test_curves_refuse_another_engine(engine, capsys):
     assert main(["simulate", *WORKLOAD, "--gpu", "64blocks,128blocks", "--latency",
                  "roofline", "--engine", "one-at-a-time", "--out", "x"]) == 2
     assert "--engine one-at-a-time: curves run vLLM's engine only" in capsys.readouterr().err
+
+
+def test_fleet_names_an_engine_its_workers_cannot_get(tmp_path, capsys):
+    """An engine class defined inside a function cannot travel to a worker process: one
+    line naming it, before any point runs."""
+    class Local(OneAtATime):
+        NAME = "local-engine"
+        OPTIONS = ()
+
+    register_engine(Local)
+    try:
+        assert main(["fleet", *WORKLOAD, "--gpu", "64blocks", "--engine", "local-engine",
+                     "--jobs", "2", "--out", str(tmp_path / "out")]) == 1
+    finally:
+        unregister_engine("local-engine")
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "registered at run time, cannot be sent" in error[0]
+    assert "local-engine" in error[0]
+    assert not (tmp_path / "out" / "requests").exists()
