@@ -10,8 +10,8 @@ name), so a killed sweep leaves only whole points and ``--resume`` skips the poi
 requests file exists. The executors run the same function on the same inputs, so their
 results are equal row for row; the pool's workers (and Ray's, on a cluster of this machine)
 write their own points, the driver only records which finished. Components registered at
-run time in the driver (a cache model, a router, an engine) travel to the workers with the sweep
-(``Registered``).
+run time in the driver (a cache model, a router, an engine) travel to the workers with the
+sweep (``Registered``).
 """
 
 from __future__ import annotations
@@ -151,8 +151,9 @@ class Registered:
     """What the driver registered at run time (``registry.register``,
     ``routers.register_router``, ``engines.register_engine``), for the worker processes,
     which import the built-in components only: a policy as its ``policy_entry`` arguments,
-    another cache model as its entry, a router or an engine as its class. Classes and kernels travel by reference: the module
-    that defines them must be importable in the workers (it is, on this machine)."""
+    another cache model as its entry, a router or an engine as its class. Classes and
+    kernels travel by reference: the module that defines them must be importable in the
+    workers (it is, on this machine)."""
 
     policies: tuple = ()
     models: tuple = ()
