@@ -215,6 +215,7 @@ def test_fleet_runs_the_toy_engine(engine, jobs, tmp_path, capsys):
     assert (requests["first_token_step"] == requests["finish_step"]).all()
     steps = pl.read_parquet(out / "steps")
     assert steps.height == requests.height          # one step per request
+    assert "one-at-a-time" in (out / "report.html").read_text()
 
 
 def test_fleet_workers_answer_as_this_process(engine, tmp_path, capsys):
