@@ -26,9 +26,8 @@ from pipeline.onepass.events import METHODS, RESULT_SCHEMA, with_stack_distances
 from pipeline.onepass.events import simulate as document_events
 from pipeline.sizes.units import size_lines
 from pipeline.sizes.vllm_memory import resolve_with_utilization
-from pipeline.engine.config import SchedulerConfig
-from pipeline.engine.loop import simulate as run_engine
-from pipeline.engine.options import add_engine_arguments, cpu_tier_factory, engine_models
+from pipeline.engine.options import add_engine_arguments, cpu_tier_factory, engine_for, \
+    engine_models
 from pipeline.engine.overload import warning_line
 from pipeline.engine.request import EngineRequests
 from pipeline.engine.workload import (FORMATS, pattern_workload, read_workload,
@@ -68,8 +67,8 @@ __all__ = ["add_arguments", "main", "load", "METHODS", "RESULT_SCHEMA", "documen
            "with_stack_distances"]
 
 
-def _config(args: argparse.Namespace, workload: EngineRequests, blocks: int) -> SchedulerConfig:
-    """The engine config of a pool of ``blocks`` (vLLM's num_gpu_blocks); a prompt of
+def _config(args: argparse.Namespace, workload: EngineRequests, blocks: int):
+    """The engine's config of a pool of ``blocks`` (vLLM's num_gpu_blocks); a prompt of
     --max-model-len tokens or more (refused by vLLM's input processor) or a request the pool
     can never hold is one line naming its file:line and the option."""
     longest = max(len(r.prompt_token_ids) + r.max_tokens for r in workload.requests)
@@ -88,15 +87,10 @@ def _config(args: argparse.Namespace, workload: EngineRequests, blocks: int) -> 
                            f"{size} tokens, more than --gpu {blocks}blocks "
                            f"holds ({usable} usable)")
     batched = args.max_num_batched_tokens
-    if args.no_chunked_prefill and batched < max_len:
+    if getattr(args, "no_chunked_prefill", False) and batched < max_len:
         raise CLIError(f"--no-chunked-prefill needs --max-num-batched-tokens ({batched}) >= "
                        f"--max-model-len ({max_len}), as vLLM requires")
-    return SchedulerConfig(num_gpu_blocks=blocks, max_model_len=max_len,
-                           block_size=size, max_num_seqs=args.max_num_seqs,
-                           max_num_batched_tokens=batched,
-                           chunked_prefill=not args.no_chunked_prefill,
-                           long_prefill_token_threshold=args.long_prefill_token_threshold,
-                           async_scheduling=args.async_scheduling)
+    return engine_for(args).config(args, blocks, max_len)
 
 
 def load(args: argparse.Namespace) -> EngineRequests:
@@ -136,15 +130,18 @@ def main(args: argparse.Namespace) -> int:
             raise CLIError(f"{workload.label}: arrivals are in steps (arrival_step), not "
                            f"seconds: give --rate or --concurrency for --clock time")
         if loads is not None:
+            if engine_for(args).NAME != "vllm":
+                raise UsageError(f"--engine {args.engine}: curves run vLLM's engine only "
+                                 f"(give one --gpu and one load)")
             return run_curves(args, workload, loads, lambda blocks: _config(
                 args, workload, blocks), tiers, first_line)
         config = _config(args, workload, args.num_gpu_blocks)
         tier = tiers() if tiers is not None else None
         model = args.latency_model
-        result = run_engine(workload.requests, config, cpu_tier=tier, clock=args.clock,
-                          concurrency=args.concurrency,
-                          step_ms=model.step_ms if model is not None else None,
-                          decode_run_ms=getattr(model, "decode_run_ms", None))
+        result = engine_for(args).simulate(
+            workload.requests, config, cpu_tier=tier, clock=args.clock,
+            concurrency=args.concurrency, step_ms=model.step_ms if model is not None else None,
+            decode_run_ms=getattr(model, "decode_run_ms", None))
         outputs = Outputs()
         outputs.add(f"{args.out}/requests.parquet", parquet_bytes(result.requests), "--out")
         outputs.add(f"{args.out}/steps.parquet", parquet_bytes(result.steps), "--out")

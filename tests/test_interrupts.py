@@ -154,7 +154,7 @@ def test_simulate_interrupted_says_what_was_written(tmp_path, capsys, monkeypatc
     """Ctrl-C before the files: nothing written; Ctrl-C held through the renames (released
     as the commit ends): the CLI's line says the files were written, not "nothing"."""
     argv = ["simulate", *SMALL, "--gpu", "64blocks", "--out", str(tmp_path / "o")]
-    monkeypatch.setattr("pipeline.simulate.run_engine", interrupt)
+    monkeypatch.setattr("pipeline.engine.vllm.VLLM.simulate", interrupt)
     assert interrupted(capsys, argv) == "interrupted; nothing written"
     assert folder_snapshot(tmp_path) == {}
     monkeypatch.undo()

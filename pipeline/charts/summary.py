@@ -84,8 +84,10 @@ def engine_configuration(args: argparse.Namespace, model) -> list[tuple[str, str
     cpu = getattr(args, "cpu", 0) or 0                 # tokens by then (resolve_capacities)
     tier = (f"{cpu:,} tokens ({getattr(args, 'cpu_tier_model', None) or 'lmcache'})"
             if cpu else "none")
+    engine = getattr(args, "engine", None)               # named when not the default, vllm
     return [("model", name),
             ("GPU type", gpu.name if gpu is not None else "none (a fitted step-time file)"),
+            *([("engine", engine)] if engine not in (None, "vllm") else []),
             ("block size", f"{args.block_size} tokens"),
             ("engine limits", limits),
             ("CPU tier", tier)]

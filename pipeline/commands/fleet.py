@@ -20,9 +20,9 @@ from urllib.parse import urlparse
 import polars as pl
 import pyarrow.dataset as ds
 
-from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.options import cpu_tier_choice, cpu_tier_dests, cpu_tier_factory, \
-    engine_models
+    engine_for, engine_models
+from pipeline.engine.engines import DEFAULT_ENGINE, engine_options
 from pipeline.base.arguments import Options, derive
 from pipeline.base.errors import CLIError, UsageError
 from pipeline.fleet.aggregates import fleet_aggregates, instance_aggregates, json_rows, \
@@ -157,6 +157,7 @@ def sweep_settings(args: argparse.Namespace, workload, options) -> tuple[Options
     point shares) from the engine, CPU-tier and step-time options; CLIError
     (one line) when a router refuses the workload (``Router.refusal``) or the smallest
     ``--gpu`` pool cannot hold the longest request."""
+    engine = engine_for(args)
     requests = workload.requests
     sessions = [r.session for r in requests]
     for name in args.router:
@@ -174,14 +175,7 @@ def sweep_settings(args: argparse.Namespace, workload, options) -> tuple[Options
         raise CLIError(f"--gpu {min(args.gpu_blocks)}blocks: the longest request needs "
                        f"{need} blocks of {args.block_size} tokens (null block included)")
     try:
-        config = SchedulerConfig(block_size=args.block_size, num_gpu_blocks=need,
-                                 max_num_seqs=args.max_num_seqs,
-                                 max_num_batched_tokens=args.max_num_batched_tokens,
-                                 max_model_len=max_len,
-                                 chunked_prefill=not args.no_chunked_prefill,
-                                 long_prefill_token_threshold=(
-                                     args.long_prefill_token_threshold),
-                                 async_scheduling=args.async_scheduling)
+        config = engine.config(args, need, max_len)
         tier = cpu_tier_factory(args)
         # the sweep's settings record the chunk size the tier runs with (None: no chunks)
         chunk_size = cpu_tier_choice(args)[1].get("chunk_size")
@@ -194,7 +188,7 @@ def sweep_settings(args: argparse.Namespace, workload, options) -> tuple[Options
     if args.cpu_shared and tier is None:
         raise CLIError("--cpu-shared needs --cpu SIZE (the shared pool's size)")
     return args, Settings(config, latency_from_args(args), options, args.seed,
-                          args.staleness_ms, tier, args.cpu_shared)
+                          args.staleness_ms, tier, args.cpu_shared, engine.NAME)
 
 
 def blocks_needed(requests, block_size: int, max_len: int) -> int:
@@ -217,6 +211,9 @@ def _fingerprint(args: argparse.Namespace) -> dict:
     found = {key: getattr(args, key, None) for key in _SWEEP_KEYS}
     found.update({key: getattr(args, key) for key in cpu_tier_dests()   # --cpu-model etc.
                   if key not in found and getattr(args, key, None) is not None})
+    if getattr(args, "engine", DEFAULT_ENGINE) != DEFAULT_ENGINE:      # another engine's
+        found.update({key: getattr(args, key, None) for key in ("engine", *engine_options())
+                      if key not in found})
     return found
 
 

@@ -35,6 +35,7 @@ import pyarrow.dataset as ds
 
 from pipeline.base.arguments import Options, Parser, derive
 from pipeline.engine.hashing import bulk_request_keys
+from pipeline.engine.engines import engine_options
 from pipeline.engine.options import engine_models
 from pipeline.base.errors import CLIError, UsageError
 from pipeline.commands import fleet as fleet_command
@@ -55,7 +56,7 @@ __all__ = ["add_fleet_plan_arguments", "fleet_requested", "fleet_plan", "gpu_blo
 
 GRID_POINTS = 6
 #: fleet's options that plan takes only with --fleet (plan has the others already)
-FLEET_ONLY = ("instances", "router", "router_option", "staleness_ms",
+FLEET_ONLY = ("engine", "instances", "router", "router_option", "staleness_ms",
               "max_model_len", "no_chunked_prefill", "long_prefill_token_threshold",
               "async_scheduling", "cpu", "cpu_chunk_size", "cpu_shared", "limit",
               "groups", "questions", "sessions", "turns", "think_s", "executor", "jobs",
@@ -63,7 +64,7 @@ FLEET_ONLY = ("instances", "router", "router_option", "staleness_ms",
 
 
 #: the options whose default, when plan's parser leaves None, is fleet's own
-FLEET_DEFAULTS = ("block_size", "output_tokens", "rate", "router", "router_option",
+FLEET_DEFAULTS = ("engine", "block_size", "output_tokens", "rate", "router", "router_option",
                   "staleness_ms", "long_prefill_token_threshold", "cpu", "groups", "questions",
                   "sessions", "turns", "think_s", "executor", "jobs", "retries")
 
@@ -89,7 +90,7 @@ def add_fleet_plan_arguments(parser: argparse.ArgumentParser) -> None:
                             "simulations)")
     for action in template._actions:
         alias = getattr(action, "new", None) in ("--gpu", "--cpu")   # fleet's old spellings
-        if action.dest in FLEET_ONLY or alias:
+        if action.dest in _fleet_only() or alias:
             if not alias:
                 action.default = None
             action.container = group
@@ -101,10 +102,16 @@ def add_fleet_plan_arguments(parser: argparse.ArgumentParser) -> None:
     pattern.choices = FLEET_PATTERNS
 
 
+def _fleet_only() -> tuple[str, ...]:
+    """``FLEET_ONLY`` and every registered engine's own options."""
+    return (*FLEET_ONLY, *(d for d in engine_options() if d not in FLEET_ONLY))
+
+
 def _fleet_only_given(args: argparse.Namespace) -> str | None:
     if args.pattern in patterns.TOKEN_PATTERNS:
         return f"--pattern {args.pattern}"
-    given = next((d for d in FLEET_ONLY if getattr(args, d) not in (None, False)), None)
+    given = next((d for d in _fleet_only() if getattr(args, d, None) not in (None, False)),
+                 None)
     return None if given is None else f"--{given.replace('_', '-')}"
 
 

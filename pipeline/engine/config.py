@@ -1,10 +1,11 @@
-"""The scheduler knobs the engine model honours (vLLM's names and defaults)."""
+"""The scheduler knobs the engine model honours (vLLM's names and defaults), and
+``EngineOption``: a command-line option one engine owns (``pipeline.engine.engines``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-__all__ = ["SchedulerConfig"]
+__all__ = ["SchedulerConfig", "EngineOption"]
 
 
 @dataclass(frozen=True)
@@ -48,3 +49,21 @@ class SchedulerConfig:
     def usable_blocks(self) -> int:
         """Blocks that can hold KV (the null block excluded)."""
         return self.num_gpu_blocks - 1
+
+
+@dataclass(frozen=True)
+class EngineOption:
+    """A command-line option one engine owns: ``flag`` and argparse's keywords (``dest``
+    derived from the flag; ``default`` the value that counts as not given)."""
+
+    flag: str
+    kwargs: dict = field(default_factory=dict)
+
+    @property
+    def dest(self) -> str:
+        return self.kwargs.get("dest", self.flag.lstrip("-").replace("-", "_"))
+
+    @property
+    def default(self):
+        return self.kwargs.get("default", False if self.kwargs.get("action") == "store_true"
+                               else None)

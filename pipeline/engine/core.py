@@ -237,6 +237,11 @@ class EngineSim:
         """The counters of request ``index`` (finished or not)."""
         return RequestView(self.R[self.slots[index]])
 
+    def request_rows(self, requests) -> np.ndarray:
+        """The request-table rows (``layout``'s columns) of ``requests``, in their order."""
+        slots = np.fromiter((self.slots[r.index] for r in requests), np.int64, len(requests))
+        return self.R[slots]
+
     def running_slots(self) -> np.ndarray:
         return self.RUN[:self.G[L.G_NRUN]]
 

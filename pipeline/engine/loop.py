@@ -139,8 +139,7 @@ def request_frame(engine: EngineSim, requests: Sequence[SimRequest], arrival: np
                   timed: bool, starts: dict, ends: dict) -> pl.DataFrame:
     """One row per request of ``requests`` (``REQUEST_COLUMNS``; time columns from the
     steps' ``starts`` and ``ends``, step -> ms)."""
-    slots = np.fromiter((engine.slots[r.index] for r in requests), np.int64, len(requests))
-    rows = engine.R[slots]
+    rows = engine.request_rows(requests)
     frame = request_table(rows, arrival, timed)
     if not timed:
         return frame

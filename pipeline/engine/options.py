@@ -16,8 +16,9 @@ from collections.abc import Callable
 from functools import partial
 
 from pipeline import catalog as registry
-from pipeline.base.arguments import deprecated_alias, non_negative_int, positive_int
+from pipeline.base.arguments import deprecated_alias, positive_int
 from pipeline.workloads.stream import HEAD_FIRST, ORDERS
+from pipeline.engine.engines import DEFAULT_ENGINE, ENGINES, engine_class, engine_options
 from pipeline.engine.cpu_tier import LMCacheTier, ModelTier, engine_cpu_models, \
     engine_tier_problem
 from pipeline.catalog.model_options import ModelName, add_option_argument, model_names
@@ -27,7 +28,8 @@ from pipeline.sizes.units import one_capacity
 from pipeline.sizes.vllm_memory import DEFAULT_BATCHED_TOKENS, DEFAULT_SEQS
 
 __all__ = ["add_engine_arguments", "add_scheduler_limits", "pool_blocks", "cpu_tier_choice",
-           "cpu_tier_factory", "cpu_tier_dests", "DEFAULT_CPU_MODEL", "engine_models"]
+           "cpu_tier_factory", "cpu_tier_dests", "DEFAULT_CPU_MODEL", "engine_models",
+           "engine_for"]
 
 DEFAULT_CPU_MODEL = "lmcache"
 
@@ -50,17 +52,19 @@ def add_engine_arguments(parser: argparse.ArgumentParser, title: str
     """Block size, scheduler limits and the CPU tier, in a group named ``title``
     (returned, so a command adds its own capacity options beside them)."""
     engine = parser.add_argument_group(title)
+    engine.add_argument("--engine", choices=list(ENGINES), default=DEFAULT_ENGINE,
+                        help="the engine model, any registered engine (default %(default)s: "
+                             f"{ENGINES[DEFAULT_ENGINE].SUMMARY}); an option marked "
+                             "[NAME only] is that engine's")
     engine.add_argument("--block-size", type=positive_int, default=16,
                         help="tokens per KV block (default %(default)s)")
     add_scheduler_limits(engine)
     engine.add_argument("--max-model-len", type=positive_int, default=None,
                         help="longest sequence (default: the longest prompt + max_tokens)")
-    engine.add_argument("--no-chunked-prefill", action="store_true",
-                        help="schedule a prompt only whole (vLLM's --no-enable-chunked-prefill)")
-    engine.add_argument("--long-prefill-token-threshold", type=non_negative_int, default=0,
-                        help="cap on a prefill chunk when other requests wait (default 0)")
-    engine.add_argument("--async-scheduling", action="store_true",
-                        help="two batches in flight (vLLM 0.33's default on CUDA)")
+    for owner, option in engine_options().values():
+        kwargs = dict(option.kwargs)
+        kwargs["help"] = f"{kwargs.get('help', '')} [{owner} only]".lstrip()
+        engine.add_argument(option.flag, **kwargs)
     engine.add_argument("--cpu", type=one_capacity, default=0, metavar="SIZE",
                         help="CPU tier capacity: tokens, blocks (512blocks = 512 x "
                              "--block-size tokens) or a size with --model (20GiB, 200GB, "
@@ -157,10 +161,33 @@ def cpu_tier_factory(args: argparse.Namespace) -> Callable[[], object] | None:
     return partial(ModelTier, model, args.cpu, args.block_size, options, order)
 
 
+def engine_for(args: argparse.Namespace) -> type:
+    """The engine class ``--engine`` names (``pipeline.engine.engines``); a usage error
+    naming an option another engine owns given with it (a value other than its default)."""
+    name = getattr(args, "engine", None) or DEFAULT_ENGINE
+    try:
+        cls = engine_class(name)
+    except ValueError as exc:
+        raise UsageError(f"--engine: {exc}") from None
+    for dest, (owner, option) in engine_options().items():
+        if owner != name and dest not in {o.dest for o in getattr(cls, "OPTIONS", ())} \
+                and getattr(args, dest, None) not in (None, option.default):
+            raise UsageError(f"{option.flag} applies to the {owner} engine, not --engine "
+                             f"{name}")
+    return cls
+
+
 def engine_models(args: argparse.Namespace) -> tuple[str, dict]:
     """(the answer's first line, the ``models`` field) of an engine run: vLLM's allocator on
-    the GPU, the CPU tier's model (``cpu_tier_choice``; none without a CPU tier)."""
+    the GPU, the CPU tier's model (``cpu_tier_choice``; none without a CPU tier); another
+    engine than vllm is named first (``engine``: its name)."""
+    engine = engine_for(args)
     model, options, _ = cpu_tier_choice(args)
     cpu = model if getattr(args, "cpu", 0) else None
-    return (registry.models_line("vllm", cpu, None, options),
-            registry.models_field("vllm", cpu))
+    if engine.NAME == DEFAULT_ENGINE:
+        return (registry.models_line("vllm", cpu, None, options),
+                registry.models_field("vllm", cpu))
+    line = registry.models_line("vllm", cpu, None, options).replace(
+        "models: GPU " + registry.describe("vllm"), f"models: engine {engine.NAME} "
+        f"({engine.SUMMARY})", 1)
+    return line, {"engine": engine.NAME, **registry.models_field(None, cpu)}

@@ -81,7 +81,8 @@ def simulate_fleet(requests: Sequence[SimRequest], config: SchedulerConfig | Seq
                    router: Router, step_ms: StepMs | Sequence[StepMs], *,
                    cpu_tiers: Sequence | None = None, staleness_ms: float = 0.0,
                    decode_run_ms: RunMs | Sequence[RunMs | None] | None = None,
-                   keys: tuple[np.ndarray, np.ndarray] | None = None) -> FleetResult:
+                   keys: tuple[np.ndarray, np.ndarray] | None = None,
+                   engine: type | None = None) -> FleetResult:
     """Route ``requests`` (numbered 0..n-1, arrivals ``arrival_s`` non-decreasing) over
     ``router.num_instances`` engines (``config`` and ``step_ms``: one, or one per
     instance; ``cpu_tiers``: one CPU-tier object per instance, or None).
@@ -90,7 +91,9 @@ def simulate_fleet(requests: Sequence[SimRequest], config: SchedulerConfig | Seq
     ``step_ms`` of each pure decode step): an instance then runs a stretch of pure decode
     steps at once, up to the next arrival (and the stale view's next refresh); the same
     result as step by step, faster. ``keys``: ``hashing.flat_request_keys(requests,
-    block_size)`` if computed already (a sweep computes them once per workload)."""
+    block_size)`` if computed already (a sweep computes them once per workload).
+    ``engine``: a registered engine class (``pipeline.engine.engines``; None: vLLM's
+    ``EngineSim``), whose ``instance(config, cpu_tier)`` each instance is."""
     n_inst = router.num_instances
     configs = _per_instance(config, n_inst, "config")
     models = _per_instance(step_ms, n_inst, "step_ms")
@@ -105,7 +108,8 @@ def simulate_fleet(requests: Sequence[SimRequest], config: SchedulerConfig | Seq
     due = np.array([(r.arrival_s or 0.0) * 1000.0 for r in requests], dtype=np.float64)
     if due.size and np.any(np.diff(due) < 0):
         raise ValueError("arrivals must be non-decreasing in input order")
-    fleet = [_Instance(i, EngineSim(configs[i], tiers[i]), models[i], run_models[i])
+    make = EngineSim if engine is None else engine.instance
+    fleet = [_Instance(i, make(configs[i], tiers[i]), models[i], run_models[i])
              for i in range(n_inst)]
     view = FleetView([inst.engine for inst in fleet], staleness_ms)
     heard: list = []                          # (time, order, kind, instance, request)
@@ -130,7 +134,8 @@ def simulate_fleet(requests: Sequence[SimRequest], config: SchedulerConfig | Seq
 
     order = itertools.count()
     shared = tiers[0] is not None and any(t is tiers[0] for t in tiers[1:])
-    if getattr(router, "OBLIVIOUS", False) and not shared and \
+    compiled = engine is None or getattr(engine, "COMPILED", False)
+    if compiled and getattr(router, "OBLIVIOUS", False) and not shared and \
             all(compiled_model(inst.step_ms) is not None for inst in fleet):
         return _independent(requests, fleet, router, view, due, flat, counts, offsets,
                             block_size, as_list)

@@ -10,8 +10,8 @@ name), so a killed sweep leaves only whole points and ``--resume`` skips the poi
 requests file exists. The executors run the same function on the same inputs, so their
 results are equal row for row; the pool's workers (and Ray's, on a cluster of this machine)
 write their own points, the driver only records which finished. Components registered at
-run time in the driver (a cache model, a router) travel to the workers with the sweep
-(``Registered``).
+run time in the driver (a cache model, a router, an engine) travel to the workers with the
+sweep (``Registered``).
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ from pipeline.base.errors import CLIError
 from pipeline import catalog as registry
 from pipeline.engine.compiled import compiled_model
 from pipeline.engine.config import SchedulerConfig
+from pipeline.engine.engines import DEFAULT_ENGINE, ENGINES, added_engines, engine_class, \
+    register_engine
 from pipeline.engine.hashing import flat_request_keys
 from pipeline.engine.request import EngineRequests
 from pipeline.fleet.loop import simulate_fleet
@@ -65,8 +67,9 @@ class Point:
 @dataclass(frozen=True)
 class Settings:
     """What every point shares: scheduler limits (``num_gpu_blocks`` set per point), the
-    step-time model, router options and seed, the view's staleness, and the CPU tier
-    factory (called once per instance, or once for a pool all instances share), or None."""
+    step-time model, router options and seed, the view's staleness, the CPU tier
+    factory (called once per instance, or once for a pool all instances share) or None,
+    and the engine's registered name (``pipeline.engine.engines``)."""
 
     config: SchedulerConfig
     step_model: Any
@@ -75,6 +78,7 @@ class Settings:
     staleness_ms: float = 0.0
     cpu_tier: Callable[[], Any] | None = None
     cpu_shared: bool = False
+    engine: str = DEFAULT_ENGINE
 
 
 def run_point(settings: Settings, point: Point,
@@ -94,7 +98,8 @@ def run_point(settings: Settings, point: Point,
                             settings.step_model.step_ms, cpu_tiers=tiers,
                             staleness_ms=settings.staleness_ms,
                             decode_run_ms=getattr(settings.step_model, "decode_run_ms", None),
-                            keys=workload_keys(workload, config.block_size))
+                            keys=workload_keys(workload, config.block_size),
+                            engine=engine_class(settings.engine))
     columns = dict(point=pl.lit(point.key), router=pl.lit(point.router),
                    instances=pl.lit(point.instances, pl.Int64),
                    gpu_blocks=pl.lit(point.gpu_blocks, pl.Int64),
@@ -144,14 +149,16 @@ def save_point(out: Path, point: Point, frames: tuple[pl.DataFrame, pl.DataFrame
 @dataclass(frozen=True)
 class Registered:
     """What the driver registered at run time (``registry.register``,
-    ``routers.register_router``), for the worker processes, which import the built-in
-    components only: a policy as its ``policy_entry`` arguments, another cache model as
-    its entry, a router as its class. Classes and kernels travel by reference: the module
-    that defines them must be importable in the workers (it is, on this machine)."""
+    ``routers.register_router``, ``engines.register_engine``), for the worker processes,
+    which import the built-in components only: a policy as its ``policy_entry`` arguments,
+    another cache model as its entry, a router or an engine as its class. Classes and
+    kernels travel by reference: the module that defines them must be importable in the
+    workers (it is, on this machine)."""
 
     policies: tuple = ()
     models: tuple = ()
     routers: tuple = ()
+    engines: tuple = ()
 
     @classmethod
     def now(cls) -> Registered:
@@ -159,7 +166,8 @@ class Registered:
         added = registry.added()
         return cls(tuple((m.name, m.tier, m.summary, m.onepass, m.replay_kernel,
                           m.block_kernel) for m in added if m.policy),
-                   tuple(m for m in added if not m.policy), tuple(added_routers()))
+                   tuple(m for m in added if not m.policy), tuple(added_routers()),
+                   tuple(added_engines()))
 
     def apply(self) -> None:
         """Register here what this process lacks."""
@@ -172,10 +180,13 @@ class Registered:
         for router in self.routers:
             if router.NAME not in ROUTERS:
                 register_router(router)
+        for engine in self.engines:
+            if engine.NAME not in ENGINES:
+                register_engine(engine)
 
     def check_sendable(self) -> None:
         """CLIError naming the component that cannot be sent to a worker process."""
-        for item in (*self.policies, *self.models, *self.routers):
+        for item in (*self.policies, *self.models, *self.routers, *self.engines):
             try:
                 pickle.dumps(item)
             except Exception as exc:                     # noqa: BLE001 - named below

@@ -1,0 +1,48 @@
+"""``vllm``: the engine registry's built-in entry, vLLM 0.33.0's v1 engine loop (its
+scheduler, ``BlockPool`` and optional CPU tier: ``EngineSim``, compiled), proven equal to
+vLLM's own scheduler (tests/test_engine_vllm_equal.py). ``pipeline.engine.engines`` says
+what an engine class provides."""
+
+from __future__ import annotations
+
+from pipeline.base.arguments import non_negative_int
+from pipeline.engine.config import EngineOption, SchedulerConfig
+from pipeline.engine.core import EngineSim
+from pipeline.engine.loop import simulate
+
+__all__ = ["VLLM"]
+
+
+class VLLM:
+    """vLLM's engine: ``SchedulerConfig``, ``EngineSim`` per instance, ``loop.simulate``."""
+
+    NAME = "vllm"
+    SUMMARY = "vLLM 0.33.0's scheduler and block pool, compiled"
+    COMPILED = True
+    OPTIONS = (
+        EngineOption("--no-chunked-prefill", dict(
+            action="store_true",
+            help="schedule a prompt only whole (vLLM's --no-enable-chunked-prefill)")),
+        EngineOption("--long-prefill-token-threshold", dict(
+            type=non_negative_int, default=0,
+            help="cap on a prefill chunk when other requests wait (default 0)")),
+        EngineOption("--async-scheduling", dict(
+            action="store_true", help="two batches in flight (vLLM 0.33's default on CUDA)")),
+    )
+
+    @staticmethod
+    def config(args, num_gpu_blocks: int, max_model_len: int) -> SchedulerConfig:
+        """vLLM's scheduler and cache settings from the engine options (ValueError as
+        vLLM's ``SchedulerConfig`` refuses them)."""
+        return SchedulerConfig(num_gpu_blocks=num_gpu_blocks, max_model_len=max_model_len,
+                               block_size=args.block_size, max_num_seqs=args.max_num_seqs,
+                               max_num_batched_tokens=args.max_num_batched_tokens,
+                               chunked_prefill=not args.no_chunked_prefill,
+                               long_prefill_token_threshold=args.long_prefill_token_threshold,
+                               async_scheduling=args.async_scheduling)
+
+    @staticmethod
+    def instance(config: SchedulerConfig, cpu_tier=None) -> EngineSim:
+        return EngineSim(config, cpu_tier)
+
+    simulate = staticmethod(simulate)
