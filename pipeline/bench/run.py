@@ -5,7 +5,7 @@
    for ``run --docs 3000`` (``--docs``), and the zstd levels on its event logs.
 2. The one-pass LRU curves against kvlab's LRUCache and libCacheSim (pipeline.bench.curve).
 3. With ``--with NAME[,NAME]``, each behind its own flag so the default stays short:
-   ``blocks`` (block one-pass vs literal replay, ``pipeline.bench.blocks``), ``engines``
+   ``blocks`` (block one-pass vs the LRU class replayed, ``pipeline.bench.blocks``), ``engines``
    (vllm / lmcache fast vs literal, ``pipeline.bench.engine_caches``), ``trace`` (10M-block curve
    and the shared trace end to end, ``pipeline.bench.trace``), ``policies`` (the policy
    family vs libCacheSim, ``pipeline.bench.policies``); ``all`` runs the four. Each has its
@@ -97,9 +97,9 @@ def _print_run(title: str, figures: dict) -> None:
 
 #: name -> what it measures; each runs only when named in ``--with``.
 OPTIONAL = {
-    "blocks": "block one-pass vs literal replay on a 2M-block shared-prefix trace",
-    "engines": "vllm / lmcache fast engines vs their literal replays on a Mooncake trace "
-               "(--trace)",
+    "blocks": "block one-pass vs the LRU class replayed on a 2M-block shared-prefix trace",
+    "engines": "vllm's one pass vs its compiled pool per capacity, lmcache's compiled "
+               "backend, on a Mooncake trace (--trace)",
     "trace": "10M-block Zipf trace's GPU curve, and a Mooncake trace end to end (--trace)",
     "policies": "every policy vs libCacheSim: one capacity and a 50-capacity curve",
 }
