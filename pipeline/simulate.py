@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 
-<<<<<<< HEAD
 from pipeline.base.arguments import deprecated_alias, derive, plural, \
     positive_int
 from pipeline.cache.events import METHODS, RESULT_SCHEMA, with_stack_distances
@@ -42,30 +41,6 @@ from pipeline.steptime.command import (loads_closed, metric_lines, prepare,
                                        run_curves, run_metrics_outputs,
                                        steptime_arguments)
 from pipeline.workloads.jsonl import TraceError
-=======
-import numpy as np
-import polars as pl
-
-from kvlab.kvsim import TwoTierCache
-from pipeline.sizes.limits import check_capacity_list
-from pipeline.cache.stack_distance import COLD, stack_distances, two_tier_states
-from pipeline.cache.tiers import TIER, TIER_CODES
-from pipeline.workloads.documents import ACCESS_SCHEMA
-
-METHODS = ("onepass", "direct")
-
-#: Columns the methods add to the access table, one row per (capacity pair, access).
-RESULT_SCHEMA = pl.Schema({
-    "stack_distance": pl.Int64,   # GPU-tier LRU stack distance; null on a first access
-    "gpu_capacity": pl.Int64,
-    "cpu_capacity": pl.Int64,
-    "tier": TIER,                 # gpu / cpu / miss
-    "gpu_used": pl.Int64,         # tokens stored in each tier after the access
-    "cpu_used": pl.Int64,
-    "gpu_evicted": pl.Int32,      # items each tier evicted on this access
-    "cpu_evicted": pl.Int32,
-})
->>>>>>> fold-block-lru
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -89,19 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     steptime_arguments(parser)
 
 
-<<<<<<< HEAD
 __all__ = ["add_arguments", "main", "load", "METHODS", "RESULT_SCHEMA", "document_events",
            "with_stack_distances"]
-=======
-def _replay_onepass(keys: np.ndarray, sizes: np.ndarray, gpus: list[int],
-                    cpus: list[int]) -> list[list[dict]]:
-    """_replay_direct's columns for every (GPU, CPU) pair, from stack distances
-    (``pipeline.cache.stack_distance.two_tier_states``)."""
-    return [[{"tier": state.tiers[j], "gpu_used": state.gpu_used, "cpu_used": state.cpu_used[j],
-              "gpu_evicted": state.gpu_evicted, "cpu_evicted": state.cpu_evicted[j]}
-             for j in range(len(cpus))]
-            for state in two_tier_states(keys, sizes, gpus, cpus)]
->>>>>>> fold-block-lru
 
 
 def _config(args: argparse.Namespace, workload: EngineRequests, blocks: int) -> SchedulerConfig:
