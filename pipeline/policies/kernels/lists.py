@@ -7,12 +7,16 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["NONE", "NEVER", "FIRST", "push", "unlink", "bucket_push", "bucket_unlink", "arrays"]
+__all__ = ["NONE", "NEVER", "FIRST", "inlined", "push", "unlink", "bucket_push", "bucket_unlink",
+           "arrays"]
 
 NONE = -1
 NEVER = np.iinfo(np.int64).max
 #: Count bucket 1 as an int64: a literal 1 argument compiled ``bucket_push`` once more.
 FIRST = np.int64(1)
+#: ``pipeline.engine.kjit.inlined``'s settings (engine/ is a layer above): a kernel's helper
+#: whose body numba copies into the kernel, so arrays passed to it cost no reference counts.
+inlined = njit(inline="always", error_model="numpy", _nrt=False)
 
 
 @njit(cache=True, nogil=True)
