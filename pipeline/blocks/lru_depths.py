@@ -58,7 +58,7 @@ from pipeline.base.arrays import read_only
 from pipeline.blocks.bands import SMALL_TOP, band_counts
 from pipeline.blocks.stream import TAIL_FIRST, BlockStream, capacity_blocks, check_order
 from pipeline.cache.stack_distance import NOTHING_STORED, band_limits
-from pipeline.cache.stack_distance_kernels import COLD, fenwick_prefix, touch
+from pipeline.cache.stack_distance_kernels import COLD, lookup_depths, touch
 
 __all__ = ["COLD", "Distances", "block_distances", "distances_at", "prefix_counts",
            "block_lru_gpu", "block_lru_cpu", "prefix_blocks"]
@@ -78,14 +78,7 @@ def _depth_pass(starts: np.ndarray, codes: np.ndarray, lookup: np.ndarray,
     for r in range(starts.size - 1):
         start = starts[r]
         end = start + lookup[r]
-        running = 0
-        for b in range(start, end):
-            stamp = last[codes[b]]
-            d = COLD if stamp < 0 else live - fenwick_prefix(tree, stamp) + 1
-            depth[b] = d
-            if d > running:
-                running = d
-            prefix[b] = running
+        lookup_depths(tree, last, codes, start, end, live, depth, prefix)
         low = start + touch_from[r]
         if end - low > limit or end <= low:
             continue
