@@ -15,9 +15,8 @@ a policy's block-mode fast path: its registry entry declares it (``CacheModel.bl
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-from pipeline.policies.kernels.lists import NONE, bucket_unlink, inlined
+from pipeline.policies.kernels.lists import NONE, bucket_unlink, inlined, kernel
 from pipeline.policies.kernels.opt import heap_pop, heap_push, next_use_codes, sift
 from pipeline.policies.kernels.simple import (CLOCK, FIFO, LFU, LRU, MRU, SIEVE, insert, lfu_hit,
                                               list_hit, list_victim)
@@ -40,27 +39,12 @@ def _add(policy, ends, prev, nxt, freq, bhead, btail, bcount, heap, pos, pri, se
         insert(policy, ends, prev, nxt, freq, bhead, btail, bcount, x)
 
 
-@njit(cache=True, nogil=True)
-def place(touches, t_off, lookup, l_off, capacity, k, policy, next_use):
-    """Prefix hits (blocks) per request of ``policy`` (one of ``LRU`` .. ``OPT``)."""
+@kernel
+def _place(touches, t_off, lookup, l_off, capacity, policy, next_use, out, resident, pin, aside,
+           prev, nxt, ends, freq, bhead, btail, bcount, pos, pri, seq, heap):
+    """``place``'s loop over its work arrays (allocated by the caller: no reference counts
+    in the loop, whose helpers are inlined)."""
     requests = t_off.size - 1
-    out = np.zeros(requests, np.int64)
-    resident = np.zeros(k, np.bool_)
-    pin = np.full(k, -1, np.int64)
-    aside = np.empty(max(capacity, 1), np.int64)
-    prev = np.full(k, NONE, np.int64)
-    nxt = np.full(k, NONE, np.int64)
-    ends = np.array([NONE, NONE], np.int64)
-    freq = np.zeros(k, np.int64)                # CLOCK's counter, SIEVE's bit, LFU's count
-    top = touches.size + 2 if policy == LFU else 1
-    bhead = np.full(top, NONE, np.int64)        # per count: newest
-    btail = np.full(top, NONE, np.int64)        # per count: oldest (the victim)
-    bcount = np.zeros(top, np.int64)
-    heaped = k if policy == OPT else 1
-    pos = np.full(heaped, -1, np.int64)
-    pri = np.zeros(heaped, np.int64)
-    seq = np.zeros(heaped, np.int64)
-    heap = np.empty(heaped, np.int64)
     hand = NONE
     low = 1                                     # LFU: <= the lowest non-empty count
     clock = 0                                   # OPT: position in the placed touches
@@ -121,6 +105,21 @@ def place(touches, t_off, lookup, l_off, capacity, k, policy, next_use):
             low = 1
             resident[x] = True
             used += 1
+
+
+def place(touches: np.ndarray, t_off: np.ndarray, lookup: np.ndarray, l_off: np.ndarray,
+          capacity: int, k: int, policy: int, next_use: np.ndarray) -> np.ndarray:
+    """Prefix hits (blocks) per request of ``policy`` (one of ``LRU`` .. ``OPT``) over ``k``
+    dense block codes."""
+    top = touches.size + 2 if policy == LFU else 1
+    heaped = k if policy == OPT else 1
+    out = np.zeros(t_off.size - 1, np.int64)
+    _place(touches, t_off, lookup, l_off, capacity, policy, next_use, out,
+           np.zeros(k, np.bool_), np.full(k, -1, np.int64), np.empty(max(capacity, 1), np.int64),
+           np.full(k, NONE, np.int64), np.full(k, NONE, np.int64), np.array([NONE, NONE], np.int64),
+           np.zeros(k, np.int64), np.full(top, NONE, np.int64), np.full(top, NONE, np.int64),
+           np.zeros(top, np.int64), np.full(heaped, -1, np.int64), np.zeros(heaped, np.int64),
+           np.zeros(heaped, np.int64), np.empty(heaped, np.int64))
     return out
 
 
@@ -129,9 +128,9 @@ _NO_FUTURE = np.zeros(1, np.int64)
 
 def _block(policy: int):
     """``policy``'s block kernel (no future: OPT's is ``block_opt``)."""
-    def kernel(touches, t_off, lookup, l_off, capacity, k):
+    def block(touches, t_off, lookup, l_off, capacity, k):
         return place(touches, t_off, lookup, l_off, capacity, k, policy, _NO_FUTURE)
-    return kernel
+    return block
 
 
 block_fifo, block_mru, block_clock, block_sieve, block_lfu = (

@@ -7,19 +7,21 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["NONE", "NEVER", "FIRST", "inlined", "push", "unlink", "bucket_push", "bucket_unlink",
-           "arrays"]
+__all__ = ["NONE", "NEVER", "FIRST", "kernel", "inlined", "push", "unlink", "bucket_push",
+           "bucket_unlink", "arrays"]
 
 NONE = -1
 NEVER = np.iinfo(np.int64).max
 #: Count bucket 1 as an int64: a literal 1 argument compiled ``bucket_push`` once more.
 FIRST = np.int64(1)
-#: ``pipeline.engine.kjit.inlined``'s settings (engine/ is a layer above): a kernel's helper
-#: whose body numba copies into the kernel, so arrays passed to it cost no reference counts.
+#: ``pipeline.engine.kjit``'s settings (engine/ is a layer above). ``kernel``: a loop or a
+#: helper that allocates nothing (its caller passes the work arrays), so numba counts no
+#: references in it; ``inlined``: a helper whose body numba copies into the kernel.
+kernel = njit(cache=True, nogil=True, error_model="numpy", _nrt=False)
 inlined = njit(inline="always", error_model="numpy", _nrt=False)
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def push(ends, prev, nxt, x):
     prev[x] = NONE
     nxt[x] = ends[0]
@@ -30,7 +32,7 @@ def push(ends, prev, nxt, x):
     ends[0] = x
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def unlink(ends, prev, nxt, x):
     p, n = prev[x], nxt[x]
     if p == NONE:
@@ -45,7 +47,7 @@ def unlink(ends, prev, nxt, x):
     nxt[x] = NONE
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def bucket_push(bhead, btail, prev, nxt, f, x):
     """``push`` onto bucket ``f`` of lists whose heads and tails are ``bhead[f]``, ``btail[f]``."""
     prev[x] = NONE
@@ -57,7 +59,7 @@ def bucket_push(bhead, btail, prev, nxt, f, x):
     bhead[f] = x
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def bucket_unlink(bhead, btail, prev, nxt, f, x):
     """``unlink`` ``x`` from bucket ``f`` (its ``prev``/``nxt`` are left as they were)."""
     p, q = prev[x], nxt[x]

@@ -5,18 +5,18 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from pipeline.policies.kernels.lists import NEVER, inlined
+from pipeline.policies.kernels.lists import NEVER, inlined, kernel
 
 __all__ = ["opt", "next_use_codes", "sift", "heap_push", "heap_pop"]
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _above(pri, seq, a, b):
     """Heap order: a later next use first; among equals, the later push first."""
     return pri[a] > pri[b] or (pri[a] == pri[b] and seq[a] > seq[b])
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def sift(heap, pos, pri, seq, i, size):
     """Move ``heap[i]`` of ``heap[:size]`` to its place (``pos``: key -> heap slot): towards
     the root while it ranks above its parent, else towards the leaves."""
@@ -59,16 +59,11 @@ def heap_pop(heap, pos, pri, seq, size):
     return v
 
 
-@njit(cache=True, nogil=True)
-def _opt(codes, sizes, capacity, k, next_use, bypass):
-    """An indexed max-heap of the resident keys by (next use, last push)."""
+@kernel
+def _opt_loop(codes, sizes, capacity, next_use, bypass, hits, pos, pri, seq, stored, heap):
+    """An indexed max-heap of the resident keys by (next use, last push); the work arrays
+    come from the caller (no reference counts in the loop, whose helpers are inlined)."""
     n = codes.size
-    hits = np.zeros(n, np.bool_)
-    pos = np.full(k, -1, np.int64)          # resident key -> heap slot; -1 absent
-    pri = np.zeros(k, np.int64)
-    seq = np.zeros(k, np.int64)
-    stored = np.zeros(k, np.int64)
-    heap = np.empty(k, np.int64)
     size = 0
     used = 0
     for i in range(n):
@@ -93,6 +88,16 @@ def _opt(codes, sizes, capacity, k, next_use, bypass):
         used += s
         heap_push(heap, pos, pri, seq, size, x)
         size += 1
+
+
+def _opt(codes: np.ndarray, sizes: np.ndarray, capacity: int, k: int, next_use: np.ndarray,
+         bypass: bool) -> np.ndarray:
+    """Per-access hits of OPT over ``k`` dense key codes (``bypass``: a key whose next use is
+    no sooner than every resident one's is not inserted)."""
+    hits = np.zeros(codes.size, np.bool_)
+    _opt_loop(codes, sizes, capacity, next_use, bypass, hits, np.full(k, -1, np.int64),
+              np.zeros(k, np.int64), np.zeros(k, np.int64), np.zeros(k, np.int64),
+              np.empty(k, np.int64))
     return hits
 
 

@@ -5,10 +5,9 @@ shared with the block-mode kernel (``blocks.py``)."""
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-from pipeline.policies.kernels.lists import (FIRST, NONE, bucket_push, bucket_unlink, inlined, push,
-                                             unlink)
+from pipeline.policies.kernels.lists import (FIRST, NONE, bucket_push, bucket_unlink, inlined,
+                                             kernel, push, unlink)
 
 __all__ = ["LRU", "FIFO", "MRU", "CLOCK", "SIEVE", "LFU", "replay", "list_hit", "list_victim",
            "lfu_hit", "insert"]
@@ -76,19 +75,12 @@ def insert(policy, ends, prev, nxt, freq, bhead, btail, bcount, x):
         freq[x] = 0
 
 
-@njit(cache=True, nogil=True)
-def replay(codes, sizes, capacity, k, prev, nxt, policy):
-    """Per-access hits of ``policy`` (``LRU`` .. ``LFU``)."""
+@kernel
+def _replay(codes, sizes, capacity, policy, hits, resident, stored, freq, ends, prev, nxt,
+            bhead, btail, bcount):
+    """``replay``'s loop over its work arrays (allocated by the caller: no reference counts
+    in the loop, whose helpers are inlined)."""
     n = codes.size
-    hits = np.zeros(n, np.bool_)
-    resident = np.zeros(k, np.bool_)
-    stored = np.zeros(k, np.int64)
-    freq = np.zeros(k, np.int64)
-    ends = np.array([NONE, NONE], np.int64)
-    top = n + 2 if policy == LFU else 1
-    bhead = np.full(top, NONE, np.int64)        # per count: newest
-    btail = np.full(top, NONE, np.int64)        # per count: oldest (the victim)
-    bcount = np.zeros(top, np.int64)
     hand = NONE
     low = 0
     used = 0
@@ -125,4 +117,14 @@ def replay(codes, sizes, capacity, k, prev, nxt, policy):
         resident[x] = True
         stored[x] = s
         used += s
+
+
+def replay(codes: np.ndarray, sizes: np.ndarray, capacity: int, k: int, prev: np.ndarray,
+           nxt: np.ndarray, policy: int) -> np.ndarray:
+    """Per-access hits of ``policy`` (``LRU`` .. ``LFU``) over ``k`` dense key codes."""
+    top = codes.size + 2 if policy == LFU else 1
+    hits = np.zeros(codes.size, np.bool_)
+    _replay(codes, sizes, capacity, policy, hits, np.zeros(k, np.bool_), np.zeros(k, np.int64),
+            np.zeros(k, np.int64), np.array([NONE, NONE], np.int64), prev, nxt,
+            np.full(top, NONE, np.int64), np.full(top, NONE, np.int64), np.zeros(top, np.int64))
     return hits
