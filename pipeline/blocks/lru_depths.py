@@ -64,7 +64,7 @@ __all__ = ["COLD", "Distances", "block_distances", "distances_at", "prefix_count
            "block_lru_gpu", "block_lru_cpu", "prefix_blocks"]
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)             # allocates nothing: no reference counts
 def _depth_pass(starts: np.ndarray, codes: np.ndarray, lookup: np.ndarray,
                 touch_from: np.ndarray, tail_first: bool, limit: int, last: np.ndarray,
                 tree: np.ndarray, depth: np.ndarray, prefix: np.ndarray) -> None:

@@ -36,7 +36,7 @@ def fenwick_prefix(tree: np.ndarray, position: int) -> int:
     return total
 
 
-@njit(inline="always")
+@njit(inline="always", _nrt=False)
 def lookup_depths(tree: np.ndarray, last: np.ndarray, codes: np.ndarray, start: int, end: int,
                   live: int, depth: np.ndarray, runmax: np.ndarray) -> None:
     """Without touching them: the LRU depth (1 = most recent of ``live`` keys; ``COLD`` if
