@@ -277,7 +277,8 @@ def test_the_fast_paths_an_entry_declares_are_the_ones_run():
 
     def block(touches, t_off, lookup, l_off, capacity, k):
         calls.append(("block", capacity))
-        return block_kernels.place_queue(touches, t_off, lookup, l_off, capacity, k, 0)
+        return block_kernels.place(touches, t_off, lookup, l_off, capacity, k, block_kernels.LRU,
+                                   np.zeros(1, np.int64))
 
     spied = registry.register(registry.policy_entry("spied", LRU, "LRU through spies",
                                                     replay_kernel=replay, block_kernel=block))

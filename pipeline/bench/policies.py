@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 import tempfile
 import time
 
@@ -34,6 +36,18 @@ from pipeline.catalog.policy_replay import class_hits, encode, hit_counts
 from pipeline.catalog import entry, names
 
 __all__ = ["run_bench", "run_onepass_bench", "add_arguments", "main"]
+
+
+@contextmanager
+def _oracle_trace(keys: np.ndarray, sizes: np.ndarray) -> Iterator[str]:
+    """A temporary libCacheSim oracleGeneral file of the trace, removed afterwards."""
+    fd, path = tempfile.mkstemp(suffix=".oracleGeneral.bin")
+    os.close(fd)
+    try:
+        write_oracle_trace(path, keys, sizes)
+        yield path
+    finally:
+        os.unlink(path)
 
 
 def _ours_one(name, codes, sizes, capacity):
@@ -63,11 +77,8 @@ def run_bench(requests: int = 2_000_000, objects: int = 100_000, points: int = 5
     for name in policies:                          # compile every kernel before timing
         if entry(name).replay_kernel is not None:
             entry(name).replay_kernel(codes[:1000], sizes[:1000], one)
-    fd, path = tempfile.mkstemp(suffix=".oracleGeneral.bin")
-    os.close(fd)
     rows = []
-    try:
-        write_oracle_trace(path, keys, sizes)
+    with _oracle_trace(keys, sizes) as path:
         print(f"{'policy':8}{'hits@10%':>10}{'ours M/s':>10}{'lcs M/s':>9}{'ratio':>7}"
               f"{'ours curve s':>13}{'lcs curve s':>12}{'speedup':>9}")
         for name in policies:
@@ -101,8 +112,6 @@ def run_bench(requests: int = 2_000_000, objects: int = 100_000, points: int = 5
             speed = f"{lcs_curve_s / curve_s:.1f}x" if lcs_curve_s else "n/a"
             print(f"{name:8}{hits:>10,}{row['ours_mps']:>10.1f}{lcs_mps:>9}{ratio:>7}"
                   f"{curve_s:>13.2f}{lcs_c:>12}{speed:>9}", flush=True)
-    finally:
-        os.unlink(path)
     print("* estimated: points x libCacheSim's one-capacity time. ratio = ours/lcs "
           "accesses per second (target >= 0.5); opt compared without bypass (= Belady); "
           "libCacheSim's wheel has no MRU.")
@@ -133,11 +142,8 @@ def run_onepass_bench(requests: int = 2_000_000, objects: int = 100_000, points:
         hit_counts(name, codes[:1000], ones[:1000], [1, 2])
         entry(name).replay_kernel(codes[:1000], ones[:1000], 2)
     entry("opt").onepass.counts(codes[:1000], ones[:1000], [1, 2], bypass=False)
-    fd, path = tempfile.mkstemp(suffix=".oracleGeneral.bin")
-    os.close(fd)
     rows = []
-    try:
-        write_oracle_trace(path, keys, ones)
+    with _oracle_trace(keys, ones) as path:
         print(f"{'policy':8}{'hits@10%':>10}{'one pass s':>11}{'replay s':>10}"
               f"{'lcs curve s':>12}{'vs replay':>10}{'vs lcs':>8}")
         for label, name, bypass in (("lru", "lru", True), ("mru", "mru", True),
@@ -171,8 +177,6 @@ def run_onepass_bench(requests: int = 2_000_000, objects: int = 100_000, points:
             print(f"{label:8}{hits:>10,}{onepass_s:>11.2f}{replay:>10}{lcs:>12}"
                   f"{(f'{replay_s / onepass_s:.1f}x' if replay_s else 'n/a'):>10}"
                   f"{(f'{lcs_s / onepass_s:.1f}x' if lcs_s else 'n/a'):>8}", flush=True)
-    finally:
-        os.unlink(path)
     print("* estimated: points x libCacheSim's one-capacity time. belady = OPT without "
           "bypass (libCacheSim's Belady); opt = the family's OPT (bypass), no libCacheSim "
           "twin; libCacheSim's wheel has no MRU.")

@@ -58,13 +58,13 @@ from pipeline.base.arrays import read_only
 from pipeline.onepass.bands import SMALL_TOP, band_counts
 from pipeline.workloads.stream import TAIL_FIRST, BlockStream, capacity_blocks, check_order
 from pipeline.onepass.stack_distance import NOTHING_STORED, band_limits
-from pipeline.onepass.stack_distance_kernels import COLD, fenwick_prefix, touch
+from pipeline.onepass.stack_distance_kernels import COLD, lookup_depths, touch
 
 __all__ = ["COLD", "Distances", "block_distances", "distances_at", "prefix_counts",
            "block_lru_gpu", "block_lru_cpu", "prefix_blocks"]
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)             # allocates nothing: no reference counts
 def _depth_pass(starts: np.ndarray, codes: np.ndarray, lookup: np.ndarray,
                 touch_from: np.ndarray, tail_first: bool, limit: int, last: np.ndarray,
                 tree: np.ndarray, depth: np.ndarray, prefix: np.ndarray) -> None:
@@ -78,14 +78,7 @@ def _depth_pass(starts: np.ndarray, codes: np.ndarray, lookup: np.ndarray,
     for r in range(starts.size - 1):
         start = starts[r]
         end = start + lookup[r]
-        running = 0
-        for b in range(start, end):
-            stamp = last[codes[b]]
-            d = COLD if stamp < 0 else live - fenwick_prefix(tree, stamp) + 1
-            depth[b] = d
-            if d > running:
-                running = d
-            prefix[b] = running
+        lookup_depths(tree, last, codes, start, end, live, depth, prefix)
         low = start + touch_from[r]
         if end - low > limit or end <= low:
             continue

@@ -36,6 +36,22 @@ def fenwick_prefix(tree: np.ndarray, position: int) -> int:
     return total
 
 
+@njit(inline="always", _nrt=False)
+def lookup_depths(tree: np.ndarray, last: np.ndarray, codes: np.ndarray, start: int, end: int,
+                  live: int, depth: np.ndarray, runmax: np.ndarray) -> None:
+    """Without touching them: the LRU depth (1 = most recent of ``live`` keys; ``COLD`` if
+    new) of each ``codes[start:end]`` into ``depth``, their running maximum into ``runmax``
+    (inlined into the one-pass kernels: no call, no reference counts)."""
+    running = 0
+    for b in range(start, end):
+        stamp = last[codes[b]]
+        d = COLD if stamp < 0 else live - fenwick_prefix(tree, stamp) + 1
+        depth[b] = d
+        if d > running:
+            running = d
+        runmax[b] = running
+
+
 @njit(cache=True)
 def touch(tree: np.ndarray, last: np.ndarray, code: int, clock: int) -> int:
     """Make ``code`` the most recent key at time ``clock`` in a Fenwick tree of one count per

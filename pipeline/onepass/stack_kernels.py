@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from pipeline.policies.kernels.lists import NEVER
+from pipeline.policies.kernels.lists import NEVER, inlined
 
 __all__ = ["opt_distances", "mru_distances", "NEVER"]
 
@@ -34,19 +34,41 @@ _B = 32                                     # entries per block
 _S = 1024                                   # entries per super block (32 blocks)
 
 
+@inlined
+def _carry(skey, spri, pos, q, ck, cp):
+    """Swap the record at depth ``q`` with the carry ``ck`` (rank ``cp``) if it ranks below
+    it; return the carry and its rank."""
+    if spri[q] > cp:
+        y = skey[q]
+        yp = spri[q]
+        skey[q] = ck
+        spri[q] = cp
+        pos[ck] = q
+        return y, yp
+    return ck, cp
+
+
+@inlined
+def _depth(pos, dist, i, x, length, limit):
+    """Record the depth of ``x`` (read ``i``) in ``dist``; return its depth (the stack's
+    length when new, ``limit`` when the truncated stack is full) and the new length."""
+    d = pos[x]
+    if d >= 0:
+        dist[i] = d
+    elif length < limit:
+        d = length
+        length += 1
+    else:
+        d = limit
+    return d, length
+
+
 @njit(cache=True, nogil=True)
 def _scan_block(skey, spri, pos, lo, hi, ck, cp):
     """Swap the records of ``skey[lo:hi]`` with the carry; return (carry, its rank, max)."""
     top = -1
     for q in range(lo, hi):
-        if spri[q] > cp:
-            y = skey[q]
-            yp = spri[q]
-            skey[q] = ck
-            spri[q] = cp
-            pos[ck] = q
-            ck = y
-            cp = yp
+        ck, cp = _carry(skey, spri, pos, q, ck, cp)
         top = max(top, spri[q])
     return ck, cp, top
 
@@ -68,14 +90,7 @@ def _opt(codes, next_use, k, limit, bypass):
     length = 0
     for i in range(n):
         x = codes[i]
-        d = pos[x]
-        if d >= 0:
-            dist[i] = d
-        elif length < limit:
-            d = length
-            length += 1
-        else:
-            d = limit
+        d, length = _depth(pos, dist, i, x, length, limit)
         ck = x
         cp = next_use[i]
         j = 0
@@ -110,14 +125,7 @@ def _opt(codes, next_use, k, limit, bypass):
                     ck, cp, bmax[b] = _scan_block(skey, spri, pos, j, j + _B, ck, cp)
                 j += _B
             else:
-                if spri[j] > cp:
-                    y = skey[j]
-                    yp = spri[j]
-                    skey[j] = ck
-                    spri[j] = cp
-                    pos[ck] = j
-                    ck = y
-                    cp = yp
+                ck, cp = _carry(skey, spri, pos, j, ck, cp)
                 j += 1
         if d < limit:
             skey[d] = ck
@@ -141,15 +149,7 @@ def _mru(codes, k, limit):
     length = 0
     for i in range(n):
         x = codes[i]
-        d = pos[x]
-        cold = d < 0
-        if not cold:
-            dist[i] = d
-        elif length < limit:
-            d = length
-            length += 1
-        else:
-            d = limit
+        d, length = _depth(pos, dist, i, x, length, limit)
         if d == 0:
             skey[0] = x
             pos[x] = 0

@@ -57,7 +57,7 @@ from pipeline.workloads.stream import TAIL_FIRST, BlockStream, capacity_blocks
 from pipeline.components.vllm_gpu import (DEFAULT_VLLM_VERSION, check_gpu_options,
                                              replay_layout, unhashed_to_head)
 from pipeline.components.vllm_layout import OutputTokens, VllmLayout, vllm_layout
-from pipeline.onepass.stack_distance_kernels import COLD, fenwick_prefix, touch
+from pipeline.onepass.stack_distance_kernels import COLD, lookup_depths, touch
 
 __all__ = ["vllm_gpu", "vllm_hits"]
 
@@ -75,14 +75,7 @@ def _depth_pass(keys, key_starts, prompt_keys, slots, phantom, limit, n_codes, d
     clock = np.int64(0)                 # not a literal 0: touch compiles once, for int64
     for r in range(n_requests):
         start = key_starts[r]
-        running = 0
-        for b in range(start, start + prompt_keys[r]):
-            stamp = last[keys[b]]
-            d = COLD if stamp < 0 else live - fenwick_prefix(tree, stamp) + 1
-            depth[b] = d
-            if d > running:
-                running = d
-            runmax[b] = running
+        lookup_depths(tree, last, keys, start, start + prompt_keys[r], live, depth, runmax)
         if slots[r] > limit:
             continue
         end = key_starts[r + 1]

@@ -54,12 +54,17 @@ class KVSize:
         return f"{self.name}: {self.bytes_per_token:,} bytes per token ({self.formula})"
 
 
-def _dtype_bytes(dtype: str) -> int:
+def _named(table: dict, name: str, what: str, known) -> object:
+    """``table[name.lower()]``; ValueError naming ``known`` if it is not there."""
     try:
-        return DTYPE_BYTES[dtype.lower()]
+        return table[name.lower()]
     except KeyError:
-        raise ValueError(f"unknown dtype {dtype!r}: expected one of "
-                         f"{', '.join(sorted(DTYPE_BYTES))}") from None
+        raise ValueError(f"unknown {what} {name!r}: expected one of {', '.join(known)}") \
+            from None
+
+
+def _dtype_bytes(dtype: str) -> int:
+    return _named(DTYPE_BYTES, dtype, "dtype", sorted(DTYPE_BYTES))
 
 
 def shape(name: str, layers: int, kv_heads: int, head_dim: int, dtype: str = "bf16",
@@ -173,15 +178,11 @@ PRESETS: dict[str, KVSize] = {
 
 def model_shape(name: str) -> ModelShape:
     """A dense model shape by preset name (case-insensitive); ValueError otherwise."""
-    try:
-        return MODELS[name.lower()]
-    except KeyError:
-        if name.lower() in PRESETS:
-            raise ValueError(f"{PRESETS[name.lower()].name} has no dense model shape (a "
-                             f"mixture-of-experts MLA model): expected one of "
-                             f"{', '.join(m.name for m in MODELS.values())}") from None
-        raise ValueError(f"unknown model preset {name!r}: expected one of "
-                         f"{', '.join(PRESETS)}") from None
+    if name.lower() in PRESETS and name.lower() not in MODELS:
+        raise ValueError(f"{PRESETS[name.lower()].name} has no dense model shape (a "
+                         f"mixture-of-experts MLA model): expected one of "
+                         f"{', '.join(m.name for m in MODELS.values())}")
+    return _named(MODELS, name, "model preset", PRESETS)
 
 
 def parse_model_shape(text: str) -> ModelShape:
@@ -202,11 +203,7 @@ def parse_model_shape(text: str) -> ModelShape:
 
 def preset(name: str) -> KVSize:
     """A preset by name (case-insensitive); ValueError naming the known ones."""
-    try:
-        return PRESETS[name.lower()]
-    except KeyError:
-        raise ValueError(f"unknown model preset {name!r}: expected one of "
-                         f"{', '.join(PRESETS)}") from None
+    return _named(PRESETS, name, "model preset", PRESETS)
 
 
 def parse_shape(text: str) -> KVSize:

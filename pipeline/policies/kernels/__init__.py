@@ -16,7 +16,7 @@ from pipeline.base.arrays import read_only
 from pipeline.policies.kernels.ghost import arc, s3fifo
 from pipeline.policies.kernels.lists import arrays
 from pipeline.policies.kernels.opt import next_use_codes, opt
-from pipeline.policies.kernels.simple import clock, lfu, queue, sieve
+from pipeline.policies.kernels.simple import CLOCK, FIFO, LFU, LRU, MRU, SIEVE, replay
 from pipeline.policies.s3fifo import share
 
 __all__ = ["replay_lru", "replay_fifo", "replay_mru", "replay_lfu", "replay_clock",
@@ -41,12 +41,15 @@ def _replay(policy: str, run: Callable) -> Callable:
     return replay
 
 
-replay_lru = _replay("lru", lambda c, s, cap, b, k, p, n: queue(c, s, cap, k, p, n, 0))
-replay_fifo = _replay("fifo", lambda c, s, cap, b, k, p, n: queue(c, s, cap, k, p, n, 1))
-replay_mru = _replay("mru", lambda c, s, cap, b, k, p, n: queue(c, s, cap, k, p, n, 2))
-replay_clock = _replay("clock", lambda c, s, cap, b, k, p, n: clock(c, s, cap, k, p, n, 1, 0))
-replay_sieve = _replay("sieve", lambda c, s, cap, b, k, p, n: sieve(c, s, cap, k, p, n))
-replay_lfu = _replay("lfu", lambda c, s, cap, b, k, p, n: lfu(c, s, cap, k, p, n))
+def _one_queue(policy: str, code: int) -> Callable:
+    """The replay of a one-queue policy (``simple.replay``'s ``code``)."""
+    return _replay(policy, lambda c, s, cap, b, k, p, n: replay(c, s, cap, k, p, n, code))
+
+
+replay_lru, replay_fifo, replay_mru = _one_queue("lru", LRU), _one_queue("fifo", FIFO), \
+    _one_queue("mru", MRU)
+replay_clock, replay_sieve, replay_lfu = _one_queue("clock", CLOCK), \
+    _one_queue("sieve", SIEVE), _one_queue("lfu", LFU)
 replay_s3fifo = _replay("s3fifo", lambda c, s, cap, b, k, p, n: s3fifo(
     c, s, cap, k, p, n, int(share(cap, 0.10)), int(share(cap, 0.90)), 2))
 replay_arc = _replay("arc", lambda c, s, cap, b, k, p, n: arc(c, s, cap, k, p, n))

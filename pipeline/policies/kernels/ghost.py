@@ -107,20 +107,14 @@ def _ratio_max1(a, b):
 def _arc_replace(t1e, t2e, b1e, b2e, where, stored, prev, nxt, sz, p, ghost):
     # sz: bytes in T1, T2, B1, B2
     t1 = sz[0]
-    if (t1 > 0 and (t1 > p or (t1 == p and ghost == 2))) or sz[1] == 0:
-        v = t1e[1]
-        _unlink(t1e, prev, nxt, v)
-        sz[0] -= stored[v]
-        _push(b1e, prev, nxt, v)
-        sz[2] += stored[v]
-        where[v] = 3
-    else:
-        v = t2e[1]
-        _unlink(t2e, prev, nxt, v)
-        sz[1] -= stored[v]
-        _push(b2e, prev, nxt, v)
-        sz[3] += stored[v]
-        where[v] = 4
+    t = 0 if (t1 > 0 and (t1 > p or (t1 == p and ghost == 2))) or sz[1] == 0 else 1
+    live, dead = (t1e, b1e) if t == 0 else (t2e, b2e)
+    v = live[1]
+    _unlink(live, prev, nxt, v)
+    sz[t] -= stored[v]
+    _push(dead, prev, nxt, v)
+    sz[t + 2] += stored[v]
+    where[v] = t + 3
 
 
 @njit(cache=True, nogil=True)

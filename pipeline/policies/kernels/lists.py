@@ -7,15 +7,22 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["NONE", "NEVER", "FIRST", "push", "unlink", "bucket_push", "bucket_unlink", "arrays"]
+from pipeline.components.kjit import inlined
+
+__all__ = ["NONE", "NEVER", "FIRST", "kernel", "inlined", "push", "unlink", "bucket_push",
+           "bucket_unlink", "arrays"]
 
 NONE = -1
 NEVER = np.iinfo(np.int64).max
 #: Count bucket 1 as an int64: a literal 1 argument compiled ``bucket_push`` once more.
 FIRST = np.int64(1)
+#: ``kernel``: a loop or a helper that allocates nothing (its caller passes the work arrays),
+#: so numba counts no references in it (``pipeline.components.kjit``'s settings, plus nogil:
+#: the policies' replays run in a thread pool); ``inlined`` is kjit's.
+kernel = njit(cache=True, nogil=True, error_model="numpy", _nrt=False)
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def push(ends, prev, nxt, x):
     prev[x] = NONE
     nxt[x] = ends[0]
@@ -26,7 +33,7 @@ def push(ends, prev, nxt, x):
     ends[0] = x
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def unlink(ends, prev, nxt, x):
     p, n = prev[x], nxt[x]
     if p == NONE:
@@ -41,7 +48,7 @@ def unlink(ends, prev, nxt, x):
     nxt[x] = NONE
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def bucket_push(bhead, btail, prev, nxt, f, x):
     """``push`` onto bucket ``f`` of lists whose heads and tails are ``bhead[f]``, ``btail[f]``."""
     prev[x] = NONE
@@ -53,7 +60,7 @@ def bucket_push(bhead, btail, prev, nxt, f, x):
     bhead[f] = x
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def bucket_unlink(bhead, btail, prev, nxt, f, x):
     """``unlink`` ``x`` from bucket ``f`` (its ``prev``/``nxt`` are left as they were)."""
     p, q = prev[x], nxt[x]

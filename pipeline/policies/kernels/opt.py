@@ -5,41 +5,29 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from pipeline.policies.kernels.lists import NEVER
+from pipeline.policies.kernels.lists import NEVER, inlined, kernel
 
-__all__ = ["opt", "next_use_codes", "sift_up", "sift_down"]
+__all__ = ["opt", "next_use_codes", "sift", "heap_push", "heap_pop"]
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _above(pri, seq, a, b):
     """Heap order: a later next use first; among equals, the later push first."""
     return pri[a] > pri[b] or (pri[a] == pri[b] and seq[a] > seq[b])
 
 
-@njit(cache=True, nogil=True)
-def sift_up(heap, pos, pri, seq, i):
-    """Move ``heap[i]`` towards the root to its place (``pos``: key -> heap slot)."""
+@kernel
+def sift(heap, pos, pri, seq, i, size):
+    """Move ``heap[i]`` of ``heap[:size]`` to its place (``pos``: key -> heap slot): towards
+    the root while it ranks above its parent, else towards the leaves."""
     x = heap[i]
-    while i > 0:
-        parent = (i - 1) >> 1
-        y = heap[parent]
-        if not _above(pri, seq, x, y):
-            break
+    while i > 0 and _above(pri, seq, x, heap[(i - 1) >> 1]):
+        y = heap[(i - 1) >> 1]
         heap[i] = y
         pos[y] = i
-        i = parent
-    heap[i] = x
-    pos[x] = i
-
-
-@njit(cache=True, nogil=True)
-def sift_down(heap, pos, pri, seq, i, size):
-    """Move ``heap[i]`` towards the leaves to its place in ``heap[:size]``."""
-    x = heap[i]
-    while True:
+        i = (i - 1) >> 1
+    while 2 * i + 1 < size:
         child = 2 * i + 1
-        if child >= size:
-            break
         if child + 1 < size and _above(pri, seq, heap[child + 1], heap[child]):
             child += 1
         y = heap[child]
@@ -52,16 +40,30 @@ def sift_down(heap, pos, pri, seq, i, size):
     pos[x] = i
 
 
-@njit(cache=True, nogil=True)
-def _opt(codes, sizes, capacity, k, next_use, bypass):
-    """An indexed max-heap of the resident keys by (next use, last push)."""
+@inlined
+def heap_push(heap, pos, pri, seq, size, x):
+    """Add ``x`` to ``heap[:size]``."""
+    heap[size] = x
+    pos[x] = size
+    sift(heap, pos, pri, seq, size, size + 1)
+
+
+@inlined
+def heap_pop(heap, pos, pri, seq, size):
+    """Remove and return the root of ``heap[:size]`` (the latest next use)."""
+    v = heap[0]
+    pos[v] = -1
+    if size > 1:
+        heap[0] = heap[size - 1]
+        sift(heap, pos, pri, seq, 0, size - 1)
+    return v
+
+
+@kernel
+def _opt_loop(codes, sizes, capacity, next_use, bypass, hits, pos, pri, seq, stored, heap):
+    """An indexed max-heap of the resident keys by (next use, last push); the work arrays
+    come from the caller (no reference counts in the loop, whose helpers are inlined)."""
     n = codes.size
-    hits = np.zeros(n, np.bool_)
-    pos = np.full(k, -1, np.int64)          # resident key -> heap slot; -1 absent
-    pri = np.zeros(k, np.int64)
-    seq = np.zeros(k, np.int64)
-    stored = np.zeros(k, np.int64)
-    heap = np.empty(k, np.int64)
     size = 0
     used = 0
     for i in range(n):
@@ -70,27 +72,32 @@ def _opt(codes, sizes, capacity, k, next_use, bypass):
             hits[i] = True
             pri[x] = now
             seq[x] = i
-            sift_up(heap, pos, pri, seq, pos[x])     # the next use only moves later
+            sift(heap, pos, pri, seq, pos[x], size)  # the next use only moves later
             continue
         if s > capacity:
             continue
         if bypass and used + s > capacity and size > 0 and now >= pri[heap[0]]:
             continue
         while used + s > capacity:
-            v = heap[0]
+            v = heap_pop(heap, pos, pri, seq, size)
             size -= 1
-            pos[v] = -1
-            if size > 0:
-                heap[0] = heap[size]
-                sift_down(heap, pos, pri, seq, 0, size)
             used -= stored[v]
         pri[x] = now
         seq[x] = i
         stored[x] = s
         used += s
-        heap[size] = x
+        heap_push(heap, pos, pri, seq, size, x)
         size += 1
-        sift_up(heap, pos, pri, seq, size - 1)
+
+
+def _opt(codes: np.ndarray, sizes: np.ndarray, capacity: int, k: int, next_use: np.ndarray,
+         bypass: bool) -> np.ndarray:
+    """Per-access hits of OPT over ``k`` dense key codes (``bypass``: a key whose next use is
+    no sooner than every resident one's is not inserted)."""
+    hits = np.zeros(codes.size, np.bool_)
+    _opt_loop(codes, sizes, capacity, next_use, bypass, hits, np.full(k, -1, np.int64),
+              np.zeros(k, np.int64), np.zeros(k, np.int64), np.zeros(k, np.int64),
+              np.empty(k, np.int64))
     return hits
 
 
