@@ -23,6 +23,7 @@ with the sweep (``pipeline.fleet.sweep.Registered``).
 
 from __future__ import annotations
 
+from pipeline.base.named import NamedClasses
 from pipeline.engine.config import EngineOption
 from pipeline.engine.vllm import VLLM
 
@@ -32,35 +33,13 @@ __all__ = ["EngineOption", "ENGINES", "DEFAULT_ENGINE", "engine_class", "registe
 DEFAULT_ENGINE = "vllm"
 
 
-ENGINES: dict[str, type] = {
+ENGINES: NamedClasses = NamedClasses("engine", {
     VLLM.NAME: VLLM,
-}
-_BUILTIN = frozenset(ENGINES)
-
-
-def engine_class(name: str) -> type:
-    """The engine class registered as ``name`` (ValueError naming the choices)."""
-    if name not in ENGINES:
-        raise ValueError(f"unknown engine {name!r} (choose from {', '.join(ENGINES)})")
-    return ENGINES[name]
-
-
-def register_engine(cls: type) -> type:
-    """Add ``cls`` under its ``NAME`` (ValueError when taken); return it."""
-    if not getattr(cls, "NAME", None) or cls.NAME in ENGINES:
-        raise ValueError(f"engine {getattr(cls, 'NAME', None)!r}: no NAME, or taken")
-    ENGINES[cls.NAME] = cls
-    return cls
-
-
-def unregister_engine(name: str) -> None:
-    """Drop a registered engine (KeyError when absent)."""
-    del ENGINES[name]
-
-
-def added_engines() -> list[type]:
-    """The engines registered at run time, in registration order."""
-    return [cls for name, cls in ENGINES.items() if name not in _BUILTIN]
+})
+engine_class = ENGINES.lookup
+register_engine = ENGINES.register
+unregister_engine = ENGINES.unregister
+added_engines = ENGINES.added
 
 
 def engine_options() -> dict[str, tuple[str, EngineOption]]:

@@ -12,16 +12,16 @@ sweep (``pipeline.fleet.sweep.Registered``). ``--router``'s choices, its ``--hel
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
+from pipeline.base.named import NamedClasses
 from pipeline.fleet.routers.base import Router
 
 __all__ = ["ROUTERS", "router_class", "make_router", "parse_router_options",
            "register_router", "unregister_router", "added_routers"]
 
 #: name -> the module whose ``ROUTER`` it is, or the class (``register_router``)
-ROUTERS: dict[str, str | type[Router]] = {
+ROUTERS: NamedClasses = NamedClasses("router", {
     "round-robin": "pipeline.fleet.routers.round_robin",
     "random": "pipeline.fleet.routers.random_choice",
     "least-loaded": "pipeline.fleet.routers.least_loaded",
@@ -30,34 +30,11 @@ ROUTERS: dict[str, str | type[Router]] = {
     "prefix-estimate": "pipeline.fleet.routers.prefix_estimate",
     "prefix-precise": "pipeline.fleet.routers.prefix_precise",
     "kv-cost": "pipeline.fleet.routers.kv_cost",
-}
-_BUILTIN = frozenset(ROUTERS)
-
-
-def register_router(cls: type[Router]) -> type[Router]:
-    """Add router class ``cls`` under its ``NAME`` (ValueError when empty or taken)."""
-    if not cls.NAME or cls.NAME in ROUTERS:
-        raise ValueError(f"router name {cls.NAME!r} is empty or already registered")
-    ROUTERS[cls.NAME] = cls
-    return cls
-
-
-def unregister_router(name: str) -> None:
-    """Drop a router (KeyError when absent)."""
-    del ROUTERS[name]
-
-
-def added_routers() -> list[type[Router]]:
-    """The router classes registered at run time, in registration order."""
-    return [router_class(name) for name in ROUTERS if name not in _BUILTIN]
-
-
-def router_class(name: str) -> type[Router]:
-    """The router class registered as ``name``; ValueError naming the choices if none."""
-    if name not in ROUTERS:
-        raise ValueError(f"unknown router {name!r} (choose from {', '.join(ROUTERS)})")
-    target = ROUTERS[name]
-    return target if isinstance(target, type) else importlib.import_module(target).ROUTER
+}, attribute="ROUTER")
+router_class = ROUTERS.lookup
+register_router = ROUTERS.register
+unregister_router = ROUTERS.unregister
+added_routers = ROUTERS.added
 
 
 def make_router(name: str, num_instances: int, block_size: int, seed: int = 0,
