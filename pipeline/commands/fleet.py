@@ -28,6 +28,7 @@ from pipeline.base.errors import CLIError, UsageError
 from pipeline.fleet.aggregates import fleet_aggregates, instance_aggregates, json_rows, \
     overload_lines
 from pipeline.fleet.options import add_fleet_arguments, resolve_fleet_capacities
+from pipeline.fleet.cost import cheapest, cost_requested, prices_from_args, with_cost
 from pipeline.fleet.plan import Memory, smallest_memory
 from pipeline.charts.fleet import report_html
 from pipeline.fleet.routers import ROUTERS, make_router, parse_router_options, router_class
@@ -248,6 +249,7 @@ def _main(args: argparse.Namespace) -> int:
     args = resolve_fleet_capacities(args)
     if args.latency in (None, "roofline"):     # the default step times: before any reading
         check_roofline_model(args)
+    costs = prices_from_args(args) if cost_requested(args) else None
     workload = load_workload(args)
     args, settings = sweep_settings(args, workload, options)
     out = Path(args.out)
@@ -275,36 +277,41 @@ def _main(args: argparse.Namespace) -> int:
               file=sys.stderr)
     done = [p for p in points if point_path(out, "requests", p).exists()]
     if done:
-        _write_summaries(out, done, workload.label, settings.step_model, args)
+        _write_summaries(out, done, workload.label, settings.step_model, args, costs)
     return 1 if failed else 0
 
 
 def _write_summaries(out: Path, points: list[Point], label: str, model,
-                     args: argparse.Namespace) -> None:
+                     args: argparse.Namespace, costs=None) -> None:
     model_label = model.label
     keys = [p.key for p in points]
     dataset = ds.dataset(out / "requests", format="parquet", partitioning="hive")
     requests = pl.from_arrow(dataset.to_table(filter=ds.field("point").isin(keys)))
     instances, fleet = instance_aggregates(requests), fleet_aggregates(requests)
-    outputs = Outputs()
-    outputs.add(out / "instances.parquet", parquet_bytes(instances), label="--out")
-    outputs.add(out / "fleet.parquet", parquet_bytes(fleet), label="--out")
     from pipeline.charts.summary import engine_configuration, provenance_text
     page = report_html(fleet, label, model_label, requests, engine_configuration(args, model),
                        provenance_text(model))
-    outputs.add(out / "report.html", page.encode(), label="--out")
     targets = dict(ttft_p90_ms=args.target_ttft_p90_ms, hit_ratio=args.target_hit_ratio)
     memory = Memory(getattr(model, "kv_bytes_per_token", None),
                     args.block_size, args.cpu, args.cpu_shared)
-    plan = (smallest_memory(fleet, **targets, memory=memory)
-            if any(v is not None for v in targets.values()) else None)
+    prices = None
+    if costs is not None:
+        prices, kv_tokens_per_gpu = costs
+        fleet = with_cost(fleet, memory, prices, kv_tokens_per_gpu)
+    planned = any(v is not None for v in targets.values())
+    plan = (None if not planned else smallest_memory(fleet, **targets, memory=memory)
+            if prices is None else cheapest(fleet, **targets))
+    outputs = Outputs()
+    outputs.add(out / "instances.parquet", parquet_bytes(instances), label="--out")
+    outputs.add(out / "fleet.parquet", parquet_bytes(fleet), label="--out")
+    outputs.add(out / "report.html", page.encode(), label="--out")
     if plan is not None:
         outputs.add(out / "plan.parquet", parquet_bytes(plan), label="--out")
     outputs.commit()
     warnings = overload_lines(fleet)
     first_line, models = engine_models(args)
     if args.json:                             # stdout stays JSON lines: warnings to stderr
-        for row in json_rows(fleet):
+        for row in json_rows(fleet, cost=prices is not None):
             print(json.dumps({**row, "models": models}))
         for line in warnings:
             print(line, file=sys.stderr)
@@ -314,13 +321,22 @@ def _write_summaries(out: Path, points: list[Point], label: str, model,
     with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_hide_dataframe_shape=True,
                    float_precision=3, tbl_hide_column_data_types=True,
                    tbl_width_chars=200, fmt_str_lengths=40):
-        print(fleet.select("router", "instances", "gpu_blocks", "load", "hit_ratio",
-                           "ttft_p50_ms", "ttft_p90_ms", "imbalance"))
+        shown = ["router", "instances", "gpu_blocks", "load", "hit_ratio", "ttft_p50_ms",
+                 "ttft_p90_ms", "imbalance"]
+        if prices is not None:
+            shown += ["usd_per_hour", "usd_per_million_output_tokens", "fits_gpu"]
+        print(fleet.select(shown))
         if plan is not None:
             wanted = ", ".join(f"{k} {'<=' if k.startswith('ttft') else '>='} {v:g}"
                                for k, v in targets.items() if v is not None)
             print(f"smallest total memory meeting {wanted} (replicas x (GPU KV + CPU tier), "
-                  f"GiB; none: no swept point does):")
-            print(plan)
+                  f"GiB; none: no swept point does):" if prices is None else
+                  f"cheapest point meeting {wanted} (USD per hour; none: no swept point "
+                  f"that fits the GPU does):")
+            print(plan if prices is None else plan.select(
+                "router", "load", "instances", "gpu_blocks", "cpu_gib", "ttft_p90_ms",
+                "hit_ratio", "usd_per_hour", "usd_per_million_output_tokens"))
+    if prices is not None:
+        print("prices: " + "; ".join(prices.lines()))
     for line in [*warnings, *size_lines(getattr(args, "sizes", {}))]:
         print(line)

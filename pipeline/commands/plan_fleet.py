@@ -42,6 +42,8 @@ from pipeline.commands import fleet as fleet_command
 from pipeline.engine.overload import warning_line
 from pipeline.fleet.aggregates import OVERLOAD_COLUMNS, fleet_aggregates
 from pipeline.fleet.options import resolve_fleet_capacities
+from pipeline.fleet.cost import COST_DESTS, cheapest, cost_requested, prices_from_args, \
+    with_cost
 from pipeline.fleet.plan import Memory, smallest_memory
 from pipeline.fleet.sweep import Point, run_sweep
 from pipeline.fleet.workload import FLEET_PATTERNS, load_workload
@@ -60,7 +62,7 @@ FLEET_ONLY = ("engine", "instances", "router", "router_option", "staleness_ms",
               "max_model_len", "no_chunked_prefill", "long_prefill_token_threshold",
               "async_scheduling", "cpu", "cpu_chunk_size", "cpu_shared", "limit",
               "groups", "questions", "sessions", "turns", "think_s", "executor", "jobs",
-              "ray_address", "retries")
+              "ray_address", "retries", *COST_DESTS)
 
 
 #: the options whose default, when plan's parser leaves None, is fleet's own
@@ -173,6 +175,7 @@ def fleet_plan(args: argparse.Namespace) -> int:
         raise CLIError(str(exc)) from None
     if args.out is not None and not args.out.parent.is_dir():
         raise CLIError(f"--out: folder {args.out.parent} does not exist")
+    costs = prices_from_args(args) if cost_requested(args) else None
     workload = load_workload(args)
     args = derive(args, gpu_blocks=_grid(args, workload))
     args, settings = fleet_command.sweep_settings(args, workload, args.options)
@@ -185,7 +188,11 @@ def fleet_plan(args: argparse.Namespace) -> int:
               for b in args.gpu_blocks]
     fleet = _run(args, settings, points, workload)
     memory = Memory(kv.bytes_per_token, args.block_size, args.cpu, args.cpu_shared)
-    plan = smallest_memory(fleet, args.target_ttft_p90_ms, args.target_hit_ratio, memory)
+    if costs is None:
+        plan = smallest_memory(fleet, args.target_ttft_p90_ms, args.target_hit_ratio, memory)
+    else:
+        fleet = with_cost(fleet, memory, *costs)
+        plan = cheapest(fleet, args.target_ttft_p90_ms, args.target_hit_ratio)
     plan = plan.sort(pl.col("router").replace_strict(
         {name: i for i, name in enumerate(args.router)}, return_dtype=pl.Int64))
     if withheld is not None:
@@ -197,7 +204,8 @@ def fleet_plan(args: argparse.Namespace) -> int:
         outputs.add(args.out / "fleet.parquet", parquet_bytes(fleet), label="--out")
         outputs.add(args.out / "plan.parquet", parquet_bytes(plan), label="--out")
         outputs.commit()
-    document = _document(args, workload, kv, model, withheld, plan, fleet, load)
+    document = _document(args, workload, kv, model, withheld, plan, fleet, load,
+                         None if costs is None else costs[0])
     warnings = [warning_line(a, f"the answer for {a['router']} ({a['instances']} x "
                                 f"{a['gpu_blocks']:,} GPU blocks)")
                 for a in document["answers"] if a["overloaded"]]
@@ -235,7 +243,7 @@ def _run(args: argparse.Namespace, settings, points: list[Point], workload) -> p
 
 
 def _document(args, workload, kv: KVSize, model, withheld: str | None, plan: pl.DataFrame,
-              fleet: pl.DataFrame, load: float) -> dict:
+              fleet: pl.DataFrame, load: float, prices=None) -> dict:
     kind = "ttft_p90" if args.target_ttft_p90_ms is not None else "hit_ratio"
     value = args.target_ttft_p90_ms if kind == "ttft_p90" else args.target_hit_ratio
     point = ["router", "instances", "gpu_blocks", "load"]
@@ -253,7 +261,14 @@ def _document(args, workload, kv: KVSize, model, withheld: str | None, plan: pl.
             # the answer's point under its simulated load (pipeline.engine.overload)
             "overloaded": bool(row["overloaded"]) if met else None,
             **{key: row[key] for key in ("offered_rate", "served_rate",
-                                         "queue_at_last_arrival", "requests")}})
+                                         "queue_at_last_arrival", "requests")},
+            **({} if prices is None else {key: row[key] for key in (
+                "usd_per_hour", "usd_per_million_output_tokens")})})
+    extra = {} if prices is None else {"cost": {
+        "gpu": prices.gpu, "gpu_usd_per_hour": prices.gpu_per_hour,
+        "cpu_memory_usd_per_gib_hour": prices.cpu_per_gib_hour,
+        "disk_usd_per_gib_hour": prices.disk_per_gib_hour, "sources": prices.sources,
+        "points_fitting_gpu": int(fleet["fits_gpu"].sum()), "points": fleet.height}}
     return {
         "kind": "kvlab-fleet-plan", "version": 1,
         "cache_models": engine_models(args)[1],
@@ -268,6 +283,7 @@ def _document(args, workload, kv: KVSize, model, withheld: str | None, plan: pl.
                  "gpu_blocks": args.gpu_blocks, "block_size": args.block_size,
                  "cpu_tokens": args.cpu, "cpu_shared": args.cpu_shared,
                  "load": load},
+        **extra,
         "answers": answers}
 
 
@@ -278,7 +294,10 @@ def _print(document: dict) -> None:
     cpu = ("no CPU tier" if not grid["cpu_tokens"] else
            f"CPU {'pool' if grid['cpu_shared'] else 'tier per instance'} "
            f"{grid['cpu_tokens']:,} tokens")
-    print(f"target: {wanted} at load {grid['load']:g}, the smallest total KV memory per router")
+    cost = document.get("cost")
+    goal = ("the cheapest point per router (USD per hour)" if cost else
+            "the smallest total KV memory per router")
+    print(f"target: {wanted} at load {grid['load']:g}, {goal}")
     print(f"workload: {document['workload']}")
     print(f"KV: {document['kv']['describe']}")
     bound = " (a lower bound, not measured)" if ttft["source"] == "roofline" else ""
@@ -286,7 +305,9 @@ def _print(document: dict) -> None:
           else f"TTFT: withheld: {ttft['withheld']}")
     print(f"grid: instances {','.join(map(str, grid['instances']))} x GPU blocks per instance "
           f"{','.join(map(str, grid['gpu_blocks']))} ({grid['block_size']} tokens each), "
-          f"{cpu}; the answer is the smallest of these points")
+          f"{cpu}; the answer is the "
+          + ("cheapest of these points that fits one GPU, then the least memory"
+             if document.get("cost") else "smallest of these points"))
     for a in document["answers"]:
         if a["status"] != "met":
             print(f"  {a['router']}: no point of the grid meets it")
@@ -296,5 +317,12 @@ def _print(document: dict) -> None:
             parts += f" + CPU {a['cpu_tokens']:,} tokens"
         shown = (f", TTFT p90 {a['ttft_p90_ms']:,.2f} ms ({ttft['source']})"
                  if a["ttft_p90_ms"] is not None else "")
+        price = (f"; ${a['usd_per_hour']:,.2f}/hour, ${a['usd_per_million_output_tokens']:,.3f}"
+                 f" per million output tokens" if cost else "")
         print(f"  {a['router']}: {a['total_tokens']:,} tokens = {a['total_gib']:.3f} GiB "
-              f"({parts}); hit ratio {a['hit_ratio']:.3f}{shown}")
+              f"({parts}); hit ratio {a['hit_ratio']:.3f}{shown}{price}")
+    if cost:
+        print(f"prices: {cost['gpu']} ${cost['gpu_usd_per_hour']:g}/hour, CPU memory "
+              f"${cost['cpu_memory_usd_per_gib_hour']:g}/GiB-hour ({cost['sources']['gpu']}; "
+              f"{cost['sources']['cpu']}); {cost['points_fitting_gpu']} of {cost['points']} "
+              f"points fit one {cost['gpu']}")

@@ -78,9 +78,12 @@ def overload_lines(fleet: pl.DataFrame) -> list[str]:
         f"GPU blocks, load {row['load']:g}"))
 
 
-def json_rows(fleet: pl.DataFrame) -> list[dict]:
-    """``--json``: one object per (router, point) with the fields the issue names."""
+def json_rows(fleet: pl.DataFrame, cost: bool = False) -> list[dict]:
+    """``--json``: one object per (router, point) with its figures (and, with ``cost``,
+    ``usd_per_hour``, ``usd_per_million_output_tokens`` and ``fits_gpu``)."""
     keys = ("router", "instances", "gpu_blocks", "load", "prompt_tokens", "gpu_hit_tokens",
             "cpu_hit_tokens", "ttft_p50_ms", "ttft_p90_ms", "imbalance", "requests",
             *OVERLOAD_COLUMNS)
+    if cost:
+        keys += ("usd_per_hour", "usd_per_million_output_tokens", "fits_gpu")
     return fleet.select(keys).to_dicts()

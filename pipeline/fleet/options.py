@@ -8,6 +8,7 @@ import os
 from pipeline.base.arguments import Options, deprecated_alias, derive, non_negative_float, \
     non_negative_int, positive_int
 from pipeline.engine.options import add_engine_arguments, pool_blocks
+from pipeline.fleet.cost import add_cost_arguments
 from pipeline.fleet.routers import ROUTERS, router_class
 from pipeline.fleet.sweep import EXECUTORS
 from pipeline.sizes.units import add_kv_arguments, capacities
@@ -139,5 +140,6 @@ def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
                       help="TTFT p90 at most MS")
     plan.add_argument("--target-hit-ratio", type=non_negative_float, metavar="R",
                       help="prefix hit ratio (GPU + CPU) at least R")
+    add_cost_arguments(parser)
     run.add_argument("--json", action="store_true",
                      help="print one JSON object per (router, point)")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-__all__ = ["Memory", "smallest_memory"]
+__all__ = ["Memory", "memory_columns", "best_points", "smallest_memory"]
 
 GIB = float(1 << 30)
 
@@ -32,16 +32,10 @@ class Memory:
     cpu_shared: bool = False
 
 
-def smallest_memory(fleet: pl.DataFrame, ttft_p90_ms: float | None = None,
-                    hit_ratio: float | None = None, memory: Memory = Memory()
-                    ) -> pl.DataFrame:
-    """Per (router, load): the point with the least total memory meeting the targets
-    (routers with no such point get a row with nulls)."""
-    meets = pl.lit(True)
-    if ttft_p90_ms is not None:
-        meets &= pl.col("ttft_p90_ms") <= ttft_p90_ms
-    if hit_ratio is not None:
-        meets &= pl.col("hit_ratio") >= hit_ratio
+def memory_columns(fleet: pl.DataFrame, memory: Memory) -> pl.DataFrame:
+    """``fleet``'s points with their memory: ``total_blocks``, ``gpu_gib``, ``cpu_gib``,
+    ``gpu_tokens``, ``cpu_tokens``, ``total_gib``, ``total_tokens`` (the GiB columns null
+    without a KV size)."""
     kv = memory.kv_bytes_per_token
     n = pl.col("instances")
     gpu = (pl.lit(None, pl.Float64) if kv is None
@@ -51,18 +45,38 @@ def smallest_memory(fleet: pl.DataFrame, ttft_p90_ms: float | None = None,
            else pl.lit(cpu_one) if memory.cpu_shared else n * cpu_one)
     cpu_tokens = (pl.lit(memory.cpu_tokens, pl.Int64) if memory.cpu_shared
                   else n * memory.cpu_tokens)
-    points = fleet.with_columns(total_blocks=n * pl.col("gpu_blocks"), gpu_gib=gpu,
-                                cpu_gib=cpu,
-                                gpu_tokens=n * pl.col("gpu_blocks") * memory.block_size,
-                                cpu_tokens=cpu_tokens).with_columns(
+    return fleet.with_columns(total_blocks=n * pl.col("gpu_blocks"), gpu_gib=gpu,
+                              cpu_gib=cpu,
+                              gpu_tokens=n * pl.col("gpu_blocks") * memory.block_size,
+                              cpu_tokens=cpu_tokens).with_columns(
         total_gib=pl.col("gpu_gib") + pl.col("cpu_gib"),
         total_tokens=pl.col("gpu_tokens") + pl.col("cpu_tokens"))
-    rank = ["total_tokens"]
-    best = (points.filter(meets).sort(*rank, "instances")
+
+
+def best_points(points: pl.DataFrame, ttft_p90_ms: float | None, hit_ratio: float | None,
+                rank: tuple[str, ...], extra: tuple[str, ...] = (),
+                every: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Per (router, load) of ``every`` (default ``points``): the first point of ``points``
+    in ``rank`` order that meets the targets (a row of nulls when none does)."""
+    meets = pl.lit(True)
+    if ttft_p90_ms is not None:
+        meets &= pl.col("ttft_p90_ms") <= ttft_p90_ms
+    if hit_ratio is not None:
+        meets &= pl.col("hit_ratio") >= hit_ratio
+    best = (points.filter(meets).sort(*rank)
             .group_by("router", "load", maintain_order=True).first()
             .select("router", "load", "total_gib", "gpu_gib", "cpu_gib", "total_blocks",
                     "instances", "gpu_blocks", "total_tokens", "gpu_tokens", "cpu_tokens",
-                    "ttft_p90_ms", "hit_ratio"))
-    every = points.select("router", "load").unique()
-    return every.join(best, on=["router", "load"], how="left").sort("load", *rank,
-                                                                   "router", nulls_last=True)
+                    "ttft_p90_ms", "hit_ratio", *extra))
+    keys = (points if every is None else every).select("router", "load").unique()
+    return keys.join(best, on=["router", "load"], how="left").sort(
+        "load", rank[0], "router", nulls_last=True)
+
+
+def smallest_memory(fleet: pl.DataFrame, ttft_p90_ms: float | None = None,
+                    hit_ratio: float | None = None, memory: Memory = Memory()
+                    ) -> pl.DataFrame:
+    """Per (router, load): the point with the least total memory meeting the targets
+    (routers with no such point get a row with nulls)."""
+    return best_points(memory_columns(fleet, memory), ttft_p90_ms, hit_ratio,
+                       rank=("total_tokens", "instances"))
