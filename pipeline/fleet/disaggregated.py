@@ -1,0 +1,220 @@
+"""A disaggregated fleet: P prefill engines, D decode engines, and the KV moved between
+them (``fleet --prefill-instances P --decode-instances D --kv-transfer GB/s[:MS]``).
+
+As llm-d and vLLM's P/D connectors run it: a prefill engine runs the request with
+``max_tokens`` 1 (its prompt and first token, chunked prefill and prefix cache as any vLLM
+engine); the prompt's KV then moves over the prefill instance's link to a decode engine,
+one transfer at a time per link in the order the prefills finish (bytes = the prompt's
+blocks, a partial last block included, x block size x KV bytes per token; time = bytes /
+GB/s + latency); the decode engine admits the request with every prompt token but the
+last already computed (vLLM's decode side loads them through its connector and recomputes
+the last one to sample), and decodes. TTFT is the prefill side's first token (what llm-d
+and Dynamo return to the client first); TPOT the decode side's: (finish - its first token)
+/ (output tokens - 1).
+
+The two sides run one after the other (``simulate_fleet`` each, with its own router): a
+prefill engine does not wait for the decode side, which holds in this model because the
+prefill side's blocks are freed when its request finishes (vLLM's P side keeps them until
+the decode side has read them: a pool under pressure would admit later than here), and
+the decode side's own prefix cache does not shorten a transfer (it does shorten the
+compute: the loaded tokens count as CPU-tier hits, priced at nothing: the KV is in).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from pipeline.base.fitted_step_time import TERMS
+from pipeline.base.step_vectors import Rates
+from pipeline.components.engine_layout import NPROMPT, T_CAPACITY, T_CHUNK, T_HANDLE, T_ON, \
+    T_PER
+from pipeline.components.kgeneric import register
+from pipeline.components.ktier import no_tier
+from pipeline.engine.request import SimRequest
+from pipeline.fleet.loop import FleetResult, simulate_fleet
+from pipeline.fleet.routers.base import Router
+
+__all__ = ["Link", "parse_link", "RemotePrefill", "WithoutReload", "Side",
+           "simulate_disaggregated", "kv_bytes"]
+
+_LINK = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?\d+)?)\s*(GB/s|GBps|Gb/s|Gbps)\s*"
+                   r"(?::\s*([0-9]*\.?[0-9]+(?:e[+-]?\d+)?)\s*(ms|us|s))?\s*$", re.I)
+
+
+@dataclass(frozen=True)
+class Link:
+    """One prefill instance's link to the decode side: GB/s (10^9 bytes/s; ``inf``: no
+    transfer time) and a latency per transfer."""
+
+    gbps: float
+    latency_ms: float = 0.0
+
+    def ms(self, nbytes: float) -> float:
+        """Milliseconds to move ``nbytes``."""
+        seconds = 0.0 if math.isinf(self.gbps) else nbytes / (self.gbps * 1e9)
+        return seconds * 1e3 + self.latency_ms
+
+    def describe(self) -> str:
+        return f"{self.gbps:g} GB/s + {self.latency_ms:g} ms per transfer"
+
+
+def parse_link(text: str) -> Link:
+    """argparse type: ``25GB/s``, ``200Gb/s:0.5ms`` (bytes or bits per second, a latency in
+    ms, us or s); a bandwidth without its unit is refused."""
+    found = _LINK.match(text)
+    if not found:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected a bandwidth with its unit and an optional latency, as "
+            f"25GB/s, 200Gb/s or 25GB/s:0.5ms")
+    value, unit, latency, lunit = found.groups()
+    gbps = float(value) / (8.0 if unit[1] == "b" else 1.0)     # Gb/s: bits
+    if gbps <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: the bandwidth must be > 0")
+    ms = 0.0 if latency is None else float(latency) * {"ms": 1.0, "us": 1e-3, "s": 1e3}[
+        lunit.lower()]
+    return Link(gbps, ms)
+
+
+class RemotePrefill:
+    """The decode engine's KV connector as its CPU-tier call points: at admission every
+    prompt token but the last is there to load (counted from the request's first token,
+    as ``pipeline.components.kgeneric`` asks); nothing is stored."""
+
+    def __init__(self) -> None:
+        self.arrays = no_tier()
+        self.arrays[0][[T_ON, T_CAPACITY, T_CHUNK, T_PER, T_HANDLE]] = \
+            1, 1 << 62, 1, 1, register(self)
+
+    def lookup(self, R: np.ndarray, KEYS: np.ndarray, slot: int, local: int) -> int:
+        return int(R[slot, NPROMPT]) - 1
+
+    def store(self, R: np.ndarray, KEYS: np.ndarray, slot: int) -> None:
+        return None
+
+
+class _NoReload:
+    """A batch record that reads ``reload_tokens`` as 0."""
+
+    __slots__ = ("_record",)
+
+    def __init__(self, record: Any) -> None:
+        self._record = record
+
+    reload_tokens = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._record, name)
+
+
+class WithoutReload:
+    """A step-time model whose batches load nothing: the decode side's KV arrived over the
+    P/D link before the request was admitted, so its connector's loads cost no step time."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.label = getattr(model, "label", "")
+        self.provenance = getattr(model, "provenance", "")
+
+    def step_ms(self, record: Any) -> float:
+        return float(self.model.step_ms(_NoReload(record)))
+
+    def kernel_coefficients(self) -> tuple[str, tuple[float, ...]]:
+        kind, values = self.model.kernel_coefficients()
+        values = list(values)
+        if kind == "roofline":
+            values[Rates._fields.index("per_reload")] = 0.0
+        else:
+            values[[quantity for _, quantity in TERMS].index("reload_tokens")] = 0.0
+        return kind, tuple(values)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.model, name)
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of the fleet: its scheduler config, router, step-time model and engine."""
+
+    config: Any
+    router: Router
+    step_model: Any
+    engine: type | None = None
+
+
+def kv_bytes(prompt_tokens: np.ndarray, block_size: int, kv_bytes_per_token: int) -> np.ndarray:
+    """Bytes moved per request: the prompt's blocks (a partial last one included)."""
+    blocks = -(-np.asarray(prompt_tokens, np.int64) // block_size)
+    return blocks * block_size * kv_bytes_per_token
+
+
+def _transfers(done_ms: np.ndarray, link_of: np.ndarray, nbytes: np.ndarray,
+               link: Link) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end) of each transfer: per link one at a time, in the order the prefills
+    finish (ties: lower request first)."""
+    start, end = np.empty_like(done_ms), np.empty_like(done_ms)
+    free: dict[int, float] = {}
+    for i in np.lexsort((np.arange(done_ms.size), done_ms)).tolist():
+        at = max(float(done_ms[i]), free.get(int(link_of[i]), 0.0))
+        start[i], end[i] = at, at + link.ms(float(nbytes[i]))
+        free[int(link_of[i])] = float(end[i])
+    return start, end
+
+
+def simulate_disaggregated(requests: Sequence[SimRequest], prefill: Side, decode: Side,
+                           link: Link, kv_bytes_per_token: int) -> FleetResult:
+    """Every request through a prefill engine, the link and a decode engine (see the module
+    docstring); ``requests`` numbered 0..n-1 with non-decreasing ``arrival_s``. The request
+    rows carry ``instance`` (the prefill engine), ``decode_instance``, the prefill side's
+    columns (its TTFT), ``kv_bytes``, ``transfer_start_ms`` / ``transfer_end_ms``, the
+    decode side's ``decode_first_token_ms`` and ``finish_ms``, ``tpot_ms``; the steps carry
+    ``side`` (prefill or decode)."""
+    first = [replace(r, max_tokens=1, output_token_ids=None if r.output_token_ids is None
+                     else list(r.output_token_ids[:1])) for r in requests]
+    p = simulate_fleet(first, prefill.config, prefill.router, prefill.step_model.step_ms,
+                       decode_run_ms=getattr(prefill.step_model, "decode_run_ms", None),
+                       engine=prefill.engine)
+    pre = p.requests.sort("request")
+    block_size = prefill.config.block_size if not isinstance(prefill.config, Sequence) \
+        else prefill.config[0].block_size
+    nbytes = kv_bytes(pre["prompt_tokens"].to_numpy(), block_size, kv_bytes_per_token)
+    start, end = _transfers(pre["finish_ms"].to_numpy(), pre["instance"].to_numpy(),
+                            nbytes, link)
+    order = np.lexsort((np.arange(end.size), end))           # decode arrivals in time order
+    moved = [replace(requests[int(i)], index=k, arrival_s=float(end[i]) / 1e3)
+             for k, i in enumerate(order.tolist())]
+    model = WithoutReload(decode.step_model)
+    n_decode = decode.router.num_instances
+    d = simulate_fleet(moved, decode.config, decode.router, model.step_ms,
+                       cpu_tiers=[RemotePrefill() for _ in range(n_decode)],
+                       decode_run_ms=getattr(decode.step_model, "decode_run_ms", None),
+                       engine=decode.engine)
+    back = pl.DataFrame({"request": pl.Series(order, dtype=pl.Int64),
+                         "moved": pl.Series(np.arange(order.size), dtype=pl.Int64)})
+    dec = (d.requests.rename({"request": "moved"}).join(back, on="moved")
+           .select("request", decode_instance="instance",
+                   decode_first_token_ms="first_token_ms", decode_finish_ms="finish_ms",
+                   decode_gpu_hit_tokens="gpu_hit_tokens",
+                   decode_preemptions="preemptions"))
+    out = pre.with_columns(kv_bytes=pl.Series(nbytes, dtype=pl.Int64),
+                           transfer_start_ms=pl.Series(start),
+                           transfer_end_ms=pl.Series(end),
+                           prefill_finish_ms=pl.col("finish_ms"),
+                           output_tokens=pl.Series([r.max_tokens for r in requests],
+                                                   dtype=pl.Int64))
+    out = out.drop("finish_ms", "e2e_ms").join(dec, on="request").with_columns(
+        finish_ms=pl.col("decode_finish_ms"),
+        e2e_ms=pl.col("decode_finish_ms") - pl.col("arrival_ms"),
+        tpot_ms=pl.when(pl.col("output_tokens") > 1).then(
+            (pl.col("decode_finish_ms") - pl.col("decode_first_token_ms"))
+            / (pl.col("output_tokens") - 1))).drop("decode_finish_ms").sort("request")
+    steps = pl.concat([p.steps.with_columns(side=pl.lit("prefill")),
+                       d.steps.with_columns(side=pl.lit("decode"))], how="diagonal_relaxed")
+    return FleetResult(out, steps.select("side", pl.exclude("side")))

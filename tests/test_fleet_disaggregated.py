@@ -1,0 +1,125 @@
+"""A disaggregated fleet (``pipeline.fleet.disaggregated``) against the composition of its
+two engines run alone, the transfer arithmetic, and the link option's bad input."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import replace
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.engine.config import SchedulerConfig
+from pipeline.engine.core import EngineSim
+from pipeline.engine.loop import simulate
+from pipeline.engine.request import SimRequest
+from pipeline.fleet.disaggregated import Link, RemotePrefill, Side, WithoutReload, \
+    kv_bytes, parse_link, simulate_disaggregated
+from pipeline.fleet.routers import make_router
+from pipeline.sizes.gpus import gpu_preset
+from pipeline.sizes.model_presets import model_shape
+from pipeline.steptime.roofline import Roofline
+
+MODEL = Roofline(model_shape("qwen2.5-1.5b"), gpu_preset("H100"))
+KV = MODEL.kv_bytes_per_token
+
+
+def _requests(draw_lengths, outputs, gaps, shared) -> list[SimRequest]:
+    requests, t = [], 0.0
+    for i, (length, out, gap) in enumerate(zip(draw_lengths, outputs, gaps)):
+        t += gap
+        prompt = list(range(shared)) + [10_000 + 1000 * i + j for j in range(length)]
+        requests.append(SimRequest(i, prompt, out, arrival_s=t))
+    return requests
+
+
+workloads = st.integers(1, 8).flatmap(lambda n: st.tuples(
+    st.lists(st.integers(1, 90), min_size=n, max_size=n),
+    st.lists(st.integers(1, 12), min_size=n, max_size=n),
+    st.lists(st.floats(0, 0.05), min_size=n, max_size=n),
+    st.sampled_from([0, 16, 40])))
+
+
+@settings(max_examples=25, deadline=None)
+@given(workloads, st.integers(24, 60))
+def test_one_prefill_one_decode_at_infinite_bandwidth_is_the_two_engines_composed(
+        workload, blocks):
+    requests = _requests(*workload)
+    longest = max(len(r.prompt_token_ids) + r.max_tokens for r in requests)
+    config = SchedulerConfig(num_gpu_blocks=blocks, max_model_len=longest, block_size=8,
+                             max_num_batched_tokens=64)
+    if (longest - 1) // 8 + 2 > blocks:
+        return
+    pd = simulate_disaggregated(
+        requests, Side(config, make_router("round-robin", 1, 8), MODEL),
+        Side(config, make_router("round-robin", 1, 8), MODEL), Link(math.inf), KV).requests
+    # the prefill engine alone, every request cut to its first token
+    first = [replace(r, max_tokens=1) for r in requests]
+    alone = simulate(first, config, clock="time", step_ms=MODEL.step_ms).requests
+    assert pd["first_token_ms"].to_list() == pytest.approx(alone["first_token_ms"].to_list())
+    assert pd["ttft_ms"].to_list() == pytest.approx(alone["ttft_ms"].to_list())
+    assert pd["gpu_hit_tokens"].to_list() == alone["gpu_hit_tokens"].to_list()
+    # the decode engine alone: each request arrives when its prefill finished, with every
+    # prompt token but the last loaded, and loads cost nothing
+    done = alone["finish_ms"].to_numpy()
+    order = np.lexsort((np.arange(done.size), done))
+    moved = [replace(requests[i], index=k, arrival_s=done[i] / 1e3)
+             for k, i in enumerate(order.tolist())]
+    decode = simulate(moved, config, clock="time", step_ms=WithoutReload(MODEL).step_ms,
+                      cpu_tier=RemotePrefill()).requests
+    finish = np.empty(len(requests))
+    finish[order] = decode["finish_ms"].to_numpy()
+    assert pd["finish_ms"].to_list() == pytest.approx(finish.tolist())
+    assert pd["transfer_start_ms"].to_list() == pytest.approx(done.tolist())
+    assert pd["transfer_end_ms"].to_list() == pytest.approx(done.tolist())
+    loaded = np.empty(len(requests), np.int64)
+    loaded[order] = decode["cpu_hit_tokens"].to_numpy() + decode["gpu_hit_tokens"].to_numpy()
+    assert loaded.tolist() == [len(r.prompt_token_ids) - 1 for r in requests]
+    tpot = pd.filter(pl.col("output_tokens") > 1)
+    assert (tpot["tpot_ms"] > 0).all()
+
+
+def test_transfers_queue_on_each_prefill_link():
+    requests = [SimRequest(i, list(range(100 * i, 100 * i + 64)), 3, arrival_s=0.0)
+                for i in range(4)]
+    config = SchedulerConfig(num_gpu_blocks=200, max_model_len=80, block_size=16)
+    link = Link(0.001, 2.0)                     # 1 MB/s: transfers dominate
+    pd = simulate_disaggregated(
+        requests, Side(config, make_router("round-robin", 2, 16), MODEL),
+        Side(config, make_router("round-robin", 2, 16), MODEL), link, KV).requests
+    assert pd["kv_bytes"].to_list() == [64 * KV] * 4
+    one = link.ms(64 * KV)
+    for instance, part in pd.group_by("instance"):
+        part = part.sort("prefill_finish_ms")
+        starts, ends = part["transfer_start_ms"].to_list(), part["transfer_end_ms"].to_list()
+        assert ends[0] - starts[0] == pytest.approx(one)
+        assert starts[1] == pytest.approx(max(ends[0], part["prefill_finish_ms"][1]))
+    assert (pd["first_token_ms"] < pd["transfer_end_ms"]).all()
+    assert (pd["finish_ms"] > pd["transfer_end_ms"]).all()
+
+
+def test_kv_bytes_count_a_partial_last_block():
+    assert kv_bytes(np.array([1, 16, 17]), 16, 10).tolist() == [160, 160, 320]
+
+
+@pytest.mark.parametrize("text,gbps,ms", [("25GB/s", 25, 0), ("200Gb/s:0.5ms", 25, 0.5),
+                                          ("50GBps:20us", 50, 0.02), ("1.5GB/s:1s", 1.5, 1000)])
+def test_link_option(text, gbps, ms):
+    assert parse_link(text) == Link(pytest.approx(gbps), pytest.approx(ms))
+
+
+@pytest.mark.parametrize("text", ["25", "25:1ms", "0GB/s", "fast", "25GB/s:1"])
+def test_link_option_refuses(text):
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_link(text)
+
+
+def test_the_decode_side_prices_no_reload():
+    engine_model = WithoutReload(MODEL)
+    kind, values = engine_model.kernel_coefficients()
+    assert kind == "roofline" and values[-1] == 0.0 and MODEL.rates[-1] > 0
+    assert EngineSim is not None
