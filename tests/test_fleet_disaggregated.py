@@ -123,3 +123,61 @@ def test_the_decode_side_prices_no_reload():
     kind, values = engine_model.kernel_coefficients()
     assert kind == "roofline" and values[-1] == 0.0 and MODEL.rates[-1] > 0
     assert EngineSim is not None
+
+
+# ---------------------------------------------------------------- the commands
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKLOAD = ("--pattern", "long-doc-qa", "--num-documents", "3", "--document-length", "1000",
+            "--repeat-count", "2", "--model", "llama-3.1-8b", "--jobs", "1")
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=ROOT, text=True,
+                          capture_output=True, timeout=300)
+
+
+def test_fleet_and_plan_disaggregated(tmp_path):
+    out = tmp_path / "pd"
+    done = _run("fleet", *WORKLOAD, "--prefill-instances", "1", "--decode-instances", "1,2",
+                "--kv-transfer", "25GB/s:1ms", "--gpu-cost-per-hour", "2", "--out", str(out),
+                "--json")
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(r["instances"], r["decode_instances"]) for r in rows] == [(1, 1), (1, 2)]
+    assert [r["usd_per_hour"] for r in rows] == pytest.approx([4.0, 6.0])   # P + D GPUs
+    assert all(r["tpot_p90_ms"] > 0 for r in rows)
+    requests = pl.read_parquet(out / "requests")
+    assert (requests["kv_bytes"] == kv_bytes(requests["prompt_tokens"].to_numpy(), 16,
+                                             131072)).all()
+    assert (requests["transfer_end_ms"] - requests["transfer_start_ms"]).min() >= 1.0
+    plan = _run("plan", "--fleet", *WORKLOAD, "--prefill-instances", "1",
+                "--decode-instances", "1", "--kv-transfer", "25GB/s", "--gpu", "300blocks",
+                "--target-hit-ratio", "0.01", "--json")
+    assert plan.returncode == 0, plan.stderr
+    answer = json.loads(plan.stdout)["answers"][0]
+    assert (answer["instances"], answer["decode_instances"]) == (1, 1)
+    assert answer["gpu_tokens"] == 2 * 300 * 16                 # both engines' pools
+
+
+@pytest.mark.parametrize("extra,named", [
+    (("--prefill-instances", "0", "--decode-instances", "1", "--kv-transfer", "25GB/s"),
+     "--prefill-instances"),
+    (("--prefill-instances", "1", "--decode-instances", "1", "--kv-transfer", "25"),
+     "--kv-transfer"),
+    (("--prefill-instances", "1", "--decode-instances", "1"), "--kv-transfer"),
+    (("--instances", "2", "--prefill-instances", "1", "--decode-instances", "1",
+      "--kv-transfer", "25GB/s"), "--instances"),
+    (("--cpu", "1000", "--prefill-instances", "1", "--decode-instances", "1",
+      "--kv-transfer", "25GB/s"), "--cpu"),
+    (("--decode-router", "least-loaded"), "--decode-router"),
+])
+def test_disaggregated_bad_input_is_one_line(tmp_path, extra, named):
+    done = _run("fleet", *WORKLOAD, *extra, "--out", str(tmp_path / "f"))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and named in done.stderr
+    assert not (tmp_path / "f").exists()

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from pipeline.base.durations import format_duration
-from pipeline.fleet.aggregates import POINT_COLUMNS
+from pipeline.fleet.aggregates import point_columns
 
 if TYPE_CHECKING:                       # altair is imported only when the page is drawn
     import altair as alt
@@ -53,13 +53,14 @@ def point_figures(fleet: pl.DataFrame, requests: pl.DataFrame | None) -> pl.Data
     rows carry it, else each point's arrivals: n - 1 over their span, per second) and
     ``tpot_ms_p50``/``tpot_ms_p90`` (null when ``requests`` is not given)."""
     from pipeline.steptime.tpot import TPOT_COLUMNS, tpot_ms
-    keys = list(POINT_COLUMNS)
+    keys = list(point_columns(fleet))
     frame = fleet
     if requests is not None and requests.height:
         figures = [((pl.len() - 1) / ((pl.col("arrival_ms").max() - pl.col("arrival_ms").min())
                                       / 1e3)).alias("arrival_rate")]
         if set(TPOT_COLUMNS) <= set(requests.columns):
-            tpot = tpot_ms()
+            # a disaggregated fleet's rows carry the decode side's own
+            tpot = pl.col("tpot_ms") if "tpot_ms" in requests.columns else tpot_ms()
             figures += [tpot.quantile(0.5, "linear").alias("tpot_ms_p50"),
                         tpot.quantile(0.9, "linear").alias("tpot_ms_p90")]
         frame = frame.join(requests.group_by(keys).agg(figures), on=keys, how="left")

@@ -26,13 +26,14 @@ from pipeline.engine.engines import DEFAULT_ENGINE, engine_options
 from pipeline.base.arguments import Options, derive
 from pipeline.base.errors import CLIError, UsageError
 from pipeline.fleet.aggregates import fleet_aggregates, instance_aggregates, json_rows, \
-    overload_lines
-from pipeline.fleet.options import add_fleet_arguments, resolve_fleet_capacities
+    overload_lines, point_columns
+from pipeline.fleet.options import add_fleet_arguments, resolve_disaggregation, \
+    resolve_fleet_capacities
 from pipeline.fleet.cost import cheapest, cost_requested, prices_from_args, with_cost
 from pipeline.fleet.plan import Memory, smallest_memory
 from pipeline.charts.fleet import report_html
 from pipeline.fleet.routers import ROUTERS, make_router, parse_router_options, router_class
-from pipeline.fleet.sweep import Point, Settings, point_path, run_sweep
+from pipeline.fleet.sweep import Disaggregation, Point, Settings, point_path, run_sweep
 from pipeline.fleet.workload import add_workload_arguments, load_workload, workload_usage_checks
 from pipeline.base.staging import Outputs, json_bytes, parquet_bytes
 from pipeline.sizes.units import size_lines
@@ -188,8 +189,20 @@ def sweep_settings(args: argparse.Namespace, workload, options) -> tuple[Options
                   latency="roofline" if args.latency is None else args.latency)
     if args.cpu_shared and tier is None:
         raise CLIError("--cpu-shared needs --cpu SIZE (the shared pool's size)")
-    return args, Settings(config, latency_from_args(args), options, args.seed,
-                          args.staleness_ms, tier, args.cpu_shared, engine.NAME)
+    model = latency_from_args(args)
+    return args, Settings(config, model, options, args.seed, args.staleness_ms, tier,
+                          args.cpu_shared, engine.NAME, _disaggregation(args, model))
+
+
+def _disaggregation(args: argparse.Namespace, model) -> Disaggregation | None:
+    """The disaggregated fleet's settings, or None; CLIError without a KV size to move."""
+    if getattr(args, "kv_transfer", None) is None:
+        return None
+    kv = getattr(model, "kv_bytes_per_token", None)
+    if not kv:
+        raise CLIError("--kv-transfer: the step-time model gives no KV bytes per token "
+                       "to move (give --model)")
+    return Disaggregation(args.kv_transfer, int(kv), args.decode_router)
 
 
 def blocks_needed(requests, block_size: int, max_len: int) -> int:
@@ -246,7 +259,7 @@ def _main(args: argparse.Namespace) -> int:
         options = usage_checks(args)
     except ValueError as exc:                 # a usage error: one line, exit 2
         raise UsageError(str(exc)) from None
-    args = resolve_fleet_capacities(args)
+    args = resolve_fleet_capacities(resolve_disaggregation(args))
     if args.latency in (None, "roofline"):     # the default step times: before any reading
         check_roofline_model(args)
     costs = prices_from_args(args) if cost_requested(args) else None
@@ -254,8 +267,8 @@ def _main(args: argparse.Namespace) -> int:
     args, settings = sweep_settings(args, workload, options)
     out = Path(args.out)
     _check_out(out, args)
-    points = [Point(r, n, b, x) for r in args.router for n in args.instances
-              for b in args.gpu_blocks for x in args.speed]
+    points = [Point(r, n, b, x, d) for r in args.router for n in args.instances
+              for d in args.decode_instances for b in args.gpu_blocks for x in args.speed]
     todo = [p for p in points if not (args.resume and point_path(out, "requests", p).exists())]
     started_ray = (ray_connect(args.ray_address, args.jobs) if args.executor == "ray"
                    else False)
@@ -318,11 +331,17 @@ def _write_summaries(out: Path, points: list[Point], label: str, model,
         return
     print(first_line)
     print(f"{len(points)} points -> {out} (step times: {model_label})")
+    if getattr(args, "kv_transfer", None) is not None:
+        print(f"disaggregated: --instances counts prefill engines; the KV moves over "
+              f"{args.kv_transfer.describe()} per prefill instance to the decode engines "
+              f"({args.decode_router} router); TTFT is the prefill side's first token, "
+              f"TPOT the decode side's")
     with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_hide_dataframe_shape=True,
                    float_precision=3, tbl_hide_column_data_types=True,
                    tbl_width_chars=200, fmt_str_lengths=40):
-        shown = ["router", "instances", "gpu_blocks", "load", "hit_ratio", "ttft_p50_ms",
-                 "ttft_p90_ms", "imbalance"]
+        shown = [*point_columns(fleet), "hit_ratio", "ttft_p50_ms", "ttft_p90_ms",
+                 *(c for c in ("tpot_p50_ms", "tpot_p90_ms") if c in fleet.columns),
+                 "imbalance"]
         if prices is not None:
             shown += ["usd_per_hour", "usd_per_million_output_tokens", "fits_gpu"]
         print(fleet.select(shown))
@@ -334,7 +353,8 @@ def _write_summaries(out: Path, points: list[Point], label: str, model,
                   f"cheapest point meeting {wanted} (USD per hour; none: no swept point "
                   f"that fits the GPU does):")
             print(plan if prices is None else plan.select(
-                "router", "load", "instances", "gpu_blocks", "cpu_gib", "ttft_p90_ms",
+                "router", "load", *point_columns(plan)[1:-2], "gpu_blocks", "cpu_gib",
+                "ttft_p90_ms",
                 "hit_ratio", "usd_per_hour", "usd_per_million_output_tokens"))
     if prices is not None:
         print("prices: " + "; ".join(prices.lines()))

@@ -40,8 +40,8 @@ from pipeline.engine.options import engine_models
 from pipeline.base.errors import CLIError, UsageError
 from pipeline.commands import fleet as fleet_command
 from pipeline.engine.overload import warning_line
-from pipeline.fleet.aggregates import OVERLOAD_COLUMNS, fleet_aggregates
-from pipeline.fleet.options import resolve_fleet_capacities
+from pipeline.fleet.aggregates import OVERLOAD_COLUMNS, fleet_aggregates, point_columns
+from pipeline.fleet.options import resolve_disaggregation, resolve_fleet_capacities
 from pipeline.fleet.cost import COST_DESTS, cheapest, cost_requested, prices_from_args, \
     with_cost
 from pipeline.fleet.plan import Memory, smallest_memory
@@ -62,7 +62,8 @@ FLEET_ONLY = ("engine", "instances", "router", "router_option", "staleness_ms",
               "max_model_len", "no_chunked_prefill", "long_prefill_token_threshold",
               "async_scheduling", "cpu", "cpu_chunk_size", "cpu_shared", "limit",
               "groups", "questions", "sessions", "turns", "think_s", "executor", "jobs",
-              "ray_address", "retries", *COST_DESTS)
+              "ray_address", "retries", "prefill_instances", "decode_instances",
+              "kv_transfer", "decode_router", *COST_DESTS)
 
 
 #: the options whose default, when plan's parser leaves None, is fleet's own
@@ -134,8 +135,9 @@ def _check(args: argparse.Namespace) -> Options:
     take."""
     if not args.fleet:
         raise UsageError(f"{_fleet_only_given(args)} needs --fleet")
-    if args.instances is None:
-        raise UsageError("--fleet needs --instances N[,N...]")
+    if args.instances is None and args.prefill_instances is None:
+        raise UsageError("--fleet needs --instances N[,N...] (or --prefill-instances and "
+                         "--decode-instances)")
     fleet = _fleet_defaults()
     defaults = {dest: copy.copy(fleet[dest]) for dest in FLEET_DEFAULTS
                 if getattr(args, dest) is None}
@@ -168,7 +170,7 @@ def _grid(args: argparse.Namespace, workload) -> list[int]:
 def fleet_plan(args: argparse.Namespace) -> int:
     """Check, search, print (text or --json); a usage error (``UsageError``) is one line,
     exit 2."""
-    args = resolve_fleet_capacities(_check(args))
+    args = resolve_fleet_capacities(resolve_disaggregation(_check(args)))
     try:
         kv = kv_from_args(args, "plan --fleet (memory in bytes)")
     except ValueError as exc:
@@ -184,8 +186,8 @@ def fleet_plan(args: argparse.Namespace) -> int:
         model, kv.bytes_per_token, [len(r.prompt_token_ids) for r in workload.requests],
         ttft_target=None if args.target_ttft_p90_ms is None else "--target-ttft-p90-ms")
     load = args.speed or 1.0
-    points = [Point(r, n, b, load) for r in args.router for n in args.instances
-              for b in args.gpu_blocks]
+    points = [Point(r, n, b, load, d) for r in args.router for n in args.instances
+              for d in args.decode_instances for b in args.gpu_blocks]
     fleet = _run(args, settings, points, workload)
     memory = Memory(kv.bytes_per_token, args.block_size, args.cpu, args.cpu_shared)
     if costs is None:
@@ -246,7 +248,7 @@ def _document(args, workload, kv: KVSize, model, withheld: str | None, plan: pl.
               fleet: pl.DataFrame, load: float, prices=None) -> dict:
     kind = "ttft_p90" if args.target_ttft_p90_ms is not None else "hit_ratio"
     value = args.target_ttft_p90_ms if kind == "ttft_p90" else args.target_hit_ratio
-    point = ["router", "instances", "gpu_blocks", "load"]
+    point = list(point_columns(fleet))
     plan = plan.join(fleet.select(*point, "requests", *OVERLOAD_COLUMNS), on=point,
                      how="left")
     answers = []
@@ -254,6 +256,8 @@ def _document(args, workload, kv: KVSize, model, withheld: str | None, plan: pl.
         met = row["total_tokens"] is not None
         answers.append({
             "router": row["router"], "status": "met" if met else "unreachable",
+            **({"decode_instances": row["decode_instances"]}
+               if "decode_instances" in row else {}),
             **{key: row[key] for key in ("instances", "gpu_blocks", "gpu_tokens",
                                          "cpu_tokens", "total_tokens", "total_gib",
                                          "hit_ratio", "ttft_p90_ms")},
@@ -280,6 +284,10 @@ def _document(args, workload, kv: KVSize, model, withheld: str | None, plan: pl.
                  "step_time_model": model.label, "provenance": model.provenance,
                  "withheld": withheld},
         "grid": {"routers": args.router, "instances": args.instances,
+                 **({} if args.kv_transfer is None else {
+                     "decode_instances": args.decode_instances,
+                     "decode_router": args.decode_router,
+                     "kv_transfer": args.kv_transfer.describe()}),
                  "gpu_blocks": args.gpu_blocks, "block_size": args.block_size,
                  "cpu_tokens": args.cpu, "cpu_shared": args.cpu_shared,
                  "load": load},
@@ -303,7 +311,12 @@ def _print(document: dict) -> None:
     bound = " (a lower bound, not measured)" if ttft["source"] == "roofline" else ""
     print(f"TTFT: {ttft['step_time_model']}{bound}" if ttft["withheld"] is None
           else f"TTFT: withheld: {ttft['withheld']}")
-    print(f"grid: instances {','.join(map(str, grid['instances']))} x GPU blocks per instance "
+    engines = (f"instances {','.join(map(str, grid['instances']))}"
+               if "decode_instances" not in grid else
+               f"prefill instances {','.join(map(str, grid['instances']))} x decode instances "
+               f"{','.join(map(str, grid['decode_instances']))} ({grid['decode_router']} "
+               f"router, KV over {grid['kv_transfer']})")
+    print(f"grid: {engines} x GPU blocks per instance "
           f"{','.join(map(str, grid['gpu_blocks']))} ({grid['block_size']} tokens each), "
           f"{cpu}; the answer is the "
           + ("cheapest of these points that fits one GPU, then the least memory"
@@ -312,7 +325,9 @@ def _print(document: dict) -> None:
         if a["status"] != "met":
             print(f"  {a['router']}: no point of the grid meets it")
             continue
-        parts = f"{a['instances']} x {a['gpu_blocks']:,} blocks"
+        engines = (f"({a['instances']} prefill + {a['decode_instances']} decode)"
+                   if "decode_instances" in a else str(a["instances"]))
+        parts = f"{engines} x {a['gpu_blocks']:,} blocks"
         if a["cpu_tokens"]:
             parts += f" + CPU {a['cpu_tokens']:,} tokens"
         shown = (f", TTFT p90 {a['ttft_p90_ms']:,.2f} ms ({ttft['source']})"

@@ -16,7 +16,8 @@ import polars as pl
 from pipeline.base.arguments import plural
 from pipeline.engine.overload import overload_of, warning_lines
 
-__all__ = ["POINT_COLUMNS", "OVERLOAD_COLUMNS", "instance_aggregates", "fleet_aggregates",
+__all__ = ["POINT_COLUMNS", "point_columns", "OVERLOAD_COLUMNS", "instance_aggregates",
+           "fleet_aggregates",
            "overload_rows", "overload_lines", "json_rows"]
 
 POINT_COLUMNS = ("router", "instances", "gpu_blocks", "load")
@@ -26,9 +27,19 @@ OVERLOAD_COLUMNS = pl.Schema({"overloaded": pl.Boolean, "offered_rate": pl.Float
                               "peak_queue": pl.Int64})
 
 
-def _figures() -> list[pl.Expr]:
+def point_columns(frame: pl.DataFrame) -> tuple[str, ...]:
+    """``POINT_COLUMNS``, with ``decode_instances`` after ``instances`` in a disaggregated
+    sweep's frames."""
+    if "decode_instances" not in frame.columns:
+        return POINT_COLUMNS
+    return ("router", "instances", "decode_instances", "gpu_blocks", "load")
+
+
+def _figures(requests: pl.DataFrame) -> list[pl.Expr]:
     ttft = pl.col("ttft_ms")
-    return [pl.len().alias("requests"), pl.col("prompt_tokens").sum(),
+    tpot = ([pl.col("tpot_ms").quantile(q, "nearest").alias(f"tpot_p{int(q * 100)}_ms")
+             for q in (0.5, 0.9)] if "tpot_ms" in requests.columns else [])
+    return [*tpot, pl.len().alias("requests"), pl.col("prompt_tokens").sum(),
             pl.col("gpu_hit_tokens").sum(), pl.col("cpu_hit_tokens").sum(),
             ((pl.col("gpu_hit_tokens").sum() + pl.col("cpu_hit_tokens").sum())
              / pl.col("prompt_tokens").sum()).alias("hit_ratio"),
@@ -43,30 +54,33 @@ def _figures() -> list[pl.Expr]:
 
 def instance_aggregates(requests: pl.DataFrame) -> pl.DataFrame:
     """One row per (point, instance)."""
-    return (requests.group_by(*POINT_COLUMNS, "instance").agg(_figures())
-            .sort(*POINT_COLUMNS, "instance"))
+    point = point_columns(requests)
+    return (requests.group_by(*point, "instance").agg(_figures(requests))
+            .sort(*point, "instance"))
 
 
 def fleet_aggregates(requests: pl.DataFrame) -> pl.DataFrame:
     """One row per point, with ``imbalance``."""
-    per_instance = requests.group_by(*POINT_COLUMNS, "instance").len()
-    imbalance = (per_instance.group_by(*POINT_COLUMNS)
+    point = point_columns(requests)
+    per_instance = requests.group_by(*point, "instance").len()
+    imbalance = (per_instance.group_by(*point)
                  .agg(pl.col("len").max().alias("busiest"), pl.col("len").sum().alias("n"))
-                 .select(*POINT_COLUMNS, imbalance=pl.col("busiest")
+                 .select(*point, imbalance=pl.col("busiest")
                          / (pl.col("n") / pl.col("instances"))))
-    return (requests.group_by(*POINT_COLUMNS).agg(_figures())
-            .join(imbalance, on=list(POINT_COLUMNS))
-            .join(overload_rows(requests), on=list(POINT_COLUMNS)).sort(*POINT_COLUMNS))
+    return (requests.group_by(*point).agg(_figures(requests))
+            .join(imbalance, on=list(point))
+            .join(overload_rows(requests), on=list(point)).sort(*point))
 
 
 def overload_rows(requests: pl.DataFrame) -> pl.DataFrame:
     """One row per point: its ``OVERLOAD_COLUMNS``, over every instance's requests."""
-    keys = requests.select(POINT_COLUMNS).unique(maintain_order=True)
+    point = point_columns(requests)
+    keys = requests.select(point).unique(maintain_order=True)
     rows = []
-    for key, part in requests.partition_by(POINT_COLUMNS, as_dict=True,
+    for key, part in requests.partition_by(point, as_dict=True,
                                            maintain_order=True).items():
         figures = overload_of(part).metrics()
-        rows.append({**dict(zip(POINT_COLUMNS, key)),
+        rows.append({**dict(zip(point, key)),
                      **{name: figures[name] for name in OVERLOAD_COLUMNS}})
     return pl.DataFrame(rows, schema={**keys.schema, **OVERLOAD_COLUMNS})
 
@@ -81,9 +95,10 @@ def overload_lines(fleet: pl.DataFrame) -> list[str]:
 def json_rows(fleet: pl.DataFrame, cost: bool = False) -> list[dict]:
     """``--json``: one object per (router, point) with its figures (and, with ``cost``,
     ``usd_per_hour``, ``usd_per_million_output_tokens`` and ``fits_gpu``)."""
-    keys = ("router", "instances", "gpu_blocks", "load", "prompt_tokens", "gpu_hit_tokens",
-            "cpu_hit_tokens", "ttft_p50_ms", "ttft_p90_ms", "imbalance", "requests",
-            *OVERLOAD_COLUMNS)
+    keys = (*point_columns(fleet), "prompt_tokens", "gpu_hit_tokens", "cpu_hit_tokens",
+            "ttft_p50_ms", "ttft_p90_ms",
+            *(c for c in ("tpot_p50_ms", "tpot_p90_ms") if c in fleet.columns),
+            "imbalance", "requests", *OVERLOAD_COLUMNS)
     if cost:
         keys += ("usd_per_hour", "usd_per_million_output_tokens", "fits_gpu")
     return fleet.select(keys).to_dicts()

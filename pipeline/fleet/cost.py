@@ -119,6 +119,8 @@ def with_cost(fleet: pl.DataFrame, memory: Memory, prices: Prices,
     the most KV tokens one instance's GPU holds (None: every point fits); ``disk_gib``: a
     disk tier per instance."""
     n = pl.col("instances")
+    if "decode_instances" in fleet.columns:          # a disaggregated fleet's GPUs
+        n = n + pl.col("decode_instances")
     cpu_gib = pl.col("cpu_gib").fill_null(0.0)
     points = memory_columns(fleet, memory)
     tokens_per_instance = pl.col("gpu_blocks") * memory.block_size

@@ -7,8 +7,10 @@ import os
 
 from pipeline.base.arguments import Options, deprecated_alias, derive, non_negative_float, \
     non_negative_int, positive_int
+from pipeline.base.errors import UsageError
 from pipeline.engine.options import add_engine_arguments, pool_blocks
 from pipeline.fleet.cost import add_cost_arguments
+from pipeline.fleet.disaggregated import parse_link
 from pipeline.fleet.routers import ROUTERS, router_class
 from pipeline.fleet.sweep import EXECUTORS
 from pipeline.sizes.units import add_kv_arguments, capacities
@@ -17,7 +19,8 @@ from pipeline.steptime.options import add_latency_arguments
 from pipeline.steptime.options import load_list as loads
 
 __all__ = ["add_fleet_arguments", "router_list", "instance_list", "load_list",
-           "DEFAULT_GPU_BLOCKS", "in_blocks", "resolve_fleet_capacities"]
+           "DEFAULT_GPU_BLOCKS", "in_blocks", "resolve_fleet_capacities",
+           "add_disaggregation_arguments", "resolve_disaggregation"]
 
 #: KV capacity per instance without --gpu: vLLM's num_gpu_blocks
 DEFAULT_GPU_BLOCKS = 2048
@@ -78,10 +81,28 @@ def resolve_fleet_capacities(args: argparse.Namespace) -> Options:
                   pool_blocks(args.gpu, args.block_size, " per instance"))
 
 
+def add_disaggregation_arguments(parser: argparse.ArgumentParser) -> None:
+    """--prefill-instances, --decode-instances, --kv-transfer, --decode-router."""
+    group = parser.add_argument_group(
+        "disaggregated prefill/decode (all three of the first options, instead of "
+        "--instances)")
+    group.add_argument("--prefill-instances", type=instance_list, metavar="P[,P...]",
+                       help="prefill engines (each runs a prompt and its first token); "
+                            "--router picks one")
+    group.add_argument("--decode-instances", type=instance_list, metavar="D[,D...]",
+                       help="decode engines (each loads a prompt's KV and decodes)")
+    group.add_argument("--kv-transfer", type=parse_link, metavar="GB/S[:LATENCY]",
+                       help="each prefill instance's link to the decode side, one transfer "
+                            "at a time: 25GB/s, 200Gb/s, 25GB/s:0.5ms")
+    group.add_argument("--decode-router", type=router_list, default=None, metavar="NAME",
+                       help="the decode side's router (default least-loaded, as llm-d's "
+                            "decode selection scores load)")
+
+
 def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
     """Everything but the workload."""
     fleet = parser.add_argument_group("fleet (each combination is one point of the sweep)")
-    fleet.add_argument("--instances", type=instance_list, default=[2], metavar="N[,N...]",
+    fleet.add_argument("--instances", type=instance_list, default=None, metavar="N[,N...]",
                        help="engine instances behind the router (default 2)")
     fleet.add_argument("--router", type=router_list, default=["round-robin"],
                        metavar="NAME[,NAME...]",
@@ -114,6 +135,7 @@ def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
                              "Mooncake store or LMCache remote backend: a chunk stored by one "
                              "instance loads on any; reloads cost the roofline's "
                              "--host-link-gbps) instead of one per instance")
+    add_disaggregation_arguments(parser)
     add_latency_arguments(parser)
     add_kv_arguments(parser.add_argument_group(
         "model (KV bytes per token and the roofline's shape; required by the roofline and "
@@ -143,3 +165,28 @@ def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
     add_cost_arguments(parser)
     run.add_argument("--json", action="store_true",
                      help="print one JSON object per (router, point)")
+
+
+def resolve_disaggregation(args: argparse.Namespace) -> Options:
+    """The options with ``instances`` (2 by default, or ``--prefill-instances``) and
+    ``decode_instances`` ([0]: an aggregated fleet); a usage error naming the option when
+    the disaggregated options come incomplete or with an option they replace."""
+    pd = {"--prefill-instances": args.prefill_instances,
+          "--decode-instances": args.decode_instances, "--kv-transfer": args.kv_transfer}
+    given = [flag for flag, value in pd.items() if value is not None]
+    if not given:
+        if args.decode_router is not None:
+            raise UsageError("--decode-router needs a disaggregated fleet "
+                             "(--prefill-instances, --decode-instances, --kv-transfer)")
+        return derive(args, instances=args.instances or [2], decode_instances=[0])
+    missing = [flag for flag in pd if flag not in given]
+    if missing:
+        raise UsageError(f"{given[0]} needs {' and '.join(missing)} (a disaggregated fleet)")
+    if args.instances is not None:
+        raise UsageError("--instances: a disaggregated fleet counts --prefill-instances and "
+                         "--decode-instances instead")
+    if getattr(args, "cpu", None):
+        raise UsageError("--cpu: a disaggregated fleet has no CPU tier in this model (yet)")
+    return derive(args, instances=args.prefill_instances,
+                  decode_instances=args.decode_instances,
+                  decode_router=(args.decode_router or ["least-loaded"])[0])

@@ -38,6 +38,8 @@ def memory_columns(fleet: pl.DataFrame, memory: Memory) -> pl.DataFrame:
     without a KV size)."""
     kv = memory.kv_bytes_per_token
     n = pl.col("instances")
+    if "decode_instances" in fleet.columns:          # a disaggregated fleet's engines
+        n = n + pl.col("decode_instances")
     gpu = (pl.lit(None, pl.Float64) if kv is None
            else n * pl.col("gpu_blocks") * (memory.block_size * kv) / GIB)
     cpu_one = memory.cpu_tokens * (kv or 0) / GIB
@@ -66,7 +68,9 @@ def best_points(points: pl.DataFrame, ttft_p90_ms: float | None, hit_ratio: floa
     best = (points.filter(meets).sort(*rank)
             .group_by("router", "load", maintain_order=True).first()
             .select("router", "load", "total_gib", "gpu_gib", "cpu_gib", "total_blocks",
-                    "instances", "gpu_blocks", "total_tokens", "gpu_tokens", "cpu_tokens",
+                    "instances", *(["decode_instances"] if "decode_instances"
+                                   in points.columns else []),
+                    "gpu_blocks", "total_tokens", "gpu_tokens", "cpu_tokens",
                     "ttft_p90_ms", "hit_ratio", *extra))
     keys = (points if every is None else every).select("router", "load").unique()
     return keys.join(best, on=["router", "load"], how="left").sort(

@@ -38,12 +38,14 @@ from pipeline.engine.engines import DEFAULT_ENGINE, ENGINES, added_engines, engi
     register_engine
 from pipeline.engine.hashing import flat_request_keys
 from pipeline.engine.request import EngineRequests
-from pipeline.fleet.loop import simulate_fleet
+from pipeline.fleet.disaggregated import Link, Side, simulate_disaggregated
+from pipeline.fleet.loop import FleetResult, simulate_fleet
 from pipeline.fleet.routers import ROUTERS, added_routers, make_router, register_router, \
     router_class
 from pipeline.fleet.workload import requests_at_load
 
-__all__ = ["Point", "Settings", "Registered", "run_point", "run_sweep", "point_path",
+__all__ = ["Point", "Settings", "Disaggregation", "Registered", "run_point", "run_sweep",
+           "point_path",
            "EXECUTORS", "workload_keys", "run_and_save", "by_cost"]
 
 EXECUTORS = ("local", "ray")
@@ -57,11 +59,13 @@ class Point:
     instances: int
     gpu_blocks: int
     load: float
+    decode_instances: int = 0                 # > 0: a disaggregated fleet, ``instances`` prefill
 
     @property
     def key(self) -> str:
         """The partition value: safe in a path, unique per point."""
-        return f"{self.router}_n{self.instances}_b{self.gpu_blocks}_l{self.load:g}"
+        decode = f"_d{self.decode_instances}" if self.decode_instances else ""
+        return f"{self.router}_n{self.instances}{decode}_b{self.gpu_blocks}_l{self.load:g}"
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,17 @@ class Settings:
     cpu_tier: Callable[[], Any] | None = None
     cpu_shared: bool = False
     engine: str = DEFAULT_ENGINE
+    disaggregation: Disaggregation | None = None
+
+
+@dataclass(frozen=True)
+class Disaggregation:
+    """A disaggregated fleet's own settings: the prefill-to-decode link, the KV bytes per
+    token it moves, and the decode side's router (with its options)."""
+
+    link: Link
+    kv_bytes_per_token: int
+    decode_router: str = "round-robin"
 
 
 def run_point(settings: Settings, point: Point,
@@ -88,6 +103,9 @@ def run_point(settings: Settings, point: Point,
     config = replace(settings.config, num_gpu_blocks=point.gpu_blocks)
     router = make_router(point.router, point.instances, config.block_size, settings.seed,
                          **settings.router_options.get(point.router, {}))
+    if point.decode_instances:
+        return _point_columns(point, _run_disaggregated(settings, point, workload, config,
+                                                        router))
     if settings.cpu_tier is None:
         tiers = None
     elif settings.cpu_shared:                 # one pool: a block one instance stored,
@@ -100,9 +118,32 @@ def run_point(settings: Settings, point: Point,
                             decode_run_ms=getattr(settings.step_model, "decode_run_ms", None),
                             keys=workload_keys(workload, config.block_size),
                             engine=engine_class(settings.engine))
+    return _point_columns(point, result)
+
+
+def _run_disaggregated(settings: Settings, point: Point, workload: EngineRequests,
+                       config: SchedulerConfig, router) -> FleetResult:
+    """``point`` as ``instances`` prefill and ``decode_instances`` decode engines."""
+    pd = settings.disaggregation
+    decode_router = make_router(pd.decode_router, point.decode_instances, config.block_size,
+                                settings.seed, **settings.router_options.get(
+                                    pd.decode_router, {}))
+    engine = engine_class(settings.engine)
+    return simulate_disaggregated(
+        requests_at_load(workload, point.load), Side(config, router, settings.step_model,
+                                                     engine),
+        Side(config, decode_router, settings.step_model, engine), pd.link,
+        pd.kv_bytes_per_token)
+
+
+def _point_columns(point: Point, result: FleetResult) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The result's frames with the point's columns first (``decode_instances`` only for a
+    disaggregated point)."""
     columns = dict(point=pl.lit(point.key), router=pl.lit(point.router),
-                   instances=pl.lit(point.instances, pl.Int64),
-                   gpu_blocks=pl.lit(point.gpu_blocks, pl.Int64),
+                   instances=pl.lit(point.instances, pl.Int64))
+    if point.decode_instances:
+        columns["decode_instances"] = pl.lit(point.decode_instances, pl.Int64)
+    columns.update(gpu_blocks=pl.lit(point.gpu_blocks, pl.Int64),
                    load=pl.lit(point.load, pl.Float64))
     first = list(columns)
     return tuple(frame.with_columns(**columns).select(*first, pl.exclude(*first))
