@@ -181,3 +181,31 @@ def test_disaggregated_bad_input_is_one_line(tmp_path, extra, named):
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and named in done.stderr
     assert not (tmp_path / "f").exists()
+
+
+def test_conditional_disaggregation_keeps_short_prompts_on_the_decode_side():
+    requests = [SimRequest(i, list(range(100 * i, 100 * i + length)), 4, arrival_s=0.01 * i)
+                for i, length in enumerate([10, 70, 20, 90])]
+    config = SchedulerConfig(num_gpu_blocks=100, max_model_len=120, block_size=8)
+
+    def run(threshold):
+        return simulate_disaggregated(
+            requests, Side(config, make_router("round-robin", 1, 8), MODEL),
+            Side(config, make_router("round-robin", 1, 8), MODEL), Link(math.inf), KV,
+            threshold)
+
+    mixed = run(50)
+    rows = mixed.requests
+    assert rows["remote_prefill"].to_list() == [False, True, False, True]
+    assert rows.filter(~pl.col("remote_prefill"))["instance"].to_list() == [-1, -1]
+    assert rows.filter(~pl.col("remote_prefill"))["kv_bytes"].to_list() == [0, 0]
+    local = rows.filter(~pl.col("remote_prefill"))
+    assert (local["first_token_ms"] == local["decode_first_token_ms"]).all()
+    # every prompt local: no prefill engine runs, and the decode engine is one aggregated
+    # vLLM engine serving the workload
+    every = run(1000)
+    assert set(every.steps["side"].to_list()) == {"decode"}
+    alone = simulate(requests, config, clock="time", step_ms=MODEL.step_ms).requests
+    assert every.requests["ttft_ms"].to_list() == pytest.approx(alone["ttft_ms"].to_list())
+    assert every.requests["finish_ms"].to_list() == pytest.approx(alone["finish_ms"].to_list())
+    assert run(0).requests["remote_prefill"].all()

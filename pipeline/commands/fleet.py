@@ -202,7 +202,8 @@ def _disaggregation(args: argparse.Namespace, model) -> Disaggregation | None:
     if not kv:
         raise CLIError("--kv-transfer: the step-time model gives no KV bytes per token "
                        "to move (give --model)")
-    return Disaggregation(args.kv_transfer, int(kv), args.decode_router)
+    return Disaggregation(args.kv_transfer, int(kv), args.decode_router,
+                          args.max_local_prefill_length)
 
 
 def blocks_needed(requests, block_size: int, max_len: int) -> int:
@@ -335,7 +336,10 @@ def _write_summaries(out: Path, points: list[Point], label: str, model,
         print(f"disaggregated: --instances counts prefill engines; the KV moves over "
               f"{args.kv_transfer.describe()} per prefill instance to the decode engines "
               f"({args.decode_router} router); TTFT is the prefill side's first token, "
-              f"TPOT the decode side's")
+              f"TPOT the decode side's"
+              + ("" if args.max_local_prefill_length is None else
+                 f"; prompts of at most {args.max_local_prefill_length} tokens are "
+                 f"prefilled by their decode engine"))
     with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_hide_dataframe_shape=True,
                    float_precision=3, tbl_hide_column_data_types=True,
                    tbl_width_chars=200, fmt_str_lengths=40):

@@ -63,7 +63,7 @@ FLEET_ONLY = ("engine", "instances", "router", "router_option", "staleness_ms",
               "async_scheduling", "cpu", "cpu_chunk_size", "cpu_shared", "limit",
               "groups", "questions", "sessions", "turns", "think_s", "executor", "jobs",
               "ray_address", "retries", "prefill_instances", "decode_instances",
-              "kv_transfer", "decode_router", *COST_DESTS)
+              "kv_transfer", "decode_router", "max_local_prefill_length", *COST_DESTS)
 
 
 #: the options whose default, when plan's parser leaves None, is fleet's own

@@ -62,7 +62,8 @@ def instance_aggregates(requests: pl.DataFrame) -> pl.DataFrame:
 def fleet_aggregates(requests: pl.DataFrame) -> pl.DataFrame:
     """One row per point, with ``imbalance``."""
     point = point_columns(requests)
-    per_instance = requests.group_by(*point, "instance").len()
+    # (a disaggregated fleet's requests prefilled by a decode engine have instance -1)
+    per_instance = requests.filter(pl.col("instance") >= 0).group_by(*point, "instance").len()
     imbalance = (per_instance.group_by(*point)
                  .agg(pl.col("len").max().alias("busiest"), pl.col("len").sum().alias("n"))
                  .select(*point, imbalance=pl.col("busiest")

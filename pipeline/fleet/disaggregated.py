@@ -34,7 +34,7 @@ import polars as pl
 
 from pipeline.base.fitted_step_time import TERMS
 from pipeline.base.step_vectors import Rates
-from pipeline.components.engine_layout import NPROMPT, T_CAPACITY, T_CHUNK, T_HANDLE, T_ON, \
+from pipeline.components.engine_layout import INDEX, NPROMPT, T_CAPACITY, T_CHUNK, T_HANDLE, T_ON, \
     T_PER
 from pipeline.components.kgeneric import register
 from pipeline.components.ktier import no_tier
@@ -85,15 +85,19 @@ def parse_link(text: str) -> Link:
 
 class RemotePrefill:
     """The decode engine's KV connector as its CPU-tier call points: at admission every
-    prompt token but the last is there to load (counted from the request's first token,
-    as ``pipeline.components.kgeneric`` asks); nothing is stored."""
+    prompt token but the last of a remotely prefilled request is there to load (counted
+    from the request's first token, as ``pipeline.components.kgeneric`` asks); a request
+    prefilled here (``remote[index]`` False) loads nothing; nothing is stored."""
 
-    def __init__(self) -> None:
+    def __init__(self, remote: np.ndarray | None = None) -> None:
+        self.remote = remote
         self.arrays = no_tier()
         self.arrays[0][[T_ON, T_CAPACITY, T_CHUNK, T_PER, T_HANDLE]] = \
             1, 1 << 62, 1, 1, register(self)
 
     def lookup(self, R: np.ndarray, KEYS: np.ndarray, slot: int, local: int) -> int:
+        if self.remote is not None and not self.remote[int(R[slot, INDEX])]:
+            return 0
         return int(R[slot, NPROMPT]) - 1
 
     def store(self, R: np.ndarray, KEYS: np.ndarray, slot: int) -> None:
@@ -169,52 +173,87 @@ def _transfers(done_ms: np.ndarray, link_of: np.ndarray, nbytes: np.ndarray,
 
 
 def simulate_disaggregated(requests: Sequence[SimRequest], prefill: Side, decode: Side,
-                           link: Link, kv_bytes_per_token: int) -> FleetResult:
+                           link: Link, kv_bytes_per_token: int,
+                           max_local_prefill_length: int | None = None) -> FleetResult:
     """Every request through a prefill engine, the link and a decode engine (see the module
     docstring); ``requests`` numbered 0..n-1 with non-decreasing ``arrival_s``. The request
     rows carry ``instance`` (the prefill engine), ``decode_instance``, the prefill side's
     columns (its TTFT), ``kv_bytes``, ``transfer_start_ms`` / ``transfer_end_ms``, the
     decode side's ``decode_first_token_ms`` and ``finish_ms``, ``tpot_ms``; the steps carry
-    ``side`` (prefill or decode)."""
-    first = [replace(r, max_tokens=1, output_token_ids=None if r.output_token_ids is None
-                     else list(r.output_token_ids[:1])) for r in requests]
-    p = simulate_fleet(first, prefill.config, prefill.router, prefill.step_model.step_ms,
-                       decode_run_ms=getattr(prefill.step_model, "decode_run_ms", None),
-                       engine=prefill.engine)
-    pre = p.requests.sort("request")
-    block_size = prefill.config.block_size if not isinstance(prefill.config, Sequence) \
-        else prefill.config[0].block_size
-    nbytes = kv_bytes(pre["prompt_tokens"].to_numpy(), block_size, kv_bytes_per_token)
-    start, end = _transfers(pre["finish_ms"].to_numpy(), pre["instance"].to_numpy(),
-                            nbytes, link)
-    order = np.lexsort((np.arange(end.size), end))           # decode arrivals in time order
-    moved = [replace(requests[int(i)], index=k, arrival_s=float(end[i]) / 1e3)
+    ``side`` (prefill or decode). ``max_local_prefill_length``: Dynamo's conditional
+    disaggregation: a request whose prompt is at most that long skips the prefill side and
+    is prefilled by its decode engine (``remote_prefill`` False; TTFT then the decode
+    side's)."""
+    n = len(requests)
+    prompts = np.array([len(r.prompt_token_ids) for r in requests], np.int64)
+    remote = (np.ones(n, bool) if max_local_prefill_length is None
+              else prompts > max_local_prefill_length)
+    remote_at = np.flatnonzero(remote)
+    first = [replace(requests[int(i)], index=k, max_tokens=1,
+                     output_token_ids=None if requests[int(i)].output_token_ids is None
+                     else list(requests[int(i)].output_token_ids[:1]))
+             for k, i in enumerate(remote_at.tolist())]
+    block_size = (prefill.config[0] if isinstance(prefill.config, Sequence)
+                  else prefill.config).block_size
+    nbytes = np.zeros(n, np.int64)
+    ready = np.array([(r.arrival_s or 0.0) * 1e3 for r in requests])     # local: arrival
+    start, end = np.full(n, np.nan), np.full(n, np.nan)
+    pre = None
+    if first:
+        p = simulate_fleet(first, prefill.config, prefill.router, prefill.step_model.step_ms,
+                           decode_run_ms=getattr(prefill.step_model, "decode_run_ms", None),
+                           engine=prefill.engine)
+        pre = p.requests.sort("request").with_columns(
+            request=pl.Series(remote_at, dtype=pl.Int64))
+        nbytes[remote_at] = kv_bytes(prompts[remote_at], block_size, kv_bytes_per_token)
+        start[remote_at], end[remote_at] = _transfers(
+            pre["finish_ms"].to_numpy(), pre["instance"].to_numpy(), nbytes[remote_at], link)
+        ready[remote_at] = end[remote_at]
+    order = np.lexsort((np.arange(n), ready))                # decode arrivals in time order
+    moved = [replace(requests[int(i)], index=k, arrival_s=float(ready[i]) / 1e3)
              for k, i in enumerate(order.tolist())]
     model = WithoutReload(decode.step_model)
-    n_decode = decode.router.num_instances
     d = simulate_fleet(moved, decode.config, decode.router, model.step_ms,
-                       cpu_tiers=[RemotePrefill() for _ in range(n_decode)],
+                       cpu_tiers=[RemotePrefill(remote[order])
+                                  for _ in range(decode.router.num_instances)],
                        decode_run_ms=getattr(decode.step_model, "decode_run_ms", None),
                        engine=decode.engine)
-    back = pl.DataFrame({"request": pl.Series(order, dtype=pl.Int64),
-                         "moved": pl.Series(np.arange(order.size), dtype=pl.Int64)})
-    dec = (d.requests.rename({"request": "moved"}).join(back, on="moved")
-           .select("request", decode_instance="instance",
-                   decode_first_token_ms="first_token_ms", decode_finish_ms="finish_ms",
-                   decode_gpu_hit_tokens="gpu_hit_tokens",
-                   decode_preemptions="preemptions"))
-    out = pre.with_columns(kv_bytes=pl.Series(nbytes, dtype=pl.Int64),
-                           transfer_start_ms=pl.Series(start),
-                           transfer_end_ms=pl.Series(end),
-                           prefill_finish_ms=pl.col("finish_ms"),
-                           output_tokens=pl.Series([r.max_tokens for r in requests],
-                                                   dtype=pl.Int64))
-    out = out.drop("finish_ms", "e2e_ms").join(dec, on="request").with_columns(
-        finish_ms=pl.col("decode_finish_ms"),
-        e2e_ms=pl.col("decode_finish_ms") - pl.col("arrival_ms"),
-        tpot_ms=pl.when(pl.col("output_tokens") > 1).then(
-            (pl.col("decode_finish_ms") - pl.col("decode_first_token_ms"))
-            / (pl.col("output_tokens") - 1))).drop("decode_finish_ms").sort("request")
-    steps = pl.concat([p.steps.with_columns(side=pl.lit("prefill")),
-                       d.steps.with_columns(side=pl.lit("decode"))], how="diagonal_relaxed")
+    dec = d.requests.with_columns(request=pl.Series(order, dtype=pl.Int64)).sort("request")
+    out = _rows(requests, remote, dec, pre).with_columns(
+        kv_bytes=pl.Series(nbytes), transfer_start_ms=pl.Series(start).fill_nan(None),
+        transfer_end_ms=pl.Series(end).fill_nan(None))
+    steps = [d.steps.with_columns(side=pl.lit("decode"))]
+    if first:
+        steps.insert(0, p.steps.with_columns(side=pl.lit("prefill")))
+    steps = pl.concat(steps, how="diagonal_relaxed")
     return FleetResult(out, steps.select("side", pl.exclude("side")))
+
+
+def _rows(requests: Sequence[SimRequest], remote: np.ndarray, dec: pl.DataFrame,
+          pre: pl.DataFrame | None) -> pl.DataFrame:
+    """Per request (input order): the prefill side's columns where it prefilled there, else
+    the decode side's; the decode side's ``decode_*`` figures, finish and TPOT."""
+    arrival = pl.Series([(r.arrival_s or 0.0) * 1e3 for r in requests])
+    decode_side = dec.select(
+        "request", decode_instance="instance", decode_first_token_ms="first_token_ms",
+        decode_finish_ms="finish_ms", decode_gpu_hit_tokens="gpu_hit_tokens",
+        decode_preemptions="preemptions")
+    # the prefill side's rows, or (prefilled locally) the decode side's own, the instance
+    # then -1: no prefill engine
+    local = dec.filter(~pl.Series(remote)).with_columns(instance=pl.lit(-1, pl.Int64))
+    parts = [local] if pre is None else [pre, local]
+    first = (pl.concat(parts, how="diagonal_relaxed").sort("request")
+             .drop("finish_ms", "e2e_ms", "arrival_ms", "ttft_ms", "queue_ms"))
+    return (first.join(decode_side, on="request").with_columns(
+        arrival_ms=arrival, remote_prefill=pl.Series(remote),
+        output_tokens=pl.Series([r.max_tokens for r in requests], dtype=pl.Int64),
+        finish_ms=pl.col("decode_finish_ms"))
+        .with_columns(ttft_ms=pl.col("first_token_ms") - pl.col("arrival_ms"),
+                      queue_ms=pl.col("first_scheduled_ms") - pl.col("arrival_ms"),
+                      e2e_ms=pl.col("finish_ms") - pl.col("arrival_ms"),
+                      prefill_finish_ms=pl.when(pl.col("remote_prefill"))
+                      .then(pl.col("first_token_ms")),
+                      tpot_ms=pl.when(pl.col("output_tokens") > 1).then(
+                          (pl.col("decode_finish_ms") - pl.col("decode_first_token_ms"))
+                          / (pl.col("output_tokens") - 1)))
+        .drop("decode_finish_ms"))

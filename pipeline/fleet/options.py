@@ -97,6 +97,11 @@ def add_disaggregation_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--decode-router", type=router_list, default=None, metavar="NAME",
                        help="the decode side's router (default least-loaded, as llm-d's "
                             "decode selection scores load)")
+    group.add_argument("--max-local-prefill-length", type=non_negative_int, default=None,
+                       metavar="TOKENS",
+                       help="Dynamo's conditional disaggregation: a prompt of at most TOKENS "
+                            "is prefilled by its decode engine (default: every prompt "
+                            "goes to the prefill side)")
 
 
 def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
@@ -175,9 +180,10 @@ def resolve_disaggregation(args: argparse.Namespace) -> Options:
           "--decode-instances": args.decode_instances, "--kv-transfer": args.kv_transfer}
     given = [flag for flag, value in pd.items() if value is not None]
     if not given:
-        if args.decode_router is not None:
-            raise UsageError("--decode-router needs a disaggregated fleet "
-                             "(--prefill-instances, --decode-instances, --kv-transfer)")
+        for flag in ("--decode-router", "--max-local-prefill-length"):
+            if getattr(args, flag[2:].replace("-", "_")) is not None:
+                raise UsageError(f"{flag} needs a disaggregated fleet (--prefill-instances, "
+                                 f"--decode-instances, --kv-transfer)")
         return derive(args, instances=args.instances or [2], decode_instances=[0])
     missing = [flag for flag in pd if flag not in given]
     if missing:

@@ -94,6 +94,7 @@ class Disaggregation:
     link: Link
     kv_bytes_per_token: int
     decode_router: str = "round-robin"
+    max_local_prefill_length: int | None = None
 
 
 def run_point(settings: Settings, point: Point,
@@ -133,7 +134,7 @@ def _run_disaggregated(settings: Settings, point: Point, workload: EngineRequest
         requests_at_load(workload, point.load), Side(config, router, settings.step_model,
                                                      engine),
         Side(config, decode_router, settings.step_model, engine), pd.link,
-        pd.kv_bytes_per_token)
+        pd.kv_bytes_per_token, pd.max_local_prefill_length)
 
 
 def _point_columns(point: Point, result: FleetResult) -> tuple[pl.DataFrame, pl.DataFrame]:
