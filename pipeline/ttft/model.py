@@ -32,6 +32,7 @@ from kvlab.kvsim import TIERS
 from kvlab.summarize import CONFIGS
 from pipeline.base.arguments import plural
 from pipeline.steptime.regression import identifiable, scaled_least_squares
+from pipeline.ttft.latency import tier_medians
 
 __all__ = ["PARAMETERS", "TOKEN_COLUMNS", "FitError", "TTFTModel", "design_matrix",
            "fit_config", "fit_configs", "tokens_by_tier", "residuals_by_pass",
@@ -163,8 +164,7 @@ def _medians(config: str, frame: pl.DataFrame, notes: list[str],
     partial = tiered["tier"].null_count()
     if partial:
         notes.append(f"{partial} partial-hit request(s) left out of the per-tier medians")
-    stats = (tiered.filter(pl.col("tier").is_not_null()).group_by("tier", maintain_order=True)
-             .agg(ttft_ms=pl.col("ttft_ms").median(), sd=pl.col("ttft_ms").std(), n=pl.len()))
+    stats = tier_medians(tiered)
     se = {row["tier"]: MEDIAN_SE * row["sd"] / math.sqrt(row["n"]) if row["n"] > 1
           else math.nan for row in stats.iter_rows(named=True)}
     context = tiered.filter(pl.col("tier").is_not_null()).select(
