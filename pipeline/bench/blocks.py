@@ -146,7 +146,6 @@ def run_bench(blocks: int = 2_000_000, contexts: int = 2000, capacities: int = 1
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m pipeline.bench.blocks",
-                                     description=__doc__.split("\n\n")[0])
-    add_arguments(parser)
-    sys.exit(main(parser.parse_args()))
+    from pipeline.bench import standalone
+
+    standalone("pipeline.bench.blocks", __doc__, add_arguments, main)

@@ -252,7 +252,6 @@ def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    _parser = argparse.ArgumentParser(prog="python -m pipeline.bench.policies",
-                                      description=__doc__.split("\n\n")[0])
-    add_arguments(_parser)
-    raise SystemExit(main(_parser.parse_args()))
+    from pipeline.bench import standalone
+
+    standalone("pipeline.bench.policies", __doc__, add_arguments, main)

@@ -175,12 +175,6 @@ def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    _parser = argparse.ArgumentParser(prog="python -m pipeline.bench.trace",
-                                      description=__doc__.split("\n\n")[0])
-    add_arguments(_parser)
-    from pipeline.base.errors import CLIError
-    try:
-        sys.exit(main(_parser.parse_args()))
-    except CLIError as _exc:
-        print(f"error: {_exc}", file=sys.stderr)
-        sys.exit(1)
+    from pipeline.bench import standalone
+
+    standalone("pipeline.bench.trace", __doc__, add_arguments, main)
