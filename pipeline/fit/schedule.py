@@ -19,7 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import polars as pl
 
 from pipeline.fit.inputs import Run
 from pipeline.steptime.cost import StepCost, step_cost
