@@ -126,8 +126,7 @@ def engine_sections(engines: tuple[pl.DataFrame, pl.DataFrame]) -> list[Section]
     """Ideal vs vllm on the GPU and LMCache's chunk-level CPU cliff (``engines``: GPU and CPU
     curves of ``pipeline.blocks.engine_curves``), the lab's workload."""
     from pipeline.charts import engines as engine_charts
-    return [engine_charts.gpu_models_section(engines[0]),
-            engine_charts.cpu_models_section(engines[1])]
+    return engine_charts.lab_engine_sections(*engines)
 
 
 def policy_group(lab_curves: pl.DataFrame) -> Group:
