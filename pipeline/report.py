@@ -57,12 +57,19 @@ def _check_inputs(aggregates: pl.DataFrame, requests: pl.DataFrame) -> None:
         raise ValueError(f"aggregates lack sweep(s): {', '.join(absent)}")
 
 
+#: The simulator's sections: (id, chart, caption), each a function of (aggregates, scenario).
+SIMULATED = (("gpu-cliff", gpu_cliff.gpu_cliff_chart, gpu_cliff.gpu_cliff_caption),
+             ("cpu-cliff", cpu_cliff.cpu_cliff_chart, cpu_cliff.cpu_cliff_caption),
+             ("grid", heatmap.heatmap_chart, heatmap.heatmap_caption),
+             ("tiers", breakdown.breakdown_chart, breakdown.breakdown_caption))
+
+
 def build_sections(aggregates: pl.DataFrame, requests: pl.DataFrame, scenario: dict,
                    predicted: pl.DataFrame | None = None, latencies: dict | None = None
                    ) -> tuple[list[Section], list[Section]]:
     """(simulator sections, measured sections), each chart with its caption."""
-    simulated = [module.section(aggregates, scenario)
-                 for module in (gpu_cliff, cpu_cliff, heatmap, breakdown)]
+    simulated = [Section(key, chart(aggregates, scenario), caption(aggregates, scenario))
+                 for key, chart, caption in SIMULATED]
     measured = [ttft.section(requests)] if not requests.is_empty() else []
     measured.append(ratio.section(requests))
     if predicted is not None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import altair as alt
 import polars as pl
 
-from pipeline.charts import Section
 from pipeline.charts.parts import (HEIGHT, TIER_COLOURS, WIDTH, cliff_summary, span,
                                    step_with_spec_points, working_set, working_set_rule)
 from pipeline.sweeps import second_pass
@@ -39,8 +38,3 @@ def cpu_cliff_caption(aggregates: pl.DataFrame, scenario: dict) -> str:
             f"CPU capacity up to {s['last_before']} tokens and drop to 0 from "
             f"{s['cliff']}{whole} ({ws} tokens).")
 
-
-def section(aggregates: pl.DataFrame, scenario: dict) -> Section:
-    """The CPU cliff with its caption (aggregates of the cpu_cliff sweep)."""
-    return Section("cpu-cliff", cpu_cliff_chart(aggregates, scenario),
-                   cpu_cliff_caption(aggregates, scenario))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import altair as alt
 import polars as pl
 
-from pipeline.charts import Section
 from pipeline.charts.parts import (HEIGHT, TIER_COLOURS, WIDTH, cliff_summary, span,
                                    step_with_spec_points, working_set, working_set_rule)
 from pipeline.sweeps import second_pass
@@ -36,8 +35,3 @@ def gpu_cliff_caption(aggregates: pl.DataFrame, scenario: dict) -> str:
     return (f"Second-pass hits are {span(s['low'], s['high'])} at every GPU capacity up to "
             f"{s['last_before']} tokens{short} and all {n} from {s['cliff']}{where}.")
 
-
-def section(aggregates: pl.DataFrame, scenario: dict) -> Section:
-    """The GPU cliff with its caption (aggregates of the gpu_cliff sweep)."""
-    return Section("gpu-cliff", gpu_cliff_chart(aggregates, scenario),
-                   gpu_cliff_caption(aggregates, scenario))
