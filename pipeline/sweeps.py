@@ -162,18 +162,6 @@ def sweep_frames(workload: DocumentWorkload, sweeps: Sequence[Sweep], method: st
     return events, pl.concat(aggregates)
 
 
-def run_sweeps(workload: DocumentWorkload, sweeps: Sequence[Sweep], events_dir: Path,
-               method: str = "onepass",
-               progress: Callable[[str], None] | None = None) -> pl.DataFrame:
-    """Run every sweep, write ``<sweep>.parquet`` and ``aggregates.parquet``; return aggregates."""
-    events_dir = Path(events_dir)
-    events, result = sweep_frames(workload, sweeps, method, progress)
-    for name, frame in events.items():
-        write_parquet_atomic(frame, events_dir / f"{name}.parquet")
-    write_parquet_atomic(result, events_dir / "aggregates.parquet")
-    return result
-
-
 def one_pair(accesses: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     """The accesses once each: an events log (``<sweep>.parquet``) repeats every access per
     (GPU, CPU) capacity pair, and its ``stack_distance`` does not depend on the pair, so the

@@ -35,7 +35,6 @@ from pipeline.blocks.sweep import block_events
 from pipeline.sweeps import write_parquet_atomic
 from pipeline.workloads.blocks import BLOCK_SCHEMA
 
-HELP = "block engine: one pass vs literal replay on a 2M-block trace (figures)"
 BLOCK_SIZE = 16
 CONTEXT_BLOCKS = (32, 256)
 OWN_BLOCKS = (8, 64)
