@@ -128,8 +128,10 @@ class TTFTModel:
 
 
 def tokens_by_tier(attributed: pl.DataFrame) -> pl.DataFrame:
-    """Whole-document attribution (``tier``, ``doc_tokens``) -> gpu/cpu/miss_tokens columns."""
-    return attributed.with_columns(
+    """The fit input of whole-document attribution (``tier``, ``doc_tokens``): the requests
+    with a tier, as config, pass, doc, ttft_ms and TOKEN_COLUMNS."""
+    return attributed.filter(pl.col("tier").is_not_null()).select(
+        "config", "pass", "doc", "ttft_ms",
         **{f"{tier}_tokens": pl.when(pl.col("tier") == tier).then(pl.col("doc_tokens"))
            .otherwise(0).cast(pl.Int64) for tier in TIERS})
 
@@ -344,9 +346,9 @@ def measured_requests(path: str, gpu_capacity: int, cpu_capacity: int,
     configs = sidecar_configs(path)          # a sidecar's per-config models, their roles
     attributed = as_roles(attribute_tiers(frame, gpu_capacity, cpu_capacity, tokens, configs,
                                           path), configs)
-    matched = attributed.filter(pl.col("tier").is_not_null())
-    if matched.height == 0:
+    requests = tokens_by_tier(attributed)
+    if requests.height == 0:
         found = ", ".join(frame["config"].unique(maintain_order=True).to_list()) or "none"
         raise ValueError(f"{path}: no request can be matched to a simulated scenario (configs "
                          f"found: {found}; kvlab models {' and '.join(CONFIGS)})")
-    return tokens_by_tier(matched).select("config", "pass", "doc", "ttft_ms", *TOKEN_COLUMNS)
+    return requests
