@@ -50,14 +50,19 @@ def _oracle_trace(keys: np.ndarray, sizes: np.ndarray) -> Iterator[str]:
         os.unlink(path)
 
 
+def _timed(function, *args, **kwargs):
+    start = time.perf_counter()
+    out = function(*args, **kwargs)
+    return out, time.perf_counter() - start
+
+
 def _ours_one(name, codes, sizes, capacity):
     """Hits and seconds at one capacity: the compiled replay where the entry declares one
     (without bypass, as libCacheSim), else the policy's class."""
     kernel = entry(name).replay_kernel
-    start = time.perf_counter()
-    hits = (kernel(codes, sizes, capacity, bypass=False) if kernel is not None
-            else class_hits(name, codes, sizes, capacity))
-    return int(hits.sum()), time.perf_counter() - start
+    hits, seconds = (_timed(kernel, codes, sizes, capacity, bypass=False) if kernel is not None
+                     else _timed(class_hits, name, codes, sizes, capacity))
+    return int(hits.sum()), seconds
 
 
 def run_bench(requests: int = 2_000_000, objects: int = 100_000, points: int = 50,
@@ -85,20 +90,15 @@ def run_bench(requests: int = 2_000_000, objects: int = 100_000, points: int = 5
             hits, ours_s = _ours_one(name, codes, sizes, one)
             lcs_s = lcs_hits = None
             if name in LCS_NAMES:
-                start = time.perf_counter()
-                lcs_hits = lcs_hit_count(name, path, requests, one, hashpower)
-                lcs_s = time.perf_counter() - start
+                lcs_hits, lcs_s = _timed(lcs_hit_count, name, path, requests, one, hashpower)
                 if lcs_hits != hits:
                     raise AssertionError(f"{name}: ours {hits} hits, libCacheSim {lcs_hits}")
-            start = time.perf_counter()
-            hit_counts(name, codes, sizes, grid, workers=workers)
-            curve_s = time.perf_counter() - start
+            _, curve_s = _timed(hit_counts, name, codes, sizes, grid, workers=workers)
             lcs_curve_s, measured = None, False
             if lcs_s is not None and name in lcs_curve:
-                start = time.perf_counter()
-                for capacity in grid:
-                    lcs_hit_count(name, path, requests, int(capacity), hashpower)
-                lcs_curve_s, measured = time.perf_counter() - start, True
+                _, lcs_curve_s = _timed(lambda: [lcs_hit_count(name, path, requests, int(c),
+                                                               hashpower) for c in grid])
+                measured = True
             elif lcs_s is not None:
                 lcs_curve_s = points * lcs_s
             row = {"policy": name, "hits": hits, "ours_mps": requests / ours_s / 1e6,
@@ -116,12 +116,6 @@ def run_bench(requests: int = 2_000_000, objects: int = 100_000, points: int = 5
           "accesses per second (target >= 0.5); opt compared without bypass (= Belady); "
           "libCacheSim's wheel has no MRU.")
     return rows
-
-
-def _timed(function, *args, **kwargs):
-    start = time.perf_counter()
-    out = function(*args, **kwargs)
-    return out, time.perf_counter() - start
 
 
 def run_onepass_bench(requests: int = 2_000_000, objects: int = 100_000, points: int = 50,
