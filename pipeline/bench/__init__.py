@@ -9,7 +9,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Callable
+from typing import Any
+
+
+def timed(function: Callable, *args: Any, **kwargs: Any) -> tuple[Any, float]:
+    """``function(*args, **kwargs)`` and the wall seconds it took."""
+    start = time.perf_counter()
+    value = function(*args, **kwargs)
+    return value, time.perf_counter() - start
 
 
 def standalone(module: str, doc: str, add_arguments: Callable[[argparse.ArgumentParser], None],

@@ -22,12 +22,12 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 
 import numpy as np
 import polars as pl
 
 from pipeline.base.arguments import positive_int
+from pipeline.bench import timed
 from pipeline.onepass import lru_depths
 from pipeline.catalog.model_api import GPU_MODELS
 from pipeline.workloads.stream import TAIL_FIRST, block_stream
@@ -96,10 +96,8 @@ def main(args: argparse.Namespace) -> int:
 def run_bench(blocks: int = 2_000_000, contexts: int = 2000, capacities: int = 100,
               sample: int = 3, full: bool = False, seed: int = 20261130) -> int:
     """Print the figures; 1 if the engines disagree."""
-    started = time.perf_counter()
-    frame = shared_prefix_trace(blocks, contexts, seed)
-    stream = block_stream(frame, BLOCK_SIZE)
-    prepare_s = time.perf_counter() - started
+    stream, prepare_s = timed(lambda: block_stream(shared_prefix_trace(blocks, contexts, seed),
+                                                   BLOCK_SIZE))
     distinct = stream.n_codes
     grid = (np.linspace(0.02, 1.0, capacities) * distinct).round().astype(np.int64) \
         * BLOCK_SIZE
@@ -108,12 +106,8 @@ def run_bench(blocks: int = 2_000_000, contexts: int = 2000, capacities: int = 1
           f"cacheable blocks; prepared in {prepare_s:.2f} s")
 
     lru_depths.block_lru_gpu(stream, grid[:1], TAIL_FIRST)          # compile outside timing
-    times = []
-    for _ in range(FAST_REPEATS):
-        started = time.perf_counter()
-        fast = lru_depths.block_lru_gpu(stream, grid, TAIL_FIRST)
-        times.append(time.perf_counter() - started)
-    fast_s = float(np.median(times))
+    runs = [timed(lru_depths.block_lru_gpu, stream, grid, TAIL_FIRST) for _ in range(FAST_REPEATS)]
+    fast, fast_s = runs[-1][0], float(np.median([seconds for _, seconds in runs]))
     print(f"(c) one pass, {grid.size} capacities: {fast_s:.2f} s, median of "
           f"{FAST_REPEATS} ({stream.blocks / fast_s / 1e6:.1f} M block accesses/s)")
 
@@ -121,9 +115,10 @@ def run_bench(blocks: int = 2_000_000, contexts: int = 2000, capacities: int = 1
             np.unique(np.linspace(0, grid.size - 1, min(sample, grid.size)).round().astype(int)))
     replay_s = []
     for row in rows:
-        started = time.perf_counter()
-        literal = GPU_MODELS["block-lru-replay"](stream, grid[row:row + 1], TAIL_FIRST)[0]
-        replay_s.append(time.perf_counter() - started)
+        literal, seconds = timed(GPU_MODELS["block-lru-replay"], stream, grid[row:row + 1],
+                                 TAIL_FIRST)
+        literal = literal[0]
+        replay_s.append(seconds)
         if not np.array_equal(literal, fast[row]):
             print(f"MISMATCH at capacity {grid[row]}: replay and one pass differ",
                   file=sys.stderr)

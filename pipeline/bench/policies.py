@@ -25,10 +25,10 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 import tempfile
-import time
 
 import numpy as np
 
+from pipeline.bench import timed
 from pipeline.bench.curve import capacity_grid, distinct_bytes, libcachesim_hashpower, zipf_trace
 from pipeline.policies import POLICIES
 from pipeline.policies.reference import LCS_NAMES, lcs_hit_count, write_oracle_trace
@@ -50,18 +50,12 @@ def _oracle_trace(keys: np.ndarray, sizes: np.ndarray) -> Iterator[str]:
         os.unlink(path)
 
 
-def _timed(function, *args, **kwargs):
-    start = time.perf_counter()
-    out = function(*args, **kwargs)
-    return out, time.perf_counter() - start
-
-
 def _ours_one(name, codes, sizes, capacity):
     """Hits and seconds at one capacity: the compiled replay where the entry declares one
     (without bypass, as libCacheSim), else the policy's class."""
     kernel = entry(name).replay_kernel
-    hits, seconds = (_timed(kernel, codes, sizes, capacity, bypass=False) if kernel is not None
-                     else _timed(class_hits, name, codes, sizes, capacity))
+    hits, seconds = (timed(kernel, codes, sizes, capacity, bypass=False) if kernel is not None
+                     else timed(class_hits, name, codes, sizes, capacity))
     return int(hits.sum()), seconds
 
 
@@ -90,13 +84,13 @@ def run_bench(requests: int = 2_000_000, objects: int = 100_000, points: int = 5
             hits, ours_s = _ours_one(name, codes, sizes, one)
             lcs_s = lcs_hits = None
             if name in LCS_NAMES:
-                lcs_hits, lcs_s = _timed(lcs_hit_count, name, path, requests, one, hashpower)
+                lcs_hits, lcs_s = timed(lcs_hit_count, name, path, requests, one, hashpower)
                 if lcs_hits != hits:
                     raise AssertionError(f"{name}: ours {hits} hits, libCacheSim {lcs_hits}")
-            _, curve_s = _timed(hit_counts, name, codes, sizes, grid, workers=workers)
+            _, curve_s = timed(hit_counts, name, codes, sizes, grid, workers=workers)
             lcs_curve_s, measured = None, False
             if lcs_s is not None and name in lcs_curve:
-                _, lcs_curve_s = _timed(lambda: [lcs_hit_count(name, path, requests, int(c),
+                _, lcs_curve_s = timed(lambda: [lcs_hit_count(name, path, requests, int(c),
                                                                hashpower) for c in grid])
                 measured = True
             elif lcs_s is not None:
@@ -143,10 +137,10 @@ def run_onepass_bench(requests: int = 2_000_000, objects: int = 100_000, points:
         for label, name, bypass in (("lru", "lru", True), ("mru", "mru", True),
                                     ("opt", "opt", True), ("belady", "opt", False)):
             onepass = entry(name).onepass
-            counts, onepass_s = _timed(onepass.counts, codes, ones, grid, bypass)
+            counts, onepass_s = timed(onepass.counts, codes, ones, grid, bypass)
             replay_s = None
             if bypass:
-                replayed, replay_s = _timed(hit_counts, name, codes, ones, grid, "replay",
+                replayed, replay_s = timed(hit_counts, name, codes, ones, grid, "replay",
                                             workers)
                 if not np.array_equal(replayed, counts):
                     raise AssertionError(f"{label}: one pass and replay differ")
@@ -154,13 +148,13 @@ def run_onepass_bench(requests: int = 2_000_000, objects: int = 100_000, points:
             lcs_name = {"lru": "lru", "belady": "opt"}.get(label)
             lcs_s, measured = None, False
             if lcs_name:
-                lcs_hits, lcs_one = _timed(lcs_hit_count, lcs_name, path, requests, one,
+                lcs_hits, lcs_one = timed(lcs_hit_count, lcs_name, path, requests, one,
                                            hashpower)
                 if lcs_hits != hits:
                     raise AssertionError(f"{label}: ours {hits} hits, libCacheSim {lcs_hits}")
                 lcs_s = points * lcs_one
                 if label in lcs_curve or lcs_name in lcs_curve:
-                    _, lcs_s = _timed(lambda: [lcs_hit_count(lcs_name, path, requests, int(c),
+                    _, lcs_s = timed(lambda: [lcs_hit_count(lcs_name, path, requests, int(c),
                                                              hashpower) for c in grid])
                     measured = True
             row = {"policy": label, "hits": hits, "onepass_s": onepass_s,
@@ -198,8 +192,8 @@ def run_block_bench(path: str, fractions: tuple[float, ...] = (0.01, 0.10, 0.50)
                  if entry(name).block_kernel or GPU_MODELS[name] is one_pass]:
         fast = GPU_MODELS[name]
         fast(stream, capacities[:1], order)                 # compile
-        got, fast_s = _timed(fast, stream, capacities, order)
-        expected, slow_s = _timed(policy_gpu_model(name, POLICIES[name]),
+        got, fast_s = timed(fast, stream, capacities, order)
+        expected, slow_s = timed(policy_gpu_model(name, POLICIES[name]),
                                   stream, capacities, order)
         if not np.array_equal(got, expected):
             raise AssertionError(f"{name}: compiled block model differs from the classes")
