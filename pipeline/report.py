@@ -8,13 +8,9 @@ file. Every caption states its finding with numbers computed from the inputs. Th
 (``pipeline.charts.page_html``) inlines its libraries, fetches nothing and is written
 atomically (temporary file + ``os.replace``).
 
-``run`` adds more (``render_html(..., measured_extra=..., extra_groups=...)``, built here):
-the fitted TTFT model's predictions along both cliffs and its error per pass, and the real
-engine's measurement right after it (``plan_sections``, ``real_engine_group``), then the
-real engine's measured against predicted TTFT per request under the committed fitted
-step-time file (``fitted_engine_group``); groups for
-block mode with the engine models (``block_group``), the cache policies
-(``policy_group``) and a link to the trace report (``trace_group``).
+``run`` adds more groups, built here (``render_html``'s ``measured_extra`` and
+``extra_groups``): the fitted TTFT model, the real engine, block mode, the policies and the
+trace report.
 
 The report renders the frames it is given: it runs no model and reads no file (``run``'s
 stages compute every frame, ``pipeline.commands.run_blocks.report_inputs``).
