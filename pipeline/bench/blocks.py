@@ -13,7 +13,6 @@ LRU class, request by request) runs at ``--block-sample`` evenly spaced capaciti
 time is extrapolated to all of them (``--block-full`` runs all); every replayed capacity's per-request hits must equal the fast
 engine's, else exit 1. It also writes the trace's block events (``sweep.block_events``) to a
 temporary Parquet file and reports bytes per block access.
-``python -m pipeline.bench.blocks [--block-blocks N] ...``, or ``run_bench()`` from Python.
 """
 
 from __future__ import annotations

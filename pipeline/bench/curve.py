@@ -7,8 +7,6 @@ count that (a) and (b) produce is checked against (c); a mismatch exits with sta
 
 Workload: Zipf(alpha=1.0) requests over ``--objects`` objects, sizes uniform 256..8192 fixed
 per object, seeded; capacities evenly spaced from 5% to 100% of the distinct bytes.
-A script that prints figures, not a test:
-``python -m pipeline.bench.curve [--requests N] [--capacities 20,1000] [--full]``
 """
 
 from __future__ import annotations

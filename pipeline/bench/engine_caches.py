@@ -2,10 +2,8 @@
 its compiled pool replayed per capacity, LMCache's compiled backend (its literal port is a
 test oracle).
 
-``python -m pipeline.bench.engine_caches [--trace FILE] [--capacities N]`` runs on a Mooncake trace
-(JSONL ``{timestamp, input_length, output_length, hash_ids}``, 512-token prefix-chained
-blocks; default ``../shared/traces/synthetic_trace.jsonl``), asserts the one-pass and replayed
-forms agree on every request, and prints one line per model. The replays run on a few
+On a Mooncake trace (default the shared one) it asserts the one-pass and replayed forms
+agree on every request and prints one line per model. The replays run on a few
 capacities and are scaled to all of them (they cost the same per capacity).
 """
 

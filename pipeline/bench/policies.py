@@ -13,9 +13,6 @@ A second table (``run_onepass_bench``) takes the same keys at unit size, where L
 OPT are stack algorithms: each one's curve from one pass next to our per-capacity replays and
 libCacheSim's curve; ``belady`` is OPT without bypass, libCacheSim's definition, so its hits
 are asserted equal to libCacheSim's (the family's ``opt`` bypasses and has no libCacheSim twin).
-
-    python -m pipeline.bench.policies [--policy-requests N] [--policy-points 50]
-                                      [--policy-lcs-curve lru] [--policy-names lru,opt]
 """
 
 from __future__ import annotations
