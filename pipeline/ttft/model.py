@@ -36,7 +36,7 @@ from pipeline.ttft.latency import tier_medians
 
 __all__ = ["PARAMETERS", "TOKEN_COLUMNS", "FitError", "TTFTModel", "design_matrix",
            "fit_config", "fit_configs", "tokens_by_tier", "residuals_by_pass",
-           "pass_ttft", "predicted_ttft", "predict_pass_ttft", "model_for_capacity", "measured_requests"]
+           "predicted_ttft", "predict_pass_ttft", "model_for_capacity", "measured_requests"]
 
 PARAMETERS = ("overhead_ms", "recompute_fixed_ms", "recompute_ms_per_token",
               "attention_ms_per_token2", "cpu_ms_per_token", "gpu_ms_per_token")
@@ -253,16 +253,6 @@ def predicted_ttft(models: dict[str, TTFTModel] | TTFTModel) -> pl.Expr:
     return (pl.when(pl.col("cpu_capacity") == 0)
             .then(model_for_capacity(models, 0).expression())
             .otherwise(model_for_capacity(models, 1).expression()))
-
-
-def pass_ttft(requests: pl.DataFrame, models: dict[str, TTFTModel] | TTFTModel,
-              by: list[str]) -> pl.DataFrame:
-    """by + n, predicted_p50_ms, predicted_mean_ms from per-request TOKEN_COLUMNS (block
-    mode: one row per request and capacity point; see ``predicted_ttft``)."""
-    return (requests.with_columns(predicted_ms=predicted_ttft(models))
-            .group_by(by, maintain_order=True)
-            .agg(n=pl.len(), predicted_p50_ms=pl.col("predicted_ms").median(),
-                 predicted_mean_ms=pl.col("predicted_ms").mean()))
 
 
 def residuals_by_pass(requests: pl.DataFrame, models: dict[str, TTFTModel]) -> pl.DataFrame:
