@@ -44,8 +44,9 @@ tokens, a sampled block's key is fresh when its request first computes it (a lat
 re-sends the reply looks it up like any prompt key); only when an output key was some
 earlier block's key (``VllmLayout.repeated``: the same reply sampled again) can it be
 cached already, where the lookup never touches it: a duplicate again, so such a run is
-replayed (``vllm_gpu``) at every capacity. Tests hold every capacity equal to that replay and to the plain-Python
-oracle (``tests/oracles/vllm_pool.py``).
+replayed (``vllm_gpu``) at every capacity, once for all those that never evict. Tests
+hold every capacity equal to that replay and to the plain-Python oracle
+(``tests/oracles/vllm_pool.py``).
 """
 
 from __future__ import annotations
