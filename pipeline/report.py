@@ -8,13 +8,9 @@ file. Every caption states its finding with numbers computed from the inputs. Th
 (``pipeline.charts.page_html``) inlines its libraries, fetches nothing and is written
 atomically (temporary file + ``os.replace``).
 
-``run`` adds more (``render_html(..., measured_extra=..., extra_groups=...)``, built here):
-the fitted TTFT model's predictions along both cliffs and its error per pass, and the real
-engine's measurement right after it (``plan_sections``, ``real_engine_group``), then the
-real engine's measured against predicted TTFT per request under the committed fitted
-step-time file (``fitted_engine_group``); groups for
-block mode with the engine models (``block_group``), the cache policies
-(``policy_group``) and a link to the trace report (``trace_group``).
+``run`` adds more groups, built here (``render_html``'s ``measured_extra`` and
+``extra_groups``): the fitted TTFT model, the real engine, block mode, the policies and the
+trace report.
 
 The report renders the frames it is given: it runs no model and reads no file (``run``'s
 stages compute every frame, ``pipeline.commands.run_blocks.report_inputs``).
@@ -57,12 +53,19 @@ def _check_inputs(aggregates: pl.DataFrame, requests: pl.DataFrame) -> None:
         raise ValueError(f"aggregates lack sweep(s): {', '.join(absent)}")
 
 
+#: The simulator's sections: (id, chart, caption), each a function of (aggregates, scenario).
+SIMULATED = (("gpu-cliff", gpu_cliff.gpu_cliff_chart, gpu_cliff.gpu_cliff_caption),
+             ("cpu-cliff", cpu_cliff.cpu_cliff_chart, cpu_cliff.cpu_cliff_caption),
+             ("grid", heatmap.heatmap_chart, heatmap.heatmap_caption),
+             ("tiers", breakdown.breakdown_chart, breakdown.breakdown_caption))
+
+
 def build_sections(aggregates: pl.DataFrame, requests: pl.DataFrame, scenario: dict,
                    predicted: pl.DataFrame | None = None, latencies: dict | None = None
                    ) -> tuple[list[Section], list[Section]]:
     """(simulator sections, measured sections), each chart with its caption."""
-    simulated = [module.section(aggregates, scenario)
-                 for module in (gpu_cliff, cpu_cliff, heatmap, breakdown)]
+    simulated = [Section(key, chart(aggregates, scenario), caption(aggregates, scenario))
+                 for key, chart, caption in SIMULATED]
     measured = [ttft.section(requests)] if not requests.is_empty() else []
     measured.append(ratio.section(requests))
     if predicted is not None:
@@ -126,8 +129,7 @@ def engine_sections(engines: tuple[pl.DataFrame, pl.DataFrame]) -> list[Section]
     """Ideal vs vllm on the GPU and LMCache's chunk-level CPU cliff (``engines``: GPU and CPU
     curves of ``pipeline.blocks.engine_curves``), the lab's workload."""
     from pipeline.charts import engines as engine_charts
-    return [engine_charts.gpu_models_section(engines[0]),
-            engine_charts.cpu_models_section(engines[1])]
+    return engine_charts.lab_engine_sections(*engines)
 
 
 def policy_group(lab_curves: pl.DataFrame) -> Group:

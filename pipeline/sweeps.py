@@ -16,7 +16,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 
 from kvlab.summarize import atomic_output
@@ -161,18 +160,6 @@ def sweep_frames(workload: DocumentWorkload, sweeps: Sequence[Sweep], method: st
             progress(f"sweep {number}/{len(sweeps)} {sweep.name}: {sweep.pairs} capacity pairs, "
                      f"{events[sweep.name].height} events")
     return events, pl.concat(aggregates)
-
-
-def run_sweeps(workload: DocumentWorkload, sweeps: Sequence[Sweep], events_dir: Path,
-               method: str = "onepass",
-               progress: Callable[[str], None] | None = None) -> pl.DataFrame:
-    """Run every sweep, write ``<sweep>.parquet`` and ``aggregates.parquet``; return aggregates."""
-    events_dir = Path(events_dir)
-    events, result = sweep_frames(workload, sweeps, method, progress)
-    for name, frame in events.items():
-        write_parquet_atomic(frame, events_dir / f"{name}.parquet")
-    write_parquet_atomic(result, events_dir / "aggregates.parquet")
-    return result
 
 
 def one_pair(accesses: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:

@@ -10,6 +10,7 @@ from pipeline.bench import curve
 from pipeline.bench import trace as trace_bench
 from pipeline.cli import main
 from pipeline.onepass.stack_distance import lru_hit_counts
+from pipeline.policies.reference import write_oracle_trace
 from test_engine_caches_bench import tiny_trace
 
 QUICK = ["bench", "--skip-run", "--skip-curve"]
@@ -54,7 +55,7 @@ def test_the_50_percent_hits_are_at_half_the_distinct_bytes(capsys):
     grid = curve.capacity_grid(total, 1000)
     with __import__("tempfile").TemporaryDirectory() as folder:
         path = f"{folder}/t.bin"
-        curve.write_oracle_trace(path, keys, sizes)
+        write_oracle_trace(path, keys, sizes)
         curve.compare(grid, keys, sizes, path, 10, None)
     line = [l for l in capsys.readouterr().out.splitlines() if "hits at 5%" in l][0]
     figures = re.search(r": ([\d,]+) / ([\d,]+) / ([\d,]+) of", line).groups()

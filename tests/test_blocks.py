@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from kvlab.scenario import run as run_scenario
 from pipeline.onepass import lru_depths
 from pipeline.cli import main as cli_main
-from pipeline.onepass.stack_distance import stack_distances
+from pipeline.onepass.stack_distance import band_limits, stack_distances
 from pipeline.commands.blocks import run_blocks
 from pipeline.catalog.model_api import CPU_MODELS, GPU_MODELS, two_tier
 from pipeline.workloads.stream import ORDERS, block_stream
@@ -23,6 +23,13 @@ from pipeline.workloads.blocks import BLOCK_SCHEMA, document_blocks
 
 from conftest import cli_in_process
 from oracles import block_lru as literal_replay
+
+
+def distances_at(stream, capacity, order, touch_from=None):
+    """The depth pass that is exact for a tier of ``capacity`` blocks (its size band)."""
+    sizes = np.unique(lru_depths._placements(stream, touch_from))
+    limit = int(band_limits(sizes, np.array([capacity], np.int64))[0])
+    return lru_depths.block_distances(stream, order, touch_from, limit)
 
 
 @st.composite
@@ -61,7 +68,7 @@ def test_gpu_tier_onepass_equals_replay(case, drawn, order):
     for row, capacity in enumerate(capacities.tolist()):
         literal = literal_replay.replay(stream, capacity, 0, order, order)
         assert fast[row].tolist() == literal.gpu_prefix.tolist()
-        depth = lru_depths.distances_at(stream, capacity, order).depth
+        depth = distances_at(stream, capacity, order).depth
         assert ((depth <= capacity) & cacheable).tolist() == literal.gpu_present.tolist()
 
 
@@ -78,7 +85,7 @@ def test_cpu_tier_onepass_equals_replay(case, gpu, drawn, gpu_order, cpu_order):
         literal = literal_replay.replay(stream, gpu, capacity, gpu_order, cpu_order)
         assert literal.gpu_prefix.tolist() == gpu_prefix.tolist()
         assert fast[row].tolist() == literal.cpu_prefix.tolist()
-        depth = lru_depths.distances_at(stream, capacity, cpu_order, touch_from=gpu_prefix).depth
+        depth = distances_at(stream, capacity, cpu_order, touch_from=gpu_prefix).depth
         assert ((depth <= capacity) & cacheable).tolist() == literal.cpu_present.tolist()
 
 

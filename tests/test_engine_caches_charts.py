@@ -3,7 +3,7 @@
 import polars as pl
 
 from pipeline.charts import Section
-from pipeline.charts.engines import cpu_models_section, gpu_models_section
+from pipeline.charts.engines import lab_engine_sections
 from pipeline.blocks.engine_curves import cpu_model_curves, gpu_model_curves
 
 
@@ -24,7 +24,7 @@ def test_cpu_cliffs_document_vs_chunks():
 
 
 def test_sections_render():
-    for section in (gpu_models_section(gpu_model_curves([48000, 50110])),
-                    cpu_models_section(cpu_model_curves([48640, 56000]))):
+    for section in lab_engine_sections(gpu_model_curves([48000, 50110]),
+                                       cpu_model_curves([48640, 56000])):
         assert isinstance(section, Section) and section.caption.endswith(".")
         assert isinstance(section.chart.to_dict(), dict)

@@ -43,7 +43,7 @@ def test_recovers_the_load_scale_and_the_idle_coefficients(per_load, seed):
     got = fit.vector()
     assert np.allclose(got[[0, 1, 5]], TRUE[[0, 1, 5]], rtol=1e-4, atol=1e-6), got
     for run in runs:       # every request's TTFT, queueing included, is reproduced
-        predicted = simulate_run(run, SERIAL, fit.run_vector(run)).ttft_ms()
+        predicted = simulate_run(run, SERIAL, fit.vector() * load_scale(run, fit.per_load)).ttft_ms()
         assert np.allclose(predicted, run.ttft_ms, rtol=1e-5, atol=1e-5)
 
 

@@ -2,14 +2,65 @@
 (tests/fleet_reference.py) on small random cases, ties included; registry and options."""
 
 import random
+from dataclasses import dataclass, field
 
 import pytest
 
 from fleet_reference import (DynamoKv, LlmdEstimate, LlmdPrecise, SGLangCacheAware,
                              round_robin, session_instance, vllm_dp)
 from pipeline.fleet.routers import ROUTERS, make_router, parse_router_options
-from pipeline.fleet.routers.base import RouteRequest, StaticView
+from pipeline.fleet.routers.base import RouteRequest
 from pipeline.fleet.routers.prefix_approx import BlockTree, LazyTree
+
+
+@dataclass
+class StaticView:
+    """A view over plain lists (tests, references): ``cached`` = per instance the set of
+    block hashes it holds; prefix hits are the leading run of ``hashes`` in that set."""
+
+    num_instances: int
+    block_size: int = 16
+    outstanding: list[int] = field(default_factory=list)
+    waiting: list[int] = field(default_factory=list)
+    running: list[int] = field(default_factory=list)
+    usage: list[float] = field(default_factory=list)
+    cached: list[set] = field(default_factory=list)
+    blocks: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        n = self.num_instances
+        self.outstanding = self.outstanding or [0] * n
+        self.waiting = self.waiting or [0] * n
+        self.running = self.running or [0] * n
+        self.usage = self.usage or [0.0] * n
+        self.cached = self.cached or [set() for _ in range(n)]
+        self.blocks = self.blocks or [0] * n
+
+    def routed_outstanding(self, instance: int) -> int:
+        return self.outstanding[instance]
+
+    def num_waiting(self, instance: int) -> int:
+        return self.waiting[instance]
+
+    def num_running(self, instance: int) -> int:
+        return self.running[instance]
+
+    def kv_usage(self, instance: int) -> float:
+        return self.usage[instance]
+
+    def cached_blocks(self, instance: int, hashes) -> int:
+        count = 0
+        for block in hashes:
+            if block not in self.cached[instance]:
+                break
+            count += 1
+        return count
+
+    def cached_block_count(self, instance: int) -> int:
+        return len(self.cached[instance])
+
+    def gpu_blocks(self, instance: int) -> int:
+        return self.blocks[instance]
 
 
 def chain(units):

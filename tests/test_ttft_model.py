@@ -194,14 +194,17 @@ def test_predicted_columns_on_the_sweep_aggregates():
     assert third["predicted_mean_ms"] == pytest.approx((4 * 31.085 + 6 * 48.145) / 10)
 
 
-def test_pass_ttft_per_request_frames_pick_the_config_by_cpu_capacity():
-    from pipeline.ttft.model import pass_ttft
+def test_per_request_predictions_pick_the_config_by_cpu_capacity():
+    from pipeline.ttft.model import predicted_ttft
 
     models = two_configs()
     frame = pl.DataFrame({"cpu_capacity": [0, 0, 100, 100, 100], "pass": ["a"] * 5,
                           "gpu_tokens": [0, 100, 0, 0, 50], "cpu_tokens": [0, 0, 100, 0, 50],
                           "miss_tokens": [100, 0, 0, 100, 0]})
-    table = pass_ttft(frame, models, ["cpu_capacity", "pass"]).sort("cpu_capacity")
+    table = (frame.with_columns(predicted_ms=predicted_ttft(models))
+             .group_by("cpu_capacity", "pass")
+             .agg(predicted_p50_ms=pl.col("predicted_ms").median(),
+                  predicted_mean_ms=pl.col("predicted_ms").mean()).sort("cpu_capacity"))
     base, off = models["baseline"].tier_ms, models["lmcache"].tier_ms
     assert table["predicted_mean_ms"].to_list() == pytest.approx([
         (base["miss"] + base["gpu"]) / 2,

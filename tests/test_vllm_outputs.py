@@ -131,7 +131,7 @@ def test_a_reply_sampled_again_is_replayed(tmp_path):
                                          {"timestamp": 2, "tokens": A + REPLY}])
     stream = read_tokens(path, 16).block_stream()
     assert vllm_layout(stream, TRACE).repeated
-    capacities = [16, 32, 48, 64]
+    capacities = [16, 32, 48, 64, 4096, 8192]      # the last two never evict
     assert vllm_gpu(stream, capacities, output_tokens=TRACE).tolist() == \
         oracle.replay_gpu(stream, capacities, output_tokens=TRACE).tolist()
 

@@ -13,7 +13,6 @@ LRU class, request by request) runs at ``--block-sample`` evenly spaced capaciti
 time is extrapolated to all of them (``--block-full`` runs all); every replayed capacity's per-request hits must equal the fast
 engine's, else exit 1. It also writes the trace's block events (``sweep.block_events``) to a
 temporary Parquet file and reports bytes per block access.
-``python -m pipeline.bench.blocks [--block-blocks N] ...``, or ``run_bench()`` from Python.
 """
 
 from __future__ import annotations
@@ -22,12 +21,12 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 
 import numpy as np
 import polars as pl
 
 from pipeline.base.arguments import positive_int
+from pipeline.bench import timed
 from pipeline.onepass import lru_depths
 from pipeline.catalog.model_api import GPU_MODELS
 from pipeline.workloads.stream import TAIL_FIRST, block_stream
@@ -35,7 +34,6 @@ from pipeline.blocks.sweep import block_events
 from pipeline.sweeps import write_parquet_atomic
 from pipeline.workloads.blocks import BLOCK_SCHEMA
 
-HELP = "block engine: one pass vs literal replay on a 2M-block trace (figures)"
 BLOCK_SIZE = 16
 CONTEXT_BLOCKS = (32, 256)
 OWN_BLOCKS = (8, 64)
@@ -97,10 +95,8 @@ def main(args: argparse.Namespace) -> int:
 def run_bench(blocks: int = 2_000_000, contexts: int = 2000, capacities: int = 100,
               sample: int = 3, full: bool = False, seed: int = 20261130) -> int:
     """Print the figures; 1 if the engines disagree."""
-    started = time.perf_counter()
-    frame = shared_prefix_trace(blocks, contexts, seed)
-    stream = block_stream(frame, BLOCK_SIZE)
-    prepare_s = time.perf_counter() - started
+    stream, prepare_s = timed(lambda: block_stream(shared_prefix_trace(blocks, contexts, seed),
+                                                   BLOCK_SIZE))
     distinct = stream.n_codes
     grid = (np.linspace(0.02, 1.0, capacities) * distinct).round().astype(np.int64) \
         * BLOCK_SIZE
@@ -109,12 +105,8 @@ def run_bench(blocks: int = 2_000_000, contexts: int = 2000, capacities: int = 1
           f"cacheable blocks; prepared in {prepare_s:.2f} s")
 
     lru_depths.block_lru_gpu(stream, grid[:1], TAIL_FIRST)          # compile outside timing
-    times = []
-    for _ in range(FAST_REPEATS):
-        started = time.perf_counter()
-        fast = lru_depths.block_lru_gpu(stream, grid, TAIL_FIRST)
-        times.append(time.perf_counter() - started)
-    fast_s = float(np.median(times))
+    runs = [timed(lru_depths.block_lru_gpu, stream, grid, TAIL_FIRST) for _ in range(FAST_REPEATS)]
+    fast, fast_s = runs[-1][0], float(np.median([seconds for _, seconds in runs]))
     print(f"(c) one pass, {grid.size} capacities: {fast_s:.2f} s, median of "
           f"{FAST_REPEATS} ({stream.blocks / fast_s / 1e6:.1f} M block accesses/s)")
 
@@ -122,9 +114,10 @@ def run_bench(blocks: int = 2_000_000, contexts: int = 2000, capacities: int = 1
             np.unique(np.linspace(0, grid.size - 1, min(sample, grid.size)).round().astype(int)))
     replay_s = []
     for row in rows:
-        started = time.perf_counter()
-        literal = GPU_MODELS["block-lru-replay"](stream, grid[row:row + 1], TAIL_FIRST)[0]
-        replay_s.append(time.perf_counter() - started)
+        literal, seconds = timed(GPU_MODELS["block-lru-replay"], stream, grid[row:row + 1],
+                                 TAIL_FIRST)
+        literal = literal[0]
+        replay_s.append(seconds)
         if not np.array_equal(literal, fast[row]):
             print(f"MISMATCH at capacity {grid[row]}: replay and one pass differ",
                   file=sys.stderr)
@@ -146,7 +139,6 @@ def run_bench(blocks: int = 2_000_000, contexts: int = 2000, capacities: int = 1
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m pipeline.bench.blocks",
-                                     description=__doc__.split("\n\n")[0])
-    add_arguments(parser)
-    sys.exit(main(parser.parse_args()))
+    from pipeline.bench import standalone
+
+    standalone("pipeline.bench.blocks", __doc__, add_arguments, main)

@@ -7,8 +7,6 @@ count that (a) and (b) produce is checked against (c); a mismatch exits with sta
 
 Workload: Zipf(alpha=1.0) requests over ``--objects`` objects, sizes uniform 256..8192 fixed
 per object, seeded; capacities evenly spaced from 5% to 100% of the distinct bytes.
-A script that prints figures, not a test:
-``python -m pipeline.bench.curve [--requests N] [--capacities 20,1000] [--full]``
 """
 
 from __future__ import annotations
@@ -27,6 +25,7 @@ import numpy as np
 from kvlab.kvsim import LRUCache
 from pipeline.base.arguments import positive_int
 from pipeline.onepass.stack_distance import hit_curve, lru_hit_counts
+from pipeline.policies.reference import lcs_cache, write_oracle_trace
 
 ZIPF_ALPHA = 1.0
 SIZE_RANGE = (256, 8192)
@@ -34,8 +33,6 @@ CAPACITY_RANGE = (0.05, 1.00)      # fractions of the distinct bytes
 LANDMARKS = (0.05, 0.50, 1.00)     # fractions whose hits each comparison prints
 PYTHON_SAMPLE = 20                 # capacities (a) runs when it would otherwise extrapolate
 ONE_PASS_REPEATS = 3               # (c) is timed as the median of this many runs
-ORACLE_RECORD = np.dtype([("time", "<u4"), ("obj_id", "<u8"), ("obj_size", "<u4"),
-                          ("next_access", "<i8")])
 
 
 class Mismatch(Exception):
@@ -88,16 +85,6 @@ def one_pass_hits(keys: np.ndarray, sizes: np.ndarray,
     return hits, statistics.median(seconds)
 
 
-def write_oracle_trace(path: str, keys: np.ndarray, sizes: np.ndarray) -> None:
-    """Write libCacheSim's oracleGeneral binary trace (24-byte records, no next-access)."""
-    records = np.empty(keys.size, dtype=ORACLE_RECORD)
-    records["time"] = np.arange(keys.size)
-    records["obj_id"] = keys
-    records["obj_size"] = sizes
-    records["next_access"] = -1
-    records.tofile(path)
-
-
 def libcachesim_hashpower(objects: int) -> int:
     """A hash table of 2**hashpower buckets, at least twice the object count.
 
@@ -117,8 +104,7 @@ def libcachesim_hits(path: str, requests: int, capacities: np.ndarray,
     hits = np.empty(capacities.size, dtype=np.int64)
     start = time.perf_counter()
     for row, capacity in enumerate(capacities):
-        cache = lcs.LRU(cache_size=int(capacity), hashpower=hashpower)
-        object_miss_ratio, _ = cache.process_trace(reader)
+        object_miss_ratio, _ = lcs_cache("lru", capacity, hashpower).process_trace(reader)
         hits[row] = round((1.0 - object_miss_ratio) * requests)
     return hits, time.perf_counter() - start
 
@@ -283,7 +269,6 @@ def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    _parser = argparse.ArgumentParser(prog="python -m pipeline.bench.curve",
-                                      description=__doc__.split("\n\n")[0])
-    add_arguments(_parser)
-    raise SystemExit(main(_parser.parse_args()))
+    from pipeline.bench import standalone
+
+    standalone("pipeline.bench.curve", __doc__, add_arguments, main)

@@ -2,10 +2,8 @@
 its compiled pool replayed per capacity, LMCache's compiled backend (its literal port is a
 test oracle).
 
-``python -m pipeline.bench.engine_caches [--trace FILE] [--capacities N]`` runs on a Mooncake trace
-(JSONL ``{timestamp, input_length, output_length, hash_ids}``, 512-token prefix-chained
-blocks; default ``../shared/traces/synthetic_trace.jsonl``), asserts the one-pass and replayed
-forms agree on every request, and prints one line per model. The replays run on a few
+On a Mooncake trace (default the shared one) it asserts the one-pass and replayed forms
+agree on every request and prints one line per model. The replays run on a few
 capacities and are scaled to all of them (they cost the same per capacity).
 """
 
@@ -13,12 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
+from pipeline.bench import timed
 from pipeline.workloads.stream import block_stream
 from pipeline.base.config import ROOT
 from pipeline.components.lmcache import lmcache_chunks, lmcache_hits
@@ -49,12 +47,6 @@ def mooncake_blocks(path: Path, block_size: int = MOONCAKE_BLOCK) -> pl.DataFram
             .cast(dict(BLOCK_SCHEMA)))
 
 
-def _timed(function, *args):
-    start = time.perf_counter()
-    value = function(*args)
-    return value, time.perf_counter() - start
-
-
 def bench(trace: Path = DEFAULT_TRACE, capacities: int = 50, literal: int = 3) -> list[str]:
     """Lines of figures on ``trace``: vllm fast vs literal, lmcache compiled."""
     stream = block_stream(mooncake_blocks(trace), MOONCAKE_BLOCK)
@@ -62,11 +54,11 @@ def bench(trace: Path = DEFAULT_TRACE, capacities: int = 50, literal: int = 3) -
     vllm_caps = np.linspace(MOONCAKE_BLOCK * 2, total // 4, capacities).astype(np.int64)
     vllm_hits(stream, np.array([1]))                                   # compile
     replay_vllm(stream, 2 * MOONCAKE_BLOCK)
-    (fast, exact), fast_s = _timed(vllm_hits, stream, vllm_caps // MOONCAKE_BLOCK - 1)
+    (fast, exact), fast_s = timed(vllm_hits, stream, vllm_caps // MOONCAKE_BLOCK - 1)
     picks = np.linspace(0, capacities - 1, literal).astype(int)
     slow_s = 0.0
     for k in picks:
-        hits, seconds = _timed(replay_vllm, stream, int(vllm_caps[k]))
+        hits, seconds = timed(replay_vllm, stream, int(vllm_caps[k]))
         slow_s += seconds
         assert not exact[k] or hits.tolist() == fast[k].tolist()
     lines = [f"trace: {stream.requests} requests, {stream.blocks} blocks of {MOONCAKE_BLOCK}",
@@ -77,7 +69,7 @@ def bench(trace: Path = DEFAULT_TRACE, capacities: int = 50, literal: int = 3) -
     chunks = lmcache_chunks(stream, MOONCAKE_BLOCK)
     cpu_caps = np.linspace(MOONCAKE_BLOCK, total // 4, capacities).astype(np.int64)
     lmcache_hits(chunks, cpu_caps[:1])                                 # compile
-    _, fast_s = _timed(lmcache_hits, chunks, cpu_caps)
+    _, fast_s = timed(lmcache_hits, chunks, cpu_caps)
     lines.append(f"lmcache: compiled replay {fast_s:.3f} s for {capacities} capacities")
     return lines
 

@@ -2,9 +2,6 @@
 wall and CPU time of the process pool and of a local Ray, and each simulation's requests
 per CPU second.
 
-``python -m pipeline.bench.fleet [--routers all] [--limit N] [--capacities K] [--jobs J]
-[--skip-ray]``
-
 The routers are the six the fleet issue's benchmark names (``ROUTER_SET``: round robin,
 the load and session baselines and the three cache-aware routers of SGLang, llm-d and
 Dynamo); ``random`` is round robin's unordered twin and ``prefix-estimate`` llm-d's

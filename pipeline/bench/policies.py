@@ -13,9 +13,6 @@ A second table (``run_onepass_bench``) takes the same keys at unit size, where L
 OPT are stack algorithms: each one's curve from one pass next to our per-capacity replays and
 libCacheSim's curve; ``belady`` is OPT without bypass, libCacheSim's definition, so its hits
 are asserted equal to libCacheSim's (the family's ``opt`` bypasses and has no libCacheSim twin).
-
-    python -m pipeline.bench.policies [--policy-requests N] [--policy-points 50]
-                                      [--policy-lcs-curve lru] [--policy-names lru,opt]
 """
 
 from __future__ import annotations
@@ -25,10 +22,10 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 import tempfile
-import time
 
 import numpy as np
 
+from pipeline.bench import timed
 from pipeline.bench.curve import capacity_grid, distinct_bytes, libcachesim_hashpower, zipf_trace
 from pipeline.policies import POLICIES
 from pipeline.policies.reference import LCS_NAMES, lcs_hit_count, write_oracle_trace
@@ -54,10 +51,9 @@ def _ours_one(name, codes, sizes, capacity):
     """Hits and seconds at one capacity: the compiled replay where the entry declares one
     (without bypass, as libCacheSim), else the policy's class."""
     kernel = entry(name).replay_kernel
-    start = time.perf_counter()
-    hits = (kernel(codes, sizes, capacity, bypass=False) if kernel is not None
-            else class_hits(name, codes, sizes, capacity))
-    return int(hits.sum()), time.perf_counter() - start
+    hits, seconds = (timed(kernel, codes, sizes, capacity, bypass=False) if kernel is not None
+                     else timed(class_hits, name, codes, sizes, capacity))
+    return int(hits.sum()), seconds
 
 
 def run_bench(requests: int = 2_000_000, objects: int = 100_000, points: int = 50,
@@ -85,20 +81,15 @@ def run_bench(requests: int = 2_000_000, objects: int = 100_000, points: int = 5
             hits, ours_s = _ours_one(name, codes, sizes, one)
             lcs_s = lcs_hits = None
             if name in LCS_NAMES:
-                start = time.perf_counter()
-                lcs_hits = lcs_hit_count(name, path, requests, one, hashpower)
-                lcs_s = time.perf_counter() - start
+                lcs_hits, lcs_s = timed(lcs_hit_count, name, path, requests, one, hashpower)
                 if lcs_hits != hits:
                     raise AssertionError(f"{name}: ours {hits} hits, libCacheSim {lcs_hits}")
-            start = time.perf_counter()
-            hit_counts(name, codes, sizes, grid, workers=workers)
-            curve_s = time.perf_counter() - start
+            _, curve_s = timed(hit_counts, name, codes, sizes, grid, workers=workers)
             lcs_curve_s, measured = None, False
             if lcs_s is not None and name in lcs_curve:
-                start = time.perf_counter()
-                for capacity in grid:
-                    lcs_hit_count(name, path, requests, int(capacity), hashpower)
-                lcs_curve_s, measured = time.perf_counter() - start, True
+                _, lcs_curve_s = timed(lambda: [lcs_hit_count(name, path, requests, int(c),
+                                                               hashpower) for c in grid])
+                measured = True
             elif lcs_s is not None:
                 lcs_curve_s = points * lcs_s
             row = {"policy": name, "hits": hits, "ours_mps": requests / ours_s / 1e6,
@@ -116,12 +107,6 @@ def run_bench(requests: int = 2_000_000, objects: int = 100_000, points: int = 5
           "accesses per second (target >= 0.5); opt compared without bypass (= Belady); "
           "libCacheSim's wheel has no MRU.")
     return rows
-
-
-def _timed(function, *args, **kwargs):
-    start = time.perf_counter()
-    out = function(*args, **kwargs)
-    return out, time.perf_counter() - start
 
 
 def run_onepass_bench(requests: int = 2_000_000, objects: int = 100_000, points: int = 50,
@@ -149,10 +134,10 @@ def run_onepass_bench(requests: int = 2_000_000, objects: int = 100_000, points:
         for label, name, bypass in (("lru", "lru", True), ("mru", "mru", True),
                                     ("opt", "opt", True), ("belady", "opt", False)):
             onepass = entry(name).onepass
-            counts, onepass_s = _timed(onepass.counts, codes, ones, grid, bypass)
+            counts, onepass_s = timed(onepass.counts, codes, ones, grid, bypass)
             replay_s = None
             if bypass:
-                replayed, replay_s = _timed(hit_counts, name, codes, ones, grid, "replay",
+                replayed, replay_s = timed(hit_counts, name, codes, ones, grid, "replay",
                                             workers)
                 if not np.array_equal(replayed, counts):
                     raise AssertionError(f"{label}: one pass and replay differ")
@@ -160,13 +145,13 @@ def run_onepass_bench(requests: int = 2_000_000, objects: int = 100_000, points:
             lcs_name = {"lru": "lru", "belady": "opt"}.get(label)
             lcs_s, measured = None, False
             if lcs_name:
-                lcs_hits, lcs_one = _timed(lcs_hit_count, lcs_name, path, requests, one,
+                lcs_hits, lcs_one = timed(lcs_hit_count, lcs_name, path, requests, one,
                                            hashpower)
                 if lcs_hits != hits:
                     raise AssertionError(f"{label}: ours {hits} hits, libCacheSim {lcs_hits}")
                 lcs_s = points * lcs_one
                 if label in lcs_curve or lcs_name in lcs_curve:
-                    _, lcs_s = _timed(lambda: [lcs_hit_count(lcs_name, path, requests, int(c),
+                    _, lcs_s = timed(lambda: [lcs_hit_count(lcs_name, path, requests, int(c),
                                                              hashpower) for c in grid])
                     measured = True
             row = {"policy": label, "hits": hits, "onepass_s": onepass_s,
@@ -204,8 +189,8 @@ def run_block_bench(path: str, fractions: tuple[float, ...] = (0.01, 0.10, 0.50)
                  if entry(name).block_kernel or GPU_MODELS[name] is one_pass]:
         fast = GPU_MODELS[name]
         fast(stream, capacities[:1], order)                 # compile
-        got, fast_s = _timed(fast, stream, capacities, order)
-        expected, slow_s = _timed(policy_gpu_model(name, POLICIES[name]),
+        got, fast_s = timed(fast, stream, capacities, order)
+        expected, slow_s = timed(policy_gpu_model(name, POLICIES[name]),
                                   stream, capacities, order)
         if not np.array_equal(got, expected):
             raise AssertionError(f"{name}: compiled block model differs from the classes")
@@ -252,7 +237,6 @@ def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    _parser = argparse.ArgumentParser(prog="python -m pipeline.bench.policies",
-                                      description=__doc__.split("\n\n")[0])
-    add_arguments(_parser)
-    raise SystemExit(main(_parser.parse_args()))
+    from pipeline.bench import standalone
+
+    standalone("pipeline.bench.policies", __doc__, add_arguments, main)

@@ -4,12 +4,9 @@
    bytes per access of the Parquet event logs), written to a temporary folder; then the same
    for ``run --docs 3000`` (``--docs``), and the zstd levels on its event logs.
 2. The one-pass LRU curves against kvlab's LRUCache and libCacheSim (pipeline.bench.curve).
-3. With ``--with NAME[,NAME]``, each behind its own flag so the default stays short:
-   ``blocks`` (block one-pass vs the LRU class replayed, ``pipeline.bench.blocks``), ``engines``
-   (vllm / lmcache fast vs literal, ``pipeline.bench.engine_caches``), ``trace`` (10M-block curve
-   and the shared trace end to end, ``pipeline.bench.trace``), ``policies`` (the policy
-   family vs libCacheSim, ``pipeline.bench.policies``); ``all`` runs the four. Each has its
-   option group, prefixed by its name, so no option clashes.
+3. With ``--with NAME[,NAME]`` (or ``all``): ``blocks``, ``engines``, ``trace``,
+   ``policies``, the modules of this package, each with its option group prefixed by its
+   name.
 """
 
 from __future__ import annotations

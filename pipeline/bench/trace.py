@@ -7,10 +7,9 @@
 2. The shared Mooncake trace end to end (``python -m pipeline trace``: read, replay,
    Parquet, report) in a fresh process, best of ``repeat``, and the event sizes on disk.
 
-``python -m pipeline.bench.trace [--trace PATH]`` prints both (``python -m pipeline bench
---with trace`` runs it too); ``--trace`` names the Mooncake trace of the end-to-end figure
-(and of ``bench --with engines``). Without it the shared trace is used when present; when it
-is absent the figure is skipped and a line on stderr says so.
+``--trace`` names the Mooncake trace of the end-to-end figure (and of ``bench --with
+engines``); without it the shared trace is used, and when that is absent the figure is
+skipped with a line on stderr.
 """
 
 from __future__ import annotations
@@ -175,12 +174,6 @@ def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    _parser = argparse.ArgumentParser(prog="python -m pipeline.bench.trace",
-                                      description=__doc__.split("\n\n")[0])
-    add_arguments(_parser)
-    from pipeline.base.errors import CLIError
-    try:
-        sys.exit(main(_parser.parse_args()))
-    except CLIError as _exc:
-        print(f"error: {_exc}", file=sys.stderr)
-        sys.exit(1)
+    from pipeline.bench import standalone
+
+    standalone("pipeline.bench.trace", __doc__, add_arguments, main)

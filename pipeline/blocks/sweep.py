@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -244,16 +245,10 @@ def block_frames(docs: int, tokens: int, passes: Sequence[str], block_size: int,
 
 
 def block_sweeps(docs: int, tokens: int, passes: Sequence[str], block_size: int,
-                 events_dir: Path, gpu_capacities: Sequence[int] | None = None,
-                 cpu_capacities: Sequence[int] | None = None, cpu_sweep_gpu: int = 21520,
-                 spec_points: Sequence[int] = (), gpu_model: str = "block-lru",
-                 cpu_model: str = "block-lru", gpu_options: dict | None = None,
-                 cpu_options: dict | None = None) -> pl.DataFrame:
-    """Run both block sweeps (``block_frames``), write the events and aggregates Parquet files
-    into ``events_dir`` (atomically), and return the aggregates. Inputs are validated first."""
-    events, aggregates = block_frames(docs, tokens, passes, block_size, gpu_capacities,
-                                      cpu_capacities, cpu_sweep_gpu, spec_points, gpu_model,
-                                      cpu_model, gpu_options, cpu_options)
+                 events_dir: Path, **options: Any) -> pl.DataFrame:
+    """``block_frames`` (``options``: its keyword arguments), its events and aggregates
+    written into ``events_dir`` (atomically); returns the aggregates."""
+    events, aggregates = block_frames(docs, tokens, passes, block_size, **options)
     events_dir = Path(events_dir)
     events_dir.mkdir(parents=True, exist_ok=True)
     write_parquet_atomic(events, events_dir / EVENTS_FILE)

@@ -4,14 +4,9 @@ Names: an access is served by a GPU hit, a CPU reload or a miss (recompute), fas
 as kvlab's ``TwoTierCache.access`` names them (``kvlab.kvsim.TIERS``). ``TIER`` is the polars
 Enum of those names: sorting by it gives gpu, cpu, miss, so no rank map is needed.
 
-Interface: ``Tier`` is the base of every cache model with keys (cachetools style: the base
-does the bookkeeping, a policy overrides the eviction choice in a few hooks):
-``capacity``, ``used``, ``keys()``, ``lookup(keys)`` (the leading keys present, no state
-change), ``place(keys, sizes)`` (one request's keys read as hits or insertions, then
-eviction to fit, never a key of this request; a request larger than the capacity is not
-stored and evicts nothing) and ``access(key, size)`` (kvlab's per-access signature).
-``TwoTier`` composes a GPU tier and a CPU tier: the CPU serves what lies beyond the GPU hit
-(``served_beyond``), the one composition every command uses.
+``Tier`` is the base of every cache model with keys (cachetools style: the base does the
+bookkeeping, a policy overrides a few hooks); ``TwoTier`` composes a GPU and a CPU tier,
+the one composition every command uses.
 """
 
 from __future__ import annotations

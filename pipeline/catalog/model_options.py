@@ -27,7 +27,7 @@ from pipeline.sizes.limits import MAX_BLOCKS, check_block_count, check_capacitie
 from pipeline.catalog import MODEL_OPTIONS, MODEL_ORDERS, vllm_version
 
 __all__ = ["MODEL_OPTIONS", "MODEL_ORDERS", "add_engine_arguments", "add_option_argument",
-           "add_order_arguments", "ENGINE_MODELS", "LAB_MODELS", "ModelName", "model_names", "models_given",
+           "add_order_arguments", "ENGINE_MODELS", "LAB_MODELS", "ModelName", "model_names",
            "model_options", "default_chunk_size", "vllm_version", "add_model_arguments",
            "run_options", "option_dests", "trace_outputs"]
 
@@ -91,7 +91,7 @@ class ModelName(argparse.Action):
     """Store a model name (``choices=model_names(...)``); a deprecated one is stored as its
     new name and queues one line, ``warning: --gpu-model ideal is deprecated: it is now called
     block-lru``, printed once parsing succeeds. Records that the flag was given
-    (``DEST_given``, see ``models_given``)."""
+    (``DEST_given``)."""
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
         new = registry.DEPRECATED_NAMES.get(values)
@@ -100,12 +100,6 @@ class ModelName(argparse.Action):
                                      f"now called {new}")
         setattr(namespace, self.dest, new or values)
         setattr(namespace, f"{self.dest}_given", True)
-
-
-def models_given(args: argparse.Namespace) -> bool:
-    """Whether ``--gpu-model`` or ``--cpu-model`` was given on the command line."""
-    return bool(getattr(args, "gpu_model_given", False) or
-                getattr(args, "cpu_model_given", False))
 
 
 def add_model_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup,

@@ -11,7 +11,6 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-import polars as pl
 
 from pipeline.catalog import POLICIES, make_policy
 from pipeline.cache.tiers import access_tiers
@@ -19,7 +18,7 @@ from pipeline.catalog import entry as _entry
 from pipeline.catalog import names as _names
 
 __all__ = ["METHODS", "onepass_policies", "encode", "policy_hits", "hit_matrix", "hit_counts",
-           "tiered_codes", "curves_frame", "class_hits"]
+           "tiered_codes", "class_hits"]
 
 #: auto: one pass where exact (an entry's ``onepass`` on sizes it allows), else the
 #: compiled replay; replay: compiled per capacity; classes: the Python classes (slow, the
@@ -134,24 +133,3 @@ def tiered_codes(gpu: str, cpu: str, codes: np.ndarray, sizes: np.ndarray, gpu_c
     missed = np.flatnonzero(~gpu_hit)
     cpu_hit = policy_hits(cpu, codes[missed], sizes[missed], cpu_capacity, method)
     return access_tiers(gpu_hit, cpu_hit)
-
-
-def curves_frame(policy: str, capacities: Sequence[int], hits: np.ndarray,
-                 passes: np.ndarray | None = None) -> pl.DataFrame:
-    """One row per capacity (and pass, when ``passes`` labels every access)."""
-    capacities = list(capacities)
-    if passes is None:
-        counts = hits.sum(axis=1)
-        return pl.DataFrame({"policy": policy, "capacity": capacities,
-                             "accesses": hits.shape[1], "hits": counts},
-                            schema_overrides={"capacity": pl.Int64, "accesses": pl.Int64,
-                                              "hits": pl.Int64})
-    frames = []
-    for label in dict.fromkeys(passes.tolist()):
-        mask = passes == label
-        frames.append(pl.DataFrame({"policy": policy, "pass": int(label),
-                                    "capacity": capacities, "accesses": int(mask.sum()),
-                                    "hits": hits[:, mask].sum(axis=1)},
-                                   schema_overrides={"capacity": pl.Int64,
-                                                     "accesses": pl.Int64, "hits": pl.Int64}))
-    return pl.concat(frames)

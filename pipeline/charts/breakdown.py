@@ -5,7 +5,6 @@ from __future__ import annotations
 import altair as alt
 import polars as pl
 
-from pipeline.charts import Section
 from pipeline.charts.parts import HEIGHT, WIDTH, tier_colour, tier_phrase, tooltips
 from pipeline.cache.tiers import COUNT_COLUMNS, TIER
 
@@ -64,8 +63,3 @@ def breakdown_caption(aggregates: pl.DataFrame, scenario: dict) -> str:
             f"{alone}, while adding a {scenario['offload_cpu']}-token CPU tier gives "
             f"{offload}.")
 
-
-def section(aggregates: pl.DataFrame, scenario: dict) -> Section:
-    """The tier breakdown with its caption (cpu_cliff rows at CPU 0 and the offload CPU)."""
-    return Section("tiers", breakdown_chart(aggregates, scenario),
-                   breakdown_caption(aggregates, scenario))

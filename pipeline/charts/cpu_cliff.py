@@ -5,22 +5,16 @@ from __future__ import annotations
 import altair as alt
 import polars as pl
 
-from pipeline.charts import Section
-from pipeline.charts.parts import (HEIGHT, TIER_COLOURS, WIDTH, cliff_summary, span,
-                                   step_with_spec_points, working_set, working_set_rule)
+from pipeline.charts.parts import TIER_COLOURS, cliff_chart, cliff_summary, span, working_set
 from pipeline.sweeps import second_pass
 
 
 def cpu_cliff_chart(aggregates: pl.DataFrame, scenario: dict) -> alt.LayerChart:
     """Second-pass misses vs CPU capacity at a fixed GPU capacity."""
-    frame = second_pass(aggregates, "cpu_cliff")
-    steps = step_with_spec_points(frame, "cpu_capacity", "misses", scenario["cpu_spec_points"],
-                                  "CPU capacity (tokens)", "second-pass misses",
-                                  TIER_COLOURS[2])
-    return alt.layer(
-        steps, working_set_rule(working_set(scenario)), title=f"CPU cliff: second-pass misses vs CPU capacity "
-              f"(GPU fixed at {scenario['cpu_sweep_gpu']})",
-        width=WIDTH, height=HEIGHT)
+    return cliff_chart(second_pass(aggregates, "cpu_cliff"), "cpu_capacity", "misses",
+                       scenario["cpu_spec_points"], "CPU capacity (tokens)", "second-pass misses",
+                       TIER_COLOURS[2], scenario, f"CPU cliff: second-pass misses vs CPU capacity "
+                       f"(GPU fixed at {scenario['cpu_sweep_gpu']})")
 
 
 def cpu_cliff_caption(aggregates: pl.DataFrame, scenario: dict) -> str:
@@ -39,8 +33,3 @@ def cpu_cliff_caption(aggregates: pl.DataFrame, scenario: dict) -> str:
             f"CPU capacity up to {s['last_before']} tokens and drop to 0 from "
             f"{s['cliff']}{whole} ({ws} tokens).")
 
-
-def section(aggregates: pl.DataFrame, scenario: dict) -> Section:
-    """The CPU cliff with its caption (aggregates of the cpu_cliff sweep)."""
-    return Section("cpu-cliff", cpu_cliff_chart(aggregates, scenario),
-                   cpu_cliff_caption(aggregates, scenario))

@@ -1,12 +1,6 @@
-"""Time on the report pages: one duration formatter and one axis rule for every time chart.
-
-``format_duration(ms)`` (from ``pipeline.base.durations``, which command lines use too)
-words a duration the way a person reads it: milliseconds below 1 s, seconds below 10 min,
-minutes above (never "1,234,567 ms"). ``needs_log(values)`` is the one rule for log axes:
-the positive values span more than ``LOG_SPAN`` (100x).
-``time_axis(values_ms, title)`` picks the unit (seconds once a value exceeds 10 s) and the
-scale of a time axis, and says "(log scale)" in its title when it is one.
-"""
+"""Time on the report pages: one duration formatter (``format_duration``, from
+``pipeline.base.durations``, which command lines use too) and one axis rule for every time
+chart (``needs_log``, ``scale_for``, ``time_axis``)."""
 
 from __future__ import annotations
 

@@ -15,38 +15,33 @@ import polars as pl
 from pipeline.charts import Section
 from pipeline.charts.parts import tooltips
 
-__all__ = ["gpu_models_section", "cpu_models_section", "run_engine_sections"]
+__all__ = ["lab_engine_sections", "run_engine_sections"]
 
 
-def _step_chart(frame: pl.DataFrame, x_title: str, y_title: str) -> alt.Chart:
-    return (alt.Chart(frame).mark_line(interpolate="step-after", strokeWidth=2)
-            .encode(x=alt.X("capacity:Q", title=x_title),
-                    y=alt.Y("hit_tokens:Q", title=y_title),
-                    color=alt.Color("model:N", title="model"),
-                    tooltip=tooltips("model", "capacity", "hit_tokens"))
-            .properties(width=760, height=300))
+#: The lab's two engine sections: (id, x title, y title, caption), GPU then CPU.
+_LAB = (("engines-gpu", "GPU KV cache (tokens, as vLLM logs it)", "second-pass GPU-hit tokens",
+         "vLLM 0.33's curve is the block-lru one shifted right by two blocks (32 "
+         "tokens): the running request's partial tail block and the null block take "
+         "slots the block-lru model gives to cached blocks; before vLLM 0.24 the empty "
+         "tail slots also stay parked in the LRU, which costs more."),
+        ("engines-cpu", "CPU tier (tokens of KV)", "second-pass CPU-served tokens",
+         "LMCache's cliff is at 48,640 tokens, not 50,110: it stores only full "
+         "256-token chunks (19 per document, the last 147 tokens always recomputed), "
+         "and below 190 chunks each store evicts another document's chunk 0, which "
+         "kills its whole prefix."))
 
 
-def gpu_models_section(frame: pl.DataFrame) -> Section:
-    """block-lru vs vllm: second-pass GPU hits over the GPU capacity vLLM logs
-    (``pipeline.blocks.engine_curves.gpu_model_curves``)."""
-    return Section("engines-gpu", _step_chart(frame, "GPU KV cache (tokens, as vLLM logs it)",
-                                              "second-pass GPU-hit tokens"),
-                   "vLLM 0.33's curve is the block-lru one shifted right by two blocks (32 "
-                   "tokens): the running request's partial tail block and the null block take "
-                   "slots the block-lru model gives to cached blocks; before vLLM 0.24 the empty "
-                   "tail slots also stay parked in the LRU, which costs more.")
-
-
-def cpu_models_section(frame: pl.DataFrame) -> Section:
-    """LMCache's chunk-level CPU cliff next to the document and block-lru models'
-    (``pipeline.blocks.engine_curves.cpu_model_curves``)."""
-    return Section("engines-cpu", _step_chart(frame, "CPU tier (tokens of KV)",
-                                              "second-pass CPU-served tokens"),
-                   "LMCache's cliff is at 48,640 tokens, not 50,110: it stores only full "
-                   "256-token chunks (19 per document, the last 147 tokens always recomputed), "
-                   "and below 190 chunks each store evicts another document's chunk 0, which "
-                   "kills its whole prefix.")
+def lab_engine_sections(gpu: pl.DataFrame, cpu: pl.DataFrame) -> list[Section]:
+    """block-lru vs vllm second-pass GPU hits over the GPU capacity vLLM logs, and LMCache's
+    chunk-level CPU cliff next to the document and block-lru models' (``gpu``, ``cpu``:
+    ``pipeline.blocks.engine_curves.gpu_model_curves``, ``cpu_model_curves``)."""
+    return [Section(name, alt.Chart(frame).mark_line(interpolate="step-after", strokeWidth=2)
+                    .encode(x=alt.X("capacity:Q", title=x_title),
+                            y=alt.Y("hit_tokens:Q", title=y_title),
+                            color=alt.Color("model:N", title="model"),
+                            tooltip=tooltips("model", "capacity", "hit_tokens"))
+                    .properties(width=760, height=300), caption)
+            for frame, (name, x_title, y_title, caption) in zip((gpu, cpu), _LAB)]
 
 
 # --------------------------------------------------------------------------- a run's engines

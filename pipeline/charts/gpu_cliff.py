@@ -5,20 +5,16 @@ from __future__ import annotations
 import altair as alt
 import polars as pl
 
-from pipeline.charts import Section
-from pipeline.charts.parts import (HEIGHT, TIER_COLOURS, WIDTH, cliff_summary, span,
-                                   step_with_spec_points, working_set, working_set_rule)
+from pipeline.charts.parts import TIER_COLOURS, cliff_chart, cliff_summary, span, working_set
 from pipeline.sweeps import second_pass
 
 
 def gpu_cliff_chart(aggregates: pl.DataFrame, scenario: dict) -> alt.LayerChart:
     """Second-pass hits vs GPU capacity (no CPU tier), working set and spec points marked."""
-    frame = second_pass(aggregates, "gpu_cliff")
-    steps = step_with_spec_points(frame, "gpu_capacity", "hits", scenario["gpu_spec_points"],
-                                  "GPU capacity (tokens)", "second-pass hits", TIER_COLOURS[0])
-    return alt.layer(
-        steps, working_set_rule(working_set(scenario)), title="GPU cliff: second-pass hits vs GPU capacity (no CPU tier)",
-        width=WIDTH, height=HEIGHT)
+    return cliff_chart(second_pass(aggregates, "gpu_cliff"), "gpu_capacity", "hits",
+                       scenario["gpu_spec_points"], "GPU capacity (tokens)", "second-pass hits",
+                       TIER_COLOURS[0], scenario,
+                       "GPU cliff: second-pass hits vs GPU capacity (no CPU tier)")
 
 
 def gpu_cliff_caption(aggregates: pl.DataFrame, scenario: dict) -> str:
@@ -36,8 +32,3 @@ def gpu_cliff_caption(aggregates: pl.DataFrame, scenario: dict) -> str:
     return (f"Second-pass hits are {span(s['low'], s['high'])} at every GPU capacity up to "
             f"{s['last_before']} tokens{short} and all {n} from {s['cliff']}{where}.")
 
-
-def section(aggregates: pl.DataFrame, scenario: dict) -> Section:
-    """The GPU cliff with its caption (aggregates of the gpu_cliff sweep)."""
-    return Section("gpu-cliff", gpu_cliff_chart(aggregates, scenario),
-                   gpu_cliff_caption(aggregates, scenario))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import altair as alt
 import polars as pl
 
-from pipeline.charts import Section
 from pipeline.charts.parts import HEIGHT, WIDTH, tooltips, working_set
 from pipeline.sweeps import second_pass
 
@@ -76,8 +75,3 @@ def heatmap_caption(aggregates: pl.DataFrame, scenario: dict) -> str:
             f"tier of at least {full.get_column('largest').min()} tokens (working set "
             f"{working_set(scenario)}){tail}.")
 
-
-def section(aggregates: pl.DataFrame, scenario: dict) -> Section:
-    """The heatmap with its caption (aggregates of the grid sweep)."""
-    return Section("grid", heatmap_chart(aggregates, scenario),
-                   heatmap_caption(aggregates, scenario))

@@ -17,7 +17,7 @@ from pipeline.cache.tiers import COUNT_NAMES, TIER, TIERS
 
 __all__ = ["Units", "TOKENS", "TIER_COLOURS", "WIDTH", "HEIGHT", "working_set", "tooltips",
            "change_points", "fmt", "span", "tier_colour", "working_set_rule",
-           "step_with_spec_points", "cliff_summary",
+           "cliff_chart", "cliff_summary",
            "tier_phrase", "pass_order", "ttft_stats"]
 
 TIER_COLOURS = ("#2e7d32", "#1f6fb4", "#c62828")   # green, blue, red: fastest first
@@ -156,9 +156,10 @@ def working_set_rule(tokens: int, label: str = "working set") -> alt.LayerChart:
     )
 
 
-def step_with_spec_points(frame: pl.DataFrame, x: str, y: str, spec_points: list[int],
-                          x_title: str, y_title: str, colour: str) -> alt.LayerChart:
-    """A step-after line of ``y`` over ``x`` with the spec capacities marked and labelled."""
+def cliff_chart(frame: pl.DataFrame, x: str, y: str, spec_points: list[int], x_title: str,
+                y_title: str, colour: str, scenario: dict, title: str) -> alt.LayerChart:
+    """A cliff: a step-after line of ``y`` over ``x`` with the spec capacities marked and
+    labelled, and the working set's rule."""
     x_enc = alt.X(f"{x}:Q", title=x_title, axis=alt.Axis(format="d"))
     y_enc = alt.Y(f"{y}:Q", title=y_title, scale=alt.Scale(domain=[0, frame[y].max() or 1]))
     line = (alt.Chart(change_points(frame, x, y))
@@ -167,9 +168,11 @@ def step_with_spec_points(frame: pl.DataFrame, x: str, y: str, spec_points: list
     spec = frame.filter(pl.col(x).is_in(spec_points))
     marks = alt.Chart(spec).encode(x=x_enc, y=y_enc,
                                    tooltip=[alt.Tooltip(f"{x}:Q", format="d"), alt.Tooltip(f"{y}:Q")])
-    return alt.layer(
+    steps = alt.layer(
         line,
         marks.mark_point(filled=True, size=70, color="black"),
         marks.mark_text(angle=300, align="left", dx=5, dy=-6, fontSize=10)
              .encode(text=alt.Text(f"{x}:Q", format="d")),
     )
+    return alt.layer(steps, working_set_rule(working_set(scenario)), title=title, width=WIDTH,
+                     height=HEIGHT)

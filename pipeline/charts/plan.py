@@ -87,12 +87,27 @@ def _answer_rule(result: PlanResult, kv: KVSize, top: int) -> alt.LayerChart:
                      .encode(y=alt.YValue(10), text=alt.Text("label:N")))
 
 
-def _with_answer(evaluator: Evaluator, result: PlanResult | None, extra: int) -> list[int]:
-    """The drawn capacities, with the answer and the token below it when there is one."""
+#: the passes' colour and dash, shared by the lines and the measured points
+_PASS_COLOUR = alt.Color("pass_name:N", title="pass", sort=None)
+_PASS_DASH = alt.StrokeDash("pass_name:N", title="pass", sort=None)
+
+
+def _pass_lines(evaluator: Evaluator, kv: KVSize, result: PlanResult | None, extra: int,
+                y: alt.Y, gib_format: str, *tooltips: alt.Tooltip
+                ) -> tuple[pl.DataFrame, alt.Chart]:
+    """The figures per pass at the drawn capacities (to at least ``extra``; the answer and
+    the token below it when there is one) with ``cpu_gib``, and their step lines."""
     capacities = set(curve_capacities(evaluator, extra=extra))
     if result is not None and result.status == "met":
         capacities |= {result.cpu_tokens, result.cpu_tokens - 1}
-    return sorted(capacities)
+    curve = capacity_curve(evaluator, sorted(capacities)).with_columns(
+        cpu_gib=pl.col("cpu_capacity") * kv.bytes_per_token / 2**30)
+    lines = alt.Chart(curve).mark_line(interpolate="step-after", strokeWidth=2).encode(
+        x=_x(kv), y=y, color=_PASS_COLOUR, strokeDash=_PASS_DASH,
+        tooltip=[alt.Tooltip("cpu_capacity:Q", format=",d", title="CPU tokens"),
+                 alt.Tooltip("cpu_gib:Q", format=gib_format, title="GiB"),
+                 alt.Tooltip("pass_name:N"), *tooltips])
+    return curve, lines
 
 
 def hit_ratio_section(evaluator: Evaluator, kv: KVSize, target: Target, names: list[str],
@@ -101,16 +116,11 @@ def hit_ratio_section(evaluator: Evaluator, kv: KVSize, target: Target, names: l
     capacity (drawn to at least ``extra``, as the TTFT section); a hit-ratio target as a
     dashed line, the answer as a rule."""
     units = _units(kv)
-    curve = capacity_curve(evaluator, _with_answer(evaluator, result, extra)).with_columns(
-        cpu_gib=pl.col("cpu_capacity") * kv.bytes_per_token / 2**30)
-    colour = alt.Color("pass_name:N", title="pass", sort=None)
-    layers: list = [alt.Chart(curve).mark_line(interpolate="step-after", strokeWidth=2).encode(
-        x=_x(kv), y=alt.Y("hit_ratio:Q", title="cache hit ratio (GPU + CPU, of prompt tokens)",
-                          scale=alt.Scale(domain=[0, 1])),
-        color=colour, strokeDash=alt.StrokeDash("pass_name:N", title="pass", sort=None),
-        tooltip=[alt.Tooltip("cpu_capacity:Q", format=",d", title="CPU tokens"),
-                 alt.Tooltip("cpu_gib:Q", format=",.3f", title="GiB"), alt.Tooltip("pass_name:N"),
-                 alt.Tooltip("hit_ratio:Q", format=".4f")])]
+    curve, lines = _pass_lines(
+        evaluator, kv, result, extra,
+        alt.Y("hit_ratio:Q", title="cache hit ratio (GPU + CPU, of prompt tokens)",
+              scale=alt.Scale(domain=[0, 1])), ",.3f", alt.Tooltip("hit_ratio:Q", format=".4f"))
+    layers: list = [lines]
     chosen = [names[i] for i in target.passes]
     if target.kind == "hit_ratio":
         goal = alt.Chart(pl.DataFrame({"y": [target.value],
@@ -145,23 +155,16 @@ def ttft_capacity_section(evaluator: Evaluator, kv: KVSize, statistic: str = "p5
     ``provenance`` says what the TTFT model was fitted on (e.g. the SYNTHETIC file)."""
     column = f"{statistic}_ms"
     extra = int(measured["cpu_capacity"].max()) if measured is not None and measured.height else 0
-    curve = capacity_curve(evaluator, _with_answer(evaluator, result, extra)).with_columns(
-        cpu_gib=pl.col("cpu_capacity") * kv.bytes_per_token / 2**30)
-    x = _x(kv)
-    colour = alt.Color("pass_name:N", title="pass", sort=None)
-    dash = alt.StrokeDash("pass_name:N", title="pass", sort=None)
-    layers: list = [alt.Chart(curve).mark_line(interpolate="step-after", strokeWidth=2).encode(
-        x=x, y=alt.Y(f"{column}:Q", title=f"predicted {statistic} TTFT (ms)"), color=colour,
-        strokeDash=dash,
-        tooltip=[alt.Tooltip("cpu_capacity:Q", format=",d", title="CPU tokens"),
-                 alt.Tooltip("cpu_gib:Q", format=".3f", title="GiB"), alt.Tooltip("pass_name:N"),
-                 alt.Tooltip(f"{column}:Q", format=".1f"),
-                 alt.Tooltip("hit_ratio:Q", format=".3f")])]
+    curve, lines = _pass_lines(evaluator, kv, result, extra,
+                               alt.Y(f"{column}:Q", title=f"predicted {statistic} TTFT (ms)"),
+                               ".3f", alt.Tooltip(f"{column}:Q", format=".1f"),
+                               alt.Tooltip("hit_ratio:Q", format=".3f"))
+    layers: list = [lines]
     caption_tail = ""
     if measured is not None and measured.height:
         layers.append(alt.Chart(measured).mark_point(filled=True, size=90, shape="diamond",
                                                      stroke="black", strokeWidth=0.5).encode(
-            x=x, y=alt.Y(f"measured_{column}:Q"), color=colour, strokeDash=dash,
+            x=_x(kv), y=alt.Y(f"measured_{column}:Q"), color=_PASS_COLOUR, strokeDash=_PASS_DASH,
             tooltip=[alt.Tooltip("config:N"), alt.Tooltip("measured_pass:N"),
                      alt.Tooltip(f"measured_{column}:Q", format=".1f"),
                      alt.Tooltip(f"predicted_{column}:Q", format=".1f"),

@@ -33,7 +33,7 @@ from pipeline.base.errors import CLIError
 from pipeline.sizes.limits import check_block_size
 from pipeline.fit.per_request import (FITTED_FILE, HOLDOUT_FILE, FittedRequests,
                                       fitted_requests)
-from pipeline.ttft.model import (TOKEN_COLUMNS, FitError, TTFTModel, fit_configs,
+from pipeline.ttft.model import (FitError, TTFTModel, fit_configs,
                                  predict_pass_ttft, predicted_ttft, residuals_by_pass,
                                  tokens_by_tier)
 from pipeline.workloads.documents import DocumentWorkload
@@ -129,11 +129,9 @@ def ttft_fit(attributed: pl.DataFrame, predicted: pl.DataFrame, tokens: int
     """Fit ``pipeline.ttft.model`` on the attributed measured requests (whole documents in
     their simulated tier) and predict p50 and mean TTFT per pass at every sweep point of
     ``predicted`` (documents of ``tokens`` tokens). A string says why not, instead."""
-    matched = attributed.filter(pl.col("tier").is_not_null())
-    if matched.is_empty():
+    requests = tokens_by_tier(attributed)
+    if requests.is_empty():
         return "TTFT model not fitted: no measured request is in a simulated config"
-    requests = tokens_by_tier(matched).select("config", "pass", "doc", "ttft_ms",
-                                              *TOKEN_COLUMNS)
     try:
         models = fit_configs(requests)
         return TTFTFit(models, residuals_by_pass(requests, models),

@@ -18,7 +18,7 @@ from pipeline.policies.blockmode import policy_cpu_model, policy_gpu_model
 from pipeline.policies.simple import LRU
 from pipeline.workloads.stream import HEAD_FIRST, TAIL_FIRST, TRACE
 
-__all__ = ["vllm_version", "output_tokens", "VLLM_OPTIONS", "LMCACHE_OPTIONS", "vllm_tier",
+__all__ = ["vllm_version", "output_tokens", "VLLM_OPTIONS", "LMCACHE_OPTIONS",
            "describe_vllm", "BLOCK_LRU_REPLAY", "VLLM_REPLAY", "LMCACHE",
            "LLAMACPP", "TWO_TIER"]
 
@@ -73,11 +73,6 @@ LMCACHE_OPTIONS = (
 )
 
 
-def vllm_tier(capacity: int, block_size: int = 16, output_tokens: int = 1,
-              vllm_version: str = DEFAULT_VLLM_VERSION):
-    return vllm_gpu.VllmTier(capacity, block_size, output_tokens, vllm_version)
-
-
 def _lmcache_tier(capacity: int, chunk_size: int = DEFAULT_CHUNK_SIZE,
                   save_unfull_chunk: bool = False):
     """LMCache's CPU backend over chunk keys (full chunks: ``save_unfull_chunk`` is the
@@ -109,7 +104,7 @@ BLOCK_LRU_REPLAY = CacheModel(
     "block-lru-replay", "block-lru replayed literally (reference)", "block", tier=LRU,
     gpu=policy_gpu_model("block-lru-replay", LRU), cpu=policy_cpu_model("block-lru-replay", LRU))
 VLLM_REPLAY = CacheModel(
-    "vllm-replay", "vLLM's v1 block allocator replayed literally", "block", tier=vllm_tier,
+    "vllm-replay", "vLLM's v1 block allocator replayed literally", "block", tier=vllm_gpu.VllmTier,
     gpu=vllm_gpu.replay_gpu, order=TAIL_FIRST, options=VLLM_OPTIONS, describes=describe_vllm)
 LMCACHE = CacheModel(
     "lmcache", "LMCache's local CPU backend (compiled)", "chunk", tier=_lmcache_tier,

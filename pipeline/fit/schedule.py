@@ -7,7 +7,7 @@ sequences, reloaded tokens, and attention pairs: query-key pairs under the causa
 ``step_ms = features @ coefficients`` (at least 0), the step that samples each request's
 first token and the step that finishes it, and the prefix tokens each request found cached.
 
-Source (``SOURCE``): the engine simulation (``pipeline.engine``: vLLM v1's scheduler and KV
+Source: the engine simulation (``pipeline.engine``: vLLM v1's scheduler and KV
 cache manager on the time clock, ``engine_schedule``). ``serial_schedule`` is a plain
 one-sequence-at-a-time engine that the tests hold it against (llama.cpp: ``max_num_seqs`` 1, the prompt in chunks of ``max_num_batched_tokens``
 after the longest common prefix with the previous request's context, then one decode step
@@ -19,7 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import polars as pl
 
 from pipeline.fit.inputs import Run
 from pipeline.steptime.cost import StepCost, step_cost
@@ -179,10 +178,6 @@ def engine_schedule(run: Run, engine: EngineModel, coefficients: np.ndarray) -> 
                     bool(run.concurrency))
 
 
-def simulate_run(run: Run, engine: EngineModel, coefficients: np.ndarray) -> Schedule:
-    """The run's schedule under ``coefficients`` (the source described above)."""
-    return SOURCE(run, engine, coefficients)
-
-
-#: The schedule source: the engine simulation (swap for ``serial_schedule`` to compare).
-SOURCE = engine_schedule
+#: ``simulate_run(run, engine, coefficients)``: the schedule source, the engine simulation
+#: (swap for ``serial_schedule`` to compare).
+simulate_run = engine_schedule

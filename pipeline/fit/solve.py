@@ -66,10 +66,6 @@ class Fit:
     def vector(self) -> np.ndarray:
         return np.array([self.coefficients[name] for name in FEATURES])
 
-    def run_vector(self, run: Run) -> np.ndarray:
-        """The coefficients of ``run``: ``vector()`` scaled by its machine load."""
-        return self.vector() * load_scale(run, self.per_load)
-
 
 def load_scale(run: Run, per_load: float) -> float:
     """``1 + per_load x`` the run's load average (1 when it has none or per_load is 0)."""

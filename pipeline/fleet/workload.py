@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-import numpy as np
 
 from pipeline.base.arguments import non_negative_float, positive_float, positive_int
 from pipeline.engine.request import EngineRequests, SimRequest

@@ -28,10 +28,6 @@ from pipeline.workloads.jsonl import TraceError
 
 __all__ = ["is_replay", "replay_requests", "run_replay", "timing_from"]
 
-#: llama-cpp-python's default n_batch: the prompt is evaluated in chunks of this many tokens
-LLAMACPP_BATCH = 512
-
-
 def is_replay(args: argparse.Namespace) -> bool:
     """Whether ``measure``'s options ask for a replay (a trace, or a timed pattern)."""
     return bool(args.trace or args.rate or args.speed)

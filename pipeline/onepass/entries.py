@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from pipeline.cache.registry import CacheModel
-from pipeline.components.entries import VLLM_OPTIONS, describe_vllm, vllm_tier
+from pipeline.components.entries import VLLM_OPTIONS, describe_vllm
+from pipeline.components.vllm_gpu import VllmTier
 from pipeline.onepass import vllm_fast
 from pipeline.onepass.lru_depths import block_lru_gpu, block_lru_cpu
 from pipeline.onepass.stack_passes import LRU_PASS, MRU_PASS, OPT_PASS
@@ -20,7 +21,7 @@ __all__ = ["BLOCK_LRU", "VLLM", "FAST_PATHS", "with_fast_paths"]
 BLOCK_LRU = CacheModel(
     "block-lru", "one-pass block LRU, CPU tier fed past the GPU hit: no engine's rules, not a "
     "bound", "block", tier=LRU, gpu=block_lru_gpu, cpu=block_lru_cpu)
-VLLM = CacheModel("vllm", "vLLM's v1 block allocator (one pass)", "block", tier=vllm_tier,
+VLLM = CacheModel("vllm", "vLLM's v1 block allocator (one pass)", "block", tier=VllmTier,
                   gpu=vllm_fast.vllm_gpu, order=TAIL_FIRST, options=VLLM_OPTIONS,
                   describes=describe_vllm)
 #: policy name -> the entry fields its one-pass engines fill (lru in block mode is the

@@ -60,7 +60,7 @@ from pipeline.workloads.stream import TAIL_FIRST, BlockStream, capacity_blocks, 
 from pipeline.onepass.stack_distance import NOTHING_STORED, band_limits
 from pipeline.onepass.stack_distance_kernels import COLD, lookup_depths, touch
 
-__all__ = ["COLD", "Distances", "block_distances", "distances_at", "prefix_counts",
+__all__ = ["COLD", "Distances", "block_distances", "prefix_counts",
            "block_lru_gpu", "block_lru_cpu", "prefix_blocks"]
 
 
@@ -154,14 +154,6 @@ def _placements(stream: BlockStream, touch_from: np.ndarray | None) -> np.ndarra
     if touch_from is None:
         return stream.cacheable
     return stream.cacheable - np.minimum(np.asarray(touch_from, np.int64), stream.cacheable)
-
-
-def distances_at(stream: BlockStream, capacity: int, order: str,
-                 touch_from: np.ndarray | None = None) -> Distances:
-    """The pass that is exact for a tier of ``capacity`` blocks (its size band)."""
-    sizes = np.unique(_placements(stream, touch_from))
-    limit = int(band_limits(sizes, np.array([capacity], np.int64))[0])
-    return block_distances(stream, order, touch_from, limit)
 
 
 def prefix_counts(stream: BlockStream, prefix: np.ndarray, capacities: np.ndarray) -> np.ndarray:

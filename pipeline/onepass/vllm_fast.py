@@ -44,8 +44,9 @@ tokens, a sampled block's key is fresh when its request first computes it (a lat
 re-sends the reply looks it up like any prompt key); only when an output key was some
 earlier block's key (``VllmLayout.repeated``: the same reply sampled again) can it be
 cached already, where the lookup never touches it: a duplicate again, so such a run is
-replayed (``vllm_gpu``) at every capacity. Tests hold every capacity equal to that replay and to the plain-Python
-oracle (``tests/oracles/vllm_pool.py``).
+replayed (``vllm_gpu``) at every capacity, once for all those that never evict. Tests
+hold every capacity equal to that replay and to the plain-Python oracle
+(``tests/oracles/vllm_pool.py``).
 """
 
 from __future__ import annotations
@@ -148,12 +149,20 @@ def vllm_gpu(stream: BlockStream, capacities: object, order: str = TAIL_FIRST, *
     """GPU model API (``pipeline.catalog.model_api``): hit tokens per (capacity, request), (K, R),
     for KV cache sizes in tokens as vLLM logs them; a capacity where the one-pass form is not
     exact (a duplicated block, see the module docstring) is replayed request by request in
-    the compiled pool (``vllm_gpu.replay_layout``)."""
+    the compiled pool (``vllm_gpu.replay_layout``), once for all the capacities that never
+    evict (each allocation then finds a block that never held a key)."""
     check_gpu_options(order, output_tokens, vllm_version)
     tokens = capacity_blocks(capacities, 1)              # validated integer tokens >= 0
     layout, prepend = vllm_layout(stream, output_tokens), unhashed_to_head(vllm_version)
     hits, exact = _layout_hits(layout, np.maximum(tokens // stream.block_size - 1, 0),
                                not prepend)
+    never_evicts = None       # a pool of sum(slots) usable blocks never pops a cached block
     for k in np.flatnonzero(~exact):
-        hits[k] = replay_layout(layout, int(tokens[k]) // stream.block_size, prepend)
+        blocks = int(tokens[k]) // stream.block_size
+        if blocks - 1 < layout.slots.sum():
+            hits[k] = replay_layout(layout, blocks, prepend)
+            continue
+        if never_evicts is None:
+            never_evicts = replay_layout(layout, blocks, prepend)
+        hits[k] = never_evicts
     return hits * stream.block_size

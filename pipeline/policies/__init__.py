@@ -14,7 +14,7 @@ access.
 
 from __future__ import annotations
 
-from pipeline.policies.base import Policy
+from pipeline.cache.tiers import Tier as Policy
 
 __all__ = ["Policy", "POLICIES", "make_policy", "policy_names"]
 _FROM_REGISTRY = ("POLICIES", "make_policy", "policy_names")

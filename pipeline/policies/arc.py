@@ -16,7 +16,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Hashable
 
-from pipeline.policies.base import Policy
+from pipeline.cache.tiers import Tier as Policy
 
 __all__ = ["ARC"]
 

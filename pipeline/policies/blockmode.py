@@ -9,16 +9,11 @@ them. OPT is given the future of the tier's own placements, which never depends 
 hits, so it is exact as a replay (a reference for prefix hits, not a bound). The ``lru``
 model equals the block model's ``block-lru`` engine (tests/test_policies_blocks.py).
 
-The registry (``pipeline.catalog``) makes each policy's models with ``policy_gpu_model`` /
-``policy_cpu_model`` from the block kernel its entry declares (``block_kernel``); ``lru``'s
-are the block engine's one-pass ``block-lru`` model (``pipeline/onepass/lru_depths.py``), which the
-tests prove equal to the class replay here; a policy without a block kernel (one registered
-from outside) replays its class. ``place`` is a
-request-level step (look up the whole prefix, read every block, then evict with the
-request's own blocks set aside and put back), not the per-access rule of the replay
-kernels, so LRU, FIFO, MRU, LFU, CLOCK, SIEVE and OPT have request-level kernels
-(``kernels/blocks.py``, proven equal to the classes); S3-FIFO and ARC replay the classes
-per capacity.
+``place`` is a request-level step (look up the whole prefix, read every block, then evict
+with the request's own blocks set aside and put back), so a policy's models run the
+request-level block kernel its entry declares (``block_kernel``: ``kernels/blocks.py``,
+proven equal to the classes; S3-FIFO, ARC and policies registered from outside replay
+their classes per capacity); ``lru``'s models are the one-pass ``block-lru``.
 """
 
 from __future__ import annotations

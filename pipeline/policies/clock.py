@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Hashable
 
-from pipeline.policies.base import Policy
+from pipeline.cache.tiers import Tier as Policy
 
 __all__ = ["Clock"]
 

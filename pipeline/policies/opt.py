@@ -16,7 +16,7 @@ import heapq
 import math
 from collections.abc import Hashable, Sequence
 
-from pipeline.policies.base import Policy
+from pipeline.cache.tiers import Tier as Policy
 
 __all__ = ["OPT", "next_uses"]
 

@@ -4,8 +4,6 @@ traces through ``process_trace`` on an oracleGeneral file."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Sequence
 
 import numpy as np
@@ -77,11 +75,3 @@ def lcs_hit_count(name: str, trace_path: str, n: int, capacity: int,
                              lcs.ReaderInitParam(ignore_size_zero_req=False))
     miss_ratio, _ = lcs_cache(name, capacity, hashpower).process_trace(reader)
     return round((1 - miss_ratio) * n)
-
-
-def temp_trace(keys: np.ndarray, sizes: np.ndarray) -> str:
-    """Write an oracleGeneral trace to a temporary file and return its path."""
-    fd, path = tempfile.mkstemp(suffix=".oracleGeneral.bin")
-    os.close(fd)
-    write_oracle_trace(path, keys, sizes)
-    return path

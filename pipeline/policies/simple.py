@@ -6,33 +6,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Hashable
 
-from pipeline.policies.base import Policy
+from pipeline.cache.tiers import Tier as Policy
 
 __all__ = ["LRU", "FIFO", "MRU"]
-
-
-class LRU(Policy):
-    """Least recently used on the shared base, equal per access to kvlab's ``LRUCache``
-    (tests/test_policies_blocks.py proves it). ``keys()``: least recent first."""
-
-    name = "lru"
-
-    def __init__(self, capacity: float) -> None:
-        super().__init__(capacity)
-        self._recency: OrderedDict[Hashable, None] = OrderedDict()
-
-    def _hit(self, key):
-        self._recency.move_to_end(key)
-
-    def _evict(self, key, size):
-        return self._recency.popitem(last=False)[0]
-
-    def _insert(self, key, size):
-        self._recency[key] = None
-        return True
-
-    def keys(self) -> list:
-        return list(self._recency)
 
 
 class FIFO(Policy):
@@ -43,17 +19,28 @@ class FIFO(Policy):
 
     def __init__(self, capacity: float) -> None:
         super().__init__(capacity)
-        self._queue: OrderedDict[Hashable, None] = OrderedDict()
+        self._order: OrderedDict[Hashable, None] = OrderedDict()
 
     def _evict(self, key, size):
-        return self._queue.popitem(last=False)[0]
+        return self._order.popitem(last=False)[0]
 
     def _insert(self, key, size):
-        self._queue[key] = None
+        self._order[key] = None
         return True
 
     def keys(self) -> list:
-        return list(self._queue)
+        return list(self._order)
+
+
+class LRU(FIFO):
+    """Least recently used: FIFO's queue, a hit moves the item to the newest end. Equal per
+    access to kvlab's ``LRUCache`` (tests/test_policies_blocks.py proves it). ``keys()``:
+    least recent first."""
+
+    name = "lru"
+
+    def _hit(self, key):
+        self._order.move_to_end(key)
 
 
 class MRU(LRU):
@@ -66,4 +53,4 @@ class MRU(LRU):
     name = "mru"
 
     def _evict(self, key, size):
-        return self._recency.popitem(last=True)[0]
+        return self._order.popitem(last=True)[0]

@@ -23,25 +23,29 @@ import polars as pl
 
 from pipeline.base.config import BASELINE, CONFIGS, OFFLOADED
 from pipeline.base.stats import exact_mean, exact_median
-from pipeline.cache.tiers import COUNT_COLUMNS, TIER, TIERS
+from pipeline.cache.tiers import COUNT_COLUMNS, TIERS
 
 Latencies = dict[str, dict[str, float | None]]
 
 
-def tier_latencies(attributed: pl.DataFrame) -> pl.DataFrame:
-    """Median measured TTFT per (config, predicted tier): config, tier, n, ttft_ms."""
-    return (attributed
-            .filter(pl.col("tier").is_not_null(), pl.col("config").is_in(CONFIGS))
-            .group_by("config", pl.col("tier").cast(TIER))
-            .agg(n=pl.len(), ttft_ms=exact_median("ttft_ms"))
-            .sort("config", "tier")
-            .with_columns(pl.col("tier").cast(pl.String)))
+def tier_medians(frame: pl.DataFrame, *keys: str, exact: bool = False) -> pl.DataFrame:
+    """keys, tier, n, ttft_ms (the median), sd of the rows with a ``tier``, per keys + tier
+    in order of appearance. ``exact``: ``statistics.median`` (the lab's latencies below);
+    otherwise polars' median (``pipeline.ttft.model``'s fallback), which can differ from it
+    in the last bit on an even-sized group: each output keeps the one it was written with.
+    """
+    median = exact_median("ttft_ms") if exact else pl.col("ttft_ms").median()
+    return (frame.filter(pl.col("tier").is_not_null())
+            .group_by(*keys, "tier", maintain_order=True)
+            .agg(n=pl.len(), ttft_ms=median, sd=pl.col("ttft_ms").std()))
 
 
 def latency_model(attributed: pl.DataFrame) -> Latencies:
     """{config: {tier: ms or None}} with the fallback to the other config described above."""
+    medians = tier_medians(attributed.filter(pl.col("config").is_in(CONFIGS)), "config",
+                           exact=True)
     measured = {(config, tier): ms
-                for config, tier, _, ms in tier_latencies(attributed).iter_rows()}
+                for config, tier, ms in medians.select("config", "tier", "ttft_ms").iter_rows()}
     model: Latencies = {}
     for config, other in ((BASELINE, OFFLOADED), (OFFLOADED, BASELINE)):
         model[config] = {tier: measured.get((config, tier), measured.get((other, tier)))

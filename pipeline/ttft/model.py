@@ -32,10 +32,11 @@ from kvlab.kvsim import TIERS
 from kvlab.summarize import CONFIGS
 from pipeline.base.arguments import plural
 from pipeline.steptime.regression import identifiable, scaled_least_squares
+from pipeline.ttft.latency import tier_medians
 
 __all__ = ["PARAMETERS", "TOKEN_COLUMNS", "FitError", "TTFTModel", "design_matrix",
            "fit_config", "fit_configs", "tokens_by_tier", "residuals_by_pass",
-           "pass_ttft", "predicted_ttft", "predict_pass_ttft", "model_for_capacity", "measured_requests"]
+           "predicted_ttft", "predict_pass_ttft", "model_for_capacity", "measured_requests"]
 
 PARAMETERS = ("overhead_ms", "recompute_fixed_ms", "recompute_ms_per_token",
               "attention_ms_per_token2", "cpu_ms_per_token", "gpu_ms_per_token")
@@ -127,8 +128,10 @@ class TTFTModel:
 
 
 def tokens_by_tier(attributed: pl.DataFrame) -> pl.DataFrame:
-    """Whole-document attribution (``tier``, ``doc_tokens``) -> gpu/cpu/miss_tokens columns."""
-    return attributed.with_columns(
+    """The fit input of whole-document attribution (``tier``, ``doc_tokens``): the requests
+    with a tier, as config, pass, doc, ttft_ms and TOKEN_COLUMNS."""
+    return attributed.filter(pl.col("tier").is_not_null()).select(
+        "config", "pass", "doc", "ttft_ms",
         **{f"{tier}_tokens": pl.when(pl.col("tier") == tier).then(pl.col("doc_tokens"))
            .otherwise(0).cast(pl.Int64) for tier in TIERS})
 
@@ -163,8 +166,7 @@ def _medians(config: str, frame: pl.DataFrame, notes: list[str],
     partial = tiered["tier"].null_count()
     if partial:
         notes.append(f"{partial} partial-hit request(s) left out of the per-tier medians")
-    stats = (tiered.filter(pl.col("tier").is_not_null()).group_by("tier", maintain_order=True)
-             .agg(ttft_ms=pl.col("ttft_ms").median(), sd=pl.col("ttft_ms").std(), n=pl.len()))
+    stats = tier_medians(tiered)
     se = {row["tier"]: MEDIAN_SE * row["sd"] / math.sqrt(row["n"]) if row["n"] > 1
           else math.nan for row in stats.iter_rows(named=True)}
     context = tiered.filter(pl.col("tier").is_not_null()).select(
@@ -253,16 +255,6 @@ def predicted_ttft(models: dict[str, TTFTModel] | TTFTModel) -> pl.Expr:
             .otherwise(model_for_capacity(models, 1).expression()))
 
 
-def pass_ttft(requests: pl.DataFrame, models: dict[str, TTFTModel] | TTFTModel,
-              by: list[str]) -> pl.DataFrame:
-    """by + n, predicted_p50_ms, predicted_mean_ms from per-request TOKEN_COLUMNS (block
-    mode: one row per request and capacity point; see ``predicted_ttft``)."""
-    return (requests.with_columns(predicted_ms=predicted_ttft(models))
-            .group_by(by, maintain_order=True)
-            .agg(n=pl.len(), predicted_p50_ms=pl.col("predicted_ms").median(),
-                 predicted_mean_ms=pl.col("predicted_ms").mean()))
-
-
 def residuals_by_pass(requests: pl.DataFrame, models: dict[str, TTFTModel]) -> pl.DataFrame:
     """Predicted vs measured per (config, pass): n, measured/predicted p50 and mean, errors %."""
     frames = [group.with_columns(predicted_ms=models[config].expression())
@@ -344,9 +336,9 @@ def measured_requests(path: str, gpu_capacity: int, cpu_capacity: int,
     configs = sidecar_configs(path)          # a sidecar's per-config models, their roles
     attributed = as_roles(attribute_tiers(frame, gpu_capacity, cpu_capacity, tokens, configs,
                                           path), configs)
-    matched = attributed.filter(pl.col("tier").is_not_null())
-    if matched.height == 0:
+    requests = tokens_by_tier(attributed)
+    if requests.height == 0:
         found = ", ".join(frame["config"].unique(maintain_order=True).to_list()) or "none"
         raise ValueError(f"{path}: no request can be matched to a simulated scenario (configs "
                          f"found: {found}; kvlab models {' and '.join(CONFIGS)})")
-    return tokens_by_tier(matched).select("config", "pass", "doc", "ttft_ms", *TOKEN_COLUMNS)
+    return requests

@@ -14,7 +14,7 @@ blocks an instance holds), which a stale view answers as of its last refresh.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Protocol, Sequence
 
 import numpy as np
@@ -131,53 +131,3 @@ def leading_run(container, hashes: Sequence[Any]) -> int:
 def rng_for(seed: int, name: str) -> np.random.Generator:
     """A router's own generator: the same seed gives each router its own stream."""
     return np.random.default_rng([seed, sum(name.encode())])
-
-
-@dataclass
-class StaticView:
-    """A view over plain lists (tests, references): ``cached`` = per instance the set of
-    block hashes it holds; prefix hits are the leading run of ``hashes`` in that set."""
-
-    num_instances: int
-    block_size: int = 16
-    outstanding: list[int] = field(default_factory=list)
-    waiting: list[int] = field(default_factory=list)
-    running: list[int] = field(default_factory=list)
-    usage: list[float] = field(default_factory=list)
-    cached: list[set] = field(default_factory=list)
-    blocks: list[int] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        n = self.num_instances
-        self.outstanding = self.outstanding or [0] * n
-        self.waiting = self.waiting or [0] * n
-        self.running = self.running or [0] * n
-        self.usage = self.usage or [0.0] * n
-        self.cached = self.cached or [set() for _ in range(n)]
-        self.blocks = self.blocks or [0] * n
-
-    def routed_outstanding(self, instance: int) -> int:
-        return self.outstanding[instance]
-
-    def num_waiting(self, instance: int) -> int:
-        return self.waiting[instance]
-
-    def num_running(self, instance: int) -> int:
-        return self.running[instance]
-
-    def kv_usage(self, instance: int) -> float:
-        return self.usage[instance]
-
-    def cached_blocks(self, instance: int, hashes: Sequence[Any]) -> int:
-        count = 0
-        for block in hashes:
-            if block not in self.cached[instance]:
-                break
-            count += 1
-        return count
-
-    def cached_block_count(self, instance: int) -> int:
-        return len(self.cached[instance])
-
-    def gpu_blocks(self, instance: int) -> int:
-        return self.blocks[instance]
