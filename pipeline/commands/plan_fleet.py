@@ -22,6 +22,7 @@ gets a ``warning: overloaded:`` line (on stderr with ``--json``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import functools
 import json
@@ -42,8 +43,10 @@ from pipeline.commands import fleet as fleet_command
 from pipeline.engine.overload import warning_line
 from pipeline.fleet.aggregates import OVERLOAD_COLUMNS, fleet_aggregates, point_columns
 from pipeline.fleet.options import resolve_disaggregation, resolve_fleet_capacities
-from pipeline.fleet.cost import COST_DESTS, cheapest, cost_requested, prices_from_args, \
-    with_cost
+from pipeline.commands.plan_cost import best_of_kinds, both_kinds, frontier_page, \
+    search_lines, with_search
+from pipeline.fleet.cost import COST_DESTS, cost_requested, prices_from_args
+from pipeline.fleet.cost_search import cheapest_search
 from pipeline.fleet.plan import Memory, smallest_memory
 from pipeline.fleet.sweep import Point, run_sweep
 from pipeline.fleet.workload import FLEET_PATTERNS, load_workload
@@ -51,6 +54,7 @@ from pipeline.plan.output import exit_status
 from pipeline.sizes.units import KVSize, kv_from_args
 from pipeline.steptime.alone import plan_with_latency
 from pipeline.steptime.registry import name_of
+from pipeline.steptime.tpot import tpot_ms
 from pipeline.base.staging import Outputs, parquet_bytes
 from pipeline.workloads import patterns
 
@@ -170,7 +174,8 @@ def _grid(args: argparse.Namespace, workload) -> list[int]:
 def fleet_plan(args: argparse.Namespace) -> int:
     """Check, search, print (text or --json); a usage error (``UsageError``) is one line,
     exit 2."""
-    args = resolve_fleet_capacities(resolve_disaggregation(_check(args)))
+    args, aggregated = both_kinds(_check(args))
+    args = resolve_fleet_capacities(resolve_disaggregation(args))
     try:
         kv = kv_from_args(args, "plan --fleet (memory in bytes)")
     except ValueError as exc:
@@ -188,13 +193,21 @@ def fleet_plan(args: argparse.Namespace) -> int:
     load = args.speed or 1.0
     points = [Point(r, n, b, load, d) for r in args.router for n in args.instances
               for d in args.decode_instances for b in args.gpu_blocks]
-    fleet = _run(args, settings, points, workload)
+    points += [Point(r, n, b, load) for r in args.router for n in aggregated
+               for b in args.gpu_blocks]
     memory = Memory(kv.bytes_per_token, args.block_size, args.cpu, args.cpu_shared)
-    if costs is None:
-        plan = smallest_memory(fleet, args.target_ttft_p90_ms, args.target_hit_ratio, memory)
-    else:
-        fleet = with_cost(fleet, memory, *costs)
-        plan = cheapest(fleet, args.target_ttft_p90_ms, args.target_hit_ratio)
+    search = None
+    with _executor(args):
+        if costs is None:
+            fleet = _rows(args, settings, points, workload)
+            plan = smallest_memory(fleet, args.target_ttft_p90_ms, args.target_hit_ratio,
+                                   memory)
+        else:
+            search = cheapest_search(
+                points, lambda part: _rows(args, settings, part, workload, tpot=True),
+                costs[0], memory, costs[1], args.target_ttft_p90_ms, args.target_hit_ratio,
+                wave=max(2, args.jobs))
+            fleet, plan = search.fleet, best_of_kinds(search.answers)
     plan = plan.sort(pl.col("router").replace_strict(
         {name: i for i, name in enumerate(args.router)}, return_dtype=pl.Int64))
     if withheld is not None:
@@ -205,9 +218,15 @@ def fleet_plan(args: argparse.Namespace) -> int:
         outputs = Outputs()
         outputs.add(args.out / "fleet.parquet", parquet_bytes(fleet), label="--out")
         outputs.add(args.out / "plan.parquet", parquet_bytes(plan), label="--out")
+        if search is not None:
+            outputs.add(args.out / "frontier.html", frontier_page(
+                search, args.target_ttft_p90_ms, workload).encode(), label="--out")
         outputs.commit()
     document = _document(args, workload, kv, model, withheld, plan, fleet, load,
-                         None if costs is None else costs[0])
+                         None if costs is None else costs[0], aggregated)
+    if search is not None:
+        document = with_search(document, search, args.target_ttft_p90_ms,
+                               args.target_hit_ratio)
     warnings = [warning_line(a, f"the answer for {a['router']} ({a['instances']} x "
                                 f"{a['gpu_blocks']:,} GPU blocks)")
                 for a in document["answers"] if a["overloaded"]]
@@ -222,30 +241,40 @@ def fleet_plan(args: argparse.Namespace) -> int:
     return exit_status("met" if met else "unreachable")      # 1: no router meets it
 
 
-def _run(args: argparse.Namespace, settings, points: list[Point], workload) -> pl.DataFrame:
-    """Every point's fleet figures; CLIError when a point failed (nothing is written)."""
+@contextlib.contextmanager
+def _executor(args: argparse.Namespace):
+    """Ray joined (or started) for the whole search when ``--executor ray``."""
     started = (fleet_command.ray_connect(args.ray_address, args.jobs)
                if args.executor == "ray" else False)
     try:
-        with tempfile.TemporaryDirectory(prefix="kvlab-fleet-plan-") as tmp:
-            failed = run_sweep(settings, points, workload, Path(tmp), executor=args.executor,
-                               jobs=args.jobs, retries=args.retries)
-            if failed:
-                point, error = next(iter(failed.items()))
-                raise CLIError(f"{len(failed)} of {len(points)} points failed, nothing "
-                               f"written; point {point.key}: {type(error).__name__}: "
-                               f"{error}".splitlines()[0])
-            table = ds.dataset(Path(tmp) / "requests", format="parquet",
-                               partitioning="hive").to_table()
-            return fleet_aggregates(pl.from_arrow(table))
+        yield
     finally:
         if started:
             import ray
             ray.shutdown()
 
 
+def _rows(args: argparse.Namespace, settings, points: list[Point], workload,
+          tpot: bool = False) -> pl.DataFrame:
+    """Every point's fleet figures (with ``tpot``, TPOT quantiles for every kind of
+    fleet); CLIError when a point failed (nothing is written)."""
+    with tempfile.TemporaryDirectory(prefix="kvlab-fleet-plan-") as tmp:
+        failed = run_sweep(settings, points, workload, Path(tmp), executor=args.executor,
+                           jobs=args.jobs, retries=args.retries)
+        if failed:
+            point, error = next(iter(failed.items()))
+            raise CLIError(f"{len(failed)} of {len(points)} points failed, nothing "
+                           f"written; point {point.key}: {type(error).__name__}: "
+                           f"{error}".splitlines()[0])
+        requests = pl.from_arrow(ds.dataset(Path(tmp) / "requests", format="parquet",
+                                            partitioning="hive").to_table())
+    if tpot and "tpot_ms" not in requests.columns:
+        requests = requests.with_columns(tpot_ms=tpot_ms())
+    return fleet_aggregates(requests)
+
+
 def _document(args, workload, kv: KVSize, model, withheld: str | None, plan: pl.DataFrame,
-              fleet: pl.DataFrame, load: float, prices=None) -> dict:
+              fleet: pl.DataFrame, load: float, prices=None, aggregated=()) -> dict:
     kind = "ttft_p90" if args.target_ttft_p90_ms is not None else "hit_ratio"
     value = args.target_ttft_p90_ms if kind == "ttft_p90" else args.target_hit_ratio
     point = list(point_columns(fleet))
@@ -258,6 +287,7 @@ def _document(args, workload, kv: KVSize, model, withheld: str | None, plan: pl.
             "router": row["router"], "status": "met" if met else "unreachable",
             **({"decode_instances": row["decode_instances"]}
                if "decode_instances" in row else {}),
+            **({"kind": row["kind"]} if "kind" in row else {}),
             **{key: row[key] for key in ("instances", "gpu_blocks", "gpu_tokens",
                                          "cpu_tokens", "total_tokens", "total_gib",
                                          "hit_ratio", "ttft_p90_ms")},
@@ -287,7 +317,8 @@ def _document(args, workload, kv: KVSize, model, withheld: str | None, plan: pl.
                  **({} if args.kv_transfer is None else {
                      "decode_instances": args.decode_instances,
                      "decode_router": args.decode_router,
-                     "kv_transfer": args.kv_transfer.describe()}),
+                     "kv_transfer": args.kv_transfer.describe(),
+                     "aggregated": aggregated}),
                  "gpu_blocks": args.gpu_blocks, "block_size": args.block_size,
                  "cpu_tokens": args.cpu, "cpu_shared": args.cpu_shared,
                  "load": load},
@@ -313,6 +344,10 @@ def _print(document: dict) -> None:
           else f"TTFT: withheld: {ttft['withheld']}")
     engines = (f"instances {','.join(map(str, grid['instances']))}"
                if "decode_instances" not in grid else
+               f"instances {','.join(map(str, grid['aggregated']))} or "
+               f"prefill instances {','.join(map(str, grid['instances']))} x decode instances "
+               f"{','.join(map(str, grid['decode_instances']))} ({grid['decode_router']} "
+               f"router, KV over {grid['kv_transfer']})" if grid.get("aggregated") else
                f"prefill instances {','.join(map(str, grid['instances']))} x decode instances "
                f"{','.join(map(str, grid['decode_instances']))} ({grid['decode_router']} "
                f"router, KV over {grid['kv_transfer']})")
@@ -326,7 +361,7 @@ def _print(document: dict) -> None:
             print(f"  {a['router']}: no point of the grid meets it")
             continue
         engines = (f"({a['instances']} prefill + {a['decode_instances']} decode)"
-                   if "decode_instances" in a else str(a["instances"]))
+                   if a.get("decode_instances") else str(a["instances"]))
         parts = f"{engines} x {a['gpu_blocks']:,} blocks"
         if a["cpu_tokens"]:
             parts += f" + CPU {a['cpu_tokens']:,} tokens"
@@ -336,6 +371,9 @@ def _print(document: dict) -> None:
                  f" per million output tokens" if cost else "")
         print(f"  {a['router']}: {a['total_tokens']:,} tokens = {a['total_gib']:.3f} GiB "
               f"({parts}); hit ratio {a['hit_ratio']:.3f}{shown}{price}")
+    if "search" in document:
+        for line in search_lines(document):
+            print(line)
     if cost:
         print(f"prices: {cost['gpu']} ${cost['gpu_usd_per_hour']:g}/hour, CPU memory "
               f"${cost['cpu_memory_usd_per_gib_hour']:g}/GiB-hour ({cost['sources']['gpu']}; "

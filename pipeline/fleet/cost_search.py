@@ -1,0 +1,161 @@
+"""The cheapest fleet that meets a target, over aggregated and disaggregated
+configurations (``plan --fleet --cost``).
+
+A point's price per hour is known before it runs (``fleet.cost``: GPUs x their price +
+the CPU tier's memory), so the search simulates the cheapest points first, a wave of
+``wave`` points at a time, and never simulates a point that costs more than an answer its
+router and kind (aggregated or disaggregated) already have: such a point cannot be that
+answer. A point whose GPU KV does not fit the GPU is not simulated either. The answers
+are then the same as an exhaustive grid's (tests/test_fleet_cost_search.py checks that on
+random grids), with the simulations counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import polars as pl
+
+from pipeline.fleet.cost import Prices, cheapest, with_cost
+from pipeline.fleet.plan import GIB, Memory
+from pipeline.fleet.sweep import Point
+
+__all__ = ["KINDS", "kind_of", "point_price", "SearchResult", "cheapest_search",
+           "closest_miss", "frontier"]
+
+KINDS = ("aggregated", "disaggregated")
+
+
+def kind_of(point: Point) -> str:
+    return KINDS[1] if point.decode_instances else KINDS[0]
+
+
+def point_price(point: Point, prices: Prices, memory: Memory) -> float:
+    """USD per hour of ``point`` (``with_cost``'s arithmetic, before simulating)."""
+    engines = point.instances + point.decode_instances
+    cpu_gib = memory.cpu_tokens * (memory.kv_bytes_per_token or 0) / GIB
+    cpu = cpu_gib if memory.cpu_shared else engines * cpu_gib
+    return engines * prices.gpus_per_instance * prices.gpu_per_hour \
+        + cpu * prices.cpu_per_gib_hour
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """``fleet``: every simulated point with its cost columns and ``kind``; ``answers``:
+    per router and kind the cheapest point that fits and meets the targets (nulls when
+    none does); the counts of points planned, simulated, pruned (priced above an answer)
+    and not fitting one GPU."""
+
+    fleet: pl.DataFrame
+    answers: pl.DataFrame
+    planned: int
+    simulated: int
+    pruned: int
+    unfit: int
+
+    def counts_line(self) -> str:
+        return (f"{self.simulated} of {self.planned} points simulated ({self.pruned} priced "
+                f"above an answer of their router and kind, {self.unfit} not fitting one "
+                f"GPU)")
+
+
+def _meets(row: dict, ttft_p90_ms: float | None, hit_ratio: float | None) -> bool:
+    if ttft_p90_ms is not None and not (row["ttft_p90_ms"] is not None
+                                        and row["ttft_p90_ms"] <= ttft_p90_ms):
+        return False
+    return hit_ratio is None or (row["hit_ratio"] is not None and row["hit_ratio"] >= hit_ratio)
+
+
+def _with_kind(frame: pl.DataFrame) -> pl.DataFrame:
+    if "decode_instances" not in frame.columns:
+        frame = frame.with_columns(decode_instances=pl.lit(0, pl.Int64))
+    frame = frame.with_columns(pl.col("decode_instances").fill_null(0))
+    return frame.with_columns(kind=pl.when(pl.col("decode_instances") > 0)
+                              .then(pl.lit(KINDS[1])).otherwise(pl.lit(KINDS[0])))
+
+
+def cheapest_search(points: Sequence[Point], run: Callable[[list[Point]], pl.DataFrame],
+                    prices: Prices, memory: Memory, kv_tokens_per_gpu: int | None,
+                    ttft_p90_ms: float | None = None, hit_ratio: float | None = None,
+                    wave: int = 2) -> SearchResult:
+    """Simulate ``points`` cheapest first (``run``: points -> ``fleet_aggregates``' rows),
+    skipping those priced above an answer of their (router, kind); see the module
+    docstring."""
+    fits = [kv_tokens_per_gpu is None or p.gpu_blocks * memory.block_size <= kv_tokens_per_gpu
+            for p in points]
+    todo = sorted((point_price(p, prices, memory), p.instances + p.decode_instances,
+                   p.gpu_blocks, i) for i, p in enumerate(points) if fits[i])
+    answered: dict[tuple[str, str], float] = {}
+    frames, simulated, pruned = [], 0, 0
+    while todo:
+        batch, rest = [], []
+        for item in todo:
+            key = (points[item[3]].router, kind_of(points[item[3]]))
+            if key in answered and item[0] > answered[key] + 1e-9:
+                pruned += 1
+            elif len(batch) < wave:
+                batch.append(item)
+            else:
+                rest.append(item)
+        todo = rest
+        if not batch:
+            break
+        chosen = [points[item[3]] for item in batch]
+        for kind in KINDS:                    # each kind's rows share one schema
+            part = [p for p in chosen if kind_of(p) == kind]
+            if not part:
+                continue
+            rows = _with_kind(run(part))
+            simulated += len(part)
+            frames.append(rows)
+            for row in rows.iter_rows(named=True):
+                if _meets(row, ttft_p90_ms, hit_ratio):
+                    price = point_price(Point(row["router"], row["instances"],
+                                              row["gpu_blocks"], row["load"],
+                                              row["decode_instances"]), prices, memory)
+                    key = (row["router"], row["kind"])
+                    answered[key] = min(answered.get(key, price), price)
+    fleet = pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
+    if fleet.height:
+        fleet = with_cost(fleet, memory, prices, kv_tokens_per_gpu)
+    answers = _answers(fleet, points, ttft_p90_ms, hit_ratio)
+    return SearchResult(fleet, answers, len(points), simulated, pruned,
+                        len(points) - sum(fits))
+
+
+def _answers(fleet: pl.DataFrame, points: Sequence[Point], ttft_p90_ms: float | None,
+             hit_ratio: float | None) -> pl.DataFrame:
+    """Per router, load and kind of ``points``: ``cheapest``'s row (nulls where no
+    simulated point of that kind meets the targets)."""
+    keys = pl.DataFrame([(p.router, p.load, kind_of(p)) for p in points], orient="row",
+                        schema={"router": pl.String, "load": pl.Float64, "kind": pl.String}
+                        ).unique(maintain_order=True)
+    parts = [cheapest(fleet.filter(pl.col("kind") == kind), ttft_p90_ms, hit_ratio)
+             .with_columns(kind=pl.lit(kind)) for kind in KINDS
+             if fleet.height and fleet.filter(pl.col("kind") == kind).height]
+    if not parts:
+        return keys
+    found = pl.concat(parts, how="diagonal_relaxed")
+    return keys.join(found, on=["router", "load", "kind"], how="left")
+
+
+def closest_miss(fleet: pl.DataFrame, router: str, ttft_p90_ms: float | None,
+                 hit_ratio: float | None) -> dict | None:
+    """The point of ``router`` nearest the target (least TTFT p90, or most hit ratio), or
+    None."""
+    mine = fleet.filter(pl.col("router") == router) if fleet.height else fleet
+    if not mine.height:
+        return None
+    order = (pl.col("ttft_p90_ms") if ttft_p90_ms is not None else -pl.col("hit_ratio"))
+    return mine.sort(order, "usd_per_hour", nulls_last=True).row(0, named=True)
+
+
+def frontier(fleet: pl.DataFrame) -> pl.DataFrame:
+    """The points no other point beats on both price and TTFT p90 (cheaper and faster),
+    by price."""
+    if not fleet.height:
+        return fleet
+    ordered = fleet.drop_nulls("ttft_p90_ms").sort("usd_per_hour", "ttft_p90_ms")
+    return ordered.filter(pl.col("ttft_p90_ms") < pl.col("ttft_p90_ms").cum_min().shift(1)
+                          .fill_null(float("inf")))

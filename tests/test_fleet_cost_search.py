@@ -1,0 +1,128 @@
+"""The cheapest-first search (``pipeline.fleet.cost_search``) against an exhaustive grid on
+random grids with a fake simulator, and the frontier."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.fleet.cost import Prices, cheapest, with_cost
+from pipeline.fleet.cost_search import cheapest_search, frontier, kind_of
+from pipeline.fleet.plan import Memory
+from pipeline.fleet.sweep import Point
+
+MEMORY = Memory(kv_bytes_per_token=1 << 16, block_size=16, cpu_tokens=4096)
+
+
+def _fake(ttft: dict) -> callable:
+    calls: list[Point] = []
+
+    def run(points: list[Point]) -> pl.DataFrame:
+        calls.extend(points)
+        rows = [{"router": p.router, "instances": p.instances, "gpu_blocks": p.gpu_blocks,
+                 "load": p.load, "ttft_p90_ms": ttft[p], "hit_ratio": 0.5,
+                 "output_tokens": 1000, "requests": 10, "throughput_rps": 1.0,
+                 **({"decode_instances": p.decode_instances} if p.decode_instances else {})}
+                for p in points]
+        return pl.DataFrame(rows)
+    run.calls = calls
+    return run
+
+
+grids = st.tuples(st.lists(st.sampled_from(["a", "b"]), min_size=1, max_size=2, unique=True),
+                  st.lists(st.integers(1, 4), min_size=1, max_size=3, unique=True),
+                  st.lists(st.integers(0, 3), min_size=1, max_size=3, unique=True),
+                  st.lists(st.sampled_from([64, 128, 256]), min_size=1, max_size=2,
+                           unique=True))
+
+
+@settings(max_examples=80, deadline=None)
+@given(grids, st.data(), st.floats(5, 100), st.sampled_from([None, 2048, 4096]),
+       st.integers(1, 4))
+def test_the_search_answers_what_the_whole_grid_answers(grid, data, target, cap, wave):
+    routers, instances, decodes, blocks = grid
+    points = [Point(r, n, b, 1.0, d) for r in routers for n in instances for d in decodes
+              for b in blocks]
+    ttft = {p: data.draw(st.floats(1, 120), label=p.key) for p in points}
+    prices = Prices("X", 2.0, 0.01)
+    run = _fake(ttft)
+    result = cheapest_search(points, run, prices, MEMORY, cap, ttft_p90_ms=target, wave=wave)
+    for kind in ("aggregated", "disaggregated"):
+        mine_points = [p for p in points if kind_of(p) == kind]
+        if not mine_points:
+            continue
+        frame = _fake(ttft)(mine_points)
+        full = cheapest(with_cost(frame, MEMORY, prices, cap), ttft_p90_ms=target)
+        got = result.answers.filter(pl.col("kind") == kind)
+        for want in full.iter_rows(named=True):
+            mine = got.filter(pl.col("router") == want["router"]).to_dicts()
+            assert len(mine) == 1
+            if want["usd_per_hour"] is None:
+                assert mine[0].get("usd_per_hour") is None
+                continue
+            assert mine[0]["usd_per_hour"] == pytest.approx(want["usd_per_hour"])
+            assert mine[0]["instances"] == want["instances"]
+            assert mine[0]["gpu_blocks"] == want["gpu_blocks"]
+    fitting = [p for p in points if cap is None or p.gpu_blocks * 16 <= cap]
+    assert result.unfit == len(points) - len(fitting)
+    assert result.simulated + result.pruned == len(fitting)
+    assert len(run.calls) == result.simulated == len(set(run.calls))
+    assert all(kind_of(p) in ("aggregated", "disaggregated") for p in run.calls)
+
+
+def test_the_search_prunes_what_costs_more_than_an_answer():
+    points = [Point("a", n, 64, 1.0) for n in range(1, 9)]
+    run = _fake({p: 10.0 for p in points})            # every point meets the target
+    result = cheapest_search(points, run, Prices("X", 1.0, 0.0), MEMORY, None,
+                             ttft_p90_ms=20.0, wave=2)
+    assert result.simulated == 2 and result.pruned == 6
+    assert result.answers["instances"].to_list() == [1]
+
+
+def test_frontier_keeps_the_points_nothing_beats():
+    fleet = pl.DataFrame({"usd_per_hour": [1.0, 2.0, 2.0, 3.0, 4.0],
+                          "ttft_p90_ms": [50.0, 60.0, 40.0, 45.0, 10.0]})
+    assert frontier(fleet).rows() == [(1.0, 50.0), (2.0, 40.0), (4.0, 10.0)]
+
+
+# ---------------------------------------------------------------- the command
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+PLAN = ("plan", "--fleet", "--pattern", "long-doc-qa", "--num-documents", "3",
+        "--document-length", "1000", "--repeat-count", "2", "--model", "llama-3.1-8b",
+        "--jobs", "1", "--cost", "--instances", "1,2", "--prefill-instances", "1",
+        "--decode-instances", "1", "--kv-transfer", "25GB/s", "--gpu", "300blocks")
+
+
+def _plan(*extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline", *PLAN, *extra], cwd=ROOT,
+                          text=True, capture_output=True, timeout=300)
+
+
+def test_plan_cost_searches_both_kinds_and_names_the_runner_up(tmp_path):
+    done = _plan("--target-hit-ratio", "0.01", "--json", "--out", str(tmp_path / "o"))
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    answer = document["answers"][0]
+    # one aggregated GPU is the cheapest point that meets a tiny target
+    assert (answer["kind"], answer["instances"]) == ("aggregated", 1)
+    runner = answer["runner_up"]
+    assert runner["kind"] == "disaggregated"
+    assert runner["usd_per_hour"] == pytest.approx(2 * answer["usd_per_hour"])
+    assert "more" in runner["why"]
+    search = document["search"]
+    assert search["planned"] == 3 and search["simulated"] + search["pruned"] == 3
+    assert (tmp_path / "o" / "frontier.html").stat().st_size > 1000
+
+
+def test_plan_cost_with_no_answer_exits_1_with_the_closest_miss():
+    done = _plan("--target-ttft-p90-ms", "0.001")
+    assert done.returncode == 1, done.stderr
+    assert "no point of the grid meets it" in done.stdout
+    assert "closest miss:" in done.stdout and "search: 3 of 3 points simulated" in done.stdout
