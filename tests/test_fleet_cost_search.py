@@ -16,17 +16,33 @@ from pipeline.fleet.sweep import Point
 MEMORY = Memory(kv_bytes_per_token=1 << 16, block_size=16, cpu_tokens=4096)
 
 
-def _fake(ttft: dict) -> callable:
+def _rows(points: list[Point], ttft: dict) -> pl.DataFrame:
+    return pl.DataFrame([
+        {"router": p.router, "instances": p.instances, "gpu_blocks": p.gpu_blocks,
+         "load": p.load, "ttft_p90_ms": ttft[p], "hit_ratio": 0.5, "output_tokens": 1000,
+         "requests": 10, "throughput_rps": 1.0,
+         **({"decode_instances": p.decode_instances} if p.decode_instances else {})}
+        for p in points])
+
+
+def _fake(ttft: dict, in_flight: int = 1) -> callable:
+    """A sweep that starts ``in_flight`` points before it hears the first result, as a
+    pool of workers does, and asks ``skip`` only for points it has not started."""
     calls: list[Point] = []
 
-    def run(points: list[Point]) -> pl.DataFrame:
-        calls.extend(points)
-        rows = [{"router": p.router, "instances": p.instances, "gpu_blocks": p.gpu_blocks,
-                 "load": p.load, "ttft_p90_ms": ttft[p], "hit_ratio": 0.5,
-                 "output_tokens": 1000, "requests": 10, "throughput_rps": 1.0,
-                 **({"decode_instances": p.decode_instances} if p.decode_instances else {})}
-                for p in points]
-        return pl.DataFrame(rows)
+    def run(order, skip, seen):
+        started = []
+        queue = list(order)
+        while queue or started:
+            while queue and len(started) < in_flight:
+                point = queue.pop(0)
+                if not skip(point):
+                    started.append(point)
+            if not started:
+                break
+            point = started.pop(0)
+            calls.append(point)
+            seen(point, _rows([point], ttft))
     run.calls = calls
     return run
 
@@ -47,13 +63,13 @@ def test_the_search_answers_what_the_whole_grid_answers(grid, data, target, cap,
               for b in blocks]
     ttft = {p: data.draw(st.floats(1, 120), label=p.key) for p in points}
     prices = Prices("X", 2.0, 0.01)
-    run = _fake(ttft)
-    result = cheapest_search(points, run, prices, MEMORY, cap, ttft_p90_ms=target, wave=wave)
+    run = _fake(ttft, wave)
+    result = cheapest_search(points, run, prices, MEMORY, cap, ttft_p90_ms=target)
     for kind in ("aggregated", "disaggregated"):
         mine_points = [p for p in points if kind_of(p) == kind]
         if not mine_points:
             continue
-        frame = _fake(ttft)(mine_points)
+        frame = _rows(mine_points, ttft)
         full = cheapest(with_cost(frame, MEMORY, prices, cap), ttft_p90_ms=target)
         got = result.answers.filter(pl.col("kind") == kind)
         for want in full.iter_rows(named=True):
@@ -74,9 +90,9 @@ def test_the_search_answers_what_the_whole_grid_answers(grid, data, target, cap,
 
 def test_the_search_prunes_what_costs_more_than_an_answer():
     points = [Point("a", n, 64, 1.0) for n in range(1, 9)]
-    run = _fake({p: 10.0 for p in points})            # every point meets the target
+    run = _fake({p: 10.0 for p in points}, 2)         # every point meets the target
     result = cheapest_search(points, run, Prices("X", 1.0, 0.0), MEMORY, None,
-                             ttft_p90_ms=20.0, wave=2)
+                             ttft_p90_ms=20.0)
     assert result.simulated == 2 and result.pruned == 6
     assert result.answers["instances"].to_list() == [1]
 

@@ -102,9 +102,11 @@ def search_lines(document: dict) -> list[str]:
                          f"ms, hit ratio {near['hit_ratio']:.3f}, "
                          f"${near['usd_per_hour']:,.2f}/hour")
     search = document["search"]
+    cpu = search.get("cpu_s_per_simulation")
     lines.append(f"search: {search['simulated']} of {search['planned']} points simulated "
                  f"({search['pruned']} priced above an answer of their router and kind, "
-                 f"{search['not_fitting']} not fitting one GPU), cheapest first")
+                 f"{search['not_fitting']} not fitting one GPU), cheapest first"
+                 + ("" if cpu is None else f"; {cpu:.2f} s of process CPU per simulation"))
     return lines
 
 

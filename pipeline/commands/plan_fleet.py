@@ -48,7 +48,7 @@ from pipeline.commands.plan_cost import best_of_kinds, both_kinds, frontier_page
 from pipeline.fleet.cost import COST_DESTS, cost_requested, prices_from_args
 from pipeline.fleet.cost_search import cheapest_search
 from pipeline.fleet.plan import Memory, smallest_memory
-from pipeline.fleet.sweep import Point, run_sweep
+from pipeline.fleet.sweep import Point, point_path, run_sweep
 from pipeline.fleet.workload import FLEET_PATTERNS, load_workload
 from pipeline.plan.output import exit_status
 from pipeline.sizes.units import KVSize, kv_from_args
@@ -203,10 +203,11 @@ def fleet_plan(args: argparse.Namespace) -> int:
             plan = smallest_memory(fleet, args.target_ttft_p90_ms, args.target_hit_ratio,
                                    memory)
         else:
+            cpu: dict[Point, float] = {}
             search = cheapest_search(
-                points, lambda part: _rows(args, settings, part, workload, tpot=True),
-                costs[0], memory, costs[1], args.target_ttft_p90_ms, args.target_hit_ratio,
-                wave=max(2, args.jobs))
+                points, lambda order, skip, seen: _stream(args, settings, order, workload,
+                                                          skip, seen, cpu),
+                costs[0], memory, costs[1], args.target_ttft_p90_ms, args.target_hit_ratio)
             fleet, plan = search.fleet, best_of_kinds(search.answers)
     plan = plan.sort(pl.col("router").replace_strict(
         {name: i for i, name in enumerate(args.router)}, return_dtype=pl.Int64))
@@ -227,6 +228,8 @@ def fleet_plan(args: argparse.Namespace) -> int:
     if search is not None:
         document = with_search(document, search, args.target_ttft_p90_ms,
                                args.target_hit_ratio)
+        document["search"]["cpu_s_per_simulation"] = (
+            sum(cpu.values()) / len(cpu) if cpu else None)
     warnings = [warning_line(a, f"the answer for {a['router']} ({a['instances']} x "
                                 f"{a['gpu_blocks']:,} GPU blocks)")
                 for a in document["answers"] if a["overloaded"]]
@@ -254,23 +257,41 @@ def _executor(args: argparse.Namespace):
             ray.shutdown()
 
 
-def _rows(args: argparse.Namespace, settings, points: list[Point], workload,
-          tpot: bool = False) -> pl.DataFrame:
-    """Every point's fleet figures (with ``tpot``, TPOT quantiles for every kind of
-    fleet); CLIError when a point failed (nothing is written)."""
+def _rows(args: argparse.Namespace, settings, points: list[Point],
+          workload) -> pl.DataFrame:
+    """Every point's fleet figures; CLIError when a point failed (nothing is written)."""
     with tempfile.TemporaryDirectory(prefix="kvlab-fleet-plan-") as tmp:
-        failed = run_sweep(settings, points, workload, Path(tmp), executor=args.executor,
-                           jobs=args.jobs, retries=args.retries)
-        if failed:
-            point, error = next(iter(failed.items()))
-            raise CLIError(f"{len(failed)} of {len(points)} points failed, nothing "
-                           f"written; point {point.key}: {type(error).__name__}: "
-                           f"{error}".splitlines()[0])
+        _sweep(args, settings, points, workload, Path(tmp))
         requests = pl.from_arrow(ds.dataset(Path(tmp) / "requests", format="parquet",
                                             partitioning="hive").to_table())
-    if tpot and "tpot_ms" not in requests.columns:
-        requests = requests.with_columns(tpot_ms=tpot_ms())
     return fleet_aggregates(requests)
+
+
+def _stream(args: argparse.Namespace, settings, order: list[Point], workload, skip,
+            seen, cpu: dict) -> None:
+    """The cost search's sweep: ``order`` run in that order, ``skip`` asked before a point
+    starts, ``seen(point, its figures with TPOT)`` as each point finishes; ``cpu`` gets
+    each point's CPU seconds where it ran."""
+    with tempfile.TemporaryDirectory(prefix="kvlab-fleet-plan-") as tmp:
+        def saved(point: Point) -> None:
+            requests = pl.read_parquet(point_path(Path(tmp), "requests", point))
+            requests = requests.with_columns(point=pl.lit(point.key))
+            if "tpot_ms" not in requests.columns:
+                requests = requests.with_columns(tpot_ms=tpot_ms())
+            seen(point, fleet_aggregates(requests))
+        _sweep(args, settings, order, workload, Path(tmp), on_saved=saved, skip=skip,
+               cpu=cpu)
+
+
+def _sweep(args: argparse.Namespace, settings, points: list[Point], workload, out: Path,
+           **hooks) -> None:
+    failed = run_sweep(settings, points, workload, out, executor=args.executor,
+                       jobs=args.jobs, retries=args.retries, **hooks)
+    if failed:
+        point, error = next(iter(failed.items()))
+        raise CLIError(f"{len(failed)} of {len(points)} points failed, nothing "
+                       f"written; point {point.key}: {type(error).__name__}: "
+                       f"{error}".splitlines()[0])
 
 
 def _document(args, workload, kv: KVSize, model, withheld: str | None, plan: pl.DataFrame,

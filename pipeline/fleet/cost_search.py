@@ -2,10 +2,10 @@
 configurations (``plan --fleet --cost``).
 
 A point's price per hour is known before it runs (``fleet.cost``: GPUs x their price +
-the CPU tier's memory), so the search simulates the cheapest points first, a wave of
-``wave`` points at a time, and never simulates a point that costs more than an answer its
-router and kind (aggregated or disaggregated) already have: such a point cannot be that
-answer. A point whose GPU KV does not fit the GPU is not simulated either. The answers
+the CPU tier's memory), so the search hands the points to the sweep cheapest first and
+the sweep never starts a point that costs more than an answer its router and kind
+(aggregated or disaggregated) already have by then: such a point cannot be that answer
+(points already running when an answer arrives finish, and count as simulated). A point whose GPU KV does not fit the GPU is not simulated either. The answers
 are then the same as an exhaustive grid's (tests/test_fleet_cost_search.py checks that on
 random grids), with the simulations counted.
 """
@@ -75,53 +75,46 @@ def _with_kind(frame: pl.DataFrame) -> pl.DataFrame:
                               .then(pl.lit(KINDS[1])).otherwise(pl.lit(KINDS[0])))
 
 
-def cheapest_search(points: Sequence[Point], run: Callable[[list[Point]], pl.DataFrame],
-                    prices: Prices, memory: Memory, kv_tokens_per_gpu: int | None,
-                    ttft_p90_ms: float | None = None, hit_ratio: float | None = None,
-                    wave: int = 2) -> SearchResult:
-    """Simulate ``points`` cheapest first (``run``: points -> ``fleet_aggregates``' rows),
-    skipping those priced above an answer of their (router, kind); see the module
-    docstring."""
+#: ``run(points, skip, seen)``: simulate ``points`` in that order, never starting one for
+#: which ``skip(point)`` is true by then, and call ``seen(point, row)`` with each
+#: simulated point's ``fleet_aggregates`` row (a one-row frame) as it finishes
+Runner = Callable[[list[Point], Callable[[Point], bool],
+                   Callable[[Point, pl.DataFrame], None]], None]
+
+
+def cheapest_search(points: Sequence[Point], run: Runner, prices: Prices, memory: Memory,
+                    kv_tokens_per_gpu: int | None, ttft_p90_ms: float | None = None,
+                    hit_ratio: float | None = None) -> SearchResult:
+    """Simulate ``points`` cheapest first, skipping those priced above an answer of their
+    (router, kind); see the module docstring."""
     fits = [kv_tokens_per_gpu is None or p.gpu_blocks * memory.block_size <= kv_tokens_per_gpu
             for p in points]
-    todo = sorted((point_price(p, prices, memory), p.instances + p.decode_instances,
-                   p.gpu_blocks, i) for i, p in enumerate(points) if fits[i])
+    price = {p: point_price(p, prices, memory) for p in points}
+    order = [points[i] for *_, i in sorted(
+        (price[p], p.instances + p.decode_instances, p.gpu_blocks, i)
+        for i, p in enumerate(points) if fits[i])]
     answered: dict[tuple[str, str], float] = {}
-    frames, simulated, pruned = [], 0, 0
-    while todo:
-        batch, rest = [], []
-        for item in todo:
-            key = (points[item[3]].router, kind_of(points[item[3]]))
-            if key in answered and item[0] > answered[key] + 1e-9:
-                pruned += 1
-            elif len(batch) < wave:
-                batch.append(item)
-            else:
-                rest.append(item)
-        todo = rest
-        if not batch:
-            break
-        chosen = [points[item[3]] for item in batch]
-        for kind in KINDS:                    # each kind's rows share one schema
-            part = [p for p in chosen if kind_of(p) == kind]
-            if not part:
-                continue
-            rows = _with_kind(run(part))
-            simulated += len(part)
-            frames.append(rows)
-            for row in rows.iter_rows(named=True):
-                if _meets(row, ttft_p90_ms, hit_ratio):
-                    price = point_price(Point(row["router"], row["instances"],
-                                              row["gpu_blocks"], row["load"],
-                                              row["decode_instances"]), prices, memory)
-                    key = (row["router"], row["kind"])
-                    answered[key] = min(answered.get(key, price), price)
+    frames: list[pl.DataFrame] = []
+
+    def skip(point: Point) -> bool:
+        key = (point.router, kind_of(point))
+        return key in answered and price[point] > answered[key] + 1e-9
+
+    def seen(point: Point, row: pl.DataFrame) -> None:
+        row = _with_kind(row)
+        frames.append(row)
+        if _meets(row.row(0, named=True), ttft_p90_ms, hit_ratio):
+            key = (point.router, kind_of(point))
+            answered[key] = min(answered.get(key, price[point]), price[point])
+
+    run(order, skip, seen)
     fleet = pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
     if fleet.height:
-        fleet = with_cost(fleet, memory, prices, kv_tokens_per_gpu)
+        fleet = with_cost(fleet.sort("router", "instances", "decode_instances",
+                                     "gpu_blocks"), memory, prices, kv_tokens_per_gpu)
     answers = _answers(fleet, points, ttft_p90_ms, hit_ratio)
-    return SearchResult(fleet, answers, len(points), simulated, pruned,
-                        len(points) - sum(fits))
+    return SearchResult(fleet, answers, len(points), len(frames),
+                        len(order) - len(frames), len(points) - len(order))
 
 
 def _answers(fleet: pl.DataFrame, points: Sequence[Point], ttft_p90_ms: float | None,

@@ -290,11 +290,16 @@ def by_cost(points: list[Point]) -> list[Point]:
 
 
 def _local(settings: Settings, points: list[Point], workload: EngineRequests, jobs: int,
-           out: Path) -> Iterator[tuple[Point, Any, BaseException | None]]:
+           out: Path, skip: Callable[[Point], bool] | None = None
+           ) -> Iterator[tuple[Point, Any, BaseException | None]]:
     """Run ``points`` on a process pool (one workload copy per worker; each worker saves
-    its points); in this process with ``jobs`` <= 1 (frames returned, saved here)."""
+    its points); in this process with ``jobs`` <= 1 (frames returned, saved here).
+    ``skip``: points in the given order, and after each result the points not started
+    yet for which ``skip`` says so are cancelled (never yielded)."""
     if jobs <= 1:
         for point in points:
+            if skip is not None and skip(point):
+                continue
             try:
                 yield point, run_and_save(settings, point, workload, None), None
             except Exception as exc:                       # reported by point
@@ -311,13 +316,19 @@ def _local(settings: Settings, points: list[Point], workload: EngineRequests, jo
                       settings, registered)) as pool:
         target = Path(out).resolve()
         pending = {pool.submit(_run_in_worker, settings, point, target): point
-                   for point in by_cost(points)}
+                   for point in (by_cost(points) if skip is None else points)}
         for future in futures.as_completed(pending):
             point = pending[future]
+            if future.cancelled():
+                continue
             try:
                 yield point, future.result(), None
             except Exception as exc:                       # incl. a killed worker
                 yield point, None, exc
+            if skip is not None:
+                for other, waiting in pending.items():
+                    if not other.done() and skip(waiting):
+                        other.cancel()                     # False once it started
 
 
 def _ray_is_local() -> bool:
@@ -331,7 +342,8 @@ def _ray_is_local() -> bool:
 
 
 def _ray(settings: Settings, points: list[Point], workload: EngineRequests, retries: int,
-         out: Path) -> Iterator[tuple[Point, Any, BaseException | None]]:
+         out: Path, skip: Callable[[Point], bool] | None = None
+         ) -> Iterator[tuple[Point, Any, BaseException | None]]:
     """Run ``points`` as Ray tasks (``ray.init`` already done); a task that raises or whose
     worker dies is retried ``retries`` times by Ray itself. On a cluster of this machine
     only, the tasks save their points; else their frames come back to be saved here."""
@@ -342,9 +354,20 @@ def _ray(settings: Settings, points: list[Point], workload: EngineRequests, retr
     shared = ray.put((workload, block_size, workload_keys(workload, block_size),
                       Registered.now()))
     target = Path(out).resolve() if _ray_is_local() else None    # workers: other cwd
-    pending = {remote.remote(settings, point, shared, target): point
-               for point in by_cost(points)}
-    while pending:
+    order = by_cost(points) if skip is None else points
+    pending: dict = {}
+    # with skip: at most twice the cluster's CPUs in flight, cheapest first, so that a
+    # point found skippable is not started
+    window = len(order) if skip is None else max(2, 2 * int(ray.cluster_resources()
+                                                            .get("CPU", 1)))
+    queue = list(order)
+    while queue or pending:
+        while queue and len(pending) < window:
+            point = queue.pop(0)
+            if skip is None or not skip(point):
+                pending[remote.remote(settings, point, shared, target)] = point
+        if not pending:
+            break
         done, _ = ray.wait(list(pending), num_returns=1)
         ref = done[0]
         point = pending.pop(ref)
@@ -357,15 +380,19 @@ def _ray(settings: Settings, points: list[Point], workload: EngineRequests, retr
 def run_sweep(settings: Settings, points: list[Point], workload: EngineRequests, out: Path, *,
               executor: str = "local", jobs: int = 2, retries: int = 1,
               on_saved: Callable[[Point], None] | None = None,
-              cpu: dict[Point, float] | None = None) -> dict[Point, BaseException]:
+              cpu: dict[Point, float] | None = None,
+              skip: Callable[[Point], bool] | None = None) -> dict[Point, BaseException]:
     """Run and save every point. A failed point is tried again up to ``retries`` times
     (local: in a fresh pool; Ray: by Ray, when its worker died); the others are kept.
     Returns point -> its last error for the points that never finished. ``cpu``: filled
-    with each point's CPU seconds where it ran (saving included where it saved)."""
+    with each point's CPU seconds where it ran (saving included where it saved).
+    ``skip``: the points run in the order given, and a point not started yet is dropped
+    once ``skip(point)`` is true (asked after each saved point: ``on_saved`` may change
+    its answer)."""
     todo, failed = list(points), {}
     for _ in range(1 if executor == "ray" else retries + 1):
-        results = (_ray(settings, todo, workload, retries, out) if executor == "ray"
-                   else _local(settings, todo, workload, jobs, out))
+        results = (_ray(settings, todo, workload, retries, out, skip) if executor == "ray"
+                   else _local(settings, todo, workload, jobs, out, skip))
         failed = {}
         for point, outcome, error in results:
             if error is None:
