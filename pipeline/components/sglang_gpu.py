@@ -7,12 +7,13 @@ scheduler drives it when it runs alone (docs/sglang.md cites each line):
 1. ``match_prefix`` of the prompt cut to ``n - 1`` tokens (``Req._compute_max_prefix_len``),
    page-aligned: the hit ``h``; the matched node is locked;
 2. the prefill allocates ``ceil(n / P) - h/P`` pages, evicting whole unlocked leaves for the
-   shortfall (``evict_from_tree_cache``);
+   shortfall first (``alloc_token_slots``; the paged allocator asks one page more,
+   ``alloc_paged_token_slots_extend``);
 3. after the prefill ``checkpoint`` inserts the prompt's whole pages and re-matches (one
    more access) and moves the lock there;
-4. each decode step allocates as it crosses a page; evicting for each page in turn frees
-   what one call for their sum frees (the leaves' order does not change in between: nothing
-   else touches the tree), so the model evicts the decode's shortfall at once;
+4. each decode step first makes one page free (evicting when none is:
+   ``alloc_paged_token_slots_decode`` asks a page per request, ``alloc_token_slots`` one
+   token), then takes a page when its token starts one;
 5. at the finish ``release_kv_cache`` checkpoints the ``n + o - 1`` tokens that have KV
    (whole pages; the prompt's pages inserted again with priority 1, ``split_prompt``, when
    output pages follow), re-matches and unlocks; the partial last page is freed.
@@ -82,19 +83,20 @@ def serve_alone(tree, pages: list[int], n: int, o: int, page_size: int,
     hit, node = tree.match_prefix(pages[:(n - 1) // P])
     tree.inc_lock_ref(node)
     prefill = _ceil(n, P) - hit
+    # alloc_token_slots evicts the extend's shortfall; the paged allocator one page more
+    demand = prefill if P == 1 else _ceil(n - hit * P + P, P)
     free = capacity_pages - tree.total_size()
-    if prefill > free:
-        tree.evict(prefill - free)
-    held = prefill                                      # pages the request owns outside
-    prompt = n // P                                     # the tree
-    if prompt > hit:                                    # prefill checkpoint
-        tree.insert(pages[:prompt])
-        held -= prompt - hit
+    if demand > free:
+        free += tree.evict(demand - free)
+    free -= prefill
+    prompt = n // P                                     # prefill checkpoint
+    tree.insert(pages[:prompt])
     lock_node = _relock(tree, node, pages[:prompt])
-    decode = kv_pages - _ceil(n, P)
-    free = capacity_pages - tree.total_size() - held
-    if decode > free:
-        tree.evict(decode - free)
+    for k in range(1, o):                               # decode steps: one free page first,
+        if free == 0:                                   # a new page at a page boundary
+            free += tree.evict(1)
+        if (n + k - 1) % P == 0:
+            free -= 1
     full = (n + o - 1) // P                             # finish checkpoint
     tree.insert(pages[:full], 0, prompt)
     if 0 < prompt < full:
