@@ -8,7 +8,7 @@ alone on SGLang's radix tree.
   whole-leaf eviction frees more than it needs and a token-level LRU of the same size keeps
   the head of the evicted prompt.
 * The commands: ``trace --gpu-model sglang-radix`` runs it; a page size that does not divide
-  the trace's block size is one line naming ``--page-size``, exit 2.
+  the trace's block size is one line naming ``--radix-page-size``, exit 2.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def test_pages_and_the_hit_cap():
     of the third (the key is cut to n - 1 = 11 tokens, 5 pages)."""
     stream = stream_of([[1, 2, 3], [1, 2, 3]], 4)
     assert replay_radix(stream, 100, page_size=2).tolist() == [0, 10]
-    assert radix_gpu(stream, [0, 100], page_size=2).tolist() == [[0, 0], [0, 10]]
+    assert radix_gpu(stream, [0, 100], radix_page_size=2).tolist() == [[0, 0], [0, 10]]
 
 
 def test_a_request_larger_than_the_pool_is_not_admitted():
@@ -123,11 +123,11 @@ def test_trace_runs_it_and_refuses_a_page_size_off_the_block(tmp_path, capsys):
                      '"hash_ids": [1, 2, 4]}\n')
     out = tmp_path / "out"
     assert main(["trace", str(trace), "--gpu-model", "sglang-radix", "--gpu", "4096",
-                 "--cpu", "0", "--page-size", "16", "--out", str(out), "--no-report"]) == 0
+                 "--cpu", "0", "--radix-page-size", "16", "--out", str(out), "--no-report"]) == 0
     shown = capsys.readouterr().out
     assert shown.startswith("models: GPU sglang-radix (SGLang 0.5.23 RadixCache, page size 16)")
-    assert main(["trace", str(trace), "--gpu-model", "sglang-radix", "--page-size", "24",
+    assert main(["trace", str(trace), "--gpu-model", "sglang-radix", "--radix-page-size", "24",
                  "--out", str(tmp_path / "bad")]) == 2
     error = capsys.readouterr().err.strip().splitlines()
-    assert len(error) == 1 and "--page-size 24: must divide the block size 512" in error[0]
+    assert len(error) == 1 and "--radix-page-size 24: must divide the block size 512" in error[0]
     assert not (tmp_path / "bad").exists()

@@ -116,8 +116,8 @@ LMCACHE = CacheModel(
     cpu=lmcache.lmcache_cpu, order=HEAD_FIRST, options=LMCACHE_OPTIONS,
     describes=_describe_lmcache)
 SGLANG_RADIX_OPTIONS = (
-    Option("page_size", "sglang-radix model: SGLang's page_size in tokens, dividing the block "
-           "size (default 1)", positive_int, 1,
+    Option("radix_page_size", "sglang-radix model: SGLang's page_size in tokens, dividing "
+           "the block size (default 1)", positive_int, 1,
            check=lambda page, block_size: sglang_gpu.check_page_size(page, block_size)
            if block_size else None),
     VLLM_OPTIONS[0],
@@ -126,7 +126,7 @@ SGLANG_RADIX = CacheModel(
     "sglang-radix", "SGLang 0.5.23's RadixCache (LRU), one request at a time, replayed",
     "token", gpu=sglang_gpu.radix_gpu, options=SGLANG_RADIX_OPTIONS,
     describes=lambda options: f"SGLang 0.5.23 RadixCache, page size "
-                              f"{options.get('page_size', 1)}")
+                              f"{options.get('radix_page_size', 1)}")
 LLAMACPP = CacheModel("llamacpp", "llama.cpp's prompt cache (live context + RAM cache)",
                       "context", tier=_llamacpp_tier, measured=True)
 TWO_TIER = CacheModel("two-tier", "kvlab's TwoTierCache in tokens", "object",

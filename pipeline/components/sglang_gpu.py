@@ -40,10 +40,12 @@ from pipeline.workloads.stream import TAIL_FIRST, BlockStream, capacity_blocks, 
 __all__ = ["page_sequences", "serve_alone", "replay_radix", "radix_gpu", "check_page_size"]
 
 
-def check_page_size(page_size: int, block_size: int) -> str | None:
-    """A message when ``page_size`` does not divide the trace's ``block_size``, else None."""
+def check_page_size(page_size: int, block_size: int, flag: str = "--radix-page-size"
+                    ) -> str | None:
+    """A message naming ``flag`` when ``page_size`` does not divide the trace's
+    ``block_size``, else None."""
     if block_size % page_size:
-        return (f"--page-size {page_size}: must divide the block size {block_size} "
+        return (f"{flag} {page_size}: must divide the block size {block_size} "
                 f"(--block-size, the trace's tokens per hash block)")
     return None
 
@@ -134,10 +136,11 @@ def replay_radix(stream: BlockStream, capacity_tokens: int, page_size: int = 1,
 
 
 def radix_gpu(stream: BlockStream, capacities: object, order: str = TAIL_FIRST, *,
-              page_size: int = 1, output_tokens: object = 1) -> np.ndarray:
+              radix_page_size: int = 1, output_tokens: object = 1) -> np.ndarray:
     """GPU model API (``pipeline.catalog.model_api``): hit tokens per (capacity, request),
     (K, R), each capacity replayed (the one-pass curve is not exact here). ``order`` is
     not used: the tree keeps a request's pages as one path and evicts its leaves first."""
+    page_size = radix_page_size
     problem = check_page_size(page_size, stream.block_size)
     if problem:
         raise ValueError(problem)
