@@ -131,3 +131,33 @@ def test_trace_runs_it_and_refuses_a_page_size_off_the_block(tmp_path, capsys):
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and "--radix-page-size 24: must divide the block size 512" in error[0]
     assert not (tmp_path / "bad").exists()
+
+
+@st.composite
+def admitted(draw):
+    """``workloads`` with pools large enough to admit every request alone."""
+    stream, outputs, page, capacities = draw(workloads())
+    need = int((stream.prompt_tokens + outputs).max()) + 2 * page
+    return stream, outputs, page, [need + c for c in capacities]
+
+
+@settings(max_examples=30, deadline=None)
+@given(admitted())
+def test_equals_the_sglang_engine_at_concurrency_one(workload):
+    """The engine (``simulate --engine sglang --concurrency 1 --chunked-prefill-size -1``,
+    itself equal to SGLang's scheduler) hits what the GPU model replays."""
+    from pipeline.components.sglang_sched import SchedulerSettings
+    from pipeline.engine.request import SimRequest
+    from pipeline.engine.sglang import SGLangConfig, simulate
+
+    stream, outputs, page, capacities = workload
+    requests = []
+    for r in range(stream.requests):
+        blocks = stream.codes[stream.starts[r]:stream.starts[r] + stream.cacheable[r]]
+        requests.append(SimRequest(r, range(int(stream.prompt_tokens[r])), int(outputs[r]),
+                                   prompt_keys=blocks.astype(np.int64) + 1))
+    for capacity in capacities:
+        config = SGLangConfig(2, 10 ** 6, stream.block_size, SchedulerSettings(
+            max_total_tokens=capacity, page_size=page, chunked_prefill_size=None))
+        engine = simulate(requests, config, concurrency=1).requests["gpu_hit_tokens"]
+        assert engine.to_list() == replay_radix(stream, capacity, page, outputs).tolist()

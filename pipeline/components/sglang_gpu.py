@@ -14,7 +14,10 @@ scheduler drives it when it runs alone (docs/sglang.md cites each line):
 4. each decode step first makes one page free (evicting when none is:
    ``alloc_paged_token_slots_decode`` asks a page per request, ``alloc_token_slots`` one
    token), then takes a page when its token starts one;
-5. at the finish ``release_kv_cache`` checkpoints the ``n + o - 1`` tokens that have KV
+5. every 32nd request (the first included) is first matched whole, the scheduler's LRU
+   touch of the waiting queue's prefixes (``_touch_waiting_prefixes``, ``fcfs``), which can
+   split a node where the n - 1 match would not;
+6. at the finish ``release_kv_cache`` checkpoints the ``n + o - 1`` tokens that have KV
    (whole pages; the prompt's pages inserted again with priority 1, ``split_prompt``, when
    output pages follow), re-matches and unlocks; the partial last page is freed.
 
@@ -35,6 +38,7 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.components.sglang_radix import RadixTree
+from pipeline.components.sglang_sched import WAITING_PREFIX_REFRESH_INTERVAL
 from pipeline.workloads.stream import TAIL_FIRST, BlockStream, capacity_blocks, output_lengths
 
 __all__ = ["page_sequences", "serve_alone", "replay_radix", "radix_gpu", "check_page_size"]
@@ -74,14 +78,16 @@ def _ceil(a: int, b: int) -> int:
 
 
 def serve_alone(tree, pages: list[int], n: int, o: int, page_size: int,
-                capacity_pages: int) -> int:
+                capacity_pages: int, touch: bool = False) -> int:
     """One request served alone on ``tree`` (page units, a page_size-1 tree over page
     symbols; ``RadixTree`` or SGLang's own, same methods) in a pool of ``capacity_pages``;
-    its hit in pages."""
+    its hit in pages. ``touch``: the scheduler's LRU touch of the waiting prefix first."""
     P = page_size
     kv_pages = _ceil(n + o - 1, P)
     if kv_pages > capacity_pages:
         return 0
+    if touch:
+        tree.match_prefix(pages[:n // P])
     hit, node = tree.match_prefix(pages[:(n - 1) // P])
     tree.inc_lock_ref(node)
     prefill = _ceil(n, P) - hit
@@ -131,7 +137,8 @@ def replay_radix(stream: BlockStream, capacity_tokens: int, page_size: int = 1,
     capacity = int(capacity_tokens) // page_size
     hits = np.zeros(stream.requests, np.int64)
     for r, (pages, n, o) in enumerate(sequences):
-        hits[r] = serve_alone(tree, pages, n, o, page_size, capacity)
+        hits[r] = serve_alone(tree, pages, n, o, page_size, capacity,
+                              r % WAITING_PREFIX_REFRESH_INTERVAL == 0)
     return hits * page_size
 
 

@@ -285,6 +285,9 @@ class SGLang:
             type=_conservativeness, default=1.0,
             help="scales the new-token ratio that reserves the running requests' outputs "
                  "(default 1.0)")),
+        EngineOption("--enable-hierarchical-cache", dict(
+            action="store_true", help="SGLang's HiCache (host tier): not modelled yet, "
+                                      "refused")),
         EngineOption("--radix-eviction-policy", dict(
             choices=EVICTION_POLICIES, default="lru",
             help="the radix cache's eviction order (default lru)")),
@@ -296,13 +299,19 @@ class SGLang:
         given here or a page size off the block grid."""
         from pipeline.engine.options import add_scheduler_limits
         import argparse
+        args = argparse.Namespace(**{**vars(args), **{
+            o.dest: o.default for o in SGLang.OPTIONS if getattr(args, o.dest, None) is None}})
         defaults = argparse.ArgumentParser()
         add_scheduler_limits(defaults)
+        instead = {"max_num_seqs": "--max-running-requests",
+                   "max_num_batched_tokens": "--chunked-prefill-size / --max-prefill-tokens"}
         for action in defaults._actions[1:]:
-            if getattr(args, action.dest, action.default) != action.default:
+            if getattr(args, action.dest, None) not in (None, action.default):
                 raise UsageError(f"{action.option_strings[0]} is vLLM's: with --engine "
-                                 f"sglang give --max-running-requests / "
-                                 f"--chunked-prefill-size")
+                                 f"sglang give {instead[action.dest]}")
+        if args.enable_hierarchical_cache:
+            raise UsageError("--enable-hierarchical-cache: SGLang's HiCache is not modelled "
+                             "yet (docs/sglang.md)")
         page = args.page_size
         if args.block_size % page:
             raise UsageError(f"--page-size {page}: must divide the block size "
