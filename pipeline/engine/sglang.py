@@ -129,8 +129,10 @@ class SGLangInstance:
     @property
     def num_running(self) -> int:
         s = self.sched
-        last = s.last_batch.reqs if s.last_batch is not None and s.last_batch.extend else []
-        return len({id(r) for r in s.running.reqs + last if not r.finished})
+        count = sum(not r.finished for r in s.running.reqs)
+        if s.last_batch is not None and s.last_batch.extend:   # merged at the next turn
+            count += sum(not r.finished for r in s.last_batch.reqs)
+        return count
 
     @property
     def free_blocks(self) -> int:
