@@ -30,10 +30,9 @@ sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import sglang_scheduler_reference as reference  # noqa: E402
+from test_engine_sglang_equal import ours  # noqa: E402  (the engine driven step by step)
 
-from pipeline.components.sglang_sched import SCHEDULE_POLICIES, SchedulerSettings  # noqa: E402
-from pipeline.engine.request import SimRequest  # noqa: E402
-from pipeline.engine.sglang import SGLangConfig, SGLangInstance  # noqa: E402
+from pipeline.components.sglang_sched import SCHEDULE_POLICIES  # noqa: E402
 
 
 def workload(count: int, groups: int, rate: float, seed: int) -> list[tuple]:
@@ -48,31 +47,6 @@ def workload(count: int, groups: int, rate: float, seed: int) -> list[tuple]:
         outputs = rng.integers(0, 60000, rng.integers(1, 65)).tolist()
         out.append((prompt, outputs, int(steps[i])))
     return out
-
-
-def ours(requests, pool: int, options: dict) -> dict:
-    config = SGLangConfig(2, 10 ** 9, 1, SchedulerSettings(
-        max_total_tokens=pool, schedule_policy=options["policy"],
-        max_running_requests=options["max_running"], chunked_prefill_size=options["chunk"],
-        max_prefill_tokens=options["max_prefill"],
-        schedule_conservativeness=options["conservativeness"], seed=options["seed"]))
-    engine = SGLangInstance(config)
-    sims = [SimRequest(i, p, len(o), arrival_step=a, output_token_ids=o)
-            for i, (p, o, a) in enumerate(requests)]
-    steps, now, pointer = [], 0, 0
-    while pointer < len(sims) or engine.has_work():
-        if not engine.has_work():
-            now = max(now, requests[pointer][2])
-        while pointer < len(sims) and requests[pointer][2] <= now:
-            engine.add_request(sims[pointer])
-            pointer += 1
-        record = engine.step()
-        steps.append((record.prefill_tokens > 0 or not record.decode_seqs,
-                      list(record.scheduled), record.first_tokens, record.finished))
-        now += 1
-    rows = [engine.reqs[i] for i in range(len(sims))]
-    return {"requests": [(r.first_sched, r.first_token, r.finish_step, r.hit, r.retractions)
-                         for r in rows], "steps": steps}
 
 
 def main() -> int:
