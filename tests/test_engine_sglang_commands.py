@@ -91,6 +91,8 @@ def test_a_mooncake_trace_on_pages(tmp_path, capsys):
      "--max-num-seqs is vLLM's: with --engine sglang give --max-running-requests"),
     (["--engine", "sglang", "--enable-hierarchical-cache"],
      "--enable-hierarchical-cache: SGLang's HiCache is not modelled yet"),
+    (["--engine", "sglang", "--cpu", "1000"],
+     "--cpu: the sglang engine has no CPU tier (SGLang's HiCache is not modelled yet)"),
     (["--engine", "sglang", "--chunked-prefill-size", "24", "--page-size", "16"],
      "--chunked-prefill-size 24: must be a multiple of --page-size 16"),
 ])

@@ -15,6 +15,7 @@ fresh ones. So ``--page-size`` must divide ``--block-size``.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -32,6 +33,7 @@ from pipeline.engine.config import EngineOption
 from pipeline.engine.loop import STEP_COLUMNS, SimResult
 from pipeline.engine.request import SimRequest, placeholder_tokens, sequence_tokens
 from pipeline.engine.step import StepRecord, TimedSteps
+from pipeline.sizes.vllm_memory import DEFAULT_BATCHED_TOKENS, DEFAULT_SEQS
 
 __all__ = ["SGLang", "SGLangConfig", "SGLangInstance"]
 
@@ -57,8 +59,7 @@ def _policy(text: str) -> str:
     return text
 
 
-def _argument_error(message: str):
-    import argparse
+def _argument_error(message: str) -> argparse.ArgumentTypeError:
     return argparse.ArgumentTypeError(message)
 
 
@@ -258,6 +259,14 @@ def peek_prefix(root, tokens: list, page_size: int) -> int:
     return offset
 
 
+#: vLLM's limits in the engine options (``options.add_scheduler_limits``): dest -> (flag,
+#: default, SGLang's options instead)
+_VLLM_LIMITS = {
+    "max_num_seqs": ("--max-num-seqs", DEFAULT_SEQS, "--max-running-requests"),
+    "max_num_batched_tokens": ("--max-num-batched-tokens", DEFAULT_BATCHED_TOKENS,
+                               "--chunked-prefill-size / --max-prefill-tokens")}
+
+
 class SGLang:
     """SGLang's engine: ``SGLangConfig``, ``SGLangInstance`` per instance, ``simulate``."""
 
@@ -299,18 +308,14 @@ class SGLang:
     def config(args, num_gpu_blocks: int, max_model_len: int) -> SGLangConfig:
         """SGLang's settings from the options; a usage error naming an option vLLM owns
         given here or a page size off the block grid."""
-        from pipeline.engine.options import add_scheduler_limits
-        import argparse
         args = argparse.Namespace(**{**vars(args), **{
             o.dest: o.default for o in SGLang.OPTIONS if getattr(args, o.dest, None) is None}})
-        defaults = argparse.ArgumentParser()
-        add_scheduler_limits(defaults)
-        instead = {"max_num_seqs": "--max-running-requests",
-                   "max_num_batched_tokens": "--chunked-prefill-size / --max-prefill-tokens"}
-        for action in defaults._actions[1:]:
-            if getattr(args, action.dest, None) not in (None, action.default):
-                raise UsageError(f"{action.option_strings[0]} is vLLM's: with --engine "
-                                 f"sglang give {instead[action.dest]}")
+        for dest, (flag, default, instead) in _VLLM_LIMITS.items():
+            if getattr(args, dest, None) not in (None, default):
+                raise UsageError(f"{flag} is vLLM's: with --engine sglang give {instead}")
+        if getattr(args, "cpu", 0):
+            raise UsageError("--cpu: the sglang engine has no CPU tier (SGLang's HiCache is "
+                             "not modelled yet)")
         if args.enable_hierarchical_cache:
             raise UsageError("--enable-hierarchical-cache: SGLang's HiCache is not modelled "
                              "yet (docs/sglang.md)")
