@@ -60,7 +60,7 @@ def main() -> int:
     args = parser.parse_args()
     requests = workload(args.requests, args.groups, args.rate, args.seed)
     options = dict(policy=args.policy, max_running=256, chunk=8192, max_prefill=16384,
-                   conservativeness=1.0, seed=args.seed)
+                   conservativeness=1.0, seed=args.seed, page=1)
     start = time.process_time()
     theirs = reference.run([(p + o, len(p), len(o), a) for p, o, a in requests], args.pool,
                            **options)

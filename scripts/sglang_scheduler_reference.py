@@ -1,5 +1,4 @@
-"""SGLang 0.5.23's scheduling pieces on CPU, unmodified, in its batch loop (never in CI's
-fast path: tests/test_engine_sglang_equal.py runs it when the sources are present).
+"""SGLang 0.5.23's scheduling pieces on CPU, unmodified, in its batch loop (tests/test_engine_sglang_equal.py runs it when the sources are present).
 
 Run as shipped (``scripts/ensure_sglang_sources.sh`` puts them in ``~/.cache/kvlab``):
 
@@ -25,7 +24,8 @@ plain Python over the pieces above): ``event_loop_normal``, ``get_next_batch_to_
 and its ``length`` order, ``prepare_for_extend`` / ``prepare_for_decode`` (allocation and
 ``evict_from_tree_cache``), ``check_decode_mem``, ``release_kv_cache`` / ``release_req``,
 ``process_batch_result_prefill`` / ``_decode`` (append, finish by length, checkpoint).
-Page size 1 only (the paged allocator is not driven).
+The paged allocator is a page counter (``Pool``): a page taken where a token starts one,
+whole pages freed.
 """
 
 from __future__ import annotations
@@ -193,12 +193,14 @@ class Req:
 
 
 class Pool:
-    """The token pool (page size 1) and the req_to_token rows, as the tree sees them."""
+    """The token pool (paged: ``page_size`` tokens a page, ``available`` in tokens) and the
+    req_to_token rows, as the tree and the budget see them."""
 
     device = "cpu"
 
-    def __init__(self, size: int) -> None:
-        self.available, self.next_slot, self.page_size = size, 0, 1
+    def __init__(self, size: int, page_size: int = 1) -> None:
+        self.page_size = page_size
+        self.available, self.next_slot = size // page_size * page_size, 0
         self.rows: dict[int, Slots] = {}
         self.req_to_token = self
 
@@ -211,10 +213,16 @@ class Pool:
         self.rows[row][cut] = values
 
     def alloc(self, row: int, n: int) -> None:
-        self.available -= n
-        self.rows.setdefault(row, Slots()).extend(range(self.next_slot,
-                                                             self.next_slot + n))
-        self.next_slot += n
+        """Grow the row by ``n`` tokens: a new page where a token starts one."""
+        tokens, P = self.rows.setdefault(row, Slots()), self.page_size
+        for _ in range(n):
+            if len(tokens) % P == 0:
+                self.available -= P
+                self.next_slot += P
+                base = self.next_slot - P
+            else:
+                base = tokens[-1] - (len(tokens) - 1) % P
+            tokens.append(base + len(tokens) % P)
 
     def free_segment(self, indices, start_pos=0) -> None:
         self.available += len(indices)
@@ -235,14 +243,17 @@ class Loop:
 
     def __init__(self, size: int, policy: str = "fcfs", max_running: int = 256,
                  chunk: int | None = 8192, max_prefill: int = 16384,
-                 conservativeness: float = 1.0, eviction: str = "lru", seed: int = 0) -> None:
+                 conservativeness: float = 1.0, eviction: str = "lru", seed: int = 0,
+                 page: int = 1) -> None:
         self.sp, self.rc, self.cm, pb, nt = load(policy, eviction)
         self.clock = ref._Clock()
         self.rc.time = self.clock
-        self.pool = Pool(size)
+        self.pool = Pool(size, page)
+        self.P = page
         self.pool.pb = pb
         params = self.rc.CacheInitParams(disable=False, req_to_token_pool=self.pool,
-                                         token_to_kv_pool_allocator=self.pool, page_size=1,
+                                         token_to_kv_pool_allocator=self.pool,
+                                         page_size=page,
                                          eviction_policy=eviction)
         self.tree = self.rc.RadixCache(params)
         self.policy = self.sp.SchedulePolicy(policy, self.tree, False, False, False)
@@ -270,7 +281,8 @@ class Loop:
         owned = req.kv.kv_committed_len
         if checkpoint:
             self.tree.checkpoint(req, up_to=owned)
-        self.pool.available += owned - req.kv.cache_protected_len
+        P = self.pool.page_size                 # paged free(): whole pages
+        self.pool.available += (-(-owned // P) - req.kv.cache_protected_len // P) * P
         self.tree.unlock(req.lock)
         req.lock = None
         self.pool.rows.pop(req.kv.req_pool_idx, None)
@@ -314,7 +326,7 @@ class Loop:
             return None
         batch_view = NS(reqs=self.running)
         self.policy.calc_priority(self.waiting, batch_view, processed_tokens=0)
-        adder = self.sp.PrefillAdder(1, self.tree, self.pool, batch_view, self.ratio,
+        adder = self.sp.PrefillAdder(self.P, self.tree, self.pool, batch_view, self.ratio,
                                      self.max_prefill, self.chunk, 0, 0,
                                      max_running_requests=self.max_running)
         if self.chunked is not None:
@@ -346,7 +358,8 @@ class Loop:
         if self.chunked is not None:
             self.chunked.inflight_middle_chunks += 1
         reqs = list(adder.can_run_list)                # prepare_for_extend, alloc_for_extend
-        self.evict_to_free(sum(r.extend_end - r.prefix_len for r in reqs))
+        extend = sum(r.extend_end - r.prefix_len for r in reqs)      # alloc_paged_token_
+        self.evict_to_free(extend if self.P == 1 else extend + len(reqs) * self.P)  # slots_extend
         scheduled = []
         for r in reqs:
             scheduled.append((r.index, r.extend_end - r.prefix_len, r.prefix_len))
@@ -363,7 +376,7 @@ class Loop:
 
     # -- scheduler.py: update_running_batch; schedule_batch.py: retract_decode
     def check_decode_mem(self, reqs) -> bool:
-        num = len(reqs)
+        num = sum(1 for r in reqs if r.kv.kv_committed_len % self.P == 0) * self.P
         self.evict_to_free(num)
         return self.pool.available >= num
 
@@ -399,7 +412,7 @@ class Loop:
             self.running_full = False
         if not self.running:
             return None
-        self.evict_to_free(len(self.running))                     # alloc_for_decode
+        self.evict_to_free(len(self.running) * self.P)            # alloc_for_decode
         scheduled = []
         for r in self.running:
             scheduled.append((r.index, 1, r.kv.kv_committed_len))

@@ -6,9 +6,9 @@ the scheduler's batch loop (transcribed there, cited, because ``Scheduler`` and
 ``ScheduleBatch`` need torch and a live server). Hypothesis draws timed workloads (prompts
 on a few shared stems, bursts of arrivals, outputs, pools small enough to retract, every
 modelled policy: ``random`` pinned by one seed for both, ``random.shuffle`` on the global
-generator there and on a seeded ``random.Random`` here) and the test asserts, for page
-size 1: every step's batch (prefill or decode, each request's new and cached tokens, who
-sampled a first token, who finished) and every request's first scheduled / first token /
+generator there and on a seeded ``random.Random`` here; page sizes 1, 2 and 4) and the
+test asserts every step's batch (prefill or decode, each request's new and cached tokens,
+who sampled a first token, who finished) and every request's first scheduled / first token /
 finish step, radix hit and retractions. Skipped, saying why, without the sources.
 """
 
@@ -53,14 +53,14 @@ def workloads(draw):
         max_running=draw(st.integers(1, 8)), chunk=chunk,
         max_prefill=draw(st.sampled_from([16, 48, 16384])),
         conservativeness=draw(st.sampled_from([0.1, 0.3, 1.0, 2.0])),
-        seed=draw(st.integers(0, 3)))
+        seed=draw(st.integers(0, 3)), page=draw(st.sampled_from([1, 1, 2, 4])))
     pool = longest + 2 + draw(st.sampled_from([0, 8, 30, 120]))
     return requests, pool, options
 
 
 def ours(requests, pool, options) -> dict:
-    config = SGLangConfig(2, 10 ** 6, 1, SchedulerSettings(
-        max_total_tokens=pool, schedule_policy=options["policy"],
+    config = SGLangConfig(2, 10 ** 6, options["page"], SchedulerSettings(
+        max_total_tokens=pool, page_size=options["page"], schedule_policy=options["policy"],
         max_running_requests=options["max_running"], chunked_prefill_size=options["chunk"],
         max_prefill_tokens=options["max_prefill"],
         schedule_conservativeness=options["conservativeness"], seed=options["seed"]))
@@ -114,14 +114,15 @@ def test_equal_to_sglangs_scheduler(workload):
         == [tuple(row) for row in mine["requests"]]
 
 
-def test_a_tiny_pool_retracts_in_both():
-    """Four requests of 10 prompt + 8 output tokens in a 44-token pool: admitted two at a
-    time by the new-token ratio, the decodes run out and the later one is retracted."""
+@pytest.mark.parametrize("page, pool", [(1, 44), (2, 44), (4, 52)])
+def test_a_tiny_pool_retracts_in_both(page, pool):
+    """Four requests of 10 prompt + 8 output tokens in a pool of 44 or 52 tokens: admitted
+    together by a small new-token ratio, the decodes run out and requests are retracted."""
     prompts = [[i] * 10 for i in range(4)]
     requests = [(p, list(range(100, 108)), 0) for p in prompts]
     options = dict(policy="fcfs", max_running=8, chunk=None, max_prefill=16384,
-                   conservativeness=0.3, seed=0)
-    mine, reference = ours(requests, 44, options), theirs(requests, 44, options)
+                   conservativeness=0.3, seed=0, page=page)
+    mine, reference = ours(requests, pool, options), theirs(requests, pool, options)
     assert mine["steps"] == reference["steps"]
     assert mine["requests"] == reference["requests"]
     assert sum(r[4] for r in mine["requests"]) > 0
