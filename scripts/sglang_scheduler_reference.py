@@ -1,4 +1,5 @@
-"""SGLang 0.5.23's scheduling pieces on CPU, unmodified, in its batch loop (tests/test_engine_sglang_equal.py runs it when the sources are present).
+"""SGLang 0.5.23's scheduling pieces on CPU, unmodified, in its batch loop
+(tests/test_engine_sglang_equal.py runs it when the sources are present).
 
 Run as shipped (``scripts/ensure_sglang_sources.sh`` puts them in ``~/.cache/kvlab``):
 
