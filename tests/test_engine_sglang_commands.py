@@ -117,3 +117,29 @@ def test_a_page_off_the_mooncake_block_is_refused(tmp_path, capsys):
                  "--gpu", "8192", "--engine", "sglang", "--page-size", "24", "--latency",
                  "roofline", "--model", "qwen2.5-1.5b", "--out", str(tmp_path / "out")]) == 2
     assert "--page-size 24: must divide the block size 512" in capsys.readouterr().err
+
+
+def test_a_routers_look_touches_nothing():
+    """``cached_prefix_blocks`` (live and on a snapshot) counts the blocks the tree holds of
+    a request's keys, and changes no access time, split or count."""
+    import numpy as np
+
+    from pipeline.components.sglang_sched import SchedulerSettings
+    from pipeline.engine.request import SimRequest
+    from pipeline.engine.sglang import SGLangConfig, SGLangInstance
+
+    engine = SGLangInstance(SGLangConfig(64, 10 ** 6, 4, SchedulerSettings(
+        max_total_tokens=256, page_size=2)))
+    first = SimRequest(0, list(range(10)), 2)
+    engine.add_request(first, np.array([11, 12, 13], np.uint64))     # blocks of 4 tokens
+    while engine.has_work():
+        engine.step()
+    other = SimRequest(1, list(range(8)) + [99, 98], 2)
+    engine.add_request(other, np.array([11, 12, 77], np.uint64))
+    tree = engine.sched.tree
+    before = (tree.clock, tree.total_size(), tree.evictable_size)
+    snapshot = engine.cache_snapshot()
+    assert engine.cached_prefix_blocks(np.array([11, 12, 77], np.uint64)) == 2
+    assert snapshot.prefix_blocks(np.array([11, 12, 13], np.uint64)) == 2   # 13: no full block
+    assert (tree.clock, tree.total_size(), tree.evictable_size) == before
+    assert snapshot.key_count() == engine.cached_key_count() == tree.total_size() // 4
