@@ -158,7 +158,7 @@ WORKLOAD = ["--pattern", "long-doc-qa", "--num-documents", "3", "--document-leng
 def test_register_refuses_a_taken_name(engine):
     with pytest.raises(ValueError, match="taken"):
         register_engine(OneAtATime)
-    assert list(ENGINES) == ["vllm", "one-at-a-time"]
+    assert list(ENGINES) == ["vllm", "sglang", "one-at-a-time"]
 
 
 @pytest.mark.parametrize("command", ["simulate", "fleet", "plan"])

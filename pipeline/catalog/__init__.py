@@ -33,7 +33,7 @@ __all__ = ["Option", "CacheModel", "MODELS", "DEPRECATED_NAMES", "register", "un
 #: every built-in entry, in display order, each with the one-pass fast paths declared for it
 BUILTIN: tuple[CacheModel, ...] = tuple(onepass.with_fast_paths(model) for model in (
     onepass.BLOCK_LRU, components.BLOCK_LRU_REPLAY, onepass.VLLM, components.VLLM_REPLAY,
-    components.LMCACHE, *policies.ENTRIES, components.LLAMACPP,
+    components.SGLANG_RADIX, components.LMCACHE, *policies.ENTRIES, components.LLAMACPP,
     components.TWO_TIER))
 
 for _model in BUILTIN:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from pipeline.base.arguments import checked, positive_int
 from pipeline.cache.registry import CacheModel, Option
-from pipeline.components import lmcache, vllm_gpu
+from pipeline.components import lmcache, sglang_gpu, vllm_gpu
 from pipeline.components.lmcache import DEFAULT_CHUNK_SIZE
 from pipeline.components.vllm_gpu import DEFAULT_VLLM_VERSION, PREPEND_SINCE, unhashed_to_head
 from pipeline.policies.blockmode import policy_cpu_model, policy_gpu_model
@@ -20,7 +20,7 @@ from pipeline.workloads.stream import HEAD_FIRST, TAIL_FIRST, TRACE
 
 __all__ = ["vllm_version", "output_tokens", "VLLM_OPTIONS", "LMCACHE_OPTIONS",
            "describe_vllm", "BLOCK_LRU_REPLAY", "VLLM_REPLAY", "LMCACHE",
-           "LLAMACPP", "TWO_TIER"]
+           "LLAMACPP", "TWO_TIER", "SGLANG_RADIX"]
 
 #: argparse type: a vLLM version such as 0.33.0
 vllm_version = checked(unhashed_to_head)
@@ -110,6 +110,18 @@ LMCACHE = CacheModel(
     "lmcache", "LMCache's local CPU backend (compiled)", "chunk", tier=_lmcache_tier,
     cpu=lmcache.lmcache_cpu, order=HEAD_FIRST, options=LMCACHE_OPTIONS,
     describes=_describe_lmcache)
+SGLANG_RADIX_OPTIONS = (
+    Option("radix_page_size", "sglang-radix model: SGLang's page_size in tokens, dividing "
+           "the block size (default 1)", positive_int, 1,
+           check=lambda page, block_size: sglang_gpu.check_page_size(page, block_size)
+           if block_size else None),
+    VLLM_OPTIONS[0],
+)
+SGLANG_RADIX = CacheModel(
+    "sglang-radix", "SGLang 0.5.23's RadixCache (LRU), one request at a time, replayed",
+    "token", gpu=sglang_gpu.radix_gpu, options=SGLANG_RADIX_OPTIONS,
+    describes=lambda options: f"SGLang 0.5.23 RadixCache, page size "
+                              f"{options.get('radix_page_size', 1)}")
 LLAMACPP = CacheModel("llamacpp", "llama.cpp's prompt cache (live context + RAM cache)",
                       "context", tier=_llamacpp_tier, measured=True)
 TWO_TIER = CacheModel("two-tier", "kvlab's TwoTierCache in tokens", "object",

@@ -132,6 +132,8 @@ class RadixTree:
         self.evictable_size = 0
         self.protected_size = 0
         self.evictable_leaves: set[Node] = set()
+        self.heap: list = []            # (key, access, seq, node), stale entries skipped
+        self.pushes = 0
 
     def match_prefix(self, tokens) -> tuple[int, Node]:
         """(cached prefix length, last matched node); may split a node."""
@@ -148,6 +150,7 @@ class RadixTree:
             if child is None:
                 break
             child.last_access_time = access
+            self._push(child)
             length = self._match_len(child.key, key, offset)
             if length < len(child.key):
                 node = self._split(child, length)
@@ -176,6 +179,7 @@ class RadixTree:
                 break
             node = child
             node.last_access_time = access
+            self._push(node)
             length = self._match_len(node.key, key, offset)
             total += length
             offset += length
@@ -184,6 +188,7 @@ class RadixTree:
             node.priority = max(node.priority, priority)
             if total > inserted_len:
                 node.hit_count += 1
+            self._push(node)
         if offset < len(key):
             rest = key[offset:]
             leaf = Node(self, priority=priority)
@@ -226,16 +231,17 @@ class RadixTree:
 
     def evict(self, num_tokens: int) -> int:
         """Drop whole unlocked leaves, policy order, until >= num_tokens freed; the count."""
-        heap = [(self.eviction_key(node), node) for node in self.evictable_leaves]
-        heapq.heapify(heap)
-        evicted = 0
+        heap, leaves, evicted = self.heap, self.evictable_leaves, 0
+        if len(heap) > 2 * len(leaves) + 1024:
+            self._rebuild()
+            heap = self.heap
         while evicted < num_tokens and heap:
-            _, leaf = heapq.heappop(heap)
+            key, access, _, leaf = heapq.heappop(heap)
+            if leaf not in leaves or key != self.eviction_key(leaf) or \
+                    access != leaf.last_access_time:
+                continue                        # stale: the node changed or left
             evicted += len(leaf.key)
-            self._delete_leaf(leaf)
-            parent = leaf.parent
-            if not parent.children and parent.lock_ref == 0:
-                heapq.heappush(heap, (self.eviction_key(parent), parent))
+            self._delete_leaf(leaf)             # a parent left a leaf is pushed there
         return evicted
 
     def total_size(self) -> int:
@@ -263,10 +269,27 @@ class RadixTree:
         self.evictable_leaves.discard(node)
         self._update_leaf_status(node.parent)
 
+    def _push(self, node: Node) -> None:
+        """Queue ``node`` under its current key when it is an evictable leaf (SGLang builds
+        the heap afresh at each evict; entries whose node changed since are skipped)."""
+        if node in self.evictable_leaves:
+            self.pushes += 1
+            heapq.heappush(self.heap, (self.eviction_key(node), node.last_access_time,
+                                       self.pushes, node))
+
+    def _rebuild(self) -> None:
+        self.heap = []
+        for node in self.evictable_leaves:
+            self.pushes += 1
+            self.heap.append((self.eviction_key(node), node.last_access_time, self.pushes,
+                              node))
+        heapq.heapify(self.heap)
+
     def _update_leaf_status(self, node: Node) -> None:
         # SGLang also skips nodes whose value is None (evicted); RadixCache never sets that
         # (an evicted leaf leaves its parent's children), so a child here is resident.
         if node.lock_ref > 0 or node.children:
             self.evictable_leaves.discard(node)
-        else:
+        elif node not in self.evictable_leaves:
             self.evictable_leaves.add(node)
+            self._push(node)

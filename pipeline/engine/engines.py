@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from pipeline.base.named import NamedClasses
 from pipeline.engine.config import EngineOption
+from pipeline.engine.sglang import SGLang
 from pipeline.engine.vllm import VLLM
 
 __all__ = ["EngineOption", "ENGINES", "DEFAULT_ENGINE", "engine_class", "register_engine",
@@ -35,6 +36,7 @@ DEFAULT_ENGINE = "vllm"
 
 ENGINES: NamedClasses = NamedClasses("engine", {
     VLLM.NAME: VLLM,
+    SGLang.NAME: SGLang,
 })
 engine_class = ENGINES.lookup
 register_engine = ENGINES.register

@@ -1,0 +1,402 @@
+"""``sglang``: SGLang 0.5.23's scheduler and radix cache as an engine of the registry
+(``pipeline.engine.engines``): ``simulate --engine sglang``, ``fleet --engine sglang``.
+
+The loop is ``pipeline.components.sglang_sched`` (plain Python); this module turns the
+lab's requests into token sequences, drives the loop on the step clock, the time clock or a
+closed loop, and writes the same frames as vLLM's engine (``loop.REQUEST_COLUMNS``,
+``STEP_COLUMNS``; ``gpu_hit_tokens`` is the radix-tree prefix at a request's first
+admission, ``preemptions`` its retractions, ``free_blocks`` the free and evictable pages).
+
+Tokens: a token-id trace's own ids (outputs: the sampled ids, else placeholders no prompt
+has); a trace of block keys (Mooncake) gives token ``j`` of a block with key ``k`` a symbol of
+its own, shared by every prompt with that block, and the tokens past the last full block
+fresh ones. So ``--page-size`` must divide ``--block-size``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from pipeline.base.arguments import positive_int
+from pipeline.base.errors import UsageError
+from pipeline.components import engine_layout as L
+from pipeline.components.sglang_sched import SCHEDULE_POLICIES, SGLANG_POLICIES, Scheduler, \
+    SchedulerSettings, Req
+from pipeline.components.sglang_radix import POLICIES as EVICTION_POLICIES
+from pipeline.engine.compiled import STUCK_MESSAGE, request_table, with_times
+from pipeline.engine.config import EngineOption
+from pipeline.engine.loop import STEP_COLUMNS, SimResult
+from pipeline.engine.request import SimRequest, placeholder_tokens, sequence_tokens
+from pipeline.engine.step import StepRecord, TimedSteps
+from pipeline.sizes.vllm_memory import DEFAULT_BATCHED_TOKENS, DEFAULT_SEQS
+
+__all__ = ["SGLang", "SGLangConfig", "SGLangInstance"]
+
+
+@dataclass(frozen=True)
+class SGLangConfig:
+    """The engine's config: the registry's three fields and SGLang's settings."""
+
+    num_gpu_blocks: int
+    max_model_len: int
+    block_size: int
+    settings: SchedulerSettings
+
+
+def _policy(text: str) -> str:
+    """argparse type of ``--schedule-policy``: SGLang's names; the modelled ones only."""
+    if text not in SGLANG_POLICIES:
+        raise _argument_error(f"SGLang 0.5.23 has no schedule policy {text!r} (it has "
+                              f"{', '.join(SGLANG_POLICIES)})")
+    if text not in SCHEDULE_POLICIES:
+        raise _argument_error(f"{text!r} is SGLang's but not modelled (modelled: "
+                              f"{', '.join(SCHEDULE_POLICIES)})")
+    return text
+
+
+def _argument_error(message: str) -> argparse.ArgumentTypeError:
+    return argparse.ArgumentTypeError(message)
+
+
+def _conservativeness(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise _argument_error(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def _chunk(text: str) -> int:
+    """``--chunked-prefill-size``: tokens >= 1, or -1 (off), as SGLang."""
+    if text.strip() == "-1":
+        return -1
+    return positive_int(text)
+
+
+class SGLangInstance:
+    """One SGLang engine for ``fleet`` (``EngineSim``'s interface over ``Scheduler``)."""
+
+    def __init__(self, config: SGLangConfig, cpu_tier=None) -> None:
+        if cpu_tier is not None:
+            raise ValueError("the sglang engine has no CPU tier (HiCache is not modelled)")
+        self.config, self.block_size = config, config.block_size
+        self.sched = Scheduler(config.settings)
+        self.step_no = 0
+        self.reqs: dict[int, Req] = {}
+        self.codes: dict[int, int] = {}
+        self.blocks: dict[int, tuple] = {}           # block key -> its token symbols
+
+    # ------------------------------------------------------------------ requests
+
+    def tokens(self, request: SimRequest) -> list:
+        """The request's prompt + output token symbols (module docstring)."""
+        if request.prompt_keys is None:
+            return sequence_tokens(request).tolist()
+        B = self.block_size
+        keys = np.asarray(request.prompt_keys).view(np.uint64).tolist()
+        codes = np.array([self.codes.setdefault(k, len(self.codes)) for k in keys], np.int64)
+        head = (codes[:, None] * B + np.arange(B)).ravel()
+        tail = len(request.prompt_token_ids) - head.size + request.max_tokens
+        return head.tolist() + placeholder_tokens(request.index, tail).tolist()
+
+    def add_request(self, request: SimRequest, keys=None) -> None:
+        tokens = self.tokens(request)
+        req = Req(request.index, tokens, len(request.prompt_token_ids), request.max_tokens)
+        self.reqs[request.index] = req
+        if keys is not None:
+            B = self.block_size
+            for i, key in enumerate(np.asarray(keys).view(np.uint64).tolist()
+                                    [:req.n // B]):
+                self.blocks.setdefault(key, tuple(tokens[i * B:(i + 1) * B]))
+        self.sched.waiting.append(req)
+
+    def has_work(self) -> bool:
+        s = self.sched
+        last = s.last_batch.reqs if s.last_batch is not None and s.last_batch.extend else []
+        return bool(s.waiting or s.chunked is not None or
+                    any(not r.finished for r in s.running.reqs + last))
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.sched.waiting)
+
+    @property
+    def num_running(self) -> int:
+        s = self.sched
+        count = sum(not r.finished for r in s.running.reqs)
+        if s.last_batch is not None and s.last_batch.extend:   # merged at the next turn
+            count += sum(not r.finished for r in s.last_batch.reqs)
+        return count
+
+    @property
+    def free_blocks(self) -> int:
+        """Free and evictable tokens in blocks of ``--block-size`` (vLLM's free queue)."""
+        return (self.sched.free + self.sched.tree.evictable_size) // self.block_size
+
+    # ------------------------------------------------------------------ cache queries
+
+    def _symbols(self, keys) -> list:
+        out = []
+        for key in np.asarray(keys).view(np.uint64).tolist():
+            block = self.blocks.get(key)
+            if block is None:
+                break
+            out.extend(block)
+        return out
+
+    def cached_prefix_blocks(self, keys) -> int:
+        return peek_prefix(self.sched.tree.root, self._symbols(keys),
+                           self.sched.P) // self.block_size
+
+    def cached_key_count(self) -> int:
+        return self.sched.tree.total_size() // self.block_size
+
+    def cache_snapshot(self) -> _Snapshot:
+        return _Snapshot(self, copy_nodes(self.sched.tree.root))
+
+    # ------------------------------------------------------------------ running
+
+    def step(self) -> StepRecord | None:
+        """One loop turn; its StepRecord, or None when it ran no batch."""
+        batch = self.sched.iterate(self.step_no)
+        if batch is None:
+            return None
+        record = StepRecord(
+            self.step_no, batch.scheduled,
+            sum(new for _, new, _ in batch.scheduled) if batch.extend else 0,
+            0 if batch.extend else len(batch.reqs),
+            sum(new + before for _, new, before in batch.scheduled), 0,
+            self.num_running, self.num_waiting, self.free_blocks,
+            batch.first_tokens, batch.finished)
+        self.step_no += 1
+        return record
+
+    def run_until(self, until_ms: float, now_ms: float, step_ms) -> TimedSteps:
+        """Batches that start before ``until_ms`` (``step_ms(record)``: each one's time)."""
+        steps, starts, durations, events, now = [], [], [], [], now_ms
+        while now < until_ms and self.has_work():
+            record = self.step()
+            if record is None:
+                raise RuntimeError(STUCK_MESSAGE)
+            duration = float(step_ms(record))
+            record.duration_ms = duration
+            steps.append([getattr(record, name) for name in STEP_COLUMNS])
+            starts.append(now)
+            durations.append(duration)
+            now += duration
+            events += [[record.step, 0, i] for i in record.first_tokens]
+            events += [[record.step, 1, i] for i in record.finished]
+        return TimedSteps(now, np.array(steps, np.int64).reshape(-1, len(STEP_COLUMNS)),
+                          np.array(starts, np.float64), np.array(durations, np.float64),
+                          np.array(events, np.int64).reshape(-1, 3))
+
+    def request_rows(self, requests: Sequence[SimRequest]) -> np.ndarray:
+        rows = np.full((len(requests), L.R_COLUMNS), L.NONE, np.int64)
+        for j, request in enumerate(requests):
+            r = self.reqs[request.index]
+            for column, value in ((L.INDEX, r.index), (L.FSCHED, r.first_sched),
+                                  (L.FTOK, r.first_token), (L.FIN, r.finish_step),
+                                  (L.GPUHIT, max(r.hit, 0)), (L.CPUHIT, 0),
+                                  (L.NPROMPT, r.n), (L.NTOK, r.n + r.max_new),
+                                  (L.PREEMPT, r.retractions)):
+                rows[j, column] = value
+        return rows
+
+
+class _Snapshot:
+    """A frozen copy of an instance's tree for a stale fleet view."""
+
+    def __init__(self, instance: SGLangInstance, root) -> None:
+        self.instance, self.root = instance, root
+        self.size = instance.sched.tree.total_size()
+
+    def prefix_blocks(self, keys) -> int:
+        return peek_prefix(self.root, self.instance._symbols(keys),
+                           self.instance.sched.P) // self.instance.block_size
+
+    def key_count(self) -> int:
+        return self.size // self.instance.block_size
+
+
+class _Copy:
+    __slots__ = ("key", "children")
+
+    def __init__(self, key, children) -> None:
+        self.key, self.children = key, children
+
+
+def copy_nodes(node) -> _Copy:
+    """The tree's shape (keys and children), without its bookkeeping."""
+    return _Copy(node.key, {k: copy_nodes(child) for k, child in node.children.items()})
+
+
+def peek_prefix(root, tokens: list, page_size: int) -> int:
+    """The cached prefix of ``tokens`` (whole pages), touching nothing (a router's look)."""
+    key = tuple(tokens[:len(tokens) // page_size * page_size])
+    node, offset = root, 0
+    while offset < len(key):
+        child = node.children.get(key[offset] if page_size == 1
+                                  else key[offset:offset + page_size])
+        if child is None:
+            break
+        stored = child.key
+        n = min(len(stored), len(key) - offset)
+        i = 0
+        while i < n and stored[i] == key[offset + i]:
+            i += 1
+        i = i // page_size * page_size
+        offset += i
+        if i < len(stored):
+            break
+        node = child
+    return offset
+
+
+#: vLLM's limits in the engine options (``options.add_scheduler_limits``): dest -> (flag,
+#: default, SGLang's options instead)
+_VLLM_LIMITS = {
+    "max_num_seqs": ("--max-num-seqs", DEFAULT_SEQS, "--max-running-requests"),
+    "max_num_batched_tokens": ("--max-num-batched-tokens", DEFAULT_BATCHED_TOKENS,
+                               "--chunked-prefill-size / --max-prefill-tokens")}
+
+
+class SGLang:
+    """SGLang's engine: ``SGLangConfig``, ``SGLangInstance`` per instance, ``simulate``."""
+
+    NAME = "sglang"
+    SUMMARY = "SGLang 0.5.23's scheduler and radix cache (non-overlap loop), in Python"
+    COMPILED = False
+    OPTIONS = (
+        EngineOption("--page-size", dict(type=positive_int, default=1,
+                                         help="SGLang's page_size: tokens per KV page, "
+                                              "dividing --block-size (default 1)")),
+        EngineOption("--schedule-policy", dict(
+            type=_policy, default="fcfs", metavar="POLICY",
+            help=f"SGLang's waiting-queue order: {', '.join(SCHEDULE_POLICIES)} (default "
+                 f"fcfs)")),
+        EngineOption("--chunked-prefill-size", dict(
+            type=_chunk, default=8192, help="tokens per prefill chunk, -1 off (default "
+                                            "8192)")),
+        EngineOption("--max-running-requests", dict(
+            type=positive_int, default=256, help="running requests at most (default 256)")),
+        EngineOption("--max-total-tokens", dict(
+            type=positive_int, default=None, help="KV pool in tokens, capping --gpu "
+                                                  "(default: --gpu)")),
+        EngineOption("--max-prefill-tokens", dict(
+            type=positive_int, default=16384, help="tokens per prefill batch (default "
+                                                   "16384)")),
+        EngineOption("--schedule-conservativeness", dict(
+            type=_conservativeness, default=1.0,
+            help="scales the new-token ratio that reserves the running requests' outputs "
+                 "(default 1.0)")),
+        EngineOption("--enable-hierarchical-cache", dict(
+            action="store_true", help="SGLang's HiCache (host tier): not modelled yet, "
+                                      "refused")),
+        EngineOption("--radix-eviction-policy", dict(
+            choices=EVICTION_POLICIES, default="lru",
+            help="the radix cache's eviction order (default lru)")),
+    )
+
+    @staticmethod
+    def config(args, num_gpu_blocks: int, max_model_len: int) -> SGLangConfig:
+        """SGLang's settings from the options; a usage error naming an option vLLM owns
+        given here or a page size off the block grid."""
+        args = argparse.Namespace(**{**vars(args), **{
+            o.dest: o.default for o in SGLang.OPTIONS if getattr(args, o.dest, None) is None}})
+        for dest, (flag, default, instead) in _VLLM_LIMITS.items():
+            if getattr(args, dest, None) not in (None, default):
+                raise UsageError(f"{flag} is vLLM's: with --engine sglang give {instead}")
+        if getattr(args, "cpu", 0):
+            raise UsageError("--cpu: the sglang engine has no CPU tier (SGLang's HiCache is "
+                             "not modelled yet)")
+        if args.enable_hierarchical_cache:
+            raise UsageError("--enable-hierarchical-cache: SGLang's HiCache is not modelled "
+                             "yet (docs/sglang.md)")
+        page = args.page_size
+        if args.block_size % page:
+            raise UsageError(f"--page-size {page}: must divide the block size "
+                             f"{args.block_size} (--block-size)")
+        pool = num_gpu_blocks * args.block_size
+        if args.max_total_tokens is not None:
+            pool = min(pool, args.max_total_tokens)
+        chunk = None if args.chunked_prefill_size == -1 else args.chunked_prefill_size
+        if chunk is not None and chunk % page:
+            raise UsageError(f"--chunked-prefill-size {chunk}: must be a multiple of "
+                             f"--page-size {page}")
+        settings = SchedulerSettings(
+            max_total_tokens=pool, page_size=page, schedule_policy=args.schedule_policy,
+            max_running_requests=args.max_running_requests, chunked_prefill_size=chunk,
+            max_prefill_tokens=args.max_prefill_tokens,
+            schedule_conservativeness=args.schedule_conservativeness,
+            radix_eviction_policy=args.radix_eviction_policy,
+            seed=getattr(args, "seed", None) or 0)
+        return SGLangConfig(num_gpu_blocks, max_model_len, args.block_size, settings)
+
+    instance = SGLangInstance
+
+    @staticmethod
+    def simulate(requests: Sequence[SimRequest], config: SGLangConfig, *, cpu_tier=None,
+                 clock: str = "steps", step_ms: Callable | None = None,
+                 concurrency: int | None = None, decode_run_ms=None) -> SimResult:
+        return simulate(requests, config, cpu_tier=cpu_tier, clock=clock, step_ms=step_ms,
+                        concurrency=concurrency)
+
+
+def simulate(requests: Sequence[SimRequest], config: SGLangConfig, *, cpu_tier=None,
+             clock: str = "steps", step_ms: Callable | None = None,
+             concurrency: int | None = None) -> SimResult:
+    """A whole run: arrivals by step (``arrival_step``), by time (``arrival_s``, each batch
+    ``step_ms(record)`` long) or a closed loop of ``concurrency``; vLLM's engine's frames."""
+    if clock == "time" and step_ms is None:
+        raise ValueError("the time clock needs a step-time model (step_ms)")
+    timed = clock == "time"
+    engine = SGLangInstance(config, cpu_tier)
+    n = len(requests)
+    price = step_ms if timed else (lambda record: 1.0)
+    due = np.zeros(n, np.float64)
+    if concurrency is None:
+        due = np.array([(r.arrival_s or 0.0) * 1000.0 if timed else float(r.arrival_step or 0)
+                        for r in requests], np.float64)
+    arrival = np.zeros(n, np.float64)
+    parts, now, pointer = [], 0.0, 0
+    while pointer < n or engine.has_work():
+        if concurrency is None:
+            if not engine.has_work():
+                now = max(now, due[pointer])
+            while pointer < n and due[pointer] <= now:
+                arrival[pointer] = due[pointer]
+                engine.add_request(requests[pointer])
+                pointer += 1
+            until = due[pointer] if pointer < n else np.inf
+        else:
+            outstanding = sum(1 for r in engine.reqs.values() if not r.finished)
+            while pointer < n and outstanding < concurrency:
+                arrival[pointer] = now
+                engine.add_request(requests[pointer])
+                pointer, outstanding = pointer + 1, outstanding + 1
+            until = now                                  # one batch, then look again
+        part = engine.run_until(max(until, np.nextafter(now, np.inf)), now, price)
+        parts.append(part)
+        now = part.now_ms
+    steps = np.concatenate([p.steps for p in parts]) if parts else \
+        np.zeros((0, len(STEP_COLUMNS)), np.int64)
+    rows = engine.request_rows(requests)
+    frame = request_table(rows, arrival, timed)
+    step_frame = pl.DataFrame({name: steps[:, j] for j, name in enumerate(STEP_COLUMNS)},
+                              schema={name: pl.Int64 for name in STEP_COLUMNS})
+    if not timed:
+        return SimResult(frame, step_frame)
+    start = np.concatenate([p.start_ms for p in parts]) if parts else np.zeros(0)
+    end = start + np.concatenate([p.duration_ms for p in parts]) if parts else np.zeros(0)
+    return SimResult(with_times(frame, arrival, start[rows[:, L.FSCHED]],
+                                end[rows[:, L.FTOK]], end[rows[:, L.FIN]]),
+                     step_frame.with_columns(start_ms=pl.Series(start, dtype=pl.Float64),
+                                             duration_ms=pl.Series(end - start,
+                                                                   dtype=pl.Float64)))

@@ -1,0 +1,145 @@
+"""``--engine sglang`` in the commands: ``simulate`` and ``fleet`` run it and write vLLM's
+engine's frames; its options are refused with vLLM's engine and vLLM's with it; a page size
+off the block grid, a policy SGLang lacks (or has but is not modelled), vLLM's limits and
+HiCache are one line naming the option, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+from pipeline.cli import main
+from pipeline.engine.loop import REQUEST_COLUMNS, STEP_COLUMNS
+
+WORKLOAD = ["--pattern", "long-doc-qa", "--num-documents", "3", "--document-length", "600",
+            "--model", "qwen2.5-1.5b"]
+
+
+def test_simulate_writes_vllms_frames(tmp_path, capsys):
+    """Three documents read twice: the second pass hits the radix tree; vLLM's columns."""
+    out = tmp_path / "sim"
+    assert main(["simulate", *WORKLOAD, "--gpu", "64blocks", "--engine", "sglang",
+                 "--schedule-policy", "lpm", "--out", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert shown.startswith("models: engine sglang (SGLang 0.5.23's scheduler and radix "
+                            "cache")
+    requests = pl.read_parquet(out / "requests.parquet")
+    steps = pl.read_parquet(out / "steps.parquet")
+    assert tuple(requests.columns) == REQUEST_COLUMNS
+    assert tuple(steps.columns) == STEP_COLUMNS
+    assert requests["gpu_hit_tokens"].sum() > 0
+    assert requests["finish_step"].null_count() == 0
+    assert json.loads((out / "metrics.json").read_text())["models"]["engine"] == "sglang"
+
+
+def test_simulate_times_it(tmp_path, capsys):
+    out = tmp_path / "sim"
+    assert main(["simulate", *WORKLOAD, "--gpu", "64blocks", "--engine", "sglang",
+                 "--latency", "roofline", "--out", str(out)]) == 0
+    capsys.readouterr()
+    requests = pl.read_parquet(out / "requests.parquet")
+    steps = pl.read_parquet(out / "steps.parquet")
+    assert (requests["ttft_ms"] > 0).all()
+    last = steps.filter(pl.col("step") == steps["step"].max())
+    assert requests["finish_ms"].max() == pytest.approx(
+        (last["start_ms"] + last["duration_ms"]).item())
+
+
+def test_fleet_workers_answer_as_this_process(tmp_path, capsys):
+    frames = []
+    for jobs in ("1", "2"):
+        out = tmp_path / jobs
+        assert main(["fleet", *WORKLOAD, "--gpu", "64blocks", "--engine", "sglang",
+                     "--router", "round-robin,prefix-precise", "--instances", "2",
+                     "--jobs", jobs, "--out", str(out)]) == 0
+        frames.append(pl.read_parquet(out / "requests").sort("point", "request"))
+    capsys.readouterr()
+    assert frames[0].equals(frames[1])
+    assert frames[0]["gpu_hit_tokens"].sum() > 0
+
+
+def test_a_mooncake_trace_on_pages(tmp_path, capsys):
+    """Two prompts sharing two 512-token blocks: the second hits them (page 16)."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 1100, "output_length": 4, '
+                     '"hash_ids": [1, 2, 3]}\n'
+                     '{"timestamp": 500, "input_length": 1100, "output_length": 4, '
+                     '"hash_ids": [1, 2, 4]}\n')
+    out = tmp_path / "sim"
+    assert main(["simulate", str(trace), "--format", "mooncake", "--block-size", "512",
+                 "--gpu", "8192", "--engine", "sglang", "--page-size", "16",
+                 "--latency", "roofline", "--model", "qwen2.5-1.5b", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert pl.read_parquet(out / "requests.parquet")["gpu_hit_tokens"].to_list() == [0, 1024]
+
+
+@pytest.mark.parametrize("given, message", [
+    (["--engine", "sglang", "--no-chunked-prefill"],
+     "--no-chunked-prefill applies to the vllm engine, not --engine sglang"),
+    (["--page-size", "4"], "--page-size applies to the sglang engine, not --engine vllm"),
+    (["--schedule-policy", "lpm"],
+     "--schedule-policy applies to the sglang engine, not --engine vllm"),
+    (["--engine", "sglang", "--page-size", "3"],
+     "--page-size 3: must divide the block size 16 (--block-size)"),
+    (["--engine", "sglang", "--schedule-policy", "sjf"],
+     "argument --schedule-policy: SGLang 0.5.23 has no schedule policy 'sjf'"),
+    (["--engine", "sglang", "--schedule-policy", "hrrn"],
+     "argument --schedule-policy: 'hrrn' is SGLang's but not modelled"),
+    (["--engine", "sglang", "--max-num-seqs", "8"],
+     "--max-num-seqs is vLLM's: with --engine sglang give --max-running-requests"),
+    (["--engine", "sglang", "--enable-hierarchical-cache"],
+     "--enable-hierarchical-cache: SGLang's HiCache is not modelled yet"),
+    (["--engine", "sglang", "--cpu", "1000"],
+     "--cpu: the sglang engine has no CPU tier (SGLang's HiCache is not modelled yet)"),
+    (["--engine", "sglang", "--chunked-prefill-size", "24", "--page-size", "16"],
+     "--chunked-prefill-size 24: must be a multiple of --page-size 16"),
+])
+@pytest.mark.parametrize("command", ["simulate", "fleet"])
+def test_bad_input_is_one_line(command, given, message, tmp_path, capsys):
+    out = tmp_path / "out"
+    try:
+        status = main([command, *WORKLOAD, "--gpu", "64blocks", *given, "--out", str(out)])
+    except SystemExit as exc:                   # argparse's own errors
+        status = exc.code
+    assert status == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert message in error[-1]
+    assert not out.exists()
+
+
+def test_a_page_off_the_mooncake_block_is_refused(tmp_path, capsys):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 1100, "output_length": 4, '
+                     '"hash_ids": [1, 2, 3]}\n')
+    assert main(["simulate", str(trace), "--format", "mooncake", "--block-size", "512",
+                 "--gpu", "8192", "--engine", "sglang", "--page-size", "24", "--latency",
+                 "roofline", "--model", "qwen2.5-1.5b", "--out", str(tmp_path / "out")]) == 2
+    assert "--page-size 24: must divide the block size 512" in capsys.readouterr().err
+
+
+def test_a_routers_look_touches_nothing():
+    """``cached_prefix_blocks`` (live and on a snapshot) counts the blocks the tree holds of
+    a request's keys, and changes no access time, split or count."""
+    import numpy as np
+
+    from pipeline.components.sglang_sched import SchedulerSettings
+    from pipeline.engine.request import SimRequest
+    from pipeline.engine.sglang import SGLangConfig, SGLangInstance
+
+    engine = SGLangInstance(SGLangConfig(64, 10 ** 6, 4, SchedulerSettings(
+        max_total_tokens=256, page_size=2)))
+    first = SimRequest(0, list(range(10)), 2)
+    engine.add_request(first, np.array([11, 12, 13], np.uint64))     # blocks of 4 tokens
+    while engine.has_work():
+        engine.step()
+    other = SimRequest(1, list(range(8)) + [99, 98], 2)
+    engine.add_request(other, np.array([11, 12, 77], np.uint64))
+    tree = engine.sched.tree
+    before = (tree.clock, tree.total_size(), tree.evictable_size)
+    snapshot = engine.cache_snapshot()
+    assert engine.cached_prefix_blocks(np.array([11, 12, 77], np.uint64)) == 2
+    assert snapshot.prefix_blocks(np.array([11, 12, 13], np.uint64)) == 2   # 13: no full block
+    assert (tree.clock, tree.total_size(), tree.evictable_size) == before
+    assert snapshot.key_count() == engine.cached_key_count() == tree.total_size() // 4
