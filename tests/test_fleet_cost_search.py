@@ -142,3 +142,12 @@ def test_plan_cost_with_no_answer_exits_1_with_the_closest_miss():
     assert done.returncode == 1, done.stderr
     assert "no point of the grid meets it" in done.stdout
     assert "closest miss:" in done.stdout and "search: 3 of 3 points simulated" in done.stdout
+
+
+def test_a_grid_where_nothing_fits_answers_nulls():
+    points = [Point("a", 1, 4096, 1.0), Point("a", 1, 4096, 1.0, 1)]
+    run = _fake({p: 1.0 for p in points})
+    result = cheapest_search(points, run, Prices("X", 1.0, 0.0), MEMORY, 1000,
+                             ttft_p90_ms=20.0)
+    assert result.simulated == 0 and result.unfit == 2 and run.calls == []
+    assert result.answers["usd_per_hour"].to_list() == [None, None]

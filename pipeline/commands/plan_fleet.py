@@ -299,8 +299,10 @@ def _document(args, workload, kv: KVSize, model, withheld: str | None, plan: pl.
     kind = "ttft_p90" if args.target_ttft_p90_ms is not None else "hit_ratio"
     value = args.target_ttft_p90_ms if kind == "ttft_p90" else args.target_hit_ratio
     point = list(point_columns(fleet))
-    plan = plan.join(fleet.select(*point, "requests", *OVERLOAD_COLUMNS), on=point,
-                     how="left")
+    plan = (plan.join(fleet.select(*point, "requests", *OVERLOAD_COLUMNS), on=point,
+                      how="left") if fleet.height else   # a cost search that ran nothing
+            plan.with_columns(pl.lit(None).alias(name)
+                              for name in ("requests", *OVERLOAD_COLUMNS)))
     answers = []
     for row in plan.iter_rows(named=True):
         met = row["total_tokens"] is not None
@@ -323,7 +325,8 @@ def _document(args, workload, kv: KVSize, model, withheld: str | None, plan: pl.
         "gpu": prices.gpu, "gpu_usd_per_hour": prices.gpu_per_hour,
         "cpu_memory_usd_per_gib_hour": prices.cpu_per_gib_hour,
         "disk_usd_per_gib_hour": prices.disk_per_gib_hour, "sources": prices.sources,
-        "points_fitting_gpu": int(fleet["fits_gpu"].sum()), "points": fleet.height}}
+        "points_fitting_gpu": int(fleet["fits_gpu"].sum()) if fleet.height else 0,
+        "points": fleet.height}}
     return {
         "kind": "kvlab-fleet-plan", "version": 1,
         "cache_models": engine_models(args)[1],

@@ -117,6 +117,15 @@ def cheapest_search(points: Sequence[Point], run: Runner, prices: Prices, memory
                         len(order) - len(frames), len(points) - len(order))
 
 
+#: the columns of an answer (``cheapest``'s), null where nothing was simulated
+_ANSWER_NULLS = {**{name: pl.Float64 for name in (
+    "total_gib", "gpu_gib", "cpu_gib", "ttft_p90_ms", "hit_ratio", "gpu_usd_per_hour",
+    "memory_usd_per_hour", "usd_per_hour", "usd_per_million_output_tokens")},
+    **{name: pl.Int64 for name in ("total_blocks", "instances", "decode_instances",
+                                   "gpu_blocks", "total_tokens", "gpu_tokens", "cpu_tokens")},
+    "fits_gpu": pl.Boolean}
+
+
 def _answers(fleet: pl.DataFrame, points: Sequence[Point], ttft_p90_ms: float | None,
              hit_ratio: float | None) -> pl.DataFrame:
     """Per router, load and kind of ``points``: ``cheapest``'s row (nulls where no
@@ -127,8 +136,9 @@ def _answers(fleet: pl.DataFrame, points: Sequence[Point], ttft_p90_ms: float | 
     parts = [cheapest(fleet.filter(pl.col("kind") == kind), ttft_p90_ms, hit_ratio)
              .with_columns(kind=pl.lit(kind)) for kind in KINDS
              if fleet.height and fleet.filter(pl.col("kind") == kind).height]
-    if not parts:
-        return keys
+    if not parts:                             # nothing simulated: every answer null
+        return keys.with_columns(pl.lit(None, dtype).alias(name)
+                                 for name, dtype in _ANSWER_NULLS.items())
     found = pl.concat(parts, how="diagonal_relaxed")
     return keys.join(found, on=["router", "load", "kind"], how="left")
 
