@@ -13,9 +13,11 @@ import numpy as np
 import polars as pl
 
 from pipeline.components import engine_layout as L
+from pipeline.components.kstack import STACK_ARRAYS
 from pipeline.engine.krun import DONE, FULL, MODEL_LINEAR, MODEL_NONE, MODEL_ROOFLINE, run_loop
 
-__all__ = ["compiled_model", "compiled_run", "request_table", "with_times", "MODEL_NONE",
+__all__ = ["compiled_model", "compiled_run", "request_table", "with_tier_columns", "with_times",
+           "MODEL_NONE",
            "STUCK_MESSAGE"]
 
 STUCK_MESSAGE = "the engine schedules nothing while requests wait (a request that can never fit)"
@@ -72,7 +74,7 @@ def compiled_run(engine, due: np.ndarray, timed: bool, concurrency: int | None,
     engine.G[L.G_EVON] = 1
     count = int(state[2])
     table = engine.R[:n]
-    frame = request_table(table, arrival, timed)
+    frame = with_tier_columns(request_table(table, arrival, timed), table, engine.T)
     step_columns = {name: steps[:count, j] for j, name in enumerate(_STEP_NAMES)}
     step_frame = pl.DataFrame(step_columns)
     if not timed:
@@ -100,6 +102,17 @@ def request_table(rows: np.ndarray, arrival: np.ndarray, timed: bool) -> pl.Data
                    output_tokens=rows[:, L.NTOK] - rows[:, L.NPROMPT],
                    preemptions=rows[:, L.PREEMPT])
     return pl.DataFrame(columns, schema_overrides={k: pl.Int64 for k in columns})
+
+
+def with_tier_columns(frame: pl.DataFrame, rows: np.ndarray, T: tuple) -> pl.DataFrame:
+    """A tier stack's request columns (``pipeline.components.kstack``): the tokens loaded
+    from disk and from the remote store (part of ``cpu_hit_tokens``, every token loaded
+    through LMCache) and the request's load time; none for any other tier."""
+    if len(T) != STACK_ARRAYS:
+        return frame
+    return frame.with_columns(disk_hit_tokens=pl.Series(rows[:, L.DISKHIT]),
+                              remote_hit_tokens=pl.Series(rows[:, L.REMOTEHIT]),
+                              load_ms=pl.Series(rows[:, L.LOADNS] / 1e6))
 
 
 def with_times(frame: pl.DataFrame, arrival: np.ndarray, first_scheduled: np.ndarray,
