@@ -26,6 +26,7 @@ from pipeline.onepass.events import METHODS, RESULT_SCHEMA, with_stack_distances
 from pipeline.onepass.events import simulate as document_events
 from pipeline.sizes.units import size_lines
 from pipeline.sizes.vllm_memory import resolve_with_utilization
+from pipeline.engine.tier_options import stack_lines
 from pipeline.engine.options import add_engine_arguments, cpu_tier_factory, engine_for, \
     engine_models
 from pipeline.engine.overload import warning_line
@@ -161,7 +162,7 @@ def main(args: argparse.Namespace) -> int:
           f"({hit / prompt:.1%}), CPU {int(frame['cpu_hit_tokens'].sum()):,}, "
           f"{plural(int(frame['preemptions'].sum()), 'preemption')}; "
           f"wrote {args.out}/: {', '.join(sorted(path.name for path in written))}")
-    for line in size_lines(args.sizes):
+    for line in size_lines(args.sizes) + stack_lines(frame):
         print(line)
     for line in metric_lines(metrics):
         print(line)

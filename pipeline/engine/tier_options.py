@@ -22,7 +22,7 @@ from pipeline.components.lmcache_stack import CPU_LINK_GBPS, CPU_LINK_SOURCE, LM
 from pipeline.sizes.units import BLOCKS, Capacity, kv_from_args, parse_capacity
 
 __all__ = ["TierSpec", "tier_spec", "add_tier_arguments", "tier_stack_factory",
-           "stack_models_line", "ORDER"]
+           "stack_models_line", "stack_lines", "ORDER"]
 
 ORDER = ("cpu", "disk", "remote")
 _FORMS = {"cpu": "cpu:SIZE[:GBPS[:LATENCY_MS]]", "disk": "disk:SIZE:GBPS:LATENCY_MS",
@@ -159,3 +159,20 @@ def stack_models_line(args: argparse.Namespace, options: dict) -> str:
     line = registry.models_line("vllm", None, None, options).split(", CPU ")[0]
     return (f"{line}, tiers LMCache 0.5.6 stack (chunks of {options.get('chunk_size')} "
             f"tokens): {tiers}; loads synchronous in the step")
+
+
+def stack_lines(requests) -> list[str]:
+    """The tokens each tier served and the loads' time, for a run with ``--tier`` (its
+    requests frame has ``load_ms``); none otherwise."""
+    if "load_ms" not in requests.columns:
+        return []
+    disk, remote = int(requests["disk_hit_tokens"].sum()), int(requests["remote_hit_tokens"].sum())
+    cpu = int(requests["cpu_hit_tokens"].sum()) - disk - remote
+    loads = requests["load_ms"]
+    loaded = loads.filter(loads > 0)
+    line = (f"tier loads: cpu {cpu:,} tokens, disk {disk:,}, remote {remote:,}; "
+            f"{float(loads.sum()) / 1e3:,.3g} s of loads in all")
+    if loaded.len():
+        line += (f", per loading request p50 / p90 {float(loaded.quantile(0.5)):,.3g} / "
+                 f"{float(loaded.quantile(0.9)):,.3g} ms")
+    return [line]
