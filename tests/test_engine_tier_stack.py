@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.components.lmcache_stack import LMCacheStack, Tier
+from pipeline.components.lmcache_stack import LMCacheStack, Tier, share_remote
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.cpu_tier import LMCacheTier
 from pipeline.engine.loop import simulate
@@ -75,9 +75,28 @@ def test_a_slow_tier_makes_ttft_worse_than_recomputing():
 
 def test_a_shared_remote_store_serves_another_instance():
     a = list(range(17))
-    first = LMCacheStack([Tier("cpu", 16), Tier("remote", 64, 1.0, 1.0, True)], 4, 1.0, 8)
-    second = first.sharing()
+    tiers = [Tier("cpu", 16), Tier("remote", 64, 1.0, 1.0, True)]
+    first, second = share_remote([LMCacheStack(tiers, 4, 1.0, 8) for _ in range(2)])
     config = SchedulerConfig(num_gpu_blocks=6, max_model_len=1000, block_size=4)
     simulate([SimRequest(0, a, 1)], config, cpu_tier=first)
     frame = simulate([SimRequest(0, a, 1)], config, cpu_tier=second).requests
     assert frame["remote_hit_tokens"].to_list() == [16]
+
+
+def test_a_fleet_shares_one_remote_store_in_time_order():
+    """Two instances, round robin, each with its own CPU tier and one shared remote store:
+    a document stored by one instance is read from the remote store by the other; the run
+    goes in time order (the fleet's event loop, not one instance after the other)."""
+    from pipeline.fleet.loop import simulate_fleet
+    from pipeline.fleet.routers import make_router
+
+    doc = list(range(64))
+    requests = [SimRequest(i, doc + [1000 + i], 1, arrival_s=float(i)) for i in range(4)]
+    config = SchedulerConfig(block_size=4, num_gpu_blocks=40, max_model_len=200)
+    tiers = [Tier("cpu", 16), Tier("remote", 256, 1.0, 1.0, True)]
+    stacks = share_remote([LMCacheStack(tiers, 4, 1.0, 8) for _ in range(2)])
+    result = simulate_fleet(requests, config, make_router("round-robin", 2, 4),
+                            _model().step_ms, cpu_tiers=stacks)
+    assert stacks[1].remote_of is stacks[0]
+    assert stacks[1].bytes_loaded()["remote"] > 0      # instance 1 read what 0 stored
+    assert result.requests["cpu_hit_tokens"].to_list()[1] > 0

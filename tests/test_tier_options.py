@@ -65,3 +65,18 @@ def test_a_stack_runs_and_adds_its_columns(tmp_path, capsys):
     assert main([*RUN, "--cpu", "512", "--out", str(tmp_path / "plain")]) == 0
     plain = pl.read_parquet(tmp_path / "plain" / "requests.parquet")
     assert "load_ms" not in plain.columns
+
+
+FLEET = ["fleet", "--pattern", "groups", "--groups", "3", "--users", "2", "--questions", "2",
+         "--system-prompt-length", "512", "--question-length", "16", "--output-tokens", "4",
+         "--latency", "roofline", "--model", "qwen2.5-1.5b", "--jobs", "1", "--instances", "2",
+         "--gpu", "64blocks"]
+
+
+def test_a_fleet_shares_a_remote_store(tmp_path, capsys):
+    out = tmp_path / "fleet"
+    assert main([*FLEET, "--tier", "cpu:512tokens", "--tier", "remote:1GiB:1:2:shared",
+                 "--out", str(out)]) == 0, capsys.readouterr().err
+    usage_error(capsys, [*FLEET, "--tier", "cpu:512tokens", "--cpu-shared", "--out",
+                         str(tmp_path / "bad")], "--cpu-shared: with --tier")
+    assert not (tmp_path / "bad").exists()

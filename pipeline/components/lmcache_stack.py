@@ -18,7 +18,7 @@ from pipeline.components.kstack import (K_BYTES, TIERS, run_lookup, run_retrieve
                                         stack_arrays)
 from pipeline.components.lmcache import DEFAULT_CHUNK_SIZE, check_chunk_size
 
-__all__ = ["Tier", "LMCacheStack", "CPU_LINK_GBPS", "CPU_LINK_SOURCE"]
+__all__ = ["Tier", "LMCacheStack", "share_remote", "CPU_LINK_GBPS", "CPU_LINK_SOURCE"]
 
 #: the CPU tier's default link: measured, one way (host to GPU), H100 on PCIe 5
 CPU_LINK_GBPS = 50.0
@@ -62,13 +62,9 @@ class LMCacheStack:
                                    tuple(t.gbps for t in row), tuple(t.latency_ms for t in row),
                                    float(bytes_per_token),
                                    remote.arrays[10:15] if remote is not None else None)
+        self.remote_of = remote                  # the stack whose remote store this one uses
         self._ids: dict[Hashable, int] = {}
         self._names: list[Hashable] = []
-
-    def sharing(self) -> "LMCacheStack":
-        """A fresh stack of the same tiers whose remote store is this one's."""
-        return LMCacheStack(self.tiers, self.block_size, float(self.arrays[15][0]),
-                            self.chunk_size, remote=self)
 
     def used(self, kind: str) -> int:
         return int(self.arrays[5 * TIERS.index(kind)][T_USED])
@@ -111,3 +107,13 @@ class LMCacheStack:
                 node = TN[node, 1]
             out[kind] = held
         return out
+
+
+def share_remote(tiers: list) -> list:
+    """A fleet's instances' tiers, each its own: stacks whose remote tier is ``shared`` then
+    share the first one's remote store (one store for every instance); others unchanged."""
+    first = tiers[0] if tiers else None
+    if not isinstance(first, LMCacheStack) or not any(t.shared for t in first.tiers):
+        return tiers
+    return [first] + [LMCacheStack(t.tiers, t.block_size, float(t.arrays[15][0]),
+                                   t.chunk_size, remote=first) for t in tiers[1:]]

@@ -157,7 +157,8 @@ def cpu_tier_factory(args: argparse.Namespace) -> Callable[[], object] | None:
     None without ``--cpu`` (in tokens by then: ``resolve_capacities``): the compiled
     ``LMCacheTier`` for ``lmcache``, else a ``ModelTier``."""
     model, options, order = cpu_tier_choice(args)
-    stack = tier_stack_factory(args, options.get("chunk_size", 0))
+    stack = tier_stack_factory(args, options.get("chunk_size", 0),
+                               fleet=hasattr(args, "cpu_shared"))     # fleet's option
     if stack is not None:
         return stack
     if not args.cpu:

@@ -130,6 +130,9 @@ def tier_stack_factory(args: argparse.Namespace, chunk_size: int, *, fleet: bool
         return None
     if getattr(args, "cpu", 0):
         raise UsageError("--tier: give the CPU tier as --tier cpu:SIZE, not with --cpu")
+    if getattr(args, "cpu_shared", False):
+        raise UsageError("--cpu-shared: with --tier each instance has its own CPU tier; share "
+                         "a remote store with --tier remote:SIZE:GBPS:LATENCY_MS:shared")
     if getattr(args, "cpu_tier_model", None) not in (None, "lmcache"):
         raise UsageError(f"--tier: the tier stack is LMCache's; --cpu-model "
                          f"{args.cpu_tier_model} is not")
