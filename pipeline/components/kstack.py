@@ -306,3 +306,18 @@ def run_retrieve(T, keys, h1, h2, h3, gpu, prompt):
 def run_store(T, keys, prompt, hit):
     stack_put(T, keys, 0, 1, keys.size, prompt, hit)
 
+
+
+@kernel
+def replay_requests(T, starts, keys, prompt, gpu, out):
+    """Requests one at a time (block mode): request r is the run ``keys[starts[r]:
+    starts[r + 1]]`` of full chunks of a prompt of ``prompt[r]`` tokens, GPU hit ``gpu[r]``
+    tokens; ``out[r]`` the chunks hit per tier (lookup, retrieve, lookup_unpin, store)."""
+    chunk = T[0][T_CHUNK]
+    for r in range(starts.size - 1):
+        first, count = starts[r], starts[r + 1] - starts[r]
+        row = out[r]
+        stack_lookup(T, keys, first, 1, count, row)
+        stack_retrieve(T, keys, first, 1, row[0], row[1], row[2], gpu[r], prompt[r])
+        _unpin(T, keys, first, 1, row[0])
+        stack_put(T, keys, first, 1, count, prompt[r], (row[0] + row[1] + row[2]) * chunk)
