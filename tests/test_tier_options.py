@@ -80,3 +80,18 @@ def test_a_fleet_shares_a_remote_store(tmp_path, capsys):
     usage_error(capsys, [*FLEET, "--tier", "cpu:512tokens", "--cpu-shared", "--out",
                          str(tmp_path / "bad")], "--cpu-shared: with --tier")
     assert not (tmp_path / "bad").exists()
+
+
+PLAN = ["plan", "--pattern", "long-doc-qa", "--num-documents", "2", "--document-length", "600",
+        "--model", "qwen2.5-1.5b", "--gpu", "64blocks"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--target-hit-ratio", "0.5", "--tier-costs", "4"], "--tier-costs: expected CPU,DISK"),
+    (["--target-hit-ratio", "0.5", "--tier-costs", "4,-1"], "--tier-costs: expected CPU,DISK"),
+    (["--target-hit-ratio", "0.5", "--tier-costs", "0,0"], "not both 0"),
+    (["--target-ttft-ms", "50", "--tier-costs", "4,0.1"],
+     "--tier-costs: plans for --target-hit-ratio"),
+])
+def test_bad_tier_plans_are_usage_errors(capsys, argv, message):
+    usage_error(capsys, [*PLAN, *argv], message)

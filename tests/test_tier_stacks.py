@@ -85,3 +85,34 @@ def test_the_block_mode_replay_equals_the_literal_port(paths, cpu, disk, remote,
         oracle.unpin(keys, split)
         oracle.store(keys, len(keys) + 1, sum(split))
         assert tuple(ours[r]) == split, r
+
+
+def test_a_cpu_only_stack_replay_is_the_lmcache_cpu_model():
+    """With no disk the stack's block-mode replay hits what the ``lmcache`` model does."""
+    from pipeline.components.lmcache import lmcache_chunks, lmcache_hits
+    from test_engine_cpu_tier import _stream
+
+    rng = np.random.default_rng(5)
+    docs = [rng.integers(0, 500, int(rng.integers(40, 120))).tolist() for _ in range(6)]
+    prompts = [docs[int(rng.integers(6))] + [900 + i] for i in range(40)]
+    stream = _stream(prompts, 4)
+    chunks = lmcache_chunks(stream, 8)
+    for capacity in (8, 40, 200, 10**5):
+        split = lmcache_stack_hits(chunks, np.zeros(stream.requests, np.int64),
+                                   (capacity, 0, 0))
+        assert (split[:, 0] * 8).tolist() == lmcache_hits(chunks, [capacity])[0].tolist()
+
+
+def test_plan_finds_the_cheapest_cpu_and_disk(tmp_path, capsys):
+    import json
+
+    from pipeline.cli import main
+    argv = ["plan", "--pattern", "long-doc-qa", "--num-documents", "6", "--document-length",
+            "2000", "--model", "qwen2.5-1.5b", "--gpu", "64blocks", "--target-hit-ratio", "0.3",
+            "--tier-costs", "4,0.1", "--json"]
+    assert main(argv) == 0
+    document = json.loads(capsys.readouterr().out)
+    answer = document["answer"]
+    assert document["met"] and answer["hit_ratio"] >= 0.3
+    only = document["cheapest_cpu_only"]
+    assert answer["cost"] <= only["cost"] and answer["disk_tokens"] > 0
