@@ -178,7 +178,9 @@ def _unpin(T, KEYS, first, stride, h1):
 
 @helper
 def _put(D, key, chunk):
-    """A disk or remote put: present, refreshed; new, evict until it fits, most recent."""
+    """A disk or remote put: present, refreshed; new, evict until it fits, most recent.
+    (A helper: inlined into ``stack_put`` after ``store``, numba 0.68.1 lost its list moves,
+    which the equality tests caught.)"""
     node = _node(D, key)
     if node >= 0:
         _unlink(D[2], node)

@@ -22,7 +22,7 @@ from pipeline.components.lmcache_stack import CPU_LINK_GBPS, CPU_LINK_SOURCE, LM
 from pipeline.sizes.units import BLOCKS, Capacity, kv_from_args, parse_capacity
 
 __all__ = ["TierSpec", "tier_spec", "add_tier_arguments", "tier_stack_factory",
-           "stack_models_line", "stack_lines", "ORDER"]
+           "stack_models_line", "stack_lines", "check_stack_pricing", "ORDER"]
 
 ORDER = ("cpu", "disk", "remote")
 _FORMS = {"cpu": "cpu:SIZE[:GBPS[:LATENCY_MS]]", "disk": "disk:SIZE:GBPS:LATENCY_MS",
@@ -179,3 +179,13 @@ def stack_lines(requests) -> list[str]:
         line += (f", per loading request p50 / p90 {float(loaded.quantile(0.5)):,.3g} / "
                  f"{float(loaded.quantile(0.9)):,.3g} ms")
     return [line]
+
+
+def check_stack_pricing(args: argparse.Namespace, model) -> None:
+    """A usage error when ``--tier`` runs on the time clock with a step model that is not
+    compiled: the stack's loads are priced in the compiled loop only."""
+    from pipeline.engine.compiled import compiled_model
+    if getattr(args, "tiers", None) and model is not None and \
+            compiled_model(model.step_ms) is None:
+        raise UsageError(f"--tier: its loads are priced in the compiled loop, and the step "
+                         f"model {type(model).__name__} is not compiled (roofline or fitted)")
