@@ -91,15 +91,16 @@ class Config:
 class Allocator:
     """A memory allocator that counts tokens: an allocation fits or returns None."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, objects: type | None = None) -> None:
         self.capacity, self.used = capacity, 0
+        self.objects = objects or MemoryObj
 
     def allocate(self, shapes, dtypes, fmt=None, *args, **kwargs):
         tokens = int(shapes)
         if self.used + tokens > self.capacity:
             return None
         self.used += tokens
-        return MemoryObj(self, tokens)
+        return self.objects(self, tokens)
 
 
 class MemoryObj:

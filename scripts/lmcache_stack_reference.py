@@ -83,15 +83,6 @@ class StoredObj(MemoryObj):
         return self.tokens
 
 
-class StackAllocator(Allocator):
-    def allocate(self, shapes, dtypes, fmt=None, *args, **kwargs):
-        tokens = int(shapes)
-        if self.used + tokens > self.capacity:
-            return None
-        self.used += tokens
-        return StoredObj(self, tokens)
-
-
 class _Anything:
     """Metrics and message senders: every call does nothing."""
 
@@ -168,7 +159,7 @@ class LMCacheStackDriver:
         StorageManager, Disk, Remote, mock, get_cache_policy = _classes()
         self.chunk = chunk
         self.cpu = cpu_class(Config(), metadata=None, dst_device="cpu",
-                             memory_allocator=StackAllocator(cpu))
+                             memory_allocator=Allocator(cpu, StoredObj))
         backends = OrderedDict([("LocalCPUBackend", self.cpu)])
         self.disk = self.remote_lru = None
         if disk:

@@ -16,7 +16,8 @@ import numpy as np
 from pipeline.components.engine_layout import T_USED
 from pipeline.components.kstack import (K_BYTES, TIERS, run_lookup, run_retrieve, run_store,
                                         stack_arrays)
-from pipeline.components.lmcache import DEFAULT_CHUNK_SIZE, check_chunk_size
+from pipeline.components.lmcache import (DEFAULT_CHUNK_SIZE, NumberedKeys, check_chunk_size,
+                                         lru_order)
 
 __all__ = ["Tier", "LMCacheStack", "share_remote", "CPU_LINK_GBPS", "CPU_LINK_SOURCE"]
 
@@ -38,7 +39,7 @@ class Tier:
     shared: bool = False
 
 
-class LMCacheStack:
+class LMCacheStack(NumberedKeys):
     """LMCache's stack of ``tiers`` (cpu first, then disk and/or remote, each once) of
     ``chunk_size``-token chunks of ``chunk_size // block_size`` engine blocks, KV of
     ``bytes_per_token``; ``arrays`` its compiled state (``kstack``); ``remote``: another
@@ -63,8 +64,7 @@ class LMCacheStack:
                                    float(bytes_per_token),
                                    remote.arrays[10:15] if remote is not None else None)
         self.remote_of = remote                  # the stack whose remote store this one uses
-        self._ids: dict[Hashable, int] = {}
-        self._names: list[Hashable] = []
+        super().__init__()
 
     def used(self, kind: str) -> int:
         return int(self.arrays[5 * TIERS.index(kind)][T_USED])
@@ -72,14 +72,6 @@ class LMCacheStack:
     def bytes_loaded(self) -> dict[str, float]:
         """Bytes loaded from each tier so far."""
         return {kind: float(self.arrays[15][K_BYTES + t]) for t, kind in enumerate(TIERS)}
-
-    def _run(self, keys: Sequence[Hashable]) -> np.ndarray:
-        run = np.empty(len(keys), np.int64)
-        for i, key in enumerate(keys):
-            run[i] = self._ids.setdefault(key, len(self._ids))
-            if run[i] == len(self._names):
-                self._names.append(key)
-        return run
 
     def lookup(self, keys: Sequence[Hashable]) -> tuple[int, int, int]:
         """LMCache's lookup at admission: chunks hit in the CPU, disk and remote tiers."""
@@ -98,15 +90,8 @@ class LMCacheStack:
 
     def state(self) -> dict[str, list]:
         """Each tier's keys, least recent first."""
-        out = {}
-        for t, kind in enumerate(TIERS):
-            TN, TNK = self.arrays[5 * t + 2], self.arrays[5 * t + 3]
-            held, node, sentinel = [], TN[-1, 1], TN.shape[0] - 1
-            while node != sentinel:
-                held.append(self._names[TNK[node]])
-                node = TN[node, 1]
-            out[kind] = held
-        return out
+        return {kind: self._named(lru_order(self.arrays[5 * t + 2], self.arrays[5 * t + 3]))
+                for t, kind in enumerate(TIERS)}
 
 
 def share_remote(tiers: list) -> list:
