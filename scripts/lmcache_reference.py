@@ -23,7 +23,8 @@ shared-prefix workloads; prints JSON, exit status 1 on any mismatch.
 ``--stack N``: N random chunk streams through LMCache's own tier stack (its StorageManager
 over its CPU, disk and remote backends: ``scripts/lmcache_stack_reference.py``), the literal
 port ``tests/oracles/lmcache_stack.py`` and the compiled ``pipeline.components.kstack``:
-per request the chunks hit per tier, and every tier's keys in LRU order after each call.
+per request the chunks hit per tier, and every tier's keys in order after each call, with
+the CPU and disk tiers' cache_policy LRU, FIFO or MRU.
 
 Seen 2026-11-30 with 0.5.6: LMCache's hits per pass on the lab workload (10 x 5011, fwd,
 fwd, rev) are 0 / 48,640 / 48,640 tokens at 48,640 and 56,000, 0 / 0 / 43,776 at 48,384 and
@@ -171,7 +172,8 @@ def lmcache_hits(backend_class, requests, capacity: int, chunk_size: int) -> lis
 
 def stack_case(rng: random.Random) -> tuple:
     """A random chunk stream: (chunk, (cpu, disk, remote) tokens, requests of (keys, prompt
-    tokens, GPU hit tokens)) over a small trie of shared prefixes."""
+    tokens, GPU hit tokens), the CPU and disk tiers' cache_policy) over a small trie of
+    shared prefixes."""
     block = rng.randint(1, 2)
     chunk = block * rng.randint(1, 2)
     tiers = (rng.randint(1, 6) * chunk + rng.randint(0, chunk - 1),
@@ -183,7 +185,7 @@ def stack_case(rng: random.Random) -> tuple:
         prompt = max(len(keys) * chunk + rng.randint(0, chunk - 1), 1)
         gpu = min(rng.randint(0, prompt // block) * block, prompt - 1)
         requests.append((keys, prompt, gpu))
-    return chunk, tiers, requests
+    return chunk, tiers, requests, rng.choice(["lru", "fifo", "mru"])
 
 
 def compare_stack(backend_class, cases: int, rng: random.Random) -> dict:
@@ -199,12 +201,13 @@ def compare_stack(backend_class, cases: int, rng: random.Random) -> dict:
     out = {"cases": 0, "requests": 0, "disk_hits": 0, "remote_hits": 0,
            "skipped_would_wait": 0, "mismatches": []}
     for case in range(cases):
-        chunk, (cpu, disk, remote), requests = stack_case(rng)
-        theirs = LMCacheStackDriver(backend_class, cpu, disk, remote, chunk, loop)
-        oracle = StackOracle(cpu, disk, remote, chunk)
+        chunk, (cpu, disk, remote), requests, policy = stack_case(rng)
+        theirs = LMCacheStackDriver(backend_class, cpu, disk, remote, chunk, loop,
+                                    policy.upper())
+        oracle = StackOracle(cpu, disk, remote, chunk, policy)
         tiers = [Tier("cpu", cpu)] + [Tier(k, c, 1.0, 0.0) for k, c in
                                       (("disk", disk), ("remote", remote)) if c]
-        compiled = LMCacheStack(tiers, chunk, 1.0, chunk)
+        compiled = LMCacheStack(tiers, chunk, 1.0, chunk, policy=policy)
         try:
             for r, (keys, prompt, gpu) in enumerate(requests):
                 split, mapping = theirs.lookup(keys)

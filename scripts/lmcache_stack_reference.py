@@ -152,19 +152,22 @@ def _classes():
 
 class LMCacheStackDriver:
     """LMCache's StorageManager over a CPU backend of ``cpu`` tokens, a disk of ``disk`` and
-    a remote store of ``remote`` tokens (0: none), chunks of ``chunk`` tokens."""
+    a remote store of ``remote`` tokens (0: none), chunks of ``chunk`` tokens, the CPU and
+    disk tiers' ``cache_policy`` ``policy`` (LRU, FIFO, MRU)."""
 
     def __init__(self, cpu_class, cpu: int, disk: int, remote: int, chunk: int,
-                 loop: asyncio.AbstractEventLoop) -> None:
+                 loop: asyncio.AbstractEventLoop, policy: str = "LRU") -> None:
         StorageManager, Disk, Remote, mock, get_cache_policy = _classes()
         self.chunk = chunk
-        self.cpu = cpu_class(Config(), metadata=None, dst_device="cpu",
+        config = Config()
+        config.cache_policy = policy                     # the CPU and disk tiers'
+        self.cpu = cpu_class(config, metadata=None, dst_device="cpu",
                              memory_allocator=Allocator(cpu, StoredObj))
         backends = OrderedDict([("LocalCPUBackend", self.cpu)])
         self.disk = self.remote_lru = None
         if disk:
             d = object.__new__(Disk)
-            d.cache_policy = get_cache_policy("LRU")
+            d.cache_policy = get_cache_policy(policy)
             d.dict = d.cache_policy.init_mutable_mapping()
             d.dst_device, d.local_cpu_backend, d.disk_lock = "cpu", self.cpu, threading.Lock()
             d.path, d.loop, d.use_local_cpu, d.os_disk_bs, d.use_odirect = \

@@ -24,6 +24,7 @@ def streams(draw):
     remote = draw(st.integers(-1, 10))
     if remote >= 0:
         tiers.append(Tier("remote", remote * chunk, 2.0, 3.0))
+    policy = draw(st.sampled_from(["lru", "fifo", "mru"]))
     requests = []
     for _ in range(draw(st.integers(1, 25))):
         path = draw(st.lists(st.integers(0, 2), min_size=0, max_size=7))
@@ -31,16 +32,17 @@ def streams(draw):
         prompt = len(keys) * chunk + draw(st.integers(0, chunk - 1))
         gpu = draw(st.integers(0, prompt // BLOCK)) * BLOCK
         requests.append((keys, max(prompt, 1), min(gpu, max(prompt - 1, 0))))
-    return chunk, tiers, requests
+    return chunk, tiers, requests, policy
 
 
 @settings(max_examples=150, deadline=None)
 @given(streams())
 def test_stack_equals_its_literal_port(case):
-    chunk, tiers, requests = case
+    chunk, tiers, requests, policy = case
     caps = {t.kind: t.tokens for t in tiers}
-    compiled = LMCacheStack(tiers, BLOCK, 2.0, chunk)
-    oracle = StackOracle(caps["cpu"], caps.get("disk", 0), caps.get("remote", 0), chunk)
+    compiled = LMCacheStack(tiers, BLOCK, 2.0, chunk, policy=policy)
+    oracle = StackOracle(caps["cpu"], caps.get("disk", 0), caps.get("remote", 0), chunk,
+                         policy)
     for r, (keys, prompt, gpu) in enumerate(requests):
         split = compiled.lookup(keys)
         assert split == oracle.lookup(keys), r

@@ -14,6 +14,9 @@ under vLLM v1 (rules and sources: docs/tiers.md; the literal port is the test or
   (``batched_get_blocking``), and then written back to the CPU tier at its most recent end
   (``StorageManager.batched_get``): a disk or remote hit is promoted. Then the lookup's pins
   are released (``lookup_unpin``).
+* **Policy.** LMCache's one ``cache_policy`` for the CPU and disk tiers: LRU (default), FIFO
+  (a hit or a put of a present chunk moves nothing) or MRU (evict the most recent); LFU is
+  not modelled. The remote store evicts as its server does (the MockConnector: LRU).
 * **Store** (prompt computed): LMCache's CPU store (``ktier.store``, from LMCache's own hit),
   then the same chunks put on disk and in the remote store: present, refreshed; new, the
   least recent evicted until it fits (``LocalDiskBackend.submit_put_task``,
@@ -35,8 +38,9 @@ import numpy as np
 from numba.extending import overload
 
 from pipeline.components.engine_layout import (CPUSTATE, DISKHIT, KOFF, LOADNS, NPROMPT,
-                                               PREEMPT, REMOTEHIT, STATUS, T_CAPACITY, T_CHUNK,
-                                               T_ON, T_PER, T_USED, WAITING)
+                                               POLICY_FIFO, PREEMPT, REMOTEHIT, STATUS,
+                                               T_CAPACITY, T_CHUNK, T_ON, T_PER, T_POLICY,
+                                               T_USED, WAITING)
 from pipeline.components.kjit import helper, inlined, kernel
 from pipeline.components.ktier import (_add, _held, _node, _push_back, _unlink, allocate,
                                        lookup, store, tier_arrays)
@@ -55,13 +59,17 @@ HELD = np.int64(1) << 32                 # a retrieval's reference on a CPU chun
 
 def stack_arrays(capacities: tuple[int, int, int], chunk: int, per: int,
                  gbps: tuple[float, float, float], latency_ms: tuple[float, float, float],
-                 bytes_per_token: float, remote: tuple | None = None) -> tuple:
+                 bytes_per_token: float, remote: tuple | None = None,
+                 policy: int = 0) -> tuple:
     """A fresh stack (capacities in tokens, 0: no such tier); ``remote``: another stack's
-    remote arrays to share (one store for a fleet's instances)."""
+    remote arrays to share (one store for a fleet's instances); ``policy``: LMCache's
+    ``cache_policy`` of the CPU and disk tiers (``engine_layout.POLICY_*``; the remote store
+    evicts as its server: LRU)."""
     parts = []
     for t, capacity in enumerate(capacities):
         arrays = tier_arrays(int(capacity), chunk, per)
         arrays[0][T_ON] = int(capacity > 0)
+        arrays[0][T_POLICY] = policy if t < 2 else 0
         parts.append(arrays)
     if remote is not None:
         parts[2] = remote
@@ -89,8 +97,11 @@ _cpu, _disk, _remote = (inlined(f) for f in (_cpu, _disk, _remote))
 
 @inlined
 def _touch(D, KEYS, first, stride, count, reverse, pin):
-    """Move the chunks to the most recent end (reversed: chunk 0 last); add ``pin``."""
+    """Move the chunks to the most recent end (reversed: chunk 0 last; FIFO: they stay);
+    add ``pin``."""
     for i in range(count):
+        if D[0][T_POLICY] == POLICY_FIFO:
+            break
         j = count - 1 - i if reverse else i
         node = _node(D, KEYS[first + j * stride])
         _unlink(D[2], node)
@@ -183,8 +194,9 @@ def _put(D, key, chunk):
     which the equality tests caught.)"""
     node = _node(D, key)
     if node >= 0:
-        _unlink(D[2], node)
-        _push_back(D[2], node)
+        if D[0][T_POLICY] != POLICY_FIFO:
+            _unlink(D[2], node)
+            _push_back(D[2], node)
     elif chunk <= D[0][T_CAPACITY] and allocate(D, chunk, 0):
         node = _add(D, key)
         D[2][node, 2] = chunk

@@ -25,6 +25,9 @@ same in the 0.4.2 wheel, and 0.3.5 differs only in save_unfull_chunk True:
   with nothing to evict the rest of the request is dropped), then ``batched_put`` inserts
   them in prefix order: a key already present is skipped without refreshing it, a new one
   goes to the most-recent end, so a newly stored request's first chunk is its OLDEST.
+* **Policy.** LRU (the default ``cache_policy``); the tier stack also sets FIFO (a hit
+  moves nothing) and MRU (evict the most recent) in ``TS[T_POLICY]``
+  (``cache_policy/fifo.py``, ``mru.py``).
 * **Capacity.** ``max_local_cpu_size`` GB = ``int(size * 2**30)`` bytes; here in tokens of
   KV, a chunk occupying its tokens (the allocator's alignment is not modelled).
 
@@ -50,8 +53,9 @@ from numba.extending import overload
 
 from pipeline.components.kjit import helper, inlined, kernel
 from pipeline.components.kpool import table_delete, table_find, table_size, table_slot
-from pipeline.components.engine_layout import (NONE, T_CAPACITY, T_CHUNK, T_FREE_TOP, T_MASK, T_ON, T_PER,
-                                    T_SIZE, T_USED)
+from pipeline.components.engine_layout import (NONE, POLICY_FIFO, POLICY_MRU, T_CAPACITY,
+                                               T_CHUNK, T_FREE_TOP, T_MASK, T_ON, T_PER,
+                                               T_POLICY, T_SIZE, T_USED)
 
 __all__ = ["tier_arrays", "no_tier", "lookup", "store", "allocate", "held_keys", "admit_keys",
            "store_keys", "replay_runs"]
@@ -174,6 +178,8 @@ def lookup(T, KEYS, first, stride, count, last):
     tokens."""
     hit = _held(T, KEYS, first, stride, count)
     for j in range(hit - 1, -1, -1):                  # chunk 0 ends most recent
+        if T[0][T_POLICY] == POLICY_FIFO:             # (FIFO: a hit changes nothing)
+            break
         node = _node(T, KEYS[first + j * stride])
         _unlink(T[2], node)
         _push_back(T[2], node)
@@ -185,14 +191,15 @@ def lookup(T, KEYS, first, stride, count, last):
 
 @helper
 def allocate(T, size, in_flight):
-    """Evict the least recent unpinned chunk until ``size`` more tokens fit; False if they
-    never do."""
+    """Evict the least recent unpinned chunk (MRU: the most recent) until ``size`` more
+    tokens fit; False if they never do."""
     TS, TN = T[0], T[2]
     sentinel = TN.shape[0] - 1
+    way = 0 if TS[T_POLICY] == POLICY_MRU else 1      # TN[:, 0] prev, TN[:, 1] next
     while TS[T_USED] + in_flight + size > TS[T_CAPACITY]:
-        node = TN[sentinel, 1]
+        node = TN[sentinel, way]
         while node != sentinel and TN[node, 3] != 0:
-            node = TN[node, 1]
+            node = TN[node, way]
         if node == sentinel:
             return False
         _unlink(TN, node)

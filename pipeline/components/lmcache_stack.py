@@ -13,13 +13,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.components.engine_layout import T_USED
+from pipeline.components.engine_layout import POLICY_FIFO, POLICY_LRU, POLICY_MRU, T_USED
 from pipeline.components.kstack import (K_BYTES, TIERS, run_lookup, run_retrieve, run_store,
                                         stack_arrays)
 from pipeline.components.lmcache import (DEFAULT_CHUNK_SIZE, NumberedKeys, check_chunk_size,
                                          lru_order)
 
-__all__ = ["Tier", "LMCacheStack", "share_remote", "CPU_LINK_GBPS", "CPU_LINK_SOURCE"]
+__all__ = ["Tier", "LMCacheStack", "share_remote", "POLICIES", "CPU_LINK_GBPS",
+           "CPU_LINK_SOURCE"]
+
+#: LMCache's cache_policy values the stack models (its CPU and disk tiers; LFU is not)
+POLICIES = {"lru": POLICY_LRU, "fifo": POLICY_FIFO, "mru": POLICY_MRU}
 
 #: the CPU tier's default link: measured, one way (host to GPU), H100 on PCIe 5
 CPU_LINK_GBPS = 50.0
@@ -43,15 +47,20 @@ class LMCacheStack(NumberedKeys):
     """LMCache's stack of ``tiers`` (cpu first, then disk and/or remote, each once) of
     ``chunk_size``-token chunks of ``chunk_size // block_size`` engine blocks, KV of
     ``bytes_per_token``; ``arrays`` its compiled state (``kstack``); ``remote``: another
-    stack whose remote store this one shares. From Python (tests), keys are any hashable
-    keys of full chunks."""
+    stack whose remote store this one shares; ``policy``: LMCache's ``cache_policy`` of the
+    CPU and disk tiers (``POLICIES``). From Python (tests), keys are any hashable keys of
+    full chunks."""
 
     places_whole_request = True
 
     def __init__(self, tiers: Sequence[Tier], block_size: int, bytes_per_token: float,
                  chunk_size: int = DEFAULT_CHUNK_SIZE,
-                 remote: "LMCacheStack | None" = None) -> None:
+                 remote: "LMCacheStack | None" = None, policy: str = "lru") -> None:
         check_chunk_size(chunk_size, block_size)
+        if policy not in POLICIES:
+            raise ValueError(f"cache_policy {policy!r}: the stack models "
+                             f"{', '.join(POLICIES)} (LMCache's LFU is not modelled)")
+        self.policy = policy
         by_kind = {tier.kind: tier for tier in tiers}
         self.tiers = tuple(tiers)
         self.block_size, self.chunk_size = int(block_size), int(chunk_size)
@@ -62,7 +71,8 @@ class LMCacheStack(NumberedKeys):
         self.arrays = stack_arrays(tuple(t.tokens for t in row), self.chunk_size, self.per,
                                    tuple(t.gbps for t in row), tuple(t.latency_ms for t in row),
                                    float(bytes_per_token),
-                                   remote.arrays[10:15] if remote is not None else None)
+                                   remote.arrays[10:15] if remote is not None else None,
+                                   POLICIES[policy])
         self.remote_of = remote                  # the stack whose remote store this one uses
         super().__init__()
 
@@ -101,4 +111,5 @@ def share_remote(tiers: list) -> list:
     if not isinstance(first, LMCacheStack) or not any(t.shared for t in first.tiers):
         return tiers
     return [first] + [LMCacheStack(t.tiers, t.block_size, float(t.arrays[15][0]),
-                                   t.chunk_size, remote=first) for t in tiers[1:]]
+                                   t.chunk_size, remote=first, policy=t.policy)
+                      for t in tiers[1:]]

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from functools import partial
 
 from pipeline.base.errors import UsageError
-from pipeline.components.lmcache_stack import CPU_LINK_GBPS, CPU_LINK_SOURCE, LMCacheStack, Tier
+from pipeline.components.lmcache_stack import (CPU_LINK_GBPS, CPU_LINK_SOURCE, POLICIES,
+                                              LMCacheStack, Tier)
 from pipeline.sizes.units import BLOCKS, Capacity, kv_from_args, parse_capacity
 
 __all__ = ["TierSpec", "tier_spec", "add_tier_arguments", "tier_stack_factory",
@@ -101,6 +102,10 @@ def add_tier_arguments(group) -> None:
              f"synchronous in the step (bytes / GBPS + latency per tier). The CPU link "
              f"defaults to {CPU_LINK_GBPS:g} GB/s ({CPU_LINK_SOURCE}). Needs --model for the "
              f"bytes per token")
+    group.add_argument(
+        "--tier-policy", choices=list(POLICIES), default=None,
+        help="LMCache's cache_policy of the --tier stack's CPU and disk tiers (default lru; "
+             "LMCache's lfu is not modelled; the remote store evicts as its server: LRU)")
 
 
 def check_tiers(specs: list[TierSpec], *, fleet: bool) -> None:
@@ -127,6 +132,8 @@ def tier_stack_factory(args: argparse.Namespace, chunk_size: int, *, fleet: bool
     it; a usage error (one line naming the option) on bad input or with ``--cpu``."""
     specs = getattr(args, "tiers", None)
     if not specs:
+        if getattr(args, "tier_policy", None) is not None:
+            raise UsageError("--tier-policy: it is the --tier stack's policy; give --tier")
         return None
     if getattr(args, "cpu", 0):
         raise UsageError("--tier: give the CPU tier as --tier cpu:SIZE, not with --cpu")
@@ -150,7 +157,7 @@ def tier_stack_factory(args: argparse.Namespace, chunk_size: int, *, fleet: bool
                              f"{chunk_size} tokens")
         tiers.append(Tier(spec.kind, tokens, spec.gbps, spec.latency_ms, spec.shared))
     return partial(LMCacheStack, tuple(tiers), args.block_size, float(kv.bytes_per_token),
-                   chunk_size)
+                   chunk_size, policy=args.tier_policy or "lru")
 
 
 def stack_models_line(args: argparse.Namespace, options: dict) -> str:
@@ -160,8 +167,9 @@ def stack_models_line(args: argparse.Namespace, options: dict) -> str:
         f"{spec.kind} {spec.size.text} at {spec.gbps:g} GB/s + {spec.latency_ms:g} ms"
         + (" (shared)" if spec.shared else "") for spec in args.tiers)
     line = registry.models_line("vllm", None, None, options).split(", CPU ")[0]
+    policy = f", {args.tier_policy.upper()}" if getattr(args, "tier_policy", None) else ""
     return (f"{line}, tiers LMCache 0.5.6 stack (chunks of {options.get('chunk_size')} "
-            f"tokens): {tiers}; loads synchronous in the step")
+            f"tokens{policy}): {tiers}; loads synchronous in the step")
 
 
 def stack_lines(requests) -> list[str]:

@@ -7,6 +7,8 @@ Every chunk is a full chunk of ``chunk`` tokens (the engine's keys); capacities 
 tokens, 0 for an absent disk or remote tier. One request is ``lookup`` (at admission),
 ``retrieve`` (the worker's load, when vLLM loads anything), ``unpin`` and ``store`` (once
 the prompt is computed). Each tier is an ``OrderedDict`` key -> tokens, least recent first.
+``policy`` is LMCache's ``cache_policy`` of the CPU and disk tiers (``lru``, ``fifo``: a hit
+moves nothing, ``mru``: evict the most recent); the remote store is LRU.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ class StackOracle:
     """See the module docstring; ``pins`` counts the CPU pins (lookup) and references
     (a retrieval in flight) that make a CPU chunk unevictable."""
 
-    def __init__(self, cpu: int, disk: int, remote: int, chunk: int) -> None:
+    def __init__(self, cpu: int, disk: int, remote: int, chunk: int,
+                 policy: str = "lru") -> None:
         self.capacity = {"cpu": int(cpu), "disk": int(disk), "remote": int(remote)}
-        self.chunk = int(chunk)
+        self.chunk, self.policy = int(chunk), policy
         self.tiers = {name: OrderedDict() for name in self.capacity}
         self.pins: Counter = Counter()
 
@@ -32,6 +35,17 @@ class StackOracle:
 
     def _on(self, name: str) -> bool:
         return self.capacity[name] > 0
+
+    def _hit(self, name: str, key: Hashable) -> None:
+        """The policy's update_on_hit (the remote store: LRU)."""
+        if name == "remote" or self.policy != "fifo":
+            self.tiers[name].move_to_end(key)
+
+    def _victim(self, name: str, evictable=lambda key: True):
+        """The policy's eviction candidate (MRU: the most recent), or None."""
+        order = reversed(self.tiers[name]) if self.policy == "mru" and name != "remote" \
+            else iter(self.tiers[name])
+        return next((key for key in order if evictable(key)), None)
 
     def lookup(self, keys: Sequence[Hashable]) -> tuple[int, int, int]:
         """StorageManager.batched_contains(pin=True) then touch_cache: chunks hit in the CPU,
@@ -44,7 +58,7 @@ class StackOracle:
                 tier = self.tiers[name]
                 while hit < len(rest) and rest[hit] in tier:
                     if name == "remote":
-                        tier.move_to_end(rest[hit])      # MockConnector exists(): refresh
+                        self._hit(name, rest[hit])       # MockConnector exists(): refresh
                     else:
                         touched[name].append(rest[hit])  # contains(pin=True)
                     hit += 1
@@ -54,18 +68,17 @@ class StackOracle:
             self.pins[key] += 1
         for name in ("cpu", "disk"):                     # touch_cache: reversed
             for key in reversed(touched[name]):
-                self.tiers[name].move_to_end(key)
+                self._hit(name, key)
         return tuple(split)
 
     def _allocate(self, in_flight: int) -> bool:
         """LocalCPUBackend.allocate of one chunk: evict the least recent evictable chunk
         until it fits; False when none is left (LMCache would wait: busy_loop)."""
-        cpu = self.tiers["cpu"]
         while self.used("cpu") + in_flight + self.chunk > self.capacity["cpu"]:
-            victim = next((k for k in cpu if self.pins[k] == 0), None)
+            victim = self._victim("cpu", lambda key: self.pins[key] == 0)
             if victim is None:
                 return False
-            del cpu[victim]
+            del self.tiers["cpu"][victim]
         return True
 
     def retrieve(self, keys: Sequence[Hashable], split: tuple[int, int, int], gpu: int,
@@ -94,7 +107,7 @@ class StackOracle:
                 continue
             if name == "remote" and len(locations) > 1:
                 for key in span:                          # get_block_mapping's exists()
-                    self.tiers["remote"].move_to_end(key)
+                    self._hit("remote", key)
             got, in_flight = [], loose
             for key in span:
                 if not self._allocate(in_flight):
@@ -104,7 +117,7 @@ class StackOracle:
                 in_flight += self.chunk
             if name == "disk":                            # update_on_hit of each loaded
                 for key in got:
-                    self.tiers["disk"].move_to_end(key)
+                    self._hit("disk", key)
             if name == "disk" and len(got) < len(span):
                 loose += len(got) * self.chunk            # a None among them: no write-back
                 continue
@@ -129,12 +142,12 @@ class StackOracle:
         it fits and insert it most recent (a chunk larger than the tier is not stored)."""
         tier, capacity = self.tiers[name], self.capacity[name]
         if key in tier:
-            tier.move_to_end(key)
+            self._hit(name, key)
             return
         if self.chunk > capacity:
             return
         while self.used(name) + self.chunk > capacity:
-            tier.popitem(last=False)
+            del tier[self._victim(name)]
         tier[key] = self.chunk
 
     def store(self, keys: Sequence[Hashable], prompt: int, hit_tokens: int) -> None:
