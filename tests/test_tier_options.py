@@ -73,9 +73,12 @@ def test_a_stack_runs_and_adds_its_columns(tmp_path, capsys):
     frame = pl.read_parquet(out / "requests.parquet")
     assert {"disk_hit_tokens", "remote_hit_tokens", "load_ms"} <= set(frame.columns)
     assert frame["disk_hit_tokens"].sum() > 0      # the 512-token CPU tier holds 2 chunks
+    steps = pl.read_parquet(out / "steps.parquet")
+    assert steps["disk_load_bytes"].sum() == frame["disk_hit_tokens"].sum() * 28672
     assert main([*RUN, "--cpu", "512", "--out", str(tmp_path / "plain")]) == 0
     plain = pl.read_parquet(tmp_path / "plain" / "requests.parquet")
     assert "load_ms" not in plain.columns
+    assert "disk_load_bytes" not in pl.read_parquet(tmp_path / "plain" / "steps.parquet").columns
 
 
 FLEET = ["fleet", "--pattern", "groups", "--groups", "3", "--users", "2", "--questions", "2",

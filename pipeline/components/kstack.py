@@ -46,13 +46,15 @@ from pipeline.components.ktier import (_add, _held, _node, _push_back, _unlink, 
                                        lookup, store, tier_arrays)
 
 __all__ = ["STACK_ARRAYS", "TIERS", "stack_arrays", "stack_lookup", "stack_retrieve",
-           "stack_put", "stack_step_ms", "K_BPT", "K_GBPS", "K_LAT", "K_STEP_MS", "K_BYTES",
+           "stack_put", "stack_step_ms", "STEP_BYTES_COLUMNS", "K_BPT", "K_GBPS", "K_LAT", "K_STEP_MS", "K_BYTES",
            "run_lookup", "run_retrieve", "run_store", "flush", "engine_lookup", "engine_store"]
 
 TIERS = ("cpu", "disk", "remote")
 STACK_ARRAYS = 17
-K_BPT, K_GBPS, K_LAT, K_STEP_MS, K_BYTES = 0, 1, 4, 7, 8
-K_SIZE = 11
+K_BPT, K_GBPS, K_LAT, K_STEP_MS, K_BYTES, K_STEP_BYTES = 0, 1, 4, 7, 8, 11
+K_SIZE = 14
+#: the step columns a stack adds after the engine's 8 (``krun.STEP_FIELDS``)
+STEP_BYTES_COLUMNS = tuple(f"{tier}_load_bytes" for tier in TIERS)
 PENDING = 4096
 HELD = np.int64(1) << 32                 # a retrieval's reference on a CPU chunk (pins column)
 
@@ -251,6 +253,7 @@ def flush(T, R, KEYS):
                 nbytes = moved[t] * K[K_BPT]
                 ms += nbytes / (K[K_GBPS + t] * 1e6) + K[K_LAT + t]
                 K[K_BYTES + t] += nbytes
+                K[K_STEP_BYTES + t] += nbytes
         K[K_STEP_MS] += ms
         R[slot, LOADNS] += np.int64(round(ms * 1e6))
         if R[slot, PREEMPT] <= 0:
@@ -284,22 +287,34 @@ def engine_store(T, R, KEYS, slot):
               max(R[slot, CPUSTATE], 0))
 
 
-def stack_step_ms(T, R, KEYS):
-    """The step's load ms after its retrievals, reset; -1.0 for a tier that does not price
-    its loads."""
+def stack_step_ms(T, R, KEYS, STEPS, row):
+    """The step's load ms after its retrievals, and its bytes loaded per tier into
+    ``STEPS[row, 8:11]`` when the buffer has those columns, reset; -1.0 for a tier that does
+    not price its loads."""
 
 
 @overload(stack_step_ms, inline="always")
-def _stack_step_ms(T, R, KEYS):
+def _stack_step_ms(T, R, KEYS, STEPS, row):
     if len(T) != STACK_ARRAYS:
-        return lambda T, R, KEYS: -1.0
+        return lambda T, R, KEYS, STEPS, row: -1.0
 
-    def priced(T, R, KEYS):
+    def priced(T, R, KEYS, STEPS, row):
         flush(T, R, KEYS)
-        ms = T[15][K_STEP_MS]
-        T[15][K_STEP_MS] = 0.0
-        return ms
+        return _step_record(T[15], STEPS, row)
     return priced
+
+
+@helper
+def _step_record(K, STEPS, row):
+    """The step's load ms, and its bytes per tier into ``STEPS[row, 8:11]`` when the buffer
+    has those columns (the fleet's has not), reset."""
+    ms = K[K_STEP_MS]
+    K[K_STEP_MS] = 0.0
+    for t in range(3):
+        if STEPS.shape[1] >= 11:
+            STEPS[row, 8 + t] = np.int64(K[K_STEP_BYTES + t])
+        K[K_STEP_BYTES + t] = 0.0
+    return ms
 
 
 # ---------------------------------------------------------------- from Python (tests)

@@ -13,7 +13,7 @@ import numpy as np
 import polars as pl
 
 from pipeline.components import engine_layout as L
-from pipeline.components.kstack import STACK_ARRAYS
+from pipeline.components.kstack import STACK_ARRAYS, STEP_BYTES_COLUMNS
 from pipeline.engine.krun import DONE, FULL, MODEL_LINEAR, MODEL_NONE, MODEL_ROOFLINE, run_loop
 
 __all__ = ["compiled_model", "compiled_run", "request_table", "with_tier_columns", "with_times",
@@ -54,7 +54,8 @@ def compiled_run(engine, due: np.ndarray, timed: bool, concurrency: int | None,
     n = due.size
     arrival = np.zeros(n, np.float64)
     rows = max(1024, 4 * n)
-    steps = np.zeros((rows, 8), np.int64)
+    stack = len(engine.T) == STACK_ARRAYS           # a tier stack adds its bytes per tier
+    steps = np.zeros((rows, 8 + 3 * stack), np.int64)
     durations = np.zeros((rows if timed else 1, 2), np.float64)
     state = np.zeros(3, np.int64)
     now = np.zeros(1, np.float64)
@@ -75,7 +76,8 @@ def compiled_run(engine, due: np.ndarray, timed: bool, concurrency: int | None,
     count = int(state[2])
     table = engine.R[:n]
     frame = with_tier_columns(request_table(table, arrival, timed), table, engine.T)
-    step_columns = {name: steps[:count, j] for j, name in enumerate(_STEP_NAMES)}
+    names = _STEP_NAMES + (STEP_BYTES_COLUMNS if stack else ())
+    step_columns = {name: steps[:count, j] for j, name in enumerate(names)}
     step_frame = pl.DataFrame(step_columns)
     if not timed:
         return frame, step_frame

@@ -108,7 +108,7 @@ def _execute(S, T, timed, model, coef, STEPS, DUR, L, now):
     REC = S[16]
     for j in range(8):
         STEPS[row, j] = REC[STEP_FIELDS[j]]
-    loads = stack_step_ms(T, S[2], S[3])              # < 0: the tier does not price loads
+    loads = stack_step_ms(T, S[2], S[3], STEPS, row)  # < 0: the tier does not price loads
     if timed:
         duration = step_time(S, model, coef)
         if loads >= 0.0:
