@@ -140,6 +140,9 @@ def tier_stack_factory(args: argparse.Namespace, chunk_size: int, *, fleet: bool
     if getattr(args, "cpu_shared", False):
         raise UsageError("--cpu-shared: with --tier each instance has its own CPU tier; share "
                          "a remote store with --tier remote:SIZE:GBPS:LATENCY_MS:shared")
+    if getattr(args, "engine", None) not in (None, "vllm"):
+        raise UsageError(f"--tier: LMCache's stack runs under vLLM's engine, not --engine "
+                         f"{args.engine}")
     if getattr(args, "cpu_tier_model", None) not in (None, "lmcache"):
         raise UsageError(f"--tier: the tier stack is LMCache's; --cpu-model "
                          f"{args.cpu_tier_model} is not")
