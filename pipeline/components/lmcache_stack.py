@@ -27,7 +27,7 @@ POLICIES = {"lru": POLICY_LRU, "fifo": POLICY_FIFO, "mru": POLICY_MRU}
 
 #: the CPU tier's default link: measured, one way (host to GPU), H100 on PCIe 5
 CPU_LINK_GBPS = 50.0
-CPU_LINK_SOURCE = ("vLLM's blog on its offloading connector (2026-01): about 50 GB/s one way "
+CPU_LINK_SOURCE = ("vLLM's blog on its offloading connector: about 50 GB/s one way "
                    "measured on an H100, PCIe 5")
 
 
