@@ -26,6 +26,7 @@ from pipeline.onepass.events import METHODS, RESULT_SCHEMA, with_stack_distances
 from pipeline.onepass.events import simulate as document_events
 from pipeline.sizes.units import size_lines
 from pipeline.sizes.vllm_memory import resolve_with_utilization
+from pipeline.engine.tier_options import check_stack_pricing, stack_lines
 from pipeline.engine.options import add_engine_arguments, cpu_tier_factory, engine_for, \
     engine_models
 from pipeline.engine.overload import warning_line
@@ -138,6 +139,7 @@ def main(args: argparse.Namespace) -> int:
         config = _config(args, workload, args.num_gpu_blocks)
         tier = tiers() if tiers is not None else None
         model = args.latency_model
+        check_stack_pricing(args, model)
         result = engine_for(args).simulate(
             workload.requests, config, cpu_tier=tier, clock=args.clock,
             concurrency=args.concurrency, step_ms=model.step_ms if model is not None else None,
@@ -161,7 +163,7 @@ def main(args: argparse.Namespace) -> int:
           f"({hit / prompt:.1%}), CPU {int(frame['cpu_hit_tokens'].sum()):,}, "
           f"{plural(int(frame['preemptions'].sum()), 'preemption')}; "
           f"wrote {args.out}/: {', '.join(sorted(path.name for path in written))}")
-    for line in size_lines(args.sizes):
+    for line in size_lines(args.sizes) + stack_lines(frame):
         print(line)
     for line in metric_lines(metrics):
         print(line)

@@ -18,6 +18,13 @@ model (``pipeline.components.lmcache.lmcache_hits``) on the lab's workload and o
 shared-prefix workloads; prints JSON, exit status 1 on any mismatch.
 
     .venv/bin/python scripts/lmcache_reference.py --version 0.5.6
+    .venv/bin/python scripts/lmcache_reference.py --random 0 --stack 300
+
+``--stack N``: N random chunk streams through LMCache's own tier stack (its StorageManager
+over its CPU, disk and remote backends: ``scripts/lmcache_stack_reference.py``), the literal
+port ``tests/oracles/lmcache_stack.py`` and the compiled ``pipeline.components.kstack``:
+per request the chunks hit per tier, and every tier's keys in order after each call, with
+the CPU and disk tiers' cache_policy LRU, FIFO or MRU.
 
 Seen 2026-11-30 with 0.5.6: LMCache's hits per pass on the lab workload (10 x 5011, fwd,
 fwd, rev) are 0 / 48,640 / 48,640 tokens at 48,640 and 56,000, 0 / 0 / 43,776 at 48,384 and
@@ -85,15 +92,16 @@ class Config:
 class Allocator:
     """A memory allocator that counts tokens: an allocation fits or returns None."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, objects: type | None = None) -> None:
         self.capacity, self.used = capacity, 0
+        self.objects = objects or MemoryObj
 
     def allocate(self, shapes, dtypes, fmt=None, *args, **kwargs):
         tokens = int(shapes)
         if self.used + tokens > self.capacity:
             return None
         self.used += tokens
-        return MemoryObj(self, tokens)
+        return self.objects(self, tokens)
 
 
 class MemoryObj:
@@ -162,6 +170,80 @@ def lmcache_hits(backend_class, requests, capacity: int, chunk_size: int) -> lis
     return hits
 
 
+def stack_case(rng: random.Random) -> tuple:
+    """A random chunk stream: (chunk, (cpu, disk, remote) tokens, requests of (keys, prompt
+    tokens, GPU hit tokens), the CPU and disk tiers' cache_policy) over a small trie of
+    shared prefixes."""
+    block = rng.randint(1, 2)
+    chunk = block * rng.randint(1, 2)
+    tiers = (rng.randint(1, 6) * chunk + rng.randint(0, chunk - 1),
+             rng.choice([0, rng.randint(1, 8) * chunk]), rng.choice([0, rng.randint(1, 10) * chunk]))
+    requests = []
+    for _ in range(rng.randint(1, 25)):
+        path = [rng.randint(0, 2) for _ in range(rng.randint(0, 7))]
+        keys = [str(path[:i + 1]) for i in range(len(path))]
+        prompt = max(len(keys) * chunk + rng.randint(0, chunk - 1), 1)
+        gpu = min(rng.randint(0, prompt // block) * block, prompt - 1)
+        requests.append((keys, prompt, gpu))
+    return chunk, tiers, requests, rng.choice(["lru", "fifo", "mru"])
+
+
+def compare_stack(backend_class, cases: int, rng: random.Random) -> dict:
+    """LMCache's stack vs the oracle vs the compiled stack on ``cases`` random streams."""
+    import asyncio
+    import threading
+
+    from lmcache_stack_reference import LMCacheStackDriver, WouldWait
+    from oracles.lmcache_stack import StackOracle
+    from pipeline.components.lmcache_stack import LMCacheStack, Tier
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    out = {"cases": 0, "requests": 0, "disk_hits": 0, "remote_hits": 0,
+           "skipped_would_wait": 0, "mismatches": []}
+    for case in range(cases):
+        chunk, (cpu, disk, remote), requests, policy = stack_case(rng)
+        theirs = LMCacheStackDriver(backend_class, cpu, disk, remote, chunk, loop,
+                                    policy.upper())
+        oracle = StackOracle(cpu, disk, remote, chunk, policy)
+        tiers = [Tier("cpu", cpu)] + [Tier(k, c, 1.0, 0.0) for k, c in
+                                      (("disk", disk), ("remote", remote)) if c]
+        compiled = LMCacheStack(tiers, chunk, 1.0, chunk, policy=policy)
+        try:
+            for r, (keys, prompt, gpu) in enumerate(requests):
+                split, mapping = theirs.lookup(keys)
+                calls = [("lookup", split, oracle.lookup(keys), compiled.lookup(keys))]
+                theirs.retrieve(keys, split, mapping, gpu, prompt)
+                oracle.retrieve(keys, split, gpu, prompt)
+                oracle.unpin(keys, split)
+                compiled.retrieve(keys, split, gpu, prompt)
+                calls.append(("retrieve", None, None, None))
+                for name, ours in (("oracle", oracle.state()), ("compiled", compiled.state())):
+                    if theirs.state() != ours:
+                        calls.append((f"{name} state after retrieve", theirs.state(), ours,
+                                      ours))
+                hit = sum(split) * chunk
+                theirs.store(keys, prompt, hit)
+                oracle.store(keys, prompt, hit)
+                compiled.store(keys, prompt, hit)
+                for name, ours in (("oracle", oracle.state()), ("compiled", compiled.state())):
+                    if theirs.state() != ours:
+                        calls.append((f"{name} state after store", theirs.state(), ours, ours))
+                bad = [c for c in calls if not (c[1] == c[2] == c[3])]
+                if bad:
+                    out["mismatches"].append({"stack_case": case, "request": r,
+                                              "calls": repr(bad)[:2000]})
+                    break
+                out["requests"] += 1
+                out["disk_hits"] += split[1] > 0
+                out["remote_hits"] += split[2] > 0
+        except WouldWait:
+            out["skipped_would_wait"] += 1
+            continue
+        out["cases"] += 1
+    loop.call_soon_threadsafe(loop.stop)
+    return out
+
+
 def main() -> int:
     from pipeline.workloads.stream import block_stream
     from oracles.lmcache_cpu import replay_lmcache
@@ -174,7 +256,11 @@ def main() -> int:
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "kvlab")
     parser.add_argument("--random", type=int, default=200)
     parser.add_argument("--seed", type=int, default=20261130)
+    parser.add_argument("--stack", type=int, default=0, metavar="N",
+                        help="N random streams through the tier stack (default 0)")
     args = parser.parse_args()
+    from lmcache_stack_reference import install_torch_stub
+    install_torch_stub()
     backend_class = load_backend(lmcache_sources(args.version, args.cache))
 
     def compare(stream, chunk_size, unfull, capacity, label):
@@ -219,6 +305,9 @@ def main() -> int:
         report["mismatches"] += compare(stream, chunk_size, rng.random() < 0.5, capacity,
                                         case)[1]
     report["random_cases"] = args.random
+    if args.stack:
+        report["stack"] = compare_stack(backend_class, args.stack, rng)
+        report["mismatches"] += report["stack"].pop("mismatches")
     print(json.dumps(report, indent=2))
     return 1 if report["mismatches"] else 0
 

@@ -40,6 +40,7 @@ from pipeline.catalog import policy_names
 from pipeline.base.staging import Outputs
 from pipeline.workloads.sources import add_input_arguments, load_workload
 from pipeline.plan.load import add_load_plan_arguments, plan_under_load
+from pipeline.plan.tiers import add_tier_plan_arguments, tier_plan
 from kvlab.kvsim import TIERS
 from pipeline.ttft.model import FitError, TTFTModel, fit_configs, measured_requests, \
     model_for_capacity, residuals_by_pass
@@ -110,6 +111,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "and the fit's error per pass (atomically)")
     add_memory_arguments(parser)
     add_fleet_plan_arguments(parser)
+    add_tier_plan_arguments(parser)
 
 
 _MEASURED = ("measured_gpu", "measured_cpu", "measured_tokens", "measured_docs")
@@ -326,6 +328,8 @@ def _check_engine_models(args: argparse.Namespace) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Validate everything, fit, search, print (text or --json)."""
+    if args.tier_costs is not None:
+        return tier_plan(args)
     if fleet_requested(args):
         if args.fleet:
             refuse_unused(args, "fleet")

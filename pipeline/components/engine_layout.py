@@ -14,7 +14,9 @@ NONE = -1
 (INDEX, NPROMPT, MAXTOK, NTOK, LIMIT, KOFF, NKEYS, BOFF, NBLK, BCAP, NCACHED, COMPUTED,
  HOLDS, INFLIGHT, STALE, STATUS, PREEMPT, GPUHIT, CPUHIT, FSCHED, FTOK, FIN, STORED,
  CPUSTATE, STALEF) = range(25)
-R_COLUMNS = 25
+# a tier stack's (``pipeline.components.kstack``): tokens loaded from disk / remote, load ns
+DISKHIT, REMOTEHIT, LOADNS = range(25, 28)
+R_COLUMNS = 28
 
 WAITING, RUNNING, PREEMPTED, FINISHED = range(4)
 
@@ -43,8 +45,11 @@ BQ_SLOT, BQ_NEW, BQ_START = range(3)
 
 # CPU tier scalars (int64); T_HANDLE: a Python tier's handle (``kgeneric.register``), 0 for
 # LMCache's compiled tier
-(T_ON, T_CAPACITY, T_CHUNK, T_PER, T_MASK, T_USED, T_FREE_TOP, T_COUNT, T_HANDLE) = range(9)
-T_SIZE = 9
+(T_ON, T_CAPACITY, T_CHUNK, T_PER, T_MASK, T_USED, T_FREE_TOP, T_COUNT, T_HANDLE,
+ T_POLICY) = range(10)
+T_SIZE = 10
+# T_POLICY: LMCache's cache_policy of a ``ktier`` list (the tier stack's CPU and disk tiers)
+POLICY_LRU, POLICY_FIFO, POLICY_MRU = range(3)
 
 # engine errors (G_ERROR)
 ERR_BLOCKS = 1          # a request's block table overflowed (a bug)

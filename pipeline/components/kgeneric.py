@@ -12,7 +12,8 @@ tier's handle (``register``; its other arrays unused) calls the tier's ``lookup`
 from object mode (``numba.objmode``, cached on disk like the rest). The tier object is found
 by its handle, so kernels never see a Python object. A compiled tier of another engine is
 one more module with the same ``lookup`` / ``store`` over a run of keys, and one more branch
-here.
+here. A tier stack (``pipeline.components.kstack``: 17 arrays) is told apart by its type
+when compiling and runs its own ``engine_lookup`` / ``engine_store``.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ import itertools
 import weakref
 
 from numba import objmode
+from numba.extending import overload
 
 from pipeline.components.kjit import helper
+from pipeline.components.kstack import STACK_ARRAYS, engine_lookup, engine_store
 from pipeline.components.ktier import lookup as lmcache_lookup
 from pipeline.components.ktier import store as lmcache_store
 from pipeline.components.engine_layout import CPUSTATE, KOFF, NPROMPT, T_CHUNK, T_HANDLE, T_PER
@@ -52,6 +55,40 @@ def _python_store(handle, R, KEYS, slot) -> None:
 @helper
 def tier_lookup(T, R, KEYS, slot, local):
     """See the module docstring."""
+    return _lookup(T, R, KEYS, slot, local)
+
+
+@helper
+def tier_store(T, R, KEYS, slot):
+    """See the module docstring."""
+    _store(T, R, KEYS, slot)
+
+
+def _lookup(T, R, KEYS, slot, local):
+    """``tier_lookup`` for ``T``'s kind of tier."""
+
+
+def _store(T, R, KEYS, slot):
+    """``tier_store`` for ``T``'s kind of tier."""
+
+
+@overload(_lookup, inline="always")
+def _lookup_typed(T, R, KEYS, slot, local):
+    if len(T) == STACK_ARRAYS:
+        return lambda T, R, KEYS, slot, local: engine_lookup(T, R, KEYS, slot, local)
+    return lambda T, R, KEYS, slot, local: _tier_lookup(T, R, KEYS, slot, local)
+
+
+@overload(_store, inline="always")
+def _store_typed(T, R, KEYS, slot):
+    if len(T) == STACK_ARRAYS:
+        return lambda T, R, KEYS, slot: engine_store(T, R, KEYS, slot)
+    return lambda T, R, KEYS, slot: _tier_store(T, R, KEYS, slot)
+
+
+@helper
+def _tier_lookup(T, R, KEYS, slot, local):
+    """LMCache's CPU backend or a Python tier."""
     TS = T[0]
     handle = TS[T_HANDLE]
     if handle == 0:
@@ -65,8 +102,8 @@ def tier_lookup(T, R, KEYS, slot, local):
 
 
 @helper
-def tier_store(T, R, KEYS, slot):
-    """See the module docstring."""
+def _tier_store(T, R, KEYS, slot):
+    """LMCache's CPU backend or a Python tier."""
     TS = T[0]
     handle = TS[T_HANDLE]
     if handle == 0:

@@ -25,6 +25,9 @@ same in the 0.4.2 wheel, and 0.3.5 differs only in save_unfull_chunk True:
   with nothing to evict the rest of the request is dropped), then ``batched_put`` inserts
   them in prefix order: a key already present is skipped without refreshing it, a new one
   goes to the most-recent end, so a newly stored request's first chunk is its OLDEST.
+* **Policy.** LRU (the default ``cache_policy``); the tier stack also sets FIFO (a hit
+  moves nothing) and MRU (evict the most recent) in ``TS[T_POLICY]``
+  (``cache_policy/fifo.py``, ``mru.py``).
 * **Capacity.** ``max_local_cpu_size`` GB = ``int(size * 2**30)`` bytes; here in tokens of
   KV, a chunk occupying its tokens (the allocator's alignment is not modelled).
 
@@ -34,7 +37,9 @@ own replay. The literal Python port is the test oracle ``tests/oracles/lmcache_c
 State ``T = (TS, TT, TN, TNK, TFREE)``: scalars (``pipeline.components.engine_layout``: ``T_*``), the
 key -> node table (rows (key, node, -): ``kpool``'s open-addressing table), the chunks as
 nodes of an LRU list (``TN[:, 0]`` prev, ``TN[:, 1]`` next, ``TN[:, 2]`` tokens, 0 when not
-held; sentinel last: its next is the least recent), node keys and the stack of free nodes.
+held, ``TN[:, 3]`` pins: a pinned chunk is not evicted, only the tier stack pins,
+``pipeline.components.kstack``; sentinel last: its next is the least recent), node keys and
+the stack of free nodes.
 Dense keys 0..n-1 (block mode) are their own nodes and ``TT`` is 1-D (no table): the
 three primitives that differ (``_node``, ``_add``, ``_drop``) are chosen by that type when
 compiling, so neither form pays for the other.
@@ -48,10 +53,11 @@ from numba.extending import overload
 
 from pipeline.components.kjit import helper, inlined, kernel
 from pipeline.components.kpool import table_delete, table_find, table_size, table_slot
-from pipeline.components.engine_layout import (NONE, T_CAPACITY, T_CHUNK, T_FREE_TOP, T_MASK, T_ON, T_PER,
-                                    T_SIZE, T_USED)
+from pipeline.components.engine_layout import (NONE, POLICY_FIFO, POLICY_MRU, T_CAPACITY,
+                                               T_CHUNK, T_FREE_TOP, T_MASK, T_ON, T_PER,
+                                               T_POLICY, T_SIZE, T_USED)
 
-__all__ = ["tier_arrays", "no_tier", "lookup", "store", "held_keys", "admit_keys",
+__all__ = ["tier_arrays", "no_tier", "lookup", "store", "allocate", "held_keys", "admit_keys",
            "store_keys", "replay_runs"]
 
 
@@ -64,7 +70,7 @@ def tier_arrays(capacity_tokens: int, chunk: int, per: int = 1, dense_keys: int 
     TS = np.zeros(T_SIZE, np.int64)
     TS[T_ON], TS[T_CAPACITY], TS[T_CHUNK], TS[T_PER] = 1, capacity_tokens, chunk, per
     TS[T_MASK], TS[T_FREE_TOP] = (-1 if dense_keys else size - 1), nodes
-    TN = np.zeros((nodes + 1, 3), np.int64)
+    TN = np.zeros((nodes + 1, 4), np.int64)
     TN[nodes, :2] = nodes                              # an empty list
     if dense_keys:                                     # no table, no node keys, no free stack
         return TS, np.zeros(1, np.int64), TN, np.zeros(1, np.int64), np.zeros(1, np.int64)
@@ -75,7 +81,7 @@ def tier_arrays(capacity_tokens: int, chunk: int, per: int = 1, dense_keys: int 
 def no_tier() -> tuple:
     """The arrays of an absent tier (same types, so one compiled kernel serves both)."""
     return (np.zeros(T_SIZE, np.int64), np.full((16, 3), NONE, np.int64),
-            np.zeros((1, 3), np.int64), np.zeros(1, np.int64), np.zeros(1, np.int64))
+            np.zeros((1, 4), np.int64), np.zeros(1, np.int64), np.zeros(1, np.int64))
 
 
 def _node(T, key):
@@ -172,6 +178,8 @@ def lookup(T, KEYS, first, stride, count, last):
     tokens."""
     hit = _held(T, KEYS, first, stride, count)
     for j in range(hit - 1, -1, -1):                  # chunk 0 ends most recent
+        if T[0][T_POLICY] == POLICY_FIFO:             # (FIFO: a hit changes nothing)
+            break
         node = _node(T, KEYS[first + j * stride])
         _unlink(T[2], node)
         _push_back(T[2], node)
@@ -181,13 +189,17 @@ def lookup(T, KEYS, first, stride, count, last):
     return tokens
 
 
-@inlined
-def _allocate(T, size, in_flight):
-    """Evict the least recent chunk until ``size`` more tokens fit; False if they never do."""
+@helper
+def allocate(T, size, in_flight):
+    """Evict the least recent unpinned chunk (MRU: the most recent) until ``size`` more
+    tokens fit; False if they never do."""
     TS, TN = T[0], T[2]
     sentinel = TN.shape[0] - 1
+    way = 0 if TS[T_POLICY] == POLICY_MRU else 1      # TN[:, 0] prev, TN[:, 1] next
     while TS[T_USED] + in_flight + size > TS[T_CAPACITY]:
-        node = TN[sentinel, 1]
+        node = TN[sentinel, way]
+        while node != sentinel and TN[node, 3] != 0:
+            node = TN[node, way]
         if node == sentinel:
             return False
         _unlink(TN, node)
@@ -200,17 +212,18 @@ def _allocate(T, size, in_flight):
 @inlined
 def store(T, KEYS, first, stride, count, last, prompt, hit):
     """wait_for_save -> LMCacheEngine.store of a run whose prompt of ``prompt`` tokens is
-    computed, from LMCache's own hit ``hit`` (``lookup``)."""
+    computed, from LMCache's own hit ``hit`` (``lookup``); returns the end of the chunks
+    it allocated (from ``hit // chunk``), -1 when it skips the request."""
     TS, TN = T[0], T[2]
     chunk = TS[T_CHUNK]
     boundary = -(-(hit + 1) // chunk) * chunk
     if hit > 0 and prompt < boundary:
-        return                                        # skip_save
+        return -1                                     # skip_save
     start = hit // chunk
     stop, in_flight = start, np.int64(0)              # int64 from the start: one compile
     while stop < count:                               # allocate every chunk first
         size = chunk if stop < count - 1 else last
-        if not _allocate(T, size, in_flight):
+        if not allocate(T, size, in_flight):
             break                                     # nothing left to evict: drop the rest
         in_flight += size
         stop += 1
@@ -221,6 +234,7 @@ def store(T, KEYS, first, stride, count, last, prompt, hit):
         TN[node, 2] = chunk if j < count - 1 else last
         _push_back(TN, node)
         TS[T_USED] += TN[node, 2]
+    return stop
 
 
 @kernel

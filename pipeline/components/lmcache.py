@@ -22,7 +22,7 @@ from pipeline.components.ktier import admit_keys, held_keys, replay_runs, store_
 from pipeline.components.engine_layout import T_USED
 
 __all__ = ["DEFAULT_CHUNK_SIZE", "Chunks", "lmcache_chunks", "lmcache_hits", "lmcache_cpu",
-           "check_cpu_options", "loadable_prefix", "LMCacheTier"]
+           "check_cpu_options", "loadable_prefix", "LMCacheTier", "NumberedKeys", "lru_order"]
 
 DEFAULT_CHUNK_SIZE = 256
 
@@ -107,7 +107,37 @@ def lmcache_cpu(stream: BlockStream, gpu_hit_tokens: np.ndarray, capacities: obj
     return loadable_prefix(lmcache_hits(chunks, tokens), chunks.prompt_tokens)
 
 
-class LMCacheTier:
+def lru_order(TN: np.ndarray, TNK: np.ndarray) -> list[int]:
+    """The keys of one ``ktier`` list (its nodes ``TN``, node keys ``TNK``), least recent
+    first."""
+    held, node, sentinel = [], TN[-1, 1], TN.shape[0] - 1
+    while node != sentinel:
+        held.append(int(TNK[node]))
+        node = TN[node, 1]
+    return held
+
+
+class NumberedKeys:
+    """Any hashable keys as the compiled tiers' int64 keys, each numbered when first seen."""
+
+    def __init__(self) -> None:
+        self._ids: dict[Hashable, int] = {}
+        self._names: list[Hashable] = []
+
+    def _run(self, keys: Sequence[Hashable]) -> np.ndarray:
+        """``keys`` as int64 keys."""
+        run = np.empty(len(keys), np.int64)
+        for i, key in enumerate(keys):
+            run[i] = self._ids.setdefault(key, len(self._ids))
+            if run[i] == len(self._names):
+                self._names.append(key)
+        return run
+
+    def _named(self, numbers: list[int]) -> list:
+        return [self._names[n] for n in numbers]
+
+
+class LMCacheTier(NumberedKeys):
     """LMCache's ``LocalCPUBackend`` (LRU) of ``capacity_tokens`` with ``chunk_size``-token
     chunks of ``chunk_size // block_size`` engine blocks; ``arrays`` its compiled state
     (shared by the engines given it, which key it by their block keys); from Python, keys
@@ -122,21 +152,11 @@ class LMCacheTier:
         self.block_size, self.chunk_size = int(block_size), int(chunk_size)
         self.per = self.chunk_size // self.block_size
         self.arrays = tier_arrays(self.capacity, self.chunk_size, self.per)
-        self._ids: dict[Hashable, int] = {}
-        self._names: list[Hashable] = []
+        super().__init__()
 
     @property
     def used(self) -> int:
         return int(self.arrays[0][T_USED])
-
-    def _run(self, keys: Sequence[Hashable]) -> np.ndarray:
-        """``keys`` as the table's int64 keys (each key numbered when first seen)."""
-        run = np.empty(len(keys), np.int64)
-        for i, key in enumerate(keys):
-            run[i] = self._ids.setdefault(key, len(self._ids))
-            if run[i] == len(self._names):
-                self._names.append(key)
-        return run
 
     def lookup(self, keys: Sequence[Hashable]) -> int:
         """Leading chunks of ``keys`` stored now; no change (LMCache's own lookup also
@@ -166,9 +186,4 @@ class LMCacheTier:
 
     def keys(self) -> list:
         """The chunks held, least recent first."""
-        TN, TNK = self.arrays[2], self.arrays[3]
-        held, node, sentinel = [], TN[-1, 1], TN.shape[0] - 1
-        while node != sentinel:
-            held.append(self._names[TNK[node]])
-            node = TN[node, 1]
-        return held
+        return self._named(lru_order(self.arrays[2], self.arrays[3]))

@@ -13,9 +13,11 @@ import numpy as np
 import polars as pl
 
 from pipeline.components import engine_layout as L
+from pipeline.components.kstack import STACK_ARRAYS, STEP_BYTES_COLUMNS
 from pipeline.engine.krun import DONE, FULL, MODEL_LINEAR, MODEL_NONE, MODEL_ROOFLINE, run_loop
 
-__all__ = ["compiled_model", "compiled_run", "request_table", "with_times", "MODEL_NONE",
+__all__ = ["compiled_model", "compiled_run", "request_table", "with_tier_columns", "with_times",
+           "MODEL_NONE",
            "STUCK_MESSAGE"]
 
 STUCK_MESSAGE = "the engine schedules nothing while requests wait (a request that can never fit)"
@@ -52,7 +54,8 @@ def compiled_run(engine, due: np.ndarray, timed: bool, concurrency: int | None,
     n = due.size
     arrival = np.zeros(n, np.float64)
     rows = max(1024, 4 * n)
-    steps = np.zeros((rows, 8), np.int64)
+    stack = len(engine.T) == STACK_ARRAYS           # a tier stack adds its bytes per tier
+    steps = np.zeros((rows, 8 + 3 * stack), np.int64)
     durations = np.zeros((rows if timed else 1, 2), np.float64)
     state = np.zeros(3, np.int64)
     now = np.zeros(1, np.float64)
@@ -72,8 +75,9 @@ def compiled_run(engine, due: np.ndarray, timed: bool, concurrency: int | None,
     engine.G[L.G_EVON] = 1
     count = int(state[2])
     table = engine.R[:n]
-    frame = request_table(table, arrival, timed)
-    step_columns = {name: steps[:count, j] for j, name in enumerate(_STEP_NAMES)}
+    frame = with_tier_columns(request_table(table, arrival, timed), table, engine.T)
+    names = _STEP_NAMES + (STEP_BYTES_COLUMNS if stack else ())
+    step_columns = {name: steps[:count, j] for j, name in enumerate(names)}
     step_frame = pl.DataFrame(step_columns)
     if not timed:
         return frame, step_frame
@@ -100,6 +104,17 @@ def request_table(rows: np.ndarray, arrival: np.ndarray, timed: bool) -> pl.Data
                    output_tokens=rows[:, L.NTOK] - rows[:, L.NPROMPT],
                    preemptions=rows[:, L.PREEMPT])
     return pl.DataFrame(columns, schema_overrides={k: pl.Int64 for k in columns})
+
+
+def with_tier_columns(frame: pl.DataFrame, rows: np.ndarray, T: tuple) -> pl.DataFrame:
+    """A tier stack's request columns (``pipeline.components.kstack``): the tokens loaded
+    from disk and from the remote store (part of ``cpu_hit_tokens``, every token loaded
+    through LMCache) and the request's load time; none for any other tier."""
+    if len(T) != STACK_ARRAYS:
+        return frame
+    return frame.with_columns(disk_hit_tokens=pl.Series(rows[:, L.DISKHIT]),
+                              remote_hit_tokens=pl.Series(rows[:, L.REMOTEHIT]),
+                              load_ms=pl.Series(rows[:, L.LOADNS] / 1e6))
 
 
 def with_times(frame: pl.DataFrame, arrival: np.ndarray, first_scheduled: np.ndarray,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.components.kjit import helper, inlined, kernel
+from pipeline.components.kstack import stack_step_ms
 from pipeline.engine.ksched import engine_step, wait_append
 from pipeline.components.engine_layout import (
     B_NSAMP, B_NSCHED, BQ_NEW, BQ_START, C_ASYNC, C_BS, C_MAXBATCH, C_MAXE, C_MAXLEN,
@@ -36,6 +37,7 @@ MODEL_NONE, MODEL_LINEAR, MODEL_ROOFLINE = 0, 1, 2
 QUANTITIES = ("one", "prefill_tokens", "decode_seqs", "context_tokens", "reload_tokens",
               "attention_pairs")
 _TERM_AT = tuple(QUANTITIES.index(quantity) for _, quantity in TERMS)
+_LINEAR_RELOAD = [quantity for _, quantity in TERMS].index("reload_tokens")
 #: where each of the roofline's ``Rates`` sits in its coefficient vector
 (_OVERHEAD, _PER_TOKEN, _PER_SAMPLE, _PER_PAIR, _WEIGHTS, _PER_CONTEXT, _PER_RELOAD) = (
     Rates._fields.index(name) for name in ("overhead_ms", "per_token", "per_sample",
@@ -72,6 +74,16 @@ def step_time(S, model, coef):
     return coef[_OVERHEAD] + max(compute, memory) + coef[_PER_RELOAD] * reload
 
 
+@inlined
+def _reload_ms(S, model, coef):
+    """The step model's reload term, which a tier stack's own transfer time replaces."""
+    if model == MODEL_LINEAR:
+        return coef[_LINEAR_RELOAD] * S[16][X_RELOAD]
+    if model == MODEL_ROOFLINE:
+        return coef[_PER_RELOAD] * S[16][X_RELOAD]
+    return 0.0
+
+
 @helper
 def linear_ms(coef, quantities):
     """The linear form: ``coef`` in ``TERMS`` order times the step's ``QUANTITIES``
@@ -96,8 +108,11 @@ def _execute(S, T, timed, model, coef, STEPS, DUR, L, now):
     REC = S[16]
     for j in range(8):
         STEPS[row, j] = REC[STEP_FIELDS[j]]
+    loads = stack_step_ms(T, S[2], S[3], STEPS, row)  # < 0: the tier does not price loads
     if timed:
         duration = step_time(S, model, coef)
+        if loads >= 0.0:
+            duration += loads - _reload_ms(S, model, coef)
         DUR[row, 0] = now
         DUR[row, 1] = duration
         now += duration

@@ -21,6 +21,8 @@ from pipeline.workloads.stream import HEAD_FIRST, ORDERS
 from pipeline.engine.engines import DEFAULT_ENGINE, ENGINES, engine_class, engine_options
 from pipeline.engine.cpu_tier import LMCacheTier, ModelTier, engine_cpu_models, \
     engine_tier_problem
+from pipeline.engine.tier_options import add_tier_arguments, stack_models_line, \
+    tier_stack_factory
 from pipeline.catalog.model_options import ModelName, add_option_argument, model_names
 from pipeline.base.errors import UsageError
 from pipeline.sizes.limits import MAX_BLOCKS
@@ -81,6 +83,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser, title: str
                              "(default head-first, LMCache's)")
     for dest, option in _declared().items():
         add_option_argument(engine, option, _flag(dest), "cpu_" + dest)
+    add_tier_arguments(engine)
     return engine
 
 
@@ -154,6 +157,10 @@ def cpu_tier_factory(args: argparse.Namespace) -> Callable[[], object] | None:
     None without ``--cpu`` (in tokens by then: ``resolve_capacities``): the compiled
     ``LMCacheTier`` for ``lmcache``, else a ``ModelTier``."""
     model, options, order = cpu_tier_choice(args)
+    stack = tier_stack_factory(args, options.get("chunk_size", 0),
+                               fleet=hasattr(args, "cpu_shared"))     # fleet's option
+    if stack is not None:
+        return stack
     if not args.cpu:
         return None
     if model == DEFAULT_CPU_MODEL:
@@ -183,6 +190,8 @@ def engine_models(args: argparse.Namespace) -> tuple[str, dict]:
     engine than vllm is named first (``engine``: its name)."""
     engine = engine_for(args)
     model, options, _ = cpu_tier_choice(args)
+    if getattr(args, "tiers", None):
+        return stack_models_line(args, options), registry.models_field("vllm", model)
     cpu = model if getattr(args, "cpu", 0) else None
     if engine.NAME == DEFAULT_ENGINE:
         return (registry.models_line("vllm", cpu, None, options),

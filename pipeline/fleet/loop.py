@@ -133,7 +133,8 @@ def simulate_fleet(requests: Sequence[SimRequest], config: SchedulerConfig | Seq
                 view.outstanding[instance] -= 1
 
     order = itertools.count()
-    shared = tiers[0] is not None and any(t is tiers[0] for t in tiers[1:])
+    shared = tiers[0] is not None and any(                 # one pool, or one remote store
+        t is tiers[0] or getattr(t, "remote_of", None) is tiers[0] for t in tiers[1:])
     compiled = engine is None or getattr(engine, "COMPILED", False)
     if compiled and getattr(router, "OBLIVIOUS", False) and not shared and \
             all(compiled_model(inst.step_ms) is not None for inst in fleet):

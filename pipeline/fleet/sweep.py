@@ -30,6 +30,7 @@ from typing import Any
 import polars as pl
 import pyarrow.parquet as pq
 
+from pipeline.components.lmcache_stack import share_remote
 from pipeline.base.errors import CLIError
 from pipeline import catalog as registry
 from pipeline.engine.compiled import compiled_model
@@ -112,7 +113,7 @@ def run_point(settings: Settings, point: Point,
     elif settings.cpu_shared:                 # one pool: a block one instance stored,
         tiers = [settings.cpu_tier()] * point.instances     # any instance can load
     else:
-        tiers = [settings.cpu_tier() for _ in range(point.instances)]
+        tiers = share_remote([settings.cpu_tier() for _ in range(point.instances)])
     result = simulate_fleet(requests_at_load(workload, point.load), config, router,
                             settings.step_model.step_ms, cpu_tiers=tiers,
                             staleness_ms=settings.staleness_ms,
