@@ -141,7 +141,7 @@ class FakeWorker:
         self.chunk_bytes, self.rate, self.latency = chunk_bytes, link_bytes_per_ms, latency_ms
         self.timed, self.free = timed, 0.0
         self.stores: list = []                          # (job, chunks) not yet submitted
-        self.flight: deque = deque()                     # (end, job, request or None)
+        self.flight: deque = deque()                     # (end, job, loading request, sync)
         self.loads: dict[str, tuple[float, float, float]] = {}   # request -> submit/start/end
 
     def duration(self, chunks: int) -> float:
@@ -149,11 +149,11 @@ class FakeWorker:
             return 0.0
         return chunks * self.chunk_bytes / self.rate + self.latency
 
-    def _submit(self, job, chunks, start, request=None):
+    def _submit(self, job, chunks, start, request=None, sync=False):
         begin = max(start, self.free)
         end = begin + self.duration(chunks)
         self.free = end
-        self.flight.append((end, job, request))
+        self.flight.append((end, job, request, sync))
         return begin, end
 
     def start(self, meta, jobs, start: float) -> float:
@@ -163,7 +163,7 @@ class FakeWorker:
             self._submit(job, chunks, start)
         for job, entry in meta.load_jobs.items():
             chunks = len(jobs[job].keys)
-            begin, end = self._submit(job, chunks, start, entry.req_id)
+            begin, end = self._submit(job, chunks, start, entry.req_id, entry.sync)
             self.loads.setdefault(entry.req_id, (start, begin, end))
             if entry.sync:
                 forward = max(forward, end)
@@ -174,17 +174,20 @@ class FakeWorker:
         return self.flight[0][0] if self.flight else None
 
     def finished(self, mods, end: float):
-        """The KVConnectorOutput of a step that ended at ``end``."""
+        """(The KVConnectorOutput of a step that ended at ``end``: its jobs done, its
+        asynchronous loads as finished_recving; every request whose load is done)."""
         meta = mods.common.OffloadingWorkerMetadata()
-        recving = set()
+        recving, loaded = set(), []
         while self.flight and self.flight[0][0] <= end:
-            _, job, request = self.flight.popleft()
+            _, job, request, sync = self.flight.popleft()
             meta.mark_completed(job)
             if request is not None:
-                recving.add(request)
+                loaded.append(request)
+                if not sync:
+                    recving.add(request)
         return mods.outputs.KVConnectorOutput(
             finished_recving=recving or None,
-            kv_connector_worker_meta=meta if meta.completed_jobs else None)
+            kv_connector_worker_meta=meta if meta.completed_jobs else None), loaded
 
 
 def run_vllm(requests, config, offload, *, step_ms=None, link_bytes_per_ms: float = 1.0,
@@ -232,6 +235,7 @@ def run_vllm(requests, config, offload, *, step_ms=None, link_bytes_per_ms: floa
     pending = sorted(requests, key=lambda r: ((r.arrival_s or 0.0) if timed
                                               else (r.arrival_step or 0), r.index))
     pointer, step, idle, now = 0, 0, 0, 0.0
+    moved = [0, 0]                     # chunks loaded / stored since the last executed step
 
     def due(r):
         return (r.arrival_s or 0.0) * 1000.0 if timed else (r.arrival_step or 0)
@@ -267,8 +271,8 @@ def run_vllm(requests, config, offload, *, step_ms=None, link_bytes_per_ms: floa
             row = rows[int(entry.req_id)]
             if row["load_step"] is None:
                 row["load_step"] = step
-        load_chunks = sum(len(sched._jobs[j].keys) for j in meta.load_jobs)
-        store_chunks = sum(len(sched._jobs[j].keys) for j in meta.store_jobs)
+        moved[0] += sum(len(sched._jobs[j].keys) for j in meta.load_jobs)
+        moved[1] += sum(len(sched._jobs[j].keys) for j in meta.store_jobs)
         forward = worker.start(meta, sched._jobs, now)
         prefill = decodes = 0
         samples = []
@@ -293,7 +297,8 @@ def run_vllm(requests, config, offload, *, step_ms=None, link_bytes_per_ms: floa
             running, waiting = scheduler.get_request_counts()
             steps.append((this, running, waiting,
                           scheduler.kv_cache_manager.block_pool.get_num_free_blocks(),
-                          load_chunks, store_chunks))
+                          *moved))
+            moved = [0, 0]
             end = forward + (step_ms(prefill, decodes) if timed else 0.0)
         else:
             end = forward
@@ -302,9 +307,10 @@ def run_vllm(requests, config, offload, *, step_ms=None, link_bytes_per_ms: floa
                                     due(pending[pointer]) if pointer < len(pending)
                                     else None) if t is not None]
                 end = max(forward, min(wake)) if wake else forward
-        kv_output = worker.finished(mods, end)
-        for rid in kv_output.finished_recving or ():
-            rows[int(rid)]["load_done"] = step
+        kv_output, loaded = worker.finished(mods, end)
+        for rid in loaded:
+            if rows[int(rid)]["load_done"] is None:
+                rows[int(rid)]["load_done"] = step
         ids = list(out.num_scheduled_tokens)
         sampled = [[outputs[int(rid)][len(live[int(rid)].output_token_ids)]]
                    if rid in samples else [] for rid in ids]

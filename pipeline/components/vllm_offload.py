@@ -120,6 +120,32 @@ class NativeOffload:
                 self.M = self.M[:2] + (K2, L2) + self.M[4:]
         return row
 
+    def rows_for(self, keys: np.ndarray) -> np.ndarray:
+        """The key rows of ``keys`` (an int64 array), new keys appended (vectorized
+        ``_row``: one dict pass over the distinct keys)."""
+        unique, inverse = np.unique(keys, return_inverse=True)
+        rows = np.fromiter((self._rows.get(k, -1) for k in unique.tolist()), np.int64,
+                           unique.size)
+        new = np.flatnonzero(rows < 0)
+        if new.size:
+            first = FIRST_ROW + len(self._keys)
+            rows[new] = first + np.arange(new.size)
+            fresh = unique[new].tolist()
+            self._rows.update(zip(fresh, rows[new].tolist()))
+            self._keys.extend(fresh)
+            K, L = self.M[2], self.M[3]
+            need = FIRST_ROW + len(self._keys)
+            if need > len(K):                          # grow: rows are appended
+                K2, L2 = self._key_arrays(max(need, 2 * len(K)))
+                K2[:len(K)], L2[:len(L)] = K, L
+                self.M = self.M[:2] + (K2, L2) + self.M[4:]
+        return rows[inverse.reshape(-1)]
+
+    def reserve_scratch(self, chunks: int) -> None:
+        """Scratch rows for calls of up to ``chunks`` chunks (compiled callers)."""
+        if chunks > len(self.M[7]):
+            self.M = self.M[:7] + (np.zeros((2 * chunks, W_SIZE), np.int64),)
+
     def _scratch(self, chunks) -> np.ndarray:
         """The call's chunks as an array, the scratch rows grown to hold one row each."""
         chunks = np.asarray(chunks, np.int64)
