@@ -197,8 +197,9 @@ def run_vllm(requests, config, offload, *, step_ms=None, link_bytes_per_ms: floa
     decodes)``: the time clock (arrivals by ``arrival_s``), else the step clock. Returns
     (rows, steps): request -> (first_scheduled_step, first_token_step, finish_step,
     gpu_hit_tokens, cpu_hit_tokens, preemptions, output_tokens, load_step, load_done_step)
-    and per step (step, running, waiting, free blocks, load chunks, store chunks); with
-    the time clock also request -> (load submit, start, end) ms."""
+    and per step (step, running, waiting, free blocks, load chunks, store chunks, and on
+    the time clock its start and end ms); with the time clock also request -> its first
+    load's (submit, start, end) ms."""
     from pipeline.engine.request import sequence_tokens
     v, mods = _load(version, cache)
     timed = step_ms is not None
@@ -295,11 +296,11 @@ def run_vllm(requests, config, offload, *, step_ms=None, link_bytes_per_ms: floa
                     row["gpu"] = stats.num_local_cached_tokens
                     row["cpu"] = stats.num_external_cached_tokens
             running, waiting = scheduler.get_request_counts()
+            end = forward + (step_ms(prefill, decodes) if timed else 0.0)
             steps.append((this, running, waiting,
                           scheduler.kv_cache_manager.block_pool.get_num_free_blocks(),
-                          *moved))
+                          *moved) + ((now, end) if timed else ()))
             moved = [0, 0]
-            end = forward + (step_ms(prefill, decodes) if timed else 0.0)
         else:
             end = forward
             if timed:
