@@ -75,6 +75,8 @@ def simulate(requests: Sequence[SimRequest], config: SchedulerConfig, *, cpu_tie
         if n and np.any(np.diff(due) < 0):
             raise ValueError("arrivals must be non-decreasing in input order")
     model = compiled_model(step_ms) if timed else (MODEL_NONE, np.zeros(8))
+    if isinstance(cpu_tier, NativeSpec):               # the engine's CPU tier is vLLM's own
+        offload, cpu_tier = cpu_tier, None
     native = None
     if offload is not None:
         if model is None:
