@@ -53,6 +53,8 @@ def compiled_run(engine, due: np.ndarray, timed: bool, concurrency: int | None,
     arrival = np.zeros(n, np.float64)
     rows = max(1024, 4 * n)
     native = engine.native is not None
+    if native and timed:
+        engine.native.price_with(model)
     steps = np.zeros((rows, 10 if native else 8), np.int64)
     durations = np.zeros((rows if timed else 1, 2), np.float64)
     state = np.zeros(3, np.int64)

@@ -340,6 +340,8 @@ class EngineSim:
         if step_ms is not self._priced:           # the same model as the last call's
             self._priced, self._model = step_ms, compiled_model(step_ms)
         model = self._model
+        if self.native is not None:
+            self.native.price_with(model)
         if model is None:
             return self._run_until_python(until_ms, now_ms, step_ms)
         steps, times, state, now = self._buffers

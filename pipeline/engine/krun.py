@@ -189,6 +189,7 @@ def _advance(S, T, O, limit, FREES):
 def _run_until(S, T, O, until, model, coef, STEPS, DUR, L, NOW):
     C, G, EV = S[0], S[1], S[15]
     now = NOW[0]
+    O[1][F_NEXTARR] = until                           # the caller's next event
     room = 2 * C[C_MAXE] + 2
     while now < until and (G[G_NRUN] > 0 or G[G_WLEN] > 0 or G[G_FIN] != 0
                            or G[G_QLEN] > 0 or O[0][O_KLEN] > 0 or O[0][O_JLEN] > 0):

@@ -95,10 +95,9 @@ class NativeTier:
         OF = np.zeros(L.OF_SIZE)
         OF[L.F_RATE], OF[L.F_LATENCY], OF[L.F_NEXTARR] = spec.link_gbps * 1e6, \
             spec.latency_ms, np.inf
-        if model is not None:
-            OC[L.O_MODEL] = model[0]
-            OF[L.F_COEF:L.F_COEF + len(model[1])] = model[1]
         self.OC, self.OF = OC, OF
+        if model is not None:
+            self.price_with(model)
         self.CROW = np.zeros(0, np.int64)
         self.CFL = np.zeros(0, np.uint8)
         self.CJOB = np.zeros(0, np.int64)
@@ -175,6 +174,14 @@ class NativeTier:
             self.SCR = np.zeros((3, max(widest, 2 * self.SCR.shape[1])), np.int64)
         self.offload.reserve_scratch(widest)
         self._pack()
+
+    def price_with(self, model: tuple[int, np.ndarray] | None) -> None:
+        """The compiled step-time model (kind, coefficients) the worker times steps with."""
+        if model is None:
+            raise ValueError("native offloading on the time clock needs a compiled "
+                             "step-time model (fitted Linear or Roofline)")
+        self.OC[L.O_MODEL] = model[0]
+        self.OF[L.F_COEF:L.F_COEF + len(model[1])] = model[1]
 
     def check(self) -> None:
         if self.OC[L.O_ERROR]:
