@@ -92,8 +92,9 @@ class NativeOffload:
         S[S_CHUNKS], S[S_ARC], S[S_THRESHOLD] = num_chunks, policy == "arc", store_threshold
         S[S_TRACK_MAX], S[S_TPC] = max_tracker_size, tokens_per_chunk
         self.policy = policy
-        self._rows: dict[int, int] = {}
-        self._keys: list[int] = []
+        self._row_map: dict[int, int] = {}
+        self._key_list: list[int] = []
+        self._bulk: np.ndarray | None = None          # keys of a first bulk ``rows_for``
         K, L = self._key_arrays(FIRST_ROW + max(expected_keys, 1))
         for sentinel in range(FIRST_ROW):
             L[sentinel, :] = sentinel
@@ -107,6 +108,31 @@ class NativeOffload:
         K = np.zeros((rows, C_SIZE), np.int64)
         K[:, C_CHUNK], K[:, C_RANK] = -1, NO_RANK
         return K, np.zeros((rows, 6), np.int64)
+
+    @property
+    def _rows(self) -> dict[int, int]:
+        """key -> row (built from a bulk ``rows_for`` when first asked)."""
+        self._materialize()
+        return self._row_map
+
+    @property
+    def _keys(self) -> list[int]:
+        """row - FIRST_ROW -> key."""
+        self._materialize()
+        return self._key_list
+
+    def _materialize(self) -> None:
+        if self._bulk is not None:
+            keys, self._bulk = self._bulk.tolist(), None
+            self._key_list = keys
+            self._row_map = dict(zip(keys, range(FIRST_ROW, FIRST_ROW + len(keys))))
+
+    def _grow_rows(self, need: int) -> None:
+        K, L = self.M[2], self.M[3]
+        if need > len(K):                              # grow: rows are appended
+            K2, L2 = self._key_arrays(max(need, 2 * len(K)))
+            K2[:len(K)], L2[:len(L)] = K, L
+            self.M = self.M[:2] + (K2, L2) + self.M[4:]
 
     def _row(self, key: int) -> int:
         row = self._rows.get(key)
@@ -124,6 +150,10 @@ class NativeOffload:
         """The key rows of ``keys`` (an int64 array), new keys appended (vectorized
         ``_row``: one dict pass over the distinct keys)."""
         unique, inverse = np.unique(keys, return_inverse=True)
+        if self._bulk is None and not self._key_list:  # the first keys: rows in key order
+            self._bulk = unique
+            self._grow_rows(FIRST_ROW + unique.size)
+            return FIRST_ROW + inverse.reshape(-1).astype(np.int64)
         rows = np.fromiter((self._rows.get(k, -1) for k in unique.tolist()), np.int64,
                            unique.size)
         new = np.flatnonzero(rows < 0)
@@ -133,12 +163,7 @@ class NativeOffload:
             fresh = unique[new].tolist()
             self._rows.update(zip(fresh, rows[new].tolist()))
             self._keys.extend(fresh)
-            K, L = self.M[2], self.M[3]
-            need = FIRST_ROW + len(self._keys)
-            if need > len(K):                          # grow: rows are appended
-                K2, L2 = self._key_arrays(max(need, 2 * len(K)))
-                K2[:len(K)], L2[:len(L)] = K, L
-                self.M = self.M[:2] + (K2, L2) + self.M[4:]
+            self._grow_rows(FIRST_ROW + len(self._keys))
         return rows[inverse.reshape(-1)]
 
     def reserve_scratch(self, chunks: int) -> None:

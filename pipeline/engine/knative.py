@@ -20,7 +20,7 @@ The state tuple O is laid out in ``pipeline.components.engine_layout`` (``O_*``)
 
 from __future__ import annotations
 
-from pipeline.components.kjit import helper
+from pipeline.components.kjit import helper, inlined
 from pipeline.components.vllm_offload_kernels import (complete_load, complete_store,
                                                       lookup, prepare_load, prepare_store,
                                                       request_finished)
@@ -37,14 +37,14 @@ __all__ = ["matched", "reserve_sync", "after_alloc", "inflight_reserved", "build
            "worker_start", "complete", "jobs_in_flight"]
 
 
-@helper
+@inlined
 def _chunks(O, R, slot):
     """The request's chunks now (``len(offload_keys)``: whole chunks of its full blocks)."""
     OC = O[0]
     return min(R[slot, NTOK] // OC[O_BS], R[slot, NKEYS]) // OC[O_BPC]
 
 
-@helper
+@inlined
 def _rows(O, R, slot):
     """The request's chunk key rows (every chunk its keys reach) and its flags."""
     OC, CROW, CFL, RX = O[0], O[3], O[4], O[7]
@@ -106,7 +106,7 @@ def reserve_sync(S, O, slot, local, hit):
     return True
 
 
-@helper
+@inlined
 def _new_job(O, slot, kind, a, b, chunks):
     OC, JOB = O[0], O[9]
     if OC[O_JLEN] >= JOB.shape[0]:
@@ -164,7 +164,7 @@ def inflight_reserved(S, O):
     return total
 
 
-@helper
+@inlined
 def _store(S, O, slot, tokens, step):
     """``_build_store_jobs`` for one request whose computed tokens reach ``tokens``."""
     R = S[2]

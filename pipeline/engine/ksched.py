@@ -164,7 +164,7 @@ def _preempt(S, O, slot):
 
 
 @helper
-def _started(S, O, q, slot, num_new, start, step):
+def _started(S, RX, native, q, slot, num_new, start, step):
     """Add the entry to batch ``q`` and run _update_after_schedule for it."""
     C, R, BQ, BSMP, BMETA, REC = S[0], S[2], S[10], S[11], S[12], S[16]
     e = BMETA[q, B_NSCHED]
@@ -178,8 +178,8 @@ def _started(S, O, q, slot, num_new, start, step):
     if R[slot, FSCHED] == NONE:
         R[slot, FSCHED] = step
     if computed >= R[slot, NTOK] + R[slot, HOLDS]:    # not a prefill chunk: it samples
-        if O[0][O_ON] != 0:
-            O[7][slot, X_INFL] = 0
+        if native:                                    # no longer an in-flight prefill
+            RX[slot, X_INFL] = 0
         BSMP[q, BMETA[q, B_NSAMP]] = slot
         BMETA[q, B_NSAMP] += 1
         if asynchronous:
@@ -228,7 +228,7 @@ def _schedule_holding(S, O, q, budget, threshold, step):
         RUN[G[G_NRUN]] = slot
         G[G_NRUN] += 1
         R[slot, STATUS] = RUNNING
-        _started(S, O, q, slot, num_new, computed, step)
+        _started(S, O[7], O[0][O_ON] != 0, q, slot, num_new, computed, step)
         budget -= num_new
     return budget, False
 
@@ -303,7 +303,7 @@ def _schedule_waiting(S, T, O, q, budget, threshold, step):
         G[G_NRUN] += 1
         R[slot, STATUS] = RUNNING
         R[slot, COMPUTED] = computed
-        _started(S, O, q, slot, num_new, computed, step)
+        _started(S, O[7], O[0][O_ON] != 0, q, slot, num_new, computed, step)
         budget -= num_new
         if not native:
             reloads += external
@@ -344,7 +344,7 @@ def _schedule(S, T, O, q):
                     _grow(S, slot, ONE)
                 if R[slot, NTOK] >= (max(R[slot, NCACHED], 0) + 1) * size:
                     _cache_blocks(S, slot, R[slot, NTOK])
-                _started(S, O, q, slot, ONE, computed, step)
+                _started(S, O[7], O[0][O_ON] != 0, q, slot, ONE, computed, step)
                 budget -= 1
                 continue
         if 0 < threshold < num_new:
@@ -366,7 +366,7 @@ def _schedule(S, T, O, q):
                 break
         if not ok:
             break
-        _started(S, O, q, slot, num_new, computed, step)
+        _started(S, O[7], O[0][O_ON] != 0, q, slot, num_new, computed, step)
         budget -= num_new
     reloads = 0
     if not preempted:
