@@ -82,7 +82,7 @@ class NativeTier:
     instance's scheduler process)."""
 
     def __init__(self, spec: NativeSpec, block_size: int, timed: bool = False,
-                 model: tuple[int, np.ndarray] | None = None, job_capacity: int = 4096) -> None:
+                 model: tuple[int, np.ndarray] | None = None, job_capacity: int = 64) -> None:
         self.spec, self.block_size = spec, block_size
         self.per = spec.blocks_per_chunk
         tpc = block_size * self.per
@@ -173,7 +173,22 @@ class NativeTier:
         if widest > self.SCR.shape[1]:
             self.SCR = np.zeros((3, max(widest, 2 * self.SCR.shape[1])), np.int64)
         self.offload.reserve_scratch(widest)
+        self._grow_jobs(self.nchunks + self.RX.shape[0] + 64)
         self._pack()
+
+    def _grow_jobs(self, capacity: int) -> None:
+        """A job ring of ``capacity`` (re-linearized). Enough: a request's store jobs in
+        flight hold distinct chunks (a preempted request waits for its jobs before its next
+        lookup), and it has at most one load."""
+        cap = self.JOB.shape[0]
+        if capacity <= cap:
+            return
+        count, head = int(self.OC[L.O_JLEN]), int(self.OC[L.O_JHEAD])
+        order = (head + np.arange(count)) % cap
+        job, times = np.zeros((capacity, L.J_COLUMNS), np.int64), np.zeros((capacity, 2))
+        job[:count], times[:count] = self.JOB[order], self.JT[order]
+        self.JOB, self.JT = job, times
+        self.OC[L.O_JHEAD] = 0
 
     def price_with(self, model: tuple[int, np.ndarray] | None) -> None:
         """The compiled step-time model (kind, coefficients) the worker times steps with."""
