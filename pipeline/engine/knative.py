@@ -193,7 +193,7 @@ def _store(S, O, slot, tokens, step):
     OC[O_STOREB] += count * OC[O_CHUNK_BYTES]
 
 
-@helper
+@inlined
 def build_stores(S, O, q):
     """``build_connector_meta``'s stores: the batch's requests in order, then the requests
     finished since the last schedule (``max(prompt, tokens - 1)``), then each finished
@@ -220,7 +220,7 @@ def jobs_in_flight(O):
     return O[0][O_JLEN]
 
 
-@helper
+@inlined
 def worker_start(O, step_ms, q, empty):
     """The fake worker at the start of the step in batch slot ``q`` (clock ``OF[F_NOW]``):
     submit every job not yet submitted but this step's stores (FIFO on the link); the
@@ -264,7 +264,7 @@ def worker_start(O, step_ms, q, empty):
     return end
 
 
-@helper
+@inlined
 def complete(S, O, q, step):
     """``update_connector_output`` of the step in batch slot ``q``: every submitted job
     done by its end (FIFO), loads unpinned and their requests marked loaded, stores made

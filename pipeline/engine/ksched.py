@@ -457,7 +457,7 @@ def _update_from_output(S, T, O, q):
     if any_stale:
         for e in range(n):
             R[BQ[q, e, 0], STALEF] = 0
-    if O[0][O_ON] != 0:                               # the worker's finished transfers
+    if O[0][O_ON] != 0 and O[0][O_JLEN] > 0:          # the worker's finished transfers
         complete(S, O, q, G[G_STEP])
     if stopped:
         kept = 0
