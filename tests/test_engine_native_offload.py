@@ -187,3 +187,19 @@ def test_without_offloading_the_frames_keep_their_columns():
     assert native.requests["cpu_hit_tokens"].sum() > 0
     assert native.steps["cpu_load_bytes"].sum() == native.requests["cpu_hit_tokens"].sum() \
         * 64 and native.steps["cpu_store_bytes"].sum() > 0
+
+
+def test_a_link_far_slower_than_the_stores_keeps_every_transfer():
+    """200 requests over one prefix with a link of 1 B/ms: store jobs pile up behind each
+    other for minutes of simulated time; every one is kept (the job ring grows with the
+    chunks) and the loads still come out in FIFO order."""
+    shared = list(range(64))
+    requests = [SimRequest(i, shared + [1000 + i] * 8, 2, arrival_s=0.001 * i)
+                for i in range(200)]
+    config = SchedulerConfig(num_gpu_blocks=40, max_model_len=128, block_size=4)
+    spec = NativeSpec(num_chunks=10_000, kv_bytes_per_token=64, link_gbps=1e-6)
+    frame = simulate(requests, config, offload=spec, clock="time",
+                     step_ms=Linear(COEF).step_ms).requests
+    loads = frame.filter(frame["load_ms"].is_not_null()).sort("load_start_s")
+    assert loads.height > 0 and frame["finish_ms"].null_count() == 0
+    assert (loads["load_end_s"].diff().drop_nulls() > 0).all()

@@ -72,3 +72,13 @@ def test_native_and_lmcache_backends_run(tmp_path, capsys):
     plain = tmp_path / "plain"
     assert main(["simulate", *PATTERN, "--cpu", "37449", "--out", str(plain)]) == 0
     assert pl.read_parquet(plain / "requests.parquet").equals(lmcache)
+
+
+def test_fleet_runs_one_connector_per_instance(tmp_path):
+    """Both of fleet's paths (the compiled one for an oblivious router, the stepped one for
+    a cache-aware router) run the native tier, timed by the fleet's roofline; it hits."""
+    out = tmp_path / "fleet"
+    assert main(["fleet", *PATTERN, "--kv-offloading-size", "1", "--router",
+                 "round-robin,prefix-precise", "--out", str(out)]) == 0
+    fleet = pl.read_parquet(out / "fleet.parquet")
+    assert fleet.height == 2 and (fleet["hit_ratio"] > 0).all()
