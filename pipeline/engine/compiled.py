@@ -61,8 +61,8 @@ def compiled_run(engine, due: np.ndarray, timed: bool, concurrency: int | None,
     now = np.zeros(1, np.float64)
     engine.G[L.G_EVON] = 0
     while True:
-        code = run_loop(engine.S, engine.T, engine.O, due, arrival, timed, concurrency or 0, model[0],
-                        model[1], steps, durations, state, now)
+        code = run_loop(engine.S, engine.T, engine.O, due, arrival, timed, concurrency or 0,
+                        model[0], model[1], steps, durations, state, now)
         if code == DONE:
             break
         if code != FULL:

@@ -27,11 +27,11 @@ from pipeline.components.vllm_offload_kernels import (complete_load, complete_st
 from pipeline.components.vllm_offload_policies import HIT_PENDING, MISS
 from pipeline.components.engine_layout import (
     ERR_JOBS, F_END0, F_FREE, F_LATENCY, F_NEXTARR, F_NOW, F_RATE, J_A, J_B, J_CHUNKS, J_ID,
-    J_KIND, J_SLOT, J_SUB, JOB_ASYNC, JOB_STORE, JOB_SYNC, LOAD_DONE, LOAD_FLIGHT, NBLK, NKEYS,
+    J_KIND, J_SLOT, J_SUB, JOB_ASYNC, JOB_STORE, JOB_SYNC, LOAD_DONE, NBLK, NKEYS,
     NONE, NPROMPT, NTOK, O_BPC, O_BS, O_CHUNK_BYTES, O_DONE, O_ERROR, O_JHEAD, O_JLEN,
     O_JNEXT, O_KLEN, O_KVBPT, O_LOADB, O_NFIN, O_STOREB, O_SYNC_BUDGET, O_SYNC_USED, O_TIMED,
-    O_STOREFROM, O_TPC, RF_END, RF_START, RF_SUBMIT, X_COFF, X_INFL, X_JOBS, X_LDONE, X_LOAD, X_LSTEP,
-    X_NEXT)
+    O_STOREFROM, O_TPC, RF_END, RF_START, RF_SUBMIT, X_COFF, X_INFL, X_JOBS, X_LDONE, X_LOAD,
+    X_LSTEP, X_NEXT)
 
 __all__ = ["matched", "reserve_sync", "after_alloc", "inflight_reserved", "build_stores",
            "worker_start", "complete", "jobs_in_flight"]
@@ -308,5 +308,3 @@ def complete(S, O, q, step):
     OC[O_DONE] += done
     return done
 
-
-_unused = (LOAD_FLIGHT, F_NEXTARR)

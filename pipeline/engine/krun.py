@@ -26,9 +26,8 @@ from pipeline.components.engine_layout import (
     G_WLEN, HOLDS, INFLIGHT, MAXTOK, NBLK, NPROMPT, NTOK, STALE, X_CONTEXT, X_DECODE, X_FREE,
     X_NFIRST, X_NRUN, X_NSCHED, X_NWAIT, X_PREFILL, X_Q, X_RELOAD, X_STEP, F_END0, F_NEXTARR,
     F_NOW, O_DONE, O_ERROR, O_JLEN, O_KLEN, O_LOADB, O_ON, O_STOREB)
-from pipeline.engine.kstep import (MODEL_LINEAR, MODEL_NONE, MODEL_ROOFLINE, QUANTITIES,  # noqa: F401
-                                   linear_ms,
-                                   step_time)
+from pipeline.engine.kstep import (  # noqa: F401 (re-exported: QUANTITIES, linear_ms)
+    MODEL_LINEAR, MODEL_NONE, MODEL_ROOFLINE, QUANTITIES, linear_ms, step_time)
 
 __all__ = ["run_loop", "run_until", "advance", "step_once", "step_time", "MODEL_NONE",
            "MODEL_LINEAR", "MODEL_ROOFLINE", "DONE", "FULL", "STUCK", "STEP_FIELDS"]

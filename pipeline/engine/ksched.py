@@ -21,6 +21,13 @@ arrives (``num_stale_output_tokens``).
 State ``S = (C, G, R, KEYS, BT, P, BH, HT, RUN, WQ, BQ, BSMP, BMETA, HIT, BUF, EV, REC)``
 (``pipeline.components.engine_layout``); the CPU tier ``T`` (``pipeline.components.ktier``, or a Python
 tier: ``pipeline.components.kgeneric``).
+
+With vLLM's native offloading (``O``: ``pipeline.engine.knative``) the waiting loop drains
+the requests holding KV first (async loads, vLLM's ``kv_holding_waiting``), asks the
+connector after the GPU hit, admits an async load into ``WAITING_FOR_REMOTE_KVS`` (its
+blocks allocated with the in-flight prefills' blocks kept free, not cached until loaded),
+and each schedule ends with the connector's stores; the worker's finished transfers are
+processed with the batch's output.
 """
 
 from __future__ import annotations
