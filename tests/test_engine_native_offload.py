@@ -203,3 +203,18 @@ def test_a_link_far_slower_than_the_stores_keeps_every_transfer():
     loads = frame.filter(frame["load_ms"].is_not_null()).sort("load_start_s")
     assert loads.height > 0 and frame["finish_ms"].null_count() == 0
     assert (loads["load_end_s"].diff().drop_nulls() > 0).all()
+
+
+def test_a_closed_loop_counts_the_requests_waiting_for_their_load():
+    """``concurrency=K``: requests holding KV while their load is in flight are waiting
+    requests: at most K requests are ever admitted and unfinished."""
+    requests, config = _chat(6)
+    requests = [dataclasses.replace(r, arrival_step=None) for r in requests]
+    spec = NativeSpec(num_chunks=64, kv_bytes_per_token=64, link_gbps=1e-6)
+    result = simulate(requests, config, offload=spec, clock="time", concurrency=2,
+                      step_ms=Linear(COEF).step_ms)
+    frame = result.requests
+    assert frame["load_ms"].drop_nulls().len() > 0
+    arrivals, finishes = frame["arrival_ms"].to_list(), frame["finish_ms"].to_list()
+    for t in arrivals:                              # outstanding just after each arrival
+        assert sum(a <= t < f for a, f in zip(arrivals, finishes)) <= 2

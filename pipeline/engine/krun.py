@@ -92,7 +92,7 @@ def _run_loop(S, T, O, due, arrival, timed, concurrency, model, coef, STEPS, DUR
                 wait_append(G, S[9], p)
                 p += 1
         else:
-            while p < n and G[G_NRUN] + G[G_WLEN] < concurrency:
+            while p < n and G[G_NRUN] + G[G_WLEN] + OC[O_KLEN] < concurrency:
                 arrival[p] = clock
                 wait_append(G, S[9], p)
                 p += 1
