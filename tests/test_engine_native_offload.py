@@ -218,3 +218,20 @@ def test_a_closed_loop_counts_the_requests_waiting_for_their_load():
     arrivals, finishes = frame["arrival_ms"].to_list(), frame["finish_ms"].to_list()
     for t in arrivals:                              # outstanding just after each arrival
         assert sum(a <= t < f for a, f in zip(arrivals, finishes)) <= 2
+
+
+@needs_vllm
+def test_a_prefix_still_being_stored_defers_the_lookup():
+    """A's 8 chunks take 2,048 ms to store at 1 B/ms; C re-sends A's prompt at 100 ms,
+    after two other prompts evicted it from the GPU: HIT_PENDING, so vLLM asks again each
+    step until the store is done (2,090 ms), and only then loads, behind the others'
+    stores on the link (7,210 to 9,258 ms). Equal to vLLM's scheduler and connector."""
+    requests, config = _chat(1)
+    requests = [dataclasses.replace(r, arrival_s=r.arrival_step * 0.01, arrival_step=None)
+                for r in requests]
+    offload = reference.offload_config(64)
+    theirs, their_steps, their_loads = reference.run_vllm(
+        requests, config, offload, step_ms=_step_ms, link_bytes_per_ms=1.0)
+    ours, our_steps, our_loads = _ours(requests, config, offload, True, 1e-6)
+    assert (ours, our_steps) == (theirs, their_steps)
+    assert our_loads[3] == pytest.approx(their_loads[3]) == (2090.0, 7210.0, 9258.0)
