@@ -53,3 +53,31 @@ POLICY_LRU, POLICY_FIFO, POLICY_MRU = range(3)
 
 # engine errors (G_ERROR)
 ERR_BLOCKS = 1          # a request's block table overflowed (a bug)
+
+# vLLM's native offloading (``pipeline.engine.knative``): the state tuple O =
+# (OC int64 scalars, OF float64 scalars, M the CPU manager's arrays
+# (``vllm_offload_policies``), CROW chunk key rows, CFL chunk flags (uint8), CJOB each
+# chunk's store job, RQ the manager's per-request state, RX per-request connector state,
+# RF per-request load times, JOB / JT the transfer jobs (a ring), KQ the requests holding
+# KV while waiting (vLLM's kv_holding_waiting), FINQ requests finished since the last
+# schedule, CBL keys being loaded, SCR scratch rows)
+(O_ON, O_TPC, O_BPC, O_BS, O_SYNC_BUDGET, O_SYNC_USED, O_KVBPT, O_CHUNK_BYTES, O_TIMED,
+ O_JHEAD, O_JLEN, O_JNEXT, O_KLEN, O_NFIN, O_LOADB, O_STOREB, O_DONE, O_MODEL,
+ O_ERROR, O_STOREFROM) = range(20)
+OC_SIZE = 20
+# OF: the clock at the step's start, the link's free time, bytes per ms, latency ms, the
+# next arrival (ms), the end of each batch slot (2), then the step model's coefficients
+(F_NOW, F_FREE, F_RATE, F_LATENCY, F_NEXTARR, F_END0, F_END1, F_COEF) = range(8)
+OF_SIZE = F_COEF + 8
+# RX columns: chunk rows offset, next chunk to store, in-flight jobs, load state, in the
+# in-flight prefills, the step of the first load, the step its completion was processed
+(X_COFF, X_NEXT, X_JOBS, X_LOAD, X_INFL, X_LSTEP, X_LDONE) = range(7)
+RX_COLUMNS = 7
+LOAD_NONE, LOAD_FLIGHT, LOAD_DONE = range(3)
+# RF columns: the first load's submission, start and end on the link (ms)
+RF_SUBMIT, RF_START, RF_END = range(3)
+# JOB columns (JT: start, end ms)
+(J_SLOT, J_KIND, J_A, J_B, J_ID, J_SUB, J_CHUNKS) = range(7)
+J_COLUMNS = 7
+JOB_ASYNC, JOB_SYNC, JOB_STORE = range(3)
+ERR_JOBS = 1            # the transfer-job ring overflowed

@@ -92,8 +92,9 @@ class NativeOffload:
         S[S_CHUNKS], S[S_ARC], S[S_THRESHOLD] = num_chunks, policy == "arc", store_threshold
         S[S_TRACK_MAX], S[S_TPC] = max_tracker_size, tokens_per_chunk
         self.policy = policy
-        self._rows: dict[int, int] = {}
-        self._keys: list[int] = []
+        self._row_map: dict[int, int] = {}
+        self._key_list: list[int] = []
+        self._bulk: np.ndarray | None = None          # keys of a first bulk ``rows_for``
         K, L = self._key_arrays(FIRST_ROW + max(expected_keys, 1))
         for sentinel in range(FIRST_ROW):
             L[sentinel, :] = sentinel
@@ -108,6 +109,31 @@ class NativeOffload:
         K[:, C_CHUNK], K[:, C_RANK] = -1, NO_RANK
         return K, np.zeros((rows, 6), np.int64)
 
+    @property
+    def _rows(self) -> dict[int, int]:
+        """key -> row (built from a bulk ``rows_for`` when first asked)."""
+        self._materialize()
+        return self._row_map
+
+    @property
+    def _keys(self) -> list[int]:
+        """row - FIRST_ROW -> key."""
+        self._materialize()
+        return self._key_list
+
+    def _materialize(self) -> None:
+        if self._bulk is not None:
+            keys, self._bulk = self._bulk.tolist(), None
+            self._key_list = keys
+            self._row_map = dict(zip(keys, range(FIRST_ROW, FIRST_ROW + len(keys))))
+
+    def _grow_rows(self, need: int) -> None:
+        K, L = self.M[2], self.M[3]
+        if need > len(K):                              # grow: rows are appended
+            K2, L2 = self._key_arrays(max(need, 2 * len(K)))
+            K2[:len(K)], L2[:len(L)] = K, L
+            self.M = self.M[:2] + (K2, L2) + self.M[4:]
+
     def _row(self, key: int) -> int:
         row = self._rows.get(key)
         if row is None:
@@ -119,6 +145,31 @@ class NativeOffload:
                 K2[:len(K)], L2[:len(L)] = K, L
                 self.M = self.M[:2] + (K2, L2) + self.M[4:]
         return row
+
+    def rows_for(self, keys: np.ndarray) -> np.ndarray:
+        """The key rows of ``keys`` (an int64 array), new keys appended (vectorized
+        ``_row``: one dict pass over the distinct keys)."""
+        unique, inverse = np.unique(keys, return_inverse=True)
+        if self._bulk is None and not self._key_list:  # the first keys: rows in key order
+            self._bulk = unique
+            self._grow_rows(FIRST_ROW + unique.size)
+            return FIRST_ROW + inverse.reshape(-1).astype(np.int64)
+        rows = np.fromiter((self._rows.get(k, -1) for k in unique.tolist()), np.int64,
+                           unique.size)
+        new = np.flatnonzero(rows < 0)
+        if new.size:
+            first = FIRST_ROW + len(self._keys)
+            rows[new] = first + np.arange(new.size)
+            fresh = unique[new].tolist()
+            self._rows.update(zip(fresh, rows[new].tolist()))
+            self._keys.extend(fresh)
+            self._grow_rows(FIRST_ROW + len(self._keys))
+        return rows[inverse.reshape(-1)]
+
+    def reserve_scratch(self, chunks: int) -> None:
+        """Scratch rows for calls of up to ``chunks`` chunks (compiled callers)."""
+        if chunks > len(self.M[7]):
+            self.M = self.M[:7] + (np.zeros((2 * chunks, W_SIZE), np.int64),)
 
     def _scratch(self, chunks) -> np.ndarray:
         """The call's chunks as an array, the scratch rows grown to hold one row each."""

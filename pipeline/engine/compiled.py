@@ -55,14 +55,17 @@ def compiled_run(engine, due: np.ndarray, timed: bool, concurrency: int | None,
     arrival = np.zeros(n, np.float64)
     rows = max(1024, 4 * n)
     stack = len(engine.T) == STACK_ARRAYS           # a tier stack adds its bytes per tier
-    steps = np.zeros((rows, 8 + 3 * stack), np.int64)
+    native = engine.native is not None
+    if native and timed:
+        engine.native.price_with(model)
+    steps = np.zeros((rows, 8 + 3 * stack + 2 * native), np.int64)
     durations = np.zeros((rows if timed else 1, 2), np.float64)
     state = np.zeros(3, np.int64)
     now = np.zeros(1, np.float64)
     engine.G[L.G_EVON] = 0
     while True:
-        code = run_loop(engine.S, engine.T, due, arrival, timed, concurrency or 0, model[0],
-                        model[1], steps, durations, state, now)
+        code = run_loop(engine.S, engine.T, engine.O, due, arrival, timed, concurrency or 0,
+                        model[0], model[1], steps, durations, state, now)
         if code == DONE:
             break
         if code != FULL:
@@ -76,9 +79,12 @@ def compiled_run(engine, due: np.ndarray, timed: bool, concurrency: int | None,
     count = int(state[2])
     table = engine.R[:n]
     frame = with_tier_columns(request_table(table, arrival, timed), table, engine.T)
-    names = _STEP_NAMES + (STEP_BYTES_COLUMNS if stack else ())
+    names = (_STEP_NAMES + (STEP_BYTES_COLUMNS if stack else ())
+             + (("cpu_load_bytes", "cpu_store_bytes") if native else ()))
     step_columns = {name: steps[:count, j] for j, name in enumerate(names)}
     step_frame = pl.DataFrame(step_columns)
+    if native:
+        frame = load_columns(frame, engine, n, timed)
     if not timed:
         return frame, step_frame
     start, duration = durations[:count, 0], durations[:count, 1]
@@ -87,6 +93,26 @@ def compiled_run(engine, due: np.ndarray, timed: bool, concurrency: int | None,
                        end[table[:, L.FIN]])
     return frame, step_frame.with_columns(start_ms=pl.Series(start),
                                           duration_ms=pl.Series(duration))
+
+
+def load_columns(frame: pl.DataFrame, engine, n: int, timed: bool) -> pl.DataFrame:
+    """The native offload's load columns of requests 0..n-1: the step that admitted the
+    first load and the step whose output reported it done; on the time clock its link
+    start and end (s) and ``load_ms`` (submission to end: queueing on the link included);
+    null without a load."""
+    RX, RF = engine.native.RX[:n], engine.native.RF[:n]
+    none = RX[:, L.X_LSTEP] == L.NONE
+
+    def optional(values, dtype):
+        return pl.Series(values, dtype=dtype).set(pl.Series(none), None)
+    frame = frame.with_columns(load_step=optional(RX[:, L.X_LSTEP], pl.Int64),
+                               load_done_step=optional(RX[:, L.X_LDONE], pl.Int64))
+    if timed:
+        frame = frame.with_columns(
+            load_ms=optional(RF[:, L.RF_END] - RF[:, L.RF_SUBMIT], pl.Float64),
+            load_start_s=optional(RF[:, L.RF_START] / 1000.0, pl.Float64),
+            load_end_s=optional(RF[:, L.RF_END] / 1000.0, pl.Float64))
+    return frame
 
 
 def request_table(rows: np.ndarray, arrival: np.ndarray, timed: bool) -> pl.DataFrame:

@@ -20,6 +20,7 @@ from pipeline.components.kpool import leading_cached, pool_arrays
 from pipeline.engine.compiled import STUCK_MESSAGE, compiled_model
 from pipeline.engine.krun import DONE, FULL, STUCK_CALLS, advance, run_until, step_once
 from pipeline.components.ktier import no_tier
+from pipeline.engine.native_tier import no_offload
 from pipeline.engine.request import SimRequest
 from pipeline.engine.snapshot import CacheSnapshot
 from pipeline.engine.step import DecodeRows, DecodeRun, StepRecord, TimedSteps
@@ -37,13 +38,18 @@ class EngineSim:
 
     ``cpu_tier``: a CPU tier of ``pipeline.engine.cpu_tier`` (``LMCacheTier``, compiled,
     or ``ModelTier``, any registered CPU model; its ``arrays``), shared by the engines given
-    the same object.
+    the same object. ``offload``: vLLM's native offloading (``native_tier.NativeTier``,
+    this engine's own), instead of a CPU tier.
     """
 
-    def __init__(self, config: SchedulerConfig, cpu_tier=None, capacity: int = 16) -> None:
+    def __init__(self, config: SchedulerConfig, cpu_tier=None, capacity: int = 16,
+                 offload=None) -> None:
         if cpu_tier is not None and not hasattr(cpu_tier, "arrays"):
             raise TypeError("cpu_tier must be a CPU tier of pipeline.engine.cpu_tier "
                             "(LMCacheTier or ModelTier)")
+        if offload is not None and (cpu_tier is not None or config.async_scheduling):
+            raise ValueError("native offloading takes no other CPU tier, and runs with "
+                             "synchronous scheduling only")
         self.config = config
         self.cpu_tier = cpu_tier
         self.block_size = config.block_size
@@ -73,6 +79,8 @@ class EngineSim:
         self.EV = np.zeros((16 * entries + 64, 3), np.int64)
         self.REC = np.zeros(L.X_SIZE, np.int64)
         self.T = cpu_tier.arrays if cpu_tier is not None else no_tier()
+        self.native = offload
+        self.O = offload.arrays if offload is not None else no_offload()
         self.rows = self.nkeys = self.nblocks = 0
         self.slots: dict[int, int] = {}
         self.open: dict[int, StepRecord] = {}     # records whose outputs may still come
@@ -108,6 +116,9 @@ class EngineSim:
         self.S = (self.C, self.G, self.R, self.KEYS, self.BT, self.P, self.BH, self.HT,
                   self.RUN, self.WQ, self.BQ, self.BSMP, self.BMETA, self.HIT,
                   self.BUF, self.EV, self.REC)
+        if self.native is not None:
+            self.native.reserve(self.R.shape[0])
+            self.O = self.native.arrays
 
     def load(self, requests, keys: np.ndarray, counts: np.ndarray) -> None:
         """Put ``requests`` in rows (not queued): ``keys`` their block keys, ``counts``
@@ -133,6 +144,10 @@ class EngineSim:
             if r.index in self.slots:
                 raise ValueError(f"request {r.index} added twice")
             self.slots[r.index] = self.rows + i
+        if self.native is not None:
+            self.native.add(np.arange(self.rows, self.rows + n), self.KEYS,
+                            rows[:, L.KOFF].copy(), counts)
+            self.O = self.native.arrays
         self.rows += n
         self.nkeys += keys.size
         self.nblocks += int(bcap.sum())
@@ -164,6 +179,10 @@ class EngineSim:
             self.nblocks, L.NONE, L.NONE, L.NONE, L.NONE)
         self.KEYS[self.nkeys:self.nkeys + count] = keys.view(np.int64)
         self.slots[request.index] = self.rows
+        if self.native is not None:
+            self.native.add(np.array([self.rows]), self.KEYS, np.array([self.nkeys]),
+                            np.array([count]))
+            self.O = self.native.arrays
         self.rows += 1
         self.nkeys += count
         self.nblocks += bcap
@@ -176,13 +195,14 @@ class EngineSim:
     # ------------------------------------------------------------------ public API
 
     def has_unfinished(self) -> bool:
-        return bool(self.G[L.G_NRUN] or self.G[L.G_WLEN])
+        return bool(self.G[L.G_NRUN] or self.G[L.G_WLEN] or self.O[0][L.O_KLEN])
 
     def has_work(self) -> bool:
         """Anything left for ``step()``: requests, finished ids not yet flushed by a
         ``schedule()``, or batches in flight."""
-        G = self.G
-        return bool(G[L.G_NRUN] or G[L.G_WLEN] or G[L.G_FIN] or G[L.G_QLEN])
+        G, OC = self.G, self.O[0]
+        return bool(G[L.G_NRUN] or G[L.G_WLEN] or G[L.G_FIN] or G[L.G_QLEN]
+                    or OC[L.O_KLEN] or OC[L.O_JLEN])
 
     @property
     def num_running(self) -> int:
@@ -205,7 +225,7 @@ class EngineSim:
         return PoolView(self)
 
     def outstanding(self) -> int:
-        return int(self.G[L.G_NRUN] + self.G[L.G_WLEN])
+        return int(self.G[L.G_NRUN] + self.G[L.G_WLEN] + self.O[0][L.O_KLEN])
 
     def request_block_hashes(self, request: SimRequest) -> list[int]:
         """The block keys of ``request``'s prompt, as the engine computes them."""
@@ -251,6 +271,8 @@ class EngineSim:
         """Raise if the compiled state overflowed (a kernel flags it; it cannot raise)."""
         if self.G[L.G_ERROR]:
             raise RuntimeError("engine state overflow (a block table outgrew its request)")
+        if self.native is not None:
+            self.native.check()
 
     def _record(self) -> StepRecord:
         REC, q = self.REC, int(self.REC[L.X_Q])
@@ -281,7 +303,7 @@ class EngineSim:
         else None. Outputs of a batch are applied to its record when processed (at once
         in sync mode, one call later with async scheduling)."""
         self.G[L.G_NEV], self.G[L.G_EVON] = 0, 1
-        scheduled = step_once(self.S, self.T)
+        scheduled = step_once(self.S, self.T, self.O)
         self.check_state()
         record = self._record() if scheduled else None
         self._outputs()
@@ -291,7 +313,7 @@ class EngineSim:
         """Up to ``limit`` pure decode steps at once (``krun.advance``); None when the
         next step is not one. ``DecodeRun.records()`` = what ``step()`` would return."""
         self.G[L.G_NEV], self.G[L.G_EVON] = 0, 1
-        k = int(advance(self.S, self.T, min(int(limit), self.frees.size), self.frees))
+        k = int(advance(self.S, self.T, self.O, min(int(limit), self.frees.size), self.frees))
         self.check_state()
         if k == 0:
             return None
@@ -318,6 +340,8 @@ class EngineSim:
         if step_ms is not self._priced:           # the same model as the last call's
             self._priced, self._model = step_ms, compiled_model(step_ms)
         model = self._model
+        if self.native is not None:
+            self.native.price_with(model)
         if model is None:
             return self._run_until_python(until_ms, now_ms, step_ms)
         steps, times, state, now = self._buffers
@@ -325,7 +349,7 @@ class EngineSim:
         parts, events = [], []
         while True:
             self.G[L.G_NEV], self.G[L.G_EVON], state[2] = 0, 1, 0
-            code = run_until(self.S, self.T, float(until_ms), model[0], model[1], steps,
+            code = run_until(self.S, self.T, self.O, float(until_ms), model[0], model[1], steps,
                              times, state, now)
             self.check_state()
             count = int(state[2])

@@ -25,23 +25,14 @@ from pipeline.components.engine_layout import (
     B_NSAMP, B_NSCHED, BQ_NEW, BQ_START, C_ASYNC, C_BS, C_MAXBATCH, C_MAXE, C_MAXLEN,
     C_MAXSEQS, COMPUTED, G_ERROR, G_FIN, G_NEV, G_NFREE, G_NRUN, G_QHEAD, G_QLEN, G_STEP,
     G_WLEN, HOLDS, INFLIGHT, MAXTOK, NBLK, NPROMPT, NTOK, STALE, X_CONTEXT, X_DECODE, X_FREE,
-    X_NFIRST, X_NRUN, X_NSCHED, X_NWAIT, X_PREFILL, X_Q, X_RELOAD, X_STEP)
-from pipeline.base.fitted_step_time import TERMS
-from pipeline.base.step_vectors import Rates
+    X_NFIRST, X_NRUN, X_NSCHED, X_NWAIT, X_PREFILL, X_Q, X_RELOAD, X_STEP, F_END0, F_NEXTARR,
+    F_NOW, O_DONE, O_ERROR, O_JLEN, O_KLEN, O_LOADB, O_ON, O_STOREB)
+from pipeline.engine.kstep import (  # noqa: F401 (re-exported: QUANTITIES, linear_ms)
+    MODEL_LINEAR, MODEL_NONE, MODEL_ROOFLINE, QUANTITIES, linear_ms, reload_ms, step_time)
 
 __all__ = ["run_loop", "run_until", "advance", "step_once", "step_time", "MODEL_NONE",
            "MODEL_LINEAR", "MODEL_ROOFLINE", "DONE", "FULL", "STUCK", "STEP_FIELDS"]
 
-MODEL_NONE, MODEL_LINEAR, MODEL_ROOFLINE = 0, 1, 2
-#: the step quantities ``step_time`` passes ``linear_ms``, in this order
-QUANTITIES = ("one", "prefill_tokens", "decode_seqs", "context_tokens", "reload_tokens",
-              "attention_pairs")
-_TERM_AT = tuple(QUANTITIES.index(quantity) for _, quantity in TERMS)
-_LINEAR_RELOAD = [quantity for _, quantity in TERMS].index("reload_tokens")
-#: where each of the roofline's ``Rates`` sits in its coefficient vector
-(_OVERHEAD, _PER_TOKEN, _PER_SAMPLE, _PER_PAIR, _WEIGHTS, _PER_CONTEXT, _PER_RELOAD) = (
-    Rates._fields.index(name) for name in ("overhead_ms", "per_token", "per_sample",
-                                           "per_pair", "weights", "per_context", "per_reload"))
 DONE, FULL, STUCK = 0, 1, 2
 #: Engine calls in a row that execute nothing before the run is declared stuck.
 STUCK_CALLS = 64
@@ -50,57 +41,21 @@ L_POINTER, L_IDLE, L_ROWS = 0, 1, 2
 STEP_FIELDS = (X_STEP, X_PREFILL, X_DECODE, X_CONTEXT, X_RELOAD, X_NRUN, X_NWAIT, X_FREE)
 
 
-@helper
-def step_time(S, model, coef):
-    """Milliseconds of the batch just scheduled (``REC``), as the model's ``step_ms``."""
-    REC, BQ = S[16], S[10]
-    prefill, decodes, context, reload = REC[X_PREFILL], REC[X_DECODE], REC[X_CONTEXT], \
-        REC[X_RELOAD]
-    if prefill:
-        q, pairs = REC[X_Q], 0
-        for e in range(REC[X_NSCHED]):
-            new, before = BQ[q, e, BQ_NEW], BQ[q, e, BQ_START]
-            pairs += new * before + new * (new + 1) // 2
-    else:
-        pairs = context                               # decodes only: one query each
-    if model == MODEL_LINEAR:
-        return linear_ms(coef, (1, prefill, decodes, context, reload, pairs))
-    tokens = prefill + decodes
-    if tokens == 0 and reload == 0:
-        return coef[_OVERHEAD]
-    compute = (coef[_PER_TOKEN] * tokens + coef[_PER_SAMPLE] * (decodes + REC[X_NFIRST])
-               + coef[_PER_PAIR] * pairs)
-    memory = coef[_WEIGHTS] + coef[_PER_CONTEXT] * context
-    return coef[_OVERHEAD] + max(compute, memory) + coef[_PER_RELOAD] * reload
-
-
 @inlined
-def _reload_ms(S, model, coef):
-    """The step model's reload term, which a tier stack's own transfer time replaces."""
-    if model == MODEL_LINEAR:
-        return coef[_LINEAR_RELOAD] * S[16][X_RELOAD]
-    if model == MODEL_ROOFLINE:
-        return coef[_PER_RELOAD] * S[16][X_RELOAD]
-    return 0.0
-
-
-@helper
-def linear_ms(coef, quantities):
-    """The linear form: ``coef`` in ``TERMS`` order times the step's ``QUANTITIES``
-    (``_TERM_AT`` says where each term's quantity sits), summed in that order."""
-    ms = 0.0
-    for j in range(len(_TERM_AT)):
-        ms += coef[j] * quantities[_TERM_AT[j]]
-    return ms
-
-
-@inlined
-def _execute(S, T, timed, model, coef, STEPS, DUR, L, now):
-    """One engine call; a batch it executed is the next row (priced when ``timed``).
+def _execute(S, T, O, timed, model, coef, STEPS, DUR, L, now):
+    """One engine call; a batch it executed is the next row (priced when ``timed``; with
+    the native offload the worker's end of the step, its synchronous loads included).
     Returns the clock after it, or ``-1 - now`` when the engine is stuck."""
-    if engine_step(S, T) == 0:
+    OC, OF = O[0], O[1]
+    native = OC[O_ON] != 0
+    OF[F_NOW] = now
+    done = OC[O_DONE]
+    if engine_step(S, T, O) == 0:
+        if native and (OC[O_DONE] != done or (timed and OF[F_END0] > now)):
+            L[L_IDLE] = 0                             # waiting on the link
+            return OF[F_END0] if timed else now
         L[L_IDLE] += 1
-        if L[L_IDLE] > STUCK_CALLS or S[1][G_ERROR] != 0:
+        if L[L_IDLE] > STUCK_CALLS or S[1][G_ERROR] != 0 or OC[O_ERROR] != 0:
             return -1.0 - now
         return now
     L[L_IDLE] = 0
@@ -109,10 +64,16 @@ def _execute(S, T, timed, model, coef, STEPS, DUR, L, now):
     for j in range(8):
         STEPS[row, j] = REC[STEP_FIELDS[j]]
     loads = stack_step_ms(T, S[2], S[3], STEPS, row)  # < 0: the tier does not price loads
+    if native:                                        # (a stack and native never both)
+        STEPS[row, 8], STEPS[row, 9] = OC[O_LOADB], OC[O_STOREB]
+        OC[O_LOADB], OC[O_STOREB] = 0, 0
     if timed:
-        duration = step_time(S, model, coef)
-        if loads >= 0.0:
-            duration += loads - _reload_ms(S, model, coef)
+        if native:
+            duration = OF[F_END0 + REC[X_Q]] - now
+        else:
+            duration = step_time(S, model, coef)
+            if loads >= 0.0:
+                duration += loads - reload_ms(S, model, coef)
         DUR[row, 0] = now
         DUR[row, 1] = duration
         now += duration
@@ -121,8 +82,9 @@ def _execute(S, T, timed, model, coef, STEPS, DUR, L, now):
 
 
 @inlined
-def _run_loop(S, T, due, arrival, timed, concurrency, model, coef, STEPS, DUR, L, NOW):
+def _run_loop(S, T, O, due, arrival, timed, concurrency, model, coef, STEPS, DUR, L, NOW):
     G = S[1]
+    OC = O[0]
     n = due.size
     now = NOW[0]
     while True:
@@ -137,12 +99,14 @@ def _run_loop(S, T, due, arrival, timed, concurrency, model, coef, STEPS, DUR, L
                 wait_append(G, S[9], p)
                 p += 1
         else:
-            while p < n and G[G_NRUN] + G[G_WLEN] < concurrency:
+            while p < n and G[G_NRUN] + G[G_WLEN] + OC[O_KLEN] < concurrency:
                 arrival[p] = clock
                 wait_append(G, S[9], p)
                 p += 1
         L[L_POINTER] = p
-        if not (G[G_NRUN] > 0 or G[G_WLEN] > 0 or G[G_FIN] != 0 or G[G_QLEN] > 0):
+        O[1][F_NEXTARR] = due[p] if timed and concurrency <= 0 and p < n else np.inf
+        if not (G[G_NRUN] > 0 or G[G_WLEN] > 0 or G[G_FIN] != 0 or G[G_QLEN] > 0
+                or OC[O_KLEN] > 0 or OC[O_JLEN] > 0):
             if p == n:
                 NOW[0] = now
                 return DONE
@@ -151,7 +115,7 @@ def _run_loop(S, T, due, arrival, timed, concurrency, model, coef, STEPS, DUR, L
             else:
                 G[G_STEP] = max(G[G_STEP], np.int64(due[p]))
             continue
-        now = _execute(S, T, timed, model, coef, STEPS, DUR, L, now)
+        now = _execute(S, T, O, timed, model, coef, STEPS, DUR, L, now)
         if now < 0:
             NOW[0] = -now - 1.0
             return STUCK
@@ -193,10 +157,10 @@ def _allocations(S, steps):
 
 
 @inlined
-def _advance(S, T, limit, FREES):
+def _advance(S, T, O, limit, FREES):
     C, G, R, RUN = S[0], S[1], S[2], S[8]
     n = G[G_NRUN]
-    if limit < 2 or n == 0 or n > C[C_MAXBATCH]:
+    if limit < 2 or n == 0 or n > C[C_MAXBATCH] or O[0][O_ON] != 0:
         return 0
     if G[G_WLEN] > 0 and n < C[C_MAXSEQS] and n < C[C_MAXBATCH]:
         return 0
@@ -222,22 +186,23 @@ def _advance(S, T, limit, FREES):
             return 0
         k = low
     for j in range(k):
-        engine_step(S, T)
+        engine_step(S, T, O)
         FREES[j] = S[16][X_FREE]
     return k
 
 
 @inlined
-def _run_until(S, T, until, model, coef, STEPS, DUR, L, NOW):
+def _run_until(S, T, O, until, model, coef, STEPS, DUR, L, NOW):
     C, G, EV = S[0], S[1], S[15]
     now = NOW[0]
+    O[1][F_NEXTARR] = until                           # the caller's next event
     room = 2 * C[C_MAXE] + 2
     while now < until and (G[G_NRUN] > 0 or G[G_WLEN] > 0 or G[G_FIN] != 0
-                           or G[G_QLEN] > 0):
+                           or G[G_QLEN] > 0 or O[0][O_KLEN] > 0 or O[0][O_JLEN] > 0):
         if L[L_ROWS] >= STEPS.shape[0] or G[G_NEV] + room > EV.shape[0]:
             NOW[0] = now
             return FULL
-        now = _execute(S, T, np.bool_(True), model, coef, STEPS, DUR, L, now)
+        now = _execute(S, T, O, np.bool_(True), model, coef, STEPS, DUR, L, now)
         if now < 0:
             NOW[0] = -now - 1.0
             return STUCK
@@ -249,17 +214,18 @@ OP_STEP, OP_ADVANCE, OP_UNTIL, OP_LOOP = range(4)
 
 
 @kernel
-def _engine(op, S, T, due, arrival, timed, concurrency, model, coef, STEPS, DUR, L, NOW,
+def _engine(op, S, T, O, due, arrival, timed, concurrency, model, coef, STEPS, DUR, L, NOW,
             until, limit, FREES):
     """The one compiled entry point (``op`` says which): one kernel, so the scheduler's
     code is compiled once into it, not once per entry point."""
     if op == OP_STEP:
-        return engine_step(S, T)
+        return engine_step(S, T, O)
     if op == OP_ADVANCE:
-        return _advance(S, T, limit, FREES)
+        return _advance(S, T, O, limit, FREES)
     if op == OP_UNTIL:
-        return _run_until(S, T, until, model, coef, STEPS, DUR, L, NOW)
-    return _run_loop(S, T, due, arrival, timed, concurrency, model, coef, STEPS, DUR, L, NOW)
+        return _run_until(S, T, O, until, model, coef, STEPS, DUR, L, NOW)
+    return _run_loop(S, T, O, due, arrival, timed, concurrency, model, coef, STEPS, DUR, L,
+                     NOW)
 
 
 # placeholders for the arguments an operation does not use (the types of the real ones)
@@ -267,34 +233,34 @@ _F1, _F2 = np.zeros(1, np.float64), np.zeros((1, 2), np.float64)
 _I1, _I2 = np.zeros(1, np.int64), np.zeros((1, 8), np.int64)
 
 
-def run_loop(S, T, due: np.ndarray, arrival: np.ndarray, timed: bool, concurrency: int,
+def run_loop(S, T, O, due: np.ndarray, arrival: np.ndarray, timed: bool, concurrency: int,
              model: int, coef: np.ndarray, STEPS: np.ndarray, DUR: np.ndarray,
              L: np.ndarray, NOW: np.ndarray) -> int:
     """Run the requests (slots 0..n-1 in input order, ``due`` their arrival step or ms)
     until done (DONE), the step buffer is full (FULL) or the engine is stuck (STUCK)."""
-    return _engine(OP_LOOP, S, T, due, arrival, timed, concurrency, model, coef, STEPS, DUR,
+    return _engine(OP_LOOP, S, T, O, due, arrival, timed, concurrency, model, coef, STEPS, DUR,
                    L, NOW, 0.0, 0, _I1)
 
 
-def run_until(S, T, until: float, model: int, coef: np.ndarray, STEPS: np.ndarray,
+def run_until(S, T, O, until: float, model: int, coef: np.ndarray, STEPS: np.ndarray,
               DUR: np.ndarray, L: np.ndarray, NOW: np.ndarray) -> int:
     """Step (no arrivals) while the engine has work and its clock ``NOW[0]`` is before
     ``until``: each executed batch a row of ``STEPS`` and (start, duration) of ``DUR``,
     the outputs processed in EV. DONE, FULL (a buffer is full: drain and call again) or
     STUCK."""
-    return _engine(OP_UNTIL, S, T, _F1, _F1, True, 0, model, coef, STEPS, DUR, L, NOW,
+    return _engine(OP_UNTIL, S, T, O, _F1, _F1, True, 0, model, coef, STEPS, DUR, L, NOW,
                    until, 0, _I1)
 
 
-def advance(S, T, limit: int, FREES: np.ndarray) -> int:
+def advance(S, T, O, limit: int, FREES: np.ndarray) -> int:
     """Up to ``limit`` steps where each is a pure decode step (every running request
     decoding one token, none finishing, every new block available, the waiting queue
     unable to move), run one by one; free blocks after each into FREES. Returns how many
     (0: the next step is not such a step, nothing done)."""
-    return _engine(OP_ADVANCE, S, T, _F1, _F1, False, 0, 0, _F1, _I2, _F2, _I1, _F1, 0.0,
+    return _engine(OP_ADVANCE, S, T, O, _F1, _F1, False, 0, 0, _F1, _I2, _F2, _I1, _F1, 0.0,
                    limit, FREES)
 
 
-def step_once(S, T) -> int:
+def step_once(S, T, O) -> int:
     """``engine_step`` for a Python caller (``EngineSim.step``)."""
-    return _engine(OP_STEP, S, T, _F1, _F1, False, 0, 0, _F1, _I2, _F2, _I1, _F1, 0.0, 0, _I1)
+    return _engine(OP_STEP, S, T, O, _F1, _F1, False, 0, 0, _F1, _I2, _F2, _I1, _F1, 0.0, 0, _I1)

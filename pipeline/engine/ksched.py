@@ -21,6 +21,13 @@ arrives (``num_stale_output_tokens``).
 State ``S = (C, G, R, KEYS, BT, P, BH, HT, RUN, WQ, BQ, BSMP, BMETA, HIT, BUF, EV, REC)``
 (``pipeline.components.engine_layout``); the CPU tier ``T`` (``pipeline.components.ktier``, or a Python
 tier: ``pipeline.components.kgeneric``).
+
+With vLLM's native offloading (``O``: ``pipeline.engine.knative``) the waiting loop drains
+the requests holding KV first (async loads, vLLM's ``kv_holding_waiting``), asks the
+connector after the GPU hit, admits an async load into ``WAITING_FOR_REMOTE_KVS`` (its
+blocks allocated with the in-flight prefills' blocks kept free, not cached until loaded),
+and each schedule ends with the connector's stores; the worker's finished transfers are
+processed with the batch's output.
 """
 
 from __future__ import annotations
@@ -31,6 +38,9 @@ from pipeline.components.kjit import helper, inlined
 from pipeline.components.kpool import (cache_full_blocks, free_blocks, get_new_blocks,
                                    longest_hit, touch)
 from pipeline.components.kgeneric import tier_lookup, tier_store
+from pipeline.engine.knative import (after_alloc, build_stores, complete, inflight_reserved,
+                                     matched, reserve_sync, worker_start)
+from pipeline.engine.kstep import step_time
 from pipeline.components.engine_layout import (
     B_HASREC, B_NSAMP, B_NSCHED, B_STEP, BCAP, BOFF, C_ASYNC, C_BS, C_CHUNKED, C_HMASK,
     C_MAXBATCH, C_MAXLEN, C_MAXSEQS, C_THRESH, COMPUTED, CPUHIT, ERR_BLOCKS, FIN, FINISHED,
@@ -38,7 +48,8 @@ from pipeline.components.engine_layout import (
     G_WHEAD, G_WLEN, GPUHIT, HOLDS, INDEX, INFLIGHT, KOFF, LIMIT, MAXTOK, NBLK, NCACHED,
     NONE, NPROMPT, NTOK, PREEMPT, PREEMPTED, REF, RUNNING, STALE, STALEF, STATUS, STORED,
     T_ON, X_CONTEXT, X_DECODE, X_FREE, X_HAS, X_NFIRST, X_NRUN, X_NSCHED, X_NWAIT,
-    X_PREFILL, X_Q, X_RELOAD, X_STEP)
+    X_PREFILL, X_Q, X_RELOAD, X_STEP, F_COEF, LOAD_DONE, LOAD_FLIGHT, LOAD_NONE,
+    O_JLEN, O_KLEN, O_MODEL, O_NFIN, O_ON, O_SYNC_USED, O_TIMED, X_INFL, X_LOAD)
 
 __all__ = ["engine_step", "wait_append"]
 
@@ -104,8 +115,10 @@ def _cache_blocks(S, slot, num_tokens):
 
 
 @helper
-def _allocate_slots(S, slot, num_new, nhit, external, admission):
-    """KVCacheManager.allocate_slots; False (nothing changed) when it returns None."""
+def _allocate_slots(S, slot, num_new, nhit, external, admission, reserved, delay):
+    """KVCacheManager.allocate_slots; False (nothing changed) when it returns None.
+    ``reserved``: blocks to leave free (an async load's admission); ``delay``: blocks
+    not cached yet (an async load: cached when it is in)."""
     C, G, R, BT, P, HIT = S[0], S[1], S[2], S[4], S[5], S[13]
     size, max_len = C[C_BS], C[C_MAXLEN]
     local = R[slot, COMPUTED] + nhit * size
@@ -114,7 +127,7 @@ def _allocate_slots(S, slot, num_new, nhit, external, admission):
         if _blocks_needed(S, slot, min(R[slot, NTOK], max_len), nhit) > G[G_NFREE]:
             return False
     need = min(total + num_new, max_len)
-    if _blocks_needed(S, slot, need, nhit) > G[G_NFREE]:
+    if _blocks_needed(S, slot, need, nhit) > G[G_NFREE] - reserved:
         return False
     if (nhit > 0 or external > 0) and R[slot, NCACHED] == NONE:
         G[G_NFREE] -= touch(P, HIT, nhit)
@@ -126,7 +139,8 @@ def _allocate_slots(S, slot, num_new, nhit, external, admission):
         if external > 0:
             _grow(S, slot, max(0, -(-(local + external) // size) - R[slot, NBLK]))
     _grow(S, slot, -(-need // size) - R[slot, NBLK])
-    _cache_blocks(S, slot, min(total + num_new, R[slot, NTOK]))
+    if not delay:
+        _cache_blocks(S, slot, min(total + num_new, R[slot, NTOK]))
     return True
 
 
@@ -140,10 +154,12 @@ def _free_request(S, slot):
 
 
 @inlined
-def _preempt(S, slot):
+def _preempt(S, O, slot):
     """Scheduler._preempt_request: to the front of the waiting queue."""
     G, R, WQ = S[1], S[2], S[9]
     _free_request(S, slot)
+    if O[0][O_ON] != 0:
+        O[7][slot, X_INFL] = 0
     R[slot, STATUS] = PREEMPTED
     R[slot, COMPUTED] = 0
     R[slot, STALE] = R[slot, INFLIGHT]
@@ -155,7 +171,7 @@ def _preempt(S, slot):
 
 
 @helper
-def _started(S, q, slot, num_new, start, step):
+def _started(S, RX, native, q, slot, num_new, start, step):
     """Add the entry to batch ``q`` and run _update_after_schedule for it."""
     C, R, BQ, BSMP, BMETA, REC = S[0], S[2], S[10], S[11], S[12], S[16]
     e = BMETA[q, B_NSCHED]
@@ -169,6 +185,8 @@ def _started(S, q, slot, num_new, start, step):
     if R[slot, FSCHED] == NONE:
         R[slot, FSCHED] = step
     if computed >= R[slot, NTOK] + R[slot, HOLDS]:    # not a prefill chunk: it samples
+        if native:                                    # no longer an in-flight prefill
+            RX[slot, X_INFL] = 0
         BSMP[q, BMETA[q, B_NSAMP]] = slot
         BMETA[q, B_NSAMP] += 1
         if asynchronous:
@@ -181,11 +199,58 @@ def _started(S, q, slot, num_new, start, step):
 
 
 @inlined
-def _schedule_waiting(S, T, q, budget, threshold, step):
+def _schedule_holding(S, O, q, budget, threshold, step):
+    """The requests holding KV in the waiting queue (vLLM's ``kv_holding_waiting``: async
+    loads), drained first: a load still in flight is skipped, a finished one caches its
+    blocks and is scheduled (the last token recomputed when the whole prompt was loaded).
+    Returns (budget left, True when the waiting loop stops here)."""
+    C, G, R, RUN = S[0], S[1], S[2], S[8]
+    OC, RX, KQ = O[0], O[7], O[11]
+    p = ZERO
+    while budget > 0 and p < OC[O_KLEN]:
+        if G[G_NRUN] >= C[C_MAXSEQS]:
+            return budget, True
+        slot = KQ[p]
+        if RX[slot, X_LOAD] == LOAD_FLIGHT:
+            p += 1
+            continue
+        if RX[slot, X_LOAD] == LOAD_DONE:            # _update_waiting_for_remote_kv
+            _cache_blocks(S, slot, R[slot, COMPUTED])
+            if R[slot, COMPUTED] == R[slot, NTOK]:
+                R[slot, COMPUTED] = R[slot, NTOK] - 1
+            RX[slot, X_LOAD] = LOAD_NONE
+        computed = R[slot, COMPUTED]
+        num_new = R[slot, NTOK] - computed
+        if 0 < threshold < num_new:
+            num_new = threshold
+        if C[C_CHUNKED] == 0 and num_new > budget:
+            return budget, True
+        num_new = min(num_new, budget)
+        if not _allocate_slots(S, slot, num_new, ZERO, ZERO, np.bool_(True), ZERO,
+                               np.bool_(False)):
+            return budget, True
+        OC[O_KLEN] -= 1
+        for j in range(p, OC[O_KLEN]):
+            KQ[j] = KQ[j + 1]
+        RUN[G[G_NRUN]] = slot
+        G[G_NRUN] += 1
+        R[slot, STATUS] = RUNNING
+        _started(S, O[7], O[0][O_ON] != 0, q, slot, num_new, computed, step)
+        budget -= num_new
+    return budget, False
+
+
+@inlined
+def _schedule_waiting(S, T, O, q, budget, threshold, step):
     """The waiting-queue half of schedule(); returns the tokens reloaded."""
     C, G, R, KEYS, HT, RUN, WQ, HIT = S[0], S[1], S[2], S[3], S[7], S[8], S[9], S[13]
     size = C[C_BS]
     reloads = 0
+    native = O[0][O_ON] != 0
+    if native:
+        budget, stop = _schedule_holding(S, O, q, budget, threshold, step)
+        if stop:
+            return 0
     p = ZERO                                          # stale requests skipped at the front
     while budget > 0 and p < G[G_WLEN]:
         if G[G_NRUN] >= C[C_MAXSEQS]:
@@ -196,38 +261,64 @@ def _schedule_waiting(S, T, q, budget, threshold, step):
             continue
         nhit = 0
         external = 0
+        local = 0
+        loading = False
         if R[slot, COMPUTED] == 0:
             nhit = longest_hit(HT, C[C_HMASK], KEYS, R[slot, KOFF],
                                (R[slot, NTOK] - 1) // size, HIT)
             local = nhit * size
             if T[0][T_ON] != 0:
                 external = max(tier_lookup(T, R, KEYS, slot, local) - local, 0)
+            elif native:
+                external = matched(S, O, slot, local)
+                if external < 0:                      # the connector asks again later
+                    p += 1
+                    continue
+                loading = external > 0 and not reserve_sync(S, O, slot, local, external)
             computed = local + external
             if R[slot, PREEMPT] <= 0:
                 R[slot, GPUHIT], R[slot, CPUHIT] = local, external
         else:
             computed = R[slot, COMPUTED]
+        if loading:                                   # WAITING_FOR_REMOTE_KVS
+            if not _allocate_slots(S, slot, ZERO, nhit, external, np.bool_(True),
+                                   inflight_reserved(S, O), np.bool_(True)):
+                break
+            after_alloc(S, O, slot, local, external, False, step)
+            _wait_remove_at(G, WQ, p)
+            R[slot, COMPUTED] = computed
+            O[7][slot, X_LOAD], O[7][slot, X_INFL] = LOAD_FLIGHT, 1
+            O[11][O[0][O_KLEN]] = slot
+            O[0][O_KLEN] += 1
+            continue
         num_new = R[slot, NTOK] - computed
         if 0 < threshold < num_new:
             num_new = threshold
         if C[C_CHUNKED] == 0 and num_new > budget:
             break
         num_new = min(num_new, budget)
-        if not _allocate_slots(S, slot, num_new, nhit, external, np.bool_(True)):
+        if not _allocate_slots(S, slot, num_new, nhit, external, np.bool_(True), ZERO,
+                               np.bool_(False)):
             break
+        if native:
+            if external > 0:                          # a synchronous load
+                after_alloc(S, O, slot, local, external, True, step)
+            if computed + num_new < R[slot, NTOK]:
+                O[7][slot, X_INFL] = 1
         _wait_remove_at(G, WQ, p)
         RUN[G[G_NRUN]] = slot
         G[G_NRUN] += 1
         R[slot, STATUS] = RUNNING
         R[slot, COMPUTED] = computed
-        _started(S, q, slot, num_new, computed, step)
+        _started(S, O[7], O[0][O_ON] != 0, q, slot, num_new, computed, step)
         budget -= num_new
-        reloads += external
+        if not native:
+            reloads += external
     return reloads
 
 
 @inlined
-def _schedule(S, T, q):
+def _schedule(S, T, O, q):
     """Scheduler.schedule into batch slot ``q``, then _update_after_schedule; the record
     totals in REC (``REC[X_HAS]`` 0 when it scheduled nothing)."""
     C, G, R, RUN, BMETA, REC = S[0], S[1], S[2], S[8], S[12], S[16]
@@ -236,7 +327,7 @@ def _schedule(S, T, q):
     for j in range(REC.size):
         REC[j] = 0
     budget = C[C_MAXBATCH]
-    threshold = C[C_THRESH] if G[G_NRUN] + G[G_WLEN] > 1 else 0
+    threshold = C[C_THRESH] if G[G_NRUN] + G[G_WLEN] + O[0][O_KLEN] > 1 else 0
     max_len, size = C[C_MAXLEN], C[C_BS]
     step = G[G_STEP]
     preempted = False
@@ -260,7 +351,7 @@ def _schedule(S, T, q):
                     _grow(S, slot, ONE)
                 if R[slot, NTOK] >= (max(R[slot, NCACHED], 0) + 1) * size:
                     _cache_blocks(S, slot, R[slot, NTOK])
-                _started(S, q, slot, ONE, computed, step)
+                _started(S, O[7], O[0][O_ON] != 0, q, slot, ONE, computed, step)
                 budget -= 1
                 continue
         if 0 < threshold < num_new:
@@ -270,31 +361,36 @@ def _schedule(S, T, q):
             continue
         ok = False
         while True:
-            if _allocate_slots(S, slot, num_new, ZERO, ZERO, np.bool_(False)):
+            if _allocate_slots(S, slot, num_new, ZERO, ZERO, np.bool_(False), ZERO,
+                               np.bool_(False)):
                 ok = True
                 break
             G[G_NRUN] -= 1
             victim = RUN[G[G_NRUN]]
-            _preempt(S, victim)
+            _preempt(S, O, victim)
             preempted = True
             if victim == slot:
                 break
         if not ok:
             break
-        _started(S, q, slot, num_new, computed, step)
+        _started(S, O[7], O[0][O_ON] != 0, q, slot, num_new, computed, step)
         budget -= num_new
     reloads = 0
     if not preempted:
-        reloads = _schedule_waiting(S, T, q, budget, threshold, step)
+        reloads = _schedule_waiting(S, T, O, q, budget, threshold, step)
     G[G_FIN] = 0
     BMETA[q, B_STEP] = step
     REC[X_Q] = q
+    if O[0][O_ON] != 0:                               # build_connector_meta
+        build_stores(S, O, q)
+        O[0][O_SYNC_USED] = 0
     if BMETA[q, B_NSCHED] == 0:
         return
     G[G_STEP] += 1
     BMETA[q, B_HASREC] = 1
     REC[X_HAS], REC[X_STEP], REC[X_RELOAD] = 1, step, reloads
-    REC[X_NRUN], REC[X_NWAIT], REC[X_FREE] = G[G_NRUN], G[G_WLEN], G[G_NFREE]
+    REC[X_NRUN], REC[X_NWAIT], REC[X_FREE] = G[G_NRUN], G[G_WLEN] + O[0][O_KLEN], \
+        G[G_NFREE]
     REC[X_NSCHED] = BMETA[q, B_NSCHED]
 
 
@@ -308,7 +404,7 @@ def _event(G, EV, step, kind, index):
 
 
 @inlined
-def _update_from_output(S, T, q):
+def _update_from_output(S, T, O, q):
     """Scheduler.update_from_output with one sampled token per finished chunk."""
     C, G, R, KEYS, RUN, WQ, BQ, BSMP, BMETA, EV, REC = S[0], S[1], S[2], S[3], S[8], \
         S[9], S[10], S[11], S[12], S[15], S[16]
@@ -354,6 +450,10 @@ def _update_from_output(S, T, q):
             _event(G, EV, step, ONE, R[slot, INDEX])
             G[G_FIN] = 1
             _free_request(S, slot)
+            if O[0][O_ON] != 0:                       # its stores: next schedule's
+                O[7][slot, X_INFL] = 0
+                O[12][O[0][O_NFIN]] = slot
+                O[0][O_NFIN] += 1
             if before == RUNNING:
                 stopped = True
             else:
@@ -364,6 +464,8 @@ def _update_from_output(S, T, q):
     if any_stale:
         for e in range(n):
             R[BQ[q, e, 0], STALEF] = 0
+    if O[0][O_ON] != 0 and O[0][O_JLEN] > 0:          # the worker's finished transfers
+        complete(S, O, q, G[G_STEP])
     if stopped:
         kept = 0
         for i in range(G[G_NRUN]):
@@ -375,17 +477,25 @@ def _update_from_output(S, T, q):
 
 
 @helper
-def engine_step(S, T):
+def engine_step(S, T, O):
     """One engine iteration (``EngineCore.step`` or ``step_with_batch_queue``); returns 1
     when it scheduled > 0 tokens (its totals in REC, its batch slot ``REC[X_Q]``), else 0.
     Outputs processed by this call go to EV (when ``G[G_EVON]``)."""
     C, G, REC = S[0], S[1], S[16]
-    has = G[G_NRUN] > 0 or G[G_WLEN] > 0 or G[G_FIN] != 0
+    OC = O[0]
+    native = OC[O_ON] != 0
+    has = G[G_NRUN] > 0 or G[G_WLEN] > 0 or G[G_FIN] != 0 or (
+        native and (OC[O_KLEN] > 0 or OC[O_JLEN] > 0))
     asynchronous = C[C_ASYNC] != 0
     REC[X_HAS] = 0
     if has:                                           # (one call site each: inlined)
         q = (G[G_QHEAD] + G[G_QLEN]) % 2 if asynchronous else ZERO
-        _schedule(S, T, q)
+        _schedule(S, T, O, q)
+        if native:                                    # the worker starts the step
+            ms = 0.0
+            if REC[X_HAS] != 0 and OC[O_TIMED] != 0:
+                ms = step_time(S, OC[O_MODEL], O[1][F_COEF:])
+            worker_start(O, ms, q, REC[X_HAS] == 0)
         if asynchronous:
             G[G_QLEN] += 1
             if G[G_QLEN] < 2 and (REC[X_HAS] != 0 or G[G_NRUN] > 0 or G[G_WLEN] > 0):
@@ -397,5 +507,5 @@ def engine_step(S, T):
         q = G[G_QHEAD]
         G[G_QHEAD] = (q + 1) % 2
         G[G_QLEN] -= 1
-    _update_from_output(S, T, q)
+    _update_from_output(S, T, O, q)
     return REC[X_HAS]

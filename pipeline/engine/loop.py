@@ -16,6 +16,7 @@ from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.core import DecodeRun, EngineSim, StepRecord
 from pipeline.engine.hashing import flat_request_keys
 from pipeline.engine.krun import STUCK_CALLS
+from pipeline.engine.native_tier import NativeSpec, NativeTier
 from pipeline.engine.request import SimRequest
 
 __all__ = ["SimResult", "simulate", "request_frame", "step_frame", "timed_run", "CLOCKS",
@@ -40,7 +41,8 @@ class SimResult:
 def simulate(requests: Sequence[SimRequest], config: SchedulerConfig, *, cpu_tier=None,
              clock: str = "steps", step_ms: Callable[[StepRecord], float] | None = None,
              concurrency: int | None = None,
-             decode_run_ms: Callable[[int, int, int], np.ndarray] | None = None) -> SimResult:
+             decode_run_ms: Callable[[int, int, int], np.ndarray] | None = None,
+             offload: NativeSpec | None = None) -> SimResult:
     """Run ``requests`` (``index`` 0..n-1 in input order) through vLLM's engine loop.
 
     ``clock="steps"``: one step = one executed batch; before each ``schedule()`` every
@@ -52,7 +54,9 @@ def simulate(requests: Sequence[SimRequest], config: SchedulerConfig, *, cpu_tie
     ``step_ms`` is a compiled model's (``kernel_coefficients``: the fitted ``Linear``,
     ``Roofline``); any other ``step_ms`` is called per batch from Python, with
     ``decode_run_ms(num_running, context_base, count)`` (equal to ``step_ms`` per record)
-    pricing runs of pure decode steps at once.
+    pricing runs of pure decode steps at once. ``offload``: vLLM's native offloading
+    (``native_tier.NativeSpec``; the step clock, or the time clock with a compiled model);
+    the frames then gain its load and transfer columns (``compiled.load_columns``).
     """
     if clock not in CLOCKS:
         raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, got {clock!r}")
@@ -70,9 +74,17 @@ def simulate(requests: Sequence[SimRequest], config: SchedulerConfig, *, cpu_tie
                         for r in requests], dtype=np.float64)
         if n and np.any(np.diff(due) < 0):
             raise ValueError("arrivals must be non-decreasing in input order")
-    engine = EngineSim(config, cpu_tier, capacity=n)
-    engine.load(requests, *flat_request_keys(requests, config.block_size))
     model = compiled_model(step_ms) if timed else (MODEL_NONE, np.zeros(8))
+    if isinstance(cpu_tier, NativeSpec):               # the engine's CPU tier is vLLM's own
+        offload, cpu_tier = cpu_tier, None
+    native = None
+    if offload is not None:
+        if model is None:
+            raise ValueError("native offloading on the time clock needs a compiled "
+                             "step-time model (fitted Linear or Roofline)")
+        native = NativeTier(offload, config.block_size, timed, model)
+    engine = EngineSim(config, cpu_tier, capacity=n, offload=native)
+    engine.load(requests, *flat_request_keys(requests, config.block_size))
     if model is not None:
         return SimResult(*compiled_run(engine, due, timed, concurrency, model))
     return _callback_run(engine, requests, due, concurrency, step_ms, decode_run_ms)

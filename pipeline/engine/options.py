@@ -6,7 +6,10 @@ CPU backend, compiled) of ``--cpu`` (tokens, blocks or a size); its declared opt
 (``registry`` entries' ``Option``s) are offered as ``--cpu-<option>`` (``--cpu-chunk-size``), built as
 ``pipeline.catalog.model_options`` builds the block commands' option groups. An option of
 another model, an order the model cannot follow or a check that fails is a one-line usage
-error (exit 2).
+error (exit 2). vLLM's own offloading options (``--kv-offloading-size GiB
+--kv-offloading-backend native|lmcache``, the native connector's ``--offload-*``) choose the
+CPU tier instead (``offloading``): native is ``pipeline.engine.native_tier``, lmcache
+LMCache's CPU backend of that size.
 """
 
 from __future__ import annotations
@@ -28,12 +31,16 @@ from pipeline.base.errors import UsageError
 from pipeline.sizes.limits import MAX_BLOCKS
 from pipeline.sizes.units import one_capacity
 from pipeline.sizes.vllm_memory import DEFAULT_BATCHED_TOKENS, DEFAULT_SEQS
+from pipeline.engine.native_tier import DEFAULT_LINK_GBPS, NativeSpec
 
 __all__ = ["add_engine_arguments", "add_scheduler_limits", "pool_blocks", "cpu_tier_choice",
            "cpu_tier_factory", "cpu_tier_dests", "DEFAULT_CPU_MODEL", "engine_models",
-           "engine_for"]
+           "engine_for", "offloading"]
 
 DEFAULT_CPU_MODEL = "lmcache"
+#: the native connector's options (dests), refused with the lmcache backend
+NATIVE_ONLY = ("offload_eviction_policy", "offload_block_size", "offload_store_threshold",
+               "offload_sync_load_budget")
 
 
 def _declared() -> dict[str, registry.Option]:
@@ -152,11 +159,77 @@ def cpu_tier_choice(args: argparse.Namespace) -> tuple[str, dict, str]:
     return model, options, order
 
 
+def _flag_of(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def offloading(args: argparse.Namespace) -> NativeSpec | int | None:
+    """vLLM's offloading options: a ``NativeSpec`` (backend native, vLLM's default with a
+    size), the tokens of LMCache's CPU backend of that size (backend lmcache), or None
+    (no size). One-line usage errors naming the option: a backend or a native option
+    without a size, a native option with lmcache, a second CPU tier, a chunk that is not
+    whole blocks, a size under one chunk, async scheduling with native."""
+    size = getattr(args, "kv_offloading_size", None)
+    backend = getattr(args, "kv_offloading_backend", None)
+    given = [dest for dest in NATIVE_ONLY if getattr(args, dest, None) is not None]
+    if size is None:
+        if backend is not None or given:
+            flag = "--kv-offloading-backend" if backend is not None else _flag_of(given[0])
+            raise UsageError(f"{flag} needs --kv-offloading-size GiB")
+        return None
+    backend = backend or "native"
+    if getattr(args, "cpu", 0) or getattr(args, "cpu_tier_model", None) is not None:
+        flag = "--cpu-model" if getattr(args, "cpu_tier_model", None) else "--cpu"
+        raise UsageError(f"{flag}: --kv-offloading-size already sets the engine's CPU tier "
+                         f"(backend {backend})")
+    from pipeline.sizes.units import kv_from_args
+    try:
+        kv = kv_from_args(args, "--kv-offloading-size")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if backend == "lmcache":
+        if given:
+            raise UsageError(f"{_flag_of(given[0])} applies to --kv-offloading-backend "
+                             f"native, not lmcache")
+        return int(size * (1 << 30)) // kv.bytes_per_token
+    chunk = getattr(args, "offload_block_size", None) or args.block_size
+    if chunk % args.block_size:
+        raise UsageError(f"--offload-block-size {chunk}: must be a multiple of --block-size "
+                         f"{args.block_size}")
+    if getattr(args, "async_scheduling", False):
+        raise UsageError("--async-scheduling: not modelled with --kv-offloading-backend "
+                         "native (vLLM then defers block frees, defer_block_free)")
+    spec = NativeSpec.from_size(
+        size, kv.bytes_per_token, args.block_size, chunk,
+        policy=getattr(args, "offload_eviction_policy", None) or "lru",
+        store_threshold=getattr(args, "offload_store_threshold", None) or 0,
+        sync_load_budget_bytes=getattr(args, "offload_sync_load_budget", None) or 0,
+        link_gbps=getattr(args, "host_link_gbps", None) or DEFAULT_LINK_GBPS)
+    if spec.num_chunks < 1:
+        raise UsageError(f"--kv-offloading-size {size:g}: less than one chunk of {chunk} "
+                         f"tokens ({kv.bytes_per_token * chunk:,} bytes)")
+    return spec
+
+
+def _given(value):
+    return value
+
+
 def cpu_tier_factory(args: argparse.Namespace) -> Callable[[], object] | None:
     """A picklable factory of fresh CPU tiers as ``args`` ask (``cpu_tier_choice``), or
     None without ``--cpu`` (in tokens by then: ``resolve_capacities``): the compiled
-    ``LMCacheTier`` for ``lmcache``, else a ``ModelTier``."""
+    ``LMCacheTier`` for ``lmcache``, else a ``ModelTier``; with ``--kv-offloading-size``
+    (``offloading``) a ``NativeSpec`` (each engine builds its own connector from it) or
+    LMCache's tier of that size."""
+    offload = offloading(args)
     model, options, order = cpu_tier_choice(args)
+    if getattr(args, "tiers", None) and offload is not None:
+        raise UsageError("--tier: not with --kv-offloading-size (the engine takes one "
+                         "offloading setup)")
+    if isinstance(offload, NativeSpec):
+        return partial(_given, offload)
+    if offload is not None:
+        return partial(LMCacheTier, offload, args.block_size, options["chunk_size"])
     stack = tier_stack_factory(args, options.get("chunk_size", 0),
                                fleet=hasattr(args, "cpu_shared"))     # fleet's option
     if stack is not None:
@@ -192,7 +265,12 @@ def engine_models(args: argparse.Namespace) -> tuple[str, dict]:
     model, options, _ = cpu_tier_choice(args)
     if getattr(args, "tiers", None):
         return stack_models_line(args, options), registry.models_field("vllm", model)
-    cpu = model if getattr(args, "cpu", 0) else None
+    offload = offloading(args)
+    cpu = model if getattr(args, "cpu", 0) or isinstance(offload, int) else None
+    if isinstance(offload, NativeSpec):
+        line, field = engine_models_native(args, offload)
+        if engine.NAME == DEFAULT_ENGINE:
+            return line, field
     if engine.NAME == DEFAULT_ENGINE:
         return (registry.models_line("vllm", cpu, None, options),
                 registry.models_field("vllm", cpu))
@@ -200,3 +278,21 @@ def engine_models(args: argparse.Namespace) -> tuple[str, dict]:
         "models: GPU " + registry.describe("vllm"), f"models: engine {engine.NAME} "
         f"({engine.SUMMARY})", 1)
     return line, {"engine": engine.NAME, **registry.models_field(None, cpu)}
+
+
+def engine_models_native(args: argparse.Namespace, spec: NativeSpec) -> tuple[str, dict]:
+    """The answer's models line and field with vLLM's native offloading as the CPU tier."""
+    from pipeline.engine.native_tier import LINK_SOURCE
+    tpc = spec.blocks_per_chunk * args.block_size
+    link = "--host-link-gbps" if getattr(args, "host_link_gbps", None) else LINK_SOURCE
+    line = registry.models_line("vllm", None, None, {})
+    native = (f"CPU vllm-native (vLLM 0.33.0's OffloadingConnector + CPUOffloadingManager, "
+              f"{spec.policy}, {spec.num_chunks:,} chunks of {tpc} tokens, host link "
+              f"{spec.link_gbps:g} GB/s: {link})")
+    line = line.replace("CPU none (no CPU tier)", native) if "CPU none" in line \
+        else f"{line}; {native}"
+    return line, {**registry.models_field("vllm", None), "cpu_tier": "vllm-native",
+                  "offload": {"policy": spec.policy, "chunks": spec.num_chunks,
+                              "chunk_tokens": tpc, "store_threshold": spec.store_threshold,
+                              "sync_load_budget_bytes": spec.sync_load_budget_bytes,
+                              "link_gbps": spec.link_gbps}}

@@ -5,10 +5,11 @@ what an engine class provides."""
 
 from __future__ import annotations
 
-from pipeline.base.arguments import non_negative_int
+from pipeline.base.arguments import non_negative_int, positive_float, positive_int
 from pipeline.engine.config import EngineOption, SchedulerConfig
 from pipeline.engine.core import EngineSim
 from pipeline.engine.loop import simulate
+from pipeline.engine.native_tier import NativeSpec, NativeTier
 
 __all__ = ["VLLM"]
 
@@ -28,6 +29,28 @@ class VLLM:
             help="cap on a prefill chunk when other requests wait (default 0)")),
         EngineOption("--async-scheduling", dict(
             action="store_true", help="two batches in flight (vLLM 0.33's default on CUDA)")),
+        EngineOption("--kv-offloading-size", dict(
+            type=positive_float, metavar="GiB",
+            help="vLLM's KV offloading buffer in GiB (needs the KV bytes per token: "
+                 "--model, --kv-bytes-per-token or --kv-shape)")),
+        EngineOption("--kv-offloading-backend", dict(
+            choices=("native", "lmcache"), default=None,
+            help="native: vLLM's OffloadingConnector (the default with a size, as in vLLM); "
+                 "lmcache: LMCache's CPU backend of that size")),
+        EngineOption("--offload-eviction-policy", dict(
+            choices=("lru", "arc"), default=None,
+            help="the native CPU manager's eviction_policy (default lru)")),
+        EngineOption("--offload-block-size", dict(
+            type=positive_int, metavar="TOKENS",
+            help="tokens per offloaded chunk, a multiple of --block-size (default: "
+                 "--block-size)")),
+        EngineOption("--offload-store-threshold", dict(
+            type=non_negative_int, metavar="N",
+            help="store a chunk once offered N times (default 0: always)")),
+        EngineOption("--offload-sync-load-budget", dict(
+            type=non_negative_int, metavar="BYTES",
+            help="vLLM's sync_load_budget_bytes: loads within it run before the step "
+                 "(default 0: every load asynchronous)")),
     )
 
     @staticmethod
@@ -43,6 +66,9 @@ class VLLM:
 
     @staticmethod
     def instance(config: SchedulerConfig, cpu_tier=None) -> EngineSim:
+        """One engine; ``cpu_tier`` a CPU tier or a ``NativeSpec`` (vLLM's offloading)."""
+        if isinstance(cpu_tier, NativeSpec):
+            return EngineSim(config, offload=NativeTier(cpu_tier, config.block_size, True))
         return EngineSim(config, cpu_tier)
 
     simulate = staticmethod(simulate)
