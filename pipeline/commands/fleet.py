@@ -285,7 +285,8 @@ def _write_summaries(out: Path, points: list[Point], label: str, model,
     keys = [p.key for p in points]
     dataset = ds.dataset(out / "requests", format="parquet", partitioning="hive")
     requests = pl.from_arrow(dataset.to_table(filter=ds.field("point").isin(keys)))
-    instances, fleet = instance_aggregates(requests), fleet_aggregates(requests)
+    instances = instance_aggregates(requests)
+    fleet = fleet_aggregates(requests, args.slo_ttft_ms, args.slo_tpot_ms)
     outputs = Outputs()
     outputs.add(out / "instances.parquet", parquet_bytes(instances), label="--out")
     outputs.add(out / "fleet.parquet", parquet_bytes(fleet), label="--out")
@@ -315,7 +316,8 @@ def _write_summaries(out: Path, points: list[Point], label: str, model,
                    float_precision=3, tbl_hide_column_data_types=True,
                    tbl_width_chars=200, fmt_str_lengths=40):
         print(fleet.select("router", "instances", "gpu_blocks", "load", "hit_ratio",
-                           "ttft_p50_ms", "ttft_p90_ms", "imbalance"))
+                           "ttft_p50_ms", "ttft_p90_ms", "imbalance",
+                           *[c for c in ("goodput_fraction",) if c in fleet.columns]))
         if plan is not None:
             wanted = ", ".join(f"{k} {'<=' if k.startswith('ttft') else '>='} {v:g}"
                                for k, v in targets.items() if v is not None)

@@ -3,7 +3,7 @@
 Quantiles are polars' ``nearest``; ``hit_ratio`` = (GPU + CPU hit tokens) / prompt tokens;
 ``imbalance`` = the busiest instance's requests / the mean over instances (1 = even; an
 instance that got nothing counts as 0); ``throughput_rps`` = requests / (last finish -
-first arrival). Per point, whether the fleet is overloaded (its waiting queue, every
+first arrival); TPOT p50/p90/p99 (``pipeline.steptime.tpot``). Per point, whether the fleet is overloaded (its waiting queue, every
 instance's together, grows over the run: ``pipeline.engine.overload``): ``overloaded``,
 ``offered_rate`` and ``served_rate`` (requests per second), ``queue_at_last_arrival``,
 ``peak_queue``.
@@ -15,6 +15,7 @@ import polars as pl
 
 from pipeline.base.arguments import plural
 from pipeline.engine.overload import overload_of, warning_lines
+from pipeline.steptime.tpot import good_request, tpot_ms
 
 __all__ = ["POINT_COLUMNS", "OVERLOAD_COLUMNS", "instance_aggregates", "fleet_aggregates",
            "overload_rows", "overload_lines", "json_rows"]
@@ -36,6 +37,8 @@ def _figures() -> list[pl.Expr]:
             ttft.quantile(0.9, "nearest").alias("ttft_p90_ms"),
             ttft.quantile(0.99, "nearest").alias("ttft_p99_ms"),
             pl.col("queue_ms").quantile(0.9, "nearest").alias("queue_p90_ms"),
+            *(tpot_ms().quantile(p / 100, "nearest").alias(f"tpot_p{p}_ms")
+              for p in (50, 90, 99)),
             pl.col("output_tokens").sum(),
             (pl.len() / ((pl.col("finish_ms").max() - pl.col("arrival_ms").min()) / 1000.0))
             .alias("throughput_rps")]
@@ -47,14 +50,22 @@ def instance_aggregates(requests: pl.DataFrame) -> pl.DataFrame:
             .sort(*POINT_COLUMNS, "instance"))
 
 
-def fleet_aggregates(requests: pl.DataFrame) -> pl.DataFrame:
-    """One row per point, with ``imbalance``."""
+def fleet_aggregates(requests: pl.DataFrame, slo_ttft_ms: float | None = None,
+                     slo_tpot_ms: float | None = None) -> pl.DataFrame:
+    """One row per point, with ``imbalance``; with an SLO, ``goodput_fraction`` and
+    ``request_goodput`` (requests meeting every SLO given, per second: ``tpot.goodput``)."""
     per_instance = requests.group_by(*POINT_COLUMNS, "instance").len()
     imbalance = (per_instance.group_by(*POINT_COLUMNS)
                  .agg(pl.col("len").max().alias("busiest"), pl.col("len").sum().alias("n"))
                  .select(*POINT_COLUMNS, imbalance=pl.col("busiest")
                          / (pl.col("n") / pl.col("instances"))))
-    return (requests.group_by(*POINT_COLUMNS).agg(_figures())
+    figures = _figures()
+    if slo_ttft_ms is not None or slo_tpot_ms is not None:
+        good = good_request(slo_ttft_ms, slo_tpot_ms)
+        figures += [good.mean().alias("goodput_fraction"),
+                    (good.sum() / ((pl.col("finish_ms").max() - pl.col("arrival_ms").min())
+                                   / 1000.0)).alias("request_goodput")]
+    return (requests.group_by(*POINT_COLUMNS).agg(figures)
             .join(imbalance, on=list(POINT_COLUMNS))
             .join(overload_rows(requests), on=list(POINT_COLUMNS)).sort(*POINT_COLUMNS))
 

@@ -12,7 +12,7 @@ from pipeline.fleet.routers import ROUTERS, router_class
 from pipeline.fleet.sweep import EXECUTORS
 from pipeline.sizes.units import add_kv_arguments, capacities
 from pipeline.sizes.vllm_memory import add_memory_arguments
-from pipeline.steptime.options import add_latency_arguments
+from pipeline.steptime.options import add_latency_arguments, add_slo_arguments
 from pipeline.steptime.options import load_list as loads
 
 __all__ = ["add_fleet_arguments", "router_list", "instance_list", "load_list",
@@ -114,6 +114,7 @@ def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
                              "instance loads on any; reloads cost the roofline's "
                              "--host-link-gbps) instead of one per instance")
     add_latency_arguments(parser)
+    add_slo_arguments(parser)
     add_kv_arguments(parser.add_argument_group(
         "model (KV bytes per token and the roofline's shape; required by the roofline and "
         "by sizes in bytes)"))

@@ -13,13 +13,14 @@ import argparse
 
 from pipeline.base.arguments import non_negative_float, non_negative_int, positive_float, \
     positive_int
+from pipeline.base.errors import UsageError
 from pipeline.steptime.cost import StepTimeModel
 from pipeline.sizes.gpus import GPU_NAMES
 from pipeline.steptime.registry import step_time_model
 from pipeline.steptime.roofline import DEFAULT_OVERHEAD_MS, check_roofline_model
 
-__all__ = ["add_latency_arguments", "add_load_arguments", "latency_from_args",
-           "check_roofline_model", "load_list"]
+__all__ = ["add_latency_arguments", "add_load_arguments", "add_slo_arguments",
+           "latency_from_args", "check_roofline_model", "load_list", "slo_options"]
 
 
 def add_latency_arguments(parser: argparse.ArgumentParser, latency: bool = True) -> None:
@@ -51,6 +52,29 @@ def add_latency_arguments(parser: argparse.ArgumentParser, latency: bool = True)
                             "(default %(default)s)")
     group.add_argument("--model-shape", metavar="L,HIDDEN,INTER,HEADS,KV_HEADS,VOCAB[,tied]",
                        help="the roofline's model shape instead of the --model preset")
+
+
+def add_slo_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--slo-ttft-ms`` and ``--slo-tpot-ms``: goodput, as ``vllm bench serve --goodput``."""
+    group = parser.add_argument_group(
+        "goodput (requests meeting every SLO given, as vllm bench serve --goodput; the time "
+        "clock)")
+    group.add_argument("--slo-ttft-ms", type=positive_float, metavar="MS", default=None,
+                       help="a request is good only if its TTFT <= MS")
+    group.add_argument("--slo-tpot-ms", type=positive_float, metavar="MS", default=None,
+                       help="a request is good only if its TPOT <= MS (one output token: "
+                            "TPOT 0, as vLLM counts it)")
+
+
+def slo_options(args: argparse.Namespace, timed: bool) -> tuple[float | None, float | None]:
+    """(--slo-ttft-ms, --slo-tpot-ms); a UsageError naming the option when one is given
+    without the time clock (TPOT and goodput need milliseconds: absent on --clock steps)."""
+    slos = (getattr(args, "slo_ttft_ms", None), getattr(args, "slo_tpot_ms", None))
+    for option, value in zip(("--slo-ttft-ms", "--slo-tpot-ms"), slos):
+        if value is not None and not timed:
+            raise UsageError(f"{option}: goodput needs the time clock (--latency roofline or "
+                             f"FILE); --clock steps has no TTFT or TPOT in milliseconds")
+    return slos
 
 
 def load_list(text: str) -> list[float]:
