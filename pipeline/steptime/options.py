@@ -12,12 +12,12 @@ from __future__ import annotations
 import argparse
 
 from pipeline.base.arguments import non_negative_float, non_negative_int, positive_float, \
-    positive_int
+    positive_int, unit_ratio
 from pipeline.base.errors import UsageError
 from pipeline.steptime.cost import StepTimeModel
 from pipeline.sizes.gpus import GPU_NAMES
 from pipeline.steptime.registry import step_time_model
-from pipeline.steptime.roofline import DEFAULT_OVERHEAD_MS, check_roofline_model
+from pipeline.steptime.roofline import DEFAULT_OVERHEAD_MS, PROFILED, check_roofline_model
 
 __all__ = ["add_latency_arguments", "add_load_arguments", "add_slo_arguments",
            "latency_from_args", "check_roofline_model", "load_list", "slo_options"]
@@ -50,6 +50,13 @@ def add_latency_arguments(parser: argparse.ArgumentParser, latency: bool = True)
                        default=DEFAULT_OVERHEAD_MS, metavar="MS",
                        help="fixed roofline overhead per step, an assumption "
                             "(default %(default)s)")
+    for flag, what in (("--mfu-prefill", "peak FLOP/s a compute-bound batch reaches"),
+                       ("--mbu-decode", "peak memory bandwidth a memory-bound batch reaches")):
+        group.add_argument(flag, type=_ratio_or_profiled, nargs="?", const=PROFILED,
+                           default=None,
+                           metavar="F", help=f"the roofline's share of {what} (0 < F <= 1); "
+                           f"given alone: measured on the GPU preset by vidur's profiles "
+                           f"(H100, A100); default: the peak (a lower bound)")
     group.add_argument("--model-shape", metavar="L,HIDDEN,INTER,HEADS,KV_HEADS,VOCAB[,tied]",
                        help="the roofline's model shape instead of the --model preset")
 
@@ -75,6 +82,12 @@ def slo_options(args: argparse.Namespace, timed: bool) -> tuple[float | None, fl
             raise UsageError(f"{option}: goodput needs the time clock (--latency roofline or "
                              f"FILE); --clock steps has no TTFT or TPOT in milliseconds")
     return slos
+
+
+def _ratio_or_profiled(text: str) -> float | str:
+    """argparse type of --mfu-prefill/--mbu-decode: a share in (0, 1], or PROFILED (the
+    option given alone)."""
+    return text if text == PROFILED else unit_ratio(text)
 
 
 def load_list(text: str) -> list[float]:
@@ -108,4 +121,9 @@ def add_load_arguments(group, lists: bool) -> None:
 def latency_from_args(args: argparse.Namespace) -> StepTimeModel | None:
     """The step-time model ``--latency`` chose (``registry.step_time_model``), or None."""
     choice = getattr(args, "latency", None)
-    return None if choice is None else step_time_model(str(choice), args)
+    model = None if choice is None else step_time_model(str(choice), args)
+    for option in ("--mfu-prefill", "--mbu-decode"):
+        if getattr(args, option[2:].replace("-", "_"), None) is not None and \
+                not hasattr(model, "mfu"):
+            raise UsageError(f"{option}: scales the roofline's peaks; give --latency roofline")
+    return model

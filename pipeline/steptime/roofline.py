@@ -43,9 +43,12 @@ from pipeline.steptime.cost import StepCost, step_cost  # noqa: F401 (StepCost: 
 from pipeline.base.step_vectors import Rates
 from pipeline.sizes.gpus import GpuPreset, custom_gpu, gpu_preset
 
-__all__ = ["Roofline", "Rates", "WEIGHT_BYTES", "DEFAULT_OVERHEAD_MS", "check_roofline_model"]
+__all__ = ["Roofline", "Rates", "WEIGHT_BYTES", "DEFAULT_OVERHEAD_MS", "PROFILED",
+           "check_roofline_model"]
 
 WEIGHT_BYTES = {"bf16": 2, "fp8": 1}
+#: ``--mfu-prefill`` / ``--mbu-decode`` given without a value: the GPU's profiled factor
+PROFILED = "profiled"
 #: fixed per-step overhead (scheduler, sampler, kernel launches): an assumption, not a fit
 DEFAULT_OVERHEAD_MS = 2.0
 
@@ -61,10 +64,16 @@ class Roofline:
     weights: str = "bf16"
     kv_dtype: str = "bf16"
     tensor_parallel: int = 1
+    mfu: float = 1.0                     # share of peak FLOP/s (--mfu-prefill)
+    mbu: float = 1.0                     # share of peak memory bandwidth (--mbu-decode)
+    efficiency_source: str = ""
 
     def __post_init__(self) -> None:
         if self.weights not in WEIGHT_BYTES:
             raise ValueError(f"unknown weight dtype {self.weights!r}: expected bf16 or fp8")
+        if not (0 < self.mfu <= 1 and 0 < self.mbu <= 1):
+            raise ValueError(f"efficiency factors must be in (0, 1], got {self.mfu}, "
+                             f"{self.mbu}")
         if not self.overhead_ms >= 0:
             raise ValueError(f"the step overhead must be >= 0 ms, got {self.overhead_ms}")
         self.gpu.flops(self.weights)                 # fp8 on a chip without it: refused now
@@ -94,8 +103,22 @@ class Roofline:
             shape.kv_heads_per_gpu(tp)
         except ValueError as exc:
             raise UsageError(f"--tensor-parallel-size {tp}: {exc}") from None
+        factors, given, profiled, source = [], [], [], ""
+        for index, option in enumerate(("--mfu-prefill", "--mbu-decode")):
+            value = getattr(args, option[2:].replace("-", "_"), None)
+            if value == PROFILED:
+                from pipeline.steptime.efficiency import efficiency_of
+                try:
+                    value, source = efficiency_of(gpu, index)
+                except ValueError as exc:
+                    raise UsageError(f"{option}: {exc}") from None
+                profiled.append(f"{option} {value:g}")
+            elif value is not None:
+                given.append(f"{option} {value:g} given")
+            factors.append(1.0 if value is None else value)
+        sources = given + ([f"{' and '.join(profiled)} from {source}"] if profiled else [])
         return _option("--weights", cls, shape, gpu, args.step_overhead_ms, args.weights,
-                       kv_dtype(args), tp)
+                       kv_dtype(args), tp, *factors, "; ".join(sources))
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -120,7 +143,9 @@ class Roofline:
     def label(self) -> str:
         extra = "".join(part for part in (
             f", TP {self.tensor_parallel}" if self.tensor_parallel > 1 else "",
-            f", {self.kv_dtype} KV" if self.kv_dtype != "bf16" else ""))
+            f", {self.kv_dtype} KV" if self.kv_dtype != "bf16" else "",
+            f", MFU {self.mfu:g}" if self.mfu != 1 else "",
+            f", MBU {self.mbu:g}" if self.mbu != 1 else ""))
         return (f"roofline ({self.gpu.name.split()[0]}, {self.model.name}, {self.weights} "
                 f"weights{extra})")
 
@@ -143,6 +168,9 @@ class Roofline:
                          f"{m.experts_per_token} per token (FLOPs) and all of them read "
                          f"(bytes)" + (f", shared expert {m.shared_intermediate_size}"
                                        if m.shared_intermediate_size else ""))
+        if self.efficiency_source:
+            parts.append(f"the peaks scaled by measured efficiency: {self.efficiency_source}"
+                         f" (still a roofline)")
         if self.tensor_parallel > 1:
             parts.append(f"tensor parallel {self.tensor_parallel}: weights, FLOPs and KV "
                          f"heads split {self.tensor_parallel} ways, 2 all-reduces per layer "
@@ -162,8 +190,8 @@ class Roofline:
                  + 2 * m.lm_head_parameters * sampled
                  + 4 * m.layers * m.attention_heads * m.head_dim * pairs) / self.tensor_parallel
         memory = self.weight_bytes + self.kv_bytes_per_token * cost.context_tokens
-        return {"compute_ms": 1e3 * flops / self.gpu.flops(self.weights),
-                "memory_ms": 1e3 * memory / (self.gpu.hbm_gbps * 1e9),
+        return {"compute_ms": 1e3 * flops / (self.gpu.flops(self.weights) * self.mfu),
+                "memory_ms": 1e3 * memory / (self.gpu.hbm_gbps * 1e9 * self.mbu),
                 "reload_ms": 1e3 * cost.reload_tokens * self.kv_bytes_per_token
                 / (self.gpu.host_link_gbps * 1e9),
                 "comm_ms": 1e3 * cost.tokens * self.allreduce_bytes_per_token
@@ -185,7 +213,7 @@ class Roofline:
     def rates(self) -> Rates:
         """``step_ms``'s constants (``Rates``), folded once."""
         m, gpu, n = self.model, self.gpu, self.tensor_parallel
-        peak, hbm = gpu.flops(self.weights) / 1e3 * n, gpu.hbm_gbps * 1e6
+        peak, hbm = gpu.flops(self.weights) / 1e3 * n * self.mfu, gpu.hbm_gbps * 1e6 * self.mbu
         return Rates(self.overhead_ms, 2 * m.active_layer_parameters / peak,
                      2 * m.lm_head_parameters / peak,
                      4 * m.layers * m.attention_heads * m.head_dim / peak,
