@@ -294,7 +294,8 @@ def _write_summaries(out: Path, points: list[Point], label: str, model,
     page = report_html(fleet, label, model_label, requests, engine_configuration(args, model),
                        provenance_text(model))
     outputs.add(out / "report.html", page.encode(), label="--out")
-    targets = dict(ttft_p90_ms=args.target_ttft_p90_ms, hit_ratio=args.target_hit_ratio)
+    targets = dict(ttft_p90_ms=args.target_ttft_p90_ms, hit_ratio=args.target_hit_ratio,
+                   tpot_p90_ms=args.target_tpot_p90_ms)
     memory = Memory(getattr(model, "kv_bytes_per_token", None),
                     args.block_size, args.cpu, args.cpu_shared)
     plan = (smallest_memory(fleet, **targets, memory=memory)
@@ -319,7 +320,7 @@ def _write_summaries(out: Path, points: list[Point], label: str, model,
                            "ttft_p50_ms", "ttft_p90_ms", "imbalance",
                            *[c for c in ("goodput_fraction",) if c in fleet.columns]))
         if plan is not None:
-            wanted = ", ".join(f"{k} {'<=' if k.startswith('ttft') else '>='} {v:g}"
+            wanted = ", ".join(f"{k} {'>=' if k == 'hit_ratio' else '<='} {v:g}"
                                for k, v in targets.items() if v is not None)
             print(f"smallest total memory meeting {wanted} (replicas x (GPU KV + CPU tier), "
                   f"GiB; none: no swept point does):")

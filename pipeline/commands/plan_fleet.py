@@ -185,7 +185,8 @@ def fleet_plan(args: argparse.Namespace) -> int:
               for b in args.gpu_blocks]
     fleet = _run(args, settings, points, workload)
     memory = Memory(kv.bytes_per_token, args.block_size, args.cpu, args.cpu_shared)
-    plan = smallest_memory(fleet, args.target_ttft_p90_ms, args.target_hit_ratio, memory)
+    plan = smallest_memory(fleet, args.target_ttft_p90_ms, args.target_hit_ratio, memory,
+                           args.target_tpot_p90_ms)
     plan = plan.sort(pl.col("router").replace_strict(
         {name: i for i, name in enumerate(args.router)}, return_dtype=pl.Int64))
     if withheld is not None:
@@ -249,6 +250,7 @@ def _document(args, workload, kv: KVSize, model, withheld: str | None, plan: pl.
             **{key: row[key] for key in ("instances", "gpu_blocks", "gpu_tokens",
                                          "cpu_tokens", "total_tokens", "total_gib",
                                          "hit_ratio", "ttft_p90_ms")},
+            **({"tpot_p90_ms": row["tpot_p90_ms"]} if "tpot_p90_ms" in row else {}),
             "total_bytes": kv.bytes(row["total_tokens"]) if met else None,
             # the answer's point under its simulated load (pipeline.engine.overload)
             "overloaded": bool(row["overloaded"]) if met else None,
@@ -257,7 +259,7 @@ def _document(args, workload, kv: KVSize, model, withheld: str | None, plan: pl.
     return {
         "kind": "kvlab-fleet-plan", "version": 1,
         "cache_models": engine_models(args)[1],
-        "target": {"kind": kind, "value": value},
+        "target": {"kind": kind, "value": value, **_tpot_target(args)},
         "workload": f"{workload.label}: {workload.size:,} requests",
         "kv": {"name": kv.name, "bytes_per_token": kv.bytes_per_token,
                "describe": kv.describe()},
@@ -271,6 +273,12 @@ def _document(args, workload, kv: KVSize, model, withheld: str | None, plan: pl.
         "answers": answers}
 
 
+def _tpot_target(args: argparse.Namespace) -> dict:
+    """The document's TPOT target: ``{"tpot_p90_ms": MS}`` with --target-tpot-p90-ms."""
+    value = getattr(args, "target_tpot_p90_ms", None)
+    return {} if value is None else {"tpot_p90_ms": value}
+
+
 def _print(document: dict) -> None:
     target, ttft, grid = document["target"], document["ttft"], document["grid"]
     wanted = (f"TTFT p90 <= {target['value']:g} ms" if target["kind"] == "ttft_p90"
@@ -278,6 +286,8 @@ def _print(document: dict) -> None:
     cpu = ("no CPU tier" if not grid["cpu_tokens"] else
            f"CPU {'pool' if grid['cpu_shared'] else 'tier per instance'} "
            f"{grid['cpu_tokens']:,} tokens")
+    if "tpot_p90_ms" in target:
+        wanted += f" and TPOT p90 <= {target['tpot_p90_ms']:g} ms"
     print(f"target: {wanted} at load {grid['load']:g}, the smallest total KV memory per router")
     print(f"workload: {document['workload']}")
     print(f"KV: {document['kv']['describe']}")
@@ -296,5 +306,7 @@ def _print(document: dict) -> None:
             parts += f" + CPU {a['cpu_tokens']:,} tokens"
         shown = (f", TTFT p90 {a['ttft_p90_ms']:,.2f} ms ({ttft['source']})"
                  if a["ttft_p90_ms"] is not None else "")
+        if a.get("tpot_p90_ms") is not None:
+            shown += f", TPOT p90 {a['tpot_p90_ms']:,.2f} ms"
         print(f"  {a['router']}: {a['total_tokens']:,} tokens = {a['total_gib']:.3f} GiB "
               f"({parts}); hit ratio {a['hit_ratio']:.3f}{shown}")

@@ -140,5 +140,7 @@ def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
                       help="TTFT p90 at most MS")
     plan.add_argument("--target-hit-ratio", type=non_negative_float, metavar="R",
                       help="prefix hit ratio (GPU + CPU) at least R")
+    plan.add_argument("--target-tpot-p90-ms", type=non_negative_float, metavar="MS",
+                      help="TPOT p90 at most MS (with the others: all of them)")
     run.add_argument("--json", action="store_true",
                      help="print one JSON object per (router, point)")

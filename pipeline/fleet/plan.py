@@ -7,7 +7,8 @@ model shape, or a fitted file's ``kv_bytes_per_token``). Points are ranked by to
 (GPU + CPU over the fleet: the same order as bytes at one KV size); without a KV size the
 byte columns are null. A point meets
 ``ttft_p90_ms`` when its TTFT p90 is at most the target, ``hit_ratio`` when its hit ratio
-is at least it; with both, both. Ties on memory: fewer instances first.
+is at least it, ``tpot_p90_ms`` when its TPOT p90 is at most it (the answer then carries
+``tpot_p90_ms``); with several, all. Ties on memory: fewer instances first.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ class Memory:
 
 
 def smallest_memory(fleet: pl.DataFrame, ttft_p90_ms: float | None = None,
-                    hit_ratio: float | None = None, memory: Memory = Memory()
-                    ) -> pl.DataFrame:
+                    hit_ratio: float | None = None, memory: Memory = Memory(),
+                    tpot_p90_ms: float | None = None) -> pl.DataFrame:
     """Per (router, load): the point with the least total memory meeting the targets
     (routers with no such point get a row with nulls)."""
     meets = pl.lit(True)
@@ -42,6 +43,8 @@ def smallest_memory(fleet: pl.DataFrame, ttft_p90_ms: float | None = None,
         meets &= pl.col("ttft_p90_ms") <= ttft_p90_ms
     if hit_ratio is not None:
         meets &= pl.col("hit_ratio") >= hit_ratio
+    if tpot_p90_ms is not None:
+        meets &= pl.col("tpot_p90_ms") <= tpot_p90_ms
     kv = memory.kv_bytes_per_token
     n = pl.col("instances")
     gpu = (pl.lit(None, pl.Float64) if kv is None
@@ -62,7 +65,8 @@ def smallest_memory(fleet: pl.DataFrame, ttft_p90_ms: float | None = None,
             .group_by("router", "load", maintain_order=True).first()
             .select("router", "load", "total_gib", "gpu_gib", "cpu_gib", "total_blocks",
                     "instances", "gpu_blocks", "total_tokens", "gpu_tokens", "cpu_tokens",
-                    "ttft_p90_ms", "hit_ratio"))
+                    "ttft_p90_ms", "hit_ratio",
+                    *(["tpot_p90_ms"] if tpot_p90_ms is not None else [])))
     every = points.select("router", "load").unique()
     return every.join(best, on=["router", "load"], how="left").sort("load", *rank,
                                                                    "router", nulls_last=True)
