@@ -29,10 +29,12 @@ def add_latency_arguments(parser: argparse.ArgumentParser, latency: bool = True)
     group = parser.add_argument_group(
         "step time (turns each batch into milliseconds: the time clock)")
     if latency:
-        group.add_argument("--latency", metavar="roofline|FILE", default=None,
+        group.add_argument("--latency", metavar="roofline|FILE|profile:DIR", default=None,
                            help="roofline: from the model's shape and the GPU's peaks (a "
                                 "lower bound, labelled roofline); FILE: fitted coefficients "
-                                "written by fit (JSON, kind fitted-step-time)")
+                                "written by fit (JSON, kind fitted-step-time); profile:DIR: "
+                                "vidur-format per-operation profiles (mlp.csv, "
+                                "attention.csv, all_reduce.csv)")
     group.add_argument("--gpu-type", default=None, metavar="NAME",
                        help=f"GPU preset of the roofline and of --gpu-memory-utilization: "
                             f"{', '.join(GPU_NAMES)} (default H100 for the roofline)")
