@@ -147,3 +147,14 @@ def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, argv, message):
     done = _simulate(tmp_path, "--gpu", "1GiB", *argv)
     assert done.returncode == 2 and message in done.stderr
     assert done.stderr.count("\n") == 1 and not (tmp_path / "out").exists()
+
+
+def test_fleet_memory_counts_every_gpu_of_a_tensor_parallel_instance():
+    import polars as pl
+    from pipeline.fleet.plan import Memory, smallest_memory
+    fleet = pl.DataFrame({"router": ["r"], "load": [1.0], "instances": [2], "gpu_blocks": [10],
+                          "ttft_p90_ms": [1.0], "hit_ratio": [0.5]})
+    one = smallest_memory(fleet, 5.0, memory=Memory(1024, 16, 160))
+    four = smallest_memory(fleet, 5.0, memory=Memory(1024, 16, 160, gpus=4))
+    assert four["total_gib"][0] == pytest.approx(4 * one["total_gib"][0])
+    assert four["total_tokens"][0] == one["total_tokens"][0]

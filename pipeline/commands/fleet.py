@@ -297,7 +297,8 @@ def _write_summaries(out: Path, points: list[Point], label: str, model,
     targets = dict(ttft_p90_ms=args.target_ttft_p90_ms, hit_ratio=args.target_hit_ratio,
                    tpot_p90_ms=args.target_tpot_p90_ms)
     memory = Memory(getattr(model, "kv_bytes_per_token", None),
-                    args.block_size, args.cpu, args.cpu_shared)
+                    args.block_size, args.cpu, args.cpu_shared,
+                    getattr(args, "tensor_parallel_size", 1))
     plan = (smallest_memory(fleet, **targets, memory=memory)
             if any(v is not None for v in targets.values()) else None)
     if plan is not None:

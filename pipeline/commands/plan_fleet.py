@@ -42,6 +42,7 @@ from pipeline.commands import fleet as fleet_command
 from pipeline.engine.overload import warning_line
 from pipeline.fleet.aggregates import OVERLOAD_COLUMNS, fleet_aggregates
 from pipeline.fleet.options import resolve_fleet_capacities
+from pipeline.sizes.model_options import tensor_parallel
 from pipeline.fleet.plan import Memory, smallest_memory
 from pipeline.fleet.sweep import Point, run_sweep
 from pipeline.fleet.workload import FLEET_PATTERNS, load_workload
@@ -184,7 +185,8 @@ def fleet_plan(args: argparse.Namespace) -> int:
     points = [Point(r, n, b, load) for r in args.router for n in args.instances
               for b in args.gpu_blocks]
     fleet = _run(args, settings, points, workload)
-    memory = Memory(kv.bytes_per_token, args.block_size, args.cpu, args.cpu_shared)
+    memory = Memory(kv.bytes_per_token, args.block_size, args.cpu, args.cpu_shared,
+                    tensor_parallel(args))
     plan = smallest_memory(fleet, args.target_ttft_p90_ms, args.target_hit_ratio, memory,
                            args.target_tpot_p90_ms)
     plan = plan.sort(pl.col("router").replace_strict(

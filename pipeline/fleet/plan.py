@@ -24,13 +24,15 @@ GIB = float(1 << 30)
 
 @dataclass(frozen=True)
 class Memory:
-    """What a point's memory is made of: KV bytes per token (None: unknown), tokens per
-    block, CPU-tier tokens per instance (or of the shared pool)."""
+    """What a point's memory is made of: KV bytes per token of one GPU (None: unknown),
+    tokens per block, CPU-tier tokens per instance (or of the shared pool), GPUs per
+    instance (tensor parallelism: each holds its share of every token's KV)."""
 
     kv_bytes_per_token: int | None = None
     block_size: int = 16
     cpu_tokens: int = 0
     cpu_shared: bool = False
+    gpus: int = 1
 
 
 def smallest_memory(fleet: pl.DataFrame, ttft_p90_ms: float | None = None,
@@ -45,7 +47,7 @@ def smallest_memory(fleet: pl.DataFrame, ttft_p90_ms: float | None = None,
         meets &= pl.col("hit_ratio") >= hit_ratio
     if tpot_p90_ms is not None:
         meets &= pl.col("tpot_p90_ms") <= tpot_p90_ms
-    kv = memory.kv_bytes_per_token
+    kv = memory.kv_bytes_per_token and memory.kv_bytes_per_token * memory.gpus
     n = pl.col("instances")
     gpu = (pl.lit(None, pl.Float64) if kv is None
            else n * pl.col("gpu_blocks") * (memory.block_size * kv) / GIB)
