@@ -92,6 +92,8 @@ class Roofline:
             hbm_gbps=args.gpu_hbm_gbps, host_link_gbps=args.host_link_gbps))
         check_roofline_model(args)
         from pipeline.sizes.model_options import kv_dtype, shape_from_args, tensor_parallel
+        if getattr(args, "model_shape", None) and getattr(args, "model_config", None):
+            raise UsageError("--model-shape: give it or --model-config, not both")
         if getattr(args, "model_shape", None):
             shape = _option("--model-shape", parse_model_shape, args.model_shape)
         elif getattr(args, "model_config", None):
