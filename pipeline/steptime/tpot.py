@@ -114,13 +114,15 @@ def token_metrics(requests: pl.DataFrame, steps: pl.DataFrame) -> dict[str, obje
     return out
 
 
-def good_request(slo_ttft_ms: float | None, slo_tpot_ms: float | None) -> pl.Expr:
-    """True for a request meeting every SLO given (TPOT 0 below two output tokens)."""
+def good_request(slo_ttft_ms: float | None, slo_tpot_ms: float | None,
+                 tpot: pl.Expr | None = None) -> pl.Expr:
+    """True for a request meeting every SLO given (TPOT 0 below two output tokens);
+    ``tpot`` the per-request TPOT (default ``tpot_ms()``)."""
     good = pl.lit(True)
     if slo_ttft_ms is not None:
         good = good & (pl.col("ttft_ms") <= slo_ttft_ms)
     if slo_tpot_ms is not None:
-        good = good & (tpot_ms().fill_null(0.0) <= slo_tpot_ms)
+        good = good & ((tpot_ms() if tpot is None else tpot).fill_null(0.0) <= slo_tpot_ms)
     return good
 
 
