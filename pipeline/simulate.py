@@ -37,6 +37,7 @@ from pipeline.base.errors import CLIError, UsageError
 from pipeline.workloads.sources import add_pattern_arguments, add_trace_arguments
 from pipeline.base.staging import Outputs, parquet_bytes
 from pipeline.steptime.options import add_load_arguments
+from pipeline.steptime.tpot import token_times
 from pipeline.commands.simulate_time import (loads_closed, metric_lines, prepare,
                                        run_curves, run_metrics_outputs,
                                        steptime_arguments)
@@ -145,7 +146,9 @@ def main(args: argparse.Namespace) -> int:
             concurrency=args.concurrency, step_ms=model.step_ms if model is not None else None,
             decode_run_ms=getattr(model, "decode_run_ms", None))
         outputs = Outputs()
-        outputs.add(f"{args.out}/requests.parquet", parquet_bytes(result.requests), "--out")
+        outputs.add(f"{args.out}/requests.parquet", parquet_bytes(
+            token_times(result.requests, result.steps) if model is not None
+            else result.requests), "--out")
         outputs.add(f"{args.out}/steps.parquet", parquet_bytes(result.steps), "--out")
         metrics = run_metrics_outputs(args, result, outputs, models)
         written = outputs.commit()

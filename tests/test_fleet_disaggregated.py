@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipeline.base.step_vectors import Rates
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.core import EngineSim
 from pipeline.engine.loop import simulate
@@ -121,7 +122,8 @@ def test_link_option_refuses(text):
 def test_the_decode_side_prices_no_reload():
     engine_model = WithoutReload(MODEL)
     kind, values = engine_model.kernel_coefficients()
-    assert kind == "roofline" and values[-1] == 0.0 and MODEL.rates[-1] > 0
+    reload = Rates._fields.index("per_reload")
+    assert kind == "roofline" and values[reload] == 0.0 and MODEL.rates[reload] > 0
     assert EngineSim is not None
 
 

@@ -38,8 +38,9 @@ def test_one_order_of_terms():
     assert dict(zip(Rates._fields, vector))["overhead_ms"] == 1.5
 
 
-def _roofline(overhead: float, gpu: str) -> Roofline:
-    return Roofline(model_shape("qwen2.5-1.5b"), gpu_preset(gpu), overhead)
+def _roofline(overhead: float, gpu: str, tensor_parallel: int = 1) -> Roofline:
+    return Roofline(model_shape("qwen2.5-1.5b"), gpu_preset(gpu), overhead,
+                    tensor_parallel=tensor_parallel)
 
 
 def _requests(rng: np.random.Generator, count: int) -> list[SimRequest]:
@@ -52,7 +53,8 @@ def _requests(rng: np.random.Generator, count: int) -> list[SimRequest]:
 
 def _model(values, pairs, roofline):
     if roofline:
-        return _roofline(values[0], ("H100", "L4", "A100")[int(values[1]) % 3])
+        return _roofline(values[0], ("H100", "L4", "A100")[int(values[1]) % 3],
+                         (1, 2, 4)[int(values[2]) % 3])         # TP: the all-reduce term
     coefficients = dict(zip(NAMES, values))
     if not pairs:
         del coefficients["attention_pair_ms"]

@@ -51,6 +51,22 @@ def test_one_timed_run_writes_metrics(tmp_path):
     assert log["time_s"][0] == 10.0
 
 
+def test_slo_gives_goodput_and_needs_the_time_clock(tmp_path):
+    done = _run(CHAT, "--gpu", "64blocks", "--concurrency", "2", "--latency", "roofline",
+                "--model", "qwen2.5-0.5b", "--slo-ttft-ms", "1e9", "--slo-tpot-ms", "1e9",
+                "--out", str(tmp_path / "o"))
+    assert done.returncode == 0, done.stderr
+    metrics = json.loads((tmp_path / "o" / "metrics.json").read_text())
+    assert metrics["goodput_fraction"] == 1.0 and metrics["slo_tpot_ms"] == 1e9
+    requests = pl.read_parquet(tmp_path / "o" / "requests.parquet")
+    assert {"tpot_ms", "itl_max_ms"} <= set(requests.columns)
+    assert "goodput: 6 of 6 requests (100.0 %)" in done.stdout
+    done = _run(CHAT, "--gpu", "64blocks", "--concurrency", "2", "--slo-tpot-ms", "5",
+                "--out", str(tmp_path / "steps"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "--slo-tpot-ms" in done.stderr and not (tmp_path / "steps").exists()
+
+
 def test_roofline_run_says_roofline(tmp_path):
     done = _run(CHAT, "--gpu", "64blocks", "--concurrency", "2", "--latency", "roofline",
                 "--model", "qwen2.5-0.5b", "--gpu-type", "L4", "--out", str(tmp_path / "o"))
@@ -58,7 +74,7 @@ def test_roofline_run_says_roofline(tmp_path):
     metrics = json.loads((tmp_path / "o" / "metrics.json").read_text())
     assert metrics["step_time_model"].startswith("roofline (L4, Qwen2.5-0.5B")
     assert "not measured" in metrics["provenance"]
-    assert done.stdout.count("[roofline (L4, Qwen2.5-0.5B, bf16 weights)]") == 2
+    assert done.stdout.count("[roofline (L4, Qwen2.5-0.5B, bf16 weights)]") == 3  # + TPOT
 
 
 def test_curves_write_parquet_and_report(tmp_path):

@@ -245,6 +245,7 @@ def test_decode_only_steps_take_the_context_as_pairs():
 @pytest.mark.parametrize("model", [
     Roofline(model_shape("Llama-3.1-8B"), gpu_preset("H100"), overhead_ms=1.0),
     Roofline(TINY, SLOW, overhead_ms=0.0),
+    Roofline(model_shape("Llama-3.1-70B"), gpu_preset("L40S"), 1.0, tensor_parallel=4),
     Linear({"fixed_ms": 2.0, "prefill_token_ms": 0.1, "context_token_ms": 0.001,
             "decode_seq_ms": 0.3, "reload_token_ms": 0.0, "attention_pair_ms": 1e-4})])
 def test_decode_run_equals_each_step(model):

@@ -21,3 +21,4 @@ class Rates(NamedTuple):
     weights: float                     # ms to read the weights once (memory)
     per_context: float                 # ms per attended context token's KV (memory)
     per_reload: float                  # ms per token reloaded over the host link
+    per_comm: float = 0.0              # ms per token of tensor parallel all-reduces (added)

@@ -25,8 +25,8 @@ from pipeline.engine.options import cpu_tier_choice, cpu_tier_dests, cpu_tier_fa
 from pipeline.engine.engines import DEFAULT_ENGINE, engine_options
 from pipeline.base.arguments import Options, derive
 from pipeline.base.errors import CLIError, UsageError
-from pipeline.fleet.aggregates import fleet_aggregates, instance_aggregates, json_rows, \
-    overload_lines, point_columns
+from pipeline.fleet.aggregates import TPOT_SHOWN, fleet_aggregates, instance_aggregates, \
+    json_rows, overload_lines, point_columns
 from pipeline.fleet.options import add_fleet_arguments, resolve_disaggregation, \
     resolve_fleet_capacities
 from pipeline.fleet.cost import cheapest, cost_requested, prices_from_args, with_cost
@@ -301,13 +301,16 @@ def _write_summaries(out: Path, points: list[Point], label: str, model,
     keys = [p.key for p in points]
     dataset = ds.dataset(out / "requests", format="parquet", partitioning="hive")
     requests = pl.from_arrow(dataset.to_table(filter=ds.field("point").isin(keys)))
-    instances, fleet = instance_aggregates(requests), fleet_aggregates(requests)
+    instances = instance_aggregates(requests)
+    fleet = fleet_aggregates(requests, args.slo_ttft_ms, args.slo_tpot_ms)
     from pipeline.charts.summary import engine_configuration, provenance_text
     page = report_html(fleet, label, model_label, requests, engine_configuration(args, model),
                        provenance_text(model))
-    targets = dict(ttft_p90_ms=args.target_ttft_p90_ms, hit_ratio=args.target_hit_ratio)
+    targets = dict(ttft_p90_ms=args.target_ttft_p90_ms, hit_ratio=args.target_hit_ratio,
+                   tpot_p90_ms=args.target_tpot_p90_ms)
     memory = Memory(getattr(model, "kv_bytes_per_token", None),
-                    args.block_size, args.cpu, args.cpu_shared)
+                    args.block_size, args.cpu, args.cpu_shared,
+                    getattr(args, "tensor_parallel_size", 1))
     prices = None
     if costs is not None:
         prices, kv_tokens_per_gpu = costs
@@ -344,13 +347,13 @@ def _write_summaries(out: Path, points: list[Point], label: str, model,
                    float_precision=3, tbl_hide_column_data_types=True,
                    tbl_width_chars=200, fmt_str_lengths=40):
         shown = [*point_columns(fleet), "hit_ratio", "ttft_p50_ms", "ttft_p90_ms",
-                 *(c for c in ("tpot_p50_ms", "tpot_p90_ms") if c in fleet.columns),
-                 "imbalance"]
+                 *(TPOT_SHOWN if "decode_instances" in fleet.columns else ()),
+                 "imbalance", *(c for c in ("goodput_fraction",) if c in fleet.columns)]
         if prices is not None:
             shown += ["usd_per_hour", "usd_per_million_output_tokens", "fits_gpu"]
         print(fleet.select(shown))
         if plan is not None:
-            wanted = ", ".join(f"{k} {'<=' if k.startswith('ttft') else '>='} {v:g}"
+            wanted = ", ".join(f"{k} {'>=' if k == 'hit_ratio' else '<='} {v:g}"
                                for k, v in targets.items() if v is not None)
             print(f"smallest total memory meeting {wanted} (replicas x (GPU KV + CPU tier), "
                   f"GiB; none: no swept point does):" if prices is None else

@@ -39,7 +39,7 @@ from pipeline.plan.policies import PolicyDocumentEvaluator
 from pipeline.catalog import policy_names
 from pipeline.base.staging import Outputs
 from pipeline.workloads.sources import add_input_arguments, load_workload
-from pipeline.plan.load import add_load_plan_arguments, plan_under_load
+from pipeline.plan.load import add_load_plan_arguments, add_tpot_target, plan_under_load
 from pipeline.plan.tiers import add_tier_plan_arguments, tier_plan
 from kvlab.kvsim import TIERS
 from pipeline.ttft.model import FitError, TTFTModel, fit_configs, measured_requests, \
@@ -111,6 +111,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "and the fit's error per pass (atomically)")
     add_memory_arguments(parser)
     add_fleet_plan_arguments(parser)
+    add_tpot_target(parser)
     add_tier_plan_arguments(parser)
 
 
@@ -128,9 +129,10 @@ MODES = {
               "it plans for --target-ttft-p90-ms or --target-hit-ratio, loads by --speed"),
     "load": ("--target-ttft-p90-ms", ("measured", *_MEASURED, *_DOCUMENTS),
              "it sizes the GPU of an engine under a load, TTFT from --latency's step times"),
-    "fitted": ("--latency", (*_LOAD, *_MEASURED),
+    "fitted": ("--latency", (*_LOAD, *_MEASURED, "target_tpot_p90_ms"),
                "TTFT from its step times, each request alone"),
-    "measured": ("the measured TTFT model", ("served_model", *_LOAD, *_STEP_TIME),
+    "measured": ("the measured TTFT model", ("served_model", *_LOAD, *_STEP_TIME,
+                                             "target_tpot_p90_ms"),
                  "one request at a time; --target-ttft-p90-ms runs the engine under a load, "
                  "--served-model goes with --latency FITTED"),
 }

@@ -47,6 +47,7 @@ from pipeline.commands.plan_cost import best_of_kinds, both_kinds, frontier_page
     search_lines, with_search
 from pipeline.fleet.cost import COST_DESTS, cost_requested, prices_from_args
 from pipeline.fleet.cost_search import cheapest_search
+from pipeline.sizes.model_options import tensor_parallel
 from pipeline.fleet.plan import Memory, smallest_memory
 from pipeline.fleet.sweep import Point, point_path, run_sweep
 from pipeline.fleet.workload import FLEET_PATTERNS, load_workload
@@ -195,13 +196,17 @@ def fleet_plan(args: argparse.Namespace) -> int:
               for d in args.decode_instances for b in args.gpu_blocks]
     points += [Point(r, n, b, load) for r in args.router for n in aggregated
                for b in args.gpu_blocks]
-    memory = Memory(kv.bytes_per_token, args.block_size, args.cpu, args.cpu_shared)
+    memory = Memory(kv.bytes_per_token, args.block_size, args.cpu, args.cpu_shared,
+                    tensor_parallel(args))
+    if costs is not None and args.target_tpot_p90_ms is not None:
+        raise UsageError("--target-tpot-p90-ms: not with --cost (the cheapest-point search "
+                         "prunes on TTFT and hit ratio only)")
     search = None
     with _executor(args):
         if costs is None:
             fleet = _rows(args, settings, points, workload)
             plan = smallest_memory(fleet, args.target_ttft_p90_ms, args.target_hit_ratio,
-                                   memory)
+                                   memory, args.target_tpot_p90_ms)
         else:
             cpu: dict[Point, float] = {}
             search = cheapest_search(
@@ -314,6 +319,7 @@ def _document(args, workload, kv: KVSize, model, withheld: str | None, plan: pl.
             **{key: row[key] for key in ("instances", "gpu_blocks", "gpu_tokens",
                                          "cpu_tokens", "total_tokens", "total_gib",
                                          "hit_ratio", "ttft_p90_ms")},
+            **({"tpot_p90_ms": row["tpot_p90_ms"]} if "tpot_p90_ms" in row else {}),
             "total_bytes": kv.bytes(row["total_tokens"]) if met else None,
             # the answer's point under its simulated load (pipeline.engine.overload)
             "overloaded": bool(row["overloaded"]) if met else None,
@@ -330,7 +336,7 @@ def _document(args, workload, kv: KVSize, model, withheld: str | None, plan: pl.
     return {
         "kind": "kvlab-fleet-plan", "version": 1,
         "cache_models": engine_models(args)[1],
-        "target": {"kind": kind, "value": value},
+        "target": {"kind": kind, "value": value, **_tpot_target(args)},
         "workload": f"{workload.label}: {workload.size:,} requests",
         "kv": {"name": kv.name, "bytes_per_token": kv.bytes_per_token,
                "describe": kv.describe()},
@@ -350,6 +356,12 @@ def _document(args, workload, kv: KVSize, model, withheld: str | None, plan: pl.
         "answers": answers}
 
 
+def _tpot_target(args: argparse.Namespace) -> dict:
+    """The document's TPOT target: ``{"tpot_p90_ms": MS}`` with --target-tpot-p90-ms."""
+    value = getattr(args, "target_tpot_p90_ms", None)
+    return {} if value is None else {"tpot_p90_ms": value}
+
+
 def _print(document: dict) -> None:
     target, ttft, grid = document["target"], document["ttft"], document["grid"]
     wanted = (f"TTFT p90 <= {target['value']:g} ms" if target["kind"] == "ttft_p90"
@@ -357,6 +369,8 @@ def _print(document: dict) -> None:
     cpu = ("no CPU tier" if not grid["cpu_tokens"] else
            f"CPU {'pool' if grid['cpu_shared'] else 'tier per instance'} "
            f"{grid['cpu_tokens']:,} tokens")
+    if "tpot_p90_ms" in target:
+        wanted += f" and TPOT p90 <= {target['tpot_p90_ms']:g} ms"
     cost = document.get("cost")
     goal = ("the cheapest point per router (USD per hour)" if cost else
             "the smallest total KV memory per router")
@@ -391,6 +405,8 @@ def _print(document: dict) -> None:
             parts += f" + CPU {a['cpu_tokens']:,} tokens"
         shown = (f", TTFT p90 {a['ttft_p90_ms']:,.2f} ms ({ttft['source']})"
                  if a["ttft_p90_ms"] is not None else "")
+        if a.get("tpot_p90_ms") is not None:
+            shown += f", TPOT p90 {a['tpot_p90_ms']:,.2f} ms"
         price = (f"; ${a['usd_per_hour']:,.2f}/hour, ${a['usd_per_million_output_tokens']:,.3f}"
                  f" per million output tokens" if cost else "")
         print(f"  {a['router']}: {a['total_tokens']:,} tokens = {a['total_gib']:.3f} GiB "

@@ -30,7 +30,9 @@ from pipeline.steptime.curves import UPPER, Load, load_curves, upper_curve
 from pipeline.steptime.fitted import Linear
 from pipeline.steptime.metrics import prefix_cache_entries, run_metrics, vllm_log_figures
 from pipeline.engine.options import pool_blocks
-from pipeline.steptime.options import add_latency_arguments, latency_from_args
+from pipeline.steptime.options import add_latency_arguments, add_slo_arguments, \
+    latency_from_args, slo_options
+from pipeline.steptime.tpot import goodput
 
 __all__ = ["steptime_arguments", "prepare", "run_metrics_outputs", "run_curves",
            "metric_lines", "loads_closed"]
@@ -41,6 +43,7 @@ LOAD_KINDS = ("speed", "rate", "concurrency")
 def steptime_arguments(parser: argparse.ArgumentParser) -> None:
     """The step-time, model and curve options of ``simulate``."""
     add_latency_arguments(parser)
+    add_slo_arguments(parser)
     add_kv_arguments(parser.add_argument_group(
         "model (the roofline's shape; sizes in --gpu)"))
     group = parser.add_argument_group("GPU capacity, and curves under load (a list in --gpu "
@@ -73,6 +76,7 @@ def prepare(args: argparse.Namespace) -> tuple[Options, list[Load] | None]:
     if clock == "steps" and model is not None:
         raise UsageError("--latency prices batches in milliseconds: use --clock time (the "
                          "default with --latency)")
+    slos = slo_options(args, clock == "time")
     given = {kind: getattr(args, kind) for kind in LOAD_KINDS if getattr(args, kind)}
     if args.concurrency and any(v != int(v) for v in args.concurrency):
         raise UsageError("--concurrency: a whole number of requests")
@@ -90,6 +94,10 @@ def prepare(args: argparse.Namespace) -> tuple[Options, list[Load] | None]:
                          "capacities)")
     if model is None:
         raise UsageError("curves under load need --latency roofline or FILE (TTFT in ms)")
+    if any(slo is not None for slo in slos):
+        raise UsageError(f"--slo-{'ttft' if slos[0] is not None else 'tpot'}-ms: goodput is "
+                         f"reported for one run (one --gpu, one load) and by fleet, not "
+                         f"for curves")
     if len(given) > 1:
         raise UsageError("curves take one load list: --speed, --rate or --concurrency")
     kind, values = next(iter(given.items())) if given else ("speed", [1.0])
@@ -127,6 +135,9 @@ def run_metrics_outputs(args: argparse.Namespace, result, outputs: Outputs,
     metrics = {**({"models": models} if models is not None else {}),
                **run_metrics(result.requests, result.steps, model.label if model else None)}
     kv = kv_from_args(args)
+    slos = (getattr(args, "slo_ttft_ms", None), getattr(args, "slo_tpot_ms", None))
+    if model is not None and any(slo is not None for slo in slos):
+        metrics.update(goodput(result.requests, metrics.get("duration_s"), *slos))
     metrics["provenance"] = model.provenance if model else None
     metrics["notes"] = _notes(model, result.requests["prompt_tokens"].to_list(),
                               kv.bytes_per_token) if model else []
@@ -153,12 +164,37 @@ def metric_lines(metrics: dict) -> list[str]:
              f"throughput {metrics['request_throughput'] or 0:,.2f} requests/s, "
              f"{metrics['output_throughput'] or 0:,.0f} output tokens/s over "
              f"{metrics['duration_s']:,.1f} s [{metrics['step_time_model']}]",
+             *_token_lines(metrics),
              f"hit ratio GPU {pct(metrics['gpu_hit_ratio'])}, CPU "
              f"{pct(metrics['cpu_hit_ratio'])}; vLLM would report prefix cache hit rate "
              f"{pct(metrics['vllm_prefix_cache_hit_rate'])} (Prometheus counters), "
              f"{pct(metrics['vllm_log_hit_rate_final'])} in its last log line (1,000-request "
              f"window)"]
     lines += [f"note: {note}" for note in metrics.get("notes", [])]
+    return lines
+
+
+def _token_lines(metrics: dict) -> list[str]:
+    """TPOT and ITL percentiles, and goodput when an SLO was given."""
+    label = metrics["step_time_model"]
+    if metrics.get("tpot_ms_p50") is None:
+        lines = [f"TPOT, ITL: none (no request has two output tokens) [{label}]"]
+    else:
+        tpot, itl = (" / ".join(format_duration(metrics[f"{name}_ms_p{p}"])
+                                for p in (50, 90, 99)) for name in ("tpot", "itl"))
+        unresolved = metrics.get("itl_unresolved_requests") or 0
+        lines = [f"TPOT p50 / p90 / p99: {tpot}; ITL p50 / p90 / p99: {itl}"
+                 + (f" ({unresolved:,} requests that skipped a step left out)"
+                    if unresolved else "") + f" [{label}]"]
+    if metrics.get("goodput_fraction") is not None:
+        slos = " and ".join(f"{name} <= {metrics[f'slo_{name.lower()}_ms']:g} ms"
+                            for name in ("TTFT", "TPOT")
+                            if metrics.get(f"slo_{name.lower()}_ms") is not None)
+        rate = metrics.get("request_goodput")
+        lines.append(f"goodput: {metrics['goodput_requests']:,} of {metrics['requests']:,} "
+                     f"requests ({100 * metrics['goodput_fraction']:.1f} %) meet {slos}"
+                     + (f", {rate:.3g} requests/s" if rate is not None else "")
+                     + f" [{label}]")
     return lines
 
 

@@ -20,9 +20,10 @@ QUANTITIES = ("one", "prefill_tokens", "decode_seqs", "context_tokens", "reload_
 _TERM_AT = tuple(QUANTITIES.index(quantity) for _, quantity in TERMS)
 _LINEAR_RELOAD = [quantity for _, quantity in TERMS].index("reload_tokens")
 #: where each of the roofline's ``Rates`` sits in its coefficient vector
-(_OVERHEAD, _PER_TOKEN, _PER_SAMPLE, _PER_PAIR, _WEIGHTS, _PER_CONTEXT, _PER_RELOAD) = (
-    Rates._fields.index(name) for name in ("overhead_ms", "per_token", "per_sample",
-                                           "per_pair", "weights", "per_context", "per_reload"))
+(_OVERHEAD, _PER_TOKEN, _PER_SAMPLE, _PER_PAIR, _WEIGHTS, _PER_CONTEXT, _PER_RELOAD,
+ _PER_COMM) = (Rates._fields.index(name) for name in (
+    "overhead_ms", "per_token", "per_sample", "per_pair", "weights", "per_context",
+    "per_reload", "per_comm"))
 
 
 @helper
@@ -46,7 +47,8 @@ def step_time(S, model, coef):
     compute = (coef[_PER_TOKEN] * tokens + coef[_PER_SAMPLE] * (decodes + REC[X_NFIRST])
                + coef[_PER_PAIR] * pairs)
     memory = coef[_WEIGHTS] + coef[_PER_CONTEXT] * context
-    return coef[_OVERHEAD] + max(compute, memory) + coef[_PER_RELOAD] * reload
+    return (coef[_OVERHEAD] + max(compute, memory) + coef[_PER_RELOAD] * reload
+            + coef[_PER_COMM] * tokens)
 
 
 @helper

@@ -3,7 +3,8 @@
 Quantiles are polars' ``nearest``; ``hit_ratio`` = (GPU + CPU hit tokens) / prompt tokens;
 ``imbalance`` = the busiest instance's requests / the mean over instances (1 = even; an
 instance that got nothing counts as 0); ``throughput_rps`` = requests / (last finish -
-first arrival). Per point, whether the fleet is overloaded (its waiting queue, every
+first arrival); TPOT p50/p90/p99 (``pipeline.steptime.tpot``; a disaggregated fleet's
+own ``tpot_ms``). Per point, whether the fleet is overloaded (its waiting queue, every
 instance's together, grows over the run: ``pipeline.engine.overload``): ``overloaded``,
 ``offered_rate`` and ``served_rate`` (requests per second), ``queue_at_last_arrival``,
 ``peak_queue``.
@@ -15,12 +16,16 @@ import polars as pl
 
 from pipeline.base.arguments import plural
 from pipeline.engine.overload import overload_of, warning_lines
+from pipeline.steptime.tpot import good_request, tpot_ms
 
-__all__ = ["POINT_COLUMNS", "point_columns", "OVERLOAD_COLUMNS", "instance_aggregates",
+__all__ = ["POINT_COLUMNS", "TPOT_SHOWN", "point_columns", "OVERLOAD_COLUMNS", "instance_aggregates",
            "fleet_aggregates",
            "overload_rows", "overload_lines", "json_rows"]
 
 POINT_COLUMNS = ("router", "instances", "gpu_blocks", "load")
+#: the TPOT figures a disaggregated fleet prints and --json gives (every fleet.parquet has
+#: them; an aggregated fleet's printed table and JSON rows stay as they were)
+TPOT_SHOWN = ("tpot_p50_ms", "tpot_p90_ms")
 #: the overload figures of a point (rates in requests per second)
 OVERLOAD_COLUMNS = pl.Schema({"overloaded": pl.Boolean, "offered_rate": pl.Float64,
                               "served_rate": pl.Float64, "queue_at_last_arrival": pl.Int64,
@@ -37,8 +42,9 @@ def point_columns(frame: pl.DataFrame) -> tuple[str, ...]:
 
 def _figures(requests: pl.DataFrame) -> list[pl.Expr]:
     ttft = pl.col("ttft_ms")
-    tpot = ([pl.col("tpot_ms").quantile(q, "nearest").alias(f"tpot_p{int(q * 100)}_ms")
-             for q in (0.5, 0.9)] if "tpot_ms" in requests.columns else [])
+    per_request = pl.col("tpot_ms") if "tpot_ms" in requests.columns else tpot_ms()
+    tpot = [per_request.quantile(p / 100, "nearest").alias(f"tpot_p{p}_ms")
+            for p in (50, 90, 99)]
     return [*tpot, pl.len().alias("requests"), pl.col("prompt_tokens").sum(),
             pl.col("gpu_hit_tokens").sum(), pl.col("cpu_hit_tokens").sum(),
             ((pl.col("gpu_hit_tokens").sum() + pl.col("cpu_hit_tokens").sum())
@@ -59,8 +65,10 @@ def instance_aggregates(requests: pl.DataFrame) -> pl.DataFrame:
             .sort(*point, "instance"))
 
 
-def fleet_aggregates(requests: pl.DataFrame) -> pl.DataFrame:
-    """One row per point, with ``imbalance``."""
+def fleet_aggregates(requests: pl.DataFrame, slo_ttft_ms: float | None = None,
+                     slo_tpot_ms: float | None = None) -> pl.DataFrame:
+    """One row per point, with ``imbalance``; with an SLO, ``goodput_fraction`` and
+    ``request_goodput`` (requests meeting every SLO given, per second: ``tpot.goodput``)."""
     point = point_columns(requests)
     # (a disaggregated fleet's requests prefilled by a decode engine have instance -1)
     per_instance = requests.filter(pl.col("instance") >= 0).group_by(*point, "instance").len()
@@ -68,7 +76,14 @@ def fleet_aggregates(requests: pl.DataFrame) -> pl.DataFrame:
                  .agg(pl.col("len").max().alias("busiest"), pl.col("len").sum().alias("n"))
                  .select(*point, imbalance=pl.col("busiest")
                          / (pl.col("n") / pl.col("instances"))))
-    return (requests.group_by(*point).agg(_figures(requests))
+    figures = _figures(requests)
+    if slo_ttft_ms is not None or slo_tpot_ms is not None:
+        good = good_request(slo_ttft_ms, slo_tpot_ms, pl.col("tpot_ms")
+                            if "tpot_ms" in requests.columns else None)
+        figures += [good.mean().alias("goodput_fraction"),
+                    (good.sum() / ((pl.col("finish_ms").max() - pl.col("arrival_ms").min())
+                                   / 1000.0)).alias("request_goodput")]
+    return (requests.group_by(*point).agg(figures)
             .join(imbalance, on=list(point))
             .join(overload_rows(requests), on=list(point)).sort(*point))
 
@@ -98,7 +113,7 @@ def json_rows(fleet: pl.DataFrame, cost: bool = False) -> list[dict]:
     ``usd_per_hour``, ``usd_per_million_output_tokens`` and ``fits_gpu``)."""
     keys = (*point_columns(fleet), "prompt_tokens", "gpu_hit_tokens", "cpu_hit_tokens",
             "ttft_p50_ms", "ttft_p90_ms",
-            *(c for c in ("tpot_p50_ms", "tpot_p90_ms") if c in fleet.columns),
+            *(TPOT_SHOWN if "decode_instances" in fleet.columns else ()),
             "imbalance", "requests", *OVERLOAD_COLUMNS)
     if cost:
         keys += ("usd_per_hour", "usd_per_million_output_tokens", "fits_gpu")

@@ -15,7 +15,7 @@ from pipeline.fleet.routers import ROUTERS, router_class
 from pipeline.fleet.sweep import EXECUTORS
 from pipeline.sizes.units import add_kv_arguments, capacities
 from pipeline.sizes.vllm_memory import add_memory_arguments
-from pipeline.steptime.options import add_latency_arguments
+from pipeline.steptime.options import add_latency_arguments, add_slo_arguments
 from pipeline.steptime.options import load_list as loads
 
 __all__ = ["add_fleet_arguments", "router_list", "instance_list", "load_list",
@@ -142,6 +142,7 @@ def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
                              "--host-link-gbps) instead of one per instance")
     add_disaggregation_arguments(parser)
     add_latency_arguments(parser)
+    add_slo_arguments(parser)
     add_kv_arguments(parser.add_argument_group(
         "model (KV bytes per token and the roofline's shape; required by the roofline and "
         "by sizes in bytes)"))
@@ -167,6 +168,8 @@ def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
                       help="TTFT p90 at most MS")
     plan.add_argument("--target-hit-ratio", type=non_negative_float, metavar="R",
                       help="prefix hit ratio (GPU + CPU) at least R")
+    plan.add_argument("--target-tpot-p90-ms", type=non_negative_float, metavar="MS",
+                      help="TPOT p90 at most MS (with the others: all of them)")
     add_cost_arguments(parser)
     run.add_argument("--json", action="store_true",
                      help="print one JSON object per (router, point)")

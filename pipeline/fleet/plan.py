@@ -30,13 +30,14 @@ class Memory:
     block_size: int = 16
     cpu_tokens: int = 0
     cpu_shared: bool = False
+    gpus: int = 1
 
 
 def memory_columns(fleet: pl.DataFrame, memory: Memory) -> pl.DataFrame:
     """``fleet``'s points with their memory: ``total_blocks``, ``gpu_gib``, ``cpu_gib``,
     ``gpu_tokens``, ``cpu_tokens``, ``total_gib``, ``total_tokens`` (the GiB columns null
     without a KV size)."""
-    kv = memory.kv_bytes_per_token
+    kv = memory.kv_bytes_per_token and memory.kv_bytes_per_token * memory.gpus
     n = pl.col("instances")
     if "decode_instances" in fleet.columns:          # a disaggregated fleet's engines
         n = n + pl.col("decode_instances")
@@ -57,7 +58,8 @@ def memory_columns(fleet: pl.DataFrame, memory: Memory) -> pl.DataFrame:
 
 def best_points(points: pl.DataFrame, ttft_p90_ms: float | None, hit_ratio: float | None,
                 rank: tuple[str, ...], extra: tuple[str, ...] = (),
-                every: pl.DataFrame | None = None) -> pl.DataFrame:
+                every: pl.DataFrame | None = None, tpot_p90_ms: float | None = None
+                ) -> pl.DataFrame:
     """Per (router, load) of ``every`` (default ``points``): the first point of ``points``
     in ``rank`` order that meets the targets (a row of nulls when none does)."""
     meets = pl.lit(True)
@@ -65,6 +67,9 @@ def best_points(points: pl.DataFrame, ttft_p90_ms: float | None, hit_ratio: floa
         meets &= pl.col("ttft_p90_ms") <= ttft_p90_ms
     if hit_ratio is not None:
         meets &= pl.col("hit_ratio") >= hit_ratio
+    if tpot_p90_ms is not None:
+        meets &= pl.col("tpot_p90_ms") <= tpot_p90_ms
+        extra = (*extra, "tpot_p90_ms")
     best = (points.filter(meets).sort(*rank)
             .group_by("router", "load", maintain_order=True).first()
             .select("router", "load", "total_gib", "gpu_gib", "cpu_gib", "total_blocks",
@@ -78,9 +83,9 @@ def best_points(points: pl.DataFrame, ttft_p90_ms: float | None, hit_ratio: floa
 
 
 def smallest_memory(fleet: pl.DataFrame, ttft_p90_ms: float | None = None,
-                    hit_ratio: float | None = None, memory: Memory = Memory()
-                    ) -> pl.DataFrame:
+                    hit_ratio: float | None = None, memory: Memory = Memory(),
+                    tpot_p90_ms: float | None = None) -> pl.DataFrame:
     """Per (router, load): the point with the least total memory meeting the targets
     (routers with no such point get a row with nulls)."""
     return best_points(memory_columns(fleet, memory), ttft_p90_ms, hit_ratio,
-                       rank=("total_tokens", "instances"))
+                       rank=("total_tokens", "instances"), tpot_p90_ms=tpot_p90_ms)

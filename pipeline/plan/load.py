@@ -19,7 +19,7 @@ import json
 import sys
 from dataclasses import replace
 
-from pipeline.base.arguments import derive
+from pipeline.base.arguments import derive, positive_float
 from pipeline.base.durations import format_duration
 from pipeline.base.errors import CLIError, UsageError
 from pipeline.catalog import models_field, models_line
@@ -35,7 +35,7 @@ from pipeline.engine.options import add_scheduler_limits
 from pipeline.steptime.options import add_latency_arguments, add_load_arguments, \
     latency_from_args
 
-__all__ = ["add_load_plan_arguments", "plan_under_load"]
+__all__ = ["add_load_plan_arguments", "add_tpot_target", "plan_under_load"]
 
 #: the answer's overload figures, also in the JSON document's ``answer``
 ANSWER_LOAD_KEYS = ("overloaded", "offered_rate", "served_rate", "queue_at_last_arrival")
@@ -47,6 +47,20 @@ def add_load_plan_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("load (with --target-ttft-p90-ms; the engine model)")
     add_load_arguments(group, lists=False)
     add_scheduler_limits(group)
+
+
+def add_tpot_target(parser: argparse.ArgumentParser) -> None:
+    """``--target-tpot-p90-ms``: beside --target-ttft-p90-ms (and a fleet plan's targets)."""
+    parser.add_argument("--target-tpot-p90-ms", type=positive_float, metavar="MS",
+                        help="with --target-ttft-p90-ms or --fleet: TPOT p90 at most MS too "
+                             "(time per output token, as vllm bench serve)")
+
+
+def _meets(figures: dict, ttft: float, tpot: float | None) -> bool:
+    """TTFT p90 within ``ttft`` and, when given, TPOT p90 within ``tpot`` (a run without
+    TPOT, no request of two output tokens, meets any)."""
+    return figures["ttft_ms_p90"] <= ttft and (
+        tpot is None or figures.get("tpot_ms_p90") is None or figures["tpot_ms_p90"] <= tpot)
 
 
 def _workload(args: argparse.Namespace) -> EngineRequests:
@@ -138,14 +152,14 @@ def _plan_under_load(args: argparse.Namespace) -> int:
             seen[blocks] = run_metrics(result.requests, result.steps, latency.label)
         return seen[blocks]
 
-    target = args.target_ttft_p90_ms
-    if figures(hi)["ttft_ms_p90"] > target:
+    target, tpot = args.target_ttft_p90_ms, getattr(args, "target_tpot_p90_ms", None)
+    if not _meets(figures(hi), target, tpot):
         status, answer = "unreachable", hi
     else:
         low, high = lo, hi
         while low < high:
             mid = (low + high) // 2
-            if figures(mid)["ttft_ms_p90"] <= target:
+            if _meets(figures(mid), target, tpot):
                 high = mid
             else:
                 low = mid + 1
@@ -154,7 +168,8 @@ def _plan_under_load(args: argparse.Namespace) -> int:
     at = figures(answer)
     document = {
         "cache_models": models_field("vllm", None),        # the engine, no CPU tier
-        "target": {"kind": "ttft_p90_under_load", "ttft_ms_p90": target, "load": load.label},
+        "target": {"kind": "ttft_p90_under_load", "ttft_ms_p90": target, "load": load.label,
+                   **({"tpot_ms_p90": tpot} if tpot is not None else {})},
         "workload": f"{workload.label}: {len(requests):,} requests, block size {size}",
         "step_time_model": latency.label, "provenance": latency.provenance,
         "answer": {"status": status, "num_gpu_blocks": answer, "gpu_tokens": answer * size,
@@ -176,14 +191,17 @@ def _plan_under_load(args: argparse.Namespace) -> int:
                "holds the largest request", "unreachable": "misses it even at the top of "
                "the search"}[status]
     print(models_line("vllm", None))
-    print(f"target: TTFT p90 <= {target:g} ms at {load.label} [{latency.label}]")
+    both = f" and TPOT p90 <= {tpot:g} ms" if tpot is not None else ""
+    print(f"target: TTFT p90 <= {target:g} ms{both} at {load.label} [{latency.label}]")
     print(f"workload: {document['workload']}")
     print(f"answer: GPU KV {answer * size:,} tokens = {gib:.2f} GiB ({kv.describe()}), "
           f"num_gpu_blocks {answer}: {verdict}")
     print(f"  there: TTFT p90 {format_duration(at['ttft_ms_p90'])}, "
           f"p50 {format_duration(at['ttft_ms_p50'])}, "
           f"hit ratio {100 * (at['hit_ratio'] or 0):.1f} %, "
-          f"{at['preemptions']} preemptions")
+          f"{at['preemptions']} preemptions"
+          + (f", TPOT p90 {format_duration(at['tpot_ms_p90'])}" if tpot is not None
+             and at.get("tpot_ms_p90") is not None else ""))
     if below is not None:
         print(f"  one block below: TTFT p90 {format_duration(below['ttft_ms_p90'])}")
     print(f"search: {document['search']}")

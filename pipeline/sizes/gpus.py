@@ -1,9 +1,11 @@
-"""GPU presets for the roofline: peak dense tensor FLOP/s, HBM bandwidth, host link.
+"""GPU presets for the roofline: peak dense tensor FLOP/s, HBM bandwidth, host link, NVLink.
 
 Figures are the vendor's datasheet peaks, dense (no 2:4 sparsity), for the SXM (or PCIe
 card) variant named; the host link is the PCIe generation's x16 peak per direction, which
-bounds a CPU-tier reload. A roofline built on them is a lower bound on step time, not a
-measurement. ``custom`` takes every figure from the options.
+bounds a CPU-tier reload. NVLink (SXM parts: A100 600 GB/s, H100 and H200 900 GB/s per
+GPU, both directions, the same datasheets) carries tensor parallelism's all-reduces; the
+PCIe cards (L40S, L4) have none and use the host link. A roofline built on them is a lower
+bound on step time, not a measurement. ``custom`` takes every figure from the options.
 
 >>> gpu_preset("H100").bf16_tflops
 989.4
@@ -31,6 +33,22 @@ class GpuPreset:
     memory_gb: float | None = None
     host_link: str = ""
     source: str = ""
+    #: NVLink bandwidth per GPU, both directions together (the datasheet's figure); None:
+    #: no NVLink, GPUs talk over the host link (PCIe)
+    nvlink_gbps: float | None = None
+
+    @property
+    def peer_gbps(self) -> float:
+        """GB/s one GPU sends to its peers in one direction: half the NVLink figure, else
+        the host link's (PCIe, per direction)."""
+        return self.nvlink_gbps / 2 if self.nvlink_gbps else self.host_link_gbps
+
+    @property
+    def peer_link(self) -> str:
+        """``NVLink 900 GB/s (450 GB/s each way)`` or the host link's name."""
+        if self.nvlink_gbps:
+            return f"NVLink {self.nvlink_gbps:g} GB/s ({self.peer_gbps:g} GB/s each way)"
+        return f"{self.host_link or 'host link'} {self.host_link_gbps:g} GB/s (no NVLink)"
 
     def __post_init__(self) -> None:
         for field in ("bf16_tflops", "hbm_gbps", "host_link_gbps"):
@@ -59,11 +77,11 @@ class GpuPreset:
 
 GPUS: dict[str, GpuPreset] = {gpu.name.split()[0].lower(): gpu for gpu in (
     GpuPreset("A100 SXM 80GB", 312.0, None, 2039.0, 32.0, 80, "PCIe 4.0 x16",
-              _NVIDIA + "a100/"),
+              _NVIDIA + "a100/", 600.0),
     GpuPreset("H100 SXM", 989.4, 1978.9, 3350.0, 64.0, 80, "PCIe 5.0 x16",
-              _NVIDIA + "h100/"),
+              _NVIDIA + "h100/", 900.0),
     GpuPreset("H200 SXM", 989.4, 1978.9, 4800.0, 64.0, 141, "PCIe 5.0 x16",
-              _NVIDIA + "h200/"),
+              _NVIDIA + "h200/", 900.0),
     GpuPreset("L40S", 362.05, 733.0, 864.0, 32.0, 48, "PCIe 4.0 x16", _NVIDIA + "l40s/"),
     GpuPreset("L4", 121.0, 242.5, 300.0, 32.0, 24, "PCIe 4.0 x16", _NVIDIA + "l4/"),
 )}

@@ -90,11 +90,17 @@ def mla_shape(name: str, layers: int, kv_lora_rank: int, qk_rope_head_dim: int,
 
 @dataclass(frozen=True)
 class ModelShape:
-    """A dense decoder's shape as its config.json gives it (``num_hidden_layers``,
-    ``hidden_size``, ``intermediate_size``, ``num_attention_heads``, ``num_key_value_heads``,
-    ``vocab_size``, ``tie_word_embeddings``): what FLOPs and weight bytes per token follow
-    from. Linear layers only (q, k, v, o and a SwiGLU MLP of gate, up and down); norms and
-    biases are under 0.1 % of the weights and left out."""
+    """A decoder's shape as its config.json gives it (``num_hidden_layers``, ``hidden_size``,
+    ``intermediate_size``, ``num_attention_heads``, ``num_key_value_heads``, ``vocab_size``,
+    ``tie_word_embeddings``, ``head_dim`` when given): what FLOPs and weight bytes per token
+    follow from. Linear layers only (q, k, v, o and a SwiGLU MLP of gate, up and down); norms
+    and biases are under 0.1 % of the weights and left out.
+
+    A mixture of experts (``experts`` > 0) replaces the MLP by ``experts`` SwiGLU experts of
+    ``moe_intermediate_size`` (each token through ``experts_per_token`` of them), a router
+    (hidden x experts) and, where the format has one, a shared expert of
+    ``shared_intermediate_size``: ``layer_parameters`` counts every expert (the weights held),
+    ``active_layer_parameters`` the ones a token goes through (its FLOPs)."""
 
     name: str
     layers: int
@@ -105,30 +111,53 @@ class ModelShape:
     vocab_size: int
     tie_word_embeddings: bool = False
     source: str = ""
+    head_dim_size: int | None = None
+    experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    shared_intermediate_size: int = 0
 
     def __post_init__(self) -> None:
         sizes = (self.layers, self.hidden_size, self.intermediate_size, self.attention_heads,
                  self.kv_heads, self.vocab_size)
         if min(sizes) < 1:
             raise ValueError(f"every size of a model shape must be >= 1, got {sizes}")
-        if self.hidden_size % self.attention_heads or self.attention_heads % self.kv_heads:
+        if self.head_dim_size is None and self.hidden_size % self.attention_heads:
             raise ValueError(f"hidden size {self.hidden_size} must divide into "
-                             f"{self.attention_heads} heads, and those into {self.kv_heads} "
-                             f"KV heads")
+                             f"{self.attention_heads} heads (or give head_dim)")
+        if self.attention_heads % self.kv_heads:
+            raise ValueError(f"{self.attention_heads} attention heads must divide into "
+                             f"{self.kv_heads} KV heads")
+        if self.experts and not 0 < self.experts_per_token <= self.experts:
+            raise ValueError(f"experts per token must be 1..{self.experts}, got "
+                             f"{self.experts_per_token}")
 
     @property
     def head_dim(self) -> int:
-        """hidden size / attention heads."""
-        return self.hidden_size // self.attention_heads
+        """config.json's ``head_dim``, else hidden size / attention heads."""
+        return self.head_dim_size or self.hidden_size // self.attention_heads
+
+    def _layer(self, experts: int) -> int:
+        """One layer's weights with ``experts`` experts' MLPs (a dense MLP without experts):
+        q and o (hidden x heads x head dim), k and v (hidden x KV heads x head dim), the MLP."""
+        attention = (2 * self.hidden_size * self.attention_heads * self.head_dim
+                     + 2 * self.hidden_size * self.kv_heads * self.head_dim)
+        if not self.experts:
+            return attention + 3 * self.hidden_size * self.intermediate_size
+        return (attention + 3 * self.hidden_size * (experts * self.moe_intermediate_size
+                                                    + self.shared_intermediate_size)
+                + self.hidden_size * self.experts)
 
     @property
     def layer_parameters(self) -> int:
-        """Weights of the decoder layers: per layer q and o (hidden x hidden), k and v
-        (hidden x KV heads x head dim) and the MLP (3 x hidden x intermediate)."""
-        kv = self.kv_heads * self.head_dim
-        per_layer = (2 * self.hidden_size * self.hidden_size + 2 * self.hidden_size * kv
-                     + 3 * self.hidden_size * self.intermediate_size)
-        return self.layers * per_layer
+        """Weights of the decoder layers, every expert's included (what memory holds)."""
+        return self.layers * self._layer(self.experts)
+
+    @property
+    def active_layer_parameters(self) -> int:
+        """Weights of the decoder layers one token goes through (its experts only): the FLOPs
+        per token are twice this."""
+        return self.layers * self._layer(self.experts_per_token)
 
     @property
     def lm_head_parameters(self) -> int:
@@ -141,9 +170,31 @@ class ModelShape:
         tables = 1 if self.tie_word_embeddings else 2
         return self.layer_parameters + tables * self.lm_head_parameters
 
-    def kv(self, dtype: str = "bf16") -> KVSize:
-        """The KV footprint (standard formula) of this shape."""
-        return shape(self.name, self.layers, self.kv_heads, self.head_dim, dtype, self.source)
+    def kv_heads_per_gpu(self, tensor_parallel: int = 1) -> int:
+        """KV heads one GPU holds under tensor parallelism: vLLM's ``max(1, KV heads //
+        tp)`` (``vllm/config/model.py:1683``, replicated below one head per GPU); ValueError
+        unless tp divides the attention heads (``vllm/config/model.py:1559``) and the KV
+        heads divide by tp or tp by them (``QKVParallelLinear``,
+        ``vllm/model_executor/layers/linear.py:1068-1070``)."""
+        tp = tensor_parallel
+        if self.attention_heads % tp:
+            raise ValueError(f"{tp} does not divide the {self.attention_heads} attention "
+                             f"heads of {self.name}")
+        if self.kv_heads % tp and tp % self.kv_heads:
+            raise ValueError(f"{tp} and the {self.kv_heads} KV heads of {self.name} do not "
+                             f"divide one another")
+        return max(1, self.kv_heads // tp)
+
+    def kv(self, dtype: str = "bf16", tensor_parallel: int = 1) -> KVSize:
+        """The KV footprint (standard formula) of this shape, per GPU under tensor
+        parallelism (``kv_heads_per_gpu``)."""
+        size = shape(self.name, self.layers, self.kv_heads_per_gpu(tensor_parallel),
+                     self.head_dim, dtype, self.source)
+        if tensor_parallel == 1:
+            return size
+        return KVSize(size.name, size.bytes_per_token,
+                      f"{size.formula}, per GPU of tensor parallel {tensor_parallel}",
+                      size.source)
 
 
 def _hf(repo: str) -> str:

@@ -239,12 +239,15 @@ def add_kv_arguments(parser: argparse.ArgumentParser) -> None:
                        type=checked(parse_shape),
                        help="layers, KV heads, head dim[, dtype] (standard formula 2 x L x H x "
                             "D x dtype bytes), e.g. 28,2,128,bf16")
+    from pipeline.sizes.model_options import add_model_config_argument, add_parallel_arguments
+    add_model_config_argument(group)
+    add_parallel_arguments(parser)
 
 
 def model_given(args: argparse.Namespace) -> bool:
     """Whether the options name a KV size (--model, --kv-bytes-per-token or --kv-shape)."""
     return any(getattr(args, dest, None) is not None
-               for dest in ("model", "kv_bytes_per_token", "kv_shape"))
+               for dest in ("model", "kv_bytes_per_token", "kv_shape", "model_config"))
 
 
 def kv_from_args(args: argparse.Namespace, needed_for: str | None = None) -> KVSize:
@@ -252,7 +255,12 @@ def kv_from_args(args: argparse.Namespace, needed_for: str | None = None) -> KVS
 
     With none of --model, --kv-bytes-per-token, --kv-shape: a usage error (exit 2) naming
     ``--model`` when ``needed_for`` says what needs bytes (``"--gpu 20GiB"``), else the lab's
-    model (``DEFAULT_PRESET``; callers that print bytes then say it is the lab's)."""
+    model (``DEFAULT_PRESET``; callers that print bytes then say it is the lab's).
+    ``--model-config``, ``--kv-cache-dtype`` and ``--tensor-parallel-size``: ``model_kv``."""
+    from pipeline.sizes.model_options import model_kv
+    kv = model_kv(args)
+    if kv is not None:
+        return kv
     if args.kv_bytes_per_token is not None:
         if args.kv_bytes_per_token < 1:
             raise ValueError(f"--kv-bytes-per-token: must be >= 1, got {args.kv_bytes_per_token}")

@@ -60,6 +60,7 @@ class VllmMemory:
     block_size: int
     bytes_per_token: int
     num_blocks: int
+    tensor_parallel: int = 1
 
     @property
     def tokens(self) -> int:
@@ -73,11 +74,15 @@ class VllmMemory:
         return (f"--gpu-memory-utilization {self.utilization:g} on {self.gpu} "
                 f"({self.total / GIB:g} GiB = {self.total:,} B, datasheet): "
                 f"{self.utilization:g} x {self.total / GIB:g} GiB = {g(self.requested)} - weights "
-                f"{g(self.weights)} ({self.parameters / 1e9:.2f}B params x {self.weight_bytes} B)"
+                f"{g(self.weights)} ({self.parameters / 1e9:.2f}B params x {self.weight_bytes} B{self._split})"
                 f" - activations {g(self.activations)} ({self.activation_note}) = "
                 f"{g(self.available)} KV = {self.tokens:,} tokens = {self.num_blocks:,} blocks "
                 f"of {self.block_size} (vLLM's num_gpu_blocks, null block included; "
                 f"{self.bytes_per_token:,} bytes per token)")
+
+    @property
+    def _split(self) -> str:
+        return f" / {self.tensor_parallel} GPUs" if self.tensor_parallel > 1 else ""
 
     def as_dict(self) -> dict[str, object]:
         """JSON form: every term, and the printed line."""
@@ -100,10 +105,12 @@ def activation_estimate(shape: ModelShape, batched_tokens: int, seqs: int,
 def vllm_kv_memory(gpu: str, total: int, utilization: float, shape: ModelShape, kv: KVSize,
                    block_size: int, weight_bytes: int = 2,
                    batched_tokens: int = DEFAULT_BATCHED_TOKENS, seqs: int = DEFAULT_SEQS,
-                   reserve_gib: float | None = None) -> VllmMemory:
-    """vLLM's KV allocation for these figures; ValueError when nothing is left for KV."""
+                   reserve_gib: float | None = None, tensor_parallel: int = 1) -> VllmMemory:
+    """vLLM's KV allocation for these figures, on one GPU of ``tensor_parallel`` (its share
+    of the weights: 1/N, rounded up; ``kv`` per GPU; the activation estimate is not split, an
+    upper bound); ValueError when nothing is left for KV."""
     requested = math.ceil(total * utilization)
-    weights = shape.parameters * weight_bytes
+    weights = -(-shape.parameters * weight_bytes // tensor_parallel)
     if reserve_gib is not None:
         activations = int(Decimal(str(reserve_gib)) * GIB)
         note = "--activation-reserve"
@@ -119,7 +126,7 @@ def vllm_kv_memory(gpu: str, total: int, utilization: float, shape: ModelShape, 
     num_blocks = available // (block_size * kv.bytes_per_token)
     return VllmMemory(gpu, total, utilization, requested, shape.parameters, weight_bytes,
                       weights, activations, note, available, block_size, kv.bytes_per_token,
-                      num_blocks)
+                      num_blocks, tensor_parallel)
 
 
 def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
@@ -154,15 +161,20 @@ def gpu_from_utilization(args: argparse.Namespace, block_size: int | None
         raise UsageError(f"{flag} gives --gpu: give one of them")
     if getattr(args, "gpu_type", None) is None:
         raise UsageError(f"{flag} needs --gpu-type NAME (the device's memory)")
-    if getattr(args, "model", None) is None:
+    config = getattr(args, "model_config", None) is not None
+    if getattr(args, "model", None) is None and not config:
         raise UsageError(f"{flag} needs --model PRESET (weights and KV bytes per token)")
     if getattr(args, "kv_bytes_per_token", None) or getattr(args, "kv_shape", None):
         raise UsageError(f"{flag} takes the KV size from --model")
+    from pipeline.sizes.model_options import shape_from_args, tensor_parallel
+    from pipeline.sizes.units import kv_from_args
     try:
         gpu = gpu_preset(args.gpu_type)
-        shape = model_shape(args.model)
+        shape = shape_from_args(args) if config else model_shape(args.model)
     except ValueError as exc:
         raise UsageError(f"{flag}: {exc}") from None
+    kv = kv_from_args(args) if config or tensor_parallel(args) > 1 or getattr(
+        args, "kv_cache_dtype", "auto") != "auto" else preset(args.model)
     if gpu.memory_gb is None:
         raise UsageError(f"{flag}: --gpu-type {args.gpu_type} has no memory size")
     size = block_size or 16
@@ -170,9 +182,10 @@ def gpu_from_utilization(args: argparse.Namespace, block_size: int | None
     try:
         memory = vllm_kv_memory(
             gpu.name, int(gpu.memory_gb * GIB), args.gpu_memory_utilization, shape,
-            preset(args.model), size, weights,
+            kv, size, weights,
             getattr(args, "max_num_batched_tokens", None) or DEFAULT_BATCHED_TOKENS,
-            getattr(args, "max_num_seqs", None) or DEFAULT_SEQS, args.activation_reserve)
+            getattr(args, "max_num_seqs", None) or DEFAULT_SEQS, args.activation_reserve,
+            tensor_parallel(args))
     except ValueError as exc:
         raise CLIError(f"{flag}: {exc}") from None
     longest = getattr(args, "max_model_len", None)

@@ -3,7 +3,8 @@
 ``request_outputs(requests)`` adds the tokens per tier (``miss_tokens`` = prompt - GPU hit -
 CPU hit) to the engine's requests table (TTFT, queue wait and end-to-end come with the time
 clock). ``run_metrics(requests, steps)`` gives TTFT / queue / end-to-end percentiles
-(linear interpolation, as numpy's and vLLM's benchmark's), throughput, the token-weighted
+(linear interpolation, as numpy's and vLLM's benchmark's), TPOT and ITL (``tpot``),
+throughput, the token-weighted
 hit ratio per tier, preemptions, whether the run is overloaded (``overloaded``,
 ``offered_rate``, ``served_rate``, ``queue_at_last_arrival``: ``pipeline.engine.overload``),
 and the prefix-cache hit rate as vLLM 0.33 reports it:
@@ -33,6 +34,7 @@ import numpy as np
 import polars as pl
 
 from pipeline.engine.overload import overload_of
+from pipeline.steptime.tpot import token_metrics
 
 __all__ = ["VLLM_WINDOW_REQUESTS", "VLLM_LOG_INTERVAL_S", "request_outputs",
            "prefix_cache_entries", "windowed_hit_rate", "vllm_log_figures", "run_metrics",
@@ -167,6 +169,8 @@ def run_metrics(requests: pl.DataFrame, steps: pl.DataFrame | None = None,
             if column in frame.columns:
                 out.update(_quantiles(frame, column, prefix))
         out["ttft_ms_mean"] = float(frame["ttft_ms"].mean()) if frame.height else None
+        if steps is not None and "start_ms" in steps.columns:
+            out.update(token_metrics(frame, steps))
         start = float(frame["arrival_ms"].min()) if "arrival_ms" in frame.columns else 0.0
         duration_s = (float(frame["finish_ms"].max()) - start) / 1e3 if frame.height else 0.0
         out["duration_s"] = duration_s

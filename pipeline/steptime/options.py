@@ -12,14 +12,15 @@ from __future__ import annotations
 import argparse
 
 from pipeline.base.arguments import non_negative_float, non_negative_int, positive_float, \
-    positive_int
+    positive_int, unit_ratio
+from pipeline.base.errors import UsageError
 from pipeline.steptime.cost import StepTimeModel
 from pipeline.sizes.gpus import GPU_NAMES
 from pipeline.steptime.registry import step_time_model
-from pipeline.steptime.roofline import DEFAULT_OVERHEAD_MS, check_roofline_model
+from pipeline.steptime.roofline import DEFAULT_OVERHEAD_MS, PROFILED, check_roofline_model
 
-__all__ = ["add_latency_arguments", "add_load_arguments", "latency_from_args",
-           "check_roofline_model", "load_list"]
+__all__ = ["add_latency_arguments", "add_load_arguments", "add_slo_arguments",
+           "latency_from_args", "check_roofline_model", "load_list", "slo_options"]
 
 
 def add_latency_arguments(parser: argparse.ArgumentParser, latency: bool = True) -> None:
@@ -28,10 +29,12 @@ def add_latency_arguments(parser: argparse.ArgumentParser, latency: bool = True)
     group = parser.add_argument_group(
         "step time (turns each batch into milliseconds: the time clock)")
     if latency:
-        group.add_argument("--latency", metavar="roofline|FILE", default=None,
+        group.add_argument("--latency", metavar="roofline|FILE|profile:DIR", default=None,
                            help="roofline: from the model's shape and the GPU's peaks (a "
                                 "lower bound, labelled roofline); FILE: fitted coefficients "
-                                "written by fit (JSON, kind fitted-step-time)")
+                                "written by fit (JSON, kind fitted-step-time); profile:DIR: "
+                                "vidur-format per-operation profiles (mlp.csv, "
+                                "attention.csv, all_reduce.csv)")
     group.add_argument("--gpu-type", default=None, metavar="NAME",
                        help=f"GPU preset of the roofline and of --gpu-memory-utilization: "
                             f"{', '.join(GPU_NAMES)} (default H100 for the roofline)")
@@ -49,8 +52,44 @@ def add_latency_arguments(parser: argparse.ArgumentParser, latency: bool = True)
                        default=DEFAULT_OVERHEAD_MS, metavar="MS",
                        help="fixed roofline overhead per step, an assumption "
                             "(default %(default)s)")
+    for flag, what in (("--mfu-prefill", "peak FLOP/s a compute-bound batch reaches"),
+                       ("--mbu-decode", "peak memory bandwidth a memory-bound batch reaches")):
+        group.add_argument(flag, type=_ratio_or_profiled, nargs="?", const=PROFILED,
+                           default=None,
+                           metavar="F", help=f"the roofline's share of {what} (0 < F <= 1); "
+                           f"given alone: measured on the GPU preset by vidur's profiles "
+                           f"(H100, A100); default: the peak (a lower bound)")
     group.add_argument("--model-shape", metavar="L,HIDDEN,INTER,HEADS,KV_HEADS,VOCAB[,tied]",
                        help="the roofline's model shape instead of the --model preset")
+
+
+def add_slo_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--slo-ttft-ms`` and ``--slo-tpot-ms``: goodput, as ``vllm bench serve --goodput``."""
+    group = parser.add_argument_group(
+        "goodput (requests meeting every SLO given, as vllm bench serve --goodput; the time "
+        "clock)")
+    group.add_argument("--slo-ttft-ms", type=positive_float, metavar="MS", default=None,
+                       help="a request is good only if its TTFT <= MS")
+    group.add_argument("--slo-tpot-ms", type=positive_float, metavar="MS", default=None,
+                       help="a request is good only if its TPOT <= MS (one output token: "
+                            "TPOT 0, as vLLM counts it)")
+
+
+def slo_options(args: argparse.Namespace, timed: bool) -> tuple[float | None, float | None]:
+    """(--slo-ttft-ms, --slo-tpot-ms); a UsageError naming the option when one is given
+    without the time clock (TPOT and goodput need milliseconds: absent on --clock steps)."""
+    slos = (getattr(args, "slo_ttft_ms", None), getattr(args, "slo_tpot_ms", None))
+    for option, value in zip(("--slo-ttft-ms", "--slo-tpot-ms"), slos):
+        if value is not None and not timed:
+            raise UsageError(f"{option}: goodput needs the time clock (--latency roofline or "
+                             f"FILE); --clock steps has no TTFT or TPOT in milliseconds")
+    return slos
+
+
+def _ratio_or_profiled(text: str) -> float | str:
+    """argparse type of --mfu-prefill/--mbu-decode: a share in (0, 1], or PROFILED (the
+    option given alone)."""
+    return text if text == PROFILED else unit_ratio(text)
 
 
 def load_list(text: str) -> list[float]:
@@ -84,4 +123,9 @@ def add_load_arguments(group, lists: bool) -> None:
 def latency_from_args(args: argparse.Namespace) -> StepTimeModel | None:
     """The step-time model ``--latency`` chose (``registry.step_time_model``), or None."""
     choice = getattr(args, "latency", None)
-    return None if choice is None else step_time_model(str(choice), args)
+    model = None if choice is None else step_time_model(str(choice), args)
+    for option in ("--mfu-prefill", "--mbu-decode"):
+        if getattr(args, option[2:].replace("-", "_"), None) is not None and \
+                not hasattr(model, "mfu"):
+            raise UsageError(f"{option}: scales the roofline's peaks; give --latency roofline")
+    return model

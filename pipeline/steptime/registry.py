@@ -2,7 +2,8 @@
 ``STEP_TIME_MODELS``. A class with ``file_kind = None`` is built by ``from_args(args)``
 (``--latency NAME``), one with a ``file_kind`` by ``from_document(document, path)`` from a
 ``--latency FILE`` of that JSON ``kind``; ``step_time_model`` is how every command reads
-``--latency``. A model with ``kernel_coefficients`` runs in the compiled loop."""
+``--latency``; ``--latency profile:DIR`` reads a vidur-format profile (``profile``). A model
+with ``kernel_coefficients`` runs in the compiled loop."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pipeline.base.errors import CLIError
 from pipeline.steptime.cost import StepTimeModel
 from pipeline.steptime.fitted import Linear
 from pipeline.base.fitted_step_time import read_json
+from pipeline.steptime.profile import PREFIX, read_profile
 from pipeline.steptime.roofline import Roofline
 
 __all__ = ["STEP_TIME_MODELS", "step_time_model", "name_of"]
@@ -33,6 +35,8 @@ def name_of(model: StepTimeModel) -> str:
 def step_time_model(choice: str, args: Any) -> StepTimeModel:
     """The model of ``--latency CHOICE`` (see the module docstring); CLIError naming the
     option."""
+    if choice.startswith(PREFIX):                    # --latency profile:DIR
+        return read_profile(choice[len(PREFIX):], args)
     cls = STEP_TIME_MODELS.get(choice.lower())
     if cls is not None and cls.file_kind is None:
         return cls.from_args(args)

@@ -1,17 +1,34 @@
-"""Time per output token of a timed run: TPOT = (finish - first token) / (output tokens - 1).
+"""Time per output token, inter-token latency and goodput of a timed run, as ``vllm bench
+serve`` defines them (vLLM 0.33.0, ``vllm/benchmarks/serve.py``, ``calculate_metrics``).
 
-``tpot_ms()`` is the per-request expression (null for a request of one output token, as
-``vllm bench serve`` leaves those out); ``tpot_quantiles(requests)`` gives p50 and p90
-(linear, as the run's other percentiles), None where the run has no finish times.
+* TPOT per request = (finish - first token) / (output tokens - 1); a request of one output
+  token has none (vLLM leaves it out of the TPOT figures, and counts it as 0 for goodput).
+* ITL: the gaps between a request's consecutive tokens. vLLM pools every gap of every
+  request (``itls += outputs[i].itl``) and reports their percentiles. The engine model
+  samples at most one token per request per step, at the step's end, so a request whose
+  ``finish_step - first_token_step = output tokens - 1`` sampled in every step between: its
+  gaps are exactly ``end[s] - end[s - 1]`` for ``s`` in ``first_token_step + 1 ..
+  finish_step``. A request that skipped a step (preempted, or left out of a batch whose
+  token budget a chunked prefill took) has gaps the run's tables do not tell apart: its
+  ``itl_max_ms`` is null and the run counts it in ``itl_unresolved_requests``.
+* Goodput: requests with TTFT <= ``--slo-ttft-ms`` and TPOT (0 below two output tokens) <=
+  ``--slo-tpot-ms`` (each only when given); ``goodput_fraction`` of the requests and
+  ``request_goodput`` per second of the run (vLLM: ``good_completed / dur_s``).
+
+Percentiles are linear (``np.percentile``'s default, as vLLM's), ITL's over the pooled gaps
+(each step's gap weighted by the requests it separates two tokens of).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
-__all__ = ["TPOT_COLUMNS", "tpot_ms", "tpot_quantiles"]
+__all__ = ["TPOT_COLUMNS", "tpot_ms", "tpot_quantiles", "token_times", "token_metrics",
+           "good_request", "goodput", "weighted_percentile"]
 
 TPOT_COLUMNS = ("first_token_ms", "finish_ms", "output_tokens")
+PERCENTILES = (50, 90, 99)
 
 
 def tpot_ms() -> pl.Expr:
@@ -32,3 +49,89 @@ def tpot_quantiles(requests: pl.DataFrame) -> dict[str, float | None]:
     if values.is_empty():
         return empty
     return {f"tpot_ms_p{p}": float(values.quantile(p / 100, "linear")) for p in (50, 90)}
+
+
+def _gaps(steps: pl.DataFrame) -> np.ndarray:
+    """Per step number s: end[s] - end[s - 1] (end[-1] = the first step's start)."""
+    step = steps["step"].to_numpy()
+    end = np.zeros(int(step.max()) + 1 if step.size else 0)
+    end[step] = (steps["start_ms"] + steps["duration_ms"]).to_numpy()
+    first = float(steps["start_ms"].min()) if step.size else 0.0
+    return np.diff(end, prepend=first)
+
+
+def _resolved(requests: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(mask of requests with every gap known, their first gap step, one past the last)."""
+    first = requests["first_token_step"].fill_null(-1).to_numpy()
+    finish = requests["finish_step"].fill_null(-1).to_numpy()
+    tokens = requests["output_tokens"].to_numpy()
+    ok = (first >= 0) & (tokens > 1) & (finish - first == tokens - 1)
+    return ok, first + 1, finish + 1
+
+
+def token_times(requests: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """``requests`` (a timed run's) plus ``tpot_ms`` and ``itl_max_ms`` (module docstring)."""
+    ok, lo, hi = _resolved(requests)
+    itl_max = np.full(requests.height, np.nan)
+    if ok.any():
+        gaps = np.append(_gaps(steps), 0.0)          # a sentinel: reduceat's last bound
+        bounds = np.ravel(np.column_stack((lo[ok], hi[ok])))
+        itl_max[ok] = np.maximum.reduceat(gaps, bounds)[::2]
+    return requests.with_columns(tpot_ms=tpot_ms(),
+                                 itl_max_ms=pl.Series(itl_max).fill_nan(None))
+
+
+def weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
+    """``np.percentile(np.repeat(values, weights), q)`` (linear) without the repeat."""
+    order = np.argsort(values, kind="stable")
+    values, counts = values[order], np.cumsum(weights[order])
+    rank = q / 100 * (counts[-1] - 1)
+    below, above = np.searchsorted(counts, [np.floor(rank), np.ceil(rank)], side="right")
+    return float(values[below] + (rank - np.floor(rank)) * (values[above] - values[below]))
+
+
+def token_metrics(requests: pl.DataFrame, steps: pl.DataFrame) -> dict[str, object]:
+    """TPOT (``tpot_ms_mean``, ``tpot_ms_p50/p90/p99``) and pooled ITL (``itl_ms_mean``,
+    ``itl_ms_p50/p90/p99``) of a timed run, ``itl_unresolved_requests``; None where no
+    request has two output tokens (ITL: none resolved)."""
+    tpot = requests.select(tpot_ms().alias("t")).drop_nulls()["t"]
+    out: dict[str, object] = {"tpot_ms_mean": float(tpot.mean()) if tpot.len() else None}
+    out.update({f"tpot_ms_p{p}": float(tpot.quantile(p / 100, "linear")) if tpot.len()
+                else None for p in PERCENTILES})
+    ok, lo, hi = _resolved(requests)
+    gaps = _gaps(steps)
+    cover = np.zeros(gaps.size + 1, np.int64)
+    np.add.at(cover, lo[ok], 1)
+    np.add.at(cover, hi[ok], -1)
+    weights = np.cumsum(cover)[:-1]
+    keep = weights > 0
+    out["itl_ms_mean"] = (float(np.dot(gaps[keep], weights[keep]) / weights.sum())
+                          if keep.any() else None)
+    out.update({f"itl_ms_p{p}": weighted_percentile(gaps[keep], weights[keep], p)
+                if keep.any() else None for p in PERCENTILES})
+    out["itl_unresolved_requests"] = int(((requests["output_tokens"] > 1).to_numpy()
+                                          & ~ok).sum())
+    return out
+
+
+def good_request(slo_ttft_ms: float | None, slo_tpot_ms: float | None,
+                 tpot: pl.Expr | None = None) -> pl.Expr:
+    """True for a request meeting every SLO given (TPOT 0 below two output tokens);
+    ``tpot`` the per-request TPOT (default ``tpot_ms()``)."""
+    good = pl.lit(True)
+    if slo_ttft_ms is not None:
+        good = good & (pl.col("ttft_ms") <= slo_ttft_ms)
+    if slo_tpot_ms is not None:
+        good = good & ((tpot_ms() if tpot is None else tpot).fill_null(0.0) <= slo_tpot_ms)
+    return good
+
+
+def goodput(requests: pl.DataFrame, duration_s: float | None, slo_ttft_ms: float | None,
+            slo_tpot_ms: float | None) -> dict[str, object]:
+    """The requests meeting every SLO given (module docstring): ``goodput_requests``,
+    ``goodput_fraction``, ``request_goodput`` (per second of ``duration_s``), and the SLOs."""
+    count = int(requests.select(good_request(slo_ttft_ms, slo_tpot_ms).sum())[0, 0]) \
+        if requests.height else 0
+    return {"slo_ttft_ms": slo_ttft_ms, "slo_tpot_ms": slo_tpot_ms, "goodput_requests": count,
+            "goodput_fraction": count / requests.height if requests.height else None,
+            "request_goodput": count / duration_s if duration_s else None}

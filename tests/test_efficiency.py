@@ -1,0 +1,64 @@
+"""The roofline's efficiency factors: the profiled defaults are what the committed vidur
+profiles give, they scale the peaks (and the compiled kernel alike), and a GPU without a
+profile needs a number."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from pipeline.sizes.units import model_shape
+from pipeline.steptime import Roofline, StepCost, gpu_preset
+from pipeline.steptime.efficiency import EFFICIENCY, profile_efficiency, profile_rows
+
+PROFILES = ROOT / "data" / "profiles" / "vidur"
+
+
+@pytest.mark.parametrize("gpu", sorted(EFFICIENCY))
+def test_the_defaults_are_the_committed_profiles_medians(gpu):
+    paths = sorted(Path(PROFILES, gpu).glob("*/mlp.csv"))
+    assert len(paths) == 2
+    mfu, mbu = profile_efficiency(paths, gpu_preset(gpu))
+    assert EFFICIENCY[gpu] == (round(mfu, 3), round(mbu, 3))
+    rows = profile_rows(paths[0], gpu_preset(gpu))
+    assert rows["mfu"].max() < 1 and rows["mbu"].max() < 1      # measured: under the peaks
+
+
+def test_factors_scale_the_roofs_and_the_vector():
+    shape, h100 = model_shape("Llama-3.1-8B"), gpu_preset("H100")
+    peak, scaled = Roofline(shape, h100, 0.0), Roofline(shape, h100, 0.0, mfu=0.5, mbu=0.8)
+    step = StepCost(2048, 0, 2048, attention_pairs=2048 * 2049 // 2, sampled_seqs=1)
+    assert scaled.parts(step)["compute_ms"] == pytest.approx(peak.parts(step)["compute_ms"] / 0.5)
+    assert scaled.parts(step)["memory_ms"] == pytest.approx(peak.parts(step)["memory_ms"] / 0.8)
+    assert scaled.rates.per_token == pytest.approx(peak.rates.per_token / 0.5)
+    assert scaled.rates.weights == pytest.approx(peak.rates.weights / 0.8)
+    assert "MFU 0.5, MBU 0.8" in scaled.label and scaled.label.startswith("roofline")
+    with pytest.raises(ValueError):
+        Roofline(shape, h100, mfu=0.0)
+
+
+def _simulate(tmp_path, *argv):
+    return subprocess.run([sys.executable, "-m", "pipeline", "simulate",
+                           str(ROOT / "data" / "simulate" / "chat.jsonl"), "--rate", "2",
+                           "--gpu", "1GiB", "--model", "Llama-3.1-8B",
+                           "--out", str(tmp_path / "out"), *argv],
+                          capture_output=True, text=True, cwd=ROOT)
+
+
+def test_options_take_the_profile_or_a_number(tmp_path):
+    done = _simulate(tmp_path, "--latency", "roofline", "--mfu-prefill", "--mbu-decode")
+    assert done.returncode == 0, done.stderr
+    assert f"MFU {EFFICIENCY['h100'][0]:g}, MBU {EFFICIENCY['h100'][1]:g}" in done.stdout
+    for argv, message in (
+            (["--latency", "roofline", "--gpu-type", "L4", "--mbu-decode"],
+             "--mbu-decode: no measured profile for L4"),
+            (["--latency", "roofline", "--mfu-prefill", "0"], "--mfu-prefill"),
+            (["--mfu-prefill", "0.5"], "--mfu-prefill: scales the roofline's peaks")):
+        (tmp_path / "bad").mkdir(exist_ok=True)
+        done = _simulate(tmp_path / "bad", *argv)
+        assert done.returncode == 2 and message in done.stderr, done.stderr
+        assert done.stderr.count("\n") == 1 and not (tmp_path / "bad" / "out").exists()
