@@ -73,8 +73,7 @@ def server_context(prompt_tokens: int, max_tokens: int) -> int:
 
 
 def prepare_model(work_dir: Path | None) -> tuple[Path, str, ModelShape, Path]:
-    """(work folder, llama-cpp-python's version, model shape, model file): the folder is
-    ``work_dir`` (a new temporary one when None), the tiny model written into it."""
+    """(work_dir or a new temp folder, llama-cpp-python's version, the tiny model: shape, file)."""
     work = work_dir or Path(tempfile.mkdtemp(prefix="kvlab-measure-"))
     work.mkdir(parents=True, exist_ok=True)
     version = ensure_installed()

@@ -20,8 +20,7 @@ from collections.abc import Callable
 from pipeline.base.errors import CLIError
 from pipeline.measure.llamacpp.engine import LlamaServer, LogObserver
 from pipeline.measure.llamacpp.gguf_model import ModelShape, vocabulary
-from pipeline.measure.llamacpp.local import (FORCED_BIAS, N_CTX, prepare_model,
-                                             server_context)
+from pipeline.measure.llamacpp.local import FORCED_BIAS, N_CTX, prepare_model, server_context
 from pipeline.measure.output import provenance_path
 from pipeline.measure.sidecar import machine, sha256, write_sidecar
 from pipeline.measure.traffic import Timing
