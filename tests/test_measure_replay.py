@@ -136,7 +136,7 @@ def test_local_engine_replay_writes_the_engine_model_and_a_session_per_server(
         tmp_path, monkeypatch, capsys):
     """--local-engine --trace with the engine replaced by the test server: the sidecar
     describes llama.cpp's engine model; --resume starts a new server (a new session)."""
-    from pipeline.measure.llamacpp import replay
+    from pipeline.measure.llamacpp import local, replay
 
     server = SSEServer()
     started = []
@@ -157,8 +157,8 @@ def test_local_engine_replay_writes_the_engine_model_and_a_session_per_server(
             pass
 
     monkeypatch.setattr(replay, "LlamaServer", FakeEngine)
-    monkeypatch.setattr(replay, "ensure_installed", lambda: "0.3.36")
-    monkeypatch.setattr(replay, "write_model",
+    monkeypatch.setattr(local, "ensure_installed", lambda: "0.3.36")
+    monkeypatch.setattr(local, "write_model",
                         lambda path, shape: (path.write_bytes(b"x"), path)[1])
     rows = [{"timestamp": i, "input_length": 600, "output_length": 3, "hash_ids": [i, 9 + i]}
             for i in range(4)]

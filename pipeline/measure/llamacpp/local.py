@@ -37,7 +37,7 @@ from pipeline.measure.sidecar import machine, sha256
 from pipeline.measure.workload import (FORCED_WORD, QUESTION_WORDS, Request, spec_requests,
                                        workload_spec)
 
-__all__ = ["cache_bytes_for", "run_local", "server_context", "show"]
+__all__ = ["cache_bytes_for", "prepare_model", "run_local", "server_context", "show"]
 
 N_CTX = 8192                 # the model's context; a server gets just what the prompts need
 FORCED_BIAS = 100.0
@@ -72,6 +72,15 @@ def server_context(prompt_tokens: int, max_tokens: int) -> int:
     return min(N_CTX, -(-(prompt_tokens + max_tokens + 1) // 256) * 256)
 
 
+def prepare_model(work_dir: Path | None) -> tuple[Path, str, ModelShape, Path]:
+    """(work_dir or a new temp folder, llama-cpp-python's version, the tiny model: shape, file)."""
+    work = work_dir or Path(tempfile.mkdtemp(prefix="kvlab-measure-"))
+    work.mkdir(parents=True, exist_ok=True)
+    version = ensure_installed()
+    shape = ModelShape(context=N_CTX)
+    return work, version, shape, write_model(work / "kvlab-tiny.gguf", shape)
+
+
 def _validate(args: argparse.Namespace) -> None:
     if args.base_url:
         raise CLIError("--base-url and --local-engine exclude each other")
@@ -88,11 +97,7 @@ def run_local(args: argparse.Namespace) -> int:
     """Measure the lab's workload on local llama.cpp servers (see the module docstring)."""
     _validate(args)
     done = check_output(args.output, args.resume)
-    work = args.work_dir or Path(tempfile.mkdtemp(prefix="kvlab-measure-"))
-    work.mkdir(parents=True, exist_ok=True)
-    version = ensure_installed()
-    shape = ModelShape(context=N_CTX)
-    model = write_model(work / "kvlab-tiny.gguf", shape)
+    work, version, shape, model = prepare_model(args.work_dir)
     vocab = vocabulary()
     prompt_tokens = 1 + args.tokens + QUESTION_WORDS
     n_ctx = server_context(prompt_tokens, args.max_tokens)

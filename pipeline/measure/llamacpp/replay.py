@@ -15,14 +15,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from collections.abc import Callable
-from pathlib import Path
 
 from pipeline.base.errors import CLIError
-from pipeline.measure.llamacpp.engine import LlamaServer, LogObserver, ensure_installed
-from pipeline.measure.llamacpp.gguf_model import ModelShape, vocabulary, write_model
-from pipeline.measure.llamacpp.local import FORCED_BIAS, N_CTX, server_context
+from pipeline.measure.llamacpp.engine import LlamaServer, LogObserver
+from pipeline.measure.llamacpp.gguf_model import ModelShape, vocabulary
+from pipeline.measure.llamacpp.local import FORCED_BIAS, N_CTX, prepare_model, server_context
 from pipeline.measure.output import provenance_path
 from pipeline.measure.sidecar import machine, sha256, write_sidecar
 from pipeline.measure.traffic import Timing
@@ -50,11 +48,7 @@ def local_replay(args: argparse.Namespace, todo: list[Request], workload: dict,
     if any(isinstance(r.prompt, tuple) for r in todo):
         raise CLIError("--local-engine sends text prompts (llama-cpp-python's server takes no "
                        "token ids): drop --token-ids / use a Mooncake trace")
-    work = args.work_dir or Path(tempfile.mkdtemp(prefix="kvlab-measure-"))
-    work.mkdir(parents=True, exist_ok=True)
-    version = ensure_installed()
-    shape = ModelShape(context=N_CTX)
-    model = write_model(work / "kvlab-tiny.gguf", shape)
+    work, version, shape, model = prepare_model(args.work_dir)
     n_ctx = server_context(longest, most)
     vocab = vocabulary()
     bias = {str(vocab.words[FORCED_WORD]): FORCED_BIAS}
