@@ -139,3 +139,11 @@ def test_a_gpu_without_a_price_is_one_line_before_anything_runs(tmp_path):
     assert not (tmp_path / "f").exists()
     done = _run("fleet", *WORKLOAD, "--gpu-cost-per-hour", "-1", "--out", str(tmp_path / "f"))
     assert done.returncode == 2 and "--gpu-cost-per-hour" in done.stderr
+
+
+def test_a_tensor_parallel_instance_pays_for_every_gpu(tmp_path):
+    done = _run("fleet", *WORKLOAD, "--instances", "1", "--gpu", "200blocks",
+                "--tensor-parallel-size", "2", "--gpu-cost-per-hour", "3",
+                "--out", str(tmp_path / "f"), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[0])["usd_per_hour"] == pytest.approx(6.0)

@@ -151,3 +151,13 @@ def test_a_grid_where_nothing_fits_answers_nulls():
                              ttft_p90_ms=20.0)
     assert result.simulated == 0 and result.unfit == 2 and run.calls == []
     assert result.answers["usd_per_hour"].to_list() == [None, None]
+
+
+def test_plan_cost_takes_a_tpot_target():
+    done = _plan("--target-ttft-p90-ms", "100000", "--target-tpot-p90-ms", "0.001", "--json")
+    assert done.returncode == 1, done.stderr
+    answer = json.loads(done.stdout)["answers"][0]
+    assert answer["status"] == "unreachable"
+    assert answer["closest"]["tpot_p90_ms"] > 0.001
+    loose = _plan("--target-ttft-p90-ms", "100000", "--target-tpot-p90-ms", "100000", "--json")
+    assert loose.returncode == 0 and json.loads(loose.stdout)["answers"][0]["status"] == "met"

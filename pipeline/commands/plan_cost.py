@@ -35,12 +35,12 @@ def best_of_kinds(answers: pl.DataFrame) -> pl.DataFrame:
 
 def _brief(row: dict) -> dict:
     keys = ("kind", "instances", "decode_instances", "gpu_blocks", "usd_per_hour",
-            "usd_per_million_output_tokens", "ttft_p90_ms", "hit_ratio")
+            "usd_per_million_output_tokens", "ttft_p90_ms", "tpot_p90_ms", "hit_ratio")
     return {key: row.get(key) for key in keys}
 
 
 def with_search(document: dict, search: SearchResult, ttft_p90_ms: float | None,
-                hit_ratio: float | None) -> dict:
+                hit_ratio: float | None, tpot_p90_ms: float | None = None) -> dict:
     """The plan document with the search's counts, each answer's kind, the other kind's
     best (``runner_up``, with ``why`` it loses) and, where nothing meets the target, the
     ``closest`` miss."""
@@ -63,14 +63,15 @@ def with_search(document: dict, search: SearchResult, ttft_p90_ms: float | None,
                 answer["runner_up"] = {**_brief(runner), "why": why}
             else:
                 near = closest_miss(search.fleet.filter(pl.col("kind") == runner["kind"]),
-                                    answer["router"], ttft_p90_ms, hit_ratio)
+                                    answer["router"], ttft_p90_ms, hit_ratio, tpot_p90_ms)
                 answer["runner_up"] = {
                     "kind": runner["kind"], "why": "no point of this kind meets the target",
                     "closest": None if near is None else _brief(near)}
         elif chosen is not None and len(kinds) == 1:
             answer["runner_up"] = None
         if answer["status"] != "met":
-            near = closest_miss(search.fleet, answer["router"], ttft_p90_ms, hit_ratio)
+            near = closest_miss(search.fleet, answer["router"], ttft_p90_ms, hit_ratio,
+                                tpot_p90_ms)
             answer["closest"] = None if near is None else _brief(near)
     document["search"] = {"planned": search.planned, "simulated": search.simulated,
                           "pruned": search.pruned, "not_fitting": search.unfit,
@@ -92,14 +93,14 @@ def search_lines(document: dict) -> list[str]:
                 closest = runner.get("closest")
                 tail = "" if closest is None else (
                     f" (closest: {_engines(closest)} x {closest['gpu_blocks']:,} blocks, "
-                    f"TTFT p90 {closest['ttft_p90_ms']:,.2f} ms, hit ratio "
+                    f"TTFT p90 {closest['ttft_p90_ms']:,.2f} ms{_tpot(closest)}, hit ratio "
                     f"{closest['hit_ratio']:.3f}, ${closest['usd_per_hour']:,.2f}/hour)")
                 lines.append(f"  {answer['router']}: runner-up ({runner['kind']}): "
                              f"{runner['why']}{tail}")
         if near:
             lines.append(f"  {answer['router']}: closest miss: {_engines(near)} x "
                          f"{near['gpu_blocks']:,} blocks, TTFT p90 {near['ttft_p90_ms']:,.2f} "
-                         f"ms, hit ratio {near['hit_ratio']:.3f}, "
+                         f"ms{_tpot(near)}, hit ratio {near['hit_ratio']:.3f}, "
                          f"${near['usd_per_hour']:,.2f}/hour")
     search = document["search"]
     cpu = search.get("cpu_s_per_simulation")
@@ -108,6 +109,10 @@ def search_lines(document: dict) -> list[str]:
                  f"{search['not_fitting']} not fitting one GPU), cheapest first"
                  + ("" if cpu is None else f"; {cpu:.2f} s of process CPU per simulation"))
     return lines
+
+
+def _tpot(row: dict) -> str:
+    return "" if row.get("tpot_p90_ms") is None else f", TPOT p90 {row['tpot_p90_ms']:,.2f} ms"
 
 
 def _engines(row: dict) -> str:

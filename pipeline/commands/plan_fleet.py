@@ -198,9 +198,6 @@ def fleet_plan(args: argparse.Namespace) -> int:
                for b in args.gpu_blocks]
     memory = Memory(kv.bytes_per_token, args.block_size, args.cpu, args.cpu_shared,
                     tensor_parallel(args))
-    if costs is not None and args.target_tpot_p90_ms is not None:
-        raise UsageError("--target-tpot-p90-ms: not with --cost (the cheapest-point search "
-                         "prunes on TTFT and hit ratio only)")
     search = None
     with _executor(args):
         if costs is None:
@@ -212,7 +209,8 @@ def fleet_plan(args: argparse.Namespace) -> int:
             search = cheapest_search(
                 points, lambda order, skip, seen: _stream(args, settings, order, workload,
                                                           skip, seen, cpu),
-                costs[0], memory, costs[1], args.target_ttft_p90_ms, args.target_hit_ratio)
+                costs[0], memory, costs[1], args.target_ttft_p90_ms, args.target_hit_ratio,
+                args.target_tpot_p90_ms)
             fleet, plan = search.fleet, best_of_kinds(search.answers)
     plan = plan.sort(pl.col("router").replace_strict(
         {name: i for i, name in enumerate(args.router)}, return_dtype=pl.Int64))
@@ -232,7 +230,7 @@ def fleet_plan(args: argparse.Namespace) -> int:
                          None if costs is None else costs[0], aggregated)
     if search is not None:
         document = with_search(document, search, args.target_ttft_p90_ms,
-                               args.target_hit_ratio)
+                               args.target_hit_ratio, args.target_tpot_p90_ms)
         document["search"]["cpu_s_per_simulation"] = (
             sum(cpu.values()) / len(cpu) if cpu else None)
     warnings = [warning_line(a, f"the answer for {a['router']} ({a['instances']} x "

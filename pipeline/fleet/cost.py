@@ -180,29 +180,39 @@ def cost_requested(args: argparse.Namespace) -> bool:
 
 
 def prices_from_args(args: argparse.Namespace) -> tuple[Prices, int | None]:
-    """(the prices of ``--gpu-type``'s GPU, default H100 as the roofline's; the most KV
-    tokens vLLM allocates on it for ``--model`` at utilization 0.9, None without a model
-    preset); CLIError (one line) naming the price file or the option."""
+    """(the prices of ``--gpu-type``'s GPU, default H100 as the roofline's, x
+    ``--tensor-parallel-size`` GPUs per instance; the most KV tokens vLLM allocates on
+    one instance for the model at utilization 0.9, None without a model); CLIError (one
+    line) naming the price file or the option."""
     from pipeline.sizes.gpus import gpu_preset
+    from pipeline.sizes.model_options import shape_from_args, tensor_parallel
     from pipeline.sizes.model_presets import DTYPE_BYTES, model_shape, preset
+    from pipeline.sizes.units import kv_from_args
     from pipeline.sizes.vllm_memory import vllm_kv_memory
     name = getattr(args, "gpu_type", None) or "H100"
+    gpus = tensor_parallel(args)                   # an instance pays for all its GPUs
     try:
         prices = prices_for(name, args.prices, gpu_per_hour=args.gpu_cost_per_hour,
                             cpu_per_gib_hour=args.cpu_memory_cost_per_gib_hour,
-                            disk_per_gib_hour=args.disk_cost_per_gib_hour)
+                            disk_per_gib_hour=args.disk_cost_per_gib_hour,
+                            gpus_per_instance=gpus)
     except ValueError as exc:
         if args.prices is None:              # the bundled file: the options are the fix
             raise UsageError(f"--gpu-type {name}: {exc}") from None
         raise CLIError(f"--prices {exc}") from None
-    model = getattr(args, "model", None)
-    if not model or name.lower() == "custom":
+    model, config = getattr(args, "model", None), getattr(args, "model_config", None)
+    if not (model or config) or name.lower() == "custom":
         return prices, None
     gpu = gpu_preset(name)
     try:
-        memory = vllm_kv_memory(gpu.name, int(gpu.memory_gb * GIB_BYTES), 0.9,
-                                model_shape(model), preset(model), args.block_size,
-                                DTYPE_BYTES[getattr(args, "weights", None) or "bf16"])
+        shape = shape_from_args(args) if config else model_shape(model)
+        kv = (kv_from_args(args) if config or gpus > 1
+              or getattr(args, "kv_cache_dtype", "auto") not in (None, "auto")
+              else preset(model))
+        memory = vllm_kv_memory(gpu.name, int(gpu.memory_gb * GIB_BYTES), 0.9, shape, kv,
+                                args.block_size,
+                                DTYPE_BYTES[getattr(args, "weights", None) or "bf16"],
+                                tensor_parallel=gpus)
     except ValueError as exc:
-        raise CLIError(f"--cost: --model {model} on one {gpu.name}: {exc}") from None
+        raise CLIError(f"--cost: {model or config} on {gpus} x {gpu.name}: {exc}") from None
     return prices, memory.tokens

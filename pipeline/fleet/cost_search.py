@@ -60,10 +60,12 @@ class SearchResult:
                 f"GPU)")
 
 
-def _meets(row: dict, ttft_p90_ms: float | None, hit_ratio: float | None) -> bool:
-    if ttft_p90_ms is not None and not (row["ttft_p90_ms"] is not None
-                                        and row["ttft_p90_ms"] <= ttft_p90_ms):
-        return False
+def _meets(row: dict, ttft_p90_ms: float | None, hit_ratio: float | None,
+           tpot_p90_ms: float | None = None) -> bool:
+    for column, target in (("ttft_p90_ms", ttft_p90_ms), ("tpot_p90_ms", tpot_p90_ms)):
+        if target is not None and not (row.get(column) is not None
+                                       and row[column] <= target):
+            return False
     return hit_ratio is None or (row["hit_ratio"] is not None and row["hit_ratio"] >= hit_ratio)
 
 
@@ -84,7 +86,8 @@ Runner = Callable[[list[Point], Callable[[Point], bool],
 
 def cheapest_search(points: Sequence[Point], run: Runner, prices: Prices, memory: Memory,
                     kv_tokens_per_gpu: int | None, ttft_p90_ms: float | None = None,
-                    hit_ratio: float | None = None) -> SearchResult:
+                    hit_ratio: float | None = None,
+                    tpot_p90_ms: float | None = None) -> SearchResult:
     """Simulate ``points`` cheapest first, skipping those priced above an answer of their
     (router, kind); see the module docstring."""
     fits = [kv_tokens_per_gpu is None or p.gpu_blocks * memory.block_size <= kv_tokens_per_gpu
@@ -103,7 +106,7 @@ def cheapest_search(points: Sequence[Point], run: Runner, prices: Prices, memory
     def seen(point: Point, row: pl.DataFrame) -> None:
         row = _with_kind(row)
         frames.append(row)
-        if _meets(row.row(0, named=True), ttft_p90_ms, hit_ratio):
+        if _meets(row.row(0, named=True), ttft_p90_ms, hit_ratio, tpot_p90_ms):
             key = (point.router, kind_of(point))
             answered[key] = min(answered.get(key, price[point]), price[point])
 
@@ -112,7 +115,7 @@ def cheapest_search(points: Sequence[Point], run: Runner, prices: Prices, memory
     if fleet.height:
         fleet = with_cost(fleet.sort("router", "instances", "decode_instances",
                                      "gpu_blocks"), memory, prices, kv_tokens_per_gpu)
-    answers = _answers(fleet, points, ttft_p90_ms, hit_ratio)
+    answers = _answers(fleet, points, ttft_p90_ms, hit_ratio, tpot_p90_ms)
     return SearchResult(fleet, answers, len(points), len(frames),
                         len(order) - len(frames), len(points) - len(order))
 
@@ -127,13 +130,14 @@ _ANSWER_NULLS = {**{name: pl.Float64 for name in (
 
 
 def _answers(fleet: pl.DataFrame, points: Sequence[Point], ttft_p90_ms: float | None,
-             hit_ratio: float | None) -> pl.DataFrame:
+             hit_ratio: float | None, tpot_p90_ms: float | None = None) -> pl.DataFrame:
     """Per router, load and kind of ``points``: ``cheapest``'s row (nulls where no
     simulated point of that kind meets the targets)."""
     keys = pl.DataFrame([(p.router, p.load, kind_of(p)) for p in points], orient="row",
                         schema={"router": pl.String, "load": pl.Float64, "kind": pl.String}
                         ).unique(maintain_order=True)
-    parts = [cheapest(fleet.filter(pl.col("kind") == kind), ttft_p90_ms, hit_ratio)
+    parts = [cheapest(fleet.filter(pl.col("kind") == kind), ttft_p90_ms, hit_ratio,
+                      tpot_p90_ms)
              .with_columns(kind=pl.lit(kind)) for kind in KINDS
              if fleet.height and fleet.filter(pl.col("kind") == kind).height]
     if not parts:                             # nothing simulated: every answer null
@@ -144,13 +148,18 @@ def _answers(fleet: pl.DataFrame, points: Sequence[Point], ttft_p90_ms: float | 
 
 
 def closest_miss(fleet: pl.DataFrame, router: str, ttft_p90_ms: float | None,
-                 hit_ratio: float | None) -> dict | None:
-    """The point of ``router`` nearest the target (least TTFT p90, or most hit ratio), or
-    None."""
+                 hit_ratio: float | None, tpot_p90_ms: float | None = None) -> dict | None:
+    """The point of ``router`` nearest the targets: the least worst excess over them
+    (TTFT or TPOT p90 / its target, the hit-ratio target / the hit ratio), or None."""
     mine = fleet.filter(pl.col("router") == router) if fleet.height else fleet
     if not mine.height:
         return None
-    order = (pl.col("ttft_p90_ms") if ttft_p90_ms is not None else -pl.col("hit_ratio"))
+    excess = [pl.col(column) / target for column, target in
+              (("ttft_p90_ms", ttft_p90_ms), ("tpot_p90_ms", tpot_p90_ms))
+              if target is not None and column in mine.columns]
+    if hit_ratio is not None:
+        excess.append(hit_ratio / pl.col("hit_ratio"))
+    order = pl.max_horizontal(excess) if excess else pl.lit(0.0)
     return mine.sort(order, "usd_per_hour", nulls_last=True).row(0, named=True)
 
 
