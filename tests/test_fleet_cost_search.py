@@ -161,3 +161,21 @@ def test_plan_cost_takes_a_tpot_target():
     assert answer["closest"]["tpot_p90_ms"] > 0.001
     loose = _plan("--target-ttft-p90-ms", "100000", "--target-tpot-p90-ms", "100000", "--json")
     assert loose.returncode == 0 and json.loads(loose.stdout)["answers"][0]["status"] == "met"
+
+
+def test_plan_cost_compares_gpu_types_by_price():
+    cut = PLAN.index("--prefill-instances")
+    base = [*PLAN[:cut], *PLAN[cut + 6:]]                    # aggregated only
+    done = subprocess.run([sys.executable, "-m", "pipeline", *base, "--gpu-types",
+                           "H100,A100", "--target-hit-ratio", "0.01", "--json"], cwd=ROOT,
+                          text=True, capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    answer = document["answers"][0]
+    assert (answer["gpu_type"], answer["instances"]) == ("A100", 1)   # the cheaper GPU
+    assert document["cost"]["gpu_types"] == {"H100": 2.49, "A100": 1.49}
+    missing = subprocess.run([sys.executable, "-m", "pipeline", *base, "--gpu-types",
+                              "H100,L4", "--target-hit-ratio", "0.01"], cwd=ROOT, text=True,
+                             capture_output=True, timeout=300)
+    assert missing.returncode == 2 and "L4" in missing.stderr
+    assert missing.stderr.count("\n") == 1

@@ -34,7 +34,7 @@ def best_of_kinds(answers: pl.DataFrame) -> pl.DataFrame:
 
 
 def _brief(row: dict) -> dict:
-    keys = ("kind", "instances", "decode_instances", "gpu_blocks", "usd_per_hour",
+    keys = ("kind", "gpu_type", "instances", "decode_instances", "gpu_blocks", "usd_per_hour",
             "usd_per_million_output_tokens", "ttft_p90_ms", "tpot_p90_ms", "hit_ratio")
     return {key: row.get(key) for key in keys}
 
@@ -47,27 +47,27 @@ def with_search(document: dict, search: SearchResult, ttft_p90_ms: float | None,
     answers = search.answers
     for answer in document["answers"]:
         mine = answers.filter(pl.col("router") == answer["router"]).to_dicts()
-        chosen = next((r for r in mine if r.get("usd_per_hour") is not None
-                       and r["kind"] == answer.get("kind")), None)
-        if chosen is None and answer["status"] == "met":
-            chosen = min((r for r in mine if r.get("usd_per_hour") is not None),
-                         key=lambda r: r["usd_per_hour"])
+        priced = sorted((r for r in mine if r.get("usd_per_hour") is not None),
+                        key=lambda r: r["usd_per_hour"])
+        chosen = priced[0] if priced and answer["status"] == "met" else None
         answer["kind"] = None if chosen is None else chosen["kind"]
         kinds = {r["kind"] for r in mine}
-        other = [r for r in mine if chosen is not None and r["kind"] != chosen["kind"]]
-        if other:
-            runner = other[0]
-            if runner.get("usd_per_hour") is not None:
+        if chosen is not None and len(kinds) > 1:
+            other = [r for r in priced if r["kind"] != chosen["kind"]]
+            if other:
+                runner = other[0]
                 why = (f"costs ${runner['usd_per_hour'] - chosen['usd_per_hour']:,.2f} per "
                        f"hour more")
                 answer["runner_up"] = {**_brief(runner), "why": why}
             else:
-                near = closest_miss(search.fleet.filter(pl.col("kind") == runner["kind"]),
+                kind = next(k for k in kinds if k != chosen["kind"])
+                near = closest_miss(search.fleet.filter(pl.col("kind") == kind)
+                                    if search.fleet.height else search.fleet,
                                     answer["router"], ttft_p90_ms, hit_ratio, tpot_p90_ms)
                 answer["runner_up"] = {
-                    "kind": runner["kind"], "why": "no point of this kind meets the target",
+                    "kind": kind, "why": "no point of this kind meets the target",
                     "closest": None if near is None else _brief(near)}
-        elif chosen is not None and len(kinds) == 1:
+        elif chosen is not None:
             answer["runner_up"] = None
         if answer["status"] != "met":
             near = closest_miss(search.fleet, answer["router"], ttft_p90_ms, hit_ratio,
@@ -116,9 +116,10 @@ def _tpot(row: dict) -> str:
 
 
 def _engines(row: dict) -> str:
+    gpu = f" {row['gpu_type']}" if row.get("gpu_type") else ""
     if row.get("kind") == "disaggregated":
-        return f"({row['instances']} prefill + {row['decode_instances']} decode)"
-    return f"{row['instances']}"
+        return f"({row['instances']} prefill + {row['decode_instances']} decode){gpu}"
+    return f"{row['instances']}{gpu}"
 
 
 def frontier_page(search: SearchResult, target_ms: float | None, workload) -> str:

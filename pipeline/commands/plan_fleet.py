@@ -35,6 +35,7 @@ import polars as pl
 import pyarrow.dataset as ds
 
 from pipeline.base.arguments import Options, Parser, derive
+from pipeline.sizes.gpus import gpu_preset
 from pipeline.engine.hashing import bulk_request_keys
 from pipeline.engine.engines import engine_options
 from pipeline.engine.options import engine_models
@@ -46,7 +47,7 @@ from pipeline.fleet.options import resolve_disaggregation, resolve_fleet_capacit
 from pipeline.commands.plan_cost import best_of_kinds, both_kinds, frontier_page, \
     search_lines, with_search
 from pipeline.fleet.cost import COST_DESTS, cost_requested, prices_from_args
-from pipeline.fleet.cost_search import cheapest_search
+from pipeline.fleet.cost_search import cheapest_search, combined
 from pipeline.sizes.model_options import tensor_parallel
 from pipeline.fleet.plan import Memory, smallest_memory
 from pipeline.fleet.sweep import Point, point_path, run_sweep
@@ -68,7 +69,8 @@ FLEET_ONLY = ("engine", "instances", "router", "router_option", "staleness_ms",
               "async_scheduling", "cpu", "cpu_chunk_size", "cpu_shared", "limit",
               "groups", "questions", "sessions", "turns", "think_s", "executor", "jobs",
               "ray_address", "retries", "prefill_instances", "decode_instances",
-              "kv_transfer", "decode_router", "max_local_prefill_length", *COST_DESTS)
+              "kv_transfer", "decode_router", "max_local_prefill_length", "gpu_types",
+              *COST_DESTS)
 
 
 #: the options whose default, when plan's parser leaves None, is fleet's own
@@ -103,11 +105,27 @@ def add_fleet_plan_arguments(parser: argparse.ArgumentParser) -> None:
                 action.default = None
             action.container = group
             group._add_action(action)
+    group.add_argument("--gpu-types", type=name_list, metavar="NAME[,NAME...]",
+                       help="with --cost: search these GPU presets too (each its roofline, "
+                            "its price and its fit; default: --gpu-type only)")
     group.add_argument("--out", type=Path, metavar="DIR",
                        help="with --fleet: also write DIR/fleet.parquet (every point) and "
                             "DIR/plan.parquet (the answers)")
     pattern = next(a for a in parser._actions if a.dest == "pattern")
     pattern.choices = FLEET_PATTERNS
+
+
+def name_list(text: str) -> list[str]:
+    """argparse type: comma-separated GPU preset names (``--gpu-types``)."""
+    names = list(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+    for name in names:
+        try:
+            gpu_preset(name)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    if not names:
+        raise argparse.ArgumentTypeError(f"empty GPU list {text!r}")
+    return names
 
 
 def _fleet_only() -> tuple[str, ...]:
@@ -183,7 +201,10 @@ def fleet_plan(args: argparse.Namespace) -> int:
         raise CLIError(str(exc)) from None
     if args.out is not None and not args.out.parent.is_dir():
         raise CLIError(f"--out: folder {args.out.parent} does not exist")
-    costs = prices_from_args(args) if cost_requested(args) else None
+    if args.gpu_types and not cost_requested(args):
+        raise UsageError("--gpu-types needs --cost (the types are compared by price)")
+    types = [derive(args, gpu_type=name) for name in args.gpu_types or ()] or [args]
+    costs = [prices_from_args(one) for one in types] if cost_requested(args) else None
     workload = load_workload(args)
     args = derive(args, gpu_blocks=_grid(args, workload))
     args, settings = fleet_command.sweep_settings(args, workload, args.options)
@@ -206,11 +227,18 @@ def fleet_plan(args: argparse.Namespace) -> int:
                                    memory, args.target_tpot_p90_ms)
         else:
             cpu: dict[Point, float] = {}
-            search = cheapest_search(
-                points, lambda order, skip, seen: _stream(args, settings, order, workload,
-                                                          skip, seen, cpu),
-                costs[0], memory, costs[1], args.target_ttft_p90_ms, args.target_hit_ratio,
-                args.target_tpot_p90_ms)
+            answered: dict = {}                   # shared: a cheap type prunes the others
+            searches = []
+            for one, (prices, fits) in zip(types, costs):
+                one, each = (args, settings) if one is args else \
+                    fleet_command.sweep_settings(derive(one, gpu_blocks=args.gpu_blocks),
+                                                 workload, args.options)
+                searches.append((prices.gpu, cheapest_search(
+                    points, lambda order, skip, seen, one=one, each=each: _stream(
+                        one, each, order, workload, skip, seen, cpu),
+                    prices, memory, fits, args.target_ttft_p90_ms, args.target_hit_ratio,
+                    args.target_tpot_p90_ms, answered)))
+            search = combined(searches) if args.gpu_types else searches[0][1]
             fleet, plan = search.fleet, best_of_kinds(search.answers)
     plan = plan.sort(pl.col("router").replace_strict(
         {name: i for i, name in enumerate(args.router)}, return_dtype=pl.Int64))
@@ -227,10 +255,13 @@ def fleet_plan(args: argparse.Namespace) -> int:
                 search, args.target_ttft_p90_ms, workload).encode(), label="--out")
         outputs.commit()
     document = _document(args, workload, kv, model, withheld, plan, fleet, load,
-                         None if costs is None else costs[0], aggregated)
+                         None if costs is None else costs[0][0], aggregated)
     if search is not None:
         document = with_search(document, search, args.target_ttft_p90_ms,
                                args.target_hit_ratio, args.target_tpot_p90_ms)
+        if args.gpu_types:
+            document["cost"]["gpu_types"] = {prices.gpu: prices.gpu_per_hour
+                                             for prices, _ in costs}
         document["search"]["cpu_s_per_simulation"] = (
             sum(cpu.values()) / len(cpu) if cpu else None)
     warnings = [warning_line(a, f"the answer for {a['router']} ({a['instances']} x "
@@ -301,7 +332,8 @@ def _document(args, workload, kv: KVSize, model, withheld: str | None, plan: pl.
               fleet: pl.DataFrame, load: float, prices=None, aggregated=()) -> dict:
     kind = "ttft_p90" if args.target_ttft_p90_ms is not None else "hit_ratio"
     value = args.target_ttft_p90_ms if kind == "ttft_p90" else args.target_hit_ratio
-    point = list(point_columns(fleet))
+    point = list(point_columns(fleet)) + (["gpu_type"] if "gpu_type" in fleet.columns
+                                          and "gpu_type" in plan.columns else [])
     plan = (plan.join(fleet.select(*point, "requests", *OVERLOAD_COLUMNS), on=point,
                       how="left") if fleet.height else   # a cost search that ran nothing
             plan.with_columns(pl.lit(None).alias(name)
@@ -314,6 +346,7 @@ def _document(args, workload, kv: KVSize, model, withheld: str | None, plan: pl.
             **({"decode_instances": row["decode_instances"]}
                if "decode_instances" in row else {}),
             **({"kind": row["kind"]} if "kind" in row else {}),
+            **({"gpu_type": row["gpu_type"]} if "gpu_type" in row else {}),
             **{key: row[key] for key in ("instances", "gpu_blocks", "gpu_tokens",
                                          "cpu_tokens", "total_tokens", "total_gib",
                                          "hit_ratio", "ttft_p90_ms")},
@@ -398,6 +431,8 @@ def _print(document: dict) -> None:
             continue
         engines = (f"({a['instances']} prefill + {a['decode_instances']} decode)"
                    if a.get("decode_instances") else str(a["instances"]))
+        if a.get("gpu_type"):
+            engines += f" {a['gpu_type']}"
         parts = f"{engines} x {a['gpu_blocks']:,} blocks"
         if a["cpu_tokens"]:
             parts += f" + CPU {a['cpu_tokens']:,} tokens"
@@ -412,6 +447,9 @@ def _print(document: dict) -> None:
     if "search" in document:
         for line in search_lines(document):
             print(line)
+    if cost and cost.get("gpu_types"):
+        print("GPU prices: " + ", ".join(f"{name} ${usd:g}/hour"
+                                         for name, usd in cost["gpu_types"].items()))
     if cost:
         print(f"prices: {cost['gpu']} ${cost['gpu_usd_per_hour']:g}/hour, CPU memory "
               f"${cost['cpu_memory_usd_per_gib_hour']:g}/GiB-hour ({cost['sources']['gpu']}; "

@@ -22,7 +22,7 @@ from pipeline.fleet.plan import GIB, Memory
 from pipeline.fleet.sweep import Point
 
 __all__ = ["KINDS", "kind_of", "point_price", "SearchResult", "cheapest_search",
-           "closest_miss", "frontier"]
+           "combined", "closest_miss", "frontier"]
 
 KINDS = ("aggregated", "disaggregated")
 
@@ -86,17 +86,18 @@ Runner = Callable[[list[Point], Callable[[Point], bool],
 
 def cheapest_search(points: Sequence[Point], run: Runner, prices: Prices, memory: Memory,
                     kv_tokens_per_gpu: int | None, ttft_p90_ms: float | None = None,
-                    hit_ratio: float | None = None,
-                    tpot_p90_ms: float | None = None) -> SearchResult:
+                    hit_ratio: float | None = None, tpot_p90_ms: float | None = None,
+                    answered: dict[tuple[str, str], float] | None = None) -> SearchResult:
     """Simulate ``points`` cheapest first, skipping those priced above an answer of their
-    (router, kind); see the module docstring."""
+    (router, kind); see the module docstring. ``answered``: the cheapest price per
+    (router, kind) met so far, shared by searches of several GPU types (updated here)."""
     fits = [kv_tokens_per_gpu is None or p.gpu_blocks * memory.block_size <= kv_tokens_per_gpu
             for p in points]
     price = {p: point_price(p, prices, memory) for p in points}
     order = [points[i] for *_, i in sorted(
         (price[p], p.instances + p.decode_instances, p.gpu_blocks, i)
         for i, p in enumerate(points) if fits[i])]
-    answered: dict[tuple[str, str], float] = {}
+    answered = {} if answered is None else answered
     frames: list[pl.DataFrame] = []
 
     def skip(point: Point) -> bool:
@@ -127,6 +128,18 @@ _ANSWER_NULLS = {**{name: pl.Float64 for name in (
     **{name: pl.Int64 for name in ("total_blocks", "instances", "decode_instances",
                                    "gpu_blocks", "total_tokens", "gpu_tokens", "cpu_tokens")},
     "fits_gpu": pl.Boolean}
+
+
+def combined(searches: Sequence[tuple[str, SearchResult]]) -> SearchResult:
+    """One result of several GPU types' searches, each row with its ``gpu_type``."""
+    def tagged(frame: pl.DataFrame, gpu: str) -> pl.DataFrame:
+        return frame.with_columns(gpu_type=pl.lit(gpu)) if frame.height else frame
+    fleets = [tagged(s.fleet, gpu) for gpu, s in searches if s.fleet.height]
+    return SearchResult(
+        pl.concat(fleets, how="diagonal_relaxed") if fleets else pl.DataFrame(),
+        pl.concat([tagged(s.answers, gpu) for gpu, s in searches], how="diagonal_relaxed"),
+        *(sum(getattr(s, name) for _, s in searches)
+          for name in ("planned", "simulated", "pruned", "unfit")))
 
 
 def _answers(fleet: pl.DataFrame, points: Sequence[Point], ttft_p90_ms: float | None,
