@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from pipeline.fleet.cost import Prices, cheapest, with_cost
 from pipeline.fleet.cost_search import cheapest_search, frontier, kind_of
-from pipeline.fleet.plan import Memory
+from pipeline.fleet.plan import Memory, Targets
 from pipeline.fleet.sweep import Point
 
 MEMORY = Memory(kv_bytes_per_token=1 << 16, block_size=16, cpu_tokens=4096)
@@ -64,7 +64,7 @@ def test_the_search_answers_what_the_whole_grid_answers(grid, data, target, cap,
     ttft = {p: data.draw(st.floats(1, 120), label=p.key) for p in points}
     prices = Prices("X", 2.0, 0.01)
     run = _fake(ttft, wave)
-    result = cheapest_search(points, run, prices, MEMORY, cap, ttft_p90_ms=target)
+    result = cheapest_search(points, run, prices, MEMORY, cap, Targets(ttft_p90_ms=target))
     for kind in ("aggregated", "disaggregated"):
         mine_points = [p for p in points if kind_of(p) == kind]
         if not mine_points:
@@ -92,7 +92,7 @@ def test_the_search_prunes_what_costs_more_than_an_answer():
     points = [Point("a", n, 64, 1.0) for n in range(1, 9)]
     run = _fake({p: 10.0 for p in points}, 2)         # every point meets the target
     result = cheapest_search(points, run, Prices("X", 1.0, 0.0), MEMORY, None,
-                             ttft_p90_ms=20.0)
+                             Targets(ttft_p90_ms=20.0))
     assert result.simulated == 2 and result.pruned == 6
     assert result.answers["instances"].to_list() == [1]
 
@@ -148,7 +148,7 @@ def test_a_grid_where_nothing_fits_answers_nulls():
     points = [Point("a", 1, 4096, 1.0), Point("a", 1, 4096, 1.0, 1)]
     run = _fake({p: 1.0 for p in points})
     result = cheapest_search(points, run, Prices("X", 1.0, 0.0), MEMORY, 1000,
-                             ttft_p90_ms=20.0)
+                             Targets(ttft_p90_ms=20.0))
     assert result.simulated == 0 and result.unfit == 2 and run.calls == []
     assert result.answers["usd_per_hour"].to_list() == [None, None]
 
@@ -179,3 +179,26 @@ def test_plan_cost_compares_gpu_types_by_price():
                              capture_output=True, timeout=300)
     assert missing.returncode == 2 and "L4" in missing.stderr
     assert missing.stderr.count("\n") == 1
+
+
+def test_plan_cost_takes_a_goodput_target():
+    done = _plan("--target-hit-ratio", "0.01", "--slo-ttft-ms", "100000",
+                 "--target-goodput", "0.99", "--json")
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert document["target"]["goodput"] == 0.99
+    assert document["answers"][0]["goodput_fraction"] == 1.0       # every request is good
+    strict = _plan("--target-hit-ratio", "0.01", "--slo-ttft-ms", "0.001",
+                   "--target-goodput", "0.5")
+    assert strict.returncode == 1 and "closest miss" in strict.stdout
+    alone = _plan("--target-hit-ratio", "0.01", "--target-goodput", "0.5")
+    assert alone.returncode == 2 and "--slo-ttft-ms" in alone.stderr
+
+
+def test_targets_meet_and_measure_the_miss():
+    frame = pl.DataFrame({"ttft_p90_ms": [5.0, 20.0], "hit_ratio": [0.5, 0.9],
+                          "tpot_p90_ms": [1.0, None], "goodput_fraction": [0.8, 1.0]})
+    targets = Targets(ttft_p90_ms=10.0, hit_ratio=0.4, tpot_p90_ms=2.0, goodput=0.9)
+    assert frame.select(targets.meets())[:, 0].to_list() == [False, False]
+    assert frame.select(Targets(ttft_p90_ms=10.0).meets())[:, 0].to_list() == [True, False]
+    assert frame.select(targets.excess())[:, 0].to_list() == pytest.approx([0.9 / 0.8, 2.0])

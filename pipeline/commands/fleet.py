@@ -93,6 +93,11 @@ def usage_checks(args: argparse.Namespace) -> dict[str, dict]:
                          "with --executor ray")
     if args.executor == "ray" and args.ray_address:
         ray_target(args.ray_address)
+    if getattr(args, "target_goodput", None) is not None and \
+            getattr(args, "slo_ttft_ms", None) is None and \
+            getattr(args, "slo_tpot_ms", None) is None:
+        raise ValueError("--target-goodput needs --slo-ttft-ms or --slo-tpot-ms (what a "
+                         "good request meets)")
     return options
 
 
@@ -307,7 +312,7 @@ def _write_summaries(out: Path, points: list[Point], label: str, model,
     page = report_html(fleet, label, model_label, requests, engine_configuration(args, model),
                        provenance_text(model))
     targets = dict(ttft_p90_ms=args.target_ttft_p90_ms, hit_ratio=args.target_hit_ratio,
-                   tpot_p90_ms=args.target_tpot_p90_ms)
+                   tpot_p90_ms=args.target_tpot_p90_ms, goodput=args.target_goodput)
     memory = Memory(getattr(model, "kv_bytes_per_token", None),
                     args.block_size, args.cpu, args.cpu_shared,
                     getattr(args, "tensor_parallel_size", 1))
@@ -353,7 +358,7 @@ def _write_summaries(out: Path, points: list[Point], label: str, model,
             shown += ["usd_per_hour", "usd_per_million_output_tokens", "fits_gpu"]
         print(fleet.select(shown))
         if plan is not None:
-            wanted = ", ".join(f"{k} {'>=' if k == 'hit_ratio' else '<='} {v:g}"
+            wanted = ", ".join(f"{k} {'>=' if k in ('hit_ratio', 'goodput') else '<='} {v:g}"
                                for k, v in targets.items() if v is not None)
             print(f"smallest total memory meeting {wanted} (replicas x (GPU KV + CPU tier), "
                   f"GiB; none: no swept point does):" if prices is None else

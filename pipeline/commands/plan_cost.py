@@ -12,6 +12,7 @@ from pipeline.base.arguments import Options, derive
 from pipeline.charts.cost import cost_page, frontier_section
 from pipeline.fleet.cost import cost_requested
 from pipeline.fleet.cost_search import KINDS, SearchResult, closest_miss, frontier
+from pipeline.fleet.plan import Targets
 
 __all__ = ["both_kinds", "best_of_kinds", "with_search", "frontier_page", "search_lines"]
 
@@ -35,12 +36,12 @@ def best_of_kinds(answers: pl.DataFrame) -> pl.DataFrame:
 
 def _brief(row: dict) -> dict:
     keys = ("kind", "gpu_type", "instances", "decode_instances", "gpu_blocks", "usd_per_hour",
-            "usd_per_million_output_tokens", "ttft_p90_ms", "tpot_p90_ms", "hit_ratio")
+            "usd_per_million_output_tokens", "ttft_p90_ms", "tpot_p90_ms", "hit_ratio",
+            "goodput_fraction")
     return {key: row.get(key) for key in keys}
 
 
-def with_search(document: dict, search: SearchResult, ttft_p90_ms: float | None,
-                hit_ratio: float | None, tpot_p90_ms: float | None = None) -> dict:
+def with_search(document: dict, search: SearchResult, targets: Targets) -> dict:
     """The plan document with the search's counts, each answer's kind, the other kind's
     best (``runner_up``, with ``why`` it loses) and, where nothing meets the target, the
     ``closest`` miss."""
@@ -63,15 +64,14 @@ def with_search(document: dict, search: SearchResult, ttft_p90_ms: float | None,
                 kind = next(k for k in kinds if k != chosen["kind"])
                 near = closest_miss(search.fleet.filter(pl.col("kind") == kind)
                                     if search.fleet.height else search.fleet,
-                                    answer["router"], ttft_p90_ms, hit_ratio, tpot_p90_ms)
+                                    answer["router"], targets)
                 answer["runner_up"] = {
                     "kind": kind, "why": "no point of this kind meets the target",
                     "closest": None if near is None else _brief(near)}
         elif chosen is not None:
             answer["runner_up"] = None
         if answer["status"] != "met":
-            near = closest_miss(search.fleet, answer["router"], ttft_p90_ms, hit_ratio,
-                                tpot_p90_ms)
+            near = closest_miss(search.fleet, answer["router"], targets)
             answer["closest"] = None if near is None else _brief(near)
     document["search"] = {"planned": search.planned, "simulated": search.simulated,
                           "pruned": search.pruned, "not_fitting": search.unfit,

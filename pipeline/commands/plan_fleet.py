@@ -49,7 +49,7 @@ from pipeline.commands.plan_cost import best_of_kinds, both_kinds, frontier_page
 from pipeline.fleet.cost import COST_DESTS, cost_requested, prices_from_args
 from pipeline.fleet.cost_search import cheapest_search, combined
 from pipeline.sizes.model_options import tensor_parallel
-from pipeline.fleet.plan import Memory, smallest_memory
+from pipeline.fleet.plan import Memory, Targets, smallest_memory
 from pipeline.fleet.sweep import Point, point_path, run_sweep
 from pipeline.fleet.workload import FLEET_PATTERNS, load_workload
 from pipeline.plan.output import exit_status
@@ -70,7 +70,7 @@ FLEET_ONLY = ("engine", "instances", "router", "router_option", "staleness_ms",
               "groups", "questions", "sessions", "turns", "think_s", "executor", "jobs",
               "ray_address", "retries", "prefill_instances", "decode_instances",
               "kv_transfer", "decode_router", "max_local_prefill_length", "gpu_types",
-              *COST_DESTS)
+              "slo_ttft_ms", "slo_tpot_ms", "target_goodput", *COST_DESTS)
 
 
 #: the options whose default, when plan's parser leaves None, is fleet's own
@@ -219,12 +219,14 @@ def fleet_plan(args: argparse.Namespace) -> int:
                for b in args.gpu_blocks]
     memory = Memory(kv.bytes_per_token, args.block_size, args.cpu, args.cpu_shared,
                     tensor_parallel(args))
+    targets = Targets(args.target_ttft_p90_ms, args.target_hit_ratio,
+                      args.target_tpot_p90_ms, args.target_goodput)
     search = None
     with _executor(args):
         if costs is None:
             fleet = _rows(args, settings, points, workload)
             plan = smallest_memory(fleet, args.target_ttft_p90_ms, args.target_hit_ratio,
-                                   memory, args.target_tpot_p90_ms)
+                                   memory, args.target_tpot_p90_ms, args.target_goodput)
         else:
             cpu: dict[Point, float] = {}
             answered: dict = {}                   # shared: a cheap type prunes the others
@@ -236,8 +238,7 @@ def fleet_plan(args: argparse.Namespace) -> int:
                 searches.append((prices.gpu, cheapest_search(
                     points, lambda order, skip, seen, one=one, each=each: _stream(
                         one, each, order, workload, skip, seen, cpu),
-                    prices, memory, fits, args.target_ttft_p90_ms, args.target_hit_ratio,
-                    args.target_tpot_p90_ms, answered)))
+                    prices, memory, fits, targets, answered)))
             search = combined(searches) if args.gpu_types else searches[0][1]
             fleet, plan = search.fleet, best_of_kinds(search.answers)
     plan = plan.sort(pl.col("router").replace_strict(
@@ -257,8 +258,7 @@ def fleet_plan(args: argparse.Namespace) -> int:
     document = _document(args, workload, kv, model, withheld, plan, fleet, load,
                          None if costs is None else costs[0][0], aggregated)
     if search is not None:
-        document = with_search(document, search, args.target_ttft_p90_ms,
-                               args.target_hit_ratio, args.target_tpot_p90_ms)
+        document = with_search(document, search, targets)
         if args.gpu_types:
             document["cost"]["gpu_types"] = {prices.gpu: prices.gpu_per_hour
                                              for prices, _ in costs}
@@ -298,7 +298,7 @@ def _rows(args: argparse.Namespace, settings, points: list[Point],
         _sweep(args, settings, points, workload, Path(tmp))
         requests = pl.from_arrow(ds.dataset(Path(tmp) / "requests", format="parquet",
                                             partitioning="hive").to_table())
-    return fleet_aggregates(requests)
+    return fleet_aggregates(requests, args.slo_ttft_ms, args.slo_tpot_ms)
 
 
 def _stream(args: argparse.Namespace, settings, order: list[Point], workload, skip,
@@ -312,7 +312,7 @@ def _stream(args: argparse.Namespace, settings, order: list[Point], workload, sk
             requests = requests.with_columns(point=pl.lit(point.key))
             if "tpot_ms" not in requests.columns:
                 requests = requests.with_columns(tpot_ms=tpot_ms())
-            seen(point, fleet_aggregates(requests))
+            seen(point, fleet_aggregates(requests, args.slo_ttft_ms, args.slo_tpot_ms))
         _sweep(args, settings, order, workload, Path(tmp), on_saved=saved, skip=skip,
                cpu=cpu)
 
@@ -350,7 +350,7 @@ def _document(args, workload, kv: KVSize, model, withheld: str | None, plan: pl.
             **{key: row[key] for key in ("instances", "gpu_blocks", "gpu_tokens",
                                          "cpu_tokens", "total_tokens", "total_gib",
                                          "hit_ratio", "ttft_p90_ms")},
-            **({"tpot_p90_ms": row["tpot_p90_ms"]} if "tpot_p90_ms" in row else {}),
+            **({key: row[key] for key in ("tpot_p90_ms", "goodput_fraction") if key in row}),
             "total_bytes": kv.bytes(row["total_tokens"]) if met else None,
             # the answer's point under its simulated load (pipeline.engine.overload)
             "overloaded": bool(row["overloaded"]) if met else None,
@@ -388,9 +388,15 @@ def _document(args, workload, kv: KVSize, model, withheld: str | None, plan: pl.
 
 
 def _tpot_target(args: argparse.Namespace) -> dict:
-    """The document's TPOT target: ``{"tpot_p90_ms": MS}`` with --target-tpot-p90-ms."""
-    value = getattr(args, "target_tpot_p90_ms", None)
-    return {} if value is None else {"tpot_p90_ms": value}
+    """The document's other targets: ``tpot_p90_ms`` (--target-tpot-p90-ms) and
+    ``goodput`` with its SLOs (--target-goodput)."""
+    found = {}
+    if getattr(args, "target_tpot_p90_ms", None) is not None:
+        found["tpot_p90_ms"] = args.target_tpot_p90_ms
+    if getattr(args, "target_goodput", None) is not None:
+        found.update(goodput=args.target_goodput, slo_ttft_ms=args.slo_ttft_ms,
+                     slo_tpot_ms=args.slo_tpot_ms)
+    return found
 
 
 def _print(document: dict) -> None:
@@ -402,6 +408,10 @@ def _print(document: dict) -> None:
            f"{grid['cpu_tokens']:,} tokens")
     if "tpot_p90_ms" in target:
         wanted += f" and TPOT p90 <= {target['tpot_p90_ms']:g} ms"
+    if "goodput" in target:
+        slos = " and ".join(f"{name} <= {target[key]:g} ms" for name, key in (
+            ("TTFT", "slo_ttft_ms"), ("TPOT", "slo_tpot_ms")) if target.get(key) is not None)
+        wanted += f" and goodput >= {target['goodput']:g} ({slos})"
     cost = document.get("cost")
     goal = ("the cheapest point per router (USD per hour)" if cost else
             "the smallest total KV memory per router")
@@ -440,6 +450,8 @@ def _print(document: dict) -> None:
                  if a["ttft_p90_ms"] is not None else "")
         if a.get("tpot_p90_ms") is not None:
             shown += f", TPOT p90 {a['tpot_p90_ms']:,.2f} ms"
+        if a.get("goodput_fraction") is not None:
+            shown += f", goodput {a['goodput_fraction']:.3f}"
         price = (f"; ${a['usd_per_hour']:,.2f}/hour, ${a['usd_per_million_output_tokens']:,.3f}"
                  f" per million output tokens" if cost else "")
         print(f"  {a['router']}: {a['total_tokens']:,} tokens = {a['total_gib']:.3f} GiB "

@@ -138,13 +138,14 @@ def with_cost(fleet: pl.DataFrame, memory: Memory, prices: Prices,
 
 
 def cheapest(points: pl.DataFrame, ttft_p90_ms: float | None = None,
-             hit_ratio: float | None = None, tpot_p90_ms: float | None = None
-             ) -> pl.DataFrame:
+             hit_ratio: float | None = None, tpot_p90_ms: float | None = None,
+             goodput: float | None = None) -> pl.DataFrame:
     """Per (router, load): the cheapest point (``with_cost``'s) that fits and meets the
     targets; ties: fewer instances, then less memory."""
     return best_points(points.filter(pl.col("fits_gpu")), ttft_p90_ms, hit_ratio,
                        rank=("usd_per_hour", "instances", "total_tokens"),
-                       extra=COST_COLUMNS, every=points, tpot_p90_ms=tpot_p90_ms)
+                       extra=COST_COLUMNS, every=points, tpot_p90_ms=tpot_p90_ms,
+                       goodput=goodput)
 
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from pipeline.fleet.cost import Prices, cheapest, with_cost
-from pipeline.fleet.plan import GIB, Memory
+from pipeline.fleet.plan import GIB, Memory, Targets
 from pipeline.fleet.sweep import Point
 
 __all__ = ["KINDS", "kind_of", "point_price", "SearchResult", "cheapest_search",
@@ -60,15 +60,6 @@ class SearchResult:
                 f"GPU)")
 
 
-def _meets(row: dict, ttft_p90_ms: float | None, hit_ratio: float | None,
-           tpot_p90_ms: float | None = None) -> bool:
-    for column, target in (("ttft_p90_ms", ttft_p90_ms), ("tpot_p90_ms", tpot_p90_ms)):
-        if target is not None and not (row.get(column) is not None
-                                       and row[column] <= target):
-            return False
-    return hit_ratio is None or (row["hit_ratio"] is not None and row["hit_ratio"] >= hit_ratio)
-
-
 def _with_kind(frame: pl.DataFrame) -> pl.DataFrame:
     if "decode_instances" not in frame.columns:
         frame = frame.with_columns(decode_instances=pl.lit(0, pl.Int64))
@@ -85,8 +76,7 @@ Runner = Callable[[list[Point], Callable[[Point], bool],
 
 
 def cheapest_search(points: Sequence[Point], run: Runner, prices: Prices, memory: Memory,
-                    kv_tokens_per_gpu: int | None, ttft_p90_ms: float | None = None,
-                    hit_ratio: float | None = None, tpot_p90_ms: float | None = None,
+                    kv_tokens_per_gpu: int | None, targets: Targets = Targets(),
                     answered: dict[tuple[str, str], float] | None = None) -> SearchResult:
     """Simulate ``points`` cheapest first, skipping those priced above an answer of their
     (router, kind); see the module docstring. ``answered``: the cheapest price per
@@ -107,7 +97,7 @@ def cheapest_search(points: Sequence[Point], run: Runner, prices: Prices, memory
     def seen(point: Point, row: pl.DataFrame) -> None:
         row = _with_kind(row)
         frames.append(row)
-        if _meets(row.row(0, named=True), ttft_p90_ms, hit_ratio, tpot_p90_ms):
+        if row.select(targets.meets()).item():
             key = (point.router, kind_of(point))
             answered[key] = min(answered.get(key, price[point]), price[point])
 
@@ -116,7 +106,7 @@ def cheapest_search(points: Sequence[Point], run: Runner, prices: Prices, memory
     if fleet.height:
         fleet = with_cost(fleet.sort("router", "instances", "decode_instances",
                                      "gpu_blocks"), memory, prices, kv_tokens_per_gpu)
-    answers = _answers(fleet, points, ttft_p90_ms, hit_ratio, tpot_p90_ms)
+    answers = _answers(fleet, points, targets)
     return SearchResult(fleet, answers, len(points), len(frames),
                         len(order) - len(frames), len(points) - len(order))
 
@@ -142,15 +132,15 @@ def combined(searches: Sequence[tuple[str, SearchResult]]) -> SearchResult:
           for name in ("planned", "simulated", "pruned", "unfit")))
 
 
-def _answers(fleet: pl.DataFrame, points: Sequence[Point], ttft_p90_ms: float | None,
-             hit_ratio: float | None, tpot_p90_ms: float | None = None) -> pl.DataFrame:
+def _answers(fleet: pl.DataFrame, points: Sequence[Point], targets: Targets
+             ) -> pl.DataFrame:
     """Per router, load and kind of ``points``: ``cheapest``'s row (nulls where no
     simulated point of that kind meets the targets)."""
     keys = pl.DataFrame([(p.router, p.load, kind_of(p)) for p in points], orient="row",
                         schema={"router": pl.String, "load": pl.Float64, "kind": pl.String}
                         ).unique(maintain_order=True)
-    parts = [cheapest(fleet.filter(pl.col("kind") == kind), ttft_p90_ms, hit_ratio,
-                      tpot_p90_ms)
+    parts = [cheapest(fleet.filter(pl.col("kind") == kind), targets.ttft_p90_ms,
+                      targets.hit_ratio, targets.tpot_p90_ms, targets.goodput)
              .with_columns(kind=pl.lit(kind)) for kind in KINDS
              if fleet.height and fleet.filter(pl.col("kind") == kind).height]
     if not parts:                             # nothing simulated: every answer null
@@ -160,20 +150,13 @@ def _answers(fleet: pl.DataFrame, points: Sequence[Point], ttft_p90_ms: float | 
     return keys.join(found, on=["router", "load", "kind"], how="left")
 
 
-def closest_miss(fleet: pl.DataFrame, router: str, ttft_p90_ms: float | None,
-                 hit_ratio: float | None, tpot_p90_ms: float | None = None) -> dict | None:
-    """The point of ``router`` nearest the targets: the least worst excess over them
-    (TTFT or TPOT p90 / its target, the hit-ratio target / the hit ratio), or None."""
+def closest_miss(fleet: pl.DataFrame, router: str, targets: Targets) -> dict | None:
+    """The point of ``router`` nearest the targets (``Targets.excess``: the least worst
+    ratio to a target), or None."""
     mine = fleet.filter(pl.col("router") == router) if fleet.height else fleet
     if not mine.height:
         return None
-    excess = [pl.col(column) / target for column, target in
-              (("ttft_p90_ms", ttft_p90_ms), ("tpot_p90_ms", tpot_p90_ms))
-              if target is not None and column in mine.columns]
-    if hit_ratio is not None:
-        excess.append(hit_ratio / pl.col("hit_ratio"))
-    order = pl.max_horizontal(excess) if excess else pl.lit(0.0)
-    return mine.sort(order, "usd_per_hour", nulls_last=True).row(0, named=True)
+    return mine.sort(targets.excess(), "usd_per_hour", nulls_last=True).row(0, named=True)
 
 
 def frontier(fleet: pl.DataFrame) -> pl.DataFrame:

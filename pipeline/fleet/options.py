@@ -6,7 +6,7 @@ import argparse
 import os
 
 from pipeline.base.arguments import Options, deprecated_alias, derive, non_negative_float, \
-    non_negative_int, positive_int
+    non_negative_int, positive_int, unit_ratio
 from pipeline.base.errors import UsageError
 from pipeline.engine.options import add_engine_arguments, pool_blocks
 from pipeline.fleet.cost import add_cost_arguments
@@ -168,6 +168,9 @@ def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
                       help="TTFT p90 at most MS")
     plan.add_argument("--target-hit-ratio", type=non_negative_float, metavar="R",
                       help="prefix hit ratio (GPU + CPU) at least R")
+    plan.add_argument("--target-goodput", type=unit_ratio, metavar="F",
+                      help="the fraction of requests meeting --slo-ttft-ms / --slo-tpot-ms "
+                           "at least F (goodput, as vllm bench serve --goodput counts it)")
     plan.add_argument("--target-tpot-p90-ms", type=non_negative_float, metavar="MS",
                       help="TPOT p90 at most MS (with the others: all of them)")
     add_cost_arguments(parser)

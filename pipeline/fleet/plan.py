@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-__all__ = ["Memory", "memory_columns", "best_points", "smallest_memory"]
+__all__ = ["Memory", "Targets", "memory_columns", "best_points", "smallest_memory"]
 
 GIB = float(1 << 30)
 
@@ -56,27 +56,58 @@ def memory_columns(fleet: pl.DataFrame, memory: Memory) -> pl.DataFrame:
         total_tokens=pl.col("gpu_tokens") + pl.col("cpu_tokens"))
 
 
+@dataclass(frozen=True)
+class Targets:
+    """What a point must meet: TTFT p90 and TPOT p90 at most, hit ratio and goodput (the
+    fraction of requests meeting the SLOs: ``goodput_fraction``) at least; None: no
+    target."""
+
+    ttft_p90_ms: float | None = None
+    hit_ratio: float | None = None
+    tpot_p90_ms: float | None = None
+    goodput: float | None = None
+
+    def _bounds(self) -> list[tuple[str, float, bool]]:
+        """(column, target, at most) of each target given."""
+        return [(column, value, upper) for column, value, upper in (
+            ("ttft_p90_ms", self.ttft_p90_ms, True), ("hit_ratio", self.hit_ratio, False),
+            ("tpot_p90_ms", self.tpot_p90_ms, True),
+            ("goodput_fraction", self.goodput, False)) if value is not None]
+
+    def meets(self) -> pl.Expr:
+        """True where a point meets every target (a null figure never does)."""
+        expr = pl.lit(True)
+        for column, value, upper in self._bounds():
+            expr &= (pl.col(column) <= value) if upper else (pl.col(column) >= value)
+        return expr.fill_null(False)
+
+    def excess(self) -> pl.Expr:
+        """The worst ratio of a point's figure to its target (<= 1: met): the closest miss
+        is the least."""
+        ratios = [pl.col(column) / value if upper else value / pl.col(column)
+                  for column, value, upper in self._bounds()]
+        return pl.max_horizontal(ratios) if ratios else pl.lit(0.0)
+
+    def columns(self) -> tuple[str, ...]:
+        """The figures an answer shows beyond TTFT p90 and hit ratio."""
+        return tuple(column for column, *_ in self._bounds()
+                     if column not in ("ttft_p90_ms", "hit_ratio"))
+
+
 def best_points(points: pl.DataFrame, ttft_p90_ms: float | None, hit_ratio: float | None,
                 rank: tuple[str, ...], extra: tuple[str, ...] = (),
-                every: pl.DataFrame | None = None, tpot_p90_ms: float | None = None
-                ) -> pl.DataFrame:
+                every: pl.DataFrame | None = None, tpot_p90_ms: float | None = None,
+                goodput: float | None = None) -> pl.DataFrame:
     """Per (router, load) of ``every`` (default ``points``): the first point of ``points``
     in ``rank`` order that meets the targets (a row of nulls when none does)."""
-    meets = pl.lit(True)
-    if ttft_p90_ms is not None:
-        meets &= pl.col("ttft_p90_ms") <= ttft_p90_ms
-    if hit_ratio is not None:
-        meets &= pl.col("hit_ratio") >= hit_ratio
-    if tpot_p90_ms is not None:
-        meets &= pl.col("tpot_p90_ms") <= tpot_p90_ms
-        extra = (*extra, "tpot_p90_ms")
-    best = (points.filter(meets).sort(*rank)
+    targets = Targets(ttft_p90_ms, hit_ratio, tpot_p90_ms, goodput)
+    best = (points.filter(targets.meets()).sort(*rank)
             .group_by("router", "load", maintain_order=True).first()
             .select("router", "load", "total_gib", "gpu_gib", "cpu_gib", "total_blocks",
                     "instances", *(["decode_instances"] if "decode_instances"
                                    in points.columns else []),
                     "gpu_blocks", "total_tokens", "gpu_tokens", "cpu_tokens",
-                    "ttft_p90_ms", "hit_ratio", *extra))
+                    "ttft_p90_ms", "hit_ratio", *targets.columns(), *extra))
     keys = (points if every is None else every).select("router", "load").unique()
     return keys.join(best, on=["router", "load"], how="left").sort(
         "load", rank[0], "router", nulls_last=True)
@@ -84,8 +115,10 @@ def best_points(points: pl.DataFrame, ttft_p90_ms: float | None, hit_ratio: floa
 
 def smallest_memory(fleet: pl.DataFrame, ttft_p90_ms: float | None = None,
                     hit_ratio: float | None = None, memory: Memory = Memory(),
-                    tpot_p90_ms: float | None = None) -> pl.DataFrame:
+                    tpot_p90_ms: float | None = None,
+                    goodput: float | None = None) -> pl.DataFrame:
     """Per (router, load): the point with the least total memory meeting the targets
     (routers with no such point get a row with nulls)."""
     return best_points(memory_columns(fleet, memory), ttft_p90_ms, hit_ratio,
-                       rank=("total_tokens", "instances"), tpot_p90_ms=tpot_p90_ms)
+                       rank=("total_tokens", "instances"), tpot_p90_ms=tpot_p90_ms,
+                       goodput=goodput)
