@@ -25,9 +25,11 @@ import polars as pl
 from pipeline.base.arguments import positive_int
 from pipeline.base.errors import UsageError
 from pipeline.components import engine_layout as L
-from pipeline.components.sglang_sched import SCHEDULE_POLICIES, SGLANG_POLICIES, Scheduler, \
-    SchedulerSettings, Req
-from pipeline.components.sglang_radix import POLICIES as EVICTION_POLICIES
+from pipeline.components import sglang_ksched as K
+from pipeline.components.sglang_kradix import POLICIES as EVICTION_POLICIES, T_EVICT, T_PROT
+from pipeline.components.sglang_ksched import SGLangState
+from pipeline.components.sglang_settings import SCHEDULE_POLICIES, SGLANG_POLICIES, \
+    SchedulerSettings
 from pipeline.engine.compiled import STUCK_MESSAGE, request_table, with_times
 from pipeline.engine.config import EngineOption
 from pipeline.engine.loop import STEP_COLUMNS, SimResult
@@ -36,6 +38,9 @@ from pipeline.engine.step import StepRecord, TimedSteps
 from pipeline.sizes.vllm_memory import DEFAULT_BATCHED_TOKENS, DEFAULT_SEQS
 
 __all__ = ["SGLang", "SGLangConfig", "SGLangInstance"]
+
+OUT_OF_MEMORY = ("SGLang aborts the last request: out of memory even after retracting all "
+                 "others (the pool is too small)")
 
 
 @dataclass(frozen=True)
@@ -81,100 +86,139 @@ def _chunk(text: str) -> int:
 
 
 class SGLangInstance:
-    """One SGLang engine for ``fleet`` (``EngineSim``'s interface over ``Scheduler``)."""
+    """One SGLang engine for ``fleet`` (``EngineSim``'s interface over the compiled
+    scheduler, ``sglang_ksched``)."""
 
-    def __init__(self, config: SGLangConfig, cpu_tier=None) -> None:
+    def __init__(self, config: SGLangConfig, cpu_tier=None, capacity: int = 64) -> None:
         if cpu_tier is not None:
             raise ValueError("the sglang engine has no CPU tier (HiCache is not modelled)")
         self.config, self.block_size = config, config.block_size
-        self.sched = Scheduler(config.settings)
+        s = config.settings
+        self.P = s.page_size
+        self.state = SGLangState(
+            max_total_tokens=s.max_total_tokens, page_size=s.page_size,
+            schedule_policy=s.schedule_policy, max_running_requests=s.max_running_requests,
+            chunked_prefill_size=s.chunked_prefill_size,
+            max_prefill_tokens=s.max_prefill_tokens,
+            schedule_conservativeness=s.schedule_conservativeness,
+            radix_eviction_policy=s.radix_eviction_policy, seed=s.seed,
+            block_size=config.block_size, requests=capacity)
         self.step_no = 0
-        self.reqs: dict[int, Req] = {}
+        self.rows: dict[int, int] = {}               # request index -> its row in R
         self.codes: dict[int, int] = {}
-        self.blocks: dict[int, tuple] = {}           # block key -> its token symbols
+        self.blocks: dict[int, np.ndarray] = {}      # block key -> its token symbols
+        self._row = np.zeros(len(STEP_COLUMNS), np.int64)
 
     # ------------------------------------------------------------------ requests
 
-    def tokens(self, request: SimRequest) -> list:
+    def tokens(self, request: SimRequest) -> np.ndarray:
         """The request's prompt + output token symbols (module docstring)."""
         if request.prompt_keys is None:
-            return sequence_tokens(request).tolist()
+            return np.asarray(sequence_tokens(request), np.int64)
         B = self.block_size
         keys = np.asarray(request.prompt_keys).view(np.uint64).tolist()
         codes = np.array([self.codes.setdefault(k, len(self.codes)) for k in keys], np.int64)
         head = (codes[:, None] * B + np.arange(B)).ravel()
         tail = len(request.prompt_token_ids) - head.size + request.max_tokens
-        return head.tolist() + placeholder_tokens(request.index, tail).tolist()
+        return np.concatenate([head, placeholder_tokens(request.index, tail)]).astype(np.int64)
 
-    def add_request(self, request: SimRequest, keys=None) -> None:
+    def add_request(self, request: SimRequest, keys=None, queue: bool = True) -> None:
         tokens = self.tokens(request)
-        req = Req(request.index, tokens, len(request.prompt_token_ids), request.max_tokens)
-        self.reqs[request.index] = req
+        n = len(request.prompt_token_ids)
+        self.rows[request.index] = self.state.add(request.index, tokens, n,
+                                                  request.max_tokens, queue)
         if keys is not None:
             B = self.block_size
-            for i, key in enumerate(np.asarray(keys).view(np.uint64).tolist()
-                                    [:req.n // B]):
-                self.blocks.setdefault(key, tuple(tokens[i * B:(i + 1) * B]))
-        self.sched.waiting.append(req)
+            for i, key in enumerate(np.asarray(keys).view(np.uint64).tolist()[:n // B]):
+                if key not in self.blocks:
+                    self.blocks[key] = tokens[i * B:(i + 1) * B].copy()
+
+    def add_all(self, requests: Sequence[SimRequest]) -> None:
+        """Every request at once, not queued (``run_on_steps`` queues them by arrival)."""
+        parts, sizes = [], np.zeros(len(requests), np.int64)
+        for i, request in enumerate(requests):
+            outputs = request.output_token_ids
+            if request.prompt_keys is None and outputs is not None and \
+                    len(outputs) >= request.max_tokens:
+                parts.append(np.asarray(request.prompt_token_ids, np.int64))
+                parts.append(np.asarray(outputs[:request.max_tokens], np.int64))
+                sizes[i] = len(parts[-2]) + len(parts[-1])
+            else:
+                parts.append(self.tokens(request))
+                sizes[i] = len(parts[-1])
+        indices = np.array([r.index for r in requests], np.int64)
+        first = int(self.state.SG[K.G_NREQ])
+        self.rows.update(zip(indices.tolist(), range(first, first + len(requests))))
+        self.state.add_many(
+            indices, np.concatenate(parts) if parts else np.zeros(0, np.int64), sizes,
+            np.array([len(r.prompt_token_ids) for r in requests], np.int64),
+            np.array([r.max_tokens for r in requests], np.int64))
+
+    @property
+    def outstanding(self) -> int:
+        """Requests added and not finished."""
+        return int(self.state.SG[K.G_NREQ] - self.state.SG[K.G_NDONE])
 
     def has_work(self) -> bool:
-        s = self.sched
-        last = s.last_batch.reqs if s.last_batch is not None and s.last_batch.extend else []
-        return bool(s.waiting or s.chunked is not None or
-                    any(not r.finished for r in s.running.reqs + last))
+        return bool(K.has_work_py(self.state.state()))
 
     @property
     def num_waiting(self) -> int:
-        return len(self.sched.waiting)
+        return int(self.state.SG[K.G_NWAIT])
 
     @property
     def num_running(self) -> int:
-        s = self.sched
-        count = sum(not r.finished for r in s.running.reqs)
-        if s.last_batch is not None and s.last_batch.extend:   # merged at the next turn
-            count += sum(not r.finished for r in s.last_batch.reqs)
-        return count
+        return int(K.num_running_py(self.state.state()))
 
     @property
     def free_blocks(self) -> int:
         """Free and evictable tokens in blocks of ``--block-size`` (vLLM's free queue)."""
-        return (self.sched.free + self.sched.tree.evictable_size) // self.block_size
+        return int(self.state.SG[K.G_FREE] + self.state.tree[1][T_EVICT]) // self.block_size
+
+    def request(self, index: int) -> np.ndarray:
+        """The request's row of the scheduler's table (``sglang_ksched.R_*``)."""
+        return self.state.R[self.rows[index]]
 
     # ------------------------------------------------------------------ cache queries
 
-    def _symbols(self, keys) -> list:
+    def _symbols(self, keys) -> np.ndarray:
         out = []
         for key in np.asarray(keys).view(np.uint64).tolist():
             block = self.blocks.get(key)
             if block is None:
                 break
-            out.extend(block)
-        return out
+            out.append(block)
+        return np.concatenate(out) if out else np.zeros(0, np.int64)
 
     def cached_prefix_blocks(self, keys) -> int:
-        return peek_prefix(self.sched.tree.root, self._symbols(keys),
-                           self.sched.P) // self.block_size
+        NI, TG, _ = self.state.tree
+        return int(K.peek(NI, TG, self.state.TOK, self._symbols(keys))) // self.block_size
 
     def cached_key_count(self) -> int:
-        return self.sched.tree.total_size() // self.block_size
+        TG = self.state.tree[1]
+        return int(TG[T_EVICT] + TG[T_PROT]) // self.block_size
 
     def cache_snapshot(self) -> _Snapshot:
-        return _Snapshot(self, copy_nodes(self.sched.tree.root))
+        return _Snapshot(self)
 
     # ------------------------------------------------------------------ running
 
     def step(self) -> StepRecord | None:
         """One loop turn; its StepRecord, or None when it ran no batch."""
-        batch = self.sched.iterate(self.step_no)
-        if batch is None:
+        S, row = self.state.state(), self._row
+        count = K.step(S, row)
+        if count < 0:
+            raise RuntimeError(OUT_OF_MEMORY)
+        if count == 0:
             return None
-        record = StepRecord(
-            self.step_no, batch.scheduled,
-            sum(new for _, new, _ in batch.scheduled) if batch.extend else 0,
-            0 if batch.extend else len(batch.reqs),
-            sum(new + before for _, new, before in batch.scheduled), 0,
-            self.num_running, self.num_waiting, self.free_blocks,
-            batch.first_tokens, batch.finished)
+        R, SG = self.state.R, self.state.SG
+        index = R[:, K.R_INDEX]
+        BQ = self.state.BQ[:count]
+        scheduled = list(zip(index[BQ[:, 0]].tolist(), BQ[:, 1].tolist(), BQ[:, 2].tolist()))
+        values = row.tolist()
+        record = StepRecord(values[0], scheduled, *values[1:],
+                            index[self.state.BF[:SG[K.G_NF]]].tolist(),
+                            index[self.state.BX[:SG[K.G_NX]]].tolist())
         self.step_no += 1
         return record
 
@@ -198,65 +242,31 @@ class SGLangInstance:
                           np.array(events, np.int64).reshape(-1, 3))
 
     def request_rows(self, requests: Sequence[SimRequest]) -> np.ndarray:
+        R = self.state.R[[self.rows[r.index] for r in requests]]
         rows = np.full((len(requests), L.R_COLUMNS), L.NONE, np.int64)
-        for j, request in enumerate(requests):
-            r = self.reqs[request.index]
-            for column, value in ((L.INDEX, r.index), (L.FSCHED, r.first_sched),
-                                  (L.FTOK, r.first_token), (L.FIN, r.finish_step),
-                                  (L.GPUHIT, max(r.hit, 0)), (L.CPUHIT, 0),
-                                  (L.NPROMPT, r.n), (L.NTOK, r.n + r.max_new),
-                                  (L.PREEMPT, r.retractions)):
-                rows[j, column] = value
+        rows[:, L.INDEX], rows[:, L.FSCHED] = R[:, K.R_INDEX], R[:, K.R_FSCHED]
+        rows[:, L.FTOK], rows[:, L.FIN] = R[:, K.R_FTOK], R[:, K.R_FINSTEP]
+        rows[:, L.GPUHIT], rows[:, L.CPUHIT] = np.maximum(R[:, K.R_HIT], 0), 0
+        rows[:, L.NPROMPT], rows[:, L.NTOK] = R[:, K.R_N], R[:, K.R_N] + R[:, K.R_MAXNEW]
+        rows[:, L.PREEMPT] = R[:, K.R_RETR]
         return rows
 
 
 class _Snapshot:
     """A frozen copy of an instance's tree for a stale fleet view."""
 
-    def __init__(self, instance: SGLangInstance, root) -> None:
-        self.instance, self.root = instance, root
-        self.size = instance.sched.tree.total_size()
+    def __init__(self, instance: SGLangInstance) -> None:
+        NI, TG, _ = instance.state.tree
+        self.instance, self.NI, self.TG = instance, NI.copy(), TG.copy()
+        self.TOK = instance.state.TOK                # append-only: old spans stay valid
+        self.size = int(TG[T_EVICT] + TG[T_PROT])
 
     def prefix_blocks(self, keys) -> int:
-        return peek_prefix(self.root, self.instance._symbols(keys),
-                           self.instance.sched.P) // self.instance.block_size
+        return int(K.peek(self.NI, self.TG, self.TOK, self.instance._symbols(keys))) \
+            // self.instance.block_size
 
     def key_count(self) -> int:
         return self.size // self.instance.block_size
-
-
-class _Copy:
-    __slots__ = ("key", "children")
-
-    def __init__(self, key, children) -> None:
-        self.key, self.children = key, children
-
-
-def copy_nodes(node) -> _Copy:
-    """The tree's shape (keys and children), without its bookkeeping."""
-    return _Copy(node.key, {k: copy_nodes(child) for k, child in node.children.items()})
-
-
-def peek_prefix(root, tokens: list, page_size: int) -> int:
-    """The cached prefix of ``tokens`` (whole pages), touching nothing (a router's look)."""
-    key = tuple(tokens[:len(tokens) // page_size * page_size])
-    node, offset = root, 0
-    while offset < len(key):
-        child = node.children.get(key[offset] if page_size == 1
-                                  else key[offset:offset + page_size])
-        if child is None:
-            break
-        stored = child.key
-        n = min(len(stored), len(key) - offset)
-        i = 0
-        while i < n and stored[i] == key[offset + i]:
-            i += 1
-        i = i // page_size * page_size
-        offset += i
-        if i < len(stored):
-            break
-        node = child
-    return offset
 
 
 #: vLLM's limits in the engine options (``options.add_scheduler_limits``): dest -> (flag,
@@ -357,7 +367,9 @@ def simulate(requests: Sequence[SimRequest], config: SGLangConfig, *, cpu_tier=N
     if clock == "time" and step_ms is None:
         raise ValueError("the time clock needs a step-time model (step_ms)")
     timed = clock == "time"
-    engine = SGLangInstance(config, cpu_tier)
+    if not timed and concurrency is None:
+        return run_on_steps(requests, config)
+    engine = SGLangInstance(config, cpu_tier, capacity=len(requests))
     n = len(requests)
     price = step_ms if timed else (lambda record: 1.0)
     due = np.zeros(n, np.float64)
@@ -376,7 +388,7 @@ def simulate(requests: Sequence[SimRequest], config: SGLangConfig, *, cpu_tier=N
                 pointer += 1
             until = due[pointer] if pointer < n else np.inf
         else:
-            outstanding = sum(1 for r in engine.reqs.values() if not r.finished)
+            outstanding = engine.outstanding
             while pointer < n and outstanding < concurrency:
                 arrival[pointer] = now
                 engine.add_request(requests[pointer])
@@ -400,3 +412,39 @@ def simulate(requests: Sequence[SimRequest], config: SGLangConfig, *, cpu_tier=N
                      step_frame.with_columns(start_ms=pl.Series(start, dtype=pl.Float64),
                                              duration_ms=pl.Series(end - start,
                                                                    dtype=pl.Float64)))
+
+
+def run_on_steps(requests: Sequence[SimRequest], config: SGLangConfig,
+                 engine: SGLangInstance | None = None) -> SimResult:
+    """The step clock, compiled whole (``sglang_ksched.run_steps``): arrivals by
+    ``arrival_step``, the idle jump; the frames of ``simulate``. ``engine.steps`` keeps the
+    raw rows (step row + first batch row, batch rows, events) for the equality tests."""
+    engine = engine if engine is not None else SGLangInstance(config, capacity=len(requests))
+    engine.add_all(requests)
+    due = np.array([float(r.arrival_step or 0) for r in requests], np.float64)
+    n = len(requests)
+    STEPS = np.zeros((max(2 * n, 64), len(STEP_COLUMNS) + 1), np.int64)
+    SCHED = np.zeros((max(4 * n, 1024), 3), np.int64)
+    EVENTS = np.zeros((max(2 * n, 1024), 3), np.int64)
+    Lp = np.zeros(5, np.int64)
+    while True:
+        status = K.run_steps(engine.state.state(), due, Lp, STEPS, SCHED, EVENTS)
+        if status == K.FULL:
+            STEPS = np.concatenate([STEPS, np.zeros_like(STEPS)])
+            SCHED = np.concatenate([SCHED, np.zeros_like(SCHED)])
+            EVENTS = np.concatenate([EVENTS, np.zeros_like(EVENTS)])
+            continue
+        if status == K.FAILED:
+            raise RuntimeError(OUT_OF_MEMORY if engine.state.SG[K.G_ERROR] else STUCK_MESSAGE)
+        break
+    index = engine.state.R[:, K.R_INDEX]
+    STEPS, SCHED, EVENTS = STEPS[:Lp[1]], SCHED[:Lp[2]], EVENTS[:Lp[4]]
+    SCHED[:, 0], EVENTS[:, 2] = index[SCHED[:, 0]], index[EVENTS[:, 2]]
+    engine.steps = (STEPS, SCHED, EVENTS)
+    engine.step_no = int(Lp[1])
+    rows = engine.request_rows(requests)
+    arrival = due.copy()
+    frame = request_table(rows, arrival, False)
+    step_frame = pl.DataFrame({name: STEPS[:, j] for j, name in enumerate(STEP_COLUMNS)},
+                              schema={name: pl.Int64 for name in STEP_COLUMNS})
+    return SimResult(frame, step_frame)
