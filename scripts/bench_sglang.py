@@ -54,7 +54,8 @@ def engine_inputs(requests, pool: int, options: dict) -> tuple[list, SGLangConfi
 
 
 def as_reported(engine: SGLangInstance) -> dict:
-    """A whole step-clock run's arrays (``run_on_steps``) as the reference reports it, after
+    """A whole step-clock run's arrays (``run_on_steps``, recording every batch's rows: the
+    timed run is the compared one) as the reference reports it, after
     the clock: per step (prefill?, (request, new, cached) rows, first tokens, finished),
     per request (first scheduled, first token, finish, hit, retractions)."""
     STEPS, SCHED, EVENTS = engine.steps
@@ -107,7 +108,7 @@ def main() -> int:
     run_on_steps(sims[:50], config)                      # numba: load (or compile) once
     engine = SGLangInstance(config, capacity=len(sims))
     start = time.process_time()
-    run_on_steps(sims, config, engine)
+    run_on_steps(sims, config, engine, record=True)
     t_mine = time.process_time() - start
     mine = as_reported(engine)
     equal = mine["steps"] == theirs["steps"] and mine["requests"] == theirs["requests"]

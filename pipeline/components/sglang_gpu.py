@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.components.sglang_radix import RadixTree
-from pipeline.components.sglang_sched import WAITING_PREFIX_REFRESH_INTERVAL
+from pipeline.components.sglang_kradix import RadixTree
+from pipeline.components.sglang_settings import WAITING_PREFIX_REFRESH_INTERVAL
 from pipeline.workloads.stream import TAIL_FIRST, BlockStream, capacity_blocks, output_lengths
 
 __all__ = ["page_sequences", "serve_alone", "replay_radix", "radix_gpu", "check_page_size"]

@@ -700,9 +700,9 @@ def step(S, row):
 def run_steps(S, due, L, STEPS, SCHED, EVENTS):
     """A whole run on the step clock: requests ``L[0]``.. added when ``due`` (arrival
     steps, the idle jump as ``loop.simulate``), steps until done or a buffer is full.
-    ``L``: next request, rows of STEPS / SCHED / EVENTS written, the clock. ``STEPS`` rows
-    ``STEP_COLUMNS`` + the first SCHED row; SCHED (request, new, cached); EVENTS (step,
-    0 first token / 1 finished, request). DONE, FULL (grow and call again) or FAILED."""
+    ``L``: next request, rows of STEPS / SCHED / EVENTS written, the clock, the events'
+    count, whether to write SCHED. ``STEPS`` rows ``STEP_COLUMNS`` + the first SCHED row;
+    SCHED (request, new, cached); EVENTS (step, 0 first token / 1 finished, request). DONE, FULL (grow and call again) or FAILED."""
     SG, BQ, BF, BX = S[5], S[12], S[13], S[14]
     WQ = S[2]
     n = due.shape[0]
@@ -718,7 +718,7 @@ def run_steps(S, due, L, STEPS, SCHED, EVENTS):
                 return DONE
             L[3] = max(now, due[L[0]])
             continue
-        if L[1] >= STEPS.shape[0] or L[2] + room > SCHED.shape[0] or \
+        if L[1] >= STEPS.shape[0] or (L[5] and L[2] + room > SCHED.shape[0]) or \
                 L[4] + 2 * room > EVENTS.shape[0]:
             return FULL
         count = iterate(S)
@@ -729,9 +729,10 @@ def run_steps(S, due, L, STEPS, SCHED, EVENTS):
         row = STEPS[L[1]]
         step_row(S, row)
         row[8] = L[2]
-        for i in range(count):
-            SCHED[L[2], 0], SCHED[L[2], 1], SCHED[L[2], 2] = BQ[i, 0], BQ[i, 1], BQ[i, 2]
-            L[2] += 1
+        if L[5]:
+            for i in range(count):
+                SCHED[L[2], 0], SCHED[L[2], 1], SCHED[L[2], 2] = BQ[i, 0], BQ[i, 1], BQ[i, 2]
+                L[2] += 1
         for i in range(SG[G_NF]):
             EVENTS[L[4], 0], EVENTS[L[4], 1], EVENTS[L[4], 2] = row[0], 0, BF[i]
             L[4] += 1

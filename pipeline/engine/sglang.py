@@ -1,9 +1,11 @@
 """``sglang``: SGLang 0.5.23's scheduler and radix cache as an engine of the registry
 (``pipeline.engine.engines``): ``simulate --engine sglang``, ``fleet --engine sglang``.
 
-The loop is ``pipeline.components.sglang_sched`` (plain Python); this module turns the
-lab's requests into token sequences, drives the loop on the step clock, the time clock or a
-closed loop, and writes the same frames as vLLM's engine (``loop.REQUEST_COLUMNS``,
+The loop is ``pipeline.components.sglang_ksched`` (compiled, over the flat radix tree of
+``sglang_kradix``; its plain-Python oracle is ``tests/oracles/sglang_sched.py``); this
+module turns the lab's requests into token sequences, drives the loop on the step clock
+(one compiled call for the whole run), the time clock or a closed loop (one compiled call
+per batch, the step time priced in Python), and writes the same frames as vLLM's engine (``loop.REQUEST_COLUMNS``,
 ``STEP_COLUMNS``; ``gpu_hit_tokens`` is the radix-tree prefix at a request's first
 admission, ``preemptions`` its retractions, ``free_blocks`` the free and evictable pages).
 
@@ -135,24 +137,23 @@ class SGLangInstance:
 
     def add_all(self, requests: Sequence[SimRequest]) -> None:
         """Every request at once, not queued (``run_on_steps`` queues them by arrival)."""
-        parts, sizes = [], np.zeros(len(requests), np.int64)
-        for i, request in enumerate(requests):
-            outputs = request.output_token_ids
-            if request.prompt_keys is None and outputs is not None and \
-                    len(outputs) >= request.max_tokens:
-                parts.append(np.asarray(request.prompt_token_ids, np.int64))
-                parts.append(np.asarray(outputs[:request.max_tokens], np.int64))
-                sizes[i] = len(parts[-2]) + len(parts[-1])
-            else:
-                parts.append(self.tokens(request))
-                sizes[i] = len(parts[-1])
-        indices = np.array([r.index for r in requests], np.int64)
+        if all(r.prompt_keys is None and r.output_token_ids is not None
+               and len(r.output_token_ids) == r.max_tokens for r in requests):
+            parts = [part for r in requests for part in (r.prompt_token_ids,
+                                                        r.output_token_ids)]
+            sizes = np.fromiter(map(len, parts), np.int64, len(parts))
+            sizes = sizes[0::2] + sizes[1::2]
+        else:
+            parts = [self.tokens(r) for r in requests]
+            sizes = np.fromiter(map(len, parts), np.int64, len(parts))
+        prompts = np.fromiter((len(r.prompt_token_ids) for r in requests), np.int64,
+                              len(requests))
+        indices = np.fromiter((r.index for r in requests), np.int64, len(requests))
         first = int(self.state.SG[K.G_NREQ])
         self.rows.update(zip(indices.tolist(), range(first, first + len(requests))))
         self.state.add_many(
-            indices, np.concatenate(parts) if parts else np.zeros(0, np.int64), sizes,
-            np.array([len(r.prompt_token_ids) for r in requests], np.int64),
-            np.array([r.max_tokens for r in requests], np.int64))
+            indices, np.concatenate(parts).astype(np.int64, copy=False) if parts else
+            np.zeros(0, np.int64), sizes, prompts, sizes - prompts)
 
     @property
     def outstanding(self) -> int:
@@ -281,7 +282,7 @@ class SGLang:
     """SGLang's engine: ``SGLangConfig``, ``SGLangInstance`` per instance, ``simulate``."""
 
     NAME = "sglang"
-    SUMMARY = "SGLang 0.5.23's scheduler and radix cache (non-overlap loop), in Python"
+    SUMMARY = "SGLang 0.5.23's scheduler and radix cache (non-overlap loop), compiled"
     COMPILED = False
     OPTIONS = (
         EngineOption("--page-size", dict(type=positive_int, default=1,
@@ -415,24 +416,25 @@ def simulate(requests: Sequence[SimRequest], config: SGLangConfig, *, cpu_tier=N
 
 
 def run_on_steps(requests: Sequence[SimRequest], config: SGLangConfig,
-                 engine: SGLangInstance | None = None) -> SimResult:
+                 engine: SGLangInstance | None = None, record: bool = False) -> SimResult:
     """The step clock, compiled whole (``sglang_ksched.run_steps``): arrivals by
     ``arrival_step``, the idle jump; the frames of ``simulate``. ``engine.steps`` keeps the
-    raw rows (step row + first batch row, batch rows, events) for the equality tests."""
+    raw rows (step row + first batch row; with ``record`` every batch's (request, new,
+    cached) rows; events) for the equality tests and the benchmark."""
     engine = engine if engine is not None else SGLangInstance(config, capacity=len(requests))
     engine.add_all(requests)
     due = np.array([float(r.arrival_step or 0) for r in requests], np.float64)
-    n = len(requests)
-    STEPS = np.zeros((max(2 * n, 64), len(STEP_COLUMNS) + 1), np.int64)
-    SCHED = np.zeros((max(4 * n, 1024), 3), np.int64)
-    EVENTS = np.zeros((max(2 * n, 1024), 3), np.int64)
-    Lp = np.zeros(5, np.int64)
+    n, room = len(requests), 2 * config.settings.max_running_requests + 64
+    STEPS = np.zeros((2 * n + 64, len(STEP_COLUMNS) + 1), np.int64)
+    SCHED = np.zeros((min(64 * n, 1 << 24) + room if record else 0, 3), np.int64)
+    EVENTS = np.zeros((2 * n + 2 * room, 3), np.int64)
+    Lp = np.zeros(6, np.int64)
+    Lp[5] = record
     while True:
         status = K.run_steps(engine.state.state(), due, Lp, STEPS, SCHED, EVENTS)
         if status == K.FULL:
-            STEPS = np.concatenate([STEPS, np.zeros_like(STEPS)])
-            SCHED = np.concatenate([SCHED, np.zeros_like(SCHED)])
-            EVENTS = np.concatenate([EVENTS, np.zeros_like(EVENTS)])
+            STEPS, SCHED, EVENTS = (_grown(A, used) for A, used in
+                                    ((STEPS, Lp[1]), (SCHED, Lp[2]), (EVENTS, Lp[4])))
             continue
         if status == K.FAILED:
             raise RuntimeError(OUT_OF_MEMORY if engine.state.SG[K.G_ERROR] else STUCK_MESSAGE)
@@ -448,3 +450,10 @@ def run_on_steps(requests: Sequence[SimRequest], config: SGLangConfig,
     step_frame = pl.DataFrame({name: STEPS[:, j] for j, name in enumerate(STEP_COLUMNS)},
                               schema={name: pl.Int64 for name in STEP_COLUMNS})
     return SimResult(frame, step_frame)
+
+
+def _grown(A: np.ndarray, used: int) -> np.ndarray:
+    """``A`` twice as long (its ``used`` rows kept)."""
+    grown = np.empty((2 * A.shape[0] + 64,) + A.shape[1:], A.dtype)
+    grown[:used] = A[:used]
+    return grown

@@ -1,4 +1,5 @@
-"""SGLang 0.5.23's scheduler loop over its radix cache, re-implemented for a plain model.
+"""SGLang 0.5.23's scheduler loop over its radix cache in plain Python: the test oracle of the
+compiled scheduler (``pipeline.components.sglang_ksched``, tests/test_sglang_ksched.py).
 
 What one iteration of ``Scheduler.event_loop_normal`` does (``managers/scheduler.py``; the
 non-overlap loop, ``--disable-overlap-schedule``), with the pieces it calls
@@ -33,7 +34,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from pipeline.components.sglang_radix import RadixTree
+from oracles.sglang_radix import RadixTree
 from pipeline.components.sglang_settings import (  # noqa: F401
     CLIP_MAX_NEW_TOKENS, DECAY_STEPS, IN_BATCH_CHECK, IN_BATCH_DEPRIORITIZE,
     INIT_NEW_TOKEN_RATIO, MIN_RATIO_FACTOR, RETRACT_DECODE_STEPS, SCHEDULE_POLICIES,
