@@ -858,25 +858,26 @@ class SGLangState:
             self.SG[G_NWAIT] += 1
         return r
 
-    def add_many(self, indices: np.ndarray, tokens: np.ndarray, sizes: np.ndarray,
+    def add_many(self, indices: np.ndarray, parts: list, sizes: np.ndarray,
                  prompts: np.ndarray, max_new: np.ndarray) -> None:
         """Requests in bulk, not queued (``run_steps`` queues them by arrival): request
-        ``indices[i]`` has ``sizes[i]`` tokens of ``tokens``, in order."""
-        first, count = int(self.SG[G_NREQ]), len(indices)
+        ``indices[i]`` has ``sizes[i]`` tokens, ``parts`` in order (concatenated)."""
+        first, count, total = int(self.SG[G_NREQ]), len(indices), int(sizes.sum())
         if first + count > self.R.shape[0]:
             self._grow_requests(first + count)
-        if self.ntok + len(tokens) > self.TOK.shape[0]:
-            TOK = np.zeros(self.ntok + len(tokens) + 16, np.int64)
+        if self.ntok + total > self.TOK.shape[0]:
+            TOK = np.empty(self.ntok + total + 16, np.int64)
             TOK[:self.ntok] = self.TOK[:self.ntok]
             self.TOK = TOK
-        self.TOK[self.ntok:self.ntok + len(tokens)] = tokens
+        if parts:
+            np.concatenate(parts, out=self.TOK[self.ntok:self.ntok + total], casting="unsafe")
         rows = self.R[first:first + count]
         rows[:] = 0
         rows[:, R_TOFF] = self.ntok + np.concatenate(([0], np.cumsum(sizes)[:-1]))
         rows[:, R_N], rows[:, R_MAXNEW], rows[:, R_INDEX] = prompts, max_new, indices
         for column in (R_LAST, R_LOCK, R_FSCHED, R_FTOK, R_FINSTEP, R_HIT):
             rows[:, column] = -1
-        self.ntok += len(tokens)
+        self.ntok += total
         self.SG[G_NREQ] = first + count
 
     def state(self) -> tuple:

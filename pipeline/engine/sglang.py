@@ -137,23 +137,22 @@ class SGLangInstance:
 
     def add_all(self, requests: Sequence[SimRequest]) -> None:
         """Every request at once, not queued (``run_on_steps`` queues them by arrival)."""
+        count = len(requests)
         if all(r.prompt_keys is None and r.output_token_ids is not None
                and len(r.output_token_ids) == r.max_tokens for r in requests):
             parts = [part for r in requests for part in (r.prompt_token_ids,
                                                         r.output_token_ids)]
-            sizes = np.fromiter(map(len, parts), np.int64, len(parts))
-            sizes = sizes[0::2] + sizes[1::2]
+            lengths = np.fromiter(map(len, parts), np.int64, len(parts))
+            prompts, sizes = lengths[0::2], lengths[0::2] + lengths[1::2]
         else:
             parts = [self.tokens(r) for r in requests]
-            sizes = np.fromiter(map(len, parts), np.int64, len(parts))
-        prompts = np.fromiter((len(r.prompt_token_ids) for r in requests), np.int64,
-                              len(requests))
-        indices = np.fromiter((r.index for r in requests), np.int64, len(requests))
+            sizes = np.fromiter(map(len, parts), np.int64, count)
+            prompts = np.fromiter((len(r.prompt_token_ids) for r in requests), np.int64,
+                                  count)
+        indices = np.fromiter((r.index for r in requests), np.int64, count)
         first = int(self.state.SG[K.G_NREQ])
-        self.rows.update(zip(indices.tolist(), range(first, first + len(requests))))
-        self.state.add_many(
-            indices, np.concatenate(parts).astype(np.int64, copy=False) if parts else
-            np.zeros(0, np.int64), sizes, prompts, sizes - prompts)
+        self.rows.update(zip(indices.tolist(), range(first, first + count)))
+        self.state.add_many(indices, parts, sizes, prompts, sizes - prompts)
 
     @property
     def outstanding(self) -> int:
