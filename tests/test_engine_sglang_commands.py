@@ -38,7 +38,12 @@ def test_simulate_times_it(tmp_path, capsys):
     out = tmp_path / "sim"
     assert main(["simulate", *WORKLOAD, "--gpu", "64blocks", "--engine", "sglang",
                  "--latency", "roofline", "--out", str(out)]) == 0
-    capsys.readouterr()
+    shown = capsys.readouterr().out
+    assert "SGLang would report cache_hit_rate" in shown and "vLLM would" not in shown
+    assert not (out / "vllm_log.parquet").exists()            # vLLM's log, not SGLang's
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["sglang_cache_hit_rate"] == metrics["gpu_hit_ratio"]
+    assert not [key for key in metrics if key.startswith("vllm_")]
     requests = pl.read_parquet(out / "requests.parquet")
     steps = pl.read_parquet(out / "steps.parquet")
     assert (requests["ttft_ms"] > 0).all()
