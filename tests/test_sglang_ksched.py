@@ -70,3 +70,19 @@ def test_equal_to_the_oracle_scheduler(workload):
     bounds = STEPS[:, -1].tolist() + [len(SCHED)]
     assert [[tuple(r) for r in SCHED[bounds[j]:bounds[j + 1]].tolist()]
             for j in range(len(STEPS))] == [s[1] for s in mine["steps"]]
+
+
+def test_a_long_queue_grows_the_in_batch_tree():
+    """300 requests at once under ``dfs-weight`` (which matches the whole queue into its
+    in-batch tree at every pass, however long) and ``lpm``: the tree grows, equal still."""
+    stems = [[s] * 20 for s in range(5)]
+    requests = [(stems[i % 5][:i % 21] + [100 + i, 101 + i], [7, 8, 9], 0)
+                for i in range(300)]
+    for policy in ("dfs-weight", "lpm"):
+        options = dict(policy=policy, max_running=4, chunk=None, max_prefill=16384,
+                       conservativeness=1.0, seed=0, page=1)
+        mine, theirs = ours(requests, 400, options), oracle(requests, 400, options)
+        assert mine["steps"] == theirs["steps"]
+        assert mine["requests"] == theirs["requests"]
+        frame = run_on_steps(mine["sims"], mine["config"]).requests
+        assert frame["gpu_hit_tokens"].to_list() == [r[3] for r in mine["requests"]]

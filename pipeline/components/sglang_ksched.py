@@ -51,7 +51,7 @@ F_RATIO, F_MIN, F_DECAY, F_TOTAL = range(4)
 CONTINUE, NO_TOKEN, OTHER = 0, 1, 2
 #: step row columns (``loop.STEP_COLUMNS``)
 S_STEP, S_PREFILL, S_DECODE, S_CONTEXT, S_RELOAD, S_NRUN, S_NWAIT, S_FREE = range(8)
-DONE, FULL, FAILED = 0, 1, 2
+DONE, FULL, FAILED, SMALL_TREE = 0, 1, 2, 3
 INF_KEY = 2 ** 62
 
 
@@ -686,10 +686,23 @@ def step_row(S, row):
 
 # --------------------------------------------------------------------------- entries
 
+@helper
+def batch_tree_fits(S):
+    """Room in the in-batch tree for every waiting request (a match may split a node, an
+    insert split one and add a leaf)."""
+    policy = S[5][G_POLICY]
+    if policy != 1 and policy != 2:
+        return True
+    return 3 * S[5][G_NWAIT] + 8 <= S[8][0].shape[0]
+
+
 @kernel
 def step(S, row):
-    """One loop turn from Python: the batch size (0 idle, -1 out of memory); ``row`` gets
-    the step's ``STEP_COLUMNS`` when a batch ran."""
+    """One loop turn from Python: the batch size (0 idle, -1 out of memory, -2 the in-batch
+    tree is too small: grow it and call again); ``row`` gets the step's ``STEP_COLUMNS``
+    when a batch ran."""
+    if not batch_tree_fits(S):
+        return -2
     count = iterate(S)
     if count > 0:
         step_row(S, row)
@@ -702,7 +715,8 @@ def run_steps(S, due, L, STEPS, SCHED, EVENTS):
     steps, the idle jump as ``loop.simulate``), steps until done or a buffer is full.
     ``L``: next request, rows of STEPS / SCHED / EVENTS written, the clock, the events'
     count, whether to write SCHED. ``STEPS`` rows ``STEP_COLUMNS`` + the first SCHED row;
-    SCHED (request, new, cached); EVENTS (step, 0 first token / 1 finished, request). DONE, FULL (grow and call again) or FAILED."""
+    SCHED (request, new, cached); EVENTS (step, 0 first token / 1 finished, request). DONE, FULL (grow the buffers and call again), SMALL_TREE (grow
+    the in-batch tree: ``SGLangState.grow_batch_tree``) or FAILED."""
     SG, BQ, BF, BX = S[5], S[12], S[13], S[14]
     WQ = S[2]
     n = due.shape[0]
@@ -721,6 +735,8 @@ def run_steps(S, due, L, STEPS, SCHED, EVENTS):
         if L[1] >= STEPS.shape[0] or (L[5] and L[2] + room > SCHED.shape[0]) or \
                 L[4] + 2 * room > EVENTS.shape[0]:
             return FULL
+        if not batch_tree_fits(S):
+            return SMALL_TREE
         count = iterate(S)
         if count < 0:
             return FAILED
@@ -833,6 +849,11 @@ class SGLangState:
         self.BQ = np.zeros((count + 2, 3), np.int64)
         scratch = max(count + 2, self.tree[0].shape[0] + 2)
         self.SCR = np.zeros((2 * scratch, 8), np.int64)
+
+    def grow_batch_tree(self) -> None:
+        """An in-batch tree for every waiting request (``lpm`` / ``dfs-weight``)."""
+        nodes = max(3 * int(self.SG[G_NWAIT]) + 8, 2 * self.batch_tree[0].shape[0])
+        self.batch_tree = new_tree(nodes, 1, "lru")
 
     def add(self, index: int, tokens: np.ndarray, prompt: int, max_new: int,
             queue: bool = True) -> int:

@@ -207,6 +207,9 @@ class SGLangInstance:
         """One loop turn; its StepRecord, or None when it ran no batch."""
         S, row = self.state.state(), self._row
         count = K.step(S, row)
+        while count == -2:
+            self.state.grow_batch_tree()
+            count = K.step(self.state.state(), row)
         if count < 0:
             raise RuntimeError(OUT_OF_MEMORY)
         if count == 0:
@@ -431,6 +434,9 @@ def run_on_steps(requests: Sequence[SimRequest], config: SGLangConfig,
     Lp[5] = record
     while True:
         status = K.run_steps(engine.state.state(), due, Lp, STEPS, SCHED, EVENTS)
+        if status == K.SMALL_TREE:
+            engine.state.grow_batch_tree()
+            continue
         if status == K.FULL:
             STEPS, SCHED, EVENTS = (_grown(A, used) for A, used in
                                     ((STEPS, Lp[1]), (SCHED, Lp[2]), (EVENTS, Lp[4])))
