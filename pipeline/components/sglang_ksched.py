@@ -699,8 +699,10 @@ def batch_tree_fits(S):
 @kernel
 def step(S, row):
     """One loop turn from Python: the batch size (0 idle, -1 out of memory, -2 the in-batch
-    tree is too small: grow it and call again); ``row`` gets the step's ``STEP_COLUMNS``
+    tree is too small: grow it and call again, -3 no work: nothing done); ``row`` gets the step's ``STEP_COLUMNS``
     when a batch ran."""
+    if not has_work(S):
+        return -3
     if not batch_tree_fits(S):
         return -2
     count = iterate(S)
@@ -834,9 +836,11 @@ class SGLangState:
         state = random.Random(seed).getstate()[1]
         self.MT = np.array(state, np.int64)
         self.SCR = np.zeros((0, 8), np.int64)
+        self._state = None
         self._grow_requests(requests)
 
     def _grow_requests(self, count: int) -> None:
+        self._state = None
         old = self.R.shape[0]
         count = max(count, 2 * old, 16)
         R = np.zeros((count, R_COLUMNS), np.int64)
@@ -854,6 +858,7 @@ class SGLangState:
         """An in-batch tree for every waiting request (``lpm`` / ``dfs-weight``)."""
         nodes = max(3 * int(self.SG[G_NWAIT]) + 8, 2 * self.batch_tree[0].shape[0])
         self.batch_tree = new_tree(nodes, 1, "lru")
+        self._state = None
 
     def add(self, index: int, tokens: np.ndarray, prompt: int, max_new: int,
             queue: bool = True) -> int:
@@ -867,6 +872,7 @@ class SGLangState:
             TOK = np.zeros(max(2 * self.TOK.shape[0], self.ntok + size), np.int64)
             TOK[:self.ntok] = self.TOK[:self.ntok]
             self.TOK = TOK
+            self._state = None
         self.TOK[self.ntok:self.ntok + size] = tokens
         row = self.R[r]
         row[R_TOFF], row[R_N], row[R_MAXNEW], row[R_INDEX] = self.ntok, prompt, max_new, index
@@ -890,6 +896,7 @@ class SGLangState:
             TOK = np.empty(self.ntok + total + 16, np.int64)
             TOK[:self.ntok] = self.TOK[:self.ntok]
             self.TOK = TOK
+            self._state = None
         if parts:
             np.concatenate(parts, out=self.TOK[self.ntok:self.ntok + total], casting="unsafe")
         rows = self.R[first:first + count]
@@ -901,6 +908,17 @@ class SGLangState:
         self.ntok += total
         self.SG[G_NREQ] = first + count
 
+    def enqueue(self, r: int) -> None:
+        """Row ``r`` (added, not queued) joins the waiting queue."""
+        self.WQ[self.SG[G_NWAIT]] = r
+        self.SG[G_NWAIT] += 1
+
     def state(self) -> tuple:
+        """The kernels' tuple (rebuilt only after an array was replaced)."""
+        if self._state is None:
+            self._state = self._tuple()
+        return self._state
+
+    def _tuple(self) -> tuple:
         return (self.TOK, self.R, self.WQ, self.RUN, self.LB, self.SG, self.SF, self.tree,
                 self.batch_tree, self.SCR, self.MT, self.CAN, self.BQ, self.BF, self.BX)

@@ -106,6 +106,8 @@ class SGLangInstance:
             radix_eviction_policy=s.radix_eviction_policy, seed=s.seed,
             block_size=config.block_size, requests=capacity)
         self.step_no = 0
+        self.queued = 0                              # requests that joined the queue
+        self.idle = False                            # the last step found no work
         self.rows: dict[int, int] = {}               # request index -> its row in R
         self.codes: dict[int, int] = {}
         self.blocks: dict[int, np.ndarray] = {}      # block key -> its token symbols
@@ -129,6 +131,7 @@ class SGLangInstance:
         n = len(request.prompt_token_ids)
         self.rows[request.index] = self.state.add(request.index, tokens, n,
                                                   request.max_tokens, queue)
+        self.queued += queue
         if keys is not None:
             B = self.block_size
             for i, key in enumerate(np.asarray(keys).view(np.uint64).tolist()[:n // B]):
@@ -154,10 +157,15 @@ class SGLangInstance:
         self.rows.update(zip(indices.tolist(), range(first, first + count)))
         self.state.add_many(indices, parts, sizes, prompts, sizes - prompts)
 
+    def enqueue(self, request: SimRequest) -> None:
+        """A request given to ``add_all`` joins the waiting queue (it arrives)."""
+        self.state.enqueue(self.rows[request.index])
+        self.queued += 1
+
     @property
     def outstanding(self) -> int:
-        """Requests added and not finished."""
-        return int(self.state.SG[K.G_NREQ] - self.state.SG[K.G_NDONE])
+        """Requests queued and not finished."""
+        return self.queued - int(self.state.SG[K.G_NDONE])
 
     def has_work(self) -> bool:
         return bool(K.has_work_py(self.state.state()))
@@ -204,22 +212,23 @@ class SGLangInstance:
     # ------------------------------------------------------------------ running
 
     def step(self) -> StepRecord | None:
-        """One loop turn; its StepRecord, or None when it ran no batch."""
+        """One loop turn; its StepRecord, or None when it ran no batch (``idle``: there was
+        no work, and the turn was not taken)."""
         S, row = self.state.state(), self._row
         count = K.step(S, row)
         while count == -2:
             self.state.grow_batch_tree()
             count = K.step(self.state.state(), row)
-        if count < 0:
+        self.idle = count == -3
+        if count == -1:
             raise RuntimeError(OUT_OF_MEMORY)
-        if count == 0:
+        if count <= 0:
             return None
         R, SG = self.state.R, self.state.SG
         index = R[:, K.R_INDEX]
         BQ = self.state.BQ[:count]
         scheduled = list(zip(index[BQ[:, 0]].tolist(), BQ[:, 1].tolist(), BQ[:, 2].tolist()))
-        values = row.tolist()
-        record = StepRecord(values[0], scheduled, *values[1:],
+        record = StepRecord(int(row[0]), scheduled, *row[1:].tolist(),
                             index[self.state.BF[:SG[K.G_NF]]].tolist(),
                             index[self.state.BX[:SG[K.G_NX]]].tolist())
         self.step_no += 1
@@ -228,13 +237,15 @@ class SGLangInstance:
     def run_until(self, until_ms: float, now_ms: float, step_ms) -> TimedSteps:
         """Batches that start before ``until_ms`` (``step_ms(record)``: each one's time)."""
         steps, starts, durations, events, now = [], [], [], [], now_ms
-        while now < until_ms and self.has_work():
+        while now < until_ms:
             record = self.step()
             if record is None:
+                if self.idle:                            # no work: nothing was done
+                    break
                 raise RuntimeError(STUCK_MESSAGE)
             duration = float(step_ms(record))
             record.duration_ms = duration
-            steps.append([getattr(record, name) for name in STEP_COLUMNS])
+            steps.append(self._row.tolist())
             starts.append(now)
             durations.append(duration)
             now += duration
@@ -373,6 +384,7 @@ def simulate(requests: Sequence[SimRequest], config: SGLangConfig, *, cpu_tier=N
     if not timed and concurrency is None:
         return run_on_steps(requests, config)
     engine = SGLangInstance(config, cpu_tier, capacity=len(requests))
+    engine.add_all(requests)
     n = len(requests)
     price = step_ms if timed else (lambda record: 1.0)
     due = np.zeros(n, np.float64)
@@ -387,14 +399,14 @@ def simulate(requests: Sequence[SimRequest], config: SGLangConfig, *, cpu_tier=N
                 now = max(now, due[pointer])
             while pointer < n and due[pointer] <= now:
                 arrival[pointer] = due[pointer]
-                engine.add_request(requests[pointer])
+                engine.enqueue(requests[pointer])
                 pointer += 1
             until = due[pointer] if pointer < n else np.inf
         else:
             outstanding = engine.outstanding
             while pointer < n and outstanding < concurrency:
                 arrival[pointer] = now
-                engine.add_request(requests[pointer])
+                engine.enqueue(requests[pointer])
                 pointer, outstanding = pointer + 1, outstanding + 1
             until = now                                  # one batch, then look again
         part = engine.run_until(max(until, np.nextafter(now, np.inf)), now, price)
