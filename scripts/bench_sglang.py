@@ -5,9 +5,12 @@ Synthetic workload (says so): ``--requests`` prompts drawn from ``--groups`` sha
 (64..512 tokens) plus a unique question (8..128 tokens), max_tokens 1..64, Poisson arrivals
 by step (seeded). It runs through scripts/sglang_scheduler_reference.py (SGLang's
 ``SchedulePolicy``, ``PrefillAdder``, ``PrefillBudget``, ``RadixCache`` unmodified, in the
-transcribed batch loop) and through ``pipeline.engine.sglang``'s engine; every step's batch
-and every request's steps, hit and retractions must be equal; the CPU times (process time:
-the machine may be shared) are printed side by side.
+transcribed batch loop) and through ``pipeline.engine.sglang``'s compiled step-clock run (``run_on_steps``, as
+``simulate --engine sglang`` runs it); every step's batch and every request's steps, hit
+and retractions must be equal; the CPU times (process time: the machine may be shared) are
+printed side by side. Each side starts from its own input, built before the clock: the
+reference's token lists, the engine's SimRequests (token arrays); numba's compilation (or
+its load from the cache) is done before the clock by a 50-request run.
 
     .venv/bin/python scripts/bench_sglang.py                        # 10,000 requests
     .venv/bin/python scripts/bench_sglang.py --requests 1000 --policy lpm
@@ -30,9 +33,45 @@ sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import sglang_scheduler_reference as reference  # noqa: E402
-from test_engine_sglang_equal import ours  # noqa: E402  (the engine driven step by step)
+from pipeline.components import sglang_ksched as K  # noqa: E402
+from pipeline.components.sglang_settings import SCHEDULE_POLICIES, SchedulerSettings  # noqa
+from pipeline.engine.request import SimRequest  # noqa: E402
+from pipeline.engine.sglang import SGLangConfig, SGLangInstance, run_on_steps  # noqa: E402
 
-from pipeline.components.sglang_sched import SCHEDULE_POLICIES  # noqa: E402
+
+def engine_inputs(requests, pool: int, options: dict) -> tuple[list, SGLangConfig]:
+    """The engine's own input: SimRequests (token arrays) and its config, built before the
+    clock starts (as the reference's lists are)."""
+    config = SGLangConfig(2, 10 ** 6, options["page"], SchedulerSettings(
+        max_total_tokens=pool, page_size=options["page"], schedule_policy=options["policy"],
+        max_running_requests=options["max_running"], chunked_prefill_size=options["chunk"],
+        max_prefill_tokens=options["max_prefill"],
+        schedule_conservativeness=options["conservativeness"], seed=options["seed"]))
+    sims = [SimRequest(i, np.array(p, np.int64), len(o), arrival_step=a,
+                       output_token_ids=np.array(o, np.int64))
+            for i, (p, o, a) in enumerate(requests)]
+    return sims, config
+
+
+def as_reported(engine: SGLangInstance) -> dict:
+    """A whole step-clock run's arrays (``run_on_steps``, recording every batch's rows: the
+    timed run is the compared one) as the reference reports it, after
+    the clock: per step (prefill?, (request, new, cached) rows, first tokens, finished),
+    per request (first scheduled, first token, finish, hit, retractions)."""
+    STEPS, SCHED, EVENTS = engine.steps
+    bounds = np.append(STEPS[:, -1], len(SCHED)).tolist()
+    rows = SCHED.tolist()
+    first = [[] for _ in range(len(STEPS))]
+    done = [[] for _ in range(len(STEPS))]
+    for step, kind, index in EVENTS.tolist():
+        (done if kind else first)[step].append(index)
+    steps = [(prefill > 0 or not decodes, [tuple(r) for r in rows[bounds[j]:bounds[j + 1]]],
+              first[j], done[j])
+             for j, (prefill, decodes) in enumerate(STEPS[:, 1:3].tolist())]
+    R = engine.state.R[:len(engine.rows)]
+    requests = [tuple(r) for r in R[:, [K.R_FSCHED, K.R_FTOK, K.R_FINSTEP, K.R_HIT,
+                                        K.R_RETR]].tolist()]
+    return {"steps": steps, "requests": requests}
 
 
 def workload(count: int, groups: int, rate: float, seed: int) -> list[tuple]:
@@ -61,20 +100,24 @@ def main() -> int:
     requests = workload(args.requests, args.groups, args.rate, args.seed)
     options = dict(policy=args.policy, max_running=256, chunk=8192, max_prefill=16384,
                    conservativeness=1.0, seed=args.seed, page=1)
+    inputs = [(p + o, len(p), len(o), a) for p, o, a in requests]
     start = time.process_time()
-    theirs = reference.run([(p + o, len(p), len(o), a) for p, o, a in requests], args.pool,
-                           **options)
+    theirs = reference.run(inputs, args.pool, **options)
     t_theirs = time.process_time() - start
+    sims, config = engine_inputs(requests, args.pool, options)
+    run_on_steps(sims[:50], config)                      # numba: load (or compile) once
+    engine = SGLangInstance(config, capacity=len(sims))
     start = time.process_time()
-    mine = ours(requests, args.pool, options)
+    run_on_steps(sims, config, engine, record=True)
     t_mine = time.process_time() - start
+    mine = as_reported(engine)
     equal = mine["steps"] == theirs["steps"] and mine["requests"] == theirs["requests"]
     hits = sum(r[3] for r in mine["requests"])
     print(f"{args.requests:,} requests, {len(mine['steps']):,} steps, policy {args.policy}, "
           f"pool {args.pool:,} tokens: hit {hits:,} tokens, "
           f"{sum(r[4] for r in mine['requests'])} retractions")
-    print(f"SGLang's pieces (reference loop): {t_theirs:8.2f} s CPU")
-    print(f"--engine sglang:                  {t_mine:8.2f} s CPU   "
+    print(f"SGLang's pieces (reference loop): {t_theirs:8.3f} s CPU")
+    print(f"--engine sglang (compiled):       {t_mine:8.3f} s CPU   "
           f"({t_theirs / max(t_mine, 1e-9):.1f}x)")
     print(f"identical per step and per request: {equal}")
     return 0 if equal else 1

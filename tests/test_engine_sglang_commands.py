@@ -38,7 +38,12 @@ def test_simulate_times_it(tmp_path, capsys):
     out = tmp_path / "sim"
     assert main(["simulate", *WORKLOAD, "--gpu", "64blocks", "--engine", "sglang",
                  "--latency", "roofline", "--out", str(out)]) == 0
-    capsys.readouterr()
+    shown = capsys.readouterr().out
+    assert "SGLang would report cache_hit_rate" in shown and "vLLM would" not in shown
+    assert not (out / "vllm_log.parquet").exists()            # vLLM's log, not SGLang's
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["sglang_cache_hit_rate"] == metrics["gpu_hit_ratio"]
+    assert not [key for key in metrics if key.startswith("vllm_")]
     requests = pl.read_parquet(out / "requests.parquet")
     steps = pl.read_parquet(out / "steps.parquet")
     assert (requests["ttft_ms"] > 0).all()
@@ -124,7 +129,8 @@ def test_a_routers_look_touches_nothing():
     a request's keys, and changes no access time, split or count."""
     import numpy as np
 
-    from pipeline.components.sglang_sched import SchedulerSettings
+    from pipeline.components.sglang_kradix import T_EVICT, T_PROT
+    from pipeline.components.sglang_settings import SchedulerSettings
     from pipeline.engine.request import SimRequest
     from pipeline.engine.sglang import SGLangConfig, SGLangInstance
 
@@ -136,10 +142,11 @@ def test_a_routers_look_touches_nothing():
         engine.step()
     other = SimRequest(1, list(range(8)) + [99, 98], 2)
     engine.add_request(other, np.array([11, 12, 77], np.uint64))
-    tree = engine.sched.tree
-    before = (tree.clock, tree.total_size(), tree.evictable_size)
+    TG = engine.state.tree[1]
+    before = TG.copy()                              # clock, sizes, counts
     snapshot = engine.cache_snapshot()
     assert engine.cached_prefix_blocks(np.array([11, 12, 77], np.uint64)) == 2
     assert snapshot.prefix_blocks(np.array([11, 12, 13], np.uint64)) == 2   # 13: no full block
-    assert (tree.clock, tree.total_size(), tree.evictable_size) == before
-    assert snapshot.key_count() == engine.cached_key_count() == tree.total_size() // 4
+    assert (TG == before).all()
+    assert snapshot.key_count() == engine.cached_key_count() == \
+        (TG[T_EVICT] + TG[T_PROT]) // 4 > 0

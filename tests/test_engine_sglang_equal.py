@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT
-from pipeline.components.sglang_sched import SCHEDULE_POLICIES, SchedulerSettings
+from pipeline.components import sglang_ksched as K
+from pipeline.components.sglang_settings import SCHEDULE_POLICIES, SchedulerSettings
 from pipeline.engine.request import SimRequest
 from pipeline.engine.sglang import SGLangConfig, SGLangInstance, simulate
 
@@ -80,9 +81,10 @@ def ours(requests, pool, options) -> dict:
         steps.append((record.prefill_tokens > 0 or not record.decode_seqs,
                       list(record.scheduled), record.first_tokens, record.finished))
         now += 1
-    rows = [engine.reqs[i] for i in range(len(sims))]
-    return {"requests": [(r.first_sched, r.first_token, r.finish_step, r.hit, r.retractions)
-                         for r in rows], "steps": steps, "sims": sims, "config": config}
+    rows = [engine.request(i) for i in range(len(sims))]
+    return {"requests": [(r[K.R_FSCHED], r[K.R_FTOK], r[K.R_FINSTEP], r[K.R_HIT],
+                          r[K.R_RETR]) for r in rows], "steps": steps, "sims": sims,
+            "config": config}
 
 
 def theirs(requests, pool, options) -> dict:

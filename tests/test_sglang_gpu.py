@@ -146,7 +146,7 @@ def admitted(draw):
 def test_equals_the_sglang_engine_at_concurrency_one(workload):
     """The engine (``simulate --engine sglang --concurrency 1 --chunked-prefill-size -1``,
     itself equal to SGLang's scheduler) hits what the GPU model replays."""
-    from pipeline.components.sglang_sched import SchedulerSettings
+    from pipeline.components.sglang_settings import SchedulerSettings
     from pipeline.engine.request import SimRequest
     from pipeline.engine.sglang import SGLangConfig, simulate
 

@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT
-from pipeline.components.sglang_radix import POLICIES, RadixTree
+from oracles.sglang_radix import POLICIES, RadixTree
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import sglang_reference as ref  # noqa: E402

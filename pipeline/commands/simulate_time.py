@@ -129,8 +129,10 @@ def _finite(value):
 
 def run_metrics_outputs(args: argparse.Namespace, result, outputs: Outputs,
                         models: dict | None = None) -> dict:
-    """Add DIR/metrics.json and DIR/vllm_log.parquet (time clock) to ``outputs``; return the
-    metrics (with ``models``, the cache models, first when given)."""
+    """Add DIR/metrics.json and DIR/vllm_log.parquet (time clock, vLLM's engine) to
+    ``outputs``; return the metrics (with ``models``, the cache models, first when given).
+    For ``--engine sglang`` the ``vllm_*`` figures give way to ``sglang_cache_hit_rate``
+    (SGLang's first-admission hit rate, which over a whole run is the GPU hit ratio)."""
     model = args.latency_model
     metrics = {**({"models": models} if models is not None else {}),
                **run_metrics(result.requests, result.steps, model.label if model else None)}
@@ -141,7 +143,11 @@ def run_metrics_outputs(args: argparse.Namespace, result, outputs: Outputs,
     metrics["provenance"] = model.provenance if model else None
     metrics["notes"] = _notes(model, result.requests["prompt_tokens"].to_list(),
                               kv.bytes_per_token) if model else []
-    if model is not None and result.steps.height:
+    sglang = getattr(args, "engine", "vllm") == "sglang"
+    if sglang:                                   # vLLM's counters and log mean nothing here
+        metrics = {k: v for k, v in metrics.items() if not k.startswith("vllm_")}
+        metrics["sglang_cache_hit_rate"] = metrics["gpu_hit_ratio"]
+    if model is not None and result.steps.height and not sglang:
         entries = prefix_cache_entries(result.requests, result.steps)
         end = float((result.steps["start_ms"] + result.steps["duration_ms"]).max())
         log = vllm_log_figures(entries, end)
@@ -166,10 +172,15 @@ def metric_lines(metrics: dict) -> list[str]:
              f"{metrics['duration_s']:,.1f} s [{metrics['step_time_model']}]",
              *_token_lines(metrics),
              f"hit ratio GPU {pct(metrics['gpu_hit_ratio'])}, CPU "
-             f"{pct(metrics['cpu_hit_ratio'])}; vLLM would report prefix cache hit rate "
-             f"{pct(metrics['vllm_prefix_cache_hit_rate'])} (Prometheus counters), "
-             f"{pct(metrics['vllm_log_hit_rate_final'])} in its last log line (1,000-request "
-             f"window)"]
+             f"{pct(metrics['cpu_hit_ratio'])}; " + (
+                 f"SGLang would report cache_hit_rate {pct(metrics['sglang_cache_hit_rate'])}"
+                 f" over the run (first admissions' #cached-token / (#cached-token + "
+                 f"#new-token), the GPU hit ratio; its gauge keeps a 15 s window)"
+                 if "sglang_cache_hit_rate" in metrics else
+                 f"vLLM would report prefix cache hit rate "
+                 f"{pct(metrics['vllm_prefix_cache_hit_rate'])} (Prometheus counters), "
+                 f"{pct(metrics['vllm_log_hit_rate_final'])} in its last log line "
+                 f"(1,000-request window)")]
     lines += [f"note: {note}" for note in metrics.get("notes", [])]
     return lines
 

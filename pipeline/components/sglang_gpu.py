@@ -37,8 +37,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.components.sglang_radix import RadixTree
-from pipeline.components.sglang_sched import WAITING_PREFIX_REFRESH_INTERVAL
+from pipeline.components.kjit import kernel
+from pipeline.components.sglang_kradix import (T_EVICT, T_PROT, dec_lock, evict, inc_lock,
+                                               insert, match_prefix, new_tree)
+from pipeline.components.sglang_settings import WAITING_PREFIX_REFRESH_INTERVAL
 from pipeline.workloads.stream import TAIL_FIRST, BlockStream, capacity_blocks, output_lengths
 
 __all__ = ["page_sequences", "serve_alone", "replay_radix", "radix_gpu", "check_page_size"]
@@ -127,19 +129,73 @@ def replay_radix(stream: BlockStream, capacity_tokens: int, page_size: int = 1,
                  sequences: list | None = None) -> np.ndarray:
     """Hit tokens per request (R,) of one pool of ``capacity_tokens`` (SGLang's
     ``max_total_tokens``), every request served alone in order (``tree``: a fresh
-    ``RadixTree`` of ``policy`` unless given; ``sequences``: ``page_sequences``'s, reused)."""
+    compiled tree of ``policy`` unless ``tree`` is given, e.g. the oracle or SGLang's own;
+    ``sequences``: ``page_sequences``'s, reused)."""
     problem = check_page_size(page_size, stream.block_size)
     if problem:
         raise ValueError(problem)
     if sequences is None:
         sequences = page_sequences(stream, page_size, output_lengths(stream, output_tokens))
-    tree = tree if tree is not None else RadixTree(1, policy)
     capacity = int(capacity_tokens) // page_size
     hits = np.zeros(stream.requests, np.int64)
+    if tree is None:                                    # compiled: every request in one call
+        if not sequences:
+            return hits
+        sizes = np.fromiter((len(p) for p, _, _ in sequences), np.int64, len(sequences))
+        offsets = np.concatenate(([0], np.cumsum(sizes)))
+        TOK = np.fromiter((t for p, _, _ in sequences for t in p), np.int64,
+                          int(offsets[-1]))
+        ns = np.fromiter((n for _, n, _ in sequences), np.int64, len(sequences))
+        os = np.fromiter((o for _, _, o in sequences), np.int64, len(sequences))
+        arrays = new_tree(capacity + int(sizes.max()) + 8, 1, policy)
+        _replay(arrays, TOK, offsets, ns, os, page_size, capacity,
+                WAITING_PREFIX_REFRESH_INTERVAL, hits)
+        return hits * page_size
     for r, (pages, n, o) in enumerate(sequences):
         hits[r] = serve_alone(tree, pages, n, o, page_size, capacity,
                               r % WAITING_PREFIX_REFRESH_INTERVAL == 0)
     return hits * page_size
+
+
+@kernel
+def _replay(T, TOK, offsets, ns, os, P, capacity, touch_every, hits):
+    """``serve_alone`` for every request in order, on the compiled tree (request r's pages
+    are ``TOK[offsets[r]:offsets[r + 1]]``); hits in pages."""
+    TG = T[1]
+    for r in range(ns.shape[0]):
+        start, total, n, o = offsets[r], offsets[r + 1] - offsets[r], ns[r], os[r]
+        if -(-(n + o - 1) // P) > capacity:
+            continue
+        if r % touch_every == 0:
+            match_prefix(T, TOK, start, min(n // P, total))
+        hit, node = match_prefix(T, TOK, start, min((n - 1) // P, total))
+        inc_lock(T, node)
+        prefill = -(-n // P) - hit
+        demand = prefill if P == 1 else -(-(n - hit * P + P) // P)
+        free = capacity - (TG[T_EVICT] + TG[T_PROT])
+        if demand > free:
+            free += evict(T, demand - free)
+        free -= prefill
+        prompt = min(n // P, total)
+        insert(T, TOK, start, prompt, 0, 0)
+        _, new = match_prefix(T, TOK, start, prompt)          # _relock
+        inc_lock(T, new)
+        dec_lock(T, node)
+        node = new
+        for k in range(1, o):
+            if free == 0:
+                free += evict(T, 1)
+            if (n + k - 1) % P == 0:
+                free -= 1
+        full = min((n + o - 1) // P, total)
+        insert(T, TOK, start, full, 0, n // P)
+        if 0 < n // P < full:
+            insert(T, TOK, start, n // P, 1, n // P)
+        _, new = match_prefix(T, TOK, start, full)
+        inc_lock(T, new)
+        dec_lock(T, node)
+        dec_lock(T, new)
+        hits[r] = hit
 
 
 def radix_gpu(stream: BlockStream, capacities: object, order: str = TAIL_FIRST, *,

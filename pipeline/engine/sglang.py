@@ -1,9 +1,11 @@
 """``sglang``: SGLang 0.5.23's scheduler and radix cache as an engine of the registry
 (``pipeline.engine.engines``): ``simulate --engine sglang``, ``fleet --engine sglang``.
 
-The loop is ``pipeline.components.sglang_sched`` (plain Python); this module turns the
-lab's requests into token sequences, drives the loop on the step clock, the time clock or a
-closed loop, and writes the same frames as vLLM's engine (``loop.REQUEST_COLUMNS``,
+The loop is ``pipeline.components.sglang_ksched`` (compiled, over the flat radix tree of
+``sglang_kradix``; its plain-Python oracle is ``tests/oracles/sglang_sched.py``); this
+module turns the lab's requests into token sequences, drives the loop on the step clock
+(one compiled call for the whole run), the time clock or a closed loop (one compiled call
+per batch, the step time priced in Python), and writes the same frames as vLLM's engine (``loop.REQUEST_COLUMNS``,
 ``STEP_COLUMNS``; ``gpu_hit_tokens`` is the radix-tree prefix at a request's first
 admission, ``preemptions`` its retractions, ``free_blocks`` the free and evictable pages).
 
@@ -25,9 +27,11 @@ import polars as pl
 from pipeline.base.arguments import positive_int
 from pipeline.base.errors import UsageError
 from pipeline.components import engine_layout as L
-from pipeline.components.sglang_sched import SCHEDULE_POLICIES, SGLANG_POLICIES, Scheduler, \
-    SchedulerSettings, Req
-from pipeline.components.sglang_radix import POLICIES as EVICTION_POLICIES
+from pipeline.components import sglang_ksched as K
+from pipeline.components.sglang_kradix import POLICIES as EVICTION_POLICIES, T_EVICT, T_PROT
+from pipeline.components.sglang_ksched import SGLangState
+from pipeline.components.sglang_settings import SCHEDULE_POLICIES, SGLANG_POLICIES, \
+    SchedulerSettings
 from pipeline.engine.compiled import STUCK_MESSAGE, request_table, with_times
 from pipeline.engine.config import EngineOption
 from pipeline.engine.loop import STEP_COLUMNS, SimResult
@@ -36,6 +40,9 @@ from pipeline.engine.step import StepRecord, TimedSteps
 from pipeline.sizes.vllm_memory import DEFAULT_BATCHED_TOKENS, DEFAULT_SEQS
 
 __all__ = ["SGLang", "SGLangConfig", "SGLangInstance"]
+
+OUT_OF_MEMORY = ("SGLang aborts the last request: out of memory even after retracting all "
+                 "others (the pool is too small)")
 
 
 @dataclass(frozen=True)
@@ -81,113 +88,164 @@ def _chunk(text: str) -> int:
 
 
 class SGLangInstance:
-    """One SGLang engine for ``fleet`` (``EngineSim``'s interface over ``Scheduler``)."""
+    """One SGLang engine for ``fleet`` (``EngineSim``'s interface over the compiled
+    scheduler, ``sglang_ksched``)."""
 
-    def __init__(self, config: SGLangConfig, cpu_tier=None) -> None:
+    def __init__(self, config: SGLangConfig, cpu_tier=None, capacity: int = 64) -> None:
         if cpu_tier is not None:
             raise ValueError("the sglang engine has no CPU tier (HiCache is not modelled)")
         self.config, self.block_size = config, config.block_size
-        self.sched = Scheduler(config.settings)
+        s = config.settings
+        self.P = s.page_size
+        self.state = SGLangState(
+            max_total_tokens=s.max_total_tokens, page_size=s.page_size,
+            schedule_policy=s.schedule_policy, max_running_requests=s.max_running_requests,
+            chunked_prefill_size=s.chunked_prefill_size,
+            max_prefill_tokens=s.max_prefill_tokens,
+            schedule_conservativeness=s.schedule_conservativeness,
+            radix_eviction_policy=s.radix_eviction_policy, seed=s.seed,
+            block_size=config.block_size, requests=capacity)
         self.step_no = 0
-        self.reqs: dict[int, Req] = {}
+        self.queued = 0                              # requests that joined the queue
+        self.idle = False                            # the last step found no work
+        self.rows: dict[int, int] = {}               # request index -> its row in R
         self.codes: dict[int, int] = {}
-        self.blocks: dict[int, tuple] = {}           # block key -> its token symbols
+        self.blocks: dict[int, np.ndarray] = {}      # block key -> its token symbols
+        self._row = np.zeros(len(STEP_COLUMNS), np.int64)
 
     # ------------------------------------------------------------------ requests
 
-    def tokens(self, request: SimRequest) -> list:
+    def tokens(self, request: SimRequest) -> np.ndarray:
         """The request's prompt + output token symbols (module docstring)."""
         if request.prompt_keys is None:
-            return sequence_tokens(request).tolist()
+            return np.asarray(sequence_tokens(request), np.int64)
         B = self.block_size
         keys = np.asarray(request.prompt_keys).view(np.uint64).tolist()
         codes = np.array([self.codes.setdefault(k, len(self.codes)) for k in keys], np.int64)
         head = (codes[:, None] * B + np.arange(B)).ravel()
         tail = len(request.prompt_token_ids) - head.size + request.max_tokens
-        return head.tolist() + placeholder_tokens(request.index, tail).tolist()
+        return np.concatenate([head, placeholder_tokens(request.index, tail)]).astype(np.int64)
 
-    def add_request(self, request: SimRequest, keys=None) -> None:
+    def add_request(self, request: SimRequest, keys=None, queue: bool = True) -> None:
         tokens = self.tokens(request)
-        req = Req(request.index, tokens, len(request.prompt_token_ids), request.max_tokens)
-        self.reqs[request.index] = req
+        n = len(request.prompt_token_ids)
+        self.rows[request.index] = self.state.add(request.index, tokens, n,
+                                                  request.max_tokens, queue)
+        self.queued += queue
         if keys is not None:
             B = self.block_size
-            for i, key in enumerate(np.asarray(keys).view(np.uint64).tolist()
-                                    [:req.n // B]):
-                self.blocks.setdefault(key, tuple(tokens[i * B:(i + 1) * B]))
-        self.sched.waiting.append(req)
+            for i, key in enumerate(np.asarray(keys).view(np.uint64).tolist()[:n // B]):
+                if key not in self.blocks:
+                    self.blocks[key] = tokens[i * B:(i + 1) * B].copy()
+
+    def add_all(self, requests: Sequence[SimRequest]) -> None:
+        """Every request at once, not queued (``run_on_steps`` queues them by arrival)."""
+        count = len(requests)
+        if all(r.prompt_keys is None and r.output_token_ids is not None
+               and len(r.output_token_ids) == r.max_tokens for r in requests):
+            parts = [part for r in requests for part in (r.prompt_token_ids,
+                                                        r.output_token_ids)]
+            lengths = np.fromiter(map(len, parts), np.int64, len(parts))
+            prompts, sizes = lengths[0::2], lengths[0::2] + lengths[1::2]
+        else:
+            parts = [self.tokens(r) for r in requests]
+            sizes = np.fromiter(map(len, parts), np.int64, count)
+            prompts = np.fromiter((len(r.prompt_token_ids) for r in requests), np.int64,
+                                  count)
+        indices = np.fromiter((r.index for r in requests), np.int64, count)
+        first = int(self.state.SG[K.G_NREQ])
+        self.rows.update(zip(indices.tolist(), range(first, first + count)))
+        self.state.add_many(indices, parts, sizes, prompts, sizes - prompts)
+
+    def enqueue(self, request: SimRequest) -> None:
+        """A request given to ``add_all`` joins the waiting queue (it arrives)."""
+        self.state.enqueue(self.rows[request.index])
+        self.queued += 1
+
+    @property
+    def outstanding(self) -> int:
+        """Requests queued and not finished."""
+        return self.queued - int(self.state.SG[K.G_NDONE])
 
     def has_work(self) -> bool:
-        s = self.sched
-        last = s.last_batch.reqs if s.last_batch is not None and s.last_batch.extend else []
-        return bool(s.waiting or s.chunked is not None or
-                    any(not r.finished for r in s.running.reqs + last))
+        return bool(K.has_work_py(self.state.state()))
 
     @property
     def num_waiting(self) -> int:
-        return len(self.sched.waiting)
+        return int(self.state.SG[K.G_NWAIT])
 
     @property
     def num_running(self) -> int:
-        s = self.sched
-        count = sum(not r.finished for r in s.running.reqs)
-        if s.last_batch is not None and s.last_batch.extend:   # merged at the next turn
-            count += sum(not r.finished for r in s.last_batch.reqs)
-        return count
+        return int(K.num_running_py(self.state.state()))
 
     @property
     def free_blocks(self) -> int:
         """Free and evictable tokens in blocks of ``--block-size`` (vLLM's free queue)."""
-        return (self.sched.free + self.sched.tree.evictable_size) // self.block_size
+        return int(self.state.SG[K.G_FREE] + self.state.tree[1][T_EVICT]) // self.block_size
+
+    def request(self, index: int) -> np.ndarray:
+        """The request's row of the scheduler's table (``sglang_ksched.R_*``)."""
+        return self.state.R[self.rows[index]]
 
     # ------------------------------------------------------------------ cache queries
 
-    def _symbols(self, keys) -> list:
+    def _symbols(self, keys) -> np.ndarray:
         out = []
         for key in np.asarray(keys).view(np.uint64).tolist():
             block = self.blocks.get(key)
             if block is None:
                 break
-            out.extend(block)
-        return out
+            out.append(block)
+        return np.concatenate(out) if out else np.zeros(0, np.int64)
 
     def cached_prefix_blocks(self, keys) -> int:
-        return peek_prefix(self.sched.tree.root, self._symbols(keys),
-                           self.sched.P) // self.block_size
+        NI, TG, _ = self.state.tree
+        return int(K.peek(NI, TG, self.state.TOK, self._symbols(keys))) // self.block_size
 
     def cached_key_count(self) -> int:
-        return self.sched.tree.total_size() // self.block_size
+        TG = self.state.tree[1]
+        return int(TG[T_EVICT] + TG[T_PROT]) // self.block_size
 
     def cache_snapshot(self) -> _Snapshot:
-        return _Snapshot(self, copy_nodes(self.sched.tree.root))
+        return _Snapshot(self)
 
     # ------------------------------------------------------------------ running
 
     def step(self) -> StepRecord | None:
-        """One loop turn; its StepRecord, or None when it ran no batch."""
-        batch = self.sched.iterate(self.step_no)
-        if batch is None:
+        """One loop turn; its StepRecord, or None when it ran no batch (``idle``: there was
+        no work, and the turn was not taken)."""
+        S, row = self.state.state(), self._row
+        count = K.step(S, row)
+        while count == -2:
+            self.state.grow_batch_tree()
+            count = K.step(self.state.state(), row)
+        self.idle = count == -3
+        if count == -1:
+            raise RuntimeError(OUT_OF_MEMORY)
+        if count <= 0:
             return None
-        record = StepRecord(
-            self.step_no, batch.scheduled,
-            sum(new for _, new, _ in batch.scheduled) if batch.extend else 0,
-            0 if batch.extend else len(batch.reqs),
-            sum(new + before for _, new, before in batch.scheduled), 0,
-            self.num_running, self.num_waiting, self.free_blocks,
-            batch.first_tokens, batch.finished)
+        R, SG = self.state.R, self.state.SG
+        index = R[:, K.R_INDEX]
+        BQ = self.state.BQ[:count]
+        scheduled = list(zip(index[BQ[:, 0]].tolist(), BQ[:, 1].tolist(), BQ[:, 2].tolist()))
+        record = StepRecord(int(row[0]), scheduled, *row[1:].tolist(),
+                            index[self.state.BF[:SG[K.G_NF]]].tolist(),
+                            index[self.state.BX[:SG[K.G_NX]]].tolist())
         self.step_no += 1
         return record
 
     def run_until(self, until_ms: float, now_ms: float, step_ms) -> TimedSteps:
         """Batches that start before ``until_ms`` (``step_ms(record)``: each one's time)."""
         steps, starts, durations, events, now = [], [], [], [], now_ms
-        while now < until_ms and self.has_work():
+        while now < until_ms:
             record = self.step()
             if record is None:
+                if self.idle:                            # no work: nothing was done
+                    break
                 raise RuntimeError(STUCK_MESSAGE)
             duration = float(step_ms(record))
             record.duration_ms = duration
-            steps.append([getattr(record, name) for name in STEP_COLUMNS])
+            steps.append(self._row.tolist())
             starts.append(now)
             durations.append(duration)
             now += duration
@@ -198,65 +256,31 @@ class SGLangInstance:
                           np.array(events, np.int64).reshape(-1, 3))
 
     def request_rows(self, requests: Sequence[SimRequest]) -> np.ndarray:
+        R = self.state.R[[self.rows[r.index] for r in requests]]
         rows = np.full((len(requests), L.R_COLUMNS), L.NONE, np.int64)
-        for j, request in enumerate(requests):
-            r = self.reqs[request.index]
-            for column, value in ((L.INDEX, r.index), (L.FSCHED, r.first_sched),
-                                  (L.FTOK, r.first_token), (L.FIN, r.finish_step),
-                                  (L.GPUHIT, max(r.hit, 0)), (L.CPUHIT, 0),
-                                  (L.NPROMPT, r.n), (L.NTOK, r.n + r.max_new),
-                                  (L.PREEMPT, r.retractions)):
-                rows[j, column] = value
+        rows[:, L.INDEX], rows[:, L.FSCHED] = R[:, K.R_INDEX], R[:, K.R_FSCHED]
+        rows[:, L.FTOK], rows[:, L.FIN] = R[:, K.R_FTOK], R[:, K.R_FINSTEP]
+        rows[:, L.GPUHIT], rows[:, L.CPUHIT] = np.maximum(R[:, K.R_HIT], 0), 0
+        rows[:, L.NPROMPT], rows[:, L.NTOK] = R[:, K.R_N], R[:, K.R_N] + R[:, K.R_MAXNEW]
+        rows[:, L.PREEMPT] = R[:, K.R_RETR]
         return rows
 
 
 class _Snapshot:
     """A frozen copy of an instance's tree for a stale fleet view."""
 
-    def __init__(self, instance: SGLangInstance, root) -> None:
-        self.instance, self.root = instance, root
-        self.size = instance.sched.tree.total_size()
+    def __init__(self, instance: SGLangInstance) -> None:
+        NI, TG, _ = instance.state.tree
+        self.instance, self.NI, self.TG = instance, NI.copy(), TG.copy()
+        self.TOK = instance.state.TOK                # append-only: old spans stay valid
+        self.size = int(TG[T_EVICT] + TG[T_PROT])
 
     def prefix_blocks(self, keys) -> int:
-        return peek_prefix(self.root, self.instance._symbols(keys),
-                           self.instance.sched.P) // self.instance.block_size
+        return int(K.peek(self.NI, self.TG, self.TOK, self.instance._symbols(keys))) \
+            // self.instance.block_size
 
     def key_count(self) -> int:
         return self.size // self.instance.block_size
-
-
-class _Copy:
-    __slots__ = ("key", "children")
-
-    def __init__(self, key, children) -> None:
-        self.key, self.children = key, children
-
-
-def copy_nodes(node) -> _Copy:
-    """The tree's shape (keys and children), without its bookkeeping."""
-    return _Copy(node.key, {k: copy_nodes(child) for k, child in node.children.items()})
-
-
-def peek_prefix(root, tokens: list, page_size: int) -> int:
-    """The cached prefix of ``tokens`` (whole pages), touching nothing (a router's look)."""
-    key = tuple(tokens[:len(tokens) // page_size * page_size])
-    node, offset = root, 0
-    while offset < len(key):
-        child = node.children.get(key[offset] if page_size == 1
-                                  else key[offset:offset + page_size])
-        if child is None:
-            break
-        stored = child.key
-        n = min(len(stored), len(key) - offset)
-        i = 0
-        while i < n and stored[i] == key[offset + i]:
-            i += 1
-        i = i // page_size * page_size
-        offset += i
-        if i < len(stored):
-            break
-        node = child
-    return offset
 
 
 #: vLLM's limits in the engine options (``options.add_scheduler_limits``): dest -> (flag,
@@ -271,7 +295,7 @@ class SGLang:
     """SGLang's engine: ``SGLangConfig``, ``SGLangInstance`` per instance, ``simulate``."""
 
     NAME = "sglang"
-    SUMMARY = "SGLang 0.5.23's scheduler and radix cache (non-overlap loop), in Python"
+    SUMMARY = "SGLang 0.5.23's scheduler and radix cache (non-overlap loop), compiled"
     COMPILED = False
     OPTIONS = (
         EngineOption("--page-size", dict(type=positive_int, default=1,
@@ -357,7 +381,10 @@ def simulate(requests: Sequence[SimRequest], config: SGLangConfig, *, cpu_tier=N
     if clock == "time" and step_ms is None:
         raise ValueError("the time clock needs a step-time model (step_ms)")
     timed = clock == "time"
-    engine = SGLangInstance(config, cpu_tier)
+    if not timed and concurrency is None:
+        return run_on_steps(requests, config)
+    engine = SGLangInstance(config, cpu_tier, capacity=len(requests))
+    engine.add_all(requests)
     n = len(requests)
     price = step_ms if timed else (lambda record: 1.0)
     due = np.zeros(n, np.float64)
@@ -372,14 +399,14 @@ def simulate(requests: Sequence[SimRequest], config: SGLangConfig, *, cpu_tier=N
                 now = max(now, due[pointer])
             while pointer < n and due[pointer] <= now:
                 arrival[pointer] = due[pointer]
-                engine.add_request(requests[pointer])
+                engine.enqueue(requests[pointer])
                 pointer += 1
             until = due[pointer] if pointer < n else np.inf
         else:
-            outstanding = sum(1 for r in engine.reqs.values() if not r.finished)
+            outstanding = engine.outstanding
             while pointer < n and outstanding < concurrency:
                 arrival[pointer] = now
-                engine.add_request(requests[pointer])
+                engine.enqueue(requests[pointer])
                 pointer, outstanding = pointer + 1, outstanding + 1
             until = now                                  # one batch, then look again
         part = engine.run_until(max(until, np.nextafter(now, np.inf)), now, price)
@@ -400,3 +427,50 @@ def simulate(requests: Sequence[SimRequest], config: SGLangConfig, *, cpu_tier=N
                      step_frame.with_columns(start_ms=pl.Series(start, dtype=pl.Float64),
                                              duration_ms=pl.Series(end - start,
                                                                    dtype=pl.Float64)))
+
+
+def run_on_steps(requests: Sequence[SimRequest], config: SGLangConfig,
+                 engine: SGLangInstance | None = None, record: bool = False) -> SimResult:
+    """The step clock, compiled whole (``sglang_ksched.run_steps``): arrivals by
+    ``arrival_step``, the idle jump; the frames of ``simulate``. ``engine.steps`` keeps the
+    raw rows (step row + first batch row; with ``record`` every batch's (request, new,
+    cached) rows; events) for the equality tests and the benchmark."""
+    engine = engine if engine is not None else SGLangInstance(config, capacity=len(requests))
+    engine.add_all(requests)
+    due = np.array([float(r.arrival_step or 0) for r in requests], np.float64)
+    n, room = len(requests), 2 * config.settings.max_running_requests + 64
+    STEPS = np.zeros((2 * n + 64, len(STEP_COLUMNS) + 1), np.int64)
+    SCHED = np.zeros((min(64 * n, 1 << 24) + room if record else 0, 3), np.int64)
+    EVENTS = np.zeros((2 * n + 2 * room, 3), np.int64)
+    Lp = np.zeros(6, np.int64)
+    Lp[5] = record
+    while True:
+        status = K.run_steps(engine.state.state(), due, Lp, STEPS, SCHED, EVENTS)
+        if status == K.SMALL_TREE:
+            engine.state.grow_batch_tree()
+            continue
+        if status == K.FULL:
+            STEPS, SCHED, EVENTS = (_grown(A, used) for A, used in
+                                    ((STEPS, Lp[1]), (SCHED, Lp[2]), (EVENTS, Lp[4])))
+            continue
+        if status == K.FAILED:
+            raise RuntimeError(OUT_OF_MEMORY if engine.state.SG[K.G_ERROR] else STUCK_MESSAGE)
+        break
+    index = engine.state.R[:, K.R_INDEX]
+    STEPS, SCHED, EVENTS = STEPS[:Lp[1]], SCHED[:Lp[2]], EVENTS[:Lp[4]]
+    SCHED[:, 0], EVENTS[:, 2] = index[SCHED[:, 0]], index[EVENTS[:, 2]]
+    engine.steps = (STEPS, SCHED, EVENTS)
+    engine.step_no = int(Lp[1])
+    rows = engine.request_rows(requests)
+    arrival = due.copy()
+    frame = request_table(rows, arrival, False)
+    step_frame = pl.DataFrame({name: STEPS[:, j] for j, name in enumerate(STEP_COLUMNS)},
+                              schema={name: pl.Int64 for name in STEP_COLUMNS})
+    return SimResult(frame, step_frame)
+
+
+def _grown(A: np.ndarray, used: int) -> np.ndarray:
+    """``A`` twice as long (its ``used`` rows kept)."""
+    grown = np.empty((2 * A.shape[0] + 64,) + A.shape[1:], A.dtype)
+    grown[:used] = A[:used]
+    return grown

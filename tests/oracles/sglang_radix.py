@@ -1,11 +1,10 @@
-"""SGLang's radix prefix cache (``RadixCache``, SGLang 0.5.23), its rules re-implemented.
+"""SGLang's radix prefix cache (``RadixCache``, SGLang 0.5.23), its rules in plain Python: the
+test oracle of the compiled tree (``pipeline.components.sglang_kradix``,
+tests/test_sglang_kradix.py).
 
 The rules of ``python/sglang/srt/mem_cache/radix_cache.py`` and ``evict_policy.py``
-(docs/sglang.md cites each line), for the later ``simulate --engine sglang``; this module is
-not yet wired into the engine loop or the registry. Plain Python (the tree walk is
-pointer-chasing over dicts; a numba version would need flat arrays and can come when a
-profile says it matters). ``tests/test_sglang_radix.py`` drives it and SGLang's own class
-side by side and asserts equal state after every operation.
+(docs/sglang.md cites each line). ``tests/test_sglang_radix.py`` drives it and SGLang's own
+class side by side and asserts equal state after every operation.
 
 * **Keys.** A node holds a run of tokens (``key``, a tuple); a parent's children are keyed by
   the first token of the child (page_size 1) or by the tuple of its first page. With
