@@ -97,3 +97,18 @@ def test_tier_stack_and_native_offloading_are_one_or_the_other(tmp_path):
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "--tier" in done.stderr and "--kv-offloading-size" in done.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_native_offloading_on_the_time_clock_ends_with_its_summary(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "pipeline", "simulate", "--pattern",
+                           "long-doc-qa", "--num-documents", "4", "--document-length", "2000",
+                           "--model", "llama-3.1-8b", "--gpu", "300blocks", "--latency",
+                           "roofline", "--rate", "20", "--kv-offloading-size", "1", "--out",
+                           str(tmp_path / "o")], cwd=root, text=True, capture_output=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "TTFT p50" in done.stdout and (tmp_path / "o" / "requests.parquet").is_file()

@@ -177,8 +177,9 @@ def stack_models_line(args: argparse.Namespace, options: dict) -> str:
 
 def stack_lines(requests) -> list[str]:
     """The tokens each tier served and the loads' time, for a run with ``--tier`` (its
-    requests frame has ``load_ms``); none otherwise."""
-    if "load_ms" not in requests.columns:
+    requests frame has ``disk_hit_tokens`` and ``load_ms``); none otherwise (native
+    offloading writes ``load_ms`` too, without the stack's tiers)."""
+    if not {"load_ms", "disk_hit_tokens"} <= set(requests.columns):
         return []
     disk, remote = int(requests["disk_hit_tokens"].sum()), int(requests["remote_hit_tokens"].sum())
     cpu = int(requests["cpu_hit_tokens"].sum()) - disk - remote
