@@ -179,7 +179,10 @@ def _check(args: argparse.Namespace) -> Options:
         raise UsageError(str(exc)) from None
 
 
-def _grid(args: argparse.Namespace, workload) -> list[int]:
+def _grid(args: argparse.Namespace, workload, costs=None) -> list[int]:
+    """``--gpu``'s blocks, or six from the smallest pool that holds the longest request to
+    one that holds every distinct block (with ``--cost``: at most what the largest GPU
+    type's allocation holds, where that is known)."""
     if args.gpu is not None:
         return args.gpu_blocks
     requests = workload.requests
@@ -187,7 +190,11 @@ def _grid(args: argparse.Namespace, workload) -> list[int]:
     low = fleet_command.blocks_needed(requests, args.block_size, args.max_model_len or longest)
     keys = {k for ks in bulk_request_keys(requests, args.block_size) for k in (ks or ())}
     outputs = sum(-(-r.max_tokens // args.block_size) + 1 for r in requests)
-    return gpu_block_grid(low, len(keys) + outputs + low)
+    high = len(keys) + outputs + low
+    fits = [tokens for _, tokens in costs or () if tokens is not None]
+    if fits and len(fits) == len(costs):
+        high = min(high, max(fits) // args.block_size)
+    return gpu_block_grid(low, high)
 
 
 def fleet_plan(args: argparse.Namespace) -> int:
@@ -206,7 +213,7 @@ def fleet_plan(args: argparse.Namespace) -> int:
     types = [derive(args, gpu_type=name) for name in args.gpu_types or ()] or [args]
     costs = [prices_from_args(one) for one in types] if cost_requested(args) else None
     workload = load_workload(args)
-    args = derive(args, gpu_blocks=_grid(args, workload))
+    args = derive(args, gpu_blocks=_grid(args, workload, costs))
     args, settings = fleet_command.sweep_settings(args, workload, args.options)
     model = settings.step_model
     withheld = plan_with_latency(
@@ -466,4 +473,4 @@ def _print(document: dict) -> None:
         print(f"prices: {cost['gpu']} ${cost['gpu_usd_per_hour']:g}/hour, CPU memory "
               f"${cost['cpu_memory_usd_per_gib_hour']:g}/GiB-hour ({cost['sources']['gpu']}; "
               f"{cost['sources']['cpu']}); {cost['points_fitting_gpu']} of {cost['points']} "
-              f"points fit one {cost['gpu']}")
+              f"points fit " + ("their GPU" if cost.get("gpu_types") else f"one {cost['gpu']}"))
