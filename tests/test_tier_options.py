@@ -105,7 +105,7 @@ PLAN = ["plan", "--pattern", "long-doc-qa", "--num-documents", "2", "--document-
     (["--target-hit-ratio", "0.5", "--tier-costs", "4,-1"], "--tier-costs: expected CPU,DISK"),
     (["--target-hit-ratio", "0.5", "--tier-costs", "0,0"], "not both 0"),
     (["--target-ttft-ms", "50", "--tier-costs", "4,0.1"],
-     "--tier-costs: plans for --target-hit-ratio"),
+     "--tier-costs: give --target-hit-ratio R or --target-ttft-p90-ms MS"),
 ])
 def test_bad_tier_plans_are_usage_errors(capsys, argv, message):
     usage_error(capsys, [*PLAN, *argv], message)

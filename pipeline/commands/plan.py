@@ -41,6 +41,7 @@ from pipeline.base.staging import Outputs
 from pipeline.workloads.sources import add_input_arguments, load_workload
 from pipeline.plan.load import add_load_plan_arguments, add_tpot_target, plan_under_load
 from pipeline.plan.tiers import add_tier_plan_arguments, tier_plan
+from pipeline.plan.tier_ttft import tier_ttft_plan
 from kvlab.kvsim import TIERS
 from pipeline.ttft.model import FitError, TTFTModel, fit_configs, measured_requests, \
     model_for_capacity, residuals_by_pass
@@ -331,7 +332,7 @@ def _check_engine_models(args: argparse.Namespace) -> None:
 def main(args: argparse.Namespace) -> int:
     """Validate everything, fit, search, print (text or --json)."""
     if args.tier_costs is not None:
-        return tier_plan(args)
+        return (tier_plan if args.target_ttft_p90_ms is None else tier_ttft_plan)(args)
     if fleet_requested(args):
         if args.fleet:
             refuse_unused(args, "fleet")

@@ -24,7 +24,8 @@ import polars as pl
 from pipeline.base.arguments import derive
 from pipeline.base.config import EVENTS_DIR, REPORTS_DIR
 from pipeline.catalog.model_options import add_model_arguments, add_order_arguments, run_options
-from pipeline.base.errors import CLIError
+from pipeline.base.errors import CLIError, UsageError
+from pipeline.commands.trace_tiers import add_trace_tier_arguments, trace_tiers
 from pipeline.sizes.units import add_kv_arguments, capacities, capacity, size_lines
 from pipeline.trace import engine
 from pipeline.commands import trace_outputs as outputs
@@ -57,6 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "models (pipeline.catalog.model_api; engine options as on blocks)"))
     add_kv_arguments(parser.add_argument_group("KV size (converts sizes to tokens)"))
     add_memory_arguments(parser)
+    add_trace_tier_arguments(parser)
     out = parser.add_argument_group("output")
     out.add_argument("--out", type=Path, default=DEFAULT_OUT,
                      help="folder for events.parquet, requests.parquet, points.parquet "
@@ -96,6 +98,10 @@ def main(args: argparse.Namespace) -> int:
         stream = workload.block_stream()
     except ValueError as exc:
         raise CLIError(f"{workload.label}: {exc}") from None
+    if args.tiers:
+        return trace_tiers(args, workload, stream)
+    if args.tier_stack is not None:
+        raise UsageError("--tier-stack: it is the --tier stack's kind; give --tier")
     gpu = args.gpu if args.gpu is not None else engine.default_gpu_grid(stream)
     cpu = args.cpu if args.cpu is not None else engine.default_cpu_grid(stream)
     if len(gpu) * len(cpu) > 65535:

@@ -17,8 +17,7 @@ from pipeline.components.kstack import STACK_ARRAYS, STEP_BYTES_COLUMNS
 from pipeline.engine.krun import DONE, FULL, MODEL_LINEAR, MODEL_NONE, MODEL_ROOFLINE, run_loop
 
 __all__ = ["compiled_model", "compiled_run", "request_table", "with_tier_columns", "with_times",
-           "MODEL_NONE",
-           "STUCK_MESSAGE"]
+           "extra_step_names", "load_columns", "MODEL_NONE", "STUCK_MESSAGE"]
 
 STUCK_MESSAGE = "the engine schedules nothing while requests wait (a request that can never fit)"
 _KINDS = {"linear": MODEL_LINEAR, "roofline": MODEL_ROOFLINE}
@@ -54,11 +53,11 @@ def compiled_run(engine, due: np.ndarray, timed: bool, concurrency: int | None,
     n = due.size
     arrival = np.zeros(n, np.float64)
     rows = max(1024, 4 * n)
-    stack = len(engine.T) == STACK_ARRAYS           # a tier stack adds its bytes per tier
     native = engine.native is not None
     if native and timed:
         engine.native.price_with(model)
-    steps = np.zeros((rows, 8 + 3 * stack + 2 * native), np.int64)
+    names = _STEP_NAMES + extra_step_names(engine.T, native)
+    steps = np.zeros((rows, len(names)), np.int64)
     durations = np.zeros((rows if timed else 1, 2), np.float64)
     state = np.zeros(3, np.int64)
     now = np.zeros(1, np.float64)
@@ -79,12 +78,10 @@ def compiled_run(engine, due: np.ndarray, timed: bool, concurrency: int | None,
     count = int(state[2])
     table = engine.R[:n]
     frame = with_tier_columns(request_table(table, arrival, timed), table, engine.T)
-    names = (_STEP_NAMES + (STEP_BYTES_COLUMNS if stack else ())
-             + (("cpu_load_bytes", "cpu_store_bytes") if native else ()))
     step_columns = {name: steps[:count, j] for j, name in enumerate(names)}
     step_frame = pl.DataFrame(step_columns)
     if native:
-        frame = load_columns(frame, engine, n, timed)
+        frame = load_columns(frame, engine, np.arange(n), timed)
     if not timed:
         return frame, step_frame
     start, duration = durations[:count, 0], durations[:count, 1]
@@ -95,12 +92,20 @@ def compiled_run(engine, due: np.ndarray, timed: bool, concurrency: int | None,
                                           duration_ms=pl.Series(duration))
 
 
-def load_columns(frame: pl.DataFrame, engine, n: int, timed: bool) -> pl.DataFrame:
-    """The native offload's load columns of requests 0..n-1: the step that admitted the
-    first load and the step whose output reported it done; on the time clock its link
-    start and end (s) and ``load_ms`` (submission to end: queueing on the link included);
-    null without a load."""
-    RX, RF = engine.native.RX[:n], engine.native.RF[:n]
+def extra_step_names(T: tuple, native: bool) -> tuple[str, ...]:
+    """The step columns after the engine's 8 (``krun.STEP_FIELDS``): a tier stack's bytes
+    loaded per tier, the native offload's bytes loaded and stored, or none."""
+    if len(T) == STACK_ARRAYS:
+        return STEP_BYTES_COLUMNS
+    return ("cpu_load_bytes", "cpu_store_bytes") if native else ()
+
+
+def load_columns(frame: pl.DataFrame, engine, slots: np.ndarray, timed: bool) -> pl.DataFrame:
+    """The native offload's load columns of the requests in engine rows ``slots``: the step
+    that admitted the first load and the step whose output reported it done; on the time
+    clock its link start and end (s) and ``load_ms`` (submission to end: queueing on the
+    link included); null without a load."""
+    RX, RF = engine.native.RX[slots], engine.native.RF[slots]
     none = RX[:, L.X_LSTEP] == L.NONE
 
     def optional(values, dtype):

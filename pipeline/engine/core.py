@@ -17,7 +17,7 @@ from pipeline.components import engine_layout as L
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.hashing import block_keys, request_keys
 from pipeline.components.kpool import leading_cached, pool_arrays
-from pipeline.engine.compiled import STUCK_MESSAGE, compiled_model
+from pipeline.engine.compiled import STUCK_MESSAGE, compiled_model, extra_step_names
 from pipeline.engine.krun import DONE, FULL, STUCK_CALLS, advance, run_until, step_once
 from pipeline.components.ktier import no_tier
 from pipeline.engine.native_tier import no_offload
@@ -86,8 +86,13 @@ class EngineSim:
         self.open: dict[int, StepRecord] = {}     # records whose outputs may still come
         self.frees = np.zeros(config.max_model_len + 2, np.int64)
         self._priced, self._model = None, None    # run_until's step model, compiled
-        self._buffers = (np.zeros((256, 8), np.int64), np.zeros((256, 2), np.float64),
-                         np.zeros(3, np.int64), np.zeros(1, np.float64))
+        #: the step columns after the 8 of ``StepRecord`` (``compiled.extra_step_names``)
+        self.extra_names = extra_step_names(self.T, offload is not None)
+        self.width = 8 + len(self.extra_names)
+        self._buffers = (np.zeros((256, self.width), np.int64),
+                         np.zeros((256, 2), np.float64), np.zeros(3, np.int64),
+                         np.zeros(1, np.float64))
+        self._row = (np.zeros((1, self.width), np.int64), np.zeros(1, np.float64))
         self.reserve(capacity, 0, 0)
 
     # ------------------------------------------------------------------ state
@@ -303,9 +308,13 @@ class EngineSim:
         else None. Outputs of a batch are applied to its record when processed (at once
         in sync mode, one call later with async scheduling)."""
         self.G[L.G_NEV], self.G[L.G_EVON] = 0, 1
-        scheduled = step_once(self.S, self.T, self.O)
+        row, loads = self._row
+        scheduled = step_once(self.S, self.T, self.O, row, loads)
         self.check_state()
         record = self._record() if scheduled else None
+        if record is not None and self.extra_names:
+            record.extra = tuple(row[0, 8:].tolist())
+            record.load_ms = float(loads[0])
         self._outputs()
         return record
 
@@ -361,7 +370,8 @@ class EngineSim:
                 raise RuntimeError(STUCK_MESSAGE)
             if count == steps.shape[0]:
                 rows = 4 * steps.shape[0]
-                steps, times = np.zeros((rows, 8), np.int64), np.zeros((rows, 2), np.float64)
+                steps = np.zeros((rows, self.width), np.int64)
+                times = np.zeros((rows, 2), np.float64)
                 self._buffers = (steps, times, state, now)
         if len(parts) == 1:
             (steps, times), = parts
@@ -383,12 +393,12 @@ class EngineSim:
                     raise RuntimeError(STUCK_MESSAGE)
                 continue
             idle = 0
-            rows.append(self.REC[_STEP_FIELDS].copy())
+            rows.append(np.concatenate((self.REC[_STEP_FIELDS], record.extra)))
             duration = float(step_ms(record))
             starts.append(now)
             durations.append(duration)
             now += duration
-        steps = np.array(rows, np.int64).reshape(-1, 8)
+        steps = np.array(rows, np.int64).reshape(-1, self.width)
         return TimedSteps(now, steps, np.array(starts, np.float64),
                           np.array(durations, np.float64),
                           np.concatenate(events) if events else np.zeros((0, 3), np.int64))

@@ -42,6 +42,22 @@ STEP_FIELDS = (X_STEP, X_PREFILL, X_DECODE, X_CONTEXT, X_RELOAD, X_NRUN, X_NWAIT
 
 
 @inlined
+def _record_row(S, T, O, STEPS, row):
+    """The executed batch's row of ``STEPS``: its ``STEP_FIELDS``, then a tier stack's bytes
+    loaded per tier or the native offload's bytes loaded and stored (when the buffer has
+    those columns), reset; the stack's load ms (< 0: the tier does not price loads)."""
+    REC, OC = S[16], O[0]
+    for j in range(8):
+        STEPS[row, j] = REC[STEP_FIELDS[j]]
+    loads = stack_step_ms(T, S[2], S[3], STEPS, row)
+    if OC[O_ON] != 0:                                 # (a stack and native never both)
+        if STEPS.shape[1] >= 10:
+            STEPS[row, 8], STEPS[row, 9] = OC[O_LOADB], OC[O_STOREB]
+        OC[O_LOADB], OC[O_STOREB] = 0, 0
+    return loads
+
+
+@inlined
 def _execute(S, T, O, timed, model, coef, STEPS, DUR, L, now):
     """One engine call; a batch it executed is the next row (priced when ``timed``; with
     the native offload the worker's end of the step, its synchronous loads included).
@@ -61,12 +77,7 @@ def _execute(S, T, O, timed, model, coef, STEPS, DUR, L, now):
     L[L_IDLE] = 0
     row = L[L_ROWS]
     REC = S[16]
-    for j in range(8):
-        STEPS[row, j] = REC[STEP_FIELDS[j]]
-    loads = stack_step_ms(T, S[2], S[3], STEPS, row)  # < 0: the tier does not price loads
-    if native:                                        # (a stack and native never both)
-        STEPS[row, 8], STEPS[row, 9] = OC[O_LOADB], OC[O_STOREB]
-        OC[O_LOADB], OC[O_STOREB] = 0, 0
+    loads = _record_row(S, T, O, STEPS, row)
     if timed:
         if native:
             duration = OF[F_END0 + REC[X_Q]] - now
@@ -219,7 +230,10 @@ def _engine(op, S, T, O, due, arrival, timed, concurrency, model, coef, STEPS, D
     """The one compiled entry point (``op`` says which): one kernel, so the scheduler's
     code is compiled once into it, not once per entry point."""
     if op == OP_STEP:
-        return engine_step(S, T, O)
+        scheduled = engine_step(S, T, O)
+        if scheduled != 0:
+            NOW[0] = _record_row(S, T, O, STEPS, 0)
+        return scheduled
     if op == OP_ADVANCE:
         return _advance(S, T, O, limit, FREES)
     if op == OP_UNTIL:
@@ -261,6 +275,8 @@ def advance(S, T, O, limit: int, FREES: np.ndarray) -> int:
                    limit, FREES)
 
 
-def step_once(S, T, O) -> int:
-    """``engine_step`` for a Python caller (``EngineSim.step``)."""
-    return _engine(OP_STEP, S, T, O, _F1, _F1, False, 0, 0, _F1, _I2, _F2, _I1, _F1, 0.0, 0, _I1)
+def step_once(S, T, O, STEPS: np.ndarray, NOW: np.ndarray) -> int:
+    """``engine_step`` for a Python caller (``EngineSim.step``): a batch it executed is row 0
+    of ``STEPS`` (``_record_row``), its tier stack's load ms ``NOW[0]`` (< 0: none)."""
+    return _engine(OP_STEP, S, T, O, _F1, _F1, False, 0, 0, _F1, STEPS, _F2, _I1, NOW, 0.0, 0,
+                   _I1)

@@ -10,7 +10,7 @@ from pipeline.components.engine_layout import (BQ_NEW, BQ_START, X_CONTEXT, X_DE
 from pipeline.base.fitted_step_time import TERMS
 from pipeline.base.step_vectors import Rates
 
-__all__ = ["step_time", "linear_ms", "reload_ms", "MODEL_NONE", "MODEL_LINEAR",
+__all__ = ["step_time", "linear_ms", "reload_ms", "reload_term", "MODEL_NONE", "MODEL_LINEAR",
            "MODEL_ROOFLINE", "QUANTITIES"]
 
 MODEL_NONE, MODEL_LINEAR, MODEL_ROOFLINE = 0, 1, 2
@@ -68,4 +68,14 @@ def reload_ms(S, model, coef):
         return coef[_LINEAR_RELOAD] * S[16][X_RELOAD]
     if model == MODEL_ROOFLINE:
         return coef[_PER_RELOAD] * S[16][X_RELOAD]
+    return 0.0
+
+
+def reload_term(model: int, coef, reload_tokens: int) -> float:
+    """``reload_ms`` for a Python caller: the reload term of a batch with ``reload_tokens``
+    (the same arithmetic, so a Python clock matches the compiled one bit for bit)."""
+    if model == MODEL_LINEAR:
+        return coef[_LINEAR_RELOAD] * reload_tokens
+    if model == MODEL_ROOFLINE:
+        return coef[_PER_RELOAD] * reload_tokens
     return 0.0

@@ -11,7 +11,8 @@ import polars as pl
 
 from pipeline.components import engine_layout as L
 from pipeline.engine.compiled import (MODEL_NONE, STUCK_MESSAGE, compiled_model, compiled_run,
-                                      request_table, with_times)
+                                      load_columns, request_table, with_tier_columns,
+                                      with_times)
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.core import DecodeRun, EngineSim, StepRecord
 from pipeline.engine.hashing import flat_request_keys
@@ -144,15 +145,21 @@ def _callback_run(engine: EngineSim, requests, due: np.ndarray, concurrency, ste
         now += duration
         ends[record.step] = now
     return SimResult(request_frame(engine, requests, arrival, True, starts, ends),
-                     step_frame(records, runs, True, starts, ends))
+                     step_frame(records, runs, True, starts, ends, engine.extra_names))
 
 
 def request_frame(engine: EngineSim, requests: Sequence[SimRequest], arrival: np.ndarray,
                   timed: bool, starts: dict, ends: dict) -> pl.DataFrame:
-    """One row per request of ``requests`` (``REQUEST_COLUMNS``; time columns from the
-    steps' ``starts`` and ``ends``, step -> ms)."""
+    """One row per request of ``requests`` (``REQUEST_COLUMNS``, then a tier stack's or the
+    native offload's columns as ``simulate`` writes them; time columns from the steps'
+    ``starts`` and ``ends``, step -> ms)."""
     rows = engine.request_rows(requests)
-    frame = request_table(rows, arrival, timed)
+    frame = with_tier_columns(request_table(rows, arrival, timed), rows,
+                              getattr(engine, "T", ()))      # (another engine: none)
+    if getattr(engine, "native", None) is not None:
+        slots = np.fromiter((engine.slots[r.index] for r in requests), np.int64,
+                            len(requests))
+        frame = load_columns(frame, engine, slots, timed)
     if not timed:
         return frame
 
@@ -195,13 +202,20 @@ def timed_run(engine: EngineSim, decode_run_ms, now: float, due: float | None):
 
 
 def step_frame(records: list[StepRecord], runs: list[DecodeRun], timed: bool,
-               starts: dict, ends: dict) -> pl.DataFrame:
+               starts: dict, ends: dict, extra: tuple[str, ...] = ()) -> pl.DataFrame:
+    """One row per batch (``STEP_COLUMNS``, then the engine's ``extra`` columns from each
+    record's ``extra``: 0 in pure decode runs; on the time clock ``start_ms`` and
+    ``duration_ms``)."""
     columns = {name: [np.fromiter((getattr(r, name) for r in records), np.int64,
                                   len(records))] for name in STEP_COLUMNS}
+    for j, name in enumerate(extra):
+        columns[name] = [np.fromiter((r.extra[j] for r in records), np.int64, len(records))]
     if runs:
         values = _run_columns(runs)
         for name in STEP_COLUMNS:
             columns[name].append(values[name])
+        for name in extra:
+            columns[name].append(np.zeros(values["step"].size, np.int64))
     frame = pl.DataFrame({name: np.concatenate(parts).astype(np.int64)
                           for name, parts in columns.items()})
     if timed:
@@ -213,7 +227,7 @@ def step_frame(records: list[StepRecord], runs: list[DecodeRun], timed: bool,
     if runs:
         frame = frame.sort("step")
     if timed:
-        frame = frame.select(*STEP_COLUMNS, "start_ms", "duration_ms")
+        frame = frame.select(*STEP_COLUMNS, *extra, "start_ms", "duration_ms")
     return frame
 
 

@@ -25,6 +25,10 @@ class StepRecord:
     first_tokens: list[int] = field(default_factory=list)
     finished: list[int] = field(default_factory=list)
     duration_ms: float | None = None          # set by the time clock
+    #: the engine's ``extra_names`` columns (a tier stack's or the native offload's bytes)
+    extra: tuple = field(default=(), compare=False)
+    #: a tier stack's load ms of the batch (in place of the step model's reload term)
+    load_ms: float = field(default=-1.0, compare=False)
 
 
 @dataclass
@@ -83,7 +87,7 @@ class DecodeRows:
 @dataclass
 class TimedSteps:
     """The steps ``EngineSim.run_until`` executed: ``steps`` one row per batch (the columns
-    of ``loop.STEP_COLUMNS``), their ``start_ms`` and ``duration_ms``, the outputs processed
+    of ``loop.STEP_COLUMNS``, then the engine's ``extra_names``), their ``start_ms`` and ``duration_ms``, the outputs processed
     meanwhile as ``events`` rows (step, 0 first token / 1 finished, request index), and
     the clock after the last step (``now_ms``)."""
 

@@ -1,6 +1,8 @@
 """Per-instance and fleet figures of a sweep's per-request rows (polars expressions).
 
-Quantiles are polars' ``nearest``; ``hit_ratio`` = (GPU + CPU hit tokens) / prompt tokens;
+Quantiles are polars' ``nearest``; ``hit_ratio`` = (GPU + CPU hit tokens) / prompt tokens,
+where with a tier stack ``cpu_hit_tokens`` counts every token loaded from any tier (CPU,
+disk, remote) and ``disk_hit_tokens`` and ``remote_hit_tokens`` are summed beside it;
 ``imbalance`` = the busiest instance's requests / the mean over instances (1 = even; an
 instance that got nothing counts as 0); ``throughput_rps`` = requests / (last finish -
 first arrival); TPOT p50/p90/p99 (``pipeline.steptime.tpot``; a disaggregated fleet's
@@ -45,8 +47,10 @@ def _figures(requests: pl.DataFrame) -> list[pl.Expr]:
     per_request = pl.col("tpot_ms") if "tpot_ms" in requests.columns else tpot_ms()
     tpot = [per_request.quantile(p / 100, "nearest").alias(f"tpot_p{p}_ms")
             for p in (50, 90, 99)]
+    tiers = [pl.col(name).sum() for name in ("disk_hit_tokens", "remote_hit_tokens")
+             if name in requests.columns]
     return [*tpot, pl.len().alias("requests"), pl.col("prompt_tokens").sum(),
-            pl.col("gpu_hit_tokens").sum(), pl.col("cpu_hit_tokens").sum(),
+            pl.col("gpu_hit_tokens").sum(), pl.col("cpu_hit_tokens").sum(), *tiers,
             ((pl.col("gpu_hit_tokens").sum() + pl.col("cpu_hit_tokens").sum())
              / pl.col("prompt_tokens").sum()).alias("hit_ratio"),
             ttft.quantile(0.5, "nearest").alias("ttft_p50_ms"),

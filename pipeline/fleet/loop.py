@@ -31,6 +31,7 @@ import polars as pl
 
 from pipeline.engine.compiled import compiled_model, compiled_run
 from pipeline.engine.config import SchedulerConfig
+from pipeline.engine.kstep import MODEL_NONE, reload_term
 from pipeline.engine.core import EngineSim, StepRecord
 from pipeline.engine.hashing import flat_request_keys
 from pipeline.engine.loop import STEP_COLUMNS, request_frame, step_frame, timed_run
@@ -58,6 +59,7 @@ class _Instance:
     def __init__(self, index: int, engine: EngineSim, step_ms: StepMs,
                  run_ms: RunMs | None) -> None:
         self.index, self.engine, self.step_ms, self.run_ms = index, engine, step_ms, run_ms
+        self.priced = compiled_model(step_ms)     # a compiled model's (kind, coefficients)
         self.now = 0.0
         self.requests: list[SimRequest] = []
         self.arrival: list[float] = []
@@ -248,10 +250,16 @@ class _StepTimes:
         return float(self.times[at])
 
 
+def _extra(engine) -> tuple[str, ...]:
+    """The engine's step columns after ``STEP_COLUMNS`` (``EngineSim.extra_names``)."""
+    return getattr(engine, "extra_names", ())
+
+
 def _timed_frame(inst: _Instance) -> pl.DataFrame:
     """The batches ``_run`` executed, as ``step_frame`` frames them."""
     steps = np.concatenate([t.steps for t in inst.timed])
-    frame = pl.DataFrame({name: steps[:, j] for j, name in enumerate(STEP_COLUMNS)})
+    names = STEP_COLUMNS + _extra(inst.engine)
+    frame = pl.DataFrame({name: steps[:, j] for j, name in enumerate(names)})
     return frame.with_columns(
         start_ms=pl.Series(np.concatenate([t.start_ms for t in inst.timed])),
         duration_ms=pl.Series(np.concatenate([t.duration_ms for t in inst.timed])))
@@ -285,7 +293,11 @@ def _step(inst: _Instance, bound: float, heard: list, order) -> None:
         inst.idle_calls = 0
         inst.records.append(record)
         inst.starts[record.step] = inst.now
-        record.duration_ms = float(inst.step_ms(record))
+        duration = inst.step_ms(record)
+        if record.load_ms >= 0.0:             # a tier stack's loads replace the reload term
+            model = inst.priced or (MODEL_NONE, ())
+            duration += record.load_ms - reload_term(*model, record.reload_tokens)
+        record.duration_ms = float(duration)
         inst.now += record.duration_ms
         inst.ends[record.step] = inst.now
         inst.open.append([record, 0, 0])
@@ -325,7 +337,7 @@ def _independent(requests: Sequence[SimRequest], fleet: list[_Instance], router:
     for inst in fleet:
         mine = np.flatnonzero(placement == inst.index)
         if not mine.size:
-            parts.append((None, step_frame([], [], True, {}, {})))
+            parts.append((None, step_frame([], [], True, {}, {}, _extra(inst.engine))))
             continue
         inst.engine.load([requests[i] for i in mine.tolist()], flat[per_block == inst.index],
                          np.asarray(counts)[mine])
@@ -347,7 +359,8 @@ def _fleet_frames(fleet: list[_Instance], placement: np.ndarray,
         frame = (request_frame(inst.engine, inst.requests, np.array(inst.arrival), True,
                                starts, ends) if inst.requests else None)
         parts.append((frame, _timed_frame(inst) if inst.timed else
-                      step_frame(inst.records, inst.runs, True, inst.starts, inst.ends)))
+                      step_frame(inst.records, inst.runs, True, inst.starts, inst.ends,
+                                 _extra(inst.engine))))
     return _assemble(parts, decisions)
 
 

@@ -35,7 +35,8 @@ from pipeline.engine.options import add_scheduler_limits
 from pipeline.steptime.options import add_latency_arguments, add_load_arguments, \
     latency_from_args
 
-__all__ = ["add_load_plan_arguments", "add_tpot_target", "plan_under_load"]
+__all__ = ["add_load_plan_arguments", "add_tpot_target", "plan_under_load",
+           "engine_workload", "load_of", "meets_targets"]
 
 #: the answer's overload figures, also in the JSON document's ``answer``
 ANSWER_LOAD_KEYS = ("overloaded", "offered_rate", "served_rate", "queue_at_last_arrival")
@@ -56,14 +57,15 @@ def add_tpot_target(parser: argparse.ArgumentParser) -> None:
                              "(time per output token, as vllm bench serve)")
 
 
-def _meets(figures: dict, ttft: float, tpot: float | None) -> bool:
+def meets_targets(figures: dict, ttft: float, tpot: float | None) -> bool:
     """TTFT p90 within ``ttft`` and, when given, TPOT p90 within ``tpot`` (a run without
     TPOT, no request of two output tokens, meets any)."""
     return figures["ttft_ms_p90"] <= ttft and (
         tpot is None or figures.get("tpot_ms_p90") is None or figures["tpot_ms_p90"] <= tpot)
 
 
-def _workload(args: argparse.Namespace) -> EngineRequests:
+def engine_workload(args: argparse.Namespace) -> EngineRequests:
+    """The engine's requests of a Mooncake trace PATH or ``--pattern``; CLIError otherwise."""
     from pipeline.engine.workload import pattern_workload, read_workload
     from pipeline.workloads.jsonl import TraceError
     if (args.path is None) == (args.pattern is None):
@@ -80,7 +82,8 @@ def _workload(args: argparse.Namespace) -> EngineRequests:
         raise CLIError(str(exc)) from None
 
 
-def _load(args: argparse.Namespace, timed: bool) -> Load:
+def load_of(args: argparse.Namespace, timed: bool) -> Load:
+    """The one load given (``--speed``, ``--rate``, ``--concurrency``; a timed trace: speed 1)."""
     given = [(k, getattr(args, k)) for k in ("speed", "rate", "concurrency")
              if getattr(args, k) is not None]
     if len(given) > 1:
@@ -119,8 +122,8 @@ def _plan_under_load(args: argparse.Namespace) -> int:
         args, utilization = gpu_from_utilization(args, args.block_size)
     gpu = one_of(args.gpu, "--gpu", "the top of the search")
     kv = kv_from_args(args, "--target-ttft-p90-ms (the answer in GiB)")
-    workload = _workload(args)
-    load = _load(args, workload.arrival_unit == "seconds")
+    workload = engine_workload(args)
+    load = load_of(args, workload.arrival_unit == "seconds")
     requests, concurrency = apply_load(workload.requests, load, args.seed)
     plan_with_latency(latency, kv.bytes_per_token, [len(r.prompt_token_ids) for r in requests],
                       served_model=getattr(args, "served_model", None),
@@ -153,13 +156,13 @@ def _plan_under_load(args: argparse.Namespace) -> int:
         return seen[blocks]
 
     target, tpot = args.target_ttft_p90_ms, getattr(args, "target_tpot_p90_ms", None)
-    if not _meets(figures(hi), target, tpot):
+    if not meets_targets(figures(hi), target, tpot):
         status, answer = "unreachable", hi
     else:
         low, high = lo, hi
         while low < high:
             mid = (low + high) // 2
-            if _meets(figures(mid), target, tpot):
+            if meets_targets(figures(mid), target, tpot):
                 high = mid
             else:
                 low = mid + 1

@@ -24,14 +24,17 @@ from pipeline.base.errors import CLIError, UsageError
 from pipeline.catalog.model_api import GPU_MODELS
 from pipeline.catalog.model_options import run_options
 from pipeline.components.lmcache import DEFAULT_CHUNK_SIZE, lmcache_chunks
+from pipeline.components.lmcache_stack import CPU_LINK_GBPS, CPU_LINK_SOURCE
 from pipeline.onepass.tier_stacks import lmcache_stack_hits
 from pipeline.sizes import grids
+from pipeline.trace.tiers import loaded_per_tier
 from pipeline.sizes.units import capacity_tokens, kv_from_args, one_of
 from pipeline.workloads.sources import load_workload
 from pipeline.workloads.stream import TAIL_FIRST
 from pipeline.workloads.stream_limits import model_capacities
 
-__all__ = ["add_tier_plan_arguments", "tier_costs", "tier_plan", "GRID_POINTS"]
+__all__ = ["add_tier_plan_arguments", "tier_costs", "link", "tier_plan", "tier_grid",
+           "GRID_POINTS"]
 
 GRID_POINTS = 14
 
@@ -50,15 +53,41 @@ def tier_costs(text: str) -> tuple[float, float]:
     return costs
 
 
+def link(text: str) -> tuple[float, float]:
+    """argparse type of a tier's link: ``GBPS[:LATENCY_MS]`` (GB/s > 0, ms >= 0)."""
+    parts = text.split(":")
+    try:
+        values = [float(p) for p in parts]
+    except ValueError:
+        values = []
+    if len(values) not in (1, 2) or not all(np.isfinite(values)) or values[0] <= 0 \
+            or (len(values) == 2 and values[1] < 0):
+        raise argparse.ArgumentTypeError(f"expected GBPS[:LATENCY_MS] (GB/s > 0, ms >= 0), "
+                                         f"got {text!r}")
+    return values[0], values[1] if len(values) == 2 else 0.0
+
+
+def add_link_arguments(group) -> None:
+    group.add_argument("--cpu-link", type=link, default=None, metavar="GBPS[:LATENCY_MS]",
+                       help=f"with --target-ttft-p90-ms: the CPU tier's link (default "
+                            f"{CPU_LINK_GBPS:g} GB/s + 0 ms, {CPU_LINK_SOURCE})")
+    group.add_argument("--disk-link", type=link, default=None, metavar="GBPS:LATENCY_MS",
+                       help="with --target-ttft-p90-ms: the disk's bandwidth and latency per "
+                            "load (no default)")
+
+
 def add_tier_plan_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument_group("tier stack (LMCache CPU + disk)").add_argument(
+    group = parser.add_argument_group("tier stack (LMCache CPU + disk)")
+    group.add_argument(
         "--tier-costs", type=tier_costs, metavar="CPU,DISK",
-        help="plan the cheapest LMCache CPU + local disk stack for --target-hit-ratio on a "
-             "trace or --pattern: costs per GiB of CPU memory and of disk (yours: no "
-             "default), e.g. 4,0.1")
+        help="plan the cheapest LMCache CPU + local disk stack for --target-hit-ratio or "
+             "--target-ttft-p90-ms (under a load, each point an engine run) on a trace or "
+             "--pattern: costs per GiB of CPU memory and of disk (yours: no default), e.g. "
+             "4,0.1")
+    add_link_arguments(group)
 
 
-def _grid(top_chunks: int, chunk: int, zero: bool) -> list[int]:
+def tier_grid(top_chunks: int, chunk: int, zero: bool) -> list[int]:
     """Tokens: log-spaced whole chunks from one to ``top_chunks`` (and 0 with ``zero``)."""
     chunks = grids.log_spaced(1, max(top_chunks, 1), GRID_POINTS)
     return ([0] if zero else []) + sorted({int(c) * chunk for c in chunks})
@@ -68,8 +97,11 @@ def tier_plan(args: argparse.Namespace) -> int:
     """The cheapest grid point meeting ``--target-hit-ratio`` (exit 0), or the best one found
     (exit 1); text or ``--json``."""
     if args.target_hit_ratio is None:
-        raise UsageError("--tier-costs: plans for --target-hit-ratio (a TTFT target needs the "
-                         "engine under a load: simulate --tier)")
+        raise UsageError("--tier-costs: give --target-hit-ratio R or --target-ttft-p90-ms MS")
+    for option in ("cpu_link", "disk_link"):
+        if getattr(args, option) is not None:
+            raise UsageError(f"--{option.replace('_', '-')}: prices loads for "
+                             f"--target-ttft-p90-ms; a hit-ratio target takes no time")
     if args.path is None and args.pattern is None:
         raise UsageError("--tier-costs: give a trace PATH or --pattern")
     kv = kv_from_args(args, "--tier-costs (GiB)")
@@ -96,12 +128,10 @@ def tier_plan(args: argparse.Namespace) -> int:
     prompt = int(stream.prompt_tokens.sum())
     top = chunks.n_codes
     rows = []
-    for cpu in _grid(top, chunk, False):
-        for disk in _grid(top, chunk, True):
+    for cpu in tier_grid(top, chunk, False):
+        for disk in tier_grid(top, chunk, True):
             split = lmcache_stack_hits(chunks, gpu_hits, (cpu, disk, 0))
-            hit = split.sum(axis=1) * chunk
-            loadable = hit - (hit == chunks.prompt_tokens)
-            beyond = np.maximum(loadable - gpu_hits, 0)
+            beyond = loaded_per_tier(split, chunk, chunks.prompt_tokens, gpu_hits)
             ratio = float((gpu_hits.sum() + beyond.sum()) / prompt) if prompt else 0.0
             cost = kv.bytes(cpu) / 2**30 * args.tier_costs[0] + \
                 kv.bytes(disk) / 2**30 * args.tier_costs[1]
