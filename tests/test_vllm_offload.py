@@ -12,7 +12,7 @@ import random
 import sys
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT
@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import vllm_offload_reference as reference  # noqa: E402
 
 from pipeline.components.vllm_offload import (NativeOffload, blocks_per_chunk,  # noqa: E402
-                                                 offload_chunks)
+                                                 distinct, offload_chunks)
 
 needs_vllm = pytest.mark.skipif(
     not reference.have_sources(),
@@ -207,6 +207,23 @@ def test_reset_drops_every_chunk():
     assert [cache.lookup(k) for k in (10, 11)] == [0, 0]
     assert stored(cache, a, [0]) == ([10], [])
     assert cache.snapshot()["chunks"] == {10: (0, 0)}
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.one_of(st.integers(-2**63, 2**63 - 1), st.integers(0, 6)), max_size=60),
+       st.lists(st.integers(0, 8), max_size=20))
+def test_distinct_and_rows_for_are_first_seen_order(keys, more):
+    """``distinct``: the keys once each in first-seen order, each key's index there (the
+    compiled hash pass that replaced np.unique); ``rows_for`` gives one row per key over
+    calls, as ``_row`` does."""
+    import numpy as np
+    array = np.array(keys, np.int64)
+    unique, index = distinct(array)
+    assert unique.tolist() == list(dict.fromkeys(keys))
+    assert unique[index].tolist() == keys
+    bulk, one = NativeOffload(4), NativeOffload(4)
+    rows = bulk.rows_for(array).tolist() + bulk.rows_for(np.array(more, np.int64)).tolist()
+    assert rows == [one._row(k) for k in keys + more]
 
 
 def test_unknown_policy_is_refused():

@@ -70,9 +70,10 @@ OC_SIZE = 20
 (F_NOW, F_FREE, F_RATE, F_LATENCY, F_NEXTARR, F_END0, F_END1, F_COEF) = range(8)
 OF_SIZE = F_COEF + 8
 # RX columns: chunk rows offset, next chunk to store, in-flight jobs, load state, in the
-# in-flight prefills, the step of the first load, the step its completion was processed
-(X_COFF, X_NEXT, X_JOBS, X_LOAD, X_INFL, X_LSTEP, X_LDONE) = range(7)
-RX_COLUMNS = 7
+# in-flight prefills, the step of the first load, the step its completion was processed,
+# 1 + the most chunks it can ever offer (0: not known yet)
+(X_COFF, X_NEXT, X_JOBS, X_LOAD, X_INFL, X_LSTEP, X_LDONE, X_SCAP) = range(8)
+RX_COLUMNS = 8
 LOAD_NONE, LOAD_FLIGHT, LOAD_DONE = range(3)
 # RF columns: the first load's submission, start and end on the link (ms)
 RF_SUBMIT, RF_START, RF_END = range(3)

@@ -29,7 +29,7 @@ from pipeline.components.vllm_offload_policies import (
     S_T2, S_THRESHOLD, S_TPC, S_TRACK_MAX, SHIFT, T1, TRACK, W_SIZE)
 
 __all__ = ["NativeOffload", "OffloadRequest", "offload_chunks", "blocks_per_chunk",
-           "LOOKUP_NAMES", "POLICIES"]
+           "LOOKUP_NAMES", "POLICIES", "distinct"]
 
 #: ``lookup``'s results, by code (vLLM's ``LookupResult`` names).
 LOOKUP_NAMES = ("MISS", "HIT", "HIT_PENDING")
@@ -76,6 +76,18 @@ class OffloadRequest:
     rows: np.ndarray
     flags: np.ndarray
     rq: np.ndarray
+
+
+def distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``keys``' distinct values in order of first appearance and each key's index there
+    (``np.unique`` without its sort)."""
+    keys = np.ascontiguousarray(keys, np.int64)
+    size = 16
+    while size < 2 * keys.size:
+        size *= 2
+    unique, index = np.empty(keys.size, np.int64), np.empty(keys.size, np.int64)
+    count = kernels.first_seen(keys, np.zeros(size, np.int64), unique, index)
+    return unique[:count], index
 
 
 class NativeOffload:
@@ -147,13 +159,14 @@ class NativeOffload:
         return row
 
     def rows_for(self, keys: np.ndarray) -> np.ndarray:
-        """The key rows of ``keys`` (an int64 array), new keys appended (vectorized
-        ``_row``: one dict pass over the distinct keys)."""
-        unique, inverse = np.unique(keys, return_inverse=True)
-        if self._bulk is None and not self._key_list:  # the first keys: rows in key order
+        """The key rows of ``keys`` (an int64 array), new keys appended in order of first
+        appearance (vectorized ``_row``: one compiled hash pass, then one dict pass over
+        the distinct keys)."""
+        unique, index = distinct(keys)
+        if self._bulk is None and not self._key_list:  # the first keys: no dict yet
             self._bulk = unique
             self._grow_rows(FIRST_ROW + unique.size)
-            return FIRST_ROW + inverse.reshape(-1).astype(np.int64)
+            return FIRST_ROW + index
         rows = np.fromiter((self._rows.get(k, -1) for k in unique.tolist()), np.int64,
                            unique.size)
         new = np.flatnonzero(rows < 0)
@@ -164,7 +177,7 @@ class NativeOffload:
             self._rows.update(zip(fresh, rows[new].tolist()))
             self._keys.extend(fresh)
             self._grow_rows(FIRST_ROW + len(self._keys))
-        return rows[inverse.reshape(-1)]
+        return rows[index]
 
     def reserve_scratch(self, chunks: int) -> None:
         """Scratch rows for calls of up to ``chunks`` chunks (compiled callers)."""

@@ -7,6 +7,8 @@ cites vLLM's lines for each rule.
 
 from __future__ import annotations
 
+import numpy as np
+
 from pipeline.components.vllm_offload_policies import (
     ABSENT, C_CHUNK, C_COUNT, C_EVICT, C_GHOST, C_PROT, C_RANK, C_REF, C_WHERE, GHOST, HIT,
     HIT_PENDING, INSERTED, MISS, MISSED, NO_RANK, RES, REUSED, RQ_DONE, RQ_GEN, RQ_RANK, R_T1,
@@ -16,7 +18,49 @@ from pipeline.components.vllm_offload_policies import (
     arc_move, compiled, lru_evict, lru_renew, push_evictable, request_rank, touch, unlink)
 
 __all__ = ["lookup", "prepare_load", "complete_load", "prepare_store", "complete_store",
-           "request_finished", "touch"]
+           "request_finished", "touch", "chunk_keys", "first_seen"]
+
+
+# --------------------------------------------------------------------------- key rows
+
+@compiled
+def chunk_keys(keys, koff, counts, per, out):
+    """Each request's chunk keys in order (chunk j keyed by its last block's key: block
+    ``koff + (j + 1) * per - 1``) into ``out``."""
+    t = 0
+    for r in range(koff.size):
+        for j in range(counts[r]):
+            out[t] = keys[koff[r] + (j + 1) * per - 1]
+            t += 1
+
+
+@compiled
+def first_seen(keys, table, unique, index):
+    """The distinct ``keys`` in order of first appearance into ``unique``, each key's
+    position there into ``index``; ``table`` (zeros, a power of two of at least twice
+    ``keys``' size) an open-addressed hash of positions + 1. Returns how many."""
+    mask = table.size - 1
+    bits = 0
+    while (1 << bits) < table.size:
+        bits += 1
+    count = 0
+    for i in range(keys.size):
+        key = keys[i]
+        h = (np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(64 - bits)
+        slot = np.int64(h) & mask
+        while True:
+            at = table[slot]
+            if at == 0:
+                unique[count] = key
+                count += 1
+                table[slot] = count
+                index[i] = count - 1
+                break
+            if unique[at - 1] == key:
+                index[i] = at - 1
+                break
+            slot = (slot + 1) & mask
+    return count
 
 
 # --------------------------------------------------------------------------- the manager

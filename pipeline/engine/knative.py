@@ -31,7 +31,7 @@ from pipeline.components.engine_layout import (
     NONE, NPROMPT, NTOK, O_BPC, O_BS, O_CHUNK_BYTES, O_DONE, O_ERROR, O_JHEAD, O_JLEN,
     O_JNEXT, O_KLEN, O_KVBPT, O_LOADB, O_NFIN, O_STOREB, O_SYNC_BUDGET, O_SYNC_USED, O_TIMED,
     O_STOREFROM, O_TPC, RF_END, RF_START, RF_SUBMIT, X_COFF, X_INFL, X_JOBS, X_LDONE, X_LOAD,
-    X_LSTEP, X_NEXT)
+    X_LSTEP, X_NEXT, X_SCAP)
 
 __all__ = ["matched", "reserve_sync", "after_alloc", "inflight_reserved", "build_stores",
            "worker_start", "complete", "jobs_in_flight"]
@@ -165,6 +165,20 @@ def inflight_reserved(S, O):
 
 
 @inlined
+def _store_cap(O, R, slot):
+    """1 + the most chunks ``_store`` can ever offer for the request (its prompt's whole
+    chunks, within its keys), cached in ``X_SCAP``: from that cursor on ``_store`` does
+    nothing, so the decode steps skip it."""
+    RX = O[7]
+    cap = RX[slot, X_SCAP]
+    if cap == 0:
+        OC = O[0]
+        cap = min(R[slot, NPROMPT] // OC[O_TPC], R[slot, NKEYS] // OC[O_BPC]) + 1
+        RX[slot, X_SCAP] = cap
+    return cap
+
+
+@inlined
 def _store(S, O, slot, tokens, step):
     """``_build_store_jobs`` for one request whose computed tokens reach ``tokens``."""
     R = S[2]
@@ -202,8 +216,11 @@ def build_stores(S, O, q):
     OC, M, RQ, FINQ = O[0], O[2], O[6], O[12]
     step = BMETA[q, 0]
     OC[O_STOREFROM] = OC[O_JNEXT]
+    RX = O[7]
     for e in range(BMETA[q, 1]):
         slot = BQ[q, e, 0]
+        if RX[slot, X_NEXT] + 1 >= _store_cap(O, R, slot):
+            continue                              # its prompt's chunks all offered
         _store(S, O, slot, BQ[q, e, 2] + BQ[q, e, 1], step)
     for i in range(OC[O_NFIN]):
         slot = FINQ[i]
@@ -305,6 +322,8 @@ def complete(S, O, q, step):
             if RX[slot, X_LDONE] == NONE:
                 RX[slot, X_LDONE] = step
         RX[slot, X_JOBS] -= 1
+    if OC[O_JLEN] == 0:                           # empty: restart at the ring's first rows
+        OC[O_JHEAD] = 0                           # (touch a few pages, not all of them)
     OC[O_DONE] += done
     return done
 

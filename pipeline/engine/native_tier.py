@@ -17,6 +17,7 @@ import numpy as np
 
 from pipeline.components import engine_layout as L
 from pipeline.components.vllm_offload import POLICIES, NativeOffload, offload_chunks
+from pipeline.components.vllm_offload_kernels import chunk_keys
 from pipeline.components.vllm_offload_policies import RQ_GEN, S_GEN
 
 __all__ = ["NativeSpec", "NativeTier", "no_offload", "DEFAULT_LINK_GBPS", "LINK_SOURCE"]
@@ -139,12 +140,11 @@ class NativeTier:
         """Register requests in rows ``slots``: their block keys (``keys`` the engine's
         int64 key array, ``koff``/``nkeys`` their offsets and counts): chunk j keyed by
         its last block's key."""
-        per = self.per
-        counts = nkeys // per
+        counts = np.asarray(nkeys, np.int64) // self.per
         total = int(counts.sum())
-        starts = np.repeat(koff, counts) + (np.arange(total) - np.repeat(
-            np.cumsum(counts) - counts, counts) + 1) * per - 1
-        rows = self.offload.rows_for(keys[starts]) if total else np.zeros(0, np.int64)
+        chunk = np.empty(total, np.int64)
+        chunk_keys(keys, np.asarray(koff, np.int64), counts, self.per, chunk)
+        rows = self.offload.rows_for(chunk) if total else np.zeros(0, np.int64)
         first = self.nchunks
         need = first + total
         if need > self.CROW.size:
