@@ -16,8 +16,8 @@ from pipeline.base.errors import UsageError
 from pipeline.base.staging import Outputs, parquet_bytes
 from pipeline.catalog.model_api import GPU_MODELS
 from pipeline.catalog.model_options import run_options
-from pipeline.components.lmcache import DEFAULT_CHUNK_SIZE, lmcache_chunks
-from pipeline.engine.tier_options import check_tiers
+from pipeline.components.lmcache import lmcache_chunks
+from pipeline.engine.tier_options import check_tiers, stack_chunk
 from pipeline.sizes.units import Capacity, capacities, capacity_tokens, kv_from_args
 from pipeline.trace.tiers import STACKS, TIER_KINDS, inclusive_points, lmcache_points
 from pipeline.workloads.stream import TAIL_FIRST
@@ -89,10 +89,7 @@ def trace_tiers(args: argparse.Namespace, workload, stream) -> int:
         raise UsageError(f"--tier: {exc}") from None
     gpu_options, cpu_options = run_options(args, stream.block_size, stream.requests,
                                            stream.blocks, workload)
-    chunk = int(cpu_options.get("chunk_size") or max(DEFAULT_CHUNK_SIZE, stream.block_size))
-    if chunk % stream.block_size:
-        raise UsageError(f"--chunk-size {chunk}: a multiple of the block size "
-                         f"{stream.block_size}")
+    chunk = stack_chunk(cpu_options.get("chunk_size"), stream.block_size)
     if stack == "lmcache" and min(tiers[0]) < chunk:
         raise UsageError(f"--tier {args.tiers[0].text}: a CPU tier under {chunk} tokens holds "
                          f"no chunk (LMCache's disk and remote tiers need its memory)")

@@ -17,13 +17,14 @@ import math
 from dataclasses import dataclass
 from functools import partial
 
+from pipeline.components.lmcache import DEFAULT_CHUNK_SIZE
 from pipeline.base.errors import UsageError
 from pipeline.components.lmcache_stack import (CPU_LINK_GBPS, CPU_LINK_SOURCE, POLICIES,
                                               LMCacheStack, Tier)
 from pipeline.sizes.units import BLOCKS, Capacity, kv_from_args, parse_capacity
 
 __all__ = ["TierSpec", "tier_spec", "add_tier_arguments", "tier_stack_factory",
-           "stack_models_line", "stack_lines", "check_stack_pricing", "ORDER"]
+           "stack_models_line", "stack_lines", "check_stack_pricing", "stack_chunk", "ORDER"]
 
 ORDER = ("cpu", "disk", "remote")
 _FORMS = {"cpu": "cpu:SIZE[:GBPS[:LATENCY_MS]]", "disk": "disk:SIZE:GBPS:LATENCY_MS",
@@ -201,3 +202,13 @@ def check_stack_pricing(args: argparse.Namespace, model) -> None:
             compiled_model(model.step_ms) is None:
         raise UsageError(f"--tier: its loads are priced in the compiled loop, and the step "
                          f"model {type(model).__name__} is not compiled (roofline or fitted)")
+
+
+def stack_chunk(given, block_size: int) -> int:
+    """LMCache's chunk for a tier stack: ``given`` (``--chunk-size``/``--cpu-chunk-size``)
+    or the larger of LMCache's default and the block; a usage error when it is not whole
+    blocks."""
+    chunk = int(given or max(DEFAULT_CHUNK_SIZE, block_size))
+    if chunk % block_size:
+        raise UsageError(f"--chunk-size {chunk}: a multiple of the block size {block_size}")
+    return chunk

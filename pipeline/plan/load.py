@@ -36,7 +36,7 @@ from pipeline.steptime.options import add_latency_arguments, add_load_arguments,
     latency_from_args
 
 __all__ = ["add_load_plan_arguments", "add_tpot_target", "plan_under_load",
-           "engine_workload", "load_of", "meets_targets"]
+           "engine_workload", "load_of", "loaded_requests", "meets_targets"]
 
 #: the answer's overload figures, also in the JSON document's ``answer``
 ANSWER_LOAD_KEYS = ("overloaded", "offered_rate", "served_rate", "queue_at_last_arrival")
@@ -62,6 +62,18 @@ def meets_targets(figures: dict, ttft: float, tpot: float | None) -> bool:
     TPOT, no request of two output tokens, meets any)."""
     return figures["ttft_ms_p90"] <= ttft and (
         tpot is None or figures.get("tpot_ms_p90") is None or figures["tpot_ms_p90"] <= tpot)
+
+
+def loaded_requests(args: argparse.Namespace, latency, kv) -> tuple:
+    """(the workload, its load, its requests under that load, the closed loop's
+    concurrency or None), once ``plan_with_latency`` has backed a TTFT target for them."""
+    workload = engine_workload(args)
+    load = load_of(args, workload.arrival_unit == "seconds")
+    requests, concurrency = apply_load(workload.requests, load, args.seed)
+    plan_with_latency(latency, kv.bytes_per_token, [len(r.prompt_token_ids) for r in requests],
+                      served_model=getattr(args, "served_model", None),
+                      ttft_target="--target-ttft-p90-ms")
+    return workload, load, requests, concurrency
 
 
 def engine_workload(args: argparse.Namespace) -> EngineRequests:
@@ -122,12 +134,7 @@ def _plan_under_load(args: argparse.Namespace) -> int:
         args, utilization = gpu_from_utilization(args, args.block_size)
     gpu = one_of(args.gpu, "--gpu", "the top of the search")
     kv = kv_from_args(args, "--target-ttft-p90-ms (the answer in GiB)")
-    workload = engine_workload(args)
-    load = load_of(args, workload.arrival_unit == "seconds")
-    requests, concurrency = apply_load(workload.requests, load, args.seed)
-    plan_with_latency(latency, kv.bytes_per_token, [len(r.prompt_token_ids) for r in requests],
-                      served_model=getattr(args, "served_model", None),
-                      ttft_target="--target-ttft-p90-ms")
+    workload, load, requests, concurrency = loaded_requests(args, latency, kv)
     size = args.block_size
     longest = max(len(r.prompt_token_ids) + r.max_tokens for r in requests)
     lo = -(-(longest - 1) // size) + 1

@@ -24,14 +24,12 @@ import numpy as np
 from pipeline.base.arguments import derive
 from pipeline.base.durations import format_duration
 from pipeline.base.errors import CLIError, UsageError
-from pipeline.components.lmcache import DEFAULT_CHUNK_SIZE
 from pipeline.components.lmcache_stack import CPU_LINK_GBPS, LMCacheStack, Tier
 from pipeline.engine.compiled import compiled_model
-from pipeline.plan.load import engine_workload, load_of, meets_targets
+from pipeline.plan.load import loaded_requests, meets_targets
+from pipeline.engine.tier_options import stack_chunk
 from pipeline.plan.tiers import tier_grid
 from pipeline.sizes.units import capacity_tokens, kv_from_args, one_of
-from pipeline.steptime.alone import plan_with_latency
-from pipeline.steptime.curves import apply_load
 from pipeline.steptime.metrics import run_metrics
 from pipeline.steptime.options import latency_from_args
 
@@ -72,16 +70,9 @@ def tier_ttft_plan(args: argparse.Namespace) -> int:
     args = derive(args, block_size=args.block_size or 16,
                   output_tokens=1 if tokens in (None, "trace") else tokens)
     size = args.block_size
-    chunk = args.chunk_size or max(DEFAULT_CHUNK_SIZE, size)
-    if chunk % size:
-        raise UsageError(f"--chunk-size {chunk}: a multiple of the block size {size}")
+    chunk = stack_chunk(args.chunk_size, size)
     kv = kv_from_args(args, "--tier-costs (GiB)")
-    workload = engine_workload(args)
-    load = load_of(args, workload.arrival_unit == "seconds")
-    requests, concurrency = apply_load(workload.requests, load, args.seed)
-    plan_with_latency(latency, kv.bytes_per_token, [len(r.prompt_token_ids) for r in requests],
-                      served_model=getattr(args, "served_model", None),
-                      ttft_target="--target-ttft-p90-ms")
+    workload, load, requests, concurrency = loaded_requests(args, latency, kv)
     blocks = capacity_tokens(given, kv, size, "--gpu") // size
     longest = max(len(r.prompt_token_ids) + r.max_tokens for r in requests)
     if blocks < -(-(longest - 1) // size) + 1:

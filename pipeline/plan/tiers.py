@@ -23,9 +23,10 @@ from pipeline.base.arguments import derive
 from pipeline.base.errors import CLIError, UsageError
 from pipeline.catalog.model_api import GPU_MODELS
 from pipeline.catalog.model_options import run_options
-from pipeline.components.lmcache import DEFAULT_CHUNK_SIZE, lmcache_chunks
+from pipeline.components.lmcache import lmcache_chunks
 from pipeline.components.lmcache_stack import CPU_LINK_GBPS, CPU_LINK_SOURCE
 from pipeline.onepass.tier_stacks import lmcache_stack_hits
+from pipeline.engine.tier_options import stack_chunk
 from pipeline.sizes import grids
 from pipeline.trace.tiers import loaded_per_tier
 from pipeline.sizes.units import capacity_tokens, kv_from_args, one_of
@@ -117,10 +118,7 @@ def tier_plan(args: argparse.Namespace) -> int:
     args = derive(args, gpu=[gpu])                  # tokens from here on
     gpu_options, cpu_options = run_options(args, stream.block_size, stream.requests,
                                            stream.blocks, workload)
-    chunk = int(cpu_options.get("chunk_size") or max(DEFAULT_CHUNK_SIZE, stream.block_size))
-    if chunk % stream.block_size:
-        raise UsageError(f"--chunk-size {chunk}: a multiple of the block size "
-                         f"{stream.block_size}")
+    chunk = stack_chunk(cpu_options.get("chunk_size"), stream.block_size)
     gpu_hits = GPU_MODELS["vllm"](stream, model_capacities(stream, [gpu],
                                                            gpu_options.get("output_tokens", 1)),
                                   TAIL_FIRST, **gpu_options)[0]
