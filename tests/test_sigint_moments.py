@@ -51,6 +51,17 @@ def _outputs(folder) -> set[str]:
 PYTHON_STARTING = "Fatal Python error: init_import_site"
 
 
+def _python_starting(err: str) -> bool:
+    """The signal landed before any code of ours ran: in Python's own start-up, or in
+    ``python -m``'s import machinery while it still compiles ``pipeline``'s first module
+    (a KeyboardInterrupt whose every frame is frozen: no file of ours in it)."""
+    if PYTHON_STARTING in err:
+        return True
+    frames = [line for line in err.splitlines() if line.strip().startswith("File ")]
+    return ("KeyboardInterrupt" in err and bool(frames)
+            and all('File "<frozen ' in line for line in frames))
+
+
 def _interrupt(tmp_path, argv: list[str], command: str, delays, base: float, round_: int):
     """Start one process per delay, Ctrl-C each ``base + delay`` seconds after its start:
     [(delay, out, proc, stderr)]."""
@@ -77,8 +88,8 @@ def test_a_ctrl_c_at_any_moment_is_one_line_and_leaves_whole_outputs(tmp_path, c
     pending, finished = list(DELAYS), []
     for round_ in range(3):                    # a signal inside Python's own start-up: later
         runs = _interrupt(tmp_path, argv, command, pending, base, round_)
-        finished += [run for run in runs if PYTHON_STARTING not in run[3]]
-        pending = [run[0] for run in runs if PYTHON_STARTING in run[3]]
+        finished += [run for run in runs if not _python_starting(run[3])]
+        pending = [run[0] for run in runs if _python_starting(run[3])]
         if not pending:
             break
         base *= 2
@@ -140,3 +151,12 @@ def test_the_kvlab_script_and_the_entry_modules_are_guarded(monkeypatch, argv, o
         assert (signal.getsignal(signal.SIGINT) is entry._before_main) is guarded
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+def test_only_a_signal_before_our_code_counts_as_python_starting():
+    frozen = ('Traceback (most recent call last):\n  File "<frozen runpy>", line 189, in '
+              '_run_module_as_main\n  File "<frozen importlib._bootstrap_external>", line '
+              '729, in _compile_bytecode\nKeyboardInterrupt\n')
+    ours = frozen.replace('File "<frozen runpy>"', 'File "/repo/pipeline/entry.py"')
+    assert _python_starting(frozen) and _python_starting(PYTHON_STARTING)
+    assert not _python_starting(ours) and not _python_starting("interrupted\n")
