@@ -125,14 +125,15 @@ def unlink_child(NI, child):
 
 
 @helper
-def find_child(NI, TOK, page, node, start):
-    """The child of ``node`` whose first page equals ``TOK[start:start + page]``; -1."""
+def find_child(NI, TOK, page, node, Q, start):
+    """The child of ``node`` whose first page equals ``Q[start:start + page]`` (``Q``: the
+    tree's own token array, or a query); -1."""
     c = NI[node, N_FC]
     while c >= 0:
         ks = NI[c, N_KS]
         same = True
         for i in range(page):
-            if TOK[ks + i] != TOK[start + i]:
+            if TOK[ks + i] != Q[start + i]:
                 same = False
                 break
         if same:
@@ -142,11 +143,11 @@ def find_child(NI, TOK, page, node, start):
 
 
 @helper
-def match_len(NI, TOK, page, c, start, length):
-    """Common prefix of child ``c``'s key and ``TOK[start:start + length]``, whole pages."""
+def match_len(NI, TOK, page, c, Q, start, length):
+    """Common prefix of child ``c``'s key and ``Q[start:start + length]``, whole pages."""
     ks, n = NI[c, N_KS], min(NI[c, N_KL], length)
     i = 0
-    while i < n and TOK[ks + i] == TOK[start + i]:
+    while i < n and TOK[ks + i] == Q[start + i]:
         i += 1
     return i // page * page
 
@@ -301,12 +302,12 @@ def match_prefix(T, TOK, start, length):
     NI[node, N_ACC] = access
     offset = 0
     while offset < length:
-        child = find_child(NI, TOK, page, node, start + offset)
+        child = find_child(NI, TOK, page, node, TOK, start + offset)
         if child < 0:
             break
         NI[child, N_ACC] = access
         push(T, child)
-        m = match_len(NI, TOK, page, child, start + offset, length - offset)
+        m = match_len(NI, TOK, page, child, TOK, start + offset, length - offset)
         if m < NI[child, N_KL]:
             node = split(T, child, m)
             offset += m
@@ -330,13 +331,13 @@ def insert(T, TOK, start, length, priority, inserted_len):
         return 0, node
     offset = 0
     while offset < length:
-        child = find_child(NI, TOK, page, node, start + offset)
+        child = find_child(NI, TOK, page, node, TOK, start + offset)
         if child < 0:
             break
         node = child
         NI[node, N_ACC] = access
         push(T, node)
-        m = match_len(NI, TOK, page, node, start + offset, length - offset)
+        m = match_len(NI, TOK, page, node, TOK, start + offset, length - offset)
         offset += m
         if m < NI[node, N_KL]:
             node = split(T, node, m)

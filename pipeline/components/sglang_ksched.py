@@ -27,8 +27,8 @@ import numpy as np
 
 from pipeline.components.kjit import helper, kernel
 from pipeline.components.sglang_kradix import (
-    N_FC, N_KL, N_KS, N_NS, T_EVICT, dec_lock, evict, inc_lock, insert, match_prefix,
-    new_tree, reset)
+    N_FC, N_KL, N_NS, T_EVICT, dec_lock, evict, find_child, inc_lock, insert,
+    match_len, match_prefix, new_tree, reset)
 from pipeline.components.sglang_settings import (
     CLIP_MAX_NEW_TOKENS, DECAY_STEPS, IN_BATCH_CHECK, IN_BATCH_DEPRIORITIZE,
     INIT_NEW_TOKEN_RATIO, MIN_RATIO_FACTOR, RETRACT_DECODE_STEPS,
@@ -778,26 +778,12 @@ def peek(NI, TG, TOK, Q):
     length = Q.shape[0] // page * page
     node, offset = 0, 0
     while offset < length:
-        c = NI[node, N_FC]
-        while c >= 0:
-            ks = NI[c, N_KS]
-            same = True
-            for i in range(page):
-                if TOK[ks + i] != Q[offset + i]:
-                    same = False
-                    break
-            if same:
-                break
-            c = NI[c, N_NS]
+        c = find_child(NI, TOK, page, node, Q, offset)
         if c < 0:
             break
-        ks, m = NI[c, N_KS], min(NI[c, N_KL], length - offset)
-        i = 0
-        while i < m and TOK[ks + i] == Q[offset + i]:
-            i += 1
-        i = i // page * page
-        offset += i
-        if i < NI[c, N_KL]:
+        m = match_len(NI, TOK, page, c, Q, offset, length - offset)
+        offset += m
+        if m < NI[c, N_KL]:
             break
         node = c
     return offset
