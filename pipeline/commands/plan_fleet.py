@@ -42,10 +42,10 @@ from pipeline.engine.options import engine_models
 from pipeline.base.errors import CLIError, UsageError
 from pipeline.commands import fleet as fleet_command
 from pipeline.engine.overload import warning_line
-from pipeline.fleet.aggregates import OVERLOAD_COLUMNS, fleet_aggregates, point_columns
+from pipeline.fleet.aggregates import fleet_aggregates
 from pipeline.fleet.options import resolve_disaggregation, resolve_fleet_capacities
-from pipeline.commands.plan_cost import best_of_kinds, both_kinds, frontier_page, \
-    search_lines, with_search
+from pipeline.commands.plan_fleet_output import plan_document, print_document
+from pipeline.commands.plan_cost import best_of_kinds, both_kinds, frontier_page, with_search
 from pipeline.fleet.cost import COST_DESTS, cost_requested, prices_from_args
 from pipeline.fleet.cost_search import cheapest_search, combined
 from pipeline.sizes.model_options import tensor_parallel
@@ -53,9 +53,8 @@ from pipeline.fleet.plan import Memory, Targets, smallest_memory
 from pipeline.fleet.sweep import Point, point_path, run_sweep
 from pipeline.fleet.workload import FLEET_PATTERNS, load_workload
 from pipeline.plan.output import exit_status
-from pipeline.sizes.units import KVSize, kv_from_args
+from pipeline.sizes.units import kv_from_args
 from pipeline.steptime.alone import plan_with_latency
-from pipeline.steptime.registry import name_of
 from pipeline.steptime.tpot import tpot_ms
 from pipeline.base.staging import Outputs, parquet_bytes
 from pipeline.workloads import patterns
@@ -262,7 +261,7 @@ def fleet_plan(args: argparse.Namespace) -> int:
             outputs.add(args.out / "frontier.html", frontier_page(
                 search, args.target_ttft_p90_ms, workload).encode(), label="--out")
         outputs.commit()
-    document = _document(args, workload, kv, model, withheld, plan, fleet, load,
+    document = plan_document(args, workload, kv, model, withheld, plan, fleet, load,
                          None if costs is None else costs[0][0], aggregated)
     if search is not None:
         document = with_search(document, search, targets)
@@ -278,7 +277,7 @@ def fleet_plan(args: argparse.Namespace) -> int:
         print(json.dumps(document, indent=2))
     else:
         print(engine_models(args)[0])
-        _print(document)
+        print_document(document)
     for line in warnings:
         print(line, file=sys.stderr if args.json else sys.stdout)
     met = any(a["status"] == "met" for a in document["answers"])
@@ -333,144 +332,3 @@ def _sweep(args: argparse.Namespace, settings, points: list[Point], workload, ou
         raise CLIError(f"{len(failed)} of {len(points)} points failed, nothing "
                        f"written; point {point.key}: {type(error).__name__}: "
                        f"{error}".splitlines()[0])
-
-
-def _document(args, workload, kv: KVSize, model, withheld: str | None, plan: pl.DataFrame,
-              fleet: pl.DataFrame, load: float, prices=None, aggregated=()) -> dict:
-    kind = "ttft_p90" if args.target_ttft_p90_ms is not None else "hit_ratio"
-    value = args.target_ttft_p90_ms if kind == "ttft_p90" else args.target_hit_ratio
-    point = list(point_columns(fleet)) + (["gpu_type"] if "gpu_type" in fleet.columns
-                                          and "gpu_type" in plan.columns else [])
-    plan = (plan.join(fleet.select(*point, "requests", *OVERLOAD_COLUMNS), on=point,
-                      how="left") if fleet.height else   # a cost search that ran nothing
-            plan.with_columns(pl.lit(None).alias(name)
-                              for name in ("requests", *OVERLOAD_COLUMNS)))
-    answers = []
-    for row in plan.iter_rows(named=True):
-        met = row["total_tokens"] is not None
-        answers.append({
-            "router": row["router"], "status": "met" if met else "unreachable",
-            **({"decode_instances": row["decode_instances"]}
-               if "decode_instances" in row else {}),
-            **({"kind": row["kind"]} if "kind" in row else {}),
-            **({"gpu_type": row["gpu_type"]} if "gpu_type" in row else {}),
-            **{key: row[key] for key in ("instances", "gpu_blocks", "gpu_tokens",
-                                         "cpu_tokens", "total_tokens", "total_gib",
-                                         "hit_ratio", "ttft_p90_ms")},
-            **({key: row[key] for key in ("tpot_p90_ms", "goodput_fraction") if key in row}),
-            "total_bytes": kv.bytes(row["total_tokens"]) if met else None,
-            # the answer's point under its simulated load (pipeline.engine.overload)
-            "overloaded": bool(row["overloaded"]) if met else None,
-            **{key: row[key] for key in ("offered_rate", "served_rate",
-                                         "queue_at_last_arrival", "requests")},
-            **({} if prices is None else {key: row[key] for key in (
-                "usd_per_hour", "usd_per_million_output_tokens")})})
-    extra = {} if prices is None else {"cost": {
-        "gpu": prices.gpu, "gpu_usd_per_hour": prices.gpu_per_hour,
-        "cpu_memory_usd_per_gib_hour": prices.cpu_per_gib_hour,
-        "disk_usd_per_gib_hour": prices.disk_per_gib_hour, "sources": prices.sources,
-        "points_fitting_gpu": int(fleet["fits_gpu"].sum()) if fleet.height else 0,
-        "points": fleet.height}}
-    return {
-        "kind": "kvlab-fleet-plan", "version": 1,
-        "cache_models": engine_models(args)[1],
-        "target": {"kind": kind, "value": value, **_tpot_target(args)},
-        "workload": f"{workload.label}: {workload.size:,} requests",
-        "kv": {"name": kv.name, "bytes_per_token": kv.bytes_per_token,
-               "describe": kv.describe()},
-        "ttft": {"source": name_of(model),
-                 "step_time_model": model.label, "provenance": model.provenance,
-                 "withheld": withheld},
-        "grid": {"routers": args.router, "instances": args.instances,
-                 **({} if args.kv_transfer is None else {
-                     "decode_instances": args.decode_instances,
-                     "decode_router": args.decode_router,
-                     "kv_transfer": args.kv_transfer.describe(),
-                     "aggregated": aggregated}),
-                 "gpu_blocks": args.gpu_blocks, "block_size": args.block_size,
-                 "cpu_tokens": args.cpu, "cpu_shared": args.cpu_shared,
-                 "load": load},
-        **extra,
-        "answers": answers}
-
-
-def _tpot_target(args: argparse.Namespace) -> dict:
-    """The document's other targets: ``tpot_p90_ms`` (--target-tpot-p90-ms) and
-    ``goodput`` with its SLOs (--target-goodput)."""
-    found = {}
-    if getattr(args, "target_tpot_p90_ms", None) is not None:
-        found["tpot_p90_ms"] = args.target_tpot_p90_ms
-    if getattr(args, "target_goodput", None) is not None:
-        found.update(goodput=args.target_goodput, slo_ttft_ms=args.slo_ttft_ms,
-                     slo_tpot_ms=args.slo_tpot_ms)
-    return found
-
-
-def _print(document: dict) -> None:
-    target, ttft, grid = document["target"], document["ttft"], document["grid"]
-    wanted = (f"TTFT p90 <= {target['value']:g} ms" if target["kind"] == "ttft_p90"
-              else f"hit ratio >= {target['value']:g}")
-    cpu = ("no CPU tier" if not grid["cpu_tokens"] else
-           f"CPU {'pool' if grid['cpu_shared'] else 'tier per instance'} "
-           f"{grid['cpu_tokens']:,} tokens")
-    if "tpot_p90_ms" in target:
-        wanted += f" and TPOT p90 <= {target['tpot_p90_ms']:g} ms"
-    if "goodput" in target:
-        slos = " and ".join(f"{name} <= {target[key]:g} ms" for name, key in (
-            ("TTFT", "slo_ttft_ms"), ("TPOT", "slo_tpot_ms")) if target.get(key) is not None)
-        wanted += f" and goodput >= {target['goodput']:g} ({slos})"
-    cost = document.get("cost")
-    goal = ("the cheapest point per router (USD per hour)" if cost else
-            "the smallest total KV memory per router")
-    print(f"target: {wanted} at load {grid['load']:g}, {goal}")
-    print(f"workload: {document['workload']}")
-    print(f"KV: {document['kv']['describe']}")
-    bound = " (a lower bound, not measured)" if ttft["source"] == "roofline" else ""
-    print(f"TTFT: {ttft['step_time_model']}{bound}" if ttft["withheld"] is None
-          else f"TTFT: withheld: {ttft['withheld']}")
-    engines = (f"instances {','.join(map(str, grid['instances']))}"
-               if "decode_instances" not in grid else
-               f"instances {','.join(map(str, grid['aggregated']))} or "
-               f"prefill instances {','.join(map(str, grid['instances']))} x decode instances "
-               f"{','.join(map(str, grid['decode_instances']))} ({grid['decode_router']} "
-               f"router, KV over {grid['kv_transfer']})" if grid.get("aggregated") else
-               f"prefill instances {','.join(map(str, grid['instances']))} x decode instances "
-               f"{','.join(map(str, grid['decode_instances']))} ({grid['decode_router']} "
-               f"router, KV over {grid['kv_transfer']})")
-    print(f"grid: {engines} x GPU blocks per instance "
-          f"{','.join(map(str, grid['gpu_blocks']))} ({grid['block_size']} tokens each), "
-          f"{cpu}; the answer is the "
-          + ("cheapest of these points that fits one GPU, then the least memory"
-             if document.get("cost") else "smallest of these points"))
-    for a in document["answers"]:
-        if a["status"] != "met":
-            print(f"  {a['router']}: no point of the grid meets it")
-            continue
-        engines = (f"({a['instances']} prefill + {a['decode_instances']} decode)"
-                   if a.get("decode_instances") else str(a["instances"]))
-        if a.get("gpu_type"):
-            engines += f" {a['gpu_type']}"
-        parts = f"{engines} x {a['gpu_blocks']:,} blocks"
-        if a["cpu_tokens"]:
-            parts += f" + CPU {a['cpu_tokens']:,} tokens"
-        shown = (f", TTFT p90 {a['ttft_p90_ms']:,.2f} ms ({ttft['source']})"
-                 if a["ttft_p90_ms"] is not None else "")
-        if a.get("tpot_p90_ms") is not None:
-            shown += f", TPOT p90 {a['tpot_p90_ms']:,.2f} ms"
-        if a.get("goodput_fraction") is not None:
-            shown += f", goodput {a['goodput_fraction']:.3f}"
-        price = (f"; ${a['usd_per_hour']:,.2f}/hour, ${a['usd_per_million_output_tokens']:,.3f}"
-                 f" per million output tokens" if cost else "")
-        print(f"  {a['router']}: {a['total_tokens']:,} tokens = {a['total_gib']:.3f} GiB "
-              f"({parts}); hit ratio {a['hit_ratio']:.3f}{shown}{price}")
-    if "search" in document:
-        for line in search_lines(document):
-            print(line)
-    if cost and cost.get("gpu_types"):
-        print("GPU prices: " + ", ".join(f"{name} ${usd:g}/hour"
-                                         for name, usd in cost["gpu_types"].items()))
-    if cost:
-        print(f"prices: {cost['gpu']} ${cost['gpu_usd_per_hour']:g}/hour, CPU memory "
-              f"${cost['cpu_memory_usd_per_gib_hour']:g}/GiB-hour ({cost['sources']['gpu']}; "
-              f"{cost['sources']['cpu']}); {cost['points_fitting_gpu']} of {cost['points']} "
-              f"points fit " + ("their GPU" if cost.get("gpu_types") else f"one {cost['gpu']}"))
