@@ -24,22 +24,34 @@ def test_weighted_percentile_is_numpys_over_the_repeated_values(pairs, q):
         np.percentile(np.repeat(values, weights), q), abs=1e-9)
 
 
-def _run(seed: int, async_scheduling: bool):
-    """A crowded run (preemptions, chunked prefills taking the budget) on a Python step-time
-    model, every executed batch kept: the truth of each token's time."""
+def _requests(seed: int) -> list[SimRequest]:
     rng = np.random.default_rng(seed)
-    requests = [SimRequest(i, rng.integers(0, 50, int(rng.integers(4, 60))).tolist(),
-                           int(rng.integers(1, 12)), arrival_s=0.002 * i) for i in range(40)]
-    records = []
+    return [SimRequest(i, rng.integers(0, 50, int(rng.integers(4, 60))).tolist(),
+                       int(rng.integers(1, 12)), arrival_s=0.002 * i) for i in range(40)]
+
+
+def _run(seed: int, engine: str):
+    """A crowded run (preemptions or retractions, chunked prefills taking the budget, SGLang's
+    prefill batches between decodes) on a Python step-time model, every executed batch kept:
+    the truth of each token's time."""
+    requests, records = _requests(seed), []
 
     def step_ms(record):
         records.append(record)
         return 1.0 + 0.05 * record.prefill_tokens + 0.3 * record.decode_seqs
 
+    if engine == "sglang":
+        from pipeline.components.sglang_settings import SchedulerSettings
+        from pipeline.engine.sglang import SGLangConfig, simulate as sglang_simulate
+        config = SGLangConfig(24, 128, 4, SchedulerSettings(
+            max_total_tokens=24 * 4 + 40, page_size=1, chunked_prefill_size=24,
+            max_prefill_tokens=24))
+        return requests, records, sglang_simulate(requests, config, clock="time",
+                                                  step_ms=step_ms)
     config = SchedulerConfig(num_gpu_blocks=24, max_model_len=128, block_size=4,
-                             max_num_batched_tokens=24, async_scheduling=async_scheduling)
-    result = simulate(requests, config, clock="time", step_ms=step_ms)
-    return requests, records, result
+                             max_num_batched_tokens=24,
+                             async_scheduling=engine == "vllm-async")
+    return requests, records, simulate(requests, config, clock="time", step_ms=step_ms)
 
 
 def _emissions(requests, records, steps: pl.DataFrame) -> dict[int, list[float]]:
@@ -54,12 +66,13 @@ def _emissions(requests, records, steps: pl.DataFrame) -> dict[int, list[float]]
     return sampled
 
 
-@pytest.mark.parametrize("seed,async_scheduling", [(0, False), (1, False), (2, True)])
-def test_itl_equals_the_gaps_between_each_requests_tokens(seed, async_scheduling):
-    requests, records, result = _run(seed, async_scheduling)
+@pytest.mark.parametrize("seed,engine", [(0, "vllm"), (1, "vllm"), (2, "vllm-async"),
+                                         (3, "sglang"), (4, "sglang")])
+def test_itl_equals_the_gaps_between_each_requests_tokens(seed, engine):
+    requests, records, result = _run(seed, engine)
     sampled = _emissions(requests, records, result.steps)
     frame = token_times(result.requests, result.steps)
-    unresolved, gaps = 0, []
+    unresolved, gaps, skipped = 0, [], 0
     for row in frame.iter_rows(named=True):
         times = sampled[row["request"]]
         assert len(times) == row["output_tokens"]
@@ -71,12 +84,17 @@ def test_itl_equals_the_gaps_between_each_requests_tokens(seed, async_scheduling
         assert row["tpot_ms"] == pytest.approx(diffs.mean())
         if row["itl_max_ms"] is None:
             unresolved += 1
+            assert row["preemptions"] > 0 or engine != "sglang"
             continue
         assert row["itl_max_ms"] == pytest.approx(diffs.max())
         gaps.extend(diffs)
+        skipped += row["finish_step"] - row["first_token_step"] > row["output_tokens"] - 1
     metrics = token_metrics(result.requests, result.steps)
-    assert unresolved == metrics["itl_unresolved_requests"] > 0      # the run skips steps
-    assert result.requests["preemptions"].sum() > 0
+    assert unresolved == metrics["itl_unresolved_requests"]
+    if engine == "sglang":              # prefill batches between its decodes: resolved
+        assert skipped > 0
+    else:
+        assert unresolved > 0 and result.requests["preemptions"].sum() > 0
     for p in (50, 90, 99):
         assert metrics[f"itl_ms_p{p}"] == pytest.approx(np.percentile(gaps, p))
     assert metrics["itl_ms_mean"] == pytest.approx(np.mean(gaps))

@@ -195,7 +195,8 @@ def _token_lines(metrics: dict) -> list[str]:
                                 for p in (50, 90, 99)) for name in ("tpot", "itl"))
         unresolved = metrics.get("itl_unresolved_requests") or 0
         lines = [f"TPOT p50 / p90 / p99: {tpot}; ITL p50 / p90 / p99: {itl}"
-                 + (f" ({unresolved:,} requests that skipped a step left out)"
+                 + (f" ({unresolved:,} requests whose gaps the run cannot tell apart left out:"
+                    " preempted, or out of a decoding batch)"
                     if unresolved else "") + f" [{label}]"]
     if metrics.get("goodput_fraction") is not None:
         slos = " and ".join(f"{name} <= {metrics[f'slo_{name.lower()}_ms']:g} ms"

@@ -5,12 +5,16 @@ serve`` defines them (vLLM 0.33.0, ``vllm/benchmarks/serve.py``, ``calculate_met
   token has none (vLLM leaves it out of the TPOT figures, and counts it as 0 for goodput).
 * ITL: the gaps between a request's consecutive tokens. vLLM pools every gap of every
   request (``itls += outputs[i].itl``) and reports their percentiles. The engine model
-  samples at most one token per request per step, at the step's end, so a request whose
-  ``finish_step - first_token_step = output tokens - 1`` sampled in every step between: its
-  gaps are exactly ``end[s] - end[s - 1]`` for ``s`` in ``first_token_step + 1 ..
-  finish_step``. A request that skipped a step (preempted, or left out of a batch whose
-  token budget a chunked prefill took) has gaps the run's tables do not tell apart: its
-  ``itl_max_ms`` is null and the run counts it in ``itl_unresolved_requests``.
+  samples at most one token per request per step, at the step's end, and only in a step
+  that decodes (``decode_seqs > 0``). A request that was never preempted and whose
+  ``first_token_step .. finish_step`` holds exactly ``output tokens - 1`` decoding steps
+  after the first sampled in each of them (it sampled ``output tokens - 1`` times there,
+  each time in a decoding step): its gaps are the ends of those steps minus the end of the
+  one before (the first: minus its first token's step). This resolves vLLM's requests that
+  sampled every step and SGLang's, whose prefill batches decode nothing in between. Any
+  other request (preempted, or left out of a decoding batch whose token budget a chunked
+  prefill took) has gaps the run's tables do not tell apart: its ``itl_max_ms`` is null and
+  the run counts it in ``itl_unresolved_requests``.
 * Goodput: requests with TTFT <= ``--slo-ttft-ms`` and TPOT (0 below two output tokens) <=
   ``--slo-tpot-ms`` (each only when given); ``goodput_fraction`` of the requests and
   ``request_goodput`` per second of the run (vLLM: ``good_completed / dur_s``).
@@ -51,32 +55,71 @@ def tpot_quantiles(requests: pl.DataFrame) -> dict[str, float | None]:
     return {f"tpot_ms_p{p}": float(values.quantile(p / 100, "linear")) for p in (50, 90)}
 
 
-def _gaps(steps: pl.DataFrame) -> np.ndarray:
-    """Per step number s: end[s] - end[s - 1] (end[-1] = the first step's start)."""
+def _timeline(steps: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per step number s: (its end, whether it decodes, the end of the last decoding step
+    before it; a missing step counts as not decoding, before every step: the first start)."""
     step = steps["step"].to_numpy()
-    end = np.zeros(int(step.max()) + 1 if step.size else 0)
-    end[step] = (steps["start_ms"] + steps["duration_ms"]).to_numpy()
+    size = int(step.max()) + 1 if step.size else 0
     first = float(steps["start_ms"].min()) if step.size else 0.0
-    return np.diff(end, prepend=first)
+    end = np.full(size, first)
+    end[step] = (steps["start_ms"] + steps["duration_ms"]).to_numpy()
+    decodes = np.zeros(size, bool)
+    decodes[step] = steps["decode_seqs"].to_numpy() > 0 if "decode_seqs" in steps.columns \
+        else True
+    last = np.maximum.accumulate(np.where(decodes, np.arange(size), -1))
+    before = np.concatenate(([-1], last[:-1]))
+    previous_end = np.where(before >= 0, end[np.maximum(before, 0)], first)
+    return end, decodes, previous_end
 
 
-def _resolved(requests: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(mask of requests with every gap known, their first gap step, one past the last)."""
+def _resolved(requests: pl.DataFrame, decodes: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(mask of requests with every gap known, their first token step, their finish step)."""
     first = requests["first_token_step"].fill_null(-1).to_numpy()
     finish = requests["finish_step"].fill_null(-1).to_numpy()
     tokens = requests["output_tokens"].to_numpy()
-    ok = (first >= 0) & (tokens > 1) & (finish - first == tokens - 1)
-    return ok, first + 1, finish + 1
+    preempted = (requests["preemptions"].fill_null(0).to_numpy() > 0
+                 if "preemptions" in requests.columns else np.zeros(requests.height, bool))
+    size = decodes.size
+    counted = np.concatenate(([0], np.cumsum(decodes)))      # decoding steps before each
+    between = (counted[np.clip(finish + 1, 0, size)]         # decoding steps in (first,
+               - counted[np.clip(first + 1, 0, size)])       # finish]
+    every_step = (first >= 0) & (finish - first == tokens - 1)
+    ok = (tokens > 1) & (first >= 0) & (finish < size) \
+        & (every_step | (~preempted & (between == tokens - 1)))
+    return ok, first, finish
+
+
+def _request_gaps(first: np.ndarray, finish: np.ndarray, end: np.ndarray, decodes: np.ndarray,
+                  previous_end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Resolved requests' gaps as (per-step values, their weights, the first gaps): a
+    decoding step after a request's first decoding step contributes ``end - previous_end``
+    once per request it separates two tokens of; each request's first gap is apart."""
+    index = np.flatnonzero(decodes)
+    lo = np.searchsorted(index, first, side="right")        # the first decoding step after
+    hi = np.searchsorted(index, finish, side="right")
+    first_gaps = end[index[lo]] - end[first]
+    cover = np.zeros(index.size + 1, np.int64)
+    np.add.at(cover, lo + 1, 1)
+    np.add.at(cover, hi, -1)
+    weights = np.cumsum(cover)[:-1]
+    return (end - previous_end)[index], weights, first_gaps
 
 
 def token_times(requests: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """``requests`` (a timed run's) plus ``tpot_ms`` and ``itl_max_ms`` (module docstring)."""
-    ok, lo, hi = _resolved(requests)
+    end, decodes, previous_end = _timeline(steps)
+    ok, first, finish = _resolved(requests, decodes)
     itl_max = np.full(requests.height, np.nan)
     if ok.any():
-        gaps = np.append(_gaps(steps), 0.0)          # a sentinel: reduceat's last bound
-        bounds = np.ravel(np.column_stack((lo[ok], hi[ok])))
-        itl_max[ok] = np.maximum.reduceat(gaps, bounds)[::2]
+        index = np.flatnonzero(decodes)
+        values = np.append((end - previous_end)[index], 0.0)   # a sentinel: reduceat's bound
+        lo = np.searchsorted(index, first[ok], side="right")
+        hi = np.searchsorted(index, finish[ok], side="right")
+        later = np.where(hi > lo + 1, np.maximum.reduceat(
+            values, np.ravel(np.column_stack((np.minimum(lo + 1, index.size),
+                                              hi))))[::2], -np.inf)
+        itl_max[ok] = np.maximum(end[index[lo]] - end[first[ok]], later)
     return requests.with_columns(tpot_ms=tpot_ms(),
                                  itl_max_ms=pl.Series(itl_max).fill_nan(None))
 
@@ -98,16 +141,15 @@ def token_metrics(requests: pl.DataFrame, steps: pl.DataFrame) -> dict[str, obje
     out: dict[str, object] = {"tpot_ms_mean": float(tpot.mean()) if tpot.len() else None}
     out.update({f"tpot_ms_p{p}": float(tpot.quantile(p / 100, "linear")) if tpot.len()
                 else None for p in PERCENTILES})
-    ok, lo, hi = _resolved(requests)
-    gaps = _gaps(steps)
-    cover = np.zeros(gaps.size + 1, np.int64)
-    np.add.at(cover, lo[ok], 1)
-    np.add.at(cover, hi[ok], -1)
-    weights = np.cumsum(cover)[:-1]
+    end, decodes, previous_end = _timeline(steps)
+    ok, first, finish = _resolved(requests, decodes)
+    gaps, weights, first_gaps = _request_gaps(first[ok], finish[ok], end, decodes, previous_end)
+    values = np.concatenate((gaps, first_gaps))
+    weights = np.concatenate((weights, np.ones(first_gaps.size, np.int64)))
     keep = weights > 0
-    out["itl_ms_mean"] = (float(np.dot(gaps[keep], weights[keep]) / weights.sum())
+    out["itl_ms_mean"] = (float(np.dot(values[keep], weights[keep]) / weights.sum())
                           if keep.any() else None)
-    out.update({f"itl_ms_p{p}": weighted_percentile(gaps[keep], weights[keep], p)
+    out.update({f"itl_ms_p{p}": weighted_percentile(values[keep], weights[keep], p)
                 if keep.any() else None for p in PERCENTILES})
     out["itl_unresolved_requests"] = int(((requests["output_tokens"] > 1).to_numpy()
                                           & ~ok).sum())
