@@ -135,6 +135,8 @@ def test_fp8_doubles_the_tokens_of_a_size_and_tp_is_per_gpu(tmp_path):
     (["--tensor-parallel-size", "3", "--model", "Llama-3.1-8B"],
      "--tensor-parallel-size 3: 3 does not divide the 32 attention heads"),
     (["--model-config", "MISSING"], "lacks num_attention_heads"),
+    (["--pipeline-parallel-size", "2", "--model", "Llama-3.1-8B"],
+     "--pipeline-parallel-size: 2: pipeline parallelism is not modelled yet"),
     (["--kv-cache-dtype", "fp4", "--model", "Llama-3.1-8B"], "--kv-cache-dtype: invalid"),
     (["--kv-shape", "32,8,128", "--kv-cache-dtype", "fp8"],
      "--kv-cache-dtype: applies to --model or --model-config, not --kv-shape"),

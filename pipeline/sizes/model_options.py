@@ -35,14 +35,27 @@ def add_model_config_argument(group) -> None:
                             "instead of a preset: KV bytes per token and the roofline's shape")
 
 
+def _one_stage(text: str) -> int:
+    """``--pipeline-parallel-size``: 1 (one stage); more is refused, saying what is modelled."""
+    stages = positive_int(text)
+    if stages != 1:
+        raise argparse.ArgumentTypeError(
+            f"{stages}: pipeline parallelism is not modelled yet (one stage per replica; "
+            "split a model with --tensor-parallel-size; docs/latency.md)")
+    return stages
+
+
 def add_parallel_arguments(group) -> None:
-    """``--kv-cache-dtype`` and ``--tensor-parallel-size``."""
+    """``--kv-cache-dtype``, ``--tensor-parallel-size`` and ``--pipeline-parallel-size``."""
     group.add_argument("--kv-cache-dtype", choices=tuple(KV_CACHE_DTYPES), default="auto",
                        help="vLLM's KV cache dtype: fp8 halves KV bytes per token (default "
                             "%(default)s: the model's bf16)")
     group.add_argument("--tensor-parallel-size", type=positive_int, default=1, metavar="N",
                        help="vLLM's tensor parallelism: weights and KV heads split N ways; "
                             "KV bytes and capacities are per GPU (default %(default)s)")
+    group.add_argument("--pipeline-parallel-size", type=_one_stage, default=1, metavar="N",
+                       help="vLLM's pipeline parallelism: only 1 (one stage) is modelled yet; "
+                            "more is refused")
 
 
 def kv_dtype(args: argparse.Namespace) -> str:
