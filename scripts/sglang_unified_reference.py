@@ -87,6 +87,8 @@ def _torch() -> types.ModuleType:
     torch.iinfo = lambda dtype: types.SimpleNamespace(max=2 ** 63 - 1)
     for part in ("distributed", "cuda", "nn"):
         setattr(torch, part, _Namespace(f"torch.{part}"))
+    torch.distributed.ReduceOp = types.SimpleNamespace(MIN="min", MAX="max", SUM="sum")
+    torch.int = np.int64
     return torch
 
 

@@ -1,0 +1,74 @@
+"""SGLang 0.5.23's HiCache decisions, run by its own ``UnifiedRadixCache`` and tree core on
+CPU (scripts/sglang_hicache_reference.py: the transfer controller and the host pool are
+counters whose transfers finish at once, acks seen at the next ``check_hicache_events``; in a
+process of its own, as test_sglang_unified.py). Each expectation is read off SGLang's code
+(cited in docs/sglang.md); the simulator does not model HiCache yet, so these pin what a
+model must reproduce. Skips without the SGLang sources or msgspec.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+from concurrent.futures import ProcessPoolExecutor
+
+import pytest
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "scripts"))
+import sglang_reference as ref  # noqa: E402
+
+pytest.importorskip("msgspec", reason="SGLang's unified tree core imports msgspec")
+pytestmark = pytest.mark.skipif(
+    not ref.sources_present(),
+    reason=f"SGLang {ref.VERSION} sources absent from {ref.SOURCES}: "
+           "run scripts/ensure_sglang_sources.sh")
+
+
+@pytest.fixture(scope="module")
+def scenarios():
+    import sglang_hicache_reference as hi
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        yield {(policy, host): pool.submit(hi.scenario, policy, host).result()
+               for policy in ("write_through", "write_through_selective", "write_back")
+               for host in (100, 10)}
+
+
+# a node's state: (on device, on host, lock_ref, hit_count)
+
+def test_write_through_copies_at_insert_and_locks_until_the_ack(scenarios):
+    seen = scenarios["write_through", 100]
+    assert seen["insert"] == ((True, True, 1, 1), 20)       # written, locked in flight
+    assert seen["ack"] == (True, True, 0, 1)                 # the ack unlocks it
+    assert seen["second insert"] == ((True, True, 0, 2), 20)  # not written twice
+
+
+def test_selective_copies_on_the_second_hit(scenarios):
+    seen = scenarios["write_through_selective", 100]
+    assert seen["insert"] == ((True, False, 0, 1), 0)
+    assert seen["second insert"] == ((True, True, 0, 2), 20)
+
+
+def test_write_back_copies_on_eviction_only(scenarios):
+    seen = scenarios["write_back", 100]
+    assert seen["second insert"] == ((True, False, 0, 0), 0)   # no hits counted either
+    assert seen["evict"] == (20, (False, True, 0, 0), 20)
+
+
+@pytest.mark.parametrize("policy", ["write_through", "write_through_selective", "write_back"])
+def test_eviction_keeps_the_host_copy_and_a_match_loads_it_back(scenarios, policy):
+    seen = scenarios[policy, 100]
+    assert seen["evict"][:2] == (20, (False, True, 0, seen["evict"][1][3]))
+    assert seen["match"] == (0, 20)                           # device 0, host 20
+    assert seen["load back"] == (20, 20)
+    assert seen["loaded"][:3] == (True, True, 0)              # host copy kept, unlocked
+    # a host hit under load_back_threshold (10) is not loaded: recomputed
+    assert seen["short"][:2] == ((0, 5), 0)
+
+
+def test_a_full_host_pool_means_no_copy_and_eviction_deletes(scenarios):
+    seen = scenarios["write_through", 10]
+    assert seen["insert"] == ((True, False, 0, 1), 0)         # 20 tokens > 10 free
+    assert seen["evict"] == (20, None, 0)                     # gone from the tree
+    assert seen["match"] == (0, 0)
