@@ -145,6 +145,21 @@ class HiTree(UnifiedTree):
     def check_events(self) -> None:
         self.cache.check_hicache_events()
 
+    def dec_lock_ref(self, node) -> None:
+        super().dec_lock_ref(node)
+
+    @property
+    def host_available(self) -> int:
+        return self.host.available_size()
+
+    @property
+    def written(self) -> int:
+        return self.controller.written
+
+    @property
+    def loaded(self) -> int:
+        return self.controller.loaded
+
     def node_states(self) -> list:
         """Every node but the root: (path, on device, on host, lock_ref, hits)."""
         full = self.m.FULL
@@ -159,11 +174,12 @@ class HiTree(UnifiedTree):
         return sorted(rows)[1:]
 
 
-def scenario(write_policy: str, host_tokens: int = 100) -> dict:
+def scenario(write_policy: str, host_tokens: int = 100, tree_class=None) -> dict:
     """One prefix of 20 tokens through SGLang's HiCache: inserted twice (an ack check after
     each), evicted from the device, matched, loaded back; then a 5-token prefix evicted and
     matched (under the load-back threshold). What each step shows."""
-    tree = HiTree(device_tokens=40, host_tokens=host_tokens, write_policy=write_policy)
+    tree = (tree_class or HiTree)(device_tokens=40, host_tokens=host_tokens,
+                                  write_policy=write_policy)
     a, b = list(range(1, 21)), list(range(100, 105))
     seen = {}
 
@@ -172,15 +188,15 @@ def scenario(write_policy: str, host_tokens: int = 100) -> dict:
         return rows[0] if rows else None
 
     tree.insert(a)
-    seen["insert"] = (state(), tree.controller.written)
+    seen["insert"] = (state(), tree.written)
     tree.check_events()
     seen["ack"] = state()
     tree.insert(a)
     tree.check_events()
-    seen["second insert"] = (state(), tree.controller.written)
-    seen["evict"] = (tree.evict(20), state(), tree.controller.written)
+    seen["second insert"] = (state(), tree.written)
+    seen["evict"] = (tree.evict(20), state(), tree.written)
     seen["match"] = tree.match(a + [7])[:2]
-    seen["load back"] = (tree.load_back(a + [7]), tree.controller.loaded)
+    seen["load back"] = (tree.load_back(a + [7]), tree.loaded)
     tree.check_events()
     seen["loaded"] = state()
     tree.insert(b)
@@ -191,5 +207,56 @@ def scenario(write_policy: str, host_tokens: int = 100) -> dict:
     tree.inc_lock_ref(node)                      # keep a on the device
     tree.evict(5)
     seen["short"] = (tree.match(b + [7])[:2], tree.load_back(b + [7]),
-                     tree.host.available_size())
+                     tree.host_available)
     return seen
+
+
+def observe(tree, capacity: int, operations) -> list:
+    """What ``operations`` show on a HiCache tree (SGLang's ``HiTree`` or the oracle):
+    insert (the device pool kept to ``capacity`` by evicting the overflow, as the
+    scheduler's allocation does), match (device and host lengths), lock, unlock, evict,
+    load back, check (the per-turn ack poll); after each, the sizes, the host pool, the
+    tokens written and loaded, and every node (path, device, host, lock count, hits)."""
+    seen, held = [], []
+    for step in list(operations) + [("drain",)]:
+        kind = step[0]
+        if kind == "insert":
+            _, tokens, inserted, lock = step
+            length, node = tree.insert(tokens, 0, inserted)
+            seen.append(length)
+            if lock:
+                tree.inc_lock_ref(node)
+                held.append(node)
+            if tree.total_size() > capacity:
+                seen.append(tree.evict(tree.total_size() - capacity))
+        elif kind == "match":
+            _, tokens, lock = step
+            device, host, _, last = tree.match(tokens)
+            seen.append((device, host))
+            if lock:
+                tree.inc_lock_ref(last)
+                held.append(last)
+        elif kind == "unlock" and held:
+            tree.dec_lock_ref(held.pop(step[1] % len(held)))
+        elif kind == "evict":
+            seen.append(tree.evict(step[1]))
+        elif kind == "load":
+            seen.append(tree.load_back(step[1]))
+        elif kind == "check":
+            tree.check_events()
+        elif kind == "drain":
+            tree.check_events()
+            for node in held:
+                tree.dec_lock_ref(node)
+            seen.append(tree.evict(10 ** 6))
+        seen.append((step, tree.evictable_size, tree.protected_size, tree.total_size(),
+                     tree.host_available, tree.written, tree.loaded, tree.node_states()))
+    return seen
+
+
+def replay(write_policy: str, device_tokens: int, host_tokens: int, operations,
+           page_size: int = 1) -> list:
+    """``observe`` on SGLang's HiCache (run it in a process of its own)."""
+    tree = HiTree(page_size, device_tokens=device_tokens, host_tokens=host_tokens,
+                  write_policy=write_policy)
+    return observe(tree, device_tokens, operations)

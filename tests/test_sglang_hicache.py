@@ -2,12 +2,13 @@
 CPU (scripts/sglang_hicache_reference.py: the transfer controller and the host pool are
 counters whose transfers finish at once, acks seen at the next ``check_hicache_events``; in a
 process of its own, as test_sglang_unified.py). Each expectation is read off SGLang's code
-(cited in docs/sglang.md); the simulator does not model HiCache yet, so these pin what a
-model must reproduce. Skips without the SGLang sources or msgspec.
+(cited in docs/sglang.md). The same expectations run on the oracle ``oracles.sglang_hiradix``
+(no SGLang needed); SGLang's side skips without its sources or msgspec.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import multiprocessing
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -19,20 +20,24 @@ from conftest import ROOT
 sys.path.insert(0, str(ROOT / "scripts"))
 import sglang_reference as ref  # noqa: E402
 
-pytest.importorskip("msgspec", reason="SGLang's unified tree core imports msgspec")
-pytestmark = pytest.mark.skipif(
-    not ref.sources_present(),
-    reason=f"SGLang {ref.VERSION} sources absent from {ref.SOURCES}: "
-           "run scripts/ensure_sglang_sources.sh")
 
 
-@pytest.fixture(scope="module")
-def scenarios():
+CASES = [(policy, host) for policy in ("write_through", "write_through_selective",
+                                       "write_back") for host in (100, 10)]
+
+
+@pytest.fixture(scope="module", params=["sglang", "oracle"])
+def scenarios(request):
+    """The scenarios on SGLang's own code (skipped without its sources) and on the oracle
+    (``oracles.sglang_hiradix``, no SGLang needed): the same expectations hold for both."""
     import sglang_hicache_reference as hi
+    if request.param == "oracle":
+        from oracles.sglang_hiradix import HiRadixTree
+        return {case: hi.scenario(*case, tree_class=HiRadixTree) for case in CASES}
+    if not ref.sources_present() or importlib.util.find_spec("msgspec") is None:
+        pytest.skip("SGLang sources or msgspec absent")
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        yield {(policy, host): pool.submit(hi.scenario, policy, host).result()
-               for policy in ("write_through", "write_through_selective", "write_back")
-               for host in (100, 10)}
+        return {case: pool.submit(hi.scenario, *case).result() for case in CASES}
 
 
 # a node's state: (on device, on host, lock_ref, hit_count)
