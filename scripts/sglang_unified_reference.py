@@ -284,3 +284,22 @@ def replay(page_size: int, policy: str, capacity: int, operations) -> list:
     """``observe`` on SGLang's unified cache (run it in a process of its own: the torch
     stand-in and the package's bare imports must not meet other loaders of SGLang)."""
     return observe(UnifiedTree(page_size, policy), UnifiedTree.rows, capacity, operations)
+
+
+def split_creation_case(tree) -> list:
+    """[1,2,3,4], [9,9], then [1,2,5] (splitting off [1,2]); [9,9] locked while 3 tokens
+    are evicted ([3,4], [5]: [1,2] is a leaf now), unlocked, then 1 more: which paths stay.
+    RadixCache gives the split-off [1,2] a fresh creation time (newer than [9,9]), the
+    unified core the one of the node it was cut from (older), so fifo and filo differ."""
+    tree.insert([1, 2, 3, 4])
+    _, held = tree.insert([9, 9])
+    tree.insert([1, 2, 5])
+    tree.inc_lock_ref(held)
+    tree.evict(3)
+    tree.dec_lock_ref(held)
+    tree.evict(1)
+    return [tokens for tokens in ([1, 2], [9, 9]) if tree.match_prefix(tokens)[0] == 2]
+
+
+def unified_split_creation_case(policy: str) -> list:
+    return split_creation_case(UnifiedTree(1, policy))

@@ -6,8 +6,10 @@ cache (scripts/sglang_unified_reference.py: torch replaced by numpy slot arrays,
 rank-consensus decorator by the identity; in a process of its own, since its imports must not
 meet the other SGLang loaders) and through the oracle; after every operation the results
 (matched and cached lengths, lock deltas, evicted tokens), the evictable / protected / total
-sizes and the tree node by node (path, lock count, hits, priority) must be equal. Skips, saying
-why, without the SGLang sources or msgspec (the unified core imports it).
+sizes and the tree node by node (path, lock count, hits, priority) must be equal, for every
+eviction policy but fifo and filo, where a hand-worked case shows the one difference found (a
+split-off node's creation time). Skips, saying why, without the SGLang sources or msgspec (the
+unified core imports it).
 """
 
 from __future__ import annotations
@@ -46,7 +48,11 @@ def oracle_rows(tree: RadixTree) -> list:
             in ref.snapshot(tree.root, lambda node: tuple(node.key))][1:]
 
 
-@pytest.mark.parametrize("policy", POLICIES)
+#: fifo and filo differ on splits (the test below): left out of the random comparison
+SAME_POLICIES = tuple(p for p in POLICIES if p not in ("fifo", "filo"))
+
+
+@pytest.mark.parametrize("policy", SAME_POLICIES)
 @settings(max_examples=25, deadline=None)
 @given(page_size=st.integers(1, 3), capacity=st.integers(2, 16),
        operations=st.lists(OPERATIONS, max_size=25))
@@ -61,3 +67,15 @@ def test_observe_can_fail():
     operations = [("insert", [1, 2, 3], 0, 0, False), ("match", [1, 2, 3, 4], False)]
     assert unified.observe(RadixTree(1), oracle_rows, 16, operations) != \
         unified.observe(RadixTree(2), oracle_rows, 16, operations)
+
+
+@pytest.mark.parametrize("policy, in_radix, in_unified", [
+    ("fifo", [[1, 2]], [[9, 9]]), ("filo", [[9, 9]], [[1, 2]]), ("lru", [[1, 2]], [[1, 2]])])
+def test_split_keeps_the_creation_time_in_the_unified_tree(sglang, policy, in_radix,
+                                                           in_unified):
+    """The one difference found: a split-off upper node is new in RadixCache
+    (``radix_cache.py:677-700``, fresh clock reads) but keeps the creation time of the node
+    it was cut from in the unified core (``unified_tree_core.py:1476``), so under fifo and
+    filo the two evict different leaves; lru (SGLang's default) is unaffected."""
+    assert unified.split_creation_case(RadixTree(1, policy)) == in_radix
+    assert sglang.submit(unified.unified_split_creation_case, policy).result() == in_unified
