@@ -119,6 +119,7 @@ class HiTree(UnifiedTree):
         cache.load_back_threshold = 10
         cache.metrics_collector = None
         self.allocator.available_size = lambda: self.device_tokens - self.device_used()
+        self.allocator.mamba_full_cache_donor = lambda: None      # no Mamba pool
 
     def new_slots(self, n: int) -> range:
         self.next_slot += n

@@ -5,7 +5,7 @@ every transfer finished at once, acks taken at the next ``check``), in a process
 
 Hypothesis runs operation sequences (inserts of prompts on shared stems with locks, matches,
 unlocks, evictions, load backs, ack polls; a device pool kept by evicting after each insert;
-tiny host pools; each write policy; page sizes 1 and 2) through both and asserts after every
+tiny host pools; each write policy; page sizes 1, 2 and 4) through both and asserts after every
 operation the same results (cached lengths, device and host hits, tokens evicted and loaded
 back), sizes, host pool, tokens written and loaded, and every node (path, on device, on host,
 lock count, hits). Skips without the SGLang sources or msgspec.
@@ -75,8 +75,8 @@ def compare(ours: list, theirs: list) -> None:
 
 @pytest.mark.parametrize("write_policy", WRITE_POLICIES)
 @settings(max_examples=30, deadline=None)
-@given(page_size=st.sampled_from([1, 1, 2]), device=st.integers(16, 48),
-       host=st.integers(8, 80), operations=st.lists(OPERATIONS, max_size=30))
+@given(page_size=st.sampled_from([1, 1, 2, 4]), device=st.integers(12, 48),
+       host=st.integers(4, 80), operations=st.lists(OPERATIONS, max_size=30))
 def test_hicache_equal_to_sglang(sglang, write_policy, page_size, device, host, operations):
     tree = HiRadixTree(page_size, device_tokens=device, host_tokens=host,
                        write_policy=write_policy)

@@ -302,7 +302,8 @@ class HiRadixTree(RadixTree):
                 self.evictable_size -= len(victim.key)
                 self._remove(victim)
                 self._delete_tombstones(victim.parent)
-            elif self._write(victim):
+            elif self._write(victim):                    # acked at once, no lock
+                victim.wt_pending = victim.id
                 self.acks.append((victim, False))
                 self.check_write_acks()
                 freed += self._demote(victim)
