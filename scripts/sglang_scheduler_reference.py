@@ -78,6 +78,9 @@ class Slots(ref.Values):
     def clone(self) -> Slots:
         return Slots(self)
 
+    def numel(self) -> int:
+        return len(self)
+
 
 def _empty(shape, dtype=None, device=None) -> Slots:
     return Slots([0] * (shape[0] if isinstance(shape, tuple) else shape))
@@ -108,11 +111,16 @@ class _Envs:
         return _Env(self.DEFAULTS.get(name, False))
 
 
-def load(policy: str, eviction: str = "lru"):
+def load(policy: str, eviction: str = "lru", tree: str = "radix"):
     """(schedule_policy, radix_cache, common, prefill_budget, ratio tracker) modules, with the
-    configuration getters set for this run."""
+    configuration getters set for this run. ``tree="unified"`` loads SGLang's
+    ``UnifiedRadixCache`` first (scripts/sglang_unified_reference.py; in a process of its
+    own)."""
     if not ref.sources_present():
         raise FileNotFoundError(f"SGLang {ref.VERSION} sources absent from {ref.SOURCES}")
+    if tree == "unified":
+        import sglang_unified_reference as unified
+        unified.load()
     if not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.insert(0, _Finder(ref.SOURCES))
     import sglang.srt.managers.schedule_policy as sp
@@ -159,6 +167,8 @@ class Req:
         self.cache_request_handle = None
         self.token_indices_to_pool = None
         self.retracted_stain = False
+        self.session = self.session_id = None     # the unified tree asks for these
+        self.kv_rotation_base = self.finished_reason = None
         self.extend_end = 0
         self.inflight_middle_chunks = 0
         self.finished_flag = False
@@ -245,8 +255,8 @@ class Loop:
     def __init__(self, size: int, policy: str = "fcfs", max_running: int = 256,
                  chunk: int | None = 8192, max_prefill: int = 16384,
                  conservativeness: float = 1.0, eviction: str = "lru", seed: int = 0,
-                 page: int = 1) -> None:
-        self.sp, self.rc, self.cm, pb, nt = load(policy, eviction)
+                 page: int = 1, tree: str = "radix") -> None:
+        self.sp, self.rc, self.cm, pb, nt = load(policy, eviction, tree)
         self.clock = ref._Clock()
         self.rc.time = self.clock
         self.pool = Pool(size, page)
@@ -256,7 +266,16 @@ class Loop:
                                          token_to_kv_pool_allocator=self.pool,
                                          page_size=page,
                                          eviction_policy=eviction)
-        self.tree = self.rc.RadixCache(params)
+        if tree == "unified":                 # what SGLang's scheduler builds (registry.py:146)
+            import sglang_unified_reference as unified
+            m = unified.load()
+            params = m.cip.CacheInitParams(
+                disable=False, req_to_token_pool=self.pool, token_to_kv_pool_allocator=self.pool,
+                page_size=page, eviction_policy=eviction, tree_components=(m.FULL,),
+                tree_core_backend="python")
+            self.tree = m.urc.UnifiedRadixCache(params)
+        else:
+            self.tree = self.rc.RadixCache(params)
         self.policy = self.sp.SchedulePolicy(policy, self.tree, False, False, False)
         init = min(0.7 * conservativeness, 1.0)               # NewTokenRatioTracker
         self.ratio_min, self.ratio = min(init * 0.14, 1.0), init
@@ -365,7 +384,7 @@ class Loop:
         for r in reqs:
             scheduled.append((r.index, r.extend_end - r.prefix_len, r.prefix_len))
             row = self.pool.rows.setdefault(r.kv.req_pool_idx, Slots())
-            prefix = self.tree.path_device_indices(r.last_node)[:r.prefix_len] \
+            prefix = list(self.tree.path_device_indices(r.last_node)[:r.prefix_len]) \
                 if not row else []
             if prefix:
                 row.extend(prefix)
@@ -482,6 +501,14 @@ def run(requests: list[tuple[list, int, int, int]], size: int, **settings) -> di
         now += 1
     return {"requests": [(r.first_sched, r.first_token, r.finish_step, r.hit, r.retractions)
                          for r in reqs], "steps": steps}
+
+
+def run_unified(requests, size: int, **settings) -> dict:
+    """``run`` over SGLang's ``UnifiedRadixCache`` (Python core), what its scheduler
+    builds; in a process of its own (scripts/sglang_unified_reference.py)."""
+    import logging
+    logging.disable(logging.WARNING)
+    return run(requests, size, tree="unified", **settings)
 
 
 if __name__ == "__main__":

@@ -145,7 +145,8 @@ def load() -> types.SimpleNamespace:
         urc.ceil_align = lambda x, a: -(-x // a) * a
         envs = _Envs()
         for name, module in list(sys.modules.items()):
-            if name.startswith("sglang.srt.") and "envs" in vars(module):
+            if name.startswith("sglang.srt.") and name != "sglang.srt.environ" and \
+                    "envs" in vars(module):
                 module.envs = envs
     import sglang.srt.mem_cache.base_prefix_cache as bpc
     import sglang.srt.mem_cache.cache_init_params as cip

@@ -19,15 +19,17 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT
 from oracles.sglang_radix import POLICIES, RadixTree
+import test_engine_sglang_equal as equal
 from test_sglang_radix import OPERATIONS
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import sglang_reference as ref  # noqa: E402
+import sglang_scheduler_reference as scheduler  # noqa: E402
 import sglang_unified_reference as unified  # noqa: E402
 
 pytest.importorskip("msgspec", reason="SGLang's unified tree core imports msgspec")
@@ -79,3 +81,22 @@ def test_split_keeps_the_creation_time_in_the_unified_tree(sglang, policy, in_ra
     filo the two evict different leaves; lru (SGLang's default) is unaffected."""
     assert unified.split_creation_case(RadixTree(1, policy)) == in_radix
     assert sglang.submit(unified.unified_split_creation_case, policy).result() == in_unified
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@given(equal.workloads())
+def test_engine_equal_to_sglangs_scheduler_over_the_unified_tree(sglang, workload):
+    """The batch loop of scripts/sglang_scheduler_reference.py over ``UnifiedRadixCache``
+    instead of ``RadixCache`` (its checkpoint is the unified one, splitting at the prompt
+    boundary too): every step and request equal to ``--engine sglang``'s."""
+    requests, pool, options = workload
+    mine = equal.outcome(equal.ours, *workload)
+    reference = equal.outcome(lambda: sglang.submit(
+        scheduler.run_unified, [(p + o, len(p), len(o), a) for p, o, a in requests], pool,
+        **options).result())
+    if "error" in mine or "error" in reference:
+        assert mine.get("error") == reference.get("error")
+        return
+    assert mine["steps"] == reference["steps"]
+    assert mine["requests"] == reference["requests"]
+
