@@ -256,8 +256,8 @@ def observe(tree, capacity: int, operations) -> list:
 
 
 def replay(write_policy: str, device_tokens: int, host_tokens: int, operations,
-           page_size: int = 1) -> list:
+           page_size: int = 1, policy: str = "lru") -> list:
     """``observe`` on SGLang's HiCache (run it in a process of its own)."""
-    tree = HiTree(page_size, device_tokens=device_tokens, host_tokens=host_tokens,
+    tree = HiTree(page_size, policy, device_tokens=device_tokens, host_tokens=host_tokens,
                   write_policy=write_policy)
     return observe(tree, device_tokens, operations)

@@ -5,7 +5,8 @@ every transfer finished at once, acks taken at the next ``check``), in a process
 
 Hypothesis runs operation sequences (inserts of prompts on shared stems with locks, matches,
 unlocks, evictions, load backs, ack polls; a device pool kept by evicting after each insert;
-tiny host pools; each write policy; page sizes 1, 2 and 4) through both and asserts after every
+tiny host pools; each write policy; each eviction policy, mostly lru; page sizes 1, 2
+and 4) through both and asserts after every
 operation the same results (cached lengths, device and host hits, tokens evicted and loaded
 back), sizes, host pool, tokens written and loaded, and every node (path, on device, on host,
 lock count, hits). Skips without the SGLang sources or msgspec.
@@ -23,6 +24,7 @@ from hypothesis import strategies as st
 
 from conftest import ROOT
 from oracles.sglang_hiradix import WRITE_POLICIES, HiRadixTree
+from oracles.sglang_radix import POLICIES
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import sglang_hicache_reference as hi  # noqa: E402
@@ -76,12 +78,14 @@ def compare(ours: list, theirs: list) -> None:
 @pytest.mark.parametrize("write_policy", WRITE_POLICIES)
 @settings(max_examples=30, deadline=None)
 @given(page_size=st.sampled_from([1, 1, 2, 4]), device=st.integers(12, 48),
-       host=st.integers(4, 80), operations=st.lists(OPERATIONS, max_size=30))
-def test_hicache_equal_to_sglang(sglang, write_policy, page_size, device, host, operations):
-    tree = HiRadixTree(page_size, device_tokens=device, host_tokens=host,
+       host=st.integers(4, 80), policy=st.sampled_from(("lru",) * 4 + POLICIES),
+       operations=st.lists(OPERATIONS, max_size=30))
+def test_hicache_equal_to_sglang(sglang, write_policy, page_size, device, host, policy,
+                                 operations):
+    tree = HiRadixTree(page_size, policy, device_tokens=device, host_tokens=host,
                        write_policy=write_policy)
     ours = hi.observe(tree, device, operations)
     target(float(tree.loaded), label="tokens loaded back")     # steer toward load backs
     theirs = sglang.submit(hi.replay, write_policy, device, host, operations,
-                           page_size).result()
+                           page_size, policy).result()
     compare(ours, theirs)
