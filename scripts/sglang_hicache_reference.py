@@ -61,8 +61,8 @@ class Controller:
 
     enable_storage = False
 
-    def __init__(self, write_policy: str, host: HostPool, tree: HiTree) -> None:
-        self.write_policy, self.mem_pool_host, self.tree = write_policy, host, tree
+    def __init__(self, write_policy: str, host: HostPool, allocate) -> None:
+        self.write_policy, self.mem_pool_host, self.allocate = write_policy, host, allocate
         self.ack_write_queue, self.ack_load_queue = [], []
         self.written = self.loaded = 0
         self.next_host = 0
@@ -85,7 +85,7 @@ class Controller:
         self.ack_load_queue.append(types.SimpleNamespace(
             node_ids=[node_id], finish_event=_Event(), num_tokens_by_pool={}, num_bytes=0,
             timing_enabled=False))
-        return slots(self.tree.new_slots(n))
+        return slots(self.allocate(n))
 
     def start_writing(self) -> None:
         pass
@@ -98,6 +98,24 @@ class Controller:
         self.ack_load_queue.clear()
 
 
+def attach(cache, write_policy: str, host_tokens: int, allocate) -> Controller:
+    """Switch HiCache on in SGLang's ``cache`` as ``init_hicache`` leaves it (its deciding
+    assignments), with the stand-in controller; ``allocate(n)``: n device slot ids."""
+    host = HostPool(host_tokens)
+    controller = Controller(write_policy, host, allocate)
+    cache.cache_controller = controller
+    cache.host_pool_group = types.SimpleNamespace(free=host.free, get_pool=lambda name: host)
+    full = next(c for c in cache.components.values() if c.component_type == 0)
+    full._full_kv_pool_host = host
+    cache.tree_core.set_hicache_enabled()
+    cache.write_through_threshold = 1 if write_policy == "write_through" else 2
+    cache.tree_core.write_through_threshold = cache.write_through_threshold
+    cache.is_write_back = cache.tree_core.is_write_back = write_policy == "write_back"
+    cache.load_back_threshold = 10
+    cache.metrics_collector = None
+    return controller
+
+
 class HiTree(UnifiedTree):
     """UnifiedTree with HiCache on: ``write_policy`` and a host pool of ``host_tokens``."""
 
@@ -105,19 +123,8 @@ class HiTree(UnifiedTree):
                  host_tokens: int, write_policy: str = "write_through") -> None:
         super().__init__(page_size, policy)
         self.device_tokens = device_tokens
-        cache, core = self.cache, self.core
-        self.host = HostPool(host_tokens)
-        self.controller = Controller(write_policy, self.host, self)
-        cache.cache_controller = self.controller
-        cache.host_pool_group = types.SimpleNamespace(
-            free=self.host.free, get_pool=lambda name: self.host)
-        cache.components[self.m.FULL]._full_kv_pool_host = self.host
-        core.set_hicache_enabled()
-        cache.write_through_threshold = 1 if write_policy == "write_through" else 2
-        core.write_through_threshold = cache.write_through_threshold
-        cache.is_write_back = core.is_write_back = write_policy == "write_back"
-        cache.load_back_threshold = 10
-        cache.metrics_collector = None
+        self.controller = attach(self.cache, write_policy, host_tokens, self.new_slots)
+        self.host = self.controller.mem_pool_host
         self.allocator.available_size = lambda: self.device_tokens - self.device_used()
         self.allocator.mamba_full_cache_donor = lambda: None      # no Mamba pool
 

@@ -77,3 +77,20 @@ def test_a_full_host_pool_means_no_copy_and_eviction_deletes(scenarios):
     assert seen["insert"] == ((True, False, 0, 1), 0)         # 20 tokens > 10 free
     assert seen["evict"] == (20, None, 0)                     # gone from the tree
     assert seen["match"] == (0, 0)
+
+
+@pytest.mark.parametrize("write_policy, loaded", [
+    (None, 0), ("write_through", 40), ("write_through_selective", 0), ("write_back", 40)])
+def test_the_scheduler_loads_back_at_admission(write_policy, loaded):
+    """SGLang's scheduling pieces over its HiCache (scripts/sglang_scheduler_reference.py,
+    ``PrefillAdder.add_one_req``'s load back run as shipped): A, then B evicting A from a
+    60-token pool, then A's 40-token stem again. Copied at insert (write_through) or at
+    eviction (write_back), it comes back from the host: a hit of 40, all loaded; copied
+    never (selective: one hit) or without HiCache, it is recomputed."""
+    if not ref.sources_present() or importlib.util.find_spec("msgspec") is None:
+        pytest.skip("SGLang sources or msgspec absent")
+    import sglang_scheduler_reference as scheduler
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        out = pool.submit(scheduler.hicache_demo, write_policy).result()
+    assert out["host_loaded"] == [0, 0, loaded]
+    assert [r[3] for r in out["requests"]] == [0, 0, loaded]        # the hit includes it
