@@ -152,7 +152,12 @@ class HiRadixTree(RadixTree):
         device, _, _, last_device = self.match(tokens)
         return device, last_device
 
-    def insert(self, tokens, priority: int = 0, inserted_len: int = 0):
+    def insert(self, tokens, priority: int = 0, inserted_len: int = 0,
+               prev_prefix_len: int = 0):
+        """(tokens already cached, node ending the key), as ``RadixTree.insert``; the request's
+        slots the walk frees as duplicates (device nodes past ``prev_prefix_len``; an evicted
+        node adopts them instead) are left in ``freed``."""
+        self.freed = 0
         key = self._aligned(tokens)
         priority = priority or 0
         node = self.root
@@ -173,7 +178,9 @@ class HiRadixTree(RadixTree):
                 child = self._split(child, length)
             node = child
             node.priority = max(node.priority, priority)
-            if not node.device:                          # restored from the request's KV
+            if node.device:
+                self.freed += max(0, length - max(0, prev_prefix_len - total))
+            else:                                        # restored from the request's KV
                 node.device = True
                 if node.lock_ref:
                     self.protected_size += len(node.key)
@@ -430,10 +437,18 @@ class HiRadixTree(RadixTree):
             node = node.parent
 
     def load_back(self, tokens, mem_quota: int | None = None) -> int:
-        """``init_load_back`` for a request of ``tokens``: the host tokens brought back."""
-        device, host, best, last = self.match(tokens)
-        if best.device and host == 0:
-            return 0
+        """``init_load_back`` for a request of ``tokens`` (the device pool holding only the
+        tree): the host tokens brought back."""
+        _, host, best, last = self.match(tokens)
+        return self.init_load_back(best, last, host, self.device_tokens - self.total_size(),
+                                   mem_quota)[0]
+
+    def init_load_back(self, best: HiNode, last: HiNode, host_hit: int, available: int,
+                       mem_quota: int | None = None) -> tuple[int, HiNode, int]:
+        """``init_load_back`` (``load_back``): (tokens loaded, the request's last node,
+        device tokens evicted for room), ``available`` device tokens free before."""
+        if best.device and host_hit == 0:
+            return 0, last, 0
         locked_host = self._host_lock(best)
         delta = -self.inc_lock_ref(best)
         run, walk = [], best
@@ -441,19 +456,19 @@ class HiRadixTree(RadixTree):
             run.append(walk)
             walk = walk.parent
         if any(n.lb_pending not in (None, best.id) for n in run):
-            run = []
+            run = []                                     # pinned by another load back
         n = sum(len(node.key) for node in run)
+        evicted = 0
         if n < LOAD_BACK_THRESHOLD or (mem_quota is not None and n + delta > mem_quota):
             self.dec_lock_ref(best)
             self._release_host_lock(best, locked_host)
-            return 0
-        free = self.device_tokens - self.total_size()
-        if free < n:
-            self.evict(n - free)
-            if self.device_tokens - self.total_size() < n:
+            return 0, last, 0
+        if available < n:
+            evicted = self.evict(n - available)
+            if available + evicted < n:
                 self.dec_lock_ref(best)
                 self._release_host_lock(best, locked_host)
-                return 0
+                return 0, last, evicted
         self.loaded += n
         self.dec_lock_ref(best)
         for node in run:
@@ -466,7 +481,7 @@ class HiRadixTree(RadixTree):
                 self.evictable_size += len(node.key)
         self.inc_lock_ref(best)
         self.load_acks.append((best, locked_host))
-        return n if run else 0
+        return n, best, evicted
 
     @property
     def host_available(self) -> int:
