@@ -78,6 +78,9 @@ class Slots(ref.Values):
     def clone(self) -> Slots:
         return Slots(self)
 
+    def numel(self) -> int:
+        return len(self)
+
 
 def _empty(shape, dtype=None, device=None) -> Slots:
     return Slots([0] * (shape[0] if isinstance(shape, tuple) else shape))
@@ -108,11 +111,16 @@ class _Envs:
         return _Env(self.DEFAULTS.get(name, False))
 
 
-def load(policy: str, eviction: str = "lru"):
+def load(policy: str, eviction: str = "lru", tree: str = "radix"):
     """(schedule_policy, radix_cache, common, prefill_budget, ratio tracker) modules, with the
-    configuration getters set for this run."""
+    configuration getters set for this run. ``tree="unified"`` loads SGLang's
+    ``UnifiedRadixCache`` first (scripts/sglang_unified_reference.py; in a process of its
+    own)."""
     if not ref.sources_present():
         raise FileNotFoundError(f"SGLang {ref.VERSION} sources absent from {ref.SOURCES}")
+    if tree == "unified":
+        import sglang_unified_reference as unified
+        unified.load()
     if not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.insert(0, _Finder(ref.SOURCES))
     import sglang.srt.managers.schedule_policy as sp
@@ -159,6 +167,8 @@ class Req:
         self.cache_request_handle = None
         self.token_indices_to_pool = None
         self.retracted_stain = False
+        self.session = self.session_id = None     # the unified tree asks for these
+        self.kv_rotation_base = self.finished_reason = None
         self.extend_end = 0
         self.inflight_middle_chunks = 0
         self.finished_flag = False
@@ -166,8 +176,9 @@ class Req:
         self.time_stats = NS(wait_queue_entry_time=0.0)
         self.kv = NS(holds_mamba=False, req_pool_idx=index, holds_kv=False,
                      cache_protected_len=0, cache_inserted_len=0, swa_evict_floor=0,
-                     kv_committed_len=0)
+                     kv_committed_len=0, mamba_pool_idx=None)
         self.first_sched = self.first_token = self.finish_step = self.hit = -1
+        self.host_loaded = 0
 
     @property
     def full_untruncated_fill_ids(self) -> list:
@@ -180,11 +191,11 @@ class Req:
     def _compute_max_prefix_len(self, input_len: int) -> int:
         return max(input_len - 1, 0)
 
-    def needs_host_load_back(self) -> bool:
-        return False
+    def needs_host_load_back(self) -> bool:              # schedule_batch.py:1522-1529
+        return self.host_hit_length > 0
 
-    def materialized_host_hit_len(self) -> int:
-        return 0
+    def materialized_host_hit_len(self) -> int:          # :1531-1535
+        return min(self.host_hit_length, self.host_loaded_length)
 
     def fulfilled_storage_hit_len(self, prefix_len: int) -> int:
         return 0
@@ -228,6 +239,14 @@ class Pool:
     def free_segment(self, indices, start_pos=0) -> None:
         self.available += len(indices)
 
+    free = free_segment
+
+    def take(self, n: int) -> range:
+        """``n`` fresh slots (HiCache's load back; whole pages, as its runs are)."""
+        self.available -= n
+        self.next_slot += n
+        return range(self.next_slot - n, self.next_slot)
+
     def available_size(self) -> int:
         return self.available
 
@@ -245,8 +264,8 @@ class Loop:
     def __init__(self, size: int, policy: str = "fcfs", max_running: int = 256,
                  chunk: int | None = 8192, max_prefill: int = 16384,
                  conservativeness: float = 1.0, eviction: str = "lru", seed: int = 0,
-                 page: int = 1) -> None:
-        self.sp, self.rc, self.cm, pb, nt = load(policy, eviction)
+                 page: int = 1, tree: str = "radix", hicache: tuple | None = None) -> None:
+        self.sp, self.rc, self.cm, pb, nt = load(policy, eviction, tree)
         self.clock = ref._Clock()
         self.rc.time = self.clock
         self.pool = Pool(size, page)
@@ -256,7 +275,20 @@ class Loop:
                                          token_to_kv_pool_allocator=self.pool,
                                          page_size=page,
                                          eviction_policy=eviction)
-        self.tree = self.rc.RadixCache(params)
+        if tree == "unified":                 # what SGLang's scheduler builds (registry.py:146)
+            import sglang_unified_reference as unified
+            m = unified.load()
+            params = m.cip.CacheInitParams(
+                disable=False, req_to_token_pool=self.pool, token_to_kv_pool_allocator=self.pool,
+                page_size=page, eviction_policy=eviction, tree_components=(m.FULL,),
+                tree_core_backend="python")
+            self.tree = m.urc.UnifiedRadixCache(params)
+            if hicache is not None:           # (write policy, host tokens)
+                import sglang_hicache_reference as hi
+                self.pool.mamba_full_cache_donor = lambda: None
+                hi.attach(self.tree, *hicache, allocate=self.pool.take)
+        else:
+            self.tree = self.rc.RadixCache(params)
         self.policy = self.sp.SchedulePolicy(policy, self.tree, False, False, False)
         init = min(0.7 * conservativeness, 1.0)               # NewTokenRatioTracker
         self.ratio_min, self.ratio = min(init * 0.14, 1.0), init
@@ -266,6 +298,7 @@ class Loop:
         self.waiting, self.running, self.running_full = [], [], False
         self.last = None                     # (is_extend, reqs) of the last batch
         self.chunked = None
+        self.hicache = hicache is not None
         random.seed(seed)                    # the random policy: random.shuffle
 
     # -- mem_cache/common.py, allocator/base.py (transcribed)
@@ -365,7 +398,7 @@ class Loop:
         for r in reqs:
             scheduled.append((r.index, r.extend_end - r.prefix_len, r.prefix_len))
             row = self.pool.rows.setdefault(r.kv.req_pool_idx, Slots())
-            prefix = self.tree.path_device_indices(r.last_node)[:r.prefix_len] \
+            prefix = list(self.tree.path_device_indices(r.last_node)[:r.prefix_len]) \
                 if not row else []
             if prefix:
                 row.extend(prefix)
@@ -373,6 +406,7 @@ class Loop:
             r.kv.kv_committed_len = r.extend_end
             if r.first_sched < 0:
                 r.first_sched, r.hit = step, r.prefix_len
+                r.host_loaded = r.host_loaded_length
         return True, reqs, scheduled
 
     # -- scheduler.py: update_running_batch; schedule_batch.py: retract_decode
@@ -444,6 +478,8 @@ class Loop:
     def iterate(self, step: int):
         """One ``event_loop_normal`` turn: (is_extend, scheduled, first, finished) or None."""
         self.rc.time = self.clock
+        if self.hicache:                     # scheduler.py:3883-3889, before scheduling
+            self.tree.check_hicache_events()
         batch = self.next_batch(step)
         if batch is None:
             self.last = None
@@ -481,7 +517,26 @@ def run(requests: list[tuple[list, int, int, int]], size: int, **settings) -> di
         step += 1
         now += 1
     return {"requests": [(r.first_sched, r.first_token, r.finish_step, r.hit, r.retractions)
-                         for r in reqs], "steps": steps}
+                         for r in reqs], "steps": steps,
+            "host_loaded": [r.host_loaded for r in reqs]}
+
+
+def hicache_demo(write_policy: str | None) -> dict:
+    """Three requests on a 60-token pool: A (40 shared + 3 + 3 outputs), B (40 others),
+    A's stem again; with HiCache (``write_policy``, a 200-token host pool) or without."""
+    a, b = list(range(100, 140)), list(range(200, 240))
+    requests = [(a + [1, 2, 3, 9, 9, 9], 43, 3, 0), (b + [4, 5, 6, 9, 9, 9], 43, 3, 10),
+                (a + [7, 8, 9, 9, 9, 9], 43, 3, 20)]
+    hicache = None if write_policy is None else (write_policy, 200)
+    return run_unified(requests, 60, policy="fcfs", hicache=hicache)
+
+
+def run_unified(requests, size: int, **settings) -> dict:
+    """``run`` over SGLang's ``UnifiedRadixCache`` (Python core), what its scheduler
+    builds; in a process of its own (scripts/sglang_unified_reference.py)."""
+    import logging
+    logging.disable(logging.WARNING)
+    return run(requests, size, tree="unified", **settings)
 
 
 if __name__ == "__main__":

@@ -16,10 +16,10 @@ from test_engine_sglang_equal import ours, workloads
 from pipeline.engine.sglang import SGLangInstance, run_on_steps
 
 
-def oracle(requests, pool, options) -> dict:
-    """The oracle's loop, driven as ``ours`` drives the engine."""
+def oracle(requests, pool, options, make=Scheduler) -> dict:
+    """The oracle's loop (``make(settings)``), driven as ``ours`` drives the engine."""
     from pipeline.components.sglang_settings import SchedulerSettings
-    sched = Scheduler(SchedulerSettings(
+    sched = make(SchedulerSettings(
         max_total_tokens=pool, page_size=options["page"], schedule_policy=options["policy"],
         max_running_requests=options["max_running"], chunked_prefill_size=options["chunk"],
         max_prefill_tokens=options["max_prefill"],
@@ -45,7 +45,8 @@ def oracle(requests, pool, options) -> dict:
                       batch.finished))
         step, now = step + 1, now + 1
     return {"requests": [(r.first_sched, r.first_token, r.finish_step, r.hit, r.retractions)
-                         for r in reqs], "steps": steps}
+                         for r in reqs], "steps": steps,
+            "host_loaded": [getattr(r, "host_loaded", 0) for r in reqs]}
 
 
 def outcome(run, *args):

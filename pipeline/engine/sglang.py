@@ -80,6 +80,17 @@ def _conservativeness(text: str) -> float:
     return value
 
 
+def _gigabytes(text: str) -> int:
+    """``--hicache-size``: whole gigabytes >= 0 (0: sized by ``--hicache-ratio``), as SGLang."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise _argument_error(f"expected whole gigabytes >= 0, got {text!r}")
+    return value
+
+
 def _chunk(text: str) -> int:
     """``--chunked-prefill-size``: tokens >= 1, or -1 (off), as SGLang."""
     if text.strip() == "-1":
@@ -291,6 +302,19 @@ _VLLM_LIMITS = {
                                "--chunked-prefill-size / --max-prefill-tokens")}
 
 
+#: ``--hicache-write-policy``'s choices (``arg_groups/fields/memory.py:121-127``)
+HICACHE_WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
+
+
+def _check_hicache(args) -> None:
+    """A HiCache option without ``--enable-hierarchical-cache`` is a usage error naming it
+    (SGLang ignores it silently); HiCache itself is refused, not modelled yet."""
+    given = [flag for flag in ("--hicache-ratio", "--hicache-size", "--hicache-write-policy")
+             if getattr(args, flag[2:].replace("-", "_"), None) is not None]
+    if given and not getattr(args, "enable_hierarchical_cache", False):
+        raise UsageError(f"{given[0]}: needs --enable-hierarchical-cache")
+
+
 class SGLang:
     """SGLang's engine: ``SGLangConfig``, ``SGLangInstance`` per instance, ``simulate``."""
 
@@ -323,6 +347,18 @@ class SGLang:
         EngineOption("--enable-hierarchical-cache", dict(
             action="store_true", help="SGLang's HiCache (host tier): not modelled yet, "
                                       "refused")),
+        EngineOption("--hicache-ratio", dict(
+            type=_conservativeness, default=None,
+            help="host pool / device pool, with --enable-hierarchical-cache (SGLang's "
+                 "default 2.0)")),
+        EngineOption("--hicache-size", dict(
+            type=_gigabytes, default=None,
+            help="host pool in GB, overriding --hicache-ratio, with "
+                 "--enable-hierarchical-cache")),
+        EngineOption("--hicache-write-policy", dict(
+            choices=HICACHE_WRITE_POLICIES, default=None,
+            help="when the host gets a copy, with --enable-hierarchical-cache (SGLang's "
+                 "default write_through)")),
         EngineOption("--radix-eviction-policy", dict(
             choices=EVICTION_POLICIES, default="lru",
             help="the radix cache's eviction order (default lru)")),
@@ -332,6 +368,7 @@ class SGLang:
     def config(args, num_gpu_blocks: int, max_model_len: int) -> SGLangConfig:
         """SGLang's settings from the options; a usage error naming an option vLLM owns
         given here or a page size off the block grid."""
+        _check_hicache(args)
         args = argparse.Namespace(**{**vars(args), **{
             o.dest: o.default for o in SGLang.OPTIONS if getattr(args, o.dest, None) is None}})
         for dest, (flag, default, instead) in _VLLM_LIMITS.items():

@@ -256,7 +256,7 @@ class Scheduler:
             running.batch_is_full = True
             return None
         self.calc_priority()
-        adder = Adder(self, running)
+        adder = self.make_adder(running)
         if self.chunked is not None:
             self.chunked = adder.add_chunked_req(self.chunked)
         for req in self.waiting:
@@ -282,6 +282,9 @@ class Scheduler:
         if self.chunked is not None:
             self.chunked.middle_chunks += 1
         return self.prepare_for_extend(adder.can_run, step)
+
+    def make_adder(self, running: Batch) -> Adder:
+        return Adder(self, running)
 
     def prepare_for_extend(self, reqs: list, step: int) -> Batch:
         """``ScheduleBatch.prepare_for_extend``: allocate every extend (evicting first)."""

@@ -1,0 +1,270 @@
+"""SGLang 0.5.23's HiCache decisions on CPU: its ``UnifiedRadixCache`` (Python tree core,
+one full component; scripts/sglang_unified_reference.py) with HiCache switched on as
+``init_hicache`` leaves it, and a stand-in for the transfer engine.
+
+In 0.5.23 there is no ``hiradix_cache.py``: HiCache is ``UnifiedRadixCache.init_hicache``
+(``mem_cache/unified_radix_cache.py:455``) over the unified tree core, which decides what
+moves (write-through on insert, ``unified_tree_core.py:1100-1122``, ``:1430-1465``; the
+write-back backup and demotion on device eviction, ``:1788-1810`` and
+``unified_radix_cache.py:1020-1050``; host eviction, ``evict_host`` ``:1433``; the load
+back, ``init_load_back`` ``:3586`` and ``_load_back_transfers`` ``:1857``). Those run as
+shipped. Stubbed, because they only move bytes or need CUDA:
+
+* ``HybridCacheController`` (``cache_controller``): ``write`` takes host slots from a
+  counter pool (``None`` when the host pool is full), ``load`` device slots from a counter;
+  every transfer is finished at once (its ack's event ``query()`` is True), so an ack is
+  seen at the next ``check_hicache_events`` (the scheduler calls it once a turn,
+  ``managers/scheduler.py:3889``): that pins SGLang's one timing-dependent decision.
+* the host pool group (``attach_hybrid_pool_to_unified_cache``): a slot counter with
+  ``available_size`` / ``free``.
+* ``init_hicache``'s own body (it builds the CUDA pools): its four assignments that decide
+  (``write_through_threshold`` 1 for write_through, else 2; ``is_write_back``;
+  ``load_back_threshold`` 10; ``host_memory_mode`` "cache"), and ``tree_core.
+  set_hicache_enabled()``, are made here with the same values.
+"""
+
+from __future__ import annotations
+
+import types
+
+from sglang_unified_reference import UnifiedTree, slots
+
+
+class _Event:
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        pass
+
+
+class HostPool:
+    """The host KV pool as the cache sees it: free slots counted."""
+
+    def __init__(self, size: int) -> None:
+        self.size, self.used = size, 0
+        self.shared_allocation_domain = None
+        self.anchor_entry = types.SimpleNamespace(host_pool=self, host_evict_fn=None)
+
+    def available_size(self) -> int:
+        return self.size - self.used
+
+    def free(self, indices, pool=None) -> None:
+        self.used -= len(indices)
+
+    def clear(self) -> None:
+        self.used = 0
+
+
+class Controller:
+    """The HiCache controller's decisions' interface; transfers finish at once."""
+
+    enable_storage = False
+
+    def __init__(self, write_policy: str, host: HostPool, allocate) -> None:
+        self.write_policy, self.mem_pool_host, self.allocate = write_policy, host, allocate
+        self.ack_write_queue, self.ack_load_queue = [], []
+        self.written = self.loaded = 0
+        self.next_host = 0
+
+    def write(self, device_indices, node_id, extra_pools=None, flush=True, **kw):
+        n = len(device_indices)
+        if self.mem_pool_host.available_size() < n:
+            return None
+        self.mem_pool_host.used += n
+        self.written += n
+        self.ack_write_queue.append(types.SimpleNamespace(
+            node_ids=[node_id], finish_event=_Event(), num_tokens_by_pool={}, num_bytes=0,
+            timing_enabled=False))
+        self.next_host += n
+        return slots(range(self.next_host - n, self.next_host))
+
+    def load(self, host_indices, node_id, extra_pools=None):
+        n = len(host_indices)
+        self.loaded += n
+        self.ack_load_queue.append(types.SimpleNamespace(
+            node_ids=[node_id], finish_event=_Event(), num_tokens_by_pool={}, num_bytes=0,
+            timing_enabled=False))
+        return slots(self.allocate(n))
+
+    def start_writing(self) -> None:
+        pass
+
+    def start_loading(self) -> int:
+        return -1
+
+    def reset(self) -> None:
+        self.ack_write_queue.clear()
+        self.ack_load_queue.clear()
+
+
+def attach(cache, write_policy: str, host_tokens: int, allocate) -> Controller:
+    """Switch HiCache on in SGLang's ``cache`` as ``init_hicache`` leaves it (its deciding
+    assignments), with the stand-in controller; ``allocate(n)``: n device slot ids."""
+    host = HostPool(host_tokens)
+    controller = Controller(write_policy, host, allocate)
+    cache.cache_controller = controller
+    cache.host_pool_group = types.SimpleNamespace(free=host.free, get_pool=lambda name: host)
+    full = next(c for c in cache.components.values() if c.component_type == 0)
+    full._full_kv_pool_host = host
+    cache.tree_core.set_hicache_enabled()
+    cache.write_through_threshold = 1 if write_policy == "write_through" else 2
+    cache.tree_core.write_through_threshold = cache.write_through_threshold
+    cache.is_write_back = cache.tree_core.is_write_back = write_policy == "write_back"
+    cache.load_back_threshold = 10
+    cache.metrics_collector = None
+    return controller
+
+
+class HiTree(UnifiedTree):
+    """UnifiedTree with HiCache on: ``write_policy`` and a host pool of ``host_tokens``."""
+
+    def __init__(self, page_size: int = 1, policy: str = "lru", *, device_tokens: int,
+                 host_tokens: int, write_policy: str = "write_through") -> None:
+        super().__init__(page_size, policy)
+        self.device_tokens = device_tokens
+        self.controller = attach(self.cache, write_policy, host_tokens, self.new_slots)
+        self.host = self.controller.mem_pool_host
+        self.allocator.available_size = lambda: self.device_tokens - self.device_used()
+        self.allocator.mamba_full_cache_donor = lambda: None      # no Mamba pool
+
+    def new_slots(self, n: int) -> range:
+        self.next_slot += n
+        return range(self.next_slot - n, self.next_slot)
+
+    def device_used(self) -> int:
+        return self.cache.total_size()[0]
+
+    def match(self, tokens):
+        """(device prefix, host hit, best match node, last device node)."""
+        r = self.cache.match_prefix(self.m.bpc.MatchPrefixParams(key=self.key(tokens)))
+        return r.device_prefix_len, r.host_hit_length, r.best_match_node, r.last_device_node
+
+    def load_back(self, tokens, mem_quota=None) -> int:
+        """``init_load_back`` for a request of ``tokens``: the tokens it brought back."""
+        device, host, best, last = self.match(tokens)
+        req = types.SimpleNamespace(rid="r", last_node=last, swa_host_hit_length=0,
+                                    kv=types.SimpleNamespace(mamba_pool_idx=None),
+                                    mamba_host_hit_length=0)
+        loaded, _ = self.cache.init_load_back(self.m.bpc.InitLoadBackParams(
+            best_match_node=best, host_hit_length=host, mem_quota=mem_quota, req=req))
+        return loaded
+
+    def check_events(self) -> None:
+        self.cache.check_hicache_events()
+
+    def dec_lock_ref(self, node) -> None:
+        super().dec_lock_ref(node)
+
+    @property
+    def host_available(self) -> int:
+        return self.host.available_size()
+
+    @property
+    def written(self) -> int:
+        return self.controller.written
+
+    @property
+    def loaded(self) -> int:
+        return self.controller.loaded
+
+    def node_states(self) -> list:
+        """Every node but the root: (path, on device, on host, lock_ref, hits)."""
+        full = self.m.FULL
+        rows, stack = [], [((), self.core.root_node)]
+        while stack:
+            prefix, node = stack.pop()
+            path = prefix + (tuple(node.key.token_ids) if node.key is not None else ())
+            data = node.component_data[full]
+            rows.append((path, data.value is not None, data.host_value is not None,
+                         data.lock_ref, node.hit_count))
+            stack.extend((path, child) for child in node.children.values())
+        return sorted(rows)[1:]
+
+
+def scenario(write_policy: str, host_tokens: int = 100, tree_class=None) -> dict:
+    """One prefix of 20 tokens through SGLang's HiCache: inserted twice (an ack check after
+    each), evicted from the device, matched, loaded back; then a 5-token prefix evicted and
+    matched (under the load-back threshold). What each step shows."""
+    tree = (tree_class or HiTree)(device_tokens=40, host_tokens=host_tokens,
+                                  write_policy=write_policy)
+    a, b = list(range(1, 21)), list(range(100, 105))
+    seen = {}
+
+    def state():                                 # the prefix's node, None once deleted
+        rows = [row[1:] for row in tree.node_states() if row[0] == tuple(a)]
+        return rows[0] if rows else None
+
+    tree.insert(a)
+    seen["insert"] = (state(), tree.written)
+    tree.check_events()
+    seen["ack"] = state()
+    tree.insert(a)
+    tree.check_events()
+    seen["second insert"] = (state(), tree.written)
+    seen["evict"] = (tree.evict(20), state(), tree.written)
+    seen["match"] = tree.match(a + [7])[:2]
+    seen["load back"] = (tree.load_back(a + [7]), tree.loaded)
+    tree.check_events()
+    seen["loaded"] = state()
+    tree.insert(b)
+    tree.check_events()
+    tree.insert(b)
+    tree.check_events()
+    _, node = tree.match_prefix(a)
+    tree.inc_lock_ref(node)                      # keep a on the device
+    tree.evict(5)
+    seen["short"] = (tree.match(b + [7])[:2], tree.load_back(b + [7]),
+                     tree.host_available)
+    return seen
+
+
+def observe(tree, capacity: int, operations) -> list:
+    """What ``operations`` show on a HiCache tree (SGLang's ``HiTree`` or the oracle):
+    insert (the device pool kept to ``capacity`` by evicting the overflow, as the
+    scheduler's allocation does), match (device and host lengths), lock, unlock, evict,
+    load back, check (the per-turn ack poll); after each, the sizes, the host pool, the
+    tokens written and loaded, and every node (path, device, host, lock count, hits)."""
+    seen, held = [], []
+    for step in list(operations) + [("drain",)]:
+        kind = step[0]
+        if kind == "insert":
+            _, tokens, inserted, lock = step
+            length, node = tree.insert(tokens, 0, inserted)
+            seen.append(length)
+            if lock:
+                tree.inc_lock_ref(node)
+                held.append(node)
+            if tree.total_size() > capacity:
+                seen.append(tree.evict(tree.total_size() - capacity))
+        elif kind == "match":
+            _, tokens, lock = step
+            device, host, _, last = tree.match(tokens)
+            seen.append((device, host))
+            if lock:
+                tree.inc_lock_ref(last)
+                held.append(last)
+        elif kind == "unlock" and held:
+            tree.dec_lock_ref(held.pop(step[1] % len(held)))
+        elif kind == "evict":
+            seen.append(tree.evict(step[1]))
+        elif kind == "load":
+            seen.append(tree.load_back(step[1]))
+        elif kind == "check":
+            tree.check_events()
+        elif kind == "drain":
+            tree.check_events()
+            for node in held:
+                tree.dec_lock_ref(node)
+            seen.append(tree.evict(10 ** 6))
+        seen.append((step, tree.evictable_size, tree.protected_size, tree.total_size(),
+                     tree.host_available, tree.written, tree.loaded, tree.node_states()))
+    return seen
+
+
+def replay(write_policy: str, device_tokens: int, host_tokens: int, operations,
+           page_size: int = 1, policy: str = "lru") -> list:
+    """``observe`` on SGLang's HiCache (run it in a process of its own)."""
+    tree = HiTree(page_size, policy, device_tokens=device_tokens, host_tokens=host_tokens,
+                  write_policy=write_policy)
+    return observe(tree, device_tokens, operations)
