@@ -74,7 +74,8 @@ def load_scale(run: Run, per_load: float) -> float:
     return 1.0 + per_load * (run.machine_load or 0.0) if per_load else 1.0
 
 
-def design_rows(schedule: Schedule, step_of: np.ndarray, local: bool = False
+def design_rows(schedule: Schedule, step_of: np.ndarray, local: bool = False,
+                after: np.ndarray | None = None
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(rows, offsets, first steps): for each request, the summed features of the steps
     from its busy period's start to ``step_of``, ``busy start - arrival``, and the busy
@@ -82,10 +83,16 @@ def design_rows(schedule: Schedule, step_of: np.ndarray, local: bool = False
     a step ends, so its window starts with the next step and its offset is 0. ``local``:
     every window starts with the first step that starts after the request arrived, the
     rest of the step then running a known offset (exact on the true schedule; far better
-    conditioned than a busy period when the engine is never idle)."""
+    conditioned than a busy period when the engine is never idle). ``after``: the windows
+    are the steps after these (each request's first-token step) up to ``step_of``, with no
+    arrival in them (a request's time from its first token to its end)."""
     steps = schedule.features.shape[0]
     cumulative = np.vstack([np.zeros((1, schedule.features.shape[1])),
                             np.cumsum(schedule.features, axis=0)])
+    if after is not None:
+        begin = np.minimum(after + 1, step_of)
+        return (cumulative[step_of + 1] - cumulative[begin],
+                np.zeros(step_of.size) + _known(schedule, begin, step_of), begin)
     if local:
         begin = np.searchsorted(schedule.start_ms, schedule.arrival_ms - 1e-9, side="left")
         begin = np.minimum(begin, step_of)
@@ -128,15 +135,18 @@ def _system(runs: list[Run], schedules: list[Schedule], masks: list[np.ndarray],
             use_e2e: bool, held: list[np.ndarray] | None = None, local: bool = False
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(rows, targets, weights, each row's run load average, 0 where none); ``local``:
-    ``design_rows``'."""
+    ``design_rows``', the second rows then a request's first token to its end."""
     xs, ys, ws, ls = [], [], [], []
     held = held or [np.zeros(r.n, dtype=bool) for r in runs]
     for run, schedule, mask, out in zip(runs, schedules, masks, held):
-        targets = [(schedule.first_token_step, run.ttft_ms)]
-        if use_e2e:
-            targets.append((schedule.finish_step, run.e2e_ms))
-        for step_of, measured in targets:
-            rows, offset, begin = design_rows(schedule, step_of, local)
+        targets = [(schedule.first_token_step, run.ttft_ms, None)]
+        if use_e2e and local:         # first token to end: no arrival phase in the window
+            targets.append((schedule.finish_step, run.e2e_ms - run.ttft_ms,
+                            schedule.first_token_step))
+        elif use_e2e:
+            targets.append((schedule.finish_step, run.e2e_ms, None))
+        for step_of, measured, after in targets:
+            rows, offset, begin = design_rows(schedule, step_of, local, after)
             keep = mask & (measured > 0) & ~_overlaps_held(schedule, begin, step_of, out)
             xs.append(rows[keep])
             ys.append(measured[keep] - offset[keep])

@@ -75,4 +75,3 @@ def efficiency_of(gpu: GpuPreset, which: int) -> tuple[float, str]:
         raise ValueError(f"no measured profile for {gpu.name} (profiles: "
                          f"{', '.join(k.upper() for k in EFFICIENCY)}); give a number")
     return EFFICIENCY[key][which], SOURCE
-
