@@ -39,7 +39,7 @@ from pipeline.fit.schedule import FEATURES, EngineModel, simulate_run
 from pipeline.fit.solve import FitError, fit_runs
 from pipeline.base.staging import Outputs, json_bytes
 from pipeline.fit.roofline_fit import bench_engine, bench_figures, efficiency_document, \
-    factors_of, fit_factors, peak_form
+    factors_of, fit_factors, peak_form, schedule_of
 from pipeline.fit.vllm_bench import load_bench
 from pipeline.sizes.model_options import add_model_config_argument, add_parallel_arguments
 from pipeline.sizes.units import preset
@@ -256,8 +256,8 @@ def _main_bench(args: argparse.Namespace) -> int:
     print(f"fit: {frame.height} measured requests in {len(runs)} vllm bench serve result(s), "
           f"{fit.rows} rows, {fit.iterations} iteration(s)"
           + ("" if fit.converged else " (schedule not converged)"))
-    print(f"on {form.peak.label} at its peaks, {form.peak.overhead_ms:g} ms per step "
-          f"(--step-overhead-ms, assumed); {document['provenance'].split('(vllm')[0].strip()}")
+    print(f"the roofline: {form.peak.label} at its peaks, {form.peak.overhead_ms:g} ms per "
+          f"step (--step-overhead-ms, assumed); the schedule: {schedule_of(engine)}")
     for key, option in (("mfu_prefill", "--mfu-prefill"), ("mbu_decode", "--mbu-decode")):
         factor = factors[key]
         se = "" if factor["stderr"] is None else f" ± {factor['stderr']:.3g}"

@@ -29,7 +29,7 @@ from pipeline.steptime.efficiency import EFFICIENCY_KIND, FACTORS, efficiency_of
 from pipeline.steptime.roofline import PROFILED, Roofline
 
 __all__ = ["peak_form", "bench_engine", "fit_factors", "factors_of", "efficiency_document",
-           "bench_figures"]
+           "bench_figures", "schedule_of"]
 
 
 def peak_form(args: argparse.Namespace) -> RooflineForm:
@@ -118,12 +118,18 @@ def factors_of(fit: Fit, form: RooflineForm, given: argparse.Namespace,
         name, scale = SCALES[index], form.held[index]
         if scale is None:
             value, se = fit.coefficients[name], fit.stderr[name]
-            out[key] = {"value": round(1.0 / value, 6), "fitted": True,
-                        "stderr": None if not math.isfinite(se) else round(se / value**2, 6)}
+            se = None if not math.isfinite(se) else float(f"{se / value**2:.2g}")
+            out[key] = {"value": float(f"{1.0 / value:.4g}"), "fitted": True, "stderr": se}
         else:
-            out[key] = {"value": round(1.0 / scale, 6), "fitted": False, "stderr": None,
+            out[key] = {"value": float(f"{1.0 / scale:.4g}"), "fitted": False, "stderr": None,
                         "why": why.get(key, f"held at {option} {getattr(given, key)}")}
     return out
+
+
+def schedule_of(engine: EngineModel) -> str:
+    """The simulated scheduler, in words."""
+    return (f"pipeline.engine, vLLM v1's scheduler: max_num_seqs {engine.max_num_seqs}, "
+            f"max_num_batched_tokens {engine.max_num_batched_tokens}")
 
 
 def efficiency_document(*, factors: dict, form: RooflineForm, runs: list[Run],
@@ -142,12 +148,10 @@ def efficiency_document(*, factors: dict, form: RooflineForm, runs: list[Run],
                        failed_requests=r.failures) for r in runs],
         "engine_model": engine.__dict__, "holdout": holdout,
         "provenance": (f"fitted: weighted least squares (relative errors) of {requests} "
-                       f"measured requests' TTFT and end times (vllm bench serve "
-                       f"--save-detailed) on their simulated schedule (pipeline.engine, vLLM "
-                       f"v1's scheduler: max_num_seqs {engine.max_num_seqs}, "
-                       f"max_num_batched_tokens {engine.max_num_batched_tokens}), the roofline "
-                       f"of {peak.label} with {peak.overhead_ms:g} ms overhead per step "
-                       f"(assumed), {fit.iterations} iteration(s)"
+                       f"measured requests' TTFT and first-token-to-end times (vllm bench "
+                       f"serve --save-detailed) on their simulated schedule ({schedule_of(engine)}"
+                       f"), the roofline of {peak.label} with {peak.overhead_ms:g} ms overhead "
+                       f"per step (assumed), {fit.iterations} iteration(s)"
                        + ("" if fit.converged else ", not converged")),
         "fit": {"rows": fit.rows, "iterations": fit.iterations, "converged": fit.converged,
                 "notes": fit.notes},
