@@ -80,6 +80,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "run's step times x (1 + c x the 1-minute load average its "
                              "sidecar recorded at the start), c fitted; the coefficients are "
                              "then an idle machine's")
+    parser.add_argument("--loss", choices=("squares", "absolute"), default="squares",
+                        help="minimise the squared (default) or the absolute relative errors "
+                             "(the held-out figures are medians and p90s of absolute errors)")
     parser.add_argument("--report", type=Path, metavar="DIR",
                         help="write requests.csv, residuals.csv, measured_vs_predicted.html")
     parser.add_argument("--kv-bytes-per-token", type=positive_int,
@@ -300,7 +303,7 @@ def main(args: argparse.Namespace) -> int:
     train = [~h for h in held]
     try:
         fit = fit_runs(runs, engines, train, use_e2e=not args.ttft_only, held=held,
-                       machine_load=args.machine_load)
+                       machine_load=args.machine_load, absolute=args.loss == "absolute")
     except FitError as exc:
         raise CLIError(f"fit: {exc}") from None
     frame = predictions(runs, engines, fit.vector(), held, fit.per_load)

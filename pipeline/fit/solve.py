@@ -213,15 +213,29 @@ def _solve(x: np.ndarray, y: np.ndarray, w: np.ndarray, active: list[int]
         return coef, se, clamped
 
 
+def _solve_absolute(x: np.ndarray, y: np.ndarray, w: np.ndarray, active: list[int],
+                    rounds: int = 30) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """``_solve`` minimising the sum of absolute weighted errors instead of their squares:
+    iteratively reweighted least squares, each row's weight divided by the square root of
+    its last absolute error (at least 0.1 %)."""
+    scale = np.ones_like(w)
+    for _ in range(rounds):
+        coef, se, clamped = _solve(x, y, w * scale, active)
+        residual = np.abs(w * (y - x @ coef))
+        scale = 1.0 / np.sqrt(np.maximum(residual, 1e-3))
+    return coef, se, clamped
+
+
 def _solve_loaded(x: np.ndarray, y: np.ndarray, w: np.ndarray, loads: np.ndarray,
-                  active: list[int]) -> tuple[np.ndarray, np.ndarray, list[int], float, float]:
+                  active: list[int], solve=_solve
+                  ) -> tuple[np.ndarray, np.ndarray, list[int], float, float]:
     """``_solve`` with the rows scaled by ``1 + per_load x load``, ``per_load >= 0`` chosen
     to minimise the weighted squared error (the coefficients solved again for each value: a
     grid, then golden-section search around its best point). Returns (coefficients, standard
     errors, clamped columns, per_load, its standard error)."""
     def loss(per_load: float) -> float:
         scale = 1.0 + per_load * loads
-        coef, _, _ = _solve(x * scale[:, None], y, w, active)
+        coef, _, _ = solve(x * scale[:, None], y, w, active)
         residual = w * (y - scale * (x @ coef))
         return float(residual @ residual)
 
@@ -245,7 +259,7 @@ def _solve_loaded(x: np.ndarray, y: np.ndarray, w: np.ndarray, loads: np.ndarray
             loss_b = loss(b)
     per_load = min((grid[best], losses[best]), (a, loss_a), (b, loss_b), key=lambda t: t[1])[0]
     scale = 1.0 + per_load * loads
-    coef, se, clamped = _solve(x * scale[:, None], y, w, active)
+    coef, se, clamped = solve(x * scale[:, None], y, w, active)
     p = x @ coef
     kept = [c for c in active if c not in clamped]
     jacobian = np.column_stack([(x * scale[:, None])[:, kept], loads * p]) * w[:, None]
@@ -293,7 +307,7 @@ def _loss(runs: list[Run], schedules: list[Schedule], masks: list[np.ndarray],
 
 def fit_runs(runs: list[Run], engine_of: list[EngineModel], masks: list[np.ndarray],
              use_e2e: bool = True, held: list[np.ndarray] | None = None,
-             machine_load: bool = False, form=None) -> Fit:
+             machine_load: bool = False, form=None, absolute: bool = False) -> Fit:
     """Fit the coefficients on the requests selected by ``masks`` (one per run).
 
     ``held``: held-out requests; a row whose waiting includes one of their steps is left
@@ -302,6 +316,7 @@ def fit_runs(runs: list[Run], engine_of: list[EngineModel], masks: list[np.ndarr
     point, or a cycle between schedules) the iteration stops, and the solution whose
     simulation has the smallest relative error on the fitted requests is kept.
     ``machine_load``: fit the load-average scale too (see the module docstring).
+    ``absolute``: least absolute (relative) errors instead of least squares.
     ``form``: another step-time form than the linear one (its ``names``, ``simulate(run,
     engine, coefficients)``, ``initial()`` and ``local_rows``, ``design_rows``' ``local``:
     ``pipeline.fit.roofline_form``).
@@ -351,9 +366,10 @@ def fit_runs(runs: list[Run], engine_of: list[EngineModel], masks: list[np.ndarr
             raise FitError("no coefficient is identifiable from these requests")
         if machine_load:
             coef, se, clamped_columns, per_load, per_load_se = _solve_loaded(
-                x, y, w, loads, active)
+                x, y, w, loads, active, _solve_absolute if absolute else _solve)
         else:
-            coef, se, clamped_columns = _solve(x, y, w, active)
+            coef, se, clamped_columns = (_solve_absolute if absolute else _solve)(
+                x, y, w, active)
         pending = (coef, se, unidentified, [names[j] for j in clamped_columns], x.shape[0],
                    per_load, per_load_se)
     else:
