@@ -120,3 +120,26 @@ def test_options_that_do_not_mix(bench, tmp_path, capsys):
     assert _fit(bench, out, "--machine-load") == 2
     assert _fit(bench, out, "--mfu-prefill", "--mbu-decode", "0.5") == 2
     assert not out.exists()
+
+
+def test_appended_results_are_runs_and_a_run_can_be_held_out(bench, tmp_path, capsys):
+    appended = tmp_path / "appended.json"
+    appended.write_text(bench.read_text() + "\n" + bench.read_text())
+    out = tmp_path / "eff.json"
+    assert _fit(appended, out, "--holdout", "0.5", "--holdout-by", "load") == 0
+    doc = json.loads(out.read_text())
+    assert len(doc["bench"]) == 2 and doc["holdout"]["requests"] == 60
+    assert doc["holdout"]["p50_pct"] < 3                 # the same run, held out
+    assert "held out by load: rate 1.0 (result 2)" in capsys.readouterr().out
+
+
+def test_a_factor_the_run_cannot_identify_falls_back_to_the_profile(tmp_path):
+    short = tmp_path / "short.json"
+    synth.synthesize(short, model="llama-3.1-8b", gpu_type="H100", mfu=TRUE_MFU,
+                     mbu=TRUE_MBU, num_prompts=20, input_len=64, output_len=32,
+                     range_ratio=0.5, rate=1.0, seed=0)
+    out = tmp_path / "eff.json"
+    assert _fit(short, out) == 0
+    doc = json.loads(out.read_text())
+    assert not doc["mfu_prefill"]["fitted"] and doc["mfu_prefill"]["value"] == 0.691
+    assert "compute-bound" in doc["mfu_prefill"]["why"] and doc["mbu_decode"]["fitted"]
