@@ -44,6 +44,7 @@ from pipeline.fit.vllm_bench import load_bench
 from pipeline.sizes.model_options import add_model_config_argument, add_parallel_arguments
 from pipeline.sizes.units import preset
 from pipeline.steptime.options import add_latency_arguments
+from pipeline.steptime.roofline import DEFAULT_OVERHEAD_MS
 
 __all__ = ["add_arguments", "main"]
 
@@ -80,9 +81,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "run's step times x (1 + c x the 1-minute load average its "
                              "sidecar recorded at the start), c fitted; the coefficients are "
                              "then an idle machine's")
-    parser.add_argument("--loss", choices=("squares", "absolute"), default="squares",
-                        help="minimise the squared (default) or the absolute relative errors "
-                             "(the held-out figures are medians and p90s of absolute errors)")
+    parser.add_argument("--loss", choices=("squares", "absolute"), default=None,
+                        help="minimise the squared or the absolute relative errors (default: "
+                             "squares for measure outputs, absolute with --vllm-bench)")
     parser.add_argument("--report", type=Path, metavar="DIR",
                         help="write requests.csv, residuals.csv, measured_vs_predicted.html")
     parser.add_argument("--kv-bytes-per-token", type=positive_int,
@@ -111,7 +112,7 @@ ROOFLINE_OPTIONS = {"model": None, "model_config": None, "model_shape": None,
                     "gpu_type": None, "gpu_tflops": None, "gpu_fp8_tflops": None,
                     "gpu_hbm_gbps": None, "host_link_gbps": None, "mfu_prefill": None,
                     "mbu_decode": None, "tensor_parallel_size": 1, "kv_cache_dtype": "auto",
-                    "weights": "bf16"}
+                    "weights": "bf16", "step_overhead_ms": DEFAULT_OVERHEAD_MS}
 
 
 def _engine(run_model: dict, args: argparse.Namespace) -> EngineModel:
@@ -240,8 +241,9 @@ def _main_bench(args: argparse.Namespace) -> int:
             args.gpu, form.peak.kv_bytes_per_token, engine.block_size))
     engines = [engine] * len(runs)
     held = holdout_masks(runs, args.holdout or 0.0, args.holdout_by, args.seed)
+    absolute = (args.loss or "absolute") == "absolute"
     fit, form, why = fit_factors(runs, engines, [~h for h in held], held, form,
-                                 use_e2e=not args.ttft_only)
+                                 use_e2e=not args.ttft_only, absolute=absolute)
     frame = predictions(runs, engines, fit.vector(), held, source=form.simulate)
     table, figures = residuals(frame), bench_figures(runs, frame)
     holdout = _holdout(args, frame)
@@ -249,7 +251,7 @@ def _main_bench(args: argparse.Namespace) -> int:
     document = efficiency_document(
         factors=factors, form=form, runs=runs, sources=sorted({str(p) for p in args.vllm_bench}),
         engine=engine, fit=fit, holdout=holdout or {}, figures=figures.to_dicts(),
-        requests=int((~frame["held_out"]).sum()))
+        requests=int((~frame["held_out"]).sum()), absolute=absolute)
     outputs = Outputs()
     outputs.add(args.output, json_bytes(document), "--output")
     if args.report:
@@ -303,7 +305,8 @@ def main(args: argparse.Namespace) -> int:
     train = [~h for h in held]
     try:
         fit = fit_runs(runs, engines, train, use_e2e=not args.ttft_only, held=held,
-                       machine_load=args.machine_load, absolute=args.loss == "absolute")
+                       machine_load=args.machine_load,
+                       absolute=(args.loss or "squares") == "absolute")
     except FitError as exc:
         raise CLIError(f"fit: {exc}") from None
     frame = predictions(runs, engines, fit.vector(), held, fit.per_load)

@@ -76,14 +76,15 @@ def _default_scale(form: RooflineForm, index: int) -> tuple[float, str]:
 
 
 def fit_factors(runs: list[Run], engines: list[EngineModel], train: list[np.ndarray],
-                held: list[np.ndarray], form: RooflineForm, use_e2e: bool
-                ) -> tuple[Fit, RooflineForm, dict[str, str]]:
+                held: list[np.ndarray], form: RooflineForm, use_e2e: bool,
+                absolute: bool = False) -> tuple[Fit, RooflineForm, dict[str, str]]:
     """(the fit, the form it ended on, why each factor not fitted was held) (module
-    docstring)."""
+    docstring); ``absolute``: least absolute errors (``fit --loss absolute``)."""
     why: dict[str, str] = {}
     while True:
         try:
-            fit = fit_runs(runs, engines, train, use_e2e=use_e2e, held=held, form=form)
+            fit = fit_runs(runs, engines, train, use_e2e=use_e2e, held=held, form=form,
+                           absolute=absolute)
         except FitError as exc:
             raise CLIError(f"fit: {exc}") from None
         lost = [name for name in form.names if name in fit.unidentified
@@ -126,6 +127,12 @@ def factors_of(fit: Fit, form: RooflineForm, given: argparse.Namespace,
     return out
 
 
+#: the fit's loss, in words (``absolute``: ``fit --loss absolute``, --vllm-bench's default)
+LOSSES = {False: "weighted least squares (relative errors)",
+          True: "least absolute relative errors (reweighted least squares; standard errors of "
+                "its last weighted solve)"}
+
+
 def schedule_of(engine: EngineModel) -> str:
     """The simulated scheduler, in words."""
     return (f"pipeline.engine, vLLM v1's scheduler: max_num_seqs {engine.max_num_seqs}, "
@@ -134,7 +141,7 @@ def schedule_of(engine: EngineModel) -> str:
 
 def efficiency_document(*, factors: dict, form: RooflineForm, runs: list[Run],
                         sources: list[str], engine: EngineModel, fit: Fit, holdout: dict,
-                        figures: list[dict], requests: int) -> dict:
+                        figures: list[dict], requests: int, absolute: bool) -> dict:
     """The fitted factors' JSON (kind ``roofline-efficiency``, version 1)."""
     peak = form.peak
     return {
@@ -147,7 +154,7 @@ def efficiency_document(*, factors: dict, form: RooflineForm, runs: list[Run],
         "bench": [dict(r.sidecar.get("bench", {}), file=r.file, requests=r.n,
                        failed_requests=r.failures) for r in runs],
         "engine_model": engine.__dict__, "holdout": holdout,
-        "provenance": (f"fitted: weighted least squares (relative errors) of {requests} "
+        "provenance": (f"fitted: {LOSSES[absolute]} of {requests} "
                        f"measured requests' TTFT and first-token-to-end times (vllm bench "
                        f"serve --save-detailed) on their simulated schedule ({schedule_of(engine)}"
                        f"), the roofline of {peak.label} with {peak.overhead_ms:g} ms overhead "
