@@ -93,18 +93,23 @@ def bench_result(requests: pl.DataFrame, steps: pl.DataFrame, rate: float, model
 
 def synthesize(out: Path, *, model: str, gpu_type: str, mfu: float, mbu: float,
                num_prompts: int, input_len: int, output_len: int, range_ratio: float,
-               rate: float, seed: int, tensor_parallel: int = 1) -> dict:
-    """Simulate and write ``out`` (module docstring); returns the result."""
+               rate: float, seed: int, tensor_parallel: int = 1,
+               step_model: list[str] | None = None, batched: int = 8192) -> dict:
+    """Simulate and write ``out`` (module docstring); returns the result. ``step_model``:
+    simulate's options of another step-time model (``--latency profile:DIR
+    --model-config PATH``) instead of the roofline of ``model`` with ``mfu`` and ``mbu``;
+    ``batched``: ``--max-num-batched-tokens``."""
     from pipeline.cli import main
     lines = workload(num_prompts, input_len, output_len, range_ratio, rate, seed)
     with tempfile.TemporaryDirectory() as scratch:
         trace = Path(scratch) / "bench.jsonl"
         trace.write_text("".join(json.dumps(line) + "\n" for line in lines))
         tokens = sum(len(x["prompt_token_ids"]) + x["max_tokens"] for x in lines)
-        argv = ["simulate", str(trace), "--out", str(Path(scratch) / "run"), "--latency",
-                "roofline", "--model", model, "--gpu-type", gpu_type, "--mfu-prefill",
-                str(mfu), "--mbu-decode", str(mbu), "--gpu", str(tokens + 64),
-                "--max-num-seqs", "1024", "--max-num-batched-tokens", "8192",
+        roofline = ["--latency", "roofline", "--model", model, "--mfu-prefill", str(mfu),
+                    "--mbu-decode", str(mbu)]
+        argv = ["simulate", str(trace), "--out", str(Path(scratch) / "run"), "--gpu-type",
+                gpu_type, *(step_model or roofline), "--gpu", str(tokens + 64),
+                "--max-num-seqs", "1024", "--max-num-batched-tokens", str(batched),
                 "--tensor-parallel-size", str(tensor_parallel)]
         code = main(argv)
         if code:

@@ -38,10 +38,15 @@ from pipeline.fit.inputs import load_runs
 from pipeline.fit.schedule import FEATURES, EngineModel, simulate_run
 from pipeline.fit.solve import FitError, fit_runs
 from pipeline.base.staging import Outputs, json_bytes
-from pipeline.fit.roofline_fit import bench_engine, bench_figures, efficiency_document, \
-    factors_of, fit_factors, peak_form, schedule_of
+from pipeline.fit.profile_scale import ProfileForm, fit_scale, scale_document
+from pipeline.fit.roofline_fit import bench_engine, bench_fields, bench_figures, \
+    bench_provenance, efficiency_document, factors_of, fit_factors, peak_form, schedule_of
 from pipeline.fit.vllm_bench import load_bench
-from pipeline.sizes.model_options import add_model_config_argument, add_parallel_arguments
+from pipeline.sizes.gpus import gpu_preset
+from pipeline.sizes.model_options import add_model_config_argument, add_parallel_arguments, \
+    kv_dtype, shape_from_args, tensor_parallel
+from pipeline.steptime.efficiency import FACTORS
+from pipeline.steptime.profile import read_profile
 from pipeline.sizes.units import preset
 from pipeline.steptime.options import add_latency_arguments
 from pipeline.steptime.roofline import DEFAULT_OVERHEAD_MS
@@ -104,6 +109,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the served model's preset (or --model-config, --model-shape)")
     add_model_config_argument(models)
     add_parallel_arguments(roofline)
+    roofline.add_argument("--profile", metavar="DIR",
+                          help="fit one scale on this vidur-format profile's GPU milliseconds "
+                               "(as --latency profile:DIR prices them) instead of the "
+                               "roofline's factors")
     add_latency_arguments(parser, latency=False)
 
 
@@ -112,7 +121,8 @@ ROOFLINE_OPTIONS = {"model": None, "model_config": None, "model_shape": None,
                     "gpu_type": None, "gpu_tflops": None, "gpu_fp8_tflops": None,
                     "gpu_hbm_gbps": None, "host_link_gbps": None, "mfu_prefill": None,
                     "mbu_decode": None, "tensor_parallel_size": 1, "kv_cache_dtype": "auto",
-                    "weights": "bf16", "step_overhead_ms": DEFAULT_OVERHEAD_MS}
+                    "weights": "bf16", "step_overhead_ms": DEFAULT_OVERHEAD_MS,
+                    "profile": None}
 
 
 def _engine(run_model: dict, args: argparse.Namespace) -> EngineModel:
@@ -226,32 +236,66 @@ def _print_holdout(holdout: dict | None) -> None:
           f"by {holdout['by']}{shown})")
 
 
+def _bench_form(args: argparse.Namespace) -> tuple[object, object, int, str]:
+    """(the form fitted: the roofline's or ``--profile``'s, the GPU, KV bytes per token per
+    GPU, the model in words)."""
+    if not args.profile:
+        form = peak_form(args)
+        return (form, form.peak.gpu, form.peak.kv_bytes_per_token,
+                f"the roofline: {form.peak.label} at its peaks")
+    for option in ("mfu_prefill", "mbu_decode"):
+        if getattr(args, option) is not None:
+            raise UsageError(f"--{option.replace('_', '-')}: a roofline factor; --profile "
+                             f"fits the profile's scale")
+    profile = read_profile(args.profile, args)
+    shape = shape_from_args(args)
+    return (ProfileForm(profile), gpu_preset(args.gpu_type or "H100"),
+            shape.kv(kv_dtype(args), tensor_parallel(args)).bytes_per_token,
+            f"the profile: {profile.label}")
+
+
 def _main_bench(args: argparse.Namespace) -> int:
-    """``--vllm-bench``: fit the roofline's factors, print, write."""
+    """``--vllm-bench``: fit the roofline's factors (or ``--profile``'s scale), print,
+    write."""
     for option in ("machine_load", "kv_bytes_per_token"):
         if getattr(args, option):
             raise UsageError(f"--{option.replace('_', '-')}: not with --vllm-bench (its "
                              f"results record no load average; the model gives KV bytes)")
-    form = peak_form(args)
+    form, gpu, kv_bytes, described = _bench_form(args)
     runs = load_bench(args.vllm_bench)
-    gpu = form.peak.gpu
     engine = bench_engine(args, gpu.memory_gb, gpu.name)
     if args.gpu is not None:
-        engine = replace(engine, num_gpu_blocks=_gpu_blocks(
-            args.gpu, form.peak.kv_bytes_per_token, engine.block_size))
+        engine = replace(engine, num_gpu_blocks=_gpu_blocks(args.gpu, kv_bytes,
+                                                            engine.block_size))
     engines = [engine] * len(runs)
     held = holdout_masks(runs, args.holdout or 0.0, args.holdout_by, args.seed)
-    absolute = (args.loss or "absolute") == "absolute"
-    fit, form, why = fit_factors(runs, engines, [~h for h in held], held, form,
-                                 use_e2e=not args.ttft_only, absolute=absolute)
+    train, absolute = [~h for h in held], (args.loss or "absolute") == "absolute"
+    if args.profile:
+        fit = fit_scale(runs, engines, train, held, form, not args.ttft_only, absolute)
+    else:
+        fit, form, why = fit_factors(runs, engines, train, held, form,
+                                     use_e2e=not args.ttft_only, absolute=absolute)
     frame = predictions(runs, engines, fit.vector(), held, source=form.simulate)
     table, figures = residuals(frame), bench_figures(runs, frame)
     holdout = _holdout(args, frame)
-    factors = factors_of(fit, form, args, why)
-    document = efficiency_document(
-        factors=factors, form=form, runs=runs, sources=sorted({str(p) for p in args.vllm_bench}),
-        engine=engine, fit=fit, holdout=holdout or {}, figures=figures.to_dicts(),
-        requests=int((~frame["held_out"]).sum()), absolute=absolute)
+    common = bench_fields(runs, sorted({str(p) for p in args.vllm_bench}), engine, fit,
+                          holdout or {}, figures.to_dicts())
+    provenance = bench_provenance(described.split(": ", 1)[1], args.step_overhead_ms, engine,
+                                  fit, int((~frame["held_out"]).sum()), absolute)
+    if args.profile:
+        document = scale_document(fit=fit, form=form, provenance=provenance, common=common)
+        scale = document["scale"]
+        lines = [f"  profile scale  {scale['value']:.4g}"
+                 + ("" if scale["stderr"] is None else f" ± {scale['stderr']:.3g}")
+                 + " (its GPU milliseconds x this)"]
+    else:
+        factors = factors_of(fit, form, args, why)
+        document = efficiency_document(factors=factors, form=form, provenance=provenance,
+                                       common=common)
+        lines = [f"  {option:<14} {factors[key]['value']:.4g}"
+                 + ("" if factors[key]["stderr"] is None else f" ± {factors[key]['stderr']:.3g}")
+                 + (" (fitted)" if factors[key]["fitted"] else
+                    f" (not fitted: {factors[key]['why']})") for key, option in FACTORS]
     outputs = Outputs()
     outputs.add(args.output, json_bytes(document), "--output")
     if args.report:
@@ -261,24 +305,19 @@ def _main_bench(args: argparse.Namespace) -> int:
     print(f"fit: {frame.height} measured requests in {len(runs)} vllm bench serve result(s), "
           f"{fit.rows} rows, {fit.iterations} iteration(s)"
           + ("" if fit.converged else " (schedule not converged)"))
-    print(f"the roofline: {form.peak.label} at its peaks, {form.peak.overhead_ms:g} ms per "
-          f"step (--step-overhead-ms, assumed); the schedule: {schedule_of(engine)}")
-    for key, option in (("mfu_prefill", "--mfu-prefill"), ("mbu_decode", "--mbu-decode")):
-        factor = factors[key]
-        se = "" if factor["stderr"] is None else f" ± {factor['stderr']:.3g}"
-        print(f"  {option:<14} {factor['value']:.4g}{se} "
-              + ("(fitted)" if factor["fitted"] else f"(not fitted: {factor['why']})"))
-    for note in fit.notes:
-        print(f"note: {note}")
+    print(f"{described}, {args.step_overhead_ms:g} ms per step (--step-overhead-ms, assumed); "
+          f"the schedule: {schedule_of(engine)}")
+    print("\n".join(lines + [f"note: {note}" for note in fit.notes]))
     with pl.Config(tbl_rows=-1, tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True,
                    float_precision=1, tbl_width_chars=120, fmt_str_lengths=60):
-        print("vllm bench serve's figures, measured vs predicted with the fitted factors:")
+        print("vllm bench serve's figures, measured vs predicted with the fitted values:")
         print(figures)
     _print_holdout(holdout)
     outputs.commit()
     print(f"fit: wrote {args.output}" + (f" and {args.report}/" if args.report else "")
-          + f" (use: --latency {args.output} with --model and --gpu-type "
-            f"{gpu.name.split()[0]})", file=sys.stderr)
+          + f" (use: --latency {args.output} with the model's --model or --model-config"
+          + ("" if args.profile else f" on --gpu-type {gpu.name.split()[0]}") + ")",
+          file=sys.stderr)
     return 0
 
 

@@ -29,7 +29,7 @@ from pipeline.steptime.efficiency import EFFICIENCY_KIND, FACTORS, efficiency_of
 from pipeline.steptime.roofline import PROFILED, Roofline
 
 __all__ = ["peak_form", "bench_engine", "fit_factors", "factors_of", "efficiency_document",
-           "bench_figures", "schedule_of"]
+           "bench_figures", "bench_fields", "bench_provenance", "schedule_of"]
 
 
 def peak_form(args: argparse.Namespace) -> RooflineForm:
@@ -139,31 +139,39 @@ def schedule_of(engine: EngineModel) -> str:
             f"max_num_batched_tokens {engine.max_num_batched_tokens}")
 
 
-def efficiency_document(*, factors: dict, form: RooflineForm, runs: list[Run],
-                        sources: list[str], engine: EngineModel, fit: Fit, holdout: dict,
-                        figures: list[dict], requests: int, absolute: bool) -> dict:
+def bench_provenance(model: str, overhead_ms: float, engine: EngineModel, fit: Fit,
+                     requests: int, absolute: bool) -> str:
+    """How a --vllm-bench fit was obtained, in words (``model``: what was fitted)."""
+    return (f"fitted: {LOSSES[absolute]} of {requests} measured requests' TTFT and "
+            f"first-token-to-end times (vllm bench serve --save-detailed) on their simulated "
+            f"schedule ({schedule_of(engine)}), {model} with {overhead_ms:g} ms overhead per "
+            f"step (assumed), {fit.iterations} iteration(s)"
+            + ("" if fit.converged else ", not converged"))
+
+
+def bench_fields(runs: list[Run], sources: list[str], engine: EngineModel, fit: Fit,
+                 holdout: dict, figures: list[dict]) -> dict:
+    """What every --vllm-bench output records beside its fitted values: ``source``,
+    ``bench`` (each result's setup), ``engine_model``, ``holdout``, ``fit``, ``figures``."""
+    return {"source": sources,
+            "bench": [dict(r.sidecar.get("bench", {}), file=r.file, requests=r.n,
+                           failed_requests=r.failures) for r in runs],
+            "engine_model": engine.__dict__, "holdout": holdout,
+            "fit": {"rows": fit.rows, "iterations": fit.iterations,
+                    "converged": fit.converged, "notes": fit.notes},
+            "figures": figures}
+
+
+def efficiency_document(*, factors: dict, form: RooflineForm, provenance: str,
+                        common: dict) -> dict:
     """The fitted factors' JSON (kind ``roofline-efficiency``, version 1)."""
     peak = form.peak
-    return {
-        "kind": EFFICIENCY_KIND, "version": 1, **factors,
-        "step_overhead_ms": peak.overhead_ms,
-        "fitted_on": {"gpu": peak.gpu.name, "model": peak.model.name,
-                      "tensor_parallel": peak.tensor_parallel, "weights": peak.weights,
-                      "kv_cache_dtype": peak.kv_dtype, "roofline": peak.provenance},
-        "source": sources,
-        "bench": [dict(r.sidecar.get("bench", {}), file=r.file, requests=r.n,
-                       failed_requests=r.failures) for r in runs],
-        "engine_model": engine.__dict__, "holdout": holdout,
-        "provenance": (f"fitted: {LOSSES[absolute]} of {requests} "
-                       f"measured requests' TTFT and first-token-to-end times (vllm bench "
-                       f"serve --save-detailed) on their simulated schedule ({schedule_of(engine)}"
-                       f"), the roofline of {peak.label} with {peak.overhead_ms:g} ms overhead "
-                       f"per step (assumed), {fit.iterations} iteration(s)"
-                       + ("" if fit.converged else ", not converged")),
-        "fit": {"rows": fit.rows, "iterations": fit.iterations, "converged": fit.converged,
-                "notes": fit.notes},
-        "figures": figures,
-    }
+    return {"kind": EFFICIENCY_KIND, "version": 1, **factors,
+            "step_overhead_ms": peak.overhead_ms,
+            "fitted_on": {"gpu": peak.gpu.name, "model": peak.model.name,
+                          "tensor_parallel": peak.tensor_parallel, "weights": peak.weights,
+                          "kv_cache_dtype": peak.kv_dtype, "roofline": peak.provenance},
+            "provenance": provenance, **common}
 
 
 def bench_figures(runs: list[Run], frame: pl.DataFrame) -> pl.DataFrame:

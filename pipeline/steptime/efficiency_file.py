@@ -1,7 +1,10 @@
-"""``--latency FILE`` of kind ``roofline-efficiency`` (``fit --vllm-bench``'s output):
-``roofline_from_fit`` is the command's own roofline (``--model``, ``--tensor-parallel-size``,
-...) on the fitted GPU with the file's ``--mfu-prefill``/``--mbu-decode`` and step overhead,
-its provenance naming the file and what it was fitted on."""
+"""``--latency FILE`` of the kinds ``fit --vllm-bench`` writes (``FIT_READERS``):
+``roofline-efficiency``: ``roofline_from_fit``, the command's own roofline (``--model``,
+``--tensor-parallel-size``, ...) on the fitted GPU with the file's ``--mfu-prefill``/
+``--mbu-decode`` and step overhead; ``profile-scale`` (``fit --vllm-bench --profile DIR``):
+``profile_from_fit``, the file's profile (``--latency profile:DIR``) for the command's model
+with its GPU milliseconds scaled. Their provenance names the file and what it was fitted
+on."""
 
 from __future__ import annotations
 
@@ -12,10 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.base.errors import UsageError
-from pipeline.steptime.efficiency import FACTORS
+from pipeline.steptime.efficiency import EFFICIENCY_KIND, FACTORS
+from pipeline.steptime.profile import Profiled, read_profile
 from pipeline.steptime.roofline import Roofline
 
-__all__ = ["roofline_from_fit"]
+__all__ = ["PROFILE_SCALE_KIND", "FIT_READERS", "roofline_from_fit", "profile_from_fit"]
+
+#: the JSON kind of ``fit --vllm-bench --profile DIR``'s output (version 1)
+PROFILE_SCALE_KIND = "profile-scale"
 
 
 def _factor(document: dict, key: str, where: str) -> float:
@@ -24,6 +31,14 @@ def _factor(document: dict, key: str, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
         raise ValueError(f"{where}: {key}.value must be a number in (0, 1], got {value!r}")
     return float(value)
+
+
+def _overhead(document: dict, where: str) -> float:
+    overhead = document.get("step_overhead_ms")
+    if isinstance(overhead, bool) or not isinstance(overhead, (int, float)) \
+            or not math.isfinite(overhead) or overhead < 0:
+        raise ValueError(f"{where}: step_overhead_ms must be a number >= 0, got {overhead!r}")
+    return float(overhead)
 
 
 def roofline_from_fit(document: Any, path: Path, args: argparse.Namespace) -> Roofline:
@@ -36,10 +51,7 @@ def roofline_from_fit(document: Any, path: Path, args: argparse.Namespace) -> Ro
         raise ValueError(f"{where}: version {document.get('version')!r} is not supported "
                          f"(expected 1)")
     mfu, mbu = (_factor(document, key, where) for key, _ in FACTORS)
-    overhead = document.get("step_overhead_ms")
-    if isinstance(overhead, bool) or not isinstance(overhead, (int, float)) \
-            or not math.isfinite(overhead) or overhead < 0:
-        raise ValueError(f"{where}: step_overhead_ms must be a number >= 0, got {overhead!r}")
+    overhead = _overhead(document, where)
     for key, option in FACTORS:
         if getattr(args, key, None) is not None:
             raise UsageError(f"{option}: --latency {path} sets the factors fit measured; "
@@ -61,3 +73,32 @@ def roofline_from_fit(document: Any, path: Path, args: argparse.Namespace) -> Ro
               f"{', '.join(map(str, document.get('source') or []))}: "
               f"{fitted.get('model')}, TP {fitted.get('tensor_parallel')})")
     return replace(roofline, mfu=mfu, mbu=mbu, efficiency_source=source)
+
+
+def profile_from_fit(document: Any, path: Path, args: argparse.Namespace) -> Profiled:
+    """``--latency FILE`` of kind ``PROFILE_SCALE_KIND``: ``read_profile`` of the file's
+    directory for the command's options, its GPU milliseconds x the file's scale, its step
+    overhead the fit's; ValueError naming the file and field for a bad file."""
+    where = str(path)
+    if document.get("version") != 1:
+        raise ValueError(f"{where}: version {document.get('version')!r} is not supported "
+                         f"(expected 1)")
+    entry = document.get("scale")
+    scale = entry.get("value") if isinstance(entry, dict) else None
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) \
+            or not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"{where}: scale.value must be a number > 0, got {scale!r}")
+    directory = document.get("directory")
+    if not isinstance(directory, str) or not directory:
+        raise ValueError(f"{where}: directory must name the profile's folder")
+    options = argparse.Namespace(**{**vars(args),
+                                    "step_overhead_ms": _overhead(document, where)})
+    profile = read_profile(directory, options)
+    return replace(profile, scale=float(scale), label=f"{profile.label[:-1]}, x{scale:g})",
+                   provenance=f"{profile.provenance}; its GPU milliseconds x {scale:g}, "
+                              f"fitted from {path} (fit of "
+                              f"{', '.join(map(str, document.get('source') or []))})")
+
+
+#: the JSON kinds fit --vllm-bench writes and their readers
+FIT_READERS = {EFFICIENCY_KIND: roofline_from_fit, PROFILE_SCALE_KIND: profile_from_fit}
