@@ -4,5 +4,8 @@ fit`` (``pipeline.commands.fit``).
 ``inputs.py`` (measured replay files and their sidecars), ``schedule.py`` (the simulated
 schedule of the measured requests), ``solve.py`` (least squares on that schedule, standard
 errors, what the data cannot identify), ``evaluate.py`` (residuals, held-out error) and
-``fitted.py`` (the fitted JSON that ``--latency FILE`` reads).
+``fitted.py`` (the fitted JSON that ``--latency FILE`` reads). ``fit --vllm-bench``:
+``vllm_bench.py`` (vllm bench serve results as runs), ``roofline_form.py`` (the roofline as a
+form ``solve`` fits: its efficiency factors) and ``roofline_fit.py`` (the fit and the
+``roofline-efficiency`` JSON).
 """

@@ -64,6 +64,9 @@ class Schedule:
     #: end of the step that freed its slot in the simulation
     arrival_ms: np.ndarray
     closed_loop: bool = False
+    #: per step, milliseconds the fitted coefficients do not scale (a ``form``'s known part:
+    #: the roofline's overhead, reloads and all-reduces); None: none (the linear form)
+    offset_ms: np.ndarray | None = None
 
     def ttft_ms(self) -> np.ndarray:
         return self.end_ms[self.first_token_step] - self.arrival_ms
@@ -133,8 +136,12 @@ def step_features(record) -> tuple[float, ...]:
                  for _, quantity in TERMS)
 
 
-def engine_schedule(run: Run, engine: EngineModel, coefficients: np.ndarray) -> Schedule:
-    """The run through ``pipeline.engine`` (vLLM v1's engine loop) on the time clock."""
+def engine_schedule(run: Run, engine: EngineModel, coefficients: np.ndarray,
+                    form=None) -> Schedule:
+    """The run through ``pipeline.engine`` (vLLM v1's engine loop) on the time clock.
+    ``form`` (None: the linear form's ``step_features``) prices a step otherwise:
+    ``form.step(record, coefficients)`` gives its regressors and the milliseconds they do
+    not scale, the step taking their sum (``pipeline.fit.roofline_form``)."""
     from pipeline.engine.config import SchedulerConfig
     from pipeline.engine.loop import simulate
     from pipeline.engine.request import SimRequest
@@ -152,8 +159,12 @@ def engine_schedule(run: Run, engine: EngineModel, coefficients: np.ndarray) -> 
                 for i, prompt in enumerate(run.prompts)]
     beta = np.asarray(coefficients, dtype=np.float64)
     rows: dict[int, tuple[float, ...]] = {}
+    offsets: dict[int, float] = {}
 
     def step_ms(record) -> float:
+        if form is not None:
+            rows[record.step], offsets[record.step] = form.step(record, beta)
+            return max(offsets[record.step] + float(np.dot(rows[record.step], beta)), 0.0)
         rows[record.step] = step_features(record)
         return max(float(np.dot(rows[record.step], beta)), 0.0)
 
@@ -162,20 +173,22 @@ def engine_schedule(run: Run, engine: EngineModel, coefficients: np.ndarray) -> 
     steps, frame = result.steps, result.requests
     order = steps["step"].to_list()
     position = {step: i for i, step in enumerate(order)}
+    width = len(FEATURES) if form is None else len(form.names)
     features = np.array([rows[step] for step in order], dtype=np.float64)
     start = steps["start_ms"].to_numpy()
 
     def index(column: str) -> np.ndarray:
         return np.array([position[s] for s in frame[column].to_list()], dtype=np.int64)
 
-    return Schedule(features.reshape(-1, len(FEATURES)), start,
+    return Schedule(features.reshape(-1, width), start,
                     start + steps["duration_ms"].to_numpy(), index("first_scheduled_step"),
                     index("first_token_step"), index("finish_step"),
                     frame["gpu_hit_tokens"].to_numpy() + frame["cpu_hit_tokens"].to_numpy(),
                     f"pipeline.engine (vLLM v1 scheduler: max_num_seqs {engine.max_num_seqs}, "
                     f"max_num_batched_tokens {engine.max_num_batched_tokens}, block size "
                     f"{engine.block_size})", frame["arrival_ms"].to_numpy(),
-                    bool(run.concurrency))
+                    bool(run.concurrency),
+                    None if form is None else np.array([offsets[s] for s in order]))
 
 
 #: ``simulate_run(run, engine, coefficients)``: the schedule source, the engine simulation

@@ -62,9 +62,11 @@ class Fit:
     per_load: float = 0.0
     per_load_stderr: float = math.nan
     machine_load: bool = False
+    #: the coefficients' names, in the form's order (``FEATURES``: the linear form)
+    names: tuple[str, ...] = FEATURES
 
     def vector(self) -> np.ndarray:
-        return np.array([self.coefficients[name] for name in FEATURES])
+        return np.array([self.coefficients[name] for name in self.names])
 
 
 def load_scale(run: Run, per_load: float) -> float:
@@ -72,26 +74,52 @@ def load_scale(run: Run, per_load: float) -> float:
     return 1.0 + per_load * (run.machine_load or 0.0) if per_load else 1.0
 
 
-def design_rows(schedule: Schedule, step_of: np.ndarray
+def design_rows(schedule: Schedule, step_of: np.ndarray, local: bool = False,
+                after: np.ndarray | None = None
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(rows, offsets, first steps): for each request, the summed features of the steps
     from its busy period's start to ``step_of``, ``busy start - arrival``, and the busy
     period's first step (see the module docstring). In a closed loop a request arrives as
-    a step ends, so its window starts with the next step and its offset is 0."""
+    a step ends, so its window starts with the next step and its offset is 0. ``local``:
+    every window starts with the first step that starts after the request arrived, the
+    rest of the step then running a known offset (exact on the true schedule; far better
+    conditioned than a busy period when the engine is never idle). ``after``: the windows
+    are the steps after these (each request's first-token step) up to ``step_of``, with no
+    arrival in them (a request's time from its first token to its end)."""
     steps = schedule.features.shape[0]
     cumulative = np.vstack([np.zeros((1, schedule.features.shape[1])),
                             np.cumsum(schedule.features, axis=0)])
+    if after is not None:
+        begin = np.minimum(after + 1, step_of)
+        return (cumulative[step_of + 1] - cumulative[begin],
+                np.zeros(step_of.size) + _known(schedule, begin, step_of), begin)
+    if local:
+        begin = np.searchsorted(schedule.start_ms, schedule.arrival_ms - 1e-9, side="left")
+        begin = np.minimum(begin, step_of)
+        return (cumulative[step_of + 1] - cumulative[begin],
+                schedule.start_ms[begin] - schedule.arrival_ms
+                + _known(schedule, begin, step_of), begin)
     if schedule.closed_loop:
         begin = np.searchsorted(schedule.end_ms, schedule.arrival_ms + 1e-9, side="right")
         begin = np.minimum(begin, step_of)
         return (cumulative[step_of + 1] - cumulative[begin],
-                np.zeros(step_of.size), begin)
+                np.zeros(step_of.size) + _known(schedule, begin, step_of), begin)
     gap = np.ones(steps, dtype=bool)
     gap[1:] = schedule.start_ms[1:] > schedule.end_ms[:-1] + 1e-9
     period_first = np.maximum.accumulate(np.where(gap, np.arange(steps), 0))
     begin = period_first[step_of]
     rows = cumulative[step_of + 1] - cumulative[begin]
-    return rows, schedule.start_ms[begin] - schedule.arrival_ms, begin
+    return rows, schedule.start_ms[begin] - schedule.arrival_ms + _known(schedule, begin,
+                                                                          step_of), begin
+
+
+def _known(schedule: Schedule, begin: np.ndarray, step_of: np.ndarray) -> np.ndarray | float:
+    """The summed ``offset_ms`` (milliseconds no coefficient scales) of the steps ``begin ..
+    step_of`` (0 when the schedule has none)."""
+    if schedule.offset_ms is None:
+        return 0.0
+    cumulative = np.concatenate([[0.0], np.cumsum(schedule.offset_ms)])
+    return cumulative[step_of + 1] - cumulative[begin]
 
 
 def _overlaps_held(schedule: Schedule, begin: np.ndarray, step_of: np.ndarray,
@@ -104,17 +132,21 @@ def _overlaps_held(schedule: Schedule, begin: np.ndarray, step_of: np.ndarray,
 
 
 def _system(runs: list[Run], schedules: list[Schedule], masks: list[np.ndarray],
-            use_e2e: bool, held: list[np.ndarray] | None = None
+            use_e2e: bool, held: list[np.ndarray] | None = None, local: bool = False
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(rows, targets, weights, each row's run load average, 0 where none)."""
+    """(rows, targets, weights, each row's run load average, 0 where none); ``local``:
+    ``design_rows``', the second rows then a request's first token to its end."""
     xs, ys, ws, ls = [], [], [], []
     held = held or [np.zeros(r.n, dtype=bool) for r in runs]
     for run, schedule, mask, out in zip(runs, schedules, masks, held):
-        targets = [(schedule.first_token_step, run.ttft_ms)]
-        if use_e2e:
-            targets.append((schedule.finish_step, run.e2e_ms))
-        for step_of, measured in targets:
-            rows, offset, begin = design_rows(schedule, step_of)
+        targets = [(schedule.first_token_step, run.ttft_ms, None)]
+        if use_e2e and local:         # first token to end: no arrival phase in the window
+            targets.append((schedule.finish_step, run.e2e_ms - run.ttft_ms,
+                            schedule.first_token_step))
+        elif use_e2e:
+            targets.append((schedule.finish_step, run.e2e_ms, None))
+        for step_of, measured, after in targets:
+            rows, offset, begin = design_rows(schedule, step_of, local, after)
             keep = mask & (measured > 0) & ~_overlaps_held(schedule, begin, step_of, out)
             xs.append(rows[keep])
             ys.append(measured[keep] - offset[keep])
@@ -123,23 +155,26 @@ def _system(runs: list[Run], schedules: list[Schedule], masks: list[np.ndarray],
     return np.vstack(xs), np.concatenate(ys), np.concatenate(ws), np.concatenate(ls)
 
 
-def identifiability(x: np.ndarray) -> dict[str, str]:
-    """Coefficients the rows ``x`` cannot identify, each with the reason."""
+def identifiability(x: np.ndarray, names: tuple[str, ...] = FEATURES) -> dict[str, str]:
+    """Coefficients (``names``, the columns of ``x``) the rows ``x`` cannot identify, each
+    with the reason."""
     reasons: dict[str, str] = {}
     if x.shape[0] == 0:
-        return {name: "no rows" for name in FEATURES}
+        return {name: "no rows" for name in names}
     ok, _ = identifiable(x)
     norms, rank, null = null_space(x)
-    for j, name in enumerate(FEATURES):
+    for j, name in enumerate(names):
         if norms[j] == 0:
             reasons[name] = {
                 "reload_token_ms": "no step reloaded tokens from a CPU tier",
                 "decode_seq_ms": "no step decoded (every request generated one token)",
                 "prefill_token_ms": "no step prefilled tokens",
                 "attention_pair_ms": "no step attended anything",
+                "compute_scale": "no simulated step is compute-bound",
+                "memory_scale": "no simulated step is memory-bound",
             }.get(name, "its feature is zero in every step")
     for vector in null:
-        tied = [FEATURES[j] for j in range(len(FEATURES)) if abs(vector[j]) > 1e-6
+        tied = [names[j] for j in range(len(names)) if abs(vector[j]) > 1e-6
                 and norms[j] > 0]
         for name in tied:
             others = [t for t in tied if t != name]
@@ -147,7 +182,7 @@ def identifiability(x: np.ndarray) -> dict[str, str]:
                 reasons.setdefault(name, "moves together with " + ", ".join(others)
                                    + " in every measured step (one can trade against the "
                                      "other without changing any prediction)")
-    for j, name in enumerate(FEATURES):
+    for j, name in enumerate(names):
         if not ok[j]:
             reasons.setdefault(name, "not identifiable from these steps")
     return reasons
@@ -178,15 +213,29 @@ def _solve(x: np.ndarray, y: np.ndarray, w: np.ndarray, active: list[int]
         return coef, se, clamped
 
 
+def _solve_absolute(x: np.ndarray, y: np.ndarray, w: np.ndarray, active: list[int],
+                    rounds: int = 30) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """``_solve`` minimising the sum of absolute weighted errors instead of their squares:
+    iteratively reweighted least squares, each row's weight divided by the square root of
+    its last absolute error (at least 0.1 %)."""
+    scale = np.ones_like(w)
+    for _ in range(rounds):
+        coef, se, clamped = _solve(x, y, w * scale, active)
+        residual = np.abs(w * (y - x @ coef))
+        scale = 1.0 / np.sqrt(np.maximum(residual, 1e-3))
+    return coef, se, clamped
+
+
 def _solve_loaded(x: np.ndarray, y: np.ndarray, w: np.ndarray, loads: np.ndarray,
-                  active: list[int]) -> tuple[np.ndarray, np.ndarray, list[int], float, float]:
+                  active: list[int], solve=_solve
+                  ) -> tuple[np.ndarray, np.ndarray, list[int], float, float]:
     """``_solve`` with the rows scaled by ``1 + per_load x load``, ``per_load >= 0`` chosen
     to minimise the weighted squared error (the coefficients solved again for each value: a
     grid, then golden-section search around its best point). Returns (coefficients, standard
     errors, clamped columns, per_load, its standard error)."""
     def loss(per_load: float) -> float:
         scale = 1.0 + per_load * loads
-        coef, _, _ = _solve(x * scale[:, None], y, w, active)
+        coef, _, _ = solve(x * scale[:, None], y, w, active)
         residual = w * (y - scale * (x @ coef))
         return float(residual @ residual)
 
@@ -210,7 +259,7 @@ def _solve_loaded(x: np.ndarray, y: np.ndarray, w: np.ndarray, loads: np.ndarray
             loss_b = loss(b)
     per_load = min((grid[best], losses[best]), (a, loss_a), (b, loss_b), key=lambda t: t[1])[0]
     scale = 1.0 + per_load * loads
-    coef, se, clamped = _solve(x * scale[:, None], y, w, active)
+    coef, se, clamped = solve(x * scale[:, None], y, w, active)
     p = x @ coef
     kept = [c for c in active if c not in clamped]
     jacobian = np.column_stack([(x * scale[:, None])[:, kept], loads * p]) * w[:, None]
@@ -258,7 +307,7 @@ def _loss(runs: list[Run], schedules: list[Schedule], masks: list[np.ndarray],
 
 def fit_runs(runs: list[Run], engine_of: list[EngineModel], masks: list[np.ndarray],
              use_e2e: bool = True, held: list[np.ndarray] | None = None,
-             machine_load: bool = False) -> Fit:
+             machine_load: bool = False, form=None, absolute: bool = False) -> Fit:
     """Fit the coefficients on the requests selected by ``masks`` (one per run).
 
     ``held``: held-out requests; a row whose waiting includes one of their steps is left
@@ -267,7 +316,13 @@ def fit_runs(runs: list[Run], engine_of: list[EngineModel], masks: list[np.ndarr
     point, or a cycle between schedules) the iteration stops, and the solution whose
     simulation has the smallest relative error on the fitted requests is kept.
     ``machine_load``: fit the load-average scale too (see the module docstring).
+    ``absolute``: least absolute (relative) errors instead of least squares.
+    ``form``: another step-time form than the linear one (its ``names``, ``simulate(run,
+    engine, coefficients)``, ``initial()`` and ``local_rows``, ``design_rows``' ``local``:
+    ``pipeline.fit.roofline_form``).
     """
+    names = FEATURES if form is None else form.names
+    simulate = simulate_run if form is None else form.simulate
     if sum(int(m.sum()) for m in masks) < 2:
         raise FitError("fewer than 2 measured requests to fit on")
     notes: list[str] = []
@@ -281,14 +336,14 @@ def fit_runs(runs: list[Run], engine_of: list[EngineModel], masks: list[np.ndarr
             notes.append("machine load: every fitted run was measured at the same load "
                          "average, so its effect cannot be identified: not fitted")
     per_load, per_load_se = 0.0, math.nan
-    coef = _initial(runs, masks)
+    coef = _initial(runs, masks) if form is None else form.initial()
     seen: list[tuple] = []
     best: tuple | None = None       # (loss, coef, se, unidentified, clamped, rows, per_load, se)
     pending: tuple | None = None
     converged, cycled = False, 0
     iteration = 0
     for iteration in range(1, MAX_ITERATIONS + 1):
-        schedules = [simulate_run(r, e, coef * load_scale(r, per_load))
+        schedules = [simulate(r, e, coef * load_scale(r, per_load))
                      for r, e in zip(runs, engine_of)]
         if pending is not None:                # score the last solution on its own schedule
             loss = _loss(runs, schedules, masks, use_e2e)
@@ -300,23 +355,25 @@ def fit_runs(runs: list[Run], engine_of: list[EngineModel], masks: list[np.ndarr
             converged = cycled == 1
             break
         seen.append(structure)
-        x, y, w, loads = _system(runs, schedules, masks, use_e2e, held)
+        x, y, w, loads = _system(runs, schedules, masks, use_e2e, held,
+                                 getattr(form, "local_rows", False))
         if x.shape[0] < 2:
             raise FitError(f"{x.shape[0]} row(s) left to fit on (held-out requests delay the "
                            f"others): hold out less")
-        unidentified = identifiability(x * w[:, None])
-        active = [j for j, name in enumerate(FEATURES) if name not in unidentified]
+        unidentified = identifiability(x * w[:, None], names)
+        active = [j for j, name in enumerate(names) if name not in unidentified]
         if not active:
             raise FitError("no coefficient is identifiable from these requests")
         if machine_load:
             coef, se, clamped_columns, per_load, per_load_se = _solve_loaded(
-                x, y, w, loads, active)
+                x, y, w, loads, active, _solve_absolute if absolute else _solve)
         else:
-            coef, se, clamped_columns = _solve(x, y, w, active)
-        pending = (coef, se, unidentified, [FEATURES[j] for j in clamped_columns], x.shape[0],
+            coef, se, clamped_columns = (_solve_absolute if absolute else _solve)(
+                x, y, w, active)
+        pending = (coef, se, unidentified, [names[j] for j in clamped_columns], x.shape[0],
                    per_load, per_load_se)
     else:
-        schedules = [simulate_run(r, e, coef * load_scale(r, per_load))
+        schedules = [simulate(r, e, coef * load_scale(r, per_load))
                      for r, e in zip(runs, engine_of)]
         loss = _loss(runs, schedules, masks, use_e2e)
         if best is None or loss < best[0]:
@@ -330,6 +387,6 @@ def fit_runs(runs: list[Run], engine_of: list[EngineModel], masks: list[np.ndarr
                      f"kept" if cycled else
                      f"the schedule still changed after {MAX_ITERATIONS} iterations: the "
                      f"solution with the smallest error is kept")
-    return Fit(dict(zip(FEATURES, coef.tolist())), dict(zip(FEATURES, se.tolist())),
+    return Fit(dict(zip(names, coef.tolist())), dict(zip(names, se.tolist())),
                unidentified, iteration, converged, int(rows), clamped, notes, per_load,
-               per_load_se, machine_load)
+               per_load_se, machine_load, tuple(names))

@@ -11,6 +11,9 @@ weight bytes per GPU (bf16) / the time / the preset's memory bandwidth. ``EFFICI
 those medians over the committed sample (Llama-2-7B and -70B, both GPUs;
 ``tests/test_efficiency.py`` recomputes them): the defaults of ``--mfu-prefill`` and
 ``--mbu-decode`` given without a value. Other GPUs have no profile: a number is required.
+
+``fit --vllm-bench`` writes the factors it fitted as a JSON of kind ``EFFICIENCY_KIND``
+(read by ``steptime.efficiency_file``).
 """
 
 from __future__ import annotations
@@ -21,8 +24,14 @@ import polars as pl
 
 from pipeline.sizes.gpus import GpuPreset
 
-__all__ = ["EFFICIENCY", "PREFILL_TOKENS", "DECODE_TOKENS", "LINEAR_OPERATIONS",
-           "profile_rows", "profile_efficiency", "efficiency_of"]
+__all__ = ["EFFICIENCY", "EFFICIENCY_KIND", "PREFILL_TOKENS", "DECODE_TOKENS",
+           "FACTORS", "LINEAR_OPERATIONS", "profile_rows", "profile_efficiency",
+           "efficiency_of"]
+
+#: the JSON kind of ``fit --vllm-bench``'s output (version 1)
+EFFICIENCY_KIND = "roofline-efficiency"
+#: its factors: the document's key and the option it stands for
+FACTORS = (("mfu_prefill", "--mfu-prefill"), ("mbu_decode", "--mbu-decode"))
 
 PREFILL_TOKENS, DECODE_TOKENS = 1024, 8
 LINEAR_OPERATIONS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")

@@ -85,6 +85,8 @@ class Profiled:
     label: str = "profile"
     provenance: str = ""
     notes: tuple[str, ...] = field(default=())
+    #: the profile's GPU milliseconds x scale (fit --vllm-bench --profile DIR; 1: as measured)
+    scale: float = 1.0
     file_kind: ClassVar[str | None] = None
 
     def _check(self, what: str, value: float, limit: str) -> None:
@@ -123,6 +125,10 @@ class Profiled:
             size = tokens * self.hidden * 2
             self._check("all-reduce bytes", size, "allreduce")
             layer += 2 * float(np.interp(size, *self.allreduce))
+        if self.scale != 1.0:
+            return (self.overhead_ms + self.scale * (
+                self.layers * layer + float(np.interp(tokens, self.tokens, self.emb_ms)))
+                + self.reload_ms_per_token * cost.reload_tokens)
         return (self.overhead_ms + self.layers * layer
                 + float(np.interp(tokens, self.tokens, self.emb_ms))
                 + self.reload_ms_per_token * cost.reload_tokens)

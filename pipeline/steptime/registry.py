@@ -1,9 +1,11 @@
 """The step-time models: one class each (a ``StepTimeModel``), one line in
 ``STEP_TIME_MODELS``. A class with ``file_kind = None`` is built by ``from_args(args)``
 (``--latency NAME``), one with a ``file_kind`` by ``from_document(document, path)`` from a
-``--latency FILE`` of that JSON ``kind``; ``step_time_model`` is how every command reads
-``--latency``; ``--latency profile:DIR`` reads a vidur-format profile (``profile``). A model
-with ``kernel_coefficients`` runs in the compiled loop."""
+``--latency FILE`` of that JSON ``kind`` (``fit --vllm-bench``'s ``roofline-efficiency`` and
+``profile-scale``: the command's roofline or profile with them, ``efficiency_file``);
+``step_time_model`` is how every command reads ``--latency``; ``--latency profile:DIR``
+reads a vidur-format profile (``profile``). A model with ``kernel_coefficients`` runs in the
+compiled loop."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from pipeline.base.errors import CLIError
 from pipeline.steptime.cost import StepTimeModel
 from pipeline.steptime.fitted import Linear
 from pipeline.base.fitted_step_time import read_json
+from pipeline.steptime.efficiency_file import FIT_READERS
 from pipeline.steptime.profile import PREFIX, read_profile
 from pipeline.steptime.roofline import Roofline
 
@@ -45,6 +48,8 @@ def step_time_model(choice: str, args: Any) -> StepTimeModel:
     try:
         document = read_json(path)
         kind = document.get("kind") if isinstance(document, dict) else None
+        if kind in FIT_READERS:                      # fit --vllm-bench's outputs
+            return FIT_READERS[kind](document, path, args)
         reader = next((cls for cls in readers if cls.file_kind == kind), readers[0])
         return reader.from_document(document, path)
     except ValueError as exc:
