@@ -55,7 +55,7 @@ __all__ = ["Link", "parse_link", "RemotePrefill", "WithoutReload", "Side",
            "simulate_disaggregated", "kv_bytes", "MAX_PASSES"]
 
 #: decode-side runs at most, to settle the bytes moved against the decode side's hits
-MAX_PASSES = 4
+MAX_PASSES = 3
 
 _LINK = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?\d+)?)\s*(GB/s|GBps|Gb/s|Gbps)\s*"
                    r"(?::\s*([0-9]*\.?[0-9]+(?:e[+-]?\d+)?)\s*(ms|us|s))?\s*$", re.I)
