@@ -235,6 +235,11 @@ def test_fleet_and_plan_disaggregated(tmp_path):
     (("--cpu", "1000", "--prefill-instances", "1", "--decode-instances", "1",
       "--kv-transfer", "25GB/s"), "--cpu"),
     (("--decode-router", "least-loaded"), "--decode-router"),
+    (("--pd-decider", "llm-d-prefix:16"), "--pd-decider"),
+    (("--prefill-instances", "1", "--decode-instances", "1", "--kv-transfer", "25GB/s",
+      "--pd-decider", "bogus"), "--pd-decider"),
+    (("--prefill-instances", "1", "--decode-instances", "1", "--kv-transfer", "25GB/s",
+      "--pd-decider", "llm-d-prefix:16", "--max-local-prefill-length", "5"), "--pd-decider"),
 ])
 def test_disaggregated_bad_input_is_one_line(tmp_path, extra, named):
     done = _run("fleet", *WORKLOAD, *extra, "--out", str(tmp_path / "f"))
@@ -269,3 +274,62 @@ def test_conditional_disaggregation_keeps_short_prompts_on_the_decode_side():
     assert every.requests["ttft_ms"].to_list() == pytest.approx(alone["ttft_ms"].to_list())
     assert every.requests["finish_ms"].to_list() == pytest.approx(alone["finish_ms"].to_list())
     assert run(0).requests["remote_prefill"].all()
+
+
+# ---------------------------------------------------------------- deciders
+from pipeline.fleet.deciders import Always, LlmdPrefix, PromptLength, parse_decider  # noqa: E402
+
+
+def test_llm_d_prefix_decider_as_its_disaggregate_reads():
+    prompts, cached = np.array([10, 40, 40, 40, 16]), np.array([0, 0, 16, 32, 0])
+    # nonCachedTokens 16: shorter prompts stay local; remote when prompt - cached >= 16
+    assert LlmdPrefix(16).remote(prompts, cached).tolist() == [False, True, True, False, True]
+    assert not LlmdPrefix().remote(prompts, cached).any()        # 0, its default: disabled
+    assert Always().remote(prompts, cached).all()
+    assert PromptLength(16).remote(prompts, cached).tolist() == [False, True, True, True, False]
+
+
+def test_parse_decider():
+    assert parse_decider("llm-d-prefix:16").describe() == "llm-d-prefix:16"
+    assert parse_decider("prompt-length").tokens == 1000
+    for bad in ("bogus", "llm-d-prefix:x", "llm-d-prefix:-1"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_decider(bad)
+
+
+def test_llm_d_prefix_keeps_a_request_local_when_its_decode_engine_holds_the_prefix():
+    # request 1 re-sends request 0's 64 tokens and 8 more: its decode engine holds 4 blocks
+    # of them, so 72 - 64 = 8 < 16 tokens are uncached and it is prefilled locally
+    requests = [SimRequest(0, list(range(64)), 3, arrival_s=0.0),
+                SimRequest(1, list(range(64)) + list(range(900, 908)), 3, arrival_s=1.0),
+                SimRequest(2, list(range(500, 540)), 3, arrival_s=2.0)]
+    config = SchedulerConfig(num_gpu_blocks=100, max_model_len=100, block_size=16)
+
+    def run(decider):
+        return simulate_disaggregated(
+            requests, Side(config, make_router("round-robin", 1, 16), MODEL),
+            Side(config, make_router("round-robin", 1, 16), MODEL), Link(1.0, 0.5), KV,
+            decider=decider).requests
+
+    prefix = run(LlmdPrefix(16))
+    assert prefix["remote_prefill"].to_list() == [True, False, True]
+    assert prefix["instance"].to_list() == [0, -1, 0]
+    assert prefix["decode_gpu_hit_tokens"].to_list() == [0, 64, 0]
+    assert prefix["kv_bytes"].to_list() == [4 * 16 * KV, 0, 3 * 16 * KV]
+    assert prefix["kv_settled"].all()
+    assert run(Always())["remote_prefill"].all()
+
+
+def test_fleet_with_llm_d_prefix_decider(tmp_path):
+    # long-doc-qa repeats each document: a repeat finds it on its decode engine and is
+    # prefilled there (llm-d-prefix:256), the first reading goes to the prefill side
+    done = _run("fleet", *WORKLOAD, "--prefill-instances", "1", "--decode-instances", "1",
+                "--kv-transfer", "25GB/s", "--pd-decider", "llm-d-prefix:256", "--out",
+                str(tmp_path / "pd"))
+    assert done.returncode == 0, done.stderr
+    assert "P/D decider llm-d-prefix:256" in done.stdout
+    rows = pl.read_parquet(tmp_path / "pd" / "requests")
+    assert rows["remote_prefill"].any() and not rows["remote_prefill"].all()
+    local = rows.filter(~pl.col("remote_prefill") & pl.col("kv_settled"))
+    assert (local["prompt_tokens"] - local["gpu_hit_tokens"] < 256).all()
+    assert (local["kv_bytes"] == 0).all()

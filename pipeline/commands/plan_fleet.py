@@ -69,7 +69,7 @@ FLEET_ONLY = ("engine", "instances", "router", "router_option", "staleness_ms",
               "async_scheduling", "cpu", "cpu_chunk_size", "cpu_shared", "limit",
               "groups", "questions", "sessions", "turns", "think_s", "executor", "jobs",
               "ray_address", "retries", "prefill_instances", "decode_instances",
-              "kv_transfer", "decode_router", "max_local_prefill_length", "gpu_types",
+              "kv_transfer", "decode_router", "max_local_prefill_length", "pd_decider", "gpu_types",
               "slo_ttft_ms", "slo_tpot_ms", "target_goodput", "tier_options", *COST_DESTS)
 
 

@@ -48,6 +48,7 @@ from pipeline.components.engine_layout import INDEX, NPROMPT, PREEMPT, T_CAPACIT
 from pipeline.components.kgeneric import register
 from pipeline.components.ktier import no_tier
 from pipeline.engine.request import SimRequest
+from pipeline.fleet.deciders import Decider, make_decider
 from pipeline.fleet.loop import FleetResult, simulate_fleet
 from pipeline.fleet.routers.base import Router
 
@@ -179,89 +180,103 @@ def kv_bytes(prompt_tokens: np.ndarray, block_size: int, kv_bytes_per_token: int
 
 
 def _transfers(done_ms: np.ndarray, link_of: np.ndarray, nbytes: np.ndarray,
-               link: Link) -> tuple[np.ndarray, np.ndarray]:
-    """(start, end) of each transfer: per link one at a time, in the order the prefills
-    finish (ties: lower request first)."""
-    start, end = np.empty_like(done_ms), np.empty_like(done_ms)
+               remote: np.ndarray, link: Link) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end) of each ``remote`` request's transfer (NaN elsewhere): per link one at
+    a time, in the order the prefills finish (ties: lower request first)."""
+    start, end = np.full(done_ms.size, np.nan), np.full(done_ms.size, np.nan)
     free: dict[int, float] = {}
-    for i in np.lexsort((np.arange(done_ms.size), done_ms)).tolist():
-        at = max(float(done_ms[i]), free.get(int(link_of[i]), 0.0))
-        start[i], end[i] = at, at + link.ms(float(nbytes[i]))
+    at = np.flatnonzero(remote)
+    for i in at[np.lexsort((at, done_ms[at]))].tolist():
+        begin = max(float(done_ms[i]), free.get(int(link_of[i]), 0.0))
+        start[i], end[i] = begin, begin + link.ms(float(nbytes[i]))
         free[int(link_of[i])] = float(end[i])
     return start, end
 
 
 def simulate_disaggregated(requests: Sequence[SimRequest], prefill: Side, decode: Side,
                            link: Link, kv_bytes_per_token: int,
-                           max_local_prefill_length: int | None = None) -> FleetResult:
+                           max_local_prefill_length: int | None = None,
+                           decider: Decider | None = None) -> FleetResult:
     """Every request through a prefill engine, the link and a decode engine (see the module
     docstring); ``requests`` numbered 0..n-1 with non-decreasing ``arrival_s``. The request
     rows carry ``instance`` (the prefill engine), ``decode_instance``, the prefill side's
     columns (its TTFT), ``kv_bytes``, ``kv_settled``, ``transfer_start_ms`` /
     ``transfer_end_ms``, the decode side's ``decode_first_token_ms`` and ``finish_ms``,
-    ``tpot_ms``; the steps carry ``side`` (prefill or decode) and are the decode side's
-    last run. ``max_local_prefill_length``: Dynamo's conditional
-    disaggregation: a request whose prompt is at most that long skips the prefill side and
-    is prefilled by its decode engine (``remote_prefill`` False; TTFT then the decode
-    side's)."""
+    ``tpot_ms``; the steps carry ``side`` (prefill or decode) and are the last run's.
+    ``decider`` (``pipeline.fleet.deciders``; default ``make_decider``'s: every prompt,
+    or Dynamo's ``max_local_prefill_length``) decides which requests skip the prefill side
+    and are prefilled by their decode engine (``remote_prefill`` False, ``instance`` -1;
+    TTFT then the decode side's); one deciding on the decode side's hits decides again
+    with each run's, as the bytes are settled."""
     n = len(requests)
     prompts = np.array([len(r.prompt_token_ids) for r in requests], np.int64)
-    remote = (np.ones(n, bool) if max_local_prefill_length is None
-              else prompts > max_local_prefill_length)
-    remote_at = np.flatnonzero(remote)
-    first = [replace(requests[int(i)], index=k, max_tokens=1,
-                     output_token_ids=None if requests[int(i)].output_token_ids is None
-                     else list(requests[int(i)].output_token_ids[:1]))
-             for k, i in enumerate(remote_at.tolist())]
+    arrival = np.array([(r.arrival_s or 0.0) * 1e3 for r in requests])
     block_size = (prefill.config[0] if isinstance(prefill.config, Sequence)
                   else prefill.config).block_size
-    nbytes = np.zeros(n, np.int64)
-    settled = np.ones(n, bool)
-    ready = np.array([(r.arrival_s or 0.0) * 1e3 for r in requests])     # local: arrival
-    start, end = np.full(n, np.nan), np.full(n, np.nan)
-    pre = None
-    if first:
-        p = simulate_fleet(first, prefill.config, prefill.router, prefill.step_model.step_ms,
-                           decode_run_ms=getattr(prefill.step_model, "decode_run_ms", None),
-                           engine=prefill.engine)
-        pre = p.requests.sort("request").with_columns(
-            request=pl.Series(remote_at, dtype=pl.Int64))
-        done, links = pre["finish_ms"].to_numpy(), pre["instance"].to_numpy()
-        nbytes[remote_at] = kv_bytes(prompts[remote_at], block_size, kv_bytes_per_token)
-        start[remote_at], end[remote_at] = _transfers(done, links, nbytes[remote_at], link)
+    decider = make_decider(decider, max_local_prefill_length)
+
+    def wanted(hits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        remote = decider.remote(prompts, hits)
+        return remote, np.where(remote, kv_bytes(prompts, block_size, kv_bytes_per_token,
+                                                 hits), 0)
+
+    remote, nbytes = wanted(np.zeros(n, np.int64))       # no decode-side hit known yet
+    ran = None
     for passes in range(1, MAX_PASSES + 1):
-        ready[remote_at] = end[remote_at]
-        d, order, dec = _decode_side(requests, decode, remote, ready)
-        if not first:
-            break
-        hits = dec["decode_gpu_hit_tokens"].to_numpy()[remote_at]
-        moved = kv_bytes(prompts[remote_at], block_size, kv_bytes_per_token, hits)
-        settled[remote_at] = moved == nbytes[remote_at]
+        if ran is None or not np.array_equal(ran[0], remote):
+            ran = (remote, *_prefill_side(requests, prefill, remote))
+        _, p, pre, done, links = ran
+        start, end = _transfers(done, links, nbytes, remote, link)
+        d, dec = _decode_side(requests, decode, remote, np.where(remote, end, arrival))
+        again, moved = wanted(dec["decode_gpu_hit_tokens"].to_numpy())
+        settled = (again == remote) & (moved == nbytes)
         if settled.all() or passes == MAX_PASSES:
             break
-        again = _transfers(done, links, moved, link)
-        nbytes[remote_at] = moved
-        if np.array_equal(again[1], end[remote_at]):     # the same arrivals: the same run
-            start[remote_at] = again[0]
-            settled[:] = True
-            break
-        start[remote_at], end[remote_at] = again
+        if np.array_equal(again, remote):
+            start2, end2 = _transfers(done, links, moved, remote, link)
+            if np.array_equal(end2[remote], end[remote]):   # the same arrivals: the same run
+                nbytes, start, settled[:] = moved, start2, True
+                break
+        remote, nbytes = again, moved
     out = _rows(requests, remote, dec, pre).with_columns(
         kv_bytes=pl.Series(nbytes), kv_settled=pl.Series(settled),
         transfer_start_ms=pl.Series(start).fill_nan(None),
         transfer_end_ms=pl.Series(end).fill_nan(None))
     steps = [d.steps.with_columns(side=pl.lit("decode"))]
-    if first:
+    if p is not None:
         steps.insert(0, p.steps.with_columns(side=pl.lit("prefill")))
     steps = pl.concat(steps, how="diagonal_relaxed")
     return FleetResult(out, steps.select("side", pl.exclude("side")))
 
 
+def _prefill_side(requests: Sequence[SimRequest], prefill: Side, remote: np.ndarray
+                  ) -> tuple[FleetResult | None, pl.DataFrame | None, np.ndarray, np.ndarray]:
+    """The prefill engines' run of the ``remote`` requests cut to their first token: the
+    run, its rows (``request`` the input index), and per request (input order) when its
+    prefill finished (ms; NaN where local) and on which instance (-1)."""
+    n = len(requests)
+    done, links = np.full(n, np.nan), np.full(n, -1, np.int64)
+    remote_at = np.flatnonzero(remote)
+    if not remote_at.size:
+        return None, None, done, links
+    first = [replace(requests[int(i)], index=k, max_tokens=1,
+                     output_token_ids=None if requests[int(i)].output_token_ids is None
+                     else list(requests[int(i)].output_token_ids[:1]))
+             for k, i in enumerate(remote_at.tolist())]
+    p = simulate_fleet(first, prefill.config, copy.deepcopy(prefill.router),
+                       prefill.step_model.step_ms,
+                       decode_run_ms=getattr(prefill.step_model, "decode_run_ms", None),
+                       engine=prefill.engine)
+    pre = p.requests.sort("request").with_columns(request=pl.Series(remote_at, dtype=pl.Int64))
+    done[remote_at], links[remote_at] = pre["finish_ms"].to_numpy(), pre["instance"].to_numpy()
+    return p, pre, done, links
+
+
 def _decode_side(requests: Sequence[SimRequest], decode: Side, remote: np.ndarray,
-                 ready: np.ndarray) -> tuple[FleetResult, np.ndarray, pl.DataFrame]:
+                 ready: np.ndarray) -> tuple[FleetResult, pl.DataFrame]:
     """The decode engines' run, each request arriving at ``ready`` (ms), behind a fresh
-    copy of the decode router: the run, the arrival order, its request rows in input
-    order (``request`` renumbered)."""
+    copy of the decode router: the run and its request rows in input order (``request``
+    the input index)."""
     order = np.lexsort((np.arange(len(requests)), ready))   # decode arrivals in time order
     moved = [replace(requests[int(i)], index=k, arrival_s=float(ready[i]) / 1e3)
              for k, i in enumerate(order.tolist())]
@@ -273,7 +288,7 @@ def _decode_side(requests: Sequence[SimRequest], decode: Side, remote: np.ndarra
                        decode_run_ms=getattr(decode.step_model, "decode_run_ms", None),
                        engine=decode.engine)
     dec = d.requests.with_columns(request=pl.Series(order, dtype=pl.Int64)).sort("request")
-    return d, order, dec.rename({"gpu_hit_tokens": "decode_gpu_hit_tokens"})
+    return d, dec.rename({"gpu_hit_tokens": "decode_gpu_hit_tokens"})
 
 
 def _rows(requests: Sequence[SimRequest], remote: np.ndarray, dec: pl.DataFrame,
