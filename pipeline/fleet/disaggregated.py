@@ -20,7 +20,8 @@ bytes = (the prompt's blocks, a partial last one included, - the decode side's h
 blocks at admission) x block size x KV bytes per token. That hit is known only once the
 decode side has run, and it decides when the request arrives there: the decode side is run
 again with the transfers its hits give until the hits reproduce (``MAX_PASSES``); a request
-whose transfer still differs from its hit then is ``kv_settled`` False.
+whose transfer still differs from its hit then is ``kv_settled`` False. A P/D decider
+(``pipeline.fleet.deciders``) that reads the decode side's hits decides again the same way.
 
 The two sides run one after the other (``simulate_fleet`` each, with its own router): a
 prefill engine does not wait for the decode side, which holds in this model because the
