@@ -266,22 +266,8 @@ def fleet_plan(args: argparse.Namespace) -> int:
             plan = smallest_memory(fleet, args.target_ttft_p90_ms, args.target_hit_ratio,
                                    memory, args.target_tpot_p90_ms, args.target_goodput)
         else:
-            cpu: dict[Point, float] = {}
-            setups = []
-            for one, (prices, fits) in zip(types, costs):
-                for tokens in (args.cpu,) if tiers is None else tiers:
-                    each_args, each = (args, settings) if one is args and tokens == args.cpu \
-                        else fleet_command.sweep_settings(derive(
-                            one, gpu_blocks=args.gpu_blocks, cpu=tokens), workload,
-                            args.options)
-                    tags = {"gpu_type": prices.gpu} if args.gpu_types else {}
-                    if tiers is not None:
-                        tags["cpu_tier"] = tokens
-                    setups.append(Setup(
-                        tags, [p for p in points if not (tokens and p.decode_instances)],
-                        lambda order, skip, seen, one=each_args, each=each: _stream(
-                            one, each, order, workload, skip, seen, cpu),
-                        prices, dataclasses.replace(memory, cpu_tokens=tokens), fits))
+            setups, cpu = _cost_setups(args, settings, types, costs, tiers, points,
+                                       memory, workload)
             search = search_setups(setups, targets)
             fleet, plan = search.fleet, best_of_kinds(search.answers)
     plan = plan.sort(pl.col("router").replace_strict(
@@ -306,7 +292,7 @@ def fleet_plan(args: argparse.Namespace) -> int:
             document["cost"]["gpu_types"] = {prices.gpu: prices.gpu_per_hour
                                              for prices, _ in costs}
         document["search"]["cpu_s_per_simulation"] = (
-            sum(cpu.values()) / len(cpu) if cpu else None)
+            sum(sum(c.values()) for c in cpu) / sum(map(len, cpu)) if any(cpu) else None)
     warnings = [warning_line(a, f"the answer for {a['router']} ({a['instances']} x "
                                 f"{a['gpu_blocks']:,} GPU blocks)")
                 for a in document["answers"] if a["overloaded"]]
@@ -319,6 +305,30 @@ def fleet_plan(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr if args.json else sys.stdout)
     met = any(a["status"] == "met" for a in document["answers"])
     return exit_status("met" if met else "unreachable")      # 1: no router meets it
+
+
+def _cost_setups(args: argparse.Namespace, settings, types: list, costs: list,
+                 tiers: list[int] | None, points: list[Point], memory: Memory, workload
+                 ) -> tuple[list[Setup], list[dict]]:
+    """One search setup per GPU type x CPU tier (a disaggregated point only without a
+    tier), each with its sweep settings; and per setup the CPU seconds of its points."""
+    cpu: list[dict[Point, float]] = []
+    setups = []
+    for one, (prices, fits) in zip(types, costs):
+        for tokens in (args.cpu,) if tiers is None else tiers:
+            each_args, each = (args, settings) if one is args and tokens == args.cpu else \
+                fleet_command.sweep_settings(derive(one, gpu_blocks=args.gpu_blocks,
+                                                    cpu=tokens), workload, args.options)
+            tags = {"gpu_type": prices.gpu} if args.gpu_types else {}
+            if tiers is not None:
+                tags["cpu_tier"] = tokens
+            cpu.append({})
+            setups.append(Setup(
+                tags, [p for p in points if not (tokens and p.decode_instances)],
+                lambda order, skip, seen, one=each_args, each=each, mine=cpu[-1]: _stream(
+                    one, each, order, workload, skip, seen, mine),
+                prices, dataclasses.replace(memory, cpu_tokens=tokens), fits))
+    return setups, cpu
 
 
 @contextlib.contextmanager
