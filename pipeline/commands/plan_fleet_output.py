@@ -75,6 +75,8 @@ def plan_document(args, workload, kv: KVSize, model, withheld: str | None, plan:
                      "decode_instances": args.decode_instances,
                      "decode_router": args.decode_router,
                      "kv_transfer": args.kv_transfer.describe(),
+                     "pd_decider": (args.pd_decider.describe() if getattr(
+                         args, "pd_decider", None) is not None else None),
                      "aggregated": aggregated}),
                  "gpu_blocks": args.gpu_blocks, "block_size": args.block_size,
                  "cpu_tokens": args.cpu, "cpu_shared": args.cpu_shared,

@@ -38,6 +38,15 @@ class Decider:
     def describe(self) -> str:
         return self.NAME if self.tokens is None else f"{self.NAME}:{self.tokens}"
 
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and self.tokens == other.tokens
+
+    def __hash__(self) -> int:
+        return hash((self.NAME, self.tokens))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.tokens!r})"
+
 
 class Always(Decider):
     """Every prompt to the prefill side (llm-d's ``always-disagg-pd-decider``; vLLM's P/D
