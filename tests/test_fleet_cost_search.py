@@ -9,7 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.fleet.cost import Prices, cheapest, with_cost
-from pipeline.fleet.cost_search import cheapest_search, frontier, kind_of
+from dataclasses import replace
+
+from pipeline.fleet.cost_search import Setup, cheapest_search, frontier, kind_of, \
+    search_setups
 from pipeline.fleet.plan import Memory, Targets
 from pipeline.fleet.sweep import Point
 
@@ -86,6 +89,47 @@ def test_the_search_answers_what_the_whole_grid_answers(grid, data, target, cap,
     assert result.simulated + result.pruned == len(fitting)
     assert len(run.calls) == result.simulated == len(set(run.calls))
     assert all(kind_of(p) in ("aggregated", "disaggregated") for p in run.calls)
+
+
+@settings(max_examples=60, deadline=None)
+@given(grids, st.lists(st.sampled_from([0, 2048, 8192, 32768]), min_size=1, max_size=3,
+                       unique=True), st.data(), st.floats(5, 100), st.integers(1, 3))
+def test_searching_cpu_tiers_answers_what_the_whole_grid_answers(grid, tiers, data, target,
+                                                                 wave):
+    # each CPU tier is a setup of its own (a disaggregated point only without a tier), the
+    # answers shared: equal to the cheapest point of every tier's whole grid
+    routers, instances, decodes, blocks = grid
+    points = [Point(r, n, b, 1.0, d) for r in routers for n in instances for d in decodes
+              for b in blocks]
+    prices = Prices("X", 2.0, 0.05)
+    setups, frames = [], {"aggregated": [], "disaggregated": []}
+    for tier in tiers:
+        mine = [p for p in points if not (tier and p.decode_instances)]
+        ttft = {p: data.draw(st.floats(1, 120), label=f"{p.key}/{tier}") for p in mine}
+        memory = replace(MEMORY, cpu_tokens=tier)
+        setups.append(Setup({"cpu_tier": tier}, mine, _fake(ttft, wave), prices, memory))
+        for kind in frames:
+            part = [p for p in mine if kind_of(p) == kind]
+            if part:
+                frames[kind].append(with_cost(_rows(part, ttft), memory, prices))
+    result = search_setups(setups, Targets(ttft_p90_ms=target))
+    for kind, parts in frames.items():
+        if not parts:
+            continue
+        want = cheapest(pl.concat(parts), ttft_p90_ms=target)
+        got = (result.answers.filter(pl.col("kind") == kind)
+               .sort("usd_per_hour", "instances", "total_tokens", nulls_last=True)
+               .group_by("router", maintain_order=True).first())
+        for row in want.iter_rows(named=True):
+            mine = got.filter(pl.col("router") == row["router"]).row(0, named=True)
+            if row["usd_per_hour"] is None:
+                assert mine["usd_per_hour"] is None
+                continue
+            assert mine["usd_per_hour"] == pytest.approx(row["usd_per_hour"])
+            assert (mine["instances"], mine["gpu_blocks"], mine["cpu_tokens"]) == \
+                (row["instances"], row["gpu_blocks"], row["cpu_tokens"])
+    assert sum(len(setup.run.calls) for setup in setups) == result.simulated
+    assert result.simulated + result.pruned == sum(len(setup.points) for setup in setups)
 
 
 def test_the_search_prunes_what_costs_more_than_an_answer():
@@ -202,3 +246,51 @@ def test_targets_meet_and_measure_the_miss():
     assert frame.select(targets.meets())[:, 0].to_list() == [False, False]
     assert frame.select(Targets(ttft_p90_ms=10.0).meets())[:, 0].to_list() == [True, False]
     assert frame.select(targets.excess())[:, 0].to_list() == pytest.approx([0.9 / 0.8, 2.0])
+
+
+def test_a_cheaper_tier_prunes_the_dearer_ones():
+    points = [Point("a", n, 64, 1.0) for n in (1, 2)]
+    setups = [Setup({"cpu_tier": tier}, points, _fake({p: 10.0 for p in points}),
+                    Prices("X", 1.0, 0.5), replace(MEMORY, cpu_tokens=tier))
+              for tier in (0, 1 << 16)]                   # 4 GiB of CPU: $2/hour more
+    result = search_setups(setups, Targets(ttft_p90_ms=20.0))
+    assert (result.simulated, result.pruned) == (1, 3)
+    assert result.answers.drop_nulls("usd_per_hour")["cpu_tier"].to_list() == [0]
+
+
+TIERED = ("plan", "--fleet", "--pattern", "long-doc-qa", "--num-documents", "3",
+          "--document-length", "1000", "--repeat-count", "2", "--model", "llama-3.1-8b",
+          "--jobs", "1", "--target-hit-ratio", "0.5", "--gpu", "70blocks")
+
+
+def test_plan_cost_searches_cpu_tiers_each_paying_for_its_memory():
+    # 70 GPU blocks alone hit 0.04; a 1 GiB CPU tier (8,192 tokens of Llama-3.1-8B) lifts
+    # the hit ratio past 0.5 for its memory's price, and the 4 GiB tier is never run
+    done = subprocess.run([sys.executable, "-m", "pipeline", *TIERED, "--cost",
+                           "--instances", "1", "--tier-options", "none,1GiB,4GiB",
+                           "--cpu-memory-cost-per-gib-hour", "0.5", "--json"],
+                          cwd=ROOT, text=True, capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert document["grid"]["cpu_tiers"] == [0, 8192, 32768]
+    answer = document["answers"][0]
+    assert answer["cpu_tokens"] == 8192 and answer["hit_ratio"] >= 0.5
+    assert answer["usd_per_hour"] == pytest.approx(2.49 + 0.5)
+    assert document["search"] == {**document["search"], "planned": 3, "simulated": 2,
+                                  "pruned": 1}
+    assert document["cache_models"]["cpu"] == "lmcache"
+
+
+@pytest.mark.parametrize("extra,says", [
+    (("--instances", "1", "--tier-options", "none,1GiB"), "needs --cost"),
+    (("--cost", "--instances", "1", "--tier-options", "4XB"), "unknown unit"),
+    (("--cost", "--instances", "1", "--cpu", "1000", "--tier-options", "none,1GiB"),
+     "not --cpu too"),
+    (("--cost", "--prefill-instances", "1", "--decode-instances", "1", "--kv-transfer",
+      "25GB/s", "--tier-options", "none,1GiB"), "takes no CPU tier"),
+])
+def test_tier_options_bad_input_is_one_line(extra, says):
+    done = subprocess.run([sys.executable, "-m", "pipeline", *TIERED, *extra], cwd=ROOT,
+                          text=True, capture_output=True, timeout=300)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "--tier-options" in done.stderr and says in done.stderr

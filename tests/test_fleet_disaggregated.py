@@ -105,6 +105,61 @@ def test_transfers_queue_on_each_prefill_link():
 
 def test_kv_bytes_count_a_partial_last_block():
     assert kv_bytes(np.array([1, 16, 17]), 16, 10).tolist() == [160, 160, 320]
+    assert kv_bytes(np.array([17, 40, 48]), 16, 10, np.array([16, 32, 32])).tolist() == \
+        [160, 160, 160]
+
+
+def test_only_the_blocks_the_decode_side_lacks_move():
+    # request 1 re-sends request 0's first 48 tokens (3 blocks of 16) and 20 new ones; by
+    # its arrival the decode engine holds request 0's blocks, so it loads 48 tokens from
+    # its own cache and 5 - 3 = 2 blocks over the link
+    requests = [SimRequest(0, list(range(64)), 3, arrival_s=0.0),
+                SimRequest(1, list(range(48)) + list(range(500, 520)), 3, arrival_s=1.0)]
+    config = SchedulerConfig(num_gpu_blocks=100, max_model_len=100, block_size=16)
+    link = Link(1.0, 0.5)                                  # 1 GB/s + 0.5 ms
+    pd = simulate_disaggregated(
+        requests, Side(config, make_router("round-robin", 1, 16), MODEL),
+        Side(config, make_router("round-robin", 1, 16), MODEL), link, KV).requests
+    assert pd["decode_gpu_hit_tokens"].to_list() == [0, 48]
+    assert pd["kv_bytes"].to_list() == [4 * 16 * KV, 2 * 16 * KV]
+    assert pd["kv_settled"].to_list() == [True, True]
+    took = (pd["transfer_end_ms"] - pd["transfer_start_ms"]).to_list()
+    assert took == pytest.approx([link.ms(4 * 16 * KV), link.ms(2 * 16 * KV)])
+
+
+@settings(max_examples=15, deadline=None)
+@given(workloads, st.sampled_from([0.5, 2.0, math.inf]))
+def test_bytes_moved_are_the_blocks_beyond_the_decode_hit(workload, gbps):
+    requests = _requests(*workload)
+    longest = max(len(r.prompt_token_ids) + r.max_tokens for r in requests)
+    config = SchedulerConfig(num_gpu_blocks=40, max_model_len=longest, block_size=8,
+                             max_num_batched_tokens=64)
+    pd = simulate_disaggregated(
+        requests, Side(config, make_router("round-robin", 1, 8), MODEL),
+        Side(config, make_router("least-loaded", 2, 8), MODEL), Link(gbps, 0.1), KV).requests
+    prompts = pd["prompt_tokens"].to_numpy()
+    whole = kv_bytes(prompts, 8, KV)
+    moved = pd["kv_bytes"].to_numpy()
+    assert (moved <= whole).all()
+    settled = pd["kv_settled"].to_numpy()
+    uncached = kv_bytes(prompts, 8, KV, pd["decode_gpu_hit_tokens"].to_numpy())
+    assert (moved[settled] == uncached[settled]).all()
+    if workload[3] == 0:                   # no prompt shares a block: the decode side lacks all
+        assert (moved == whole).all() and settled.all()
+    if math.isinf(gbps):                   # transfers take the latency whatever they move
+        assert settled.all()
+    took = (pd["transfer_end_ms"] - pd["transfer_start_ms"]).to_numpy()
+    assert took == pytest.approx([Link(gbps, 0.1).ms(b) for b in moved])
+
+
+def test_a_request_preempted_after_its_load_recomputes():
+    from pipeline.components.engine_layout import INDEX, NPROMPT, PREEMPT, R_COLUMNS
+    R = np.zeros((1, R_COLUMNS), np.int64)
+    R[0, INDEX], R[0, NPROMPT] = 0, 40
+    tier = RemotePrefill()
+    assert tier.lookup(R, None, 0, 16) == 39
+    R[0, PREEMPT] = 1
+    assert tier.lookup(R, None, 0, 16) == 0
 
 
 @pytest.mark.parametrize("text,gbps,ms", [("25GB/s", 25, 0), ("200Gb/s:0.5ms", 25, 0.5),
@@ -154,8 +209,11 @@ def test_fleet_and_plan_disaggregated(tmp_path):
     assert [r["usd_per_hour"] for r in rows] == pytest.approx([4.0, 6.0])   # P + D GPUs
     assert all(r["tpot_p90_ms"] > 0 for r in rows)
     requests = pl.read_parquet(out / "requests")
+    assert requests["kv_settled"].all()
+    # the repeated documents hit the decode side's cache: only the rest moves
+    assert (requests["decode_gpu_hit_tokens"] > 0).any()
     assert (requests["kv_bytes"] == kv_bytes(requests["prompt_tokens"].to_numpy(), 16,
-                                             131072)).all()
+                                             131072, requests["decode_gpu_hit_tokens"])).all()
     assert (requests["transfer_end_ms"] - requests["transfer_start_ms"]).min() >= 1.0
     plan = _run("plan", "--fleet", *WORKLOAD, "--prefill-instances", "1",
                 "--decode-instances", "1", "--kv-transfer", "25GB/s", "--gpu", "300blocks",
@@ -177,6 +235,11 @@ def test_fleet_and_plan_disaggregated(tmp_path):
     (("--cpu", "1000", "--prefill-instances", "1", "--decode-instances", "1",
       "--kv-transfer", "25GB/s"), "--cpu"),
     (("--decode-router", "least-loaded"), "--decode-router"),
+    (("--pd-decider", "llm-d-prefix:16"), "--pd-decider"),
+    (("--prefill-instances", "1", "--decode-instances", "1", "--kv-transfer", "25GB/s",
+      "--pd-decider", "bogus"), "--pd-decider"),
+    (("--prefill-instances", "1", "--decode-instances", "1", "--kv-transfer", "25GB/s",
+      "--pd-decider", "llm-d-prefix:16", "--max-local-prefill-length", "5"), "--pd-decider"),
 ])
 def test_disaggregated_bad_input_is_one_line(tmp_path, extra, named):
     done = _run("fleet", *WORKLOAD, *extra, "--out", str(tmp_path / "f"))
@@ -211,3 +274,62 @@ def test_conditional_disaggregation_keeps_short_prompts_on_the_decode_side():
     assert every.requests["ttft_ms"].to_list() == pytest.approx(alone["ttft_ms"].to_list())
     assert every.requests["finish_ms"].to_list() == pytest.approx(alone["finish_ms"].to_list())
     assert run(0).requests["remote_prefill"].all()
+
+
+# ---------------------------------------------------------------- deciders
+from pipeline.fleet.deciders import Always, LlmdPrefix, PromptLength, parse_decider  # noqa: E402
+
+
+def test_llm_d_prefix_decider_as_its_disaggregate_reads():
+    prompts, cached = np.array([10, 40, 40, 40, 16]), np.array([0, 0, 16, 32, 0])
+    # nonCachedTokens 16: shorter prompts stay local; remote when prompt - cached >= 16
+    assert LlmdPrefix(16).remote(prompts, cached).tolist() == [False, True, True, False, True]
+    assert not LlmdPrefix().remote(prompts, cached).any()        # 0, its default: disabled
+    assert Always().remote(prompts, cached).all()
+    assert PromptLength(16).remote(prompts, cached).tolist() == [False, True, True, True, False]
+
+
+def test_parse_decider():
+    assert parse_decider("llm-d-prefix:16").describe() == "llm-d-prefix:16"
+    assert parse_decider("prompt-length").tokens == 1000
+    for bad in ("bogus", "llm-d-prefix:x", "llm-d-prefix:-1"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_decider(bad)
+
+
+def test_llm_d_prefix_keeps_a_request_local_when_its_decode_engine_holds_the_prefix():
+    # request 1 re-sends request 0's 64 tokens and 8 more: its decode engine holds 4 blocks
+    # of them, so 72 - 64 = 8 < 16 tokens are uncached and it is prefilled locally
+    requests = [SimRequest(0, list(range(64)), 3, arrival_s=0.0),
+                SimRequest(1, list(range(64)) + list(range(900, 908)), 3, arrival_s=1.0),
+                SimRequest(2, list(range(500, 540)), 3, arrival_s=2.0)]
+    config = SchedulerConfig(num_gpu_blocks=100, max_model_len=100, block_size=16)
+
+    def run(decider):
+        return simulate_disaggregated(
+            requests, Side(config, make_router("round-robin", 1, 16), MODEL),
+            Side(config, make_router("round-robin", 1, 16), MODEL), Link(1.0, 0.5), KV,
+            decider=decider).requests
+
+    prefix = run(LlmdPrefix(16))
+    assert prefix["remote_prefill"].to_list() == [True, False, True]
+    assert prefix["instance"].to_list() == [0, -1, 0]
+    assert prefix["decode_gpu_hit_tokens"].to_list() == [0, 64, 0]
+    assert prefix["kv_bytes"].to_list() == [4 * 16 * KV, 0, 3 * 16 * KV]
+    assert prefix["kv_settled"].all()
+    assert run(Always())["remote_prefill"].all()
+
+
+def test_fleet_with_llm_d_prefix_decider(tmp_path):
+    # long-doc-qa repeats each document: a repeat finds it on its decode engine and is
+    # prefilled there (llm-d-prefix:256), the first reading goes to the prefill side
+    done = _run("fleet", *WORKLOAD, "--prefill-instances", "1", "--decode-instances", "1",
+                "--kv-transfer", "25GB/s", "--pd-decider", "llm-d-prefix:256", "--out",
+                str(tmp_path / "pd"))
+    assert done.returncode == 0, done.stderr
+    assert "P/D decider llm-d-prefix:256" in done.stdout
+    rows = pl.read_parquet(tmp_path / "pd" / "requests")
+    assert rows["remote_prefill"].any() and not rows["remote_prefill"].all()
+    local = rows.filter(~pl.col("remote_prefill") & pl.col("kv_settled"))
+    assert (local["prompt_tokens"] - local["gpu_hit_tokens"] < 256).all()
+    assert (local["kv_bytes"] == 0).all()

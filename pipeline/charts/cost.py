@@ -13,12 +13,17 @@ __all__ = ["frontier_section", "cost_page"]
 
 def frontier_section(fleet: pl.DataFrame, edge: pl.DataFrame, target_ms: float | None,
                      synthetic: str) -> Section:
-    """USD per hour (x) against TTFT p90 (y) per simulated point, by kind and router; the
-    frontier as a step line; the target as a rule."""
+    """USD per hour (x) against TTFT p90 (y) per simulated point, by kind and router (its
+    engines and CPU tier in the tooltip); the frontier as a step line; the target as a
+    rule."""
+    tier = (pl.when(pl.col("cpu_tokens") > 0)
+            .then(pl.format(" + CPU {} tokens", "cpu_tokens")).otherwise(pl.lit(""))
+            if "cpu_tokens" in fleet.columns else pl.lit(""))
     points = fleet.drop_nulls("ttft_p90_ms").with_columns(
-        engines=pl.when(pl.col("kind") == "disaggregated")
-        .then(pl.format("{} prefill + {} decode", "instances", "decode_instances"))
-        .otherwise(pl.format("{} instances", "instances"))).select(
+        engines=pl.concat_str(pl.when(pl.col("kind") == "disaggregated")
+                              .then(pl.format("{} prefill + {} decode", "instances",
+                                              "decode_instances"))
+                              .otherwise(pl.format("{} instances", "instances")), tier)).select(
         "usd_per_hour", "ttft_p90_ms", "kind", "router", "engines", "gpu_blocks",
         "usd_per_million_output_tokens")
     base = alt.Chart(points).mark_point(filled=True, size=70, opacity=0.8).encode(

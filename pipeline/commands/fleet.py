@@ -208,7 +208,7 @@ def _disaggregation(args: argparse.Namespace, model) -> Disaggregation | None:
         raise CLIError("--kv-transfer: the step-time model gives no KV bytes per token "
                        "to move (give --model)")
     return Disaggregation(args.kv_transfer, int(kv), args.decode_router,
-                          args.max_local_prefill_length)
+                          args.max_local_prefill_length, getattr(args, "pd_decider", None))
 
 
 def blocks_needed(requests, block_size: int, max_len: int) -> int:
@@ -347,7 +347,9 @@ def _write_summaries(out: Path, points: list[Point], label: str, model,
               f"TPOT the decode side's"
               + ("" if args.max_local_prefill_length is None else
                  f"; prompts of at most {args.max_local_prefill_length} tokens are "
-                 f"prefilled by their decode engine"))
+                 f"prefilled by their decode engine")
+              + ("" if getattr(args, "pd_decider", None) is None else
+                 f"; P/D decider {args.pd_decider.describe()}"))
     with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_hide_dataframe_shape=True,
                    float_precision=3, tbl_hide_column_data_types=True,
                    tbl_width_chars=200, fmt_str_lengths=40):

@@ -30,12 +30,13 @@ def both_kinds(args: argparse.Namespace) -> tuple[Options, list[int]]:
 def best_of_kinds(answers: pl.DataFrame) -> pl.DataFrame:
     """Per router and load: the cheaper kind's answer (a row of nulls when neither kind
     meets the target)."""
-    ranked = answers.sort("usd_per_hour", "instances", nulls_last=True)
+    ranked = answers.sort("usd_per_hour", "instances", "total_tokens", nulls_last=True)
     return ranked.group_by("router", "load", maintain_order=True).first().sort("load")
 
 
 def _brief(row: dict) -> dict:
-    keys = ("kind", "gpu_type", "instances", "decode_instances", "gpu_blocks", "usd_per_hour",
+    keys = ("kind", "gpu_type", "instances", "decode_instances", "gpu_blocks", "cpu_tokens",
+            "usd_per_hour",
             "usd_per_million_output_tokens", "ttft_p90_ms", "tpot_p90_ms", "hit_ratio",
             "goodput_fraction")
     return {key: row.get(key) for key in keys}
@@ -49,7 +50,7 @@ def with_search(document: dict, search: SearchResult, targets: Targets) -> dict:
     for answer in document["answers"]:
         mine = answers.filter(pl.col("router") == answer["router"]).to_dicts()
         priced = sorted((r for r in mine if r.get("usd_per_hour") is not None),
-                        key=lambda r: r["usd_per_hour"])
+                        key=lambda r: (r["usd_per_hour"], r["instances"], r["total_tokens"]))
         chosen = priced[0] if priced and answer["status"] == "met" else None
         answer["kind"] = None if chosen is None else chosen["kind"]
         kinds = {r["kind"] for r in mine}
@@ -119,7 +120,8 @@ def _engines(row: dict) -> str:
     gpu = f" {row['gpu_type']}" if row.get("gpu_type") else ""
     if row.get("kind") == "disaggregated":
         return f"({row['instances']} prefill + {row['decode_instances']} decode){gpu}"
-    return f"{row['instances']}{gpu}"
+    cpu = f" (+ CPU {row['cpu_tokens']:,} tokens)" if row.get("cpu_tokens") else ""
+    return f"{row['instances']}{gpu}{cpu}"
 
 
 def frontier_page(search: SearchResult, target_ms: float | None, workload) -> str:

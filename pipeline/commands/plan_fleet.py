@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import dataclasses
 import functools
 import json
 import sys
@@ -44,16 +45,16 @@ from pipeline.commands import fleet as fleet_command
 from pipeline.engine.overload import warning_line
 from pipeline.fleet.aggregates import fleet_aggregates
 from pipeline.fleet.options import resolve_disaggregation, resolve_fleet_capacities
-from pipeline.commands.plan_fleet_output import plan_document, print_document
+from pipeline.commands.plan_fleet_output import plan_document, print_document, with_tier
 from pipeline.commands.plan_cost import best_of_kinds, both_kinds, frontier_page, with_search
 from pipeline.fleet.cost import COST_DESTS, cost_requested, prices_from_args
-from pipeline.fleet.cost_search import cheapest_search, combined
+from pipeline.fleet.cost_search import Setup, search_setups
 from pipeline.sizes.model_options import tensor_parallel
 from pipeline.fleet.plan import Memory, Targets, smallest_memory
 from pipeline.fleet.sweep import Point, point_path, run_sweep
 from pipeline.fleet.workload import FLEET_PATTERNS, load_workload
 from pipeline.plan.output import exit_status
-from pipeline.sizes.units import kv_from_args
+from pipeline.sizes.units import kv_from_args, one_capacity, resolve_capacities
 from pipeline.steptime.alone import plan_with_latency
 from pipeline.steptime.tpot import tpot_ms
 from pipeline.base.staging import Outputs, parquet_bytes
@@ -68,8 +69,8 @@ FLEET_ONLY = ("engine", "instances", "router", "router_option", "staleness_ms",
               "async_scheduling", "cpu", "cpu_chunk_size", "cpu_shared", "limit",
               "groups", "questions", "sessions", "turns", "think_s", "executor", "jobs",
               "ray_address", "retries", "prefill_instances", "decode_instances",
-              "kv_transfer", "decode_router", "max_local_prefill_length", "gpu_types",
-              "slo_ttft_ms", "slo_tpot_ms", "target_goodput", *COST_DESTS)
+              "kv_transfer", "decode_router", "max_local_prefill_length", "pd_decider", "gpu_types",
+              "slo_ttft_ms", "slo_tpot_ms", "target_goodput", "tier_options", *COST_DESTS)
 
 
 #: the options whose default, when plan's parser leaves None, is fleet's own
@@ -107,6 +108,10 @@ def add_fleet_plan_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--gpu-types", type=name_list, metavar="NAME[,NAME...]",
                        help="with --cost: search these GPU presets too (each its roofline, "
                             "its price and its fit; default: --gpu-type only)")
+    group.add_argument("--tier-options", type=tier_list, metavar="SIZE|none[,...]",
+                       help="with --cost: search these CPU tiers per instance too (as --cpu "
+                            "takes them: tokens, blocks or a size with --model; none: no "
+                            "tier), each point paying for its CPU memory")
     group.add_argument("--out", type=Path, metavar="DIR",
                        help="with --fleet: also write DIR/fleet.parquet (every point) and "
                             "DIR/plan.parquet (the answers)")
@@ -125,6 +130,32 @@ def name_list(text: str) -> list[str]:
     if not names:
         raise argparse.ArgumentTypeError(f"empty GPU list {text!r}")
     return names
+
+
+def tier_list(text: str) -> list:
+    """argparse type: comma-separated CPU tier sizes per instance (``--tier-options``), each
+    as ``--cpu`` takes it, ``none`` (0 tokens) for no tier."""
+    items = [part.strip() for part in text.split(",") if part.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError(f"empty tier list {text!r}")
+    return [0 if item.lower() == "none" else one_capacity(item) for item in items]
+
+
+def _tiers(args: argparse.Namespace, aggregated: list[int]) -> list[int] | None:
+    """``--tier-options`` in tokens per instance (distinct, smallest first), or None; a
+    usage error naming the option when it cannot be searched."""
+    if args.tier_options is None:
+        return None
+    if not cost_requested(args):
+        raise UsageError("--tier-options needs --cost (the tiers are compared by price)")
+    if args.cpu:
+        raise UsageError("--tier-options: give the CPU sizes there, not --cpu too")
+    tokens = sorted(set(resolve_capacities(args, "tier_options",
+                                           block_size=args.block_size)[0].tier_options))
+    if any(tokens) and args.kv_transfer is not None and not aggregated:
+        raise UsageError("--tier-options: a disaggregated fleet takes no CPU tier (give "
+                         "--instances too: aggregated fleets are searched with each tier)")
+    return tokens
 
 
 def _fleet_only() -> tuple[str, ...]:
@@ -201,6 +232,7 @@ def fleet_plan(args: argparse.Namespace) -> int:
     exit 2."""
     args, aggregated = both_kinds(_check(args))
     args = resolve_fleet_capacities(resolve_disaggregation(args))
+    tiers = _tiers(args, aggregated)
     try:
         kv = kv_from_args(args, "plan --fleet (memory in bytes)")
     except ValueError as exc:
@@ -234,18 +266,9 @@ def fleet_plan(args: argparse.Namespace) -> int:
             plan = smallest_memory(fleet, args.target_ttft_p90_ms, args.target_hit_ratio,
                                    memory, args.target_tpot_p90_ms, args.target_goodput)
         else:
-            cpu: dict[Point, float] = {}
-            answered: dict = {}                   # shared: a cheap type prunes the others
-            searches = []
-            for one, (prices, fits) in zip(types, costs):
-                one, each = (args, settings) if one is args else \
-                    fleet_command.sweep_settings(derive(one, gpu_blocks=args.gpu_blocks),
-                                                 workload, args.options)
-                searches.append((prices.gpu, cheapest_search(
-                    points, lambda order, skip, seen, one=one, each=each: _stream(
-                        one, each, order, workload, skip, seen, cpu),
-                    prices, memory, fits, targets, answered)))
-            search = combined(searches) if args.gpu_types else searches[0][1]
+            setups, cpu = _cost_setups(args, settings, types, costs, tiers, points,
+                                       memory, workload)
+            search = search_setups(setups, targets)
             fleet, plan = search.fleet, best_of_kinds(search.answers)
     plan = plan.sort(pl.col("router").replace_strict(
         {name: i for i, name in enumerate(args.router)}, return_dtype=pl.Int64))
@@ -262,26 +285,50 @@ def fleet_plan(args: argparse.Namespace) -> int:
                 search, args.target_ttft_p90_ms, workload).encode(), label="--out")
         outputs.commit()
     document = plan_document(args, workload, kv, model, withheld, plan, fleet, load,
-                         None if costs is None else costs[0][0], aggregated)
+                             None if costs is None else costs[0][0], aggregated, tiers)
     if search is not None:
         document = with_search(document, search, targets)
         if args.gpu_types:
             document["cost"]["gpu_types"] = {prices.gpu: prices.gpu_per_hour
                                              for prices, _ in costs}
         document["search"]["cpu_s_per_simulation"] = (
-            sum(cpu.values()) / len(cpu) if cpu else None)
+            sum(sum(c.values()) for c in cpu) / sum(map(len, cpu)) if any(cpu) else None)
     warnings = [warning_line(a, f"the answer for {a['router']} ({a['instances']} x "
                                 f"{a['gpu_blocks']:,} GPU blocks)")
                 for a in document["answers"] if a["overloaded"]]
     if args.json:                     # stdout stays one JSON document: warnings to stderr
         print(json.dumps(document, indent=2))
     else:
-        print(engine_models(args)[0])
+        print(engine_models(with_tier(args, tiers))[0])
         print_document(document)
     for line in warnings:
         print(line, file=sys.stderr if args.json else sys.stdout)
     met = any(a["status"] == "met" for a in document["answers"])
     return exit_status("met" if met else "unreachable")      # 1: no router meets it
+
+
+def _cost_setups(args: argparse.Namespace, settings, types: list, costs: list,
+                 tiers: list[int] | None, points: list[Point], memory: Memory, workload
+                 ) -> tuple[list[Setup], list[dict]]:
+    """One search setup per GPU type x CPU tier (a disaggregated point only without a
+    tier), each with its sweep settings; and per setup the CPU seconds of its points."""
+    cpu: list[dict[Point, float]] = []
+    setups = []
+    for one, (prices, fits) in zip(types, costs):
+        for tokens in (args.cpu,) if tiers is None else tiers:
+            each_args, each = (args, settings) if one is args and tokens == args.cpu else \
+                fleet_command.sweep_settings(derive(one, gpu_blocks=args.gpu_blocks,
+                                                    cpu=tokens), workload, args.options)
+            tags = {"gpu_type": prices.gpu} if args.gpu_types else {}
+            if tiers is not None:
+                tags["cpu_tier"] = tokens
+            cpu.append({})
+            setups.append(Setup(
+                tags, [p for p in points if not (tokens and p.decode_instances)],
+                lambda order, skip, seen, one=each_args, each=each, mine=cpu[-1]: _stream(
+                    one, each, order, workload, skip, seen, mine),
+                prices, dataclasses.replace(memory, cpu_tokens=tokens), fits))
+    return setups, cpu
 
 
 @contextlib.contextmanager

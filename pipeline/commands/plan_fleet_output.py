@@ -7,21 +7,29 @@ import argparse
 
 import polars as pl
 
+from pipeline.base.arguments import derive
 from pipeline.engine.options import engine_models
 from pipeline.fleet.aggregates import OVERLOAD_COLUMNS, point_columns
 from pipeline.sizes.units import KVSize
 from pipeline.steptime.registry import name_of
 from pipeline.commands.plan_cost import search_lines
 
-__all__ = ["plan_document", "print_document"]
+__all__ = ["plan_document", "print_document", "with_tier"]
+
+
+def with_tier(args: argparse.Namespace, tiers: list[int] | None) -> argparse.Namespace:
+    """The options whose CPU tier names the cache models: the largest of ``--tier-options``
+    when one is a tier."""
+    return derive(args, cpu=max(tiers)) if tiers and max(tiers) else args
 
 
 def plan_document(args, workload, kv: KVSize, model, withheld: str | None, plan: pl.DataFrame,
-              fleet: pl.DataFrame, load: float, prices=None, aggregated=()) -> dict:
+              fleet: pl.DataFrame, load: float, prices=None, aggregated=(),
+              tiers=None) -> dict:
     kind = "ttft_p90" if args.target_ttft_p90_ms is not None else "hit_ratio"
     value = args.target_ttft_p90_ms if kind == "ttft_p90" else args.target_hit_ratio
-    point = list(point_columns(fleet)) + (["gpu_type"] if "gpu_type" in fleet.columns
-                                          and "gpu_type" in plan.columns else [])
+    point = list(point_columns(fleet)) + [tag for tag in ("gpu_type", "cpu_tier")
+                                          if tag in fleet.columns and tag in plan.columns]
     plan = (plan.join(fleet.select(*point, "requests", *OVERLOAD_COLUMNS), on=point,
                       how="left") if fleet.height else   # a cost search that ran nothing
             plan.with_columns(pl.lit(None).alias(name)
@@ -54,7 +62,7 @@ def plan_document(args, workload, kv: KVSize, model, withheld: str | None, plan:
         "points": fleet.height}}
     return {
         "kind": "kvlab-fleet-plan", "version": 1,
-        "cache_models": engine_models(args)[1],
+        "cache_models": engine_models(with_tier(args, tiers))[1],
         "target": {"kind": kind, "value": value, **_tpot_target(args)},
         "workload": f"{workload.label}: {workload.size:,} requests",
         "kv": {"name": kv.name, "bytes_per_token": kv.bytes_per_token,
@@ -67,9 +75,12 @@ def plan_document(args, workload, kv: KVSize, model, withheld: str | None, plan:
                      "decode_instances": args.decode_instances,
                      "decode_router": args.decode_router,
                      "kv_transfer": args.kv_transfer.describe(),
+                     "pd_decider": (args.pd_decider.describe() if getattr(
+                         args, "pd_decider", None) is not None else None),
                      "aggregated": aggregated}),
                  "gpu_blocks": args.gpu_blocks, "block_size": args.block_size,
                  "cpu_tokens": args.cpu, "cpu_shared": args.cpu_shared,
+                 **({} if tiers is None else {"cpu_tiers": tiers}),
                  "load": load},
         **extra,
         "answers": answers}
@@ -94,6 +105,9 @@ def print_document(document: dict) -> None:
     cpu = ("no CPU tier" if not grid["cpu_tokens"] else
            f"CPU {'pool' if grid['cpu_shared'] else 'tier per instance'} "
            f"{grid['cpu_tokens']:,} tokens")
+    if "cpu_tiers" in grid:
+        cpu = (f"CPU {'pool' if grid['cpu_shared'] else 'tier per instance'} " + " or ".join(
+            f"{tokens:,} tokens" if tokens else "none" for tokens in grid["cpu_tiers"]))
     if "tpot_p90_ms" in target:
         wanted += f" and TPOT p90 <= {target['tpot_p90_ms']:g} ms"
     if "goodput" in target:

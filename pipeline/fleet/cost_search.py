@@ -22,7 +22,7 @@ from pipeline.fleet.plan import GIB, Memory, Targets
 from pipeline.fleet.sweep import Point
 
 __all__ = ["KINDS", "kind_of", "point_price", "SearchResult", "cheapest_search",
-           "combined", "closest_miss", "frontier"]
+           "Setup", "search_setups", "combined", "closest_miss", "frontier"]
 
 KINDS = ("aggregated", "disaggregated")
 
@@ -120,14 +120,41 @@ _ANSWER_NULLS = {**{name: pl.Float64 for name in (
     "fits_gpu": pl.Boolean}
 
 
-def combined(searches: Sequence[tuple[str, SearchResult]]) -> SearchResult:
-    """One result of several GPU types' searches, each row with its ``gpu_type``."""
-    def tagged(frame: pl.DataFrame, gpu: str) -> pl.DataFrame:
-        return frame.with_columns(gpu_type=pl.lit(gpu)) if frame.height else frame
-    fleets = [tagged(s.fleet, gpu) for gpu, s in searches if s.fleet.height]
+@dataclass(frozen=True)
+class Setup:
+    """One GPU type x CPU tier of a cost search: its ``tags`` (columns its rows get, as
+    ``gpu_type`` or ``cpu_tier``), its points, how to run them, its prices, memory (the
+    CPU tier in ``cpu_tokens``) and fit."""
+
+    tags: dict
+    points: Sequence[Point]
+    run: Runner
+    prices: Prices
+    memory: Memory
+    kv_tokens_per_gpu: int | None = None
+
+
+def search_setups(setups: Sequence[Setup], targets: Targets = Targets()) -> SearchResult:
+    """``cheapest_search`` of each setup in turn, sharing the answers met so far per
+    (router, kind): a cheap setup's answer prunes the dearer points of the others (a point
+    with more CPU tier costs more, so it is pruned sooner, never wrongly: a pruned point is
+    priced above an answer it cannot beat). One result, each row with its setup's tags."""
+    answered: dict[tuple[str, str], float] = {}
+    return combined([(setup.tags, cheapest_search(
+        setup.points, setup.run, setup.prices, setup.memory, setup.kv_tokens_per_gpu,
+        targets, answered)) for setup in setups])
+
+
+def combined(searches: Sequence[tuple[dict, SearchResult]]) -> SearchResult:
+    """One result of several setups' searches, each row with its setup's tags."""
+    def tagged(frame: pl.DataFrame, tags: dict) -> pl.DataFrame:
+        return frame.with_columns(
+            pl.lit(value, pl.Int64 if isinstance(value, int) else None).alias(name)
+            for name, value in tags.items()) if frame.height else frame
+    fleets = [tagged(s.fleet, tags) for tags, s in searches if s.fleet.height]
     return SearchResult(
         pl.concat(fleets, how="diagonal_relaxed") if fleets else pl.DataFrame(),
-        pl.concat([tagged(s.answers, gpu) for gpu, s in searches], how="diagonal_relaxed"),
+        pl.concat([tagged(s.answers, tags) for tags, s in searches], how="diagonal_relaxed"),
         *(sum(getattr(s, name) for _, s in searches)
           for name in ("planned", "simulated", "pruned", "unfit")))
 

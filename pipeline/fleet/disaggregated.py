@@ -4,25 +4,35 @@ them (``fleet --prefill-instances P --decode-instances D --kv-transfer GB/s[:MS]
 As llm-d and vLLM's P/D connectors run it: a prefill engine runs the request with
 ``max_tokens`` 1 (its prompt and first token, chunked prefill and prefix cache as any vLLM
 engine); the prompt's KV then moves over the prefill instance's link to a decode engine,
-one transfer at a time per link in the order the prefills finish (bytes = the prompt's
-blocks, a partial last block included, x block size x KV bytes per token; time = bytes /
-GB/s + latency); the decode engine admits the request with every prompt token but the
-last already computed (vLLM's decode side loads them through its connector and recomputes
-the last one to sample), and decodes. TTFT is the prefill side's first token (what llm-d
-and Dynamo return to the client first); TPOT the decode side's: (finish - its first token)
-/ (output tokens - 1).
+one transfer at a time per link in the order the prefills finish (time = bytes / GB/s +
+latency); the decode engine admits the request with every prompt token but the last
+already computed (vLLM's decode side loads them through its connector and recomputes the
+last one to sample), and decodes. TTFT is the prefill side's first token (what llm-d and
+Dynamo return to the client first); TPOT the decode side's: (finish - its first token) /
+(output tokens - 1).
+
+Bytes moved are the blocks the decode engine lacks: vLLM 0.33.0's NIXL connector
+(``nixl/pull_scheduler.py``, ``get_num_new_matched_tokens``) loads the prompt beyond the
+decode side's local prefix hit, and its worker reads only the blocks allocated past that
+hit (``update_state_after_alloc``: ``get_unhashed_block_ids_all_groups``;
+``nixl/base_worker.py`` ``_apply_prefix_caching`` end-trims the prefill side's list). So
+bytes = (the prompt's blocks, a partial last one included, - the decode side's hit in
+blocks at admission) x block size x KV bytes per token. That hit is known only once the
+decode side has run, and it decides when the request arrives there: the decode side is run
+again with the transfers its hits give until the hits reproduce (``MAX_PASSES``); a request
+whose transfer still differs from its hit then is ``kv_settled`` False. A P/D decider
+(``pipeline.fleet.deciders``) that reads the decode side's hits decides again the same way.
 
 The two sides run one after the other (``simulate_fleet`` each, with its own router): a
 prefill engine does not wait for the decode side, which holds in this model because the
 prefill side's blocks are freed when its request finishes (vLLM's P side keeps them until
-the decode side has read them: a pool under pressure would admit later than here), and
-the decode side's own prefix cache does not shorten a transfer (it does shorten the
-compute: the loaded tokens count as CPU-tier hits, priced at nothing: the KV is in).
+the decode side has read them: a pool under pressure would admit later than here).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import math
 import re
 from collections.abc import Sequence
@@ -34,16 +44,20 @@ import polars as pl
 
 from pipeline.base.fitted_step_time import TERMS
 from pipeline.base.step_vectors import Rates
-from pipeline.components.engine_layout import INDEX, NPROMPT, T_CAPACITY, T_CHUNK, T_HANDLE, T_ON, \
-    T_PER
+from pipeline.components.engine_layout import INDEX, NPROMPT, PREEMPT, T_CAPACITY, T_CHUNK, \
+    T_HANDLE, T_ON, T_PER
 from pipeline.components.kgeneric import register
 from pipeline.components.ktier import no_tier
 from pipeline.engine.request import SimRequest
+from pipeline.fleet.deciders import Decider, make_decider
 from pipeline.fleet.loop import FleetResult, simulate_fleet
 from pipeline.fleet.routers.base import Router
 
 __all__ = ["Link", "parse_link", "RemotePrefill", "WithoutReload", "Side",
-           "simulate_disaggregated", "kv_bytes"]
+           "simulate_disaggregated", "kv_bytes", "MAX_PASSES"]
+
+#: decode-side runs at most, to settle the bytes moved against the decode side's hits
+MAX_PASSES = 3
 
 _LINK = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?\d+)?)\s*(GB/s|GBps|Gb/s|Gbps)\s*"
                    r"(?::\s*([0-9]*\.?[0-9]+(?:e[+-]?\d+)?)\s*(ms|us|s))?\s*$", re.I)
@@ -87,7 +101,9 @@ class RemotePrefill:
     """The decode engine's KV connector as its CPU-tier call points: at admission every
     prompt token but the last of a remotely prefilled request is there to load (counted
     from the request's first token, as ``pipeline.components.kgeneric`` asks); a request
-    prefilled here (``remote[index]`` False) loads nothing; nothing is stored."""
+    prefilled here (``remote[index]`` False) loads nothing, nor one preempted after its
+    load (vLLM's connector loads once: ``update_state_after_alloc`` clears
+    ``do_remote_prefill``, so a preempted request recomputes); nothing is stored."""
 
     def __init__(self, remote: np.ndarray | None = None) -> None:
         self.remote = remote
@@ -97,6 +113,8 @@ class RemotePrefill:
 
     def lookup(self, R: np.ndarray, KEYS: np.ndarray, slot: int, local: int) -> int:
         if self.remote is not None and not self.remote[int(R[slot, INDEX])]:
+            return 0
+        if R[slot, PREEMPT] > 0:
             return 0
         return int(R[slot, NPROMPT]) - 1
 
@@ -153,80 +171,125 @@ class Side:
     engine: type | None = None
 
 
-def kv_bytes(prompt_tokens: np.ndarray, block_size: int, kv_bytes_per_token: int) -> np.ndarray:
-    """Bytes moved per request: the prompt's blocks (a partial last one included)."""
-    blocks = -(-np.asarray(prompt_tokens, np.int64) // block_size)
+def kv_bytes(prompt_tokens: np.ndarray, block_size: int, kv_bytes_per_token: int,
+             cached_tokens: np.ndarray | int = 0) -> np.ndarray:
+    """Bytes moved per request: the prompt's blocks (a partial last one included) beyond
+    the decode side's ``cached_tokens`` (its prefix hit, whole blocks)."""
+    blocks = (-(-np.asarray(prompt_tokens, np.int64) // block_size)
+              - np.asarray(cached_tokens, np.int64) // block_size)
     return blocks * block_size * kv_bytes_per_token
 
 
 def _transfers(done_ms: np.ndarray, link_of: np.ndarray, nbytes: np.ndarray,
-               link: Link) -> tuple[np.ndarray, np.ndarray]:
-    """(start, end) of each transfer: per link one at a time, in the order the prefills
-    finish (ties: lower request first)."""
-    start, end = np.empty_like(done_ms), np.empty_like(done_ms)
+               remote: np.ndarray, link: Link) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end) of each ``remote`` request's transfer (NaN elsewhere): per link one at
+    a time, in the order the prefills finish (ties: lower request first)."""
+    start, end = np.full(done_ms.size, np.nan), np.full(done_ms.size, np.nan)
     free: dict[int, float] = {}
-    for i in np.lexsort((np.arange(done_ms.size), done_ms)).tolist():
-        at = max(float(done_ms[i]), free.get(int(link_of[i]), 0.0))
-        start[i], end[i] = at, at + link.ms(float(nbytes[i]))
+    at = np.flatnonzero(remote)
+    for i in at[np.lexsort((at, done_ms[at]))].tolist():
+        begin = max(float(done_ms[i]), free.get(int(link_of[i]), 0.0))
+        start[i], end[i] = begin, begin + link.ms(float(nbytes[i]))
         free[int(link_of[i])] = float(end[i])
     return start, end
 
 
 def simulate_disaggregated(requests: Sequence[SimRequest], prefill: Side, decode: Side,
                            link: Link, kv_bytes_per_token: int,
-                           max_local_prefill_length: int | None = None) -> FleetResult:
+                           max_local_prefill_length: int | None = None,
+                           decider: Decider | None = None) -> FleetResult:
     """Every request through a prefill engine, the link and a decode engine (see the module
     docstring); ``requests`` numbered 0..n-1 with non-decreasing ``arrival_s``. The request
     rows carry ``instance`` (the prefill engine), ``decode_instance``, the prefill side's
-    columns (its TTFT), ``kv_bytes``, ``transfer_start_ms`` / ``transfer_end_ms``, the
-    decode side's ``decode_first_token_ms`` and ``finish_ms``, ``tpot_ms``; the steps carry
-    ``side`` (prefill or decode). ``max_local_prefill_length``: Dynamo's conditional
-    disaggregation: a request whose prompt is at most that long skips the prefill side and
-    is prefilled by its decode engine (``remote_prefill`` False; TTFT then the decode
-    side's)."""
+    columns (its TTFT), ``kv_bytes``, ``kv_settled``, ``transfer_start_ms`` /
+    ``transfer_end_ms``, the decode side's ``decode_first_token_ms`` and ``finish_ms``,
+    ``tpot_ms``; the steps carry ``side`` (prefill or decode) and are the last run's.
+    ``decider`` (``pipeline.fleet.deciders``; default ``make_decider``'s: every prompt,
+    or Dynamo's ``max_local_prefill_length``) decides which requests skip the prefill side
+    and are prefilled by their decode engine (``remote_prefill`` False, ``instance`` -1;
+    TTFT then the decode side's); one deciding on the decode side's hits decides again
+    with each run's, as the bytes are settled."""
     n = len(requests)
     prompts = np.array([len(r.prompt_token_ids) for r in requests], np.int64)
-    remote = (np.ones(n, bool) if max_local_prefill_length is None
-              else prompts > max_local_prefill_length)
+    arrival = np.array([(r.arrival_s or 0.0) * 1e3 for r in requests])
+    block_size = (prefill.config[0] if isinstance(prefill.config, Sequence)
+                  else prefill.config).block_size
+    decider = make_decider(decider, max_local_prefill_length)
+
+    def wanted(hits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        remote = decider.remote(prompts, hits)
+        return remote, np.where(remote, kv_bytes(prompts, block_size, kv_bytes_per_token,
+                                                 hits), 0)
+
+    remote, nbytes = wanted(np.zeros(n, np.int64))       # no decode-side hit known yet
+    ran = None
+    for passes in range(1, MAX_PASSES + 1):
+        if ran is None or not np.array_equal(ran[0], remote):
+            ran = (remote, *_prefill_side(requests, prefill, remote))
+        _, p, pre, done, links = ran
+        start, end = _transfers(done, links, nbytes, remote, link)
+        d, dec = _decode_side(requests, decode, remote, np.where(remote, end, arrival))
+        again, moved = wanted(dec["decode_gpu_hit_tokens"].to_numpy())
+        settled = (again == remote) & (moved == nbytes)
+        if settled.all() or passes == MAX_PASSES:
+            break
+        if np.array_equal(again, remote):
+            start2, end2 = _transfers(done, links, moved, remote, link)
+            if np.array_equal(end2[remote], end[remote]):   # the same arrivals: the same run
+                nbytes, start, settled[:] = moved, start2, True
+                break
+        remote, nbytes = again, moved
+    out = _rows(requests, remote, dec, pre).with_columns(
+        kv_bytes=pl.Series(nbytes), kv_settled=pl.Series(settled),
+        transfer_start_ms=pl.Series(start).fill_nan(None),
+        transfer_end_ms=pl.Series(end).fill_nan(None))
+    steps = [d.steps.with_columns(side=pl.lit("decode"))]
+    if p is not None:
+        steps.insert(0, p.steps.with_columns(side=pl.lit("prefill")))
+    steps = pl.concat(steps, how="diagonal_relaxed")
+    return FleetResult(out, steps.select("side", pl.exclude("side")))
+
+
+def _prefill_side(requests: Sequence[SimRequest], prefill: Side, remote: np.ndarray
+                  ) -> tuple[FleetResult | None, pl.DataFrame | None, np.ndarray, np.ndarray]:
+    """The prefill engines' run of the ``remote`` requests cut to their first token: the
+    run, its rows (``request`` the input index), and per request (input order) when its
+    prefill finished (ms; NaN where local) and on which instance (-1)."""
+    n = len(requests)
+    done, links = np.full(n, np.nan), np.full(n, -1, np.int64)
     remote_at = np.flatnonzero(remote)
+    if not remote_at.size:
+        return None, None, done, links
     first = [replace(requests[int(i)], index=k, max_tokens=1,
                      output_token_ids=None if requests[int(i)].output_token_ids is None
                      else list(requests[int(i)].output_token_ids[:1]))
              for k, i in enumerate(remote_at.tolist())]
-    block_size = (prefill.config[0] if isinstance(prefill.config, Sequence)
-                  else prefill.config).block_size
-    nbytes = np.zeros(n, np.int64)
-    ready = np.array([(r.arrival_s or 0.0) * 1e3 for r in requests])     # local: arrival
-    start, end = np.full(n, np.nan), np.full(n, np.nan)
-    pre = None
-    if first:
-        p = simulate_fleet(first, prefill.config, prefill.router, prefill.step_model.step_ms,
-                           decode_run_ms=getattr(prefill.step_model, "decode_run_ms", None),
-                           engine=prefill.engine)
-        pre = p.requests.sort("request").with_columns(
-            request=pl.Series(remote_at, dtype=pl.Int64))
-        nbytes[remote_at] = kv_bytes(prompts[remote_at], block_size, kv_bytes_per_token)
-        start[remote_at], end[remote_at] = _transfers(
-            pre["finish_ms"].to_numpy(), pre["instance"].to_numpy(), nbytes[remote_at], link)
-        ready[remote_at] = end[remote_at]
-    order = np.lexsort((np.arange(n), ready))                # decode arrivals in time order
+    p = simulate_fleet(first, prefill.config, copy.deepcopy(prefill.router),
+                       prefill.step_model.step_ms,
+                       decode_run_ms=getattr(prefill.step_model, "decode_run_ms", None),
+                       engine=prefill.engine)
+    pre = p.requests.sort("request").with_columns(request=pl.Series(remote_at, dtype=pl.Int64))
+    done[remote_at], links[remote_at] = pre["finish_ms"].to_numpy(), pre["instance"].to_numpy()
+    return p, pre, done, links
+
+
+def _decode_side(requests: Sequence[SimRequest], decode: Side, remote: np.ndarray,
+                 ready: np.ndarray) -> tuple[FleetResult, pl.DataFrame]:
+    """The decode engines' run, each request arriving at ``ready`` (ms), behind a fresh
+    copy of the decode router: the run and its request rows in input order (``request``
+    the input index)."""
+    order = np.lexsort((np.arange(len(requests)), ready))   # decode arrivals in time order
     moved = [replace(requests[int(i)], index=k, arrival_s=float(ready[i]) / 1e3)
              for k, i in enumerate(order.tolist())]
     model = WithoutReload(decode.step_model)
-    d = simulate_fleet(moved, decode.config, decode.router, model.step_ms,
+    router = copy.deepcopy(decode.router)
+    d = simulate_fleet(moved, decode.config, router, model.step_ms,
                        cpu_tiers=[RemotePrefill(remote[order])
-                                  for _ in range(decode.router.num_instances)],
+                                  for _ in range(router.num_instances)],
                        decode_run_ms=getattr(decode.step_model, "decode_run_ms", None),
                        engine=decode.engine)
     dec = d.requests.with_columns(request=pl.Series(order, dtype=pl.Int64)).sort("request")
-    out = _rows(requests, remote, dec, pre).with_columns(
-        kv_bytes=pl.Series(nbytes), transfer_start_ms=pl.Series(start).fill_nan(None),
-        transfer_end_ms=pl.Series(end).fill_nan(None))
-    steps = [d.steps.with_columns(side=pl.lit("decode"))]
-    if first:
-        steps.insert(0, p.steps.with_columns(side=pl.lit("prefill")))
-    steps = pl.concat(steps, how="diagonal_relaxed")
-    return FleetResult(out, steps.select("side", pl.exclude("side")))
+    return d, dec.rename({"gpu_hit_tokens": "decode_gpu_hit_tokens"})
 
 
 def _rows(requests: Sequence[SimRequest], remote: np.ndarray, dec: pl.DataFrame,
@@ -235,12 +298,14 @@ def _rows(requests: Sequence[SimRequest], remote: np.ndarray, dec: pl.DataFrame,
     the decode side's; the decode side's ``decode_*`` figures, finish and TPOT."""
     arrival = pl.Series([(r.arrival_s or 0.0) * 1e3 for r in requests])
     decode_side = dec.select(
-        "request", decode_instance="instance", decode_first_token_ms="first_token_ms",
-        decode_finish_ms="finish_ms", decode_gpu_hit_tokens="gpu_hit_tokens",
+        "request", "decode_gpu_hit_tokens", decode_instance="instance",
+        decode_first_token_ms="first_token_ms", decode_finish_ms="finish_ms",
         decode_preemptions="preemptions")
     # the prefill side's rows, or (prefilled locally) the decode side's own, the instance
     # then -1: no prefill engine
-    local = dec.filter(~pl.Series(remote)).with_columns(instance=pl.lit(-1, pl.Int64))
+    local = dec.filter(~pl.Series(remote)).rename(
+        {"decode_gpu_hit_tokens": "gpu_hit_tokens"}).with_columns(
+        instance=pl.lit(-1, pl.Int64))
     parts = [local] if pre is None else [pre, local]
     first = (pl.concat(parts, how="diagonal_relaxed").sort("request")
              .drop("finish_ms", "e2e_ms", "arrival_ms", "ttft_ms", "queue_ms"))

@@ -10,6 +10,7 @@ from pipeline.base.arguments import Options, deprecated_alias, derive, non_negat
 from pipeline.base.errors import UsageError
 from pipeline.engine.options import add_engine_arguments, pool_blocks
 from pipeline.fleet.cost import add_cost_arguments
+from pipeline.fleet.deciders import DECIDERS, parse_decider
 from pipeline.fleet.disaggregated import parse_link
 from pipeline.fleet.routers import ROUTERS, router_class
 from pipeline.fleet.sweep import EXECUTORS
@@ -102,6 +103,11 @@ def add_disaggregation_arguments(parser: argparse.ArgumentParser) -> None:
                        help="Dynamo's conditional disaggregation: a prompt of at most TOKENS "
                             "is prefilled by its decode engine (default: every prompt "
                             "goes to the prefill side)")
+    group.add_argument("--pd-decider", type=parse_decider, default=None,
+                       metavar="NAME[:TOKENS]",
+                       help="who prefills each request: " + ", ".join(DECIDERS) + " (llm-d-"
+                            "prefix:N: llm-d's prefix-based-pd-decider, remote when the "
+                            "part its decode engine lacks is >= N tokens; default always)")
 
 
 def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
@@ -186,7 +192,7 @@ def resolve_disaggregation(args: argparse.Namespace) -> Options:
           "--decode-instances": args.decode_instances, "--kv-transfer": args.kv_transfer}
     given = [flag for flag, value in pd.items() if value is not None]
     if not given:
-        for flag in ("--decode-router", "--max-local-prefill-length"):
+        for flag in ("--decode-router", "--max-local-prefill-length", "--pd-decider"):
             if getattr(args, flag[2:].replace("-", "_")) is not None:
                 raise UsageError(f"{flag} needs a disaggregated fleet (--prefill-instances, "
                                  f"--decode-instances, --kv-transfer)")
@@ -194,6 +200,10 @@ def resolve_disaggregation(args: argparse.Namespace) -> Options:
     missing = [flag for flag in pd if flag not in given]
     if missing:
         raise UsageError(f"{given[0]} needs {' and '.join(missing)} (a disaggregated fleet)")
+    if getattr(args, "pd_decider", None) is not None \
+            and args.max_local_prefill_length is not None:
+        raise UsageError("--pd-decider: not with --max-local-prefill-length (that is "
+                         "--pd-decider prompt-length:TOKENS)")
     if args.instances is not None:
         raise UsageError("--instances: a disaggregated fleet counts --prefill-instances and "
                          "--decode-instances instead")

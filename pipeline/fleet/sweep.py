@@ -39,6 +39,7 @@ from pipeline.engine.engines import DEFAULT_ENGINE, ENGINES, added_engines, engi
     register_engine
 from pipeline.engine.hashing import flat_request_keys
 from pipeline.engine.request import EngineRequests
+from pipeline.fleet.deciders import Decider
 from pipeline.fleet.disaggregated import Link, Side, simulate_disaggregated
 from pipeline.fleet.loop import FleetResult, simulate_fleet
 from pipeline.fleet.routers import ROUTERS, added_routers, make_router, register_router, \
@@ -96,6 +97,7 @@ class Disaggregation:
     kv_bytes_per_token: int
     decode_router: str = "round-robin"
     max_local_prefill_length: int | None = None
+    decider: Decider | None = None
 
 
 def run_point(settings: Settings, point: Point,
@@ -135,7 +137,7 @@ def _run_disaggregated(settings: Settings, point: Point, workload: EngineRequest
         requests_at_load(workload, point.load), Side(config, router, settings.step_model,
                                                      engine),
         Side(config, decode_router, settings.step_model, engine), pd.link,
-        pd.kv_bytes_per_token, pd.max_local_prefill_length)
+        pd.kv_bytes_per_token, pd.max_local_prefill_length, pd.decider)
 
 
 def _point_columns(point: Point, result: FleetResult) -> tuple[pl.DataFrame, pl.DataFrame]:
