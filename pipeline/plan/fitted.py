@@ -71,7 +71,8 @@ def fitted_plan(args: argparse.Namespace, kv, gpu: int, gpu_given: str, build,
     document = {
         **document_head(evaluator.description, kv, gpu, gpu_given, target, names),
         **models_fields(evaluator),
-        "measured": {"path": str(args.latency), "synthetic": False, "fitted": fitted},
+        "measured": {"path": str(args.latency), "synthetic": False, "fitted": fitted,
+                     "step_time": True},
         "models": {"fitted step time" if fitted else "step time":
                    _fields(step_model, str(args.latency), chunk)},
         **answer_fields(result, result.cpu_tokens, kv),

@@ -123,14 +123,15 @@ def _model_text(document: dict, verbose: bool) -> list[str]:
     """The TTFT model's lines: the model per config and its error; its notes (indented
     deeper) only when ``verbose``."""
     measured = document["measured"]
-    if measured.get("fitted"):                      # plan --latency: a fitted step-time file
-        lines = [f"TTFT model: fitted step time from {measured['path']}:"]
+    if measured.get("step_time"):                   # plan --latency: a step-time model
+        lines = [f"TTFT model: fitted step time from {measured['path']}:"
+                 if measured.get("fitted") else f"TTFT model: step time {measured['path']}:"]
     else:
         lines = [f"TTFT model from {measured['path']}"
                  f"{' (SYNTHETIC stand-in)' if measured['synthetic'] else ''}:"]
     lines += [line for line in document["model_lines"]
               if verbose or not line.startswith("    ")]
-    if not measured.get("fitted"):
+    if not measured.get("step_time"):
         worst = measured["worst_error_pct"]
         lines.append(f"  predicted vs measured per pass: worst error {worst['p50']:.1f} % "
                      f"(p50), {worst['mean']:.1f} % (mean)")
