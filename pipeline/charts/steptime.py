@@ -24,6 +24,7 @@ from pipeline.charts.rate import overload_note, ttft_rate_chart
 from pipeline.charts.summary import (NOT_MODELLED, overload_text, percent, summary_html, table_html,
                                      tier_text)
 from pipeline.steptime.curves import UPPER
+from pipeline.steptime.roofline import roofline_caveat
 
 __all__ = ["curve_sections", "curves_page", "summary_rows", "RATE_TITLES", "MAX_RATE_LINES"]
 
@@ -75,11 +76,6 @@ def _hit_caption(curves: pl.DataFrame) -> str:
             f"largest gap over the {upper.height} capacities.")
 
 
-def _bound(label: str) -> str:
-    return " (a lower bound from peak figures, not a measurement)" \
-        if label.startswith("roofline") else ""
-
-
 def _ttft_caption(curves: pl.DataFrame, label: str) -> str:
     loaded = curves.filter(pl.col("curve") != UPPER).sort("load_value", "gpu_capacity")
     if loaded.is_empty():
@@ -89,7 +85,7 @@ def _ttft_caption(curves: pl.DataFrame, label: str) -> str:
     parts = ", ".join(f"{row['load']} {format_duration(row['ttft_ms_p90'])}"
                       for row in at_top.iter_rows(named=True))
     return (f"TTFT p90 at the largest capacity ({top:,} tokens): {parts}; times are "
-            f"{label}{_bound(label)}.")
+            f"{label}{roofline_caveat(label)}.")
 
 
 def _label(curves: pl.DataFrame) -> str:
@@ -128,7 +124,7 @@ def rate_section(curves: pl.DataFrame) -> Section:
             title=f"TTFT p50 and p90 at {load} per GPU capacity ({label})")
         caption = (f"One load ({load}): TTFT p50 and p90 per GPU capacity; give a list of "
                    f"loads (--rate R,R,...) for TTFT against request rate. Times are "
-                   f"{label}{_bound(label)}.")
+                   f"{label}{roofline_caveat(label)}.")
         return Section("load-rate", chart, caption)
     chart = ttft_rate_chart(frame, "capacity", "GPU KV capacity",
                             RATE_TITLES.get(kind, "request rate (requests/s)"), order
@@ -141,7 +137,7 @@ def rate_section(curves: pl.DataFrame) -> Section:
                f"vllm bench serve sweep plots it: at {heavy['load']} "
                f"({heavy['request_rate']:,.3g} requests/s) TTFT p90 is "
                f"{format_duration(heavy['ttft_ms_p90'])} at {heavy['gpu_capacity']:,} tokens"
-               f"{overload_note(frame)}; times are {label}{_bound(label)}.")
+               f"{overload_note(frame)}; times are {label}{roofline_caveat(label)}.")
     return Section("load-rate", chart, caption)
 
 
@@ -254,7 +250,7 @@ def curves_page(curves: pl.DataFrame, description: str,
                 configuration: Sequence[tuple[str, str]] = (), provenance: str = "") -> str:
     """The whole page: the summary, then the curve sections, then every point."""
     lede = (f"Simulated engine runs (a model of vLLM v1's scheduler); times are "
-            f"{_label(curves)}{_bound(_label(curves))}.")
+            f"{_label(curves)}{roofline_caveat(_label(curves))}.")
     return page_html("kvlab simulate: curves under load", lede,
                      [("Summary", _summary(curves, description, configuration, provenance),
                        []),

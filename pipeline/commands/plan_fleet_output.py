@@ -12,6 +12,7 @@ from pipeline.engine.options import engine_models
 from pipeline.fleet.aggregates import OVERLOAD_COLUMNS, point_columns
 from pipeline.sizes.units import KVSize
 from pipeline.steptime.registry import name_of
+from pipeline.steptime.roofline import roofline_caveat
 from pipeline.commands.plan_cost import search_lines
 
 __all__ = ["plan_document", "print_document", "with_tier"]
@@ -120,7 +121,7 @@ def print_document(document: dict) -> None:
     print(f"target: {wanted} at load {grid['load']:g}, {goal}")
     print(f"workload: {document['workload']}")
     print(f"KV: {document['kv']['describe']}")
-    bound = " (a lower bound, not measured)" if ttft["source"] == "roofline" else ""
+    bound = roofline_caveat(ttft["step_time_model"]) if ttft["source"] == "roofline" else ""
     print(f"TTFT: {ttft['step_time_model']}{bound}" if ttft["withheld"] is None
           else f"TTFT: withheld: {ttft['withheld']}")
     engines = (f"instances {','.join(map(str, grid['instances']))}"

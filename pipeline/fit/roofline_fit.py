@@ -35,7 +35,7 @@ __all__ = ["peak_form", "bench_engine", "fit_factors", "factors_of", "efficiency
 def peak_form(args: argparse.Namespace) -> RooflineForm:
     """The options' roofline at its peaks, factors given as options held (module
     docstring); usage errors name the option."""
-    options = argparse.Namespace(**{**vars(args), "mfu_prefill": None, "mbu_decode": None})
+    options = argparse.Namespace(**{**vars(args), "mfu_prefill": 1.0, "mbu_decode": 1.0})
     peak = Roofline.from_args(options)
     held = []
     for index, (key, option) in enumerate(FACTORS):

@@ -9,8 +9,10 @@ of: with at least ``PREFILL_TOKENS`` tokens, the linear layers' FLOPs (2 x weigh
 tokens) / their measured time / the preset's peak; with at most ``DECODE_TOKENS``, their
 weight bytes per GPU (bf16) / the time / the preset's memory bandwidth. ``EFFICIENCY`` holds
 those medians over the committed sample (Llama-2-7B and -70B, both GPUs;
-``tests/test_efficiency.py`` recomputes them): the defaults of ``--mfu-prefill`` and
-``--mbu-decode`` given without a value. Other GPUs have no profile: a number is required.
+``tests/test_efficiency.py`` recomputes them): the roofline's defaults (``default_efficiency``)
+and the value of ``--mfu-prefill`` / ``--mbu-decode`` given alone. The H200 (the H100's
+compute die) takes the H100's; any other GPU (L40S, L4, a custom or modified preset) the
+mean of the two, labelled as assumed. ``--mfu-prefill 1 --mbu-decode 1``: the peaks.
 
 ``fit --vllm-bench`` writes the factors it fitted as a JSON of kind ``EFFICIENCY_KIND``
 (read by ``steptime.efficiency_file``).
@@ -26,7 +28,7 @@ from pipeline.sizes.gpus import GpuPreset
 
 __all__ = ["EFFICIENCY", "EFFICIENCY_KIND", "PREFILL_TOKENS", "DECODE_TOKENS",
            "FACTORS", "LINEAR_OPERATIONS", "profile_rows", "profile_efficiency",
-           "efficiency_of"]
+           "efficiency_of", "default_efficiency"]
 
 #: the JSON kind of ``fit --vllm-bench``'s output (version 1)
 EFFICIENCY_KIND = "roofline-efficiency"
@@ -75,3 +77,17 @@ def efficiency_of(gpu: GpuPreset, which: int) -> tuple[float, str]:
         raise ValueError(f"no measured profile for {gpu.name} (profiles: "
                          f"{', '.join(k.upper() for k in EFFICIENCY)}); give a number")
     return EFFICIENCY[key][which], SOURCE
+
+
+def default_efficiency(gpu: GpuPreset, which: int) -> tuple[float, str]:
+    """(the MFU (``which`` 0) or MBU (1) the roofline takes when none is given, its source):
+    the GPU's profile, the H100's for an H200, else the profiles' mean (module docstring)."""
+    try:
+        return efficiency_of(gpu, which)
+    except ValueError:
+        pass
+    if gpu.name.split()[0].lower() == "h200" and "modified" not in gpu.name:
+        return EFFICIENCY["h100"][which], f"the H100's (the H200's compute die) {SOURCE}"
+    mean = round(sum(pair[which] for pair in EFFICIENCY.values()) / len(EFFICIENCY), 3)
+    return mean, (f"assumed: the mean of the {' and '.join(k.upper() for k in EFFICIENCY)} "
+                  f"profiles, none measured on {gpu.name}, {SOURCE}")

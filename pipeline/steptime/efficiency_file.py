@@ -56,7 +56,7 @@ def roofline_from_fit(document: Any, path: Path, args: argparse.Namespace) -> Ro
         if getattr(args, key, None) is not None:
             raise UsageError(f"{option}: --latency {path} sets the factors fit measured; "
                              f"give one or the other")
-    options = argparse.Namespace(**{**vars(args), "mfu_prefill": None, "mbu_decode": None,
+    options = argparse.Namespace(**{**vars(args), "mfu_prefill": 1.0, "mbu_decode": 1.0,
                                     "step_overhead_ms": float(overhead)})
     roofline = Roofline.from_args(options)
     fitted = document.get("fitted_on") or {}

@@ -30,8 +30,9 @@ def add_latency_arguments(parser: argparse.ArgumentParser, latency: bool = True)
         "step time (turns each batch into milliseconds: the time clock)")
     if latency:
         group.add_argument("--latency", metavar="roofline|FILE|profile:DIR", default=None,
-                           help="roofline: from the model's shape and the GPU's peaks (a "
-                                "lower bound, labelled roofline); FILE: fitted coefficients "
+                           help="roofline: from the model's shape and the GPU's peaks "
+                                "scaled by measured efficiency (--mfu-prefill, --mbu-decode; "
+                                "labelled roofline); FILE: fitted coefficients "
                                 "written by fit (JSON, kind fitted-step-time); profile:DIR: "
                                 "vidur-format per-operation profiles (mlp.csv, "
                                 "attention.csv, all_reduce.csv)")
@@ -58,7 +59,8 @@ def add_latency_arguments(parser: argparse.ArgumentParser, latency: bool = True)
                            default=None,
                            metavar="F", help=f"the roofline's share of {what} (0 < F <= 1); "
                            f"given alone: measured on the GPU preset by vidur's profiles "
-                           f"(H100, A100); default: the peak (a lower bound)")
+                           f"(H100, A100); default: that profile (H200: the H100's; other "
+                           f"GPUs: their mean, labelled assumed); 1: the peak (a lower bound)")
     group.add_argument("--model-shape", metavar="L,HIDDEN,INTER,HEADS,KV_HEADS,VOCAB[,tied]",
                        help="the roofline's model shape instead of the --model preset")
 

@@ -1,11 +1,12 @@
-"""The roofline step-time model: a lower bound from a model's shape and a GPU's peaks.
+"""The roofline step-time model: a model's shape on a GPU's peaks, scaled by measured
+efficiency (``steptime.efficiency``: vidur's profiles by default; at factors 1, a lower bound).
 
 For one batch of T tokens (prefill tokens + decodes) over a dense model (``ModelShape``)::
 
     FLOPs  = 2 x layer weights x T + 2 x vocab x hidden x sampled + 4 x layers x heads x
              head_dim x attention pairs
     bytes  = weight bytes (layers + LM head) + KV bytes per token x attended context
-    step   = overhead + max(FLOPs / peak FLOP/s, bytes / HBM bandwidth)
+    step   = overhead + max(FLOPs / (peak FLOP/s x MFU), bytes / (HBM bandwidth x MBU))
              + reloaded tokens x KV bytes per token / host-link bandwidth
              + T x all-reduce bytes per token / peer bandwidth      (tensor parallel)
 
@@ -44,13 +45,24 @@ from pipeline.base.step_vectors import Rates
 from pipeline.sizes.gpus import GpuPreset, custom_gpu, gpu_preset
 
 __all__ = ["Roofline", "Rates", "WEIGHT_BYTES", "DEFAULT_OVERHEAD_MS", "PROFILED",
-           "check_roofline_model"]
+           "check_roofline_model", "roofline_caveat"]
 
 WEIGHT_BYTES = {"bf16": 2, "fp8": 1}
 #: ``--mfu-prefill`` / ``--mbu-decode`` given without a value: the GPU's profiled factor
 PROFILED = "profiled"
 #: fixed per-step overhead (scheduler, sampler, kernel launches): an assumption, not a fit
 DEFAULT_OVERHEAD_MS = 2.0
+
+
+def roofline_caveat(label: str) -> str:
+    """What a step-time label's figures are, in parentheses: a roofline at the peaks is a
+    lower bound, one scaled by efficiency (its label names MFU/MBU) an estimate; others
+    nothing."""
+    if not label.startswith("roofline"):
+        return ""
+    if "MFU" in label or "MBU" in label:
+        return " (a roofline at measured efficiency, not a measurement)"
+    return " (a lower bound from peak figures, not a measurement)"
 
 
 @dataclass(frozen=True)
@@ -105,7 +117,7 @@ class Roofline:
             shape.kv_heads_per_gpu(tp)
         except ValueError as exc:
             raise UsageError(f"--tensor-parallel-size {tp}: {exc}") from None
-        factors, given, profiled, source = [], [], [], ""
+        factors, given, profiled, sources = [], [], [], {}
         for index, option in enumerate(("--mfu-prefill", "--mbu-decode")):
             value = getattr(args, option[2:].replace("-", "_"), None)
             if value == PROFILED:
@@ -114,11 +126,18 @@ class Roofline:
                     value, source = efficiency_of(gpu, index)
                 except ValueError as exc:
                     raise UsageError(f"{option}: {exc}") from None
-                profiled.append(f"{option} {value:g}")
-            elif value is not None:
+            elif value is None:
+                from pipeline.steptime.efficiency import default_efficiency
+                value, source = default_efficiency(gpu, index)
+            else:
                 given.append(f"{option} {value:g} given")
-            factors.append(1.0 if value is None else value)
-        sources = given + ([f"{' and '.join(profiled)} from {source}"] if profiled else [])
+                factors.append(value)
+                continue
+            profiled.append(f"{option} {value:g}")
+            sources.setdefault(source, []).append(f"{option} {value:g}")
+            factors.append(value)
+        sources = given + [f"{' and '.join(names)} from {source}"
+                           for source, names in sources.items()]
         return _option("--weights", cls, shape, gpu, args.step_overhead_ms, args.weights,
                        kv_dtype(args), tp, *factors, "; ".join(sources))
 
@@ -142,6 +161,11 @@ class Roofline:
         return 2 * m.layers * m.hidden_size * 2 * 2 * (n - 1) / n
 
     @property
+    def peak(self) -> bool:
+        """At the datasheet peaks (both factors 1): a lower bound."""
+        return self.mfu == 1 and self.mbu == 1
+
+    @property
     def label(self) -> str:
         extra = "".join(part for part in (
             f", TP {self.tensor_parallel}" if self.tensor_parallel > 1 else "",
@@ -153,7 +177,9 @@ class Roofline:
 
     @property
     def provenance(self) -> str:
-        return (f"roofline lower bound, not measured: {self.gpu.describe(self.weights)} "
+        kind = ("roofline lower bound (the peaks), not measured" if self.peak else
+                "roofline at measured efficiency, not a measurement of this setup")
+        return (f"{kind}: {self.gpu.describe(self.weights)} "
                 f"[{self.gpu.source}]; {self.model.name} shape ({self.model.layers} layers, "
                 f"hidden {self.model.hidden_size}, intermediate {self.model.intermediate_size},"
                 f" {self.model.attention_heads}/{self.model.kv_heads} heads, vocab "
@@ -171,8 +197,7 @@ class Roofline:
                          f"(bytes)" + (f", shared expert {m.shared_intermediate_size}"
                                        if m.shared_intermediate_size else ""))
         if self.efficiency_source:
-            parts.append(f"the peaks scaled by measured efficiency: {self.efficiency_source}"
-                         f" (still a roofline)")
+            parts.append(f"the peaks scaled: {self.efficiency_source} (still a roofline)")
         if self.tensor_parallel > 1:
             parts.append(f"tensor parallel {self.tensor_parallel}: weights, FLOPs and KV "
                          f"heads split {self.tensor_parallel} ways, 2 all-reduces per layer "
