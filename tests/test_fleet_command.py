@@ -52,7 +52,7 @@ def test_sweep_writes_a_dataset_by_point_and_json_rows(tmp_path, capsys):
     report = (out / "report.html").read_text()
     assert "round robin's TTFT p90" in report and "kv-cost" in report
     assert '<section class="summary">' in report and "TPOT p90" in report
-    assert "max_num_seqs 256" in report and "roofline lower bound" in report
+    assert "max_num_seqs 256" in report and "roofline at measured efficiency" in report
 
 
 def test_resume_skips_finished_points_and_reruns_failed_ones(tmp_path, capsys, monkeypatch):

@@ -118,7 +118,8 @@ def text_plan(tmp_path_factory):
 def test_text_output_names_the_grid_and_the_ttft_source(text_plan):
     status, text, _ = text_plan
     assert status == 0
-    assert "TTFT: roofline (H100, Qwen2.5-1.5B, bf16 weights) (a lower bound" in text
+    assert ("TTFT: roofline (H100, Qwen2.5-1.5B, bf16 weights, MFU 0.691, MBU 0.754) (a "
+            "roofline at measured efficiency") in text
     assert "grid: instances 1,2 x GPU blocks per instance 20,30,45" in text
     assert "(roofline)" in text and "GiB" in text
 

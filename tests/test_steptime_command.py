@@ -73,8 +73,8 @@ def test_roofline_run_says_roofline(tmp_path):
     assert done.returncode == 0, done.stderr
     metrics = json.loads((tmp_path / "o" / "metrics.json").read_text())
     assert metrics["step_time_model"].startswith("roofline (L4, Qwen2.5-0.5B")
-    assert "not measured" in metrics["provenance"]
-    assert done.stdout.count("[roofline (L4, Qwen2.5-0.5B, bf16 weights)]") == 3  # + TPOT
+    assert "not a measurement" in metrics["provenance"]
+    assert done.stdout.count("[roofline (L4, Qwen2.5-0.5B, bf16 weights, MFU 0.703, MBU 0.738)]") == 3  # + TPOT
 
 
 def test_curves_write_parquet_and_report(tmp_path):

@@ -44,7 +44,7 @@ def test_answer_is_the_smallest_meeting_pool():
 def test_text_names_the_roofline():
     done = _plan("--target-ttft-p90-ms", "100000", *PATTERN)
     assert done.returncode == 0, done.stderr
-    assert "[roofline (L4, Qwen2.5-7B, bf16 weights)]" in done.stdout
+    assert "[roofline (L4, Qwen2.5-7B, bf16 weights, MFU 0.703, MBU 0.738)]" in done.stdout
 
 
 @pytest.mark.parametrize("options, status, message", [
