@@ -435,8 +435,13 @@ def offload_config(num_chunks: int, policy: str = "lru", store_threshold: int = 
 
 def random_case(rng: random.Random):
     """A random workload (``vllm_scheduler_reference.random_workload``: shared prefixes,
-    re-sent replies, bursts, sync or async scheduling), offload settings and clock."""
+    re-sent replies, bursts, sync or async scheduling; often a GPU pool of the largest
+    request + 1-3 blocks), offload settings and clock."""
     requests, config = base.random_workload(rng)
+    if rng.random() < 0.6:                             # a tight GPU pool: CPU hits
+        need = max(-(-(min(len(r.prompt_token_ids) + r.max_tokens, config.max_model_len) - 1)
+                     // config.block_size) for r in requests)
+        config = dataclasses.replace(config, num_gpu_blocks=need + 1 + rng.choice([0, 1, 2]))
     offload = offload_config(rng.choice([1, 2, 4, 16, 64]), rng.choice(["lru", "arc"]),
                              rng.choice([0, 0, 2, 3]), rng.choice([1, 1, 2, 4]),
                              rng.choice([0, 0, KV_BYTES_PER_TOKEN * 8, 10**9]))
