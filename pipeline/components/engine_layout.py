@@ -46,10 +46,11 @@ BQ_SLOT, BQ_NEW, BQ_START = range(3)
 # CPU tier scalars (int64); T_HANDLE: a Python tier's handle (``kgeneric.register``), 0 for
 # LMCache's compiled tier
 (T_ON, T_CAPACITY, T_CHUNK, T_PER, T_MASK, T_USED, T_FREE_TOP, T_COUNT, T_HANDLE,
- T_POLICY) = range(10)
-T_SIZE = 10
-# T_POLICY: LMCache's cache_policy of a ``ktier`` list (the tier stack's CPU and disk tiers)
-POLICY_LRU, POLICY_FIFO, POLICY_MRU = range(3)
+ T_POLICY, T_BTOP) = range(11)
+T_SIZE = 11
+# T_POLICY: LMCache's cache_policy of a ``ktier`` list (the tier stack's CPU and disk tiers);
+# T_BTOP: LFU's stack of free frequency buckets (``ktier.lfu_tier``)
+POLICY_LRU, POLICY_FIFO, POLICY_MRU, POLICY_LFU = range(4)
 
 # engine errors (G_ERROR)
 ERR_BLOCKS = 1          # a request's block table overflowed (a bug)

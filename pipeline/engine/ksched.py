@@ -176,7 +176,7 @@ def _started(S, O, native, q, slot, num_new, start, step):
     """Add the entry to batch ``q`` and run _update_after_schedule for it."""
     C, R, BQ, BSMP, BMETA, REC = S[0], S[2], S[10], S[11], S[12], S[16]
     RX = O[7]
-    if native:                                        # last_sched_seq: this step's
+    if native and O[0][O_DEFER] != 0:                 # last_sched_seq: this step's
         RX[slot, X_LSEQ] = O[0][O_SSEQ] + 1
     e = BMETA[q, B_NSCHED]
     BQ[q, e, 0], BQ[q, e, 1], BQ[q, e, 2] = slot, num_new, start
