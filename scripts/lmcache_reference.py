@@ -24,7 +24,8 @@ shared-prefix workloads; prints JSON, exit status 1 on any mismatch.
 over its CPU, disk and remote backends: ``scripts/lmcache_stack_reference.py``), the literal
 port ``tests/oracles/lmcache_stack.py`` and the compiled ``pipeline.components.kstack``:
 per request the chunks hit per tier, and every tier's keys in order after each call, with
-the CPU and disk tiers' cache_policy LRU, FIFO or MRU.
+the CPU and disk tiers' cache_policy LRU, FIFO, MRU or LFU (every policy of LMCache's
+``cache_policy/__init__.py``).
 
 Seen 2026-11-30 with 0.5.6: LMCache's hits per pass on the lab workload (10 x 5011, fwd,
 fwd, rev) are 0 / 48,640 / 48,640 tokens at 48,640 and 56,000, 0 / 0 / 43,776 at 48,384 and
@@ -185,7 +186,7 @@ def stack_case(rng: random.Random) -> tuple:
         prompt = max(len(keys) * chunk + rng.randint(0, chunk - 1), 1)
         gpu = min(rng.randint(0, prompt // block) * block, prompt - 1)
         requests.append((keys, prompt, gpu))
-    return chunk, tiers, requests, rng.choice(["lru", "fifo", "mru"])
+    return chunk, tiers, requests, rng.choice(["lru", "fifo", "mru", "lfu"])
 
 
 def compare_stack(backend_class, cases: int, rng: random.Random) -> dict:

@@ -153,7 +153,7 @@ def _classes():
 class LMCacheStackDriver:
     """LMCache's StorageManager over a CPU backend of ``cpu`` tokens, a disk of ``disk`` and
     a remote store of ``remote`` tokens (0: none), chunks of ``chunk`` tokens, the CPU and
-    disk tiers' ``cache_policy`` ``policy`` (LRU, FIFO, MRU)."""
+    disk tiers' ``cache_policy`` ``policy`` (LRU, FIFO, MRU, LFU)."""
 
     def __init__(self, cpu_class, cpu: int, disk: int, remote: int, chunk: int,
                  loop: asyncio.AbstractEventLoop, policy: str = "LRU") -> None:
@@ -255,8 +255,19 @@ class LMCacheStackDriver:
             self.manager.batched_put(stored, objs)
         self._settle()
 
+    @staticmethod
+    def _order(backend, mapping) -> list:
+        """A tier's keys in its policy's order: the mapping's (LRU, FIFO, MRU), or LFU's
+        eviction order (its buckets by frequency, each in arrival order)."""
+        buckets = getattr(backend.cache_policy, "freq_to_keys", None)
+        keys = mapping if buckets is None else [k for bucket in buckets.values()
+                                                for k in bucket]
+        assert buckets is None or sorted(repr(k.value) for k in keys) == sorted(
+            repr(k.value) for k in mapping)             # the policy knows the tier's keys
+        return [k.value for k in keys]
+
     def state(self) -> dict[str, list]:
         self._settle()
-        return {"cpu": [k.value for k in self.cpu.hot_cache],
-                "disk": [k.value for k in self.disk.dict] if self.disk else [],
+        return {"cpu": self._order(self.cpu, self.cpu.hot_cache),
+                "disk": self._order(self.disk, self.disk.dict) if self.disk else [],
                 "remote": [k.value for k in self.remote_lru.dict] if self.remote_lru else []}

@@ -15,10 +15,17 @@ the previous step's store jobs, then this step's load jobs, in job order, FIFO o
 a job starts when the link is free and takes ``bytes / link + latency`` (no time on the step
 clock); the forward pass waits for the step's synchronous loads; a step reports every job
 done by its end. A step that schedules nothing lasts until the next job ends or the next
-request arrives. Requests finishing in one step reach the connector in finish order (an
-insertion-ordered set: vLLM's own is a ``set`` of ids, hash-ordered).
+request arrives (with no batch that scheduled tokens in flight; else at once). With async
+scheduling vLLM's ``AsyncScheduler`` and ``step_with_batch_queue``'s queue of two, as in
+``vllm_scheduler_reference``; a step's output reports the jobs done by the step's end (on
+the step clock: the jobs it and the steps before it submitted). Requests finishing in one
+step reach the connector in finish order (an insertion-ordered set: vLLM's own is a ``set``
+of ids, hash-ordered).
 
-    .venv/bin/python scripts/vllm_offload_engine_reference.py --random 30
+    .venv/bin/python scripts/vllm_offload_engine_reference.py --random 300
+
+(``--random N``: N random cases, sync and async scheduling, step and time clocks, each
+compared with kvlab's engine request by request and step by step.)
 """
 
 from __future__ import annotations
@@ -44,6 +51,15 @@ DEFAULT_VERSION = base.DEFAULT_VERSION
 have_sources = base.have_sources
 #: one KV token's bytes in the reference's model (vLLM derives the chunk's bytes from it)
 KV_BYTES_PER_TOKEN = 64
+#: the time clock's step model: kvlab's fitted ``Linear`` with these coefficients, and
+#: ``step_ms`` (the same arithmetic in its kernel's order) for vLLM's run
+COEF = dict(fixed_ms=10.0, prefill_token_ms=1.0, context_token_ms=0.0, decode_seq_ms=2.0,
+            reload_token_ms=0.0)
+
+
+def step_ms(prefill: int, decodes: int) -> float:
+    """``Linear(COEF).step_ms`` in its kernel's order (``kstep.linear_ms``)."""
+    return 0.0 + 10.0 * 1 + 1.0 * prefill + 0.0 * 0 + 2.0 * decodes + 0.0 * 0 + 0.0 * 0
 
 
 class OrderedSet(dict):
@@ -139,7 +155,7 @@ class FakeWorker:
     def __init__(self, chunk_bytes: int, link_bytes_per_ms: float, latency_ms: float,
                  timed: bool) -> None:
         self.chunk_bytes, self.rate, self.latency = chunk_bytes, link_bytes_per_ms, latency_ms
-        self.timed, self.free = timed, 0.0
+        self.timed, self.free, self.starts = timed, 0.0, 0
         self.stores: list = []                          # (job, chunks) not yet submitted
         self.flight: deque = deque()                     # (end, job, loading request, sync)
         self.loads: dict[str, tuple[float, float, float]] = {}   # request -> submit/start/end
@@ -156,8 +172,17 @@ class FakeWorker:
         self.flight.append((end, job, request, sync))
         return begin, end
 
+    def clock(self, end: float) -> float:
+        """A step's end on the worker's clock (the step clock: its start's number)."""
+        return end if self.timed else float(self.starts)
+
     def start(self, meta, jobs, start: float) -> float:
-        """Submit at a step's start; the time its forward pass may begin."""
+        """Submit at a step's start; the time its forward pass may begin. On the step clock
+        a step starts at its number: its output reports the jobs it and earlier steps
+        submitted."""
+        if not self.timed:
+            self.starts += 1
+            start = float(self.starts)
         forward = start
         for job, chunks in self.stores:
             self._submit(job, chunks, start)
@@ -219,9 +244,9 @@ def run_vllm(requests, config, offload, *, step_ms=None, link_bytes_per_ms: floa
     mods.core.KVConnectorFactory = SimpleNamespace(create_connector=lambda **_: connector)
     try:
         manager = base.Strict(accept_tokens=lambda request, tokens: True)
-        scheduler = v.Scheduler(vllm_config, kv_config, manager,
-                                block_size=config.block_size,
-                                hash_block_size=config.block_size, log_stats=False)
+        cls = v.AsyncScheduler if config.async_scheduling else v.Scheduler
+        scheduler = cls(vllm_config, kv_config, manager, block_size=config.block_size,
+                        hash_block_size=config.block_size, log_stats=False)
     finally:
         mods.core.KVConnectorFactory = factory
     sched = connector.connector_scheduler
@@ -255,16 +280,9 @@ def run_vllm(requests, config, offload, *, step_ms=None, link_bytes_per_ms: floa
             scheduler.add_request(request)
             pointer += 1
 
-    while True:
-        add_due()
-        if not scheduler.has_requests():
-            if pointer == len(pending):
-                break
-            if timed:
-                now = max(now, due(pending[pointer]))
-            else:
-                step = max(step, due(pending[pointer]))
-            continue
+    def schedule():
+        """schedule(), the worker's start of the step; returns the batch in flight."""
+        nonlocal step, now, moved
         out = scheduler.schedule()
         meta = out.kv_connector_metadata
         this = step if out.total_num_scheduled_tokens > 0 else None
@@ -303,11 +321,19 @@ def run_vllm(requests, config, offload, *, step_ms=None, link_bytes_per_ms: floa
             moved = [0, 0]
         else:
             end = forward
-            if timed:
+            if timed and not (queue and queue[-1][2] is not None):   # none in flight
                 wake = [t for t in (worker.next_end(),
                                     due(pending[pointer]) if pointer < len(pending)
                                     else None) if t is not None]
                 end = max(forward, min(wake)) if wake else forward
+        if timed:
+            now = end
+        return out, samples, this, worker.clock(end)
+
+    def process(batch) -> bool:
+        """update_from_output with the step's sampled tokens and the worker's report;
+        True when it reported a finished job."""
+        out, samples, this, end = batch
         kv_output, loaded = worker.finished(mods, end)
         for rid in loaded:
             if rows[int(rid)]["load_done"] is None:
@@ -323,7 +349,6 @@ def run_vllm(requests, config, offload, *, step_ms=None, link_bytes_per_ms: floa
             aux_output_connector_output=None, sampling_masks=None)
         before = {rid: len(live[int(rid)].output_token_ids) for rid in ids}
         scheduler.update_from_output(out, model_output)
-        now = end
         for rid in ids:
             request, row = live[int(rid)], rows[int(rid)]
             if len(request.output_token_ids) > before[rid]:
@@ -331,7 +356,32 @@ def run_vllm(requests, config, offload, *, step_ms=None, link_bytes_per_ms: floa
                     row["first_token_step"] = this
                 if request.is_finished() and row["finish_step"] is None:
                     row["finish_step"] = this
-        idle = 0 if this is not None or kv_output.kv_connector_worker_meta else idle + 1
+        return bool(kv_output.kv_connector_worker_meta)
+
+    queue: list = []                                   # batches in flight, oldest first
+    depth = 2 if config.async_scheduling else 1
+    while True:
+        add_due()
+        if not scheduler.has_requests() and not queue:
+            if pointer == len(pending):
+                break
+            if timed:
+                now = max(now, due(pending[pointer]))
+            else:
+                step = max(step, due(pending[pointer]))
+            continue
+        executed = reported = False
+        if scheduler.has_requests():                   # step / step_with_batch_queue
+            batch = schedule()
+            executed = batch[2] is not None
+            queue.append(batch)
+            if len(queue) < depth and (executed or scheduler.has_requests()):
+                idle = 0 if executed else idle + 1
+                if idle > 64:
+                    raise RuntimeError("vLLM schedules nothing")
+                continue
+        reported = process(queue.pop(0))
+        idle = 0 if executed or reported else idle + 1
         if idle > 64:
             raise RuntimeError("vLLM schedules nothing")
     result = {r.index: (rows[r.index]["first_scheduled_step"],
@@ -344,6 +394,37 @@ def run_vllm(requests, config, offload, *, step_ms=None, link_bytes_per_ms: floa
     return (result, steps, loads) if timed else (result, steps)
 
 
+def run_model(requests, config, offload, *, timed: bool = False, link_gbps: float = 50.0,
+              latency_ms: float = 0.0):
+    """The same shapes from kvlab's engine (the model under test; the time clock priced by
+    ``Linear(COEF)``), and request -> its load's (submit, start, end) ms on the time
+    clock."""
+    from pipeline.engine.loop import simulate
+    from pipeline.engine.native_tier import NativeSpec
+    from pipeline.steptime.fitted import Linear
+    spec = NativeSpec(num_chunks=offload.num_chunks, kv_bytes_per_token=KV_BYTES_PER_TOKEN,
+                      policy=offload.policy, store_threshold=offload.store_threshold,
+                      blocks_per_chunk=offload.blocks_per_chunk,
+                      sync_load_budget_bytes=offload.sync_load_budget_bytes,
+                      link_gbps=link_gbps, latency_ms=latency_ms)
+    kwargs = dict(clock="time", step_ms=Linear(COEF).step_ms) if timed else {}
+    result = simulate(requests, config, offload=spec, **kwargs)
+    chunk = KV_BYTES_PER_TOKEN * config.block_size * offload.blocks_per_chunk
+    rows = {x["request"]: (x["first_scheduled_step"], x["first_token_step"], x["finish_step"],
+                           x["gpu_hit_tokens"], x["cpu_hit_tokens"], x["preemptions"],
+                           x["output_tokens"], x["load_step"], x["load_done_step"])
+            for x in result.requests.iter_rows(named=True)}
+    steps = [(x["step"], x["num_running"], x["num_waiting"], x["free_blocks"],
+              x["cpu_load_bytes"] // chunk, x["cpu_store_bytes"] // chunk)
+             + ((x["start_ms"], x["start_ms"] + x["duration_ms"]) if timed else ())
+             for x in result.steps.iter_rows(named=True)]
+    loads = {x["request"]: (x["load_end_s"] * 1000 - x["load_ms"], x["load_start_s"] * 1000,
+                            x["load_end_s"] * 1000)
+             for x in result.requests.iter_rows(named=True)
+             if timed and x["load_ms"] is not None}
+    return rows, steps, loads
+
+
 def offload_config(num_chunks: int, policy: str = "lru", store_threshold: int = 0,
                    blocks_per_chunk: int = 1, sync_load_budget_bytes: int = 0):
     return SimpleNamespace(num_chunks=num_chunks, policy=policy,
@@ -352,21 +433,52 @@ def offload_config(num_chunks: int, policy: str = "lru", store_threshold: int = 
                            sync_load_budget_bytes=sync_load_budget_bytes)
 
 
+def random_case(rng: random.Random):
+    """A random workload (``vllm_scheduler_reference.random_workload``: shared prefixes,
+    re-sent replies, bursts, sync or async scheduling; often a GPU pool of the largest
+    request + 1-3 blocks), offload settings and clock."""
+    requests, config = base.random_workload(rng)
+    if rng.random() < 0.6:                             # a tight GPU pool: CPU hits
+        need = max(-(-(min(len(r.prompt_token_ids) + r.max_tokens, config.max_model_len) - 1)
+                     // config.block_size) for r in requests)
+        config = dataclasses.replace(config, num_gpu_blocks=need + 1 + rng.choice([0, 1, 2]))
+    offload = offload_config(rng.choice([1, 2, 4, 16, 64]), rng.choice(["lru", "arc"]),
+                             rng.choice([0, 0, 2, 3]), rng.choice([1, 1, 2, 4]),
+                             rng.choice([0, 0, KV_BYTES_PER_TOKEN * 8, 10**9]))
+    timed = rng.random() < 0.5
+    if timed:
+        scale = rng.choice([0.005, 0.02, 0.1])
+        requests = [dataclasses.replace(r, arrival_s=r.arrival_step * scale,
+                                        arrival_step=None) for r in requests]
+    link = dict(link_gbps=rng.choice([1e-6, 1e-5, 1e-4, 50.0]),
+                latency_ms=rng.choice([0.0, 3.0])) if timed else {}
+    return requests, config, offload, timed, link
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--random", type=int, default=10)
     parser.add_argument("--seed", type=int, default=20261206)
     args = parser.parse_args()
     rng = random.Random(args.seed)
+    differ = 0
     for case in range(args.random):
-        requests, config = base.random_workload(rng)
-        if config.async_scheduling:
-            config = dataclasses.replace(config, async_scheduling=False)
-        offload = offload_config(rng.choice([1, 2, 4, 64]), rng.choice(["lru", "arc"]))
-        rows, steps = run_vllm(requests, config, offload)
-        print(json.dumps({"case": case, "requests": len(rows), "steps": len(steps),
-                          "cpu_hits": sum(r[4] for r in rows.values())}))
-    return 0
+        requests, config, offload, timed, link = random_case(rng)
+        kwargs = dict(step_ms=step_ms, link_bytes_per_ms=link["link_gbps"] * 1e6,
+                      latency_ms=link["latency_ms"]) if timed else {}
+        theirs = run_vllm(requests, config, offload, **kwargs)
+        ours = run_model(requests, config, offload, timed=timed, **link)
+        same = theirs[:2] == ours[:2] and (not timed or all(
+            abs(a - b) <= 1e-9 * max(1.0, abs(a))
+            for request, times in theirs[2].items()
+            for a, b in zip(times, ours[2].get(request, (float("nan"),) * 3))))
+        differ += not same
+        print(json.dumps({"case": case, "async": config.async_scheduling, "timed": timed,
+                          "requests": len(theirs[0]), "steps": len(theirs[1]),
+                          "cpu_hits": sum(r[4] for r in theirs[0].values()),
+                          "equal": same}))
+    print(json.dumps({"cases": args.random, "differ": differ}))
+    return 1 if differ else 0
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ vLLM's files unmodified, a fake worker on the transfer rule of docs/offloading.m
 by request (GPU hit, CPU hit, scheduled / first-token / finish steps, preemptions, the step
 a load was admitted and the step it was reported done) and step by step (running, waiting,
 free blocks, chunks loaded and stored), on the step clock and the time clock (step and load
-times). Without the vLLM sources these tests skip and say so; the transfer arithmetic is
+times), with sync and async scheduling (vLLM's ``AsyncScheduler``: ``defer_block_free``). Without the vLLM sources these tests skip and say so; the transfer arithmetic is
 also checked by hand.
 """
 
@@ -32,13 +32,8 @@ needs_vllm = pytest.mark.skipif(
     not reference.have_sources(),
     reason="vLLM 0.33.0 sources absent: run scripts/ensure_vllm_sources.sh")
 KV = reference.KV_BYTES_PER_TOKEN
-COEF = dict(fixed_ms=10.0, prefill_token_ms=1.0, context_token_ms=0.0, decode_seq_ms=2.0,
-            reload_token_ms=0.0)
-
-
-def _step_ms(prefill: int, decodes: int) -> float:
-    """``Linear(COEF).step_ms`` in its kernel's order (``kstep.linear_ms``)."""
-    return 0.0 + 10.0 * 1 + 1.0 * prefill + 0.0 * 0 + 2.0 * decodes + 0.0 * 0 + 0.0 * 0
+COEF = reference.COEF
+_step_ms = reference.step_ms
 
 
 @st.composite
@@ -46,7 +41,7 @@ def workloads(draw):
     """Requests sharing a few prefixes arriving over time, GPU pools from the largest
     request's blocks up (preemptions), CPU pools from one chunk up, both policies, store
     thresholds, chunks of 1-2 blocks, sync-load budgets of 0 (every load asynchronous),
-    a few chunks and unlimited."""
+    a few chunks and unlimited; sync or async scheduling."""
     bs = draw(st.sampled_from([1, 2, 4]))
     prefixes = draw(st.lists(st.lists(st.integers(0, 40), min_size=4, max_size=30),
                              min_size=1, max_size=3))
@@ -62,7 +57,8 @@ def workloads(draw):
         max_model_len=longest + 4, block_size=bs,
         max_num_seqs=draw(st.sampled_from([1, 2, 4, 256])),
         max_num_batched_tokens=draw(st.sampled_from([4, 8, 16, 2048])),
-        long_prefill_token_threshold=draw(st.sampled_from([0, 0, 3])))
+        long_prefill_token_threshold=draw(st.sampled_from([0, 0, 3])),
+        async_scheduling=draw(st.booleans()))
     offload = reference.offload_config(
         draw(st.sampled_from([1, 2, 4, 16, 64])), draw(st.sampled_from(["lru", "arc"])),
         draw(st.sampled_from([0, 0, 2])), draw(st.sampled_from([1, 1, 2])),
@@ -70,35 +66,13 @@ def workloads(draw):
     return requests, config, offload
 
 
-def _spec(offload, gbps=50.0, latency=0.0) -> NativeSpec:
-    return NativeSpec(num_chunks=offload.num_chunks, kv_bytes_per_token=KV,
-                      policy=offload.policy, store_threshold=offload.store_threshold,
-                      blocks_per_chunk=offload.blocks_per_chunk,
-                      sync_load_budget_bytes=offload.sync_load_budget_bytes,
-                      link_gbps=gbps, latency_ms=latency)
-
-
 def _ours(requests, config, offload, timed=False, gbps=50.0, latency=0.0):
-    kwargs = dict(clock="time", step_ms=Linear(COEF).step_ms) if timed else {}
-    result = simulate(requests, config, offload=_spec(offload, gbps, latency), **kwargs)
-    chunk = KV * config.block_size * offload.blocks_per_chunk
-    rows = {x["request"]: (x["first_scheduled_step"], x["first_token_step"], x["finish_step"],
-                           x["gpu_hit_tokens"], x["cpu_hit_tokens"], x["preemptions"],
-                           x["output_tokens"], x["load_step"], x["load_done_step"])
-            for x in result.requests.iter_rows(named=True)}
-    steps = [(x["step"], x["num_running"], x["num_waiting"], x["free_blocks"],
-              x["cpu_load_bytes"] // chunk, x["cpu_store_bytes"] // chunk)
-             + ((x["start_ms"], x["start_ms"] + x["duration_ms"]) if timed else ())
-             for x in result.steps.iter_rows(named=True)]
-    loads = {x["request"]: (x["load_end_s"] * 1000 - x["load_ms"], x["load_start_s"] * 1000,
-                            x["load_end_s"] * 1000)
-             for x in result.requests.iter_rows(named=True)
-             if timed and x["load_ms"] is not None}
-    return rows, steps, loads
+    return reference.run_model(requests, config, offload, timed=timed, link_gbps=gbps,
+                               latency_ms=latency)
 
 
 @needs_vllm
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(workloads())
 def test_every_request_and_step_equals_vllm_step_clock(workload):
     requests, config, offload = workload
@@ -109,7 +83,7 @@ def test_every_request_and_step_equals_vllm_step_clock(workload):
 
 
 @needs_vllm
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=18, deadline=None)
 @given(workloads(), st.sampled_from([0.005, 0.02, 0.1]), st.sampled_from([1e-6, 1e-5, 1e-4]),
        st.sampled_from([0.0, 3.0]))
 def test_every_request_and_step_equals_vllm_time_clock(workload, scale, gbps, latency):
@@ -235,3 +209,46 @@ def test_a_prefix_still_being_stored_defers_the_lookup():
     ours, our_steps, our_loads = _ours(requests, config, offload, True, 1e-6)
     assert (ours, our_steps) == (theirs, their_steps)
     assert our_loads[3] == pytest.approx(their_loads[3]) == (2090.0, 7210.0, 9258.0)
+
+
+def _two_short_prompts():
+    """Two 4-token prompts of one block each, one output token, a 6-block pool."""
+    requests = [SimRequest(i, [0, 0, 0, 0], 2, arrival_step=0) for i in range(2)]
+    return requests, SchedulerConfig(num_gpu_blocks=7, max_model_len=10, block_size=1,
+                                     max_num_seqs=2, max_num_batched_tokens=4,
+                                     async_scheduling=True)
+
+
+def test_async_scheduling_does_not_preempt_a_request_whose_step_is_in_flight():
+    """Async scheduling with the connector: request 1 finds no block for its decode while
+    its prefill step is in flight; its blocks could not be freed now (defer_block_free),
+    so vLLM preempts nobody and the step waits: no preemption, both finish."""
+    requests, config = _two_short_prompts()
+    frame = simulate(requests, config, offload=NativeSpec(1, KV)).requests
+    assert frame["preemptions"].to_list() == [0, 0]
+    assert frame["output_tokens"].to_list() == [2, 2]
+
+
+@needs_vllm
+@settings(max_examples=12, deadline=None)
+@given(workloads())
+def test_async_scheduling_equals_vllm_and_defers_no_free(workload):
+    """Async scheduling on the step clock; and vLLM itself never defers a free here: the
+    async scheduler schedules no step past a request's last token (requests end at
+    max_tokens or max_model_len), so ``deferred_frees`` stays empty (docs/offloading.md)."""
+    requests, config, offload = workload
+    config = dataclasses.replace(config, async_scheduling=True)
+    scheduler = reference._load(reference.DEFAULT_VERSION, None)[1].core.Scheduler
+    original, deferred = scheduler._free_request_blocks, []
+
+    def free(self, request):
+        deferred.append(not self._request_blocks_can_be_freed(request))
+        return original(self, request)
+    scheduler._free_request_blocks = free
+    try:
+        theirs, their_steps = reference.run_vllm(requests, config, offload)
+    finally:
+        scheduler._free_request_blocks = original
+    ours, our_steps, _ = _ours(requests, config, offload)
+    assert (ours, our_steps) == (theirs, their_steps)
+    assert deferred and not any(deferred)

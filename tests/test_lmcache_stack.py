@@ -24,7 +24,7 @@ def streams(draw):
     remote = draw(st.integers(-1, 10))
     if remote >= 0:
         tiers.append(Tier("remote", remote * chunk, 2.0, 3.0))
-    policy = draw(st.sampled_from(["lru", "fifo", "mru"]))
+    policy = draw(st.sampled_from(["lru", "fifo", "mru", "lfu"]))
     requests = []
     for _ in range(draw(st.integers(1, 25))):
         path = draw(st.lists(st.integers(0, 2), min_size=0, max_size=7))
@@ -71,3 +71,29 @@ def test_a_disk_hit_is_promoted_to_the_cpu_tier():
     stack.retrieve(first, split, 0, 2 * chunk + 1)
     assert stack.state()["cpu"] == first              # promoted, the second evicted
     assert stack.state()["disk"] == second + first    # refreshed in prefix order
+
+
+def test_lfu_keeps_the_chunk_hit_most():
+    """A hit three times, B twice (stored, then hit once): storing C evicts LRU's least
+    recent (A, hit before B) but LFU's least hit (B); LFU then orders by count."""
+    chunk = BLOCK
+
+    def cpu_after(policy):
+        stack = LMCacheStack([Tier("cpu", 2 * chunk)], BLOCK, 2.0, chunk, policy=policy)
+        oracle = StackOracle(2 * chunk, 0, 0, chunk, policy)
+        a, b, c = [("a",)], [("b",)], [("c",)]
+        for keys in (a, b):
+            stack.store(keys, chunk, 0)
+            oracle.store(keys, chunk, 0)
+        for keys in (a, a, b):
+            split = stack.lookup(keys)
+            assert split == oracle.lookup(keys) == (1, 0, 0)
+            stack.retrieve(keys, split, 0, chunk + 1)
+            oracle.retrieve(keys, split, 0, chunk + 1)
+            oracle.unpin(keys, split)
+        stack.store(c, chunk, 0)
+        oracle.store(c, chunk, 0)
+        assert stack.state() == oracle.state()
+        return stack.state()["cpu"]
+    assert cpu_after("lru") == [("b",), ("c",)]
+    assert cpu_after("lfu") == [("c",), ("a",)]

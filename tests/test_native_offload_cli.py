@@ -37,8 +37,6 @@ PATTERN = ["--pattern", "long-doc-qa", "--num-documents", "4", "--document-lengt
     (["--kv-offloading-size", "1e-9"], "--kv-offloading-size 1e-09: less than one chunk"),
     (["--kv-offloading-size", "1", "--kv-offloading-backend", "disk"],
      "--kv-offloading-backend: invalid choice: 'disk'"),
-    (["--kv-offloading-size", "1", "--async-scheduling"],
-     "--async-scheduling: not modelled with --kv-offloading-backend native"),
 ])
 def test_offloading_usage_errors(tmp_path, capsys, command, argv, message):
     from conftest import folder_snapshot
@@ -74,14 +72,26 @@ def test_native_and_lmcache_backends_run(tmp_path, capsys):
     assert pl.read_parquet(plain / "requests.parquet").equals(lmcache)
 
 
+def test_native_runs_with_async_scheduling(tmp_path):
+    """``--async-scheduling`` with the native backend runs (vLLM's AsyncScheduler with the
+    connector: tests/test_engine_native_offload.py proves it equal) and hits the CPU."""
+    out = tmp_path / "async"
+    assert main(["simulate", *PATTERN, "--kv-offloading-size", "1", "--async-scheduling",
+                 "--out", str(out)]) == 0
+    requests = pl.read_parquet(out / "requests.parquet")
+    assert requests["cpu_hit_tokens"].sum() > 0 and requests["finish_step"].null_count() == 0
+
+
 def test_fleet_runs_one_connector_per_instance(tmp_path):
     """Both of fleet's paths (the compiled one for an oblivious router, the stepped one for
-    a cache-aware router) run the native tier, timed by the fleet's roofline; it hits."""
-    out = tmp_path / "fleet"
-    assert main(["fleet", *PATTERN, "--kv-offloading-size", "1", "--router",
-                 "round-robin,prefix-precise", "--out", str(out)]) == 0
-    fleet = pl.read_parquet(out / "fleet.parquet")
-    assert fleet.height == 2 and (fleet["hit_ratio"] > 0).all()
+    a cache-aware router) run the native tier, timed by the fleet's roofline, with sync and
+    async scheduling; it hits."""
+    for extra in ([], ["--async-scheduling"]):
+        out = tmp_path / f"fleet{len(extra)}"
+        assert main(["fleet", *PATTERN, "--kv-offloading-size", "1", "--router",
+                     "round-robin,prefix-precise", *extra, "--out", str(out)]) == 0
+        fleet = pl.read_parquet(out / "fleet.parquet")
+        assert fleet.height == 2 and (fleet["hit_ratio"] > 0).all()
 
 
 def test_tier_stack_and_native_offloading_are_one_or_the_other(tmp_path):

@@ -48,14 +48,17 @@ def test_tier_with_cpu_is_a_usage_error(tmp_path, capsys):
 
 
 def test_tier_policy(tmp_path, capsys):
-    usage_error(capsys, [*RUN, "--tier", "cpu:512tokens", "--tier-policy", "lfu", "--out",
-                         str(tmp_path / "out")], "--tier-policy: invalid choice: 'lfu'")
+    usage_error(capsys, [*RUN, "--tier", "cpu:512tokens", "--tier-policy", "lifo", "--out",
+                         str(tmp_path / "out")], "--tier-policy: invalid choice: 'lifo'")
     usage_error(capsys, [*RUN, "--tier-policy", "fifo", "--out", str(tmp_path / "out")],
                 "--tier-policy: it is the --tier stack's policy; give --tier")
     assert not (tmp_path / "out").exists()
     assert main([*RUN, "--tier", "cpu:512tokens", "--tier", "disk:1GiB:2:0.5", "--tier-policy",
                  "mru", "--out", str(tmp_path / "mru")]) == 0
     assert "tokens, MRU): cpu 512tokens" in capsys.readouterr().out
+    assert main([*RUN, "--tier", "cpu:512tokens", "--tier", "disk:1GiB:2:0.5", "--tier-policy",
+                 "lfu", "--out", str(tmp_path / "lfu")]) == 0
+    assert "tokens, LFU): cpu 512tokens" in capsys.readouterr().out
 
 
 def test_tier_needs_a_model(tmp_path, capsys):

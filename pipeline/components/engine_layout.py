@@ -46,10 +46,11 @@ BQ_SLOT, BQ_NEW, BQ_START = range(3)
 # CPU tier scalars (int64); T_HANDLE: a Python tier's handle (``kgeneric.register``), 0 for
 # LMCache's compiled tier
 (T_ON, T_CAPACITY, T_CHUNK, T_PER, T_MASK, T_USED, T_FREE_TOP, T_COUNT, T_HANDLE,
- T_POLICY) = range(10)
-T_SIZE = 10
-# T_POLICY: LMCache's cache_policy of a ``ktier`` list (the tier stack's CPU and disk tiers)
-POLICY_LRU, POLICY_FIFO, POLICY_MRU = range(3)
+ T_POLICY, T_BTOP) = range(11)
+T_SIZE = 11
+# T_POLICY: LMCache's cache_policy of a ``ktier`` list (the tier stack's CPU and disk tiers);
+# T_BTOP: LFU's stack of free frequency buckets (``ktier.lfu_tier``)
+POLICY_LRU, POLICY_FIFO, POLICY_MRU, POLICY_LFU = range(4)
 
 # engine errors (G_ERROR)
 ERR_BLOCKS = 1          # a request's block table overflowed (a bug)
@@ -64,16 +65,20 @@ ERR_BLOCKS = 1          # a request's block table overflowed (a bug)
 (O_ON, O_TPC, O_BPC, O_BS, O_SYNC_BUDGET, O_SYNC_USED, O_KVBPT, O_CHUNK_BYTES, O_TIMED,
  O_JHEAD, O_JLEN, O_JNEXT, O_KLEN, O_NFIN, O_LOADB, O_STOREB, O_DONE, O_MODEL,
  O_ERROR, O_STOREFROM) = range(20)
-OC_SIZE = 20
+# async scheduling's defer_block_free: on, the non-empty steps scheduled / processed
+# (sched_step_seq, processed_step_seq); the worker's step starts (the step clock)
+(O_DEFER, O_SSEQ, O_PSEQ, O_WSEQ) = range(20, 24)
+OC_SIZE = 24
 # OF: the clock at the step's start, the link's free time, bytes per ms, latency ms, the
 # next arrival (ms), the end of each batch slot (2), then the step model's coefficients
 (F_NOW, F_FREE, F_RATE, F_LATENCY, F_NEXTARR, F_END0, F_END1, F_COEF) = range(8)
 OF_SIZE = F_COEF + 8
 # RX columns: chunk rows offset, next chunk to store, in-flight jobs, load state, in the
 # in-flight prefills, the step of the first load, the step its completion was processed,
-# 1 + the most chunks it can ever offer (0: not known yet)
-(X_COFF, X_NEXT, X_JOBS, X_LOAD, X_INFL, X_LSTEP, X_LDONE, X_SCAP) = range(8)
-RX_COLUMNS = 8
+# 1 + the most chunks it can ever offer (0: not known yet), the step it was last scheduled
+# in (vLLM's last_sched_seq)
+(X_COFF, X_NEXT, X_JOBS, X_LOAD, X_INFL, X_LSTEP, X_LDONE, X_SCAP, X_LSEQ) = range(9)
+RX_COLUMNS = 9
 LOAD_NONE, LOAD_FLIGHT, LOAD_DONE = range(3)
 # RF columns: the first load's submission, start and end on the link (ms)
 RF_SUBMIT, RF_START, RF_END = range(3)

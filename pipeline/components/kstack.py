@@ -15,8 +15,9 @@ under vLLM v1 (rules and sources: docs/tiers.md; the literal port is the test or
   (``StorageManager.batched_get``): a disk or remote hit is promoted. Then the lookup's pins
   are released (``lookup_unpin``).
 * **Policy.** LMCache's one ``cache_policy`` for the CPU and disk tiers: LRU (default), FIFO
-  (a hit or a put of a present chunk moves nothing) or MRU (evict the most recent); LFU is
-  not modelled. The remote store evicts as its server does (the MockConnector: LRU).
+  (a hit or a put of a present chunk moves nothing), MRU (evict the most recent) or LFU
+  (evict the first of the lowest hit count: ``ktier.lfu_tier``). The remote store evicts
+  as its server does (the MockConnector: LRU).
 * **Store** (prompt computed): LMCache's CPU store (``ktier.store``, from LMCache's own hit),
   then the same chunks put on disk and in the remote store: present, refreshed; new, the
   least recent evicted until it fits (``LocalDiskBackend.submit_put_task``,
@@ -38,12 +39,13 @@ import numpy as np
 from numba.extending import overload
 
 from pipeline.components.engine_layout import (CPUSTATE, DISKHIT, KOFF, LOADNS, NPROMPT,
-                                               POLICY_FIFO, PREEMPT, REMOTEHIT, STATUS,
+                                               POLICY_FIFO, POLICY_LFU, PREEMPT, REMOTEHIT,
+                                               STATUS,
                                                T_CAPACITY, T_CHUNK, T_ON, T_PER, T_POLICY,
                                                T_USED, WAITING)
 from pipeline.components.kjit import helper, inlined, kernel
-from pipeline.components.ktier import (_add, _held, _node, _push_back, _unlink, allocate,
-                                       lookup, store, tier_arrays)
+from pipeline.components.ktier import (_add, _held, _node, allocate, lfu_tier, lookup,
+                                       on_hit, on_put, store, tier_arrays)
 
 __all__ = ["STACK_ARRAYS", "TIERS", "stack_arrays", "stack_lookup", "stack_retrieve",
            "stack_put", "stack_step_ms", "STEP_BYTES_COLUMNS", "K_BPT", "K_GBPS", "K_LAT", "K_STEP_MS", "K_BYTES",
@@ -72,6 +74,8 @@ def stack_arrays(capacities: tuple[int, int, int], chunk: int, per: int,
         arrays = tier_arrays(int(capacity), chunk, per)
         arrays[0][T_ON] = int(capacity > 0)
         arrays[0][T_POLICY] = policy if t < 2 else 0
+        if t < 2 and policy == POLICY_LFU:
+            arrays = lfu_tier(arrays)
         parts.append(arrays)
     if remote is not None:
         parts[2] = remote
@@ -99,15 +103,14 @@ _cpu, _disk, _remote = (inlined(f) for f in (_cpu, _disk, _remote))
 
 @inlined
 def _touch(D, KEYS, first, stride, count, reverse, pin):
-    """Move the chunks to the most recent end (reversed: chunk 0 last; FIFO: they stay);
+    """The policy's update_on_hit of each chunk (reversed: chunk 0 last; FIFO: they stay);
     add ``pin``."""
     for i in range(count):
         if D[0][T_POLICY] == POLICY_FIFO:
             break
         j = count - 1 - i if reverse else i
         node = _node(D, KEYS[first + j * stride])
-        _unlink(D[2], node)
-        _push_back(D[2], node)
+        on_hit(D, node)
         D[2][node, 3] += pin
 
 
@@ -149,7 +152,7 @@ def _promote(T, KEYS, first, stride, lo, hi, disk, loose):
             loose += chunk
             continue
         C[2][node, 2] = chunk
-        _push_back(C[2], node)
+        on_put(C, node)
         C[0][T_USED] += chunk
         C[2][node, 3] += HELD
     return loose
@@ -196,13 +199,11 @@ def _put(D, key, chunk):
     which the equality tests caught.)"""
     node = _node(D, key)
     if node >= 0:
-        if D[0][T_POLICY] != POLICY_FIFO:
-            _unlink(D[2], node)
-            _push_back(D[2], node)
+        on_hit(D, node)
     elif chunk <= D[0][T_CAPACITY] and allocate(D, chunk, 0):
         node = _add(D, key)
         D[2][node, 2] = chunk
-        _push_back(D[2], node)
+        on_put(D, node)
         D[0][T_USED] += chunk
 
 

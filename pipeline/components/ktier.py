@@ -26,8 +26,12 @@ same in the 0.4.2 wheel, and 0.3.5 differs only in save_unfull_chunk True:
   them in prefix order: a key already present is skipped without refreshing it, a new one
   goes to the most-recent end, so a newly stored request's first chunk is its OLDEST.
 * **Policy.** LRU (the default ``cache_policy``); the tier stack also sets FIFO (a hit
-  moves nothing) and MRU (evict the most recent) in ``TS[T_POLICY]``
-  (``cache_policy/fifo.py``, ``mru.py``).
+  moves nothing), MRU (evict the most recent) and LFU in ``TS[T_POLICY]``
+  (``cache_policy/fifo.py``, ``mru.py``, ``lfu.py``). LFU (``lfu_tier``): a put has
+  frequency 1, a hit adds 1; the list is ordered by frequency, then by arrival in the
+  frequency (LMCache's ``SortedDict`` of insertion-ordered buckets), so eviction walks it
+  from the front as LRU's does; each bucket (its tail, frequency, size) is a row of
+  ``TN``'s columns 5-7, a node's bucket its column 4 (O(1) per hit and put).
 * **Capacity.** ``max_local_cpu_size`` GB = ``int(size * 2**30)`` bytes; here in tokens of
   KV, a chunk occupying its tokens (the allocator's alignment is not modelled).
 
@@ -53,12 +57,12 @@ from numba.extending import overload
 
 from pipeline.components.kjit import helper, inlined, kernel
 from pipeline.components.kpool import table_delete, table_find, table_size, table_slot
-from pipeline.components.engine_layout import (NONE, POLICY_FIFO, POLICY_MRU, T_CAPACITY,
-                                               T_CHUNK, T_FREE_TOP, T_MASK, T_ON, T_PER,
-                                               T_POLICY, T_SIZE, T_USED)
+from pipeline.components.engine_layout import (NONE, POLICY_FIFO, POLICY_LFU, POLICY_MRU,
+                                               T_BTOP, T_CAPACITY, T_CHUNK, T_FREE_TOP,
+                                               T_MASK, T_ON, T_PER, T_POLICY, T_SIZE, T_USED)
 
-__all__ = ["tier_arrays", "no_tier", "lookup", "store", "allocate", "held_keys", "admit_keys",
-           "store_keys", "replay_runs"]
+__all__ = ["tier_arrays", "no_tier", "lfu_tier", "lookup", "store", "allocate", "on_hit",
+           "on_put", "held_keys", "admit_keys", "store_keys", "replay_runs"]
 
 
 def tier_arrays(capacity_tokens: int, chunk: int, per: int = 1, dense_keys: int = 0) -> tuple:
@@ -76,6 +80,19 @@ def tier_arrays(capacity_tokens: int, chunk: int, per: int = 1, dense_keys: int 
         return TS, np.zeros(1, np.int64), TN, np.zeros(1, np.int64), np.zeros(1, np.int64)
     return (TS, np.full((size, 3), NONE, np.int64), TN, np.zeros(nodes, np.int64),
             np.arange(nodes - 1, -1, -1, dtype=np.int64))
+
+
+def lfu_tier(arrays: tuple) -> tuple:
+    """A fresh tier (``tier_arrays``) made LFU: its list's rows widened by the bucket
+    columns (node: 4 its bucket; bucket row b: 5 tail node, 6 frequency, 7 size, 8 the free
+    buckets' stack)."""
+    TS, TT, TN, TNK, TFREE = arrays
+    nodes = TN.shape[0] - 1
+    wide = np.zeros((nodes + 1, 9), np.int64)
+    wide[:, :4] = TN
+    wide[:nodes, 8] = np.arange(nodes)
+    TS[T_POLICY], TS[T_BTOP] = POLICY_LFU, nodes
+    return TS, TT, wide, TNK, TFREE
 
 
 def no_tier() -> tuple:
@@ -162,6 +179,106 @@ def _push_back(TN, node):
 
 
 @inlined
+def _insert_after(TN, anchor, node):
+    q = TN[anchor, 1]
+    TN[node, 0], TN[node, 1] = anchor, q
+    TN[anchor, 1] = node
+    TN[q, 0] = node
+
+
+@helper
+def _lfu_join(T, b, node):
+    """Append ``node`` to bucket ``b`` (after its tail)."""
+    TN = T[2]
+    _insert_after(TN, TN[b, 5], node)
+    TN[b, 5] = node
+    TN[b, 7] += 1
+    TN[node, 4] = b
+
+
+@helper
+def _lfu_open(T, freq, anchor, node):
+    """A new bucket of ``freq`` holding ``node``, placed after ``anchor``."""
+    TS, TN = T[0], T[2]
+    TS[T_BTOP] -= 1
+    b = TN[TS[T_BTOP], 8]
+    TN[b, 5], TN[b, 6], TN[b, 7] = node, freq, 1
+    TN[node, 4] = b
+    _insert_after(TN, anchor, node)
+
+
+@helper
+def _lfu_leave(T, node):
+    """Take ``node`` out of its bucket and the list (an emptied bucket is freed); returns
+    the node it followed in the bucket order (the bucket's tail, or the node before it)."""
+    TS, TN = T[0], T[2]
+    b = TN[node, 4]
+    anchor = TN[node, 0]
+    if TN[b, 7] == 1:
+        TN[TS[T_BTOP], 8] = b
+        TS[T_BTOP] += 1
+    else:
+        if TN[b, 5] == node:
+            TN[b, 5] = anchor
+        TN[b, 7] -= 1
+        anchor = TN[b, 5]
+    _unlink(TN, node)
+    return anchor
+
+
+@helper
+def _lfu_hit(T, node):
+    """LFUCachePolicy.update_on_hit: frequency + 1, at the end of its new bucket."""
+    TN = T[2]
+    sentinel = TN.shape[0] - 1
+    b = TN[node, 4]
+    freq = TN[b, 6] + 1
+    after = TN[TN[b, 5], 1]                          # the first node of the next bucket
+    target = NONE
+    if after != sentinel and TN[TN[after, 4], 6] == freq:
+        target = TN[after, 4]
+    anchor = _lfu_leave(T, node)
+    if target != NONE:
+        _lfu_join(T, target, node)
+    else:
+        _lfu_open(T, freq, anchor, node)
+
+
+@helper
+def _lfu_put(T, node):
+    """LFUCachePolicy.update_on_put: frequency 1, at the end of bucket 1."""
+    TN = T[2]
+    sentinel = TN.shape[0] - 1
+    first = TN[sentinel, 1]
+    if first != sentinel and TN[TN[first, 4], 6] == 1:
+        _lfu_join(T, TN[first, 4], node)
+    else:
+        _lfu_open(T, np.int64(1), sentinel, node)
+
+
+@helper
+def on_hit(T, node):
+    """The policy's ``update_on_hit``: LRU and MRU move it to the most recent end, FIFO
+    leaves it, LFU counts it."""
+    policy = T[0][T_POLICY]
+    if policy == POLICY_LFU:
+        _lfu_hit(T, node)
+    elif policy != POLICY_FIFO:
+        _unlink(T[2], node)
+        _push_back(T[2], node)
+
+
+@helper
+def on_put(T, node):
+    """The policy's ``update_on_put`` of a new chunk: the most recent end (LFU: the end of
+    frequency 1)."""
+    if T[0][T_POLICY] == POLICY_LFU:
+        _lfu_put(T, node)
+    else:
+        _push_back(T[2], node)
+
+
+@inlined
 def _held(T, KEYS, first, stride, count):
     """The leading chunks of a run stored now."""
     hit = 0
@@ -180,9 +297,7 @@ def lookup(T, KEYS, first, stride, count, last):
     for j in range(hit - 1, -1, -1):                  # chunk 0 ends most recent
         if T[0][T_POLICY] == POLICY_FIFO:             # (FIFO: a hit changes nothing)
             break
-        node = _node(T, KEYS[first + j * stride])
-        _unlink(T[2], node)
-        _push_back(T[2], node)
+        on_hit(T, _node(T, KEYS[first + j * stride]))
     tokens = hit * T[0][T_CHUNK]
     if hit == count and hit > 0:
         tokens += last - T[0][T_CHUNK]
@@ -191,8 +306,8 @@ def lookup(T, KEYS, first, stride, count, last):
 
 @helper
 def allocate(T, size, in_flight):
-    """Evict the least recent unpinned chunk (MRU: the most recent) until ``size`` more
-    tokens fit; False if they never do."""
+    """Evict the least recent unpinned chunk (MRU: the most recent; LFU: the first of the
+    lowest frequency) until ``size`` more tokens fit; False if they never do."""
     TS, TN = T[0], T[2]
     sentinel = TN.shape[0] - 1
     way = 0 if TS[T_POLICY] == POLICY_MRU else 1      # TN[:, 0] prev, TN[:, 1] next
@@ -202,7 +317,10 @@ def allocate(T, size, in_flight):
             node = TN[node, way]
         if node == sentinel:
             return False
-        _unlink(TN, node)
+        if TS[T_POLICY] == POLICY_LFU:
+            _lfu_leave(T, node)
+        else:
+            _unlink(TN, node)
         TS[T_USED] -= TN[node, 2]
         TN[node, 2] = 0
         _drop(T, node)
@@ -232,7 +350,7 @@ def store(T, KEYS, first, stride, count, last, prompt, hit):
         if node < 0:
             continue                                  # already there: not refreshed
         TN[node, 2] = chunk if j < count - 1 else last
-        _push_back(TN, node)
+        on_put(T, node)
         TS[T_USED] += TN[node, 2]
     return stop
 

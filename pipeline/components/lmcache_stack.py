@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.components.engine_layout import POLICY_FIFO, POLICY_LRU, POLICY_MRU, T_USED
+from pipeline.components.engine_layout import (POLICY_FIFO, POLICY_LFU, POLICY_LRU, POLICY_MRU,
+                                               T_USED)
 from pipeline.components.kstack import (K_BYTES, TIERS, run_lookup, run_retrieve, run_store,
                                         stack_arrays)
 from pipeline.components.lmcache import (DEFAULT_CHUNK_SIZE, NumberedKeys, check_chunk_size,
@@ -22,8 +23,9 @@ from pipeline.components.lmcache import (DEFAULT_CHUNK_SIZE, NumberedKeys, check
 __all__ = ["Tier", "LMCacheStack", "share_remote", "POLICIES", "CPU_LINK_GBPS",
            "CPU_LINK_SOURCE"]
 
-#: LMCache's cache_policy values the stack models (its CPU and disk tiers; LFU is not)
-POLICIES = {"lru": POLICY_LRU, "fifo": POLICY_FIFO, "mru": POLICY_MRU}
+#: LMCache's cache_policy values (``cache_policy/__init__.py``'s POLICY_MAPPING), for the
+#: stack's CPU and disk tiers
+POLICIES = {"lru": POLICY_LRU, "fifo": POLICY_FIFO, "mru": POLICY_MRU, "lfu": POLICY_LFU}
 
 #: the CPU tier's default link: measured, one way (host to GPU), H100 on PCIe 5
 CPU_LINK_GBPS = 50.0

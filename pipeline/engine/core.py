@@ -47,9 +47,8 @@ class EngineSim:
         if cpu_tier is not None and not hasattr(cpu_tier, "arrays"):
             raise TypeError("cpu_tier must be a CPU tier of pipeline.engine.cpu_tier "
                             "(LMCacheTier or ModelTier)")
-        if offload is not None and (cpu_tier is not None or config.async_scheduling):
-            raise ValueError("native offloading takes no other CPU tier, and runs with "
-                             "synchronous scheduling only")
+        if offload is not None and cpu_tier is not None:
+            raise ValueError("native offloading takes no other CPU tier")
         self.config = config
         self.cpu_tier = cpu_tier
         self.block_size = config.block_size
@@ -80,6 +79,8 @@ class EngineSim:
         self.REC = np.zeros(L.X_SIZE, np.int64)
         self.T = cpu_tier.arrays if cpu_tier is not None else no_tier()
         self.native = offload
+        if offload is not None:
+            offload.defer_frees(config.async_scheduling)
         self.O = offload.arrays if offload is not None else no_offload()
         self.rows = self.nkeys = self.nblocks = 0
         self.slots: dict[int, int] = {}

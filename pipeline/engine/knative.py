@@ -13,7 +13,12 @@ its transfers queue on. docs/offloading.md gives each rule with vLLM's file and 
 * ``worker_start`` / ``complete``: the transfer rule: at a step's start the previous step's
   stores, then this step's loads, go FIFO on one link (``bytes / rate + latency`` each on
   the time clock, no time on the step clock); the forward pass waits for the step's
-  synchronous loads; the step's output reports every job done by its end.
+  synchronous loads; the step's output reports every job done by its end (on the step
+  clock: every job submitted by that step or an earlier one);
+* ``step_in_flight``: async scheduling's ``defer_block_free``
+  (``v1/core/sched/scheduler.py``'s ``_request_blocks_can_be_freed``): a request that a
+  non-empty step still in flight scheduled cannot free its blocks now, so it is not
+  preempted (docs/offloading.md says why no free is ever deferred here).
 
 The state tuple O is laid out in ``pipeline.components.engine_layout`` (``O_*``).
 """
@@ -26,15 +31,16 @@ from pipeline.components.vllm_offload_kernels import (complete_load, complete_st
                                                       request_finished)
 from pipeline.components.vllm_offload_policies import HIT_PENDING, MISS
 from pipeline.components.engine_layout import (
-    ERR_JOBS, F_END0, F_FREE, F_LATENCY, F_NEXTARR, F_NOW, F_RATE, J_A, J_B, J_CHUNKS, J_ID,
-    J_KIND, J_SLOT, J_SUB, JOB_ASYNC, JOB_STORE, JOB_SYNC, LOAD_DONE, NBLK, NKEYS,
-    NONE, NPROMPT, NTOK, O_BPC, O_BS, O_CHUNK_BYTES, O_DONE, O_ERROR, O_JHEAD, O_JLEN,
-    O_JNEXT, O_KLEN, O_KVBPT, O_LOADB, O_NFIN, O_STOREB, O_SYNC_BUDGET, O_SYNC_USED, O_TIMED,
-    O_STOREFROM, O_TPC, RF_END, RF_START, RF_SUBMIT, X_COFF, X_INFL, X_JOBS, X_LDONE, X_LOAD,
-    X_LSTEP, X_NEXT, X_SCAP)
+    ERR_JOBS, F_END0, F_FREE, F_LATENCY, F_NEXTARR, F_NOW,
+    F_RATE, J_A, J_B, J_CHUNKS, J_ID, J_KIND, J_SLOT, J_SUB, JOB_ASYNC, JOB_STORE,
+    JOB_SYNC, LOAD_DONE, NBLK, NKEYS, NONE, NPROMPT, NTOK, O_BPC, O_BS,
+    O_CHUNK_BYTES, O_DEFER, O_DONE, O_ERROR, O_JHEAD, O_JLEN, O_JNEXT, O_KLEN,
+    O_KVBPT, O_LOADB, O_NFIN, O_PSEQ, O_STOREB, O_STOREFROM, O_SYNC_BUDGET,
+    O_SYNC_USED, O_TIMED, O_TPC, O_WSEQ, RF_END, RF_START, RF_SUBMIT, X_COFF, X_INFL,
+    X_JOBS, X_LDONE, X_LOAD, X_LSEQ, X_LSTEP, X_NEXT, X_SCAP)
 
 __all__ = ["matched", "reserve_sync", "after_alloc", "inflight_reserved", "build_stores",
-           "worker_start", "complete", "jobs_in_flight"]
+           "worker_start", "complete", "jobs_in_flight", "step_in_flight"]
 
 
 @inlined
@@ -238,16 +244,21 @@ def jobs_in_flight(O):
 
 
 @inlined
-def worker_start(O, step_ms, q, empty):
+def worker_start(O, step_ms, q, empty, in_flight):
     """The fake worker at the start of the step in batch slot ``q`` (clock ``OF[F_NOW]``):
     submit every job not yet submitted but this step's stores (FIFO on the link); the
-    step ends ``step_ms`` after its synchronous loads are in (an empty step: when the
-    next job ends or the next request arrives). Returns the step's end."""
+    step ends ``step_ms`` after its synchronous loads are in (an empty step: at once while
+    a batch with tokens is in flight, else when the next job ends or the next request
+    arrives).
+    Returns the step's end."""
     OC, OF, JOB, JT = O[0], O[1], O[9], O[10]
+    timed = OC[O_TIMED] != 0
     now = OF[F_NOW]
+    if not timed:                                 # the step clock: the starts' count
+        OC[O_WSEQ] += 1
+        now = float(OC[O_WSEQ])
     forward = now
     cap = JOB.shape[0]
-    timed = OC[O_TIMED] != 0
     for k in range(OC[O_JLEN]):
         j = (OC[O_JHEAD] + k) % cap
         if JOB[j, J_SUB] != 0:
@@ -273,7 +284,7 @@ def worker_start(O, step_ms, q, empty):
         end = forward + step_ms
     else:
         end = forward
-        if timed and OC[O_JLEN] > 0:
+        if timed and OC[O_JLEN] > 0 and not in_flight:
             head = OC[O_JHEAD] % cap
             if JOB[head, J_SUB] != 0:
                 end = max(forward, min(JT[head, 1], OF[F_NEXTARR]))
@@ -295,7 +306,7 @@ def complete(S, O, q, step):
     done = 0
     while OC[O_JLEN] > 0:
         j = OC[O_JHEAD] % cap
-        if JOB[j, J_SUB] == 0 or (timed and JT[j, 1] > end):
+        if JOB[j, J_SUB] == 0 or JT[j, 1] > end:
             break
         OC[O_JHEAD] = (j + 1) % cap
         OC[O_JLEN] -= 1
@@ -327,3 +338,10 @@ def complete(S, O, q, step):
     OC[O_DONE] += done
     return done
 
+
+@helper
+def step_in_flight(O, slot):
+    """``not _request_blocks_can_be_freed``: with ``defer_block_free``, a non-empty step
+    that scheduled the request is not processed yet (its ``last_sched_seq`` is past
+    ``processed_step_seq``)."""
+    return O[0][O_DEFER] != 0 and O[7][slot, X_LSEQ] > O[0][O_PSEQ]

@@ -67,9 +67,10 @@ def _execute(S, T, O, timed, model, coef, STEPS, DUR, L, now):
     OF[F_NOW] = now
     done = OC[O_DONE]
     if engine_step(S, T, O) == 0:
-        if native and (OC[O_DONE] != done or (timed and OF[F_END0] > now)):
+        end = OF[F_END0 + S[16][X_Q]]                 # the batch it scheduled, if any
+        if native and (OC[O_DONE] != done or (timed and end > now)):
             L[L_IDLE] = 0                             # waiting on the link
-            return OF[F_END0] if timed else now
+            return end if timed else now
         L[L_IDLE] += 1
         if L[L_IDLE] > STUCK_CALLS or S[1][G_ERROR] != 0 or OC[O_ERROR] != 0:
             return -1.0 - now

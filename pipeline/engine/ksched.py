@@ -39,7 +39,7 @@ from pipeline.components.kpool import (cache_full_blocks, free_blocks, get_new_b
                                    longest_hit, touch)
 from pipeline.components.kgeneric import tier_lookup, tier_store
 from pipeline.engine.knative import (after_alloc, build_stores, complete, inflight_reserved,
-                                     matched, reserve_sync, worker_start)
+                                     matched, reserve_sync, step_in_flight, worker_start)
 from pipeline.engine.kstep import step_time
 from pipeline.components.engine_layout import (
     B_HASREC, B_NSAMP, B_NSCHED, B_STEP, BCAP, BOFF, C_ASYNC, C_BS, C_CHUNKED, C_HMASK,
@@ -49,7 +49,8 @@ from pipeline.components.engine_layout import (
     NONE, NPROMPT, NTOK, PREEMPT, PREEMPTED, REF, RUNNING, STALE, STALEF, STATUS, STORED,
     T_ON, X_CONTEXT, X_DECODE, X_FREE, X_HAS, X_NFIRST, X_NRUN, X_NSCHED, X_NWAIT,
     X_PREFILL, X_Q, X_RELOAD, X_STEP, F_COEF, LOAD_DONE, LOAD_FLIGHT, LOAD_NONE,
-    O_JLEN, O_KLEN, O_MODEL, O_NFIN, O_ON, O_SYNC_USED, O_TIMED, X_INFL, X_LOAD)
+    O_DEFER, O_JLEN, O_KLEN, O_MODEL, O_NFIN, O_ON, O_PSEQ, O_SSEQ, O_SYNC_USED, O_TIMED,
+    X_INFL, X_LOAD, X_LSEQ)
 
 __all__ = ["engine_step", "wait_append"]
 
@@ -171,9 +172,12 @@ def _preempt(S, O, slot):
 
 
 @helper
-def _started(S, RX, native, q, slot, num_new, start, step):
+def _started(S, O, native, q, slot, num_new, start, step):
     """Add the entry to batch ``q`` and run _update_after_schedule for it."""
     C, R, BQ, BSMP, BMETA, REC = S[0], S[2], S[10], S[11], S[12], S[16]
+    RX = O[7]
+    if native and O[0][O_DEFER] != 0:                 # last_sched_seq: this step's
+        RX[slot, X_LSEQ] = O[0][O_SSEQ] + 1
     e = BMETA[q, B_NSCHED]
     BQ[q, e, 0], BQ[q, e, 1], BQ[q, e, 2] = slot, num_new, start
     BMETA[q, B_NSCHED] = e + 1
@@ -235,7 +239,7 @@ def _schedule_holding(S, O, q, budget, threshold, step):
         RUN[G[G_NRUN]] = slot
         G[G_NRUN] += 1
         R[slot, STATUS] = RUNNING
-        _started(S, O[7], O[0][O_ON] != 0, q, slot, num_new, computed, step)
+        _started(S, O, O[0][O_ON] != 0, q, slot, num_new, computed, step)
         budget -= num_new
     return budget, False
 
@@ -310,7 +314,7 @@ def _schedule_waiting(S, T, O, q, budget, threshold, step):
         G[G_NRUN] += 1
         R[slot, STATUS] = RUNNING
         R[slot, COMPUTED] = computed
-        _started(S, O[7], O[0][O_ON] != 0, q, slot, num_new, computed, step)
+        _started(S, O, O[0][O_ON] != 0, q, slot, num_new, computed, step)
         budget -= num_new
         if not native:
             reloads += external
@@ -351,7 +355,7 @@ def _schedule(S, T, O, q):
                     _grow(S, slot, ONE)
                 if R[slot, NTOK] >= (max(R[slot, NCACHED], 0) + 1) * size:
                     _cache_blocks(S, slot, R[slot, NTOK])
-                _started(S, O[7], O[0][O_ON] != 0, q, slot, ONE, computed, step)
+                _started(S, O, O[0][O_ON] != 0, q, slot, ONE, computed, step)
                 budget -= 1
                 continue
         if 0 < threshold < num_new:
@@ -365,15 +369,17 @@ def _schedule(S, T, O, q):
                                np.bool_(False)):
                 ok = True
                 break
+            victim = RUN[G[G_NRUN] - 1]
+            if step_in_flight(O, victim):             # a deferred free would not help
+                break
             G[G_NRUN] -= 1
-            victim = RUN[G[G_NRUN]]
             _preempt(S, O, victim)
             preempted = True
             if victim == slot:
                 break
         if not ok:
             break
-        _started(S, O[7], O[0][O_ON] != 0, q, slot, num_new, computed, step)
+        _started(S, O, O[0][O_ON] != 0, q, slot, num_new, computed, step)
         budget -= num_new
     reloads = 0
     if not preempted:
@@ -386,6 +392,8 @@ def _schedule(S, T, O, q):
         O[0][O_SYNC_USED] = 0
     if BMETA[q, B_NSCHED] == 0:
         return
+    if O[0][O_DEFER] != 0:                            # sched_step_seq
+        O[0][O_SSEQ] += 1
     G[G_STEP] += 1
     BMETA[q, B_HASREC] = 1
     REC[X_HAS], REC[X_STEP], REC[X_RELOAD] = 1, step, reloads
@@ -410,6 +418,8 @@ def _update_from_output(S, T, O, q):
         S[9], S[10], S[11], S[12], S[15], S[16]
     asynchronous = C[C_ASYNC] != 0
     n, step = BMETA[q, B_NSCHED], BMETA[q, B_STEP]
+    if n > 0 and O[0][O_DEFER] != 0:                  # processed_step_seq
+        O[0][O_PSEQ] += 1
     any_stale = False
     if asynchronous:
         for e in range(n):
@@ -495,10 +505,12 @@ def engine_step(S, T, O):
             ms = 0.0
             if REC[X_HAS] != 0 and OC[O_TIMED] != 0:
                 ms = step_time(S, OC[O_MODEL], O[1][F_COEF:])
-            worker_start(O, ms, q, REC[X_HAS] == 0)
+            worker_start(O, ms, q, REC[X_HAS] == 0,    # a batch with tokens in flight
+                         G[G_QLEN] > 0 and S[12][G[G_QHEAD], B_NSCHED] > 0)
         if asynchronous:
             G[G_QLEN] += 1
-            if G[G_QLEN] < 2 and (REC[X_HAS] != 0 or G[G_NRUN] > 0 or G[G_WLEN] > 0):
+            if G[G_QLEN] < 2 and (REC[X_HAS] != 0 or G[G_NRUN] > 0 or G[G_WLEN] > 0 or (
+                    native and (OC[O_KLEN] > 0 or OC[O_JLEN] > 0))):
                 return REC[X_HAS]
     elif not asynchronous or G[G_QLEN] == 0:
         return 0

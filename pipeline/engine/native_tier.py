@@ -198,6 +198,11 @@ class NativeTier:
         self.OC[L.O_MODEL] = model[0]
         self.OF[L.F_COEF:L.F_COEF + len(model[1])] = model[1]
 
+    def defer_frees(self, on: bool) -> None:
+        """vLLM's ``defer_block_free`` (async scheduling with a KV-consumer connector):
+        a request whose last step is in flight is not preempted."""
+        self.OC[L.O_DEFER] = int(on)
+
     def check(self) -> None:
         if self.OC[L.O_ERROR]:
             raise RuntimeError("native offload: more transfers in flight than its job ring "

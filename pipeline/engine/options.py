@@ -168,7 +168,7 @@ def offloading(args: argparse.Namespace) -> NativeSpec | int | None:
     size), the tokens of LMCache's CPU backend of that size (backend lmcache), or None
     (no size). One-line usage errors naming the option: a backend or a native option
     without a size, a native option with lmcache, a second CPU tier, a chunk that is not
-    whole blocks, a size under one chunk, async scheduling with native."""
+    whole blocks, a size under one chunk."""
     size = getattr(args, "kv_offloading_size", None)
     backend = getattr(args, "kv_offloading_backend", None)
     given = [dest for dest in NATIVE_ONLY if getattr(args, dest, None) is not None]
@@ -196,9 +196,6 @@ def offloading(args: argparse.Namespace) -> NativeSpec | int | None:
     if chunk % args.block_size:
         raise UsageError(f"--offload-block-size {chunk}: must be a multiple of --block-size "
                          f"{args.block_size}")
-    if getattr(args, "async_scheduling", False):
-        raise UsageError("--async-scheduling: not modelled with --kv-offloading-backend "
-                         "native (vLLM then defers block frees, defer_block_free)")
     spec = NativeSpec.from_size(
         size, kv.bytes_per_token, args.block_size, chunk,
         policy=getattr(args, "offload_eviction_policy", None) or "lru",

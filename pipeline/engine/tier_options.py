@@ -106,7 +106,7 @@ def add_tier_arguments(group) -> None:
     group.add_argument(
         "--tier-policy", choices=list(POLICIES), default=None,
         help="LMCache's cache_policy of the --tier stack's CPU and disk tiers (default lru; "
-             "LMCache's lfu is not modelled; the remote store evicts as its server: LRU)")
+             "the remote store evicts as its server: LRU)")
 
 
 def check_tiers(specs: list[TierSpec], *, fleet: bool) -> None:

@@ -8,7 +8,8 @@ tokens, 0 for an absent disk or remote tier. One request is ``lookup`` (at admis
 ``retrieve`` (the worker's load, when vLLM loads anything), ``unpin`` and ``store`` (once
 the prompt is computed). Each tier is an ``OrderedDict`` key -> tokens, least recent first.
 ``policy`` is LMCache's ``cache_policy`` of the CPU and disk tiers (``lru``, ``fifo``: a hit
-moves nothing, ``mru``: evict the most recent); the remote store is LRU.
+moves nothing, ``mru``: evict the most recent, ``lfu``: each tier kept in eviction order,
+by hit count then arrival in that count: ``cache_policy/lfu.py``); the remote store is LRU.
 """
 
 from __future__ import annotations
@@ -29,6 +30,28 @@ class StackOracle:
         self.chunk, self.policy = int(chunk), policy
         self.tiers = {name: OrderedDict() for name in self.capacity}
         self.pins: Counter = Counter()
+        self.counts: dict[str, Counter] = {"cpu": Counter(), "disk": Counter()}
+
+    def _lfu(self, name: str) -> bool:
+        return self.policy == "lfu" and name != "remote"
+
+    def _reorder(self, name: str) -> None:
+        """LFU: a stable sort by count keeps each count's keys in arrival order."""
+        tier, counts = self.tiers[name], self.counts[name]
+        for key in sorted(tier, key=lambda k: counts[k]):
+            tier.move_to_end(key)
+
+    def _insert(self, name: str, key: Hashable) -> None:
+        """A new chunk: the most recent end (LFU: count 1, the end of count 1)."""
+        self.tiers[name][key] = self.chunk
+        if self._lfu(name):
+            self.counts[name][key] = 1
+            self._reorder(name)
+
+    def _remove(self, name: str, key: Hashable) -> None:
+        del self.tiers[name][key]
+        if self._lfu(name):
+            del self.counts[name][key]
 
     def used(self, name: str) -> int:
         return sum(self.tiers[name].values())
@@ -38,7 +61,11 @@ class StackOracle:
 
     def _hit(self, name: str, key: Hashable) -> None:
         """The policy's update_on_hit (the remote store: LRU)."""
-        if name == "remote" or self.policy != "fifo":
+        if self._lfu(name):
+            self.counts[name][key] += 1
+            self.tiers[name].move_to_end(key)
+            self._reorder(name)
+        elif name == "remote" or self.policy != "fifo":
             self.tiers[name].move_to_end(key)
 
     def _victim(self, name: str, evictable=lambda key: True):
@@ -78,7 +105,7 @@ class StackOracle:
             victim = self._victim("cpu", lambda key: self.pins[key] == 0)
             if victim is None:
                 return False
-            del self.tiers["cpu"][victim]
+            self._remove("cpu", victim)
         return True
 
     def retrieve(self, keys: Sequence[Hashable], split: tuple[int, int, int], gpu: int,
@@ -125,7 +152,7 @@ class StackOracle:
                 if key in self.tiers["cpu"]:
                     loose += self.chunk                   # freed after the retrieve
                     continue
-                self.tiers["cpu"][key] = self.chunk
+                self._insert("cpu", key)
                 self.pins[key] += 1
                 held.append(key)
         for key in held:                                  # ref_count_down after to_gpu
@@ -147,8 +174,8 @@ class StackOracle:
         if self.chunk > capacity:
             return
         while self.used(name) + self.chunk > capacity:
-            del tier[self._victim(name)]
-        tier[key] = self.chunk
+            self._remove(name, self._victim(name))
+        self._insert(name, key)
 
     def store(self, keys: Sequence[Hashable], prompt: int, hit_tokens: int) -> None:
         """wait_for_save -> LMCacheEngine.store from LMCache's hit: allocate every chunk in
@@ -167,7 +194,7 @@ class StackOracle:
             in_flight += chunk
         for key in allocated:
             if key not in self.tiers["cpu"]:
-                self.tiers["cpu"][key] = chunk
+                self._insert("cpu", key)
         for name in ("disk", "remote"):
             if self._on(name):
                 for key in allocated:
