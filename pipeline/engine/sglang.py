@@ -410,8 +410,8 @@ class SGLang:
             if getattr(args, dest, None) not in (None, default):
                 raise UsageError(f"{flag} is vLLM's: with --engine sglang give {instead}")
         if getattr(args, "cpu", 0):
-            raise UsageError("--cpu: the sglang engine has no CPU tier (SGLang's HiCache is "
-                             "not modelled yet)")
+            raise UsageError("--cpu: the sglang engine has no CPU tier (its host tier: "
+                             "--enable-hierarchical-cache)")
         page = args.page_size
         if args.block_size % page:
             raise UsageError(f"--page-size {page}: must divide the block size "
