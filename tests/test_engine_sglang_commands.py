@@ -73,6 +73,10 @@ def test_hicache_loads_from_the_host(policy, tmp_path, capsys):
     assert steps["host_load_bytes"].to_list() == [n * per_token
                                                   for n in steps["reload_tokens"]]
     assert steps["host_write_bytes"].sum() > 0 and steps["host_load_bytes"].sum() > 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["sglang_cache_hit_rate"] == pytest.approx(
+        metrics["gpu_hit_ratio"] + metrics["cpu_hit_ratio"])      # SGLang counts loads
+    assert metrics["cpu_hit_ratio"] > 0
     loaded = requests.filter(pl.col("cpu_hit_tokens") > 0)
     assert (loaded["load_ms"] > 0).all()
     assert requests.filter(pl.col("cpu_hit_tokens") == 0)["load_ms"].null_count() == \
@@ -156,6 +160,16 @@ def test_bad_input_is_one_line(command, given, message, tmp_path, capsys):
     assert status == 2
     error = capsys.readouterr().err.strip().splitlines()
     assert message in error[-1]
+    assert not out.exists()
+
+
+def test_a_host_pool_in_gigabytes_needs_the_models_bytes(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["simulate", "data/simulate/chat.jsonl", "--format", "tokens", "--gpu", "120",
+                 "--engine", "sglang", "--enable-hierarchical-cache", "--hicache-size", "2",
+                 "--out", str(out)]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "--hicache-size needs --model PRESET" in error[0]
     assert not out.exists()
 
 

@@ -35,8 +35,9 @@ from pipeline.components.sglang_settings import SCHEDULE_POLICIES, SGLANG_POLICI
 from pipeline.engine.compiled import STUCK_MESSAGE, compiled_model, request_table, with_times
 from pipeline.engine.config import EngineOption
 from pipeline.engine.loop import STEP_COLUMNS, SimResult
-from pipeline.engine.request import SimRequest, placeholder_tokens, sequence_tokens
-from pipeline.engine.sglang_hicache import HiCacheSpec, SGLangHiInstance, host_pool_tokens
+from pipeline.engine.request import SimRequest
+from pipeline.engine.sglang_hicache import HiCacheSpec, SGLangHiInstance, host_pool_tokens, \
+    key_symbols, request_symbols
 from pipeline.engine.kstep import reload_term
 from pipeline.engine.step import StepRecord, TimedSteps
 from pipeline.sizes.vllm_memory import DEFAULT_BATCHED_TOKENS, DEFAULT_SEQS
@@ -131,14 +132,7 @@ class SGLangInstance:
 
     def tokens(self, request: SimRequest) -> np.ndarray:
         """The request's prompt + output token symbols (module docstring)."""
-        if request.prompt_keys is None:
-            return np.asarray(sequence_tokens(request), np.int64)
-        B = self.block_size
-        keys = np.asarray(request.prompt_keys).view(np.uint64).tolist()
-        codes = np.array([self.codes.setdefault(k, len(self.codes)) for k in keys], np.int64)
-        head = (codes[:, None] * B + np.arange(B)).ravel()
-        tail = len(request.prompt_token_ids) - head.size + request.max_tokens
-        return np.concatenate([head, placeholder_tokens(request.index, tail)]).astype(np.int64)
+        return request_symbols(request, self.block_size, self.codes)
 
     def add_request(self, request: SimRequest, keys=None, queue: bool = True) -> None:
         tokens = self.tokens(request)
@@ -204,13 +198,7 @@ class SGLangInstance:
     # ------------------------------------------------------------------ cache queries
 
     def _symbols(self, keys) -> np.ndarray:
-        out = []
-        for key in np.asarray(keys).view(np.uint64).tolist():
-            block = self.blocks.get(key)
-            if block is None:
-                break
-            out.append(block)
-        return np.concatenate(out) if out else np.zeros(0, np.int64)
+        return key_symbols(self.blocks, keys)
 
     def cached_prefix_blocks(self, keys) -> int:
         NI, TG, _ = self.state.tree

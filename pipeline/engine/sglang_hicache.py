@@ -27,12 +27,37 @@ from pipeline.components import engine_layout as L
 from pipeline.components.sglang_hisched import HiScheduler
 from pipeline.components.sglang_sched import Req
 from pipeline.engine.loop import STEP_COLUMNS
-from pipeline.engine.request import SimRequest
+from pipeline.engine.request import SimRequest, placeholder_tokens, sequence_tokens
 from pipeline.engine.step import StepRecord, TimedSteps
 
-__all__ = ["HiCacheSpec", "SGLangHiInstance", "host_pool_tokens"]
+__all__ = ["HiCacheSpec", "SGLangHiInstance", "host_pool_tokens", "request_symbols",
+           "key_symbols"]
 
 HOST_COLUMNS = ("host_load_bytes", "host_write_bytes")
+
+
+def request_symbols(request: SimRequest, block_size: int, codes: dict) -> np.ndarray:
+    """A request's prompt + output token symbols (``pipeline.engine.sglang``'s docstring):
+    its own token ids, or per block key (``codes`` numbers them) a run of its own."""
+    if request.prompt_keys is None:
+        return np.asarray(sequence_tokens(request), np.int64)
+    B = block_size
+    keys = np.asarray(request.prompt_keys).view(np.uint64).tolist()
+    numbers = np.array([codes.setdefault(k, len(codes)) for k in keys], np.int64)
+    head = (numbers[:, None] * B + np.arange(B)).ravel()
+    tail = len(request.prompt_token_ids) - head.size + request.max_tokens
+    return np.concatenate([head, placeholder_tokens(request.index, tail)]).astype(np.int64)
+
+
+def key_symbols(blocks: dict, keys) -> np.ndarray:
+    """The symbols of the leading block keys an instance has seen (``blocks``)."""
+    out = []
+    for key in np.asarray(keys).view(np.uint64).tolist():
+        block = blocks.get(key)
+        if block is None:
+            break
+        out.append(block)
+    return np.concatenate(out) if out else np.zeros(0, np.int64)
 
 
 @dataclass(frozen=True)
@@ -65,8 +90,6 @@ class SGLangHiInstance:
     def __init__(self, config, cpu_tier=None, capacity: int = 64, make=None) -> None:
         if cpu_tier is not None:
             raise ValueError("the sglang engine has no CPU tier (HiCache is its host tier)")
-        from pipeline.engine.sglang import SGLangInstance
-        self._tokens, self._symbols_of = SGLangInstance.tokens, SGLangInstance._symbols
         self.config, self.block_size = config, config.block_size
         spec = config.hicache
         self.kv_bytes = spec.kv_bytes_per_token if spec is not None else 0
@@ -83,10 +106,10 @@ class SGLangHiInstance:
     # ------------------------------------------------------------------ requests
 
     def tokens(self, request: SimRequest) -> np.ndarray:
-        return self._tokens(self, request)
+        return request_symbols(request, self.block_size, self.codes)
 
     def _symbols(self, keys) -> np.ndarray:
-        return self._symbols_of(self, keys)
+        return key_symbols(self.blocks, keys)
 
     def _load(self, request: SimRequest) -> Req:
         tokens = self.tokens(request)
