@@ -1,6 +1,8 @@
-"""SGLang 0.5.23's scheduler over its HiCache, in plain Python: ``oracles.sglang_sched``'s
-loop over ``oracles.sglang_hiradix.HiRadixTree`` (the unified tree's rules with a host
-tier), with what HiCache changes in the loop (docs/sglang.md cites each line):
+"""SGLang 0.5.23's scheduler over its HiCache, in plain Python: ``sglang_sched``'s loop over
+``sglang_hiradix.HiRadixTree`` (the unified tree's rules with a host tier), with what HiCache
+changes in the loop (docs/sglang.md cites each line). It is the engine of ``--engine sglang
+--enable-hierarchical-cache`` (``pipeline.engine.sglang_hicache``) and the test oracle
+(tests/test_sglang_hisched.py holds it equal to SGLang's pieces):
 
 * every turn starts with ``check_hicache_events`` (``managers/scheduler.py:3883-3889``): the
   write and load acks, the locks they held released;
@@ -22,8 +24,8 @@ tier), with what HiCache changes in the loop (docs/sglang.md cites each line):
 from __future__ import annotations
 
 from pipeline.components.sglang_hiradix import HiRadixTree
-from pipeline.components.sglang_sched import CLIP_MAX_NEW_TOKENS, NO_TOKEN, OTHER, Adder, Batch, Req, \
-    Scheduler
+from pipeline.components.sglang_sched import CLIP_MAX_NEW_TOKENS, NO_TOKEN, OTHER, Adder, Batch, \
+    Req, Scheduler
 
 __all__ = ["HiScheduler"]
 

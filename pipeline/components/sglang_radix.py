@@ -1,6 +1,6 @@
 """SGLang's radix prefix cache (``RadixCache``, SGLang 0.5.23), its rules in plain Python: the
 test oracle of the compiled tree (``pipeline.components.sglang_kradix``,
-tests/test_sglang_kradix.py).
+tests/test_sglang_kradix.py) and the base of HiCache's (``sglang_hiradix``).
 
 The rules of ``python/sglang/srt/mem_cache/radix_cache.py`` and ``evict_policy.py``
 (docs/sglang.md cites each line). ``tests/test_sglang_radix.py`` drives it and SGLang's own

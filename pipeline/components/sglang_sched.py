@@ -1,5 +1,6 @@
 """SGLang 0.5.23's scheduler loop over its radix cache in plain Python: the test oracle of the
-compiled scheduler (``pipeline.components.sglang_ksched``, tests/test_sglang_ksched.py).
+compiled scheduler (``pipeline.components.sglang_ksched``, tests/test_sglang_ksched.py) and
+the base of the HiCache loop (``sglang_hisched``), which runs HiCache in the engine.
 
 What one iteration of ``Scheduler.event_loop_normal`` does (``managers/scheduler.py``; the
 non-overlap loop, ``--disable-overlap-schedule``), with the pieces it calls
@@ -26,7 +27,7 @@ docs/sglang.md cites the lines):
 Requests finish by length (``max_new_tokens``; ``ignore_eos`` off, so the running requests'
 outputs are estimated by the new-token ratio). Not modelled: the overlap loop, mixed
 chunks, priorities and priority preemption, the ``hrrn`` / ``routing-key`` /
-``shortest-prefill-first`` policies, speculative decoding, LoRA, HiCache.
+``shortest-prefill-first`` policies, speculative decoding, LoRA; HiCache is ``sglang_hisched``.
 """
 
 from __future__ import annotations
