@@ -177,7 +177,9 @@ def metric_lines(metrics: dict) -> list[str]:
              f"{pct(metrics['cpu_hit_ratio'])}; " + (
                  f"SGLang would report cache_hit_rate {pct(metrics['sglang_cache_hit_rate'])}"
                  f" over the run (first admissions' #cached-token / (#cached-token + "
-                 f"#new-token), the GPU hit ratio; its gauge keeps a 15 s window)"
+                 f"#new-token), the GPU hit ratio"
+                 f"{' plus the CPU one: HiCache loads' if metrics['cpu_hit_ratio'] else ''}"
+                 f"; its gauge keeps a 15 s window)"
                  if "sglang_cache_hit_rate" in metrics else
                  f"vLLM would report prefix cache hit rate "
                  f"{pct(metrics['vllm_prefix_cache_hit_rate'])} (Prometheus counters), "
