@@ -309,7 +309,7 @@ def _check_hicache(args) -> None:
 #: SGLang's HiCache defaults (``arg_groups/fields/memory.py``): ratio 2.0 in cache mode
 HICACHE_RATIO, HICACHE_WRITE_POLICY = 2.0, "write_through"
 HICACHE_SUMMARY = ("SGLang 0.5.23's scheduler over HiCache (host tier), in plain Python: "
-                   "some 50-100x slower than the compiled engine without HiCache")
+                   "some 50-65x slower than the compiled engine without HiCache")
 
 
 def _hicache(args, pool: int, page: int) -> HiCacheSpec | None:
