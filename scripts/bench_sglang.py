@@ -14,6 +14,14 @@ its load from the cache) is done before the clock by a 50-request run.
 
     .venv/bin/python scripts/bench_sglang.py                        # 10,000 requests
     .venv/bin/python scripts/bench_sglang.py --requests 1000 --policy lpm
+    .venv/bin/python scripts/bench_sglang.py --requests 2000 --pool 20000 \
+        --hicache write_through --host 40000     # HiCache: SGLang's vs the Python engine's
+
+With ``--hicache POLICY`` both sides run HiCache (the reference over SGLang's
+``UnifiedRadixCache`` with ``init_hicache``'s decisions, the engine's plain-Python HiCache
+instance as ``simulate --enable-hierarchical-cache`` runs it), compared per step (batch,
+host tokens loaded and written) and per request; the compiled engine without HiCache is
+timed beside them.
 
 Not a test: it takes minutes. Needs scripts/ensure_sglang_sources.sh.
 """
@@ -36,7 +44,9 @@ import sglang_scheduler_reference as reference  # noqa: E402
 from pipeline.components import sglang_ksched as K  # noqa: E402
 from pipeline.components.sglang_settings import SCHEDULE_POLICIES, SchedulerSettings  # noqa
 from pipeline.engine.request import SimRequest  # noqa: E402
-from pipeline.engine.sglang import SGLangConfig, SGLangInstance, run_on_steps  # noqa: E402
+from pipeline.engine.sglang import SGLangConfig, SGLangInstance, run_on_steps, \
+    simulate  # noqa: E402
+from pipeline.engine.sglang_hicache import HiCacheSpec, SGLangHiInstance  # noqa: E402
 
 
 def engine_inputs(requests, pool: int, options: dict) -> tuple[list, SGLangConfig]:
@@ -96,10 +106,15 @@ def main() -> int:
     parser.add_argument("--pool", type=int, default=60_000, help="max_total_tokens")
     parser.add_argument("--policy", choices=SCHEDULE_POLICIES, default="fcfs")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--hicache", choices=("write_through", "write_through_selective",
+                                              "write_back"), default=None)
+    parser.add_argument("--host", type=int, default=120_000, help="host pool tokens")
     args = parser.parse_args()
     requests = workload(args.requests, args.groups, args.rate, args.seed)
     options = dict(policy=args.policy, max_running=256, chunk=8192, max_prefill=16384,
                    conservativeness=1.0, seed=args.seed, page=1)
+    if args.hicache:
+        return bench_hicache(args, requests, options)
     inputs = [(p + o, len(p), len(o), a) for p, o, a in requests]
     start = time.process_time()
     theirs = reference.run(inputs, args.pool, **options)
@@ -119,6 +134,54 @@ def main() -> int:
     print(f"SGLang's pieces (reference loop): {t_theirs:8.3f} s CPU")
     print(f"--engine sglang (compiled):       {t_mine:8.3f} s CPU   "
           f"({t_theirs / max(t_mine, 1e-9):.1f}x)")
+    print(f"identical per step and per request: {equal}")
+    return 0 if equal else 1
+
+
+def bench_hicache(args, requests, options) -> int:
+    """HiCache on both sides (module docstring); per step and per request equal."""
+    inputs = [(p + o, len(p), len(o), a) for p, o, a in requests]
+    start = time.process_time()
+    theirs = reference.run_unified(inputs, args.pool, hicache=(args.hicache, args.host),
+                                   **options)
+    t_theirs = time.process_time() - start
+    sims, config = engine_inputs(requests, args.pool, options)
+    run_on_steps(sims[:50], config)                      # numba: load (or compile) once
+    start = time.process_time()
+    run_on_steps(sims, config)
+    t_compiled = time.process_time() - start
+    hi = SGLangConfig(config.num_gpu_blocks, config.max_model_len, config.block_size,
+                      config.settings, HiCacheSpec(args.hicache, args.host, 1))
+    engine, steps, now, pointer = SGLangHiInstance(hi, capacity=len(sims)), [], 0, 0
+    start = time.process_time()
+    while pointer < len(sims) or engine.has_work():      # simulate's step clock
+        if not engine.has_work():
+            now = max(now, requests[pointer][2])
+        while pointer < len(sims) and requests[pointer][2] <= now:
+            engine.add_request(sims[pointer])
+            pointer += 1
+        record = engine.step()
+        steps.append(((record.prefill_tokens > 0 or not record.decode_seqs,
+                       list(record.scheduled), record.first_tokens, record.finished),
+                      (record.reload_tokens, record.extra[1])))
+        now += 1
+    t_mine = time.process_time() - start
+    frame = simulate(sims, hi).requests                  # the frames of the same run
+    hits = (frame["gpu_hit_tokens"] + frame["cpu_hit_tokens"]).to_list()
+    mine = list(zip(frame["first_scheduled_step"], frame["first_token_step"],
+                    frame["finish_step"], hits, frame["preemptions"]))
+    equal = ([s for s, _ in steps] == [tuple(s) for s in theirs["steps"]]
+             and [h for _, h in steps] == theirs["host"]
+             and mine == [tuple(r) for r in theirs["requests"]]
+             and frame["cpu_hit_tokens"].to_list() == theirs["host_loaded"])
+    print(f"{args.requests:,} requests, {len(steps):,} steps, policy {args.policy}, pool "
+          f"{args.pool:,} tokens, HiCache {args.hicache}, host {args.host:,} tokens: "
+          f"{frame['cpu_hit_tokens'].sum():,} tokens loaded from the host")
+    print(f"SGLang's pieces over its HiCache: {t_theirs:8.3f} s CPU")
+    print(f"--engine sglang with HiCache (Python): {t_mine:8.3f} s CPU   "
+          f"({t_theirs / max(t_mine, 1e-9):.1f}x)")
+    print(f"--engine sglang without HiCache (compiled): {t_compiled:8.3f} s CPU "
+          f"(HiCache's Python run {t_mine / max(t_compiled, 1e-9):.0f}x its time)")
     print(f"identical per step and per request: {equal}")
     return 0 if equal else 1
 

@@ -286,7 +286,7 @@ class Loop:
             if hicache is not None:           # (write policy, host tokens)
                 import sglang_hicache_reference as hi
                 self.pool.mamba_full_cache_donor = lambda: None
-                hi.attach(self.tree, *hicache, allocate=self.pool.take)
+                self.controller = hi.attach(self.tree, *hicache, allocate=self.pool.take)
         else:
             self.tree = self.rc.RadixCache(params)
         self.policy = self.sp.SchedulePolicy(policy, self.tree, False, False, False)
@@ -497,6 +497,8 @@ def run(requests: list[tuple[list, int, int, int]], size: int, **settings) -> di
     reqs = [Req(i, tokens, n, m) for i, (tokens, n, m, _) in enumerate(requests)]
     due = [a for *_, a in requests]
     steps, now, pointer, step = [], 0, 0, 0
+    host = []                                # per step: (tokens loaded, tokens written)
+    controller = getattr(loop, "controller", None)
     while pointer < len(reqs) or loop.waiting or loop.chunked is not None or any(
             not r.finished() for r in loop.running + (loop.last[1] if loop.last and
                                                        loop.last[0] else [])):
@@ -508,17 +510,20 @@ def run(requests: list[tuple[list, int, int, int]], size: int, **settings) -> di
         while pointer < len(reqs) and due[pointer] <= now:
             loop.waiting.append(reqs[pointer])
             pointer += 1
+        moved = (controller.loaded, controller.written) if controller else (0, 0)
         result = loop.iterate(step)
         if result is None:
             if loop.waiting:
                 raise RuntimeError("stuck")
             continue
         steps.append(result)
+        if controller is not None:
+            host.append((controller.loaded - moved[0], controller.written - moved[1]))
         step += 1
         now += 1
     return {"requests": [(r.first_sched, r.first_token, r.finish_step, r.hit, r.retractions)
                          for r in reqs], "steps": steps,
-            "host_loaded": [r.host_loaded for r in reqs]}
+            "host_loaded": [r.host_loaded for r in reqs], "host": host}
 
 
 def hicache_demo(write_policy: str | None) -> dict:

@@ -1,7 +1,8 @@
 """``--engine sglang`` in the commands: ``simulate`` and ``fleet`` run it and write vLLM's
 engine's frames; its options are refused with vLLM's engine and vLLM's with it; a page size
 off the block grid, a policy SGLang lacks (or has but is not modelled), vLLM's limits and
-HiCache are one line naming the option, exit 2, nothing written."""
+HiCache's options without it are one line naming the option, exit 2, nothing written; with
+``--enable-hierarchical-cache`` the runs load from the host and say so."""
 
 from __future__ import annotations
 
@@ -50,6 +51,43 @@ def test_simulate_times_it(tmp_path, capsys):
     last = steps.filter(pl.col("step") == steps["step"].max())
     assert requests["finish_ms"].max() == pytest.approx(
         (last["start_ms"] + last["duration_ms"]).item())
+
+
+@pytest.mark.parametrize("policy", ["write_through", "write_back"])
+def test_hicache_loads_from_the_host(policy, tmp_path, capsys):
+    """Three 600-token documents read twice through a 1,024-token pool: the second pass
+    finds them on the host and loads them back; the columns say how much and how long."""
+    out = tmp_path / "sim"
+    assert main(["simulate", *WORKLOAD, "--gpu", "64blocks", "--engine", "sglang",
+                 "--enable-hierarchical-cache", "--hicache-write-policy", policy,
+                 "--latency", "roofline", "--out", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "over HiCache (host tier), in plain Python" in shown
+    assert f"host tier HiCache (write policy {policy})" in shown
+    requests = pl.read_parquet(out / "requests.parquet")
+    steps = pl.read_parquet(out / "steps.parquet")
+    assert tuple(steps.columns[:len(STEP_COLUMNS)]) == STEP_COLUMNS
+    assert requests["cpu_hit_tokens"].sum() > 0
+    assert steps["reload_tokens"].sum() == requests["cpu_hit_tokens"].sum()
+    per_token = 28 * 2 * 2 * 128 * 2     # qwen2.5-1.5b: layers, K and V, heads, dim, bf16
+    assert steps["host_load_bytes"].to_list() == [n * per_token
+                                                  for n in steps["reload_tokens"]]
+    assert steps["host_write_bytes"].sum() > 0 and steps["host_load_bytes"].sum() > 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["sglang_cache_hit_rate"] == pytest.approx(
+        metrics["gpu_hit_ratio"] + metrics["cpu_hit_ratio"])      # SGLang counts loads
+    assert metrics["cpu_hit_ratio"] > 0
+    loaded = requests.filter(pl.col("cpu_hit_tokens") > 0)
+    assert (loaded["load_ms"] > 0).all()
+    assert requests.filter(pl.col("cpu_hit_tokens") == 0)["load_ms"].null_count() == \
+        len(requests) - len(loaded)
+    fleet = tmp_path / "fleet"
+    assert main(["fleet", *WORKLOAD, "--gpu", "64blocks", "--engine", "sglang",
+                 "--enable-hierarchical-cache", "--hicache-write-policy", policy,
+                 "--router", "round-robin", "--instances", "1", "--out", str(fleet)]) == 0
+    capsys.readouterr()
+    routed = pl.read_parquet(fleet / "requests").sort("request")
+    assert routed["cpu_hit_tokens"].sum() > 0
 
 
 def test_fleet_workers_answer_as_this_process(tmp_path, capsys):
@@ -105,10 +143,10 @@ def test_a_mooncake_trace_on_pages(tmp_path, capsys):
     (["--engine", "sglang", "--enable-hierarchical-cache", "--hicache-write-policy", "lazy"],
      "argument --hicache-write-policy: invalid choice: 'lazy'"),
     (["--hicache-ratio", "3"], "--hicache-ratio applies to the sglang engine, not --engine vllm"),
-    (["--engine", "sglang", "--enable-hierarchical-cache"],
-     "--enable-hierarchical-cache: SGLang's HiCache is not modelled yet"),
     (["--engine", "sglang", "--cpu", "1000"],
-     "--cpu: the sglang engine has no CPU tier (SGLang's HiCache is not modelled yet)"),
+     "--cpu: the sglang engine has no CPU tier (its host tier: --enable-hierarchical-cache)"),
+    (["--engine", "sglang", "--enable-hierarchical-cache", "--cpu", "1000"],
+     "--cpu: the sglang engine has no CPU tier (its host tier: --enable-hierarchical-cache)"),
     (["--engine", "sglang", "--chunked-prefill-size", "24", "--page-size", "16"],
      "--chunked-prefill-size 24: must be a multiple of --page-size 16"),
 ])
@@ -122,6 +160,16 @@ def test_bad_input_is_one_line(command, given, message, tmp_path, capsys):
     assert status == 2
     error = capsys.readouterr().err.strip().splitlines()
     assert message in error[-1]
+    assert not out.exists()
+
+
+def test_a_host_pool_in_gigabytes_needs_the_models_bytes(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["simulate", "data/simulate/chat.jsonl", "--format", "tokens", "--gpu", "120",
+                 "--engine", "sglang", "--enable-hierarchical-cache", "--hicache-size", "2",
+                 "--out", str(out)]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "--hicache-size needs --model PRESET" in error[0]
     assert not out.exists()
 
 

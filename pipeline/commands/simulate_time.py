@@ -146,7 +146,9 @@ def run_metrics_outputs(args: argparse.Namespace, result, outputs: Outputs,
     sglang = getattr(args, "engine", "vllm") == "sglang"
     if sglang:                                   # vLLM's counters and log mean nothing here
         metrics = {k: v for k, v in metrics.items() if not k.startswith("vllm_")}
-        metrics["sglang_cache_hit_rate"] = metrics["gpu_hit_ratio"]
+        # SGLang counts a HiCache load back in the admission's prefix (its cpu_hit_tokens)
+        gpu, cpu = metrics["gpu_hit_ratio"], metrics["cpu_hit_ratio"]
+        metrics["sglang_cache_hit_rate"] = None if gpu is None else gpu + cpu
     if model is not None and result.steps.height and not sglang:
         entries = prefix_cache_entries(result.requests, result.steps)
         end = float((result.steps["start_ms"] + result.steps["duration_ms"]).max())
@@ -175,7 +177,9 @@ def metric_lines(metrics: dict) -> list[str]:
              f"{pct(metrics['cpu_hit_ratio'])}; " + (
                  f"SGLang would report cache_hit_rate {pct(metrics['sglang_cache_hit_rate'])}"
                  f" over the run (first admissions' #cached-token / (#cached-token + "
-                 f"#new-token), the GPU hit ratio; its gauge keeps a 15 s window)"
+                 f"#new-token), the GPU hit ratio"
+                 f"{' plus the CPU one: HiCache loads' if metrics['cpu_hit_ratio'] else ''}"
+                 f"; its gauge keeps a 15 s window)"
                  if "sglang_cache_hit_rate" in metrics else
                  f"vLLM would report prefix cache hit rate "
                  f"{pct(metrics['vllm_prefix_cache_hit_rate'])} (Prometheus counters), "

@@ -274,6 +274,8 @@ def engine_models(args: argparse.Namespace) -> tuple[str, dict]:
     line = registry.models_line("vllm", cpu, None, options).replace(
         "models: GPU " + registry.describe("vllm"), f"models: engine {engine.NAME} "
         f"({engine.SUMMARY})", 1)
+    if hasattr(engine, "adjust_models_line"):
+        line = engine.adjust_models_line(args, line)
     return line, {"engine": engine.NAME, **registry.models_field(None, cpu)}
 
 

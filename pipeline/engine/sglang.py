@@ -32,10 +32,13 @@ from pipeline.components.sglang_kradix import POLICIES as EVICTION_POLICIES, T_E
 from pipeline.components.sglang_ksched import SGLangState
 from pipeline.components.sglang_settings import SCHEDULE_POLICIES, SGLANG_POLICIES, \
     SchedulerSettings
-from pipeline.engine.compiled import STUCK_MESSAGE, request_table, with_times
+from pipeline.engine.compiled import STUCK_MESSAGE, compiled_model, request_table, with_times
 from pipeline.engine.config import EngineOption
 from pipeline.engine.loop import STEP_COLUMNS, SimResult
-from pipeline.engine.request import SimRequest, placeholder_tokens, sequence_tokens
+from pipeline.engine.request import SimRequest
+from pipeline.engine.sglang_hicache import HiCacheSpec, SGLangHiInstance, host_pool_tokens, \
+    key_symbols, request_symbols
+from pipeline.engine.kstep import reload_term
 from pipeline.engine.step import StepRecord, TimedSteps
 from pipeline.sizes.vllm_memory import DEFAULT_BATCHED_TOKENS, DEFAULT_SEQS
 
@@ -53,6 +56,7 @@ class SGLangConfig:
     max_model_len: int
     block_size: int
     settings: SchedulerSettings
+    hicache: HiCacheSpec | None = None          # --enable-hierarchical-cache
 
 
 def _policy(text: str) -> str:
@@ -128,14 +132,7 @@ class SGLangInstance:
 
     def tokens(self, request: SimRequest) -> np.ndarray:
         """The request's prompt + output token symbols (module docstring)."""
-        if request.prompt_keys is None:
-            return np.asarray(sequence_tokens(request), np.int64)
-        B = self.block_size
-        keys = np.asarray(request.prompt_keys).view(np.uint64).tolist()
-        codes = np.array([self.codes.setdefault(k, len(self.codes)) for k in keys], np.int64)
-        head = (codes[:, None] * B + np.arange(B)).ravel()
-        tail = len(request.prompt_token_ids) - head.size + request.max_tokens
-        return np.concatenate([head, placeholder_tokens(request.index, tail)]).astype(np.int64)
+        return request_symbols(request, self.block_size, self.codes)
 
     def add_request(self, request: SimRequest, keys=None, queue: bool = True) -> None:
         tokens = self.tokens(request)
@@ -201,13 +198,7 @@ class SGLangInstance:
     # ------------------------------------------------------------------ cache queries
 
     def _symbols(self, keys) -> np.ndarray:
-        out = []
-        for key in np.asarray(keys).view(np.uint64).tolist():
-            block = self.blocks.get(key)
-            if block is None:
-                break
-            out.append(block)
-        return np.concatenate(out) if out else np.zeros(0, np.int64)
+        return key_symbols(self.blocks, keys)
 
     def cached_prefix_blocks(self, keys) -> int:
         NI, TG, _ = self.state.tree
@@ -308,11 +299,43 @@ HICACHE_WRITE_POLICIES = ("write_through", "write_through_selective", "write_bac
 
 def _check_hicache(args) -> None:
     """A HiCache option without ``--enable-hierarchical-cache`` is a usage error naming it
-    (SGLang ignores it silently); HiCache itself is refused, not modelled yet."""
+    (SGLang ignores it silently)."""
     given = [flag for flag in ("--hicache-ratio", "--hicache-size", "--hicache-write-policy")
              if getattr(args, flag[2:].replace("-", "_"), None) is not None]
     if given and not getattr(args, "enable_hierarchical_cache", False):
         raise UsageError(f"{given[0]}: needs --enable-hierarchical-cache")
+
+
+#: SGLang's HiCache defaults (``arg_groups/fields/memory.py``): ratio 2.0 in cache mode
+HICACHE_RATIO, HICACHE_WRITE_POLICY = 2.0, "write_through"
+HICACHE_SUMMARY = ("SGLang 0.5.23's scheduler over HiCache (host tier), in plain Python: "
+                   "some 50-65x slower than the compiled engine without HiCache")
+
+
+def _hicache(args, pool: int, page: int) -> HiCacheSpec | None:
+    """HiCache's settings as SGLang sizes them, or None without it; ``--hicache-size`` and
+    the step's byte columns take the KV bytes of the model options (the lab's model
+    without them)."""
+    if not args.enable_hierarchical_cache:
+        return None
+    from pipeline.sizes.units import kv_from_args
+    try:
+        kv = kv_from_args(args, "--hicache-size" if args.hicache_size else None)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    ratio = HICACHE_RATIO if args.hicache_ratio is None else args.hicache_ratio
+    host = host_pool_tokens(pool, page, ratio, args.hicache_size or 0, kv.bytes_per_token)
+    return HiCacheSpec(args.hicache_write_policy or HICACHE_WRITE_POLICY, host,
+                       int(kv.bytes_per_token))
+
+
+def adjust_models_line(args, line: str) -> str:
+    """The run's models line with HiCache: the engine runs in Python, its host tier."""
+    if not getattr(args, "enable_hierarchical_cache", False):
+        return line
+    line = line.replace(SGLang.SUMMARY, HICACHE_SUMMARY, 1)
+    return line.replace("CPU none (no CPU tier)", "host tier HiCache (write policy "
+                        f"{args.hicache_write_policy or HICACHE_WRITE_POLICY})", 1)
 
 
 class SGLang:
@@ -345,8 +368,8 @@ class SGLang:
             help="scales the new-token ratio that reserves the running requests' outputs "
                  "(default 1.0)")),
         EngineOption("--enable-hierarchical-cache", dict(
-            action="store_true", help="SGLang's HiCache (host tier): not modelled yet, "
-                                      "refused")),
+            action="store_true", help="SGLang's HiCache (host tier; this engine then runs "
+                                      "in plain Python, slower)")),
         EngineOption("--hicache-ratio", dict(
             type=_conservativeness, default=None,
             help="host pool / device pool, with --enable-hierarchical-cache (SGLang's "
@@ -375,11 +398,8 @@ class SGLang:
             if getattr(args, dest, None) not in (None, default):
                 raise UsageError(f"{flag} is vLLM's: with --engine sglang give {instead}")
         if getattr(args, "cpu", 0):
-            raise UsageError("--cpu: the sglang engine has no CPU tier (SGLang's HiCache is "
-                             "not modelled yet)")
-        if args.enable_hierarchical_cache:
-            raise UsageError("--enable-hierarchical-cache: SGLang's HiCache is not modelled "
-                             "yet (docs/sglang.md)")
+            raise UsageError("--cpu: the sglang engine has no CPU tier (its host tier: "
+                             "--enable-hierarchical-cache)")
         page = args.page_size
         if args.block_size % page:
             raise UsageError(f"--page-size {page}: must divide the block size "
@@ -398,9 +418,16 @@ class SGLang:
             schedule_conservativeness=args.schedule_conservativeness,
             radix_eviction_policy=args.radix_eviction_policy,
             seed=getattr(args, "seed", None) or 0)
-        return SGLangConfig(num_gpu_blocks, max_model_len, args.block_size, settings)
+        return SGLangConfig(num_gpu_blocks, max_model_len, args.block_size, settings,
+                            _hicache(args, pool, page))
 
-    instance = SGLangInstance
+    adjust_models_line = staticmethod(adjust_models_line)
+
+    @staticmethod
+    def instance(config: SGLangConfig, cpu_tier=None, capacity: int = 64):
+        """One engine: compiled, or with HiCache the plain-Python one."""
+        make = SGLangHiInstance if config.hicache is not None else SGLangInstance
+        return make(config, cpu_tier, capacity)
 
     @staticmethod
     def simulate(requests: Sequence[SimRequest], config: SGLangConfig, *, cpu_tier=None,
@@ -418,9 +445,9 @@ def simulate(requests: Sequence[SimRequest], config: SGLangConfig, *, cpu_tier=N
     if clock == "time" and step_ms is None:
         raise ValueError("the time clock needs a step-time model (step_ms)")
     timed = clock == "time"
-    if not timed and concurrency is None:
+    if not timed and concurrency is None and config.hicache is None:
         return run_on_steps(requests, config)
-    engine = SGLangInstance(config, cpu_tier, capacity=len(requests))
+    engine = SGLang.instance(config, cpu_tier, capacity=len(requests))
     engine.add_all(requests)
     n = len(requests)
     price = step_ms if timed else (lambda record: 1.0)
@@ -449,14 +476,17 @@ def simulate(requests: Sequence[SimRequest], config: SGLangConfig, *, cpu_tier=N
         part = engine.run_until(max(until, np.nextafter(now, np.inf)), now, price)
         parts.append(part)
         now = part.now_ms
+    names = STEP_COLUMNS + getattr(engine, "extra_names", ())
     steps = np.concatenate([p.steps for p in parts]) if parts else \
-        np.zeros((0, len(STEP_COLUMNS)), np.int64)
+        np.zeros((0, len(names)), np.int64)
     rows = engine.request_rows(requests)
     frame = request_table(rows, arrival, timed)
-    step_frame = pl.DataFrame({name: steps[:, j] for j, name in enumerate(STEP_COLUMNS)},
-                              schema={name: pl.Int64 for name in STEP_COLUMNS})
+    step_frame = pl.DataFrame({name: steps[:, j] for j, name in enumerate(names)},
+                              schema={name: pl.Int64 for name in names})
     if not timed:
         return SimResult(frame, step_frame)
+    if config.hicache is not None:
+        frame = _with_load_ms(frame, engine.host_loaded(requests), step_ms)
     start = np.concatenate([p.start_ms for p in parts]) if parts else np.zeros(0)
     end = start + np.concatenate([p.duration_ms for p in parts]) if parts else np.zeros(0)
     return SimResult(with_times(frame, arrival, start[rows[:, L.FSCHED]],
@@ -464,6 +494,15 @@ def simulate(requests: Sequence[SimRequest], config: SGLangConfig, *, cpu_tier=N
                      step_frame.with_columns(start_ms=pl.Series(start, dtype=pl.Float64),
                                              duration_ms=pl.Series(end - start,
                                                                    dtype=pl.Float64)))
+
+
+def _with_load_ms(frame: pl.DataFrame, host: np.ndarray, step_ms) -> pl.DataFrame:
+    """``load_ms``: the step model's reload term for each request's host tokens (what its
+    load adds to its batch; null without a load or for a model without that term)."""
+    model = compiled_model(step_ms)
+    ms = [reload_term(*model, n) if model is not None and n else None
+          for n in host.tolist()]
+    return frame.with_columns(load_ms=pl.Series(ms, dtype=pl.Float64))
 
 
 def run_on_steps(requests: Sequence[SimRequest], config: SGLangConfig,

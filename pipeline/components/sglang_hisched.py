@@ -1,0 +1,130 @@
+"""SGLang 0.5.23's scheduler over its HiCache, in plain Python: ``sglang_sched``'s loop over
+``sglang_hiradix.HiRadixTree`` (the unified tree's rules with a host tier), with what HiCache
+changes in the loop (docs/sglang.md cites each line). It is the engine of ``--engine sglang
+--enable-hierarchical-cache`` (``pipeline.engine.sglang_hicache``) and the test oracle
+(tests/test_sglang_hisched.py holds it equal to SGLang's pieces):
+
+* every turn starts with ``check_hicache_events`` (``managers/scheduler.py:3883-3889``): the
+  write and load acks, the locks they held released;
+* ``match_kv_cache`` (``mem_cache/common.py:221-268``) also returns the host run below the
+  device prefix (``host_hit_length``) and the deepest matched node; ``num_matched`` counts
+  both;
+* ``PrefillAdder.add_one_req`` (``managers/schedule_policy.py:1395-1575``) sizes the
+  admission with the host run as cached (``_select_prefill_admission``), then, with the
+  host node locked on both tiers, loads it back (``init_load_back``: 10 tokens at least,
+  device eviction for room); what is loaded joins the prefix, a load back that brings
+  nothing sizes the admission again without it;
+* a checkpoint is the unified one (``unified_radix_cache.py:1164-1336``): the insert's own
+  last node is the request's, and only device nodes past the protected prefix free the
+  request's duplicate slots (an evicted node adopts them).
+
+``host_loaded`` per request: the tokens its first admission loaded from the host.
+"""
+
+from __future__ import annotations
+
+from pipeline.components.sglang_hiradix import HiRadixTree
+from pipeline.components.sglang_sched import CLIP_MAX_NEW_TOKENS, NO_TOKEN, OTHER, Adder, Batch, \
+    Req, Scheduler
+
+__all__ = ["HiScheduler"]
+
+
+class HiScheduler(Scheduler):
+    """``Scheduler`` with HiCache: ``write_policy``, a host pool of ``host_tokens``."""
+
+    def __init__(self, settings, *, write_policy: str, host_tokens: int) -> None:
+        super().__init__(settings)
+        self.tree = HiRadixTree(self.P, settings.radix_eviction_policy,
+                                device_tokens=settings.max_total_tokens,
+                                host_tokens=host_tokens, write_policy=write_policy)
+
+    def iterate(self, step: int) -> Batch | None:
+        self.tree.check_events()
+        return super().iterate(step)
+
+    def match(self, req: Req, limit: bool) -> None:
+        fill = req.fill()
+        max_len = max(len(fill) - 1, 0)
+        device, host, best, last = self.tree.match(fill[:max_len] if limit else fill)
+        req.prefix_len, req.last_node = device, last
+        req.host_hit, req.best_node = host, best
+        req.num_matched = min(device + host, max_len)
+
+    def checkpoint(self, req: Req, up_to: int) -> None:
+        tokens = req.fill()[:up_to]
+        key_len = len(tokens) // self.P * self.P
+        _, node = self.tree.insert(tokens[:key_len], 0, req.inserted, req.protected)
+        self.free += self.tree.freed
+        req.inserted = max(req.inserted, key_len)
+        prompt = req.n // self.P * self.P
+        if 0 < prompt < key_len:
+            self.tree.insert(tokens[:prompt], 1, prompt, prompt)
+        req.protected = key_len
+        self.unlock(req.lock)
+        req.lock, req.last_node = self.lock(node), node
+
+    def make_adder(self, running: Batch) -> Adder:
+        return HiAdder(self, running)
+
+
+class HiAdder(Adder):
+    """``PrefillAdder.add_one_req`` with a host hit: admission, then the load back."""
+
+    def _select(self, req: Req, total: int, host: int):
+        """``_select_prefill_admission``: (prefix, extend, max_new, chunked) or a verdict."""
+        prefix = req.prefix_len + host
+        extend = len(req.fill()) - prefix
+        input_tokens = self._ceil(extend)
+        if not total < self.remaining_total():
+            return NO_TOKEN
+        if self.rem_chunk is None and self.can_run and input_tokens >= self.rem_input:
+            return OTHER
+        chunked, new_tokens = False, min(req.max_new, CLIP_MAX_NEW_TOKENS)
+        if self.rem_chunk is not None and input_tokens > self.rem_chunk:
+            end = (prefix + self.rem_chunk // self.P * self.P) // self.P * self.P
+            extend = end - prefix
+            if extend <= 0:
+                return OTHER
+            chunked, new_tokens = True, 0
+        return prefix, extend, new_tokens, chunked
+
+    def add_one_req(self, req: Req, has_chunked: bool) -> str:
+        max_new = min(max(req.max_new - req.out, 0), CLIP_MAX_NEW_TOKENS)
+        total = len(req.fill()) - req.prefix_len + max_new + self.P
+        sched, tree = self.sched, self.sched.tree
+        anchor = req.last_node
+        tree.inc_lock_ref(anchor)                        # _lock_node
+        try:
+            admission = self._select(req, total, req.host_hit)
+            if isinstance(admission, str):
+                return admission
+            loaded = 0
+            if req.host_hit > 0:
+                best = req.best_node
+                receipt = tree._host_lock(best)          # _lock_node(lock_host=True)
+                tree.inc_lock_ref(best)
+                loaded, node, evicted = tree.init_load_back(best, req.last_node,
+                                                            req.host_hit, sched.free)
+                sched.free += evicted - loaded
+                tree.dec_lock_ref(best)
+                tree._release_host_lock(best, receipt)
+                req.last_node = node
+                if loaded < req.host_hit:                # nothing loaded: size it again
+                    admission = self._select(req, total, 0)
+                    if isinstance(admission, str):
+                        return admission
+                req.prefix_len += loaded
+                req.protected = req.prefix_len           # load_back_is_cache_owned
+            if req.first_sched < 0:
+                req.host_loaded = loaded
+            prefix, extend, new_tokens, chunked = admission
+            req.extend_end = prefix + extend             # _commit_prefill_admission
+            req.lock = sched.lock(req.last_node)
+            self.can_run.append(req)
+            if chunked:
+                self.new_chunked = req
+            self._charge(extend, new_tokens)
+        finally:
+            tree.dec_lock_ref(anchor)
+        return self.budget_state()

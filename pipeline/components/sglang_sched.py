@@ -1,0 +1,493 @@
+"""SGLang 0.5.23's scheduler loop over its radix cache in plain Python: the test oracle of the
+compiled scheduler (``pipeline.components.sglang_ksched``, tests/test_sglang_ksched.py) and
+the base of the HiCache loop (``sglang_hisched``), which runs HiCache in the engine.
+
+What one iteration of ``Scheduler.event_loop_normal`` does (``managers/scheduler.py``; the
+non-overlap loop, ``--disable-overlap-schedule``), with the pieces it calls
+(``managers/schedule_policy.py``, ``schedule_batch.py``, ``mem_cache/common.py``,
+``mem_cache/allocation.py``, ``mem_cache/prefill_budget.py``, ``mem_cache/radix_cache.py``;
+docs/sglang.md cites the lines):
+
+* ``get_next_batch_to_run``: checkpoint the chunked request's last chunk into the tree
+  (``stash_chunked_request``), merge the last prefill batch into the running batch, drop
+  finished requests, try a prefill batch; without one, decode the running batch
+  (``update_running_batch``: ``check_decode_mem``, retract when it fails, else decay the
+  new-token ratio; allocate one token each).
+* ``get_new_batch_prefill``: ``SchedulePolicy.calc_priority`` orders the waiting queue
+  (``fcfs``, ``lpm`` with in-batch prefix deprioritizing and its fcfs fallback above 128
+  waiting, ``dfs-weight``, ``lof``, ``random``; the LRU touch of waiting prefixes every 32
+  passes for the cache-agnostic ones), then ``PrefillAdder`` admits the chunked request and
+  then waiting requests in order against its budgets: the KV budget (available + evictable
+  - the running requests' remaining outputs x new-token ratio), the prefill token budget
+  (``max_prefill_tokens``) and the chunk (``chunked_prefill_size``), ``max_running_requests``.
+* ``process_batch_result``: a prefill samples each finished prompt's first token and
+  checkpoints its KV into the tree (``checkpoint_kv_cache``), a decode one token each; a
+  request at ``max_tokens`` releases its KV into the tree (``release_kv_cache``).
+
+Requests finish by length (``max_new_tokens``; ``ignore_eos`` off, so the running requests'
+outputs are estimated by the new-token ratio). Not modelled: the overlap loop, mixed
+chunks, priorities and priority preemption, the ``hrrn`` / ``routing-key`` /
+``shortest-prefill-first`` policies, speculative decoding, LoRA; HiCache is ``sglang_hisched``.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from pipeline.components.sglang_radix import RadixTree
+from pipeline.components.sglang_settings import (  # noqa: F401
+    CLIP_MAX_NEW_TOKENS, DECAY_STEPS, IN_BATCH_CHECK, IN_BATCH_DEPRIORITIZE,
+    INIT_NEW_TOKEN_RATIO, MIN_RATIO_FACTOR, RETRACT_DECODE_STEPS, SCHEDULE_POLICIES,
+    SGLANG_POLICIES, WAITING_PREFIX_REFRESH_INTERVAL, WAITING_QUEUE_PREFIX_MATCH_MAX,
+    SchedulerSettings)
+
+__all__ = ["SCHEDULE_POLICIES", "SGLANG_POLICIES", "SchedulerSettings", "Req", "Scheduler",
+           "Batch"]
+
+@dataclass(eq=False)
+class Req:
+    """One request: its whole token sequence (``tokens``: prompt then outputs), lengths and
+    the scheduler's per-request state (``Req`` and ``req.kv`` fields of the same names)."""
+
+    index: int
+    tokens: list
+    n: int                                          # len(origin_input_ids)
+    max_new: int                                    # sampling_params.max_new_tokens
+    out: int = 0                                    # len(output_ids)
+    prefix_len: int = 0
+    num_matched: int = 0
+    last_node: object = None
+    lock: object = None                             # the node req.lock holds
+    extend_end: int = 0
+    kv_len: int = 0                                 # kv_committed_len == kv_allocated_len
+    protected: int = 0                              # cache_protected_len
+    inserted: int = 0                               # cache_inserted_len
+    middle_chunks: int = 0                          # inflight_middle_chunks
+    finished: bool = False
+    retractions: int = 0
+    first_sched: int = -1
+    first_token: int = -1
+    finish_step: int = -1
+    hit: int = -1                                   # prefix at the first admission
+
+    def fill(self) -> list:
+        return self.tokens[:self.n + self.out]
+
+
+@dataclass
+class Batch:
+    """A batch: ``extend`` (prefill) or decode; ``reqs`` in order; ``scheduled`` rows."""
+
+    extend: bool
+    reqs: list
+    scheduled: list = field(default_factory=list)
+    batch_is_full: bool = False
+
+
+class Scheduler:
+    """SGLang's scheduler state over a ``RadixTree``; ``iterate(step)`` runs one loop turn."""
+
+    def __init__(self, settings: SchedulerSettings) -> None:
+        self.s, P = settings, settings.page_size
+        self.P = P
+        self.tree = RadixTree(P, settings.radix_eviction_policy)
+        self.free = settings.max_total_tokens // P * P           # allocator.available_size()
+        self.waiting: list[Req] = []
+        self.running = Batch(False, [])
+        self.last_batch: Batch | None = None
+        self.chunked: Req | None = None
+        init = min(INIT_NEW_TOKEN_RATIO * settings.schedule_conservativeness, 1.0)
+        self.ratio_min = min(init * MIN_RATIO_FACTOR, 1.0)
+        self.ratio_decay = (init - self.ratio_min) / DECAY_STEPS
+        self.ratio = init
+        self.refresh_calls = 0
+        self.random = random.Random(settings.seed)
+
+    # ------------------------------------------------------------------ memory
+
+    def _pages(self, tokens: int) -> int:
+        return -(-tokens // self.P)
+
+    def evict_to_free(self, num_tokens: int) -> None:
+        """``evict_to_free_tokens``: evict the shortfall below ``num_tokens``."""
+        shortfall = num_tokens - self.free
+        if shortfall > 0:
+            self.free += self.tree.evict(shortfall)
+
+    def alloc(self, req: Req, new_len: int) -> None:
+        """Grow ``req``'s KV to ``new_len`` tokens (new pages from the allocator)."""
+        self.free -= (self._pages(new_len) - self._pages(req.kv_len)) * self.P
+        req.kv_len = new_len
+
+    def lock(self, node) -> object:
+        self.tree.inc_lock_ref(node)
+        return node
+
+    def unlock(self, node) -> None:
+        if node is not None:
+            self.tree.dec_lock_ref(node)
+
+    # ------------------------------------------------------------------ tree I/O
+
+    def match(self, req: Req, limit: bool) -> None:
+        """``match_kv_cache``: the tree's hit on the request's fill ids (``limit``: at most
+        len - 1, as ``init_next_round_input``) becomes its prefix."""
+        fill = req.fill()
+        max_len = max(len(fill) - 1, 0)
+        req.prefix_len, req.last_node = self.tree.match_prefix(fill[:max_len] if limit
+                                                               else fill)
+        req.num_matched = min(req.prefix_len, max_len)
+
+    def checkpoint(self, req: Req, up_to: int) -> None:
+        """``RadixCache.checkpoint``: insert the KV up to ``up_to`` (whole pages), free the
+        duplicates, re-match and move the request's lock to the key's node."""
+        tokens = req.fill()[:up_to]
+        key_len = len(tokens) // self.P * self.P
+        prefix, _ = self.tree.insert(tokens[:key_len], 0, req.inserted)
+        req.inserted = max(req.inserted, key_len)
+        prompt = req.n // self.P * self.P
+        if 0 < prompt < key_len:
+            self.tree.insert(tokens[:prompt], 1, prompt)
+        if prefix > req.protected:
+            self.free += prefix - req.protected
+        _, node = self.tree.match_prefix(tokens[:key_len])
+        req.protected = key_len
+        self.unlock(req.lock)
+        req.lock, req.last_node = self.lock(node), node
+
+    def release(self, req: Req, checkpoint: bool) -> None:
+        """``release_kv_cache``: checkpoint (finish) or not (retract), free the request's
+        own pages, unlock."""
+        if checkpoint:
+            self.checkpoint(req, req.kv_len)
+        self.free += (self._pages(req.kv_len) - req.protected // self.P) * self.P
+        self.unlock(req.lock)
+        req.lock = None
+
+    # ------------------------------------------------------------------ the policy
+
+    def calc_priority(self) -> None:
+        """``SchedulePolicy.calc_priority`` on the waiting queue (in place)."""
+        queue, policy = self.waiting, self.s.schedule_policy
+        active = "fcfs" if policy == "lpm" and len(queue) > WAITING_QUEUE_PREFIX_MATCH_MAX \
+            else policy
+        if active in ("lpm", "dfs-weight"):
+            deprioritized = self._compute_prefix_matches()
+            if active == "lpm":
+                queue.sort(key=lambda r: -r.num_matched if r.index not in deprioritized
+                           else float("inf"))
+            else:
+                order = dfs_weight_order(self.tree.root, [r.last_node for r in queue])
+                queue[:] = [queue[i] for i in order]
+            return
+        if active == "lof":
+            queue.sort(key=lambda r: -r.max_new)
+        elif active == "random":
+            self.random.shuffle(queue)
+        if queue and self.s.radix_eviction_policy == "lru":      # _touch_waiting_prefixes
+            refresh = self.refresh_calls % WAITING_PREFIX_REFRESH_INTERVAL == 0
+            self.refresh_calls += 1
+            if refresh:
+                for r in reversed(queue[:WAITING_QUEUE_PREFIX_MATCH_MAX]):
+                    self.tree.match_prefix(r.fill())
+
+    def _compute_prefix_matches(self) -> set[int]:
+        deprioritized: set[int] = set()
+        in_batch = RadixTree(1, "lru")                   # waiting_queue_radix_tree, reset
+        for r in self.waiting:
+            self.match(r, limit=False)
+            if r.prefix_len <= IN_BATCH_CHECK:
+                fill = r.fill()
+                if in_batch.match_prefix(fill)[0] >= IN_BATCH_DEPRIORITIZE:
+                    deprioritized.add(r.index)
+                else:
+                    in_batch.insert(fill)
+        return deprioritized
+
+    # ------------------------------------------------------------------ one iteration
+
+    def iterate(self, step: int) -> Batch | None:
+        """One turn of ``event_loop_normal``: the batch it ran (already processed), or None
+        when idle."""
+        batch = self.next_batch(step)
+        if batch is not None:
+            self.process(batch, step)
+        self.last_batch = batch
+        return batch
+
+    def next_batch(self, step: int) -> Batch | None:
+        """``get_next_batch_to_run``."""
+        exclude = set()
+        if self.chunked is not None:
+            exclude.add(id(self.chunked))
+            if self.chunked.extend_end > self.chunked.prefix_len:
+                self.checkpoint(self.chunked, self.chunked.extend_end)   # stash
+                self.chunked.prefix_len = self.chunked.extend_end
+        last, running = self.last_batch, self.running
+        if last is not None and last.extend:
+            kept = [r for r in last.reqs if not r.finished and id(r) not in exclude]
+            if len(kept) < len(last.reqs):
+                running.batch_is_full = False
+            last.reqs = kept
+            if kept:
+                if not running.reqs:                    # the running batch becomes the
+                    running.batch_is_full = False       # new one (its flag unset)
+                running.reqs.extend(kept)
+        kept = [r for r in running.reqs if not r.finished]
+        if len(kept) < len(running.reqs):
+            running.batch_is_full = False
+        running.reqs = kept
+        batch = self.new_prefill_batch(step)
+        if batch is not None:
+            return batch
+        if running.reqs:
+            return self.update_running_batch(running)
+        return None
+
+    def new_prefill_batch(self, step: int) -> Batch | None:
+        """``_get_new_batch_prefill_raw`` with ``PrefillAdder``."""
+        running = self.running
+        if not running.reqs:
+            running.batch_is_full = False
+        if (running.batch_is_full or not self.waiting) and self.chunked is None:
+            return None
+        allocatable = self.s.max_running_requests - len(running.reqs)
+        if allocatable <= 0 and self.chunked is None:
+            running.batch_is_full = True
+            return None
+        self.calc_priority()
+        adder = self.make_adder(running)
+        if self.chunked is not None:
+            self.chunked = adder.add_chunked_req(self.chunked)
+        for req in self.waiting:
+            if adder.budget_state() == OTHER:
+                break
+            if len(adder.can_run) >= allocatable:
+                running.batch_is_full = True
+            if running.batch_is_full:
+                break
+            self.match(req, limit=True)
+            req.protected = req.prefix_len
+            result = adder.add_one_req(req, self.chunked is not None)
+            if result != CONTINUE:
+                if result == NO_TOKEN:
+                    running.batch_is_full = bool(adder.can_run) or bool(running.reqs)
+                break
+        if not adder.can_run:
+            return None
+        chosen = {id(r) for r in adder.can_run}
+        self.waiting = [r for r in self.waiting if id(r) not in chosen]
+        if adder.new_chunked is not None:
+            self.chunked = adder.new_chunked
+        if self.chunked is not None:
+            self.chunked.middle_chunks += 1
+        return self.prepare_for_extend(adder.can_run, step)
+
+    def make_adder(self, running: Batch) -> Adder:
+        return Adder(self, running)
+
+    def prepare_for_extend(self, reqs: list, step: int) -> Batch:
+        """``ScheduleBatch.prepare_for_extend``: allocate every extend (evicting first)."""
+        extend_tokens = sum(r.extend_end - r.prefix_len for r in reqs)
+        self.evict_to_free(extend_tokens if self.P == 1 else extend_tokens + len(reqs) * self.P)
+        batch = Batch(True, list(reqs))
+        for r in reqs:
+            batch.scheduled.append((r.index, r.extend_end - r.prefix_len, r.prefix_len))
+            r.kv_len = r.prefix_len                     # the prefix is the tree's (or, for
+            self.alloc(r, r.extend_end)                 # a chunk, its own partial page)
+            if r.first_sched < 0:
+                r.first_sched, r.hit = step, r.prefix_len
+        return batch
+
+    def update_running_batch(self, batch: Batch) -> Batch | None:
+        """``update_running_batch``: retract when the next decode does not fit."""
+        initial = len(batch.reqs)
+        if not self.check_decode_mem(batch.reqs):
+            for req in self.retract_decode(batch):
+                self.waiting.append(req)
+        else:
+            self.ratio = max(self.ratio - self.ratio_decay, self.ratio_min)
+        if len(batch.reqs) < initial:
+            batch.batch_is_full = False
+        if not batch.reqs:
+            return None
+        bs = len(batch.reqs)                            # prepare_for_decode
+        self.evict_to_free(bs * self.P)
+        decode = Batch(False, batch.reqs)
+        for r in batch.reqs:
+            decode.scheduled.append((r.index, 1, r.kv_len))
+            self.alloc(r, r.kv_len + 1)
+        return decode
+
+    def check_decode_mem(self, reqs: list) -> bool:
+        num = sum(1 for r in reqs if r.kv_len % self.P == 0) * self.P
+        self.evict_to_free(num)
+        return self.free >= num
+
+    def retract_decode(self, batch: Batch) -> list:
+        """``ScheduleBatch.retract_decode`` (retraction policy ``length``)."""
+        reqs = batch.reqs
+        order = sorted(range(len(reqs)), key=lambda i: (reqs[i].out, -reqs[i].n),
+                       reverse=True)
+        retracted, first = [], True
+        while first or not self.check_decode_mem([reqs[i] for i in order]):
+            if len(order) == 1:
+                break
+            first = False
+            req = reqs[order.pop()]
+            self.release(req, checkpoint=False)             # release_req
+            self.evict_to_free(len(order) * RETRACT_DECODE_STEPS)
+            req.prefix_len = req.protected = req.inserted = req.kv_len = 0
+            req.last_node, req.extend_end, req.middle_chunks = None, 0, 0
+            req.retractions += 1
+            retracted.append(req)
+        if len(order) <= 1 and not self.check_decode_mem([reqs[i] for i in order]):
+            raise RuntimeError("SGLang aborts the last request: out of memory even after "
+                               "retracting all others (the pool is too small)")
+        batch.reqs = [reqs[i] for i in order]
+        decoded = sum(r.out for r in batch.reqs)
+        wanted = sum(r.max_new for r in batch.reqs)
+        self.ratio = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(batch.reqs))
+                         / (wanted + 1))
+        return retracted
+
+    def process(self, batch: Batch, step: int) -> None:
+        """``process_batch_result``: sample, finish, checkpoint."""
+        batch.first_tokens, batch.finished = [], []
+        for r in batch.reqs:
+            if batch.extend and r.middle_chunks > 0:
+                r.middle_chunks -= 1
+                continue
+            r.out += 1
+            if r.first_token < 0:
+                r.first_token = step
+                batch.first_tokens.append(r.index)
+            if r.out >= r.max_new:
+                r.finished, r.finish_step = True, step
+                batch.finished.append(r.index)
+                self.release(r, checkpoint=True)
+            elif batch.extend:
+                self.checkpoint(r, r.extend_end)           # checkpoint_kv_cache
+                r.prefix_len = r.extend_end
+
+
+CONTINUE, NO_TOKEN, OTHER = "continue", "no_token", "other"
+
+
+class Adder:
+    """``PrefillAdder`` with the base ``PrefillBudget`` (one token pool)."""
+
+    def __init__(self, sched: Scheduler, running: Batch) -> None:
+        s = sched.s
+        self.sched, self.P = sched, sched.P
+        self.rem_input = s.max_prefill_tokens
+        self.rem_chunk = s.chunked_prefill_size
+        self.total_offset = sum(min(r.max_new - r.out, CLIP_MAX_NEW_TOKENS) * sched.ratio
+                                for r in running.reqs)
+        self.current_offset = 0
+        self.can_run: list[Req] = []
+        self.new_chunked: Req | None = None
+
+    def _ceil(self, tokens: int) -> int:
+        return -(-tokens // self.P) * self.P
+
+    def _available(self) -> int:
+        return self.sched.free + self.sched.tree.evictable_size
+
+    def remaining_total(self) -> float:
+        return self._available() - self.total_offset
+
+    def budget_state(self) -> str:
+        if not (self.remaining_total() > 0 and self._available() - self.current_offset > 0):
+            return NO_TOKEN
+        if self.rem_input <= 0 or (self.rem_chunk is not None and self.rem_chunk <= 0):
+            return OTHER
+        return CONTINUE
+
+    def _charge(self, extend_len: int, max_new: int) -> None:
+        """``_update_prefill_budget`` + ``PrefillBudget.reserve``."""
+        extend = self._ceil(extend_len)
+        self.total_offset += extend + self.P + max_new
+        self.current_offset += extend + self.P
+        self.rem_input -= extend
+        if self.rem_chunk is not None:
+            self.rem_chunk -= extend
+
+    def add_chunked_req(self, req: Req) -> Req | None:
+        rem = self.rem_chunk
+        available = min(rem, int(self.remaining_total()))
+        rem = available if available > 0 else rem
+        extend = len(req.fill()) - req.prefix_len
+        truncated = extend > rem
+        req.extend_end = req.prefix_len + min(extend, rem)
+        self.can_run.append(req)
+        self._charge(req.extend_end - req.prefix_len,
+                     0 if truncated else min(req.max_new, CLIP_MAX_NEW_TOKENS))
+        return req if truncated else None
+
+    def add_one_req(self, req: Req, has_chunked: bool) -> str:
+        max_new = min(max(req.max_new - req.out, 0), CLIP_MAX_NEW_TOKENS)
+        fill_len = len(req.fill())
+        total = fill_len - req.prefix_len + max_new + self.P
+        tree = self.sched.tree
+        tree.inc_lock_ref(req.last_node)                 # _lock_node
+        try:
+            prefix = req.prefix_len
+            extend = fill_len - prefix
+            input_tokens = self._ceil(extend)
+            if not total < self.remaining_total():
+                return NO_TOKEN
+            if self.rem_chunk is None and self.can_run and input_tokens >= self.rem_input:
+                return OTHER
+            chunked, new_tokens = False, min(req.max_new, CLIP_MAX_NEW_TOKENS)
+            if self.rem_chunk is not None and input_tokens > self.rem_chunk:
+                end = (prefix + self.rem_chunk // self.P * self.P) // self.P * self.P
+                extend = end - prefix
+                if extend <= 0:
+                    return OTHER
+                chunked, new_tokens = True, 0
+            req.extend_end = prefix + extend               # _commit_prefill_admission
+            req.lock = self.sched.lock(req.last_node)
+            self.can_run.append(req)
+            if chunked:
+                self.new_chunked = req
+            self._charge(extend, new_tokens)
+        finally:
+            tree.dec_lock_ref(req.last_node)
+        return self.budget_state()
+
+
+def dfs_weight_order(root, nodes: list) -> list[int]:
+    """``_dfs_weight_order`` (``base_prefix_cache.py``): request indices, depth first,
+    heavier subtrees first, a node's requests after its subtree."""
+    at: dict[int, list[int]] = {}
+    by_id: dict[int, object] = {}
+    for index, node in enumerate(nodes):
+        at.setdefault(id(node), []).append(index)
+        by_id[id(node)] = node
+    weight = {key: len(indices) for key, indices in at.items()}
+    stack = [(root, False)]
+    while stack:
+        node, visited = stack.pop()
+        if visited:
+            total = weight.get(id(node), 0)
+            for child in node.children.values():
+                total += weight.get(id(child), 0)
+            weight[id(node)] = total
+            continue
+        stack.append((node, True))
+        for child in reversed(list(node.children.values())):
+            stack.append((child, False))
+    order: list[int] = []
+    stack = [(root, False)]
+    while stack:
+        node, visited = stack.pop()
+        if visited:
+            order.extend(at.get(id(node), ()))
+            continue
+        children = sorted(node.children.values(), key=lambda c: -weight.get(id(c), 0))
+        stack.append((node, True))
+        for child in reversed(children):
+            stack.append((child, False))
+    return order

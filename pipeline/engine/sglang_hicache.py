@@ -1,0 +1,284 @@
+"""``--engine sglang --enable-hierarchical-cache``: SGLang 0.5.23's scheduler over HiCache
+(``UnifiedRadixCache.init_hicache``: a host pool beside the device's), an instance of the
+engine registry's interface run in plain Python (``pipeline.components.sglang_hisched``,
+held equal to SGLang's own code by tests/test_sglang_hisched.py and
+tests/test_engine_sglang_hicache.py). The compiled loop (``pipeline.engine.sglang``) runs
+SGLang without HiCache.
+
+What moves between the tiers, per batch: ``reload_tokens`` is the host tokens loaded back
+for the batch (``init_load_back`` at admission; the load starts when the batch is prepared,
+``ready_to_load_host_cache``, and each layer's forward waits for that layer's load,
+``layer_transfer_counter.wait_until``: synchronous in the batch), priced by the step-time
+model's reload term as vLLM's CPU tier is; ``host_load_bytes`` / ``host_write_bytes`` the
+bytes loaded and copied to the host (write-through at insert, write-back at eviction). Per
+request, ``cpu_hit_tokens`` is the host tokens its first admission loaded, and
+``gpu_hit_tokens`` the device prefix without them.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.components import engine_layout as L
+from pipeline.components.sglang_hisched import HiScheduler
+from pipeline.components.sglang_sched import Req
+from pipeline.engine.loop import STEP_COLUMNS
+from pipeline.engine.request import SimRequest, placeholder_tokens, sequence_tokens
+from pipeline.engine.step import StepRecord, TimedSteps
+
+__all__ = ["HiCacheSpec", "SGLangHiInstance", "host_pool_tokens", "request_symbols",
+           "key_symbols"]
+
+HOST_COLUMNS = ("host_load_bytes", "host_write_bytes")
+
+
+def request_symbols(request: SimRequest, block_size: int, codes: dict) -> np.ndarray:
+    """A request's prompt + output token symbols (``pipeline.engine.sglang``'s docstring):
+    its own token ids, or per block key (``codes`` numbers them) a run of its own."""
+    if request.prompt_keys is None:
+        return np.asarray(sequence_tokens(request), np.int64)
+    B = block_size
+    keys = np.asarray(request.prompt_keys).view(np.uint64).tolist()
+    numbers = np.array([codes.setdefault(k, len(codes)) for k in keys], np.int64)
+    head = (numbers[:, None] * B + np.arange(B)).ravel()
+    tail = len(request.prompt_token_ids) - head.size + request.max_tokens
+    return np.concatenate([head, placeholder_tokens(request.index, tail)]).astype(np.int64)
+
+
+def key_symbols(blocks: dict, keys) -> np.ndarray:
+    """The symbols of the leading block keys an instance has seen (``blocks``)."""
+    out = []
+    for key in np.asarray(keys).view(np.uint64).tolist():
+        block = blocks.get(key)
+        if block is None:
+            break
+        out.append(block)
+    return np.concatenate(out) if out else np.zeros(0, np.int64)
+
+
+@dataclass(frozen=True)
+class HiCacheSpec:
+    """HiCache's settings: the write policy, the host pool in tokens, one token's KV bytes
+    (for the step's byte columns)."""
+
+    write_policy: str
+    host_tokens: int
+    kv_bytes_per_token: int
+
+
+def host_pool_tokens(device_tokens: int, page: int, ratio: float, size_gb: int,
+                     kv_bytes_per_token: int) -> int:
+    """The host pool SGLang sizes (``pool_host/base.py:221-229``): ``--hicache-size`` GB over
+    the token's bytes, else ``--hicache-ratio`` x the device pool; then whole pages plus one
+    padding page."""
+    size = int(size_gb * 1e9 // kv_bytes_per_token) if size_gb > 0 \
+        else int(device_tokens * ratio)
+    return (size // page + 1) * page
+
+
+class SGLangHiInstance:
+    """One SGLang engine with HiCache (``SGLangInstance``'s interface over the plain-Python
+    ``HiScheduler``; ``make(settings)`` another scheduler of the same interface, e.g. the
+    plain ``Scheduler`` in the tests)."""
+
+    extra_names = HOST_COLUMNS
+
+    def __init__(self, config, cpu_tier=None, capacity: int = 64, make=None) -> None:
+        if cpu_tier is not None:
+            raise ValueError("the sglang engine has no CPU tier (HiCache is its host tier)")
+        self.config, self.block_size = config, config.block_size
+        spec = config.hicache
+        self.kv_bytes = spec.kv_bytes_per_token if spec is not None else 0
+        self.sched = make(config.settings) if make is not None else HiScheduler(
+            config.settings, write_policy=spec.write_policy, host_tokens=spec.host_tokens)
+        self.reqs: dict[int, Req] = {}
+        self.loaded: dict[int, int] = {}             # request -> host tokens, first admission
+        self.step_no = self.queued = self.done = 0
+        self.idle = False
+        self.codes: dict[int, int] = {}
+        self.blocks: dict[int, np.ndarray] = {}
+        self.row: list[int] = []
+
+    # ------------------------------------------------------------------ requests
+
+    def tokens(self, request: SimRequest) -> np.ndarray:
+        return request_symbols(request, self.block_size, self.codes)
+
+    def _symbols(self, keys) -> np.ndarray:
+        return key_symbols(self.blocks, keys)
+
+    def _load(self, request: SimRequest) -> Req:
+        tokens = self.tokens(request)
+        req = Req(request.index, tokens.tolist(), len(request.prompt_token_ids),
+                  request.max_tokens)
+        self.reqs[request.index] = req
+        return req
+
+    def add_request(self, request: SimRequest, keys=None, queue: bool = True) -> None:
+        req = self._load(request)
+        if queue:
+            self.sched.waiting.append(req)
+            self.queued += 1
+        if keys is not None:
+            B, n = self.block_size, req.n
+            for i, key in enumerate(np.asarray(keys).view(np.uint64).tolist()[:n // B]):
+                self.blocks.setdefault(key, np.asarray(req.tokens[i * B:(i + 1) * B]))
+
+    def add_all(self, requests: Sequence[SimRequest]) -> None:
+        for request in requests:
+            self._load(request)
+
+    def enqueue(self, request: SimRequest) -> None:
+        self.sched.waiting.append(self.reqs[request.index])
+        self.queued += 1
+
+    @property
+    def outstanding(self) -> int:
+        return self.queued - self.done
+
+    def _last(self) -> list:
+        last = self.sched.last_batch
+        return last.reqs if last is not None and last.extend else []
+
+    def has_work(self) -> bool:
+        s = self.sched
+        return bool(s.waiting or s.chunked is not None or
+                    any(not r.finished for r in s.running.reqs + self._last()))
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.sched.waiting)
+
+    @property
+    def num_running(self) -> int:
+        return sum(not r.finished for r in self.sched.running.reqs + self._last())
+
+    @property
+    def free_blocks(self) -> int:
+        return (self.sched.free + self.sched.tree.evictable_size) // self.block_size
+
+    # ------------------------------------------------------------------ cache queries
+
+    def _device_prefix(self, tree, keys) -> int:
+        """The device prefix of ``keys``' symbols in whole pages, touching nothing."""
+        symbols = self._symbols(keys).tolist()
+        P = self.sched.P
+        key, node, matched = tuple(symbols[:len(symbols) // P * P]), tree.root, 0
+        while matched < len(key):
+            child = node.children.get(tree._child_key(key, matched))
+            if child is None or not getattr(child, "device", True):
+                break
+            length = tree._match_len(child.key, key, matched)
+            matched += length
+            if length < len(child.key):
+                break
+            node = child
+        return matched
+
+    def cached_prefix_blocks(self, keys) -> int:
+        return self._device_prefix(self.sched.tree, keys) // self.block_size
+
+    def cached_key_count(self) -> int:
+        tree = self.sched.tree
+        return (tree.evictable_size + tree.protected_size) // self.block_size
+
+    def cache_snapshot(self) -> _Snapshot:
+        return _Snapshot(self)
+
+    # ------------------------------------------------------------------ running
+
+    def step(self) -> StepRecord | None:
+        """One loop turn (``HiScheduler.iterate``); its StepRecord, or None (``idle``: no
+        work, the turn not taken)."""
+        self.idle = not self.has_work()
+        if self.idle:
+            return None
+        sched = self.sched
+        tree = sched.tree
+        written, loaded = getattr(tree, "written", 0), getattr(tree, "loaded", 0)
+        batch = sched.iterate(self.step_no)
+        if batch is None:
+            return None
+        moved_in = getattr(tree, "loaded", 0) - loaded
+        moved_out = getattr(tree, "written", 0) - written
+        rows = batch.scheduled
+        new = sum(r[1] for r in rows)
+        context = sum(r[1] + r[2] for r in rows)
+        record = StepRecord(self.step_no, list(rows), new if batch.extend else 0,
+                            0 if batch.extend else len(rows), context, moved_in,
+                            self.num_running, self.num_waiting, self.free_blocks,
+                            list(batch.first_tokens), list(batch.finished),
+                            extra=(moved_in * self.kv_bytes, moved_out * self.kv_bytes))
+        for req in batch.reqs:
+            if req.first_sched == self.step_no and req.index not in self.loaded:
+                self.loaded[req.index] = getattr(req, "host_loaded", 0)
+        self.done += len(batch.finished)
+        self.row = [record.step, record.prefill_tokens, record.decode_seqs,
+                    record.context_tokens, record.reload_tokens, record.num_running,
+                    record.num_waiting, record.free_blocks, *record.extra]
+        self.step_no += 1
+        return record
+
+    def run_until(self, until_ms: float, now_ms: float, step_ms) -> TimedSteps:
+        """Batches that start before ``until_ms`` (``step_ms(record)``: each one's time)."""
+        from pipeline.engine.compiled import STUCK_MESSAGE
+        steps, starts, durations, events, now = [], [], [], [], now_ms
+        while now < until_ms:
+            record = self.step()
+            if record is None:
+                if self.idle:
+                    break
+                raise RuntimeError(STUCK_MESSAGE)
+            duration = float(step_ms(record))
+            record.duration_ms = duration
+            steps.append(self.row)
+            starts.append(now)
+            durations.append(duration)
+            now += duration
+            events += [[record.step, 0, i] for i in record.first_tokens]
+            events += [[record.step, 1, i] for i in record.finished]
+        width = len(STEP_COLUMNS) + len(HOST_COLUMNS)
+        return TimedSteps(now, np.array(steps, np.int64).reshape(-1, width),
+                          np.array(starts, np.float64), np.array(durations, np.float64),
+                          np.array(events, np.int64).reshape(-1, 3))
+
+    def host_loaded(self, requests: Sequence[SimRequest]) -> np.ndarray:
+        """Host tokens each request's first admission loaded."""
+        return np.array([self.loaded.get(r.index, 0) for r in requests], np.int64)
+
+    def request_rows(self, requests: Sequence[SimRequest]) -> np.ndarray:
+        reqs = [self.reqs[r.index] for r in requests]
+        rows = np.full((len(reqs), L.R_COLUMNS), L.NONE, np.int64)
+        if not reqs:
+            return rows
+        host = self.host_loaded(requests)
+        rows[:, L.INDEX] = [r.index for r in reqs]
+        for column, name in ((L.FSCHED, "first_sched"), (L.FTOK, "first_token"),
+                             (L.FIN, "finish_step")):
+            values = np.array([getattr(r, name) for r in reqs], np.int64)
+            rows[:, column] = np.where(values < 0, L.NONE, values)
+        rows[:, L.GPUHIT] = np.maximum(np.array([r.hit for r in reqs]), 0) - host
+        rows[:, L.CPUHIT] = host
+        rows[:, L.NPROMPT] = [r.n for r in reqs]
+        rows[:, L.NTOK] = [r.n + r.max_new for r in reqs]
+        rows[:, L.PREEMPT] = [r.retractions for r in reqs]
+        return rows
+
+
+class _Snapshot:
+    """A frozen copy of an instance's tree for a stale fleet view."""
+
+    def __init__(self, instance: SGLangHiInstance) -> None:
+        tree = instance.sched.tree
+        self.instance, self.tree = instance, copy.deepcopy(tree)
+        self.size = tree.evictable_size + tree.protected_size
+
+    def prefix_blocks(self, keys) -> int:
+        return self.instance._device_prefix(self.tree, keys) // self.instance.block_size
+
+    def key_count(self) -> int:
+        return self.size // self.instance.block_size
