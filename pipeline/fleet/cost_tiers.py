@@ -23,7 +23,7 @@ from pipeline.sizes.units import Capacity, KVSize, capacity_tokens, kv_from_args
     one_capacity
 
 __all__ = ["TierOption", "TierChoice", "tier_option_list", "resolve_tier_options",
-           "TIER_KINDS"]
+           "engine_tier_tokens", "TIER_KINDS"]
 
 #: an option's kinds, in the order a grid line names them
 TIER_KINDS = ("none", "lmcache", "stack", "native")
@@ -155,3 +155,19 @@ def resolve_tier_options(args: argparse.Namespace, options: list[TierOption]
         found.setdefault(key, choice)
     return sorted(found.values(), key=lambda c: (c.cpu_tokens, c.disk_tokens,
                                                  TIER_KINDS.index(c.kind)))
+
+
+def engine_tier_tokens(args: argparse.Namespace, kv_bytes_per_token: int | None
+                       ) -> tuple[int, int]:
+    """(CPU tokens, disk tokens) per engine of the CPU tier the engine options give:
+    ``--cpu`` (in tokens by then), ``--tier``'s cpu and disk (a remote store is another
+    machine's: not counted) or ``--kv-offloading-size`` (its GiB in tokens)."""
+    specs = getattr(args, "tiers", None)
+    if specs and kv_bytes_per_token:
+        kv = KVSize("kv", kv_bytes_per_token, "")
+        tokens = {spec.kind: spec.size.tokens(kv, args.block_size) for spec in specs}
+        return tokens.get("cpu", 0), tokens.get("disk", 0)
+    size = getattr(args, "kv_offloading_size", None)
+    if size and kv_bytes_per_token:
+        return int(size * (1 << 30)) // kv_bytes_per_token, 0
+    return int(getattr(args, "cpu", 0) or 0), 0
