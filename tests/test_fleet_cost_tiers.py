@@ -23,8 +23,8 @@ def test_tier_options_parse_each_kind_and_resolve_to_tokens():
     options = tier_option_list("none, 2GiB, native:1GiB, cpu:1GiB+disk:2GiB:5:0.2, 131072")
     assert [o.kind for o in options] == ["none", "lmcache", "native", "stack", "lmcache"]
     choices = resolve_tier_options(argparse.Namespace(**LLAMA), options)
-    # Llama-3.1-8B: 131,072 bytes per token, so 1 GiB = 8,192 tokens; 2GiB and 131072
-    # tokens... are different tiers (16,384 and 131,072 tokens), each once
+    # Llama-3.1-8B: 131,072 bytes per token, so 1 GiB = 8,192 tokens; by CPU tokens, then
+    # disk tokens, then kind
     assert [(c.kind, c.cpu_tokens, c.disk_tokens) for c in choices] == [
         ("none", 0, 0), ("native", 8192, 0), ("stack", 8192, 16384), ("lmcache", 16384, 0),
         ("lmcache", 131072, 0)]

@@ -39,7 +39,6 @@ from pipeline.base.arguments import Options, Parser, derive
 from pipeline.sizes.gpus import gpu_preset
 from pipeline.engine.hashing import bulk_request_keys
 from pipeline.engine.engines import engine_options
-from pipeline.engine.options import engine_models
 from pipeline.base.errors import CLIError, UsageError
 from pipeline.commands import fleet as fleet_command
 from pipeline.engine.overload import warning_line
@@ -56,7 +55,7 @@ from pipeline.fleet.plan import Memory, Targets, smallest_memory
 from pipeline.fleet.sweep import Point, point_path, run_sweep
 from pipeline.fleet.workload import FLEET_PATTERNS, load_workload
 from pipeline.plan.output import exit_status
-from pipeline.sizes.units import kv_from_args, resolve_capacities
+from pipeline.sizes.units import kv_from_args
 from pipeline.steptime.alone import plan_with_latency
 from pipeline.steptime.tpot import tpot_ms
 from pipeline.base.staging import Outputs, parquet_bytes

@@ -7,7 +7,6 @@ import argparse
 
 import polars as pl
 
-from pipeline.base.arguments import derive
 from pipeline.engine.options import engine_models
 from pipeline.fleet.aggregates import OVERLOAD_COLUMNS, point_columns
 from pipeline.sizes.units import KVSize
