@@ -12,7 +12,7 @@ from pipeline.fleet.cost import Prices, cheapest, with_cost
 from dataclasses import replace
 
 from pipeline.fleet.cost_search import Setup, cheapest_search, frontier, kind_of, \
-    search_setups
+    point_price, search_setups
 from pipeline.fleet.plan import Memory, Targets
 from pipeline.fleet.sweep import Point
 
@@ -142,6 +142,12 @@ def test_searching_cpu_tiers_answers_what_the_whole_grid_answers(grid, tiers, da
         expected = (pl.col("instances") + pl.col("decode_instances")) * 2.0 \
             + pl.col("instances") * tiers_gib
         assert frame.select((pl.col("usd_per_hour") - expected).abs().max()).item() < 1e-9
+    for setup in setups:                      # the price the search orders and prunes by
+        for p in setup.points:
+            tier = (setup.memory.cpu_tokens + 0.4 * setup.disk_tokens) * (1 << 16) * gpus \
+                / (1 << 30) * 0.05
+            assert point_price(p, prices, setup.memory, setup.disk_tokens) == pytest.approx(
+                (p.instances + p.decode_instances) * 2.0 + p.instances * tier)
     assert sum(len(setup.run.calls) for setup in setups) == result.simulated
     assert result.simulated + result.pruned == sum(len(setup.points) for setup in setups)
 
