@@ -9,6 +9,8 @@ the process CPU seconds per simulation the plan reports, and the ratio Ray / poo
 
     .venv/bin/python scripts/bench_plan_cost.py                # the whole grid, both executors
     .venv/bin/python scripts/bench_plan_cost.py --limit 800 --executors local
+    .venv/bin/python scripts/bench_plan_cost.py --executors local \
+        --tier-options none,native:2GiB,cpu:2GiB+disk:20GiB:5:0.2    # x 3 tiers
 
 Not a test: minutes on 2 cores.
 """
@@ -27,9 +29,9 @@ SOURCES = (ROOT.parent / "shared" / "traces" / "synthetic_trace.jsonl",
            ROOT.parents[1] / "shared" / "traces" / "synthetic_trace.jsonl")
 
 
-def grid_arguments(trace: Path, limit: int | None) -> list[str]:
+def grid_arguments(trace: Path, limit: int | None, tiers: str | None = None) -> list[str]:
     """The plan's options: 3 routers x (6 aggregated counts + 4 x 3 prefill/decode
-    counts) x 4 GPU block counts = 216 configurations."""
+    counts) x 4 GPU block counts = 216 configurations (x the ``--tier-options`` given)."""
     arguments = [str(trace), "--format", "mooncake", "--fleet", "--cost",
                  "--router", "round-robin,least-loaded,prefix-precise",
                  "--instances", "1,2,3,4,6,8", "--prefill-instances", "1,2,3,4",
@@ -37,7 +39,8 @@ def grid_arguments(trace: Path, limit: int | None) -> list[str]:
                  "--gpu", "400blocks,550blocks,700blocks,850blocks",
                  "--block-size", "512", "--model", "llama-3.1-8b",
                  "--target-ttft-p90-ms", "2000", "--speed", "1", "--json"]
-    return arguments + (["--limit", str(limit)] if limit else [])
+    return arguments + (["--limit", str(limit)] if limit else []) \
+        + (["--tier-options", tiers] if tiers else [])
 
 
 def run(arguments: list[str], executor: str, jobs: int) -> tuple[float, dict]:
@@ -59,17 +62,20 @@ def main() -> int:
                         help="the trace's first N requests (default: all)")
     parser.add_argument("--executors", default="local,ray")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--tier-options", default=None,
+                        help="search these CPU tiers too (plan's --tier-options)")
     args = parser.parse_args()
     if not args.trace.is_file():
         raise SystemExit(f"--trace {args.trace}: not found (the shared Mooncake trace)")
-    arguments = grid_arguments(args.trace, args.limit)
+    arguments = grid_arguments(args.trace, args.limit, args.tier_options)
     walls = {}
     for executor in args.executors.split(","):
         wall, document = run(arguments, executor, args.jobs)
         walls[executor] = wall
         search = document["search"]
         answers = ", ".join(
-            f"{a['router']}: {a.get('kind')} ${a.get('usd_per_hour') or float('nan'):.2f}/h"
+            f"{a['router']}: {a.get('kind')}{' + ' + a['tier'] if a.get('tier') else ''} "
+            f"${a.get('usd_per_hour') or float('nan'):.2f}/h"
             for a in document["answers"])
         print(f"{executor:>5}: {wall:7.1f} s wall, {search['simulated']} of "
               f"{search['planned']} configurations simulated ({search['pruned']} pruned, "

@@ -12,7 +12,7 @@ from pipeline.fleet.cost import Prices, cheapest, with_cost
 from dataclasses import replace
 
 from pipeline.fleet.cost_search import Setup, cheapest_search, frontier, kind_of, \
-    search_setups
+    point_price, search_setups
 from pipeline.fleet.plan import Memory, Targets
 from pipeline.fleet.sweep import Point
 
@@ -92,26 +92,32 @@ def test_the_search_answers_what_the_whole_grid_answers(grid, data, target, cap,
 
 
 @settings(max_examples=60, deadline=None)
-@given(grids, st.lists(st.sampled_from([0, 2048, 8192, 32768]), min_size=1, max_size=3,
-                       unique=True), st.data(), st.floats(5, 100), st.integers(1, 3))
+@given(grids, st.lists(st.tuples(st.sampled_from([0, 2048, 8192, 32768]),
+                                 st.sampled_from([0, 0, 16384, 131072])),
+                       min_size=1, max_size=3, unique=True),
+       st.data(), st.floats(5, 100), st.integers(1, 3), st.sampled_from([1, 2]))
 def test_searching_cpu_tiers_answers_what_the_whole_grid_answers(grid, tiers, data, target,
-                                                                 wave):
-    # each CPU tier is a setup of its own (a disaggregated point only without a tier), the
-    # answers shared: equal to the cheapest point of every tier's whole grid
+                                                                 wave, gpus):
+    # each tier (CPU tokens, disk tokens) is a setup of its own, disaggregated points with
+    # it on their prefill engines, the answers shared: equal to the cheapest point of every
+    # tier's whole grid, each paying for its CPU memory and disk
     routers, instances, decodes, blocks = grid
     points = [Point(r, n, b, 1.0, d) for r in routers for n in instances for d in decodes
               for b in blocks]
-    prices = Prices("X", 2.0, 0.05)
+    prices = Prices("X", 2.0, 0.05, 0.02)
     setups, frames = [], {"aggregated": [], "disaggregated": []}
-    for tier in tiers:
-        mine = [p for p in points if not (tier and p.decode_instances)]
-        ttft = {p: data.draw(st.floats(1, 120), label=f"{p.key}/{tier}") for p in mine}
-        memory = replace(MEMORY, cpu_tokens=tier)
-        setups.append(Setup({"cpu_tier": tier}, mine, _fake(ttft, wave), prices, memory))
+    for tier, disk in tiers:
+        ttft = {p: data.draw(st.floats(1, 120), label=f"{p.key}/{tier}/{disk}")
+                for p in points}
+        memory = replace(MEMORY, cpu_tokens=tier, gpus=gpus)
+        setups.append(Setup({"cpu_tier": tier, "disk_tier": disk}, points,
+                            _fake(ttft, wave), prices, memory, disk_tokens=disk))
         for kind in frames:
-            part = [p for p in mine if kind_of(p) == kind]
+            part = [p for p in points if kind_of(p) == kind]
             if part:
-                frames[kind].append(with_cost(_rows(part, ttft), memory, prices))
+                frames[kind].append(with_cost(_rows(part, ttft), memory, prices,
+                                              disk_gib=disk * (1 << 16) * gpus / (1 << 30))
+                                    .with_columns(disk_tier=pl.lit(disk)))
     result = search_setups(setups, Targets(ttft_p90_ms=target))
     for kind, parts in frames.items():
         if not parts:
@@ -128,6 +134,20 @@ def test_searching_cpu_tiers_answers_what_the_whole_grid_answers(grid, tiers, da
             assert mine["usd_per_hour"] == pytest.approx(row["usd_per_hour"])
             assert (mine["instances"], mine["gpu_blocks"], mine["cpu_tokens"]) == \
                 (row["instances"], row["gpu_blocks"], row["cpu_tokens"])
+    for frame in (result.fleet,) if result.fleet.height else ():
+        # a point pays for its tier on the engines that hold it (a P/D fleet's prefill
+        # side) and for every engine's GPUs, as the search priced it before it ran
+        tiers_gib = (pl.col("cpu_tier") + pl.col("disk_tier") * 0.4) * (1 << 16) * gpus \
+            / (1 << 30) * 0.05
+        expected = (pl.col("instances") + pl.col("decode_instances")) * 2.0 \
+            + pl.col("instances") * tiers_gib
+        assert frame.select((pl.col("usd_per_hour") - expected).abs().max()).item() < 1e-9
+    for setup in setups:                      # the price the search orders and prunes by
+        for p in setup.points:
+            tier = (setup.memory.cpu_tokens + 0.4 * setup.disk_tokens) * (1 << 16) * gpus \
+                / (1 << 30) * 0.05
+            assert point_price(p, prices, setup.memory, setup.disk_tokens) == pytest.approx(
+                (p.instances + p.decode_instances) * 2.0 + p.instances * tier)
     assert sum(len(setup.run.calls) for setup in setups) == result.simulated
     assert result.simulated + result.pruned == sum(len(setup.points) for setup in setups)
 
@@ -286,11 +306,53 @@ def test_plan_cost_searches_cpu_tiers_each_paying_for_its_memory():
     (("--cost", "--instances", "1", "--tier-options", "4XB"), "unknown unit"),
     (("--cost", "--instances", "1", "--cpu", "1000", "--tier-options", "none,1GiB"),
      "not --cpu too"),
-    (("--cost", "--prefill-instances", "1", "--decode-instances", "1", "--kv-transfer",
-      "25GB/s", "--tier-options", "none,1GiB"), "takes no CPU tier"),
+    (("--cost", "--instances", "1", "--tier-options", "cpu:1GiB+remote:1GiB:1:1"),
+     "remote store"),
+    (("--cost", "--instances", "1", "--tier-options", "disk:4GiB:5:0.2"), "comes first"),
+    (("--cost", "--instances", "1", "--tier-options", "cpu:1GiB+disk:4GiB"),
+     "disk:SIZE:GBPS:LATENCY_MS"),
+    (("--cost", "--instances", "1", "--tier-options", "none,native:0"), "> 0"),
+    (("--cost", "--instances", "1", "--cpu-shared", "--tier-options",
+      "cpu:1GiB+disk:4GiB:5:0.2"), "--cpu-shared"),
+    (("--cost", "--instances", "1", "--kv-offloading-size", "1", "--tier-options",
+      "none,1GiB"), "not --kv-offloading-size too"),
+    (("--cost", "--instances", "1", "--async-scheduling", "--tier-options",
+      "none,native:1GiB"), "--async-scheduling"),
 ])
 def test_tier_options_bad_input_is_one_line(extra, says):
     done = subprocess.run([sys.executable, "-m", "pipeline", *TIERED, *extra], cwd=ROOT,
                           text=True, capture_output=True, timeout=300)
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "--tier-options" in done.stderr and says in done.stderr
+
+
+def test_plan_cost_searches_tier_stacks_paying_for_cpu_and_disk():
+    # half a GiB of CPU with 4 GiB of disk behind it meets the target for less than a whole
+    # GiB of CPU: the stack is the answer, its disk priced at --disk-cost-per-gib-hour
+    done = subprocess.run([sys.executable, "-m", "pipeline", *TIERED, "--cost",
+                           "--instances", "1", "--tier-options",
+                           "none,1GiB,cpu:512MiB+disk:4GiB:5:0.2",
+                           "--cpu-memory-cost-per-gib-hour", "0.5",
+                           "--disk-cost-per-gib-hour", "0.01", "--json"],
+                          cwd=ROOT, text=True, capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    answer = document["answers"][0]
+    assert answer["tier"] == "cpu:512MiB+disk:4GiB:5:0.2" and answer["hit_ratio"] >= 0.5
+    assert answer["cpu_tokens"] == 4096
+    assert answer["usd_per_hour"] == pytest.approx(2.49 + 0.5 * 0.5 + 0.01 * 4)
+    assert [t["kind"] for t in document["grid"]["tier_options"]] == ["none", "stack", "lmcache"]
+    assert document["cost"]["sources"]["disk"] == "given on the command line"
+
+
+def test_plan_cost_searches_disaggregated_fleets_with_a_prefill_tier():
+    done = subprocess.run([sys.executable, "-m", "pipeline", *TIERED, "--cost",
+                           "--prefill-instances", "1", "--decode-instances", "1",
+                           "--kv-transfer", "25GB/s", "--tier-options", "none,native:1GiB",
+                           "--cpu-memory-cost-per-gib-hour", "0.5"],
+                          cwd=ROOT, text=True, capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    # 70 blocks alone miss 0.5; the prefill engine's native tier (1 GiB, on P only) meets it
+    assert "(1 prefill + 1 decode) x 70 blocks + vLLM native offloading 8,192 tokens per " \
+        "instance" in done.stdout
+    assert "$5.48/hour" in done.stdout                              # 2 GPUs + 1 GiB of CPU

@@ -232,8 +232,6 @@ def test_fleet_and_plan_disaggregated(tmp_path):
     (("--prefill-instances", "1", "--decode-instances", "1"), "--kv-transfer"),
     (("--instances", "2", "--prefill-instances", "1", "--decode-instances", "1",
       "--kv-transfer", "25GB/s"), "--instances"),
-    (("--cpu", "1000", "--prefill-instances", "1", "--decode-instances", "1",
-      "--kv-transfer", "25GB/s"), "--cpu"),
     (("--decode-router", "least-loaded"), "--decode-router"),
     (("--pd-decider", "llm-d-prefix:16"), "--pd-decider"),
     (("--prefill-instances", "1", "--decode-instances", "1", "--kv-transfer", "25GB/s",

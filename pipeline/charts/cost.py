@@ -19,6 +19,9 @@ def frontier_section(fleet: pl.DataFrame, edge: pl.DataFrame, target_ms: float |
     tier = (pl.when(pl.col("cpu_tokens") > 0)
             .then(pl.format(" + CPU {} tokens", "cpu_tokens")).otherwise(pl.lit(""))
             if "cpu_tokens" in fleet.columns else pl.lit(""))
+    if "tier" in fleet.columns:                # a stack or native offloading: its name
+        tier = (pl.when(pl.col("tier").str.contains(":"))
+                .then(pl.format(" + tier {}", "tier")).otherwise(tier))
     points = fleet.drop_nulls("ttft_p90_ms").with_columns(
         engines=pl.concat_str(pl.when(pl.col("kind") == "disaggregated")
                               .then(pl.format("{} prefill + {} decode", "instances",

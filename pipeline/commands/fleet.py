@@ -30,6 +30,8 @@ from pipeline.fleet.aggregates import TPOT_SHOWN, fleet_aggregates, instance_agg
 from pipeline.fleet.options import add_fleet_arguments, resolve_disaggregation, \
     resolve_fleet_capacities
 from pipeline.fleet.cost import cheapest, cost_requested, prices_from_args, with_cost
+from pipeline.fleet.cost_search import tier_gib
+from pipeline.fleet.cost_tiers import engine_tier_tokens
 from pipeline.fleet.plan import Memory, smallest_memory
 from pipeline.charts.fleet import report_html
 from pipeline.fleet.routers import ROUTERS, make_router, parse_router_options, router_class
@@ -313,13 +315,15 @@ def _write_summaries(out: Path, points: list[Point], label: str, model,
                        provenance_text(model))
     targets = dict(ttft_p90_ms=args.target_ttft_p90_ms, hit_ratio=args.target_hit_ratio,
                    tpot_p90_ms=args.target_tpot_p90_ms, goodput=args.target_goodput)
-    memory = Memory(getattr(model, "kv_bytes_per_token", None),
-                    args.block_size, args.cpu, args.cpu_shared,
+    kv = getattr(model, "kv_bytes_per_token", None)
+    cpu_tokens, disk_tokens = engine_tier_tokens(args, kv)     # --cpu, --tier or native's
+    memory = Memory(kv, args.block_size, cpu_tokens, args.cpu_shared,
                     getattr(args, "tensor_parallel_size", 1))
     prices = None
     if costs is not None:
         prices, kv_tokens_per_gpu = costs
-        fleet = with_cost(fleet, memory, prices, kv_tokens_per_gpu)
+        fleet = with_cost(fleet, memory, prices, kv_tokens_per_gpu,
+                          tier_gib(disk_tokens, memory))
     planned = any(v is not None for v in targets.values())
     plan = (None if not planned else smallest_memory(fleet, **targets, memory=memory)
             if prices is None else cheapest(fleet, **targets))

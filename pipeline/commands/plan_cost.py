@@ -30,13 +30,14 @@ def both_kinds(args: argparse.Namespace) -> tuple[Options, list[int]]:
 def best_of_kinds(answers: pl.DataFrame) -> pl.DataFrame:
     """Per router and load: the cheaper kind's answer (a row of nulls when neither kind
     meets the target)."""
-    ranked = answers.sort("usd_per_hour", "instances", "total_tokens", nulls_last=True)
+    ranked = answers.sort("usd_per_hour", "instances", "total_tokens", nulls_last=True,
+                          maintain_order=True)          # ties: the setup searched first
     return ranked.group_by("router", "load", maintain_order=True).first().sort("load")
 
 
 def _brief(row: dict) -> dict:
     keys = ("kind", "gpu_type", "instances", "decode_instances", "gpu_blocks", "cpu_tokens",
-            "usd_per_hour",
+            "tier", "usd_per_hour",
             "usd_per_million_output_tokens", "ttft_p90_ms", "tpot_p90_ms", "hit_ratio",
             "goodput_fraction")
     return {key: row.get(key) for key in keys}
@@ -118,10 +119,11 @@ def _tpot(row: dict) -> str:
 
 def _engines(row: dict) -> str:
     gpu = f" {row['gpu_type']}" if row.get("gpu_type") else ""
+    tier = (f" (+ tier {row['tier']})" if ":" in (row.get("tier") or "")   # a stack, native
+            else f" (+ CPU {row['cpu_tokens']:,} tokens)" if row.get("cpu_tokens") else "")
     if row.get("kind") == "disaggregated":
-        return f"({row['instances']} prefill + {row['decode_instances']} decode){gpu}"
-    cpu = f" (+ CPU {row['cpu_tokens']:,} tokens)" if row.get("cpu_tokens") else ""
-    return f"{row['instances']}{gpu}{cpu}"
+        return f"({row['instances']} prefill + {row['decode_instances']} decode){gpu}{tier}"
+    return f"{row['instances']}{gpu}{tier}"
 
 
 def frontier_page(search: SearchResult, target_ms: float | None, workload) -> str:

@@ -39,22 +39,23 @@ from pipeline.base.arguments import Options, Parser, derive
 from pipeline.sizes.gpus import gpu_preset
 from pipeline.engine.hashing import bulk_request_keys
 from pipeline.engine.engines import engine_options
-from pipeline.engine.options import engine_models
 from pipeline.base.errors import CLIError, UsageError
 from pipeline.commands import fleet as fleet_command
 from pipeline.engine.overload import warning_line
 from pipeline.fleet.aggregates import fleet_aggregates
 from pipeline.fleet.options import resolve_disaggregation, resolve_fleet_capacities
-from pipeline.commands.plan_fleet_output import plan_document, print_document, with_tier
+from pipeline.commands.plan_fleet_output import plan_document, print_document, \
+    tier_models_lines
 from pipeline.commands.plan_cost import best_of_kinds, both_kinds, frontier_page, with_search
 from pipeline.fleet.cost import COST_DESTS, cost_requested, prices_from_args
 from pipeline.fleet.cost_search import Setup, search_setups
+from pipeline.fleet.cost_tiers import TierChoice, resolve_tier_options, tier_option_list
 from pipeline.sizes.model_options import tensor_parallel
 from pipeline.fleet.plan import Memory, Targets, smallest_memory
 from pipeline.fleet.sweep import Point, point_path, run_sweep
 from pipeline.fleet.workload import FLEET_PATTERNS, load_workload
 from pipeline.plan.output import exit_status
-from pipeline.sizes.units import kv_from_args, one_capacity, resolve_capacities
+from pipeline.sizes.units import kv_from_args
 from pipeline.steptime.alone import plan_with_latency
 from pipeline.steptime.tpot import tpot_ms
 from pipeline.base.staging import Outputs, parquet_bytes
@@ -108,10 +109,13 @@ def add_fleet_plan_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--gpu-types", type=name_list, metavar="NAME[,NAME...]",
                        help="with --cost: search these GPU presets too (each its roofline, "
                             "its price and its fit; default: --gpu-type only)")
-    group.add_argument("--tier-options", type=tier_list, metavar="SIZE|none[,...]",
-                       help="with --cost: search these CPU tiers per instance too (as --cpu "
-                            "takes them: tokens, blocks or a size with --model; none: no "
-                            "tier), each point paying for its CPU memory")
+    group.add_argument("--tier-options", type=tier_option_list, metavar="TIER[,TIER...]",
+                       help="with --cost: search these CPU tiers per instance too (a "
+                            "disaggregated fleet's prefill engines), each point paying for "
+                            "its CPU memory and disk: none; SIZE (LMCache's CPU backend, as "
+                            "--cpu takes it); native:SIZE (vLLM's native offloading); or "
+                            "--tier specs joined by + (cpu:200GiB+disk:2TiB:5:0.2: LMCache's "
+                            "stack)")
     group.add_argument("--out", type=Path, metavar="DIR",
                        help="with --fleet: also write DIR/fleet.parquet (every point) and "
                             "DIR/plan.parquet (the answers)")
@@ -132,30 +136,14 @@ def name_list(text: str) -> list[str]:
     return names
 
 
-def tier_list(text: str) -> list:
-    """argparse type: comma-separated CPU tier sizes per instance (``--tier-options``), each
-    as ``--cpu`` takes it, ``none`` (0 tokens) for no tier."""
-    items = [part.strip() for part in text.split(",") if part.strip()]
-    if not items:
-        raise argparse.ArgumentTypeError(f"empty tier list {text!r}")
-    return [0 if item.lower() == "none" else one_capacity(item) for item in items]
-
-
-def _tiers(args: argparse.Namespace, aggregated: list[int]) -> list[int] | None:
-    """``--tier-options`` in tokens per instance (distinct, smallest first), or None; a
-    usage error naming the option when it cannot be searched."""
+def _tiers(args: argparse.Namespace) -> list[TierChoice] | None:
+    """``--tier-options`` resolved (``pipeline.fleet.cost_tiers``), or None; a usage error
+    naming the option when it cannot be searched."""
     if args.tier_options is None:
         return None
     if not cost_requested(args):
         raise UsageError("--tier-options needs --cost (the tiers are compared by price)")
-    if args.cpu:
-        raise UsageError("--tier-options: give the CPU sizes there, not --cpu too")
-    tokens = sorted(set(resolve_capacities(args, "tier_options",
-                                           block_size=args.block_size)[0].tier_options))
-    if any(tokens) and args.kv_transfer is not None and not aggregated:
-        raise UsageError("--tier-options: a disaggregated fleet takes no CPU tier (give "
-                         "--instances too: aggregated fleets are searched with each tier)")
-    return tokens
+    return resolve_tier_options(args, args.tier_options)
 
 
 def _fleet_only() -> tuple[str, ...]:
@@ -232,7 +220,7 @@ def fleet_plan(args: argparse.Namespace) -> int:
     exit 2."""
     args, aggregated = both_kinds(_check(args))
     args = resolve_fleet_capacities(resolve_disaggregation(args))
-    tiers = _tiers(args, aggregated)
+    tiers = _tiers(args)
     try:
         kv = kv_from_args(args, "plan --fleet (memory in bytes)")
     except ValueError as exc:
@@ -299,7 +287,8 @@ def fleet_plan(args: argparse.Namespace) -> int:
     if args.json:                     # stdout stays one JSON document: warnings to stderr
         print(json.dumps(document, indent=2))
     else:
-        print(engine_models(with_tier(args, tiers))[0])
+        for line in tier_models_lines(args, tiers):
+            print(line)
         print_document(document)
     for line in warnings:
         print(line, file=sys.stderr if args.json else sys.stdout)
@@ -308,26 +297,38 @@ def fleet_plan(args: argparse.Namespace) -> int:
 
 
 def _cost_setups(args: argparse.Namespace, settings, types: list, costs: list,
-                 tiers: list[int] | None, points: list[Point], memory: Memory, workload
-                 ) -> tuple[list[Setup], list[dict]]:
-    """One search setup per GPU type x CPU tier (a disaggregated point only without a
-    tier), each with its sweep settings; and per setup the CPU seconds of its points."""
+                 tiers: list[TierChoice] | None, points: list[Point], memory: Memory,
+                 workload) -> tuple[list[Setup], list[dict]]:
+    """One search setup per GPU type x CPU tier, each with its sweep settings (built here,
+    so a tier the engine refuses is one line before anything runs); and per setup the CPU
+    seconds of its points."""
     cpu: list[dict[Point, float]] = []
     setups = []
     for one, (prices, fits) in zip(types, costs):
-        for tokens in (args.cpu,) if tiers is None else tiers:
-            each_args, each = (args, settings) if one is args and tokens == args.cpu else \
-                fleet_command.sweep_settings(derive(one, gpu_blocks=args.gpu_blocks,
-                                                    cpu=tokens), workload, args.options)
+        for tier in (None,) if tiers is None else tiers:
+            if tier is None and one is args:
+                each_args, each = args, settings
+            else:
+                given = derive(one, gpu_blocks=args.gpu_blocks)
+                try:
+                    each_args, each = fleet_command.sweep_settings(
+                        given if tier is None else tier.with_args(given), workload,
+                        args.options)
+                except CLIError as exc:
+                    if tier is None:
+                        raise
+                    raise UsageError(f"--tier-options {tier.text}: {exc}") from None
             tags = {"gpu_type": prices.gpu} if args.gpu_types else {}
-            if tiers is not None:
-                tags["cpu_tier"] = tokens
+            if tier is not None:
+                tags.update(cpu_tier=tier.cpu_tokens, tier=tier.text)
             cpu.append({})
             setups.append(Setup(
-                tags, [p for p in points if not (tokens and p.decode_instances)],
+                tags, points,
                 lambda order, skip, seen, one=each_args, each=each, mine=cpu[-1]: _stream(
                     one, each, order, workload, skip, seen, mine),
-                prices, dataclasses.replace(memory, cpu_tokens=tokens), fits))
+                prices, memory if tier is None else dataclasses.replace(
+                    memory, cpu_tokens=tier.cpu_tokens), fits,
+                0 if tier is None else tier.disk_tokens))
     return setups, cpu
 
 

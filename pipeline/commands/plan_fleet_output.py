@@ -7,21 +7,34 @@ import argparse
 
 import polars as pl
 
-from pipeline.base.arguments import derive
 from pipeline.engine.options import engine_models
 from pipeline.fleet.aggregates import OVERLOAD_COLUMNS, point_columns
 from pipeline.sizes.units import KVSize
 from pipeline.steptime.registry import name_of
 from pipeline.steptime.roofline import roofline_caveat
 from pipeline.commands.plan_cost import search_lines
+from pipeline.fleet.cost_tiers import TierChoice
 
-__all__ = ["plan_document", "print_document", "with_tier"]
+__all__ = ["plan_document", "print_document", "with_tier", "tier_models_lines"]
 
 
-def with_tier(args: argparse.Namespace, tiers: list[int] | None) -> argparse.Namespace:
+def with_tier(args: argparse.Namespace, tiers: list[TierChoice] | None) -> argparse.Namespace:
     """The options whose CPU tier names the cache models: the largest of ``--tier-options``
     when one is a tier."""
-    return derive(args, cpu=max(tiers)) if tiers and max(tiers) else args
+    tiered = [tier for tier in tiers or () if tier.kind != "none"]
+    return tiered[-1].with_args(args) if tiered else args
+
+
+def tier_models_lines(args: argparse.Namespace, tiers: list[TierChoice] | None) -> list[str]:
+    """The answer's models lines: one per kind of CPU tier searched (its largest option),
+    the first as ``with_tier``'s."""
+    tiered = [tier for tier in tiers or () if tier.kind != "none"]
+    largest = {tier.kind: tier for tier in tiered}
+    if len(largest) < 2:
+        return [engine_models(with_tier(args, tiers))[0]]
+    return [engine_models(with_tier(args, tiers))[0]] + [
+        f"{engine_models(tier.with_args(args))[0]} (--tier-options {tier.text})"
+        for kind, tier in largest.items() if tier is not tiered[-1]]
 
 
 def plan_document(args, workload, kv: KVSize, model, withheld: str | None, plan: pl.DataFrame,
@@ -29,7 +42,7 @@ def plan_document(args, workload, kv: KVSize, model, withheld: str | None, plan:
               tiers=None) -> dict:
     kind = "ttft_p90" if args.target_ttft_p90_ms is not None else "hit_ratio"
     value = args.target_ttft_p90_ms if kind == "ttft_p90" else args.target_hit_ratio
-    point = list(point_columns(fleet)) + [tag for tag in ("gpu_type", "cpu_tier")
+    point = list(point_columns(fleet)) + [tag for tag in ("gpu_type", "cpu_tier", "tier")
                                           if tag in fleet.columns and tag in plan.columns]
     plan = (plan.join(fleet.select(*point, "requests", *OVERLOAD_COLUMNS), on=point,
                       how="left") if fleet.height else   # a cost search that ran nothing
@@ -44,6 +57,7 @@ def plan_document(args, workload, kv: KVSize, model, withheld: str | None, plan:
                if "decode_instances" in row else {}),
             **({"kind": row["kind"]} if "kind" in row else {}),
             **({"gpu_type": row["gpu_type"]} if "gpu_type" in row else {}),
+            **({"tier": row["tier"]} if "tier" in row else {}),
             **{key: row[key] for key in ("instances", "gpu_blocks", "gpu_tokens",
                                          "cpu_tokens", "total_tokens", "total_gib",
                                          "hit_ratio", "ttft_p90_ms")},
@@ -81,7 +95,9 @@ def plan_document(args, workload, kv: KVSize, model, withheld: str | None, plan:
                      "aggregated": aggregated}),
                  "gpu_blocks": args.gpu_blocks, "block_size": args.block_size,
                  "cpu_tokens": args.cpu, "cpu_shared": args.cpu_shared,
-                 **({} if tiers is None else {"cpu_tiers": tiers}),
+                 **({} if tiers is None else {
+                     "cpu_tiers": [tier.cpu_tokens for tier in tiers],
+                     "tier_options": [tier.as_dict() for tier in tiers]}),
                  "load": load},
         **extra,
         "answers": answers}
@@ -106,9 +122,12 @@ def print_document(document: dict) -> None:
     cpu = ("no CPU tier" if not grid["cpu_tokens"] else
            f"CPU {'pool' if grid['cpu_shared'] else 'tier per instance'} "
            f"{grid['cpu_tokens']:,} tokens")
-    if "cpu_tiers" in grid:
+    options = {tier["text"]: TierChoice(**tier) for tier in grid.get("tier_options", ())}
+    if options and {tier.kind for tier in options.values()} <= {"none", "lmcache"}:
         cpu = (f"CPU {'pool' if grid['cpu_shared'] else 'tier per instance'} " + " or ".join(
             f"{tokens:,} tokens" if tokens else "none" for tokens in grid["cpu_tiers"]))
+    elif options:
+        cpu = "tier per instance " + " or ".join(t.describe() for t in options.values())
     if "tpot_p90_ms" in target:
         wanted += f" and TPOT p90 <= {target['tpot_p90_ms']:g} ms"
     if "goodput" in target:
@@ -147,7 +166,10 @@ def print_document(document: dict) -> None:
         if a.get("gpu_type"):
             engines += f" {a['gpu_type']}"
         parts = f"{engines} x {a['gpu_blocks']:,} blocks"
-        if a["cpu_tokens"]:
+        tier = options.get(a.get("tier"))
+        if tier is not None and tier.kind in ("stack", "native"):
+            parts += f" + {tier.describe()} per instance"
+        elif a["cpu_tokens"]:
             parts += f" + CPU {a['cpu_tokens']:,} tokens"
         shown = (f", TTFT p90 {a['ttft_p90_ms']:,.2f} ms ({ttft['source']})"
                  if a["ttft_p90_ms"] is not None else "")
@@ -166,7 +188,11 @@ def print_document(document: dict) -> None:
         print("GPU prices: " + ", ".join(f"{name} ${usd:g}/hour"
                                          for name, usd in cost["gpu_types"].items()))
     if cost:
+        disk = any(tier.disk_tokens for tier in options.values())
         print(f"prices: {cost['gpu']} ${cost['gpu_usd_per_hour']:g}/hour, CPU memory "
-              f"${cost['cpu_memory_usd_per_gib_hour']:g}/GiB-hour ({cost['sources']['gpu']}; "
-              f"{cost['sources']['cpu']}); {cost['points_fitting_gpu']} of {cost['points']} "
+              f"${cost['cpu_memory_usd_per_gib_hour']:g}/GiB-hour"
+              + (f", disk ${cost['disk_usd_per_gib_hour']:g}/GiB-hour" if disk else "")
+              + f" ({cost['sources']['gpu']}; {cost['sources']['cpu']}"
+              + (f"; {cost['sources']['disk']}" if disk else "")
+              + f"); {cost['points_fitting_gpu']} of {cost['points']} "
               f"points fit " + ("their GPU" if cost.get("gpu_types") else f"one {cost['gpu']}"))

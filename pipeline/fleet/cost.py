@@ -117,7 +117,8 @@ def with_cost(fleet: pl.DataFrame, memory: Memory, prices: Prices,
               kv_tokens_per_gpu: int | None = None, disk_gib: float = 0.0) -> pl.DataFrame:
     """``fleet``'s points with ``memory_columns`` and ``COST_COLUMNS``; ``kv_tokens_per_gpu``:
     the most KV tokens one instance's GPU holds (None: every point fits); ``disk_gib``: a
-    disk tier per instance."""
+    disk tier per instance with a tier (``instances``: a disaggregated fleet's prefill
+    engines)."""
     n = pl.col("instances")
     if "decode_instances" in fleet.columns:          # a disaggregated fleet's GPUs
         n = n + pl.col("decode_instances")
@@ -128,7 +129,7 @@ def with_cost(fleet: pl.DataFrame, memory: Memory, prices: Prices,
     return points.with_columns(
         gpu_usd_per_hour=n * prices.gpus_per_instance * prices.gpu_per_hour,
         memory_usd_per_hour=cpu_gib * prices.cpu_per_gib_hour
-        + n * disk_gib * prices.disk_per_gib_hour,
+        + pl.col("instances") * disk_gib * prices.disk_per_gib_hour,
         fits_gpu=pl.lit(True) if kv_tokens_per_gpu is None
         else tokens_per_instance <= kv_tokens_per_gpu,
     ).with_columns(

@@ -2,7 +2,7 @@
 configurations (``plan --fleet --cost``).
 
 A point's price per hour is known before it runs (``fleet.cost``: GPUs x their price +
-the CPU tier's memory), so the search hands the points to the sweep cheapest first and
+the CPU tier's memory and disk), so the search hands the points to the sweep cheapest first and
 the sweep never starts a point that costs more than an answer its router and kind
 (aggregated or disaggregated) already have by then: such a point cannot be that answer
 (points already running when an answer arrives finish, and count as simulated). A point whose GPU KV does not fit the GPU is not simulated either. The answers
@@ -21,7 +21,7 @@ from pipeline.fleet.cost import Prices, cheapest, with_cost
 from pipeline.fleet.plan import GIB, Memory, Targets
 from pipeline.fleet.sweep import Point
 
-__all__ = ["KINDS", "kind_of", "point_price", "SearchResult", "cheapest_search",
+__all__ = ["KINDS", "kind_of", "point_price", "tier_gib", "SearchResult", "cheapest_search",
            "Setup", "search_setups", "combined", "closest_miss", "frontier"]
 
 KINDS = ("aggregated", "disaggregated")
@@ -31,13 +31,21 @@ def kind_of(point: Point) -> str:
     return KINDS[1] if point.decode_instances else KINDS[0]
 
 
-def point_price(point: Point, prices: Prices, memory: Memory) -> float:
-    """USD per hour of ``point`` (``with_cost``'s arithmetic, before simulating)."""
+def tier_gib(tokens: int, memory: Memory) -> float:
+    """GiB of ``tokens`` of KV (``memory_columns``' bytes per token)."""
+    return tokens * (memory.kv_bytes_per_token or 0) * memory.gpus / GIB
+
+
+def point_price(point: Point, prices: Prices, memory: Memory, disk_tokens: int = 0) -> float:
+    """USD per hour of ``point`` (``with_cost``'s arithmetic, before simulating): its GPUs,
+    and the CPU tier and disk of each engine that has them (``instances``: a disaggregated
+    fleet's prefill engines), or one shared CPU pool."""
     engines = point.instances + point.decode_instances
-    cpu_gib = memory.cpu_tokens * (memory.kv_bytes_per_token or 0) / GIB
-    cpu = cpu_gib if memory.cpu_shared else engines * cpu_gib
+    cpu_gib = tier_gib(memory.cpu_tokens, memory)
+    cpu = cpu_gib if memory.cpu_shared else point.instances * cpu_gib
     return engines * prices.gpus_per_instance * prices.gpu_per_hour \
-        + cpu * prices.cpu_per_gib_hour
+        + cpu * prices.cpu_per_gib_hour \
+        + point.instances * tier_gib(disk_tokens, memory) * prices.disk_per_gib_hour
 
 
 @dataclass(frozen=True)
@@ -77,13 +85,15 @@ Runner = Callable[[list[Point], Callable[[Point], bool],
 
 def cheapest_search(points: Sequence[Point], run: Runner, prices: Prices, memory: Memory,
                     kv_tokens_per_gpu: int | None, targets: Targets = Targets(),
-                    answered: dict[tuple[str, str], float] | None = None) -> SearchResult:
+                    answered: dict[tuple[str, str], float] | None = None,
+                    disk_tokens: int = 0) -> SearchResult:
     """Simulate ``points`` cheapest first, skipping those priced above an answer of their
     (router, kind); see the module docstring. ``answered``: the cheapest price per
-    (router, kind) met so far, shared by searches of several GPU types (updated here)."""
+    (router, kind) met so far, shared by searches of several GPU types (updated here);
+    ``disk_tokens``: a disk tier per engine with a CPU tier."""
     fits = [kv_tokens_per_gpu is None or p.gpu_blocks * memory.block_size <= kv_tokens_per_gpu
             for p in points]
-    price = {p: point_price(p, prices, memory) for p in points}
+    price = {p: point_price(p, prices, memory, disk_tokens) for p in points}
     order = [points[i] for *_, i in sorted(
         (price[p], p.instances + p.decode_instances, p.gpu_blocks, i)
         for i, p in enumerate(points) if fits[i])]
@@ -105,7 +115,8 @@ def cheapest_search(points: Sequence[Point], run: Runner, prices: Prices, memory
     fleet = pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
     if fleet.height:
         fleet = with_cost(fleet.sort("router", "instances", "decode_instances",
-                                     "gpu_blocks"), memory, prices, kv_tokens_per_gpu)
+                                     "gpu_blocks"), memory, prices, kv_tokens_per_gpu,
+                          tier_gib(disk_tokens, memory))
     answers = _answers(fleet, points, targets)
     return SearchResult(fleet, answers, len(points), len(frames),
                         len(order) - len(frames), len(points) - len(order))
@@ -123,8 +134,8 @@ _ANSWER_NULLS = {**{name: pl.Float64 for name in (
 @dataclass(frozen=True)
 class Setup:
     """One GPU type x CPU tier of a cost search: its ``tags`` (columns its rows get, as
-    ``gpu_type`` or ``cpu_tier``), its points, how to run them, its prices, memory (the
-    CPU tier in ``cpu_tokens``) and fit."""
+    ``gpu_type``, ``cpu_tier`` or ``tier``), its points, how to run them, its prices,
+    memory (the CPU tier in ``cpu_tokens``), fit and disk tier (tokens per engine)."""
 
     tags: dict
     points: Sequence[Point]
@@ -132,6 +143,7 @@ class Setup:
     prices: Prices
     memory: Memory
     kv_tokens_per_gpu: int | None = None
+    disk_tokens: int = 0
 
 
 def search_setups(setups: Sequence[Setup], targets: Targets = Targets()) -> SearchResult:
@@ -142,7 +154,7 @@ def search_setups(setups: Sequence[Setup], targets: Targets = Targets()) -> Sear
     answered: dict[tuple[str, str], float] = {}
     return combined([(setup.tags, cheapest_search(
         setup.points, setup.run, setup.prices, setup.memory, setup.kv_tokens_per_gpu,
-        targets, answered)) for setup in setups])
+        targets, answered, setup.disk_tokens)) for setup in setups])
 
 
 def combined(searches: Sequence[tuple[dict, SearchResult]]) -> SearchResult:

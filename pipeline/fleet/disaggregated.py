@@ -23,6 +23,16 @@ again with the transfers its hits give until the hits reproduce (``MAX_PASSES``)
 whose transfer still differs from its hit then is ``kv_settled`` False. A P/D decider
 (``pipeline.fleet.deciders``) that reads the decode side's hits decides again the same way.
 
+The prefill side may keep a CPU tier (LMCache's CPU backend or stack, or vLLM's native
+offloading; ``Side.cpu_tiers``): vLLM runs it beside the P/D connector in its
+``MultiConnector`` (vLLM 0.33.0 ``kv_connector/v1/multi_connector.py``: a request loads from
+the first connector that reports tokens, and saves to every one). On the prefill side NIXL
+reports none for a request it will hand to a decode engine (``get_num_new_matched_tokens``
+counts tokens only for ``do_remote_prefill``, or with the decode side's block ids, which
+the proxies of llm-d and vLLM do not send), so the tier's hit is what loads, and the tier
+stores the prompt as it does in an aggregated engine: the prefill engines are the
+aggregated engine with its tier, run with ``max_tokens`` 1. The decode side takes no tier.
+
 The two sides run one after the other (``simulate_fleet`` each, with its own router): a
 prefill engine does not wait for the decode side, which holds in this model because the
 prefill side's blocks are freed when its request finishes (vLLM's P side keeps them until
@@ -35,7 +45,7 @@ import argparse
 import copy
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -163,12 +173,15 @@ class WithoutReload:
 
 @dataclass(frozen=True)
 class Side:
-    """One side of the fleet: its scheduler config, router, step-time model and engine."""
+    """One side of the fleet: its scheduler config, router, step-time model and engine;
+    ``cpu_tiers`` (the prefill side's): fresh CPU tiers, one per engine, for each run
+    (None: no tier)."""
 
     config: Any
     router: Router
     step_model: Any
     engine: type | None = None
+    cpu_tiers: Callable[[], Sequence] | None = None
 
 
 def kv_bytes(prompt_tokens: np.ndarray, block_size: int, kv_bytes_per_token: int,
@@ -266,6 +279,7 @@ def _prefill_side(requests: Sequence[SimRequest], prefill: Side, remote: np.ndar
              for k, i in enumerate(remote_at.tolist())]
     p = simulate_fleet(first, prefill.config, copy.deepcopy(prefill.router),
                        prefill.step_model.step_ms,
+                       cpu_tiers=None if prefill.cpu_tiers is None else prefill.cpu_tiers(),
                        decode_run_ms=getattr(prefill.step_model, "decode_run_ms", None),
                        engine=prefill.engine)
     pre = p.requests.sort("request").with_columns(request=pl.Series(remote_at, dtype=pl.Int64))

@@ -207,8 +207,6 @@ def resolve_disaggregation(args: argparse.Namespace) -> Options:
     if args.instances is not None:
         raise UsageError("--instances: a disaggregated fleet counts --prefill-instances and "
                          "--decode-instances instead")
-    if getattr(args, "cpu", None):
-        raise UsageError("--cpu: a disaggregated fleet has no CPU tier in this model (yet)")
     return derive(args, instances=args.prefill_instances,
                   decode_instances=args.decode_instances,
                   decode_router=(args.decode_router or ["least-loaded"])[0])

@@ -1,7 +1,7 @@
 """The smallest fleet memory per router that meets a target, among the swept points.
 
 Memory of a point = replicas x (GPU KV per instance + CPU tier per instance), or replicas x
-GPU KV + one shared CPU pool: GPU KV = ``gpu_blocks`` x ``--block-size`` tokens, CPU =
+GPU KV + one shared CPU pool (a disaggregated fleet's tier is its prefill engines'): GPU KV = ``gpu_blocks`` x ``--block-size`` tokens, CPU =
 ``--cpu``, both in bytes at the step-time model's KV bytes per token (the roofline's
 model shape, or a fitted file's ``kv_bytes_per_token``). Points are ranked by total tokens
 (GPU + CPU over the fleet: the same order as bytes at one KV size); without a KV size the
@@ -44,10 +44,11 @@ def memory_columns(fleet: pl.DataFrame, memory: Memory) -> pl.DataFrame:
     gpu = (pl.lit(None, pl.Float64) if kv is None
            else n * pl.col("gpu_blocks") * (memory.block_size * kv) / GIB)
     cpu_one = memory.cpu_tokens * (kv or 0) / GIB
+    tiered = pl.col("instances")             # the engines with a CPU tier: P/D's prefill side
     cpu = (pl.lit(None, pl.Float64) if kv is None
-           else pl.lit(cpu_one) if memory.cpu_shared else n * cpu_one)
+           else pl.lit(cpu_one) if memory.cpu_shared else tiered * cpu_one)
     cpu_tokens = (pl.lit(memory.cpu_tokens, pl.Int64) if memory.cpu_shared
-                  else n * memory.cpu_tokens)
+                  else tiered * memory.cpu_tokens)
     return fleet.with_columns(total_blocks=n * pl.col("gpu_blocks"), gpu_gib=gpu,
                               cpu_gib=cpu,
                               gpu_tokens=n * pl.col("gpu_blocks") * memory.block_size,

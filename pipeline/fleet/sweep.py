@@ -24,6 +24,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -110,19 +111,25 @@ def run_point(settings: Settings, point: Point,
     if point.decode_instances:
         return _point_columns(point, _run_disaggregated(settings, point, workload, config,
                                                         router))
-    if settings.cpu_tier is None:
-        tiers = None
-    elif settings.cpu_shared:                 # one pool: a block one instance stored,
-        tiers = [settings.cpu_tier()] * point.instances     # any instance can load
-    else:
-        tiers = share_remote([settings.cpu_tier() for _ in range(point.instances)])
     result = simulate_fleet(requests_at_load(workload, point.load), config, router,
-                            settings.step_model.step_ms, cpu_tiers=tiers,
+                            settings.step_model.step_ms,
+                            cpu_tiers=instance_tiers(settings, point.instances),
                             staleness_ms=settings.staleness_ms,
                             decode_run_ms=getattr(settings.step_model, "decode_run_ms", None),
                             keys=workload_keys(workload, config.block_size),
                             engine=engine_class(settings.engine))
     return _point_columns(point, result)
+
+
+def instance_tiers(settings: Settings, instances: int) -> list | None:
+    """Fresh CPU tiers for ``instances`` engines (None without a tier): one pool all share
+    with ``cpu_shared`` (a block one instance stored, any instance can load), else one
+    each (stacks with a shared remote store share it)."""
+    if settings.cpu_tier is None:
+        return None
+    if settings.cpu_shared:
+        return [settings.cpu_tier()] * instances
+    return share_remote([settings.cpu_tier() for _ in range(instances)])
 
 
 def _run_disaggregated(settings: Settings, point: Point, workload: EngineRequests,
@@ -134,8 +141,9 @@ def _run_disaggregated(settings: Settings, point: Point, workload: EngineRequest
                                     pd.decode_router, {}))
     engine = engine_class(settings.engine)
     return simulate_disaggregated(
-        requests_at_load(workload, point.load), Side(config, router, settings.step_model,
-                                                     engine),
+        requests_at_load(workload, point.load), Side(
+            config, router, settings.step_model, engine,
+            cpu_tiers=partial(instance_tiers, settings, point.instances)),
         Side(config, decode_router, settings.step_model, engine), pd.link,
         pd.kv_bytes_per_token, pd.max_local_prefill_length, pd.decider)
 
