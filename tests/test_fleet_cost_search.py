@@ -316,8 +316,6 @@ def test_plan_cost_searches_cpu_tiers_each_paying_for_its_memory():
       "cpu:1GiB+disk:4GiB:5:0.2"), "--cpu-shared"),
     (("--cost", "--instances", "1", "--kv-offloading-size", "1", "--tier-options",
       "none,1GiB"), "not --kv-offloading-size too"),
-    (("--cost", "--instances", "1", "--async-scheduling", "--tier-options",
-      "none,native:1GiB"), "--async-scheduling"),
 ])
 def test_tier_options_bad_input_is_one_line(extra, says):
     done = subprocess.run([sys.executable, "-m", "pipeline", *TIERED, *extra], cwd=ROOT,
