@@ -95,6 +95,20 @@ def _gigabytes(text: str) -> int:
     return value
 
 
+def _mem_fraction(text: str) -> float | str:
+    """argparse type of ``--mem-fraction-static``: a share in (0, 1), or ``default`` (the
+    option given alone: SGLang's own default, ``pipeline.sizes.sglang_memory``)."""
+    if text == "default":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        raise _argument_error(f"{text!r} is not a number") from None
+    if not 0 < value < 1:
+        raise _argument_error(f"{text}: SGLang's static fraction is in (0, 1)")
+    return value
+
+
 def _chunk(text: str) -> int:
     """``--chunked-prefill-size``: tokens >= 1, or -1 (off), as SGLang."""
     if text.strip() == "-1":
@@ -353,10 +367,16 @@ class SGLang:
             help=f"SGLang's waiting-queue order: {', '.join(SCHEDULE_POLICIES)} (default "
                  f"fcfs)")),
         EngineOption("--chunked-prefill-size", dict(
-            type=_chunk, default=8192, help="tokens per prefill chunk, -1 off (default "
-                                            "8192)")),
+            type=_chunk, default=None, help="tokens per prefill chunk, -1 off (default: "
+                                            "SGLang's for --gpu-type's memory, 8192 on 80 "
+                                            "GiB and without one)")),
         EngineOption("--max-running-requests", dict(
             type=positive_int, default=256, help="running requests at most (default 256)")),
+        EngineOption("--mem-fraction-static", dict(
+            type=_mem_fraction, nargs="?", const="default", default=None, metavar="F",
+            help="--gpu is the KV pool SGLang would allocate: device memory x F - weights "
+                 "(0 < F < 1; given alone: SGLang's default for the GPU and chunk; needs "
+                 "--gpu-type and --model, not with --gpu)")),
         EngineOption("--max-total-tokens", dict(
             type=positive_int, default=None, help="KV pool in tokens, capping --gpu "
                                                   "(default: --gpu)")),
@@ -407,6 +427,11 @@ class SGLang:
         pool = num_gpu_blocks * args.block_size
         if args.max_total_tokens is not None:
             pool = min(pool, args.max_total_tokens)
+        if args.chunked_prefill_size is None:
+            from pipeline.sizes.model_options import tensor_parallel
+            from pipeline.sizes.sglang_memory import default_chunk
+            args.chunked_prefill_size = default_chunk(getattr(args, "gpu_type", None),
+                                                      tensor_parallel(args))
         chunk = None if args.chunked_prefill_size == -1 else args.chunked_prefill_size
         if chunk is not None and chunk % page:
             raise UsageError(f"--chunked-prefill-size {chunk}: must be a multiple of "

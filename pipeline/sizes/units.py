@@ -364,8 +364,8 @@ def size_lines(sizes: dict[str, object]) -> list[str]:
     if not sizes:
         return []
     lines = []
-    if "gpu_memory_utilization" in sizes:
-        lines.append(sizes["gpu_memory_utilization"]["line"])
+    lines += [sizes[key]["line"] for key in ("gpu_memory_utilization", "mem_fraction_static")
+              if key in sizes]
     kv, options = sizes.get("kv"), sizes.get("options", {})
     if kv is not None and any("unit" in p for value in options.values()
                               for p in (value if isinstance(value, list) else [value])):

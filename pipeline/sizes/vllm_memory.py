@@ -201,8 +201,16 @@ def resolve_with_utilization(args: argparse.Namespace, *dests: str,
     its arithmetic is then the answer's ``gpu_memory_utilization`` (``size_lines`` prints
     it first)."""
     from pipeline.sizes.units import resolve_capacities
-    memory = None
-    if getattr(args, "gpu_memory_utilization", None) is not None:
+    memory, key = None, "gpu_memory_utilization"
+    utilization = getattr(args, "gpu_memory_utilization", None)
+    if utilization is not None and getattr(args, "engine", None) == "sglang":
+        raise UsageError("--gpu-memory-utilization is vLLM's: with --engine sglang give "
+                         "--mem-fraction-static [F]")
+    if utilization is not None:
         args, memory = gpu_from_utilization(args, block_size)
+    elif getattr(args, "mem_fraction_static", None) is not None:
+        from pipeline.sizes.sglang_memory import gpu_from_fraction
+        args, memory = gpu_from_fraction(args)
+        key = "mem_fraction_static"
     args, sizes = resolve_capacities(args, *dests, block_size=block_size)
-    return args, sizes if memory is None else {**sizes, "gpu_memory_utilization": memory}
+    return args, sizes if memory is None else {**sizes, key: memory}
