@@ -4,13 +4,11 @@ profile needs a number."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, cli_in_process
 from pipeline.sizes.units import model_shape
 from pipeline.steptime import Roofline, StepCost, gpu_preset
 from pipeline.steptime.efficiency import EFFICIENCY, profile_efficiency, profile_rows
@@ -42,11 +40,10 @@ def test_factors_scale_the_roofs_and_the_vector():
 
 
 def _simulate(tmp_path, *argv):
-    return subprocess.run([sys.executable, "-m", "pipeline", "simulate",
+    return cli_in_process("simulate",
                            str(ROOT / "data" / "simulate" / "chat.jsonl"), "--rate", "2",
                            "--gpu", "1GiB", "--model", "Llama-3.1-8B",
-                           "--out", str(tmp_path / "out"), *argv],
-                          capture_output=True, text=True, cwd=ROOT)
+                           "--out", str(tmp_path / "out"), *argv)
 
 
 def test_options_take_the_profile_or_a_number(tmp_path):

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-from pathlib import Path
 
 import polars as pl
 import pytest
+
+from conftest import cli_in_process
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,7 +17,6 @@ from pipeline.fleet.cost import PRICES_FILE, Prices, cheapest, prices_for, read_
     with_cost
 from pipeline.fleet.plan import Memory
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_bundled_prices_name_their_sources():
@@ -106,8 +105,7 @@ def test_cheapest_equals_a_brute_force(points, target, kv_cap, gpu_price):
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=ROOT, text=True,
-                          capture_output=True, timeout=300)
+    return cli_in_process(*args)
 
 
 WORKLOAD = ("--pattern", "long-doc-qa", "--num-documents", "3", "--document-length", "1000",

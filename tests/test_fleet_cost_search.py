@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
+
+from conftest import cli_in_process
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -170,10 +172,7 @@ def test_frontier_keeps_the_points_nothing_beats():
 # ---------------------------------------------------------------- the command
 import json  # noqa: E402
 import subprocess  # noqa: E402
-import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 PLAN = ("plan", "--fleet", "--pattern", "long-doc-qa", "--num-documents", "3",
         "--document-length", "1000", "--repeat-count", "2", "--model", "llama-3.1-8b",
         "--jobs", "1", "--cost", "--instances", "1,2", "--prefill-instances", "1",
@@ -181,8 +180,7 @@ PLAN = ("plan", "--fleet", "--pattern", "long-doc-qa", "--num-documents", "3",
 
 
 def _plan(*extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline", *PLAN, *extra], cwd=ROOT,
-                          text=True, capture_output=True, timeout=300)
+    return cli_in_process(*PLAN, *extra)
 
 
 def test_plan_cost_searches_both_kinds_and_names_the_runner_up(tmp_path):
@@ -230,17 +228,15 @@ def test_plan_cost_takes_a_tpot_target():
 def test_plan_cost_compares_gpu_types_by_price():
     cut = PLAN.index("--prefill-instances")
     base = [*PLAN[:cut], *PLAN[cut + 6:]]                    # aggregated only
-    done = subprocess.run([sys.executable, "-m", "pipeline", *base, "--gpu-types",
-                           "H100,A100", "--target-hit-ratio", "0.01", "--json"], cwd=ROOT,
-                          text=True, capture_output=True, timeout=300)
+    done = cli_in_process(*base, "--gpu-types",
+                           "H100,A100", "--target-hit-ratio", "0.01", "--json")
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
     answer = document["answers"][0]
     assert (answer["gpu_type"], answer["instances"]) == ("A100", 1)   # the cheaper GPU
     assert document["cost"]["gpu_types"] == {"H100": 2.49, "A100": 1.49}
-    missing = subprocess.run([sys.executable, "-m", "pipeline", *base, "--gpu-types",
-                              "H100,L4", "--target-hit-ratio", "0.01"], cwd=ROOT, text=True,
-                             capture_output=True, timeout=300)
+    missing = cli_in_process(*base, "--gpu-types",
+                              "H100,L4", "--target-hit-ratio", "0.01")
     assert missing.returncode == 2 and "L4" in missing.stderr
     assert missing.stderr.count("\n") == 1
 
@@ -286,10 +282,9 @@ TIERED = ("plan", "--fleet", "--pattern", "long-doc-qa", "--num-documents", "3",
 def test_plan_cost_searches_cpu_tiers_each_paying_for_its_memory():
     # 70 GPU blocks alone hit 0.04; a 1 GiB CPU tier (8,192 tokens of Llama-3.1-8B) lifts
     # the hit ratio past 0.5 for its memory's price, and the 4 GiB tier is never run
-    done = subprocess.run([sys.executable, "-m", "pipeline", *TIERED, "--cost",
+    done = cli_in_process(*TIERED, "--cost",
                            "--instances", "1", "--tier-options", "none,1GiB,4GiB",
-                           "--cpu-memory-cost-per-gib-hour", "0.5", "--json"],
-                          cwd=ROOT, text=True, capture_output=True, timeout=300)
+                           "--cpu-memory-cost-per-gib-hour", "0.5", "--json")
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
     assert document["grid"]["cpu_tiers"] == [0, 8192, 32768]
@@ -318,8 +313,7 @@ def test_plan_cost_searches_cpu_tiers_each_paying_for_its_memory():
       "none,1GiB"), "not --kv-offloading-size too"),
 ])
 def test_tier_options_bad_input_is_one_line(extra, says):
-    done = subprocess.run([sys.executable, "-m", "pipeline", *TIERED, *extra], cwd=ROOT,
-                          text=True, capture_output=True, timeout=300)
+    done = cli_in_process(*TIERED, *extra)
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "--tier-options" in done.stderr and says in done.stderr
 
@@ -327,12 +321,11 @@ def test_tier_options_bad_input_is_one_line(extra, says):
 def test_plan_cost_searches_tier_stacks_paying_for_cpu_and_disk():
     # half a GiB of CPU with 4 GiB of disk behind it meets the target for less than a whole
     # GiB of CPU: the stack is the answer, its disk priced at --disk-cost-per-gib-hour
-    done = subprocess.run([sys.executable, "-m", "pipeline", *TIERED, "--cost",
+    done = cli_in_process(*TIERED, "--cost",
                            "--instances", "1", "--tier-options",
                            "none,1GiB,cpu:512MiB+disk:4GiB:5:0.2",
                            "--cpu-memory-cost-per-gib-hour", "0.5",
-                           "--disk-cost-per-gib-hour", "0.01", "--json"],
-                          cwd=ROOT, text=True, capture_output=True, timeout=300)
+                           "--disk-cost-per-gib-hour", "0.01", "--json")
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
     answer = document["answers"][0]
@@ -344,11 +337,10 @@ def test_plan_cost_searches_tier_stacks_paying_for_cpu_and_disk():
 
 
 def test_plan_cost_searches_disaggregated_fleets_with_a_prefill_tier():
-    done = subprocess.run([sys.executable, "-m", "pipeline", *TIERED, "--cost",
+    done = cli_in_process(*TIERED, "--cost",
                            "--prefill-instances", "1", "--decode-instances", "1",
                            "--kv-transfer", "25GB/s", "--tier-options", "none,native:1GiB",
-                           "--cpu-memory-cost-per-gib-hour", "0.5"],
-                          cwd=ROOT, text=True, capture_output=True, timeout=300)
+                           "--cpu-memory-cost-per-gib-hour", "0.5")
     assert done.returncode == 0, done.stderr
     # 70 blocks alone miss 0.5; the prefill engine's native tier (1 GiB, on P only) meets it
     assert "(1 prefill + 1 decode) x 70 blocks + vLLM native offloading 8,192 tokens per " \

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+
+from conftest import cli_in_process
 
 from pipeline.fleet.cost_tiers import engine_tier_tokens, resolve_tier_options, \
     tier_option_list
 
-ROOT = Path(__file__).resolve().parents[1]
 LLAMA = dict(model="llama-3.1-8b", block_size=16, kv_bytes_per_token=None, kv_shape=None,
              model_config=None, cpu=0, cpu_shared=False)
 
@@ -50,14 +48,12 @@ def test_tier_options_refuse_bad_items(text):
 
 
 def test_fleet_cost_prices_a_tier_stack_cpu_and_disk(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-m", "pipeline", "fleet", "--pattern", "long-doc-qa",
+    done = cli_in_process("fleet", "--pattern", "long-doc-qa",
          "--num-documents", "3", "--document-length", "1000", "--repeat-count", "2",
          "--model", "llama-3.1-8b", "--jobs", "1", "--instances", "1", "--gpu", "70blocks",
          "--tier", "cpu:512MiB", "--tier", "disk:4GiB:5:0.2", "--gpu-cost-per-hour", "2",
          "--cpu-memory-cost-per-gib-hour", "0.5", "--disk-cost-per-gib-hour", "0.25",
-         "--json", "--out", str(tmp_path / "f")],
-        cwd=ROOT, text=True, capture_output=True, timeout=300)
+         "--json", "--out", str(tmp_path / "f"))
     assert done.returncode == 0, done.stderr
     row = json.loads(done.stdout)
     # 1 GPU + half a GiB of CPU memory + 4 GiB of disk

@@ -10,6 +10,8 @@ from dataclasses import replace
 import numpy as np
 import polars as pl
 import pytest
+
+from conftest import cli_in_process
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -185,17 +187,13 @@ def test_the_decode_side_prices_no_reload():
 # ---------------------------------------------------------------- the commands
 import json  # noqa: E402
 import subprocess  # noqa: E402
-import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 WORKLOAD = ("--pattern", "long-doc-qa", "--num-documents", "3", "--document-length", "1000",
             "--repeat-count", "2", "--model", "llama-3.1-8b", "--jobs", "1")
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=ROOT, text=True,
-                          capture_output=True, timeout=300)
+    return cli_in_process(*args)
 
 
 def test_fleet_and_plan_disaggregated(tmp_path):

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
+
+from conftest import cli_in_process
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -87,18 +86,15 @@ def test_the_prefill_tier_serves_hits_the_gpu_pool_lost():
     assert tiered["cpu_hit_tokens"][3:].to_list() == [112, 112, 112]   # 7 chunks of 16
 
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_fleet_takes_a_cpu_tier_on_the_prefill_side(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-m", "pipeline", "fleet", "--pattern", "long-doc-qa",
+    done = cli_in_process("fleet", "--pattern", "long-doc-qa",
          "--num-documents", "3", "--document-length", "1000", "--repeat-count", "2",
          "--model", "llama-3.1-8b", "--jobs", "1", "--prefill-instances", "1",
          "--decode-instances", "1", "--kv-transfer", "25GB/s", "--gpu", "70blocks",
          "--cpu", "1GiB", "--gpu-cost-per-hour", "2", "--cpu-memory-cost-per-gib-hour", "0.5",
-         "--out", str(tmp_path / "f"), "--json"],
-        cwd=ROOT, text=True, capture_output=True, timeout=300)
+         "--out", str(tmp_path / "f"), "--json")
     assert done.returncode == 0, done.stderr
     row = json.loads(done.stdout)
     assert row["cpu_hit_tokens"] > 0

@@ -5,12 +5,10 @@ split and all-reduce, and bad input as one line with exit 2."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, cli_in_process
 from pipeline.sizes.hf_config import read_model_config
 from pipeline.sizes.model_presets import model_shape
 from pipeline.steptime import Roofline, StepCost, gpu_preset
@@ -115,10 +113,9 @@ def test_moe_roofline_reads_every_expert_and_computes_the_active_ones(tmp_path):
 
 
 def _simulate(tmp_path, *argv):
-    return subprocess.run([sys.executable, "-m", "pipeline", "simulate",
+    return cli_in_process("simulate",
                            str(ROOT / "data" / "simulate" / "chat.jsonl"), "--rate", "2",
-                           "--latency", "roofline", "--out", str(tmp_path / "out"), *argv],
-                          capture_output=True, text=True, cwd=ROOT)
+                           "--latency", "roofline", "--out", str(tmp_path / "out"), *argv)
 
 
 def test_fp8_doubles_the_tokens_of_a_size_and_tp_is_per_gpu(tmp_path):
