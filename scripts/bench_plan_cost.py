@@ -3,8 +3,8 @@ Mooncake trace, on the process pool and on Ray, side by side.
 
 The grid: routers x aggregated instance counts x GPU blocks, plus routers x prefill x
 decode instance counts x GPU blocks (disaggregated, KV over 25 GB/s + 0.5 ms), priced on
-H100 presets with Llama-3.1-8B's KV and roofline step times (a lower bound, labelled so by
-the plan). Prints, per executor, the wall seconds, the points planned and simulated and
+H100 presets with Llama-3.1-8B's KV and roofline step times (at vidur's measured
+efficiency, labelled so by the plan). Prints, per executor, the wall seconds, the points planned and simulated and
 the process CPU seconds per simulation the plan reports, and the ratio Ray / pool.
 
     .venv/bin/python scripts/bench_plan_cost.py                # the whole grid, both executors

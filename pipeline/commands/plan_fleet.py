@@ -10,7 +10,7 @@ geometric from the smallest pool that holds the longest request to one that hold
 distinct block of the workload. Memory is in tokens and in bytes at the plan's KV size
 (``--model``, ``--kv-bytes-per-token`` or ``--kv-shape``, as ``plan`` sizes it).
 
-TTFT is printed only when the step-time model can back it: the roofline (a lower bound)
+TTFT is printed only when the step-time model can back it: the roofline (labelled)
 or a fitted file, with the plan's KV bytes per token, and for a fitted file every prompt
 inside its fitted range. Otherwise a TTFT target is refused and a hit-ratio plan prints no
 TTFT, saying why. Nothing is written but ``--out DIR`` (``fleet.parquet``: every point;

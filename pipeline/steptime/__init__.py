@@ -1,6 +1,6 @@
 """Step-time models: one executed batch (a ``StepRecord``) -> milliseconds.
 
-``Roofline`` (a model's shape on a GPU preset: a lower bound, labelled roofline) and
+``Roofline`` (a model's shape on a GPU preset at measured efficiency, labelled roofline) and
 ``Linear`` (fitted coefficients, ``load_latency`` reads ``fit``'s JSON), registered in
 ``registry`` (``--latency``); ``alone`` prices a request alone and checks that a model backs
 a plan; ``regression`` is the fits' least squares; ``metrics`` turns a timed run into
