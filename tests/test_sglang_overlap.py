@@ -14,7 +14,10 @@ from hypothesis import strategies as st
 from oracles.sglang_sched import Req, Scheduler
 from test_engine_sglang_equal import outcome, pytestmark, theirs, workloads  # noqa: F401
 
+from pipeline.components import sglang_ksched as K
 from pipeline.components.sglang_settings import SchedulerSettings
+from pipeline.engine.request import SimRequest
+from pipeline.engine.sglang import SGLangConfig, SGLangInstance, run_on_steps
 
 
 @st.composite
@@ -110,3 +113,60 @@ def test_a_tiny_pool_skips_and_retracts_in_both():
     assert (mine["steps"], mine["requests"]) == (ref["steps"], ref["requests"])
     assert mine["steps"] != theirs(requests, 44, options)["steps"]
     assert sum(r[4] for r in mine["requests"]) > 0
+
+
+def compiled(requests, pool, options) -> dict:
+    """The compiled engine with the overlap loop, turn by turn (``SGLangInstance.step``)
+    and whole (``run_on_steps``, its events: each batch's first tokens and finishes)."""
+    config = SGLangConfig(2, 10 ** 6, options["page"], SchedulerSettings(
+        max_total_tokens=pool, page_size=options["page"], schedule_policy=options["policy"],
+        max_running_requests=options["max_running"], chunked_prefill_size=options["chunk"],
+        max_prefill_tokens=options["max_prefill"],
+        schedule_conservativeness=options["conservativeness"], seed=options["seed"]),
+        overlap=True)
+    engine = SGLangInstance(config)
+    sims = [SimRequest(i, p, len(o), arrival_step=a, output_token_ids=o)
+            for i, (p, o, a) in enumerate(requests)]
+    steps, now, pointer = [], 0, 0
+    while pointer < len(sims) or engine.has_work():
+        if not engine.has_work():
+            now = max(now, requests[pointer][2])
+        while pointer < len(sims) and requests[pointer][2] <= now:
+            engine.add_request(sims[pointer])
+            pointer += 1
+        record = engine.step()
+        if record is None:
+            if engine.idle:
+                continue
+            raise RuntimeError("stuck")
+        steps.append((record.prefill_tokens > 0 or not record.decode_seqs,
+                      list(record.scheduled)))
+        now += 1
+    rows = [engine.request(i) for i in range(len(sims))]
+    whole = SGLangInstance(config)
+    run_on_steps(sims, config, whole, record=True)
+    STEPS, SCHED, EVENTS = whole.steps
+    bounds = STEPS[:, -1].tolist() + [len(SCHED)]
+    return {"requests": [(r[K.R_FSCHED], r[K.R_FTOK], r[K.R_FINSTEP], r[K.R_HIT],
+                          r[K.R_RETR]) for r in rows], "steps": steps,
+            "whole": [[tuple(r) for r in SCHED[bounds[j]:bounds[j + 1]].tolist()]
+                      for j in range(len(STEPS))],
+            "events": [tuple(e) for e in EVENTS.tolist()]}
+
+
+def check_compiled(workload) -> None:
+    mine, model = outcome(compiled, *workload), outcome(overlap_model, *workload)
+    if "error" in mine or "error" in model:
+        assert mine.get("error") == model.get("error")
+        return
+    assert mine["steps"] == [(s[0], s[1]) for s in model["steps"]]
+    assert mine["requests"] == model["requests"]
+    assert mine["whole"] == [s[1] for s in model["steps"]]
+    assert mine["events"] == [(j, kind, i) for j, s in enumerate(model["steps"])
+                              for kind in (0, 1) for i in s[2 + kind]]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(workloads(), tight()))
+def test_compiled_overlap_equal_to_the_python_model(workload):
+    check_compiled(workload)

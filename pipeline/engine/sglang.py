@@ -57,6 +57,7 @@ class SGLangConfig:
     block_size: int
     settings: SchedulerSettings
     hicache: HiCacheSpec | None = None          # --enable-hierarchical-cache
+    overlap: bool = False                       # --overlap-schedule: event_loop_overlap
 
 
 def _policy(text: str) -> str:
@@ -119,7 +120,7 @@ class SGLangInstance:
             max_prefill_tokens=s.max_prefill_tokens,
             schedule_conservativeness=s.schedule_conservativeness,
             radix_eviction_policy=s.radix_eviction_policy, seed=s.seed,
-            block_size=config.block_size, requests=capacity)
+            block_size=config.block_size, requests=capacity, overlap=config.overlap)
         self.step_no = 0
         self.queued = 0                              # requests that joined the queue
         self.idle = False                            # the last step found no work
@@ -304,6 +305,10 @@ def _check_hicache(args) -> None:
              if getattr(args, flag[2:].replace("-", "_"), None) is not None]
     if given and not getattr(args, "enable_hierarchical_cache", False):
         raise UsageError(f"{given[0]}: needs --enable-hierarchical-cache")
+    if getattr(args, "overlap_schedule", False) and \
+            getattr(args, "enable_hierarchical_cache", False):
+        raise UsageError("--overlap-schedule: not modelled with --enable-hierarchical-cache "
+                         "(HiCache runs the non-overlap loop)")
 
 
 #: SGLang's HiCache defaults (``arg_groups/fields/memory.py``): ratio 2.0 in cache mode
@@ -330,7 +335,10 @@ def _hicache(args, pool: int, page: int) -> HiCacheSpec | None:
 
 
 def adjust_models_line(args, line: str) -> str:
-    """The run's models line with HiCache: the engine runs in Python, its host tier."""
+    """The run's models line: which loop ran; with HiCache the engine runs in Python, its
+    host tier."""
+    if getattr(args, "overlap_schedule", False):
+        line = line.replace("(non-overlap loop)", "(overlap loop)", 1)
     if not getattr(args, "enable_hierarchical_cache", False):
         return line
     line = line.replace(SGLang.SUMMARY, HICACHE_SUMMARY, 1)
@@ -382,6 +390,11 @@ class SGLang:
             choices=HICACHE_WRITE_POLICIES, default=None,
             help="when the host gets a copy, with --enable-hierarchical-cache (SGLang's "
                  "default write_through)")),
+        EngineOption("--overlap-schedule", dict(
+            action="store_true",
+            help="run SGLang's overlap loop (event_loop_overlap, SGLang's own default; "
+                 "without this option the non-overlap loop, --disable-overlap-schedule); "
+                 "compiled, exact, not with --enable-hierarchical-cache")),
         EngineOption("--radix-eviction-policy", dict(
             choices=EVICTION_POLICIES, default="lru",
             help="the radix cache's eviction order (default lru)")),
@@ -419,7 +432,7 @@ class SGLang:
             radix_eviction_policy=args.radix_eviction_policy,
             seed=getattr(args, "seed", None) or 0)
         return SGLangConfig(num_gpu_blocks, max_model_len, args.block_size, settings,
-                            _hicache(args, pool, page))
+                            _hicache(args, pool, page), bool(args.overlap_schedule))
 
     adjust_models_line = staticmethod(adjust_models_line)
 
