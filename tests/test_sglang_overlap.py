@@ -73,7 +73,8 @@ def overlap_model(requests, pool, options) -> dict:
     return {"requests": [(r.first_sched, r.first_token, r.finish_step, r.hit, r.retractions)
                          for r in reqs],
             "steps": [(b.extend, list(b.scheduled), b.first_tokens, b.finished)
-                      for b in batches]}
+                      for b in batches],
+            "launch": [(b.sampling, b.finishing) for b in batches]}
 
 
 def reference(requests, pool, options) -> dict:
@@ -89,6 +90,7 @@ def test_overlap_equal_to_sglangs_loop(workload):
         return
     assert mine["steps"] == ref["steps"]
     assert mine["requests"] == ref["requests"]
+    launched(mine)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -100,6 +102,15 @@ def test_overlap_equal_on_tight_pools(workload):
         return
     assert mine["steps"] == ref["steps"]
     assert mine["requests"] == ref["requests"]
+    launched(mine)
+
+
+def launched(run) -> None:
+    """The finishes known at launch are the processed ones; a first token known at launch
+    is processed unless the request was retracted in the next turn."""
+    for (_, _, first, finished), (sampling, finishing) in zip(run["steps"], run["launch"]):
+        assert finishing == finished
+        assert set(first) <= set(sampling)
 
 
 def test_a_tiny_pool_skips_and_retracts_in_both():
@@ -140,7 +151,7 @@ def compiled(requests, pool, options) -> dict:
                 continue
             raise RuntimeError("stuck")
         steps.append((record.prefill_tokens > 0 or not record.decode_seqs,
-                      list(record.scheduled)))
+                      list(record.scheduled), record.first_tokens, record.finished))
         now += 1
     rows = [engine.request(i) for i in range(len(sims))]
     whole = SGLangInstance(config)
@@ -159,11 +170,12 @@ def check_compiled(workload) -> None:
     if "error" in mine or "error" in model:
         assert mine.get("error") == model.get("error")
         return
-    assert mine["steps"] == [(s[0], s[1]) for s in model["steps"]]
+    assert mine["steps"] == [(s[0], s[1], *launch) for s, launch in
+                             zip(model["steps"], model["launch"])]
     assert mine["requests"] == model["requests"]
     assert mine["whole"] == [s[1] for s in model["steps"]]
-    assert mine["events"] == [(j, kind, i) for j, s in enumerate(model["steps"])
-                              for kind in (0, 1) for i in s[2 + kind]]
+    assert mine["events"] == [(j, kind, i) for j, s in enumerate(model["launch"])
+                              for kind in (0, 1) for i in s[kind]]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -21,8 +21,11 @@ over ``sglang_kradix``'s tree. The state is a tuple ``S`` (``SGLangState.state()
 With ``G_OVERLAP`` set the turns are ``event_loop_overlap``'s (the oracle's ``overlap``):
 ``QB`` is the result queue (the requests of the batch launched last turn, ``G_QN`` of them,
 ``G_QEXT``, ``G_QSTEP``; ``R_QUEUED`` marks them), processed after the next batch is
-scheduled; ``BF`` / ``BX`` then hold the processed batch's first tokens and finished
-requests (of step ``G_QSTEP``); ``R_RETRACTED`` is ``is_retracted``.
+scheduled. ``BF`` / ``BX`` then hold the launched batch's own samplers and finishes, known
+at launch (``launch_outputs``: what the GPU samples, the records' and events' lists; a
+request retracted in the next turn has its first token discarded by SGLang, then sampled
+again); the requests' outcomes in ``R`` are the processed results. ``R_RETRACTED`` is
+``is_retracted``.
 """
 
 from __future__ import annotations
@@ -51,8 +54,8 @@ R_COLUMNS = 24
 (G_NREQ, G_NWAIT, G_NRUN, G_NLAST, G_NCAN, G_CHUNKED, G_FULL, G_FREE, G_REFRESH, G_STEP,
  G_P, G_POLICY, G_MAXRUN, G_CHUNK, G_MAXPREFILL, G_LRU, G_NTOK, G_EXTEND, G_NB, G_NF, G_NX,
  G_ERROR, G_NEWCHUNK, G_BLOCK, G_NDONE, G_OVERLAP, G_QHAS, G_QN, G_QEXT, G_QSTEP, G_LASTRAN,
- G_POPPED, G_EVSTEP) = range(33)
-G_COLUMNS = 33
+ G_POPPED) = range(32)
+G_COLUMNS = 32
 F_RATIO, F_MIN, F_DECAY, F_TOTAL = range(4)
 #: adder budget states
 CONTINUE, NO_TOKEN, OTHER = 0, 1, 2
@@ -665,7 +668,6 @@ def iterate(S):
     SG[G_NF] = SG[G_NX] = 0
     if count > 0:
         process(S, S[12][:, 0], count, SG[G_EXTEND], SG[G_STEP])
-        SG[G_EVSTEP] = SG[G_STEP]
         SG[G_STEP] += 1
     if count > 0 and SG[G_EXTEND]:                 # the last batch, if a prefill
         LB, BQ = S[4], S[12]
@@ -678,6 +680,25 @@ def iterate(S):
 
 
 @helper
+def launch_outputs(S, count):
+    """The launched batch's first tokens (``BF``) and finishes (``BX``), once the last
+    result is processed: its rows past their last chunk, a first token where none was
+    sampled yet, a finish where the next output reaches ``max_new_tokens``."""
+    R, SG, BQ, BF, BX = S[1], S[5], S[12], S[13], S[14]
+    SG[G_NF] = SG[G_NX] = 0
+    for i in range(count):
+        r = BQ[i, 0]
+        if SG[G_EXTEND] and R[r, R_MID] > 0:
+            continue
+        if R[r, R_FTOK] < 0:
+            BF[SG[G_NF]] = r
+            SG[G_NF] += 1
+        if R[r, R_OUT] + 1 >= R[r, R_MAXNEW]:
+            BX[SG[G_NX]] = r
+            SG[G_NX] += 1
+
+
+@helper
 def iterate_overlap(S):
     """One turn of ``event_loop_overlap``: schedule and launch (queue) a batch, then
     process the last one's result (``G_POPPED``); the batch's size (0: none; -1: out of
@@ -686,13 +707,12 @@ def iterate_overlap(S):
     count = next_batch(S)
     if SG[G_ERROR]:
         return -1
-    SG[G_NF] = SG[G_NX] = 0
     SG[G_POPPED] = SG[G_LASTRAN]
     if SG[G_POPPED]:                                # pop_and_process
         process(S, QB, SG[G_QN], SG[G_QEXT], SG[G_QSTEP])
         for i in range(SG[G_QN]):
             R[QB[i], R_QUEUED] = 0
-        SG[G_EVSTEP] = SG[G_QSTEP]
+    launch_outputs(S, count)
     SG[G_QHAS] = count > 0
     if count > 0:                                   # the queue: a copy of the batch
         for i in range(count):
@@ -776,13 +796,11 @@ def step(S, row):
         return -2
     count = iterate(S)
     if count == 0 and S[5][G_POPPED]:              # processed only: took no step
-        nf, nx, at = S[5][G_NF], S[5][G_NX], S[5][G_EVSTEP]
         if not has_work(S):
             return -3
         if not batch_tree_fits(S):
             return -2
         count = iterate(S)
-        S[5][G_NF], S[5][G_NX], S[5][G_EVSTEP] = nf, nx, at
     if count > 0:
         step_row(S, row)
     return count
@@ -819,12 +837,6 @@ def run_steps(S, due, L, STEPS, SCHED, EVENTS):
         count = iterate(S)
         if count < 0:
             return FAILED
-        for i in range(SG[G_NF]):
-            EVENTS[L[4], 0], EVENTS[L[4], 1], EVENTS[L[4], 2] = SG[G_EVSTEP], 0, BF[i]
-            L[4] += 1
-        for i in range(SG[G_NX]):
-            EVENTS[L[4], 0], EVENTS[L[4], 1], EVENTS[L[4], 2] = SG[G_EVSTEP], 1, BX[i]
-            L[4] += 1
         if count == 0:
             if SG[G_POPPED]:
                 continue                            # overlap: processed only
@@ -836,6 +848,12 @@ def run_steps(S, due, L, STEPS, SCHED, EVENTS):
             for i in range(count):
                 SCHED[L[2], 0], SCHED[L[2], 1], SCHED[L[2], 2] = BQ[i, 0], BQ[i, 1], BQ[i, 2]
                 L[2] += 1
+        for i in range(SG[G_NF]):
+            EVENTS[L[4], 0], EVENTS[L[4], 1], EVENTS[L[4], 2] = row[0], 0, BF[i]
+            L[4] += 1
+        for i in range(SG[G_NX]):
+            EVENTS[L[4], 0], EVENTS[L[4], 1], EVENTS[L[4], 2] = row[0], 1, BX[i]
+            L[4] += 1
         L[1] += 1
         L[3] = now + 1
 

@@ -32,7 +32,9 @@ when the decode does not fit and some were left out, skips the decode for a turn
 retracting (``:4466-4472``); the result processors skip a request retracted since its batch
 was launched (``batch_result_processor.py:343-345``, ``:1022-1027``). A turn that ran no
 batch but processed one took no step. ``first_token`` / ``finish_step`` are the step of the
-batch that sampled the token.
+batch that sampled the token; ``Batch.sampling`` / ``finishing`` are the launched batch's
+own first tokens and finishes as known at launch (what the GPU samples; the finishes are
+exactly the processed ones, a first token may be discarded by a retraction in the next turn).
 
 Requests finish by length (``max_new_tokens``; ``ignore_eos`` off, so the running requests'
 outputs are estimated by the new-token ratio). Not modelled: mixed chunks, priorities and priority preemption, the ``hrrn`` / ``routing-key`` /
@@ -93,6 +95,8 @@ class Batch:
     reqs: list
     scheduled: list = field(default_factory=list)
     batch_is_full: bool = False
+    sampling: list = field(default_factory=list)    # overlap: first tokens at launch
+    finishing: list = field(default_factory=list)   # overlap: finishes at launch
 
 
 class Scheduler:
@@ -247,6 +251,10 @@ class Scheduler:
         if self.popped:                                          # pop_and_process
             done, reqs, at = pending
             self.process(done, at, reqs)
+        if batch is not None:
+            past = [r for r in batch.reqs if not batch.extend or r.middle_chunks <= 0]
+            batch.sampling = [r.index for r in past if r.first_token < 0]
+            batch.finishing = [r.index for r in past if r.out + 1 >= r.max_new]
         self.last_batch = batch
         return batch
 
