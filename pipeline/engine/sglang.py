@@ -57,7 +57,7 @@ class SGLangConfig:
     block_size: int
     settings: SchedulerSettings
     hicache: HiCacheSpec | None = None          # --enable-hierarchical-cache
-    overlap: bool = False                       # --overlap-schedule: event_loop_overlap
+    overlap: bool = False                       # event_loop_overlap (the command's default)
 
 
 def _policy(text: str) -> str:
@@ -305,15 +305,12 @@ def _check_hicache(args) -> None:
              if getattr(args, flag[2:].replace("-", "_"), None) is not None]
     if given and not getattr(args, "enable_hierarchical_cache", False):
         raise UsageError(f"{given[0]}: needs --enable-hierarchical-cache")
-    if getattr(args, "overlap_schedule", False) and \
-            getattr(args, "enable_hierarchical_cache", False):
-        raise UsageError("--overlap-schedule: not modelled with --enable-hierarchical-cache "
-                         "(HiCache runs the non-overlap loop)")
 
 
 #: SGLang's HiCache defaults (``arg_groups/fields/memory.py``): ratio 2.0 in cache mode
 HICACHE_RATIO, HICACHE_WRITE_POLICY = 2.0, "write_through"
-HICACHE_SUMMARY = ("SGLang 0.5.23's scheduler over HiCache (host tier), in plain Python: "
+HICACHE_SUMMARY = ("SGLang 0.5.23's scheduler over HiCache (host tier; non-overlap loop), "
+                   "in plain Python: "
                    "some 50-65x slower than the compiled engine without HiCache")
 
 
@@ -335,10 +332,10 @@ def _hicache(args, pool: int, page: int) -> HiCacheSpec | None:
 
 
 def adjust_models_line(args, line: str) -> str:
-    """The run's models line: which loop ran; with HiCache the engine runs in Python, its
-    host tier."""
-    if getattr(args, "overlap_schedule", False):
-        line = line.replace("(non-overlap loop)", "(overlap loop)", 1)
+    """The run's models line: which loop ran; with HiCache the engine runs in Python (the
+    non-overlap loop), its host tier."""
+    if getattr(args, "disable_overlap_schedule", False):
+        line = line.replace("(overlap loop)", "(non-overlap loop)", 1)
     if not getattr(args, "enable_hierarchical_cache", False):
         return line
     line = line.replace(SGLang.SUMMARY, HICACHE_SUMMARY, 1)
@@ -350,7 +347,7 @@ class SGLang:
     """SGLang's engine: ``SGLangConfig``, ``SGLangInstance`` per instance, ``simulate``."""
 
     NAME = "sglang"
-    SUMMARY = "SGLang 0.5.23's scheduler and radix cache (non-overlap loop), compiled"
+    SUMMARY = "SGLang 0.5.23's scheduler and radix cache (overlap loop), compiled"
     COMPILED = False
     OPTIONS = (
         EngineOption("--page-size", dict(type=positive_int, default=1,
@@ -390,11 +387,11 @@ class SGLang:
             choices=HICACHE_WRITE_POLICIES, default=None,
             help="when the host gets a copy, with --enable-hierarchical-cache (SGLang's "
                  "default write_through)")),
-        EngineOption("--overlap-schedule", dict(
+        EngineOption("--disable-overlap-schedule", dict(
             action="store_true",
-            help="run SGLang's overlap loop (event_loop_overlap, SGLang's own default; "
-                 "without this option the non-overlap loop, --disable-overlap-schedule); "
-                 "compiled, exact, not with --enable-hierarchical-cache")),
+            help="run SGLang's non-overlap loop (event_loop_normal); by default the overlap "
+                 "loop, SGLang's default (event_loop_overlap); both compiled and exact; "
+                 "HiCache runs the non-overlap loop")),
         EngineOption("--radix-eviction-policy", dict(
             choices=EVICTION_POLICIES, default="lru",
             help="the radix cache's eviction order (default lru)")),
@@ -432,7 +429,9 @@ class SGLang:
             radix_eviction_policy=args.radix_eviction_policy,
             seed=getattr(args, "seed", None) or 0)
         return SGLangConfig(num_gpu_blocks, max_model_len, args.block_size, settings,
-                            _hicache(args, pool, page), bool(args.overlap_schedule))
+                            _hicache(args, pool, page),
+                            not args.disable_overlap_schedule and
+                            not args.enable_hierarchical_cache)
 
     adjust_models_line = staticmethod(adjust_models_line)
 
