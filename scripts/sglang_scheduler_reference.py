@@ -27,6 +27,17 @@ and its ``length`` order, ``prepare_for_extend`` / ``prepare_for_decode`` (alloc
 ``process_batch_result_prefill`` / ``_decode`` (append, finish by length, checkpoint).
 The paged allocator is a page counter (``Pool``): a page taken where a token starts one,
 whole pages freed.
+
+``overlap=True`` runs ``event_loop_overlap`` instead (SGLang's default, ``scheduler.py:2061-
+2130``), transcribed with what it changes in the methods above: the result queue (a turn
+schedules and launches batch N+1, then processes batch N's result; a copy of the batch's
+requests is queued, ``ScheduleBatch.copy``), ``_reqs_finishing_inflight``
+(``:4444-4457``) and the skip-instead-of-retract in ``update_running_batch``
+(``:4459-4472``), the result processors' skip of a request retracted since launch
+(``batch_result_processor.py:343-345``, ``:1022-1027``; ``is_retracted`` set by
+``Req.reset_for_retract``, ``schedule_batch.py:2066``, cleared by ``prepare_for_extend``,
+``:2996``). ``SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP`` is off (its default,
+``environ.py:693``), so ``is_disable_overlap_for_batch`` is false for these batches.
 """
 
 from __future__ import annotations
@@ -179,6 +190,7 @@ class Req:
                      kv_committed_len=0, mamba_pool_idx=None)
         self.first_sched = self.first_token = self.finish_step = self.hit = -1
         self.host_loaded = 0
+        self.is_retracted = False
 
     @property
     def full_untruncated_fill_ids(self) -> list:
@@ -264,7 +276,8 @@ class Loop:
     def __init__(self, size: int, policy: str = "fcfs", max_running: int = 256,
                  chunk: int | None = 8192, max_prefill: int = 16384,
                  conservativeness: float = 1.0, eviction: str = "lru", seed: int = 0,
-                 page: int = 1, tree: str = "radix", hicache: tuple | None = None) -> None:
+                 page: int = 1, tree: str = "radix", hicache: tuple | None = None,
+                 overlap: bool = False) -> None:
         self.sp, self.rc, self.cm, pb, nt = load(policy, eviction, tree)
         self.clock = ref._Clock()
         self.rc.time = self.clock
@@ -299,6 +312,9 @@ class Loop:
         self.last = None                     # (is_extend, reqs) of the last batch
         self.chunked = None
         self.hicache = hicache is not None
+        self.overlap = overlap               # enable_skip_finishing_decode (:2063)
+        self.result_queue = []               # (is_extend, reqs copy, result lists)
+        self.popped = False
         random.seed(seed)                    # the random policy: random.shuffle
 
     # -- mem_cache/common.py, allocator/base.py (transcribed)
@@ -404,6 +420,7 @@ class Loop:
                 row.extend(prefix)
             self.pool.alloc(r.kv.req_pool_idx, r.extend_end - r.prefix_len)
             r.kv.kv_committed_len = r.extend_end
+            r.is_retracted = False                             # schedule_batch.py:2996
             if r.first_sched < 0:
                 r.first_sched, r.hit = step, r.prefix_len
                 r.host_loaded = r.host_loaded_length
@@ -415,9 +432,27 @@ class Loop:
         self.evict_to_free(num)
         return self.pool.available >= num
 
+    def reqs_finishing_inflight(self):                      # scheduler.py:4444-4457
+        if not self.overlap or not self.result_queue:
+            return []
+        assert len(self.result_queue) == 1
+        queued = {id(r) for r in self.result_queue[0][1]}
+        return [r for r in self.running if id(r) in queued and
+                len(r.output_ids) + 1 >= r.sampling_params.max_new_tokens]  # :1661-1663
+
     def update_running_batch(self):
         initial = len(self.running)
-        if not self.check_decode_mem(self.running):
+        finishing = self.reqs_finishing_inflight()              # :4462-4466
+        gone = {id(r) for r in finishing}
+        self.running = [r for r in self.running if id(r) not in gone]
+        if not self.running:
+            self.running_full = False
+            return None
+        kv_full = not self.check_decode_mem(self.running)       # :4468
+        if kv_full and finishing:                               # :4469-4472
+            self.running_full = False
+            return None
+        if kv_full:
             reqs = self.running
             order = sorted(range(len(reqs)), key=lambda i: (len(reqs[i].output_ids),
                                                             -len(reqs[i].origin_input_ids)),
@@ -433,7 +468,7 @@ class Loop:
                 req.prefix_len, req.last_node, req.extend_end = 0, None, 0
                 req.kv.cache_protected_len = req.kv.cache_inserted_len = 0
                 req.kv.kv_committed_len, req.inflight_middle_chunks = 0, 0
-                req.retracted_stain = True
+                req.retracted_stain = req.is_retracted = True      # :2066
                 req.retractions += 1
                 retracted.append(req)
             if len(order) <= 1 and not self.check_decode_mem([reqs[i] for i in order]):
@@ -456,10 +491,12 @@ class Loop:
         return False, self.running, scheduled
 
     # -- batch_result_processor.py: process_batch_result_prefill / _decode
-    def process(self, batch, step: int) -> tuple[list, list]:
+    def process(self, batch, step: int, first=None, done=None) -> tuple[list, list]:
         extend, reqs, _ = batch
-        first, done = [], []
+        first, done = ([], []) if first is None else (first, done)
         for r in reqs:
+            if (r.finished() and r.inflight_middle_chunks <= 0) or r.is_retracted:
+                continue                      # batch_result_processor.py:343-345, 1022-1027
             if extend and r.inflight_middle_chunks > 0:
                 r.inflight_middle_chunks -= 1
                 continue
@@ -475,8 +512,27 @@ class Loop:
                 self.checkpoint(r, r.extend_end)
         return first, done
 
+    def iterate_overlap(self, step: int):
+        """One ``event_loop_overlap`` turn (scheduler.py:2084-2127): (is_extend, scheduled,
+        first, finished) of the batch launched, its first / finished lists filled when its
+        result is processed in the next turn; or None."""
+        self.rc.time = self.clock
+        batch = self.next_batch(step)                           # :2085-2089
+        entry = None
+        if batch is not None:                                   # :2109-2113
+            entry = (batch[0], list(batch[1]), batch[2], step, [], [])
+            self.result_queue.append(entry)
+        self.popped = self.last is not None                     # :2118-2120
+        if self.popped:
+            extend, reqs, scheduled, at, first, done = self.result_queue.pop(0)
+            self.process((extend, reqs, scheduled), at, first, done)
+        self.last = None if batch is None else (batch[0], list(batch[1]))   # :2131
+        return None if entry is None else (entry[0], entry[2], entry[4], entry[5])
+
     def iterate(self, step: int):
         """One ``event_loop_normal`` turn: (is_extend, scheduled, first, finished) or None."""
+        if self.overlap:
+            return self.iterate_overlap(step)
         self.rc.time = self.clock
         if self.hicache:                     # scheduler.py:3883-3889, before scheduling
             self.tree.check_hicache_events()
@@ -499,10 +555,11 @@ def run(requests: list[tuple[list, int, int, int]], size: int, **settings) -> di
     steps, now, pointer, step = [], 0, 0, 0
     host = []                                # per step: (tokens loaded, tokens written)
     controller = getattr(loop, "controller", None)
-    while pointer < len(reqs) or loop.waiting or loop.chunked is not None or any(
+    while pointer < len(reqs) or loop.waiting or loop.chunked is not None or \
+            loop.result_queue or any(
             not r.finished() for r in loop.running + (loop.last[1] if loop.last and
                                                        loop.last[0] else [])):
-        busy = loop.waiting or loop.chunked is not None or any(
+        busy = loop.waiting or loop.chunked is not None or loop.result_queue or any(
             not r.finished() for r in loop.running + (loop.last[1] if loop.last and
                                                        loop.last[0] else []))
         if not busy:
@@ -513,7 +570,7 @@ def run(requests: list[tuple[list, int, int, int]], size: int, **settings) -> di
         moved = (controller.loaded, controller.written) if controller else (0, 0)
         result = loop.iterate(step)
         if result is None:
-            if loop.waiting:
+            if loop.waiting and not loop.popped:
                 raise RuntimeError("stuck")
             continue
         steps.append(result)

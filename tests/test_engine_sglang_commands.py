@@ -35,6 +35,15 @@ def test_simulate_writes_vllms_frames(tmp_path, capsys):
     assert json.loads((out / "metrics.json").read_text())["models"]["engine"] == "sglang"
 
 
+def test_the_models_line_names_the_loop(tmp_path, capsys):
+    """The overlap loop by default (SGLang's), the non-overlap one with its flag."""
+    for flag, loop in (([], "(overlap loop)"), (["--disable-overlap-schedule"],
+                                                 "(non-overlap loop)")):
+        assert main(["simulate", *WORKLOAD, "--gpu", "64blocks", "--engine", "sglang", *flag,
+                     "--out", str(tmp_path / loop)]) == 0
+        assert f"radix cache {loop}, compiled" in capsys.readouterr().out
+
+
 def test_simulate_times_it(tmp_path, capsys):
     out = tmp_path / "sim"
     assert main(["simulate", *WORKLOAD, "--gpu", "64blocks", "--engine", "sglang",
@@ -62,7 +71,7 @@ def test_hicache_loads_from_the_host(policy, tmp_path, capsys):
                  "--enable-hierarchical-cache", "--hicache-write-policy", policy,
                  "--latency", "roofline", "--out", str(out)]) == 0
     shown = capsys.readouterr().out
-    assert "over HiCache (host tier), in plain Python" in shown
+    assert "over HiCache (host tier; non-overlap loop), in plain Python" in shown
     assert f"host tier HiCache (write policy {policy})" in shown
     requests = pl.read_parquet(out / "requests.parquet")
     steps = pl.read_parquet(out / "steps.parquet")
@@ -143,6 +152,8 @@ def test_a_mooncake_trace_on_pages(tmp_path, capsys):
     (["--engine", "sglang", "--enable-hierarchical-cache", "--hicache-write-policy", "lazy"],
      "argument --hicache-write-policy: invalid choice: 'lazy'"),
     (["--hicache-ratio", "3"], "--hicache-ratio applies to the sglang engine, not --engine vllm"),
+    (["--disable-overlap-schedule"],
+     "--disable-overlap-schedule applies to the sglang engine, not --engine vllm"),
     (["--engine", "sglang", "--cpu", "1000"],
      "--cpu: the sglang engine has no CPU tier (its host tier: --enable-hierarchical-cache)"),
     (["--engine", "sglang", "--enable-hierarchical-cache", "--cpu", "1000"],

@@ -17,6 +17,15 @@ over ``sglang_kradix``'s tree. The state is a tuple ``S`` (``SGLangState.state()
 
 ``step`` is one turn of ``event_loop_normal``; ``run_steps`` a whole run on the step clock
 (arrivals by step, the idle jump), writing each step's row, batch rows and events.
+
+With ``G_OVERLAP`` set the turns are ``event_loop_overlap``'s (the oracle's ``overlap``):
+``QB`` is the result queue (the requests of the batch launched last turn, ``G_QN`` of them,
+``G_QEXT``, ``G_QSTEP``; ``R_QUEUED`` marks them), processed after the next batch is
+scheduled. ``BF`` / ``BX`` then hold the launched batch's own samplers and finishes, known
+at launch (``launch_outputs``: what the GPU samples, the records' and events' lists; a
+request retracted in the next turn has its first token discarded by SGLang, then sampled
+again); the requests' outcomes in ``R`` are the processed results. ``R_RETRACTED`` is
+``is_retracted``.
 """
 
 from __future__ import annotations
@@ -40,12 +49,13 @@ POLICY_CODES = ("fcfs", "lpm", "dfs-weight", "lof", "random")
 
 (R_TOFF, R_N, R_MAXNEW, R_OUT, R_PREFIX, R_NMATCH, R_LAST, R_LOCK, R_EXT, R_KV, R_PROT,
  R_INS, R_MID, R_FIN, R_RETR, R_FSCHED, R_FTOK, R_FINSTEP, R_HIT, R_INDEX, R_DEP,
- R_SEL) = range(22)
-R_COLUMNS = 22
+ R_SEL, R_RETRACTED, R_QUEUED) = range(24)
+R_COLUMNS = 24
 (G_NREQ, G_NWAIT, G_NRUN, G_NLAST, G_NCAN, G_CHUNKED, G_FULL, G_FREE, G_REFRESH, G_STEP,
  G_P, G_POLICY, G_MAXRUN, G_CHUNK, G_MAXPREFILL, G_LRU, G_NTOK, G_EXTEND, G_NB, G_NF, G_NX,
- G_ERROR, G_NEWCHUNK, G_BLOCK, G_NDONE) = range(25)
-G_COLUMNS = 25
+ G_ERROR, G_NEWCHUNK, G_BLOCK, G_NDONE, G_OVERLAP, G_QHAS, G_QN, G_QEXT, G_QSTEP, G_LASTRAN,
+ G_POPPED) = range(32)
+G_COLUMNS = 32
 F_RATIO, F_MIN, F_DECAY, F_TOTAL = range(4)
 #: adder budget states
 CONTINUE, NO_TOKEN, OTHER = 0, 1, 2
@@ -473,6 +483,7 @@ def prepare_for_extend(S, count):
         r = CAN[i]
         BQ[i, 0], BQ[i, 1], BQ[i, 2] = r, R[r, R_EXT] - R[r, R_PREFIX], R[r, R_PREFIX]
         R[r, R_KV] = R[r, R_PREFIX]
+        R[r, R_RETRACTED] = 0
         alloc(S, r, R[r, R_EXT])
         if R[r, R_FSCHED] < 0:
             R[r, R_FSCHED], R[r, R_HIT] = SG[G_STEP], R[r, R_PREFIX]
@@ -514,6 +525,7 @@ def retract_decode(S):
         R[r, R_PREFIX] = R[r, R_PROT] = R[r, R_INS] = R[r, R_KV] = 0
         R[r, R_LAST], R[r, R_EXT], R[r, R_MID] = -1, 0, 0
         R[r, R_RETR] += 1
+        R[r, R_RETRACTED] = 1
         WQ[SG[G_NWAIT]] = r
         SG[G_NWAIT] += 1
     if count <= 1 and not check_decode_mem(S, order, count):
@@ -530,10 +542,29 @@ def retract_decode(S):
 
 @helper
 def update_running_batch(S):
-    """``update_running_batch``: retract when the next decode does not fit; the batch."""
+    """``update_running_batch``: retract when the next decode does not fit (overlap:
+    without the requests the queued result finishes, skipped when some were); the batch."""
     R, RUN, SG, SF, BQ = S[1], S[3], S[5], S[6], S[12]
     initial = SG[G_NRUN]
-    if not check_decode_mem(S, RUN, initial):
+    finishing = 0
+    if SG[G_OVERLAP] and SG[G_QHAS]:                # _reqs_finishing_inflight
+        kept = 0
+        for i in range(initial):
+            r = RUN[i]
+            if R[r, R_QUEUED] and R[r, R_OUT] + 1 >= R[r, R_MAXNEW]:
+                finishing += 1
+            else:
+                RUN[kept] = r
+                kept += 1
+        SG[G_NRUN] = kept
+        if kept == 0:
+            SG[G_FULL] = 0
+            return 0
+    full = not check_decode_mem(S, RUN, SG[G_NRUN])
+    if full and finishing > 0:                      # decode the rest next turn
+        SG[G_FULL] = 0
+        return 0
+    if full:
         retract_decode(S)
         if SG[G_ERROR]:
             return 0
@@ -596,14 +627,15 @@ def next_batch(S):
 
 
 @helper
-def process(S):
-    """``process_batch_result``: sample, finish, checkpoint; first tokens in ``BF``,
-    finished in ``BX``."""
-    R, SG, BQ, BF, BX = S[1], S[5], S[12], S[13], S[14]
-    extend, step = SG[G_EXTEND], SG[G_STEP]
-    SG[G_NF] = SG[G_NX] = 0
-    for i in range(SG[G_NB]):
-        r = BQ[i, 0]
+def process(S, Q, count, extend, step):
+    """``process_batch_result`` of requests ``Q[:count]``: sample, finish, checkpoint; first
+    tokens in ``BF``, finished in ``BX`` (appended); a request retracted since launch
+    skipped."""
+    R, SG, BF, BX = S[1], S[5], S[13], S[14]
+    for i in range(count):
+        r = Q[i]
+        if R[r, R_RETRACTED] or (R[r, R_FIN] and R[r, R_MID] <= 0):
+            continue
         if extend and R[r, R_MID] > 0:
             R[r, R_MID] -= 1
             continue
@@ -625,13 +657,17 @@ def process(S):
 
 @helper
 def iterate(S):
-    """One turn of ``event_loop_normal``: the batch's size (0: idle; -1: out of memory)."""
+    """One turn of ``event_loop_normal`` (or ``event_loop_overlap``): the batch's size (0:
+    none; -1: out of memory)."""
     SG = S[5]
+    if SG[G_OVERLAP]:
+        return iterate_overlap(S)
     count = next_batch(S)
     if SG[G_ERROR]:
         return -1
+    SG[G_NF] = SG[G_NX] = 0
     if count > 0:
-        process(S)
+        process(S, S[12][:, 0], count, SG[G_EXTEND], SG[G_STEP])
         SG[G_STEP] += 1
     if count > 0 and SG[G_EXTEND]:                 # the last batch, if a prefill
         LB, BQ = S[4], S[12]
@@ -644,9 +680,62 @@ def iterate(S):
 
 
 @helper
+def launch_outputs(S, count):
+    """The launched batch's first tokens (``BF``) and finishes (``BX``), once the last
+    result is processed: its rows past their last chunk, a first token where none was
+    sampled yet, a finish where the next output reaches ``max_new_tokens``."""
+    R, SG, BQ, BF, BX = S[1], S[5], S[12], S[13], S[14]
+    SG[G_NF] = SG[G_NX] = 0
+    for i in range(count):
+        r = BQ[i, 0]
+        if SG[G_EXTEND] and R[r, R_MID] > 0:
+            continue
+        if R[r, R_FTOK] < 0:
+            BF[SG[G_NF]] = r
+            SG[G_NF] += 1
+        if R[r, R_OUT] + 1 >= R[r, R_MAXNEW]:
+            BX[SG[G_NX]] = r
+            SG[G_NX] += 1
+
+
+@helper
+def iterate_overlap(S):
+    """One turn of ``event_loop_overlap``: schedule and launch (queue) a batch, then
+    process the last one's result (``G_POPPED``); the batch's size (0: none; -1: out of
+    memory)."""
+    R, LB, SG, BQ, QB = S[1], S[4], S[5], S[12], S[15]
+    count = next_batch(S)
+    if SG[G_ERROR]:
+        return -1
+    SG[G_POPPED] = SG[G_LASTRAN]
+    if SG[G_POPPED]:                                # pop_and_process
+        process(S, QB, SG[G_QN], SG[G_QEXT], SG[G_QSTEP])
+        for i in range(SG[G_QN]):
+            R[QB[i], R_QUEUED] = 0
+    launch_outputs(S, count)
+    SG[G_QHAS] = count > 0
+    if count > 0:                                   # the queue: a copy of the batch
+        for i in range(count):
+            QB[i] = BQ[i, 0]
+            R[QB[i], R_QUEUED] = 1
+        SG[G_QN], SG[G_QEXT], SG[G_QSTEP] = count, SG[G_EXTEND], SG[G_STEP]
+        SG[G_STEP] += 1
+    else:
+        SG[G_QN] = 0
+    SG[G_LASTRAN] = count > 0
+    if count > 0 and SG[G_EXTEND]:
+        for i in range(count):
+            LB[i] = BQ[i, 0]
+        SG[G_NLAST] = count
+    else:
+        SG[G_NLAST] = 0
+    return count
+
+
+@helper
 def has_work(S):
     R, RUN, LB, SG = S[1], S[3], S[4], S[5]
-    if SG[G_NWAIT] > 0 or SG[G_CHUNKED] >= 0:
+    if SG[G_NWAIT] > 0 or SG[G_CHUNKED] >= 0 or SG[G_QHAS]:
         return True
     for i in range(SG[G_NRUN]):
         if not R[RUN[i], R_FIN]:
@@ -706,6 +795,12 @@ def step(S, row):
     if not batch_tree_fits(S):
         return -2
     count = iterate(S)
+    if count == 0 and S[5][G_POPPED]:              # processed only: took no step
+        if not has_work(S):
+            return -3
+        if not batch_tree_fits(S):
+            return -2
+        count = iterate(S)
     if count > 0:
         step_row(S, row)
     return count
@@ -743,6 +838,8 @@ def run_steps(S, due, L, STEPS, SCHED, EVENTS):
         if count < 0:
             return FAILED
         if count == 0:
+            if SG[G_POPPED]:
+                continue                            # overlap: processed only
             return FAILED                           # stuck: work but no batch
         row = STEPS[L[1]]
         step_row(S, row)
@@ -797,14 +894,15 @@ class SGLangState:
                  chunked_prefill_size: int | None = 8192, max_prefill_tokens: int = 16384,
                  schedule_conservativeness: float = 1.0, radix_eviction_policy: str = "lru",
                  seed: int = 0, block_size: int = 1, requests: int = 64,
-                 tokens: int = 4096) -> None:
+                 tokens: int = 4096, overlap: bool = False) -> None:
         P = page_size
         self.tree = new_tree(max_total_tokens // P + 8, P, radix_eviction_policy)
         self.batch_tree = new_tree(3 * WAITING_QUEUE_PREFIX_MATCH_MAX + 8, 1, "lru")
         self.TOK = np.zeros(max(tokens, 16), np.int64)
         self.ntok = 0
         self.R = np.zeros((0, R_COLUMNS), np.int64)
-        self.WQ = self.RUN = self.LB = self.CAN = self.BF = self.BX = np.zeros(0, np.int64)
+        self.WQ = self.RUN = self.LB = self.CAN = self.BF = self.BX = self.QB = \
+            np.zeros(0, np.int64)
         self.BQ = np.zeros((0, 3), np.int64)
         self.SG = np.zeros(G_COLUMNS, np.int64)
         self.SF = np.zeros(4, np.float64)
@@ -815,6 +913,7 @@ class SGLangState:
         SG[G_MAXRUN], SG[G_MAXPREFILL] = max_running_requests, max_prefill_tokens
         SG[G_CHUNK] = -1 if chunked_prefill_size is None else chunked_prefill_size
         SG[G_LRU], SG[G_BLOCK] = radix_eviction_policy == "lru", block_size
+        SG[G_OVERLAP] = overlap
         init = min(INIT_NEW_TOKEN_RATIO * schedule_conservativeness, 1.0)
         SF[F_MIN] = min(init * MIN_RATIO_FACTOR, 1.0)
         SF[F_DECAY] = (init - SF[F_MIN]) / DECAY_STEPS
@@ -832,7 +931,7 @@ class SGLangState:
         R = np.zeros((count, R_COLUMNS), np.int64)
         R[:old] = self.R
         self.R = R
-        for name in ("WQ", "RUN", "LB", "CAN", "BF", "BX"):
+        for name in ("WQ", "RUN", "LB", "CAN", "BF", "BX", "QB"):
             array = np.zeros(count + 2, np.int64)
             array[:old] = getattr(self, name)[:old]
             setattr(self, name, array)
@@ -907,4 +1006,5 @@ class SGLangState:
 
     def _tuple(self) -> tuple:
         return (self.TOK, self.R, self.WQ, self.RUN, self.LB, self.SG, self.SF, self.tree,
-                self.batch_tree, self.SCR, self.MT, self.CAN, self.BQ, self.BF, self.BX)
+                self.batch_tree, self.SCR, self.MT, self.CAN, self.BQ, self.BF, self.BX,
+                self.QB)

@@ -24,10 +24,22 @@ docs/sglang.md cites the lines):
   checkpoints its KV into the tree (``checkpoint_kv_cache``), a decode one token each; a
   request at ``max_tokens`` releases its KV into the tree (``release_kv_cache``).
 
+With ``overlap`` the loop is ``event_loop_overlap`` (SGLang's default, ``scheduler.py:2061-
+2130``): a turn schedules batch N+1 before processing batch N's result (a one-deep result
+queue, ``self.queued``); ``update_running_batch`` leaves out the running requests whose
+queued result finishes them by length (``_reqs_finishing_inflight``, ``:4444-4457``) and,
+when the decode does not fit and some were left out, skips the decode for a turn instead of
+retracting (``:4466-4472``); the result processors skip a request retracted since its batch
+was launched (``batch_result_processor.py:343-345``, ``:1022-1027``). A turn that ran no
+batch but processed one took no step. ``first_token`` / ``finish_step`` are the step of the
+batch that sampled the token; ``Batch.sampling`` / ``finishing`` are the launched batch's
+own first tokens and finishes as known at launch (what the GPU samples; the finishes are
+exactly the processed ones, a first token may be discarded by a retraction in the next turn).
+
 Requests finish by length (``max_new_tokens``; ``ignore_eos`` off, so the running requests'
-outputs are estimated by the new-token ratio). Not modelled: the overlap loop, mixed
-chunks, priorities and priority preemption, the ``hrrn`` / ``routing-key`` /
-``shortest-prefill-first`` policies, speculative decoding, LoRA; HiCache is ``sglang_hisched``.
+outputs are estimated by the new-token ratio). Not modelled: mixed chunks, priorities and
+priority preemption, the ``hrrn`` / ``routing-key`` / ``shortest-prefill-first`` policies,
+speculative decoding, LoRA; HiCache is ``sglang_hisched`` (the non-overlap loop).
 """
 
 from __future__ import annotations
@@ -65,6 +77,7 @@ class Req:
     inserted: int = 0                               # cache_inserted_len
     middle_chunks: int = 0                          # inflight_middle_chunks
     finished: bool = False
+    retracted: bool = False                         # is_retracted: until re-prefilled
     retractions: int = 0
     first_sched: int = -1
     first_token: int = -1
@@ -83,13 +96,18 @@ class Batch:
     reqs: list
     scheduled: list = field(default_factory=list)
     batch_is_full: bool = False
+    sampling: list = field(default_factory=list)    # overlap: first tokens at launch
+    finishing: list = field(default_factory=list)   # overlap: finishes at launch
 
 
 class Scheduler:
     """SGLang's scheduler state over a ``RadixTree``; ``iterate(step)`` runs one loop turn."""
 
-    def __init__(self, settings: SchedulerSettings) -> None:
+    def __init__(self, settings: SchedulerSettings, overlap: bool = False) -> None:
         self.s, P = settings, settings.page_size
+        self.overlap = overlap                                   # event_loop_overlap
+        self.queued: tuple | None = None                         # (batch, reqs, step)
+        self.popped = False                                      # this turn processed one
         self.P = P
         self.tree = RadixTree(P, settings.radix_eviction_policy)
         self.free = settings.max_total_tokens // P * P           # allocator.available_size()
@@ -209,10 +227,35 @@ class Scheduler:
 
     def iterate(self, step: int) -> Batch | None:
         """One turn of ``event_loop_normal``: the batch it ran (already processed), or None
-        when idle."""
+        when idle. With ``overlap`` ``event_loop_overlap``'s turns: the batch launched (its
+        result processed in the next turn) or None, turns that ran no batch but processed
+        the last one repeated at once (they took no step)."""
+        if not self.overlap:
+            batch = self.next_batch(step)
+            if batch is not None:
+                self.process(batch, step)
+            self.last_batch = batch
+            return batch
+        batch = self.overlap_turn(step)
+        while batch is None and self.popped:
+            batch = self.overlap_turn(step)
+        return batch
+
+    def overlap_turn(self, step: int) -> Batch | None:
+        """One turn of ``event_loop_overlap`` (``scheduler.py:2084-2127``): schedule, launch
+        (queue a copy of the batch's requests), then process the last batch's result."""
         batch = self.next_batch(step)
+        pending, self.queued = self.queued, None
         if batch is not None:
-            self.process(batch, step)
+            self.queued = (batch, list(batch.reqs), step)         # batch.copy()
+        self.popped = self.last_batch is not None
+        if self.popped:                                          # pop_and_process
+            done, reqs, at = pending
+            self.process(done, at, reqs)
+        if batch is not None:
+            past = [r for r in batch.reqs if not batch.extend or r.middle_chunks <= 0]
+            batch.sampling = [r.index for r in past if r.first_token < 0]
+            batch.finishing = [r.index for r in past if r.out + 1 >= r.max_new]
         self.last_batch = batch
         return batch
 
@@ -294,16 +337,37 @@ class Scheduler:
         batch = Batch(True, list(reqs))
         for r in reqs:
             batch.scheduled.append((r.index, r.extend_end - r.prefix_len, r.prefix_len))
+            r.retracted = False
             r.kv_len = r.prefix_len                     # the prefix is the tree's (or, for
             self.alloc(r, r.extend_end)                 # a chunk, its own partial page)
             if r.first_sched < 0:
                 r.first_sched, r.hit = step, r.prefix_len
         return batch
 
+    def finishing_inflight(self, batch: Batch) -> list:
+        """``_reqs_finishing_inflight``: running requests whose queued result finishes them
+        by length (none outside the overlap loop)."""
+        if not self.overlap or self.queued is None:
+            return []
+        queued = {id(r) for r in self.queued[1]}
+        return [r for r in batch.reqs if id(r) in queued and r.out + 1 >= r.max_new]
+
     def update_running_batch(self, batch: Batch) -> Batch | None:
-        """``update_running_batch``: retract when the next decode does not fit."""
+        """``update_running_batch``: retract when the next decode does not fit (overlap:
+        without the finishing requests, skipping the decode when some were)."""
         initial = len(batch.reqs)
-        if not self.check_decode_mem(batch.reqs):
+        finishing = self.finishing_inflight(batch)
+        if finishing:
+            gone = {id(r) for r in finishing}
+            batch.reqs = [r for r in batch.reqs if id(r) not in gone]
+            if not batch.reqs:
+                batch.batch_is_full = False
+                return None
+        full = not self.check_decode_mem(batch.reqs)
+        if full and finishing:
+            batch.batch_is_full = False
+            return None
+        if full:
             for req in self.retract_decode(batch):
                 self.waiting.append(req)
         else:
@@ -340,6 +404,7 @@ class Scheduler:
             self.evict_to_free(len(order) * RETRACT_DECODE_STEPS)
             req.prefix_len = req.protected = req.inserted = req.kv_len = 0
             req.last_node, req.extend_end, req.middle_chunks = None, 0, 0
+            req.retracted = True
             req.retractions += 1
             retracted.append(req)
         if len(order) <= 1 and not self.check_decode_mem([reqs[i] for i in order]):
@@ -352,10 +417,13 @@ class Scheduler:
                          / (wanted + 1))
         return retracted
 
-    def process(self, batch: Batch, step: int) -> None:
-        """``process_batch_result``: sample, finish, checkpoint."""
+    def process(self, batch: Batch, step: int, reqs: list | None = None) -> None:
+        """``process_batch_result``: sample, finish, checkpoint (``reqs``: the batch's
+        requests at launch; a request retracted since is skipped)."""
         batch.first_tokens, batch.finished = [], []
-        for r in batch.reqs:
+        for r in batch.reqs if reqs is None else reqs:
+            if r.retracted or (r.finished and r.middle_chunks <= 0):
+                continue
             if batch.extend and r.middle_chunks > 0:
                 r.middle_chunks -= 1
                 continue

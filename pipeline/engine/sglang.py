@@ -57,6 +57,7 @@ class SGLangConfig:
     block_size: int
     settings: SchedulerSettings
     hicache: HiCacheSpec | None = None          # --enable-hierarchical-cache
+    overlap: bool = False                       # event_loop_overlap (the command's default)
 
 
 def _policy(text: str) -> str:
@@ -133,7 +134,7 @@ class SGLangInstance:
             max_prefill_tokens=s.max_prefill_tokens,
             schedule_conservativeness=s.schedule_conservativeness,
             radix_eviction_policy=s.radix_eviction_policy, seed=s.seed,
-            block_size=config.block_size, requests=capacity)
+            block_size=config.block_size, requests=capacity, overlap=config.overlap)
         self.step_no = 0
         self.queued = 0                              # requests that joined the queue
         self.idle = False                            # the last step found no work
@@ -322,7 +323,8 @@ def _check_hicache(args) -> None:
 
 #: SGLang's HiCache defaults (``arg_groups/fields/memory.py``): ratio 2.0 in cache mode
 HICACHE_RATIO, HICACHE_WRITE_POLICY = 2.0, "write_through"
-HICACHE_SUMMARY = ("SGLang 0.5.23's scheduler over HiCache (host tier), in plain Python: "
+HICACHE_SUMMARY = ("SGLang 0.5.23's scheduler over HiCache (host tier; non-overlap loop), "
+                   "in plain Python: "
                    "some 50-65x slower than the compiled engine without HiCache")
 
 
@@ -344,7 +346,10 @@ def _hicache(args, pool: int, page: int) -> HiCacheSpec | None:
 
 
 def adjust_models_line(args, line: str) -> str:
-    """The run's models line with HiCache: the engine runs in Python, its host tier."""
+    """The run's models line: which loop ran; with HiCache the engine runs in Python (the
+    non-overlap loop), its host tier."""
+    if getattr(args, "disable_overlap_schedule", False):
+        line = line.replace("(overlap loop)", "(non-overlap loop)", 1)
     if not getattr(args, "enable_hierarchical_cache", False):
         return line
     line = line.replace(SGLang.SUMMARY, HICACHE_SUMMARY, 1)
@@ -356,7 +361,7 @@ class SGLang:
     """SGLang's engine: ``SGLangConfig``, ``SGLangInstance`` per instance, ``simulate``."""
 
     NAME = "sglang"
-    SUMMARY = "SGLang 0.5.23's scheduler and radix cache (non-overlap loop), compiled"
+    SUMMARY = "SGLang 0.5.23's scheduler and radix cache (overlap loop), compiled"
     COMPILED = False
     OPTIONS = (
         EngineOption("--page-size", dict(type=positive_int, default=1,
@@ -402,6 +407,11 @@ class SGLang:
             choices=HICACHE_WRITE_POLICIES, default=None,
             help="when the host gets a copy, with --enable-hierarchical-cache (SGLang's "
                  "default write_through)")),
+        EngineOption("--disable-overlap-schedule", dict(
+            action="store_true",
+            help="run SGLang's non-overlap loop (event_loop_normal); by default the overlap "
+                 "loop, SGLang's default (event_loop_overlap); both compiled and exact; "
+                 "HiCache runs the non-overlap loop")),
         EngineOption("--radix-eviction-policy", dict(
             choices=EVICTION_POLICIES, default="lru",
             help="the radix cache's eviction order (default lru)")),
@@ -444,7 +454,9 @@ class SGLang:
             radix_eviction_policy=args.radix_eviction_policy,
             seed=getattr(args, "seed", None) or 0)
         return SGLangConfig(num_gpu_blocks, max_model_len, args.block_size, settings,
-                            _hicache(args, pool, page))
+                            _hicache(args, pool, page),
+                            not args.disable_overlap_schedule and
+                            not args.enable_hierarchical_cache)
 
     adjust_models_line = staticmethod(adjust_models_line)
 
