@@ -161,3 +161,10 @@ def test_a_factor_the_run_cannot_identify_falls_back_to_the_profile(tmp_path):
     doc = json.loads(out.read_text())
     assert not doc["mfu_prefill"]["fitted"] and doc["mfu_prefill"]["value"] == 0.691
     assert "compute-bound" in doc["mfu_prefill"]["why"] and doc["mbu_decode"]["fitted"]
+
+
+def test_help_says_the_factors_are_fitted_unless_given(capsys):
+    with pytest.raises(SystemExit):
+        cli_main(["fit", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert text.count("default: fitted") == 2 and "default: that profile" not in text
