@@ -26,6 +26,7 @@ def test_simulate_writes_vllms_frames(tmp_path, capsys):
     shown = capsys.readouterr().out
     assert shown.startswith("models: engine sglang (SGLang 0.5.23's scheduler and radix "
                             "cache")
+    assert " 0 retractions; wrote" in shown and "preemption" not in shown   # SGLang's word
     requests = pl.read_parquet(out / "requests.parquet")
     steps = pl.read_parquet(out / "steps.parquet")
     assert tuple(requests.columns) == REQUEST_COLUMNS
