@@ -78,6 +78,8 @@ def test_hicache_loads_from_the_host(policy, tmp_path, capsys):
     assert metrics["sglang_cache_hit_rate"] == pytest.approx(
         metrics["gpu_hit_ratio"] + metrics["cpu_hit_ratio"])      # SGLang counts loads
     assert metrics["cpu_hit_ratio"] > 0
+    assert metrics["models"] == {"engine": "sglang", "gpu": None, "cpu": "hicache",
+                                 "hicache_write_policy": policy}     # the host tier named
     loaded = requests.filter(pl.col("cpu_hit_tokens") > 0)
     assert (loaded["load_ms"] > 0).all()
     assert requests.filter(pl.col("cpu_hit_tokens") == 0)["load_ms"].null_count() == \

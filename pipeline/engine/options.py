@@ -274,9 +274,12 @@ def engine_models(args: argparse.Namespace) -> tuple[str, dict]:
     line = registry.models_line("vllm", cpu, None, options).replace(
         "models: GPU " + registry.describe("vllm"), f"models: engine {engine.NAME} "
         f"({engine.SUMMARY})", 1)
+    field = {"engine": engine.NAME, **registry.models_field(None, cpu)}
     if hasattr(engine, "adjust_models_line"):
         line = engine.adjust_models_line(args, line)
-    return line, {"engine": engine.NAME, **registry.models_field(None, cpu)}
+    if hasattr(engine, "adjust_models_field"):
+        field = engine.adjust_models_field(args, field)
+    return line, field
 
 
 def engine_models_native(args: argparse.Namespace, spec: NativeSpec) -> tuple[str, dict]:

@@ -352,6 +352,14 @@ def adjust_models_line(args, line: str) -> str:
                         f"{args.hicache_write_policy or HICACHE_WRITE_POLICY})", 1)
 
 
+def adjust_models_field(args, field: dict) -> dict:
+    """The run's ``models`` field with HiCache: its host tier and write policy as ``cpu``."""
+    if not getattr(args, "enable_hierarchical_cache", False):
+        return field
+    return {**field, "cpu": "hicache",
+            "hicache_write_policy": args.hicache_write_policy or HICACHE_WRITE_POLICY}
+
+
 class SGLang:
     """SGLang's engine: ``SGLangConfig``, ``SGLangInstance`` per instance, ``simulate``."""
 
@@ -447,6 +455,7 @@ class SGLang:
                             _hicache(args, pool, page))
 
     adjust_models_line = staticmethod(adjust_models_line)
+    adjust_models_field = staticmethod(adjust_models_field)
 
     @staticmethod
     def instance(config: SGLangConfig, cpu_tier=None, capacity: int = 64):
