@@ -212,3 +212,13 @@ def test_a_routers_look_touches_nothing():
     assert (TG == before).all()
     assert snapshot.key_count() == engine.cached_key_count() == \
         (TG[T_EVICT] + TG[T_PROT]) // 4 > 0
+
+
+def test_a_cpu_tier_is_refused_naming_hicache():
+    from pipeline.components.sglang_settings import SchedulerSettings
+    from pipeline.engine.sglang import SGLangConfig, SGLangInstance
+
+    config = SGLangConfig(64, 10 ** 6, 4, SchedulerSettings(max_total_tokens=256))
+    with pytest.raises(ValueError, match="--enable-hierarchical-cache") as error:
+        SGLangInstance(config, cpu_tier=object())
+    assert "not modelled" not in str(error.value)          # HiCache is, in the engine

@@ -122,7 +122,8 @@ class SGLangInstance:
 
     def __init__(self, config: SGLangConfig, cpu_tier=None, capacity: int = 64) -> None:
         if cpu_tier is not None:
-            raise ValueError("the sglang engine has no CPU tier (HiCache is not modelled)")
+            raise ValueError("the sglang engine takes no CPU tier (its host tier: "
+                             "--enable-hierarchical-cache)")
         self.config, self.block_size = config, config.block_size
         s = config.settings
         self.P = s.page_size
