@@ -91,6 +91,11 @@ def test_hicache_loads_from_the_host(policy, tmp_path, capsys):
     capsys.readouterr()
     routed = pl.read_parquet(fleet / "requests").sort("request")
     assert routed["cpu_hit_tokens"].sum() > 0
+    report = (fleet / "report.html").read_text()          # SGLang's names, not vLLM's
+    assert "max_running_requests 256" in report and "max_num_seqs" not in report
+    assert f"HiCache (write policy {policy})" in report
+    assert "a model of SGLang 0.5.23&#x27;s scheduler" in report or \
+        "a model of SGLang 0.5.23's scheduler" in report
 
 
 def test_fleet_workers_answer_as_this_process(tmp_path, capsys):
