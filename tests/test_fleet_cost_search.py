@@ -343,6 +343,17 @@ def test_plan_cost_searches_tier_stacks_paying_for_cpu_and_disk():
     assert document["cost"]["sources"]["disk"] == "given on the command line"
 
 
+def test_each_kind_of_tier_searched_has_its_models_line_named():
+    done = subprocess.run([sys.executable, "-m", "pipeline", *TIERED, "--cost",
+                           "--instances", "1", "--tier-options",
+                           "none,1GiB,native:1GiB,cpu:512MiB+disk:4GiB:5:0.2"],
+                          cwd=ROOT, text=True, capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    models = [line for line in done.stdout.splitlines() if line.startswith("models: ")]
+    assert sorted(line.rsplit(" (--tier-options ", 1)[-1] for line in models) == [
+        "1GiB)", "cpu:512MiB+disk:4GiB:5:0.2)", "native:1GiB)"]     # every line names its own
+
+
 def test_plan_cost_searches_disaggregated_fleets_with_a_prefill_tier():
     done = subprocess.run([sys.executable, "-m", "pipeline", *TIERED, "--cost",
                            "--prefill-instances", "1", "--decode-instances", "1",
