@@ -3,6 +3,9 @@ random grids with a fake simulator, and the frontier."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+
 import polars as pl
 import pytest
 from hypothesis import given, settings
@@ -238,6 +241,12 @@ def test_plan_cost_compares_gpu_types_by_price():
     answer = document["answers"][0]
     assert (answer["gpu_type"], answer["instances"]) == ("A100", 1)   # the cheaper GPU
     assert document["cost"]["gpu_types"] == {"H100": 2.49, "A100": 1.49}
+    from pipeline.commands.plan_fleet_output import print_document
+    with contextlib.redirect_stdout(io.StringIO()) as text:
+        print_document(document)
+    ttft = next(line for line in text.getvalue().splitlines() if line.startswith("TTFT: "))
+    assert ttft.startswith("TTFT: roofline (H100") and ttft.endswith(   # answered on an A100
+        "; --gpu-types H100,A100: each point timed on its own GPU's roofline")
     missing = subprocess.run([sys.executable, "-m", "pipeline", *base, "--gpu-types",
                               "H100,L4", "--target-hit-ratio", "0.01"], cwd=ROOT, text=True,
                              capture_output=True, timeout=300)

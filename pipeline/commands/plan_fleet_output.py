@@ -141,6 +141,10 @@ def print_document(document: dict) -> None:
     print(f"workload: {document['workload']}")
     print(f"KV: {document['kv']['describe']}")
     bound = roofline_caveat(ttft["step_time_model"]) if ttft["source"] == "roofline" else ""
+    types = list(((document.get("cost") or {}).get("gpu_types")) or ())
+    if len(types) > 1 and ttft["source"] == "roofline":     # the label is the first type's
+        bound += (f"; --gpu-types {','.join(types)}: each point timed on its own GPU's "
+                  f"roofline")
     print(f"TTFT: {ttft['step_time_model']}{bound}" if ttft["withheld"] is None
           else f"TTFT: withheld: {ttft['withheld']}")
     engines = (f"instances {','.join(map(str, grid['instances']))}"
