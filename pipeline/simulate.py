@@ -164,7 +164,7 @@ def main(args: argparse.Namespace) -> int:
     print(f"{plural(frame.height, 'request')} in {plural(result.steps.height, 'step')}: "
           f"GPU prefix hits {hit:,} of {prompt:,} prompt tokens "
           f"({hit / prompt:.1%}), CPU {int(frame['cpu_hit_tokens'].sum()):,}, "
-          f"{plural(int(frame['preemptions'].sum()), 'preemption')}; "
+          f"{plural(int(frame['preemptions'].sum()), _preemption(args))}; "
           f"wrote {args.out}/: {', '.join(sorted(path.name for path in written))}")
     for line in size_lines(args.sizes) + stack_lines(frame):
         print(line)
@@ -173,3 +173,9 @@ def main(args: argparse.Namespace) -> int:
     if metrics["overloaded"]:
         print(warning_line(metrics))
     return 0
+
+
+def _preemption(args: argparse.Namespace) -> str:
+    """What the engine calls a request pushed out of the batch: SGLang retracts
+    (``retract_decode``), vLLM preempts."""
+    return "retraction" if getattr(args, "engine", "vllm") == "sglang" else "preemption"

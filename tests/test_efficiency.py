@@ -59,3 +59,20 @@ def test_options_take_the_profile_or_a_number(tmp_path):
         done = _simulate(tmp_path / "bad", *argv)
         assert done.returncode == 2 and message in done.stderr, done.stderr
         assert done.stderr.count("\n") == 1 and not (tmp_path / "bad" / "out").exists()
+
+
+@pytest.mark.parametrize("gpu,options,measured", [
+    ("H100", {}, True), ("A100", {}, True), ("H200", {}, True),     # H200: the H100's
+    ("L4", {}, False), ("L40S", {}, False),                         # the mean, assumed
+    ("H100", {"mfu_prefill": 0.4}, False)])                         # given
+def test_only_a_profiled_efficiency_is_called_measured(gpu, options, measured):
+    from argparse import Namespace
+    from pipeline.steptime.roofline import roofline_caveat
+    args = Namespace(**{**dict(
+        gpu_type=gpu, model="qwen2.5-7b", weights="bf16", step_overhead_ms=2.0,
+        mfu_prefill=None, mbu_decode=None, tensor_parallel_size=1, gpu_tflops=None,
+        gpu_fp8_tflops=None, gpu_hbm_gbps=None, host_link_gbps=None), **options})
+    roofline = Roofline.from_args(args)
+    said = "at measured efficiency" if measured else "at assumed or given efficiency"
+    assert roofline.provenance.startswith(f"roofline {said}")
+    assert said in roofline_caveat(roofline.label)

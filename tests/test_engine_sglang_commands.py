@@ -26,6 +26,7 @@ def test_simulate_writes_vllms_frames(tmp_path, capsys):
     shown = capsys.readouterr().out
     assert shown.startswith("models: engine sglang (SGLang 0.5.23's scheduler and radix "
                             "cache")
+    assert " 0 retractions; wrote" in shown and "preemption" not in shown   # SGLang's word
     requests = pl.read_parquet(out / "requests.parquet")
     steps = pl.read_parquet(out / "steps.parquet")
     assert tuple(requests.columns) == REQUEST_COLUMNS
@@ -86,6 +87,8 @@ def test_hicache_loads_from_the_host(policy, tmp_path, capsys):
     assert metrics["sglang_cache_hit_rate"] == pytest.approx(
         metrics["gpu_hit_ratio"] + metrics["cpu_hit_ratio"])      # SGLang counts loads
     assert metrics["cpu_hit_ratio"] > 0
+    assert metrics["models"] == {"engine": "sglang", "gpu": None, "cpu": "hicache",
+                                 "hicache_write_policy": policy}     # the host tier named
     loaded = requests.filter(pl.col("cpu_hit_tokens") > 0)
     assert (loaded["load_ms"] > 0).all()
     assert requests.filter(pl.col("cpu_hit_tokens") == 0)["load_ms"].null_count() == \
@@ -97,6 +100,11 @@ def test_hicache_loads_from_the_host(policy, tmp_path, capsys):
     capsys.readouterr()
     routed = pl.read_parquet(fleet / "requests").sort("request")
     assert routed["cpu_hit_tokens"].sum() > 0
+    report = (fleet / "report.html").read_text()          # SGLang's names, not vLLM's
+    assert "max_running_requests 256" in report and "max_num_seqs" not in report
+    assert f"HiCache (write policy {policy})" in report
+    assert "a model of SGLang 0.5.23&#x27;s scheduler" in report or \
+        "a model of SGLang 0.5.23's scheduler" in report
 
 
 def test_fleet_workers_answer_as_this_process(tmp_path, capsys):
@@ -220,3 +228,13 @@ def test_a_routers_look_touches_nothing():
     assert (TG == before).all()
     assert snapshot.key_count() == engine.cached_key_count() == \
         (TG[T_EVICT] + TG[T_PROT]) // 4 > 0
+
+
+def test_a_cpu_tier_is_refused_naming_hicache():
+    from pipeline.components.sglang_settings import SchedulerSettings
+    from pipeline.engine.sglang import SGLangConfig, SGLangInstance
+
+    config = SGLangConfig(64, 10 ** 6, 4, SchedulerSettings(max_total_tokens=256))
+    with pytest.raises(ValueError, match="--enable-hierarchical-cache") as error:
+        SGLangInstance(config, cpu_tier=object())
+    assert "not modelled" not in str(error.value)          # HiCache is, in the engine

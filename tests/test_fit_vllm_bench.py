@@ -131,6 +131,15 @@ def test_options_that_do_not_mix(bench, tmp_path, capsys):
     assert not out.exists()
 
 
+def test_no_model_is_one_line_naming_vllm_bench(bench, tmp_path, capsys):
+    out = tmp_path / "eff.json"
+    assert cli_main(["fit", "--vllm-bench", str(bench), "--gpu-type", "H100",
+                     "--output", str(out)]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "--vllm-bench needs --model PRESET" in error[0]
+    assert not out.exists()
+
+
 def test_appended_results_are_runs_and_a_run_can_be_held_out(bench, tmp_path, capsys):
     appended = tmp_path / "appended.json"
     appended.write_text(bench.read_text() + "\n" + bench.read_text())
@@ -152,3 +161,10 @@ def test_a_factor_the_run_cannot_identify_falls_back_to_the_profile(tmp_path):
     doc = json.loads(out.read_text())
     assert not doc["mfu_prefill"]["fitted"] and doc["mfu_prefill"]["value"] == 0.691
     assert "compute-bound" in doc["mfu_prefill"]["why"] and doc["mbu_decode"]["fitted"]
+
+
+def test_help_says_the_factors_are_fitted_unless_given(capsys):
+    with pytest.raises(SystemExit):
+        cli_main(["fit", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert text.count("default: fitted") == 2 and "default: that profile" not in text

@@ -33,8 +33,10 @@ def test_sweep_writes_a_dataset_by_point_and_json_rows(tmp_path, capsys):
     assert set(rows[0]) == {"router", "instances", "gpu_blocks", "load", "prompt_tokens",
                             "gpu_hit_tokens", "cpu_hit_tokens", "ttft_p50_ms", "ttft_p90_ms",
                             "imbalance", "requests", "overloaded", "offered_rate",
-                            "served_rate", "queue_at_last_arrival", "peak_queue", "models"}
+                            "served_rate", "queue_at_last_arrival", "peak_queue", "models",
+                            "step_time_model"}
     assert rows[0]["models"] == {"gpu": "vllm", "cpu": None}       # no CPU tier
+    assert rows[0]["step_time_model"].startswith("roofline (")     # the TTFT's source
     table = ds.dataset(out / "requests", format="parquet", partitioning="hive").to_table()
     requests = pl.from_arrow(table)
     assert requests["point"].n_unique() == 8 and requests.height == 8 * 12

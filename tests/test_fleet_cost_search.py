@@ -3,6 +3,9 @@ random grids with a fake simulator, and the frontier."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+
 import polars as pl
 import pytest
 
@@ -235,8 +238,13 @@ def test_plan_cost_compares_gpu_types_by_price():
     answer = document["answers"][0]
     assert (answer["gpu_type"], answer["instances"]) == ("A100", 1)   # the cheaper GPU
     assert document["cost"]["gpu_types"] == {"H100": 2.49, "A100": 1.49}
-    missing = cli_in_process(*base, "--gpu-types",
-                              "H100,L4", "--target-hit-ratio", "0.01")
+    from pipeline.commands.plan_fleet_output import print_document
+    with contextlib.redirect_stdout(io.StringIO()) as text:
+        print_document(document)
+    ttft = next(line for line in text.getvalue().splitlines() if line.startswith("TTFT: "))
+    assert ttft.startswith("TTFT: roofline (H100") and ttft.endswith(   # answered on an A100
+        "; --gpu-types H100,A100: each point timed on its own GPU's roofline")
+    missing = cli_in_process(*base, "--gpu-types", "H100,L4", "--target-hit-ratio", "0.01")
     assert missing.returncode == 2 and "L4" in missing.stderr
     assert missing.stderr.count("\n") == 1
 
@@ -334,6 +342,15 @@ def test_plan_cost_searches_tier_stacks_paying_for_cpu_and_disk():
     assert answer["usd_per_hour"] == pytest.approx(2.49 + 0.5 * 0.5 + 0.01 * 4)
     assert [t["kind"] for t in document["grid"]["tier_options"]] == ["none", "stack", "lmcache"]
     assert document["cost"]["sources"]["disk"] == "given on the command line"
+
+
+def test_each_kind_of_tier_searched_has_its_models_line_named():
+    done = cli_in_process(*TIERED, "--cost", "--instances", "1", "--tier-options",
+                          "none,1GiB,native:1GiB,cpu:512MiB+disk:4GiB:5:0.2")
+    assert done.returncode == 0, done.stderr
+    models = [line for line in done.stdout.splitlines() if line.startswith("models: ")]
+    assert sorted(line.rsplit(" (--tier-options ", 1)[-1] for line in models) == [
+        "1GiB)", "cpu:512MiB+disk:4GiB:5:0.2)", "native:1GiB)"]     # every line names its own
 
 
 def test_plan_cost_searches_disaggregated_fleets_with_a_prefill_tier():

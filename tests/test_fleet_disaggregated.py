@@ -236,6 +236,8 @@ def test_fleet_and_plan_disaggregated(tmp_path):
       "--pd-decider", "bogus"), "--pd-decider"),
     (("--prefill-instances", "1", "--decode-instances", "1", "--kv-transfer", "25GB/s",
       "--pd-decider", "llm-d-prefix:16", "--max-local-prefill-length", "5"), "--pd-decider"),
+    (("--prefill-instances", "1", "--decode-instances", "1", "--kv-transfer", "25GB/s",
+      "--engine", "sglang"), "not --engine sglang"),
 ])
 def test_disaggregated_bad_input_is_one_line(tmp_path, extra, named):
     done = _run("fleet", *WORKLOAD, *extra, "--out", str(tmp_path / "f"))

@@ -97,3 +97,12 @@ def test_lfu_keeps_the_chunk_hit_most():
         return stack.state()["cpu"]
     assert cpu_after("lru") == [("b",), ("c",)]
     assert cpu_after("lfu") == [("c",), ("a",)]
+
+
+def test_an_unknown_policy_names_every_modelled_one_lfu_included():
+    try:
+        LMCacheStack([Tier("cpu", 512)], BLOCK, 2.0, 256, policy="arc")
+    except ValueError as exc:
+        assert "lru, fifo, mru, lfu" in str(exc) and "not modelled" not in str(exc)
+    else:
+        raise AssertionError("policy arc was accepted")

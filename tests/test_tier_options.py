@@ -4,6 +4,8 @@ absent without ``--tier``."""
 
 from __future__ import annotations
 
+import json
+
 import polars as pl
 import pytest
 from test_cli_bad_arguments import usage_error
@@ -59,6 +61,9 @@ def test_tier_policy(tmp_path, capsys):
     assert main([*RUN, "--tier", "cpu:512tokens", "--tier", "disk:1GiB:2:0.5", "--tier-policy",
                  "lfu", "--out", str(tmp_path / "lfu")]) == 0
     assert "tokens, LFU): cpu 512tokens" in capsys.readouterr().out
+    models = json.loads((tmp_path / "lfu" / "metrics.json").read_text())["models"]
+    assert models["cpu_tier"] == "lmcache-stack" and models["stack"]["policy"] == "lfu"
+    assert models["stack"]["tiers"] == ["cpu:512tokens", "disk:1GiB:2:0.5"]
 
 
 def test_tier_needs_a_model(tmp_path, capsys):

@@ -220,8 +220,10 @@ def report_html(fleet: pl.DataFrame, label: str, model_label: str,
 
     points = point_figures(fleet, requests)
     saved = capacity_saved(fleet)
+    scheduler = ("SGLang 0.5.23's scheduler" if ("engine", "sglang") in configuration
+                 else "vLLM v1's scheduler")
     prelude = (f"<p>Workload: {html.escape(label)}. Step times: {html.escape(model_label)}."
-               " Simulated engines (a model of vLLM v1's scheduler), not measurements.</p>")
+               f" Simulated engines (a model of {scheduler}), not measurements.</p>")
     tables = ("<h3>GPU blocks a router needs for round robin's TTFT p90</h3>"
               + (table_html(saved) if saved.height else "<p>No round-robin points.</p>")
               + "<h3>Every point</h3>"

@@ -85,12 +85,30 @@ def engine_configuration(args: argparse.Namespace, model) -> list[tuple[str, str
     tier = (f"{cpu:,} tokens ({getattr(args, 'cpu_tier_model', None) or 'lmcache'})"
             if cpu else "none")
     engine = getattr(args, "engine", None)               # named when not the default, vllm
+    if engine == "sglang":
+        limits, tier = _sglang_configuration(args)
     return [("model", name),
             ("GPU type", gpu.name if gpu is not None else "none (a fitted step-time file)"),
             *([("engine", engine)] if engine not in (None, "vllm") else []),
             ("block size", f"{args.block_size} tokens"),
             ("engine limits", limits),
             ("CPU tier", tier)]
+
+
+def _sglang_configuration(args: argparse.Namespace) -> tuple[str, str]:
+    """(engine limits, host tier) of an ``--engine sglang`` run, in SGLang's names."""
+    from pipeline.sizes.model_options import tensor_parallel
+    from pipeline.sizes.sglang_memory import default_chunk
+    chunk = getattr(args, "chunked_prefill_size", None) or default_chunk(
+        getattr(args, "gpu_type", None), tensor_parallel(args))
+    limits = (f"max_running_requests {getattr(args, 'max_running_requests', None) or 256}, "
+              f"chunked_prefill_size {'off' if chunk == -1 else f'{chunk:,}'}, "
+              f"max_prefill_tokens {getattr(args, 'max_prefill_tokens', None) or 16384:,}, "
+              f"schedule_policy {getattr(args, 'schedule_policy', None) or 'fcfs'}, "
+              f"page_size {getattr(args, 'page_size', None) or 1}")
+    hicache = getattr(args, "enable_hierarchical_cache", False)
+    policy = getattr(args, "hicache_write_policy", None) or "write_through"
+    return limits, f"HiCache (write policy {policy})" if hicache else "none"
 
 
 def cell_text(column: str, value) -> str:

@@ -113,7 +113,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           help="fit one scale on this vidur-format profile's GPU milliseconds "
                                "(as --latency profile:DIR prices them) instead of the "
                                "roofline's factors")
-    add_latency_arguments(parser, latency=False)
+    add_latency_arguments(parser, latency=False, fitted=True)
 
 
 #: options of the roofline (--vllm-bench) and their defaults

@@ -338,7 +338,7 @@ def _write_summaries(out: Path, points: list[Point], label: str, model,
     first_line, models = engine_models(args)
     if args.json:                             # stdout stays JSON lines: warnings to stderr
         for row in json_rows(fleet, cost=prices is not None):
-            print(json.dumps({**row, "models": models}))
+            print(json.dumps({**row, "models": models, "step_time_model": model_label}))
         for line in warnings:
             print(line, file=sys.stderr)
         return

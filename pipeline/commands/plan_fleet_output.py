@@ -26,15 +26,15 @@ def with_tier(args: argparse.Namespace, tiers: list[TierChoice] | None) -> argpa
 
 
 def tier_models_lines(args: argparse.Namespace, tiers: list[TierChoice] | None) -> list[str]:
-    """The answer's models lines: one per kind of CPU tier searched (its largest option),
-    the first as ``with_tier``'s."""
+    """The answer's models lines: one per kind of CPU tier searched (its largest option,
+    named when there are several kinds), the first as ``with_tier``'s."""
     tiered = [tier for tier in tiers or () if tier.kind != "none"]
     largest = {tier.kind: tier for tier in tiered}
     if len(largest) < 2:
         return [engine_models(with_tier(args, tiers))[0]]
-    return [engine_models(with_tier(args, tiers))[0]] + [
-        f"{engine_models(tier.with_args(args))[0]} (--tier-options {tier.text})"
-        for kind, tier in largest.items() if tier is not tiered[-1]]
+    return [f"{engine_models(tier.with_args(args))[0]} (--tier-options {tier.text})"
+            for tier in [tiered[-1]] + [tier for tier in largest.values()
+                                        if tier is not tiered[-1]]]
 
 
 def plan_document(args, workload, kv: KVSize, model, withheld: str | None, plan: pl.DataFrame,
@@ -141,6 +141,10 @@ def print_document(document: dict) -> None:
     print(f"workload: {document['workload']}")
     print(f"KV: {document['kv']['describe']}")
     bound = roofline_caveat(ttft["step_time_model"]) if ttft["source"] == "roofline" else ""
+    types = list(((document.get("cost") or {}).get("gpu_types")) or ())
+    if len(types) > 1 and ttft["source"] == "roofline":     # the label is the first type's
+        bound += (f"; --gpu-types {','.join(types)}: each point timed on its own GPU's "
+                  f"roofline")
     print(f"TTFT: {ttft['step_time_model']}{bound}" if ttft["withheld"] is None
           else f"TTFT: withheld: {ttft['withheld']}")
     engines = (f"instances {','.join(map(str, grid['instances']))}"

@@ -61,7 +61,7 @@ class LMCacheStack(NumberedKeys):
         check_chunk_size(chunk_size, block_size)
         if policy not in POLICIES:
             raise ValueError(f"cache_policy {policy!r}: the stack models "
-                             f"{', '.join(POLICIES)} (LMCache's LFU is not modelled)")
+                             f"{', '.join(POLICIES)} (LMCache's POLICY_MAPPING)")
         self.policy = policy
         by_kind = {tier.kind: tier for tier in tiers}
         self.tiers = tuple(tiers)

@@ -261,7 +261,11 @@ def engine_models(args: argparse.Namespace) -> tuple[str, dict]:
     engine = engine_for(args)
     model, options, _ = cpu_tier_choice(args)
     if getattr(args, "tiers", None):
-        return stack_models_line(args, options), registry.models_field("vllm", model)
+        return stack_models_line(args, options), {
+            **registry.models_field("vllm", model), "cpu_tier": "lmcache-stack",
+            "stack": {"policy": getattr(args, "tier_policy", None) or "lru",
+                      "tiers": [spec.text for spec in args.tiers],
+                      "chunk_tokens": options.get("chunk_size")}}
     offload = offloading(args)
     cpu = model if getattr(args, "cpu", 0) or isinstance(offload, int) else None
     if isinstance(offload, NativeSpec):
@@ -274,9 +278,12 @@ def engine_models(args: argparse.Namespace) -> tuple[str, dict]:
     line = registry.models_line("vllm", cpu, None, options).replace(
         "models: GPU " + registry.describe("vllm"), f"models: engine {engine.NAME} "
         f"({engine.SUMMARY})", 1)
+    field = {"engine": engine.NAME, **registry.models_field(None, cpu)}
     if hasattr(engine, "adjust_models_line"):
         line = engine.adjust_models_line(args, line)
-    return line, {"engine": engine.NAME, **registry.models_field(None, cpu)}
+    if hasattr(engine, "adjust_models_field"):
+        field = engine.adjust_models_field(args, field)
+    return line, field
 
 
 def engine_models_native(args: argparse.Namespace, spec: NativeSpec) -> tuple[str, dict]:

@@ -123,7 +123,8 @@ class SGLangInstance:
 
     def __init__(self, config: SGLangConfig, cpu_tier=None, capacity: int = 64) -> None:
         if cpu_tier is not None:
-            raise ValueError("the sglang engine has no CPU tier (HiCache is not modelled)")
+            raise ValueError("the sglang engine takes no CPU tier (its host tier: "
+                             "--enable-hierarchical-cache)")
         self.config, self.block_size = config, config.block_size
         s = config.settings
         self.P = s.page_size
@@ -357,6 +358,14 @@ def adjust_models_line(args, line: str) -> str:
                         f"{args.hicache_write_policy or HICACHE_WRITE_POLICY})", 1)
 
 
+def adjust_models_field(args, field: dict) -> dict:
+    """The run's ``models`` field with HiCache: its host tier and write policy as ``cpu``."""
+    if not getattr(args, "enable_hierarchical_cache", False):
+        return field
+    return {**field, "cpu": "hicache",
+            "hicache_write_policy": args.hicache_write_policy or HICACHE_WRITE_POLICY}
+
+
 class SGLang:
     """SGLang's engine: ``SGLangConfig``, ``SGLangInstance`` per instance, ``simulate``."""
 
@@ -459,6 +468,7 @@ class SGLang:
                             not args.enable_hierarchical_cache)
 
     adjust_models_line = staticmethod(adjust_models_line)
+    adjust_models_field = staticmethod(adjust_models_field)
 
     @staticmethod
     def instance(config: SGLangConfig, cpu_tier=None, capacity: int = 64):

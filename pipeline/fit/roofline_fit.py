@@ -35,6 +35,9 @@ __all__ = ["peak_form", "bench_engine", "fit_factors", "factors_of", "efficiency
 def peak_form(args: argparse.Namespace) -> RooflineForm:
     """The options' roofline at its peaks, factors given as options held (module
     docstring); usage errors name the option."""
+    if not any(getattr(args, key, None) for key in ("model", "model_shape", "model_config")):
+        raise UsageError("--vllm-bench needs --model PRESET (or --model-shape, --model-config):"
+                         " the roofline fitted is the model's, none is assumed")
     options = argparse.Namespace(**{**vars(args), "mfu_prefill": 1.0, "mbu_decode": 1.0})
     peak = Roofline.from_args(options)
     held = []

@@ -200,6 +200,10 @@ def resolve_disaggregation(args: argparse.Namespace) -> Options:
     missing = [flag for flag in pd if flag not in given]
     if missing:
         raise UsageError(f"{given[0]} needs {' and '.join(missing)} (a disaggregated fleet)")
+    if getattr(args, "engine", "vllm") != "vllm":
+        raise UsageError(f"{given[0]}: a disaggregated fleet runs vLLM's engines (the decode "
+                         f"side loads the KV through vLLM's connector), not --engine "
+                         f"{args.engine}")
     if getattr(args, "pd_decider", None) is not None \
             and args.max_local_prefill_length is not None:
         raise UsageError("--pd-decider: not with --max-local-prefill-length (that is "

@@ -23,9 +23,11 @@ __all__ = ["add_latency_arguments", "add_load_arguments", "add_slo_arguments",
            "latency_from_args", "check_roofline_model", "load_list", "slo_options"]
 
 
-def add_latency_arguments(parser: argparse.ArgumentParser, latency: bool = True) -> None:
+def add_latency_arguments(parser: argparse.ArgumentParser, latency: bool = True,
+                          fitted: bool = False) -> None:
     """--latency (unless the command has its own), --gpu-type and the figures that override
-    or define a GPU."""
+    or define a GPU; ``fitted``: ``--mfu-prefill``/``--mbu-decode`` hold a factor that
+    ``fit`` would otherwise fit."""
     group = parser.add_argument_group(
         "step time (turns each batch into milliseconds: the time clock)")
     if latency:
@@ -58,9 +60,12 @@ def add_latency_arguments(parser: argparse.ArgumentParser, latency: bool = True)
         group.add_argument(flag, type=_ratio_or_profiled, nargs="?", const=PROFILED,
                            default=None,
                            metavar="F", help=f"the roofline's share of {what} (0 < F <= 1); "
-                           f"given alone: measured on the GPU preset by vidur's profiles "
-                           f"(H100, A100); default: that profile (H200: the H100's; other "
-                           f"GPUs: their mean, labelled assumed); 1: the peak (a lower bound)")
+                           + ("held, not fitted: at F, or given alone at vidur's profile of "
+                              "the GPU preset (H100, A100); default: fitted" if fitted else
+                              "given alone: measured on the GPU preset by vidur's profiles "
+                              "(H100, A100); default: that profile (H200: the H100's; other "
+                              "GPUs: their mean, labelled assumed); 1: the peak (a lower "
+                              "bound)"))
     group.add_argument("--model-shape", metavar="L,HIDDEN,INTER,HEADS,KV_HEADS,VOCAB[,tied]",
                        help="the roofline's model shape instead of the --model preset")
 

@@ -61,8 +61,24 @@ def roofline_caveat(label: str) -> str:
     if not label.startswith("roofline"):
         return ""
     if "MFU" in label or "MBU" in label:
-        return " (a roofline at measured efficiency, not a measurement)"
+        return (" (a roofline at measured efficiency, not a measurement)" if _profiled(label)
+                else " (a roofline at assumed or given efficiency, not a measurement)")
     return " (a lower bound from peak figures, not a measurement)"
+
+
+def _profiled(label: str) -> bool:
+    """Whether a roofline label's MFU and MBU are its GPU's profiled ones (the default
+    factors of ``pipeline.steptime.efficiency``; not the mean assumed for another GPU)."""
+    from pipeline.steptime.efficiency import default_efficiency
+    try:
+        gpu = gpu_preset(label.removeprefix("roofline (").split(",")[0])
+    except ValueError:                                  # a custom GPU: nothing profiled
+        return False
+    for index, name in enumerate(("MFU", "MBU")):
+        value, source = default_efficiency(gpu, index)
+        if source.startswith("assumed") or f", {name} {value:g}" not in label:
+            return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -177,8 +193,11 @@ class Roofline:
 
     @property
     def provenance(self) -> str:
+        parts = self.efficiency_source.split("; ")
         kind = ("roofline lower bound (the peaks), not measured" if self.peak else
-                "roofline at measured efficiency, not a measurement of this setup")
+                "roofline at assumed or given efficiency, not a measurement of this setup"
+                if any(part.endswith(" given") or " from assumed:" in part for part in parts)
+                else "roofline at measured efficiency, not a measurement of this setup")
         return (f"{kind}: {self.gpu.describe(self.weights)} "
                 f"[{self.gpu.source}]; {self.model.name} shape ({self.model.layers} layers, "
                 f"hidden {self.model.hidden_size}, intermediate {self.model.intermediate_size},"
