@@ -343,7 +343,8 @@ def _write_summaries(out: Path, points: list[Point], label: str, model,
             print(line, file=sys.stderr)
         return
     print(first_line)
-    print(f"{len(points)} points -> {out} (step times: {model_label})")
+    print(f"{len(points)} point{'s' if len(points) != 1 else ''} -> {out} (step times: "
+          f"{model_label})")
     if getattr(args, "kv_transfer", None) is not None:
         print(f"disaggregated: --instances counts prefill engines; the KV moves over "
               f"{args.kv_transfer.describe()} per prefill instance to the decode engines "

@@ -28,7 +28,8 @@ class VLLM:
             type=non_negative_int, default=0,
             help="cap on a prefill chunk when other requests wait (default 0)")),
         EngineOption("--async-scheduling", dict(
-            action="store_true", help="two batches in flight (vLLM 0.33's default on CUDA)")),
+            action="store_true",
+            help="two batches in flight (vLLM 0.33's default on CUDA; off here unless given)")),
         EngineOption("--kv-offloading-size", dict(
             type=positive_float, metavar="GiB",
             help="vLLM's KV offloading buffer in GiB (needs the KV bytes per token: "
