@@ -39,7 +39,7 @@ from pipeline.engine.request import SimRequest
 from pipeline.engine.sglang_hicache import HiCacheSpec, SGLangHiInstance, host_pool_tokens, \
     key_symbols, request_symbols
 from pipeline.engine.kstep import reload_term
-from pipeline.engine.step import StepRecord, TimedSteps
+from pipeline.engine.step import StepRecord, TimedSteps, timed_batches
 from pipeline.sizes.vllm_memory import DEFAULT_BATCHED_TOKENS, DEFAULT_SEQS
 
 __all__ = ["SGLang", "SGLangConfig", "SGLangInstance"]
@@ -254,24 +254,8 @@ class SGLangInstance:
 
     def run_until(self, until_ms: float, now_ms: float, step_ms) -> TimedSteps:
         """Batches that start before ``until_ms`` (``step_ms(record)``: each one's time)."""
-        steps, starts, durations, events, now = [], [], [], [], now_ms
-        while now < until_ms:
-            record = self.step()
-            if record is None:
-                if self.idle:                            # no work: nothing was done
-                    break
-                raise RuntimeError(STUCK_MESSAGE)
-            duration = float(step_ms(record))
-            record.duration_ms = duration
-            steps.append(self._row.tolist())
-            starts.append(now)
-            durations.append(duration)
-            now += duration
-            events += [[record.step, 0, i] for i in record.first_tokens]
-            events += [[record.step, 1, i] for i in record.finished]
-        return TimedSteps(now, np.array(steps, np.int64).reshape(-1, len(STEP_COLUMNS)),
-                          np.array(starts, np.float64), np.array(durations, np.float64),
-                          np.array(events, np.int64).reshape(-1, 3))
+        return timed_batches(self, lambda: self._row.tolist(), len(STEP_COLUMNS), until_ms,
+                             now_ms, step_ms)
 
     def request_rows(self, requests: Sequence[SimRequest]) -> np.ndarray:
         R = self.state.R[[self.rows[r.index] for r in requests]]

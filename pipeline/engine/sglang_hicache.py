@@ -28,7 +28,7 @@ from pipeline.components.sglang_hisched import HiScheduler
 from pipeline.components.sglang_sched import Req
 from pipeline.engine.loop import STEP_COLUMNS
 from pipeline.engine.request import SimRequest, placeholder_tokens, sequence_tokens
-from pipeline.engine.step import StepRecord, TimedSteps
+from pipeline.engine.step import StepRecord, TimedSteps, timed_batches
 
 __all__ = ["HiCacheSpec", "SGLangHiInstance", "host_pool_tokens", "request_symbols",
            "key_symbols"]
@@ -225,26 +225,8 @@ class SGLangHiInstance:
 
     def run_until(self, until_ms: float, now_ms: float, step_ms) -> TimedSteps:
         """Batches that start before ``until_ms`` (``step_ms(record)``: each one's time)."""
-        from pipeline.engine.compiled import STUCK_MESSAGE
-        steps, starts, durations, events, now = [], [], [], [], now_ms
-        while now < until_ms:
-            record = self.step()
-            if record is None:
-                if self.idle:
-                    break
-                raise RuntimeError(STUCK_MESSAGE)
-            duration = float(step_ms(record))
-            record.duration_ms = duration
-            steps.append(self.row)
-            starts.append(now)
-            durations.append(duration)
-            now += duration
-            events += [[record.step, 0, i] for i in record.first_tokens]
-            events += [[record.step, 1, i] for i in record.finished]
-        width = len(STEP_COLUMNS) + len(HOST_COLUMNS)
-        return TimedSteps(now, np.array(steps, np.int64).reshape(-1, width),
-                          np.array(starts, np.float64), np.array(durations, np.float64),
-                          np.array(events, np.int64).reshape(-1, 3))
+        return timed_batches(self, lambda: self.row, len(STEP_COLUMNS) + len(HOST_COLUMNS),
+                             until_ms, now_ms, step_ms)
 
     def host_loaded(self, requests: Sequence[SimRequest]) -> np.ndarray:
         """Host tokens each request's first admission loaded."""

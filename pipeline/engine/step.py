@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["StepRecord", "DecodeRun", "DecodeRows", "TimedSteps"]
+__all__ = ["StepRecord", "DecodeRun", "DecodeRows", "TimedSteps", "timed_batches"]
 
 
 @dataclass
@@ -96,3 +96,30 @@ class TimedSteps:
     start_ms: np.ndarray
     duration_ms: np.ndarray
     events: np.ndarray
+
+
+def timed_batches(instance, row, width: int, until_ms: float, now_ms: float,
+                  step_ms) -> TimedSteps:
+    """The batches a Python-stepped ``instance`` starts before ``until_ms``: each
+    ``instance.step()``'s record priced by ``step_ms(record)``, its step row ``row()`` (of
+    ``width`` columns) and its first-token and finish events; a turn with no batch ends the
+    run when ``instance.idle`` (no work), else it is stuck."""
+    from pipeline.engine.compiled import STUCK_MESSAGE
+    steps, starts, durations, events, now = [], [], [], [], now_ms
+    while now < until_ms:
+        record = instance.step()
+        if record is None:
+            if instance.idle:                            # no work: nothing was done
+                break
+            raise RuntimeError(STUCK_MESSAGE)
+        duration = float(step_ms(record))
+        record.duration_ms = duration
+        steps.append(row())
+        starts.append(now)
+        durations.append(duration)
+        now += duration
+        events += [[record.step, 0, i] for i in record.first_tokens]
+        events += [[record.step, 1, i] for i in record.finished]
+    return TimedSteps(now, np.array(steps, np.int64).reshape(-1, width),
+                      np.array(starts, np.float64), np.array(durations, np.float64),
+                      np.array(events, np.int64).reshape(-1, 3))
