@@ -24,7 +24,7 @@ changes in the loop (docs/sglang.md cites each line). It is the engine of ``--en
 from __future__ import annotations
 
 from pipeline.components.sglang_hiradix import HiRadixTree
-from pipeline.components.sglang_sched import CLIP_MAX_NEW_TOKENS, NO_TOKEN, OTHER, Adder, Batch, \
+from pipeline.components.sglang_sched import CLIP_MAX_NEW_TOKENS, Adder, Batch, \
     Req, Scheduler
 
 __all__ = ["HiScheduler"]
@@ -70,24 +70,6 @@ class HiScheduler(Scheduler):
 
 class HiAdder(Adder):
     """``PrefillAdder.add_one_req`` with a host hit: admission, then the load back."""
-
-    def _select(self, req: Req, total: int, host: int):
-        """``_select_prefill_admission``: (prefix, extend, max_new, chunked) or a verdict."""
-        prefix = req.prefix_len + host
-        extend = len(req.fill()) - prefix
-        input_tokens = self._ceil(extend)
-        if not total < self.remaining_total():
-            return NO_TOKEN
-        if self.rem_chunk is None and self.can_run and input_tokens >= self.rem_input:
-            return OTHER
-        chunked, new_tokens = False, min(req.max_new, CLIP_MAX_NEW_TOKENS)
-        if self.rem_chunk is not None and input_tokens > self.rem_chunk:
-            end = (prefix + self.rem_chunk // self.P * self.P) // self.P * self.P
-            extend = end - prefix
-            if extend <= 0:
-                return OTHER
-            chunked, new_tokens = True, 0
-        return prefix, extend, new_tokens, chunked
 
     def add_one_req(self, req: Req, has_chunked: bool) -> str:
         max_new = min(max(req.max_new - req.out, 0), CLIP_MAX_NEW_TOKENS)

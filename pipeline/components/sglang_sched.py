@@ -494,27 +494,35 @@ class Adder:
                      0 if truncated else min(req.max_new, CLIP_MAX_NEW_TOKENS))
         return req if truncated else None
 
+    def _select(self, req: Req, total: int, host: int = 0):
+        """``_select_prefill_admission``: (prefix, extend, max_new, chunked) or a verdict;
+        ``host`` tokens a load back would add to the prefix (HiCache)."""
+        prefix = req.prefix_len + host
+        extend = len(req.fill()) - prefix
+        input_tokens = self._ceil(extend)
+        if not total < self.remaining_total():
+            return NO_TOKEN
+        if self.rem_chunk is None and self.can_run and input_tokens >= self.rem_input:
+            return OTHER
+        chunked, new_tokens = False, min(req.max_new, CLIP_MAX_NEW_TOKENS)
+        if self.rem_chunk is not None and input_tokens > self.rem_chunk:
+            end = (prefix + self.rem_chunk // self.P * self.P) // self.P * self.P
+            extend = end - prefix
+            if extend <= 0:
+                return OTHER
+            chunked, new_tokens = True, 0
+        return prefix, extend, new_tokens, chunked
+
     def add_one_req(self, req: Req, has_chunked: bool) -> str:
         max_new = min(max(req.max_new - req.out, 0), CLIP_MAX_NEW_TOKENS)
-        fill_len = len(req.fill())
-        total = fill_len - req.prefix_len + max_new + self.P
+        total = len(req.fill()) - req.prefix_len + max_new + self.P
         tree = self.sched.tree
         tree.inc_lock_ref(req.last_node)                 # _lock_node
         try:
-            prefix = req.prefix_len
-            extend = fill_len - prefix
-            input_tokens = self._ceil(extend)
-            if not total < self.remaining_total():
-                return NO_TOKEN
-            if self.rem_chunk is None and self.can_run and input_tokens >= self.rem_input:
-                return OTHER
-            chunked, new_tokens = False, min(req.max_new, CLIP_MAX_NEW_TOKENS)
-            if self.rem_chunk is not None and input_tokens > self.rem_chunk:
-                end = (prefix + self.rem_chunk // self.P * self.P) // self.P * self.P
-                extend = end - prefix
-                if extend <= 0:
-                    return OTHER
-                chunked, new_tokens = True, 0
+            admission = self._select(req, total)
+            if isinstance(admission, str):
+                return admission
+            prefix, extend, new_tokens, chunked = admission
             req.extend_end = prefix + extend               # _commit_prefill_admission
             req.lock = self.sched.lock(req.last_node)
             self.can_run.append(req)
