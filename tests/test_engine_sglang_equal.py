@@ -59,12 +59,17 @@ def workloads(draw):
     return requests, pool, options
 
 
-def ours(requests, pool, options) -> dict:
-    config = SGLangConfig(2, 10 ** 6, options["page"], SchedulerSettings(
+def scheduler_settings(pool: int, options: dict):
+    """SGLang's settings of one drawn workload's ``options`` on a pool of ``pool`` tokens."""
+    return SchedulerSettings(
         max_total_tokens=pool, page_size=options["page"], schedule_policy=options["policy"],
         max_running_requests=options["max_running"], chunked_prefill_size=options["chunk"],
         max_prefill_tokens=options["max_prefill"],
-        schedule_conservativeness=options["conservativeness"], seed=options["seed"]))
+        schedule_conservativeness=options["conservativeness"], seed=options["seed"])
+
+
+def ours(requests, pool, options) -> dict:
+    config = SGLangConfig(2, 10 ** 6, options["page"], scheduler_settings(pool, options))
     engine = SGLangInstance(config)
     sims = [SimRequest(i, p, len(o), arrival_step=a, output_token_ids=o)
             for i, (p, o, a) in enumerate(requests)]

@@ -24,12 +24,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT
-from test_engine_sglang_equal import workloads
+from test_engine_sglang_equal import scheduler_settings, workloads
 from test_sglang_hisched import returning_stems
 
 from pipeline.components.sglang_hiradix import WRITE_POLICIES
 from pipeline.components.sglang_sched import Scheduler
-from pipeline.components.sglang_settings import SchedulerSettings
 from pipeline.engine import sglang as engine_module
 from pipeline.engine.request import SimRequest
 from pipeline.engine.sglang import SGLangConfig, SGLangInstance, simulate
@@ -53,11 +52,7 @@ def sglang():
 
 
 def config(pool: int, options: dict, hicache: HiCacheSpec | None) -> SGLangConfig:
-    return SGLangConfig(2, 10 ** 6, options["page"], SchedulerSettings(
-        max_total_tokens=pool, page_size=options["page"], schedule_policy=options["policy"],
-        max_running_requests=options["max_running"], chunked_prefill_size=options["chunk"],
-        max_prefill_tokens=options["max_prefill"],
-        schedule_conservativeness=options["conservativeness"], seed=options["seed"]),
+    return SGLangConfig(2, 10 ** 6, options["page"], scheduler_settings(pool, options),
         hicache)
 
 

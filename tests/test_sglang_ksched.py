@@ -11,19 +11,14 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 
 from oracles.sglang_sched import Req, Scheduler
-from test_engine_sglang_equal import ours, workloads
+from test_engine_sglang_equal import ours, scheduler_settings, workloads
 
 from pipeline.engine.sglang import SGLangInstance, run_on_steps
 
 
 def oracle(requests, pool, options, make=Scheduler) -> dict:
     """The oracle's loop (``make(settings)``), driven as ``ours`` drives the engine."""
-    from pipeline.components.sglang_settings import SchedulerSettings
-    sched = make(SchedulerSettings(
-        max_total_tokens=pool, page_size=options["page"], schedule_policy=options["policy"],
-        max_running_requests=options["max_running"], chunked_prefill_size=options["chunk"],
-        max_prefill_tokens=options["max_prefill"],
-        schedule_conservativeness=options["conservativeness"], seed=options["seed"]))
+    sched = make(scheduler_settings(pool, options))
     reqs = [Req(i, p + o, len(p), len(o)) for i, (p, o, _) in enumerate(requests)]
     steps, now, pointer, step = [], 0, 0, 0
 

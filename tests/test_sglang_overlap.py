@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oracles.sglang_sched import Req, Scheduler
-from test_engine_sglang_equal import outcome, pytestmark, theirs, workloads  # noqa: F401
+from test_engine_sglang_equal import (outcome, pytestmark, scheduler_settings,  # noqa: F401
+                                     theirs, workloads)
 
 from pipeline.components import sglang_ksched as K
-from pipeline.components.sglang_settings import SchedulerSettings
 from pipeline.engine.request import SimRequest
 from pipeline.engine.sglang import SGLangConfig, SGLangInstance, run_on_steps
 
@@ -43,11 +43,7 @@ def tight(draw):
 
 def overlap_model(requests, pool, options) -> dict:
     """The Python model's overlap loop, driven as the reference's ``run`` drives its loop."""
-    sched = Scheduler(SchedulerSettings(
-        max_total_tokens=pool, page_size=options["page"], schedule_policy=options["policy"],
-        max_running_requests=options["max_running"], chunked_prefill_size=options["chunk"],
-        max_prefill_tokens=options["max_prefill"],
-        schedule_conservativeness=options["conservativeness"], seed=options["seed"]),
+    sched = Scheduler(scheduler_settings(pool, options),
         overlap=True)
     reqs = [Req(i, p + o, len(p), len(o)) for i, (p, o, _) in enumerate(requests)]
     batches, now, pointer, step = [], 0, 0, 0
@@ -129,11 +125,7 @@ def test_a_tiny_pool_skips_and_retracts_in_both():
 def compiled(requests, pool, options) -> dict:
     """The compiled engine with the overlap loop, turn by turn (``SGLangInstance.step``)
     and whole (``run_on_steps``, its events: each batch's first tokens and finishes)."""
-    config = SGLangConfig(2, 10 ** 6, options["page"], SchedulerSettings(
-        max_total_tokens=pool, page_size=options["page"], schedule_policy=options["policy"],
-        max_running_requests=options["max_running"], chunked_prefill_size=options["chunk"],
-        max_prefill_tokens=options["max_prefill"],
-        schedule_conservativeness=options["conservativeness"], seed=options["seed"]),
+    config = SGLangConfig(2, 10 ** 6, options["page"], scheduler_settings(pool, options),
         overlap=True)
     engine = SGLangInstance(config)
     sims = [SimRequest(i, p, len(o), arrival_step=a, output_token_ids=o)
