@@ -17,104 +17,28 @@ fresh ones. So ``--page-size`` must divide ``--block-size``.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
-from pipeline.base.arguments import positive_int
-from pipeline.base.errors import UsageError
 from pipeline.components import engine_layout as L
 from pipeline.components import sglang_ksched as K
-from pipeline.components.sglang_kradix import POLICIES as EVICTION_POLICIES, T_EVICT, T_PROT
+from pipeline.components.sglang_kradix import T_EVICT, T_PROT
 from pipeline.components.sglang_ksched import SGLangState
-from pipeline.components.sglang_settings import SCHEDULE_POLICIES, SGLANG_POLICIES, \
-    SchedulerSettings
 from pipeline.engine.compiled import STUCK_MESSAGE, compiled_model, request_table, with_times
-from pipeline.engine.config import EngineOption
 from pipeline.engine.loop import STEP_COLUMNS, SimResult
 from pipeline.engine.request import SimRequest
-from pipeline.engine.sglang_hicache import HiCacheSpec, SGLangHiInstance, host_pool_tokens, \
-    key_symbols, request_symbols
+from pipeline.engine.sglang_hicache import SGLangHiInstance, key_symbols, request_symbols
+from pipeline.engine.sglang_options import HICACHE_SUMMARY, HICACHE_WRITE_POLICY, OPTIONS, \
+    SGLangConfig, sglang_config
 from pipeline.engine.kstep import reload_term
 from pipeline.engine.step import StepRecord, TimedSteps, timed_batches
-from pipeline.sizes.vllm_memory import DEFAULT_BATCHED_TOKENS, DEFAULT_SEQS
 
 __all__ = ["SGLang", "SGLangConfig", "SGLangInstance"]
 
 OUT_OF_MEMORY = ("SGLang aborts the last request: out of memory even after retracting all "
                  "others (the pool is too small)")
-
-
-@dataclass(frozen=True)
-class SGLangConfig:
-    """The engine's config: the registry's three fields and SGLang's settings."""
-
-    num_gpu_blocks: int
-    max_model_len: int
-    block_size: int
-    settings: SchedulerSettings
-    hicache: HiCacheSpec | None = None          # --enable-hierarchical-cache
-    overlap: bool = False                       # event_loop_overlap (the command's default)
-
-
-def _policy(text: str) -> str:
-    """argparse type of ``--schedule-policy``: SGLang's names; the modelled ones only."""
-    if text not in SGLANG_POLICIES:
-        raise _argument_error(f"SGLang 0.5.23 has no schedule policy {text!r} (it has "
-                              f"{', '.join(SGLANG_POLICIES)})")
-    if text not in SCHEDULE_POLICIES:
-        raise _argument_error(f"{text!r} is SGLang's but not modelled (modelled: "
-                              f"{', '.join(SCHEDULE_POLICIES)})")
-    return text
-
-
-def _argument_error(message: str) -> argparse.ArgumentTypeError:
-    return argparse.ArgumentTypeError(message)
-
-
-def _conservativeness(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise _argument_error(f"expected a number > 0, got {text!r}")
-    return value
-
-
-def _gigabytes(text: str) -> int:
-    """``--hicache-size``: whole gigabytes >= 0 (0: sized by ``--hicache-ratio``), as SGLang."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise _argument_error(f"expected whole gigabytes >= 0, got {text!r}")
-    return value
-
-
-def _mem_fraction(text: str) -> float | str:
-    """argparse type of ``--mem-fraction-static``: a share in (0, 1), or ``default`` (the
-    option given alone: SGLang's own default, ``pipeline.sizes.sglang_memory``)."""
-    if text == "default":
-        return text
-    try:
-        value = float(text)
-    except ValueError:
-        raise _argument_error(f"{text!r} is not a number") from None
-    if not 0 < value < 1:
-        raise _argument_error(f"{text}: SGLang's static fraction is in (0, 1)")
-    return value
-
-
-def _chunk(text: str) -> int:
-    """``--chunked-prefill-size``: tokens >= 1, or -1 (off), as SGLang."""
-    if text.strip() == "-1":
-        return -1
-    return positive_int(text)
 
 
 class SGLangInstance:
@@ -285,51 +209,6 @@ class _Snapshot:
         return self.size // self.instance.block_size
 
 
-#: vLLM's limits in the engine options (``options.add_scheduler_limits``): dest -> (flag,
-#: default, SGLang's options instead)
-_VLLM_LIMITS = {
-    "max_num_seqs": ("--max-num-seqs", DEFAULT_SEQS, "--max-running-requests"),
-    "max_num_batched_tokens": ("--max-num-batched-tokens", DEFAULT_BATCHED_TOKENS,
-                               "--chunked-prefill-size / --max-prefill-tokens")}
-
-
-#: ``--hicache-write-policy``'s choices (``arg_groups/fields/memory.py:121-127``)
-HICACHE_WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
-
-
-def _check_hicache(args) -> None:
-    """A HiCache option without ``--enable-hierarchical-cache`` is a usage error naming it
-    (SGLang ignores it silently)."""
-    given = [flag for flag in ("--hicache-ratio", "--hicache-size", "--hicache-write-policy")
-             if getattr(args, flag[2:].replace("-", "_"), None) is not None]
-    if given and not getattr(args, "enable_hierarchical_cache", False):
-        raise UsageError(f"{given[0]}: needs --enable-hierarchical-cache")
-
-
-#: SGLang's HiCache defaults (``arg_groups/fields/memory.py``): ratio 2.0 in cache mode
-HICACHE_RATIO, HICACHE_WRITE_POLICY = 2.0, "write_through"
-HICACHE_SUMMARY = ("SGLang 0.5.23's scheduler over HiCache (host tier; non-overlap loop), "
-                   "in plain Python: "
-                   "some 50-65x slower than the compiled engine without HiCache")
-
-
-def _hicache(args, pool: int, page: int) -> HiCacheSpec | None:
-    """HiCache's settings as SGLang sizes them, or None without it; ``--hicache-size`` and
-    the step's byte columns take the KV bytes of the model options (the lab's model
-    without them)."""
-    if not args.enable_hierarchical_cache:
-        return None
-    from pipeline.sizes.units import kv_from_args
-    try:
-        kv = kv_from_args(args, "--hicache-size" if args.hicache_size else None)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    ratio = HICACHE_RATIO if args.hicache_ratio is None else args.hicache_ratio
-    host = host_pool_tokens(pool, page, ratio, args.hicache_size or 0, kv.bytes_per_token)
-    return HiCacheSpec(args.hicache_write_policy or HICACHE_WRITE_POLICY, host,
-                       int(kv.bytes_per_token))
-
-
 def adjust_models_line(args, line: str) -> str:
     """The run's models line: which loop ran; with HiCache the engine runs in Python (the
     non-overlap loop), its host tier."""
@@ -356,100 +235,8 @@ class SGLang:
     NAME = "sglang"
     SUMMARY = "SGLang 0.5.23's scheduler and radix cache (overlap loop), compiled"
     COMPILED = False
-    OPTIONS = (
-        EngineOption("--page-size", dict(type=positive_int, default=1,
-                                         help="SGLang's page_size: tokens per KV page, "
-                                              "dividing --block-size (default 1)")),
-        EngineOption("--schedule-policy", dict(
-            type=_policy, default="fcfs", metavar="POLICY",
-            help=f"SGLang's waiting-queue order: {', '.join(SCHEDULE_POLICIES)} (default "
-                 f"fcfs)")),
-        EngineOption("--chunked-prefill-size", dict(
-            type=_chunk, default=None, help="tokens per prefill chunk, -1 off (default: "
-                                            "SGLang's for --gpu-type's memory, 8192 on 80 "
-                                            "GiB and without one)")),
-        EngineOption("--max-running-requests", dict(
-            type=positive_int, default=256, help="running requests at most (default 256)")),
-        EngineOption("--mem-fraction-static", dict(
-            type=_mem_fraction, nargs="?", const="default", default=None, metavar="F",
-            help="--gpu is the KV pool SGLang would allocate: device memory x F - weights "
-                 "(0 < F < 1; given alone: SGLang's default for the GPU and chunk; needs "
-                 "--gpu-type and --model, not with --gpu)")),
-        EngineOption("--max-total-tokens", dict(
-            type=positive_int, default=None, help="KV pool in tokens, capping --gpu "
-                                                  "(default: --gpu)")),
-        EngineOption("--max-prefill-tokens", dict(
-            type=positive_int, default=16384, help="tokens per prefill batch (default "
-                                                   "16384)")),
-        EngineOption("--schedule-conservativeness", dict(
-            type=_conservativeness, default=1.0,
-            help="scales the new-token ratio that reserves the running requests' outputs "
-                 "(default 1.0)")),
-        EngineOption("--enable-hierarchical-cache", dict(
-            action="store_true", help="SGLang's HiCache (host tier; this engine then runs "
-                                      "in plain Python, slower)")),
-        EngineOption("--hicache-ratio", dict(
-            type=_conservativeness, default=None,
-            help="host pool / device pool, with --enable-hierarchical-cache (SGLang's "
-                 "default 2.0)")),
-        EngineOption("--hicache-size", dict(
-            type=_gigabytes, default=None,
-            help="host pool in GB, overriding --hicache-ratio, with "
-                 "--enable-hierarchical-cache")),
-        EngineOption("--hicache-write-policy", dict(
-            choices=HICACHE_WRITE_POLICIES, default=None,
-            help="when the host gets a copy, with --enable-hierarchical-cache (SGLang's "
-                 "default write_through)")),
-        EngineOption("--disable-overlap-schedule", dict(
-            action="store_true",
-            help="run SGLang's non-overlap loop (event_loop_normal); by default the overlap "
-                 "loop, SGLang's default (event_loop_overlap); both compiled and exact; "
-                 "HiCache runs the non-overlap loop")),
-        EngineOption("--radix-eviction-policy", dict(
-            choices=EVICTION_POLICIES, default="lru",
-            help="the radix cache's eviction order (default lru)")),
-    )
-
-    @staticmethod
-    def config(args, num_gpu_blocks: int, max_model_len: int) -> SGLangConfig:
-        """SGLang's settings from the options; a usage error naming an option vLLM owns
-        given here or a page size off the block grid."""
-        _check_hicache(args)
-        args = argparse.Namespace(**{**vars(args), **{
-            o.dest: o.default for o in SGLang.OPTIONS if getattr(args, o.dest, None) is None}})
-        for dest, (flag, default, instead) in _VLLM_LIMITS.items():
-            if getattr(args, dest, None) not in (None, default):
-                raise UsageError(f"{flag} is vLLM's: with --engine sglang give {instead}")
-        if getattr(args, "cpu", 0):
-            raise UsageError("--cpu: the sglang engine has no CPU tier (its host tier: "
-                             "--enable-hierarchical-cache)")
-        page = args.page_size
-        if args.block_size % page:
-            raise UsageError(f"--page-size {page}: must divide the block size "
-                             f"{args.block_size} (--block-size)")
-        pool = num_gpu_blocks * args.block_size
-        if args.max_total_tokens is not None:
-            pool = min(pool, args.max_total_tokens)
-        if args.chunked_prefill_size is None:
-            from pipeline.sizes.model_options import tensor_parallel
-            from pipeline.sizes.sglang_memory import default_chunk
-            args.chunked_prefill_size = default_chunk(getattr(args, "gpu_type", None),
-                                                      tensor_parallel(args))
-        chunk = None if args.chunked_prefill_size == -1 else args.chunked_prefill_size
-        if chunk is not None and chunk % page:
-            raise UsageError(f"--chunked-prefill-size {chunk}: must be a multiple of "
-                             f"--page-size {page}")
-        settings = SchedulerSettings(
-            max_total_tokens=pool, page_size=page, schedule_policy=args.schedule_policy,
-            max_running_requests=args.max_running_requests, chunked_prefill_size=chunk,
-            max_prefill_tokens=args.max_prefill_tokens,
-            schedule_conservativeness=args.schedule_conservativeness,
-            radix_eviction_policy=args.radix_eviction_policy,
-            seed=getattr(args, "seed", None) or 0)
-        return SGLangConfig(num_gpu_blocks, max_model_len, args.block_size, settings,
-                            _hicache(args, pool, page),
-                            not args.disable_overlap_schedule and
-                            not args.enable_hierarchical_cache)
+    OPTIONS = OPTIONS
+    config = staticmethod(sglang_config)
 
     adjust_models_line = staticmethod(adjust_models_line)
     adjust_models_field = staticmethod(adjust_models_field)
