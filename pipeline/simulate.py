@@ -34,7 +34,8 @@ from pipeline.engine.request import EngineRequests
 from pipeline.engine.workload import (FORMATS, pattern_workload, read_workload,
                                       with_arrivals)
 from pipeline.base.errors import CLIError, UsageError
-from pipeline.workloads.sources import add_pattern_arguments, add_trace_arguments
+from pipeline.workloads.sources import (add_pattern_arguments, add_trace_arguments,
+                                       check_pattern_options)
 from pipeline.base.staging import Outputs, parquet_bytes
 from pipeline.steptime.options import add_load_arguments
 from pipeline.steptime.tpot import token_times
@@ -99,6 +100,7 @@ def load(args: argparse.Namespace) -> EngineRequests:
     """The workload of PATH or --pattern, with its arrivals set."""
     if (args.path is None) == (args.pattern is None):
         raise UsageError("give a trace PATH or --pattern, not both or neither")
+    check_pattern_options(args)
     if args.pattern is not None:
         workload = pattern_workload(args)
     else:

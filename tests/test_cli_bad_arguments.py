@@ -341,3 +341,43 @@ def test_fleet_dead_ray_address_keeps_the_finished_points(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert code == 1 and "no Ray cluster answers" in err and "\n" not in err
     assert folder_snapshot(out) == before
+
+
+# --- a pattern option the workload does not read is refused, not ignored -----------------
+
+@pytest.mark.parametrize("argv, message", [
+    (["trace", "--pattern", "long-doc-qa", "--num-requests", "5"],
+     "--num-requests: --pattern long-doc-qa does not use it (it takes --num-documents"),
+    (["trace", "--pattern", "zipf", "--repeat-count", "3"],
+     "--repeat-count: --pattern zipf does not use it"),
+    (["trace", "--pattern", "multi-tenant", "--zipf-alpha", "2"],
+     "--zipf-alpha: --pattern multi-tenant does not use it"),
+    (["plan", "--target-hit-ratio", "0.5", "--pattern", "zipf", "--users", "3"],
+     "--users: --pattern zipf does not use it"),
+    (["fleet", "--pattern", "groups", "--num-documents", "3", "--instances", "2"],
+     "--num-documents: --pattern groups does not use it"),
+    (["fleet", "--pattern", "multi-turn", "--questions", "3", "--instances", "2"],
+     "--questions: --pattern multi-turn does not use it"),
+])
+def test_an_unused_pattern_option_is_a_usage_error(capsys, tmp_path, argv, message):
+    usage_error(capsys, [*argv, "--gpu", "64blocks"] if argv[0] == "trace" else argv, message)
+
+
+@needs_shared_trace
+def test_a_pattern_option_with_a_trace_file_is_refused(capsys, tmp_path):
+    out = tmp_path / "out"
+    usage_error(capsys, ["simulate", str(SYNTHETIC), "--format", "mooncake", "--gpu", "64blocks",
+                         "--question-length", "8", "--out", str(out)],
+                "--question-length: a --pattern option; a trace file sets its own requests")
+    assert not out.exists()
+    usage_error(capsys, ["trace", str(SYNTHETIC), "--gpu", "64blocks", "--document-length", "9"],
+                "--document-length: a --pattern option")
+
+
+def test_the_options_a_pattern_reads_and_the_seed_still_run(tmp_path):
+    for argv in (["trace", "--pattern", "zipf", "--num-requests", "6", "--zipf-alpha", "1.2"],
+                 ["trace", "--pattern", "long-doc-qa", "--repeat-mode", "tile",
+                  "--repeat-count", "1"],
+                 ["trace", "--pattern", "multi-tenant", "--users", "2", "--shuffle-seed", "3"]):
+        assert main([*argv, "--num-documents", "2", "--document-length", "64",
+                     "--gpu", "64blocks", "--out", str(tmp_path / argv[2])]) == 0

@@ -14,7 +14,7 @@ from conftest import ROOT
 from pipeline.cli import main
 
 BASE = ["plan", "--pattern", "long-doc-qa", "--num-documents", "8", "--document-length",
-        "2000", "--num-requests", "40", "--model", "llama-3.1-8b", "--gpu", "1GiB",
+        "2000", "--model", "llama-3.1-8b", "--gpu", "1GiB",
         "--rate", "4", "--tier-costs", "4,0.1"]
 LINKS = ["--latency", "roofline", "--disk-link", "40:0.05"]
 

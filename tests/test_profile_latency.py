@@ -104,7 +104,7 @@ def test_a_missing_file_or_column_is_named(profile, breaks, message):
 def test_the_command_runs_and_refuses_in_one_line(profile, tmp_path):
     folder, config = profile
     base = [sys.executable, "-m", "pipeline", "simulate", "--pattern", "multi-tenant",
-            "--num-requests", "40", "--document-length", "1000", "--output-tokens", "16",
+            "--document-length", "1000", "--output-tokens", "16",
             "--rate", "4", "--gpu", "4GiB", "--model-config", str(config),
             "--latency", f"profile:{folder}"]
     done = subprocess.run([*base, "--max-num-batched-tokens", "4096", "--out",

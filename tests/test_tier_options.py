@@ -13,7 +13,7 @@ from test_cli_bad_arguments import usage_error
 from pipeline.cli import main
 
 RUN = ["simulate", "--pattern", "long-doc-qa", "--num-documents", "2", "--document-length",
-       "600", "--num-requests", "8", "--gpu", "64blocks", "--model", "qwen2.5-1.5b"]
+       "600", "--gpu", "64blocks", "--model", "qwen2.5-1.5b"]
 
 
 @pytest.mark.parametrize("tiers, message", [

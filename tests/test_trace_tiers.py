@@ -16,7 +16,7 @@ from pipeline.cli import main
 from pipeline.trace.tiers import loaded_per_tier
 
 PATTERN = ["--pattern", "long-doc-qa", "--num-documents", "6", "--document-length", "600",
-           "--num-requests", "40", "--block-size", "16", "--chunk-size", "64"]
+           "--block-size", "16", "--chunk-size", "64"]
 
 
 def _trace(tmp_path, name, *argv) -> pl.DataFrame:

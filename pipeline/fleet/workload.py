@@ -18,7 +18,8 @@ from pipeline.base.arguments import non_negative_float, positive_float, positive
 from pipeline.engine.request import EngineRequests, SimRequest
 from pipeline.engine.workload import FORMATS, pattern_workload, read_workload, with_arrivals
 from pipeline.base.errors import CLIError
-from pipeline.workloads.sources import add_pattern_arguments, add_trace_arguments
+from pipeline.workloads.sources import (GivenOption, add_pattern_arguments, add_trace_arguments,
+                                       check_pattern_options)
 from pipeline.workloads import patterns
 from pipeline.workloads.jsonl import TraceError
 
@@ -51,17 +52,17 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
                      "questions (llm-d's shared-prefix workload); multi-turn: chats with "
                      "session ids that re-send earlier turns and answers")
     group = parser.add_argument_group("groups and multi-turn patterns, arrivals")
-    group.add_argument("--groups", type=positive_int, default=4,
+    group.add_argument("--groups", action=GivenOption, type=positive_int, default=4,
                        help="groups: system prompts, each shared by --users users "
                             "(default %(default)s)")
-    group.add_argument("--questions", type=positive_int, default=4,
+    group.add_argument("--questions", action=GivenOption, type=positive_int, default=4,
                        help="groups: questions per user (default %(default)s)")
-    group.add_argument("--sessions", type=positive_int, default=8,
+    group.add_argument("--sessions", action=GivenOption, type=positive_int, default=8,
                        help="multi-turn: chats (default %(default)s)")
-    group.add_argument("--turns", type=positive_int, default=4,
+    group.add_argument("--turns", action=GivenOption, type=positive_int, default=4,
                        help="multi-turn: turns per chat; a turn's user message has "
                             "--question-length tokens (default %(default)s)")
-    group.add_argument("--think-s", type=non_negative_float, default=2.0,
+    group.add_argument("--think-s", action=GivenOption, type=non_negative_float, default=2.0,
                        help="multi-turn: seconds between a chat's turns (default %(default)s)")
     group.add_argument("--output-tokens", type=positive_int, default=16,
                        help="tokens each pattern request samples (token traces: lines "
@@ -97,6 +98,7 @@ def workload_usage_checks(args: argparse.Namespace) -> None:
     prompts would be empty."""
     if (args.trace is None) == (args.pattern is None):
         raise ValueError("give a TRACE or --pattern, not both or neither")
+    check_pattern_options(args)
     if args.pattern is not None and getattr(args, "limit", None) is not None:
         raise ValueError(f"--limit takes a TRACE's first N requests; --pattern {args.pattern} "
                          "sets its size with its own options")

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import functools
 
 import numpy as np
 
 from pipeline.base.arguments import non_negative_float, non_negative_int, positive_int
-from pipeline.base.errors import CLIError
+from pipeline.base.errors import CLIError, UsageError
 from pipeline.sizes.limits import check_block_count, check_block_size
 from pipeline.workloads import patterns
 from pipeline.workloads.jsonl import TraceError
@@ -15,12 +16,53 @@ from pipeline.workloads.mooncake import MOONCAKE_BLOCK_SIZE, read_mooncake
 from pipeline.workloads.tokens import read_tokens
 from pipeline.workloads.workload import Workload
 
-__all__ = ["FORMATS", "Workload", "add_input_arguments", "add_pattern_arguments",
-           "add_trace_arguments",
+__all__ = ["FORMATS", "GivenOption", "Workload", "add_input_arguments",
+           "add_pattern_arguments", "add_trace_arguments", "check_pattern_options",
            "load_workload", "pattern_from_args"]
 
 FORMATS = ("mooncake", "tokens")
 TOKENS_BLOCK_SIZE = 16          # vLLM's default block size
+
+
+#: the pattern options each pattern reads (``--shuffle-seed`` also seeds arrivals: not checked)
+PATTERN_USES = {
+    "long-doc-qa": ("num_documents", "document_length", "repeat_count", "repeat_mode",
+                    "system_prompt_length", "question_length"),
+    "multi-tenant": ("users", "num_documents", "document_length", "repeat_count",
+                     "system_prompt_length", "question_length"),
+    "zipf": ("num_documents", "document_length", "num_requests", "zipf_alpha",
+             "system_prompt_length", "question_length"),
+    "groups": ("groups", "users", "questions", "system_prompt_length", "question_length"),
+    "multi-turn": ("sessions", "turns", "think_s", "system_prompt_length", "question_length"),
+}
+
+
+class GivenOption(argparse._StoreAction):
+    """``store``, remembering the option string given (``args.pattern_options_given``), so
+    that a pattern option the workload does not read is refused instead of ignored."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        given = dict(getattr(namespace, "pattern_options_given", None) or {})
+        given[self.dest] = option_string
+        namespace.pattern_options_given = given
+
+
+def check_pattern_options(args: argparse.Namespace) -> None:
+    """UsageError naming the first pattern option given that the workload does not read:
+    any of them with a trace file, or one another pattern reads (``--num-requests`` with
+    ``--pattern long-doc-qa``)."""
+    given = getattr(args, "pattern_options_given", None) or {}
+    pattern = getattr(args, "pattern", None)
+    uses = PATTERN_USES.get(pattern, ())
+    for dest, option in given.items():
+        if dest in uses:
+            continue
+        if pattern is None:
+            raise UsageError(f"{option}: a --pattern option; a trace file sets its own "
+                             "requests (drop it, or give --pattern instead of the trace)")
+        takes = ", ".join("--" + d.replace("_", "-") for d in uses)
+        raise UsageError(f"{option}: --pattern {pattern} does not use it (it takes {takes})")
 
 
 def add_input_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,32 +96,33 @@ def add_pattern_arguments(parser: argparse.ArgumentParser, document_length: int 
     defaults of ``--document-length`` and ``--num-requests`` are the caller's (``fleet``: 2000
     and 200, as many engines simulated per point; ``plan --fleet`` keeps plan's)."""
     group = parser.add_argument_group("pattern (instead of PATH; LMCache long_doc_qa's names)")
+    option = functools.partial(group.add_argument, action=GivenOption)
     group.add_argument("--pattern", choices=patterns.PATTERNS, default=None,
                        help="long-doc-qa: LMCache's benchmark; multi-tenant: a shared system "
                             "prompt + per-user documents; zipf: Zipf-popular documents")
-    group.add_argument("--num-documents", type=positive_int, default=8,
-                       help="documents (per user for multi-tenant) (default %(default)s)")
-    group.add_argument("--document-length", type=non_negative_int, default=document_length,
-                       help="tokens per document (default %(default)s)")
-    group.add_argument("--repeat-count", type=non_negative_int, default=2,
-                       help="long-doc-qa, multi-tenant: reads of each document after the "
-                            "first round (default %(default)s)")
-    group.add_argument("--repeat-mode", choices=patterns.REPEAT_MODES, default="random",
-                       help="long-doc-qa's query order (default %(default)s)")
+    option("--num-documents", type=positive_int, default=8,
+           help="documents (per user for multi-tenant) (default %(default)s)")
+    option("--document-length", type=non_negative_int, default=document_length,
+           help="tokens per document (default %(default)s)")
+    option("--repeat-count", type=non_negative_int, default=2,
+           help="long-doc-qa, multi-tenant: reads of each document after the "
+                "first round (default %(default)s)")
+    option("--repeat-mode", choices=patterns.REPEAT_MODES, default="random",
+           help="long-doc-qa's query order (default %(default)s)")
     group.add_argument("--shuffle-seed", type=non_negative_int, default=0,
                        help="seed of the random repeat mode, the users' interleaving and "
                             "the Zipf draws (default %(default)s)")
-    group.add_argument("--system-prompt-length", type=non_negative_int, default=0,
-                       help="tokens of a system prompt shared by every request (default 0)")
-    group.add_argument("--users", type=positive_int, default=4,
-                       help="multi-tenant: users, each with --num-documents documents "
-                            "(default %(default)s)")
-    group.add_argument("--num-requests", type=non_negative_int, default=num_requests,
-                       help="zipf: requests drawn (default %(default)s)")
-    group.add_argument("--zipf-alpha", type=non_negative_float, default=1.0,
-                       help="zipf: popularity exponent (default %(default)s)")
-    group.add_argument("--question-length", type=non_negative_int, default=0,
-                       help="tokens of a unique question after the document (default 0)")
+    option("--system-prompt-length", type=non_negative_int, default=0,
+           help="tokens of a system prompt shared by every request (default 0)")
+    option("--users", type=positive_int, default=4,
+           help="multi-tenant: users, each with --num-documents documents "
+                "(default %(default)s)")
+    option("--num-requests", type=non_negative_int, default=num_requests,
+           help="zipf: requests drawn (default %(default)s)")
+    option("--zipf-alpha", type=non_negative_float, default=1.0,
+           help="zipf: popularity exponent (default %(default)s)")
+    option("--question-length", type=non_negative_int, default=0,
+           help="tokens of a unique question after the document (default 0)")
 
 
 def pattern_from_args(args: argparse.Namespace) -> patterns.Pattern:
@@ -125,6 +168,7 @@ def load_workload(args: argparse.Namespace) -> Workload:
     """Read or generate the workload; a user error becomes one ``CLIError`` line."""
     if (args.path is None) == (args.pattern is None):
         raise CLIError("give a trace PATH or --pattern, not both or neither")
+    check_pattern_options(args)
     check_block_size(args.block_size)
     if args.pattern is not None:
         block_size = args.block_size or TOKENS_BLOCK_SIZE
