@@ -187,3 +187,25 @@ def test_default_grid_is_geometric_and_distinct():
     assert gpu_block_grid(5, 5) == [5]
     grid = gpu_block_grid(66, 466)
     assert grid[0] == 66 and grid[-1] == 466 and len(grid) == 6
+
+
+@pytest.mark.parametrize("tier, cpu_tokens, text", [
+    (["--tier", "cpu:600tokens", "--tier", "disk:4000tokens:2:0.5"], 600,
+     "LMCache stack cpu:600tokens+disk:4000tokens:2:0.5 (CPU 600 + disk 4,000 tokens)"),
+    (["--kv-offloading-size", str(1200 * KV / 2**30), "--kv-offloading-backend", "native"],
+     1200, "vLLM native offloading 1,200 tokens"),
+])
+def test_the_engines_own_tier_is_paid_for_and_named(capsys, tier, cpu_tokens, text):
+    """``--tier`` (once refused as ambiguous) and native offloading: each answer's memory
+    counts the tier's CPU tokens per instance, and the text names the tier."""
+    status, document, err = _plan(capsys, "--target-hit-ratio", "0.05", "--router",
+                                  "round-robin", *tier)
+    assert status == 0, err
+    for answer in document["answers"]:
+        assert answer["cpu_tokens"] == answer["instances"] * cpu_tokens
+        assert answer["total_tokens"] == (answer["instances"] * answer["gpu_blocks"] * 16
+                                          + answer["cpu_tokens"])
+    assert main(["plan", *WORKLOAD, "--fleet", *GRID, "--target-hit-ratio", "0.05",
+                 "--router", "round-robin", *tier]) == 0
+    shown = capsys.readouterr().out
+    assert f"tier per instance {text}" in shown and f"+ {text} per instance" in shown

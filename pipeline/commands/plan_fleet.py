@@ -49,7 +49,8 @@ from pipeline.commands.plan_fleet_output import plan_document, print_document, \
 from pipeline.commands.plan_cost import best_of_kinds, both_kinds, frontier_page, with_search
 from pipeline.fleet.cost import COST_DESTS, cost_requested, prices_from_args
 from pipeline.fleet.cost_search import Setup, search_setups
-from pipeline.fleet.cost_tiers import TierChoice, resolve_tier_options, tier_option_list
+from pipeline.fleet.cost_tiers import TierChoice, engine_tier_choice, resolve_tier_options, \
+    tier_option_list
 from pipeline.sizes.model_options import tensor_parallel
 from pipeline.fleet.plan import Memory, Targets, smallest_memory
 from pipeline.fleet.sweep import Point, point_path, run_sweep
@@ -71,7 +72,8 @@ FLEET_ONLY = ("engine", "instances", "router", "router_option", "staleness_ms",
               "groups", "questions", "sessions", "turns", "think_s", "executor", "jobs",
               "ray_address", "retries", "prefill_instances", "decode_instances",
               "kv_transfer", "decode_router", "max_local_prefill_length", "pd_decider", "gpu_types",
-              "slo_ttft_ms", "slo_tpot_ms", "target_goodput", "tier_options", *COST_DESTS)
+              "slo_ttft_ms", "slo_tpot_ms", "target_goodput", "tier_options", "tiers",
+              "tier_policy", *COST_DESTS)
 
 
 #: the options whose default, when plan's parser leaves None, is fleet's own
@@ -243,7 +245,9 @@ def fleet_plan(args: argparse.Namespace) -> int:
               for d in args.decode_instances for b in args.gpu_blocks]
     points += [Point(r, n, b, load) for r in args.router for n in aggregated
                for b in args.gpu_blocks]
-    memory = Memory(kv.bytes_per_token, args.block_size, args.cpu, args.cpu_shared,
+    own = engine_tier_choice(args, kv.bytes_per_token)    # --tier or native offloading
+    memory = Memory(kv.bytes_per_token, args.block_size,
+                    args.cpu if own is None else own.cpu_tokens, args.cpu_shared,
                     tensor_parallel(args))
     targets = Targets(args.target_ttft_p90_ms, args.target_hit_ratio,
                       args.target_tpot_p90_ms, args.target_goodput)
@@ -255,7 +259,7 @@ def fleet_plan(args: argparse.Namespace) -> int:
                                    memory, args.target_tpot_p90_ms, args.target_goodput)
         else:
             setups, cpu = _cost_setups(args, settings, types, costs, tiers, points,
-                                       memory, workload)
+                                       memory, workload, 0 if own is None else own.disk_tokens)
             search = search_setups(setups, targets)
             fleet, plan = search.fleet, best_of_kinds(search.answers)
     plan = plan.sort(pl.col("router").replace_strict(
@@ -273,7 +277,8 @@ def fleet_plan(args: argparse.Namespace) -> int:
                 search, args.target_ttft_p90_ms, workload).encode(), label="--out")
         outputs.commit()
     document = plan_document(args, workload, kv, model, withheld, plan, fleet, load,
-                             None if costs is None else costs[0][0], aggregated, tiers)
+                             None if costs is None else costs[0][0], aggregated,
+                             tiers if tiers is not None or own is None else [own])
     if search is not None:
         document = with_search(document, search, targets)
         if args.gpu_types:
@@ -298,7 +303,7 @@ def fleet_plan(args: argparse.Namespace) -> int:
 
 def _cost_setups(args: argparse.Namespace, settings, types: list, costs: list,
                  tiers: list[TierChoice] | None, points: list[Point], memory: Memory,
-                 workload) -> tuple[list[Setup], list[dict]]:
+                 workload, disk_tokens: int = 0) -> tuple[list[Setup], list[dict]]:
     """One search setup per GPU type x CPU tier, each with its sweep settings (built here,
     so a tier the engine refuses is one line before anything runs); and per setup the CPU
     seconds of its points."""
@@ -328,7 +333,7 @@ def _cost_setups(args: argparse.Namespace, settings, types: list, costs: list,
                     one, each, order, workload, skip, seen, mine),
                 prices, memory if tier is None else dataclasses.replace(
                     memory, cpu_tokens=tier.cpu_tokens), fits,
-                0 if tier is None else tier.disk_tokens))
+                disk_tokens if tier is None else tier.disk_tokens))
     return setups, cpu
 
 

@@ -170,7 +170,8 @@ def print_document(document: dict) -> None:
         if a.get("gpu_type"):
             engines += f" {a['gpu_type']}"
         parts = f"{engines} x {a['gpu_blocks']:,} blocks"
-        tier = options.get(a.get("tier"))
+        tier = options.get(a.get("tier"), next(iter(options.values()))
+                           if len(options) == 1 else None)     # the engines' own tier
         if tier is not None and tier.kind in ("stack", "native"):
             parts += f" + {tier.describe()} per instance"
         elif a["cpu_tokens"]:

@@ -23,7 +23,7 @@ from pipeline.sizes.units import Capacity, KVSize, capacity_tokens, kv_from_args
     one_capacity
 
 __all__ = ["TierOption", "TierChoice", "tier_option_list", "resolve_tier_options",
-           "engine_tier_tokens", "TIER_KINDS"]
+           "engine_tier_tokens", "engine_tier_choice", "TIER_KINDS"]
 
 #: an option's kinds, in the order a grid line names them
 TIER_KINDS = ("none", "lmcache", "stack", "native")
@@ -171,3 +171,18 @@ def engine_tier_tokens(args: argparse.Namespace, kv_bytes_per_token: int | None
     if size and kv_bytes_per_token:
         return int(size * (1 << 30)) // kv_bytes_per_token, 0
     return int(getattr(args, "cpu", 0) or 0), 0
+
+
+def engine_tier_choice(args: argparse.Namespace, kv_bytes_per_token: int | None
+                       ) -> TierChoice | None:
+    """The engine options' own ``--tier`` stack or ``--kv-offloading-size`` as the one
+    ``TierChoice`` a plan pays for (None for ``--cpu`` or no tier), as ``--tier-options``
+    would name it."""
+    cpu, disk = engine_tier_tokens(args, kv_bytes_per_token)
+    if getattr(args, "tiers", None):
+        return TierChoice("+".join(spec.text for spec in args.tiers), "stack", cpu, disk,
+                          tuple(args.tiers))
+    size = getattr(args, "kv_offloading_size", None)
+    if size and getattr(args, "kv_offloading_backend", None) == "native":
+        return TierChoice(f"native:{size:g}GiB", "native", cpu, offload_gib=size)
+    return None
