@@ -53,12 +53,12 @@ COMMANDS = {
                         "OPT) per capacity: lab or Mooncake trace"),
     "measure": Command("pipeline.commands.measure", "measure TTFT on a real server (or a local "
                        "llama.cpp one) into a JSON-lines file"),
-    "plan": Command("pipeline.commands.plan", "the smallest CPU tier (tokens and GiB) that meets "
-                    "a TTFT or hit-ratio target"),
+    "plan": Command("pipeline.commands.plan", "the smallest CPU tier (or, with --fleet, the "
+                    "smallest or cheapest fleet) that meets a TTFT, TPOT or hit-ratio target"),
     "fit": Command("pipeline.commands.fit", "fit step-time coefficients to measured requests "
-                   "(least squares on their schedule)"),
-    "simulate": Command("pipeline.simulate", "vLLM's engine loop step by step: "
-                        "per-request steps, hits and preemptions under load"),
+                   "(llama.cpp's, or a vLLM bench run's efficiency factors)"),
+    "simulate": Command("pipeline.simulate", "an engine's loop step by step (vLLM's, or "
+                        "SGLang's): per-request hits, tiers, TTFT and TPOT under load"),
     "fleet": Command("pipeline.commands.fleet", "N engine instances behind each router: hit "
                      "ratio, TTFT, imbalance (a sweep)"),
 }
