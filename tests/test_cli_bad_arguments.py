@@ -381,3 +381,31 @@ def test_the_options_a_pattern_reads_and_the_seed_still_run(tmp_path):
                  ["trace", "--pattern", "multi-tenant", "--users", "2", "--shuffle-seed", "3"]):
         assert main([*argv, "--num-documents", "2", "--document-length", "64",
                      "--gpu", "64blocks", "--out", str(tmp_path / argv[2])]) == 0
+
+
+# --- a trace in another format than --format says: the error says which to give -----------
+
+MOONCAKE_LINE = '{"timestamp": 0, "input_length": 40, "output_length": 2, "hash_ids": [1, 2]}\n'
+
+
+@pytest.mark.parametrize("command, line, hint", [
+    (["simulate", "--gpu", "64blocks"], MOONCAKE_LINE, "give --format mooncake"),
+    (["fleet", "--instances", "1", "--gpu", "64blocks", "--model", "qwen2.5-1.5b"],
+     '{"prompt_token_ids": [1, 2, 3]}\n', "give --format tokens"),
+    (["trace", "--gpu", "64blocks"], '{"timestamp": 0, "tokens": [1, 2, 3]}\n',
+     "give --format tokens"),
+    (["plan", "--target-hit-ratio", "0.5"], '{"prompt_token_ids": [1, 2, 3]}\n', None),
+])
+def test_a_trace_in_the_other_format_names_the_format(capsys, tmp_path, command, line, hint):
+    """The first line's fields name the format (Mooncake's hash_ids, the command's own token
+    field): the error ends with the --format to give; a field another command reads
+    (plan's token lines are {timestamp, tokens}) gives no wrong hint."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(line * 3)
+    out = tmp_path / "out"
+    status = main([command[0], str(trace), *command[1:],
+                   *(["--out", str(out)] if command[0] in ("simulate", "fleet") else [])])
+    err = capsys.readouterr().err.strip()
+    assert status == 1 and "\n" not in err and "missing field" in err, err
+    assert (hint in err) if hint else ("--format" not in err), err
+    assert not out.exists()

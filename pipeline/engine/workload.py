@@ -33,7 +33,7 @@ from pipeline.base.errors import CLIError
 from pipeline.workloads.sources import pattern_from_args
 from pipeline.workloads import mooncake
 from pipeline.workloads.jsonl import Field, TraceError, apply_checks, read_lines, \
-    refuse_backwards
+    refuse_backwards, with_format_hint
 from pipeline.workloads.sessions import SESSION_FIELDS, session_ids
 from pipeline.workloads.tokens import splitmix64
 from pipeline.workloads.workload import Workload
@@ -125,11 +125,13 @@ def read_workload(path: str | Path, fmt: str, block_size: int,
                   default_max_tokens: int = 1) -> EngineRequests:
     """Read ``path`` in format ``fmt`` (see the module docstring)."""
     path = Path(path)
-    if fmt == "tokens":
-        return _read_tokens(path, default_max_tokens)
-    if fmt == "mooncake":
-        return _read_mooncake(path, block_size)
-    raise ValueError(f"unknown format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    try:
+        return (_read_tokens(path, default_max_tokens) if fmt == "tokens"
+                else _read_mooncake(path, block_size))
+    except TraceError as exc:
+        raise with_format_hint(exc, path, fmt, "prompt_token_ids") from None
 
 
 def engine_requests(workload: Workload, output_tokens: int,

@@ -33,7 +33,7 @@ import polars as pl
 from numba import njit
 
 __all__ = ["TraceError", "Field", "Lines", "read_lines", "read_pieces", "apply_checks",
-           "checked_pieces", "refuse_backwards", "CHUNK_BYTES"]
+           "checked_pieces", "refuse_backwards", "with_format_hint", "CHUNK_BYTES"]
 
 _WHITESPACE = np.array([9, 10, 13, 32], dtype=np.uint8)
 _BOM = b"\xef\xbb\xbf"
@@ -367,3 +367,28 @@ def refuse_backwards(frame: pl.DataFrame, column: str, path: str | Path) -> None
         row = drop.row(0, named=True)
         raise TraceError(f"{path}:{row['line']}: {column} goes backwards ({row[column]} after "
                          f"an earlier line's larger value)")
+
+
+def with_format_hint(error: TraceError, path: str | Path, fmt: str,
+                     token_field: str) -> TraceError:
+    """``error`` ending with the ``--format`` to give when it is a missing field and the
+    first line is another format's: Mooncake's ``hash_ids``, or the command's token-id
+    field ``token_field`` (``prompt_token_ids`` for simulate and fleet, ``tokens`` for trace
+    and plan)."""
+    if "missing field" not in str(error):
+        return error
+    try:
+        for piece in _pieces(Path(path)):
+            first = bytes(piece).lstrip(_BOM).split(b"\n", 1)[0]
+            break
+        fields = json.loads(first)
+    except (OSError, TraceError, ValueError):
+        return error
+    if not isinstance(fields, dict):
+        return error
+    guess = ("mooncake" if "hash_ids" in fields else
+             "tokens" if token_field in fields else None)
+    if guess is None or guess == fmt:
+        return error
+    return TraceError(f"{error}; the first line looks like --format {guess} (give "
+                      f"--format {guess})")

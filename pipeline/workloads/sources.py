@@ -11,7 +11,7 @@ from pipeline.base.arguments import non_negative_float, non_negative_int, positi
 from pipeline.base.errors import CLIError, UsageError
 from pipeline.sizes.limits import check_block_count, check_block_size
 from pipeline.workloads import patterns
-from pipeline.workloads.jsonl import TraceError
+from pipeline.workloads.jsonl import TraceError, with_format_hint
 from pipeline.workloads.mooncake import MOONCAKE_BLOCK_SIZE, read_mooncake
 from pipeline.workloads.tokens import read_tokens
 from pipeline.workloads.workload import Workload
@@ -188,4 +188,4 @@ def load_workload(args: argparse.Namespace) -> Workload:
         block_size = args.block_size or TOKENS_BLOCK_SIZE
         return read_tokens(args.path, block_size, args.skip_bad_lines)
     except TraceError as exc:
-        raise CLIError(str(exc)) from None
+        raise CLIError(str(with_format_hint(exc, args.path, args.format, "tokens"))) from None
