@@ -17,6 +17,10 @@ measured_vs_predicted.html. Outputs are written all together or not at all.
 ``--model-config``, ``--gpu-type``, ``--tensor-parallel-size``: ``--output`` is then a
 ``roofline-efficiency`` JSON that ``simulate``, ``plan`` and ``fleet`` read with ``--latency
 FILE``.
+
+``--vllm-metrics FILE`` (``--vllm-metrics-before FILE``: the difference of two scrapes) fits
+the same factors (or ``--profile``'s scale) to a vLLM server's Prometheus histograms
+(``pipeline.commands.fit_metrics``).
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from pipeline.fit.profile_scale import ProfileForm, fit_scale, scale_document
 from pipeline.fit.roofline_fit import bench_engine, bench_fields, bench_figures, \
     bench_provenance, efficiency_document, factors_of, fit_factors, peak_form, schedule_of
 from pipeline.fit.vllm_bench import load_bench
+from pipeline.commands.fit_metrics import main_metrics
 from pipeline.sizes.gpus import gpu_preset
 from pipeline.sizes.model_options import add_model_config_argument, add_parallel_arguments, \
     kv_dtype, shape_from_args, tensor_parallel
@@ -71,6 +76,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vllm-bench", nargs="+", type=Path, metavar="FILE",
                         help="instead of FILE: vllm bench serve --save-result --save-detailed "
                              "JSON; fits the roofline's --mfu-prefill and --mbu-decode")
+    parser.add_argument("--vllm-metrics", type=Path, metavar="FILE",
+                        help="instead of FILE: a vLLM server's Prometheus /metrics scrape "
+                             "(after the run); fits --mfu-prefill and --mbu-decode to its "
+                             "mean prefill time and mean inter-token latency")
+    parser.add_argument("--vllm-metrics-before", type=Path, metavar="FILE",
+                        help="with --vllm-metrics: the scrape taken before the run (fit what "
+                             "the run added: the difference)")
     parser.add_argument("--output", type=Path, required=True,
                         help="the fitted JSON to write")
     parser.add_argument("--holdout", type=_fraction, metavar="FRACTION",
@@ -103,7 +115,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "--kv-bytes-per-token (20GiB, 200GB, 512MiB)")
     deprecated_alias(model, "--num-gpu-blocks", "--gpu", lambda text: f"{text}blocks")
     roofline = parser.add_argument_group(
-        "--vllm-bench: the roofline fitted (--mfu-prefill/--mbu-decode given: held, not fitted)")
+        "--vllm-bench, --vllm-metrics: the roofline fitted (--mfu-prefill/--mbu-decode "
+        "given: held, not fitted)")
     models = roofline.add_mutually_exclusive_group()
     models.add_argument("--model", metavar="PRESET", type=checked(preset),
                         help="the served model's preset (or --model-config, --model-shape)")
@@ -236,11 +249,12 @@ def _print_holdout(holdout: dict | None) -> None:
           f"by {holdout['by']}{shown})")
 
 
-def _bench_form(args: argparse.Namespace) -> tuple[object, object, int, str]:
+def _bench_form(args: argparse.Namespace, option: str = "--vllm-bench"
+                ) -> tuple[object, object, int, str]:
     """(the form fitted: the roofline's or ``--profile``'s, the GPU, KV bytes per token per
-    GPU, the model in words)."""
+    GPU, the model in words); ``option``: the input fitted, for errors."""
     if not args.profile:
-        form = peak_form(args)
+        form = peak_form(args, option)
         return (form, form.peak.gpu, form.peak.kv_bytes_per_token,
                 f"the roofline: {form.peak.label} at its peaks")
     for option in ("mfu_prefill", "mbu_decode"):
@@ -323,17 +337,25 @@ def _main_bench(args: argparse.Namespace) -> int:
 
 def main(args: argparse.Namespace) -> int:
     """Fit, print, write (see the module docstring)."""
+    if args.vllm_metrics or args.vllm_metrics_before:
+        if args.files or args.vllm_bench:
+            raise UsageError("--vllm-metrics: not with measure outputs (FILE) or "
+                             "--vllm-bench: fit one kind of measurement at a time")
+        form, gpu, _, described = _bench_form(args, "--vllm-metrics")
+        return main_metrics(args, form, gpu, described)
     if args.vllm_bench:
         if args.files:
             raise UsageError(f"{args.files[0]}: give measure outputs (FILE) or --vllm-bench, "
                              f"not both")
         return _main_bench(args)
     if not args.files:
-        raise UsageError("give measure --trace outputs (FILE...) or --vllm-bench FILE")
+        raise UsageError("give measure --trace outputs (FILE...), --vllm-bench FILE or "
+                         "--vllm-metrics FILE")
     for dest, default in ROOFLINE_OPTIONS.items():
         if getattr(args, dest, default) != default:
-            raise UsageError(f"--{dest.replace('_', '-')}: only with --vllm-bench (measure "
-                             f"outputs are fitted to the linear step-time form)")
+            raise UsageError(f"--{dest.replace('_', '-')}: only with --vllm-bench or "
+                             f"--vllm-metrics (measure outputs are fitted to the linear "
+                             f"step-time form)")
     runs = load_runs(args.files)
     engines = [_engine(r.engine_model, args) for r in runs]
     for run, engine in zip(runs, engines):
