@@ -79,6 +79,17 @@ def test_two_scrapes_fit_what_the_run_between_them_added(runs, tmp_path):
     assert _factors(tmp_path) != expected
 
 
+def test_a_factor_no_step_identifies_is_held_at_the_profiled_one(tmp_path, capsys):
+    short = synth.run_observations(**dict(RUN, num_prompts=20, input_len=64, output_len=32,
+                                          rate=1.0, seed=0))
+    assert _fit(tmp_path, "--vllm-metrics", _write(tmp_path / "m.prom", short)) == 0
+    doc = json.loads((tmp_path / "eff.json").read_text())
+    assert not doc["mfu_prefill"]["fitted"] and doc["mfu_prefill"]["value"] == 0.691
+    assert "the compute roof binds none" in doc["mfu_prefill"]["why"]
+    assert doc["mbu_decode"]["value"] == pytest.approx(TRUE_MBU, rel=0.01)
+    assert "one factor from two means" in capsys.readouterr().out
+
+
 def test_the_fitted_file_is_read_by_latency_file(runs, tmp_path):
     assert _fit(tmp_path, "--vllm-metrics", _write(tmp_path / "m.prom", runs[4.0])) == 0
     assert cli_main(["simulate", "data/simulate/chat.jsonl", "--block-size", "4", "--gpu",

@@ -111,15 +111,16 @@ def main_metrics(args: argparse.Namespace, form, gpu, described: str) -> int:
         lines = [f"  {option:<14} {factors[key]['value']:.4g}"
                  + (" (fitted)" if factors[key]["fitted"] else
                     f" (not fitted: {factors[key]['why']})") for key, option in FACTORS]
-        if len(fit.names) == 2:
-            lines.append("  two means, two factors: solved exactly (no standard error)")
+        lines.append("  two means, two factors: solved exactly (no standard error)"
+                     if len(fit.names) == 2 else "  one factor from two means: least squares "
+                     "of their relative errors (no standard error)")
     frame = pl.DataFrame(table)
     outputs = Outputs()
     outputs.add(args.output, json_bytes(document), "--output")
     if args.report:
         outputs.add(args.report / "figures.csv", frame.write_csv().encode(), "--report")
     print(f"fit: vLLM metrics of {scrape.source}: {w.requests:g} requests finished, "
-          f"{w.steps:g} engine steps emitting tokens, {w.decoders:.3g} decodes per step; "
+          f"{w.steps:g} engine steps emitting tokens, {w.decoders:.2f} decodes per step; "
           f"mean prompt {w.prompts.mean():.0f} tokens ({w.computed.mean():.0f} computed, "
           f"from {w.computed_from}), mean output {w.outputs.mean():.0f} tokens")
     print(f"{described}, {args.step_overhead_ms:g} ms per step (--step-overhead-ms, assumed); "
