@@ -44,13 +44,13 @@ from pipeline.fit.solve import FitError, fit_runs
 from pipeline.base.staging import Outputs, json_bytes
 from pipeline.fit.profile_scale import ProfileForm, fit_scale, scale_document
 from pipeline.fit.roofline_fit import bench_engine, bench_fields, bench_figures, \
-    bench_provenance, efficiency_document, factors_of, fit_factors, peak_form, schedule_of
+    bench_provenance, efficiency_document, factor_lines, factors_of, fit_factors, peak_form, \
+    schedule_of
 from pipeline.fit.vllm_bench import load_bench
 from pipeline.commands.fit_metrics import main_metrics
 from pipeline.sizes.gpus import gpu_preset
 from pipeline.sizes.model_options import add_model_config_argument, add_parallel_arguments, \
     kv_dtype, shape_from_args, tensor_parallel
-from pipeline.steptime.efficiency import FACTORS
 from pipeline.steptime.profile import read_profile
 from pipeline.sizes.units import preset
 from pipeline.steptime.options import add_latency_arguments
@@ -306,10 +306,7 @@ def _main_bench(args: argparse.Namespace) -> int:
         factors = factors_of(fit, form, args, why)
         document = efficiency_document(factors=factors, form=form, provenance=provenance,
                                        common=common)
-        lines = [f"  {option:<14} {factors[key]['value']:.4g}"
-                 + ("" if factors[key]["stderr"] is None else f" ± {factors[key]['stderr']:.3g}")
-                 + (" (fitted)" if factors[key]["fitted"] else
-                    f" (not fitted: {factors[key]['why']})") for key, option in FACTORS]
+        lines = factor_lines(factors)
     outputs = Outputs()
     outputs.add(args.output, json_bytes(document), "--output")
     if args.report:

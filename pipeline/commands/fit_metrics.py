@@ -14,12 +14,12 @@ import polars as pl
 
 from pipeline.base.errors import UsageError
 from pipeline.base.staging import Outputs, json_bytes
-from pipeline.fit.metrics_fit import fit_means, figures, means, workload
+from pipeline.fit.metrics_fit import Form, Mean, fit_means, figures, means, workload
 from pipeline.fit.roofline_fit import bench_engine, check_scales, efficiency_document, \
-    factors_of, hold_lost, schedule_of
+    factor_lines, factors_of, hold_lost, schedule_of
 from pipeline.fit.profile_scale import scale_document
+from pipeline.fit.solve import Fit
 from pipeline.fit.vllm_metrics import read_delta
-from pipeline.steptime.efficiency import FACTORS
 
 __all__ = ["main_metrics", "NOT_WITH_METRICS"]
 
@@ -38,7 +38,8 @@ def _refuse(args: argparse.Namespace) -> None:
         raise UsageError("--vllm-metrics-before: give the later scrape as --vllm-metrics")
 
 
-def _fit(items, form, args):
+def _fit(items: list[Mean], form: Form, args: argparse.Namespace
+         ) -> tuple[Fit, Form, dict[str, str]]:
     """(fit, form, why each factor not fitted was held): the roofline's factors, a factor
     no step identifies held at its default; the profile's scale as it is."""
     why: dict[str, str] = {}
@@ -55,7 +56,7 @@ def _fit(items, form, args):
         form = hold_lost(form, lost, why)
 
 
-def _shares(items, form, fit) -> list[str]:
+def _shares(items: list[Mean], form: Form, fit: Fit) -> list[str]:
     """Per mean, the share of its predicted milliseconds each fitted scale prices."""
     vector, lines = fit.vector(), []
     names = {"compute_scale": "compute roof (1/MFU)", "memory_scale": "memory roof (1/MBU)",
@@ -70,7 +71,7 @@ def _shares(items, form, fit) -> list[str]:
     return lines
 
 
-def main_metrics(args: argparse.Namespace, form, gpu, described: str) -> int:
+def main_metrics(args: argparse.Namespace, form: Form, gpu: object, described: str) -> int:
     """Fit, print, write (module docstring); ``form``, ``gpu``, ``described`` as
     ``fit``'s ``_bench_form`` gives them."""
     _refuse(args)
@@ -108,9 +109,7 @@ def main_metrics(args: argparse.Namespace, form, gpu, described: str) -> int:
         factors = factors_of(fit, form, args, why)
         document = efficiency_document(factors=factors, form=form, provenance=provenance,
                                        common=common)
-        lines = [f"  {option:<14} {factors[key]['value']:.4g}"
-                 + (" (fitted)" if factors[key]["fitted"] else
-                    f" (not fitted: {factors[key]['why']})") for key, option in FACTORS]
+        lines = factor_lines(factors)
         lines.append("  two means, two factors: solved exactly (no standard error)"
                      if len(fit.names) == 2 else "  one factor from two means: least squares "
                      "of their relative errors (no standard error)")

@@ -37,6 +37,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from pipeline.base.errors import CLIError
+from pipeline.fit.profile_scale import ProfileForm
 from pipeline.fit.roofline_form import RooflineForm
 from pipeline.fit.schedule import EngineModel
 from pipeline.fit.solve import Fit
@@ -44,6 +45,8 @@ from pipeline.fit.vllm_metrics import Scrape
 
 __all__ = ["REBUILT", "Workload", "Mean", "workload", "means", "fit_means", "figures"]
 
+#: what prices the steps: the roofline at its peaks, or a profile
+Form = RooflineForm | ProfileForm
 #: points the rebuilt distributions have (fewer when fewer requests finished)
 REBUILT = 200
 #: the means fitted: (name in figures, histogram)
@@ -143,7 +146,7 @@ class Mean:
     measured_ms: float
     terms: tuple[tuple[float, SimpleNamespace], ...]
 
-    def priced(self, form, coefficients: np.ndarray) -> tuple[np.ndarray, float]:
+    def priced(self, form: Form, coefficients: np.ndarray) -> tuple[np.ndarray, float]:
         """(its regressors, its known milliseconds) under ``form`` at ``coefficients``."""
         row, known = np.zeros(len(form.names)), 0.0
         for weight, step in self.terms:
@@ -166,7 +169,7 @@ def means(scrape: Scrape, w: Workload) -> list[Mean]:
             for (label, name), terms in zip(FITTED, (prefill, itl))]
 
 
-def fit_means(items: list[Mean], form, iterations: int = 30) -> tuple[Fit, dict[str, str]]:
+def fit_means(items: list[Mean], form: Form, iterations: int = 30) -> tuple[Fit, dict[str, str]]:
     """The scales of ``form`` that price ``items`` at their measured means (module
     docstring): (the fit, the names no step identifies with why)."""
     measured = np.array([m.measured_ms for m in items])
@@ -192,14 +195,14 @@ def fit_means(items: list[Mean], form, iterations: int = 30) -> tuple[Fit, dict[
     return _fit(form, coefficients, iterations, False), {}
 
 
-def _fit(form, coefficients: np.ndarray, iterations: int, converged: bool) -> Fit:
+def _fit(form: Form, coefficients: np.ndarray, iterations: int, converged: bool) -> Fit:
     names = tuple(form.names)
     return Fit(coefficients=dict(zip(names, map(float, coefficients))),
                stderr={name: math.nan for name in names}, unidentified={},
                iterations=iterations, converged=converged, rows=len(FITTED), names=names)
 
 
-def figures(scrape: Scrape, w: Workload, items: list[Mean], form, fit: Fit) -> list[dict]:
+def figures(scrape: Scrape, w: Workload, items: list[Mean], form: Form, fit: Fit) -> list[dict]:
     """Measured against predicted: the two fitted means, then checks not fitted, where the
     scrape has their histograms: TTFT (mean, and p50/p90 interpolated in its buckets, the
     predicted values put in the same buckets) as the queue's mean plus each rebuilt
@@ -231,6 +234,6 @@ def figures(scrape: Scrape, w: Workload, items: list[Mean], form, fit: Fit) -> l
              "fitted": fitted} for name, measured, predicted, fitted in rows]
 
 
-def _step_ms(form, step: SimpleNamespace, vector: np.ndarray) -> float:
+def _step_ms(form: Form, step: SimpleNamespace, vector: np.ndarray) -> float:
     row, known = form.step(step, vector)
     return known + float(np.dot(row, vector))

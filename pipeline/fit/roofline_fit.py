@@ -29,7 +29,8 @@ from pipeline.steptime.efficiency import EFFICIENCY_KIND, FACTORS, efficiency_of
 from pipeline.steptime.roofline import PROFILED, Roofline
 
 __all__ = ["peak_form", "bench_engine", "fit_factors", "hold_lost", "check_scales",
-           "factors_of", "efficiency_document", "bench_figures", "bench_fields", "bench_provenance", "schedule_of"]
+           "factors_of", "factor_lines", "efficiency_document", "bench_figures",
+           "bench_fields", "bench_provenance", "schedule_of"]
 
 
 def peak_form(args: argparse.Namespace, option: str = "--vllm-bench") -> RooflineForm:
@@ -139,6 +140,14 @@ def factors_of(fit: Fit, form: RooflineForm, given: argparse.Namespace,
             out[key] = {"value": float(f"{1.0 / scale:.4g}"), "fitted": False, "stderr": None,
                         "why": why.get(key, f"held at {option} {getattr(given, key)}")}
     return out
+
+
+def factor_lines(factors: dict[str, dict]) -> list[str]:
+    """``factors_of``' factors as printed: value, standard error, fitted or why not."""
+    return [f"  {option:<14} {factors[key]['value']:.4g}"
+            + ("" if factors[key]["stderr"] is None else f" ± {factors[key]['stderr']:.3g}")
+            + (" (fitted)" if factors[key]["fitted"] else
+               f" (not fitted: {factors[key]['why']})") for key, option in FACTORS]
 
 
 #: the fit's loss, in words (``absolute``: ``fit --loss absolute``, --vllm-bench's default)
