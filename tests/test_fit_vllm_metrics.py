@@ -192,3 +192,27 @@ def test_a_profile_scale_from_the_histograms(tmp_path):
     assert doc["kind"] == "profile-scale"
     assert doc["scale"]["value"] == pytest.approx(SCALE, rel=0.02), doc["scale"]
 
+
+
+def test_the_text_format_parser(tmp_path):
+    from pipeline.fit.prometheus_text import read_samples
+    path = tmp_path / "m.prom"
+    path.write_text('# HELP x a "help" line\n# TYPE x gauge\n'
+                    'x{a="q\\"uote",b="back\\\\slash",c="new\\nline"} NaN 1700000000000\n'
+                    'y +Inf\nz{} -1.5e3\n# EOF\n')
+    x, y, z = read_samples(path, "--vllm-metrics")
+    assert x.labels == (("a", 'q"uote'), ("b", "back\\slash"), ("c", "new\nline"))
+    assert np.isnan(x.value) and y.value == np.inf and z.value == -1500.0 and z.line == 5
+
+
+def test_data_parallel_engines_are_summed(runs, tmp_path):
+    one = synth.exposition(runs[4.0], "llama-3.1-8b")
+    two = one + "\n".join(line.replace('engine="0"', 'engine="1"') for line in
+                          one.splitlines() if not line.startswith("#")) + "\n"
+    (tmp_path / "one.prom").write_text(one)
+    (tmp_path / "two.prom").write_text(two)
+    assert _fit(tmp_path, "--vllm-metrics", str(tmp_path / "one.prom")) == 0
+    single = _factors(tmp_path)
+    assert _fit(tmp_path, "--vllm-metrics", str(tmp_path / "two.prom")) == 0
+    assert _factors(tmp_path) == pytest.approx(single, rel=1e-3)   # 120 rebuilt points, not 60
+    assert json.loads((tmp_path / "eff.json").read_text())["metrics"]["engines"] == 2
