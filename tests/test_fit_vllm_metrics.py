@@ -216,3 +216,14 @@ def test_data_parallel_engines_are_summed(runs, tmp_path):
     assert _fit(tmp_path, "--vllm-metrics", str(tmp_path / "two.prom")) == 0
     assert _factors(tmp_path) == pytest.approx(single, rel=1e-3)   # 120 rebuilt points, not 60
     assert json.loads((tmp_path / "eff.json").read_text())["metrics"]["engines"] == 2
+
+
+def test_an_older_servers_itl_name_is_read(runs, tmp_path):
+    new = _write(tmp_path / "new.prom", runs[4.0])
+    old = tmp_path / "old.prom"
+    old.write_text((tmp_path / "new.prom").read_text().replace(
+        "vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"))
+    assert _fit(tmp_path, "--vllm-metrics", new) == 0
+    expected = _factors(tmp_path)
+    assert _fit(tmp_path, "--vllm-metrics", str(old)) == 0
+    assert _factors(tmp_path) == expected

@@ -41,8 +41,8 @@ OPTIONAL = ("vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_second
 #: ...)
 COUNTERS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total",
             "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total")
-#: an older vLLM's name of the inter-token latency histogram (not in vLLM 0.33.0), read
-#: in its place when the new one is absent
+#: the inter-token latency histogram's name before vLLM 0.11 (removed by
+#: vllm-project/vllm#32661), read in its place when the new one is absent
 OLDER_NAMES = {"vllm:inter_token_latency_seconds": "vllm:time_per_output_token_seconds"}
 
 
