@@ -140,9 +140,15 @@ def merged(*runs: dict[str, list[float]]) -> dict[str, list[float]]:
     return {name: [v for run in runs for v in run[name]] for name in runs[0]}
 
 
-def run_observations(**options) -> dict[str, list[float]]:
-    """``observations`` of ``synth_vllm_bench.simulated(**options)``."""
-    return observations(*bench.simulated(**options))
+def seconds(requests: pl.DataFrame) -> float:
+    """The run's length: first arrival to last finish (``fit --vllm-metrics-seconds``)."""
+    return float(requests["finish_ms"].max() - requests["arrival_ms"].min()) / 1e3
+
+
+def run_observations(**options) -> tuple[dict[str, list[float]], float]:
+    """(``observations``, ``seconds``) of ``synth_vllm_bench.simulated(**options)``."""
+    requests, steps = bench.simulated(**options)
+    return observations(requests, steps), seconds(requests)
 
 
 def main() -> int:
@@ -160,7 +166,7 @@ def main() -> int:
     parser.add_argument("--tensor-parallel-size", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    observed = run_observations(
+    observed, length = run_observations(
         model=args.model, gpu_type=args.gpu_type, mfu=args.mfu, mbu=args.mbu,
         num_prompts=args.num_prompts, input_len=args.input_len, output_len=args.output_len,
         range_ratio=args.range_ratio, rate=args.request_rate, seed=args.seed,
@@ -169,7 +175,8 @@ def main() -> int:
     print(f"wrote {args.output}: {len(observed['vllm:e2e_request_latency_seconds'])} "
           f"requests, mean prefill "
           f"{1e3 * np.mean(observed['vllm:request_prefill_time_seconds']):.1f} ms, mean ITL "
-          f"{1e3 * np.mean(observed['vllm:inter_token_latency_seconds']):.2f} ms")
+          f"{1e3 * np.mean(observed['vllm:inter_token_latency_seconds']):.2f} ms, "
+          f"{length:.1f} s from first arrival to last finish")
     return 0
 
 

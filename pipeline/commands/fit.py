@@ -18,7 +18,8 @@ measured_vs_predicted.html. Outputs are written all together or not at all.
 ``roofline-efficiency`` JSON that ``simulate``, ``plan`` and ``fleet`` read with ``--latency
 FILE``.
 
-``--vllm-metrics FILE`` (``--vllm-metrics-before FILE``: the difference of two scrapes) fits
+``--vllm-metrics FILE`` (``--vllm-metrics-before FILE``: the difference of two scrapes;
+``--vllm-metrics-seconds``: the run's length) fits
 the same factors (or ``--profile``'s scale) to a vLLM server's Prometheus histograms
 (``pipeline.commands.fit_metrics``).
 """
@@ -33,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pipeline.base.arguments import checked, deprecated_alias, positive_int
+from pipeline.base.arguments import checked, deprecated_alias, positive_float, positive_int
 from pipeline.base.errors import CLIError, UsageError
 from pipeline.sizes.units import Capacity, KVSize, one_capacity
 from pipeline.fit.evaluate import HOLDOUT_BY, error_summary, holdout_masks, predictions, residuals
@@ -83,6 +84,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vllm-metrics-before", type=Path, metavar="FILE",
                         help="with --vllm-metrics: the scrape taken before the run (fit what "
                              "the run added: the difference)")
+    parser.add_argument("--vllm-metrics-seconds", type=positive_float, metavar="SECONDS",
+                        help="with --vllm-metrics: how long the measured run lasted (default: "
+                             "the server is taken as never idle)")
     parser.add_argument("--output", type=Path, required=True,
                         help="the fitted JSON to write")
     parser.add_argument("--holdout", type=_fraction, metavar="FRACTION",
@@ -334,7 +338,7 @@ def _main_bench(args: argparse.Namespace) -> int:
 
 def main(args: argparse.Namespace) -> int:
     """Fit, print, write (see the module docstring)."""
-    if args.vllm_metrics or args.vllm_metrics_before:
+    if args.vllm_metrics or args.vllm_metrics_before or args.vllm_metrics_seconds:
         if args.files or args.vllm_bench:
             raise UsageError("--vllm-metrics: not with measure outputs (FILE) or "
                              "--vllm-bench: fit one kind of measurement at a time")

@@ -1,6 +1,6 @@
-"""``fit --vllm-metrics FILE [--vllm-metrics-before FILE]``: the roofline's efficiency
-factors (or, with ``--profile DIR``, a profile's scale) from a vLLM server's Prometheus
-scrape (``pipeline.fit.vllm_metrics``), fitted to its mean prefill time and mean
+"""``fit --vllm-metrics FILE [--vllm-metrics-before FILE] [--vllm-metrics-seconds S]``: the
+roofline's efficiency factors (or, with ``--profile DIR``, a profile's scale) from a vLLM
+server's Prometheus scrape (``pipeline.fit.vllm_metrics``), fitted to its mean prefill time and mean
 inter-token latency (``pipeline.fit.metrics_fit``). Writes the same ``roofline-efficiency``
 / ``profile-scale`` JSON as ``--vllm-bench`` (read by ``--latency FILE``) and, with
 ``--report DIR``, figures.csv."""
@@ -34,8 +34,9 @@ def _refuse(args: argparse.Namespace) -> None:
             raise UsageError(f"--{dest.replace('_', '-')}: not with --vllm-metrics (a scrape "
                              f"holds aggregates: no requests to hold out or weigh, no KV "
                              f"pool to size)")
-    if args.vllm_metrics_before and not args.vllm_metrics:
-        raise UsageError("--vllm-metrics-before: give the later scrape as --vllm-metrics")
+    for option in ("vllm_metrics_before", "vllm_metrics_seconds"):
+        if getattr(args, option) and not args.vllm_metrics:
+            raise UsageError(f"--{option.replace('_', '-')}: only with --vllm-metrics FILE")
 
 
 def _fit(items: list[Mean], form: Form, args: argparse.Namespace
@@ -77,7 +78,7 @@ def main_metrics(args: argparse.Namespace, form: Form, gpu: object, described: s
     _refuse(args)
     scrape = read_delta(args.vllm_metrics, args.vllm_metrics_before)
     engine = bench_engine(args, gpu.memory_gb, gpu.name)
-    w = workload(scrape, engine)
+    w = workload(scrape, engine, args.vllm_metrics_seconds)
     items = means(scrape, w)
     fit, form, why = _fit(items, form, args)
     table = figures(scrape, w, items, form, fit)
@@ -85,6 +86,8 @@ def main_metrics(args: argparse.Namespace, form: Form, gpu: object, described: s
                                           if args.vllm_metrics_before else [])
     read = {"requests": w.requests, "engine_steps": w.steps,
             "decodes_per_step": round(w.decoders, 4),
+            "decodes_beside_a_chunk": round(w.chunk_decoders, 4),
+            "chunk_share_of_itl": round(w.chunk_share, 6), "seconds": args.vllm_metrics_seconds,
             "mean_prompt_tokens": float(w.prompts.mean()),
             "mean_computed_tokens": float(w.computed.mean()), "computed_from": w.computed_from,
             "mean_output_tokens": float(w.outputs.mean()),
@@ -121,7 +124,12 @@ def main_metrics(args: argparse.Namespace, form: Form, gpu: object, described: s
     print(f"fit: vLLM metrics of {scrape.source}: {w.requests:g} requests finished, "
           f"{w.steps:g} engine steps emitting tokens, {w.decoders:.2f} decodes per step; "
           f"mean prompt {w.prompts.mean():.0f} tokens ({w.computed.mean():.0f} computed, "
-          f"from {w.computed_from}), mean output {w.outputs.mean():.0f} tokens")
+          f"from {w.computed_from}), mean output {w.outputs.mean():.0f} tokens; a prefill chunk "
+          f"meets {w.chunk_decoders:.2f} decodes ("
+          + ("the per-step mean: the server taken as never idle; --vllm-metrics-seconds gives "
+             "the time average" if args.vllm_metrics_seconds is None else
+             f"the time average over {args.vllm_metrics_seconds:g} s")
+          + f"), chunk steps {100 * w.chunk_share:.1f} % of the ITL observations")
     print(f"{described}, {args.step_overhead_ms:g} ms per step (--step-overhead-ms, assumed); "
           f"prefill chunks of up to {w.budget} tokens ({schedule_of(engine)})")
     print("\n".join(lines))

@@ -15,8 +15,11 @@ What the scrape (``pipeline.fit.vllm_metrics``) identifies, and what is fitted f
   the chunk steps: ``steps`` = ``vllm:iteration_tokens_total``'s count (engine steps that
   emitted a token), ``decoders`` = ITL observations / steps (at least 1: a request sees
   itself), each at the mean context of a decoding request (mean prompt + the mean of
-  ``G (G - 1) / 2 / (G - 1)`` over the rebuilt output lengths), and the chunk steps'
-  share of the observations = chunk steps / steps.
+  ``G (G - 1) / 2 / (G - 1)`` over the rebuilt output lengths). A chunk meets
+  ``decoders`` too and the chunk steps' share of the observations is chunk steps / steps,
+  unless the run's length is given (``fit --vllm-metrics-seconds``): then a chunk, arriving
+  at a random time, meets the time average ITL ``_sum`` / seconds (Little's law), and
+  the chunk steps hold chunk steps x that of the ITL observations.
 
 On those steps each mean is linear in the factors' scales (``1 / MFU``, ``1 / MBU``; the
 binding roof of each step fixed by the current values, as ``roofline_form``): two means, two
@@ -64,6 +67,8 @@ class Workload:
     outputs: np.ndarray          # rebuilt output lengths
     steps: float
     decoders: float
+    chunk_decoders: float        # the decodes beside a prefill chunk
+    chunk_share: float           # the chunk steps' share of the ITL observations
     context: float
     budget: int
     computed_from: str
@@ -77,8 +82,9 @@ def _rebuilt(scrape: Scrape, name: str, n: int) -> np.ndarray:
     return np.maximum(np.rint(points), 1).astype(np.int64)
 
 
-def workload(scrape: Scrape, engine: EngineModel) -> Workload:
-    """The run as the histograms give it (module docstring)."""
+def workload(scrape: Scrape, engine: EngineModel, seconds: float | None = None) -> Workload:
+    """The run as the histograms give it (module docstring); ``seconds``: how long the
+    scraped window lasted (else the server is taken as never idle)."""
     requests = scrape.histograms["vllm:request_prefill_time_seconds"].count
     n = int(min(max(requests, 1), REBUILT))
     prompts = _rebuilt(scrape, "vllm:request_prompt_tokens", n)
@@ -98,8 +104,14 @@ def workload(scrape: Scrape, engine: EngineModel) -> Workload:
     decoders = max(scrape.histograms["vllm:inter_token_latency_seconds"].count / steps, 1.0)
     tail = np.maximum(outputs - 1, 0)
     grown = float((tail * (tail + 1) / 2).sum() / max(tail.sum(), 1))
-    budget = max(engine.max_num_batched_tokens - int(round(decoders)), 1)
-    return Workload(requests, prompts, computed, outputs, steps, decoders,
+    itl = scrape.histograms["vllm:inter_token_latency_seconds"]
+    # what a prefill chunk meets: the per-step mean when the server is never idle, else the
+    # time average (an arrival sees it: Little's law over the scraped window)
+    beside = decoders if seconds is None else itl.total / seconds
+    budget = max(engine.max_num_batched_tokens - int(round(beside)), 1)
+    chunks = requests * float(np.mean(-(-computed // budget)))
+    share = min(chunks / steps if seconds is None else chunks * beside / itl.count, 1.0)
+    return Workload(requests, prompts, computed, outputs, steps, decoders, beside, share,
                     float(prompts.mean()) + grown, budget, source)
 
 
@@ -120,9 +132,11 @@ def _step(decoders: int, context: float, chunk: tuple[int, int] | None = None,
 
 def _with_decoders(w: Workload, chunk: tuple[int, int] | None = None, first: bool = False
                    ) -> list[tuple[float, SimpleNamespace]]:
-    """The step at the mean decodes: a mix of the two whole numbers around it."""
-    low = int(math.floor(w.decoders))
-    high = w.decoders - low
+    """The step at the mean decodes (beside a chunk: ``chunk_decoders``): a mix of the two
+    whole numbers around it."""
+    decoders = w.decoders if chunk is None else w.chunk_decoders
+    low = int(math.floor(decoders))
+    high = decoders - low
     mix = [(1.0 - high, low)] + ([(high, low + 1)] if high > 0 else [])
     return [(weight, _step(count, w.context, chunk, first)) for weight, count in mix]
 
@@ -161,10 +175,10 @@ def means(scrape: Scrape, w: Workload) -> list[Mean]:
     per_request = [_chunks(w, int(p), int(c)) for p, c in zip(w.prompts, w.computed)]
     n = len(per_request)
     prefill = tuple((weight / n, step) for steps in per_request for weight, step in steps)
-    chunk_steps = sum(weight for steps in per_request for weight, _ in steps) / n * w.requests
-    share = min(chunk_steps / w.steps, 1.0)
+    steps_per_request = sum(weight for steps in per_request for weight, _ in steps) / n
+    share = w.chunk_share / steps_per_request
     itl = tuple((share * weight, step) for weight, step in prefill) + tuple(
-        ((1 - share) * weight, step) for weight, step in _with_decoders(w))
+        ((1 - w.chunk_share) * weight, step) for weight, step in _with_decoders(w))
     return [Mean(label, 1e3 * scrape.histograms[name].mean, terms)
             for (label, name), terms in zip(FITTED, (prefill, itl))]
 
