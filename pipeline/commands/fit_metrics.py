@@ -1,7 +1,7 @@
 """``fit --vllm-metrics FILE [--vllm-metrics-before FILE] [--vllm-metrics-seconds S]``: the
 roofline's efficiency factors (or, with ``--profile DIR``, a profile's scale) from a vLLM
-server's Prometheus scrape (``pipeline.fit.vllm_metrics``), fitted to its mean prefill time and mean
-inter-token latency (``pipeline.fit.metrics_fit``). Writes the same ``roofline-efficiency``
+server's Prometheus scrape (``pipeline.fit.vllm_metrics``), fitted to its mean prefill time
+and mean inter-token latency (``pipeline.fit.metrics_fit``). Writes the same ``roofline-efficiency``
 / ``profile-scale`` JSON as ``--vllm-bench`` (read by ``--latency FILE``) and, with
 ``--report DIR``, figures.csv."""
 
