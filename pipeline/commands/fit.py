@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pipeline.base.arguments import checked, deprecated_alias, positive_float, positive_int
+from pipeline.base.arguments import checked, deprecated_alias, positive_int
 from pipeline.base.errors import CLIError, UsageError
 from pipeline.sizes.units import Capacity, KVSize, one_capacity
 from pipeline.fit.evaluate import HOLDOUT_BY, error_summary, holdout_masks, predictions, residuals
@@ -48,7 +48,7 @@ from pipeline.fit.roofline_fit import bench_engine, bench_fields, bench_figures,
     bench_provenance, efficiency_document, factor_lines, factors_of, fit_factors, peak_form, \
     schedule_of
 from pipeline.fit.vllm_bench import load_bench
-from pipeline.commands.fit_metrics import main_metrics
+from pipeline.commands.fit_metrics import add_metrics_arguments, main_metrics
 from pipeline.sizes.gpus import gpu_preset
 from pipeline.sizes.model_options import add_model_config_argument, add_parallel_arguments, \
     kv_dtype, shape_from_args, tensor_parallel
@@ -77,16 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vllm-bench", nargs="+", type=Path, metavar="FILE",
                         help="instead of FILE: vllm bench serve --save-result --save-detailed "
                              "JSON; fits the roofline's --mfu-prefill and --mbu-decode")
-    parser.add_argument("--vllm-metrics", type=Path, metavar="FILE",
-                        help="instead of FILE: a vLLM server's Prometheus /metrics scrape "
-                             "(after the run); fits --mfu-prefill and --mbu-decode to its "
-                             "mean prefill time and mean inter-token latency")
-    parser.add_argument("--vllm-metrics-before", type=Path, metavar="FILE",
-                        help="with --vllm-metrics: the scrape taken before the run (fit what "
-                             "the run added: the difference)")
-    parser.add_argument("--vllm-metrics-seconds", type=positive_float, metavar="SECONDS",
-                        help="with --vllm-metrics: how long the measured run lasted (default: "
-                             "the server is taken as never idle)")
+    add_metrics_arguments(parser)
     parser.add_argument("--output", type=Path, required=True,
                         help="the fitted JSON to write")
     parser.add_argument("--holdout", type=_fraction, metavar="FRACTION",

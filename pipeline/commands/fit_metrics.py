@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import polars as pl
 
+from pipeline.base.arguments import positive_float
 from pipeline.base.errors import UsageError
 from pipeline.base.staging import Outputs, json_bytes
 from pipeline.fit.metrics_fit import Form, Mean, fit_means, figures, means, workload
@@ -21,11 +23,25 @@ from pipeline.fit.profile_scale import scale_document
 from pipeline.fit.solve import Fit
 from pipeline.fit.vllm_metrics import read_delta
 
-__all__ = ["main_metrics", "NOT_WITH_METRICS"]
+__all__ = ["add_metrics_arguments", "main_metrics", "NOT_WITH_METRICS"]
 
 #: options that mean nothing for a scrape (no requests to hold out, one loss, no sidecar)
 NOT_WITH_METRICS = {"holdout": None, "ttft_only": False, "loss": None, "machine_load": False,
                     "kv_bytes_per_token": None, "gpu": None}
+
+
+def add_metrics_arguments(parser: argparse.ArgumentParser) -> None:
+    """``fit``'s options of this input."""
+    parser.add_argument("--vllm-metrics", type=Path, metavar="FILE",
+                        help="instead of FILE: a vLLM server's Prometheus /metrics scrape "
+                             "(after the run); fits --mfu-prefill and --mbu-decode to its "
+                             "mean prefill time and mean inter-token latency")
+    parser.add_argument("--vllm-metrics-before", type=Path, metavar="FILE",
+                        help="with --vllm-metrics: the scrape taken before the run (fit what "
+                             "the run added: the difference)")
+    parser.add_argument("--vllm-metrics-seconds", type=positive_float, metavar="SECONDS",
+                        help="with --vllm-metrics: how long the measured run lasted (default: "
+                             "the server is taken as never idle)")
 
 
 def _refuse(args: argparse.Namespace) -> None:
