@@ -91,14 +91,11 @@ def bench_result(requests: pl.DataFrame, steps: pl.DataFrame, rate: float, model
     return result
 
 
-def synthesize(out: Path, *, model: str, gpu_type: str, mfu: float, mbu: float,
-               num_prompts: int, input_len: int, output_len: int, range_ratio: float,
-               rate: float, seed: int, tensor_parallel: int = 1,
-               step_model: list[str] | None = None, batched: int = 8192) -> dict:
-    """Simulate and write ``out`` (module docstring); returns the result. ``step_model``:
-    simulate's options of another step-time model (``--latency profile:DIR
-    --model-config PATH``) instead of the roofline of ``model`` with ``mfu`` and ``mbu``;
-    ``batched``: ``--max-num-batched-tokens``."""
+def simulated(*, model: str, gpu_type: str, mfu: float, mbu: float, num_prompts: int,
+              input_len: int, output_len: int, range_ratio: float, rate: float, seed: int,
+              tensor_parallel: int = 1, step_model: list[str] | None = None,
+              batched: int = 8192) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(requests, steps) of ``simulate`` on the random dataset (see ``synthesize``)."""
     from pipeline.cli import main
     lines = workload(num_prompts, input_len, output_len, range_ratio, rate, seed)
     with tempfile.TemporaryDirectory() as scratch:
@@ -115,8 +112,24 @@ def synthesize(out: Path, *, model: str, gpu_type: str, mfu: float, mbu: float,
         if code:
             raise SystemExit(f"simulate failed ({code})")
         run = Path(scratch) / "run"
-        result = bench_result(pl.read_parquet(run / "requests.parquet"),
-                              pl.read_parquet(run / "steps.parquet"), rate, model)
+        return (pl.read_parquet(run / "requests.parquet"),
+                pl.read_parquet(run / "steps.parquet"))
+
+
+def synthesize(out: Path, *, model: str, gpu_type: str, mfu: float, mbu: float,
+               num_prompts: int, input_len: int, output_len: int, range_ratio: float,
+               rate: float, seed: int, tensor_parallel: int = 1,
+               step_model: list[str] | None = None, batched: int = 8192) -> dict:
+    """Simulate and write ``out`` (module docstring); returns the result. ``step_model``:
+    simulate's options of another step-time model (``--latency profile:DIR
+    --model-config PATH``) instead of the roofline of ``model`` with ``mfu`` and ``mbu``;
+    ``batched``: ``--max-num-batched-tokens``."""
+    requests, steps = simulated(model=model, gpu_type=gpu_type, mfu=mfu, mbu=mbu,
+                                num_prompts=num_prompts, input_len=input_len,
+                                output_len=output_len, range_ratio=range_ratio, rate=rate,
+                                seed=seed, tensor_parallel=tensor_parallel,
+                                step_model=step_model, batched=batched)
+    result = bench_result(requests, steps, rate, model)
     out.write_text(json.dumps(result))
     return result
 

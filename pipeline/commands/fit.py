@@ -17,6 +17,11 @@ measured_vs_predicted.html. Outputs are written all together or not at all.
 ``--model-config``, ``--gpu-type``, ``--tensor-parallel-size``: ``--output`` is then a
 ``roofline-efficiency`` JSON that ``simulate``, ``plan`` and ``fleet`` read with ``--latency
 FILE``.
+
+``--vllm-metrics FILE`` (``--vllm-metrics-before FILE``: the difference of two scrapes;
+``--vllm-metrics-seconds``: the run's length) fits
+the same factors (or ``--profile``'s scale) to a vLLM server's Prometheus histograms
+(``pipeline.commands.fit_metrics``).
 """
 
 from __future__ import annotations
@@ -40,12 +45,13 @@ from pipeline.fit.solve import FitError, fit_runs
 from pipeline.base.staging import Outputs, json_bytes
 from pipeline.fit.profile_scale import ProfileForm, fit_scale, scale_document
 from pipeline.fit.roofline_fit import bench_engine, bench_fields, bench_figures, \
-    bench_provenance, efficiency_document, factors_of, fit_factors, peak_form, schedule_of
+    bench_provenance, efficiency_document, factor_lines, factors_of, fit_factors, peak_form, \
+    schedule_of
 from pipeline.fit.vllm_bench import load_bench
+from pipeline.commands.fit_metrics import add_metrics_arguments, main_metrics
 from pipeline.sizes.gpus import gpu_preset
 from pipeline.sizes.model_options import add_model_config_argument, add_parallel_arguments, \
     kv_dtype, shape_from_args, tensor_parallel
-from pipeline.steptime.efficiency import FACTORS
 from pipeline.steptime.profile import read_profile
 from pipeline.sizes.units import preset
 from pipeline.steptime.options import add_latency_arguments
@@ -71,6 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vllm-bench", nargs="+", type=Path, metavar="FILE",
                         help="instead of FILE: vllm bench serve --save-result --save-detailed "
                              "JSON; fits the roofline's --mfu-prefill and --mbu-decode")
+    add_metrics_arguments(parser)
     parser.add_argument("--output", type=Path, required=True,
                         help="the fitted JSON to write")
     parser.add_argument("--holdout", type=_fraction, metavar="FRACTION",
@@ -103,7 +110,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "--kv-bytes-per-token (20GiB, 200GB, 512MiB)")
     deprecated_alias(model, "--num-gpu-blocks", "--gpu", lambda text: f"{text}blocks")
     roofline = parser.add_argument_group(
-        "--vllm-bench: the roofline fitted (--mfu-prefill/--mbu-decode given: held, not fitted)")
+        "--vllm-bench, --vllm-metrics: the roofline fitted (--mfu-prefill/--mbu-decode "
+        "given: held, not fitted)")
     models = roofline.add_mutually_exclusive_group()
     models.add_argument("--model", metavar="PRESET", type=checked(preset),
                         help="the served model's preset (or --model-config, --model-shape)")
@@ -236,11 +244,12 @@ def _print_holdout(holdout: dict | None) -> None:
           f"by {holdout['by']}{shown})")
 
 
-def _bench_form(args: argparse.Namespace) -> tuple[object, object, int, str]:
+def _bench_form(args: argparse.Namespace, option: str = "--vllm-bench"
+                ) -> tuple[object, object, int, str]:
     """(the form fitted: the roofline's or ``--profile``'s, the GPU, KV bytes per token per
-    GPU, the model in words)."""
+    GPU, the model in words); ``option``: the input fitted, for errors."""
     if not args.profile:
-        form = peak_form(args)
+        form = peak_form(args, option)
         return (form, form.peak.gpu, form.peak.kv_bytes_per_token,
                 f"the roofline: {form.peak.label} at its peaks")
     for option in ("mfu_prefill", "mbu_decode"):
@@ -292,10 +301,7 @@ def _main_bench(args: argparse.Namespace) -> int:
         factors = factors_of(fit, form, args, why)
         document = efficiency_document(factors=factors, form=form, provenance=provenance,
                                        common=common)
-        lines = [f"  {option:<14} {factors[key]['value']:.4g}"
-                 + ("" if factors[key]["stderr"] is None else f" ± {factors[key]['stderr']:.3g}")
-                 + (" (fitted)" if factors[key]["fitted"] else
-                    f" (not fitted: {factors[key]['why']})") for key, option in FACTORS]
+        lines = factor_lines(factors)
     outputs = Outputs()
     outputs.add(args.output, json_bytes(document), "--output")
     if args.report:
@@ -323,17 +329,25 @@ def _main_bench(args: argparse.Namespace) -> int:
 
 def main(args: argparse.Namespace) -> int:
     """Fit, print, write (see the module docstring)."""
+    if args.vllm_metrics or args.vllm_metrics_before or args.vllm_metrics_seconds:
+        if args.files or args.vllm_bench:
+            raise UsageError("--vllm-metrics: not with measure outputs (FILE) or "
+                             "--vllm-bench: fit one kind of measurement at a time")
+        form, gpu, _, described = _bench_form(args, "--vllm-metrics")
+        return main_metrics(args, form, gpu, described)
     if args.vllm_bench:
         if args.files:
             raise UsageError(f"{args.files[0]}: give measure outputs (FILE) or --vllm-bench, "
                              f"not both")
         return _main_bench(args)
     if not args.files:
-        raise UsageError("give measure --trace outputs (FILE...) or --vllm-bench FILE")
+        raise UsageError("give measure --trace outputs (FILE...), --vllm-bench FILE or "
+                         "--vllm-metrics FILE")
     for dest, default in ROOFLINE_OPTIONS.items():
         if getattr(args, dest, default) != default:
-            raise UsageError(f"--{dest.replace('_', '-')}: only with --vllm-bench (measure "
-                             f"outputs are fitted to the linear step-time form)")
+            raise UsageError(f"--{dest.replace('_', '-')}: only with --vllm-bench or "
+                             f"--vllm-metrics (measure outputs are fitted to the linear "
+                             f"step-time form)")
     runs = load_runs(args.files)
     engines = [_engine(r.engine_model, args) for r in runs]
     for run, engine in zip(runs, engines):

@@ -28,15 +28,16 @@ from pipeline.fit.solve import Fit, FitError, fit_runs
 from pipeline.steptime.efficiency import EFFICIENCY_KIND, FACTORS, efficiency_of
 from pipeline.steptime.roofline import PROFILED, Roofline
 
-__all__ = ["peak_form", "bench_engine", "fit_factors", "factors_of", "efficiency_document",
-           "bench_figures", "bench_fields", "bench_provenance", "schedule_of"]
+__all__ = ["peak_form", "bench_engine", "fit_factors", "hold_lost", "check_scales",
+           "factors_of", "factor_lines", "efficiency_document", "bench_figures",
+           "bench_fields", "bench_provenance", "schedule_of"]
 
 
-def peak_form(args: argparse.Namespace) -> RooflineForm:
+def peak_form(args: argparse.Namespace, option: str = "--vllm-bench") -> RooflineForm:
     """The options' roofline at its peaks, factors given as options held (module
-    docstring); usage errors name the option."""
+    docstring); usage errors name the option (``option``: the input fitted)."""
     if not any(getattr(args, key, None) for key in ("model", "model_shape", "model_config")):
-        raise UsageError("--vllm-bench needs --model PRESET (or --model-shape, --model-config):"
+        raise UsageError(f"{option} needs --model PRESET (or --model-shape, --model-config):"
                          " the roofline fitted is the model's, none is assumed")
     options = argparse.Namespace(**{**vars(args), "mfu_prefill": 1.0, "mbu_decode": 1.0})
     peak = Roofline.from_args(options)
@@ -78,6 +79,31 @@ def _default_scale(form: RooflineForm, index: int) -> tuple[float, str]:
         return 1.0, "the peak (no profile for this GPU)"
 
 
+def hold_lost(form: RooflineForm, lost: dict[str, str], why: dict[str, str]) -> RooflineForm:
+    """``form`` with each factor of ``lost`` (name -> why the data lost it) held at its
+    default (the GPU's profiled factor, else the peak), ``why`` updated; CLIError when no
+    factor is left to fit."""
+    scales = list(form.held)
+    for name, reason in lost.items():
+        index = SCALES.index(name)
+        scales[index], default = _default_scale(form, index)
+        why[FACTORS[index][0]] = f"{reason}: held at {default}"
+    if all(s is not None for s in scales):
+        raise CLIError("fit: the requests identify neither factor ("
+                       + "; ".join(why.values()) + ")")
+    return RooflineForm(form.peak, tuple(scales))
+
+
+def check_scales(coefficients: dict[str, float]) -> None:
+    """CLIError when a fitted factor comes out above 1 (faster than the GPU's peaks)."""
+    for name, value in coefficients.items():
+        if value < 1:
+            option = FACTORS[SCALES.index(name)][1]
+            raise CLIError(f"fit: {option} comes out {1 / value:.3g}: the measured steps are "
+                           f"faster than the roofline at the GPU's peaks; check --model, "
+                           f"--gpu-type, --tensor-parallel-size and --weights")
+
+
 def fit_factors(runs: list[Run], engines: list[EngineModel], train: list[np.ndarray],
                 held: list[np.ndarray], form: RooflineForm, use_e2e: bool,
                 absolute: bool = False) -> tuple[Fit, RooflineForm, dict[str, str]]:
@@ -90,26 +116,12 @@ def fit_factors(runs: list[Run], engines: list[EngineModel], train: list[np.ndar
                            absolute=absolute)
         except FitError as exc:
             raise CLIError(f"fit: {exc}") from None
-        lost = [name for name in form.names if name in fit.unidentified
-                or name in fit.clamped]
+        lost = {name: fit.unidentified.get(name) or "its least squares is not positive"
+                for name in form.names if name in fit.unidentified or name in fit.clamped}
         if not lost:
             break
-        scales = list(form.held)
-        for name in lost:
-            index = SCALES.index(name)
-            scales[index], default = _default_scale(form, index)
-            reason = fit.unidentified.get(name) or "its least squares is not positive"
-            why[FACTORS[index][0]] = f"{reason}: held at {default}"
-        if all(s is not None for s in scales):
-            raise CLIError("fit: the requests identify neither factor ("
-                           + "; ".join(why.values()) + ")")
-        form = RooflineForm(form.peak, tuple(scales))
-    for name, value in fit.coefficients.items():
-        if value < 1:
-            option = FACTORS[SCALES.index(name)][1]
-            raise CLIError(f"fit: {option} comes out {1 / value:.3g}: the measured steps are "
-                           f"faster than the roofline at the GPU's peaks; check --model, "
-                           f"--gpu-type, --tensor-parallel-size and --weights")
+        form = hold_lost(form, lost, why)
+    check_scales(fit.coefficients)
     return fit, form, why
 
 
@@ -128,6 +140,14 @@ def factors_of(fit: Fit, form: RooflineForm, given: argparse.Namespace,
             out[key] = {"value": float(f"{1.0 / scale:.4g}"), "fitted": False, "stderr": None,
                         "why": why.get(key, f"held at {option} {getattr(given, key)}")}
     return out
+
+
+def factor_lines(factors: dict[str, dict]) -> list[str]:
+    """``factors_of``' factors as printed: value, standard error, fitted or why not."""
+    return [f"  {option:<14} {factors[key]['value']:.4g}"
+            + ("" if factors[key]["stderr"] is None else f" ± {factors[key]['stderr']:.3g}")
+            + (" (fitted)" if factors[key]["fitted"] else
+               f" (not fitted: {factors[key]['why']})") for key, option in FACTORS]
 
 
 #: the fit's loss, in words (``absolute``: ``fit --loss absolute``, --vllm-bench's default)
