@@ -26,6 +26,7 @@ shipped. Stubbed, because they only move bytes or need CUDA:
 from __future__ import annotations
 
 import types
+from array import array
 
 from sglang_unified_reference import UnifiedTree, slots
 
@@ -42,7 +43,9 @@ class HostPool:
     """The host KV pool as the cache sees it: free slots counted."""
 
     def __init__(self, size: int) -> None:
-        self.size, self.used = size, 0
+        self.size, self.used, self.next = size, 0, 0
+        self.logical_size, self.page_size = size, 1
+        self.entry_map = {}
         self.shared_allocation_domain = None
         self.anchor_entry = types.SimpleNamespace(host_pool=self, host_evict_fn=None)
 
@@ -51,6 +54,23 @@ class HostPool:
 
     def free(self, indices, pool=None) -> None:
         self.used -= len(indices)
+
+    def alloc(self, n: int, pool=None):
+        """``n`` host slots (fresh ids), or None when fewer are free."""
+        if self.available_size() < n:
+            return None
+        self.used += n
+        self.next += n
+        return slots(range(self.next - n, self.next))
+
+    def get_dummy_flat_data_page(self):
+        return None
+
+    def set_from_flat_data_page(self, index, data) -> None:
+        pass
+
+    def get_data_page(self, index):
+        return index
 
     def clear(self) -> None:
         self.used = 0
@@ -65,19 +85,16 @@ class Controller:
         self.write_policy, self.mem_pool_host, self.allocate = write_policy, host, allocate
         self.ack_write_queue, self.ack_load_queue = [], []
         self.written = self.loaded = 0
-        self.next_host = 0
 
     def write(self, device_indices, node_id, extra_pools=None, flush=True, **kw):
-        n = len(device_indices)
-        if self.mem_pool_host.available_size() < n:
+        host_indices = self.mem_pool_host.alloc(len(device_indices))
+        if host_indices is None:
             return None
-        self.mem_pool_host.used += n
-        self.written += n
+        self.written += len(device_indices)
         self.ack_write_queue.append(types.SimpleNamespace(
             node_ids=[node_id], finish_event=_Event(), num_tokens_by_pool={}, num_bytes=0,
             timing_enabled=False))
-        self.next_host += n
-        return slots(range(self.next_host - n, self.next_host))
+        return host_indices
 
     def load(self, host_indices, node_id, extra_pools=None):
         n = len(host_indices)
@@ -268,3 +285,219 @@ def replay(write_policy: str, device_tokens: int, host_tokens: int, operations,
     tree = HiTree(page_size, policy, device_tokens=device_tokens, host_tokens=host_tokens,
                   write_policy=write_policy)
     return observe(tree, device_tokens, operations)
+
+
+# --------------------------------------------------------------------------- L3 storage
+
+def _sources(name: str):
+    """SGLang's module ``name`` from its own file, replacing the inert stub the unified
+    reference's importer gives for it (the HiCache controllers: their storage half runs as
+    shipped here; only their CUDA-bound ``__init__`` is skipped)."""
+    import importlib.util
+    import sys
+
+    import sglang_reference as ref
+    module = sys.modules.get(name)
+    if module is not None and getattr(module, "__file__", None):
+        return module
+    path = ref.SOURCES.joinpath(*name.split(".")).with_suffix(".py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _page_hashes(token_ids, prior_digest, page_size=None):
+    """``cpp_utils.native_hash.get_native_hash`` (compiled, absent here) in Python: one
+    SHA-256 per page, each chained on the one before (the prior digest seeds the chain).
+    Only equality of keys matters to what moves."""
+    import hashlib
+    tokens = list(getattr(token_ids, "token_ids", token_ids))
+    size = page_size or len(tokens) or 1
+    out, prior = [], prior_digest or b""
+    for start in range(0, len(tokens) - len(tokens) % size if page_size else len(tokens),
+                       size):
+        digest = hashlib.sha256(prior + repr(tokens[start:start + size]).encode())
+        out.append(digest.hexdigest())
+        prior = digest.digest()
+    return out if page_size else (out[0] if out else hashlib.sha256(prior).hexdigest())
+
+
+class FileStore:
+    """``HiCacheFile``'s semantics (``mem_cache/hicache_storage.py:728``) on a dict instead
+    of a directory of ``.bin`` pages: ``set`` of a present key is skipped and succeeds,
+    ``get`` of an absent key is None, ``batch_exists`` is the base class's (the run of
+    present keys from the start). No size cap: the file backend's ``LRUFileEvictor`` is
+    inert unless ``max_size``/``min_free`` are configured (``lru_file_evictor.py``)."""
+
+    def __init__(self) -> None:
+        self.pages: dict[str, object] = {}
+
+    def exists(self, key: str) -> bool:
+        return key in self.pages
+
+    def batch_exists(self, keys, extra_info=None) -> int:
+        for i, key in enumerate(keys):                  # hicache_storage.py:462-473
+            if not self.exists(key):
+                return i
+        return len(keys)
+
+    def batch_get(self, keys, target_locations=None, target_sizes=None):
+        return [self.pages.get(key) for key in keys]
+
+    def batch_set(self, keys, values=None, target_locations=None, target_sizes=None):
+        for key, value in zip(keys, values):
+            self.pages.setdefault(key, value)
+        return True
+
+
+class _Now:
+    """A queue whose consumer thread runs at once, inside ``put`` (the storage threads
+    replaced by synchronous steps: each finishes its item the moment it is queued)."""
+
+    def __init__(self, consume) -> None:
+        from queue import Queue
+        self.consume, self.inner = consume, Queue()
+
+    def put(self, item) -> None:
+        self.consume(item)
+
+    def qsize(self) -> int:
+        return 0
+
+    def empty(self) -> bool:
+        return True
+
+
+def attach_storage(cache, controller: Controller, policy: str = "best_effort",
+                   threshold: int = 256, timeout_base: float = 1.0,
+                   timeout_per_ki_token: float = 0.25) -> FileStore:
+    """Attach an L3 store to a HiCache tree as ``attach_storage_backend`` and
+    ``apply_runtime_config`` leave it (their deciding assignments), with SGLang's own
+    ``HybridCacheController`` storage methods bound to the stand-in controller."""
+    import queue
+    import types as _types
+
+    cc_module = _sources("sglang.srt.managers.cache_controller")
+    hybrid = _sources("sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller")
+    import sglang.srt.mem_cache.unified_radix_cache as urc
+    import sglang.srt.mem_cache.utils as mem_utils
+    mem_utils.get_native_hash = _page_hashes
+    urc.PrefetchOperation = hybrid.PrefetchOperation
+    urc.PPPrefetchDecision = hybrid.PPPrefetchDecision
+    store = FileStore()
+    host = controller.mem_pool_host
+    controller.__class__ = type("StorageController", (Controller, hybrid.HybridCacheController),
+                                {"_sync_prefetch_hit_query": lambda self, op, count: count,
+                                 "_all_reduce": lambda self, *args, **kw: None,
+                                 "backup_skip": False})          # one rank
+    controller.storage_backend = store
+    controller.storage_host_pool = host
+    controller.page_get_func = controller._generic_page_get
+    controller.page_set_func = controller._generic_page_set
+    controller.enable_storage = True
+    controller.host_memory_mode = "cache"
+    controller.storage_backend_type = "file"
+    controller.pp_prefetch_command_group = None
+    controller.pp_prefetch_decisions = {}
+    controller.extra_host_mem_release_queues = {}
+    controller.prefetch_threshold = max(threshold, cache.page_size)
+    controller.prefetch_capacity_limit = int(0.5 * host.size)         # cache_controller:634
+    controller.prefetch_tokens_occupied = 0
+    controller.storage_config = _types.SimpleNamespace(pp_rank=0, is_storage_writer=True)
+    controller.prefetch_hits_sync_groups = controller.prefetch_completion_sync_groups = []
+    controller.page_size = host.page_size = cache.page_size
+
+    def hit_query(operation):                    # prefetch_thread_func, cache_controller:1333
+        if operation.is_terminated():
+            hash_value, count = [], 0
+        else:
+            hash_value, count = controller._storage_hit_query(operation)
+        operation.hash_value = hash_value[:count // controller.page_size]
+        operation.storage_hit_count = count
+        controller.prefetch_hit_queue.put(operation)
+
+    def transfer(operation):                     # prefetch_io_aux_func, :1247
+        try:
+            controller._page_transfer(operation)
+        finally:
+            controller.prefetch_sync_queue.put(cc_module.PrefetchAck(
+                rid=operation.request_id, completed_req=True, operation=operation))
+
+    def sync(ack):                               # prefetch_sync_thread_func, hybrid :1940
+        controller._reduce_prefetch_ack(ack)
+        controller.ack_prefetch_queue.put(ack)
+
+    def backup(operation):                       # backup_thread_func, hybrid :1761
+        controller._page_backup_or_log(operation)
+        controller.ack_backup_queue.put(operation)
+
+    controller.prefetch_queue = _Now(hit_query)
+    controller.prefetch_buffer = _Now(transfer)
+    controller.prefetch_sync_queue = _Now(sync)
+    controller.backup_queue = _Now(backup)
+    controller.prefetch_hit_queue = queue.Queue()
+    controller.ack_prefetch_queue = queue.Queue()
+    controller.ack_backup_queue = queue.Queue()
+    controller.host_mem_release_queue = queue.Queue()
+    controller.mem_pool_host.layout_lease = _Lease
+    cache.tree_core.enable_storage = True
+    cache.tree_core.backfill_missing_hash_values()
+    cache.enable_storage = True                  # storage_attachment.py:281-295
+    cache.prefetch_threshold = threshold
+    cache.prefetch_timeout_base = timeout_base
+    cache.prefetch_timeout_per_page = cache.page_size / 1024 * timeout_per_ki_token
+    cache.hicache_storage_pass_prefix_keys = False
+    cache.enable_storage_metrics = False
+    cache.storage_metrics_collector = None
+    cache.prefetch_stop_policy = policy
+    return store
+
+
+class _Lease:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+class StorageTree(HiTree):
+    """``HiTree`` with an L3 store: the scheduler's two storage calls on a request
+    (``prefetch``: ``_prefetch_kvcache`` at enqueue, ``progress``: the admission poll)."""
+
+    def __init__(self, page_size: int = 1, policy: str = "lru", *, device_tokens: int,
+                 host_tokens: int, write_policy: str = "write_through",
+                 prefetch_policy: str = "best_effort", threshold: int = 256) -> None:
+        super().__init__(page_size, policy, device_tokens=device_tokens,
+                         host_tokens=host_tokens, write_policy=write_policy)
+        self.store = attach_storage(self.cache, self.controller, prefetch_policy, threshold)
+
+    def handle(self, rid):
+        return self.m.bpc.CacheRequestHandle(str(rid), 0)
+
+    def prefetch(self, rid, tokens) -> None:
+        """``Scheduler._prefetch_kvcache`` (managers/scheduler.py:3342-3392) for a request
+        of ``tokens`` (prompt; no logprobs): match, then ``prefetch_from_storage`` of what
+        follows the device + host match, from a backed-up (or root) last host node."""
+        cache = self.cache
+        limit = max(len(tokens) - 1, 0)                  # _compute_max_prefix_len
+        result = cache.match_prefix(self.m.bpc.MatchPrefixParams(key=self.key(tokens[:limit])))
+        matched = result.device_prefix_len + result.host_hit_length
+        node = result.last_host_node
+        if cache.is_backuped(node) or cache.is_root(node):
+            fill = array("q", tokens)                   # full_untruncated_fill_ids
+            cache.prefetch_from_storage(self.handle(rid), node, fill[matched:limit],
+                                        cache.get_last_hash_value(node), None,
+                                        matched_prefix_tokens=fill[:matched])
+
+    def progress(self, rid) -> tuple[bool, int]:
+        """The admission poll (scheduler.py:4240-4256): done?, tokens loaded from L3."""
+        done = self.cache.check_prefetch_progress(self.handle(rid))
+        loaded = self.cache.pop_prefetch_loaded_span(self.handle(rid))[0] if done else 0
+        return done, loaded
+
+    @property
+    def stored(self) -> int:
+        return len(self.store.pages)
