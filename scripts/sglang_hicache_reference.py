@@ -269,19 +269,31 @@ def observe(tree, capacity: int, operations) -> list:
             seen.append(tree.load_back(step[1]))
         elif kind == "check":
             tree.check_events()
+        elif kind == "prefetch":
+            tree.prefetch(step[1], step[2])
+        elif kind == "progress":
+            seen.append(tree.progress(step[1]))
         elif kind == "drain":
             tree.check_events()
             for node in held:
                 tree.dec_lock_ref(node)
             seen.append(tree.evict(10 ** 6))
         seen.append((step, tree.evictable_size, tree.protected_size, tree.total_size(),
-                     tree.host_available, tree.written, tree.loaded, tree.node_states()))
+                     tree.host_available, tree.written, tree.loaded, tree.node_states(),
+                     getattr(tree, "stored_count", None)))
     return seen
 
 
 def replay(write_policy: str, device_tokens: int, host_tokens: int, operations,
-           page_size: int = 1, policy: str = "lru") -> list:
-    """``observe`` on SGLang's HiCache (run it in a process of its own)."""
+           page_size: int = 1, policy: str = "lru", storage: dict | None = None) -> list:
+    """``observe`` on SGLang's HiCache (run it in a process of its own); ``storage``:
+    ``StorageTree``'s settings (prefetch_policy, threshold) for one with an L3 store."""
+    if storage is not None:
+        import logging
+        logging.disable(logging.WARNING)
+        tree = StorageTree(page_size, policy, device_tokens=device_tokens,
+                           host_tokens=host_tokens, write_policy=write_policy, **storage)
+        return observe(tree, device_tokens, operations)
     tree = HiTree(page_size, policy, device_tokens=device_tokens, host_tokens=host_tokens,
                   write_policy=write_policy)
     return observe(tree, device_tokens, operations)
@@ -384,6 +396,13 @@ def attach_storage(cache, controller: Controller, policy: str = "best_effort",
     import sglang.srt.mem_cache.unified_radix_cache as urc
     import sglang.srt.mem_cache.utils as mem_utils
     mem_utils.get_native_hash = _page_hashes
+    slot_type = type(slots([]))                  # torch.Tensor.split, for the release queue
+    slot_type.split = lambda self, n: [self[i:i + n] for i in range(0, len(self), n)]
+    timer = _sources("sglang.srt.utils.poll_timer")        # the timeout policy's budget:
+    timer.time = _types.SimpleNamespace(perf_counter=lambda: 0.0)   # a clock that stands
+    for name in ("running", "elapsed", "observe"):          # still (transfers take no time)
+        setattr(urc.PollTimer, name, timer.PollTimer.__dict__[name])
+    urc.PollTimer.started_at = None
     urc.PrefetchOperation = hybrid.PrefetchOperation
     urc.PPPrefetchDecision = hybrid.PPPrefetchDecision
     store = FileStore()
@@ -499,5 +518,5 @@ class StorageTree(HiTree):
         return done, loaded
 
     @property
-    def stored(self) -> int:
+    def stored_count(self) -> int:
         return len(self.store.pages)
