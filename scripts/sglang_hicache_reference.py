@@ -312,6 +312,7 @@ def _sources(name: str):
     module = sys.modules.get(name)
     if module is not None and getattr(module, "__file__", None):
         return module
+    sys.modules.setdefault("psutil", types.ModuleType("psutil"))    # host RAM probes only
     path = ref.SOURCES.joinpath(*name.split(".")).with_suffix(".py")
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
@@ -520,3 +521,208 @@ class StorageTree(HiTree):
     @property
     def stored_count(self) -> int:
         return len(self.store.pages)
+
+
+# --------------------------------------------------------------------------- the scheduler
+
+def storage_loop(size: int, storage: dict, **settings):
+    """scripts/sglang_scheduler_reference.py's ``Loop`` over SGLang's HiCache with an L3
+    store (``storage``: ``attach_storage``'s settings, write policy and host tokens in
+    ``settings["hicache"]``), with the scheduler's storage steps (transcribed, cited):
+    ``_prefetch_kvcache`` at every enqueue, the paced retries after each turn's events, the
+    prefetch poll and the device-hit-loss re-issue in the admission loop."""
+    import sglang_scheduler_reference as sched
+
+    class Waiting(list):
+        """The waiting queue; ``extend`` is the retraction's ``_add_request_to_queue``."""
+
+        def extend(self, reqs) -> None:
+            for req in reqs:
+                req.storage_prefetch_retry_attempts = 0          # scheduler.py:3474-3477
+                req.storage_prefetch_last_match_len = None
+                loop.prefetch(req)
+                self.append(req)
+
+    class StorageLoop(sched.Loop):
+        def prefetch(self, req, storage_hit_end=None) -> None:
+            """``Scheduler._prefetch_kvcache`` (scheduler.py:3342-3392)."""
+            fill = req.full_untruncated_fill_ids      # a list, as the loop's tree keys
+            self.cm.match_kv_cache(req, self.tree, fill,
+                                   max_prefix_len=req._compute_max_prefix_len(len(fill)))
+            tree, node = self.tree, req.last_host_node
+            matched = req.prefix_len + req.host_hit_length
+            req.storage_prefetch_last_match_len = matched
+            if tree.is_backuped(node) or tree.is_root(node):
+                tree.prefetch_from_storage(
+                    req.cache_request_handle, node, fill[matched:len(fill) - 1],
+                    tree.get_last_hash_value(node), None,
+                    matched_prefix_tokens=fill[:matched], storage_hit_end=storage_hit_end)
+
+        def retries(self) -> None:
+            """``_process_storage_prefetch_retries`` (:3394-3425), default pacing."""
+            for req, end in self.tree.storage_prefetch_retries.pop_ready(
+                    self.waiting, INTERVAL, MAX_ATTEMPTS):
+                req.storage_prefetch_retry_attempts += 1
+                self.prefetch(req, end)
+
+        def hit_lost(self, req) -> bool:
+            """``_prefetch_after_device_hit_loss`` (:3427-3451)."""
+            previous = req.storage_prefetch_last_match_len
+            current = req.prefix_len + req.host_hit_length
+            if not previous or current >= previous:
+                return False
+            if req.storage_prefetch_retry_attempts >= MAX_ATTEMPTS:
+                req.storage_prefetch_last_match_len = current
+                return False
+            req.storage_prefetch_retry_attempts += 1
+            self.prefetch(req)
+            return True
+
+        def prefill(self, step: int):
+            """``Loop.prefill`` with the storage poll (scheduler.py:4240-4256) and the
+            device-hit-loss re-issue (:4258-4262) around the match."""
+            if not self.running:
+                self.running_full = False
+            if (self.running_full or not self.waiting) and self.chunked is None:
+                return None
+            allocatable = self.max_running - len(self.running)
+            if allocatable <= 0 and self.chunked is None:
+                self.running_full = True
+                return None
+            batch_view = sched.NS(reqs=self.running)
+            self.policy.calc_priority(self.waiting, batch_view, processed_tokens=0)
+            adder = self.sp.PrefillAdder(self.P, self.tree, self.pool, batch_view,
+                                         self.ratio, self.max_prefill, self.chunk, 0, 0,
+                                         max_running_requests=self.max_running)
+            if self.chunked is not None:
+                self.chunked = adder.add_chunked_req(self.chunked)
+            result_enum = self.sp.AddReqResult
+            for req in self.waiting:
+                if adder.budget_state() == result_enum.OTHER:
+                    break
+                if len(adder.can_run_list) >= allocatable:
+                    self.running_full = True
+                if self.running_full:
+                    break
+                if not self.tree.check_prefetch_progress(req.cache_request_handle):
+                    continue
+                loaded, start = self.tree.pop_prefetch_loaded_span(req.cache_request_handle)
+                if loaded > 0:
+                    req.storage_hit_length, req.storage_hit_start = loaded, start
+                    req.host_hit_is_storage = False
+                fill = req.full_untruncated_fill_ids
+                self.cm.match_kv_cache(req, self.tree, fill,
+                                       max_prefix_len=req._compute_max_prefix_len(len(fill)))
+                if self.hit_lost(req):
+                    continue
+                req.kv.cache_protected_len = req.prefix_len
+                res = adder.add_one_req(req, has_chunked_req=self.chunked is not None,
+                                        truncation_align_size=None)
+                if res != result_enum.CONTINUE:
+                    if res == result_enum.NO_TOKEN:
+                        self.running_full = bool(adder.can_run_list) or bool(self.running)
+                    break
+            if not adder.can_run_list:
+                return None
+            chosen = {id(r) for r in adder.can_run_list}
+            self.waiting = Waiting(r for r in self.waiting if id(r) not in chosen)
+            if adder.new_chunked_req is not None:
+                self.chunked = adder.new_chunked_req
+            if self.chunked is not None:
+                self.chunked.inflight_middle_chunks += 1
+            reqs = list(adder.can_run_list)
+            extend = sum(r.extend_end - r.prefix_len for r in reqs)
+            self.evict_to_free(extend if self.P == 1 else extend + len(reqs) * self.P)
+            scheduled = []
+            for r in reqs:
+                scheduled.append((r.index, r.extend_end - r.prefix_len, r.prefix_len))
+                row = self.pool.rows.setdefault(r.kv.req_pool_idx, sched.Slots())
+                prefix = list(self.tree.path_device_indices(r.last_node)[:r.prefix_len]) \
+                    if not row else []
+                if prefix:
+                    row.extend(prefix)
+                self.pool.alloc(r.kv.req_pool_idx, r.extend_end - r.prefix_len)
+                r.kv.kv_committed_len = r.extend_end
+                r.is_retracted = False
+                if r.first_sched < 0:
+                    r.first_sched, r.hit = step, r.prefix_len
+                    r.host_loaded = r.host_loaded_length
+                    r.storage_loaded = r.storage_hit_length
+            return True, reqs, scheduled
+
+        def iterate(self, step: int):
+            """``Loop.iterate`` (normal loop) with the retries after the events."""
+            self.rc.time = self.clock
+            self.tree.check_hicache_events()
+            self.retries()
+            batch = self.next_batch(step)
+            if batch is None:
+                self.last = None
+                return None
+            first, done = self.process(batch, step)
+            self.last = (batch[0], list(batch[1]))
+            return batch[0], batch[2], first, done
+
+    loop = StorageLoop(size, tree="unified", **settings)
+    loop.store = attach_storage(loop.tree, loop.controller, **storage)
+    loop.waiting = Waiting()
+    return loop
+
+
+INTERVAL = MAX_ATTEMPTS = 8          # hicache_storage_prefetch_retry_{poll_interval,max_attempts}
+
+
+def run_storage(requests, size: int, storage: dict, **settings) -> dict:
+    """``sglang_scheduler_reference.run`` over ``storage_loop``: a request is prefetched as
+    it is queued; a turn that runs no batch while a prefetch is in flight waits (no step);
+    per request also the tokens its first admission had from storage, per step the pages
+    stored."""
+    import logging
+
+    import sglang_scheduler_reference as sched
+    logging.disable(logging.WARNING)
+    loop = storage_loop(size, storage, **settings)
+    reqs = [sched.Req(i, tokens, n, m) for i, (tokens, n, m, _) in enumerate(requests)]
+    for req in reqs:
+        req.cache_request_handle = _handle(req.rid)
+        req.storage_prefetch_retry_attempts, req.storage_prefetch_last_match_len = 0, None
+        req.staged_prefetch_plan, req.storage_loaded = None, 0
+    due = [a for *_, a in requests]
+    steps, host, now, pointer, step, idle = [], [], 0, 0, 0, 0
+    controller = loop.controller
+
+    def busy() -> bool:
+        return bool(loop.waiting or loop.chunked is not None or any(
+            not r.finished() for r in loop.running + (loop.last[1] if loop.last and
+                                                       loop.last[0] else [])))
+
+    while pointer < len(reqs) or busy():
+        if not busy():
+            now = max(now, due[pointer])
+        while pointer < len(reqs) and due[pointer] <= now:
+            loop.prefetch(reqs[pointer])                          # _add_request_to_queue
+            loop.waiting.append(reqs[pointer])
+            pointer += 1
+        if not idle:                 # what moved in the turns up to a batch is the batch's
+            moved = controller.loaded, controller.written, len(loop.store.pages)
+        result = loop.iterate(step)
+        if result is None:
+            idle += 1
+            if idle > 3:
+                raise RuntimeError("stuck")
+            continue
+        idle = 0
+        steps.append(result)
+        host.append((controller.loaded - moved[0], controller.written - moved[1],
+                     len(loop.store.pages) - moved[2]))
+        step += 1
+        now += 1
+    return {"requests": [(r.first_sched, r.first_token, r.finish_step, r.hit, r.retractions)
+                         for r in reqs], "steps": steps,
+            "host_loaded": [r.host_loaded for r in reqs],
+            "storage_loaded": [r.storage_loaded for r in reqs], "host": host}
+
+
+def _handle(rid):
+    import sglang.srt.mem_cache.base_prefix_cache as bpc
+    return bpc.CacheRequestHandle(rid, 0)

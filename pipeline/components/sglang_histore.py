@@ -159,7 +159,7 @@ class StoreRadixTree(HiRadixTree):
         self.limit = int(0.5 * self.host_tokens)         # prefetch_capacity_limit
         self.prefetch_threshold = self.spec.threshold
         self.stored_pages = self.fetched = 0             # pages written, tokens read
-        self.now_ms = 0.0
+        self.now_ms, self.timed = 0.0, False      # the time clock: transfers take time
 
     # ------------------------------------------------------------------ keys
 
@@ -204,9 +204,17 @@ class StoreRadixTree(HiRadixTree):
     def _after(self, pages: int) -> float:
         """When a storage call of ``pages`` pages issued now lands (its ack queued)."""
         spec = self.spec
+        if not self.timed:
+            return self.now_ms
         if pages == 0 or spec.bandwidth == float("inf"):
             return self.now_ms + spec.latency_ms
         return self.now_ms + spec.latency_ms + pages * spec.page_bytes / spec.bandwidth
+
+    def next_landing(self) -> float:
+        """When the next transfer in flight lands (now when none is)."""
+        later = [e[0] for q in (self.hit_q, self.ack_q, self.backup_q) for e in q
+                 if e[0] > self.now_ms]
+        return min(later, default=self.now_ms)
 
     def _landed(self, queue: list) -> tuple[list, list]:
         """(the entries landed by now, in landing order; the rest): what a queue held

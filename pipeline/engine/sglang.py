@@ -267,6 +267,7 @@ def simulate(requests: Sequence[SimRequest], config: SGLangConfig, *, cpu_tier=N
         return run_on_steps(requests, config)
     engine = SGLang.instance(config, cpu_tier, capacity=len(requests))
     engine.add_all(requests)
+    engine.timed = timed
     n = len(requests)
     price = step_ms if timed else (lambda record: 1.0)
     due = np.zeros(n, np.float64)
@@ -299,6 +300,8 @@ def simulate(requests: Sequence[SimRequest], config: SGLangConfig, *, cpu_tier=N
         np.zeros((0, len(names)), np.int64)
     rows = engine.request_rows(requests)
     frame = request_table(rows, arrival, timed)
+    if hasattr(engine, "with_request_columns"):                  # an L3 store's column
+        frame = engine.with_request_columns(frame, requests)
     step_frame = pl.DataFrame({name: steps[:, j] for j, name in enumerate(names)},
                               schema={name: pl.Int64 for name in names})
     if not timed:
