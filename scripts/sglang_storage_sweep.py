@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "scripts")]
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, given, settings, target  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 
@@ -38,6 +38,7 @@ def tree_sweep(pool, examples: int) -> dict:
                                         policy, operations)
         seen["cases"] += 1
         seen["fetched"] += tree.fetched > 0
+        target(float(tree.fetched), label="tokens fetched")
         T.compare(ours, theirs)
 
     run()

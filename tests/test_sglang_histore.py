@@ -25,7 +25,7 @@ from hypothesis import given, settings, target
 from hypothesis import strategies as st
 
 from conftest import ROOT
-from test_sglang_hiradix import OPERATIONS, compare, prompts
+from test_sglang_hiradix import OPERATIONS, TAILS, compare, prompts
 
 from pipeline.components.sglang_histore import PREFETCH_POLICIES, StorageSpec, \
     StoreRadixTree
@@ -55,8 +55,22 @@ def visits(draw):
     return steps
 
 
+@st.composite
+def races(draw):
+    """A prefetch in flight while the same prompt (or one on its stem) is inserted: the
+    pages it brings are partly on the host already (freed at once) or refill a node that
+    has lost its host copy."""
+    rid, prompt = draw(st.integers(0, 3)), draw(prompts())
+    other = prompt[:draw(st.integers(0, len(prompt)))] + list(draw(st.sampled_from(TAILS)))
+    steps = [("prefetch", rid, prompt), ("insert", draw(st.sampled_from([prompt, other])),
+                                         0, False)]
+    steps += draw(st.lists(st.sampled_from([("check",), ("progress", rid)]), min_size=2,
+                           max_size=5))
+    return steps
+
+
 STORAGE_OPERATIONS = st.one_of(
-    OPERATIONS, visits(), visits(),
+    OPERATIONS, visits(), visits(), races(),
     st.tuples(st.just("prefetch"), st.integers(0, 3), prompts()),
     st.tuples(st.just("progress"), st.integers(0, 3)),
     st.tuples(st.just("check")),
@@ -118,3 +132,32 @@ def test_a_prefix_returns_from_storage(sglang):
                                       steps)
         compare(ours, theirs)
         assert [o for o in ours if isinstance(o, tuple) and len(o) == 2] == expected
+
+
+A, B = list(range(1, 15)), list(range(1, 9)) + list(range(50, 56))
+RACES = {
+    # the prefetched pages partly on the host by the time they land: those freed at once
+    "on the host already": (15, [
+        ("insert", A, 0, False), ("insert", A, 0, False), ("check",), ("check",),
+        ("prefetch", 0, A), ("insert", B, 0, False), ("insert", B, 0, False), ("check",),
+        ("check",), ("evict", 1), ("prefetch", 0, A), ("insert", A, 0, False), ("check",),
+        ("check",), ("prefetch", 0, A)]),
+    # a prefetch stopped at its poll is still in the hit queue when the request's next one
+    # is issued: draining it retires the next one (SGLang looks the request up, not the
+    # operation)
+    "a stopped prefetch drained late": (10, [
+        ("match", A, False), ("insert", A, 0, False), ("insert", A, 0, False),
+        ("insert", A[:8], 0, False), ("check",), ("check",), ("prefetch", 0, A),
+        ("evict", 7), ("insert", [], 0, False), ("insert", [60, 61, 62], 0, False),
+        ("check",), ("check",), ("prefetch", 0, A), ("progress", 0), ("prefetch", 0, A),
+        ("insert", A, 0, False), ("check",), ("check",)]),
+}
+
+
+@pytest.mark.parametrize("race", sorted(RACES))
+def test_a_prefetch_racing_an_insert(sglang, race):
+    """Two rare paths the sweep (scripts/sglang_storage_sweep.py) found, kept."""
+    host, operations = RACES[race]
+    _, ours, theirs = run_both(sglang, "write_through", "best_effort", 1, 1, 16, host, "lru",
+                               operations)
+    compare(ours, theirs)

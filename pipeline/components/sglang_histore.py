@@ -160,6 +160,7 @@ class StoreRadixTree(HiRadixTree):
         self.prefetch_threshold = self.spec.threshold
         self.stored_pages = self.fetched = 0             # pages written, tokens read
         self.now_ms, self.timed = 0.0, False      # the time clock: transfers take time
+        self.lanes: dict = {}                            # a storage thread's busy-until ms
 
     # ------------------------------------------------------------------ keys
 
@@ -199,16 +200,21 @@ class StoreRadixTree(HiRadixTree):
         new = [p for p in pages if p not in self.stored]
         self.stored.update(new)
         self.stored_pages += len(new)
-        self.backup_q.append((self._after(len(pages)), node, self._host_lock(node)))
+        calls = -(-len(pages) // STORAGE_BATCH_SIZE)
+        self.backup_q.append((self._after("backup", len(pages), calls), node,
+                              self._host_lock(node)))
 
-    def _after(self, pages: int) -> float:
-        """When a storage call of ``pages`` pages issued now lands (its ack queued)."""
-        spec = self.spec
+    def _after(self, lane: str, pages: int, calls: int = 1) -> float:
+        """When a storage job of ``pages`` pages in ``calls`` storage calls, queued now on
+        ``lane`` (one of SGLang's storage threads: query, io, backup), lands: after the
+        lane's earlier jobs, a latency per call and the pages over the bandwidth."""
         if not self.timed:
             return self.now_ms
-        if pages == 0 or spec.bandwidth == float("inf"):
-            return self.now_ms + spec.latency_ms
-        return self.now_ms + spec.latency_ms + pages * spec.page_bytes / spec.bandwidth
+        spec = self.spec
+        start = max(self.now_ms, self.lanes.get(lane, 0.0))
+        self.lanes[lane] = end = start + calls * spec.latency_ms + \
+            pages * spec.page_bytes / spec.bandwidth
+        return end
 
     def next_landing(self) -> float:
         """When the next transfer in flight lands (now when none is)."""
@@ -248,7 +254,8 @@ class StoreRadixTree(HiRadixTree):
         if not assume:
             hit = next((i for i, p in enumerate(pages) if p not in self.stored), len(pages))
         op.pages, op.hit = pages[:hit], hit * self.page_size
-        self.hit_q.append((self._after(0), op))
+        self.hit_q.append((self._after("query", 0, max(1, -(-len(pages) //
+                                                              STORAGE_BATCH_SIZE))), op))
         self.ongoing[rid] = op
         self.occupied += len(key)
 
@@ -276,11 +283,12 @@ class StoreRadixTree(HiRadixTree):
         op.hit, op.host = size, size
         op.pages = op.pages[:size // P]
         self.fetched += size
-        done = 0                                         # _page_transfer: an ack a batch
+        landed = self.now_ms                             # _page_transfer: an ack a batch
         for first in range(0, len(op.pages), STORAGE_BATCH_SIZE):
             done = min(first + STORAGE_BATCH_SIZE, len(op.pages))
-            self.ack_q.append((self._after(done), op, done * P, False))
-        self.ack_q.append((self._after(done), op, None, True))
+            landed = self._after("io", done - first)
+            self.ack_q.append((landed, op, done * P, False))
+        self.ack_q.append((landed, op, None, True))
 
     def check_events(self) -> None:
         """``check_hicache_events``: the write and load acks, then the storage queues as
@@ -291,9 +299,10 @@ class StoreRadixTree(HiRadixTree):
         released, self.release_q = self.release_q, []
         super().check_events()
         for _, op in hits:
-            if self.ongoing.get(op.rid) is not op:
+            if op.rid not in self.ongoing:
                 continue
-            if op.terminated or op.hit < self.prefetch_threshold:
+            if op.terminated or op.hit < self.prefetch_threshold:   # (the request's
+                # current prefetch retired, even when this is an earlier, stopped one)
                 if not op.expired:
                     self.retries.poll_miss(op.rid)
                 self._retire(op.rid)

@@ -113,7 +113,7 @@ class SGLangHiInstance:
         self.storage = spec is not None and spec.storage is not None and make is None
         if self.storage:
             self.extra_names = HOST_COLUMNS + STORAGE_COLUMNS
-        self.timed, self.clock_ms = False, 0.0       # the time clock: transfers take time
+        self.timed, self.clock_ms = True, 0.0        # simulate sets it: the step clock False
         self.until_ms = self.sleep_ms = float("inf")
         self.reqs: dict[int, Req] = {}
         self.loaded: dict[int, int] = {}             # request -> host tokens, first admission
