@@ -33,6 +33,7 @@ counts``): an ack put during the drain is drained the next turn.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from pipeline.components.sglang_hiradix import HiNode, HiRadixTree
@@ -217,10 +218,14 @@ class StoreRadixTree(HiRadixTree):
         return end
 
     def next_landing(self) -> float:
-        """When the next transfer in flight lands (now when none is)."""
-        later = [e[0] for q in (self.hit_q, self.ack_q, self.backup_q) for e in q
-                 if e[0] > self.now_ms]
-        return min(later, default=self.now_ms)
+        """When the next transfer in flight lands or the next timeout budget runs out
+        (now when one has landed undrained, or when nothing is ahead)."""
+        later = [e[0] for q in (self.hit_q, self.ack_q, self.backup_q) for e in q]
+        if any(t <= self.now_ms for t in later):
+            return self.now_ms
+        later += [math.nextafter(w.since + w.timeout_s * 1e3, math.inf)
+                  for w in self.waits.values() if not w.expired]
+        return min((t for t in later if t > self.now_ms), default=self.now_ms)
 
     def _landed(self, queue: list) -> tuple[list, list]:
         """(the entries landed by now, in landing order; the rest): what a queue held

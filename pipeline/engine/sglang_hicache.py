@@ -153,6 +153,11 @@ class SGLangHiInstance:
             self._load(request)
 
     def enqueue(self, request: SimRequest) -> None:
+        if self.storage:                                 # its prefetch is issued now
+            tree = self.sched.tree
+            tree.now_ms = max(self.clock_ms, (request.arrival_s or 0.0) * 1000.0) \
+                if self.timed else 0.0
+            tree.timed = self.timed
         self.sched.enqueue(self.reqs[request.index])
         self.queued += 1
 
