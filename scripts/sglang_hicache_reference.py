@@ -26,6 +26,7 @@ shipped. Stubbed, because they only move bytes or need CUDA:
 from __future__ import annotations
 
 import types
+from array import array
 
 from sglang_unified_reference import UnifiedTree, slots
 
@@ -42,7 +43,9 @@ class HostPool:
     """The host KV pool as the cache sees it: free slots counted."""
 
     def __init__(self, size: int) -> None:
-        self.size, self.used = size, 0
+        self.size, self.used, self.next = size, 0, 0
+        self.logical_size, self.page_size = size, 1
+        self.entry_map = {}
         self.shared_allocation_domain = None
         self.anchor_entry = types.SimpleNamespace(host_pool=self, host_evict_fn=None)
 
@@ -51,6 +54,23 @@ class HostPool:
 
     def free(self, indices, pool=None) -> None:
         self.used -= len(indices)
+
+    def alloc(self, n: int, pool=None):
+        """``n`` host slots (fresh ids), or None when fewer are free."""
+        if self.available_size() < n:
+            return None
+        self.used += n
+        self.next += n
+        return slots(range(self.next - n, self.next))
+
+    def get_dummy_flat_data_page(self):
+        return None
+
+    def set_from_flat_data_page(self, index, data) -> None:
+        pass
+
+    def get_data_page(self, index):
+        return index
 
     def clear(self) -> None:
         self.used = 0
@@ -65,19 +85,16 @@ class Controller:
         self.write_policy, self.mem_pool_host, self.allocate = write_policy, host, allocate
         self.ack_write_queue, self.ack_load_queue = [], []
         self.written = self.loaded = 0
-        self.next_host = 0
 
     def write(self, device_indices, node_id, extra_pools=None, flush=True, **kw):
-        n = len(device_indices)
-        if self.mem_pool_host.available_size() < n:
+        host_indices = self.mem_pool_host.alloc(len(device_indices))
+        if host_indices is None:
             return None
-        self.mem_pool_host.used += n
-        self.written += n
+        self.written += len(device_indices)
         self.ack_write_queue.append(types.SimpleNamespace(
             node_ids=[node_id], finish_event=_Event(), num_tokens_by_pool={}, num_bytes=0,
             timing_enabled=False))
-        self.next_host += n
-        return slots(range(self.next_host - n, self.next_host))
+        return host_indices
 
     def load(self, host_indices, node_id, extra_pools=None):
         n = len(host_indices)
@@ -252,19 +269,460 @@ def observe(tree, capacity: int, operations) -> list:
             seen.append(tree.load_back(step[1]))
         elif kind == "check":
             tree.check_events()
+        elif kind == "prefetch":
+            tree.prefetch(step[1], step[2])
+        elif kind == "progress":
+            seen.append(tree.progress(step[1]))
         elif kind == "drain":
             tree.check_events()
             for node in held:
                 tree.dec_lock_ref(node)
             seen.append(tree.evict(10 ** 6))
         seen.append((step, tree.evictable_size, tree.protected_size, tree.total_size(),
-                     tree.host_available, tree.written, tree.loaded, tree.node_states()))
+                     tree.host_available, tree.written, tree.loaded, tree.node_states(),
+                     getattr(tree, "stored_count", None)))
     return seen
 
 
 def replay(write_policy: str, device_tokens: int, host_tokens: int, operations,
-           page_size: int = 1, policy: str = "lru") -> list:
-    """``observe`` on SGLang's HiCache (run it in a process of its own)."""
+           page_size: int = 1, policy: str = "lru", storage: dict | None = None) -> list:
+    """``observe`` on SGLang's HiCache (run it in a process of its own); ``storage``:
+    ``StorageTree``'s settings (prefetch_policy, threshold) for one with an L3 store."""
+    if storage is not None:
+        import logging
+        logging.disable(logging.WARNING)
+        tree = StorageTree(page_size, policy, device_tokens=device_tokens,
+                           host_tokens=host_tokens, write_policy=write_policy, **storage)
+        return observe(tree, device_tokens, operations)
     tree = HiTree(page_size, policy, device_tokens=device_tokens, host_tokens=host_tokens,
                   write_policy=write_policy)
     return observe(tree, device_tokens, operations)
+
+
+# --------------------------------------------------------------------------- L3 storage
+
+def _sources(name: str):
+    """SGLang's module ``name`` from its own file, replacing the inert stub the unified
+    reference's importer gives for it (the HiCache controllers: their storage half runs as
+    shipped here; only their CUDA-bound ``__init__`` is skipped)."""
+    import importlib.util
+    import sys
+
+    import sglang_reference as ref
+    module = sys.modules.get(name)
+    if module is not None and getattr(module, "__file__", None):
+        return module
+    sys.modules.setdefault("psutil", types.ModuleType("psutil"))    # host RAM probes only
+    path = ref.SOURCES.joinpath(*name.split(".")).with_suffix(".py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _page_hashes(token_ids, prior_digest, page_size=None):
+    """``cpp_utils.native_hash.get_native_hash`` (compiled, absent here) in Python: one
+    SHA-256 per page, each chained on the one before (the prior digest seeds the chain).
+    Only equality of keys matters to what moves."""
+    import hashlib
+    tokens = list(getattr(token_ids, "token_ids", token_ids))
+    size = page_size or len(tokens) or 1
+    out, prior = [], prior_digest or b""
+    for start in range(0, len(tokens) - len(tokens) % size if page_size else len(tokens),
+                       size):
+        digest = hashlib.sha256(prior + repr(tokens[start:start + size]).encode())
+        out.append(digest.hexdigest())
+        prior = digest.digest()
+    return out if page_size else (out[0] if out else hashlib.sha256(prior).hexdigest())
+
+
+class FileStore:
+    """``HiCacheFile``'s semantics (``mem_cache/hicache_storage.py:728``) on a dict instead
+    of a directory of ``.bin`` pages: ``set`` of a present key is skipped and succeeds,
+    ``get`` of an absent key is None, ``batch_exists`` is the base class's (the run of
+    present keys from the start). No size cap: the file backend's ``LRUFileEvictor`` is
+    inert unless ``max_size``/``min_free`` are configured (``lru_file_evictor.py``)."""
+
+    def __init__(self) -> None:
+        self.pages: dict[str, object] = {}
+
+    def exists(self, key: str) -> bool:
+        return key in self.pages
+
+    def batch_exists(self, keys, extra_info=None) -> int:
+        for i, key in enumerate(keys):                  # hicache_storage.py:462-473
+            if not self.exists(key):
+                return i
+        return len(keys)
+
+    def batch_get(self, keys, target_locations=None, target_sizes=None):
+        return [self.pages.get(key) for key in keys]
+
+    def batch_set(self, keys, values=None, target_locations=None, target_sizes=None):
+        for key, value in zip(keys, values):
+            self.pages.setdefault(key, value)
+        return True
+
+
+class _Now:
+    """A queue whose consumer thread runs at once, inside ``put`` (the storage threads
+    replaced by synchronous steps: each finishes its item the moment it is queued)."""
+
+    def __init__(self, consume) -> None:
+        from queue import Queue
+        self.consume, self.inner = consume, Queue()
+
+    def put(self, item) -> None:
+        self.consume(item)
+
+    def qsize(self) -> int:
+        return 0
+
+    def empty(self) -> bool:
+        return True
+
+
+def attach_storage(cache, controller: Controller, policy: str = "best_effort",
+                   threshold: int = 256, timeout_base: float = 1.0,
+                   timeout_per_ki_token: float = 0.25) -> FileStore:
+    """Attach an L3 store to a HiCache tree as ``attach_storage_backend`` and
+    ``apply_runtime_config`` leave it (their deciding assignments), with SGLang's own
+    ``HybridCacheController`` storage methods bound to the stand-in controller."""
+    import queue
+    import types as _types
+
+    cc_module = _sources("sglang.srt.managers.cache_controller")
+    hybrid = _sources("sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller")
+    import sglang.srt.mem_cache.unified_radix_cache as urc
+    import sglang.srt.mem_cache.utils as mem_utils
+    mem_utils.get_native_hash = _page_hashes
+    slot_type = type(slots([]))                  # torch.Tensor.split, for the release queue
+    slot_type.split = lambda self, n: [self[i:i + n] for i in range(0, len(self), n)]
+    timer = _sources("sglang.srt.utils.poll_timer")        # the timeout policy's budget:
+    timer.time = _types.SimpleNamespace(perf_counter=lambda: 0.0)   # a clock that stands
+    for name in ("running", "elapsed", "observe"):          # still (transfers take no time)
+        setattr(urc.PollTimer, name, timer.PollTimer.__dict__[name])
+    urc.PollTimer.started_at = None
+    urc.PrefetchOperation = hybrid.PrefetchOperation
+    urc.PPPrefetchDecision = hybrid.PPPrefetchDecision
+    store = FileStore()
+    host = controller.mem_pool_host
+    controller.__class__ = type("StorageController", (Controller, hybrid.HybridCacheController),
+                                {"_sync_prefetch_hit_query": lambda self, op, count: count,
+                                 "_all_reduce": lambda self, *args, **kw: None,
+                                 "backup_skip": False})          # one rank
+    controller.storage_backend = store
+    controller.storage_host_pool = host
+    controller.page_get_func = controller._generic_page_get
+    controller.page_set_func = controller._generic_page_set
+    controller.enable_storage = True
+    controller.host_memory_mode = "cache"
+    controller.storage_backend_type = "file"
+    controller.pp_prefetch_command_group = None
+    controller.pp_prefetch_decisions = {}
+    controller.extra_host_mem_release_queues = {}
+    controller.prefetch_threshold = max(threshold, cache.page_size)
+    controller.prefetch_capacity_limit = int(0.5 * host.size)         # cache_controller:634
+    controller.prefetch_tokens_occupied = 0
+    controller.storage_config = _types.SimpleNamespace(pp_rank=0, is_storage_writer=True)
+    controller.prefetch_hits_sync_groups = controller.prefetch_completion_sync_groups = []
+    controller.page_size = host.page_size = cache.page_size
+
+    def hit_query(operation):                    # prefetch_thread_func, cache_controller:1333
+        if operation.is_terminated():
+            hash_value, count = [], 0
+        else:
+            hash_value, count = controller._storage_hit_query(operation)
+        operation.hash_value = hash_value[:count // controller.page_size]
+        operation.storage_hit_count = count
+        controller.prefetch_hit_queue.put(operation)
+
+    def transfer(operation):                     # prefetch_io_aux_func, :1247
+        try:
+            controller._page_transfer(operation)
+        finally:
+            controller.prefetch_sync_queue.put(cc_module.PrefetchAck(
+                rid=operation.request_id, completed_req=True, operation=operation))
+
+    def sync(ack):                               # prefetch_sync_thread_func, hybrid :1940
+        controller._reduce_prefetch_ack(ack)
+        controller.ack_prefetch_queue.put(ack)
+
+    def backup(operation):                       # backup_thread_func, hybrid :1761
+        controller._page_backup_or_log(operation)
+        controller.ack_backup_queue.put(operation)
+
+    controller.prefetch_queue = _Now(hit_query)
+    controller.prefetch_buffer = _Now(transfer)
+    controller.prefetch_sync_queue = _Now(sync)
+    controller.backup_queue = _Now(backup)
+    controller.prefetch_hit_queue = queue.Queue()
+    controller.ack_prefetch_queue = queue.Queue()
+    controller.ack_backup_queue = queue.Queue()
+    controller.host_mem_release_queue = queue.Queue()
+    controller.mem_pool_host.layout_lease = _Lease
+    cache.tree_core.enable_storage = True
+    cache.tree_core.backfill_missing_hash_values()
+    cache.enable_storage = True                  # storage_attachment.py:281-295
+    cache.prefetch_threshold = threshold
+    cache.prefetch_timeout_base = timeout_base
+    cache.prefetch_timeout_per_page = cache.page_size / 1024 * timeout_per_ki_token
+    cache.hicache_storage_pass_prefix_keys = False
+    cache.enable_storage_metrics = False
+    cache.storage_metrics_collector = None
+    cache.prefetch_stop_policy = policy
+    return store
+
+
+class _Lease:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+class StorageTree(HiTree):
+    """``HiTree`` with an L3 store: the scheduler's two storage calls on a request
+    (``prefetch``: ``_prefetch_kvcache`` at enqueue, ``progress``: the admission poll)."""
+
+    def __init__(self, page_size: int = 1, policy: str = "lru", *, device_tokens: int,
+                 host_tokens: int, write_policy: str = "write_through",
+                 prefetch_policy: str = "best_effort", threshold: int = 256) -> None:
+        super().__init__(page_size, policy, device_tokens=device_tokens,
+                         host_tokens=host_tokens, write_policy=write_policy)
+        self.store = attach_storage(self.cache, self.controller, prefetch_policy, threshold)
+
+    def handle(self, rid):
+        return self.m.bpc.CacheRequestHandle(str(rid), 0)
+
+    def prefetch(self, rid, tokens) -> None:
+        """``Scheduler._prefetch_kvcache`` (managers/scheduler.py:3342-3392) for a request
+        of ``tokens`` (prompt; no logprobs): match, then ``prefetch_from_storage`` of what
+        follows the device + host match, from a backed-up (or root) last host node."""
+        cache = self.cache
+        limit = max(len(tokens) - 1, 0)                  # _compute_max_prefix_len
+        result = cache.match_prefix(self.m.bpc.MatchPrefixParams(key=self.key(tokens[:limit])))
+        matched = result.device_prefix_len + result.host_hit_length
+        node = result.last_host_node
+        if cache.is_backuped(node) or cache.is_root(node):
+            fill = array("q", tokens)                   # full_untruncated_fill_ids
+            cache.prefetch_from_storage(self.handle(rid), node, fill[matched:limit],
+                                        cache.get_last_hash_value(node), None,
+                                        matched_prefix_tokens=fill[:matched])
+
+    def progress(self, rid) -> tuple[bool, int]:
+        """The admission poll (scheduler.py:4240-4256): done?, tokens loaded from L3."""
+        done = self.cache.check_prefetch_progress(self.handle(rid))
+        loaded = self.cache.pop_prefetch_loaded_span(self.handle(rid))[0] if done else 0
+        return done, loaded
+
+    @property
+    def stored_count(self) -> int:
+        return len(self.store.pages)
+
+
+# --------------------------------------------------------------------------- the scheduler
+
+def storage_loop(size: int, storage: dict, **settings):
+    """scripts/sglang_scheduler_reference.py's ``Loop`` over SGLang's HiCache with an L3
+    store (``storage``: ``attach_storage``'s settings, write policy and host tokens in
+    ``settings["hicache"]``), with the scheduler's storage steps (transcribed, cited):
+    ``_prefetch_kvcache`` at every enqueue, the paced retries after each turn's events, the
+    prefetch poll and the device-hit-loss re-issue in the admission loop."""
+    import sglang_scheduler_reference as sched
+
+    class Waiting(list):
+        """The waiting queue; ``extend`` is the retraction's ``_add_request_to_queue``."""
+
+        def extend(self, reqs) -> None:
+            for req in reqs:
+                req.storage_prefetch_retry_attempts = 0          # scheduler.py:3474-3477
+                req.storage_prefetch_last_match_len = None
+                loop.prefetch(req)
+                self.append(req)
+
+    class StorageLoop(sched.Loop):
+        def prefetch(self, req, storage_hit_end=None) -> None:
+            """``Scheduler._prefetch_kvcache`` (scheduler.py:3342-3392)."""
+            fill = req.full_untruncated_fill_ids      # a list, as the loop's tree keys
+            self.cm.match_kv_cache(req, self.tree, fill,
+                                   max_prefix_len=req._compute_max_prefix_len(len(fill)))
+            tree, node = self.tree, req.last_host_node
+            matched = req.prefix_len + req.host_hit_length
+            req.storage_prefetch_last_match_len = matched
+            if tree.is_backuped(node) or tree.is_root(node):
+                tree.prefetch_from_storage(
+                    req.cache_request_handle, node, fill[matched:len(fill) - 1],
+                    tree.get_last_hash_value(node), None,
+                    matched_prefix_tokens=fill[:matched], storage_hit_end=storage_hit_end)
+
+        def retries(self) -> None:
+            """``_process_storage_prefetch_retries`` (:3394-3425), default pacing."""
+            for req, end in self.tree.storage_prefetch_retries.pop_ready(
+                    self.waiting, INTERVAL, MAX_ATTEMPTS):
+                req.storage_prefetch_retry_attempts += 1
+                self.prefetch(req, end)
+
+        def hit_lost(self, req) -> bool:
+            """``_prefetch_after_device_hit_loss`` (:3427-3451)."""
+            previous = req.storage_prefetch_last_match_len
+            current = req.prefix_len + req.host_hit_length
+            if not previous or current >= previous:
+                return False
+            if req.storage_prefetch_retry_attempts >= MAX_ATTEMPTS:
+                req.storage_prefetch_last_match_len = current
+                return False
+            req.storage_prefetch_retry_attempts += 1
+            self.prefetch(req)
+            return True
+
+        def prefill(self, step: int):
+            """``Loop.prefill`` with the storage poll (scheduler.py:4240-4256) and the
+            device-hit-loss re-issue (:4258-4262) around the match."""
+            if not self.running:
+                self.running_full = False
+            if (self.running_full or not self.waiting) and self.chunked is None:
+                return None
+            allocatable = self.max_running - len(self.running)
+            if allocatable <= 0 and self.chunked is None:
+                self.running_full = True
+                return None
+            batch_view = sched.NS(reqs=self.running)
+            self.policy.calc_priority(self.waiting, batch_view, processed_tokens=0)
+            adder = self.sp.PrefillAdder(self.P, self.tree, self.pool, batch_view,
+                                         self.ratio, self.max_prefill, self.chunk, 0, 0,
+                                         max_running_requests=self.max_running)
+            if self.chunked is not None:
+                self.chunked = adder.add_chunked_req(self.chunked)
+            result_enum = self.sp.AddReqResult
+            for req in self.waiting:
+                if adder.budget_state() == result_enum.OTHER:
+                    break
+                if len(adder.can_run_list) >= allocatable:
+                    self.running_full = True
+                if self.running_full:
+                    break
+                if not self.tree.check_prefetch_progress(req.cache_request_handle):
+                    continue
+                loaded, start = self.tree.pop_prefetch_loaded_span(req.cache_request_handle)
+                if loaded > 0:
+                    req.storage_hit_length, req.storage_hit_start = loaded, start
+                    req.host_hit_is_storage = False
+                fill = req.full_untruncated_fill_ids
+                self.cm.match_kv_cache(req, self.tree, fill,
+                                       max_prefix_len=req._compute_max_prefix_len(len(fill)))
+                if self.hit_lost(req):
+                    continue
+                req.kv.cache_protected_len = req.prefix_len
+                res = adder.add_one_req(req, has_chunked_req=self.chunked is not None,
+                                        truncation_align_size=None)
+                if res != result_enum.CONTINUE:
+                    if res == result_enum.NO_TOKEN:
+                        self.running_full = bool(adder.can_run_list) or bool(self.running)
+                    break
+            if not adder.can_run_list:
+                return None
+            chosen = {id(r) for r in adder.can_run_list}
+            self.waiting = Waiting(r for r in self.waiting if id(r) not in chosen)
+            if adder.new_chunked_req is not None:
+                self.chunked = adder.new_chunked_req
+            if self.chunked is not None:
+                self.chunked.inflight_middle_chunks += 1
+            reqs = list(adder.can_run_list)
+            extend = sum(r.extend_end - r.prefix_len for r in reqs)
+            self.evict_to_free(extend if self.P == 1 else extend + len(reqs) * self.P)
+            scheduled = []
+            for r in reqs:
+                scheduled.append((r.index, r.extend_end - r.prefix_len, r.prefix_len))
+                row = self.pool.rows.setdefault(r.kv.req_pool_idx, sched.Slots())
+                prefix = list(self.tree.path_device_indices(r.last_node)[:r.prefix_len]) \
+                    if not row else []
+                if prefix:
+                    row.extend(prefix)
+                self.pool.alloc(r.kv.req_pool_idx, r.extend_end - r.prefix_len)
+                r.kv.kv_committed_len = r.extend_end
+                r.is_retracted = False
+                if r.first_sched < 0:
+                    r.first_sched, r.hit = step, r.prefix_len
+                    r.host_loaded = r.host_loaded_length
+                    r.storage_loaded = r.storage_hit_length
+            return True, reqs, scheduled
+
+        def iterate(self, step: int):
+            """``Loop.iterate`` (normal loop) with the retries after the events."""
+            self.rc.time = self.clock
+            self.tree.check_hicache_events()
+            self.retries()
+            batch = self.next_batch(step)
+            if batch is None:
+                self.last = None
+                return None
+            first, done = self.process(batch, step)
+            self.last = (batch[0], list(batch[1]))
+            return batch[0], batch[2], first, done
+
+    loop = StorageLoop(size, tree="unified", **settings)
+    loop.store = attach_storage(loop.tree, loop.controller, **storage)
+    loop.waiting = Waiting()
+    return loop
+
+
+INTERVAL = MAX_ATTEMPTS = 8          # hicache_storage_prefetch_retry_{poll_interval,max_attempts}
+
+
+def run_storage(requests, size: int, storage: dict, **settings) -> dict:
+    """``sglang_scheduler_reference.run`` over ``storage_loop``: a request is prefetched as
+    it is queued; a turn that runs no batch while a prefetch is in flight waits (no step);
+    per request also the tokens its first admission had from storage, per step the pages
+    stored."""
+    import logging
+
+    import sglang_scheduler_reference as sched
+    logging.disable(logging.WARNING)
+    loop = storage_loop(size, storage, **settings)
+    reqs = [sched.Req(i, tokens, n, m) for i, (tokens, n, m, _) in enumerate(requests)]
+    for req in reqs:
+        req.cache_request_handle = _handle(req.rid)
+        req.storage_prefetch_retry_attempts, req.storage_prefetch_last_match_len = 0, None
+        req.staged_prefetch_plan, req.storage_loaded = None, 0
+    due = [a for *_, a in requests]
+    steps, host, now, pointer, step, idle = [], [], 0, 0, 0, 0
+    controller = loop.controller
+
+    def busy() -> bool:
+        return bool(loop.waiting or loop.chunked is not None or any(
+            not r.finished() for r in loop.running + (loop.last[1] if loop.last and
+                                                       loop.last[0] else [])))
+
+    while pointer < len(reqs) or busy():
+        if not busy():
+            now = max(now, due[pointer])
+        while pointer < len(reqs) and due[pointer] <= now:
+            loop.prefetch(reqs[pointer])                          # _add_request_to_queue
+            loop.waiting.append(reqs[pointer])
+            pointer += 1
+        if not idle:                 # what moved in the turns up to a batch is the batch's
+            moved = controller.loaded, controller.written, len(loop.store.pages)
+        result = loop.iterate(step)
+        if result is None:
+            idle += 1
+            if idle > 3:
+                raise RuntimeError("stuck")
+            continue
+        idle = 0
+        steps.append(result)
+        host.append((controller.loaded - moved[0], controller.written - moved[1],
+                     len(loop.store.pages) - moved[2]))
+        step += 1
+        now += 1
+    return {"requests": [(r.first_sched, r.first_token, r.finish_step, r.hit, r.retractions)
+                         for r in reqs], "steps": steps,
+            "host_loaded": [r.host_loaded for r in reqs],
+            "storage_loaded": [r.storage_loaded for r in reqs], "host": host}
+
+
+def _handle(rid):
+    import sglang.srt.mem_cache.base_prefix_cache as bpc
+    return bpc.CacheRequestHandle(rid, 0)

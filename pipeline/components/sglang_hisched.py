@@ -18,12 +18,22 @@ changes in the loop (docs/sglang.md cites each line). It is the engine of ``--en
   last node is the request's, and only device nodes past the protected prefix free the
   request's duplicate slots (an evicted node adopts them).
 
-``host_loaded`` per request: the tokens its first admission loaded from the host.
+With an L3 store (``storage``, ``sglang_histore``): ``_prefetch_kvcache`` at every enqueue
+(arrival and retraction, ``managers/scheduler.py:3342-3392``, ``:3486-3497``); the paced
+retries after each turn's events (``_process_storage_prefetch_retries``, ``:3391``); in the
+admission loop the prefetch poll before the match (a request still prefetching is skipped,
+``:4240-4256``) and, after it, a re-issue when the device match shrank while queued
+(``_prefetch_after_device_hit_loss``, ``:3427-3451``).
+
+``host_loaded`` per request: the tokens its first admission loaded from the host;
+``storage_loaded``: the tokens its prefetch brought from storage to the host by then
+(``storage_hit_length``).
 """
 
 from __future__ import annotations
 
 from pipeline.components.sglang_hiradix import HiRadixTree
+from pipeline.components.sglang_histore import StorageSpec, StoreRadixTree
 from pipeline.components.sglang_sched import CLIP_MAX_NEW_TOKENS, Adder, Batch, \
     Req, Scheduler
 
@@ -31,17 +41,69 @@ __all__ = ["HiScheduler"]
 
 
 class HiScheduler(Scheduler):
-    """``Scheduler`` with HiCache: ``write_policy``, a host pool of ``host_tokens``."""
+    """``Scheduler`` with HiCache: ``write_policy``, a host pool of ``host_tokens``, an L3
+    store when ``storage`` is given."""
 
-    def __init__(self, settings, *, write_policy: str, host_tokens: int) -> None:
+    def __init__(self, settings, *, write_policy: str, host_tokens: int,
+                 storage: StorageSpec | None = None) -> None:
         super().__init__(settings)
-        self.tree = HiRadixTree(self.P, settings.radix_eviction_policy,
-                                device_tokens=settings.max_total_tokens,
-                                host_tokens=host_tokens, write_policy=write_policy)
+        self.storage = storage
+        kind, extra = (HiRadixTree, {}) if storage is None else \
+            (StoreRadixTree, {"storage": storage})
+        self.tree = kind(self.P, settings.radix_eviction_policy,
+                         device_tokens=settings.max_total_tokens, host_tokens=host_tokens,
+                         write_policy=write_policy, **extra)
 
     def iterate(self, step: int) -> Batch | None:
         self.tree.check_events()
+        if self.storage is not None:                     # _process_storage_prefetch_retries
+            for req, end in self.tree.retries.pop_ready(
+                    self.waiting, self.storage.retry_interval,
+                    self.storage.retry_max_attempts):
+                req.storage_attempts += 1
+                self.prefetch(req, end)
         return super().iterate(step)
+
+    # ------------------------------------------------------------------ L3 storage
+
+    def enqueue(self, req: Req, retracted: bool = False) -> None:
+        if self.storage is not None:
+            if retracted or not hasattr(req, "storage_attempts"):
+                req.storage_attempts, req.last_match = 0, None
+                req.storage_hit = getattr(req, "storage_hit", 0)
+            self.prefetch(req)
+        self.waiting.append(req)
+
+    def prefetch(self, req: Req, hit_end: int | None = None) -> None:
+        """``_prefetch_kvcache``: match, then prefetch what follows the device and host
+        match from a backed-up (or root) anchor."""
+        self.match(req, limit=True)
+        matched = req.prefix_len + req.host_hit
+        req.last_match = matched
+        anchor = req.best_node
+        if anchor is self.tree.root or anchor.host:
+            fill = req.fill()
+            self.tree.submit(req.index, anchor, fill[matched:max(len(fill) - 1, 0)],
+                             matched, hit_end)
+
+    def ready(self, req: Req) -> bool:
+        if self.storage is None:
+            return super().ready(req)
+        if not self.tree.poll(req.index):
+            return False
+        loaded = self.tree.pop_loaded(req.index)
+        if loaded > 0:
+            req.storage_hit = loaded
+        self.match(req, limit=True)
+        previous, current = req.last_match, req.prefix_len + req.host_hit
+        if not previous or current >= previous:          # _prefetch_after_device_hit_loss
+            return True
+        if req.storage_attempts >= self.storage.retry_max_attempts:
+            req.last_match = current
+            return True
+        req.storage_attempts += 1
+        self.prefetch(req)
+        return False
 
     def match(self, req: Req, limit: bool) -> None:
         fill = req.fill()
@@ -100,6 +162,9 @@ class HiAdder(Adder):
                 req.protected = req.prefix_len           # load_back_is_cache_owned
             if req.first_sched < 0:
                 req.host_loaded = loaded
+                req.storage_loaded = getattr(req, "storage_hit", 0)
+            if sched.storage is not None:
+                tree.admitted(req.index)                 # finish_storage_prefetch_admission
             prefix, extend, new_tokens, chunked = admission
             req.extend_end = prefix + extend             # _commit_prefill_admission
             req.lock = sched.lock(req.last_node)

@@ -310,7 +310,8 @@ class Scheduler:
                 running.batch_is_full = True
             if running.batch_is_full:
                 break
-            self.match(req, limit=True)
+            if not self.ready(req):
+                continue
             req.protected = req.prefix_len
             result = adder.add_one_req(req, self.chunked is not None)
             if result != CONTINUE:
@@ -329,6 +330,16 @@ class Scheduler:
 
     def make_adder(self, running: Batch) -> Adder:
         return Adder(self, running)
+
+    def ready(self, req: Req) -> bool:
+        """The waiting request's match before its admission (HiCache's storage may hold
+        it back)."""
+        self.match(req, limit=True)
+        return True
+
+    def enqueue(self, req: Req, retracted: bool = False) -> None:
+        """``_add_request_to_queue``."""
+        self.waiting.append(req)
 
     def prepare_for_extend(self, reqs: list, step: int) -> Batch:
         """``ScheduleBatch.prepare_for_extend``: allocate every extend (evicting first)."""
@@ -369,7 +380,7 @@ class Scheduler:
             return None
         if full:
             for req in self.retract_decode(batch):
-                self.waiting.append(req)
+                self.enqueue(req, retracted=True)
         else:
             self.ratio = max(self.ratio - self.ratio_decay, self.ratio_min)
         if len(batch.reqs) < initial:

@@ -31,7 +31,7 @@ from pipeline.engine.loop import STEP_COLUMNS, SimResult
 from pipeline.engine.request import SimRequest
 from pipeline.engine.sglang_hicache import SGLangHiInstance, key_symbols, request_symbols
 from pipeline.engine.sglang_options import HICACHE_SUMMARY, HICACHE_WRITE_POLICY, OPTIONS, \
-    SGLangConfig, sglang_config
+    SGLangConfig, sglang_config, storage_clause
 from pipeline.engine.kstep import reload_term
 from pipeline.engine.step import StepRecord, TimedSteps, timed_batches
 
@@ -218,15 +218,19 @@ def adjust_models_line(args, line: str) -> str:
         return line
     line = line.replace(SGLang.SUMMARY, HICACHE_SUMMARY, 1)
     return line.replace("CPU none (no CPU tier)", "host tier HiCache (write policy "
-                        f"{args.hicache_write_policy or HICACHE_WRITE_POLICY})", 1)
+                        f"{args.hicache_write_policy or HICACHE_WRITE_POLICY})"
+                        f"{storage_clause(args)}", 1)
 
 
 def adjust_models_field(args, field: dict) -> dict:
     """The run's ``models`` field with HiCache: its host tier and write policy as ``cpu``."""
     if not getattr(args, "enable_hierarchical_cache", False):
         return field
-    return {**field, "cpu": "hicache",
-            "hicache_write_policy": args.hicache_write_policy or HICACHE_WRITE_POLICY}
+    field = {**field, "cpu": "hicache",
+             "hicache_write_policy": args.hicache_write_policy or HICACHE_WRITE_POLICY}
+    if getattr(args, "hicache_storage_backend", None) is not None:
+        field["hicache_storage_backend"] = args.hicache_storage_backend
+    return field
 
 
 class SGLang:
@@ -267,6 +271,7 @@ def simulate(requests: Sequence[SimRequest], config: SGLangConfig, *, cpu_tier=N
         return run_on_steps(requests, config)
     engine = SGLang.instance(config, cpu_tier, capacity=len(requests))
     engine.add_all(requests)
+    engine.timed = timed
     n = len(requests)
     price = step_ms if timed else (lambda record: 1.0)
     due = np.zeros(n, np.float64)
@@ -299,6 +304,8 @@ def simulate(requests: Sequence[SimRequest], config: SGLangConfig, *, cpu_tier=N
         np.zeros((0, len(names)), np.int64)
     rows = engine.request_rows(requests)
     frame = request_table(rows, arrival, timed)
+    if hasattr(engine, "with_request_columns"):                  # an L3 store's column
+        frame = engine.with_request_columns(frame, requests)
     step_frame = pl.DataFrame({name: steps[:, j] for j, name in enumerate(names)},
                               schema={name: pl.Int64 for name in names})
     if not timed:

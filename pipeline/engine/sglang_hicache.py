@@ -13,6 +13,16 @@ model's reload term as vLLM's CPU tier is; ``host_load_bytes`` / ``host_write_by
 bytes loaded and copied to the host (write-through at insert, write-back at eviction). Per
 request, ``cpu_hit_tokens`` is the host tokens its first admission loaded, and
 ``gpu_hit_tokens`` the device prefix without them.
+
+With an L3 store (``HiCacheSpec.storage``, ``pipeline.components.sglang_histore``): per
+batch ``storage_read_bytes`` / ``storage_write_bytes`` (pages fetched into the host, pages
+newly written to storage); per request ``storage_hit_tokens``, the tokens its prefetch
+brought from storage to the host by its first admission (SGLang's ``storage_hit_length``;
+they reach the device through the host load back, so they are part of ``cpu_hit_tokens``
+when it loads them). On the time clock a transfer lands ``latency_ms`` plus its pages over
+the bandwidth after it is issued; a turn that can admit nobody while a prefetch is in
+flight waits for the next landing (the idle time before the batch). On the step clock
+transfers take no time, as in the reference (scripts/sglang_hicache_reference.py).
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ import numpy as np
 
 from pipeline.components import engine_layout as L
 from pipeline.components.sglang_hisched import HiScheduler
+from pipeline.components.sglang_histore import StorageSpec
 from pipeline.components.sglang_sched import Req
 from pipeline.engine.loop import STEP_COLUMNS
 from pipeline.engine.request import SimRequest, placeholder_tokens, sequence_tokens
@@ -34,6 +45,8 @@ __all__ = ["HiCacheSpec", "SGLangHiInstance", "host_pool_tokens", "request_symbo
            "key_symbols"]
 
 HOST_COLUMNS = ("host_load_bytes", "host_write_bytes")
+STORAGE_COLUMNS = ("storage_read_bytes", "storage_write_bytes")
+IDLE_TURNS = 4                  # turns in a row a prefetch in flight may hold every request
 
 
 def request_symbols(request: SimRequest, block_size: int, codes: dict) -> np.ndarray:
@@ -68,6 +81,7 @@ class HiCacheSpec:
     write_policy: str
     host_tokens: int
     kv_bytes_per_token: int
+    storage: StorageSpec | None = None
 
 
 def host_pool_tokens(device_tokens: int, page: int, ratio: float, size_gb: int,
@@ -94,7 +108,13 @@ class SGLangHiInstance:
         spec = config.hicache
         self.kv_bytes = spec.kv_bytes_per_token if spec is not None else 0
         self.sched = make(config.settings) if make is not None else HiScheduler(
-            config.settings, write_policy=spec.write_policy, host_tokens=spec.host_tokens)
+            config.settings, write_policy=spec.write_policy, host_tokens=spec.host_tokens,
+            storage=spec.storage)
+        self.storage = spec is not None and spec.storage is not None and make is None
+        if self.storage:
+            self.extra_names = HOST_COLUMNS + STORAGE_COLUMNS
+        self.timed, self.clock_ms = True, 0.0        # simulate sets it: the step clock False
+        self.until_ms = self.sleep_ms = float("inf")
         self.reqs: dict[int, Req] = {}
         self.loaded: dict[int, int] = {}             # request -> host tokens, first admission
         self.step_no = self.queued = self.done = 0
@@ -121,7 +141,7 @@ class SGLangHiInstance:
     def add_request(self, request: SimRequest, keys=None, queue: bool = True) -> None:
         req = self._load(request)
         if queue:
-            self.sched.waiting.append(req)
+            self.sched.enqueue(req)
             self.queued += 1
         if keys is not None:
             B, n = self.block_size, req.n
@@ -133,7 +153,12 @@ class SGLangHiInstance:
             self._load(request)
 
     def enqueue(self, request: SimRequest) -> None:
-        self.sched.waiting.append(self.reqs[request.index])
+        if self.storage:                                 # its prefetch is issued now
+            tree = self.sched.tree
+            tree.now_ms = max(self.clock_ms, (request.arrival_s or 0.0) * 1000.0) \
+                if self.timed else 0.0
+            tree.timed = self.timed
+        self.sched.enqueue(self.reqs[request.index])
         self.queued += 1
 
     @property
@@ -200,8 +225,10 @@ class SGLangHiInstance:
         sched = self.sched
         tree = sched.tree
         written, loaded = getattr(tree, "written", 0), getattr(tree, "loaded", 0)
-        batch = sched.iterate(self.step_no)
+        stored, fetched = getattr(tree, "stored_pages", 0), getattr(tree, "fetched", 0)
+        batch, idle_ms = self._turn(tree)
         if batch is None:
+            self.idle = self.sleep_ms == self.until_ms      # asleep on a transfer
             return None
         moved_in = getattr(tree, "loaded", 0) - loaded
         moved_out = getattr(tree, "written", 0) - written
@@ -213,6 +240,10 @@ class SGLangHiInstance:
                             self.num_running, self.num_waiting, self.free_blocks,
                             list(batch.first_tokens), list(batch.finished),
                             extra=(moved_in * self.kv_bytes, moved_out * self.kv_bytes))
+        if self.storage:
+            record.extra += ((tree.fetched - fetched) * self.kv_bytes,
+                             (tree.stored_pages - stored) * sched.P * self.kv_bytes)
+            record.idle_ms = idle_ms
         for req in batch.reqs:
             if req.first_sched == self.step_no and req.index not in self.loaded:
                 self.loaded[req.index] = getattr(req, "host_loaded", 0)
@@ -223,10 +254,41 @@ class SGLangHiInstance:
         self.step_no += 1
         return record
 
+    def _turn(self, tree):
+        """``HiScheduler.iterate`` until a batch runs: (the batch or None, the idle ms
+        before it). With an L3 store a turn may run none while a prefetch holds its request
+        back: on the time clock it waits for the next transfer to land (None when that is
+        past ``until_ms``: asleep till then), on the step clock the next turn drains it
+        (None after ``IDLE_TURNS`` such turns: stuck)."""
+        idle_ms, empty = 0.0, 0
+        while True:
+            if self.storage:
+                tree.now_ms, tree.timed = self.clock_ms + idle_ms, self.timed
+            batch = self.sched.iterate(self.step_no)
+            if batch is not None or not self.storage:
+                return batch, idle_ms
+            landing = tree.next_landing()
+            if landing > tree.now_ms:
+                if landing >= self.until_ms:
+                    self.sleep_ms = self.until_ms
+                    return None, idle_ms
+                idle_ms = landing - self.clock_ms
+                continue
+            empty += 1
+            if empty >= IDLE_TURNS:
+                return None, idle_ms
+
     def run_until(self, until_ms: float, now_ms: float, step_ms) -> TimedSteps:
         """Batches that start before ``until_ms`` (``step_ms(record)``: each one's time)."""
-        return timed_batches(self, lambda: self.row, len(STEP_COLUMNS) + len(HOST_COLUMNS),
-                             until_ms, now_ms, step_ms)
+        self.clock_ms, self.until_ms, self.sleep_ms = now_ms, until_ms, now_ms
+
+        def priced(record) -> float:
+            duration = float(step_ms(record))
+            self.clock_ms += getattr(record, "idle_ms", 0.0) + duration
+            return duration
+
+        return timed_batches(self, lambda: self.row, len(STEP_COLUMNS) +
+                             len(self.extra_names), until_ms, now_ms, priced)
 
     def host_loaded(self, requests: Sequence[SimRequest]) -> np.ndarray:
         """Host tokens each request's first admission loaded."""
@@ -246,9 +308,19 @@ class SGLangHiInstance:
         rows[:, L.GPUHIT] = np.maximum(np.array([r.hit for r in reqs]), 0) - host
         rows[:, L.CPUHIT] = host
         rows[:, L.NPROMPT] = [r.n for r in reqs]
+        rows[:, L.DISKHIT] = [getattr(r, "storage_loaded", 0) for r in reqs]
         rows[:, L.NTOK] = [r.n + r.max_new for r in reqs]
         rows[:, L.PREEMPT] = [r.retractions for r in reqs]
         return rows
+
+
+    def with_request_columns(self, frame, requests: Sequence[SimRequest]):
+        """``storage_hit_tokens`` with an L3 store (else the frame unchanged)."""
+        if not self.storage:
+            return frame
+        import polars as pl
+        rows = self.request_rows(requests)
+        return frame.with_columns(storage_hit_tokens=pl.Series(rows[:, L.DISKHIT]))
 
 
 class _Snapshot:

@@ -6,19 +6,23 @@ pool as SGLang sizes it, which loop runs)."""
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import dataclass
 
 from pipeline.base.arguments import positive_int
 from pipeline.base.errors import UsageError
+from pipeline.components.sglang_histore import PREFETCH_POLICIES, STORAGE_BACKENDS, \
+    StorageSpec
 from pipeline.components.sglang_kradix import POLICIES as EVICTION_POLICIES
 from pipeline.components.sglang_settings import SCHEDULE_POLICIES, SGLANG_POLICIES, \
     SchedulerSettings
 from pipeline.engine.config import EngineOption
 from pipeline.engine.sglang_hicache import HiCacheSpec, host_pool_tokens
+from pipeline.engine.tier_options import _number
 from pipeline.sizes.vllm_memory import DEFAULT_BATCHED_TOKENS, DEFAULT_SEQS
 
 __all__ = ["SGLangConfig", "OPTIONS", "HICACHE_SUMMARY", "HICACHE_WRITE_POLICY",
-           "sglang_config"]
+           "STORAGE_FLAGS", "sglang_config", "storage_clause"]
 
 
 @dataclass(frozen=True)
@@ -102,17 +106,102 @@ _VLLM_LIMITS = {
 HICACHE_WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
 
 
+#: the L3 store's options beside ``--hicache-storage-backend``
+STORAGE_FLAGS = ("--hicache-storage-prefetch-policy", "--hicache-storage-backend-extra-config",
+                 "--hicache-storage-link")
+
+
 def _check_hicache(args) -> None:
-    """A HiCache option without ``--enable-hierarchical-cache`` is a usage error naming it
-    (SGLang ignores it silently)."""
-    given = [flag for flag in ("--hicache-ratio", "--hicache-size", "--hicache-write-policy")
-             if getattr(args, flag[2:].replace("-", "_"), None) is not None]
-    if given and not getattr(args, "enable_hierarchical_cache", False):
-        raise UsageError(f"{given[0]}: needs --enable-hierarchical-cache")
+    """A HiCache option without ``--enable-hierarchical-cache`` (a storage option without
+    ``--hicache-storage-backend``) is a usage error naming it (SGLang ignores it silently)."""
+    def given(flags):
+        return [f for f in flags if getattr(args, f[2:].replace("-", "_"), None) is not None]
+
+    named = given(("--hicache-ratio", "--hicache-size", "--hicache-write-policy",
+                   "--hicache-storage-backend") + STORAGE_FLAGS)
+    if named and not getattr(args, "enable_hierarchical_cache", False):
+        raise UsageError(f"{named[0]}: needs --enable-hierarchical-cache")
+    named = given(STORAGE_FLAGS)
+    if named and getattr(args, "hicache_storage_backend", None) is None:
+        raise UsageError(f"{named[0]}: needs --hicache-storage-backend")
 
 
-#: SGLang's HiCache defaults (``arg_groups/fields/memory.py``): ratio 2.0 in cache mode
-HICACHE_RATIO, HICACHE_WRITE_POLICY = 2.0, "write_through"
+#: the store's link without ``--hicache-storage-link``: GB/s, ms per storage call
+STORAGE_LINK = (5.0, 0.1)
+STORAGE_LINK_SOURCE = ("assumed, not measured: a local PCIe 4.0 NVMe SSD (the file "
+                       "backend's directory); give --hicache-storage-link for yours")
+#: the extra config's keys SGLang reads for HiCache (``parse_storage_backend_extra_config``,
+#: ``hybrid_cache_controller.py:378-437``) and their types
+_EXTRA_KEYS = {"prefetch_threshold": (int,), "prefetch_timeout_base": (int, float),
+               "prefetch_timeout_per_ki_token": (int, float),
+               "hicache_storage_pass_prefix_keys": (bool,)}
+#: the file backend's size cap (``LRUFileEvictor``): not modelled, refused
+_CAP_KEYS = ("max_size", "min_free", "eviction_ratio")
+
+
+def _storage_link(text: str) -> tuple[float, float]:
+    """``--hicache-storage-link GBPS[:LATENCY_MS]`` (``--tier``'s numbers): the store's
+    bandwidth (> 0) and its latency per storage call (>= 0, default 0)."""
+    parts = text.split(":")
+    if len(parts) > 2:
+        raise _argument_error(f"{text!r}: expected GBPS[:LATENCY_MS]")
+    gbps = _number(parts[0], "GBPS", ("gb/s", "gbps"), positive=True)
+    latency = _number(parts[1], "LATENCY_MS", ("ms",), positive=False) \
+        if len(parts) == 2 else 0.0
+    return gbps, latency
+
+
+def _extra_config(text: str) -> dict:
+    """``--hicache-storage-backend-extra-config``: a JSON object, SGLang's HiCache keys
+    checked as SGLang checks them, a size cap refused (not modelled)."""
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _argument_error(f"not JSON ({exc.msg})") from None
+    if not isinstance(config, dict):
+        raise _argument_error("expected a JSON object")
+    for key, types in _EXTRA_KEYS.items():
+        value = config.get(key)
+        if value is not None and (not isinstance(value, types) or
+                                  (bool not in types and isinstance(value, bool))):
+            raise _argument_error(f"{key} must be {' or '.join(t.__name__ for t in types)}")
+    cap = [key for key in _CAP_KEYS if config.get(key)]
+    if cap:
+        raise _argument_error(f"{cap[0]}: a capped store is not modelled (the store holds "
+                              "every page written, as the file backend without a cap)")
+    return config
+
+
+def storage_clause(args) -> str:
+    """The models line's words for the L3 store ('' without one)."""
+    if getattr(args, "hicache_storage_backend", None) is None:
+        return ""
+    link = args.hicache_storage_link
+    gbps, latency = link or STORAGE_LINK
+    return (f", L3 store {args.hicache_storage_backend} (prefetch "
+            f"{args.hicache_storage_prefetch_policy or STORAGE_PREFETCH_POLICY}, "
+            f"{gbps:g} GB/s, {latency:g} ms a call"
+            f"{'' if link else ' ' + STORAGE_LINK_SOURCE.split(':')[0]})")
+
+
+def _storage(args, page: int, kv_bytes: int) -> StorageSpec | None:
+    """The L3 store's settings, or None without ``--hicache-storage-backend``."""
+    if args.hicache_storage_backend is None:
+        return None
+    extra = args.hicache_storage_backend_extra_config or {}
+    gbps, latency = args.hicache_storage_link or STORAGE_LINK
+    return StorageSpec(
+        backend=args.hicache_storage_backend,
+        prefetch_policy=args.hicache_storage_prefetch_policy or STORAGE_PREFETCH_POLICY,
+        threshold=extra.get("prefetch_threshold", 256),
+        timeout_base=float(extra.get("prefetch_timeout_base", 1.0)),
+        timeout_per_ki_token=float(extra.get("prefetch_timeout_per_ki_token", 0.25)),
+        latency_ms=latency, bandwidth=gbps * 1e6, page_bytes=page * kv_bytes)
+
+
+#: SGLang's HiCache defaults (``arg_groups/fields/memory.py``): ratio 2.0 in cache mode,
+#: the storage prefetch stopping at a timeout
+HICACHE_RATIO, HICACHE_WRITE_POLICY, STORAGE_PREFETCH_POLICY = 2.0, "write_through", "timeout"
 HICACHE_SUMMARY = ("SGLang 0.5.23's scheduler over HiCache (host tier; non-overlap loop), "
                    "in plain Python: "
                    "some 50-65x slower than the compiled engine without HiCache")
@@ -132,7 +221,8 @@ def _hicache(args, pool: int, page: int) -> HiCacheSpec | None:
     ratio = HICACHE_RATIO if args.hicache_ratio is None else args.hicache_ratio
     host = host_pool_tokens(pool, page, ratio, args.hicache_size or 0, kv.bytes_per_token)
     return HiCacheSpec(args.hicache_write_policy or HICACHE_WRITE_POLICY, host,
-                       int(kv.bytes_per_token))
+                       int(kv.bytes_per_token),
+                       _storage(args, page, int(kv.bytes_per_token)))
 
 
 #: SGLang's options, its names and defaults (each ``[sglang only]`` in --help)
@@ -180,6 +270,23 @@ OPTIONS = (
         choices=HICACHE_WRITE_POLICIES, default=None,
         help="when the host gets a copy, with --enable-hierarchical-cache (SGLang's "
              "default write_through)")),
+    EngineOption("--hicache-storage-backend", dict(
+        choices=STORAGE_BACKENDS, default=None, metavar="BACKEND",
+        help="HiCache's L3 store behind the host pool, with --enable-hierarchical-cache: "
+             f"one of SGLang's ({', '.join(STORAGE_BACKENDS)}), each modelled as a store "
+             "that keeps every page written (the file backend without a cap)")),
+    EngineOption("--hicache-storage-prefetch-policy", dict(
+        choices=PREFETCH_POLICIES, default=None,
+        help="when a request stops waiting for its storage prefetch, with "
+             "--hicache-storage-backend (SGLang's default timeout)")),
+    EngineOption("--hicache-storage-backend-extra-config", dict(
+        type=_extra_config, default=None, metavar="JSON",
+        help="SGLang's JSON object for the store: prefetch_threshold (tokens, default "
+             "256), prefetch_timeout_base (s, 1), prefetch_timeout_per_ki_token (s, 0.25)")),
+    EngineOption("--hicache-storage-link", dict(
+        type=_storage_link, default=None, metavar="GBPS[:LATENCY_MS]",
+        help=f"the store's bandwidth and latency per storage call on the time clock "
+             f"(default {STORAGE_LINK[0]:g}:{STORAGE_LINK[1]:g}, {STORAGE_LINK_SOURCE})")),
     EngineOption("--disable-overlap-schedule", dict(
         action="store_true",
         help="run SGLang's non-overlap loop (event_loop_normal); by default the overlap "

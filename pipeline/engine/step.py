@@ -110,10 +110,12 @@ def timed_batches(instance, row, width: int, until_ms: float, now_ms: float,
         record = instance.step()
         if record is None:
             if instance.idle:                            # no work: nothing was done
+                now = max(now, getattr(instance, "sleep_ms", now))  # (or asleep on L3)
                 break
             raise RuntimeError(STUCK_MESSAGE)
         duration = float(step_ms(record))
         record.duration_ms = duration
+        now += getattr(record, "idle_ms", 0.0)           # waited before it (HiCache's L3)
         steps.append(row())
         starts.append(now)
         durations.append(duration)
