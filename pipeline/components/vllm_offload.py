@@ -29,7 +29,7 @@ from pipeline.components.vllm_offload_policies import (
     S_T2, S_THRESHOLD, S_TPC, S_TRACK_MAX, SHIFT, T1, TRACK, W_SIZE)
 
 __all__ = ["NativeOffload", "OffloadRequest", "offload_chunks", "blocks_per_chunk",
-           "LOOKUP_NAMES", "POLICIES", "distinct"]
+           "LOOKUP_NAMES", "POLICIES", "distinct", "chunk_index"]
 
 #: ``lookup``'s results, by code (vLLM's ``LookupResult`` names).
 LOOKUP_NAMES = ("MISS", "HIT", "HIT_PENDING")
@@ -80,16 +80,32 @@ class OffloadRequest:
     rq: np.ndarray
 
 
+def _table(count: int) -> np.ndarray:
+    """An empty hash table for ``count`` keys (a power of two of at least twice as many
+    slots)."""
+    size = 16
+    while size < 2 * count:
+        size *= 2
+    return np.zeros(size, np.int32)
+
+
 def distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``keys``' distinct values in order of first appearance and each key's index there
     (``np.unique`` without its sort)."""
     keys = np.ascontiguousarray(keys, np.int64)
-    size = 16
-    while size < 2 * keys.size:
-        size *= 2
     unique, index = np.empty(keys.size, np.int64), np.empty(keys.size, np.int64)
-    count = kernels.first_seen(keys, np.zeros(size, np.int64), unique, index)
+    count = kernels.first_seen(keys, _table(keys.size), unique, index)
     return unique[:count], index
+
+
+def chunk_index(keys: np.ndarray, koff: np.ndarray, counts: np.ndarray, per: int,
+                out: np.ndarray) -> np.ndarray:
+    """``distinct`` of requests' chunk keys read in place from their block keys (``keys``;
+    request r's at ``koff[r]``, ``counts[r]`` chunks of ``per`` blocks, each keyed by its
+    last block's key): the distinct chunk keys, each chunk's index there into ``out``."""
+    unique = np.empty(out.size, np.int64)
+    count = kernels.chunk_index(keys, koff, counts, per, _table(out.size), unique, out)
+    return unique[:count]
 
 
 class NativeOffload:
@@ -154,15 +170,20 @@ class NativeOffload:
             self._grow_rows(row + 1)
         return row
 
-    def rows_for(self, keys: np.ndarray, spare: int = 0) -> np.ndarray:
+    def rows_for(self, keys: np.ndarray) -> np.ndarray:
         """The key rows of ``keys`` (an int64 array), new keys appended in order of first
-        appearance (vectorized ``_row``: one compiled hash pass, then one dict pass over
-        the distinct keys); room for ``spare`` more rows (``anchor_rows``) made at once."""
+        appearance (vectorized ``_row``: one compiled hash pass, then ``intern``)."""
         unique, index = distinct(keys)
+        return self.intern(unique)[index]
+
+    def intern(self, unique: np.ndarray, spare: int = 0) -> np.ndarray:
+        """The rows of the distinct keys ``unique``, new ones appended in order (one dict
+        pass; the first call builds no dict); room for ``spare`` more rows
+        (``anchor_rows``) made at once."""
         if self._bulk is None and not self._key_list:  # the first keys: no dict yet
             self._bulk = unique
             self._grow_rows(FIRST_ROW + unique.size + spare)
-            return FIRST_ROW + index
+            return np.arange(FIRST_ROW, FIRST_ROW + unique.size, dtype=np.int64)
         rows = np.fromiter((self._rows.get(k, -1) for k in unique.tolist()), np.int64,
                            unique.size)
         new = np.flatnonzero(rows < 0)
@@ -173,7 +194,7 @@ class NativeOffload:
             self._rows.update(zip(fresh, rows[new].tolist()))
             self._keys.extend(fresh)
         self._grow_rows(FIRST_ROW + len(self._keys) + spare)
-        return rows[index]
+        return rows
 
     def anchor_rows(self, count: int) -> np.ndarray:
         """``count`` fresh rows for requests' LRU anchors (rows no key maps to), or zeros

@@ -19,48 +19,63 @@ from pipeline.components.vllm_offload_policies import (
     lru_rerank, request_rank, touch, unlink)
 
 __all__ = ["lookup", "prepare_load", "complete_load", "prepare_store", "complete_store",
-           "request_finished", "touch", "chunk_keys", "first_seen"]
+           "request_finished", "touch", "chunk_index", "first_seen"]
 
 
 # --------------------------------------------------------------------------- key rows
 
 @compiled
-def chunk_keys(keys, koff, counts, per, out):
-    """Each request's chunk keys in order (chunk j keyed by its last block's key: block
-    ``koff + (j + 1) * per - 1``) into ``out``."""
-    t = 0
-    for r in range(koff.size):
-        for j in range(counts[r]):
-            out[t] = keys[koff[r] + (j + 1) * per - 1]
-            t += 1
+def _intern(key, table, bits, unique, count):
+    """``key``'s index among the distinct keys seen so far (``unique[:count]``, first-seen
+    order; appended when new) via ``table``, an open-addressed hash (2**bits slots) of
+    indices + 1. Returns (index, count)."""
+    mask = table.size - 1
+    h = (np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(64 - bits)
+    slot = np.int64(h) & mask
+    while True:
+        at = table[slot]
+        if at == 0:
+            unique[count] = key
+            table[slot] = count + 1
+            return count, count + 1
+        if unique[at - 1] == key:
+            return at - 1, count
+        slot = (slot + 1) & mask
+
+
+@compiled
+def _bits(table):
+    bits = 0
+    while (1 << bits) < table.size:
+        bits += 1
+    return bits
 
 
 @compiled
 def first_seen(keys, table, unique, index):
     """The distinct ``keys`` in order of first appearance into ``unique``, each key's
     position there into ``index``; ``table`` (zeros, a power of two of at least twice
-    ``keys``' size) an open-addressed hash of positions + 1. Returns how many."""
-    mask = table.size - 1
-    bits = 0
-    while (1 << bits) < table.size:
-        bits += 1
+    ``keys``' size). Returns how many."""
+    bits = _bits(table)
     count = 0
     for i in range(keys.size):
-        key = keys[i]
-        h = (np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(64 - bits)
-        slot = np.int64(h) & mask
-        while True:
-            at = table[slot]
-            if at == 0:
-                unique[count] = key
-                count += 1
-                table[slot] = count
-                index[i] = count - 1
-                break
-            if unique[at - 1] == key:
-                index[i] = at - 1
-                break
-            slot = (slot + 1) & mask
+        index[i], count = _intern(keys[i], table, bits, unique, count)
+    return count
+
+
+@compiled
+def chunk_index(keys, koff, counts, per, table, unique, out):
+    """``first_seen`` of each request's chunk keys in order (chunk j keyed by its last
+    block's key: block ``koff + (j + 1) * per - 1``), read in place: each chunk's index
+    into ``out``. Returns how many are distinct."""
+    bits = _bits(table)
+    count = 0
+    t = 0
+    for r in range(koff.size):
+        for j in range(counts[r]):
+            out[t], count = _intern(keys[koff[r] + (j + 1) * per - 1], table, bits, unique,
+                                    count)
+            t += 1
     return count
 
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.components import engine_layout as L
-from pipeline.components.vllm_offload import POLICIES, NativeOffload, offload_chunks
-from pipeline.components.vllm_offload_kernels import chunk_keys
+from pipeline.components.vllm_offload import (POLICIES, NativeOffload, chunk_index,
+                                                 offload_chunks)
 from pipeline.components.vllm_offload_policies import RQ_ANCHOR, RQ_GEN, RQ_SIZE, S_GEN
 
 __all__ = ["NativeSpec", "NativeTier", "no_offload", "DEFAULT_LINK_GBPS", "LINK_SOURCE"]
@@ -142,9 +142,6 @@ class NativeTier:
         its last block's key."""
         counts = np.asarray(nkeys, np.int64) // self.per
         total = int(counts.sum())
-        chunk = np.empty(total, np.int64)
-        chunk_keys(keys, np.asarray(koff, np.int64), counts, self.per, chunk)
-        rows = self.offload.rows_for(chunk, slots.size) if total else np.zeros(0, np.int64)
         first = self.nchunks
         need = first + total
         if need > self.CROW.size:
@@ -154,7 +151,13 @@ class NativeTier:
                 new = np.zeros(size, old.dtype)
                 new[:old.size] = old
                 setattr(self, name, new)
-        self.CROW[first:need] = rows
+        local = self.CROW[first:need]                 # each chunk's distinct key, then row
+        unique = chunk_index(keys, np.asarray(koff, np.int64), counts, self.per, local)
+        rows = self.offload.intern(unique, slots.size)
+        if rows.size and rows[-1] - rows[0] == rows.size - 1 and np.all(np.diff(rows) == 1):
+            local += rows[0]                          # all new, in order: an offset
+        else:
+            local[:] = rows[local]
         self.CFL[first:need] = 0
         self.nchunks = need
         self.reserve(int(slots.max()) + 1 if slots.size else 0)
