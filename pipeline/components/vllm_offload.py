@@ -134,7 +134,7 @@ class NativeOffload:
     @staticmethod
     def _key_arrays(rows: int) -> tuple[np.ndarray, np.ndarray]:
         """Key rows, all absent (zeros: a row's pages are touched when its key is)."""
-        return np.zeros((rows, C_SIZE), np.int64), np.zeros((rows, 6), np.int64)
+        return np.zeros((rows, C_SIZE), np.int64), np.zeros((rows, 6), np.int32)
 
     @property
     def _rows(self) -> dict[int, int]:
