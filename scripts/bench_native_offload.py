@@ -90,8 +90,8 @@ def main() -> int:
             rows = {row[0]: tuple(row[1:]) for row in mine.requests.select(COLUMNS).iter_rows()}
             same = "yes" if rows == theirs else "NO"
             status |= same != "yes"
-        print(f"{name:<7}{plain_s:>9.2f}{native_s:>9.2f}{native_s / plain_s:>6.2f}x"
-              f"{hit:>9.1%}{theirs_s:>9.1f}{ours_s:>9.2f}{theirs_s / ours_s:>8.0f}x  {same}")
+        print(f"{name:<7}{plain_s:>9.3f}{native_s:>9.3f}{native_s / plain_s:>6.2f}x"
+              f"{hit:>9.1%}{theirs_s:>9.1f}{ours_s:>9.3f}{theirs_s / ours_s:>8.0f}x  {same}")
     return status
 
 
