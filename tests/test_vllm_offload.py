@@ -22,6 +22,8 @@ import vllm_offload_reference as reference  # noqa: E402
 
 from pipeline.components.vllm_offload import (NativeOffload, blocks_per_chunk,  # noqa: E402
                                                  distinct, offload_chunks)
+from pipeline.components.vllm_offload_policies import (  # noqa: E402
+    ABSENT, ANCHOR, C_RANK, C_WHERE, R_T1, RES)
 
 needs_vllm = pytest.mark.skipif(
     not reference.have_sources(),
@@ -40,14 +42,29 @@ operations = st.builds(lambda seed, steps: reference.random_operations(random.Ra
 
 
 def run_both(config: dict, ops: list[tuple], **trie) -> int:
-    """Run ``ops`` on vLLM's manager and on the model; assert equal after every call;
-    return the calls made."""
+    """Run ``ops`` on vLLM's manager and on the model; assert equal after every call (and
+    LRU's list in order); return the calls made."""
     real, model = reference.RealOffload(**config), NativeOffload(**config)
     count = 0
     for count, (left, right) in enumerate(zip(reference.run_operations(real, ops, **trie),
                                               reference.run_operations(model, ops, **trie)), 1):
         assert left == right, f"call {count} ({left[0]}) differs"
+        if model.policy == "lru":
+            assert_lru_list_ranked(model)
     return count
+
+
+def assert_lru_list_ranked(model: NativeOffload) -> None:
+    """LRU's list (the order ``evict`` walks) holds every resident key once, and the linked
+    anchors, in (rank, row) order."""
+    K, L = model.M[2], model.M[3]
+    order, row = [], L[R_T1, RES + 1]
+    while row != R_T1:
+        order.append(int(row))
+        row = L[row, RES + 1]
+    assert [(K[r, C_RANK], r) for r in order] == sorted((K[r, C_RANK], r) for r in order)
+    resident = sorted(r for r in model._rows.values() if K[r, C_WHERE] != ABSENT)
+    assert sorted(r for r in order if K[r, C_WHERE] != ANCHOR) == resident
 
 
 @needs_vllm

@@ -24,12 +24,12 @@ import numpy as np
 from pipeline.components import vllm_offload_kernels as kernels
 from pipeline.components.vllm_offload_policies import (
     C_CHUNK, C_COUNT, C_EVICT, C_GHOST, C_RANK, C_REF, C_SIZE, C_WHERE, FIRST_ROW, GHOST,
-    NO_RANK, R_B1, R_T1, R_TRACK, RES, RQ_GEN, S_ALLOC, S_ARC, S_B1, S_B2, S_CHUNKS,
-    S_EVICTABLE, S_FREE_TOP, S_GEN, S_HEAP, S_NEXT_RANK, S_PENDING, S_SIZE, S_SKIPPED, S_T1,
+    NO_RANK, R_B1, R_T1, R_TRACK, RES, RQ_ANCHOR, RQ_GEN, RQ_SIZE, S_ALLOC, S_ARC, S_B1, S_B2,
+    S_CHUNKS, S_EVICTABLE, S_FREE_TOP, S_GEN, S_NEXT_RANK, S_PENDING, S_SIZE, S_SKIPPED, S_T1,
     S_T2, S_THRESHOLD, S_TPC, S_TRACK_MAX, SHIFT, T1, TRACK, W_SIZE)
 
 __all__ = ["NativeOffload", "OffloadRequest", "offload_chunks", "blocks_per_chunk",
-           "LOOKUP_NAMES", "POLICIES", "distinct"]
+           "LOOKUP_NAMES", "POLICIES", "distinct", "chunk_index"]
 
 #: ``lookup``'s results, by code (vLLM's ``LookupResult`` names).
 LOOKUP_NAMES = ("MISS", "HIT", "HIT_PENDING")
@@ -37,6 +37,8 @@ LOOKUP_NAMES = ("MISS", "HIT", "HIT_PENDING")
 POLICIES = ("lru", "arc")
 #: ``CPUOffloadingSpec.BLOCK_SIZE_ALIGNMENT``: a chunk's bytes are rounded up to a page.
 PAGE_BYTES = 4096
+#: the key of an anchor's row in the row -> key list (keys are non-negative)
+ANCHOR_KEY = -1
 
 
 def blocks_per_chunk(gpu_block_size: int, block_size: int | None = None,
@@ -78,16 +80,32 @@ class OffloadRequest:
     rq: np.ndarray
 
 
+def _table(count: int) -> np.ndarray:
+    """An empty hash table for ``count`` keys (a power of two of at least twice as many
+    slots)."""
+    size = 16
+    while size < 2 * count:
+        size *= 2
+    return np.zeros(size, np.int32)
+
+
 def distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``keys``' distinct values in order of first appearance and each key's index there
     (``np.unique`` without its sort)."""
     keys = np.ascontiguousarray(keys, np.int64)
-    size = 16
-    while size < 2 * keys.size:
-        size *= 2
     unique, index = np.empty(keys.size, np.int64), np.empty(keys.size, np.int64)
-    count = kernels.first_seen(keys, np.zeros(size, np.int64), unique, index)
+    count = kernels.first_seen(keys, _table(keys.size), unique, index)
     return unique[:count], index
+
+
+def chunk_index(keys: np.ndarray, koff: np.ndarray, counts: np.ndarray, per: int,
+                out: np.ndarray) -> np.ndarray:
+    """``distinct`` of requests' chunk keys read in place from their block keys (``keys``;
+    request r's at ``koff[r]``, ``counts[r]`` chunks of ``per`` blocks, each keyed by its
+    last block's key): the distinct chunk keys, each chunk's index there into ``out``."""
+    unique = np.empty(out.size, np.int64)
+    count = kernels.chunk_index(keys, koff, counts, per, _table(out.size), unique, out)
+    return unique[:count]
 
 
 class NativeOffload:
@@ -110,16 +128,13 @@ class NativeOffload:
         K, L = self._key_arrays(FIRST_ROW + max(expected_keys, 1))
         for sentinel in range(FIRST_ROW):
             L[sentinel, :] = sentinel
-        heap = 2 * num_chunks + 64
         self.M = (S, np.zeros(1), K, L, np.zeros(num_chunks, np.int64),
-                  np.full(num_chunks, -1, np.int64), np.zeros((heap, 2), np.int64),
-                  np.zeros((heap, W_SIZE), np.int64))
+                  np.zeros((64, W_SIZE), np.int64))
 
     @staticmethod
     def _key_arrays(rows: int) -> tuple[np.ndarray, np.ndarray]:
-        K = np.zeros((rows, C_SIZE), np.int64)
-        K[:, C_CHUNK], K[:, C_RANK] = -1, NO_RANK
-        return K, np.zeros((rows, 6), np.int64)
+        """Key rows, all absent (zeros: a row's pages are touched when its key is)."""
+        return np.zeros((rows, C_SIZE), np.int64), np.zeros((rows, 6), np.int32)
 
     @property
     def _rows(self) -> dict[int, int]:
@@ -138,6 +153,7 @@ class NativeOffload:
             keys, self._bulk = self._bulk.tolist(), None
             self._key_list = keys
             self._row_map = dict(zip(keys, range(FIRST_ROW, FIRST_ROW + len(keys))))
+            self._row_map.pop(ANCHOR_KEY, None)
 
     def _grow_rows(self, need: int) -> None:
         K, L = self.M[2], self.M[3]
@@ -151,22 +167,23 @@ class NativeOffload:
         if row is None:
             row = self._rows[key] = FIRST_ROW + len(self._keys)
             self._keys.append(key)
-            K, L = self.M[2], self.M[3]
-            if row >= len(K):                          # grow: rows are appended
-                K2, L2 = self._key_arrays(2 * len(K))
-                K2[:len(K)], L2[:len(L)] = K, L
-                self.M = self.M[:2] + (K2, L2) + self.M[4:]
+            self._grow_rows(row + 1)
         return row
 
     def rows_for(self, keys: np.ndarray) -> np.ndarray:
         """The key rows of ``keys`` (an int64 array), new keys appended in order of first
-        appearance (vectorized ``_row``: one compiled hash pass, then one dict pass over
-        the distinct keys)."""
+        appearance (vectorized ``_row``: one compiled hash pass, then ``intern``)."""
         unique, index = distinct(keys)
+        return self.intern(unique)[index]
+
+    def intern(self, unique: np.ndarray, spare: int = 0) -> np.ndarray:
+        """The rows of the distinct keys ``unique``, new ones appended in order (one dict
+        pass; the first call builds no dict); room for ``spare`` more rows
+        (``anchor_rows``) made at once."""
         if self._bulk is None and not self._key_list:  # the first keys: no dict yet
             self._bulk = unique
-            self._grow_rows(FIRST_ROW + unique.size)
-            return FIRST_ROW + index
+            self._grow_rows(FIRST_ROW + unique.size + spare)
+            return np.arange(FIRST_ROW, FIRST_ROW + unique.size, dtype=np.int64)
         rows = np.fromiter((self._rows.get(k, -1) for k in unique.tolist()), np.int64,
                            unique.size)
         new = np.flatnonzero(rows < 0)
@@ -176,19 +193,33 @@ class NativeOffload:
             fresh = unique[new].tolist()
             self._rows.update(zip(fresh, rows[new].tolist()))
             self._keys.extend(fresh)
-            self._grow_rows(FIRST_ROW + len(self._keys))
-        return rows[index]
+        self._grow_rows(FIRST_ROW + len(self._keys) + spare)
+        return rows
+
+    def anchor_rows(self, count: int) -> np.ndarray:
+        """``count`` fresh rows for requests' LRU anchors (rows no key maps to), or zeros
+        (no anchor) under ARC."""
+        if self.policy != "lru" or count == 0:
+            return np.zeros(count, np.int64)
+        if self._bulk is not None:
+            first = FIRST_ROW + self._bulk.size
+            self._bulk = np.concatenate((self._bulk, np.full(count, ANCHOR_KEY, np.int64)))
+        else:
+            first = FIRST_ROW + len(self._key_list)
+            self._key_list.extend([ANCHOR_KEY] * count)
+        self._grow_rows(first + count)
+        return np.arange(first, first + count, dtype=np.int64)
 
     def reserve_scratch(self, chunks: int) -> None:
         """Scratch rows for calls of up to ``chunks`` chunks (compiled callers)."""
-        if chunks > len(self.M[7]):
-            self.M = self.M[:7] + (np.zeros((2 * chunks, W_SIZE), np.int64),)
+        if chunks > len(self.M[5]):
+            self.M = self.M[:5] + (np.zeros((2 * chunks, W_SIZE), np.int64),)
 
     def _scratch(self, chunks) -> np.ndarray:
         """The call's chunks as an array, the scratch rows grown to hold one row each."""
         chunks = np.asarray(chunks, np.int64)
-        if len(chunks) > len(self.M[7]):
-            self.M = self.M[:7] + (np.zeros((2 * len(chunks), W_SIZE), np.int64),)
+        if len(chunks) > len(self.M[5]):
+            self.M = self.M[:5] + (np.zeros((2 * len(chunks), W_SIZE), np.int64),)
         return chunks
 
     def _rows_of(self, keys) -> np.ndarray:
@@ -198,8 +229,8 @@ class NativeOffload:
 
     def new_request(self, keys: list[int]) -> OffloadRequest:
         """``on_new_request`` for a request whose chunk keys (prefix order) are ``keys``."""
-        rq = np.zeros(4, np.int64)
-        rq[RQ_GEN] = self.M[0][S_GEN]
+        rq = np.zeros(RQ_SIZE, np.int64)
+        rq[RQ_GEN], rq[RQ_ANCHOR] = self.M[0][S_GEN], self.anchor_rows(1)[0]
         return OffloadRequest(list(keys), self._rows_of(keys), np.zeros(len(keys), np.uint8),
                               rq)
 
@@ -246,9 +277,8 @@ class NativeOffload:
             L[sentinel, :] = sentinel
         S[S_GEN] += 1
         S[S_ALLOC] = S[S_FREE_TOP] = S[S_EVICTABLE] = S[S_PENDING] = S[S_NEXT_RANK] = 0
-        S[S_HEAP] = S[S_T1] = S[S_T2] = S[S_B1] = S[S_B2] = 0
+        S[S_T1] = S[S_T2] = S[S_B1] = S[S_B2] = 0
         F[0] = 0.0
-        self.M[5][:] = -1
 
     # ---------------------------------------------------------------- reading the state
 

@@ -15,51 +15,67 @@ from pipeline.components.vllm_offload_policies import (
     R_TRACK, S_ALLOC, S_ARC, S_B1, S_CHUNKS, S_EVICTABLE, S_FREE_TOP, S_GEN, S_PENDING,
     S_SKIPPED, S_STAMP, S_T1, S_THRESHOLD, S_TPC, S_TRACK_MAX, S_TRACK_SIZE, SEEN, SHIFT, T1,
     T2, TRACK, W_CANDIDATE, W_KEY, W_READY, W_RECORDED, append, arc_evict, arc_ghost_hit,
-    arc_move, compiled, lru_evict, lru_renew, push_evictable, request_rank, touch, unlink)
+    arc_move, compiled, lru_drop_anchor, lru_evict, lru_group, lru_place, lru_renew,
+    lru_rerank, request_rank, touch, unlink)
 
 __all__ = ["lookup", "prepare_load", "complete_load", "prepare_store", "complete_store",
-           "request_finished", "touch", "chunk_keys", "first_seen"]
+           "request_finished", "touch", "chunk_index", "first_seen"]
 
 
 # --------------------------------------------------------------------------- key rows
 
 @compiled
-def chunk_keys(keys, koff, counts, per, out):
-    """Each request's chunk keys in order (chunk j keyed by its last block's key: block
-    ``koff + (j + 1) * per - 1``) into ``out``."""
-    t = 0
-    for r in range(koff.size):
-        for j in range(counts[r]):
-            out[t] = keys[koff[r] + (j + 1) * per - 1]
-            t += 1
+def _intern(key, table, bits, unique, count):
+    """``key``'s index among the distinct keys seen so far (``unique[:count]``, first-seen
+    order; appended when new) via ``table``, an open-addressed hash (2**bits slots) of
+    indices + 1. Returns (index, count)."""
+    mask = table.size - 1
+    h = (np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(64 - bits)
+    slot = np.int64(h) & mask
+    while True:
+        at = table[slot]
+        if at == 0:
+            unique[count] = key
+            table[slot] = count + 1
+            return count, count + 1
+        if unique[at - 1] == key:
+            return at - 1, count
+        slot = (slot + 1) & mask
+
+
+@compiled
+def _bits(table):
+    bits = 0
+    while (1 << bits) < table.size:
+        bits += 1
+    return bits
 
 
 @compiled
 def first_seen(keys, table, unique, index):
     """The distinct ``keys`` in order of first appearance into ``unique``, each key's
     position there into ``index``; ``table`` (zeros, a power of two of at least twice
-    ``keys``' size) an open-addressed hash of positions + 1. Returns how many."""
-    mask = table.size - 1
-    bits = 0
-    while (1 << bits) < table.size:
-        bits += 1
+    ``keys``' size). Returns how many."""
+    bits = _bits(table)
     count = 0
     for i in range(keys.size):
-        key = keys[i]
-        h = (np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(64 - bits)
-        slot = np.int64(h) & mask
-        while True:
-            at = table[slot]
-            if at == 0:
-                unique[count] = key
-                count += 1
-                table[slot] = count
-                index[i] = count - 1
-                break
-            if unique[at - 1] == key:
-                index[i] = at - 1
-                break
-            slot = (slot + 1) & mask
+        index[i], count = _intern(keys[i], table, bits, unique, count)
+    return count
+
+
+@compiled
+def chunk_index(keys, koff, counts, per, table, unique, out):
+    """``first_seen`` of each request's chunk keys in order (chunk j keyed by its last
+    block's key: block ``koff + (j + 1) * per - 1``), read in place: each chunk's index
+    into ``out``. Returns how many are distinct."""
+    bits = _bits(table)
+    count = 0
+    t = 0
+    for r in range(koff.size):
+        for j in range(counts[r]):
+            out[t], count = _intern(keys[koff[r] + (j + 1) * per - 1], table, bits, unique,
+                                    count)
+            t += 1
     return count
 
 
@@ -87,7 +103,7 @@ def _record(M, KEYS, FLAGS, RQ, chunks, recorded, reused):
     """``_record_request_cache_access``: chunks first seen (in ``chunks`` order, where
     ``recorded``) go to the policy's ``on_request_access`` (LRU: the request's rank, tails
     before heads); ``reused`` ones not inserted by this request are marked reused."""
-    S, F, K, L, FREE, CKEY, HEAP, W = M
+    S, F, K, L, FREE, W = M
     _request_state(S, FLAGS, RQ)
     first = True
     for j in range(len(chunks)):
@@ -98,17 +114,14 @@ def _record(M, KEYS, FLAGS, RQ, chunks, recorded, reused):
         if S[S_ARC] == 1:
             continue
         if first:
-            request_rank(S, RQ)
+            request_rank(S, K, L, RQ)
             first = False
         key = KEYS[i]
         if K[key, C_WHERE] == ABSENT:
             continue
         rank = RQ[RQ_RANK] * SHIFT - (i + 1) * S[S_TPC]
-        if K[key, C_RANK] >= rank:
-            continue
-        K[key, C_RANK] = rank
-        if K[key, C_EVICT] == 1:
-            push_evictable(S, K, CKEY, HEAP, key)
+        if K[key, C_RANK] < rank:
+            lru_rerank(K, L, RQ, key, rank)
     for j in range(len(chunks)):
         i = chunks[j]
         if reused[j] and not FLAGS[i] & INSERTED:
@@ -119,7 +132,7 @@ def _record(M, KEYS, FLAGS, RQ, chunks, recorded, reused):
 def prepare_load(M, KEYS, FLAGS, RQ, chunks):
     """``prepare_load``: pin each chunk (ref_cnt + 1; an idle one stops being evictable)
     and record the request's reuse."""
-    S, F, K, L, FREE, CKEY, HEAP, W = M
+    S, F, K, L, FREE, W = M
     for j in range(len(chunks)):
         key = KEYS[chunks[j]]
         assert K[key, C_WHERE] != ABSENT and K[key, C_REF] >= 0
@@ -135,7 +148,7 @@ def prepare_load(M, KEYS, FLAGS, RQ, chunks):
 @compiled
 def complete_load(M, keys):
     """``complete_load``: unpin; a chunk back at ref_cnt 0 is evictable again."""
-    S, F, K, L, FREE, CKEY, HEAP, W = M
+    S, F, K, L, FREE, W = M
     for key in keys:
         assert K[key, C_WHERE] != ABSENT and K[key, C_REF] > 0
         K[key, C_REF] -= 1
@@ -143,14 +156,13 @@ def complete_load(M, keys):
             S[S_EVICTABLE] += 1
             if S[S_ARC] == 0:
                 K[key, C_EVICT] = 1
-                push_evictable(S, K, CKEY, HEAP, key)
 
 
 @compiled
 def _count_offers(M, keys):
     """``_record_accesses``: the store-threshold tracker, an LRU table of offer counts of
     at most ``max_tracker_size`` keys (keys offered in this call are never dropped)."""
-    S, F, K, L, FREE, CKEY, HEAP, W = M
+    S, F, K, L, FREE, W = M
     tracked = 0
     for key in keys:
         if K[key, C_COUNT] > 0:
@@ -180,7 +192,7 @@ def prepare_store(M, KEYS, FLAGS, RQ, chunks, stored, evicted):
     """``prepare_store`` of a request's ``chunks``: fills ``stored`` (chunk indices) and
     ``evicted`` (key rows); returns (stored, evicted) counts, or (-1, -1) for vLLM's None
     (no room: nothing allocated, but the offers, misses and accesses stay recorded)."""
-    S, F, K, L, FREE, CKEY, HEAP, W = M
+    S, F, K, L, FREE, W = M
     n = len(chunks)
     keys, candidate = W[:n, W_KEY], W[:n, W_CANDIDATE]
     recorded, ready = W[:n, W_RECORDED], W[:n, W_READY]
@@ -224,14 +236,12 @@ def prepare_store(M, KEYS, FLAGS, RQ, chunks, stored, evicted):
         if S[S_ARC] == 1:
             victims = arc_evict(S, F, K, L, W, need, evicted)
         else:
-            victims = lru_evict(S, K, CKEY, HEAP, W, need, evicted)
+            victims = lru_evict(S, K, L, need, evicted)
         if victims < 0:
             return -1, -1
         S[S_EVICTABLE] -= victims
         for j in range(victims):
-            chunk = K[evicted[j], C_CHUNK]
-            CKEY[chunk] = -1
-            FREE[S[S_FREE_TOP]] = chunk
+            FREE[S[S_FREE_TOP]] = K[evicted[j], C_CHUNK]
             S[S_FREE_TOP] += 1
     done = 0
     for j in range(n):
@@ -244,7 +254,6 @@ def prepare_store(M, KEYS, FLAGS, RQ, chunks, stored, evicted):
         else:
             S[S_FREE_TOP] -= 1
             chunk = FREE[S[S_FREE_TOP]]
-        CKEY[chunk] = key
         K[key, C_CHUNK], K[key, C_REF] = chunk, -1
         if S[S_ARC] == 1:                              # insert into T1, out of the ghosts
             K[key, C_WHERE] = T1
@@ -256,7 +265,8 @@ def prepare_store(M, KEYS, FLAGS, RQ, chunks, stored, evicted):
                 K[key, C_GHOST] = ABSENT
         else:                                          # insert: (request rank, -position)
             K[key, C_WHERE], K[key, C_EVICT] = T1, 0
-            K[key, C_RANK] = request_rank(S, RQ) * SHIFT - (chunks[j] + 1) * S[S_TPC]
+            K[key, C_RANK] = request_rank(S, K, L, RQ) * SHIFT - (chunks[j] + 1) * S[S_TPC]
+            lru_place(K, L, key, lru_group(K, RQ))
         FLAGS[chunks[j]] |= INSERTED
         stored[done] = chunks[j]
         done += 1
@@ -268,7 +278,7 @@ def prepare_store(M, KEYS, FLAGS, RQ, chunks, stored, evicted):
 def complete_store(M, keys, success):
     """``complete_store``: chunks still in flight become ready and evictable, or (failed)
     leave the cache and free their chunk."""
-    S, F, K, L, FREE, CKEY, HEAP, W = M
+    S, F, K, L, FREE, W = M
     for key in keys:
         if K[key, C_WHERE] == ABSENT or K[key, C_REF] >= 0:
             continue
@@ -278,15 +288,12 @@ def complete_store(M, keys, success):
             S[S_EVICTABLE] += 1
             if S[S_ARC] == 0:
                 K[key, C_EVICT] = 1
-                push_evictable(S, K, CKEY, HEAP, key)
         else:
             if S[S_ARC] == 1:
                 S[S_T1 + K[key, C_WHERE] - 1] -= 1
-                unlink(L, key, RES)
+            unlink(L, key, RES)                        # (LRU's list or ARC's T1/T2)
             K[key, C_WHERE], K[key, C_EVICT], K[key, C_RANK] = ABSENT, 0, NO_RANK
-            chunk = K[key, C_CHUNK]
-            CKEY[chunk] = -1
-            FREE[S[S_FREE_TOP]] = chunk
+            FREE[S[S_FREE_TOP]] = K[key, C_CHUNK]
             S[S_FREE_TOP] += 1
 
 
@@ -295,7 +302,7 @@ def request_finished(M, KEYS, FLAGS, RQ):
     """``on_request_finished``: the request's accesses, tail to head. LRU: each resident
     key a fresh rank; ARC: a chunk only inserted keeps its list (moved to its MRU end), a
     reused one moves to T2's MRU end."""
-    S, F, K, L, FREE, CKEY, HEAP, W = M
+    S, F, K, L, FREE, W = M
     if RQ[RQ_GEN] != S[S_GEN] or RQ[RQ_DONE] == 1:
         return
     RQ[RQ_DONE] = 1
@@ -305,9 +312,11 @@ def request_finished(M, KEYS, FLAGS, RQ):
         if not flags & SEEN:
             continue
         if S[S_ARC] == 0:
-            lru_renew(S, K, CKEY, HEAP, key)
+            lru_renew(S, K, L, key)
         elif flags & INSERTED and not flags & REUSED:
             if K[key, C_WHERE] != ABSENT:
                 arc_move(S, K, L, key, K[key, C_WHERE])
         elif flags & REUSED and K[key, C_WHERE] != ABSENT:
             arc_move(S, K, L, key, T2)
+    if S[S_ARC] == 0:                                  # its group is empty now
+        lru_drop_anchor(K, L, RQ)

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.components import engine_layout as L
-from pipeline.components.vllm_offload import POLICIES, NativeOffload, offload_chunks
-from pipeline.components.vllm_offload_kernels import chunk_keys
-from pipeline.components.vllm_offload_policies import RQ_GEN, S_GEN
+from pipeline.components.vllm_offload import (POLICIES, NativeOffload, chunk_index,
+                                                 offload_chunks)
+from pipeline.components.vllm_offload_policies import RQ_ANCHOR, RQ_GEN, RQ_SIZE, S_GEN
 
 __all__ = ["NativeSpec", "NativeTier", "no_offload", "DEFAULT_LINK_GBPS", "LINK_SOURCE"]
 
@@ -68,7 +68,7 @@ def no_offload() -> tuple:
     manager = NativeOffload(1).M
     return _tuple(np.zeros(L.OC_SIZE, np.int64), np.zeros(L.OF_SIZE), manager,
                   np.zeros(1, np.int64), np.zeros(1, np.uint8), np.zeros(1, np.int64),
-                  np.zeros((1, 4), np.int64), np.zeros((1, L.RX_COLUMNS), np.int64),
+                  np.zeros((1, RQ_SIZE), np.int64), np.zeros((1, L.RX_COLUMNS), np.int64),
                   np.zeros((1, 3)), np.zeros((1, L.J_COLUMNS), np.int64), np.zeros((1, 2)),
                   np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(1, np.uint8),
                   np.zeros((3, 1), np.int64))
@@ -102,7 +102,7 @@ class NativeTier:
         self.CROW = np.zeros(0, np.int64)
         self.CFL = np.zeros(0, np.uint8)
         self.CJOB = np.zeros(0, np.int64)
-        self.RQ = np.zeros((0, 4), np.int64)
+        self.RQ = np.zeros((0, RQ_SIZE), np.int64)
         self.RX = np.zeros((0, L.RX_COLUMNS), np.int64)
         self.RF = np.zeros((0, 3))
         self.JOB = np.zeros((job_capacity, L.J_COLUMNS), np.int64)
@@ -123,7 +123,7 @@ class NativeTier:
         """Room for ``rows`` requests (the engine's request table's rows)."""
         if rows > self.RX.shape[0]:
             size = max(rows, 2 * self.RX.shape[0])
-            for name, width, fill in (("RQ", 4, 0), ("RX", L.RX_COLUMNS, 0), ("RF", 3, 0)):
+            for name, width, fill in (("RQ", RQ_SIZE, 0), ("RX", L.RX_COLUMNS, 0), ("RF", 3, 0)):
                 old = getattr(self, name)
                 new = np.full((size, width), fill, old.dtype)
                 new[:old.shape[0]] = old
@@ -142,9 +142,6 @@ class NativeTier:
         its last block's key."""
         counts = np.asarray(nkeys, np.int64) // self.per
         total = int(counts.sum())
-        chunk = np.empty(total, np.int64)
-        chunk_keys(keys, np.asarray(koff, np.int64), counts, self.per, chunk)
-        rows = self.offload.rows_for(chunk) if total else np.zeros(0, np.int64)
         first = self.nchunks
         need = first + total
         if need > self.CROW.size:
@@ -154,7 +151,13 @@ class NativeTier:
                 new = np.zeros(size, old.dtype)
                 new[:old.size] = old
                 setattr(self, name, new)
-        self.CROW[first:need] = rows
+        local = self.CROW[first:need]                 # each chunk's distinct key, then row
+        unique = chunk_index(keys, np.asarray(koff, np.int64), counts, self.per, local)
+        rows = self.offload.intern(unique, slots.size)
+        if rows.size and rows[-1] - rows[0] == rows.size - 1 and np.all(np.diff(rows) == 1):
+            local += rows[0]                          # all new, in order: an offset
+        else:
+            local[:] = rows[local]
         self.CFL[first:need] = 0
         self.nchunks = need
         self.reserve(int(slots.max()) + 1 if slots.size else 0)
@@ -163,6 +166,7 @@ class NativeTier:
         self.RX[slots, L.X_LSTEP] = self.RX[slots, L.X_LDONE] = L.NONE
         self.RQ[slots] = 0
         self.RQ[slots, RQ_GEN] = self.offload.M[0][S_GEN]
+        self.RQ[slots, RQ_ANCHOR] = self.offload.anchor_rows(slots.size)
         self.RF[slots] = np.nan
         keyrows = len(self.offload.M[2])
         if keyrows > self.CBL.size:
