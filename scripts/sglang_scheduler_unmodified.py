@@ -1,0 +1,317 @@
+"""SGLang 0.5.23's scheduler batch loop run unmodified on CPU.
+
+draft
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from array import array
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import sglang_reference as ref  # noqa: E402
+from stub_importer import Importer, _Any  # noqa: E402
+
+STUBBED = tuple(s for s in ref.STUBBED if s not in (
+    "sglang.srt.mem_cache.allocator", "sglang.srt.environ", "sglang.srt.mem_cache.memory_pool")) + (
+    "sglang.srt.dllm", "sglang.srt.lora", "sglang.srt.layers", "sglang.srt.model_executor",
+    "sglang.srt.speculative", "sglang.srt.sampling", "sglang.srt.constrained",
+    "sglang.srt.multimodal", "sglang.srt.hardware_backend", "sglang.srt.platforms",
+    "sglang.srt.arg_groups", "sglang.srt.beam_search", "sglang.srt.server_args",
+    "sglang.srt.managers.io_struct", "sglang.srt.function_call")
+
+
+#: modules run as shipped inside the stubbed packages above (enums the loop reads)
+REAL = ("sglang.srt.model_executor.forward_batch_info", "sglang.srt.speculative.spec_info",
+        "sglang.srt.speculative.spec_registry", "sglang.srt.dllm.mixin.req")
+#: the mixins of Scheduler and ScheduleBatch in stubbed packages (disaggregation, DLLM):
+#: plain classes, so that an attribute the loop reads and this driver does not set fails
+#: loudly instead of reading an inert stub
+MIXINS = (("sglang.srt.disaggregation.decode", "SchedulerDisaggregationDecodeMixin"),
+          ("sglang.srt.disaggregation.prefill", "SchedulerDisaggregationPrefillMixin"),
+          ("sglang.srt.disaggregation.decode_schedule_batch_mixin",
+           "ScheduleBatchDisaggregationDecodeMixin"),
+          ("sglang.srt.dllm.mixin.scheduler", "SchedulerDllmMixin"))
+
+
+class _Finder(ref._SGLangFinder):
+    def __init__(self, source: Path) -> None:
+        self.inner = Importer(source, top="sglang", stubbed=STUBBED)
+        self.busy = False
+        self.source = source
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname in REAL:
+            import importlib.util
+            return importlib.util.spec_from_file_location(
+                fullname, self.source.joinpath(*fullname.split(".")).with_suffix(".py"))
+        return super().find_spec(fullname, path, target)
+
+
+class Bag:
+    """A configuration namespace: the fields set; any other read is recorded, reads None."""
+
+    unknown: set = set()
+
+    def __init__(self, name: str, **fields) -> None:
+        self.__dict__.update(fields)
+        self._name = name
+
+    def __getattr__(self, field):
+        if field.startswith("__"):
+            raise AttributeError(field)
+        Bag.unknown.add(f"{self._name}.{field}")
+        return None
+
+
+class Inert(_Any):
+    """A peripheral (metrics, streaming, tracing...): every call is a no-op returning a
+    falsy inert value; counters added to stay inert."""
+
+    def __add__(self, other):
+        return self
+
+    __radd__ = __mod__ = __add__
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return Inert()
+
+    def __call__(self, *args, **kwargs):
+        return Inert()
+
+
+def _identity(batch, *args, **kwargs):
+    return batch
+
+
+MODULES = {}
+
+
+def load():
+    """SGLang's scheduler modules, imported once in this process over the fake torch."""
+    if MODULES:
+        return MODULES
+    if not ref.sources_present():
+        raise FileNotFoundError(f"SGLang {ref.VERSION} sources absent from {ref.SOURCES}")
+    import fake_torch
+    fake_torch.install()
+    sys.meta_path.insert(0, _Finder(ref.SOURCES))
+    import sglang.srt.observability.scheduler_stage_metrics as stage_metrics  # a stub
+    stage_metrics.scheduler_stage_method = lambda stage: (lambda method: method)
+    import importlib
+    for module, name in MIXINS:
+        setattr(importlib.import_module(module), name, type(name, (), {}))
+    import sglang.srt.managers.scheduler as sched
+    import sglang.srt.managers.schedule_batch as sb
+    import sglang.srt.managers.schedule_policy as sp
+    import sglang.srt.mem_cache.radix_cache as rc
+    import sglang.srt.mem_cache.memory_pool as mp
+    import sglang.srt.mem_cache.allocator.token as tok
+    import sglang.srt.mem_cache.allocator.paged as paged
+    import sglang.srt.managers.scheduler_components.batch_result_processor as brp
+    MODULES.update(sched=sched, sb=sb, sp=sp, rc=rc, mp=mp, tok=tok, paged=paged, brp=brp)
+    return MODULES
+
+
+def configure(policy: str, max_running: int, chunk, max_prefill: int,
+              conservativeness: float, page: int) -> None:
+    """The run-time configuration getters every loaded SGLang module reads (SGLang's
+    defaults, with this run's settings)."""
+    bags = dict(
+        get_schedule=Bag("schedule", schedule_policy=policy, prefill_max_requests=None,
+                         schedule_low_priority_values_first=False,
+                         schedule_conservativeness=conservativeness,
+                         max_running_requests=max_running, chunked_prefill_size=chunk,
+                         max_prefill_tokens=max_prefill, enable_prefill_delayer=False,
+                         disable_priority_preemption=False),
+        get_memory=Bag("memory", radix_eviction_policy="lru", enable_hisparse=False,
+                       enable_flexkv=False, page_size=page),
+        get_parallel=Bag("parallel", pp_max_micro_batch_size=max_running, pp_size=1,
+                         dcp_enabled=False, attn_tp_rank=0, tp_size=1),
+        get_disagg=Bag("disagg", disaggregation_mode="null"),
+        get_exec=Bag("exec", features=Bag("exec.features",
+                                          enable_encoder_swa_bounded_replay=False),
+                     mamba=Bag("exec.mamba", enable_mamba_extra_buffer=False,
+                               enable_mamba_extra_buffer_lazy=False)))
+    bags["attention_backends"] = ("torch_native", "torch_native")   # the torch paths
+    bags["support_triton"] = False
+    bags["num_beam_member_rows"] = 0                                   # no beam search
+    for name, module in list(sys.modules.items()):
+        if name.startswith("sglang"):
+            for getter, bag in bags.items():
+                if getter in vars(module):
+                    setattr(module, getter, (lambda b: lambda *a: b)(bag))
+
+
+
+class NextTokens:
+    """The forward's next token per request (``GenerationBatchResult.next_token_ids``): the
+    workload's token after each request's current output, read when the result is
+    processed (``tolist`` or iteration; under overlap that is a turn after launch)."""
+
+    def __init__(self, batch) -> None:
+        self.reqs = list(batch.reqs)
+
+    def tolist(self) -> list:
+        return [r.tokens[min(len(r.origin_input_ids) + len(r.output_ids), len(r.tokens) - 1)]
+                for r in self.reqs]
+
+    def __iter__(self):
+        return iter(self.tolist())
+
+
+def forward(batch):
+    """The TP worker's ``run_batch`` (a stub): SGLang's result with ``NextTokens``."""
+    from sglang.srt.managers.utils import GenerationBatchResult
+    return GenerationBatchResult(next_token_ids=NextTokens(batch))
+
+
+def build(size: int, policy: str = "fcfs", max_running: int = 256, chunk=8192,
+          max_prefill: int = 16384, conservativeness: float = 1.0, page: int = 1,
+          overlap: bool = False):
+    """A ``Scheduler`` made by ``object.__new__`` with the attributes its batch loop reads:
+    SGLang's own ``RadixCache``, ``ReqToTokenPool``, token allocator, ``SchedulePolicy``,
+    ``NewTokenRatioTracker`` and ``SchedulerBatchResultProcessor``; inert peripherals."""
+    m = load()
+    configure(policy, max_running, chunk, max_prefill, conservativeness, page)
+    sched, sb, rc, mp = m["sched"], m["sb"], m["rc"], m["mp"]
+    import fake_torch
+    req_pool = mp.ReqToTokenPool(max_running, 1 << 12, "cpu", False)
+    if page == 1:
+        allocator = m["tok"].TokenToKVPoolAllocator(size, fake_torch.int64, "cpu", Inert(),
+                                                    False)
+    else:
+        allocator = m["paged"].PagedTokenToKVPoolAllocator(size, page, fake_torch.int64,
+                                                           "cpu", Inert(), False)
+    tree = rc.RadixCache(rc.CacheInitParams(
+        disable=False, req_to_token_pool=req_pool, token_to_kv_pool_allocator=allocator,
+        page_size=page, eviction_policy="lru"))
+    import sglang.srt.speculative.spec_info as spec
+    S = object.__new__(sched.Scheduler)
+    fields = dict(
+        page_size=page, tree_cache=tree, req_to_token_pool=req_pool,
+        token_to_kv_pool_allocator=allocator, waiting_queue=[],
+        running_batch=sb.ScheduleBatch(reqs=[], batch_is_full=False), last_batch=None,
+        chunked_req=None, max_running_requests=max_running, chunked_prefill_size=chunk,
+        max_prefill_tokens=max_prefill, schedule_policy=policy, enable_overlap=overlap,
+        enable_hierarchical_cache=False, enable_priority_scheduling=False,
+        schedule_low_priority_values_first=False, enable_priority_preemption=False,
+        is_hybrid_swa=False, dllm_config=None, enable_hisparse=False,
+        enable_unified_cache_external_linker=False, enable_lmcache=False,
+        enable_hicache_storage=False, enable_lora=False, is_mixed_chunk=False,
+        min_free_slots_delayer=None, prefill_delayer=None, dynamic_chunk_sizer=None,
+        _pending_chunked_abort_req=None, _prefill_decode_interval_remaining=0,
+        prefill_decode_interval=0, require_mlp_sync=False, processed_tokens_counter=0,
+        priority_scheduling_preemption_threshold=10, max_prefill_bs=0,
+        truncation_align_size=None, disaggregation_mode=sb.DisaggregationMode.NULL,
+        is_generation=True, hisparse_coordinator=None, decode_offload_manager=None,
+        forward_ct=0, model_config=Inert(), spec_algorithm=spec.SpeculativeAlgorithm.NONE,
+        enable_skip_finishing_decode=False, max_queued_requests=None, enable_fpm=False,
+        grammar_manager=Inert(),
+        beam_coordinator=types.SimpleNamespace(pending_member_rows=lambda batch: 0), metrics_reporter=Inert(),
+        load_inquirer=Inert(), load_publisher=Inert(), output_streamer=Inert(),
+        tp_worker=Inert(),
+        ngram_embedding_manager=types.SimpleNamespace(prepare_for_forward=_identity),
+        dp_attn_adapter=types.SimpleNamespace(maybe_prepare_mlp_sync_batch=_identity,
+                                              maybe_convert_decode_to_extend=_identity))
+    S.__dict__.update(fields)
+    S.policy = m["sp"].SchedulePolicy(policy, tree, False, False, False)
+    from sglang.srt.managers.scheduler_components.new_token_ratio_tracker import (
+        NewTokenRatioTracker)
+    S.new_token_ratio_tracker = NewTokenRatioTracker.from_config()
+    S.batch_result_processor = m["brp"].SchedulerBatchResultProcessor(
+        is_generation=True, disaggregation_mode=sb.DisaggregationMode.NULL,
+        enable_overlap=overlap, enable_overlap_mlx=False, model_config=Inert(),
+        token_to_kv_pool_allocator=allocator, tree_cache=tree, hisparse_coordinator=None,
+        req_to_token_pool=req_pool, decode_offload_manager=None, metrics_collector=Inert(),
+        metrics_reporter=Inert(), draft_worker=None, model_worker=Inert(),
+        logprob_result_processor=Inert(), output_streamer=Inert(),
+        beam_coordinator=Inert(), abort_request=Inert())
+    for peripheral in ("publish_load_snapshot", "_record_step_counters",
+                       "_maybe_clear_mm_inputs", "maybe_send_health_check_signal",
+                       "on_idle", "send_abort_output"):
+        setattr(S, peripheral, Inert())
+    S.run_batch = forward
+    return S
+
+
+def make_req(index: int, tokens: list, n: int, max_new: int):
+    """SGLang's own ``Req`` for a plain generation request (``ignore_eos``: finished by
+    length, as the lab's engines finish them)."""
+    sb = load()["sb"]
+    params = Bag("sampling_params", max_new_tokens=max_new, ignore_eos=True,
+                 stop_token_ids=None, stop_strs=[], stop_regex_strs=[], custom_params=None)
+    req = sb.Req(str(index), "", array("q", tokens[:n]), params)
+    req.tokens, req.index = tokens, index
+    return req
+
+
+def run(requests: list[tuple[list, int, int, int]], size: int, **settings) -> dict:
+    """``sglang_scheduler_reference.run``'s contract over SGLang's own loop methods:
+    ``requests`` (tokens, prompt length, max_new_tokens, arrival step); per request (first
+    scheduled, first token, finish, hit, retractions), per step (is_extend, scheduled,
+    first, finished)."""
+    S = build(size, **{k: v for k, v in settings.items() if k != "seed"})
+    reqs = [make_req(i, tokens, n, m) for i, (tokens, n, m, _) in enumerate(requests)]
+    due = [a for *_, a in requests]
+    rows = [[-1, -1, -1, -1] for _ in reqs]          # first scheduled, token, finish, hit
+    steps, now, pointer, step = [], 0, 0, 0
+
+    def busy() -> bool:
+        return bool(S.waiting_queue) or S.chunked_req is not None or \
+            not S.running_batch.is_empty() or S.last_batch is not None
+
+    while pointer < len(reqs) or busy():
+        if not busy():
+            now = max(now, due[pointer])
+        while pointer < len(reqs) and due[pointer] <= now:     # recv_requests
+            S._add_request_to_queue(reqs[pointer])
+            pointer += 1
+        # event_loop_normal's body (scheduler.py:2038-2056)
+        plan = S.get_next_batch_to_run(running_batch=S.running_batch,
+                                       last_batch=S.last_batch)
+        S.running_batch = plan.running_batch
+        batch = plan.batch_to_run
+        if batch:
+            before = {id(r): (len(r.output_ids), r.finished()) for r in batch.reqs}
+            record = scheduled(batch)
+            S.process_batch_result(batch, S.run_batch(batch))
+            for (i, _, cached) in record:
+                if rows[i][0] < 0:
+                    rows[i][0], rows[i][3] = step, cached
+            first = [r.index for r in batch.reqs
+                     if before[id(r)][0] == 0 and len(r.output_ids) > 0]
+            done = [r.index for r in batch.reqs if not before[id(r)][1] and r.finished()]
+            for i in first:
+                rows[i][1] = step
+            for i in done:
+                rows[i][2] = step
+            steps.append((batch.forward_mode.is_extend(), record, first, done))
+            step += 1
+            now += 1
+        elif S.waiting_queue:
+            raise RuntimeError("stuck")
+        S.last_batch = batch
+    return {"requests": [(*row, r.retraction_count) for row, r in zip(rows, reqs)],
+            "steps": steps}
+
+
+def scheduled(batch) -> list:
+    """(request, new tokens, cached tokens) of each request in ``batch``."""
+    if batch.forward_mode.is_extend():
+        return [(r.index, e, p) for r, e, p in zip(batch.reqs, batch.extend_lens,
+                                                   batch.prefix_lens)]
+    return [(r.index, 1, n - 1) for r, n in zip(batch.reqs, batch.seq_lens_cpu.tolist())]
+
+
+if __name__ == "__main__":
+    shared = list(range(100, 140))
+    demo = [(shared + [i] * 5 + [1000 + i * 100 + j for j in range(6)], 45, 6, i // 2)
+            for i in range(6)]
+    print(run(demo, 200, policy="lpm"))
