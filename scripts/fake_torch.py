@@ -195,6 +195,10 @@ def sort(x, dim=-1, descending=False, stable=False):  # noqa: D103
     return _t(np.asarray(x)[order]), _t(order)
 
 
+def sum(x, dim=None, dtype=None):  # noqa: A001, D103
+    return _t(np.sum(x, axis=dim, dtype=dtype))
+
+
 def all(x):  # noqa: A001, D103
     return np.all(x)
 

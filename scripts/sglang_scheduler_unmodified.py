@@ -5,6 +5,7 @@ draft
 
 from __future__ import annotations
 
+import random
 import sys
 import types
 from array import array
@@ -27,7 +28,11 @@ STUBBED = tuple(s for s in ref.STUBBED if s not in (
 
 #: modules run as shipped inside the stubbed packages above (enums the loop reads)
 REAL = ("sglang.srt.model_executor.forward_batch_info", "sglang.srt.speculative.spec_info",
-        "sglang.srt.speculative.spec_registry", "sglang.srt.dllm.mixin.req")
+        "sglang.srt.speculative.spec_registry", "sglang.srt.dllm.mixin.req",
+        "sglang.srt.beam_search.batch_tail")
+#: functions of the stubbed ``sglang/srt/utils/common.py`` these paths compute with: their
+#: source compiled as shipped (``from_source``)
+UTILS = ("ceil_div", "ceil_align", "get_num_new_pages")
 #: the mixins of Scheduler and ScheduleBatch in stubbed packages (disaggregation, DLLM):
 #: plain classes, so that an attribute the loop reads and this driver does not set fails
 #: loudly instead of reading an inert stub
@@ -93,6 +98,18 @@ def _identity(batch, *args, **kwargs):
 MODULES = {}
 
 
+def from_source(module: str, name: str, namespace: dict):
+    """Function ``name`` of SGLang's ``module`` (a stubbed package's file), its source text
+    compiled as shipped in ``namespace``."""
+    import ast
+    path = ref.SOURCES.joinpath(*module.split(".")).with_suffix(".py")
+    tree = ast.parse(path.read_text())
+    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+    node.decorator_list = []
+    exec(compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec"), namespace)
+    return namespace[name]
+
+
 def load():
     """SGLang's scheduler modules, imported once in this process over the fake torch."""
     if MODULES:
@@ -142,11 +159,18 @@ def configure(policy: str, max_running: int, chunk, max_prefill: int,
     bags["attention_backends"] = ("torch_native", "torch_native")   # the torch paths
     bags["support_triton"] = False
     bags["num_beam_member_rows"] = 0                                   # no beam search
+    import fake_torch
+    namespace = {"torch": sys.modules["torch"], "Optional": __import__("typing").Optional}
+    real = {name: from_source("sglang.srt.utils.common", name, namespace)
+            for name in UTILS}
     for name, module in list(sys.modules.items()):
         if name.startswith("sglang"):
             for getter, bag in bags.items():
                 if getter in vars(module):
                     setattr(module, getter, (lambda b: lambda *a: b)(bag))
+            for function, value in real.items():
+                if function in vars(module):
+                    setattr(module, function, value)
 
 
 
@@ -193,6 +217,8 @@ def build(size: int, policy: str = "fcfs", max_running: int = 256, chunk=8192,
         disable=False, req_to_token_pool=req_pool, token_to_kv_pool_allocator=allocator,
         page_size=page, eviction_policy="lru"))
     import sglang.srt.speculative.spec_info as spec
+    model_config = Bag("model_config", vocab_size=1 << 30, is_encoder_decoder=False,
+                       is_multimodal=False)
     S = object.__new__(sched.Scheduler)
     fields = dict(
         page_size=page, tree_cache=tree, req_to_token_pool=req_pool,
@@ -211,7 +237,7 @@ def build(size: int, policy: str = "fcfs", max_running: int = 256, chunk=8192,
         priority_scheduling_preemption_threshold=10, max_prefill_bs=0,
         truncation_align_size=None, disaggregation_mode=sb.DisaggregationMode.NULL,
         is_generation=True, hisparse_coordinator=None, decode_offload_manager=None,
-        forward_ct=0, model_config=Inert(), spec_algorithm=spec.SpeculativeAlgorithm.NONE,
+        forward_ct=0, model_config=model_config, spec_algorithm=spec.SpeculativeAlgorithm.NONE,
         enable_skip_finishing_decode=False, max_queued_requests=None, enable_fpm=False,
         grammar_manager=Inert(),
         beam_coordinator=types.SimpleNamespace(pending_member_rows=lambda batch: 0), metrics_reporter=Inert(),
@@ -227,7 +253,7 @@ def build(size: int, policy: str = "fcfs", max_running: int = 256, chunk=8192,
     S.new_token_ratio_tracker = NewTokenRatioTracker.from_config()
     S.batch_result_processor = m["brp"].SchedulerBatchResultProcessor(
         is_generation=True, disaggregation_mode=sb.DisaggregationMode.NULL,
-        enable_overlap=overlap, enable_overlap_mlx=False, model_config=Inert(),
+        enable_overlap=overlap, enable_overlap_mlx=False, model_config=model_config,
         token_to_kv_pool_allocator=allocator, tree_cache=tree, hisparse_coordinator=None,
         req_to_token_pool=req_pool, decode_offload_manager=None, metrics_collector=Inert(),
         metrics_reporter=Inert(), draft_worker=None, model_worker=Inert(),
@@ -242,10 +268,12 @@ def build(size: int, policy: str = "fcfs", max_running: int = 256, chunk=8192,
 
 
 def make_req(index: int, tokens: list, n: int, max_new: int):
-    """SGLang's own ``Req`` for a plain generation request (``ignore_eos``: finished by
-    length, as the lab's engines finish them)."""
+    """SGLang's own ``Req`` for a plain generation request: no stop tokens, no tokenizer,
+    so it finishes by length (``max_new_tokens``); ``ignore_eos`` off, as the lab's engines
+    assume (with it on, ``PrefillAdder`` reserves a running request's whole remaining
+    output instead of the new-token ratio's share, schedule_policy.py:785-795)."""
     sb = load()["sb"]
-    params = Bag("sampling_params", max_new_tokens=max_new, ignore_eos=True,
+    params = Bag("sampling_params", max_new_tokens=max_new, ignore_eos=False,
                  stop_token_ids=None, stop_strs=[], stop_regex_strs=[], custom_params=None)
     req = sb.Req(str(index), "", array("q", tokens[:n]), params)
     req.tokens, req.index = tokens, index
@@ -257,7 +285,8 @@ def run(requests: list[tuple[list, int, int, int]], size: int, **settings) -> di
     ``requests`` (tokens, prompt length, max_new_tokens, arrival step); per request (first
     scheduled, first token, finish, hit, retractions), per step (is_extend, scheduled,
     first, finished)."""
-    S = build(size, **{k: v for k, v in settings.items() if k != "seed"})
+    random.seed(settings.pop("seed", 0))     # the random policy: random.shuffle
+    S = build(size, **settings)
     reqs = [make_req(i, tokens, n, m) for i, (tokens, n, m, _) in enumerate(requests)]
     due = [a for *_, a in requests]
     rows = [[-1, -1, -1, -1] for _ in reqs]          # first scheduled, token, finish, hit
@@ -298,6 +327,8 @@ def run(requests: list[tuple[list, int, int, int]], size: int, **settings) -> di
         elif S.waiting_queue:
             raise RuntimeError("stuck")
         S.last_batch = batch
+    if any(r.to_finish is not None for r in reqs):     # retract_decode's last-request abort
+        raise RuntimeError("out of memory even after retracting all others")
     return {"requests": [(*row, r.retraction_count) for row, r in zip(rows, reqs)],
             "steps": steps}
 
