@@ -58,9 +58,9 @@ class _Finder(ref._SGLangFinder):
 
 
 class Bag:
-    """A configuration namespace: the fields set; any other read is recorded, reads None."""
-
-    unknown: set = set()
+    """A configuration namespace (``get_schedule()``, ``get_memory()``, the model config...):
+    the fields these paths read, at SGLang's defaults or this run's settings; reading any
+    other field fails, naming it."""
 
     def __init__(self, name: str, **fields) -> None:
         self.__dict__.update(fields)
@@ -69,8 +69,7 @@ class Bag:
     def __getattr__(self, field):
         if field.startswith("__"):
             raise AttributeError(field)
-        Bag.unknown.add(f"{self._name}.{field}")
-        return None
+        raise AttributeError(f"{self._name}.{field}: not set by this driver")
 
 
 class Inert(_Any):
@@ -146,14 +145,17 @@ def configure(policy: str, max_running: int, chunk, max_prefill: int,
                          schedule_conservativeness=conservativeness,
                          max_running_requests=max_running, chunked_prefill_size=chunk,
                          max_prefill_tokens=max_prefill, enable_prefill_delayer=False,
-                         disable_priority_preemption=False),
+                         disable_priority_preemption=False, retraction_policy="length"),
         get_memory=Bag("memory", radix_eviction_policy="lru", enable_hisparse=False,
                        enable_flexkv=False, page_size=page),
         get_parallel=Bag("parallel", pp_max_micro_batch_size=max_running, pp_size=1,
                          dcp_enabled=False, attn_tp_rank=0, tp_size=1),
-        get_disagg=Bag("disagg", disaggregation_mode="null"),
+        get_disagg=Bag("disagg", disaggregation_mode="null",
+                       disaggregation_decode_enable_offload_kvcache=False),
         get_exec=Bag("exec", features=Bag("exec.features",
-                                          enable_encoder_swa_bounded_replay=False),
+                                          enable_encoder_swa_bounded_replay=False,
+                                          enable_return_hidden_states=False,
+                                          return_hidden_states_mode=None),
                      mamba=Bag("exec.mamba", enable_mamba_extra_buffer=False,
                                enable_mamba_extra_buffer_lazy=False)))
     bags["attention_backends"] = ("torch_native", "torch_native")   # the torch paths
@@ -190,9 +192,15 @@ class NextTokens:
         return iter(self.tolist())
 
 
-def forward(batch):
-    """The TP worker's ``run_batch`` (a stub): SGLang's result with ``NextTokens``."""
+def forward(S, batch):
+    """``Scheduler.run_batch`` with the TP worker stubbed: the scheduler state it updates
+    (``forward_ct``, ``processed_tokens_counter``, scheduler.py:4621-4634) and SGLang's
+    ``GenerationBatchResult`` with ``NextTokens``."""
     from sglang.srt.managers.utils import GenerationBatchResult
+    S.forward_ct += 1
+    batch.forward_iter = S.forward_ct
+    if batch.extend_num_tokens:
+        S.processed_tokens_counter += batch.extend_num_tokens
     return GenerationBatchResult(next_token_ids=NextTokens(batch))
 
 
@@ -218,7 +226,7 @@ def build(size: int, policy: str = "fcfs", max_running: int = 256, chunk=8192,
         page_size=page, eviction_policy="lru"))
     import sglang.srt.speculative.spec_info as spec
     model_config = Bag("model_config", vocab_size=1 << 30, is_encoder_decoder=False,
-                       is_multimodal=False)
+                       is_multimodal=False, self_opened_think_start_ids=None)
     S = object.__new__(sched.Scheduler)
     fields = dict(
         page_size=page, tree_cache=tree, req_to_token_pool=req_pool,
@@ -263,7 +271,11 @@ def build(size: int, policy: str = "fcfs", max_running: int = 256, chunk=8192,
                        "_maybe_clear_mm_inputs", "maybe_send_health_check_signal",
                        "on_idle", "send_abort_output"):
         setattr(S, peripheral, Inert())
-    S.run_batch = forward
+    S.run_batch = types.MethodType(forward, S)
+    if overlap:                                  # event_loop_overlap (scheduler.py:2063-2066)
+        import collections
+        S.enable_skip_finishing_decode = True
+        S.result_queue = collections.deque()
     return S
 
 
@@ -280,57 +292,118 @@ def make_req(index: int, tokens: list, n: int, max_new: int):
     return req
 
 
-def run(requests: list[tuple[list, int, int, int]], size: int, **settings) -> dict:
-    """``sglang_scheduler_reference.run``'s contract over SGLang's own loop methods:
-    ``requests`` (tokens, prompt length, max_new_tokens, arrival step); per request (first
-    scheduled, first token, finish, hit, retractions), per step (is_extend, scheduled,
-    first, finished)."""
-    random.seed(settings.pop("seed", 0))     # the random policy: random.shuffle
-    S = build(size, **settings)
-    reqs = [make_req(i, tokens, n, m) for i, (tokens, n, m, _) in enumerate(requests)]
-    due = [a for *_, a in requests]
-    rows = [[-1, -1, -1, -1] for _ in reqs]          # first scheduled, token, finish, hit
-    steps, now, pointer, step = [], 0, 0, 0
+class Driver:
+    """SGLang's event loop bodies over the ``Scheduler`` (``build``), turn by turn, with the
+    steps and per-request rows the lab's tests compare."""
 
-    def busy() -> bool:
+    def __init__(self, S, reqs: list) -> None:
+        self.S, self.reqs = S, reqs
+        self.rows = [[-1, -1, -1, -1] for _ in reqs]  # first scheduled, token, finish, hit
+        self.steps: list = []
+
+    def busy(self) -> bool:
+        S = self.S
         return bool(S.waiting_queue) or S.chunked_req is not None or \
-            not S.running_batch.is_empty() or S.last_batch is not None
+            not S.running_batch.is_empty() or S.last_batch is not None or \
+            bool(getattr(S, "result_queue", None))
 
-    while pointer < len(reqs) or busy():
-        if not busy():
-            now = max(now, due[pointer])
-        while pointer < len(reqs) and due[pointer] <= now:     # recv_requests
-            S._add_request_to_queue(reqs[pointer])
-            pointer += 1
-        # event_loop_normal's body (scheduler.py:2038-2056)
+    def launch(self, batch):
+        """Record ``batch`` as the next step and run it (the TP worker stub)."""
+        step = len(self.steps)
+        record = scheduled(batch)
+        for i, _, cached in record:
+            if self.rows[i][0] < 0:
+                self.rows[i][0], self.rows[i][3] = step, cached
+        self.steps.append((batch.forward_mode.is_extend(), record, [], []))
+        return self.S.run_batch(batch), step
+
+    def process(self, batch, result, step: int) -> None:
+        """``process_batch_result``, noting who got a first token and who finished."""
+        before = {id(r): (len(r.output_ids), r.finished()) for r in batch.reqs}
+        self.S.process_batch_result(batch, result)
+        _, _, first, done = self.steps[step]
+        first += [r.index for r in batch.reqs
+                  if before[id(r)][0] == 0 and len(r.output_ids) > 0]
+        done += [r.index for r in batch.reqs if not before[id(r)][1] and r.finished()]
+        for i in first:
+            self.rows[i][1] = step
+        for i in done:
+            self.rows[i][2] = step
+
+    def turn_normal(self) -> bool:
+        """``event_loop_normal``'s body (scheduler.py:2038-2056): whether a batch ran."""
+        S = self.S
         plan = S.get_next_batch_to_run(running_batch=S.running_batch,
                                        last_batch=S.last_batch)
         S.running_batch = plan.running_batch
         batch = plan.batch_to_run
         if batch:
-            before = {id(r): (len(r.output_ids), r.finished()) for r in batch.reqs}
-            record = scheduled(batch)
-            S.process_batch_result(batch, S.run_batch(batch))
-            for (i, _, cached) in record:
-                if rows[i][0] < 0:
-                    rows[i][0], rows[i][3] = step, cached
-            first = [r.index for r in batch.reqs
-                     if before[id(r)][0] == 0 and len(r.output_ids) > 0]
-            done = [r.index for r in batch.reqs if not before[id(r)][1] and r.finished()]
-            for i in first:
-                rows[i][1] = step
-            for i in done:
-                rows[i][2] = step
-            steps.append((batch.forward_mode.is_extend(), record, first, done))
-            step += 1
-            now += 1
+            result, step = self.launch(batch)
+            self.process(batch, result, step)
         elif S.waiting_queue:
             raise RuntimeError("stuck")
         S.last_batch = batch
+        return bool(batch)
+
+    def turn_overlap(self) -> bool:
+        """``event_loop_overlap``'s body (scheduler.py:2084-2127): launch batch N+1, then
+        process batch N's result (``pop_and_process``, :2068-2071)."""
+        S = self.S
+
+        def pop_and_process():
+            batch, (result, step) = S.result_queue.popleft()
+            self.process(batch, result, step)
+
+        plan = S.get_next_batch_to_run(running_batch=S.running_batch,
+                                       last_batch=S.last_batch)
+        S.running_batch = plan.running_batch
+        batch = plan.batch_to_run
+        disable_overlap_for_batch = S.is_disable_overlap_for_batch(
+            batch, last_batch=S.last_batch)
+        if disable_overlap_for_batch:
+            pop_and_process()
+        if batch:
+            S.result_queue.append((batch.copy(), self.launch(batch)))
+        popped = False
+        if S.last_batch:
+            if not disable_overlap_for_batch:
+                pop_and_process()
+                popped = True
+        if not batch and S.waiting_queue and not popped:
+            raise RuntimeError("stuck")
+        S.last_batch = batch
+        return bool(batch)
+
+
+def run(requests: list[tuple[list, int, int, int]], size: int, **settings) -> dict:
+    """``sglang_scheduler_reference.run``'s contract over SGLang's own loop methods:
+    ``requests`` (tokens, prompt length, max_new_tokens, arrival step); per request (first
+    scheduled, first token, finish, hit, retractions), per step (is_extend, scheduled,
+    first, finished; under overlap the latter two filled when the step's result is
+    processed, a turn later). The step clock is the lab engines': arrivals due by the
+    current step join the waiting queue before each turn; an idle loop jumps to the next
+    arrival."""
+    import logging
+    logging.disable(logging.WARNING)          # retraction notices
+    random.seed(settings.pop("seed", 0))     # the random policy: random.shuffle
+    overlap = settings.get("overlap", False)
+    S = build(size, **settings)
+    reqs = [make_req(i, tokens, n, m) for i, (tokens, n, m, _) in enumerate(requests)]
+    driver = Driver(S, reqs)
+    due = [a for *_, a in requests]
+    now, pointer = 0, 0
+    while pointer < len(reqs) or driver.busy():
+        if not driver.busy():
+            now = max(now, due[pointer])
+        while pointer < len(reqs) and due[pointer] <= now:     # recv_requests
+            S._add_request_to_queue(reqs[pointer])
+            pointer += 1
+        if driver.turn_overlap() if overlap else driver.turn_normal():
+            now += 1
     if any(r.to_finish is not None for r in reqs):     # retract_decode's last-request abort
         raise RuntimeError("out of memory even after retracting all others")
-    return {"requests": [(*row, r.retraction_count) for row, r in zip(rows, reqs)],
-            "steps": steps}
+    return {"requests": [(*row, r.retraction_count) for row, r in zip(driver.rows, reqs)],
+            "steps": driver.steps}
 
 
 def scheduled(batch) -> list:
