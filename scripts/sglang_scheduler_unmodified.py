@@ -161,19 +161,27 @@ def configure(policy: str, max_running: int, chunk, max_prefill: int,
     bags["attention_backends"] = ("torch_native", "torch_native")   # the torch paths
     bags["support_triton"] = False
     bags["num_beam_member_rows"] = 0                                   # no beam search
-    import fake_torch
-    namespace = {"torch": sys.modules["torch"], "Optional": __import__("typing").Optional}
-    real = {name: from_source("sglang.srt.utils.common", name, namespace)
-            for name in UTILS}
-    for name, module in list(sys.modules.items()):
-        if name.startswith("sglang"):
-            for getter, bag in bags.items():
-                if getter in vars(module):
-                    setattr(module, getter, (lambda b: lambda *a: b)(bag))
-            for function, value in real.items():
-                if function in vars(module):
-                    setattr(module, function, value)
+    if "targets" not in MODULES:          # once: the loaded modules binding these names
+        namespace = {"torch": sys.modules["torch"], "Optional": __import__("typing").Optional}
+        for name in UTILS:
+            MODULES[name] = from_source("sglang.srt.utils.common", name, namespace)
+        MODULES["targets"] = [(module, name) for key, module in list(sys.modules.items())
+                              if key.startswith("sglang") for name in (*bags, *UTILS)
+                              if name in vars(module)]
+    for module, name in MODULES["targets"]:
+        setattr(module, name, MODULES[name] if name in UTILS
+                else (lambda value: lambda *args: value)(bags[name]))
 
+
+def unpatched() -> list:
+    """Loaded SGLang modules whose configuration getters or utils are still inert stubs
+    (imported after ``configure`` first ran): should be none."""
+    from stub_importer import _Meta
+    names = ("get_schedule", "get_memory", "get_parallel", "get_disagg", "get_exec",
+             "attention_backends", "support_triton", "num_beam_member_rows", *UTILS)
+    return [f"{key}.{name}" for key, module in list(sys.modules.items())
+            if key.startswith("sglang") and getattr(module, "__file__", None)
+            for name in names if isinstance(vars(module).get(name), _Meta)]
 
 
 class NextTokens:
