@@ -255,10 +255,11 @@ def build(size: int, policy: str = "fcfs", max_running: int = 256, chunk=8192,
         is_generation=True, hisparse_coordinator=None, decode_offload_manager=None,
         forward_ct=0, model_config=model_config, spec_algorithm=spec.SpeculativeAlgorithm.NONE,
         enable_skip_finishing_decode=False, max_queued_requests=None, enable_fpm=False,
-        grammar_manager=Inert(),
+        grammar_manager=types.SimpleNamespace(has_waiting_grammars=lambda: False),
         beam_coordinator=types.SimpleNamespace(pending_member_rows=lambda batch: 0), metrics_reporter=Inert(),
         load_inquirer=Inert(), load_publisher=Inert(), output_streamer=Inert(),
-        tp_worker=Inert(),
+        tp_worker=types.SimpleNamespace(model_runner=types.SimpleNamespace(
+            attn_backend=object(), prefill_aware_swa=False)),   # block_m: 64 (:4141-4145)
         ngram_embedding_manager=types.SimpleNamespace(prepare_for_forward=_identity),
         dp_attn_adapter=types.SimpleNamespace(maybe_prepare_mlp_sync_batch=_identity,
                                               maybe_convert_decode_to_extend=_identity))
