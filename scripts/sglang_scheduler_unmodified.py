@@ -1,6 +1,58 @@
-"""SGLang 0.5.23's scheduler batch loop run unmodified on CPU.
+"""SGLang 0.5.23's scheduler batch loop run unmodified on CPU: its ``Scheduler`` and
+``ScheduleBatch`` methods themselves, not a transcription (tests/test_sglang_loop_unmodified.py
+holds ``--engine sglang`` equal to it; scripts/sglang_loop_sweep.py sweeps more).
 
-draft
+Run as shipped, from ``~/.cache/kvlab/sglang-0.5.23`` (scripts/ensure_sglang_sources.sh):
+
+* ``managers/scheduler.py``: ``get_next_batch_to_run``, ``get_new_batch_prefill`` /
+  ``_get_new_batch_prefill_raw``, ``get_num_allocatable_reqs``, ``update_running_batch``,
+  ``_reqs_finishing_inflight``, ``stash_chunked_request``, ``process_batch_result``,
+  ``is_disable_overlap_for_batch``, ``_add_request_to_queue``, on a ``Scheduler`` made by
+  ``object.__new__`` with the attributes these read (``build``);
+* ``managers/schedule_batch.py``: ``Req`` (``init_next_round_input``, ``update_finish_state``,
+  ``reset_for_retract``...), ``ScheduleBatch`` (``init_new``, ``prepare_for_extend`` /
+  ``_decode``, ``filter_batch``, ``merge_batch``, ``check_decode_mem``, ``retract_decode``,
+  ``copy``), ``release_req``;
+* ``scheduler_components/batch_result_processor.py`` (``process_batch_result_prefill`` /
+  ``_decode``), ``new_token_ratio_tracker.py``, ``schedule_policy.py``, ``prefill_budget.py``;
+* ``mem_cache/``: ``allocation.py`` (``alloc_for_extend`` / ``_decode``, the torch-native
+  paths), ``common.py`` (``release_kv_cache``, ``checkpoint_kv_cache``...),
+  ``memory_pool.ReqToTokenPool``, ``allocator/token.py`` ``TokenToKVPoolAllocator`` (page 1) and
+  ``allocator/paged.py`` ``PagedTokenToKVPoolAllocator`` (its naive torch path),
+  ``radix_cache.RadixCache``; ``environ.py`` (every ``envs`` default);
+* ``utils/common.py``'s ``ceil_div``, ``ceil_align``, ``get_num_new_pages`` (compiled from the
+  file's source: ``from_source``), ``beam_search/batch_tail.py``, the ``ForwardMode``,
+  ``CaptureHiddenMode`` and ``SpeculativeAlgorithm`` enums, ``managers/utils.py``'s
+  ``GenerationBatchResult``.
+
+Replaced:
+
+* torch: ``fake_torch`` (numpy arrays with the tensor methods these paths call), installed
+  as ``sys.modules["torch"]``: this module runs in a process of its own;
+* the TP worker (``run_batch``, ``forward``): the counters ``run_batch`` keeps
+  (scheduler.py:4621-4634) and one next token per request, the workload's (``NextTokens``);
+* the run-time configuration getters (``get_schedule()``, ``get_memory()``...) and the model
+  config: ``Bag``s of SGLang's defaults and this run's settings; reading a field not set fails;
+* peripherals that decide nothing (metrics, load publishing, output streaming, tracing,
+  health checks, ``on_idle``): ``Inert``; the DP-attention and n-gram adapters: the identity;
+  ``scheduler_stage_method``: the identity decorator; the disaggregation / DLLM mixins of
+  ``Scheduler`` and ``ScheduleBatch``: empty classes (so an unset attribute fails loudly);
+* every other module these files import: ``stub_importer``'s inert stubs (``STUBBED``).
+
+The loops' bodies are a few lines each and are the driver's (``Driver.turn_normal``:
+``event_loop_normal``, scheduler.py:2038-2056; ``Driver.turn_overlap``: ``event_loop_overlap``,
+:2084-2131), receiving the timed workload's due requests before each turn.
+
+Requests finish by length: no stop tokens, ``ignore_eos`` off (with it on the adder reserves
+a running request's whole remaining output, schedule_policy.py:785-795). The ``random``
+policy's ``random.shuffle`` uses the global generator, seeded per run. When decoding cannot
+fit even one request, SGLang aborts it (``retract_decode``, schedule_batch.py:3509-3530);
+``run`` reports that as the refusal the lab's engine raises.
+
+Not covered here (scripts/sglang_scheduler_reference.py keeps the transcribed loop for them):
+SGLang's default ``UnifiedRadixCache`` tree and HiCache (``tree="unified"``, ``hicache=``).
+
+    .venv/bin/python scripts/sglang_scheduler_unmodified.py     # a small demo; prints a run
 """
 
 from __future__ import annotations
@@ -259,7 +311,7 @@ def build(size: int, policy: str = "fcfs", max_running: int = 256, chunk=8192,
         beam_coordinator=types.SimpleNamespace(pending_member_rows=lambda batch: 0), metrics_reporter=Inert(),
         load_inquirer=Inert(), load_publisher=Inert(), output_streamer=Inert(),
         tp_worker=types.SimpleNamespace(model_runner=types.SimpleNamespace(
-            attn_backend=object(), prefill_aware_swa=False)),   # block_m: 64 (:4141-4145)
+            attn_backend=object(), prefill_aware_swa=False)),   # block_m: 64 (:4151-4155)
         ngram_embedding_manager=types.SimpleNamespace(prepare_for_forward=_identity),
         dp_attn_adapter=types.SimpleNamespace(maybe_prepare_mlp_sync_batch=_identity,
                                               maybe_convert_decode_to_extend=_identity))
@@ -355,7 +407,7 @@ class Driver:
         return bool(batch)
 
     def turn_overlap(self) -> bool:
-        """``event_loop_overlap``'s body (scheduler.py:2084-2127): launch batch N+1, then
+        """``event_loop_overlap``'s body (scheduler.py:2084-2131): launch batch N+1, then
         process batch N's result (``pop_and_process``, :2068-2071)."""
         S = self.S
 
@@ -371,8 +423,10 @@ class Driver:
             batch, last_batch=S.last_batch)
         if disable_overlap_for_batch:
             pop_and_process()
+        launched = None
         if batch:
-            S.result_queue.append((batch.copy(), self.launch(batch)))
+            launched = self.launch(batch)
+            S.result_queue.append((batch.copy(), launched))
         popped = False
         if S.last_batch:
             if not disable_overlap_for_batch:
@@ -380,6 +434,7 @@ class Driver:
                 popped = True
         if not batch and S.waiting_queue and not popped:
             raise RuntimeError("stuck")
+        S.launch_batch_sample_if_needed(launched and launched[0], batch)
         S.last_batch = batch
         return bool(batch)
 
