@@ -39,15 +39,16 @@ def sweep(examples: int, seed: int = 0) -> dict:
             @hypothesis_seed(seed)
             @settings(max_examples=examples, deadline=None, database=None,
                       phases=[Phase.generate], suppress_health_check=list(HealthCheck))
-            @given(st.one_of(t.workloads(), t.tight()))
-            def compare(workload):
+            @given(st.one_of(t.workloads(), t.tight()), t.TREES)
+            def compare(workload, tree):
                 requests, size, options = workload
                 mine = t.outcome(mine_of, *workload)
-                reference = t.theirs(pool, requests, size, {**options, "overlap": overlap})
+                reference = t.theirs(pool, requests, size, {**options, "overlap": overlap,
+                                                               "tree": tree})
                 try:
                     t.check(mine, reference)
                 except AssertionError:
-                    print("differs:", workload, file=sys.stderr)
+                    print("differs:", workload, tree, file=sys.stderr)
                     raise
                 loop = "overlap" if overlap else "normal"
                 counts[f"{loop}: compared"] += 1
@@ -58,6 +59,7 @@ def sweep(examples: int, seed: int = 0) -> dict:
                 counts[f"{loop}: with retraction"] += any(r[4] for r in reference["requests"])
                 counts[f"{loop}: with a prefix hit"] += any(r[3] for r in reference["requests"])
                 counts[f"{loop}: policy {options['policy']}"] += 1
+                counts[f"{loop}: tree {tree}"] += 1
                 counts[f"{loop}: page {options['page']}"] += 1
                 counts[f"{loop}: chunked"] += options["chunk"] is not None
             compare()

@@ -57,6 +57,7 @@ SGLang's default ``UnifiedRadixCache`` tree and HiCache (``tree="unified"``, ``h
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 import types
@@ -70,7 +71,8 @@ import sglang_reference as ref  # noqa: E402
 from stub_importer import Importer, _Any  # noqa: E402
 
 STUBBED = tuple(s for s in ref.STUBBED if s not in (
-    "sglang.srt.mem_cache.allocator", "sglang.srt.environ", "sglang.srt.mem_cache.memory_pool")) + (
+    "sglang.srt.mem_cache.allocator", "sglang.srt.environ", "sglang.srt.mem_cache.memory_pool",
+    "sglang.srt.mem_cache.unified_cache")) + (
     "sglang.srt.dllm", "sglang.srt.lora", "sglang.srt.layers", "sglang.srt.model_executor",
     "sglang.srt.speculative", "sglang.srt.sampling", "sglang.srt.constrained",
     "sglang.srt.multimodal", "sglang.srt.hardware_backend", "sglang.srt.platforms",
@@ -169,7 +171,13 @@ def load():
         raise FileNotFoundError(f"SGLang {ref.VERSION} sources absent from {ref.SOURCES}")
     import fake_torch
     fake_torch.install()
+    os.environ.setdefault("SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND", "python")
     sys.meta_path.insert(0, _Finder(ref.SOURCES))
+    consensus = types.ModuleType("sglang.srt.utils.rank_consensus_checker")  # one rank:
+    consensus.rank_consensus = lambda func=None, **kw: func or (lambda f: f)  # the identity
+    sys.modules[consensus.__name__] = consensus
+    import sglang_unified_reference as unified   # the one package __init__ the tree needs
+    unified._run_init("sglang.srt.mem_cache.unified_cache.components")
     import sglang.srt.observability.scheduler_stage_metrics as stage_metrics  # a stub
     stage_metrics.scheduler_stage_method = lambda stage: (lambda method: method)
     import importlib
@@ -183,7 +191,10 @@ def load():
     import sglang.srt.mem_cache.allocator.token as tok
     import sglang.srt.mem_cache.allocator.paged as paged
     import sglang.srt.managers.scheduler_components.batch_result_processor as brp
-    MODULES.update(sched=sched, sb=sb, sp=sp, rc=rc, mp=mp, tok=tok, paged=paged, brp=brp)
+    import sglang.srt.mem_cache.unified_radix_cache as urc
+    import sglang.srt.mem_cache.cache_init_params as cip
+    MODULES.update(sched=sched, sb=sb, sp=sp, rc=rc, mp=mp, tok=tok, paged=paged, brp=brp,
+                   urc=urc, cip=cip)
     return MODULES
 
 
@@ -266,7 +277,7 @@ def forward(S, batch):
 
 def build(size: int, policy: str = "fcfs", max_running: int = 256, chunk=8192,
           max_prefill: int = 16384, conservativeness: float = 1.0, page: int = 1,
-          overlap: bool = False):
+          overlap: bool = False, tree: str = "radix"):
     """A ``Scheduler`` made by ``object.__new__`` with the attributes its batch loop reads:
     SGLang's own ``RadixCache``, ``ReqToTokenPool``, token allocator, ``SchedulePolicy``,
     ``NewTokenRatioTracker`` and ``SchedulerBatchResultProcessor``; inert peripherals."""
@@ -281,9 +292,16 @@ def build(size: int, policy: str = "fcfs", max_running: int = 256, chunk=8192,
     else:
         allocator = m["paged"].PagedTokenToKVPoolAllocator(size, page, fake_torch.int64,
                                                            "cpu", Inert(), False)
-    tree = rc.RadixCache(rc.CacheInitParams(
-        disable=False, req_to_token_pool=req_pool, token_to_kv_pool_allocator=allocator,
-        page_size=page, eviction_policy="lru"))
+    if tree == "unified":       # what the registry builds (mem_cache/registry.py:146)
+        from sglang.srt.mem_cache.unified_cache.components import ComponentType
+        tree = m["urc"].UnifiedRadixCache(m["cip"].CacheInitParams(
+            disable=False, req_to_token_pool=req_pool, token_to_kv_pool_allocator=allocator,
+            page_size=page, eviction_policy="lru", tree_components=(ComponentType.FULL,),
+            tree_core_backend="python"))
+    else:
+        tree = rc.RadixCache(rc.CacheInitParams(
+            disable=False, req_to_token_pool=req_pool, token_to_kv_pool_allocator=allocator,
+            page_size=page, eviction_policy="lru"))
     import sglang.srt.speculative.spec_info as spec
     model_config = Bag("model_config", vocab_size=1 << 30, is_encoder_decoder=False,
                        is_multimodal=False, self_opened_think_start_ids=None)

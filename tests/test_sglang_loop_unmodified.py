@@ -3,7 +3,7 @@
 / ``process_batch_result``, ``ScheduleBatch`` (``init_new``, ``prepare_for_extend`` /
 ``_decode``, ``filter_batch``, ``merge_batch``, ``check_decode_mem``, ``retract_decode``,
 ``copy``), ``SchedulerBatchResultProcessor``, ``Req``, the token allocators, ``ReqToTokenPool``
-and ``RadixCache``, over a numpy-backed torch (scripts/sglang_scheduler_unmodified.py; in a
+and ``RadixCache`` or the ``UnifiedRadixCache`` (Python core) SGLang builds by default, over a numpy-backed torch (scripts/sglang_scheduler_unmodified.py; in a
 process of its own, since it installs that torch). Per step and per request, on the drawn
 workloads of test_engine_sglang_equal.py (shared stems, bursts, every modelled policy, pages
 1/2/4, chunking) and test_sglang_overlap.py's tight pools (retraction, skipped decodes),
@@ -62,24 +62,29 @@ def check(mine: dict, reference: dict) -> None:
     assert mine["requests"] == reference["requests"]
 
 
+#: the trees SGLang's loop can run on: RadixCache, and the UnifiedRadixCache (Python core,
+#: one full-attention component) its registry builds by default
+TREES = st.sampled_from(["radix", "unified"])
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.one_of(workloads(), tight()))
-def test_engine_equal_to_sglangs_own_loop(sglang, workload):
+@given(st.one_of(workloads(), tight()), TREES)
+def test_engine_equal_to_sglangs_own_loop(sglang, workload, tree):
     requests, size, options = workload
-    check(outcome(ours, *workload), theirs(sglang, requests, size, options))
+    check(outcome(ours, *workload), theirs(sglang, requests, size, {**options, "tree": tree}))
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.one_of(workloads(), tight()))
-def test_overlap_equal_to_sglangs_own_loop(sglang, workload):
+@given(st.one_of(workloads(), tight()), TREES)
+def test_overlap_equal_to_sglangs_own_loop(sglang, workload, tree):
     requests, size, options = workload
     check(outcome(overlap_model, *workload),
-          theirs(sglang, requests, size, {**options, "overlap": True}))
+          theirs(sglang, requests, size, {**options, "overlap": True, "tree": tree}))
 
 
-@pytest.mark.parametrize("overlap", [False, True])
+@pytest.mark.parametrize("overlap, tree", [(False, "radix"), (True, "unified")])
 @pytest.mark.parametrize("page, pool", [(1, 44), (2, 44), (4, 52)])
-def test_a_tiny_pool_retracts_in_sglangs_own_loop(sglang, page, pool, overlap):
+def test_a_tiny_pool_retracts_in_sglangs_own_loop(sglang, page, pool, overlap, tree):
     """Four requests of 10 prompt + 8 output tokens in a pool of 44 or 52 tokens, admitted
     together by a small new-token ratio: SGLang's ``retract_decode`` retracts one, and the
     lab agrees step by step."""
@@ -87,7 +92,7 @@ def test_a_tiny_pool_retracts_in_sglangs_own_loop(sglang, page, pool, overlap):
     options = dict(policy="fcfs", max_running=8, chunk=None, max_prefill=16384,
                    conservativeness=0.3, seed=0, page=page)
     mine = (overlap_model if overlap else ours)(requests, pool, options)
-    reference = theirs(sglang, requests, pool, {**options, "overlap": overlap})
+    reference = theirs(sglang, requests, pool, {**options, "overlap": overlap, "tree": tree})
     check(mine, reference)
     assert sum(r[4] for r in reference["requests"]) > 0
 
