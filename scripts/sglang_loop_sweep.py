@@ -43,8 +43,8 @@ def sweep(examples: int, seed: int = 0) -> dict:
             def compare(workload, tree):
                 requests, size, options = workload
                 mine = t.outcome(mine_of, *workload)
-                reference = t.theirs(pool, requests, size, {**options, "overlap": overlap,
-                                                               "tree": tree})
+                settings_ = {**options, "overlap": overlap, "tree": tree}
+                reference = t.theirs(pool, requests, size, settings_)
                 try:
                     t.check(mine, reference)
                 except AssertionError:
