@@ -101,15 +101,17 @@ def forward(S, batch):
 
 def build(size: int, policy: str = "fcfs", max_running: int = 256, chunk=8192,
           max_prefill: int = 16384, conservativeness: float = 1.0, page: int = 1,
-          overlap: bool = False, tree: str = "radix"):
+          overlap: bool = False, tree: str = "radix", context: int = 1 << 12):
     """A ``Scheduler`` made by ``object.__new__`` with the attributes its batch loop reads:
-    SGLang's own ``RadixCache``, ``ReqToTokenPool``, token allocator, ``SchedulePolicy``,
-    ``NewTokenRatioTracker`` and ``SchedulerBatchResultProcessor``; inert peripherals."""
+    SGLang's own ``RadixCache`` (``tree="unified"``: ``UnifiedRadixCache``), a
+    ``ReqToTokenPool`` of ``max_running`` rows of ``context`` tokens, the token allocator of
+    ``size`` tokens, ``SchedulePolicy``, ``NewTokenRatioTracker`` and
+    ``SchedulerBatchResultProcessor``; inert peripherals."""
     m = load()
     configure(policy, max_running, chunk, max_prefill, conservativeness, page)
     sched, sb, rc, mp = m["sched"], m["sb"], m["rc"], m["mp"]
     import fake_torch
-    req_pool = mp.ReqToTokenPool(max_running, 1 << 12, "cpu", False)
+    req_pool = mp.ReqToTokenPool(max_running, context, "cpu", False)
     if page == 1:
         allocator = m["tok"].TokenToKVPoolAllocator(size, fake_torch.int64, "cpu", Inert(),
                                                     False)
@@ -118,12 +120,12 @@ def build(size: int, policy: str = "fcfs", max_running: int = 256, chunk=8192,
                                                            "cpu", Inert(), False)
     if tree == "unified":       # what the registry builds (mem_cache/registry.py:146)
         from sglang.srt.mem_cache.unified_cache.components import ComponentType
-        tree = m["urc"].UnifiedRadixCache(m["cip"].CacheInitParams(
+        cache = m["urc"].UnifiedRadixCache(m["cip"].CacheInitParams(
             disable=False, req_to_token_pool=req_pool, token_to_kv_pool_allocator=allocator,
             page_size=page, eviction_policy="lru", tree_components=(ComponentType.FULL,),
             tree_core_backend="python"))
     else:
-        tree = rc.RadixCache(rc.CacheInitParams(
+        cache = rc.RadixCache(rc.CacheInitParams(
             disable=False, req_to_token_pool=req_pool, token_to_kv_pool_allocator=allocator,
             page_size=page, eviction_policy="lru"))
     import sglang.srt.speculative.spec_info as spec
@@ -131,7 +133,7 @@ def build(size: int, policy: str = "fcfs", max_running: int = 256, chunk=8192,
                        is_multimodal=False, self_opened_think_start_ids=None)
     S = object.__new__(sched.Scheduler)
     fields = dict(
-        page_size=page, tree_cache=tree, req_to_token_pool=req_pool,
+        page_size=page, tree_cache=cache, req_to_token_pool=req_pool,
         token_to_kv_pool_allocator=allocator, waiting_queue=[],
         running_batch=sb.ScheduleBatch(reqs=[], batch_is_full=False), last_batch=None,
         chunked_req=None, max_running_requests=max_running, chunked_prefill_size=chunk,
@@ -159,14 +161,14 @@ def build(size: int, policy: str = "fcfs", max_running: int = 256, chunk=8192,
         dp_attn_adapter=types.SimpleNamespace(maybe_prepare_mlp_sync_batch=_identity,
                                               maybe_convert_decode_to_extend=_identity))
     S.__dict__.update(fields)
-    S.policy = m["sp"].SchedulePolicy(policy, tree, False, False, False)
+    S.policy = m["sp"].SchedulePolicy(policy, cache, False, False, False)
     from sglang.srt.managers.scheduler_components.new_token_ratio_tracker import (
         NewTokenRatioTracker)
     S.new_token_ratio_tracker = NewTokenRatioTracker.from_config()
     S.batch_result_processor = m["brp"].SchedulerBatchResultProcessor(
         is_generation=True, disaggregation_mode=sb.DisaggregationMode.NULL,
         enable_overlap=overlap, enable_overlap_mlx=False, model_config=model_config,
-        token_to_kv_pool_allocator=allocator, tree_cache=tree, hisparse_coordinator=None,
+        token_to_kv_pool_allocator=allocator, tree_cache=cache, hisparse_coordinator=None,
         req_to_token_pool=req_pool, decode_offload_manager=None, metrics_collector=Inert(),
         metrics_reporter=Inert(), draft_worker=None, model_worker=Inert(),
         logprob_result_processor=Inert(), output_streamer=Inert(),
@@ -294,7 +296,7 @@ def run(requests: list[tuple[list, int, int, int]], size: int, **settings) -> di
     logging.disable(logging.WARNING)          # retraction notices
     random.seed(settings.pop("seed", 0))     # the random policy: random.shuffle
     overlap = settings.get("overlap", False)
-    S = build(size, **settings)
+    S = build(size, context=max(len(tokens) for tokens, *_ in requests) + 8, **settings)
     reqs = [make_req(i, tokens, n, m) for i, (tokens, n, m, _) in enumerate(requests)]
     driver = Driver(S, reqs)
     due = [a for *_, a in requests]
