@@ -43,7 +43,11 @@ The loops' bodies are a few lines each and are the driver's (``Driver.turn_norma
 ``event_loop_normal``, scheduler.py:2038-2056; ``Driver.turn_overlap``: ``event_loop_overlap``,
 :2084-2131), receiving the timed workload's due requests before each turn.
 
-Requests finish by length: no stop tokens, ``ignore_eos`` off (with it on the adder reserves
+Requests enter through ``Scheduler._add_request_to_queue``; ``handle_generate_request``'s
+``init_req_max_new_tokens`` (scheduler.py:2693-2740) runs only with ``intake=True``: it clips
+``max_new_tokens`` to what an empty pool can hold (``allocator/base.py:88-105``:
+``pool - ceil(prompt to a page) - page - 1``), so SGLang finishes early a request the lab's
+engine never admits (it reports the run stuck); off by default, as the lab's contract. Requests finish by length: no stop tokens, ``ignore_eos`` off (with it on the adder reserves
 a running request's whole remaining output, schedule_policy.py:785-795). The ``random``
 policy's ``random.shuffle`` uses the global generator, seeded per run. When decoding cannot
 fit even one request, SGLang aborts it (``retract_decode``, schedule_batch.py:3509-3530);
@@ -129,6 +133,7 @@ def build(size: int, policy: str = "fcfs", max_running: int = 256, chunk=8192,
             disable=False, req_to_token_pool=req_pool, token_to_kv_pool_allocator=allocator,
             page_size=page, eviction_policy="lru"))
     import sglang.srt.speculative.spec_info as spec
+    from sglang.srt.environ import envs
     model_config = Bag("model_config", vocab_size=1 << 30, is_encoder_decoder=False,
                        is_multimodal=False, self_opened_think_start_ids=None)
     S = object.__new__(sched.Scheduler)
@@ -151,6 +156,8 @@ def build(size: int, policy: str = "fcfs", max_running: int = 256, chunk=8192,
         is_generation=True, hisparse_coordinator=None, decode_offload_manager=None,
         forward_ct=0, model_config=model_config, spec_algorithm=spec.SpeculativeAlgorithm.NONE,
         enable_skip_finishing_decode=False, max_queued_requests=None, enable_fpm=False,
+        max_new_tokens_limit=envs.SGLANG_MAX_NEW_TOKENS_LIMIT.get(), max_req_len=context,
+        max_total_num_tokens=size, sliding_window_size=None,  # init_req_max_new_tokens
         grammar_manager=types.SimpleNamespace(has_waiting_grammars=lambda: False),
         beam_coordinator=types.SimpleNamespace(pending_member_rows=lambda batch: 0),
         metrics_reporter=Inert(),
@@ -192,7 +199,8 @@ def make_req(index: int, tokens: list, n: int, max_new: int):
     output instead of the new-token ratio's share, schedule_policy.py:785-795)."""
     sb = load()["sb"]
     params = Bag("sampling_params", max_new_tokens=max_new, ignore_eos=False,
-                 stop_token_ids=None, stop_strs=[], stop_regex_strs=[], custom_params=None)
+                 stop_token_ids=None, stop_strs=[], stop_regex_strs=[], custom_params=None,
+                 min_new_tokens=0)
     req = sb.Req(str(index), "", array("q", tokens[:n]), params)
     req.tokens, req.index = tokens, index
     return req
@@ -295,6 +303,7 @@ def run(requests: list[tuple[list, int, int, int]], size: int, **settings) -> di
     import logging
     logging.disable(logging.WARNING)          # retraction notices
     random.seed(settings.pop("seed", 0))     # the random policy: random.shuffle
+    intake = settings.pop("intake", False)
     overlap = settings.get("overlap", False)
     S = build(size, context=max(len(tokens) for tokens, *_ in requests) + 8, **settings)
     reqs = [make_req(i, tokens, n, m) for i, (tokens, n, m, _) in enumerate(requests)]
@@ -305,6 +314,8 @@ def run(requests: list[tuple[list, int, int, int]], size: int, **settings) -> di
         if not driver.busy():
             now = max(now, due[pointer])
         while pointer < len(reqs) and due[pointer] <= now:     # recv_requests
+            if intake:                        # handle_generate_request's clamp
+                S.init_req_max_new_tokens(reqs[pointer])
             S._add_request_to_queue(reqs[pointer])
             pointer += 1
         if driver.turn_overlap() if overlap else driver.turn_normal():
