@@ -46,15 +46,20 @@ The loops' bodies are a few lines each and are the driver's (``Driver.turn_norma
 Requests enter through ``Scheduler._add_request_to_queue``; ``handle_generate_request``'s
 ``init_req_max_new_tokens`` (scheduler.py:2693-2740) runs only with ``intake=True``: it clips
 ``max_new_tokens`` to what an empty pool can hold (``allocator/base.py:88-105``:
-``pool - ceil(prompt to a page) - page - 1``), so SGLang finishes early a request the lab's
-engine never admits (it reports the run stuck); off by default, as the lab's contract. Requests finish by length: no stop tokens, ``ignore_eos`` off (with it on the adder reserves
+``pool - ceil(prompt to a page) - page - 1``, the pool page-aligned as
+pool_configurator.py:646-652 does), so SGLang finishes early a request the lab's
+engine never admits (it reports the run stuck); off by default, as the lab's contract.
+
+Requests finish by length: no stop tokens, ``ignore_eos`` off (with it on the adder reserves
 a running request's whole remaining output, schedule_policy.py:785-795). The ``random``
 policy's ``random.shuffle`` uses the global generator, seeded per run. When decoding cannot
 fit even one request, SGLang aborts it (``retract_decode``, schedule_batch.py:3509-3530);
 ``run`` reports that as the refusal the lab's engine raises.
 
-Not covered here (scripts/sglang_scheduler_reference.py keeps the transcribed loop for them):
-SGLang's default ``UnifiedRadixCache`` tree and HiCache (``tree="unified"``, ``hicache=``).
+Trees: ``RadixCache`` or (``tree="unified"``) the ``UnifiedRadixCache`` with its Python core and
+one full-attention component, what SGLang's registry builds by default. Not covered: HiCache
+(``enable_hierarchical_cache``: the cache controller's transfer threads and streams);
+scripts/sglang_scheduler_reference.py keeps the transcribed loop for it.
 
     .venv/bin/python scripts/sglang_scheduler_unmodified.py     # a small demo; prints a run
 """
@@ -157,7 +162,7 @@ def build(size: int, policy: str = "fcfs", max_running: int = 256, chunk=8192,
         forward_ct=0, model_config=model_config, spec_algorithm=spec.SpeculativeAlgorithm.NONE,
         enable_skip_finishing_decode=False, max_queued_requests=None, enable_fpm=False,
         max_new_tokens_limit=envs.SGLANG_MAX_NEW_TOKENS_LIMIT.get(), max_req_len=context,
-        max_total_num_tokens=size, sliding_window_size=None,  # init_req_max_new_tokens
+        max_total_num_tokens=size // page * page, sliding_window_size=None,  # page-aligned
         grammar_manager=types.SimpleNamespace(has_waiting_grammars=lambda: False),
         beam_coordinator=types.SimpleNamespace(pending_member_rows=lambda batch: 0),
         metrics_reporter=Inert(),

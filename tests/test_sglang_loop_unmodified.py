@@ -121,14 +121,15 @@ def test_the_loop_is_sglangs_own_code(sglang):
 
 def test_sglangs_intake_clips_what_the_engine_never_admits(sglang):
     """A known difference, at intake: a 15-token prompt asking 16 tokens on a 33-token pool
-    of 4-token pages needs 16 + 4 + 16 tokens to be admitted, more than the pool. The
-    engine never admits it (the run is stuck); SGLang's ``init_req_max_new_tokens`` clips
-    ``max_new_tokens`` to 33 - 16 - 4 - 1 = 12 first (scheduler.py:2693-2740,
-    allocator/base.py:88-105), and the request finishes after 12 tokens."""
+    of 4-token pages (32 tokens once page-aligned) needs 16 + 4 + 16 tokens to be admitted,
+    more than the pool. The engine never admits it (the run is stuck); SGLang's
+    ``init_req_max_new_tokens`` clips ``max_new_tokens`` to 32 - 16 - 4 - 1 = 11 first
+    (scheduler.py:2693-2740, allocator/base.py:88-105), and the request finishes after 11
+    tokens."""
     requests = [(list(range(15)), list(range(100, 116)), 0)]
     options = dict(policy="fcfs", max_running=8, chunk=None, max_prefill=16384,
                    conservativeness=1.0, seed=0, page=4)
     assert outcome(ours, requests, 33, options) == {"error": "stuck"}
     assert theirs(sglang, requests, 33, options) == {"error": "stuck"}
     clipped = theirs(sglang, requests, 33, {**options, "intake": True})
-    assert clipped["requests"] == [(0, 0, 11, 0, 0)]
+    assert clipped["requests"] == [(0, 0, 10, 0, 0)]
