@@ -1,7 +1,8 @@
 """A larger sweep of tests/test_sglang_loop_unmodified.py: ``--engine sglang`` against SGLang
 0.5.23's own scheduler loop run unmodified (scripts/sglang_scheduler_unmodified.py, in a
 spawned process), per step and per request, on N drawn workloads per loop (the non-overlap
-loop against the compiled engine, the overlap loop against the Python model); prints counts
+loop against the compiled engine, the overlap loop against the Python model and the compiled
+overlap engine's batches and requests); prints counts
 of what was compared. Stops, printing the workload, at the first difference.
 
     .venv/bin/python scripts/sglang_loop_sweep.py 1000
@@ -47,6 +48,11 @@ def sweep(examples: int, seed: int = 0) -> dict:
                 reference = t.theirs(pool, requests, size, settings_)
                 try:
                     t.check(mine, reference)
+                    if overlap:                  # the compiled overlap engine too
+                        engine = t.outcome(t.compiled, *workload)
+                        t.check({**engine, "steps": [s[:2] for s in engine.get("steps", [])]},
+                                {**reference,
+                                 "steps": [s[:2] for s in reference.get("steps", [])]})
                 except AssertionError:
                     print("differs:", workload, tree, file=sys.stderr)
                     raise

@@ -8,7 +8,9 @@ process of its own, since it installs that torch). Per step and per request, on 
 workloads of test_engine_sglang_equal.py (shared stems, bursts, every modelled policy, pages
 1/2/4, chunking) and test_sglang_overlap.py's tight pools (retraction, skipped decodes),
 with the non-overlap loop against the compiled engine and the overlap loop against the
-Python model the compiled one is held equal to (test_sglang_overlap.py). Small example
+Python model the compiled one is held equal to (test_sglang_overlap.py) and against the
+compiled overlap engine itself (its batches and requests; its first tokens and finishes are
+listed at launch, test_sglang_overlap.py relates them to the processed ones). Small example
 counts; ``scripts/sglang_scheduler_unmodified.py --sweep N`` runs more. Skipped, saying why,
 without the sources.
 """
@@ -25,7 +27,7 @@ from hypothesis import strategies as st
 
 from conftest import ROOT
 from test_engine_sglang_equal import ours, outcome, pytestmark, workloads  # noqa: F401
-from test_sglang_overlap import overlap_model, tight
+from test_sglang_overlap import compiled, overlap_model, tight
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import sglang_scheduler_unmodified as unmodified  # noqa: E402
@@ -77,9 +79,17 @@ def test_engine_equal_to_sglangs_own_loop(sglang, workload, tree):
 @settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.one_of(workloads(), tight()), TREES)
 def test_overlap_equal_to_sglangs_own_loop(sglang, workload, tree):
+    """The Python overlap model per step and request; the compiled overlap engine (what
+    ``simulate --engine sglang`` runs by default) per request and per batch launched."""
     requests, size, options = workload
-    check(outcome(overlap_model, *workload),
-          theirs(sglang, requests, size, {**options, "overlap": True, "tree": tree}))
+    reference = theirs(sglang, requests, size, {**options, "overlap": True, "tree": tree})
+    check(outcome(overlap_model, *workload), reference)
+    engine = outcome(compiled, *workload)
+    if "error" in engine or "error" in reference:
+        assert engine.get("error") == reference.get("error")
+        return
+    assert engine["requests"] == reference["requests"]
+    assert [s[:2] for s in engine["steps"]] == [s[:2] for s in reference["steps"]]
 
 
 @pytest.mark.parametrize("overlap, tree", [(False, "radix"), (True, "unified")])
