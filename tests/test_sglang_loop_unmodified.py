@@ -1,17 +1,20 @@
 """``--engine sglang`` against SGLang 0.5.23's scheduler loop run unmodified: its own
-``Scheduler.get_next_batch_to_run`` / ``_get_new_batch_prefill_raw`` / ``update_running_batch``
-/ ``process_batch_result``, ``ScheduleBatch`` (``init_new``, ``prepare_for_extend`` /
-``_decode``, ``filter_batch``, ``merge_batch``, ``check_decode_mem``, ``retract_decode``,
-``copy``), ``SchedulerBatchResultProcessor``, ``Req``, the token allocators, ``ReqToTokenPool``
-and ``RadixCache`` or the ``UnifiedRadixCache`` (Python core) SGLang builds by default, over a numpy-backed torch (scripts/sglang_scheduler_unmodified.py; in a
-process of its own, since it installs that torch). Per step and per request, on the drawn
-workloads of test_engine_sglang_equal.py (shared stems, bursts, every modelled policy, pages
-1/2/4, chunking) and test_sglang_overlap.py's tight pools (retraction, skipped decodes),
-with the non-overlap loop against the compiled engine and the overlap loop against the
-Python model the compiled one is held equal to (test_sglang_overlap.py) and against the
-compiled overlap engine itself (its batches and requests; its first tokens and finishes are
-listed at launch, test_sglang_overlap.py relates them to the processed ones). Small example
-counts; ``scripts/sglang_scheduler_unmodified.py --sweep N`` runs more. Skipped, saying why,
+``Scheduler.get_next_batch_to_run`` / ``_get_new_batch_prefill_raw`` /
+``update_running_batch`` / ``process_batch_result``, ``ScheduleBatch`` (``init_new``,
+``prepare_for_extend`` / ``_decode``, ``filter_batch``, ``merge_batch``,
+``check_decode_mem``, ``retract_decode``, ``copy``), ``SchedulerBatchResultProcessor``,
+``Req``, the token allocators, ``ReqToTokenPool`` and ``RadixCache`` or the
+``UnifiedRadixCache`` (Python core) SGLang builds by default, over a numpy-backed torch
+(scripts/sglang_scheduler_unmodified.py; in a process of its own, since it installs that
+torch). Per step and per request, on the drawn workloads of test_engine_sglang_equal.py
+(shared stems, bursts, every modelled policy, pages 1/2/4, chunking) and
+test_sglang_overlap.py's tight pools (retraction, skipped decodes), with the non-overlap
+loop against the compiled engine and the overlap loop against the Python model the compiled
+one is held equal to (test_sglang_overlap.py) and against the compiled overlap engine itself
+(its batches and requests; its first tokens and finishes are listed at launch,
+test_sglang_overlap.py relates them to the processed ones). Small example counts;
+``scripts/sglang_loop_sweep.py N`` runs more. The known intake difference (SGLang clips
+``max_new_tokens`` where the engine never admits) has its own test. Skipped, saying why,
 without the sources.
 """
 
