@@ -18,9 +18,11 @@ Stubbed: torch and every module those files import but these paths never run
 ``Req`` is a plain object with the fields these files read; KV slot ids are lists
 (``sglang_reference.Values``); the clock is a counter (``sglang_reference._Clock``).
 
-Transcribed (the ``Scheduler`` and ``ScheduleBatch`` methods need torch tensors, the TP
-worker and ~60 attributes of a live server; their lines, cited, are here as a loop of
-plain Python over the pieces above): ``event_loop_normal``, ``get_next_batch_to_run``,
+Transcribed here, cited (scripts/sglang_scheduler_unmodified.py runs these same methods
+themselves, unmodified, over a numpy-backed torch and a ``Scheduler`` made by
+``object.__new__``, on ``RadixCache`` and the ``UnifiedRadixCache``; this loop stays for the
+HiCache runs, whose controller and host pool come from sglang_hicache_reference.py with its
+own stand-ins, and as bench_sglang.py's baseline): ``event_loop_normal``, ``get_next_batch_to_run``,
 ``_get_new_batch_prefill_raw``, ``update_running_batch``, ``ScheduleBatch.retract_decode``
 and its ``length`` order, ``prepare_for_extend`` / ``prepare_for_decode`` (allocation and
 ``evict_from_tree_cache``), ``check_decode_mem``, ``release_kv_cache`` / ``release_req``,

@@ -86,6 +86,12 @@ class _Any(metaclass=_Meta):
     def __bool__(self):
         return False
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
 
 def _stub_class(name: str) -> type:
     return _Meta(name, (_Any,), {})
@@ -127,7 +133,8 @@ class Importer(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         frame = sys._getframe(1)
         while frame is not None and ("importlib" in frame.f_code.co_filename
                                      or frame.f_code.co_filename == __file__
-                                     or frame.f_code.co_filename.endswith("_reference.py")):
+                                     or frame.f_code.co_filename.endswith("_reference.py")
+                                     or frame.f_code.co_name == "find_spec"):
             frame = frame.f_back
         if frame is None or str(self.root) not in frame.f_code.co_filename:
             return None                                 # only vLLM's own imports are stubbed
