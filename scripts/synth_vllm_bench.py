@@ -134,8 +134,10 @@ def synthesize(out: Path, *, model: str, gpu_type: str, mfu: float, mbu: float,
     return result
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def run_parser(doc: str, rate: float) -> argparse.ArgumentParser:
+    """The synthetic run's options (``vllm bench serve``'s names), shared with
+    ``synth_vllm_metrics.py``; ``run_options`` turns them into ``simulated``'s keywords."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("output", type=Path)
     parser.add_argument("--model", default="llama-3.1-8b")
     parser.add_argument("--gpu-type", default="H100")
@@ -145,15 +147,23 @@ def main() -> int:
     parser.add_argument("--input-len", type=int, default=1024)
     parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--range-ratio", type=float, default=0.5)
-    parser.add_argument("--request-rate", type=float, default=4.0)
+    parser.add_argument("--request-rate", type=float, default=rate)
     parser.add_argument("--tensor-parallel-size", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-    result = synthesize(args.output, model=args.model, gpu_type=args.gpu_type, mfu=args.mfu,
-                        mbu=args.mbu, num_prompts=args.num_prompts, input_len=args.input_len,
-                        output_len=args.output_len, range_ratio=args.range_ratio,
-                        rate=args.request_rate, seed=args.seed,
-                        tensor_parallel=args.tensor_parallel_size)
+    return parser
+
+
+def run_options(args: argparse.Namespace) -> dict:
+    return dict(model=args.model, gpu_type=args.gpu_type, mfu=args.mfu, mbu=args.mbu,
+                num_prompts=args.num_prompts, input_len=args.input_len,
+                output_len=args.output_len, range_ratio=args.range_ratio,
+                rate=args.request_rate, seed=args.seed,
+                tensor_parallel=args.tensor_parallel_size)
+
+
+def main() -> int:
+    args = run_parser(__doc__, 4.0).parse_args()
+    result = synthesize(args.output, **run_options(args))
     print(f"wrote {args.output}: {result['completed']} requests, median TTFT "
           f"{result['median_ttft_ms']:.1f} ms, median TPOT {result['median_tpot_ms']:.2f} ms")
     return 0

@@ -152,25 +152,8 @@ def run_observations(**options) -> tuple[dict[str, list[float]], float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("output", type=Path)
-    parser.add_argument("--model", default="llama-3.1-8b")
-    parser.add_argument("--gpu-type", default="H100")
-    parser.add_argument("--mfu", type=float, default=0.55)
-    parser.add_argument("--mbu", type=float, default=0.8)
-    parser.add_argument("--num-prompts", type=int, default=60)
-    parser.add_argument("--input-len", type=int, default=1024)
-    parser.add_argument("--output-len", type=int, default=64)
-    parser.add_argument("--range-ratio", type=float, default=0.5)
-    parser.add_argument("--request-rate", type=float, default=1.0)
-    parser.add_argument("--tensor-parallel-size", type=int, default=1)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-    observed, length = run_observations(
-        model=args.model, gpu_type=args.gpu_type, mfu=args.mfu, mbu=args.mbu,
-        num_prompts=args.num_prompts, input_len=args.input_len, output_len=args.output_len,
-        range_ratio=args.range_ratio, rate=args.request_rate, seed=args.seed,
-        tensor_parallel=args.tensor_parallel_size)
+    args = bench.run_parser(__doc__, 1.0).parse_args()
+    observed, length = run_observations(**bench.run_options(args))
     args.output.write_text(exposition(observed, args.model))
     print(f"wrote {args.output}: {len(observed['vllm:e2e_request_latency_seconds'])} "
           f"requests, mean prefill "
