@@ -55,6 +55,11 @@ def _load(version: str, cache: Path | None):
     mods.meta = importlib.import_module("vllm.v1.simple_kv_offload.metadata")
     mods.interface = importlib.import_module("vllm.v1.kv_cache_interface")
     mods.hit_source = importlib.import_module("vllm.v1.metrics.cache_hit_source")
+    # the scheduler's ``SupportsHMA`` comes through the connector package's __init__, which
+    # the importer does not run: the real class, so finished requests reach
+    # ``request_finished_all_groups`` as in vLLM
+    mods.core.SupportsHMA = importlib.import_module(
+        "vllm.distributed.kv_transfer.kv_connector.v1.base").SupportsHMA
     return v, mods
 
 
@@ -121,7 +126,7 @@ class SimpleWorker:
 
     def finished(self, mods, end: float):
         """The KVConnectorOutput of a step that ended at ``end``; the requests loaded."""
-        recving, stores, loaded, keep = set(), {}, [], []
+        recving, stores, loaded, keep = native.OrderedSet(), {}, [], []
         for item in self.flight:
             if item[0] <= end:
                 if item[1] == "load":
@@ -309,6 +314,33 @@ def run_vllm(requests, config, offload, *, step_ms=None, rate: float = 1.0,
     return (result, steps, loads) if timed else (result, steps)
 
 
+def run_model(requests, config, offload, *, timed: bool = False, rate_gbps: float = 50.0,
+              latency_ms: float = 0.0):
+    """The same shapes from kvlab's engine (``vllm_offload_engine_reference.run_model``'s,
+    moved amounts in blocks)."""
+    from pipeline.engine.loop import simulate
+    from pipeline.engine.simple_offload_tier import SimpleSpec
+    from pipeline.steptime.fitted import Linear
+    spec = SimpleSpec(num_slots=offload.num_cpu_blocks, kv_bytes_per_token=KV_BYTES_PER_TOKEN,
+                      rate_gbps=rate_gbps, latency_ms=latency_ms)
+    kwargs = dict(clock="time", step_ms=Linear(native.COEF).step_ms) if timed else {}
+    result = simulate(requests, config, offload=spec, **kwargs)
+    block = KV_BYTES_PER_TOKEN * config.block_size
+    rows = {x["request"]: (x["first_scheduled_step"], x["first_token_step"], x["finish_step"],
+                           x["gpu_hit_tokens"], x["cpu_hit_tokens"], x["preemptions"],
+                           x["output_tokens"], x["load_step"], x["load_done_step"])
+            for x in result.requests.iter_rows(named=True)}
+    steps = [(x["step"], x["num_running"], x["num_waiting"], x["free_blocks"],
+              x["cpu_load_bytes"] // block, x["cpu_store_bytes"] // block)
+             + ((x["start_ms"], x["start_ms"] + x["duration_ms"]) if timed else ())
+             for x in result.steps.iter_rows(named=True)]
+    loads = {x["request"]: (x["load_end_s"] * 1000 - x["load_ms"], x["load_start_s"] * 1000,
+                            x["load_end_s"] * 1000)
+             for x in result.requests.iter_rows(named=True)
+             if timed and x["load_ms"] is not None}
+    return rows, steps, loads
+
+
 def offload_config(num_cpu_blocks: int, lazy: bool = False):
     """``num_cpu_blocks`` offload slots (block 0 of them vLLM's null block)."""
     return SimpleNamespace(num_cpu_blocks=num_cpu_blocks, lazy=lazy)
@@ -331,13 +363,19 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=20261206)
     args = parser.parse_args()
     rng = random.Random(args.seed)
+    differ = 0
     for case in range(args.random):
         requests, config, offload = random_case(rng)
         theirs = run_vllm(requests, config, offload)
+        ours = run_model(requests, config, offload)
+        same = theirs[:2] == ours[:2]
+        differ += not same
         print(json.dumps({"case": case, "async": config.async_scheduling,
                           "requests": len(theirs[0]), "steps": len(theirs[1]),
-                          "cpu_hits": sum(r[4] for r in theirs[0].values())}))
-    return 0
+                          "cpu_hits": sum(r[4] for r in theirs[0].values()),
+                          "equal": same}))
+    print(json.dumps({"cases": args.random, "differ": differ}))
+    return 1 if differ else 0
 
 
 if __name__ == "__main__":
