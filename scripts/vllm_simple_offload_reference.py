@@ -84,9 +84,8 @@ def _connector(mods, vllm_config, kv_config, offload):
 class SimpleWorker:
     """The fake worker (module docstring): a load stream and a store stream, FIFO each."""
 
-    def __init__(self, block_bytes: int, rate: float, latency_ms: float, timed: bool):
-        self.block_bytes, self.rate, self.latency, self.timed = block_bytes, rate, latency_ms, \
-            timed
+    def __init__(self, block_bytes: int, spec, timed: bool):
+        self.block_bytes, self.spec, self.timed = block_bytes, spec, timed
         self.free = [0.0, 0.0]                         # load stream, store stream
         self.starts = 0
         self.flight: list = []                          # (end, kind, event, req ids)
@@ -94,8 +93,7 @@ class SimpleWorker:
 
     def _submit(self, stream, blocks, start, kind, event, reqs=()):
         begin = max(start, self.free[stream])
-        end = begin + (blocks * self.block_bytes / self.rate + self.latency
-                       if self.timed else 0.0)
+        end = begin + (self.spec.event_ms(blocks, self.block_bytes) if self.timed else 0.0)
         self.free[stream] = end
         self.flight.append((end, kind, event, tuple(reqs)))
         return begin, end
@@ -143,12 +141,12 @@ class SimpleWorker:
                                               kv_connector_worker_meta=meta), loaded
 
 
-def run_vllm(requests, config, offload, *, step_ms=None, rate: float = 1.0,
-             latency_ms: float = 0.0, version: str = DEFAULT_VERSION,
+def run_vllm(requests, config, offload, *, step_ms=None, version: str = DEFAULT_VERSION,
              cache: Path | None = None):
-    """Run ``requests`` through vLLM's scheduler + SimpleCPUOffloadConnector. Returns
-    (rows, steps[, loads]) in the shapes of ``vllm_offload_engine_reference.run_vllm``
-    (steps' moved amounts in blocks)."""
+    """Run ``requests`` through vLLM's scheduler + SimpleCPUOffloadConnector (``offload``:
+    ``offload_config``; on the time clock, ``step_ms(prefill, decodes)``, its events timed
+    as ``offload.spec.event_ms``). Returns (rows, steps[, loads]) in the shapes of
+    ``vllm_offload_engine_reference.run_vllm`` (steps' moved amounts in blocks)."""
     from pipeline.engine.request import sequence_tokens
     v, mods = _load(version, cache)
     timed = step_ms is not None
@@ -174,7 +172,7 @@ def run_vllm(requests, config, offload, *, step_ms=None, rate: float = 1.0,
                         log_stats=False)
     finally:
         mods.core.KVConnectorFactory = factory
-    worker = SimpleWorker(KV_BYTES_PER_TOKEN * bs, rate, latency_ms, timed)
+    worker = SimpleWorker(KV_BYTES_PER_TOKEN * bs, offload.spec, timed)
     hasher = base._hasher(bs)
     outputs = {r.index: [int(t) for t in sequence_tokens(r)[len(r.prompt_token_ids):]]
                for r in requests}
@@ -314,17 +312,13 @@ def run_vllm(requests, config, offload, *, step_ms=None, rate: float = 1.0,
     return (result, steps, loads) if timed else (result, steps)
 
 
-def run_model(requests, config, offload, *, timed: bool = False, rate_gbps: float = 50.0,
-              latency_ms: float = 0.0):
+def run_model(requests, config, offload, *, timed: bool = False):
     """The same shapes from kvlab's engine (``vllm_offload_engine_reference.run_model``'s,
     moved amounts in blocks)."""
     from pipeline.engine.loop import simulate
-    from pipeline.engine.simple_offload_tier import SimpleSpec
     from pipeline.steptime.fitted import Linear
-    spec = SimpleSpec(num_slots=offload.num_cpu_blocks, kv_bytes_per_token=KV_BYTES_PER_TOKEN,
-                      rate_gbps=rate_gbps, latency_ms=latency_ms)
     kwargs = dict(clock="time", step_ms=Linear(native.COEF).step_ms) if timed else {}
-    result = simulate(requests, config, offload=spec, **kwargs)
+    result = simulate(requests, config, offload=offload.spec, **kwargs)
     block = KV_BYTES_PER_TOKEN * config.block_size
     rows = {x["request"]: (x["first_scheduled_step"], x["first_token_step"], x["finish_step"],
                            x["gpu_hit_tokens"], x["cpu_hit_tokens"], x["preemptions"],
@@ -341,20 +335,37 @@ def run_model(requests, config, offload, *, timed: bool = False, rate_gbps: floa
     return rows, steps, loads
 
 
-def offload_config(num_cpu_blocks: int, lazy: bool = False):
-    """``num_cpu_blocks`` offload slots (block 0 of them vLLM's null block)."""
-    return SimpleNamespace(num_cpu_blocks=num_cpu_blocks, lazy=lazy)
+def offload_config(num_cpu_blocks: int, lazy: bool = False, **link):
+    """``num_cpu_blocks`` offload slots (block 0 of them vLLM's null block) and kvlab's
+    ``SimpleSpec`` of them (``link``: its medium and transfer figures)."""
+    from pipeline.engine.simple_offload_tier import SimpleSpec
+    return SimpleNamespace(num_cpu_blocks=num_cpu_blocks, lazy=lazy, spec=SimpleSpec(
+        num_slots=num_cpu_blocks, kv_bytes_per_token=KV_BYTES_PER_TOKEN, **link))
 
 
 def random_case(rng: random.Random):
     """A random workload (``vllm_scheduler_reference.random_workload``), often with a
-    GPU pool of the largest request + 0-2 blocks, and a pool of 2-64 slots."""
+    GPU pool of the largest request + 0-2 blocks, a pool of 2-64 slots; half on the time
+    clock (slow links and disks, a disk medium half the time). Returns (requests, config,
+    offload, timed)."""
     requests, config = base.random_workload(rng)
     if rng.random() < 0.6:
         need = max(-(-(min(len(r.prompt_token_ids) + r.max_tokens, config.max_model_len) - 1)
                      // config.block_size) for r in requests)
         config = dataclasses.replace(config, num_gpu_blocks=need + 1 + rng.choice([0, 1, 2]))
-    return requests, config, offload_config(rng.choice([2, 3, 5, 16, 64]))
+    timed = rng.random() < 0.5
+    link = {}
+    if timed:
+        scale = rng.choice([0.005, 0.02, 0.1])
+        requests = [dataclasses.replace(r, arrival_s=r.arrival_step * scale,
+                                        arrival_step=None) for r in requests]
+        link = dict(rate_gbps=rng.choice([1e-6, 1e-5, 1e-4, 50.0]),
+                    latency_ms=rng.choice([0.0, 3.0]))
+        if rng.random() < 0.5:
+            link.update(medium="disk", disk_gbps=rng.choice([1e-6, 1e-5, 7.0]),
+                        disk_latency_ms=rng.choice([0.0, 0.1, 2.0]),
+                        buffer_slots=rng.choice([1, 2, 4]))
+    return requests, config, offload_config(rng.choice([2, 3, 5, 16, 64]), **link), timed
 
 
 def main() -> int:
@@ -365,12 +376,16 @@ def main() -> int:
     rng = random.Random(args.seed)
     differ = 0
     for case in range(args.random):
-        requests, config, offload = random_case(rng)
-        theirs = run_vllm(requests, config, offload)
-        ours = run_model(requests, config, offload)
-        same = theirs[:2] == ours[:2]
+        requests, config, offload, timed = random_case(rng)
+        theirs = run_vllm(requests, config, offload, step_ms=step_ms if timed else None)
+        ours = run_model(requests, config, offload, timed=timed)
+        same = theirs[:2] == ours[:2] and (not timed or theirs[2].keys() == ours[2].keys()
+                                           and all(abs(a - b) <= 1e-9 * max(1.0, abs(a))
+                                                   for request, times in theirs[2].items()
+                                                   for a, b in zip(times, ours[2][request])))
         differ += not same
-        print(json.dumps({"case": case, "async": config.async_scheduling,
+        print(json.dumps({"case": case, "async": config.async_scheduling, "timed": timed,
+                          "medium": offload.spec.medium,
                           "requests": len(theirs[0]), "steps": len(theirs[1]),
                           "cpu_hits": sum(r[4] for r in theirs[0].values()),
                           "equal": same}))

@@ -18,7 +18,7 @@ docs/offloading.md ("vLLM's other native connector") gives each rule with vLLM's
   freed: the request's remaining confirmed blocks queued for the next store event;
 * ``worker_start`` / ``complete``: the fake worker (load event at the step's start on the
   load stream, store event at its end on the store stream, each stream FIFO, an event
-  taking ``blocks x block bytes / rate + latency``; no time on the step clock) and
+  taking ``transfer_ms``; no time on the step clock) and
   ``update_connector_output`` (1040-1197): loads done release their slots and GPU blocks,
   stores done register the GPU block's key on the slot and release both.
 
@@ -34,12 +34,13 @@ from pipeline.components.engine_layout import (
     B_NSAMP, B_NSCHED, B_STEP, BOFF, COMPUTED, F_END0, F_NEXTARR, F_NOW, FSCHED, G_NFREE,
     HASHED, HOLDS, KOFF, LOAD_DONE, LOAD_FLIGHT, NBLK, NKEYS, NONE, NTOK, O_DONE, O_JLEN, O_KLEN, O_LOADB, O_NFIN, O_STOREB, O_TIMED, O_WSEQ,
     RF_END, RF_START, RF_SUBMIT, X_LDONE, X_LOAD, X_LSTEP)
-from pipeline.components.kjit import helper
+from pipeline.components.kjit import helper, kernel
 from pipeline.components.kpool import (cache_full_blocks, free_blocks, get_new_blocks,
                                        longest_hit, pool_arrays, table_find, touch)
 
 __all__ = ["SIMPLE", "SC_SIZE", "SQ_COLUMNS", "no_simple", "simple_arrays", "matched",
-           "after_alloc", "build_stores", "finished", "worker_start", "complete"]
+           "after_alloc", "build_stores", "finished", "worker_start", "complete",
+           "transfer_ms", "event_ms"]
 
 #: where the connector's arrays start in ``O``: CP, CBH, CHT (the offload pool), SQ (per
 #: request), SREG (per-request rows: pinned slots, load GPU blocks, load slots), GINF
@@ -58,9 +59,11 @@ SQ_COLUMNS = 5
 (SC_ON, SC_FREE, SC_BBYTES, SC_RHEAD, SC_RLEN, SC_QLEN, SC_EH0, SC_EL0, SC_EH1, SC_EL1,
  SC_ID0, SC_ID1, SC_LWM, SC_ASYNC) = range(14)
 SC_SIZE = 14
-# SF: each stream's free time (load, store), bytes per ms, latency ms
-SF_FREE0, SF_FREE1, SF_RATE, SF_LAT = range(4)
-SF_SIZE = 4
+# SF: each stream's free time (load, store), the host link's bytes per ms, latency ms per
+# event; the disk's bytes per ms, ms per block read or written, staging buffer slots (0:
+# the CPU medium)
+SF_FREE0, SF_FREE1, SF_RATE, SF_LAT, SF_DRATE, SF_DLAT, SF_SLOTS = range(7)
+SF_SIZE = 7
 E_START, E_COUNT, E_SUB, E_ID = range(4)
 LOAD, STORE = 0, 1
 
@@ -336,14 +339,34 @@ def _submit(O, stream, at):
         begin = max(at, SF[SF_FREE0 + stream])
         end = begin
         if OC[O_TIMED] != 0:
-            end = begin + float(SEV[stream, j, E_COUNT] * SC[SC_BBYTES]) / SF[SF_RATE] \
-                + SF[SF_LAT]
+            end = begin + transfer_ms(SEV[stream, j, E_COUNT], SC[SC_BBYTES], SF)
         SF[SF_FREE0 + stream] = end
         SEV[stream, j, E_SUB] = 1
         SEVT[stream, j] = end
         if stream == LOAD:
             _load_times(O, SEV[stream, j, E_ID], at, begin, end)
     return 0
+
+
+@helper
+def transfer_ms(blocks, block_bytes, SF):
+    """One event's time: the CPU medium ``blocks x bytes / link + latency``; the disk
+    medium through its staging buffers, each block one read or write (``bytes / disk rate +
+    disk latency``) and one copy over the link: pipelined over two or more buffer slots
+    (``blocks x max + min`` of the two), one after the other with one; + latency."""
+    copy = float(block_bytes) / SF[SF_RATE]
+    if SF[SF_SLOTS] == 0:
+        return blocks * copy + SF[SF_LAT]
+    io = float(block_bytes) / SF[SF_DRATE] + SF[SF_DLAT]
+    if SF[SF_SLOTS] >= 2:
+        return blocks * max(io, copy) + min(io, copy) + SF[SF_LAT]
+    return blocks * (io + copy) + SF[SF_LAT]
+
+
+@kernel
+def event_ms(blocks, block_bytes, SF):
+    """``transfer_ms`` from Python (the tier's ``SF``)."""
+    return transfer_ms(blocks, block_bytes, SF)
 
 
 @helper

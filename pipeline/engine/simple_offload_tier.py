@@ -19,10 +19,15 @@ from pipeline.components import engine_layout as L
 from pipeline.engine import ksimple_offload as K
 from pipeline.engine.native_tier import DEFAULT_LINK_GBPS, NativeSpec, NativeTier
 
-__all__ = ["SimpleSpec", "SimpleOffloadTier", "MEDIUMS", "offload_slots"]
+__all__ = ["SimpleSpec", "SimpleOffloadTier", "MEDIUMS", "offload_slots",
+           "DEFAULT_BUFFER_SLOTS", "DEFAULT_DISK_GIB"]
 
 #: vLLM's ``kv_offload_backend`` values (simple_cpu_offload_connector.py:56)
 MEDIUMS = ("cpu", "disk")
+#: vLLM's ``disk_buffer_slots`` default (simple_cpu_offload_connector.py:145)
+DEFAULT_BUFFER_SLOTS = 2
+#: vLLM's ``disk_capacity_bytes`` default, GiB (simple_cpu_offload_connector.py:142-144)
+DEFAULT_DISK_GIB = 100
 
 
 def offload_slots(capacity_bytes: int, block_bytes: int) -> int:
@@ -35,14 +40,18 @@ def offload_slots(capacity_bytes: int, block_bytes: int) -> int:
 @dataclass(frozen=True)
 class SimpleSpec:
     """The connector's settings: ``num_slots`` offload slots (vLLM's ``num_cpu_blocks``),
-    one token's KV bytes, the medium, and the transfers' rate (GB/s) and latency (ms per
-    event)."""
+    one token's KV bytes, the medium (vLLM's ``kv_offload_backend``), the host link (GB/s
+    one way, latency ms per event) and, on disk, the disk (GB/s, latency ms per block read
+    or written) and its staging buffer slots (``disk_buffer_slots``)."""
 
     num_slots: int
     kv_bytes_per_token: int
     medium: str = "cpu"
     rate_gbps: float = DEFAULT_LINK_GBPS
     latency_ms: float = 0.0
+    disk_gbps: float = 0.0
+    disk_latency_ms: float = 0.0
+    buffer_slots: int = DEFAULT_BUFFER_SLOTS
 
     def __post_init__(self) -> None:
         if self.medium not in MEDIUMS:
@@ -51,6 +60,22 @@ class SimpleSpec:
             raise ValueError("the offload pool needs at least one slot")
         if not self.rate_gbps > 0 or self.latency_ms < 0:
             raise ValueError("transfers need GB/s > 0 and latency >= 0")
+        if self.medium == "disk" and (not self.disk_gbps > 0 or self.disk_latency_ms < 0
+                                      or self.buffer_slots < 1):
+            raise ValueError("the disk needs GB/s > 0, latency >= 0 and a buffer slot")
+
+    def link_array(self) -> np.ndarray:
+        """The worker's figures (``ksimple_offload``'s ``SF``): bytes per ms, ms."""
+        SF = np.zeros(K.SF_SIZE)
+        SF[K.SF_RATE], SF[K.SF_LAT] = self.rate_gbps * 1e6, self.latency_ms
+        if self.medium == "disk":
+            SF[K.SF_DRATE], SF[K.SF_DLAT] = self.disk_gbps * 1e6, self.disk_latency_ms
+            SF[K.SF_SLOTS] = self.buffer_slots
+        return SF
+
+    def event_ms(self, blocks: int, block_bytes: int) -> float:
+        """One transfer event of ``blocks`` blocks of ``block_bytes`` (``transfer_ms``)."""
+        return float(K.event_ms(blocks, block_bytes, self.link_array()))
 
     @classmethod
     def from_size(cls, capacity_bytes: int, kv_bytes_per_token: int, block_size: int,
@@ -75,7 +100,7 @@ class SimpleOffloadTier(NativeTier):
         SC, SF = arrays[K.I_SC - K.SIMPLE], arrays[K.I_SF - K.SIMPLE]
         SC[K.SC_ON], SC[K.SC_FREE] = 1, spec.num_slots - 1
         SC[K.SC_BBYTES], SC[K.SC_LWM] = spec.kv_bytes_per_token * block_size, -1
-        SF[K.SF_RATE], SF[K.SF_LAT] = spec.rate_gbps * 1e6, spec.latency_ms
+        SF[:] = spec.link_array()
         self.simple = arrays
         self.region = 0
         self._pack()
