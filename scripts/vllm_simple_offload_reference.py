@@ -44,6 +44,25 @@ DEFAULT_VERSION = base.DEFAULT_VERSION
 have_sources = base.have_sources
 KV_BYTES_PER_TOKEN = native.KV_BYTES_PER_TOKEN
 step_ms = native.step_ms
+from pipeline.engine.ksimple_offload import LIVELOCK_SCHEDULES  # noqa: E402
+
+
+def _bound_lazy_walk(manager) -> None:
+    """kvlab's one deliberate change of vLLM's behaviour, made here from outside its code:
+    vLLM's lazy stores can cycle forever (a pool smaller than the free-queue walk re-stores
+    what it just evicted while the blocks in flight keep a waiting request out); after
+    ``LIVELOCK_SCHEDULES`` schedules in a row that scheduled nothing the walk pauses
+    (``_target_free`` 0) until a schedule has tokens again, as kvlab's engine does."""
+    build, target = manager.build_connector_meta, manager._target_free
+    empties = [0]
+
+    def bounded(scheduler_output):
+        empty = scheduler_output.total_num_scheduled_tokens == 0
+        empties[0] = empties[0] + 1 if empty else 0
+        manager._target_free = target if empties[0] <= LIVELOCK_SCHEDULES else 0
+        return build(scheduler_output)
+
+    manager.build_connector_meta = bounded
 
 
 def _load(version: str, cache: Path | None):
@@ -201,6 +220,8 @@ def run_vllm(requests, config, offload, *, step_ms=None, version: str = DEFAULT_
             scheduler.add_request(request)
             pointer += 1
 
+    _bound_lazy_walk(connector.scheduler_manager)
+
     def schedule():
         nonlocal step, now, moved
         out = scheduler.schedule()
@@ -340,13 +361,13 @@ def offload_config(num_cpu_blocks: int, lazy: bool = False, **link):
     ``SimpleSpec`` of them (``link``: its medium and transfer figures)."""
     from pipeline.engine.simple_offload_tier import SimpleSpec
     return SimpleNamespace(num_cpu_blocks=num_cpu_blocks, lazy=lazy, spec=SimpleSpec(
-        num_slots=num_cpu_blocks, kv_bytes_per_token=KV_BYTES_PER_TOKEN, **link))
+        num_slots=num_cpu_blocks, kv_bytes_per_token=KV_BYTES_PER_TOKEN, lazy=lazy, **link))
 
 
 def random_case(rng: random.Random):
     """A random workload (``vllm_scheduler_reference.random_workload``), often with a
-    GPU pool of the largest request + 0-2 blocks, a pool of 2-64 slots; half on the time
-    clock (slow links and disks, a disk medium half the time). Returns (requests, config,
+    GPU pool of the largest request + 0-2 blocks, a pool of 2-64 slots, eager or lazy
+    stores; half on the time clock (slow links and disks, a disk medium half the time). Returns (requests, config,
     offload, timed)."""
     requests, config = base.random_workload(rng)
     if rng.random() < 0.6:
@@ -365,7 +386,14 @@ def random_case(rng: random.Random):
             link.update(medium="disk", disk_gbps=rng.choice([1e-6, 1e-5, 7.0]),
                         disk_latency_ms=rng.choice([0.0, 0.1, 2.0]),
                         buffer_slots=rng.choice([1, 2, 4]))
-    return requests, config, offload_config(rng.choice([2, 3, 5, 16, 64]), **link), timed
+    return requests, config, offload_config(rng.choice([2, 3, 5, 16, 64]),
+                                            rng.random() < 0.4, **link), timed
+
+
+def _both(requests, config, offload, timed):
+    """(vLLM's run, kvlab's run) of one case."""
+    return (run_vllm(requests, config, offload, step_ms=step_ms if timed else None),
+            run_model(requests, config, offload, timed=timed))
 
 
 def main() -> int:
@@ -377,15 +405,14 @@ def main() -> int:
     differ = 0
     for case in range(args.random):
         requests, config, offload, timed = random_case(rng)
-        theirs = run_vllm(requests, config, offload, step_ms=step_ms if timed else None)
-        ours = run_model(requests, config, offload, timed=timed)
+        theirs, ours = _both(requests, config, offload, timed)
         same = theirs[:2] == ours[:2] and (not timed or theirs[2].keys() == ours[2].keys()
                                            and all(abs(a - b) <= 1e-9 * max(1.0, abs(a))
                                                    for request, times in theirs[2].items()
                                                    for a, b in zip(times, ours[2][request])))
         differ += not same
         print(json.dumps({"case": case, "async": config.async_scheduling, "timed": timed,
-                          "medium": offload.spec.medium,
+                          "medium": offload.spec.medium, "lazy": offload.lazy,
                           "requests": len(theirs[0]), "steps": len(theirs[1]),
                           "cpu_hits": sum(r[4] for r in theirs[0].values()),
                           "equal": same}))

@@ -36,8 +36,8 @@ KV = reference.KV_BYTES_PER_TOKEN
 def workloads(draw, timed=False):
     """Requests sharing a few prefixes (re-sent after others evicted them from a GPU pool
     of the largest request's blocks and a few more: preemptions, offload hits), offload
-    pools from one usable slot up; sync or async scheduling; on the time clock slow links
-    and disks (CPU or disk medium)."""
+    pools from one usable slot up, eager or lazy stores; sync or async scheduling; on the
+    time clock slow links and disks (CPU or disk medium)."""
     bs = draw(st.sampled_from([1, 2, 4]))
     prefixes = draw(st.lists(st.lists(st.integers(0, 40), min_size=4, max_size=24),
                              min_size=1, max_size=3))
@@ -69,7 +69,8 @@ def workloads(draw, timed=False):
             link.update(medium="disk", disk_gbps=draw(st.sampled_from([1e-6, 1e-5, 7.0])),
                         disk_latency_ms=draw(st.sampled_from([0.0, 2.0])),
                         buffer_slots=draw(st.sampled_from([1, 2])))
-    offload = reference.offload_config(draw(st.sampled_from([2, 3, 5, 16, 64])), **link)
+    offload = reference.offload_config(draw(st.sampled_from([2, 3, 5, 16, 64])),
+                                       draw(st.booleans()), **link)
     return requests, config, offload
 
 
@@ -77,9 +78,7 @@ def workloads(draw, timed=False):
 @settings(max_examples=25, deadline=None)
 @given(workloads())
 def test_every_request_and_step_equals_vllm_step_clock(workload):
-    requests, config, offload = workload
-    theirs = reference.run_vllm(requests, config, offload)
-    ours = reference.run_model(requests, config, offload)
+    theirs, ours = reference._both(*workload, False)
     assert ours[0] == theirs[0]
     assert ours[1] == theirs[1]
 
@@ -90,9 +89,7 @@ def test_every_request_and_step_equals_vllm_step_clock(workload):
 def test_every_request_and_step_equals_vllm_time_clock(workload):
     """Slow links and disks: stores still in flight hold their slots (a later store finds
     none free), loads wait on their stream while other requests run."""
-    requests, config, offload = workload
-    theirs = reference.run_vllm(requests, config, offload, step_ms=reference.step_ms)
-    ours = reference.run_model(requests, config, offload, timed=True)
+    theirs, ours = reference._both(*workload, True)
     assert ours[0] == theirs[0]
     assert ours[1] == theirs[1]                       # the same float arithmetic
     assert ours[2].keys() == theirs[2].keys()

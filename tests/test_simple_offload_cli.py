@@ -33,6 +33,8 @@ DISK = [*SIMPLE, "--offload-medium", "disk", "--disk-bandwidth", "5",
      "--offload-eviction-policy applies to vLLM's OffloadingConnector, not "
      "--simple-kv-offload"),
     ([*SIMPLE, "--disk-bandwidth", "5"], "--disk-bandwidth needs --offload-medium disk"),
+    (["--kv-offloading-size", "1", "--lazy-offload"],
+     "--lazy-offload needs --simple-kv-offload"),
     ([*SIMPLE, "--offload-medium", "disk", "--disk-latency-ms", "1"],
      "--offload-medium disk needs --disk-bandwidth"),
     ([*SIMPLE, "--offload-medium", "disk", "--disk-bandwidth", "5"],
@@ -68,6 +70,15 @@ def test_cpu_and_disk_mediums_run(tmp_path, capsys):
                  str(disk)]) == 0
     assert "disk slots" in capsys.readouterr().out
     assert pl.read_parquet(disk / "requests.parquet").equals(requests)
+
+
+def test_lazy_offload_runs(tmp_path, capsys):
+    """``--lazy-offload``: stores as the GPU needs room (tests/test_engine_simple_offload.py
+    proves the rule equal to vLLM's); named in the models line."""
+    out = tmp_path / "lazy"
+    assert main(["simulate", *PATTERN, *SIMPLE, "--lazy-offload", "--out", str(out)]) == 0
+    assert "lazy stores" in capsys.readouterr().out
+    assert pl.read_parquet(out / "steps.parquet")["cpu_store_bytes"].sum() > 0
 
 
 def test_simple_offload_runs_in_a_fleet(tmp_path):

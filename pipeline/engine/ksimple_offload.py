@@ -1,7 +1,8 @@
 """vLLM 0.33.0's ``SimpleCPUOffloadConnector`` in the engine loop, compiled: its scheduler
-side (``SimpleCPUOffloadScheduler``, ``vllm/v1/simple_kv_offload/manager.py``, eager stores)
+side (``SimpleCPUOffloadScheduler``, ``vllm/v1/simple_kv_offload/manager.py``)
 over a second vLLM ``BlockPool`` of offload slots (``pipeline.components.kpool``, the
-engine's own pool kernels on a second set of arrays), and the fake worker's two streams.
+engine's own pool kernels on a second set of arrays), eager or ``lazy_offload`` stores, and
+the fake worker's two streams.
 docs/offloading.md ("vLLM's other native connector") gives each rule with vLLM's line.
 
 * ``matched``: ``get_num_new_matched_tokens`` (manager.py:361-423): the previous pin
@@ -13,7 +14,9 @@ docs/offloading.md ("vLLM's other native connector") gives each rule with vLLM's
   (674-844): the new requests then the cached ones, each block from the request's cursor
   up to its confirmed tokens stored unless unhashed, in flight or already in the pool,
   while slots are free (the LRU slot evicted), its GPU block touched; then the stores
-  queued by finished requests; one store event and one load event per step;
+  queued by finished requests; lazy (``_prepare_lazy_store_specs``, 618-672): the GPU
+  free queue walked from a cursor, up to ``2 x cdiv(max_num_batched_tokens, block)``
+  blocks, each hashed block not in the pool stored; one store and one load event per step;
 * ``finished``: ``request_finished_all_groups`` (1250-1289) before the GPU blocks are
   freed: the request's remaining confirmed blocks queued for the next store event;
 * ``worker_start`` / ``complete``: the fake worker (load event at the step's start on the
@@ -31,8 +34,8 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.components.engine_layout import (
-    B_NSAMP, B_NSCHED, B_STEP, BOFF, COMPUTED, F_END0, F_NEXTARR, F_NOW, FSCHED, G_NFREE,
-    HASHED, HOLDS, KOFF, LOAD_DONE, LOAD_FLIGHT, NBLK, NKEYS, NONE, NTOK, O_DONE, O_JLEN, O_KLEN, O_LOADB, O_NFIN, O_STOREB, O_TIMED, O_WSEQ,
+    B_NSAMP, B_NSCHED, B_STEP, BOFF, COMPUTED, F_END0, F_NEXTARR, F_NOW, FNEXT, FSCHED,
+    G_NFREE, HASHED, HOLDS, REF, KOFF, LOAD_DONE, LOAD_FLIGHT, NBLK, NKEYS, NONE, NTOK, O_DONE, O_JLEN, O_KLEN, O_LOADB, O_NFIN, O_STOREB, O_TIMED, O_WSEQ,
     RF_END, RF_START, RF_SUBMIT, X_LDONE, X_LOAD, X_LSTEP)
 from pipeline.components.kjit import helper, kernel
 from pipeline.components.kpool import (cache_full_blocks, free_blocks, get_new_blocks,
@@ -58,7 +61,16 @@ SQ_COLUMNS = 5
 # / length, next event id per stream, the load events done (watermark), async scheduling
 (SC_ON, SC_FREE, SC_BBYTES, SC_RHEAD, SC_RLEN, SC_QLEN, SC_EH0, SC_EL0, SC_EH1, SC_EL1,
  SC_ID0, SC_ID1, SC_LWM, SC_ASYNC) = range(14)
-SC_SIZE = 14
+# lazy_offload: on, the GPU blocks to keep free or offloaded per step (``_target_free``),
+# the free-queue cursor (the last block walked; NONE: from the queue's front)
+SC_LAZY, SC_TARGET, SC_CURSOR = range(14, 17)
+# schedules in a row that scheduled nothing
+SC_EMPTY = 17
+SC_SIZE = 18
+#: lazy stores stop after this many schedules in a row that scheduled nothing: vLLM's can
+#: cycle forever (a pool smaller than the walk re-stores what it just evicted while the
+#: blocks in flight keep a waiting request out), so the run ends as stuck instead
+LIVELOCK_SCHEDULES = 4096
 # SF: each stream's free time (load, store), the host link's bytes per ms, latency ms per
 # event; the disk's bytes per ms, ms per block read or written, staging buffer slots (0:
 # the CPU medium)
@@ -255,12 +267,53 @@ def _store_entry(S, O, q, e):
 
 
 @helper
+def _lazy_stores(S, O):
+    """``_prepare_lazy_store_specs``: walk the GPU free queue from the cursor (from its
+    front when the cursor's block left it), at most ``target`` blocks and while slots are
+    free; each hashed block not in the pool is stored (its GPU block touched: it leaves the
+    queue until the store is done)."""
+    P, BH = S[5], S[6]
+    SC, CHT, RING, SCR = O[I_SC], O[I_CHT], O[I_RING], O[I_SCR]
+    if SC[SC_TARGET] <= 0:
+        return
+    mask = CHT.shape[0] - 1
+    sentinel = P.shape[0] - 1
+    num_free = SC[SC_FREE]
+    cursor = SC[SC_CURSOR]
+    if cursor != NONE and P[cursor, REF] > 0:
+        cursor = NONE
+    node = P[sentinel, FNEXT] if cursor == NONE else P[cursor, FNEXT]
+    n = 0
+    covered = 0
+    while node != sentinel:
+        if covered >= SC[SC_TARGET] or n >= num_free:
+            break
+        cursor = node
+        if P[node, HASHED] != 0 and table_find(CHT, mask, BH[node]) < 0:
+            SCR[0, n] = node
+            n += 1
+        covered += 1
+        node = P[node, FNEXT]
+    SC[SC_CURSOR] = cursor
+    if n == 0:
+        return
+    _take(S, O, SCR[0, :n], SCR[1, :n], n)
+    cap = RING.shape[1]
+    for i in range(n):
+        j = (SC[SC_RHEAD] + SC[SC_RLEN] + i) % cap
+        RING[0, j], RING[1, j] = SCR[0, i], SCR[1, i]
+    SC[SC_RLEN] += n
+
+
+@helper
 def finished(S, O, slot):
     """``request_finished_all_groups`` before the request's GPU blocks are freed: its
-    confirmed blocks not stored yet are queued for the next store event."""
+    confirmed blocks not stored yet are queued for the next store event (eager mode)."""
     R = S[2]
     SQ, SC, RING, SCR = O[I_SQ], O[I_SC], O[I_RING], O[I_SCR]
     _release_pin(O, slot)
+    if SC[SC_LAZY] != 0:
+        return
     n = _select(S, O, slot, R[slot, COMPUTED] - R[slot, HOLDS], SCR[0], 0)
     if n == 0:
         return
@@ -287,19 +340,24 @@ def _event(O, stream, start, count):
 
 @helper
 def build_stores(S, O, q):
-    """``build_connector_meta``: the store event (the new requests' eager stores, the
-    cached requests', then the finished requests' queued ones) and the load event (the
-    requests admitted with a load since the last one)."""
+    """``build_connector_meta``: the store event (eager: the new requests' stores, the
+    cached requests', then the finished requests' queued ones; lazy: the free queue's
+    walk) and the load event (the requests admitted with a load since the last one)."""
     R, BQ, BMETA = S[2], S[10], S[12]
     OC, RING, SC, SQ, KQ = O[0], O[I_RING], O[I_SC], O[I_SQ], O[11]
     step = BMETA[q, B_STEP]
     first = SC[SC_RHEAD] + SC[SC_RLEN]
-    for e in range(BMETA[q, B_NSCHED]):           # scheduled_new_reqs
-        if R[BQ[q, e, 0], FSCHED] == step:
-            _store_entry(S, O, q, e)
-    for e in range(BMETA[q, B_NSCHED]):           # scheduled_cached_reqs
-        if R[BQ[q, e, 0], FSCHED] != step:
-            _store_entry(S, O, q, e)
+    SC[SC_EMPTY] = SC[SC_EMPTY] + 1 if BMETA[q, B_NSCHED] == 0 else 0
+    if SC[SC_LAZY] != 0:
+        if SC[SC_EMPTY] <= LIVELOCK_SCHEDULES:
+            _lazy_stores(S, O)
+    else:
+        for e in range(BMETA[q, B_NSCHED]):       # scheduled_new_reqs
+            if R[BQ[q, e, 0], FSCHED] == step:
+                _store_entry(S, O, q, e)
+        for e in range(BMETA[q, B_NSCHED]):       # scheduled_cached_reqs
+            if R[BQ[q, e, 0], FSCHED] != step:
+                _store_entry(S, O, q, e)
     cap = RING.shape[1]
     for i in range(SC[SC_QLEN]):
         j = (SC[SC_RHEAD] + SC[SC_RLEN]) % cap

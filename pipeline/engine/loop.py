@@ -85,9 +85,9 @@ def simulate(requests: Sequence[SimRequest], config: SchedulerConfig, *, cpu_tie
         if model is None:
             raise ValueError("native offloading on the time clock needs a compiled "
                              "step-time model (fitted Linear or Roofline)")
-        native = SimpleOffloadTier(offload, config.block_size, config.num_gpu_blocks, timed,
-                                   model) if isinstance(offload, SimpleSpec) \
-            else NativeTier(offload, config.block_size, timed, model)
+        native = SimpleOffloadTier(offload, config, timed, model) \
+            if isinstance(offload, SimpleSpec) else \
+            NativeTier(offload, config.block_size, timed, model)
     engine = EngineSim(config, cpu_tier, capacity=n, offload=native)
     engine.load(requests, *flat_request_keys(requests, config.block_size))
     if model is not None:

@@ -45,8 +45,8 @@ DEFAULT_CPU_MODEL = "lmcache"
 CONNECTOR_ONLY = ("offload_eviction_policy", "offload_block_size", "offload_store_threshold",
                   "offload_sync_load_budget")
 #: the SimpleCPUOffloadConnector's options (dests): its medium, then the disk's
-SIMPLE_ONLY = ("offload_medium", "disk_capacity", "disk_bandwidth", "disk_latency_ms",
-               "disk_buffer_slots")
+SIMPLE_ONLY = ("lazy_offload", "offload_medium", "disk_capacity", "disk_bandwidth",
+               "disk_latency_ms", "disk_buffer_slots")
 #: every native option, refused with the lmcache backend
 NATIVE_ONLY = CONNECTOR_ONLY + ("simple_kv_offload",) + SIMPLE_ONLY
 
@@ -230,7 +230,7 @@ def _simple(args: argparse.Namespace, size: float, kv) -> SimpleSpec:
             raise UsageError(f"{_flag_of(dest)} applies to vLLM's OffloadingConnector, not "
                              f"--simple-kv-offload")
     medium = getattr(args, "offload_medium", None) or "cpu"
-    disk = {dest: getattr(args, dest, None) for dest in SIMPLE_ONLY[1:]}
+    disk = {dest: getattr(args, dest, None) for dest in SIMPLE_ONLY[2:]}
     if medium != "disk":
         flag = next((_flag_of(d) for d, value in disk.items() if value is not None), None)
         if flag:
@@ -248,6 +248,7 @@ def _simple(args: argparse.Namespace, size: float, kv) -> SimpleSpec:
                        disk_latency_ms=disk["disk_latency_ms"],
                        buffer_slots=disk["disk_buffer_slots"] or DEFAULT_BUFFER_SLOTS)
     spec = SimpleSpec.from_size(capacity, kv.bytes_per_token, args.block_size, medium=medium,
+                                lazy=bool(getattr(args, "lazy_offload", None)),
                                 rate_gbps=getattr(args, "host_link_gbps", None)
                                 or DEFAULT_LINK_GBPS, **figures)
     if spec.num_slots < 2:
@@ -361,13 +362,15 @@ def _models_simple(args: argparse.Namespace, spec: SimpleSpec, line: str, link: 
     ``cpu_hit_tokens`` on either medium)."""
     disk = (f", disk {spec.disk_gbps:g} GB/s + {spec.disk_latency_ms:g} ms per block, "
             f"{spec.buffer_slots} staging buffers") if spec.medium == "disk" else ""
-    text = (f"CPU vllm-simple (vLLM 0.33.0's SimpleCPUOffloadConnector, eager stores, "
+    text = (f"CPU vllm-simple (vLLM 0.33.0's SimpleCPUOffloadConnector, "
+            f"{'lazy' if spec.lazy else 'eager'} stores, "
             f"{spec.num_slots - 1:,} {spec.medium} slots of {args.block_size} tokens{disk}, "
             f"host link {spec.rate_gbps:g} GB/s: {link})")
     line = line.replace("CPU none (no CPU tier)", text) if "CPU none" in line \
         else f"{line}; {text}"
     return line, {**registry.models_field("vllm", None), "cpu_tier": "vllm-simple",
                   "offload": {"connector": "SimpleCPUOffloadConnector", "medium": spec.medium,
+                              "lazy_offload": spec.lazy,
                               "slots": spec.num_slots, "block_tokens": args.block_size,
                               "link_gbps": spec.rate_gbps,
                               **({"disk_gbps": spec.disk_gbps,

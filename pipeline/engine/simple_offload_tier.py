@@ -17,6 +17,7 @@ import numpy as np
 
 from pipeline.components import engine_layout as L
 from pipeline.engine import ksimple_offload as K
+from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.native_tier import DEFAULT_LINK_GBPS, NativeSpec, NativeTier
 
 __all__ = ["SimpleSpec", "SimpleOffloadTier", "MEDIUMS", "offload_slots",
@@ -42,7 +43,8 @@ class SimpleSpec:
     """The connector's settings: ``num_slots`` offload slots (vLLM's ``num_cpu_blocks``),
     one token's KV bytes, the medium (vLLM's ``kv_offload_backend``), the host link (GB/s
     one way, latency ms per event) and, on disk, the disk (GB/s, latency ms per block read
-    or written) and its staging buffer slots (``disk_buffer_slots``)."""
+    or written) and its staging buffer slots (``disk_buffer_slots``); ``lazy``: vLLM's
+    ``lazy_offload`` (store as the GPU needs room, not as computed)."""
 
     num_slots: int
     kv_bytes_per_token: int
@@ -52,6 +54,7 @@ class SimpleSpec:
     disk_gbps: float = 0.0
     disk_latency_ms: float = 0.0
     buffer_slots: int = DEFAULT_BUFFER_SLOTS
+    lazy: bool = False
 
     def __post_init__(self) -> None:
         if self.medium not in MEDIUMS:
@@ -90,16 +93,21 @@ class SimpleOffloadTier(NativeTier):
     """One engine's SimpleCPUOffloadConnector (its pool is its own, as vLLM's lives in the
     instance's scheduler process)."""
 
-    def __init__(self, spec: SimpleSpec, block_size: int, num_gpu_blocks: int,
-                 timed: bool = False, model: tuple[int, np.ndarray] | None = None) -> None:
+    def __init__(self, spec: SimpleSpec, config: SchedulerConfig, timed: bool = False,
+                 model: tuple[int, np.ndarray] | None = None) -> None:
         self.simple_spec = spec
+        block_size = config.block_size
         super().__init__(NativeSpec(num_chunks=0, kv_bytes_per_token=spec.kv_bytes_per_token,
                                     link_gbps=spec.rate_gbps, latency_ms=spec.latency_ms),
                          block_size, timed, model)
-        arrays = list(K.simple_arrays(spec.num_slots, num_gpu_blocks))
+        arrays = list(K.simple_arrays(spec.num_slots, config.num_gpu_blocks))
         SC, SF = arrays[K.I_SC - K.SIMPLE], arrays[K.I_SF - K.SIMPLE]
         SC[K.SC_ON], SC[K.SC_FREE] = 1, spec.num_slots - 1
         SC[K.SC_BBYTES], SC[K.SC_LWM] = spec.kv_bytes_per_token * block_size, -1
+        SC[K.SC_CURSOR] = L.NONE
+        if spec.lazy:                  # _estimate_lazy_target_blocks (manager.py:336-354)
+            SC[K.SC_LAZY] = 1
+            SC[K.SC_TARGET] = 2 * -(-config.max_num_batched_tokens // block_size)
         SF[:] = spec.link_array()
         self.simple = arrays
         self.region = 0

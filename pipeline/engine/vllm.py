@@ -60,6 +60,10 @@ class VLLM:
             help="native backend: vLLM's SimpleCPUOffloadConnector (VLLM_USE_SIMPLE_KV_OFFLOAD"
                  "=1) instead of the OffloadingConnector: a second block pool of offload "
                  "slots, blocks stored as computed, every load asynchronous")),
+        EngineOption("--lazy-offload", dict(
+            action="store_true", default=None,
+            help="--simple-kv-offload's lazy_offload: store blocks as the GPU needs room "
+                 "(walking its free queue), not as they are computed")),
         EngineOption("--offload-medium", dict(
             choices=("cpu", "disk"), default=None,
             help="--simple-kv-offload's kv_offload_backend: cpu (default; --kv-offloading-size "
@@ -99,8 +103,7 @@ class VLLM:
         if isinstance(cpu_tier, NativeSpec):
             return EngineSim(config, offload=NativeTier(cpu_tier, config.block_size, True))
         if isinstance(cpu_tier, SimpleSpec):
-            return EngineSim(config, offload=SimpleOffloadTier(
-                cpu_tier, config.block_size, config.num_gpu_blocks, True))
+            return EngineSim(config, offload=SimpleOffloadTier(cpu_tier, config, True))
         return EngineSim(config, cpu_tier)
 
     simulate = staticmethod(simulate)
