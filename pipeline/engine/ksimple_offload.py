@@ -238,6 +238,19 @@ def _take(S, O, gpu, slots, n):
 
 
 @helper
+def _store_pairs(S, O, n):
+    """Slots for the ``n`` GPU blocks in ``SCR[0]`` (``_take``), the pairs appended to the
+    ring (the step's store event)."""
+    RING, SC, SCR = O[I_RING], O[I_SC], O[I_SCR]
+    _take(S, O, SCR[0, :n], SCR[1, :n], n)
+    cap = RING.shape[1]
+    for i in range(n):
+        j = (SC[SC_RHEAD] + SC[SC_RLEN] + i) % cap
+        RING[0, j], RING[1, j] = SCR[0, i], SCR[1, i]
+    SC[SC_RLEN] += n
+
+
+@helper
 def _samples(S, q, slot):
     BSMP, BMETA = S[11], S[12]
     for e in range(BMETA[q, B_NSAMP]):
@@ -250,7 +263,7 @@ def _samples(S, q, slot):
 def _store_entry(S, O, q, e):
     """One scheduled request's eager stores, appended to the ring."""
     R, BQ = S[2], S[10]
-    RING, SC, SCR = O[I_RING], O[I_SC], O[I_SCR]
+    SC, SCR = O[I_SC], O[I_SCR]
     slot, start = BQ[q, e, 0], BQ[q, e, 2]
     holds = R[slot, HOLDS]
     if SC[SC_ASYNC] != 0 and _samples(S, q, slot):
@@ -258,12 +271,7 @@ def _store_entry(S, O, q, e):
     n = _select(S, O, slot, start - holds, SCR[0], 0)
     if n == 0:
         return
-    _take(S, O, SCR[0, :n], SCR[1, :n], n)
-    cap = RING.shape[1]
-    for i in range(n):
-        j = (SC[SC_RHEAD] + SC[SC_RLEN] + i) % cap
-        RING[0, j], RING[1, j] = SCR[0, i], SCR[1, i]
-    SC[SC_RLEN] += n
+    _store_pairs(S, O, n)
 
 
 @helper
@@ -273,7 +281,7 @@ def _lazy_stores(S, O):
     free; each hashed block not in the pool is stored (its GPU block touched: it leaves the
     queue until the store is done)."""
     P, BH = S[5], S[6]
-    SC, CHT, RING, SCR = O[I_SC], O[I_CHT], O[I_RING], O[I_SCR]
+    SC, CHT, SCR = O[I_SC], O[I_CHT], O[I_SCR]
     if SC[SC_TARGET] <= 0:
         return
     mask = CHT.shape[0] - 1
@@ -297,12 +305,7 @@ def _lazy_stores(S, O):
     SC[SC_CURSOR] = cursor
     if n == 0:
         return
-    _take(S, O, SCR[0, :n], SCR[1, :n], n)
-    cap = RING.shape[1]
-    for i in range(n):
-        j = (SC[SC_RHEAD] + SC[SC_RLEN] + i) % cap
-        RING[0, j], RING[1, j] = SCR[0, i], SCR[1, i]
-    SC[SC_RLEN] += n
+    _store_pairs(S, O, n)
 
 
 @helper
@@ -310,7 +313,7 @@ def finished(S, O, slot):
     """``request_finished_all_groups`` before the request's GPU blocks are freed: its
     confirmed blocks not stored yet are queued for the next store event (eager mode)."""
     R = S[2]
-    SQ, SC, RING, SCR = O[I_SQ], O[I_SC], O[I_RING], O[I_SCR]
+    SC, RING, SCR = O[I_SC], O[I_RING], O[I_SCR]
     _release_pin(O, slot)
     if SC[SC_LAZY] != 0:
         return
