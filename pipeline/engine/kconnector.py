@@ -1,12 +1,13 @@
 """The engine loop's KV connector, compiled: each hook of ``pipeline.engine.ksched`` goes to
 vLLM's ``OffloadingConnector`` (``pipeline.engine.knative``) or, when its arrays are on, to
-the ``SimpleCPUOffloadConnector`` (``pipeline.engine.ksimple_offload``). An engine without
+the ``SimpleCPUOffloadConnector`` (``pipeline.engine.ksimple_offload``, its worker
+``pipeline.engine.ksimple_worker``). An engine without
 offloading never calls them (``O_ON`` is 0)."""
 
 from __future__ import annotations
 
 from pipeline.components.kjit import inlined
-from pipeline.engine import knative, ksimple_offload as simple
+from pipeline.engine import knative, ksimple_offload as simple, ksimple_worker as worker
 from pipeline.engine.knative import inflight_reserved, step_in_flight
 
 __all__ = ["matched", "reserve_sync", "after_alloc", "inflight_reserved", "build_stores",
@@ -52,14 +53,14 @@ def build_stores(S, O, q):
 @inlined
 def worker_start(O, step_ms, q, empty, in_flight):
     if _simple(O):
-        return simple.worker_start(O, step_ms, q, empty, in_flight)
+        return worker.worker_start(O, step_ms, q, empty, in_flight)
     return knative.worker_start(O, step_ms, q, empty, in_flight)
 
 
 @inlined
 def complete(S, O, q, step):
     if _simple(O):
-        return simple.complete(S, O, q, step)
+        return worker.complete(S, O, q, step)
     return knative.complete(S, O, q, step)
 
 

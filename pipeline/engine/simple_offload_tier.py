@@ -17,6 +17,7 @@ import numpy as np
 
 from pipeline.components import engine_layout as L
 from pipeline.engine import ksimple_offload as K
+from pipeline.engine.ksimple_worker import event_ms
 from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.native_tier import DEFAULT_LINK_GBPS, NativeSpec, NativeTier
 
@@ -78,7 +79,7 @@ class SimpleSpec:
 
     def event_ms(self, blocks: int, block_bytes: int) -> float:
         """One transfer event of ``blocks`` blocks of ``block_bytes`` (``transfer_ms``)."""
-        return float(K.event_ms(blocks, block_bytes, self.link_array()))
+        return float(event_ms(blocks, block_bytes, self.link_array()))
 
     @classmethod
     def from_size(cls, capacity_bytes: int, kv_bytes_per_token: int, block_size: int,
