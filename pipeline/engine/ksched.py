@@ -38,8 +38,9 @@ from pipeline.components.kjit import helper, inlined
 from pipeline.components.kpool import (cache_full_blocks, free_blocks, get_new_blocks,
                                    longest_hit, touch)
 from pipeline.components.kgeneric import tier_lookup, tier_store
-from pipeline.engine.knative import (after_alloc, build_stores, complete, inflight_reserved,
-                                     matched, reserve_sync, step_in_flight, worker_start)
+from pipeline.engine.kconnector import (after_alloc, build_stores, complete, finished,
+                                        inflight_reserved, matched, reserve_sync,
+                                        step_in_flight, worker_start)
 from pipeline.engine.kstep import step_time
 from pipeline.components.engine_layout import (
     B_HASREC, B_NSAMP, B_NSCHED, B_STEP, BCAP, BOFF, C_ASYNC, C_BS, C_CHUNKED, C_HMASK,
@@ -459,6 +460,8 @@ def _update_from_output(S, T, O, q):
             R[slot, FIN] = step
             _event(G, EV, step, ONE, R[slot, INDEX])
             G[G_FIN] = 1
+            if O[0][O_ON] != 0:                       # the connector, before the free
+                finished(S, O, slot)
             _free_request(S, slot)
             if O[0][O_ON] != 0:                       # its stores: next schedule's
                 O[7][slot, X_INFL] = 0

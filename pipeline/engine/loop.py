@@ -19,6 +19,7 @@ from pipeline.engine.hashing import flat_request_keys
 from pipeline.engine.krun import STUCK_CALLS
 from pipeline.engine.native_tier import NativeSpec, NativeTier
 from pipeline.engine.request import SimRequest
+from pipeline.engine.simple_offload_tier import SimpleOffloadTier, SimpleSpec
 
 __all__ = ["SimResult", "simulate", "request_frame", "step_frame", "timed_run", "CLOCKS",
            "REQUEST_COLUMNS", "STEP_COLUMNS"]
@@ -43,7 +44,7 @@ def simulate(requests: Sequence[SimRequest], config: SchedulerConfig, *, cpu_tie
              clock: str = "steps", step_ms: Callable[[StepRecord], float] | None = None,
              concurrency: int | None = None,
              decode_run_ms: Callable[[int, int, int], np.ndarray] | None = None,
-             offload: NativeSpec | None = None) -> SimResult:
+             offload: NativeSpec | SimpleSpec | None = None) -> SimResult:
     """Run ``requests`` (``index`` 0..n-1 in input order) through vLLM's engine loop.
 
     ``clock="steps"``: one step = one executed batch; before each ``schedule()`` every
@@ -56,7 +57,8 @@ def simulate(requests: Sequence[SimRequest], config: SchedulerConfig, *, cpu_tie
     ``Roofline``); any other ``step_ms`` is called per batch from Python, with
     ``decode_run_ms(num_running, context_base, count)`` (equal to ``step_ms`` per record)
     pricing runs of pure decode steps at once. ``offload``: vLLM's native offloading
-    (``native_tier.NativeSpec``; the step clock, or the time clock with a compiled model);
+    (``native_tier.NativeSpec``, or ``simple_offload_tier.SimpleSpec`` for its
+    SimpleCPUOffloadConnector; the step clock, or the time clock with a compiled model);
     the frames then gain its load and transfer columns (``compiled.load_columns``).
     """
     if clock not in CLOCKS:
@@ -76,14 +78,16 @@ def simulate(requests: Sequence[SimRequest], config: SchedulerConfig, *, cpu_tie
         if n and np.any(np.diff(due) < 0):
             raise ValueError("arrivals must be non-decreasing in input order")
     model = compiled_model(step_ms) if timed else (MODEL_NONE, np.zeros(8))
-    if isinstance(cpu_tier, NativeSpec):               # the engine's CPU tier is vLLM's own
+    if isinstance(cpu_tier, (NativeSpec, SimpleSpec)):   # the engine's CPU tier is vLLM's own
         offload, cpu_tier = cpu_tier, None
     native = None
     if offload is not None:
         if model is None:
             raise ValueError("native offloading on the time clock needs a compiled "
                              "step-time model (fitted Linear or Roofline)")
-        native = NativeTier(offload, config.block_size, timed, model)
+        native = SimpleOffloadTier(offload, config, timed, model) \
+            if isinstance(offload, SimpleSpec) else \
+            NativeTier(offload, config.block_size, timed, model)
     engine = EngineSim(config, cpu_tier, capacity=n, offload=native)
     engine.load(requests, *flat_request_keys(requests, config.block_size))
     if model is not None:

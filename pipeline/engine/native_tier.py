@@ -19,6 +19,7 @@ from pipeline.components import engine_layout as L
 from pipeline.components.vllm_offload import (POLICIES, NativeOffload, chunk_index,
                                                  offload_chunks)
 from pipeline.components.vllm_offload_policies import RQ_ANCHOR, RQ_GEN, RQ_SIZE, S_GEN
+from pipeline.engine.ksimple_offload import no_simple
 
 __all__ = ["NativeSpec", "NativeTier", "no_offload", "DEFAULT_LINK_GBPS", "LINK_SOURCE"]
 
@@ -71,7 +72,7 @@ def no_offload() -> tuple:
                   np.zeros((1, RQ_SIZE), np.int64), np.zeros((1, L.RX_COLUMNS), np.int64),
                   np.zeros((1, 3)), np.zeros((1, L.J_COLUMNS), np.int64), np.zeros((1, 2)),
                   np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(1, np.uint8),
-                  np.zeros((3, 1), np.int64))
+                  np.zeros((3, 1), np.int64), *no_simple())
 
 
 def _tuple(*arrays) -> tuple:
@@ -112,12 +113,13 @@ class NativeTier:
         self.CBL = np.zeros(0, np.uint8)
         self.SCR = np.zeros((3, 1), np.int64)
         self.nchunks = 0
+        self.simple = no_simple()          # the SimpleCPUOffloadConnector's arrays: off
         self._pack()
 
     def _pack(self) -> None:
         self.arrays = _tuple(self.OC, self.OF, self.offload.M, self.CROW, self.CFL, self.CJOB,
                              self.RQ, self.RX, self.RF, self.JOB, self.JT, self.KQ, self.FINQ,
-                             self.CBL, self.SCR)
+                             self.CBL, self.SCR, *self.simple)
 
     def reserve(self, rows: int) -> None:
         """Room for ``rows`` requests (the engine's request table's rows)."""

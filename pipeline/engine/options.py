@@ -32,15 +32,23 @@ from pipeline.sizes.limits import MAX_BLOCKS
 from pipeline.sizes.units import one_capacity
 from pipeline.sizes.vllm_memory import DEFAULT_BATCHED_TOKENS, DEFAULT_SEQS
 from pipeline.engine.native_tier import DEFAULT_LINK_GBPS, NativeSpec
+from pipeline.engine.simple_offload_tier import DEFAULT_BUFFER_SLOTS, DEFAULT_DISK_GIB, \
+    SimpleSpec
 
 __all__ = ["add_engine_arguments", "add_scheduler_limits", "pool_blocks", "cpu_tier_choice",
            "cpu_tier_factory", "cpu_tier_dests", "DEFAULT_CPU_MODEL", "engine_models",
            "engine_for", "offloading"]
 
 DEFAULT_CPU_MODEL = "lmcache"
-#: the native connector's options (dests), refused with the lmcache backend
-NATIVE_ONLY = ("offload_eviction_policy", "offload_block_size", "offload_store_threshold",
-               "offload_sync_load_budget")
+#: the OffloadingConnector's options (dests), refused with the lmcache backend and with
+#: the SimpleCPUOffloadConnector
+CONNECTOR_ONLY = ("offload_eviction_policy", "offload_block_size", "offload_store_threshold",
+                  "offload_sync_load_budget")
+#: the SimpleCPUOffloadConnector's options (dests): its medium, then the disk's
+SIMPLE_ONLY = ("lazy_offload", "offload_medium", "disk_capacity", "disk_bandwidth",
+               "disk_latency_ms", "disk_buffer_slots")
+#: every native option, refused with the lmcache backend
+NATIVE_ONLY = CONNECTOR_ONLY + ("simple_kv_offload",) + SIMPLE_ONLY
 
 
 def _declared() -> dict[str, registry.Option]:
@@ -163,10 +171,10 @@ def _flag_of(dest: str) -> str:
     return "--" + dest.replace("_", "-")
 
 
-def offloading(args: argparse.Namespace) -> NativeSpec | int | None:
+def offloading(args: argparse.Namespace) -> NativeSpec | SimpleSpec | int | None:
     """vLLM's offloading options: a ``NativeSpec`` (backend native, vLLM's default with a
-    size), the tokens of LMCache's CPU backend of that size (backend lmcache), or None
-    (no size). One-line usage errors naming the option: a backend or a native option
+    size; a ``SimpleSpec`` with ``--simple-kv-offload``), the tokens of LMCache's CPU
+    backend of that size (backend lmcache), or None (no size). One-line usage errors naming the option: a backend or a native option
     without a size, a native option with lmcache, a second CPU tier, a chunk that is not
     whole blocks, a size under one chunk."""
     size = getattr(args, "kv_offloading_size", None)
@@ -192,6 +200,11 @@ def offloading(args: argparse.Namespace) -> NativeSpec | int | None:
             raise UsageError(f"{_flag_of(given[0])} applies to --kv-offloading-backend "
                              f"native, not lmcache")
         return int(size * (1 << 30)) // kv.bytes_per_token
+    if getattr(args, "simple_kv_offload", None):
+        return _simple(args, size, kv)
+    if any(getattr(args, dest, None) is not None for dest in SIMPLE_ONLY):
+        flag = next(_flag_of(d) for d in SIMPLE_ONLY if getattr(args, d, None) is not None)
+        raise UsageError(f"{flag} needs --simple-kv-offload (vLLM's SimpleCPUOffloadConnector)")
     chunk = getattr(args, "offload_block_size", None) or args.block_size
     if chunk % args.block_size:
         raise UsageError(f"--offload-block-size {chunk}: must be a multiple of --block-size "
@@ -205,6 +218,43 @@ def offloading(args: argparse.Namespace) -> NativeSpec | int | None:
     if spec.num_chunks < 1:
         raise UsageError(f"--kv-offloading-size {size:g}: less than one chunk of {chunk} "
                          f"tokens ({kv.bytes_per_token * chunk:,} bytes)")
+    return spec
+
+
+def _simple(args: argparse.Namespace, size: float, kv) -> SimpleSpec:
+    """``--simple-kv-offload``'s ``SimpleSpec``: the pool of ``--kv-offloading-size`` GiB of
+    CPU memory, or ``--disk-capacity`` GiB of disk (``--offload-medium disk``, which needs
+    the disk's figures); usage errors naming the option otherwise."""
+    for dest in CONNECTOR_ONLY:
+        if getattr(args, dest, None) is not None:
+            raise UsageError(f"{_flag_of(dest)} applies to vLLM's OffloadingConnector, not "
+                             f"--simple-kv-offload")
+    medium = getattr(args, "offload_medium", None) or "cpu"
+    disk = {dest: getattr(args, dest, None) for dest in SIMPLE_ONLY[2:]}
+    if medium != "disk":
+        flag = next((_flag_of(d) for d, value in disk.items() if value is not None), None)
+        if flag:
+            raise UsageError(f"{flag} needs --offload-medium disk")
+        capacity, where = int(size * (1 << 30)), f"--kv-offloading-size {size:g}"
+        figures = {}
+    else:
+        for dest in ("disk_bandwidth", "disk_latency_ms"):
+            if disk[dest] is None:
+                raise UsageError(f"--offload-medium disk needs {_flag_of(dest)} (the disk's "
+                                 f"own figure: no default)")
+        gib = disk["disk_capacity"] or DEFAULT_DISK_GIB
+        capacity, where = int(gib * (1 << 30)), f"--disk-capacity {gib:g}"
+        figures = dict(disk_gbps=disk["disk_bandwidth"],
+                       disk_latency_ms=disk["disk_latency_ms"],
+                       buffer_slots=disk["disk_buffer_slots"] or DEFAULT_BUFFER_SLOTS)
+    spec = SimpleSpec.from_size(capacity, kv.bytes_per_token, args.block_size, medium=medium,
+                                lazy=bool(getattr(args, "lazy_offload", None)),
+                                rate_gbps=getattr(args, "host_link_gbps", None)
+                                or DEFAULT_LINK_GBPS, **figures)
+    if spec.num_slots < 2:
+        raise UsageError(f"{where}: no block of {args.block_size} tokens "
+                         f"({kv.bytes_per_token * args.block_size:,} bytes) beyond the pool's "
+                         f"null block")
     return spec
 
 
@@ -223,7 +273,7 @@ def cpu_tier_factory(args: argparse.Namespace) -> Callable[[], object] | None:
     if getattr(args, "tiers", None) and offload is not None:
         raise UsageError("--tier: not with --kv-offloading-size (the engine takes one "
                          "offloading setup)")
-    if isinstance(offload, NativeSpec):
+    if isinstance(offload, (NativeSpec, SimpleSpec)):
         return partial(_given, offload)
     if offload is not None:
         return partial(LMCacheTier, offload, args.block_size, options["chunk_size"])
@@ -268,7 +318,7 @@ def engine_models(args: argparse.Namespace) -> tuple[str, dict]:
                       "chunk_tokens": options.get("chunk_size")}}
     offload = offloading(args)
     cpu = model if getattr(args, "cpu", 0) or isinstance(offload, int) else None
-    if isinstance(offload, NativeSpec):
+    if isinstance(offload, (NativeSpec, SimpleSpec)):
         line, field = engine_models_native(args, offload)
         if engine.NAME == DEFAULT_ENGINE:
             return line, field
@@ -289,9 +339,11 @@ def engine_models(args: argparse.Namespace) -> tuple[str, dict]:
 def engine_models_native(args: argparse.Namespace, spec: NativeSpec) -> tuple[str, dict]:
     """The answer's models line and field with vLLM's native offloading as the CPU tier."""
     from pipeline.engine.native_tier import LINK_SOURCE
-    tpc = spec.blocks_per_chunk * args.block_size
     link = "--host-link-gbps" if getattr(args, "host_link_gbps", None) else LINK_SOURCE
     line = registry.models_line("vllm", None, None, {})
+    if isinstance(spec, SimpleSpec):
+        return _models_simple(args, spec, line, link)
+    tpc = spec.blocks_per_chunk * args.block_size
     native = (f"CPU vllm-native (vLLM 0.33.0's OffloadingConnector + CPUOffloadingManager, "
               f"{spec.policy}, {spec.num_chunks:,} chunks of {tpc} tokens, host link "
               f"{spec.link_gbps:g} GB/s: {link})")
@@ -302,3 +354,26 @@ def engine_models_native(args: argparse.Namespace, spec: NativeSpec) -> tuple[st
                               "chunk_tokens": tpc, "store_threshold": spec.store_threshold,
                               "sync_load_budget_bytes": spec.sync_load_budget_bytes,
                               "link_gbps": spec.link_gbps}}
+
+
+def _models_simple(args: argparse.Namespace, spec: SimpleSpec, line: str, link: str
+                   ) -> tuple[str, dict]:
+    """The models line and field of ``--simple-kv-offload`` (its hits are the requests'
+    ``cpu_hit_tokens`` on either medium)."""
+    disk = (f", disk {spec.disk_gbps:g} GB/s + {spec.disk_latency_ms:g} ms per block, "
+            f"{spec.buffer_slots} staging buffers") if spec.medium == "disk" else ""
+    text = (f"CPU vllm-simple (vLLM 0.33.0's SimpleCPUOffloadConnector, "
+            f"{'lazy' if spec.lazy else 'eager'} stores, "
+            f"{spec.num_slots - 1:,} {spec.medium} slots of {args.block_size} tokens{disk}, "
+            f"host link {spec.rate_gbps:g} GB/s: {link})")
+    line = line.replace("CPU none (no CPU tier)", text) if "CPU none" in line \
+        else f"{line}; {text}"
+    return line, {**registry.models_field("vllm", None), "cpu_tier": "vllm-simple",
+                  "offload": {"connector": "SimpleCPUOffloadConnector", "medium": spec.medium,
+                              "lazy_offload": spec.lazy,
+                              "slots": spec.num_slots, "block_tokens": args.block_size,
+                              "link_gbps": spec.rate_gbps,
+                              **({"disk_gbps": spec.disk_gbps,
+                                  "disk_latency_ms": spec.disk_latency_ms,
+                                  "disk_buffer_slots": spec.buffer_slots}
+                                 if spec.medium == "disk" else {})}}

@@ -5,11 +5,14 @@ what an engine class provides."""
 
 from __future__ import annotations
 
-from pipeline.base.arguments import non_negative_int, positive_float, positive_int
+from pipeline.base.arguments import (non_negative_float, non_negative_int, positive_float,
+                                     positive_int)
 from pipeline.engine.config import EngineOption, SchedulerConfig
 from pipeline.engine.core import EngineSim
 from pipeline.engine.loop import simulate
 from pipeline.engine.native_tier import NativeSpec, NativeTier
+from pipeline.engine.simple_offload_tier import (DEFAULT_BUFFER_SLOTS, DEFAULT_DISK_GIB,
+                                                 SimpleOffloadTier, SimpleSpec)
 
 __all__ = ["VLLM"]
 
@@ -52,6 +55,34 @@ class VLLM:
             type=non_negative_int, metavar="BYTES",
             help="vLLM's sync_load_budget_bytes: loads within it run before the step "
                  "(default 0: every load asynchronous)")),
+        EngineOption("--simple-kv-offload", dict(
+            action="store_true", default=None,
+            help="native backend: vLLM's SimpleCPUOffloadConnector (VLLM_USE_SIMPLE_KV_OFFLOAD"
+                 "=1) instead of the OffloadingConnector: a second block pool of offload "
+                 "slots, blocks stored as computed, every load asynchronous")),
+        EngineOption("--lazy-offload", dict(
+            action="store_true", default=None,
+            help="--simple-kv-offload's lazy_offload: store blocks as the GPU needs room "
+                 "(walking its free queue), not as they are computed")),
+        EngineOption("--offload-medium", dict(
+            choices=("cpu", "disk"), default=None,
+            help="--simple-kv-offload's kv_offload_backend: cpu (default; --kv-offloading-size "
+                 "of CPU memory) or disk (--disk-capacity of disk slots)")),
+        EngineOption("--disk-capacity", dict(
+            type=positive_float, metavar="GiB",
+            help=f"--offload-medium disk: vLLM's disk_capacity_bytes in GiB (default "
+                 f"{DEFAULT_DISK_GIB}, vLLM's)")),
+        EngineOption("--disk-bandwidth", dict(
+            type=positive_float, metavar="GB/S",
+            help="--offload-medium disk: the disk's read and write GB/s (required: the "
+                 "disk's own figure)")),
+        EngineOption("--disk-latency-ms", dict(
+            type=non_negative_float, metavar="MS",
+            help="--offload-medium disk: ms per block read or written (required)")),
+        EngineOption("--disk-buffer-slots", dict(
+            type=positive_int, metavar="N",
+            help=f"--offload-medium disk: vLLM's disk_buffer_slots, staging buffers per "
+                 f"direction (default {DEFAULT_BUFFER_SLOTS}, vLLM's)")),
     )
 
     @staticmethod
@@ -67,9 +98,12 @@ class VLLM:
 
     @staticmethod
     def instance(config: SchedulerConfig, cpu_tier=None) -> EngineSim:
-        """One engine; ``cpu_tier`` a CPU tier or a ``NativeSpec`` (vLLM's offloading)."""
+        """One engine; ``cpu_tier`` a CPU tier or a ``NativeSpec`` / ``SimpleSpec`` (vLLM's
+        offloading)."""
         if isinstance(cpu_tier, NativeSpec):
             return EngineSim(config, offload=NativeTier(cpu_tier, config.block_size, True))
+        if isinstance(cpu_tier, SimpleSpec):
+            return EngineSim(config, offload=SimpleOffloadTier(cpu_tier, config, True))
         return EngineSim(config, cpu_tier)
 
     simulate = staticmethod(simulate)
