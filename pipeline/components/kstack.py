@@ -45,11 +45,12 @@ from pipeline.components.engine_layout import (CPUSTATE, DISKHIT, KOFF, LOADNS, 
                                                T_USED, WAITING)
 from pipeline.components.kjit import helper, inlined, kernel
 from pipeline.components.ktier import (_add, _held, _node, allocate, lfu_tier, lookup,
-                                       on_hit, on_put, store, tier_arrays)
+                                       no_tier, on_hit, on_put, store, tier_arrays)
 
 __all__ = ["STACK_ARRAYS", "TIERS", "stack_arrays", "stack_lookup", "stack_retrieve",
            "stack_put", "stack_step_ms", "STEP_BYTES_COLUMNS", "K_BPT", "K_GBPS", "K_LAT", "K_STEP_MS", "K_BYTES",
-           "run_lookup", "run_retrieve", "run_store", "flush", "engine_lookup", "engine_store"]
+           "run_lookup", "run_retrieve", "run_store", "flush", "engine_lookup", "engine_store",
+           "engine_arrays", "is_stack"]
 
 TIERS = ("cpu", "disk", "remote")
 STACK_ARRAYS = 17
@@ -84,6 +85,21 @@ def stack_arrays(capacities: tuple[int, int, int], chunk: int, per: int,
     K[K_GBPS:K_GBPS + 3] = gbps
     K[K_LAT:K_LAT + 3] = latency_ms
     return (*parts[0], *parts[1], *parts[2], K, np.zeros((PENDING + 1, 5), np.int64))
+
+
+def engine_arrays(T: tuple) -> tuple:
+    """``T`` in a stack's shape, so that one compiled engine serves every tier (each shape
+    of ``T`` compiled the whole engine once more): a stack as it is; any other tier
+    (``ktier``'s 5 arrays: LMCache's CPU backend, a Python tier's handle, none) followed by
+    two absent tiers and an empty ``K``, which ``is_stack`` tells apart when running."""
+    if len(T) == STACK_ARRAYS:
+        return T
+    return (*T, *no_tier(), *no_tier(), np.zeros(0, np.float64), np.zeros((1, 5), np.int64))
+
+
+def is_stack(T: tuple) -> bool:
+    """``T`` is a tier stack (not another tier in a stack's shape: ``engine_arrays``)."""
+    return len(T) == STACK_ARRAYS and T[15].size > 0
 
 
 def _cpu(T):
@@ -300,6 +316,8 @@ def _stack_step_ms(T, R, KEYS, STEPS, row):
         return lambda T, R, KEYS, STEPS, row: -1.0
 
     def priced(T, R, KEYS, STEPS, row):
+        if T[15].size == 0:                           # another tier (``engine_arrays``)
+            return -1.0
         flush(T, R, KEYS)
         return _step_record(T[15], STEPS, row)
     return priced
