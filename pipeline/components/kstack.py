@@ -60,6 +60,8 @@ K_SIZE = 14
 STEP_BYTES_COLUMNS = tuple(f"{tier}_load_bytes" for tier in TIERS)
 PENDING = 4096
 HELD = np.int64(1) << 32                 # a retrieval's reference on a CPU chunk (pins column)
+#: Constant arguments as int64, not numba literals (a literal compiled its callee once more)
+ZERO, ONE = np.int64(0), np.int64(1)
 
 
 def stack_arrays(capacities: tuple[int, int, int], chunk: int, per: int,
@@ -216,7 +218,7 @@ def _put(D, key, chunk):
     node = _node(D, key)
     if node >= 0:
         on_hit(D, node)
-    elif chunk <= D[0][T_CAPACITY] and allocate(D, chunk, 0):
+    elif chunk <= D[0][T_CAPACITY] and allocate(D, chunk, ZERO):
         node = _add(D, key)
         D[2][node, 2] = chunk
         on_put(D, node)
@@ -340,19 +342,19 @@ def _step_record(K, STEPS, row):
 
 @kernel
 def run_lookup(T, keys, out):
-    stack_lookup(T, keys, 0, 1, keys.size, out)
+    stack_lookup(T, keys, ZERO, ONE, keys.size, out)
 
 
 @kernel
 def run_retrieve(T, keys, h1, h2, h3, gpu, prompt):
     """The retrieve, then lookup_unpin."""
-    stack_retrieve(T, keys, 0, 1, h1, h2, h3, gpu, prompt)
-    _unpin(T, keys, 0, 1, h1)
+    stack_retrieve(T, keys, ZERO, ONE, h1, h2, h3, gpu, prompt)
+    _unpin(T, keys, ZERO, ONE, h1)
 
 
 @kernel
 def run_store(T, keys, prompt, hit):
-    stack_put(T, keys, 0, 1, keys.size, prompt, hit)
+    stack_put(T, keys, ZERO, ONE, keys.size, prompt, hit)
 
 
 
@@ -365,7 +367,7 @@ def replay_requests(T, starts, keys, prompt, gpu, out):
     for r in range(starts.size - 1):
         first, count = starts[r], starts[r + 1] - starts[r]
         row = out[r]
-        stack_lookup(T, keys, first, 1, count, row)
-        stack_retrieve(T, keys, first, 1, row[0], row[1], row[2], gpu[r], prompt[r])
-        _unpin(T, keys, first, 1, row[0])
-        stack_put(T, keys, first, 1, count, prompt[r], (row[0] + row[1] + row[2]) * chunk)
+        stack_lookup(T, keys, first, ONE, count, row)
+        stack_retrieve(T, keys, first, ONE, row[0], row[1], row[2], gpu[r], prompt[r])
+        _unpin(T, keys, first, ONE, row[0])
+        stack_put(T, keys, first, ONE, count, prompt[r], (row[0] + row[1] + row[2]) * chunk)
