@@ -140,12 +140,14 @@ WARM_UP = (("simulate", "data/simulate/chat.jsonl", "--format", "tokens", "--blo
 
 
 def pytest_configure(config):
-    """On a clean numba cache, before xdist starts its workers: the WARM_UP commands side by
-    side, so the engines' kernels compile once, on both cores, and every worker (and every
-    command a test starts) loads them. Without it both workers, or a worker and the docs
-    test's commands, compiled the engine at the same time (~20 s of CPU twice)."""
+    """A whole run on a clean numba cache, before xdist starts its workers: the WARM_UP
+    commands side by side, so the engines' kernels compile once, on both cores, and every
+    worker (and every command a test starts) loads them. Without it both workers, or a
+    worker and the docs test's commands, compiled the engine at the same time (~20 s of
+    CPU twice)."""
+    whole = config.args_source == pytest.Config.ArgsSource.TESTPATHS   # not chosen files
     if hasattr(config, "workerinput") or not config.getoption("numprocesses", None) \
-            or _engine_cached():
+            or not whole or _engine_cached():
         return
     import subprocess
     import tempfile
