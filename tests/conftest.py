@@ -1,5 +1,6 @@
 """Shared test helpers: paths, a deliberately simple list-based reference cache, and what keeps
-the suite fast (byte code kept, the slow few-test files handed out first)."""
+the suite fast (byte code kept, the engines compiled once before the workers start, the slow
+few-test files handed out first)."""
 
 from __future__ import annotations
 
@@ -128,6 +129,41 @@ def cli_in_process(*argv):
 #: pytest_xdist_make_scheduler starts them first (tests/test_suite_setup.py: they exist).
 START_FIRST = ("tests/test_llamacpp_engine.py", "tests/test_fleet_ray.py",
                "tests/test_report_off_lab.py")
+
+
+#: Commands (docs/simulate.md's) whose first run compiles the two engines' kernels, the
+#: largest (the vLLM engine's ~35 s of CPU, SGLang's ~20 s).
+WARM_UP = (("simulate", "data/simulate/chat.jsonl", "--format", "tokens", "--block-size", "4",
+            "--gpu", "256"),
+           ("simulate", "data/simulate/chat.jsonl", "--format", "tokens", "--block-size", "4",
+            "--gpu", "256", "--engine", "sglang"))
+
+
+def pytest_configure(config):
+    """A whole run on a clean numba cache, before xdist starts its workers: the WARM_UP
+    commands side by side, so the engines' kernels compile once, on both cores, and every
+    worker (and every command a test starts) loads them. Without it both workers, or a
+    worker and the docs test's commands, compiled the engine at the same time (~20 s of
+    CPU twice)."""
+    whole = config.args_source == pytest.Config.ArgsSource.TESTPATHS   # not chosen files
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None) \
+            or not whole or _engine_cached():
+        return
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory() as out:
+        runs = [subprocess.Popen([sys.executable, "-m", "pipeline", *argv, "--out",
+                                  f"{out}/{i}"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL) for i, argv in enumerate(WARM_UP)]
+        for run in runs:                        # a failure is the tests' to report
+            run.wait()
+
+
+def _engine_cached() -> bool:
+    """numba's index of the vLLM engine's kernel exists (``__pycache__`` or NUMBA_CACHE_DIR)."""
+    cache = os.environ.get("NUMBA_CACHE_DIR")
+    where = Path(cache) if cache else ROOT / "pipeline" / "engine" / "__pycache__"
+    return where.is_dir() and any(where.rglob("krun._engine-*.nbi"))
 
 
 @pytest.hookimpl(optionalhook=True)         # an xdist hook: fine when xdist is not loaded

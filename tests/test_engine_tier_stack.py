@@ -104,3 +104,18 @@ def test_a_fleet_shares_one_remote_store_in_time_order():
     assert stacks[1].remote_of is stacks[0]
     assert stacks[1].bytes_loaded()["remote"] > 0      # instance 1 read what 0 stored
     assert result.requests["cpu_hit_tokens"].to_list()[1] > 0
+
+
+def test_every_tier_runs_the_same_compiled_engine():
+    """No tier, LMCache's CPU tier and a stack reach the engine in one shape (a stack's:
+    ``kstack.engine_arrays``), so the engine compiles once for all (each shape compiled the
+    whole engine again, ~20 s of CPU on a clean cache)."""
+    from pipeline.engine import krun
+    config = SchedulerConfig(num_gpu_blocks=8, max_model_len=100, block_size=4)
+    requests = [SimRequest(i, list(range(i, i + 12)), 2) for i in range(3)]
+    simulate(requests, config)
+    known = set(krun._engine.signatures)
+    lmcache = simulate(requests, config, cpu_tier=LMCacheTier(16, 4, 4))
+    stack = simulate(requests, config, cpu_tier=LMCacheStack([Tier("cpu", 16)], 4, 2.0, 4))
+    assert set(krun._engine.signatures) == known
+    assert stack.requests.drop(NEW).equals(lmcache.requests)

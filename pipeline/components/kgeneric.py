@@ -12,8 +12,9 @@ tier's handle (``register``; its other arrays unused) calls the tier's ``lookup`
 from object mode (``numba.objmode``, cached on disk like the rest). The tier object is found
 by its handle, so kernels never see a Python object. A compiled tier of another engine is
 one more module with the same ``lookup`` / ``store`` over a run of keys, and one more branch
-here. A tier stack (``pipeline.components.kstack``: 17 arrays) is told apart by its type
-when compiling and runs its own ``engine_lookup`` / ``engine_store``.
+here. A tier stack (``pipeline.components.kstack``: 17 arrays) runs its own
+``engine_lookup`` / ``engine_store``; the engine passes every tier in the stack's shape
+(``kstack.engine_arrays``: compiled once for all), told apart when running by its ``K``.
 """
 
 from __future__ import annotations
@@ -75,14 +76,23 @@ def _store(T, R, KEYS, slot):
 @overload(_lookup, inline="always")
 def _lookup_typed(T, R, KEYS, slot, local):
     if len(T) == STACK_ARRAYS:
-        return lambda T, R, KEYS, slot, local: engine_lookup(T, R, KEYS, slot, local)
+        def either(T, R, KEYS, slot, local):
+            if T[15].size == 0:                       # another tier in a stack's shape
+                return _tier_lookup((T[0], T[1], T[2], T[3], T[4]), R, KEYS, slot, local)
+            return engine_lookup(T, R, KEYS, slot, local)
+        return either
     return lambda T, R, KEYS, slot, local: _tier_lookup(T, R, KEYS, slot, local)
 
 
 @overload(_store, inline="always")
 def _store_typed(T, R, KEYS, slot):
     if len(T) == STACK_ARRAYS:
-        return lambda T, R, KEYS, slot: engine_store(T, R, KEYS, slot)
+        def either(T, R, KEYS, slot):
+            if T[15].size == 0:                       # another tier in a stack's shape
+                _tier_store((T[0], T[1], T[2], T[3], T[4]), R, KEYS, slot)
+            else:
+                engine_store(T, R, KEYS, slot)
+        return either
     return lambda T, R, KEYS, slot: _tier_store(T, R, KEYS, slot)
 
 

@@ -45,11 +45,12 @@ from pipeline.components.engine_layout import (CPUSTATE, DISKHIT, KOFF, LOADNS, 
                                                T_USED, WAITING)
 from pipeline.components.kjit import helper, inlined, kernel
 from pipeline.components.ktier import (_add, _held, _node, allocate, lfu_tier, lookup,
-                                       on_hit, on_put, store, tier_arrays)
+                                       no_tier, on_hit, on_put, store, tier_arrays)
 
 __all__ = ["STACK_ARRAYS", "TIERS", "stack_arrays", "stack_lookup", "stack_retrieve",
            "stack_put", "stack_step_ms", "STEP_BYTES_COLUMNS", "K_BPT", "K_GBPS", "K_LAT", "K_STEP_MS", "K_BYTES",
-           "run_lookup", "run_retrieve", "run_store", "flush", "engine_lookup", "engine_store"]
+           "run_lookup", "run_retrieve", "run_store", "flush", "engine_lookup", "engine_store",
+           "engine_arrays", "is_stack"]
 
 TIERS = ("cpu", "disk", "remote")
 STACK_ARRAYS = 17
@@ -59,6 +60,8 @@ K_SIZE = 14
 STEP_BYTES_COLUMNS = tuple(f"{tier}_load_bytes" for tier in TIERS)
 PENDING = 4096
 HELD = np.int64(1) << 32                 # a retrieval's reference on a CPU chunk (pins column)
+#: Constant arguments as int64, not numba literals (a literal compiled its callee once more)
+ZERO, ONE = np.int64(0), np.int64(1)
 
 
 def stack_arrays(capacities: tuple[int, int, int], chunk: int, per: int,
@@ -84,6 +87,21 @@ def stack_arrays(capacities: tuple[int, int, int], chunk: int, per: int,
     K[K_GBPS:K_GBPS + 3] = gbps
     K[K_LAT:K_LAT + 3] = latency_ms
     return (*parts[0], *parts[1], *parts[2], K, np.zeros((PENDING + 1, 5), np.int64))
+
+
+def engine_arrays(T: tuple) -> tuple:
+    """``T`` in a stack's shape, so that one compiled engine serves every tier (each shape
+    of ``T`` compiled the whole engine once more): a stack as it is; any other tier
+    (``ktier``'s 5 arrays: LMCache's CPU backend, a Python tier's handle, none) followed by
+    two absent tiers and an empty ``K``, which ``is_stack`` tells apart when running."""
+    if len(T) == STACK_ARRAYS:
+        return T
+    return (*T, *no_tier(), *no_tier(), np.zeros(0, np.float64), np.zeros((1, 5), np.int64))
+
+
+def is_stack(T: tuple) -> bool:
+    """``T`` is a tier stack (not another tier in a stack's shape: ``engine_arrays``)."""
+    return len(T) == STACK_ARRAYS and T[15].size > 0
 
 
 def _cpu(T):
@@ -200,7 +218,7 @@ def _put(D, key, chunk):
     node = _node(D, key)
     if node >= 0:
         on_hit(D, node)
-    elif chunk <= D[0][T_CAPACITY] and allocate(D, chunk, 0):
+    elif chunk <= D[0][T_CAPACITY] and allocate(D, chunk, ZERO):
         node = _add(D, key)
         D[2][node, 2] = chunk
         on_put(D, node)
@@ -300,6 +318,8 @@ def _stack_step_ms(T, R, KEYS, STEPS, row):
         return lambda T, R, KEYS, STEPS, row: -1.0
 
     def priced(T, R, KEYS, STEPS, row):
+        if T[15].size == 0:                           # another tier (``engine_arrays``)
+            return -1.0
         flush(T, R, KEYS)
         return _step_record(T[15], STEPS, row)
     return priced
@@ -322,19 +342,19 @@ def _step_record(K, STEPS, row):
 
 @kernel
 def run_lookup(T, keys, out):
-    stack_lookup(T, keys, 0, 1, keys.size, out)
+    stack_lookup(T, keys, ZERO, ONE, keys.size, out)
 
 
 @kernel
 def run_retrieve(T, keys, h1, h2, h3, gpu, prompt):
     """The retrieve, then lookup_unpin."""
-    stack_retrieve(T, keys, 0, 1, h1, h2, h3, gpu, prompt)
-    _unpin(T, keys, 0, 1, h1)
+    stack_retrieve(T, keys, ZERO, ONE, h1, h2, h3, gpu, prompt)
+    _unpin(T, keys, ZERO, ONE, h1)
 
 
 @kernel
 def run_store(T, keys, prompt, hit):
-    stack_put(T, keys, 0, 1, keys.size, prompt, hit)
+    stack_put(T, keys, ZERO, ONE, keys.size, prompt, hit)
 
 
 
@@ -347,7 +367,7 @@ def replay_requests(T, starts, keys, prompt, gpu, out):
     for r in range(starts.size - 1):
         first, count = starts[r], starts[r + 1] - starts[r]
         row = out[r]
-        stack_lookup(T, keys, first, 1, count, row)
-        stack_retrieve(T, keys, first, 1, row[0], row[1], row[2], gpu[r], prompt[r])
-        _unpin(T, keys, first, 1, row[0])
-        stack_put(T, keys, first, 1, count, prompt[r], (row[0] + row[1] + row[2]) * chunk)
+        stack_lookup(T, keys, first, ONE, count, row)
+        stack_retrieve(T, keys, first, ONE, row[0], row[1], row[2], gpu[r], prompt[r])
+        _unpin(T, keys, first, ONE, row[0])
+        stack_put(T, keys, first, ONE, count, prompt[r], (row[0] + row[1] + row[2]) * chunk)

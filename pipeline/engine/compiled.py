@@ -13,7 +13,7 @@ import numpy as np
 import polars as pl
 
 from pipeline.components import engine_layout as L
-from pipeline.components.kstack import STACK_ARRAYS, STEP_BYTES_COLUMNS
+from pipeline.components.kstack import STEP_BYTES_COLUMNS, is_stack
 from pipeline.engine.krun import DONE, FULL, MODEL_LINEAR, MODEL_NONE, MODEL_ROOFLINE, run_loop
 
 __all__ = ["compiled_model", "compiled_run", "request_table", "with_tier_columns", "with_times",
@@ -95,7 +95,7 @@ def compiled_run(engine, due: np.ndarray, timed: bool, concurrency: int | None,
 def extra_step_names(T: tuple, native: bool) -> tuple[str, ...]:
     """The step columns after the engine's 8 (``krun.STEP_FIELDS``): a tier stack's bytes
     loaded per tier, the native offload's bytes loaded and stored, or none."""
-    if len(T) == STACK_ARRAYS:
+    if is_stack(T):
         return STEP_BYTES_COLUMNS
     return ("cpu_load_bytes", "cpu_store_bytes") if native else ()
 
@@ -141,7 +141,7 @@ def with_tier_columns(frame: pl.DataFrame, rows: np.ndarray, T: tuple) -> pl.Dat
     """A tier stack's request columns (``pipeline.components.kstack``): the tokens loaded
     from disk and from the remote store (part of ``cpu_hit_tokens``, every token loaded
     through LMCache) and the request's load time; none for any other tier."""
-    if len(T) != STACK_ARRAYS:
+    if not is_stack(T):
         return frame
     return frame.with_columns(disk_hit_tokens=pl.Series(rows[:, L.DISKHIT]),
                               remote_hit_tokens=pl.Series(rows[:, L.REMOTEHIT]),

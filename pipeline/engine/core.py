@@ -20,6 +20,7 @@ from pipeline.components.kpool import leading_cached, pool_arrays
 from pipeline.engine.compiled import STUCK_MESSAGE, compiled_model, extra_step_names
 from pipeline.engine.krun import DONE, FULL, STUCK_CALLS, advance, run_until, step_once
 from pipeline.components.ktier import no_tier
+from pipeline.components.kstack import engine_arrays
 from pipeline.engine.native_tier import no_offload
 from pipeline.engine.request import SimRequest
 from pipeline.engine.snapshot import CacheSnapshot
@@ -77,7 +78,7 @@ class EngineSim:
         self.BUF = np.zeros(blocks + 1, np.int64)
         self.EV = np.zeros((16 * entries + 64, 3), np.int64)
         self.REC = np.zeros(L.X_SIZE, np.int64)
-        self.T = cpu_tier.arrays if cpu_tier is not None else no_tier()
+        self.T = engine_arrays(cpu_tier.arrays if cpu_tier is not None else no_tier())
         self.native = offload
         if offload is not None:
             offload.defer_frees(config.async_scheduling)
