@@ -33,15 +33,16 @@ __all__ = ["HiScheduler"]
 class HiScheduler(Scheduler):
     """``Scheduler`` with HiCache: ``write_policy``, a host pool of ``host_tokens``."""
 
-    def __init__(self, settings, *, write_policy: str, host_tokens: int) -> None:
-        super().__init__(settings)
+    def __init__(self, settings, *, write_policy: str, host_tokens: int,
+                 overlap: bool = False) -> None:
+        super().__init__(settings, overlap)
         self.tree = HiRadixTree(self.P, settings.radix_eviction_policy,
                                 device_tokens=settings.max_total_tokens,
                                 host_tokens=host_tokens, write_policy=write_policy)
 
-    def iterate(self, step: int) -> Batch | None:
-        self.tree.check_events()
-        return super().iterate(step)
+    def next_batch(self, step: int) -> Batch | None:
+        self.tree.check_events()           # get_next_batch_to_run's first step, each turn
+        return super().next_batch(step)
 
     def match(self, req: Req, limit: bool) -> None:
         fill = req.fill()
