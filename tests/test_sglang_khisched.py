@@ -10,20 +10,24 @@ step-by-step one. Needs no SGLang sources."""
 
 from __future__ import annotations
 
-from functools import partial
+from dataclasses import dataclass, replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oracles.sglang_hiradix import WRITE_POLICIES
 from oracles.sglang_hisched import HiScheduler
-from test_engine_sglang_equal import ours, workloads
+from test_engine_sglang_equal import ours, scheduler_settings, workloads
 from test_sglang_hisched import returning_stems
 from test_sglang_ksched import oracle, outcome
 from test_sglang_overlap import tight
 
-from pipeline.engine.sglang import run_on_steps
-from pipeline.engine.sglang_hicache import HiCacheSpec
+from pipeline.components.sglang_settings import SchedulerSettings
+from pipeline.engine import sglang as engine_module
+from pipeline.engine.request import SimRequest
+from pipeline.engine.sglang import SGLang, SGLangConfig, SGLangInstance, run_on_steps, \
+    simulate
+from pipeline.engine.sglang_hicache import HiCacheSpec, SGLangHiInstance
 
 
 class Recording(HiScheduler):
@@ -88,3 +92,53 @@ def test_compiled_hicache_equal_to_the_python_model(workload, write_policy, host
        write_policy=st.sampled_from(WRITE_POLICIES), host=st.sampled_from([8, 40, 200]))
 def test_compiled_hicache_overlap_equal_to_the_python_model(workload, write_policy, host):
     check(workload, write_policy, host, overlap=True)
+
+
+@dataclass(frozen=True)
+class WithStorage(HiCacheSpec):
+    """A HiCache spec with an L3 storage backend (what the compiled engine leaves to the
+    plain-Python one)."""
+
+    storage_backend: str = "file"
+
+
+def test_storage_options_run_the_python_engine():
+    settings_ = SchedulerSettings(max_total_tokens=64)
+    plain = SGLangConfig(2, 10 ** 6, 1, settings_, HiCacheSpec("write_through", 100, 1))
+    stored = replace(plain, hicache=WithStorage("write_through", 100, 1))
+    assert type(SGLang.instance(plain)) is SGLangInstance
+    assert type(SGLang.instance(stored)) is SGLangHiInstance
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@given(workload=st.one_of(workloads(), returning_stems()),
+       write_policy=st.sampled_from(WRITE_POLICIES), host=st.sampled_from([8, 40, 200]))
+def test_compiled_and_python_hicache_frames_agree(workload, write_policy, host):
+    """``simulate``'s frames on the step and the time clock (with the step model's reload
+    term: ``load_ms``, the host byte columns) are the plain-Python HiCache engine's."""
+    requests, pool, options = workload
+    spec = HiCacheSpec(write_policy, host, 7)
+    config = SGLangConfig(2, 10 ** 6, options["page"], scheduler_settings(pool, options),
+                          spec)
+    runs = [SimRequest(i, p, len(o), arrival_step=a, arrival_s=a / 10,
+                       output_token_ids=o) for i, (p, o, a) in enumerate(requests)]
+    price = _price
+    try:
+        compiled = [simulate(runs, config), simulate(runs, config, clock="time",
+                                                     step_ms=price)]
+    except RuntimeError:
+        return
+    route = engine_module.compiled_hicache
+    try:
+        engine_module.compiled_hicache = lambda spec: spec is None
+        python = [simulate(runs, config), simulate(runs, config, clock="time",
+                                                   step_ms=price)]
+    finally:
+        engine_module.compiled_hicache = route
+    for mine, theirs in zip(compiled, python):
+        assert mine.requests.equals(theirs.requests)
+        assert mine.steps.equals(theirs.steps)
+
+
+def _price(record) -> float:
+    return 1.0 + record.prefill_tokens * 0.5 + record.decode_seqs + record.reload_tokens

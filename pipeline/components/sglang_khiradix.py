@@ -29,7 +29,7 @@ import numpy as np
 from pipeline.components.kjit import helper, kernel
 from pipeline.components.sglang_kradix import (
     N_ACC, N_CRE, N_FC, N_HIT, N_KL, N_KS, N_LC, N_LOCK, N_NEXTFREE, N_NS, N_PAR, N_PRIO,
-    N_PS, ROOT_PRIORITY, T_EVICT, T_FREE, T_NLEAF, T_PAGE, T_PROT, T_USED, append_child,
+    N_PS, ROOT_PRIORITY, T_EVICT, T_FREE, T_NLEAF, T_PAGE, T_PROT, append_child,
     find_child, key_of, match_len, new_node, new_tree, sift_down, sift_up, tick, unlink_child)
 
 __all__ = ["new_hitree", "WRITE_POLICIES", "LOAD_BACK_THRESHOLD"]
