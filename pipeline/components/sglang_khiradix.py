@@ -29,7 +29,7 @@ import numpy as np
 from pipeline.components.kjit import helper, kernel
 from pipeline.components.sglang_kradix import (
     N_ACC, N_CRE, N_FC, N_HIT, N_KL, N_KS, N_LC, N_LOCK, N_NEXTFREE, N_NS, N_PAR, N_PRIO,
-    N_PS, ROOT_PRIORITY, T_EVICT, T_FREE, T_NLEAF, T_PAGE, T_PROT, append_child,
+    N_PS, ROOT_PRIORITY, T_EVICT, T_FREE, T_NLEAF, T_PAGE, T_PROT, T_USED, append_child,
     find_child, key_of, match_len, new_node, new_tree, sift_down, sift_up, tick, unlink_child)
 
 __all__ = ["new_hitree", "WRITE_POLICIES", "LOAD_BACK_THRESHOLD"]
@@ -37,8 +37,8 @@ __all__ = ["new_hitree", "WRITE_POLICIES", "LOAD_BACK_THRESHOLD"]
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
 LOAD_BACK_THRESHOLD = 10
 
-H_DEV, H_HOST, H_HLOCK, H_WT, H_LB, H_ID, H_UUID, H_DUP, H_DPREV, H_DNEXT = range(10)
-H_COLUMNS = 10
+H_DEV, H_HOST, H_HLOCK, H_WT, H_LB, H_ID, H_UUID, H_DUP, H_DPREV, H_DNEXT, H_LIVE = range(11)
+H_COLUMNS = 11
 (HG_CAP, HG_USED, HG_WRITTEN, HG_LOADED, HG_WB, HG_THRESH, HG_IDS, HG_NWA, HG_NLA,
  HG_FREED, HG_DHEAD, HG_DTAIL) = range(12)
 HG_COLUMNS = 12
@@ -95,6 +95,7 @@ def hnew(T, priority):
     n = new_node(T, priority)
     HN[n, :] = 0
     HN[n, H_DPREV] = HN[n, H_DNEXT] = -1
+    HN[n, H_LIVE] = 1
     HG[HG_IDS] += 1
     HN[n, H_ID] = HG[HG_IDS]
     return n
@@ -141,6 +142,7 @@ def remove(T, n):
     NI, TG = T[0], T[1]
     unlink_child(NI, n)
     dup_pop(T, n)
+    T[3][n, H_LIVE] = 0
     NI[n, N_NEXTFREE] = TG[T_FREE]
     TG[T_FREE] = n
 
@@ -415,21 +417,18 @@ def heap_pop(H, size):
 
 @helper
 def leaves_heap(T, H, host):
-    """A heap of the device (or host) leaves of the moment, the tree walked from the root;
-    its size."""
-    NI, TG, X = T[0], T[1], T[8]
-    size, top = 0, 1
-    X[0, X_STACK] = 0
-    while top > 0:
-        top -= 1
-        n = X[top, X_STACK]
-        if host_leaf(T, n) if host else device_leaf(T, n):
-            size = heap_push(NI, TG, H, size, size, n)
-        c = NI[n, N_FC]
-        while c >= 0:
-            X[top, X_STACK] = c
-            top += 1
-            c = NI[c, N_NS]
+    """A heap of the device (or host) leaves of the moment (the tree's nodes: its rows in
+    use); its size."""
+    NI, TG, HN = T[0], T[1], T[3]
+    size = 0
+    for n in range(1, TG[T_USED]):
+        if HN[n, H_LIVE] and (host_leaf(T, n) if host else device_leaf(T, n)):
+            k1, k2 = key_of(NI, TG, n)
+            H[size, 0], H[size, 1], H[size, 2], H[size, 3], H[size, 4] = \
+                k1, k2, NI[n, N_ACC], size, n
+            size += 1
+    for i in range(size // 2 - 1, -1, -1):
+        sift_down(H, size, i)
     return size
 
 
@@ -458,6 +457,7 @@ def hi_evict(T, num_tokens):
         elif not HG[HG_WB]:
             freed += NI[victim, N_KL]
             TG[T_EVICT] -= NI[victim, N_KL]
+            orphan(T, victim)
             remove(T, victim)
             delete_tombstones(T, NI[victim, N_PAR])
         elif host_write(T, victim):              # acked at once, no lock
@@ -469,6 +469,29 @@ def hi_evict(T, num_tokens):
         else:
             freed += drop_subtree(T, victim)
     return freed
+
+
+@helper
+def orphan(T, n):
+    """``n``'s descendants leave the tree with it (unreachable, as in the model: their rows
+    and host tokens are not reclaimed). None under the write policies' invariants (a host
+    copy's ancestors have one); kept so that the rows scanned are the tree's."""
+    NI, HN, X = T[0], T[3], T[8]
+    top = 0
+    c = NI[n, N_FC]
+    while c >= 0:
+        X[top, X_STACK] = c
+        top += 1
+        c = NI[c, N_NS]
+    while top > 0:
+        top -= 1
+        cur = X[top, X_STACK]
+        HN[cur, H_LIVE] = 0
+        c = NI[cur, N_FC]
+        while c >= 0:
+            X[top, X_STACK] = c
+            top += 1
+            c = NI[c, N_NS]
 
 
 @helper
@@ -552,6 +575,8 @@ def hi_evict_host(T, num_tokens):
         for i in range(count):
             if X[i, X_SNAP] < 0:
                 dup_pop(T, -1 - X[i, X_SNAP])
+    if freed >= num_tokens:                      # the host leaves' heap goes unused
+        return freed
     size = leaves_heap(T, HH, True)
     seq = size
     while freed < num_tokens and size > 0:
