@@ -738,6 +738,7 @@ def iterate_overlap(S):
     if SG[G_ERROR]:
         return -1
     SG[G_POPPED] = SG[G_LASTRAN]
+    SG[G_NF] = SG[G_NX] = 0                         # (the processed lists: not kept)
     if SG[G_POPPED]:                                # pop_and_process
         process(S, QB, SG[G_QN], SG[G_QEXT], SG[G_QSTEP])
         for i in range(SG[G_QN]):

@@ -158,7 +158,7 @@ class SGLangInstance:
         return key_symbols(self.blocks, keys)
 
     def cached_prefix_blocks(self, keys) -> int:
-        NI, TG, _ = self.state.tree
+        NI, TG = self.state.tree[:2]
         return int(K.peek(NI, TG, self.state.TOK, self._symbols(keys),
                           self.state.device_flags())) // self.block_size
 
