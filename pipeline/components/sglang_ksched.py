@@ -15,6 +15,11 @@ over ``sglang_kradix``'s tree. The state is a tuple ``S`` (``SGLangState.state()
 * ``BQ`` / ``BF`` / ``BX``: the batch just run: (request, new tokens, cached tokens) rows,
   who sampled a first token, who finished.
 
+With HiCache ``T`` is ``sglang_khiradix``'s tree: the tree calls go through ``sglang_ktree``,
+typed per tree (a run without HiCache compiles none of it); ``R_HOST`` / ``R_BEST`` the
+match's host run and deepest node, ``R_HLOADED`` the host tokens the first admission loaded;
+a step row's ``S_LOADED`` / ``S_WRITTEN`` the host tokens moved since the last row.
+
 ``step`` is one turn of ``event_loop_normal``; ``run_steps`` a whole run on the step clock
 (arrivals by step, the idle jump), writing each step's row, batch rows and events.
 
@@ -35,7 +40,7 @@ import random
 import numpy as np
 
 from pipeline.components.kjit import helper, kernel
-from pipeline.components.sglang_khiradix import H_DEV, new_hitree
+from pipeline.components.sglang_khinodes import H_DEV, new_hitree
 from pipeline.components.sglang_kradix import (
     N_FC, N_KL, N_NS, T_EVICT, find_child, insert, match_len, match_prefix, new_tree, reset)
 from pipeline.components.sglang_ktree import (

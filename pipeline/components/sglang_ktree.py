@@ -17,6 +17,8 @@ from __future__ import annotations
 from numba.extending import overload
 
 from pipeline.components import sglang_khiradix as HI
+from pipeline.components.sglang_khinodes import HG_LOADED, HG_WRITTEN, hi_dec_lock, \
+    hi_inc_lock
 from pipeline.components import sglang_kradix as KR
 
 __all__ = ["t_match", "t_match_prefix", "t_checkpoint", "t_inc_lock", "t_dec_lock",
@@ -104,14 +106,14 @@ def _checkpoint(T, TOK, start, key_len, prompt, inserted, protected):
 @overload(t_inc_lock, **OPTIONS)
 def _inc_lock(T, node):
     if _hi(T):
-        return lambda T, node: HI.hi_inc_lock(T, node)
+        return lambda T, node: hi_inc_lock(T, node)
     return lambda T, node: KR.inc_lock(T, node)
 
 
 @overload(t_dec_lock, **OPTIONS)
 def _dec_lock(T, node):
     if _hi(T):
-        return lambda T, node: HI.hi_dec_lock(T, node)
+        return lambda T, node: hi_dec_lock(T, node)
     return lambda T, node: KR.dec_lock(T, node)
 
 
@@ -140,5 +142,5 @@ def _check_events(T):
 @overload(t_moved, **OPTIONS)
 def _moved(T):
     if _hi(T):
-        return lambda T: (T[4][HI.HG_LOADED], T[4][HI.HG_WRITTEN])
+        return lambda T: (T[4][HG_LOADED], T[4][HG_WRITTEN])
     return lambda T: (0, 0)

@@ -8,6 +8,9 @@ module turns the lab's requests into token sequences, drives the loop on the ste
 per batch, the step time priced in Python), and writes the same frames as vLLM's engine (``loop.REQUEST_COLUMNS``,
 ``STEP_COLUMNS``; ``gpu_hit_tokens`` is the radix-tree prefix at a request's first
 admission, ``preemptions`` its retractions, ``free_blocks`` the free and evictable pages).
+With ``--enable-hierarchical-cache`` the same compiled loop runs over HiCache's tree
+(``sglang_khiradix``); HiCache settings it does not run (``PYTHON_HICACHE_FIELDS``: L3
+storage) go to the plain-Python HiCache engine (``sglang_hicache``).
 
 Tokens: a token-id trace's own ids (outputs: the sampled ids, else placeholders no prompt
 has); a trace of block keys (Mooncake) gives token ``j`` of a block with key ``k`` a symbol of
