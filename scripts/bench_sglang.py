@@ -14,14 +14,17 @@ its load from the cache) is done before the clock by a 50-request run.
 
     .venv/bin/python scripts/bench_sglang.py                        # 10,000 requests
     .venv/bin/python scripts/bench_sglang.py --requests 1000 --policy lpm
-    .venv/bin/python scripts/bench_sglang.py --requests 2000 --pool 20000 \
-        --hicache write_through --host 40000     # HiCache: SGLang's vs the Python engine's
+    .venv/bin/python scripts/bench_sglang.py --pool 20000 --hicache write_through \
+        --host 60000 [--overlap] [--python]      # HiCache: SGLang's vs the engine's
 
 With ``--hicache POLICY`` both sides run HiCache (the reference over SGLang's
-``UnifiedRadixCache`` with ``init_hicache``'s decisions, the engine's plain-Python HiCache
-instance as ``simulate --enable-hierarchical-cache`` runs it), compared per step (batch,
-host tokens loaded and written) and per request; the compiled engine without HiCache is
-timed beside them.
+``UnifiedRadixCache`` with ``init_hicache``'s decisions; ``--overlap``: its overlap loop,
+scripts/sglang_hicache_overlap_reference.py; the engine's compiled HiCache run as
+``simulate --enable-hierarchical-cache`` runs it), compared per step (batch, host tokens
+loaded and written since the last batch) and per request (with the host tokens loaded);
+in the overlap loop a step's first tokens are those known at launch, the reference's those
+processed (a subset). The compiled engine without HiCache is timed beside them, and with
+``--python`` the plain-Python HiCache engine (the reference model).
 
 Not a test: it takes minutes. Needs scripts/ensure_sglang_sources.sh.
 """
@@ -31,6 +34,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -44,8 +48,7 @@ import sglang_scheduler_reference as reference  # noqa: E402
 from pipeline.components import sglang_ksched as K  # noqa: E402
 from pipeline.components.sglang_settings import SCHEDULE_POLICIES, SchedulerSettings  # noqa
 from pipeline.engine.request import SimRequest  # noqa: E402
-from pipeline.engine.sglang import SGLangConfig, SGLangInstance, run_on_steps, \
-    simulate  # noqa: E402
+from pipeline.engine.sglang import SGLangConfig, SGLangInstance, run_on_steps  # noqa: E402
 from pipeline.engine.sglang_hicache import HiCacheSpec, SGLangHiInstance  # noqa: E402
 
 
@@ -109,6 +112,10 @@ def main() -> int:
     parser.add_argument("--hicache", choices=("write_through", "write_through_selective",
                                               "write_back"), default=None)
     parser.add_argument("--host", type=int, default=120_000, help="host pool tokens")
+    parser.add_argument("--overlap", action="store_true",
+                        help="HiCache in the overlap loop (event_loop_overlap) on both sides")
+    parser.add_argument("--python", action="store_true",
+                        help="also time the plain-Python HiCache engine (non-overlap)")
     args = parser.parse_args()
     requests = workload(args.requests, args.groups, args.rate, args.seed)
     options = dict(policy=args.policy, max_running=256, chunk=8192, max_prefill=16384,
@@ -139,51 +146,74 @@ def main() -> int:
 
 
 def bench_hicache(args, requests, options) -> int:
-    """HiCache on both sides (module docstring); per step and per request equal."""
+    """HiCache on every side (module docstring); per step and per request equal."""
     inputs = [(p + o, len(p), len(o), a) for p, o, a in requests]
+    hicache = (args.hicache, args.host)
     start = time.process_time()
-    theirs = reference.run_unified(inputs, args.pool, hicache=(args.hicache, args.host),
-                                   **options)
+    if args.overlap:
+        import sglang_hicache_overlap_reference as overlap_reference
+        theirs = overlap_reference.run_overlap(inputs, args.pool, hicache=hicache, **options)
+    else:
+        theirs = reference.run_unified(inputs, args.pool, hicache=hicache, **options)
     t_theirs = time.process_time() - start
     sims, config = engine_inputs(requests, args.pool, options)
+    config = replace(config, overlap=args.overlap)
+    hi = replace(config, hicache=HiCacheSpec(args.hicache, args.host, 1))
     run_on_steps(sims[:50], config)                      # numba: load (or compile) once
+    run_on_steps(sims[:50], hi)
     start = time.process_time()
     run_on_steps(sims, config)
-    t_compiled = time.process_time() - start
-    hi = SGLangConfig(config.num_gpu_blocks, config.max_model_len, config.block_size,
-                      config.settings, HiCacheSpec(args.hicache, args.host, 1))
-    engine, steps, now, pointer = SGLangHiInstance(hi, capacity=len(sims)), [], 0, 0
+    t_plain = time.process_time() - start
+    engine = SGLangInstance(hi, capacity=len(sims))
     start = time.process_time()
-    while pointer < len(sims) or engine.has_work():      # simulate's step clock
+    run_on_steps(sims, hi, engine, record=True)
+    t_mine = time.process_time() - start
+    mine = as_reported(engine)
+    STEPS = engine.steps[0]
+    host = [tuple(h) for h in STEPS[:, K.S_LOADED:K.S_COLUMNS].tolist()]
+    loaded = engine.state.R[:len(sims), K.R_HLOADED].tolist()
+    if args.overlap:                                     # the first tokens known at launch
+        same_steps = all(m[:2] == tuple(t[:2]) and m[3] == t[3] and set(t[2]) <= set(m[2])
+                         for m, t in zip(mine["steps"], theirs["steps"])) and \
+            len(mine["steps"]) == len(theirs["steps"])
+    else:
+        same_steps = mine["steps"] == [tuple(s) for s in theirs["steps"]]
+    equal = (same_steps and host == [tuple(h) for h in theirs["host"]]
+             and mine["requests"] == [tuple(r) for r in theirs["requests"]]
+             and loaded == theirs["host_loaded"])
+    t_python = None
+    if args.python and not args.overlap:                 # the plain-Python HiCache engine
+        python = SGLangHiInstance(hi, capacity=len(sims))
+        start = time.process_time()
+        simulate_python(python, sims, requests)
+        t_python = time.process_time() - start
+    loop = "overlap" if args.overlap else "non-overlap"
+    print(f"{args.requests:,} requests, {len(mine['steps']):,} steps, policy {args.policy}, "
+          f"pool {args.pool:,} tokens, HiCache {args.hicache}, host {args.host:,} tokens, "
+          f"{loop} loop: {sum(loaded):,} tokens loaded from the host, "
+          f"{sum(h[1] for h in host):,} written")
+    print(f"SGLang's pieces over its HiCache:        {t_theirs:8.3f} s CPU")
+    if t_python is not None:
+        print(f"--engine sglang with HiCache (Python):   {t_python:8.3f} s CPU   "
+              f"({t_theirs / max(t_python, 1e-9):.1f}x)")
+    print(f"--engine sglang with HiCache (compiled): {t_mine:8.3f} s CPU   "
+          f"({t_theirs / max(t_mine, 1e-9):.1f}x)")
+    print(f"--engine sglang without HiCache:         {t_plain:8.3f} s CPU")
+    print(f"identical per step and per request: {equal}")
+    return 0 if equal else 1
+
+
+def simulate_python(engine: SGLangHiInstance, sims, requests) -> None:
+    """``simulate``'s step clock over the plain-Python HiCache instance."""
+    now, pointer = 0, 0
+    while pointer < len(sims) or engine.has_work():
         if not engine.has_work():
             now = max(now, requests[pointer][2])
         while pointer < len(sims) and requests[pointer][2] <= now:
             engine.add_request(sims[pointer])
             pointer += 1
-        record = engine.step()
-        steps.append(((record.prefill_tokens > 0 or not record.decode_seqs,
-                       list(record.scheduled), record.first_tokens, record.finished),
-                      (record.reload_tokens, record.extra[1])))
+        engine.step()
         now += 1
-    t_mine = time.process_time() - start
-    frame = simulate(sims, hi).requests                  # the frames of the same run
-    hits = (frame["gpu_hit_tokens"] + frame["cpu_hit_tokens"]).to_list()
-    mine = list(zip(frame["first_scheduled_step"], frame["first_token_step"],
-                    frame["finish_step"], hits, frame["preemptions"]))
-    equal = ([s for s, _ in steps] == [tuple(s) for s in theirs["steps"]]
-             and [h for _, h in steps] == theirs["host"]
-             and mine == [tuple(r) for r in theirs["requests"]]
-             and frame["cpu_hit_tokens"].to_list() == theirs["host_loaded"])
-    print(f"{args.requests:,} requests, {len(steps):,} steps, policy {args.policy}, pool "
-          f"{args.pool:,} tokens, HiCache {args.hicache}, host {args.host:,} tokens: "
-          f"{frame['cpu_hit_tokens'].sum():,} tokens loaded from the host")
-    print(f"SGLang's pieces over its HiCache: {t_theirs:8.3f} s CPU")
-    print(f"--engine sglang with HiCache (Python): {t_mine:8.3f} s CPU   "
-          f"({t_theirs / max(t_mine, 1e-9):.1f}x)")
-    print(f"--engine sglang without HiCache (compiled): {t_compiled:8.3f} s CPU "
-          f"(HiCache's Python run {t_mine / max(t_compiled, 1e-9):.0f}x its time)")
-    print(f"identical per step and per request: {equal}")
-    return 0 if equal else 1
 
 
 if __name__ == "__main__":

@@ -72,7 +72,7 @@ def test_hicache_loads_from_the_host(policy, tmp_path, capsys):
                  "--enable-hierarchical-cache", "--hicache-write-policy", policy,
                  "--latency", "roofline", "--out", str(out)]) == 0
     shown = capsys.readouterr().out
-    assert "over HiCache (host tier; non-overlap loop), in plain Python" in shown
+    assert "radix cache with HiCache (overlap loop), compiled" in shown
     assert f"host tier HiCache (write policy {policy})" in shown
     requests = pl.read_parquet(out / "requests.parquet")
     steps = pl.read_parquet(out / "steps.parquet")

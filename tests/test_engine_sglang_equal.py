@@ -68,12 +68,14 @@ def scheduler_settings(pool: int, options: dict):
         schedule_conservativeness=options["conservativeness"], seed=options["seed"])
 
 
-def ours(requests, pool, options) -> dict:
-    config = SGLangConfig(2, 10 ** 6, options["page"], scheduler_settings(pool, options))
+def ours(requests, pool, options, hicache=None, overlap: bool = False) -> dict:
+    """The engine's loop, step by step (``hicache``: a ``HiCacheSpec``)."""
+    config = SGLangConfig(2, 10 ** 6, options["page"], scheduler_settings(pool, options),
+                          hicache, overlap)
     engine = SGLangInstance(config)
     sims = [SimRequest(i, p, len(o), arrival_step=a, output_token_ids=o)
             for i, (p, o, a) in enumerate(requests)]
-    steps, now, pointer = [], 0, 0
+    steps, moved, now, pointer = [], [], 0, 0
     while pointer < len(sims) or engine.has_work():
         if not engine.has_work():
             now = max(now, requests[pointer][2])
@@ -82,14 +84,18 @@ def ours(requests, pool, options) -> dict:
             pointer += 1
         record = engine.step()
         if record is None:
+            if engine.idle:                      # overlap: the last result processed
+                continue
             raise RuntimeError("stuck")
         steps.append((record.prefill_tokens > 0 or not record.decode_seqs,
                       list(record.scheduled), record.first_tokens, record.finished))
+        moved.append(tuple(int(v) for v in engine._row[K.S_LOADED:K.S_COLUMNS]))
         now += 1
     rows = [engine.request(i) for i in range(len(sims))]
     return {"requests": [(r[K.R_FSCHED], r[K.R_FTOK], r[K.R_FINSTEP], r[K.R_HIT],
                           r[K.R_RETR]) for r in rows], "steps": steps, "sims": sims,
-            "config": config}
+            "config": config, "host_loaded": [int(r[K.R_HLOADED]) for r in rows],
+            "moved": moved}
 
 
 def theirs(requests, pool, options) -> dict:

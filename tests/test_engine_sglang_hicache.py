@@ -151,15 +151,16 @@ def test_without_hicache_python_and_compiled_frames_agree(workload):
         compiled = [simulate(runs, cfg), simulate(runs, cfg, clock="time", step_ms=price)]
     except RuntimeError:
         return
-    original = engine_module.SGLang.instance
+    original, route = engine_module.SGLang.instance, engine_module.compiled_hicache
     try:
+        engine_module.compiled_hicache = lambda spec: spec is None
         engine_module.SGLang.instance = staticmethod(
             lambda c, tier=None, capacity=64: SGLangHiInstance(c, tier, capacity,
                                                                make=Scheduler))
         python = [simulate(runs, config(pool, options, HiCacheSpec("write_back", 0, 1))),
                   simulate(runs, cfg, clock="time", step_ms=price)]
     finally:
-        engine_module.SGLang.instance = original
+        engine_module.SGLang.instance, engine_module.compiled_hicache = original, route
     for mine, theirs_ in zip(python, compiled):
         assert mine.requests.select(theirs_.requests.columns).equals(theirs_.requests)
         assert mine.steps.select(theirs_.steps.columns).equals(theirs_.steps)

@@ -25,8 +25,8 @@ def oracle(requests, pool, options, make=Scheduler) -> dict:
     def busy() -> bool:
         last = sched.last_batch.reqs if sched.last_batch is not None and \
             sched.last_batch.extend else []
-        return bool(sched.waiting or sched.chunked is not None or
-                    any(not r.finished for r in sched.running.reqs + last))
+        return bool(sched.waiting or sched.chunked is not None or sched.queued is not None
+                    or any(not r.finished for r in sched.running.reqs + last))
     while pointer < len(reqs) or busy():
         if not busy():
             now = max(now, requests[pointer][2])
@@ -35,6 +35,8 @@ def oracle(requests, pool, options, make=Scheduler) -> dict:
             pointer += 1
         batch = sched.iterate(step)
         if batch is None:
+            if sched.overlap and not sched.waiting:      # the last result processed
+                continue
             raise RuntimeError("stuck")
         steps.append((batch.extend, list(batch.scheduled), batch.first_tokens,
                       batch.finished))

@@ -41,10 +41,10 @@ def tight(draw):
     return requests, longest + 2 * page + draw(st.integers(0, 24)), options
 
 
-def overlap_model(requests, pool, options) -> dict:
-    """The Python model's overlap loop, driven as the reference's ``run`` drives its loop."""
-    sched = Scheduler(scheduler_settings(pool, options),
-        overlap=True)
+def overlap_model(requests, pool, options, make=Scheduler) -> dict:
+    """The Python model's overlap loop (``make(settings, overlap=True)``), driven as the
+    reference's ``run`` drives its loop."""
+    sched = make(scheduler_settings(pool, options), overlap=True)
     reqs = [Req(i, p + o, len(p), len(o)) for i, (p, o, _) in enumerate(requests)]
     batches, now, pointer, step = [], 0, 0, 0
 
@@ -70,7 +70,8 @@ def overlap_model(requests, pool, options) -> dict:
                          for r in reqs],
             "steps": [(b.extend, list(b.scheduled), b.first_tokens, b.finished)
                       for b in batches],
-            "launch": [(b.sampling, b.finishing) for b in batches]}
+            "launch": [(b.sampling, b.finishing) for b in batches],
+            "host_loaded": [getattr(r, "host_loaded", 0) for r in reqs]}
 
 
 def reference(requests, pool, options) -> dict:

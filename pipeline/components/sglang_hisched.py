@@ -45,8 +45,8 @@ class HiScheduler(Scheduler):
     store when ``storage`` is given."""
 
     def __init__(self, settings, *, write_policy: str, host_tokens: int,
-                 storage: StorageSpec | None = None) -> None:
-        super().__init__(settings)
+                 storage: StorageSpec | None = None, overlap: bool = False) -> None:
+        super().__init__(settings, overlap)
         self.storage = storage
         kind, extra = (HiRadixTree, {}) if storage is None else \
             (StoreRadixTree, {"storage": storage})
@@ -54,7 +54,9 @@ class HiScheduler(Scheduler):
                          device_tokens=settings.max_total_tokens, host_tokens=host_tokens,
                          write_policy=write_policy, **extra)
 
-    def iterate(self, step: int) -> Batch | None:
+    def next_batch(self, step: int) -> Batch | None:
+        """``get_next_batch_to_run`` after ``_process_hicache_events`` (``scheduler.py:
+        3883-3898``): the tree's events, then with a store its paced prefetch retries."""
         self.tree.check_events()
         if self.storage is not None:                     # _process_storage_prefetch_retries
             for req, end in self.tree.retries.pop_ready(
@@ -62,7 +64,7 @@ class HiScheduler(Scheduler):
                     self.storage.retry_max_attempts):
                 req.storage_attempts += 1
                 self.prefetch(req, end)
-        return super().iterate(step)
+        return super().next_batch(step)
 
     # ------------------------------------------------------------------ L3 storage
 

@@ -15,6 +15,11 @@ over ``sglang_kradix``'s tree. The state is a tuple ``S`` (``SGLangState.state()
 * ``BQ`` / ``BF`` / ``BX``: the batch just run: (request, new tokens, cached tokens) rows,
   who sampled a first token, who finished.
 
+With HiCache ``T`` is ``sglang_khiradix``'s tree: the tree calls go through ``sglang_ktree``,
+typed per tree (a run without HiCache compiles none of it); ``R_HOST`` / ``R_BEST`` the
+match's host run and deepest node, ``R_HLOADED`` the host tokens the first admission loaded;
+a step row's ``S_LOADED`` / ``S_WRITTEN`` the host tokens moved since the last row.
+
 ``step`` is one turn of ``event_loop_normal``; ``run_steps`` a whole run on the step clock
 (arrivals by step, the idle jump), writing each step's row, batch rows and events.
 
@@ -35,9 +40,12 @@ import random
 import numpy as np
 
 from pipeline.components.kjit import helper, kernel
+from pipeline.components.sglang_khinodes import H_DEV, new_hitree
 from pipeline.components.sglang_kradix import (
-    N_FC, N_KL, N_NS, T_EVICT, dec_lock, evict, find_child, inc_lock, insert,
-    match_len, match_prefix, new_tree, reset)
+    N_FC, N_KL, N_NS, T_EVICT, find_child, insert, match_len, match_prefix, new_tree, reset)
+from pipeline.components.sglang_ktree import (
+    t_check_events, t_checkpoint, t_dec_lock, t_evict, t_inc_lock, t_load_back, t_match,
+    t_match_prefix, t_moved)
 from pipeline.components.sglang_settings import (
     CLIP_MAX_NEW_TOKENS, DECAY_STEPS, IN_BATCH_CHECK, IN_BATCH_DEPRIORITIZE,
     INIT_NEW_TOKEN_RATIO, MIN_RATIO_FACTOR, RETRACT_DECODE_STEPS,
@@ -49,18 +57,21 @@ POLICY_CODES = ("fcfs", "lpm", "dfs-weight", "lof", "random")
 
 (R_TOFF, R_N, R_MAXNEW, R_OUT, R_PREFIX, R_NMATCH, R_LAST, R_LOCK, R_EXT, R_KV, R_PROT,
  R_INS, R_MID, R_FIN, R_RETR, R_FSCHED, R_FTOK, R_FINSTEP, R_HIT, R_INDEX, R_DEP,
- R_SEL, R_RETRACTED, R_QUEUED) = range(24)
-R_COLUMNS = 24
+ R_SEL, R_RETRACTED, R_QUEUED, R_HOST, R_BEST, R_HLOADED) = range(27)
+R_COLUMNS = 27
 (G_NREQ, G_NWAIT, G_NRUN, G_NLAST, G_NCAN, G_CHUNKED, G_FULL, G_FREE, G_REFRESH, G_STEP,
  G_P, G_POLICY, G_MAXRUN, G_CHUNK, G_MAXPREFILL, G_LRU, G_NTOK, G_EXTEND, G_NB, G_NF, G_NX,
  G_ERROR, G_NEWCHUNK, G_BLOCK, G_NDONE, G_OVERLAP, G_QHAS, G_QN, G_QEXT, G_QSTEP, G_LASTRAN,
- G_POPPED) = range(32)
-G_COLUMNS = 32
+ G_POPPED, G_LOADMARK, G_WRITEMARK) = range(34)
+G_COLUMNS = 34
 F_RATIO, F_MIN, F_DECAY, F_TOTAL = range(4)
 #: adder budget states
 CONTINUE, NO_TOKEN, OTHER = 0, 1, 2
 #: step row columns (``loop.STEP_COLUMNS``)
-S_STEP, S_PREFILL, S_DECODE, S_CONTEXT, S_RELOAD, S_NRUN, S_NWAIT, S_FREE = range(8)
+S_STEP, S_PREFILL, S_DECODE, S_CONTEXT, S_RELOAD, S_NRUN, S_NWAIT, S_FREE, S_LOADED, \
+    S_WRITTEN = range(10)
+#: a step row: ``loop.STEP_COLUMNS``, then the host tokens loaded and written (HiCache)
+S_COLUMNS = 10
 DONE, FULL, FAILED, SMALL_TREE = 0, 1, 2, 3
 INF_KEY = 2 ** 62
 
@@ -77,7 +88,7 @@ def evict_to_free(S, num):
     SG, T = S[5], S[7]
     shortfall = num - SG[G_FREE]
     if shortfall > 0:
-        SG[G_FREE] += evict(T, shortfall)
+        SG[G_FREE] += t_evict(T, shortfall)
 
 
 @helper
@@ -92,7 +103,7 @@ def alloc(S, r, new_len):
 def unlock(S, r):
     R = S[1]
     if R[r, R_LOCK] >= 0:
-        dec_lock(S[7], R[r, R_LOCK])
+        t_dec_lock(S[7], R[r, R_LOCK])
     R[r, R_LOCK] = -1
 
 
@@ -103,34 +114,32 @@ def fill_len(R, r):
 
 @helper
 def match(S, r, limit):
-    """``match_kv_cache``: the tree's hit on the fill ids becomes the prefix."""
+    """``match_kv_cache``: the tree's hit on the fill ids becomes the prefix (HiCache: the
+    host run below it and the deepest node too)."""
     TOK, R, T = S[0], S[1], S[7]
     n = fill_len(R, r)
     max_len = max(n - 1, 0)
-    prefix, node = match_prefix(T, TOK, R[r, R_TOFF], max_len if limit else n)
+    prefix, host, best, node = t_match(T, TOK, R[r, R_TOFF], max_len if limit else n)
     R[r, R_PREFIX], R[r, R_LAST] = prefix, node
-    R[r, R_NMATCH] = min(prefix, max_len)
+    R[r, R_HOST], R[r, R_BEST] = host, best
+    R[r, R_NMATCH] = min(prefix + host, max_len)
 
 
 @helper
 def checkpoint(S, r, up_to):
     """``RadixCache.checkpoint``: insert up to ``up_to`` (whole pages), free duplicates,
-    re-match and move the lock."""
+    re-match and move the lock (HiCache: the unified checkpoint, the insert's own node)."""
     TOK, R, SG, T = S[0], S[1], S[5], S[7]
     P, start = SG[G_P], R[r, R_TOFF]
     length = min(up_to, fill_len(R, r))
     key_len = length // P * P
-    prefix, _ = insert(T, TOK, start, key_len, 0, R[r, R_INS])
+    freed, node = t_checkpoint(T, TOK, start, key_len, R[r, R_N] // P * P, R[r, R_INS],
+                               R[r, R_PROT])
     R[r, R_INS] = max(R[r, R_INS], key_len)
-    prompt = R[r, R_N] // P * P
-    if 0 < prompt < key_len:
-        insert(T, TOK, start, prompt, 1, prompt)
-    if prefix > R[r, R_PROT]:
-        SG[G_FREE] += prefix - R[r, R_PROT]
-    _, node = match_prefix(T, TOK, start, key_len)
+    SG[G_FREE] += freed
     R[r, R_PROT] = key_len
     unlock(S, r)
-    inc_lock(T, node)
+    t_inc_lock(T, node)
     R[r, R_LOCK] = R[r, R_LAST] = node
 
 
@@ -224,7 +233,7 @@ def calc_priority(S):
         if refresh:
             for i in range(min(nw, WAITING_QUEUE_PREFIX_MATCH_MAX) - 1, -1, -1):
                 r = WQ[i]
-                match_prefix(T, TOK, R[r, R_TOFF], fill_len(R, r))
+                t_match_prefix(T, TOK, R[r, R_TOFF], fill_len(R, r))
 
 
 @helper
@@ -429,39 +438,64 @@ def charge(S, extend_len, max_new, rem_input, rem_chunk):
 
 
 @helper
+def select_admission(S, r, total, host, rem_input, rem_chunk):
+    """``_select_prefill_admission``: (verdict or -1, extend, max_new, chunked); ``host``
+    tokens a load back would add to the prefix (HiCache)."""
+    R, SG, SF = S[1], S[5], S[6]
+    P = SG[G_P]
+    prefix = R[r, R_PREFIX] + host
+    extend = fill_len(R, r) - prefix
+    input_tokens = ceil_pages(extend, P)
+    if not total < available(S) - SF[F_TOTAL]:
+        return NO_TOKEN, 0, 0, False
+    if SG[G_CHUNK] < 0 and SG[G_NCAN] > 0 and input_tokens >= rem_input:
+        return OTHER, 0, 0, False
+    chunked, new_tokens = False, min(R[r, R_MAXNEW], CLIP_MAX_NEW_TOKENS)
+    if SG[G_CHUNK] >= 0 and input_tokens > rem_chunk:
+        extend = (prefix + rem_chunk // P * P) // P * P - prefix
+        if extend <= 0:
+            return OTHER, 0, 0, False
+        chunked, new_tokens = True, 0
+    return -1, extend, new_tokens, chunked
+
+
+@helper
 def add_one_req(S, r, rem_input, rem_chunk):
-    R, SG, SF, T = S[1], S[5], S[6], S[7]
+    """``PrefillAdder.add_one_req`` (HiCache: the admission sized with the host run as
+    cached, then the load back; sized again without it when nothing came)."""
+    R, SG, T = S[1], S[5], S[7]
     P = SG[G_P]
     max_new = min(max(R[r, R_MAXNEW] - R[r, R_OUT], 0), CLIP_MAX_NEW_TOKENS)
-    n = fill_len(R, r)
-    total = n - R[r, R_PREFIX] + max_new + P
-    last = R[r, R_LAST]
-    inc_lock(T, last)                               # _lock_node
-    prefix = R[r, R_PREFIX]
-    extend = n - prefix
-    input_tokens = ceil_pages(extend, P)
-    result = -1
-    if not total < available(S) - SF[F_TOTAL]:
-        result = NO_TOKEN
-    elif SG[G_CHUNK] < 0 and SG[G_NCAN] > 0 and input_tokens >= rem_input:
-        result = OTHER
-    else:
-        chunked, new_tokens = False, min(R[r, R_MAXNEW], CLIP_MAX_NEW_TOKENS)
-        if SG[G_CHUNK] >= 0 and input_tokens > rem_chunk:
-            end = (prefix + rem_chunk // P * P) // P * P
-            extend = end - prefix
-            if extend <= 0:
-                result = OTHER
-            chunked, new_tokens = True, 0
+    total = fill_len(R, r) - R[r, R_PREFIX] + max_new + P
+    anchor = R[r, R_LAST]
+    t_inc_lock(T, anchor)                           # _lock_node
+    host = R[r, R_HOST]
+    result, extend, new_tokens, chunked = select_admission(S, r, total, host, rem_input,
+                                                           rem_chunk)
+    if result < 0:
+        loaded = 0
+        if host > 0:
+            loaded, node, evicted = t_load_back(T, R[r, R_BEST], R[r, R_LAST], host,
+                                                SG[G_FREE])
+            SG[G_FREE] += evicted - loaded
+            R[r, R_LAST] = node
+            if loaded < host:                       # nothing loaded: size it again
+                result, extend, new_tokens, chunked = select_admission(
+                    S, r, total, 0, rem_input, rem_chunk)
+            if result < 0:
+                R[r, R_PREFIX] += loaded
+                R[r, R_PROT] = R[r, R_PREFIX]       # load_back_is_cache_owned
         if result < 0:
-            R[r, R_EXT] = prefix + extend           # _commit_prefill_admission
-            inc_lock(T, last)
-            R[r, R_LOCK] = last
+            if R[r, R_FSCHED] < 0:
+                R[r, R_HLOADED] = loaded
+            R[r, R_EXT] = R[r, R_PREFIX] + extend   # _commit_prefill_admission
+            t_inc_lock(T, R[r, R_LAST])
+            R[r, R_LOCK] = R[r, R_LAST]
             add_can_run(S, r)
             if chunked:
                 SG[G_NEWCHUNK] = r
             rem_input, rem_chunk = charge(S, extend, new_tokens, rem_input, rem_chunk)
-    dec_lock(T, last)
+    t_dec_lock(T, anchor)
     if result < 0:
         result = budget_state(S, rem_input, rem_chunk)
     return result, rem_input, rem_chunk
@@ -588,6 +622,7 @@ def update_running_batch(S):
 def next_batch(S):
     """``get_next_batch_to_run``: the batch's size in ``BQ`` (0: none)."""
     R, RUN, LB, SG = S[1], S[3], S[4], S[5]
+    t_check_events(S[7])                            # _process_hicache_events
     c = SG[G_CHUNKED]
     if c >= 0 and R[c, R_EXT] > R[c, R_PREFIX]:
         checkpoint(S, c, R[c, R_EXT])               # stash_chunked_request
@@ -708,6 +743,7 @@ def iterate_overlap(S):
     if SG[G_ERROR]:
         return -1
     SG[G_POPPED] = SG[G_LASTRAN]
+    SG[G_NF] = SG[G_NX] = 0                         # (the processed lists: not kept)
     if SG[G_POPPED]:                                # pop_and_process
         process(S, QB, SG[G_QN], SG[G_QEXT], SG[G_QSTEP])
         for i in range(SG[G_QN]):
@@ -771,6 +807,10 @@ def step_row(S, row):
     row[S_CONTEXT], row[S_RELOAD] = context, 0
     row[S_NRUN], row[S_NWAIT] = num_running(S), SG[G_NWAIT]
     row[S_FREE] = available(S) // SG[G_BLOCK]
+    loaded, written = t_moved(S[7])
+    row[S_RELOAD] = row[S_LOADED] = loaded - SG[G_LOADMARK]
+    row[S_WRITTEN] = written - SG[G_WRITEMARK]
+    SG[G_LOADMARK], SG[G_WRITEMARK] = loaded, written
 
 
 # --------------------------------------------------------------------------- entries
@@ -811,7 +851,7 @@ def run_steps(S, due, L, STEPS, SCHED, EVENTS):
     """A whole run on the step clock: requests ``L[0]``.. added when ``due`` (arrival
     steps, the idle jump as ``loop.simulate``), steps until done or a buffer is full.
     ``L``: next request, rows of STEPS / SCHED / EVENTS written, the clock, the events'
-    count, whether to write SCHED. ``STEPS`` rows ``STEP_COLUMNS`` + the first SCHED row;
+    count, whether to write SCHED. ``STEPS`` rows ``S_COLUMNS`` + the first SCHED row;
     SCHED (request, new, cached); EVENTS (step, 0 first token / 1 finished, request). DONE, FULL (grow the buffers and call again), SMALL_TREE (grow
     the in-batch tree: ``SGLangState.grow_batch_tree``) or FAILED."""
     SG, BQ, BF, BX = S[5], S[12], S[13], S[14]
@@ -843,7 +883,7 @@ def run_steps(S, due, L, STEPS, SCHED, EVENTS):
             return FAILED                           # stuck: work but no batch
         row = STEPS[L[1]]
         step_row(S, row)
-        row[8] = L[2]
+        row[S_COLUMNS] = L[2]
         if L[5]:
             for i in range(count):
                 SCHED[L[2], 0], SCHED[L[2], 1], SCHED[L[2], 2] = BQ[i, 0], BQ[i, 1], BQ[i, 2]
@@ -869,14 +909,15 @@ def num_running_py(S):
 
 
 @kernel
-def peek(NI, TG, TOK, Q):
-    """The cached prefix of ``Q`` (whole pages), touching nothing (a router's look)."""
+def peek(NI, TG, TOK, Q, DEV):
+    """The cached prefix of ``Q`` (whole pages), touching nothing (a router's look); with
+    HiCache (``DEV``: the nodes' device flags, else empty) the device prefix."""
     page = TG[7]
     length = Q.shape[0] // page * page
     node, offset = 0, 0
     while offset < length:
         c = find_child(NI, TOK, page, node, Q, offset)
-        if c < 0:
+        if c < 0 or (DEV.shape[0] > 0 and not DEV[c]):
             break
         m = match_len(NI, TOK, page, c, Q, offset, length - offset)
         offset += m
@@ -894,9 +935,13 @@ class SGLangState:
                  chunked_prefill_size: int | None = 8192, max_prefill_tokens: int = 16384,
                  schedule_conservativeness: float = 1.0, radix_eviction_policy: str = "lru",
                  seed: int = 0, block_size: int = 1, requests: int = 64,
-                 tokens: int = 4096, overlap: bool = False) -> None:
+                 tokens: int = 4096, overlap: bool = False,
+                 hicache: tuple | None = None) -> None:
         P = page_size
-        self.tree = new_tree(max_total_tokens // P + 8, P, radix_eviction_policy)
+        self.hicache = hicache is not None             # (write policy, host pool tokens)
+        self.tree = new_tree(max_total_tokens // P + 8, P, radix_eviction_policy) \
+            if hicache is None else new_hitree(max_total_tokens, hicache[1], P,
+                                               radix_eviction_policy, hicache[0])
         self.batch_tree = new_tree(3 * WAITING_QUEUE_PREFIX_MATCH_MAX + 8, 1, "lru")
         self.TOK = np.zeros(max(tokens, 16), np.int64)
         self.ntok = 0
@@ -992,6 +1037,10 @@ class SGLangState:
             rows[:, column] = -1
         self.ntok += total
         self.SG[G_NREQ] = first + count
+
+    def device_flags(self) -> np.ndarray:
+        """``peek``'s ``DEV``: the nodes' device flags with HiCache, else empty."""
+        return self.tree[3][:, H_DEV] if self.hicache else np.zeros(0, np.int64)
 
     def enqueue(self, r: int) -> None:
         """Row ``r`` (added, not queued) joins the waiting queue."""

@@ -39,7 +39,7 @@ exactly the processed ones, a first token may be discarded by a retraction in th
 Requests finish by length (``max_new_tokens``; ``ignore_eos`` off, so the running requests'
 outputs are estimated by the new-token ratio). Not modelled: mixed chunks, priorities and
 priority preemption, the ``hrrn`` / ``routing-key`` / ``shortest-prefill-first`` policies,
-speculative decoding, LoRA; HiCache is ``sglang_hisched`` (the non-overlap loop).
+speculative decoding, LoRA; HiCache is ``sglang_hisched`` (either loop).
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ module turns the lab's requests into token sequences, drives the loop on the ste
 per batch, the step time priced in Python), and writes the same frames as vLLM's engine (``loop.REQUEST_COLUMNS``,
 ``STEP_COLUMNS``; ``gpu_hit_tokens`` is the radix-tree prefix at a request's first
 admission, ``preemptions`` its retractions, ``free_blocks`` the free and evictable pages).
+With ``--enable-hierarchical-cache`` the same compiled loop runs over HiCache's tree
+(``sglang_khiradix``); HiCache settings it does not run (``PYTHON_HICACHE_FIELDS``: L3
+storage) go to the plain-Python HiCache engine (``sglang_hicache``).
 
 Tokens: a token-id trace's own ids (outputs: the sampled ids, else placeholders no prompt
 has); a trace of block keys (Mooncake) gives token ``j`` of a block with key ``k`` a symbol of
@@ -29,7 +32,8 @@ from pipeline.components.sglang_ksched import SGLangState
 from pipeline.engine.compiled import STUCK_MESSAGE, compiled_model, request_table, with_times
 from pipeline.engine.loop import STEP_COLUMNS, SimResult
 from pipeline.engine.request import SimRequest
-from pipeline.engine.sglang_hicache import SGLangHiInstance, key_symbols, request_symbols
+from pipeline.engine.sglang_hicache import HOST_COLUMNS, SGLangHiInstance, key_symbols, \
+    request_symbols
 from pipeline.engine.sglang_options import HICACHE_SUMMARY, HICACHE_WRITE_POLICY, OPTIONS, \
     SGLangConfig, sglang_config, storage_clause
 from pipeline.engine.kstep import reload_term
@@ -37,13 +41,25 @@ from pipeline.engine.step import StepRecord, TimedSteps, timed_batches
 
 __all__ = ["SGLang", "SGLangConfig", "SGLangInstance"]
 
+#: HiCache settings the compiled engine does not run (the L3 storage backend's): a run
+#: that gives one is the plain-Python HiCache engine (``sglang_hicache``)
+PYTHON_HICACHE_FIELDS = ("storage",)
+
+
+def compiled_hicache(spec) -> bool:
+    """Whether a run with HiCache ``spec`` (None: without) runs compiled."""
+    return spec is None or not any(getattr(spec, name, None) for name in
+                                   PYTHON_HICACHE_FIELDS)
+
+
 OUT_OF_MEMORY = ("SGLang aborts the last request: out of memory even after retracting all "
                  "others (the pool is too small)")
 
 
 class SGLangInstance:
     """One SGLang engine for ``fleet`` (``EngineSim``'s interface over the compiled
-    scheduler, ``sglang_ksched``)."""
+    scheduler, ``sglang_ksched``; with ``config.hicache`` over the compiled HiCache tree,
+    ``sglang_khiradix``)."""
 
     def __init__(self, config: SGLangConfig, cpu_tier=None, capacity: int = 64) -> None:
         if cpu_tier is not None:
@@ -52,6 +68,9 @@ class SGLangInstance:
         self.config, self.block_size = config, config.block_size
         s = config.settings
         self.P = s.page_size
+        spec = config.hicache
+        self.kv_bytes = spec.kv_bytes_per_token if spec is not None else 0
+        self.extra_names = HOST_COLUMNS if spec is not None else ()
         self.state = SGLangState(
             max_total_tokens=s.max_total_tokens, page_size=s.page_size,
             schedule_policy=s.schedule_policy, max_running_requests=s.max_running_requests,
@@ -59,14 +78,15 @@ class SGLangInstance:
             max_prefill_tokens=s.max_prefill_tokens,
             schedule_conservativeness=s.schedule_conservativeness,
             radix_eviction_policy=s.radix_eviction_policy, seed=s.seed,
-            block_size=config.block_size, requests=capacity, overlap=config.overlap)
+            block_size=config.block_size, requests=capacity, overlap=config.overlap,
+            hicache=None if spec is None else (spec.write_policy, spec.host_tokens))
         self.step_no = 0
         self.queued = 0                              # requests that joined the queue
         self.idle = False                            # the last step found no work
         self.rows: dict[int, int] = {}               # request index -> its row in R
         self.codes: dict[int, int] = {}
         self.blocks: dict[int, np.ndarray] = {}      # block key -> its token symbols
-        self._row = np.zeros(len(STEP_COLUMNS), np.int64)
+        self._row = np.zeros(K.S_COLUMNS, np.int64)
 
     # ------------------------------------------------------------------ requests
 
@@ -141,8 +161,9 @@ class SGLangInstance:
         return key_symbols(self.blocks, keys)
 
     def cached_prefix_blocks(self, keys) -> int:
-        NI, TG, _ = self.state.tree
-        return int(K.peek(NI, TG, self.state.TOK, self._symbols(keys))) // self.block_size
+        NI, TG = self.state.tree[:2]
+        return int(K.peek(NI, TG, self.state.TOK, self._symbols(keys),
+                          self.state.device_flags())) // self.block_size
 
     def cached_key_count(self) -> int:
         TG = self.state.tree[1]
@@ -170,23 +191,38 @@ class SGLangInstance:
         index = R[:, K.R_INDEX]
         BQ = self.state.BQ[:count]
         scheduled = list(zip(index[BQ[:, 0]].tolist(), BQ[:, 1].tolist(), BQ[:, 2].tolist()))
-        record = StepRecord(int(row[0]), scheduled, *row[1:].tolist(),
+        record = StepRecord(int(row[0]), scheduled, *row[1:K.S_LOADED].tolist(),
                             index[self.state.BF[:SG[K.G_NF]]].tolist(),
-                            index[self.state.BX[:SG[K.G_NX]]].tolist())
+                            index[self.state.BX[:SG[K.G_NX]]].tolist(),
+                            extra=tuple(self._values()[len(STEP_COLUMNS):]))
         self.step_no += 1
         return record
 
     def run_until(self, until_ms: float, now_ms: float, step_ms) -> TimedSteps:
         """Batches that start before ``until_ms`` (``step_ms(record)``: each one's time)."""
-        return timed_batches(self, lambda: self._row.tolist(), len(STEP_COLUMNS), until_ms,
-                             now_ms, step_ms)
+        return timed_batches(self, self._values, len(STEP_COLUMNS) + len(self.extra_names),
+                             until_ms, now_ms, step_ms)
+
+    def _values(self) -> list:
+        """The last step's row: ``STEP_COLUMNS``, with HiCache the host bytes loaded and
+        written."""
+        row = self._row.tolist()
+        if not self.extra_names:
+            return row[:K.S_LOADED]
+        return row[:K.S_LOADED] + [row[K.S_LOADED] * self.kv_bytes,
+                                   row[K.S_WRITTEN] * self.kv_bytes]
+
+    def host_loaded(self, requests: Sequence[SimRequest]) -> np.ndarray:
+        """Host tokens each request's first admission loaded (HiCache)."""
+        return self.state.R[[self.rows[r.index] for r in requests], K.R_HLOADED].copy()
 
     def request_rows(self, requests: Sequence[SimRequest]) -> np.ndarray:
         R = self.state.R[[self.rows[r.index] for r in requests]]
         rows = np.full((len(requests), L.R_COLUMNS), L.NONE, np.int64)
         rows[:, L.INDEX], rows[:, L.FSCHED] = R[:, K.R_INDEX], R[:, K.R_FSCHED]
         rows[:, L.FTOK], rows[:, L.FIN] = R[:, K.R_FTOK], R[:, K.R_FINSTEP]
-        rows[:, L.GPUHIT], rows[:, L.CPUHIT] = np.maximum(R[:, K.R_HIT], 0), 0
+        rows[:, L.GPUHIT] = np.maximum(R[:, K.R_HIT], 0) - R[:, K.R_HLOADED]
+        rows[:, L.CPUHIT] = R[:, K.R_HLOADED]
         rows[:, L.NPROMPT], rows[:, L.NTOK] = R[:, K.R_N], R[:, K.R_N] + R[:, K.R_MAXNEW]
         rows[:, L.PREEMPT] = R[:, K.R_RETR]
         return rows
@@ -196,27 +232,31 @@ class _Snapshot:
     """A frozen copy of an instance's tree for a stale fleet view."""
 
     def __init__(self, instance: SGLangInstance) -> None:
-        NI, TG, _ = instance.state.tree
+        NI, TG = instance.state.tree[:2]
         self.instance, self.NI, self.TG = instance, NI.copy(), TG.copy()
+        self.DEV = instance.state.device_flags().copy()
         self.TOK = instance.state.TOK                # append-only: old spans stay valid
         self.size = int(TG[T_EVICT] + TG[T_PROT])
 
     def prefix_blocks(self, keys) -> int:
-        return int(K.peek(self.NI, self.TG, self.TOK, self.instance._symbols(keys))) \
-            // self.instance.block_size
+        return int(K.peek(self.NI, self.TG, self.TOK, self.instance._symbols(keys),
+                          self.DEV)) // self.instance.block_size
 
     def key_count(self) -> int:
         return self.size // self.instance.block_size
 
 
 def adjust_models_line(args, line: str) -> str:
-    """The run's models line: which loop ran; with HiCache the engine runs in Python (the
-    non-overlap loop), its host tier."""
+    """The run's models line: which loop ran; with HiCache its host tier (and, with the L3
+    storage options, the plain-Python HiCache engine, the non-overlap loop)."""
     if getattr(args, "disable_overlap_schedule", False):
         line = line.replace("(overlap loop)", "(non-overlap loop)", 1)
     if not getattr(args, "enable_hierarchical_cache", False):
         return line
-    line = line.replace(SGLang.SUMMARY, HICACHE_SUMMARY, 1)
+    if getattr(args, "hicache_storage_backend", None):
+        line = line.replace(SGLang.SUMMARY, HICACHE_SUMMARY, 1)
+    else:
+        line = line.replace("radix cache", "radix cache with HiCache", 1)
     return line.replace("CPU none (no CPU tier)", "host tier HiCache (write policy "
                         f"{args.hicache_write_policy or HICACHE_WRITE_POLICY})"
                         f"{storage_clause(args)}", 1)
@@ -247,8 +287,8 @@ class SGLang:
 
     @staticmethod
     def instance(config: SGLangConfig, cpu_tier=None, capacity: int = 64):
-        """One engine: compiled, or with HiCache the plain-Python one."""
-        make = SGLangHiInstance if config.hicache is not None else SGLangInstance
+        """One engine: compiled, or with HiCache's L3 storage the plain-Python one."""
+        make = SGLangInstance if compiled_hicache(config.hicache) else SGLangHiInstance
         return make(config, cpu_tier, capacity)
 
     @staticmethod
@@ -267,7 +307,7 @@ def simulate(requests: Sequence[SimRequest], config: SGLangConfig, *, cpu_tier=N
     if clock == "time" and step_ms is None:
         raise ValueError("the time clock needs a step-time model (step_ms)")
     timed = clock == "time"
-    if not timed and concurrency is None and config.hicache is None:
+    if not timed and concurrency is None and compiled_hicache(config.hicache):
         return run_on_steps(requests, config)
     engine = SGLang.instance(config, cpu_tier, capacity=len(requests))
     engine.add_all(requests)
@@ -340,7 +380,7 @@ def run_on_steps(requests: Sequence[SimRequest], config: SGLangConfig,
     engine.add_all(requests)
     due = np.array([float(r.arrival_step or 0) for r in requests], np.float64)
     n, room = len(requests), 2 * config.settings.max_running_requests + 64
-    STEPS = np.zeros((2 * n + 64, len(STEP_COLUMNS) + 1), np.int64)
+    STEPS = np.zeros((2 * n + 64, K.S_COLUMNS + 1), np.int64)
     SCHED = np.zeros((min(64 * n, 1 << 24) + room if record else 0, 3), np.int64)
     EVENTS = np.zeros((2 * n + 2 * room, 3), np.int64)
     Lp = np.zeros(6, np.int64)
@@ -365,9 +405,11 @@ def run_on_steps(requests: Sequence[SimRequest], config: SGLangConfig,
     rows = engine.request_rows(requests)
     arrival = due.copy()
     frame = request_table(rows, arrival, False)
-    step_frame = pl.DataFrame({name: STEPS[:, j] for j, name in enumerate(STEP_COLUMNS)},
-                              schema={name: pl.Int64 for name in STEP_COLUMNS})
-    return SimResult(frame, step_frame)
+    columns = {name: STEPS[:, j] for j, name in enumerate(STEP_COLUMNS)}
+    if engine.extra_names:
+        columns.update(zip(engine.extra_names, (STEPS[:, K.S_LOADED] * engine.kv_bytes,
+                                                STEPS[:, K.S_WRITTEN] * engine.kv_bytes)))
+    return SimResult(frame, pl.DataFrame(columns, schema={name: pl.Int64 for name in columns}))
 
 
 def _grown(A: np.ndarray, used: int) -> np.ndarray:

@@ -256,8 +256,8 @@ OPTIONS = (
         help="scales the new-token ratio that reserves the running requests' outputs "
              "(default 1.0)")),
     EngineOption("--enable-hierarchical-cache", dict(
-        action="store_true", help="SGLang's HiCache (host tier; this engine then runs "
-                                  "in plain Python, slower)")),
+        action="store_true", help="SGLang's HiCache (a host tier beside the device "
+                                  "pool)")),
     EngineOption("--hicache-ratio", dict(
         type=_conservativeness, default=None,
         help="host pool / device pool, with --enable-hierarchical-cache (SGLang's "
@@ -290,8 +290,8 @@ OPTIONS = (
     EngineOption("--disable-overlap-schedule", dict(
         action="store_true",
         help="run SGLang's non-overlap loop (event_loop_normal); by default the overlap "
-             "loop, SGLang's default (event_loop_overlap); both compiled and exact; "
-             "HiCache runs the non-overlap loop")),
+             "loop, SGLang's default (event_loop_overlap); both compiled and exact, "
+             "with or without HiCache")),
     EngineOption("--radix-eviction-policy", dict(
         choices=EVICTION_POLICIES, default="lru",
         help="the radix cache's eviction order (default lru)")),
@@ -335,5 +335,4 @@ def sglang_config(args, num_gpu_blocks: int, max_model_len: int) -> SGLangConfig
         seed=getattr(args, "seed", None) or 0)
     return SGLangConfig(num_gpu_blocks, max_model_len, args.block_size, settings,
                         _hicache(args, pool, page),
-                        not args.disable_overlap_schedule and
-                        not args.enable_hierarchical_cache)
+                        not args.disable_overlap_schedule)
