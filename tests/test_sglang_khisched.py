@@ -10,7 +10,7 @@ step-by-step one. Needs no SGLang sources."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -22,6 +22,7 @@ from test_sglang_hisched import returning_stems
 from test_sglang_ksched import oracle, outcome
 from test_sglang_overlap import tight
 
+from pipeline.components.sglang_histore import StorageSpec
 from pipeline.components.sglang_settings import SchedulerSettings
 from pipeline.engine import sglang as engine_module
 from pipeline.engine.request import SimRequest
@@ -94,18 +95,10 @@ def test_compiled_hicache_overlap_equal_to_the_python_model(workload, write_poli
     check(workload, write_policy, host, overlap=True)
 
 
-@dataclass(frozen=True)
-class WithStorage(HiCacheSpec):
-    """A HiCache spec with an L3 storage backend (what the compiled engine leaves to the
-    plain-Python one)."""
-
-    storage_backend: str = "file"
-
-
 def test_storage_options_run_the_python_engine():
     settings_ = SchedulerSettings(max_total_tokens=64)
     plain = SGLangConfig(2, 10 ** 6, 1, settings_, HiCacheSpec("write_through", 100, 1))
-    stored = replace(plain, hicache=WithStorage("write_through", 100, 1))
+    stored = replace(plain, hicache=HiCacheSpec("write_through", 100, 1, StorageSpec()))
     assert type(SGLang.instance(plain)) is SGLangInstance
     assert type(SGLang.instance(stored)) is SGLangHiInstance
 

@@ -2,8 +2,9 @@
 (``UnifiedRadixCache.init_hicache``: a host pool beside the device's), an instance of the
 engine registry's interface run in plain Python (``pipeline.components.sglang_hisched``,
 held equal to SGLang's own code by tests/test_sglang_hisched.py and
-tests/test_engine_sglang_hicache.py). The compiled loop (``pipeline.engine.sglang``) runs
-SGLang without HiCache.
+tests/test_engine_sglang_hicache.py): the reference the compiled HiCache
+(``pipeline.engine.sglang`` over ``sglang_khiradix``) is held equal to, and the engine of
+runs with an L3 store (non-overlap loop).
 
 What moves between the tiers, per batch: ``reload_tokens`` is the host tokens loaded back
 for the batch (``init_load_back`` at admission; the load starts when the batch is prepared,
