@@ -161,7 +161,8 @@ def build(size: int, policy: str = "fcfs", max_running: int = 256, chunk=8192,
         is_generation=True, hisparse_coordinator=None, decode_offload_manager=None,
         forward_ct=0, model_config=model_config, spec_algorithm=spec.SpeculativeAlgorithm.NONE,
         enable_skip_finishing_decode=False, max_queued_requests=None, enable_fpm=False,
-        max_new_tokens_limit=envs.SGLANG_MAX_NEW_TOKENS_LIMIT.get(), max_req_len=context,
+        max_new_tokens_limit=envs.SGLANG_MAX_NEW_TOKENS_LIMIT.get(),
+        max_req_len=min(context - 1, size // page * page - 1),      # tp_worker.py:568-571
         max_total_num_tokens=size // page * page, sliding_window_size=None,  # page-aligned
         grammar_manager=types.SimpleNamespace(has_waiting_grammars=lambda: False),
         beam_coordinator=types.SimpleNamespace(pending_member_rows=lambda batch: 0),
@@ -319,8 +320,12 @@ def run(requests: list[tuple[list, int, int, int]], size: int, **settings) -> di
         if not driver.busy():
             now = max(now, due[pointer])
         while pointer < len(reqs) and due[pointer] <= now:     # recv_requests
-            if intake:                        # handle_generate_request's clamp
+            if intake:                        # handle_generate_request's clamp and check
                 S.init_req_max_new_tokens(reqs[pointer])
+                error = load()["sched"].validate_input_length(     # tp_worker.py:572
+                    reqs[pointer], S.max_req_len - 5, False)
+                if error:
+                    raise RuntimeError(f"aborted: {error}")
             S._add_request_to_queue(reqs[pointer])
             pointer += 1
         if driver.turn_overlap() if overlap else driver.turn_normal():

@@ -18,6 +18,7 @@ from pipeline.components.sglang_settings import SCHEDULE_POLICIES, SGLANG_POLICI
     SchedulerSettings
 from pipeline.engine.config import EngineOption
 from pipeline.engine.sglang_hicache import HiCacheSpec, host_pool_tokens
+from pipeline.engine.sglang_intake import clip_request
 from pipeline.engine.tier_options import _number
 from pipeline.sizes.vllm_memory import DEFAULT_BATCHED_TOKENS, DEFAULT_SEQS
 
@@ -35,6 +36,12 @@ class SGLangConfig:
     settings: SchedulerSettings
     hicache: HiCacheSpec | None = None          # --enable-hierarchical-cache
     overlap: bool = False                       # event_loop_overlap (the command's default)
+    context_len: int | None = None              # --max-model-len (None: the pool bounds)
+
+    def intake(self, request):
+        """The request as SGLang's intake queues it (``sglang_intake.clip_request``)."""
+        s = self.settings
+        return clip_request(request, s.max_total_tokens, s.page_size, self.context_len)
 
 
 def _policy(text: str) -> str:
@@ -336,4 +343,5 @@ def sglang_config(args, num_gpu_blocks: int, max_model_len: int) -> SGLangConfig
     return SGLangConfig(num_gpu_blocks, max_model_len, args.block_size, settings,
                         _hicache(args, pool, page),
                         not args.disable_overlap_schedule and
-                        not args.enable_hierarchical_cache)
+                        not args.enable_hierarchical_cache,
+                        getattr(args, "max_model_len", None))
