@@ -46,8 +46,8 @@ def refusal(prompt: int, max_new: int, pool: int, page: int,
     """Why SGLang does not run this request as the engine models it, or None."""
     _, max_req_len = _max_req_len(pool, page, context)
     if prompt >= max_req_len - 5:
-        return (f"prompt of {prompt} tokens: SGLang aborts it (input length exceeds its "
-                f"maximum, {max_req_len - 5} tokens for a pool of {pool} tokens"
+        return (f"prompt of {prompt} tokens: SGLang aborts it (a prompt must be shorter than "
+                f"max_req_len - 5 = {max_req_len - 5} tokens for a pool of {pool} tokens"
                 f"{f' and context {context}' if context else ''})")
     if intake_limit(prompt, max_new, pool, page, context) == 0:
         return (f"prompt of {prompt} tokens leaves no room for an output token in a pool of "
