@@ -279,3 +279,18 @@ def test_a_prompt_sglang_aborts_is_refused(tmp_path, capsys):
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and ":1: prompt of 58 tokens: SGLang aborts it" in error[0]
     assert not out.exists()
+
+
+def test_fleet_runs_each_point_on_its_pool_and_clips_as_sglang(tmp_path, capsys):
+    """Each ``--gpu`` point's instances get that pool (with the device pool and HiCache's
+    host pool sized again), and SGLang's intake clips on it: 40 + 40 tokens on 64 run
+    with 22 outputs, on 128 with all 40."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(json.dumps({"prompt_token_ids": list(range(40)), "max_tokens": 40})
+                     + "\n")
+    out = tmp_path / "out"
+    assert main(["fleet", str(trace), "--format", "tokens", "--gpu", "64,128",
+                 "--block-size", "16", "--engine", "sglang", "--model", "qwen2.5-1.5b",
+                 "--rate", "5", "--out", str(out)]) == 0
+    frame = pl.read_parquet(out / "requests").sort("gpu_blocks")
+    assert frame["output_tokens"].to_list() == [22, 40]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pipeline.base.arguments import positive_int
 from pipeline.base.errors import UsageError
@@ -37,6 +37,21 @@ class SGLangConfig:
     hicache: HiCacheSpec | None = None          # --enable-hierarchical-cache
     overlap: bool = False                       # event_loop_overlap (the command's default)
     context_len: int | None = None              # --max-model-len (None: the pool bounds)
+    pool_cap: int | None = None                 # --max-total-tokens
+    host_sizing: tuple[float, int] = (2.0, 0)   # --hicache-ratio, --hicache-size
+
+    def with_blocks(self, blocks: int) -> SGLangConfig:
+        """The config of a pool of ``blocks`` (a fleet point's ``--gpu``): the device pool
+        and HiCache's host pool sized again, as ``sglang_config`` sizes them."""
+        s = self.settings
+        pool = blocks * self.block_size
+        pool = pool if self.pool_cap is None else min(pool, self.pool_cap)
+        hicache = self.hicache
+        if hicache is not None:
+            hicache = replace(hicache, host_tokens=host_pool_tokens(
+                pool, s.page_size, *self.host_sizing, hicache.kv_bytes_per_token))
+        return replace(self, num_gpu_blocks=blocks, hicache=hicache,
+                       settings=replace(s, max_total_tokens=pool))
 
     def intake(self, request):
         """The request as SGLang's intake queues it (``sglang_intake.clip_request``)."""
@@ -340,8 +355,10 @@ def sglang_config(args, num_gpu_blocks: int, max_model_len: int) -> SGLangConfig
         schedule_conservativeness=args.schedule_conservativeness,
         radix_eviction_policy=args.radix_eviction_policy,
         seed=getattr(args, "seed", None) or 0)
+    ratio = HICACHE_RATIO if args.hicache_ratio is None else args.hicache_ratio
     return SGLangConfig(num_gpu_blocks, max_model_len, args.block_size, settings,
                         _hicache(args, pool, page),
                         not args.disable_overlap_schedule and
                         not args.enable_hierarchical_cache,
-                        getattr(args, "max_model_len", None))
+                        getattr(args, "max_model_len", None), args.max_total_tokens,
+                        (ratio, args.hicache_size or 0))
