@@ -294,3 +294,19 @@ def test_fleet_runs_each_point_on_its_pool_and_clips_as_sglang(tmp_path, capsys)
                  "--rate", "5", "--out", str(out)]) == 0
     frame = pl.read_parquet(out / "requests").sort("gpu_blocks")
     assert frame["output_tokens"].to_list() == [22, 40]
+
+
+def test_the_pool_is_whole_pages_and_a_fleet_point_sizes_it_again():
+    """``--max-total-tokens`` is floored to whole pages, as SGLang's pool configurator does
+    (``calculate_pool_sizes_from_max_tokens``, pool_configurator.py:651-652); ``with_blocks``
+    (a fleet point) sizes the pool again under the same cap."""
+    import argparse
+
+    from pipeline.engine.sglang_options import sglang_config
+
+    args = argparse.Namespace(block_size=16, page_size=4, max_total_tokens=66,
+                              chunked_prefill_size=-1)
+    config = sglang_config(args, 8, 1000)
+    assert config.settings.max_total_tokens == 64
+    assert config.with_blocks(3).settings.max_total_tokens == 48
+    assert config.with_blocks(30).settings.max_total_tokens == 64

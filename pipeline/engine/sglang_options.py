@@ -46,6 +46,7 @@ class SGLangConfig:
         s = self.settings
         pool = blocks * self.block_size
         pool = pool if self.pool_cap is None else min(pool, self.pool_cap)
+        pool = pool // s.page_size * s.page_size
         hicache = self.hicache
         if hicache is not None:
             hicache = replace(hicache, host_tokens=host_pool_tokens(
@@ -339,6 +340,7 @@ def sglang_config(args, num_gpu_blocks: int, max_model_len: int) -> SGLangConfig
     pool = num_gpu_blocks * args.block_size
     if args.max_total_tokens is not None:
         pool = min(pool, args.max_total_tokens)
+    pool = pool // page * page                  # whole pages: pool_configurator.py:651-652
     if args.chunked_prefill_size is None:
         from pipeline.sizes.model_options import tensor_parallel
         from pipeline.sizes.sglang_memory import default_chunk
