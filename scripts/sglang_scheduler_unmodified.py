@@ -43,12 +43,14 @@ The loops' bodies are a few lines each and are the driver's (``Driver.turn_norma
 ``event_loop_normal``, scheduler.py:2038-2056; ``Driver.turn_overlap``: ``event_loop_overlap``,
 :2084-2131), receiving the timed workload's due requests before each turn.
 
-Requests enter through ``Scheduler._add_request_to_queue``; ``handle_generate_request``'s
-``init_req_max_new_tokens`` (scheduler.py:2693-2740) runs only with ``intake=True``: it clips
-``max_new_tokens`` to what an empty pool can hold (``allocator/base.py:88-105``:
-``pool - ceil(prompt to a page) - page - 1``, the pool page-aligned as
-pool_configurator.py:646-652 does), so SGLang finishes early a request the lab's
-engine never admits (it reports the run stuck); off by default, as the lab's contract.
+Requests enter through ``Scheduler._add_request_to_queue``; with ``intake=True`` (the tests'
+setting) first through ``handle_generate_request``'s ``init_req_max_new_tokens``
+(scheduler.py:2693-2740), which clips ``max_new_tokens`` to what an empty pool can hold
+(``allocator/base.py:88-105``: ``pool - ceil(prompt to a page) - page - 1``, the pool
+page-aligned as pool_configurator.py:646-652 does, ``max_req_len`` as tp_worker.py:568-572
+sets it), and ``validate_input_length`` (a prompt of ``max_req_len - 5`` tokens or more is
+aborted: ``run`` raises). The lab's engine does the same at its intake
+(``pipeline/engine/sglang_intake.py``).
 
 Requests finish by length: no stop tokens, ``ignore_eos`` off (with it on the adder reserves
 a running request's whole remaining output, schedule_policy.py:785-795). The ``random``
