@@ -19,6 +19,7 @@ line. The lab's document-mode events (one row per access and capacity pair) are
 from __future__ import annotations
 
 import argparse
+import sys
 
 from pipeline.base.arguments import deprecated_alias, derive, plural, \
     positive_int
@@ -30,6 +31,7 @@ from pipeline.engine.tier_options import check_stack_pricing, stack_lines
 from pipeline.engine.options import add_engine_arguments, cpu_tier_factory, engine_for, \
     engine_models
 from pipeline.engine.overload import warning_line
+from pipeline.engine.sglang_intake import CLIP_WARNING
 from pipeline.engine.request import EngineRequests
 from pipeline.engine.workload import (FORMATS, pattern_workload, read_workload,
                                       with_arrivals)
@@ -76,6 +78,14 @@ def _config(args: argparse.Namespace, workload: EngineRequests, blocks: int):
     can never hold is one line naming its file:line and the option."""
     longest = max(len(r.prompt_token_ids) + r.max_tokens for r in workload.requests)
     max_len = args.max_model_len or longest
+    engine = engine_for(args)
+    if hasattr(engine, "refusal"):              # the engine's own intake rules (SGLang's)
+        config = engine.config(args, blocks, max_len)
+        for r in workload.requests:
+            why = engine.refusal(r, config)
+            if why is not None:
+                raise CLIError(f"{workload.where(r.index)}: {why}")
+        return config
     size, usable = args.block_size, blocks - 1
     for r in workload.requests:
         prompt = len(r.prompt_token_ids)
@@ -174,6 +184,9 @@ def main(args: argparse.Namespace) -> int:
         print(line)
     if metrics["overloaded"]:
         print(warning_line(metrics))
+    if "output_clipped" in frame.columns:
+        print(CLIP_WARNING.format(count=plural(
+            int((frame["output_clipped"] > 0).sum()), "request")), file=sys.stderr)
     return 0
 
 

@@ -30,11 +30,12 @@ from pipeline.engine.sglang import SGLangInstance, run_on_steps  # noqa: E402
 
 
 def sglangs_loop(inputs: list, pool: int, options: dict) -> tuple[dict, float]:
-    """SGLang's loop on ``inputs`` (in the worker process) and its CPU seconds."""
+    """SGLang's loop on ``inputs`` (in the worker process, through its intake as the engine
+    takes them) and its CPU seconds."""
     import sglang_scheduler_unmodified as unmodified
-    unmodified.run(inputs[:50], pool, **options)
+    unmodified.run(inputs[:50], pool, intake=True, **options)
     start = time.process_time()
-    out = unmodified.run(inputs, pool, **options)
+    out = unmodified.run(inputs, pool, intake=True, **options)
     return out, time.process_time() - start
 
 

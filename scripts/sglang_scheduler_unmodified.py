@@ -43,12 +43,14 @@ The loops' bodies are a few lines each and are the driver's (``Driver.turn_norma
 ``event_loop_normal``, scheduler.py:2038-2056; ``Driver.turn_overlap``: ``event_loop_overlap``,
 :2084-2131), receiving the timed workload's due requests before each turn.
 
-Requests enter through ``Scheduler._add_request_to_queue``; ``handle_generate_request``'s
-``init_req_max_new_tokens`` (scheduler.py:2693-2740) runs only with ``intake=True``: it clips
-``max_new_tokens`` to what an empty pool can hold (``allocator/base.py:88-105``:
-``pool - ceil(prompt to a page) - page - 1``, the pool page-aligned as
-pool_configurator.py:646-652 does), so SGLang finishes early a request the lab's
-engine never admits (it reports the run stuck); off by default, as the lab's contract.
+Requests enter through ``Scheduler._add_request_to_queue``; with ``intake=True`` (the tests'
+setting) first through ``handle_generate_request``'s ``init_req_max_new_tokens``
+(scheduler.py:2693-2740), which clips ``max_new_tokens`` to what an empty pool can hold
+(``allocator/base.py:88-105``: ``pool - ceil(prompt to a page) - page - 1``, the pool
+page-aligned as pool_configurator.py:646-652 does, ``max_req_len`` as tp_worker.py:568-572
+sets it), and ``validate_input_length`` (a prompt of ``max_req_len - 5`` tokens or more is
+aborted: ``run`` raises). The lab's engine does the same at its intake
+(``pipeline/engine/sglang_intake.py``).
 
 Requests finish by length: no stop tokens, ``ignore_eos`` off (with it on the adder reserves
 a running request's whole remaining output, schedule_policy.py:785-795). The ``random``
@@ -161,7 +163,8 @@ def build(size: int, policy: str = "fcfs", max_running: int = 256, chunk=8192,
         is_generation=True, hisparse_coordinator=None, decode_offload_manager=None,
         forward_ct=0, model_config=model_config, spec_algorithm=spec.SpeculativeAlgorithm.NONE,
         enable_skip_finishing_decode=False, max_queued_requests=None, enable_fpm=False,
-        max_new_tokens_limit=envs.SGLANG_MAX_NEW_TOKENS_LIMIT.get(), max_req_len=context,
+        max_new_tokens_limit=envs.SGLANG_MAX_NEW_TOKENS_LIMIT.get(),
+        max_req_len=min(context - 1, size // page * page - 1),      # tp_worker.py:568-571
         max_total_num_tokens=size // page * page, sliding_window_size=None,  # page-aligned
         grammar_manager=types.SimpleNamespace(has_waiting_grammars=lambda: False),
         beam_coordinator=types.SimpleNamespace(pending_member_rows=lambda batch: 0),
@@ -319,8 +322,12 @@ def run(requests: list[tuple[list, int, int, int]], size: int, **settings) -> di
         if not driver.busy():
             now = max(now, due[pointer])
         while pointer < len(reqs) and due[pointer] <= now:     # recv_requests
-            if intake:                        # handle_generate_request's clamp
+            if intake:                        # handle_generate_request's clamp and check
                 S.init_req_max_new_tokens(reqs[pointer])
+                error = load()["sched"].validate_input_length(     # tp_worker.py:572
+                    reqs[pointer], S.max_req_len - 5, False)
+                if error:
+                    raise RuntimeError(f"aborted: {error}")
             S._add_request_to_queue(reqs[pointer])
             pointer += 1
         if driver.turn_overlap() if overlap else driver.turn_normal():

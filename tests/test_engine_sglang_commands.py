@@ -238,3 +238,75 @@ def test_a_cpu_tier_is_refused_naming_hicache():
     with pytest.raises(ValueError, match="--enable-hierarchical-cache") as error:
         SGLangInstance(config, cpu_tier=object())
     assert "not modelled" not in str(error.value)          # HiCache is, in the engine
+
+
+def _tokens_trace(tmp_path, requests) -> str:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps({"arrival_step": a, "prompt_token_ids": p,
+                                         "max_tokens": m}) + "\n" for p, m, a in requests))
+    return str(trace)
+
+
+@pytest.mark.parametrize("flags", [[], ["--disable-overlap-schedule"],
+                                   ["--enable-hierarchical-cache"],
+                                   ["--clock", "time", "--rate", "5", "--latency", "roofline"]])
+def test_a_request_the_pool_never_admits_is_clipped_as_sglang_clips_it(flags, tmp_path,
+                                                                       capsys):
+    """A 40-token prompt asking 40 tokens of a 64-token pool: SGLang's intake clips
+    ``max_new_tokens`` to 64 - 40 - 1 - 1 = 22 (``init_req_max_new_tokens``), so the run
+    completes with that request cut by 18 tokens, said on stderr and in ``output_clipped``;
+    the other request is untouched."""
+    trace = _tokens_trace(tmp_path, [(list(range(40)), 40, 0), (list(range(100, 110)), 5, 0)])
+    out = tmp_path / "out"
+    assert main(["simulate", trace, "--format", "tokens", "--gpu", "64", "--block-size", "16",
+                 "--engine", "sglang", *flags, "--model", "qwen2.5-1.5b",
+                 "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: 1 request clipped at intake: SGLang caps max_new_tokens" in err
+    requests = pl.read_parquet(out / "requests.parquet")
+    assert requests["output_clipped"].to_list() == [18, 0]
+    assert requests["output_tokens"].to_list() == [22, 5]
+
+
+def test_a_prompt_sglang_aborts_is_refused(tmp_path, capsys):
+    """A prompt of ``max_req_len - 5`` tokens or more: SGLang aborts it with an error
+    (``validate_input_length``); the run is refused (exit 1, as a request vLLM's pool
+    never holds), one line naming the line."""
+    trace = _tokens_trace(tmp_path, [(list(range(58)), 2, 0)])
+    out = tmp_path / "out"
+    assert main(["simulate", trace, "--format", "tokens", "--gpu", "64", "--block-size", "16",
+                 "--engine", "sglang", "--out", str(out)]) == 1
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and ":1: prompt of 58 tokens: SGLang aborts it" in error[0]
+    assert not out.exists()
+
+
+def test_fleet_runs_each_point_on_its_pool_and_clips_as_sglang(tmp_path, capsys):
+    """Each ``--gpu`` point's instances get that pool (with the device pool and HiCache's
+    host pool sized again), and SGLang's intake clips on it: 40 + 40 tokens on 64 run
+    with 22 outputs, on 128 with all 40."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(json.dumps({"prompt_token_ids": list(range(40)), "max_tokens": 40})
+                     + "\n")
+    out = tmp_path / "out"
+    assert main(["fleet", str(trace), "--format", "tokens", "--gpu", "64,128",
+                 "--block-size", "16", "--engine", "sglang", "--model", "qwen2.5-1.5b",
+                 "--rate", "5", "--out", str(out)]) == 0
+    frame = pl.read_parquet(out / "requests").sort("gpu_blocks")
+    assert frame["output_tokens"].to_list() == [22, 40]
+
+
+def test_the_pool_is_whole_pages_and_a_fleet_point_sizes_it_again():
+    """``--max-total-tokens`` is floored to whole pages, as SGLang's pool configurator does
+    (``calculate_pool_sizes_from_max_tokens``, pool_configurator.py:651-652); ``with_blocks``
+    (a fleet point) sizes the pool again under the same cap."""
+    import argparse
+
+    from pipeline.engine.sglang_options import sglang_config
+
+    args = argparse.Namespace(block_size=16, page_size=4, max_total_tokens=66,
+                              chunked_prefill_size=-1)
+    config = sglang_config(args, 8, 1000)
+    assert config.settings.max_total_tokens == 64
+    assert config.with_blocks(3).settings.max_total_tokens == 48
+    assert config.with_blocks(30).settings.max_total_tokens == 64

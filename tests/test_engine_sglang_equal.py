@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT
@@ -25,6 +25,7 @@ from pipeline.components import sglang_ksched as K
 from pipeline.components.sglang_settings import SCHEDULE_POLICIES, SchedulerSettings
 from pipeline.engine.request import SimRequest
 from pipeline.engine.sglang import SGLangConfig, SGLangInstance, simulate
+from pipeline.engine.sglang_intake import intake_limit, refusal
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import sglang_reference  # noqa: E402
@@ -35,8 +36,21 @@ pytestmark = pytest.mark.skipif(
            " run scripts/ensure_sglang_sources.sh")
 
 
+def sglang_intake(workload, clip: bool = True):
+    """The workload as SGLang's intake queues it (``sglang_intake``): the requests it
+    refuses dropped, with ``clip`` the others' outputs cut to its clip (without: left for
+    the engine and SGLang's own intake to cut)."""
+    requests, pool, options = workload
+    page, kept = options["page"], []
+    for p, o, a in requests:
+        if refusal(len(p), len(o), pool, page) is None:
+            kept.append((p, o[:intake_limit(len(p), len(o), pool, page)] if clip else o, a))
+    return kept, pool, options
+
+
 @st.composite
-def workloads(draw):
+def workloads(draw, clip: bool = True):
+    """Drawn timed workloads, as SGLang's intake queues them (``sglang_intake``)."""
     stems = [draw(st.lists(st.integers(0, 50), min_size=1, max_size=24)) for _ in range(3)]
     requests, step = [], 0
     for i in range(draw(st.integers(1, 14))):
@@ -56,7 +70,9 @@ def workloads(draw):
         conservativeness=draw(st.sampled_from([0.1, 0.3, 1.0, 2.0])),
         seed=draw(st.integers(0, 3)), page=draw(st.sampled_from([1, 1, 2, 4])))
     pool = longest + 2 + draw(st.sampled_from([0, 8, 30, 120]))
-    return requests, pool, options
+    workload = sglang_intake((requests, pool, options), clip)
+    assume(workload[0])
+    return workload
 
 
 def scheduler_settings(pool: int, options: dict):
@@ -95,7 +111,7 @@ def ours(requests, pool, options, hicache=None, overlap: bool = False) -> dict:
     return {"requests": [(r[K.R_FSCHED], r[K.R_FTOK], r[K.R_FINSTEP], r[K.R_HIT],
                           r[K.R_RETR]) for r in rows], "steps": steps, "sims": sims,
             "config": config, "host_loaded": [int(r[K.R_HLOADED]) for r in rows],
-            "moved": moved}
+            "moved": moved, "engine": engine}
 
 
 def theirs(requests, pool, options) -> dict:

@@ -21,11 +21,11 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT
-from test_engine_sglang_equal import workloads
+from test_engine_sglang_equal import sglang_intake, workloads
 from test_engine_sglang_hicache import KV_BYTES, config, outcome, sims
 from test_sglang_hisched import returning_stems
 
@@ -68,7 +68,10 @@ def stored_stems(draw):
                    max_running=draw(st.integers(1, 3)),
                    chunk=draw(st.sampled_from([None, 16])), max_prefill=16384,
                    conservativeness=1.0, seed=0, page=draw(st.sampled_from([1, 1, 2, 4])))
-    return requests, longest + 2 + draw(st.sampled_from([0, 8, 30])), options
+    workload = sglang_intake((requests, longest + 2 + draw(st.sampled_from([0, 8, 30])),
+                              options))                  # as SGLang's intake queues them
+    assume(workload[0])
+    return workload
 
 
 WORKLOADS = st.one_of(workloads(), returning_stems(), stored_stems(), stored_stems())

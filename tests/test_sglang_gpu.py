@@ -135,9 +135,10 @@ def test_trace_runs_it_and_refuses_a_page_size_off_the_block(tmp_path, capsys):
 
 @st.composite
 def admitted(draw):
-    """``workloads`` with pools large enough to admit every request alone."""
+    """``workloads`` with pools large enough to admit every request alone (SGLang's intake
+    neither clips nor aborts one, ``sglang_intake``)."""
     stream, outputs, page, capacities = draw(workloads())
-    need = int((stream.prompt_tokens + outputs).max()) + 2 * page
+    need = int((stream.prompt_tokens + outputs).max()) + 2 * page + 6   # SGLang intake: no cut
     return stream, outputs, page, [need + c for c in capacities]
 
 

@@ -18,13 +18,13 @@ from concurrent.futures import ProcessPoolExecutor
 from functools import partial
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT
 from oracles.sglang_hiradix import WRITE_POLICIES
 from oracles.sglang_hisched import HiScheduler
-from test_engine_sglang_equal import workloads
+from test_engine_sglang_equal import sglang_intake, workloads
 from test_sglang_ksched import oracle, outcome
 
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -68,7 +68,10 @@ def returning_stems(draw):
                    chunk=draw(st.sampled_from([None, 16, 64])), max_prefill=16384,
                    conservativeness=draw(st.sampled_from([0.3, 1.0])), seed=0,
                    page=draw(st.sampled_from([1, 1, 2, 4])))
-    return requests, longest + 2 + draw(st.sampled_from([0, 8, 30])), options
+    workload = sglang_intake((requests, longest + 2 + draw(st.sampled_from([0, 8, 30])),
+                              options))                  # as SGLang's intake queues them
+    assume(workload[0])
+    return workload
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))

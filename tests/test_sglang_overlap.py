@@ -8,12 +8,12 @@ retraction and the skipped decode run). Skipped, saying why, without the sources
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from oracles.sglang_sched import Req, Scheduler
 from test_engine_sglang_equal import (outcome, pytestmark, scheduler_settings,  # noqa: F401
-                                     theirs, workloads)
+                                     sglang_intake, theirs, workloads)
 
 from pipeline.components import sglang_ksched as K
 from pipeline.engine.request import SimRequest
@@ -21,9 +21,10 @@ from pipeline.engine.sglang import SGLangConfig, SGLangInstance, run_on_steps
 
 
 @st.composite
-def tight(draw):
+def tight(draw, clip: bool = True):
     """Bursts of requests with long outputs on pools that barely hold them, admitted
-    together by a small new-token ratio: decodes run out of memory (retract or skip)."""
+    together by a small new-token ratio: decodes run out of memory (retract or skip); as
+    SGLang's intake queues them (``sglang_intake``)."""
     requests, step = [], 0
     stem = draw(st.lists(st.integers(0, 50), min_size=0, max_size=12))
     for _ in range(draw(st.integers(3, 10))):
@@ -38,7 +39,10 @@ def tight(draw):
                    max_running=draw(st.integers(2, 8)),
                    chunk=draw(st.sampled_from([None, 8, 16])), max_prefill=16384,
                    conservativeness=draw(st.sampled_from([0.1, 0.3])), seed=0, page=page)
-    return requests, longest + 2 * page + draw(st.integers(0, 24)), options
+    workload = sglang_intake((requests, longest + 2 * page + draw(st.integers(0, 24)),
+                              options), clip)
+    assume(workload[0])
+    return workload
 
 
 def overlap_model(requests, pool, options, make=Scheduler) -> dict:
@@ -155,7 +159,7 @@ def compiled(requests, pool, options) -> dict:
                           r[K.R_RETR]) for r in rows], "steps": steps,
             "whole": [[tuple(r) for r in SCHED[bounds[j]:bounds[j + 1]].tolist()]
                       for j in range(len(STEPS))],
-            "events": [tuple(e) for e in EVENTS.tolist()]}
+            "events": [tuple(e) for e in EVENTS.tolist()], "engine": engine}
 
 
 def check_compiled(workload) -> None:

@@ -176,11 +176,18 @@ def sweep_settings(args: argparse.Namespace, workload, options) -> tuple[Options
     longest = max(len(r.prompt_token_ids) + r.max_tokens for r in requests)
     max_len = args.max_model_len or longest
     prompt = max(len(r.prompt_token_ids) for r in requests)
-    if prompt >= max_len:                       # vLLM needs room for 1 output token
+    intake = hasattr(engine, "refusal")         # the engine's own intake rules (SGLang's)
+    if intake:
+        smallest = engine.config(args, min(args.gpu_blocks), max_len)
+        for r in requests:
+            why = engine.refusal(r, smallest)
+            if why is not None:
+                raise CLIError(f"{workload.where(r.index)}: {why}")
+    elif prompt >= max_len:                     # vLLM needs room for 1 output token
         raise CLIError(f"--max-model-len {max_len}: the longest prompt has {prompt} tokens "
                        "(vLLM needs room for 1 output token)")
     need = blocks_needed(requests, args.block_size, max_len)
-    if min(args.gpu_blocks) < need:
+    if not intake and min(args.gpu_blocks) < need:
         raise CLIError(f"--gpu {min(args.gpu_blocks)}blocks: the longest request needs "
                        f"{need} blocks of {args.block_size} tokens (null block included)")
     try:

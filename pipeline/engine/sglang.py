@@ -34,6 +34,7 @@ from pipeline.engine.loop import STEP_COLUMNS, SimResult
 from pipeline.engine.request import SimRequest
 from pipeline.engine.sglang_hicache import HOST_COLUMNS, SGLangHiInstance, key_symbols, \
     request_symbols
+from pipeline.engine.sglang_intake import refusal
 from pipeline.engine.sglang_options import HICACHE_SUMMARY, HICACHE_WRITE_POLICY, OPTIONS, \
     SGLangConfig, sglang_config, storage_clause
 from pipeline.engine.kstep import reload_term
@@ -86,6 +87,7 @@ class SGLangInstance:
         self.rows: dict[int, int] = {}               # request index -> its row in R
         self.codes: dict[int, int] = {}
         self.blocks: dict[int, np.ndarray] = {}      # block key -> its token symbols
+        self.clipped: dict[int, int] = {}            # request index -> tokens intake cut
         self._row = np.zeros(K.S_COLUMNS, np.int64)
 
     # ------------------------------------------------------------------ requests
@@ -94,7 +96,15 @@ class SGLangInstance:
         """The request's prompt + output token symbols (module docstring)."""
         return request_symbols(request, self.block_size, self.codes)
 
+    def intake(self, request: SimRequest) -> SimRequest:
+        """The request as SGLang's intake queues it, its clip recorded in ``clipped``."""
+        taken = self.config.intake(request)
+        if taken is not request:
+            self.clipped[request.index] = request.max_tokens - taken.max_tokens
+        return taken
+
     def add_request(self, request: SimRequest, keys=None, queue: bool = True) -> None:
+        request = self.intake(request)
         tokens = self.tokens(request)
         n = len(request.prompt_token_ids)
         self.rows[request.index] = self.state.add(request.index, tokens, n,
@@ -108,6 +118,7 @@ class SGLangInstance:
 
     def add_all(self, requests: Sequence[SimRequest]) -> None:
         """Every request at once, not queued (``run_on_steps`` queues them by arrival)."""
+        requests = [self.intake(r) for r in requests]
         count = len(requests)
         if all(r.prompt_keys is None and r.output_token_ids is not None
                and len(r.output_token_ids) == r.max_tokens for r in requests):
@@ -292,6 +303,13 @@ class SGLang:
         return make(config, cpu_tier, capacity)
 
     @staticmethod
+    def refusal(request: SimRequest, config: SGLangConfig) -> str | None:
+        """Why SGLang's intake does not queue this request as modelled, or None."""
+        s = config.settings
+        return refusal(len(request.prompt_token_ids), request.max_tokens,
+                       s.max_total_tokens, s.page_size, config.context_len)
+
+    @staticmethod
     def simulate(requests: Sequence[SimRequest], config: SGLangConfig, *, cpu_tier=None,
                  clock: str = "steps", step_ms: Callable | None = None,
                  concurrency: int | None = None, decode_run_ms=None) -> SimResult:
@@ -343,7 +361,7 @@ def simulate(requests: Sequence[SimRequest], config: SGLangConfig, *, cpu_tier=N
     steps = np.concatenate([p.steps for p in parts]) if parts else \
         np.zeros((0, len(names)), np.int64)
     rows = engine.request_rows(requests)
-    frame = request_table(rows, arrival, timed)
+    frame = with_clipped(request_table(rows, arrival, timed), engine.clipped, requests)
     if hasattr(engine, "with_request_columns"):                  # an L3 store's column
         frame = engine.with_request_columns(frame, requests)
     step_frame = pl.DataFrame({name: steps[:, j] for j, name in enumerate(names)},
@@ -404,12 +422,22 @@ def run_on_steps(requests: Sequence[SimRequest], config: SGLangConfig,
     engine.step_no = int(Lp[1])
     rows = engine.request_rows(requests)
     arrival = due.copy()
-    frame = request_table(rows, arrival, False)
+    frame = with_clipped(request_table(rows, arrival, False), engine.clipped, requests)
     columns = {name: STEPS[:, j] for j, name in enumerate(STEP_COLUMNS)}
     if engine.extra_names:
         columns.update(zip(engine.extra_names, (STEPS[:, K.S_LOADED] * engine.kv_bytes,
                                                 STEPS[:, K.S_WRITTEN] * engine.kv_bytes)))
     return SimResult(frame, pl.DataFrame(columns, schema={name: pl.Int64 for name in columns}))
+
+
+def with_clipped(frame: pl.DataFrame, clipped: dict[int, int],
+                 requests: Sequence[SimRequest]) -> pl.DataFrame:
+    """``output_clipped``: the output tokens SGLang's intake cut from each request (0 where
+    none), only in a run where it cut some (``sglang_intake``)."""
+    if not clipped:
+        return frame
+    cut = [clipped.get(r.index, 0) for r in requests]
+    return frame.with_columns(output_clipped=pl.Series(cut, dtype=pl.Int64))
 
 
 def _grown(A: np.ndarray, used: int) -> np.ndarray:

@@ -122,6 +122,7 @@ class SGLangHiInstance:
         self.idle = False
         self.codes: dict[int, int] = {}
         self.blocks: dict[int, np.ndarray] = {}
+        self.clipped: dict[int, int] = {}            # request index -> tokens intake cut
         self.row: list[int] = []
 
     # ------------------------------------------------------------------ requests
@@ -133,6 +134,10 @@ class SGLangHiInstance:
         return key_symbols(self.blocks, keys)
 
     def _load(self, request: SimRequest) -> Req:
+        taken = self.config.intake(request)             # SGLang's intake clip
+        if taken is not request:
+            self.clipped[request.index] = request.max_tokens - taken.max_tokens
+        request = taken
         tokens = self.tokens(request)
         req = Req(request.index, tokens.tolist(), len(request.prompt_token_ids),
                   request.max_tokens)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pipeline.base.arguments import positive_int
 from pipeline.base.errors import UsageError
@@ -18,6 +18,7 @@ from pipeline.components.sglang_settings import SCHEDULE_POLICIES, SGLANG_POLICI
     SchedulerSettings
 from pipeline.engine.config import EngineOption
 from pipeline.engine.sglang_hicache import HiCacheSpec, host_pool_tokens
+from pipeline.engine.sglang_intake import clip_request
 from pipeline.engine.tier_options import _number
 from pipeline.sizes.vllm_memory import DEFAULT_BATCHED_TOKENS, DEFAULT_SEQS
 
@@ -35,6 +36,28 @@ class SGLangConfig:
     settings: SchedulerSettings
     hicache: HiCacheSpec | None = None          # --enable-hierarchical-cache
     overlap: bool = False                       # event_loop_overlap (the command's default)
+    context_len: int | None = None              # --max-model-len (None: the pool bounds)
+    pool_cap: int | None = None                 # --max-total-tokens
+    host_sizing: tuple[float, int] = (2.0, 0)   # --hicache-ratio, --hicache-size
+
+    def with_blocks(self, blocks: int) -> SGLangConfig:
+        """The config of a pool of ``blocks`` (a fleet point's ``--gpu``): the device pool
+        and HiCache's host pool sized again, as ``sglang_config`` sizes them."""
+        s = self.settings
+        pool = blocks * self.block_size
+        pool = pool if self.pool_cap is None else min(pool, self.pool_cap)
+        pool = pool // s.page_size * s.page_size
+        hicache = self.hicache
+        if hicache is not None:
+            hicache = replace(hicache, host_tokens=host_pool_tokens(
+                pool, s.page_size, *self.host_sizing, hicache.kv_bytes_per_token))
+        return replace(self, num_gpu_blocks=blocks, hicache=hicache,
+                       settings=replace(s, max_total_tokens=pool))
+
+    def intake(self, request):
+        """The request as SGLang's intake queues it (``sglang_intake.clip_request``)."""
+        s = self.settings
+        return clip_request(request, s.max_total_tokens, s.page_size, self.context_len)
 
 
 def _policy(text: str) -> str:
@@ -317,6 +340,7 @@ def sglang_config(args, num_gpu_blocks: int, max_model_len: int) -> SGLangConfig
     pool = num_gpu_blocks * args.block_size
     if args.max_total_tokens is not None:
         pool = min(pool, args.max_total_tokens)
+    pool = pool // page * page                  # whole pages: pool_configurator.py:651-652
     if args.chunked_prefill_size is None:
         from pipeline.sizes.model_options import tensor_parallel
         from pipeline.sizes.sglang_memory import default_chunk
@@ -333,6 +357,9 @@ def sglang_config(args, num_gpu_blocks: int, max_model_len: int) -> SGLangConfig
         schedule_conservativeness=args.schedule_conservativeness,
         radix_eviction_policy=args.radix_eviction_policy,
         seed=getattr(args, "seed", None) or 0)
+    ratio = HICACHE_RATIO if args.hicache_ratio is None else args.hicache_ratio
     return SGLangConfig(num_gpu_blocks, max_model_len, args.block_size, settings,
                         _hicache(args, pool, page),
-                        not args.disable_overlap_schedule)
+                        not args.disable_overlap_schedule,
+                        getattr(args, "max_model_len", None), args.max_total_tokens,
+                        (ratio, args.hicache_size or 0))

@@ -105,7 +105,9 @@ def run_point(settings: Settings, point: Point,
               workload: EngineRequests) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Simulate ``point``: (per-request frame, per-batch frame), both with the point's
     columns."""
-    config = replace(settings.config, num_gpu_blocks=point.gpu_blocks)
+    config = settings.config.with_blocks(point.gpu_blocks) \
+        if hasattr(settings.config, "with_blocks") else \
+        replace(settings.config, num_gpu_blocks=point.gpu_blocks)       # SGLang's pools
     router = make_router(point.router, point.instances, config.block_size, settings.seed,
                          **settings.router_options.get(point.router, {}))
     if point.decode_instances:
