@@ -22,7 +22,8 @@ from stub_importer import Importer, _Any  # noqa: E402
 #: SGLang packages replaced by inert stubs: the radix tree reference's list (kernels, metrics,
 #: disaggregation, distributed...) less what the loop runs (allocators, memory pools, the
 #: environment, the unified tree), plus model execution, sampling, grammars, LoRA, speculative
-#: decoding, multimodal, platforms, server arguments, IPC structures, function calling
+#: decoding, multimodal, platforms, server arguments, IPC structures, function calling, the
+#: server's API models and parsers
 STUBBED = tuple(s for s in ref.STUBBED if s not in (
     "sglang.srt.mem_cache.allocator", "sglang.srt.environ", "sglang.srt.mem_cache.memory_pool",
     "sglang.srt.mem_cache.unified_cache")) + (
@@ -30,7 +31,11 @@ STUBBED = tuple(s for s in ref.STUBBED if s not in (
     "sglang.srt.speculative", "sglang.srt.sampling", "sglang.srt.constrained",
     "sglang.srt.multimodal", "sglang.srt.hardware_backend", "sglang.srt.platforms",
     "sglang.srt.arg_groups", "sglang.srt.beam_search", "sglang.srt.server_args",
-    "sglang.srt.managers.io_struct", "sglang.srt.function_call")
+    "sglang.srt.managers.io_struct", "sglang.srt.function_call",
+    # the server's API models and output parsers (scheduler.py imports the reasoning parser,
+    # whose OpenAI protocol classes are pydantic models over xgrammar's types: with pydantic
+    # installed, as llama-cpp-python's server brings it, they fail on the stubbed xgrammar)
+    "sglang.srt.entrypoints", "sglang.srt.parser")
 
 
 #: modules run as shipped inside the stubbed packages above (enums the loop reads)

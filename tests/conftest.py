@@ -42,6 +42,32 @@ _ABSENT = (f"the shared Mooncake trace {SYNTHETIC_TRACE} is absent (../shared/ b
 needs_shared_trace = pytest.mark.skipif(not SYNTHETIC_TRACE.exists(), reason=_ABSENT)
 
 
+def needs_sglang_sources(msgspec: bool = True) -> list:
+    """The marks of a module that drives SGLang's own code (``pytestmark``): skipped, with the
+    reason, without its sources in the cache folder (or msgspec, which its unified tree core
+    imports)."""
+    import importlib.util
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import sglang_reference as ref
+    marks = [pytest.mark.skipif(not ref.sources_present(), reason=(
+        f"SGLang {ref.VERSION} sources absent from {ref.SOURCES}: "
+        "run scripts/ensure_sglang_sources.sh"))]
+    if msgspec:
+        marks.append(pytest.mark.skipif(importlib.util.find_spec("msgspec") is None,
+                                        reason="SGLang's unified tree core imports msgspec"))
+    return marks
+
+
+@pytest.fixture(scope="module")
+def sglang():
+    """One spawned process per test module for SGLang's own code (its modules, patched by
+    the reference scripts' stubs, stay out of the test process)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        yield pool
+
+
 def shared_trace() -> Path:
     """The shared Mooncake trace's path; skips the calling test (saying why) when absent."""
     if not SYNTHETIC_TRACE.exists():

@@ -16,15 +16,12 @@ tokens and storage tokens must be equal.
 
 from __future__ import annotations
 
-import multiprocessing
 import sys
-from concurrent.futures import ProcessPoolExecutor
 
-import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from conftest import ROOT
+from conftest import ROOT, needs_sglang_sources
 from test_engine_sglang_equal import sglang_intake, workloads
 from test_engine_sglang_hicache import KV_BYTES, config, outcome, sims
 from test_sglang_hisched import returning_stems
@@ -36,19 +33,8 @@ from pipeline.engine.sglang_hicache import HiCacheSpec, SGLangHiInstance
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import sglang_hicache_reference as hi  # noqa: E402
-import sglang_reference as ref  # noqa: E402
 
-pytest.importorskip("msgspec", reason="SGLang's unified tree core imports msgspec")
-pytestmark = pytest.mark.skipif(
-    not ref.sources_present(),
-    reason=f"SGLang {ref.VERSION} sources absent from {ref.SOURCES}: "
-           "run scripts/ensure_sglang_sources.sh")
-
-
-@pytest.fixture(scope="module")
-def sglang():
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        yield pool
+pytestmark = needs_sglang_sources()
 
 
 @st.composite

@@ -14,27 +14,20 @@ lock count, hits). Skips without the SGLang sources or msgspec.
 
 from __future__ import annotations
 
-import multiprocessing
 import sys
-from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 from hypothesis import given, settings, target
 from hypothesis import strategies as st
 
-from conftest import ROOT
+from conftest import ROOT, needs_sglang_sources
 from oracles.sglang_hiradix import WRITE_POLICIES, HiRadixTree
 from oracles.sglang_radix import POLICIES
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import sglang_hicache_reference as hi  # noqa: E402
-import sglang_reference as ref  # noqa: E402
 
-pytest.importorskip("msgspec", reason="SGLang's unified tree core imports msgspec")
-pytestmark = pytest.mark.skipif(
-    not ref.sources_present(),
-    reason=f"SGLang {ref.VERSION} sources absent from {ref.SOURCES}: "
-           "run scripts/ensure_sglang_sources.sh")
+pytestmark = needs_sglang_sources()
 
 STEMS = (tuple(range(1, 15)), tuple(range(1, 9)) + (50, 51, 52, 53, 54, 55),
          tuple(range(100, 112)))
@@ -61,12 +54,6 @@ OPERATIONS = st.one_of(
     st.tuples(st.just("load"), prompts()),
     st.tuples(st.just("check")),
 )
-
-
-@pytest.fixture(scope="module")
-def sglang():
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        yield pool
 
 
 def compare(ours: list, theirs: list) -> None:

@@ -12,36 +12,22 @@ without the SGLang sources or msgspec.
 
 from __future__ import annotations
 
-import multiprocessing
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from functools import partial
 
-import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from conftest import ROOT
+from conftest import ROOT, needs_sglang_sources
 from oracles.sglang_hiradix import WRITE_POLICIES
 from oracles.sglang_hisched import HiScheduler
 from test_engine_sglang_equal import sglang_intake, workloads
 from test_sglang_ksched import oracle, outcome
 
 sys.path.insert(0, str(ROOT / "scripts"))
-import sglang_reference as ref  # noqa: E402
 import sglang_scheduler_reference as scheduler  # noqa: E402
 
-pytest.importorskip("msgspec", reason="SGLang's unified tree core imports msgspec")
-pytestmark = pytest.mark.skipif(
-    not ref.sources_present(),
-    reason=f"SGLang {ref.VERSION} sources absent from {ref.SOURCES}: "
-           "run scripts/ensure_sglang_sources.sh")
-
-
-@pytest.fixture(scope="module")
-def sglang():
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        yield pool
+pytestmark = needs_sglang_sources()
 
 
 def theirs(sglang, requests, pool, options, hicache) -> dict:

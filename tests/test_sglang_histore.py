@@ -16,15 +16,13 @@ admissions and tokens loaded from storage), sizes, host pool, pages stored and e
 
 from __future__ import annotations
 
-import multiprocessing
 import sys
-from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 from hypothesis import given, settings, target
 from hypothesis import strategies as st
 
-from conftest import ROOT
+from conftest import ROOT, needs_sglang_sources
 from test_sglang_hiradix import OPERATIONS, TAILS, compare, prompts
 
 from pipeline.components.sglang_histore import PREFETCH_POLICIES, StorageSpec, \
@@ -33,13 +31,8 @@ from pipeline.components.sglang_hiradix import WRITE_POLICIES
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import sglang_hicache_reference as hi  # noqa: E402
-import sglang_reference as ref  # noqa: E402
 
-pytest.importorskip("msgspec", reason="SGLang's unified tree core imports msgspec")
-pytestmark = pytest.mark.skipif(
-    not ref.sources_present(),
-    reason=f"SGLang {ref.VERSION} sources absent from {ref.SOURCES}: "
-           "run scripts/ensure_sglang_sources.sh")
+pytestmark = needs_sglang_sources()
 
 @st.composite
 def visits(draw):
@@ -79,12 +72,6 @@ STORAGE_OPERATIONS = st.one_of(
 
 def flat(operations) -> list:
     return [step for op in operations for step in (op if isinstance(op, list) else [op])]
-
-
-@pytest.fixture(scope="module")
-def sglang():
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        yield pool
 
 
 def run_both(sglang, write_policy, prefetch, threshold, page_size, device, host, policy,

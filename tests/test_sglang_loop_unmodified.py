@@ -22,9 +22,7 @@ why, without the sources.
 
 from __future__ import annotations
 
-import multiprocessing
 import sys
-from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -39,12 +37,6 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import sglang_scheduler_unmodified as unmodified  # noqa: E402
 
 pytest.importorskip("numpy", reason="the stand-in torch is numpy-backed")
-
-
-@pytest.fixture(scope="module")
-def sglang():
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        yield pool
 
 
 def theirs(pool, requests, size, options) -> dict:

@@ -14,15 +14,13 @@ unified core imports it).
 
 from __future__ import annotations
 
-import multiprocessing
 import sys
-from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import ROOT
+from conftest import ROOT, needs_sglang_sources
 from oracles.sglang_radix import POLICIES, RadixTree
 import test_engine_sglang_equal as equal
 from test_sglang_radix import OPERATIONS
@@ -32,17 +30,7 @@ import sglang_reference as ref  # noqa: E402
 import sglang_scheduler_reference as scheduler  # noqa: E402
 import sglang_unified_reference as unified  # noqa: E402
 
-pytest.importorskip("msgspec", reason="SGLang's unified tree core imports msgspec")
-pytestmark = pytest.mark.skipif(
-    not ref.sources_present(),
-    reason=f"SGLang {ref.VERSION} sources absent from {ref.SOURCES}: "
-           "run scripts/ensure_sglang_sources.sh")
-
-
-@pytest.fixture(scope="module")
-def sglang():
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        yield pool
+pytestmark = needs_sglang_sources()
 
 
 def oracle_rows(tree: RadixTree) -> list:
