@@ -13,26 +13,20 @@ from __future__ import annotations
 
 import sys
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import ROOT
+from conftest import ROOT, needs_sglang_sources
 from oracles.sglang_hiradix import WRITE_POLICIES
-from test_sglang_hisched import returning_stems, sglang  # noqa: F401 (fixture)
+from test_sglang_hisched import returning_stems
 from test_sglang_khisched import Recording
 from test_sglang_ksched import outcome
 from test_sglang_overlap import overlap_model, tight
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import sglang_hicache_overlap_reference as reference  # noqa: E402
-import sglang_reference as ref  # noqa: E402
 
-pytest.importorskip("msgspec", reason="SGLang's unified tree core imports msgspec")
-pytestmark = pytest.mark.skipif(
-    not ref.sources_present(),
-    reason=f"SGLang {ref.VERSION} sources absent from {ref.SOURCES}: "
-           "run scripts/ensure_sglang_sources.sh")
+pytestmark = needs_sglang_sources()
 
 
 def model(requests, pool, options, write_policy, host) -> dict:
