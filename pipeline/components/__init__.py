@@ -13,7 +13,8 @@ compiled, over a ``pipeline.workloads.stream.BlockStream``; their registry entri
   (``lru``, ``arc``), compiled and allocation-free; not yet wired into the engine loop.
 * ``sglang_kradix``: SGLang 0.5.23's radix prefix tree over flat arrays (``RadixTree``, the
   rules of its ``radix_cache.py``); ``sglang_ksched`` its scheduler loop over it, the
-  ``sglang`` engine's; ``sglang_settings`` their settings; ``sglang_gpu`` the tree as a GPU
-  model (docs/sglang.md).
+  ``sglang`` engine's (over ``sglang_kstate``, ``sglang_kadmit``, ``sglang_kbatch``);
+  ``sglang_settings`` their settings; ``sglang_gpu`` the tree as a GPU model
+  (docs/sglang.md).
 * ``llamacpp_cache``: llama.cpp's prompt cache.
 """
