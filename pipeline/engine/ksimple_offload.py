@@ -32,7 +32,7 @@ from pipeline.components.engine_layout import (
     B_NSAMP, B_NSCHED, B_STEP, BOFF, COMPUTED, FNEXT, FSCHED, G_NFREE, HASHED, HOLDS, KOFF,
     NBLK, NKEYS, NONE, NTOK, O_JLEN, O_KLEN, O_LOADB, O_NFIN, O_STOREB, REF, RF_SUBMIT,
     X_LSTEP)
-from pipeline.components.kjit import helper
+from pipeline.components.kjit import helper, inlined
 from pipeline.components.kpool import (free_blocks, get_new_blocks, longest_hit, pool_arrays,
                                        table_find, touch)
 
@@ -253,6 +253,17 @@ def _samples(S, q, slot):
     return False
 
 
+@inlined
+def _may_store(S, O, q, e):
+    """Whether the scheduled entry ``e`` has blocks past its store cursor that may be ready
+    (``_store_entry``'s ``ready`` with at most one hold less): most steps none has, and
+    the test is cheaper than the call."""
+    C, R, BQ = S[0], S[2], S[10]
+    slot = BQ[q, e, 0]
+    confirmed = BQ[q, e, 2] - R[slot, HOLDS] + 1
+    return O[I_SQ][slot, SQ_CUR] < min(R[slot, NBLK], max(confirmed, 0) // C[0])
+
+
 @helper
 def _store_entry(S, O, q, e):
     """One scheduled request's eager stores, appended to the ring."""
@@ -348,12 +359,12 @@ def build_stores(S, O, q):
     if SC[SC_LAZY] != 0:
         if SC[SC_EMPTY] <= LIVELOCK_SCHEDULES:
             _lazy_stores(S, O)
-    else:
+    elif SC[SC_FREE] > 0:
         for e in range(BMETA[q, B_NSCHED]):       # scheduled_new_reqs
-            if R[BQ[q, e, 0], FSCHED] == step:
+            if R[BQ[q, e, 0], FSCHED] == step and _may_store(S, O, q, e):
                 _store_entry(S, O, q, e)
         for e in range(BMETA[q, B_NSCHED]):       # scheduled_cached_reqs
-            if R[BQ[q, e, 0], FSCHED] != step:
+            if R[BQ[q, e, 0], FSCHED] != step and _may_store(S, O, q, e):
                 _store_entry(S, O, q, e)
     cap = RING.shape[1]
     for i in range(SC[SC_QLEN]):
