@@ -124,7 +124,7 @@ def _release_pin(O, slot):
     SQ[slot, SQ_NPIN] = -1
 
 
-@helper
+@inlined
 def _sync_jobs(O):
     """The engine keeps stepping while events are in flight or stores queued
     (``has_pending_push_work``); ``O_JLEN`` counts them."""
@@ -346,26 +346,71 @@ def _event(O, stream, start, count):
     return SEV[stream, j, E_ID]
 
 
+@inlined
+def _lazy_may_store(S, O):
+    """Whether ``_lazy_stores`` would walk a block (else its cursor bookkeeping, here)."""
+    P = S[5]
+    SC = O[I_SC]
+    if SC[SC_TARGET] <= 0:
+        return False
+    sentinel = P.shape[0] - 1
+    cursor = SC[SC_CURSOR]
+    if cursor != NONE and P[cursor, REF] > 0:
+        cursor = NONE
+    node = P[sentinel, FNEXT] if cursor == NONE else P[cursor, FNEXT]
+    if node == sentinel or SC[SC_FREE] <= 0:
+        SC[SC_CURSOR] = cursor
+        return False
+    return True
+
+
+@inlined
+def _eager_may_store(S, O, q):
+    for e in range(S[12][q, B_NSCHED]):
+        if _may_store(S, O, q, e):
+            return True
+    return False
+
+
 @helper
+def _eager_stores(S, O, q):
+    """``_prepare_eager_store_specs``: the new requests' stores, then the cached ones'."""
+    R, BQ, BMETA = S[2], S[10], S[12]
+    step = BMETA[q, B_STEP]
+    for e in range(BMETA[q, B_NSCHED]):           # scheduled_new_reqs
+        if R[BQ[q, e, 0], FSCHED] == step and _may_store(S, O, q, e):
+            _store_entry(S, O, q, e)
+    for e in range(BMETA[q, B_NSCHED]):           # scheduled_cached_reqs
+        if R[BQ[q, e, 0], FSCHED] != step and _may_store(S, O, q, e):
+            _store_entry(S, O, q, e)
+
+
+@inlined
 def build_stores(S, O, q):
     """``build_connector_meta``: the store event (eager: the new requests' stores, the
     cached requests', then the finished requests' queued ones; lazy: the free queue's
-    walk) and the load event (the requests admitted with a load since the last one)."""
-    R, BQ, BMETA = S[2], S[10], S[12]
-    OC, RING, SC, SQ, KQ = O[0], O[I_RING], O[I_SC], O[I_SQ], O[11]
-    step = BMETA[q, B_STEP]
+    walk) and the load event (the requests admitted with a load since the last one). Its
+    steps with nothing to store or load call nothing (the calls cost more than the tests)."""
+    BMETA = S[12]
+    OC, SC = O[0], O[I_SC]
     first = SC[SC_RHEAD] + SC[SC_RLEN]
     SC[SC_EMPTY] = SC[SC_EMPTY] + 1 if BMETA[q, B_NSCHED] == 0 else 0
     if SC[SC_LAZY] != 0:
-        if SC[SC_EMPTY] <= LIVELOCK_SCHEDULES:
+        if SC[SC_EMPTY] <= LIVELOCK_SCHEDULES and _lazy_may_store(S, O):
             _lazy_stores(S, O)
-    elif SC[SC_FREE] > 0:
-        for e in range(BMETA[q, B_NSCHED]):       # scheduled_new_reqs
-            if R[BQ[q, e, 0], FSCHED] == step and _may_store(S, O, q, e):
-                _store_entry(S, O, q, e)
-        for e in range(BMETA[q, B_NSCHED]):       # scheduled_cached_reqs
-            if R[BQ[q, e, 0], FSCHED] != step and _may_store(S, O, q, e):
-                _store_entry(S, O, q, e)
+    elif SC[SC_FREE] > 0 and _eager_may_store(S, O, q):
+        _eager_stores(S, O, q)
+    if SC[SC_QLEN] > 0 or SC[SC_RHEAD] + SC[SC_RLEN] != first or OC[O_KLEN] > 0:
+        _events(O, first)
+    OC[O_NFIN] = 0
+    _sync_jobs(O)
+
+
+@helper
+def _events(O, first):
+    """The finished requests' queued stores appended to the ring, the step's store event
+    (the ring from ``first``) and its load event."""
+    OC, RING, SC, SQ, KQ = O[0], O[I_RING], O[I_SC], O[I_SQ], O[11]
     cap = RING.shape[1]
     for i in range(SC[SC_QLEN]):
         j = (SC[SC_RHEAD] + SC[SC_RLEN]) % cap
@@ -386,5 +431,3 @@ def build_stores(S, O, q):
     if blocks > 0:
         _event(O, LOAD, 0, blocks)
         OC[O_LOADB] += blocks * SC[SC_BBYTES]
-    OC[O_NFIN] = 0
-    _sync_jobs(O)
