@@ -190,7 +190,7 @@ def after_alloc(S, O, slot, local, external, sync, step):
 
 # ----------------------------------------------------------------------- stores
 
-@helper
+@inlined
 def _select(S, O, slot, confirmed, out, at):
     """``_select_eager_blocks_to_store`` from the request's cursor: the GPU blocks to store
     into ``out[at:]`` (while slots are free); the cursor moves past them and past the
@@ -220,7 +220,7 @@ def _select(S, O, slot, confirmed, out, at):
     return n
 
 
-@helper
+@inlined
 def _take(S, O, gpu, slots, n):
     """Slots for the ``n`` GPU blocks ``gpu`` (LRU slots evicted), the blocks marked in
     flight and touched."""
@@ -231,7 +231,7 @@ def _take(S, O, gpu, slots, n):
     S[1][G_NFREE] -= touch(S[5], gpu, n)
 
 
-@helper
+@inlined
 def _store_pairs(S, O, n):
     """Slots for the ``n`` GPU blocks in ``SCR[0]`` (``_take``), the pairs appended to the
     ring (the step's store event)."""
@@ -244,7 +244,7 @@ def _store_pairs(S, O, n):
     SC[SC_RLEN] += n
 
 
-@helper
+@inlined
 def _samples(S, q, slot):
     BSMP, BMETA = S[11], S[12]
     for e in range(BMETA[q, B_NSAMP]):
@@ -264,7 +264,7 @@ def _may_store(S, O, q, e):
     return O[I_SQ][slot, SQ_CUR] < min(R[slot, NBLK], max(confirmed, 0) // C[0])
 
 
-@helper
+@inlined
 def _store_entry(S, O, q, e):
     """One scheduled request's eager stores, appended to the ring."""
     R, BQ = S[2], S[10]

@@ -199,7 +199,7 @@ def _loads_done(S, O, step):
             RX[slot, X_LDONE] = step
 
 
-@helper
+@inlined
 def _store_done(S, O, start, count):
     """``_process_store_completion``: each slot takes its GPU block's key, then the slots
     and the GPU blocks are released (in the event's order)."""
@@ -228,7 +228,7 @@ def _store_done(S, O, start, count):
     SC[SC_RLEN] -= count
 
 
-@helper
+@inlined
 def _free_slots_buf(O, n):
     """Release the slots in ``SCR[2, :n]`` in order (the other scratch rows as buffers)."""
     SCR, SC = O[I_SCR], O[I_SC]
@@ -237,7 +237,7 @@ def _free_slots_buf(O, n):
     SC[SC_FREE] += free_blocks(O[I_CP], SCR[1], 0, n, SCR[0], np.bool_(True))
 
 
-@helper
+@inlined
 def _free_gpu_buf(S, O, n):
     SCR = O[I_SCR]
     for i in range(n):
