@@ -210,10 +210,8 @@ def _store_done(S, O, start, count):
     for i in range(count):
         j = (start + i) % cap
         SCR[2, i] = BH[RING[0, j]]
-    for i in range(count):
-        j = (start + i) % cap
-        SCR[0, 0] = RING[1, j]
-        cache_full_blocks(CP, CBH, CHT, CHT.shape[0] - 1, SCR[2], i, SCR[0], 0, 0, 1)
+        SCR[0, i] = RING[1, j]
+    cache_full_blocks(CP, CBH, CHT, CHT.shape[0] - 1, SCR[2], 0, SCR[0], 0, 0, count)
     gpu = SCR[2]                                  # (keys no longer needed)
     for i in range(count):
         j = (start + i) % cap
