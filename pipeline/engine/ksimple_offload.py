@@ -406,7 +406,7 @@ def build_stores(S, O, q):
     _sync_jobs(O)
 
 
-@helper
+@inlined
 def _events(O, first):
     """The finished requests' queued stores appended to the ring, the step's store event
     (the ring from ``first``) and its load event."""

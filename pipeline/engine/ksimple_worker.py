@@ -149,7 +149,7 @@ def any_done(O, q):
     return _head_done(O, LOAD, end) or _head_done(O, STORE, end)
 
 
-@helper
+@inlined
 def complete(S, O, q, step):
     """``update_connector_output`` of the step in batch slot ``q``: the load events done
     by its end (their requests loaded, in admission order), then the store events."""
