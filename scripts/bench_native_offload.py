@@ -11,6 +11,10 @@ requests, whether every request's result is identical, and the speedup. CPU proc
 
     .venv/bin/python scripts/bench_native_offload.py
     .venv/bin/python scripts/bench_native_offload.py --requests 2000 --vllm-requests 300
+    .venv/bin/python scripts/bench_native_offload.py --simple [--lazy]
+
+``--simple``: vLLM's SimpleCPUOffloadConnector instead (``--cpu-chunks`` slots, eager
+stores or ``--lazy``), against scripts/vllm_simple_offload_reference.py.
 
 Not a test: minutes (vLLM's side dominates). Needs scripts/ensure_vllm_sources.sh.
 """
@@ -27,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import vllm_offload_engine_reference as reference  # noqa: E402
+import vllm_simple_offload_reference as simple_reference  # noqa: E402
 from bench_simulate import LOADS, workload  # noqa: E402
 
 from pipeline.engine.config import SchedulerConfig  # noqa: E402
@@ -59,21 +64,34 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5,
                         help="kvlab's time: the best of this many runs (default 5)")
     parser.add_argument("--skip-vllm", action="store_true", help="time kvlab only")
+    parser.add_argument("--simple", action="store_true",
+                        help="the SimpleCPUOffloadConnector (--cpu-chunks slots)")
+    parser.add_argument("--lazy", action="store_true", help="with --simple: lazy_offload")
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
+    if args.lazy and not args.simple:
+        parser.error("--lazy needs --simple")
     if not args.skip_vllm and not reference.have_sources():
         print("vLLM sources absent: run scripts/ensure_vllm_sources.sh", file=sys.stderr)
         return 2
     config = SchedulerConfig(num_gpu_blocks=args.num_gpu_blocks, max_model_len=2048)
-    offload = reference.offload_config(args.cpu_chunks)
-    spec = NativeSpec(num_chunks=args.cpu_chunks, kv_bytes_per_token=reference.KV_BYTES_PER_TOKEN)
+    if args.simple:
+        offload = simple_reference.offload_config(args.cpu_chunks, args.lazy)
+        spec, run_vllm = offload.spec, simple_reference.run_vllm
+        tier = (f"SimpleCPUOffloadConnector {args.cpu_chunks:,} slots "
+                f"({'lazy' if args.lazy else 'eager'})")
+    else:
+        offload = reference.offload_config(args.cpu_chunks)
+        spec = NativeSpec(num_chunks=args.cpu_chunks,
+                          kv_bytes_per_token=reference.KV_BYTES_PER_TOKEN)
+        run_vllm, tier = reference.run_vllm, f"native tier {args.cpu_chunks:,} chunks (lru)"
     print(f"synthetic workload: {args.requests:,} requests, {args.groups} shared prefixes, "
-          f"{args.num_gpu_blocks} GPU blocks, native tier {args.cpu_chunks:,} chunks (lru); "
-          f"vLLM on the first {args.vllm_requests:,}")
+          f"{args.num_gpu_blocks} GPU blocks, {tier}; vLLM on the first "
+          f"{args.vllm_requests:,}")
     _, ready = timed(lambda: simulate(workload(20, 2, 1.0, args.seed), config, offload=spec))
     print(f"kvlab's kernels ready in {ready:.1f} s CPU (numba's cache), not counted below")
-    print(f"{'load':<7}{'plain s':>9}{'native s':>9}{'ratio':>7}{'CPU hit':>9}"
+    print(f"{'load':<7}{'plain s':>9}{'tier s':>9}{'ratio':>7}{'CPU hit':>9}"
           f"{'vLLM s':>9}{'kvlab s':>9}{'speedup':>9}  identical")
     status = 0
     for name, rate in LOADS.items():
@@ -86,7 +104,7 @@ def main() -> int:
         if not args.skip_vllm:
             part = requests[:args.vllm_requests]
             mine, ours_s = timed(lambda: simulate(part, config, offload=spec), args.repeats)
-            (theirs, _), theirs_s = timed(lambda: reference.run_vllm(part, config, offload))
+            (theirs, _), theirs_s = timed(lambda: run_vllm(part, config, offload))
             rows = {row[0]: tuple(row[1:]) for row in mine.requests.select(COLUMNS).iter_rows()}
             same = "yes" if rows == theirs else "NO"
             status |= same != "yes"

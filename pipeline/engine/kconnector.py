@@ -60,6 +60,8 @@ def worker_start(O, step_ms, q, empty, in_flight):
 @inlined
 def complete(S, O, q, step):
     if _simple(O):
+        if not worker.any_done(O, q):
+            return 0
         return worker.complete(S, O, q, step)
     return knative.complete(S, O, q, step)
 

@@ -32,7 +32,7 @@ from pipeline.components.engine_layout import (
     B_NSAMP, B_NSCHED, B_STEP, BOFF, COMPUTED, FNEXT, FSCHED, G_NFREE, HASHED, HOLDS, KOFF,
     NBLK, NKEYS, NONE, NTOK, O_JLEN, O_KLEN, O_LOADB, O_NFIN, O_STOREB, REF, RF_SUBMIT,
     X_LSTEP)
-from pipeline.components.kjit import helper
+from pipeline.components.kjit import helper, inlined
 from pipeline.components.kpool import (free_blocks, get_new_blocks, longest_hit, pool_arrays,
                                        table_find, touch)
 
@@ -124,7 +124,7 @@ def _release_pin(O, slot):
     SQ[slot, SQ_NPIN] = -1
 
 
-@helper
+@inlined
 def _sync_jobs(O):
     """The engine keeps stepping while events are in flight or stores queued
     (``has_pending_push_work``); ``O_JLEN`` counts them."""
@@ -190,7 +190,7 @@ def after_alloc(S, O, slot, local, external, sync, step):
 
 # ----------------------------------------------------------------------- stores
 
-@helper
+@inlined
 def _select(S, O, slot, confirmed, out, at):
     """``_select_eager_blocks_to_store`` from the request's cursor: the GPU blocks to store
     into ``out[at:]`` (while slots are free); the cursor moves past them and past the
@@ -220,7 +220,7 @@ def _select(S, O, slot, confirmed, out, at):
     return n
 
 
-@helper
+@inlined
 def _take(S, O, gpu, slots, n):
     """Slots for the ``n`` GPU blocks ``gpu`` (LRU slots evicted), the blocks marked in
     flight and touched."""
@@ -231,7 +231,7 @@ def _take(S, O, gpu, slots, n):
     S[1][G_NFREE] -= touch(S[5], gpu, n)
 
 
-@helper
+@inlined
 def _store_pairs(S, O, n):
     """Slots for the ``n`` GPU blocks in ``SCR[0]`` (``_take``), the pairs appended to the
     ring (the step's store event)."""
@@ -244,7 +244,7 @@ def _store_pairs(S, O, n):
     SC[SC_RLEN] += n
 
 
-@helper
+@inlined
 def _samples(S, q, slot):
     BSMP, BMETA = S[11], S[12]
     for e in range(BMETA[q, B_NSAMP]):
@@ -253,7 +253,18 @@ def _samples(S, q, slot):
     return False
 
 
-@helper
+@inlined
+def _may_store(S, O, q, e):
+    """Whether the scheduled entry ``e`` has blocks past its store cursor that may be ready
+    (``_store_entry``'s ``ready`` with at most one hold less): most steps none has, and
+    the test is cheaper than the call."""
+    C, R, BQ = S[0], S[2], S[10]
+    slot = BQ[q, e, 0]
+    confirmed = BQ[q, e, 2] - R[slot, HOLDS] + 1
+    return O[I_SQ][slot, SQ_CUR] < min(R[slot, NBLK], max(confirmed, 0) // C[0])
+
+
+@inlined
 def _store_entry(S, O, q, e):
     """One scheduled request's eager stores, appended to the ring."""
     R, BQ = S[2], S[10]
@@ -335,26 +346,71 @@ def _event(O, stream, start, count):
     return SEV[stream, j, E_ID]
 
 
+@inlined
+def _lazy_may_store(S, O):
+    """Whether ``_lazy_stores`` would walk a block (else its cursor bookkeeping, here)."""
+    P = S[5]
+    SC = O[I_SC]
+    if SC[SC_TARGET] <= 0:
+        return False
+    sentinel = P.shape[0] - 1
+    cursor = SC[SC_CURSOR]
+    if cursor != NONE and P[cursor, REF] > 0:
+        cursor = NONE
+    node = P[sentinel, FNEXT] if cursor == NONE else P[cursor, FNEXT]
+    if node == sentinel or SC[SC_FREE] <= 0:
+        SC[SC_CURSOR] = cursor
+        return False
+    return True
+
+
+@inlined
+def _eager_may_store(S, O, q):
+    for e in range(S[12][q, B_NSCHED]):
+        if _may_store(S, O, q, e):
+            return True
+    return False
+
+
 @helper
+def _eager_stores(S, O, q):
+    """``_prepare_eager_store_specs``: the new requests' stores, then the cached ones'."""
+    R, BQ, BMETA = S[2], S[10], S[12]
+    step = BMETA[q, B_STEP]
+    for e in range(BMETA[q, B_NSCHED]):           # scheduled_new_reqs
+        if R[BQ[q, e, 0], FSCHED] == step and _may_store(S, O, q, e):
+            _store_entry(S, O, q, e)
+    for e in range(BMETA[q, B_NSCHED]):           # scheduled_cached_reqs
+        if R[BQ[q, e, 0], FSCHED] != step and _may_store(S, O, q, e):
+            _store_entry(S, O, q, e)
+
+
+@inlined
 def build_stores(S, O, q):
     """``build_connector_meta``: the store event (eager: the new requests' stores, the
     cached requests', then the finished requests' queued ones; lazy: the free queue's
-    walk) and the load event (the requests admitted with a load since the last one)."""
-    R, BQ, BMETA = S[2], S[10], S[12]
-    OC, RING, SC, SQ, KQ = O[0], O[I_RING], O[I_SC], O[I_SQ], O[11]
-    step = BMETA[q, B_STEP]
+    walk) and the load event (the requests admitted with a load since the last one). Its
+    steps with nothing to store or load call nothing (the calls cost more than the tests)."""
+    BMETA = S[12]
+    OC, SC = O[0], O[I_SC]
     first = SC[SC_RHEAD] + SC[SC_RLEN]
     SC[SC_EMPTY] = SC[SC_EMPTY] + 1 if BMETA[q, B_NSCHED] == 0 else 0
     if SC[SC_LAZY] != 0:
-        if SC[SC_EMPTY] <= LIVELOCK_SCHEDULES:
+        if SC[SC_EMPTY] <= LIVELOCK_SCHEDULES and _lazy_may_store(S, O):
             _lazy_stores(S, O)
-    else:
-        for e in range(BMETA[q, B_NSCHED]):       # scheduled_new_reqs
-            if R[BQ[q, e, 0], FSCHED] == step:
-                _store_entry(S, O, q, e)
-        for e in range(BMETA[q, B_NSCHED]):       # scheduled_cached_reqs
-            if R[BQ[q, e, 0], FSCHED] != step:
-                _store_entry(S, O, q, e)
+    elif SC[SC_FREE] > 0 and _eager_may_store(S, O, q):
+        _eager_stores(S, O, q)
+    if SC[SC_QLEN] > 0 or SC[SC_RHEAD] + SC[SC_RLEN] != first or OC[O_KLEN] > 0:
+        _events(O, first)
+    OC[O_NFIN] = 0
+    _sync_jobs(O)
+
+
+@inlined
+def _events(O, first):
+    """The finished requests' queued stores appended to the ring, the step's store event
+    (the ring from ``first``) and its load event."""
+    OC, RING, SC, SQ, KQ = O[0], O[I_RING], O[I_SC], O[I_SQ], O[11]
     cap = RING.shape[1]
     for i in range(SC[SC_QLEN]):
         j = (SC[SC_RHEAD] + SC[SC_RLEN]) % cap
@@ -375,5 +431,3 @@ def build_stores(S, O, q):
     if blocks > 0:
         _event(O, LOAD, 0, blocks)
         OC[O_LOADB] += blocks * SC[SC_BBYTES]
-    OC[O_NFIN] = 0
-    _sync_jobs(O)

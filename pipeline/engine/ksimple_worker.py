@@ -15,7 +15,7 @@ import numpy as np
 from pipeline.components.engine_layout import (
     F_END0, F_NEXTARR, F_NOW, G_NFREE, LOAD_DONE, LOAD_FLIGHT, NONE, O_DONE, O_KLEN, O_TIMED,
     O_WSEQ, RF_END, RF_START, RF_SUBMIT, X_LDONE, X_LOAD)
-from pipeline.components.kjit import helper, kernel
+from pipeline.components.kjit import helper, inlined, kernel
 from pipeline.components.kpool import cache_full_blocks, free_blocks
 from pipeline.engine.ksimple_offload import (
     E_COUNT, E_ID, E_START, E_SUB, I_CBH, I_CHT, I_CP, I_GINF, I_REG, I_RING, I_SC, I_SCR,
@@ -23,7 +23,7 @@ from pipeline.engine.ksimple_offload import (
     SC_LWM, SC_RHEAD, SC_RLEN, SF_DLAT, SF_DRATE, SF_FREE0, SF_LAT, SF_RATE, SF_SLOTS, SQ_LEV,
     SQ_NLOAD, SQ_OFF, STORE, _free_gpu, _free_slots, _sync_jobs)
 
-__all__ = ["worker_start", "complete", "transfer_ms", "event_ms"]
+__all__ = ["worker_start", "any_done", "complete", "transfer_ms", "event_ms"]
 
 
 @helper
@@ -93,7 +93,17 @@ def _next_end(O):
     return best
 
 
-@helper
+@inlined
+def _unsubmitted(O, stream):
+    """Whether the stream has an event not submitted (they are its queue's tail)."""
+    SC, SEV = O[I_SC], O[I_SEV]
+    length = SC[SC_EL0 + 2 * stream]
+    if length == 0:
+        return False
+    return SEV[stream, (SC[SC_EH0 + 2 * stream] + length - 1) % SEV.shape[1], E_SUB] == 0
+
+
+@inlined
 def worker_start(O, step_ms, q, empty, in_flight):
     """The fake worker for the step in batch slot ``q``: the load event at its start, the
     store event at its end (an empty step ends at once while a batch with tokens is in
@@ -105,7 +115,8 @@ def worker_start(O, step_ms, q, empty, in_flight):
     if not timed:
         OC[O_WSEQ] += 1
         now = float(OC[O_WSEQ])
-    _submit(O, LOAD, now)
+    if _unsubmitted(O, LOAD):
+        _submit(O, LOAD, now)
     if not empty:
         end = now + step_ms
     else:
@@ -114,12 +125,31 @@ def worker_start(O, step_ms, q, empty, in_flight):
             wake = min(_next_end(O), OF[F_NEXTARR])
             if wake < np.inf:
                 end = max(now, wake)
-    _submit(O, STORE, end)
+    if _unsubmitted(O, STORE):
+        _submit(O, STORE, end)
     OF[F_END0 + q] = end
     return end
 
 
-@helper
+@inlined
+def _head_done(O, stream, end):
+    """Whether the stream's first event is submitted and ends by ``end``."""
+    SC, SEV, SEVT = O[I_SC], O[I_SEV], O[I_SEVT]
+    if SC[SC_EL0 + 2 * stream] == 0:
+        return False
+    j = SC[SC_EH0 + 2 * stream] % SEV.shape[1]
+    return SEV[stream, j, E_SUB] != 0 and SEVT[stream, j] <= end
+
+
+@inlined
+def any_done(O, q):
+    """Whether ``complete`` has an event to retire by the end of batch slot ``q``'s step
+    (else it changes nothing and is not called)."""
+    end = O[1][F_END0 + q]
+    return _head_done(O, LOAD, end) or _head_done(O, STORE, end)
+
+
+@inlined
 def complete(S, O, q, step):
     """``update_connector_output`` of the step in batch slot ``q``: the load events done
     by its end (their requests loaded, in admission order), then the store events."""
@@ -169,7 +199,7 @@ def _loads_done(S, O, step):
             RX[slot, X_LDONE] = step
 
 
-@helper
+@inlined
 def _store_done(S, O, start, count):
     """``_process_store_completion``: each slot takes its GPU block's key, then the slots
     and the GPU blocks are released (in the event's order)."""
@@ -180,10 +210,8 @@ def _store_done(S, O, start, count):
     for i in range(count):
         j = (start + i) % cap
         SCR[2, i] = BH[RING[0, j]]
-    for i in range(count):
-        j = (start + i) % cap
-        SCR[0, 0] = RING[1, j]
-        cache_full_blocks(CP, CBH, CHT, CHT.shape[0] - 1, SCR[2], i, SCR[0], 0, 0, 1)
+        SCR[0, i] = RING[1, j]
+    cache_full_blocks(CP, CBH, CHT, CHT.shape[0] - 1, SCR[2], 0, SCR[0], 0, 0, count)
     gpu = SCR[2]                                  # (keys no longer needed)
     for i in range(count):
         j = (start + i) % cap
@@ -198,7 +226,7 @@ def _store_done(S, O, start, count):
     SC[SC_RLEN] -= count
 
 
-@helper
+@inlined
 def _free_slots_buf(O, n):
     """Release the slots in ``SCR[2, :n]`` in order (the other scratch rows as buffers)."""
     SCR, SC = O[I_SCR], O[I_SC]
@@ -207,7 +235,7 @@ def _free_slots_buf(O, n):
     SC[SC_FREE] += free_blocks(O[I_CP], SCR[1], 0, n, SCR[0], np.bool_(True))
 
 
-@helper
+@inlined
 def _free_gpu_buf(S, O, n):
     SCR = O[I_SCR]
     for i in range(n):
