@@ -27,9 +27,9 @@ import numpy as np
 
 from pipeline.components.kjit import helper, kernel
 from pipeline.components.sglang_kradix import (
-    N_ACC, N_CRE, N_FC, N_HIT, N_KL, N_KS, N_LC, N_LOCK, N_NEXTFREE, N_NS, N_PAR, N_PRIO,
-    N_PS, ROOT_PRIORITY, T_EVICT, T_FREE, T_NLEAF, T_PAGE, T_PROT, T_USED, append_child,
-    key_of, new_node, new_tree, sift_down, sift_up, tick, unlink_child)
+    N_ACC, N_CRE, N_FC, N_HIT, N_KL, N_LOCK, N_NEXTFREE, N_NS, N_PAR, N_PRIO,
+    ROOT_PRIORITY, T_EVICT, T_FREE, T_NLEAF, T_PAGE, T_PROT, T_USED, key_of, new_node,
+    new_tree, sift_down, sift_up, take_place_above, tick, unlink_child)
 
 __all__ = ["new_hitree", "WRITE_POLICIES", "LOAD_BACK_THRESHOLD", "H_DEV"]
 
@@ -172,29 +172,13 @@ def hsplit(T, c, length):
     """``_split``: the new upper node (c's place, flags, locks, creation time)."""
     NI, TG, HN = T[0], T[1], T[3]
     upper = hnew(T, NI[c, N_PRIO])
-    parent = NI[c, N_PAR]
     NI[upper, N_HIT], NI[upper, N_LOCK] = NI[c, N_HIT], NI[c, N_LOCK]
     HN[upper, H_HLOCK] = HN[c, H_HLOCK]
     HN[upper, H_UUID], HN[c, H_UUID] = HN[c, H_UUID], 0
     HN[upper, H_DEV], HN[upper, H_HOST] = HN[c, H_DEV], HN[c, H_HOST]
     HN[upper, H_WT], HN[upper, H_LB] = HN[c, H_WT], HN[c, H_LB]
     NI[upper, N_CRE] = NI[c, N_CRE]
-    NI[upper, N_KS], NI[upper, N_KL] = NI[c, N_KS], length
-    NI[upper, N_PAR] = parent
-    prev, nxt = NI[c, N_PS], NI[c, N_NS]         # upper takes c's place among siblings
-    NI[upper, N_PS], NI[upper, N_NS] = prev, nxt
-    if prev >= 0:
-        NI[prev, N_NS] = upper
-    else:
-        NI[parent, N_FC] = upper
-    if nxt >= 0:
-        NI[nxt, N_PS] = upper
-    else:
-        NI[parent, N_LC] = upper
-    NI[upper, N_FC] = NI[upper, N_LC] = -1
-    append_child(NI, upper, c)
-    NI[c, N_KS] += length
-    NI[c, N_KL] -= length
+    take_place_above(NI, upper, c, length)
     NI[c, N_ACC] = tick(TG)
     dup_track(T, upper)
     return upper

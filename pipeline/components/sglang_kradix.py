@@ -264,14 +264,12 @@ def update_leaf(T, n):
 # --------------------------------------------------------------------------- API
 
 @helper
-def split(T, c, length):
-    """Cut ``c`` after ``length`` tokens; the new upper node."""
-    NI = T[0]
-    upper = new_node(T, NI[c, N_PRIO])
+def take_place_above(NI, upper, c, length):
+    """The tree part of ``_split``: ``upper`` holds ``c``'s first ``length`` tokens, takes
+    c's place among its siblings and becomes c's parent (HiCache's split shares it)."""
     parent = NI[c, N_PAR]
-    NI[upper, N_HIT], NI[upper, N_LOCK] = NI[c, N_HIT], NI[c, N_LOCK]
     NI[upper, N_KS], NI[upper, N_KL] = NI[c, N_KS], length
-    NI[upper, N_PAR] = parent                  # upper takes c's place among the siblings
+    NI[upper, N_PAR] = parent
     prev, nxt = NI[c, N_PS], NI[c, N_NS]
     NI[upper, N_PS], NI[upper, N_NS] = prev, nxt
     if prev >= 0:
@@ -286,6 +284,15 @@ def split(T, c, length):
     append_child(NI, upper, c)
     NI[c, N_KS] += length
     NI[c, N_KL] -= length
+
+
+@helper
+def split(T, c, length):
+    """Cut ``c`` after ``length`` tokens; the new upper node."""
+    NI = T[0]
+    upper = new_node(T, NI[c, N_PRIO])
+    NI[upper, N_HIT], NI[upper, N_LOCK] = NI[c, N_HIT], NI[c, N_LOCK]
+    take_place_above(NI, upper, c, length)
     return upper
 
 
