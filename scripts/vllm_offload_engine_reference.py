@@ -215,6 +215,37 @@ class FakeWorker:
             kv_connector_worker_meta=meta if meta.completed_jobs else None), loaded
 
 
+def apply_output(scheduler, worker, mods, batch, rows, live, outputs, step):
+    """One batch's result through vLLM's ``update_from_output``: the worker's report of
+    finished transfers (``load_done`` of the requests whose loads ended, at ``step``), the
+    step's sampled tokens, and each request's first-token and finish steps in ``rows``;
+    (the worker's ``KVConnectorOutput``, the request ids whose loads finished)."""
+    out, samples, this, end = batch
+    kv_output, loaded = worker.finished(mods, end)
+    for rid in loaded:
+        if rows[int(rid)]["load_done"] is None:
+            rows[int(rid)]["load_done"] = step
+    ids = list(out.num_scheduled_tokens)
+    sampled = [[outputs[int(rid)][len(live[int(rid)].output_token_ids)]]
+               if rid in samples else [] for rid in ids]
+    model_output = SimpleNamespace(
+        req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)},
+        sampled_token_ids=sampled, logprobs=None, prompt_logprobs_dict={},
+        prompt_token_id_logprobs_dict={}, pooler_output=[], num_nans_in_logits=None,
+        kv_connector_output=kv_output, ec_connector_output=None, cudagraph_stats=None,
+        aux_output_connector_output=None, sampling_masks=None)
+    before = {rid: len(live[int(rid)].output_token_ids) for rid in ids}
+    scheduler.update_from_output(out, model_output)
+    for rid in ids:
+        request, row = live[int(rid)], rows[int(rid)]
+        if len(request.output_token_ids) > before[rid]:
+            if row["first_token_step"] is None:
+                row["first_token_step"] = this
+            if request.is_finished() and row["finish_step"] is None:
+                row["finish_step"] = this
+    return kv_output, loaded
+
+
 def run_vllm(requests, config, offload, *, step_ms=None, link_bytes_per_ms: float = 1.0,
              latency_ms: float = 0.0, version: str = DEFAULT_VERSION,
              cache: Path | None = None):
@@ -333,29 +364,7 @@ def run_vllm(requests, config, offload, *, step_ms=None, link_bytes_per_ms: floa
     def process(batch) -> bool:
         """update_from_output with the step's sampled tokens and the worker's report;
         True when it reported a finished job."""
-        out, samples, this, end = batch
-        kv_output, loaded = worker.finished(mods, end)
-        for rid in loaded:
-            if rows[int(rid)]["load_done"] is None:
-                rows[int(rid)]["load_done"] = step
-        ids = list(out.num_scheduled_tokens)
-        sampled = [[outputs[int(rid)][len(live[int(rid)].output_token_ids)]]
-                   if rid in samples else [] for rid in ids]
-        model_output = SimpleNamespace(
-            req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)},
-            sampled_token_ids=sampled, logprobs=None, prompt_logprobs_dict={},
-            prompt_token_id_logprobs_dict={}, pooler_output=[], num_nans_in_logits=None,
-            kv_connector_output=kv_output, ec_connector_output=None, cudagraph_stats=None,
-            aux_output_connector_output=None, sampling_masks=None)
-        before = {rid: len(live[int(rid)].output_token_ids) for rid in ids}
-        scheduler.update_from_output(out, model_output)
-        for rid in ids:
-            request, row = live[int(rid)], rows[int(rid)]
-            if len(request.output_token_ids) > before[rid]:
-                if row["first_token_step"] is None:
-                    row["first_token_step"] = this
-                if request.is_finished() and row["finish_step"] is None:
-                    row["finish_step"] = this
+        kv_output, _ = apply_output(scheduler, worker, mods, batch, rows, live, outputs, step)
         return bool(kv_output.kv_connector_worker_meta)
 
     queue: list = []                                   # batches in flight, oldest first

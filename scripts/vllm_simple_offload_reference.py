@@ -29,7 +29,6 @@ import dataclasses
 import json
 import random
 import sys
-from collections import deque
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -272,29 +271,8 @@ def run_vllm(requests, config, offload, *, step_ms=None, version: str = DEFAULT_
         return out, samples, this, worker.clock(end)
 
     def process(batch) -> bool:
-        out, samples, this, end = batch
-        kv_output, loaded = worker.finished(mods, end)
-        for rid in loaded:
-            if rows[int(rid)]["load_done"] is None:
-                rows[int(rid)]["load_done"] = step
-        ids = list(out.num_scheduled_tokens)
-        sampled = [[outputs[int(rid)][len(live[int(rid)].output_token_ids)]]
-                   if rid in samples else [] for rid in ids]
-        model_output = SimpleNamespace(
-            req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)},
-            sampled_token_ids=sampled, logprobs=None, prompt_logprobs_dict={},
-            prompt_token_id_logprobs_dict={}, pooler_output=[], num_nans_in_logits=None,
-            kv_connector_output=kv_output, ec_connector_output=None, cudagraph_stats=None,
-            aux_output_connector_output=None, sampling_masks=None)
-        before = {rid: len(live[int(rid)].output_token_ids) for rid in ids}
-        scheduler.update_from_output(out, model_output)
-        for rid in ids:
-            request, row = live[int(rid)], rows[int(rid)]
-            if len(request.output_token_ids) > before[rid]:
-                if row["first_token_step"] is None:
-                    row["first_token_step"] = this
-                if request.is_finished() and row["finish_step"] is None:
-                    row["finish_step"] = this
+        kv_output, loaded = native.apply_output(scheduler, worker, mods, batch, rows, live,
+                                                outputs, step)
         return bool(loaded or kv_output.kv_connector_worker_meta)
 
     queue: list = []
