@@ -578,77 +578,20 @@ def storage_loop(size: int, storage: dict, **settings):
             self.prefetch(req)
             return True
 
-        def prefill(self, step: int):
-            """``Loop.prefill`` with the storage poll (scheduler.py:4240-4256) and the
-            device-hit-loss re-issue (:4258-4262) around the match."""
-            if not self.running:
-                self.running_full = False
-            if (self.running_full or not self.waiting) and self.chunked is None:
-                return None
-            allocatable = self.max_running - len(self.running)
-            if allocatable <= 0 and self.chunked is None:
-                self.running_full = True
-                return None
-            batch_view = sched.NS(reqs=self.running)
-            self.policy.calc_priority(self.waiting, batch_view, processed_tokens=0)
-            adder = self.sp.PrefillAdder(self.P, self.tree, self.pool, batch_view,
-                                         self.ratio, self.max_prefill, self.chunk, 0, 0,
-                                         max_running_requests=self.max_running)
-            if self.chunked is not None:
-                self.chunked = adder.add_chunked_req(self.chunked)
-            result_enum = self.sp.AddReqResult
-            for req in self.waiting:
-                if adder.budget_state() == result_enum.OTHER:
-                    break
-                if len(adder.can_run_list) >= allocatable:
-                    self.running_full = True
-                if self.running_full:
-                    break
-                if not self.tree.check_prefetch_progress(req.cache_request_handle):
-                    continue
-                loaded, start = self.tree.pop_prefetch_loaded_span(req.cache_request_handle)
-                if loaded > 0:
-                    req.storage_hit_length, req.storage_hit_start = loaded, start
-                    req.host_hit_is_storage = False
-                fill = req.full_untruncated_fill_ids
-                self.cm.match_kv_cache(req, self.tree, fill,
-                                       max_prefix_len=req._compute_max_prefix_len(len(fill)))
-                if self.hit_lost(req):
-                    continue
-                req.kv.cache_protected_len = req.prefix_len
-                res = adder.add_one_req(req, has_chunked_req=self.chunked is not None,
-                                        truncation_align_size=None)
-                if res != result_enum.CONTINUE:
-                    if res == result_enum.NO_TOKEN:
-                        self.running_full = bool(adder.can_run_list) or bool(self.running)
-                    break
-            if not adder.can_run_list:
-                return None
-            chosen = {id(r) for r in adder.can_run_list}
-            self.waiting = Waiting(r for r in self.waiting if id(r) not in chosen)
-            if adder.new_chunked_req is not None:
-                self.chunked = adder.new_chunked_req
-            if self.chunked is not None:
-                self.chunked.inflight_middle_chunks += 1
-            reqs = list(adder.can_run_list)
-            extend = sum(r.extend_end - r.prefix_len for r in reqs)
-            self.evict_to_free(extend if self.P == 1 else extend + len(reqs) * self.P)
-            scheduled = []
-            for r in reqs:
-                scheduled.append((r.index, r.extend_end - r.prefix_len, r.prefix_len))
-                row = self.pool.rows.setdefault(r.kv.req_pool_idx, sched.Slots())
-                prefix = list(self.tree.path_device_indices(r.last_node)[:r.prefix_len]) \
-                    if not row else []
-                if prefix:
-                    row.extend(prefix)
-                self.pool.alloc(r.kv.req_pool_idx, r.extend_end - r.prefix_len)
-                r.kv.kv_committed_len = r.extend_end
-                r.is_retracted = False
-                if r.first_sched < 0:
-                    r.first_sched, r.hit = step, r.prefix_len
-                    r.host_loaded = r.host_loaded_length
-                    r.storage_loaded = r.storage_hit_length
-            return True, reqs, scheduled
+        def match(self, req) -> bool:
+            """``Loop.match`` with the storage poll (scheduler.py:4240-4256) before it and
+            the device-hit-loss re-issue (:4258-4262) after it."""
+            if not self.tree.check_prefetch_progress(req.cache_request_handle):
+                return False
+            loaded, start = self.tree.pop_prefetch_loaded_span(req.cache_request_handle)
+            if loaded > 0:
+                req.storage_hit_length, req.storage_hit_start = loaded, start
+                req.host_hit_is_storage = False
+            super().match(req)
+            return not self.hit_lost(req)
+
+        def first_scheduled(self, req) -> None:
+            req.storage_loaded = req.storage_hit_length
 
         def iterate(self, step: int):
             """``Loop.iterate`` (normal loop) with the retries after the events."""

@@ -391,9 +391,8 @@ class Loop:
                 self.running_full = True
             if self.running_full:
                 break
-            self.cm.match_kv_cache(req, self.tree, req.full_untruncated_fill_ids,
-                                   max_prefix_len=req._compute_max_prefix_len(
-                                       len(req.full_untruncated_fill_ids)))
+            if not self.match(req):
+                continue
             req.kv.cache_protected_len = req.prefix_len
             res = adder.add_one_req(req, has_chunked_req=self.chunked is not None,
                                     truncation_align_size=None)
@@ -404,7 +403,7 @@ class Loop:
         if not adder.can_run_list:
             return None
         chosen = {id(r) for r in adder.can_run_list}
-        self.waiting = [r for r in self.waiting if id(r) not in chosen]
+        self.waiting = type(self.waiting)(r for r in self.waiting if id(r) not in chosen)
         if adder.new_chunked_req is not None:
             self.chunked = adder.new_chunked_req
         if self.chunked is not None:
@@ -426,7 +425,19 @@ class Loop:
             if r.first_sched < 0:
                 r.first_sched, r.hit = step, r.prefix_len
                 r.host_loaded = r.host_loaded_length
+                self.first_scheduled(r)
         return True, reqs, scheduled
+
+    def match(self, req) -> bool:
+        """The waiting request's prefix match (``match_kv_cache``); False skips it this
+        turn (a subclass's storage prefetch still running)."""
+        self.cm.match_kv_cache(req, self.tree, req.full_untruncated_fill_ids,
+                               max_prefix_len=req._compute_max_prefix_len(
+                                   len(req.full_untruncated_fill_ids)))
+        return True
+
+    def first_scheduled(self, req) -> None:
+        """What a subclass records when ``req`` is first scheduled."""
 
     # -- scheduler.py: update_running_batch; schedule_batch.py: retract_decode
     def check_decode_mem(self, reqs) -> bool:
