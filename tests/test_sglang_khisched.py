@@ -54,11 +54,11 @@ class Recording(HiScheduler):
 def model(requests, pool, options, write_policy, host, overlap) -> dict:
     made = []
 
-    def make(settings):
+    def make(settings, overlap):
         made.append(Recording(settings, write_policy=write_policy, host_tokens=host,
                               overlap=overlap))
         return made[0]
-    result = oracle(requests, pool, options, make)
+    result = oracle(requests, pool, options, make, overlap)
     result["moved"] = made[0].moved
     return result
 

@@ -16,11 +16,12 @@ from test_engine_sglang_equal import ours, scheduler_settings, workloads
 from pipeline.engine.sglang import SGLangInstance, run_on_steps
 
 
-def oracle(requests, pool, options, make=Scheduler) -> dict:
-    """The oracle's loop (``make(settings)``), driven as ``ours`` drives the engine."""
-    sched = make(scheduler_settings(pool, options))
+def oracle(requests, pool, options, make=Scheduler, overlap: bool = False) -> dict:
+    """The oracle's loop (``make(settings, overlap=...)``), driven as ``ours`` drives the
+    engine; with ``overlap`` also each batch's launch-time lists (``launch``)."""
+    sched = make(scheduler_settings(pool, options), overlap=overlap)
     reqs = [Req(i, p + o, len(p), len(o)) for i, (p, o, _) in enumerate(requests)]
-    steps, now, pointer, step = [], 0, 0, 0
+    batches, now, pointer, step = [], 0, 0, 0
 
     def busy() -> bool:
         last = sched.last_batch.reqs if sched.last_batch is not None and \
@@ -38,11 +39,13 @@ def oracle(requests, pool, options, make=Scheduler) -> dict:
             if sched.overlap and not sched.waiting:      # the last result processed
                 continue
             raise RuntimeError("stuck")
-        steps.append((batch.extend, list(batch.scheduled), batch.first_tokens,
-                      batch.finished))
+        batches.append(batch)
         step, now = step + 1, now + 1
     return {"requests": [(r.first_sched, r.first_token, r.finish_step, r.hit, r.retractions)
-                         for r in reqs], "steps": steps,
+                         for r in reqs],
+            "steps": [(b.extend, list(b.scheduled), b.first_tokens, b.finished)
+                      for b in batches],
+            **({"launch": [(b.sampling, b.finishing) for b in batches]} if overlap else {}),
             "host_loaded": [getattr(r, "host_loaded", 0) for r in reqs]}
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from oracles.sglang_sched import Req, Scheduler
+from oracles.sglang_sched import Scheduler
+from test_sglang_ksched import oracle
 from test_engine_sglang_equal import (outcome, pytestmark, scheduler_settings,  # noqa: F401
                                      sglang_intake, theirs, workloads)
 
@@ -48,34 +49,7 @@ def tight(draw, clip: bool = True):
 def overlap_model(requests, pool, options, make=Scheduler) -> dict:
     """The Python model's overlap loop (``make(settings, overlap=True)``), driven as the
     reference's ``run`` drives its loop."""
-    sched = make(scheduler_settings(pool, options), overlap=True)
-    reqs = [Req(i, p + o, len(p), len(o)) for i, (p, o, _) in enumerate(requests)]
-    batches, now, pointer, step = [], 0, 0, 0
-
-    def busy() -> bool:
-        last = sched.last_batch.reqs if sched.last_batch is not None and \
-            sched.last_batch.extend else []
-        return bool(sched.waiting or sched.chunked is not None or sched.queued is not None
-                    or any(not r.finished for r in sched.running.reqs + last))
-    while pointer < len(reqs) or busy():
-        if not busy():
-            now = max(now, requests[pointer][2])
-        while pointer < len(reqs) and requests[pointer][2] <= now:
-            sched.waiting.append(reqs[pointer])
-            pointer += 1
-        batch = sched.iterate(step)
-        if batch is None:
-            if sched.waiting:
-                raise RuntimeError("stuck")
-            continue
-        batches.append(batch)
-        step, now = step + 1, now + 1
-    return {"requests": [(r.first_sched, r.first_token, r.finish_step, r.hit, r.retractions)
-                         for r in reqs],
-            "steps": [(b.extend, list(b.scheduled), b.first_tokens, b.finished)
-                      for b in batches],
-            "launch": [(b.sampling, b.finishing) for b in batches],
-            "host_loaded": [getattr(r, "host_loaded", 0) for r in reqs]}
+    return oracle(requests, pool, options, make, overlap=True)
 
 
 def reference(requests, pool, options) -> dict:
