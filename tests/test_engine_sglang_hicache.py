@@ -61,11 +61,10 @@ def sims(requests) -> list[SimRequest]:
             for i, (p, o, a) in enumerate(requests)]
 
 
-def ours(requests, pool, options, policy, host) -> dict:
-    """The engine as ``simulate`` runs it: its StepRecords (stepped) and its frames."""
-    cfg = config(pool, options, HiCacheSpec(policy, host, KV_BYTES))
-    engine, batches = SGLangHiInstance(cfg), []
-    now, pointer, runs = 0, 0, sims(requests)
+def stepped(engine, requests, runs) -> list:
+    """``engine``'s StepRecords, one step per time unit, each request added at its arrival
+    step (``requests``' third field); RuntimeError("stuck") when a step finds no batch."""
+    records, now, pointer = [], 0, 0
     while pointer < len(runs) or engine.has_work():
         if not engine.has_work():
             now = max(now, requests[pointer][2])
@@ -75,11 +74,24 @@ def ours(requests, pool, options, policy, host) -> dict:
         record = engine.step()
         if record is None:
             raise RuntimeError("stuck")
-        batches.append((record.prefill_tokens > 0 or not record.decode_seqs,
-                        list(record.scheduled), record.first_tokens, record.finished))
+        records.append(record)
         now += 1
-    result = simulate(runs, cfg)
-    return {"steps": batches, "frames": result}
+    return records
+
+
+def batch_of(record) -> tuple:
+    """A StepRecord as the references list a batch: (extend, scheduled, first tokens,
+    finished)."""
+    return (record.prefill_tokens > 0 or not record.decode_seqs, list(record.scheduled),
+            record.first_tokens, record.finished)
+
+
+def ours(requests, pool, options, policy, host) -> dict:
+    """The engine as ``simulate`` runs it: its StepRecords (stepped) and its frames."""
+    cfg = config(pool, options, HiCacheSpec(policy, host, KV_BYTES))
+    runs = sims(requests)
+    records = stepped(SGLangHiInstance(cfg), requests, runs)
+    return {"steps": [batch_of(r) for r in records], "frames": simulate(runs, cfg)}
 
 
 def theirs(sglang, requests, pool, options, policy, host) -> dict:

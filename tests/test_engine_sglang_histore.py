@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from conftest import ROOT, needs_sglang_sources
 from test_engine_sglang_equal import sglang_intake, workloads
-from test_engine_sglang_hicache import KV_BYTES, config, outcome, sims
+from test_engine_sglang_hicache import KV_BYTES, batch_of, config, outcome, sims, stepped
 from test_sglang_hisched import returning_stems
 
 from pipeline.components.sglang_hiradix import WRITE_POLICIES
@@ -69,24 +69,12 @@ def ours(requests, pool, options, policy, host, prefetch, threshold) -> dict:
     spec = HiCacheSpec(policy, host, KV_BYTES, StorageSpec(prefetch_policy=prefetch,
                                                            threshold=threshold))
     cfg = config(pool, options, spec)
-    engine, batches, moved = SGLangHiInstance(cfg), [], []
-    now, pointer, runs = 0, 0, sims(requests)
-    while pointer < len(runs) or engine.has_work():
-        if not engine.has_work():
-            now = max(now, requests[pointer][2])
-        while pointer < len(runs) and requests[pointer][2] <= now:
-            engine.add_request(runs[pointer])
-            pointer += 1
-        record = engine.step()
-        if record is None:
-            raise RuntimeError("stuck")
-        batches.append((record.prefill_tokens > 0 or not record.decode_seqs,
-                        list(record.scheduled), record.first_tokens, record.finished))
-        loaded, written, _, stored = record.extra
-        moved.append((loaded // KV_BYTES, written // KV_BYTES,
-                      stored // (KV_BYTES * options["page"])))
-        now += 1
-    return {"steps": batches, "host": moved, "frames": simulate(runs, cfg)}
+    runs = sims(requests)
+    records = stepped(SGLangHiInstance(cfg), requests, runs)
+    moved = [(loaded // KV_BYTES, written // KV_BYTES, stored // (KV_BYTES * options["page"]))
+             for loaded, written, _, stored in (r.extra for r in records)]
+    return {"steps": [batch_of(r) for r in records], "host": moved,
+            "frames": simulate(runs, cfg)}
 
 
 def theirs(sglang, requests, pool, options, policy, host, prefetch, threshold) -> dict:
