@@ -19,11 +19,13 @@ On the five committed runs, with the best setting of calibration.md's loss table
    that minimises it, chosen on the held-out answers (what a perfect run-level covariate
    could reach; not a model).
 
-Usage: python scripts/calib_tail.py (about 60 s of CPU).
+Usage: python scripts/calib_tail.py [--campaign llamacpp_calib2] (about 60 s of CPU;
+default the first campaign, ``data/measured/llamacpp_calib_*``).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from dataclasses import replace
@@ -41,7 +43,12 @@ from pipeline.fit.schedule import EngineModel  # noqa: E402
 from pipeline.fit.solve import fit_runs  # noqa: E402
 
 RUNS = ("closed-c1", "rate-0.1", "rate-0.2", "rate-0.3", "rate-0.45")
-FILES = [ROOT / "data" / "measured" / f"llamacpp_calib_{name}.jsonl" for name in RUNS]
+CAMPAIGN = "llamacpp_calib"
+
+
+def files(campaign: str = CAMPAIGN) -> list[Path]:
+    """The five runs of one calibration campaign (``data/measured/<campaign>_<run>.jsonl``)."""
+    return [ROOT / "data" / "measured" / f"{campaign}_{name}.jsonl" for name in RUNS]
 HOLDOUTS = ((0.4, "load"), (0.3, "length"), (0.3, "request"))
 
 
@@ -84,8 +91,12 @@ def quantiles(values) -> str:
             f"(n {values.size})")
 
 
-def main() -> int:
-    runs = load_runs(FILES)
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--campaign", default=CAMPAIGN,
+                        help="file prefix under data/measured (default %(default)s)")
+    paths = files(parser.parse_args(argv).campaign)
+    runs = load_runs(paths)
     load = with_kind(holdout_frame(runs, 0.4, "load"))
     held = load.filter(pl.col("held_out"))
     print(f"1. load holdout, held out: {quantiles(held['ape'])}")
@@ -106,7 +117,7 @@ def main() -> int:
         pooled += errors
         print(f"   {name:<10} {quantiles(errors)}")
     print(f"   all        {quantiles(pooled)}")
-    lines = [json.loads(line) for line in FILES[0].read_text().splitlines() if line.strip()]
+    lines = [json.loads(line) for line in paths[0].read_text().splitlines() if line.strip()]
     groups: dict[tuple, list[float]] = {}
     for line in lines:
         key = (line["input_tokens"], line["server_evaluated_tokens"])

@@ -132,10 +132,9 @@ def test_a_bad_trace_line_is_one_line(tmp_path, capsys):
     assert not (tmp_path / "m.jsonl").exists() or not (tmp_path / "m.jsonl").read_text()
 
 
-def test_local_engine_replay_writes_the_engine_model_and_a_session_per_server(
-        tmp_path, monkeypatch, capsys):
-    """--local-engine --trace with the engine replaced by the test server: the sidecar
-    describes llama.cpp's engine model; --resume starts a new server (a new session)."""
+def _fake_local_engine(monkeypatch) -> tuple[SSEServer, list]:
+    """``--local-engine`` with llama.cpp replaced by the test server: (the server, the
+    (cache bytes, n_ctx, nice) of every engine started)."""
     from pipeline.measure.llamacpp import local, replay
 
     server = SSEServer()
@@ -160,6 +159,14 @@ def test_local_engine_replay_writes_the_engine_model_and_a_session_per_server(
     monkeypatch.setattr(local, "ensure_installed", lambda: "0.3.36")
     monkeypatch.setattr(local, "write_model",
                         lambda path, shape: (path.write_bytes(b"x"), path)[1])
+    return server, started
+
+
+def test_local_engine_replay_writes_the_engine_model_and_a_session_per_server(
+        tmp_path, monkeypatch, capsys):
+    """--local-engine --trace with the engine replaced by the test server: the sidecar
+    describes llama.cpp's engine model; --resume starts a new server (a new session)."""
+    server, started = _fake_local_engine(monkeypatch)
     rows = [{"timestamp": i, "input_length": 600, "output_length": 3, "hash_ids": [i, 9 + i]}
             for i in range(4)]
     trace = write_trace(tmp_path / "t.jsonl", rows)
@@ -180,6 +187,32 @@ def test_local_engine_replay_writes_the_engine_model_and_a_session_per_server(
         1, 512, 1)
     assert sidecar["options"]["nice"] == 5 and len(sidecar["sessions"]) == 2
     assert sidecar["timing"]["kind"] == "rate" and sidecar["workload"]["requests"] == 4
+    assert "speed_probe" not in sidecar["sessions"][0]               # off by default
+
+
+def test_speed_probe_times_fixed_prompts_around_the_run_into_the_session(
+        tmp_path, monkeypatch):
+    from pipeline.fit.inputs import load_runs
+    from pipeline.measure.probe import PROBE_PROMPTS, PROBE_TOKENS
+    server, started = _fake_local_engine(monkeypatch)
+    trace = write_trace(tmp_path / "t.jsonl", [
+        {"timestamp": i, "input_length": 600, "output_length": 3, "hash_ids": [i, 9 + i]}
+        for i in range(2)])
+    out = tmp_path / "m.jsonl"
+    with server:
+        assert cli_main(["measure", "--local-engine", "--trace", str(trace), "--output",
+                         str(out), "--quiet", "--speed-probe",
+                         "--work-dir", str(tmp_path / "work")]) == 0
+    assert started[0][1] > PROBE_TOKENS              # the context holds a probe prompt
+    probe = json.loads((tmp_path / "m.provenance.json").read_text())["sessions"][0][
+        "speed_probe"]
+    assert probe["tokens"] == PROBE_TOKENS and probe["max_tokens"] == 1
+    assert len(probe["before_ms"]) == len(probe["after_ms"]) == PROBE_PROMPTS
+    assert all(t > 0 for t in probe["before_ms"] + probe["after_ms"])
+    assert len(lines(out)) == 2                       # the probe writes no request line
+    (run,) = load_runs([out])
+    assert run.speed_probe_ms == pytest.approx(
+        float(np.median(probe["before_ms"] + probe["after_ms"])))
 
 
 def test_a_timed_pattern_records_its_whole_prompt_for_fit(tmp_path):

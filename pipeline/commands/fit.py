@@ -42,6 +42,7 @@ from pipeline.fit.fitted import fitted_document
 from pipeline.fit.inputs import load_runs
 from pipeline.fit.schedule import FEATURES, EngineModel, simulate_run
 from pipeline.fit.solve import FitError, fit_runs
+from pipeline.fit.speed import speed_document, with_speeds
 from pipeline.base.staging import Outputs, json_bytes
 from pipeline.fit.profile_scale import ProfileForm, fit_scale, scale_document
 from pipeline.fit.roofline_fit import bench_engine, bench_fields, bench_figures, \
@@ -93,6 +94,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "run's step times x (1 + c x the 1-minute load average its "
                              "sidecar recorded at the start), c fitted; the coefficients are "
                              "then an idle machine's")
+    parser.add_argument("--speed-probe", action="store_true",
+                        help="scale each run's step times by its speed probe (measure "
+                             "--speed-probe: the same prompts timed before and after the run) "
+                             "over the fitted runs' median probe; nothing fitted")
     parser.add_argument("--loss", choices=("squares", "absolute"), default=None,
                         help="minimise the squared or the absolute relative errors (default: "
                              "squares for measure outputs, absolute with --vllm-bench)")
@@ -185,6 +190,10 @@ def _print_fit(fit, runs: list, train: list, frame: pl.DataFrame, table: pl.Data
               + ("" if not np.isfinite(se) else f" ± {se:.3g}")
               + f" (the fitted runs' 1-minute load averages, from their sidecars: "
                 f"{loads[0]:g} .. {loads[-1]:g}); the coefficients above are an idle machine's")
+    if any(r.speed != 1.0 for r in runs):
+        print("  speed probe: each run's step times x " + ", ".join(
+            f"{r.label} {r.speed:.3f}" for r in runs) + " (its probe over the fitted runs' "
+            "median; measured, not fitted)")
     if fit.unidentified or fit.clamped:
         print("what the data cannot identify:")
         for name, why in fit.unidentified.items():
@@ -266,7 +275,7 @@ def _bench_form(args: argparse.Namespace, option: str = "--vllm-bench"
 def _main_bench(args: argparse.Namespace) -> int:
     """``--vllm-bench``: fit the roofline's factors (or ``--profile``'s scale), print,
     write."""
-    for option in ("machine_load", "kv_bytes_per_token"):
+    for option in ("machine_load", "speed_probe", "kv_bytes_per_token"):
         if getattr(args, option):
             raise UsageError(f"--{option.replace('_', '-')}: not with --vllm-bench (its "
                              f"results record no load average; the model gives KV bytes)")
@@ -356,6 +365,9 @@ def main(args: argparse.Namespace) -> int:
                            f"and --max-num-batched-tokens")
     held = holdout_masks(runs, args.holdout or 0.0, args.holdout_by, args.seed)
     train = [~h for h in held]
+    reference = None
+    if args.speed_probe:
+        runs, reference = with_speeds(runs, train)
     try:
         fit = fit_runs(runs, engines, train, use_e2e=not args.ttft_only, held=held,
                        machine_load=args.machine_load,
@@ -380,7 +392,8 @@ def main(args: argparse.Namespace) -> int:
         schedule_source=simulate_run(runs[0], engines[0], fit.vector()).source,
         residuals=table.to_dicts(), requests=fitted_rows.height,
         machine_loads=sorted({r.machine_load for r, t in zip(runs, train) if t.any()
-                              and r.machine_load is not None}))
+                              and r.machine_load is not None}),
+        speed_probe=None if reference is None else speed_document(runs, reference))
     outputs = Outputs()
     outputs.add(args.output, json_bytes(document), "--output")
     if args.report:

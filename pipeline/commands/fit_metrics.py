@@ -27,6 +27,7 @@ __all__ = ["add_metrics_arguments", "main_metrics", "NOT_WITH_METRICS"]
 
 #: options that mean nothing for a scrape (no requests to hold out, one loss, no sidecar)
 NOT_WITH_METRICS = {"holdout": None, "ttft_only": False, "loss": None, "machine_load": False,
+                    "speed_probe": False,
                     "kv_bytes_per_token": None, "gpu": None}
 
 

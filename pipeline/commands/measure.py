@@ -135,6 +135,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     local.add_argument("--nice", type=int,
                        help="replay: the server's niceness (negative = higher priority, needs "
                             "root; keeps neighbours on a shared machine from setting the pace)")
+    local.add_argument("--speed-probe", action="store_true",
+                       help="replay: time 3 fixed 2,048-token prompts before and after the "
+                            "run and record them in the sidecar (fit --speed-probe scales "
+                            "each run by them)")
     local.add_argument("--work-dir", type=Path,
                        help="model file and server logs (default: a new temporary folder)")
 

@@ -7,7 +7,8 @@ least-squares value came out negative), ``prompt_tokens_range`` (the fitted prom
 the range the figures are backed on), ``source`` (files), ``holdout``, ``engine_model`` (the
 scheduler settings simulated), ``provenance``, the residuals and, with ``fit
 --machine-load``, ``machine_load`` (the step-time scale per unit of load average; the
-coefficients are then an idle machine's). Read by ``steptime.fitted_file.read_fitted``."""
+coefficients are then an idle machine's), with ``fit --speed-probe``, ``speed_probe`` (each
+run's measured speed; the coefficients are then the reference probe's machine's). Read by ``steptime.fitted_file.read_fitted``."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def fitted_document(fit: Fit, *, engine: str, served_model: str | None,
                     kv_bytes_per_token: int | None, prompt_range: tuple[int, int],
                     sources: list[str], holdout: dict, engine_model: dict, schedule_source: str,
                     residuals: list[dict], requests: int,
-                    machine_loads: list[float] = ()) -> dict:
+                    machine_loads: list[float] = (), speed_probe: dict | None = None) -> dict:
     """The fitted JSON (see the module docstring)."""
     extra = {} if not fit.machine_load else {"machine_load": {
         "per_load_average": _number(fit.per_load), "stderr": _number(fit.per_load_stderr),
@@ -37,6 +38,8 @@ def fitted_document(fit: Fit, *, engine: str, served_model: str | None,
         "fitted_loads": [float(v) for v in machine_loads],
         "meaning": "step times = (1 + per_load_average x load average) x the linear model of "
                    "coefficients: the coefficients are an idle machine's (load 0)"}}
+    if speed_probe:
+        extra["speed_probe"] = speed_probe
     return {
         "kind": FITTED_KIND, "version": VERSION, "engine": engine, "served_model": served_model,
         "kv_bytes_per_token": kv_bytes_per_token,
@@ -54,7 +57,10 @@ def fitted_document(fit: Fit, *, engine: str, served_model: str | None,
                        + ("" if fit.converged else ", not converged")
                        + ("" if not fit.machine_load else
                           f"; step times scaled by 1 + {fit.per_load:.3g} x each run's load "
-                          f"average (coefficients at load 0)")),
+                          f"average (coefficients at load 0)")
+                       + ("" if not speed_probe else
+                          "; each run's step times scaled by its speed probe (coefficients "
+                          "at the reference probe)")),
         "fit": {"rows": fit.rows, "iterations": fit.iterations, "converged": fit.converged,
                 "notes": fit.notes},
         "residuals": residuals, **extra,

@@ -9,7 +9,9 @@ prompt tokens as the engine counts them (the server's ``prompt_tokens`` when rep
 ``input_tokens``, or ``doc_tokens``, plus a beginning-of-sequence token for text prompts), tokens to generate, its
 prefix structure (``prefix_ids``) and the cached tokens the server reported, if any.
 The run also keeps the machine's 1-minute load average when its session started (the
-sidecar's ``sessions``), the covariate of ``fit --machine-load``.
+sidecar's ``sessions``), the covariate of ``fit --machine-load``, and the session's speed
+probe (``measure --speed-probe``: the median TTFT of fixed prompts), which ``fit
+--speed-probe`` turns into the run's ``speed``.
 Failure lines (``error``) are skipped and counted. Every problem is one ``CLIError`` naming
 ``file:line``.
 """
@@ -23,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.base.errors import CLIError
+from pipeline.measure.probe import probe_scale
 from pipeline.measure.sidecar import read_sidecar
 
 __all__ = ["REQUIRED", "Run", "load_runs", "prompt_tokens"]
@@ -53,6 +56,10 @@ class Run:
     #: the machine's 1-minute load average when the run's session started (the sidecar's
     #: ``sessions[session].load_average[0]``; None when not recorded)
     machine_load: float | None = None
+    #: the median TTFT of the session's speed probe (``measure --speed-probe``; None: none)
+    speed_probe_ms: float | None = None
+    #: every step time of this run x this (``fit --speed-probe``: its probe / the reference)
+    speed: float = 1.0
 
     @property
     def n(self) -> int:
@@ -155,7 +162,8 @@ def load_runs(paths: list[Path]) -> list[Run]:
                 prompts=prompts,
                 cached_tokens=np.array([_cached(r) for _, r in rows], dtype=np.int64),
                 failures=failures, sidecar=sidecar, concurrency=_closed(sidecar),
-                machine_load=_machine_load(sidecar, session)))
+                machine_load=_machine_load(sidecar, session),
+                speed_probe_ms=_speed_probe(sidecar, session)))
     return runs
 
 
@@ -165,6 +173,15 @@ def _cached(record: dict) -> int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     return -1
+
+
+def _speed_probe(sidecar: dict, session: object) -> float | None:
+    """The median speed-probe TTFT the sidecar recorded for ``session`` (None: none)."""
+    sessions = sidecar.get("sessions") or []
+    if not isinstance(session, int) or not 0 <= session < len(sessions) \
+            or not isinstance(sessions[session], dict):
+        return None
+    return probe_scale(sessions[session].get("speed_probe"))
 
 
 def _machine_load(sidecar: dict, session: object) -> float | None:

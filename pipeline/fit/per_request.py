@@ -17,7 +17,7 @@ The report only draws what this returns (``pipeline.charts.fitted_ttft``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -98,6 +98,9 @@ def fitted_requests(path: str | Path = FITTED_FILE, root: Path = ROOT) -> Fitted
         runs = load_runs(sources)
     except CLIError as exc:
         raise ValueError(str(exc)) from None
+    speeds = {(Path(r["file"]).name, r["run"]): float(r["speed"])
+              for r in (document.get("speed_probe") or {}).get("runs") or []}
+    runs = [replace(r, speed=speeds.get((Path(r.file).name, r.label), 1.0)) for r in runs]
     coefficients = document["coefficients"]
     beta = np.array([float(coefficients.get(name) or 0.0) for name in FEATURES])
     engines = [EngineModel.from_dict(document.get("engine_model") or run.engine_model)

@@ -20,6 +20,10 @@ the weighted least squares of the scaled rows, and ``per_load >= 0`` is the valu
 solution has the smallest weighted error (a one-dimensional search). The coefficients are
 then those of an idle machine (``L = 0``). ``per_load`` needs runs at two or more loads.
 
+A run's ``speed`` (``fit --speed-probe``: its speed probe over the reference probe, known
+before fitting) scales its step times the same way, with nothing fitted: its rows are
+multiplied by it, and the coefficients are those of a machine at the reference probe.
+
 What the data cannot identify (``identifiability``): a coefficient whose feature is zero in
 every row (no reload from a CPU tier, say), and coefficients tied together by a null-space
 direction of the design (they could trade against each other without changing any
@@ -70,8 +74,9 @@ class Fit:
 
 
 def load_scale(run: Run, per_load: float) -> float:
-    """``1 + per_load x`` the run's load average (1 when it has none or per_load is 0)."""
-    return 1.0 + per_load * (run.machine_load or 0.0) if per_load else 1.0
+    """The run's step-time scale: its ``speed`` (``fit --speed-probe``; 1 without) x ``1 +
+    per_load x`` its load average (1 when it has none or per_load is 0)."""
+    return run.speed * ((1.0 + per_load * (run.machine_load or 0.0)) if per_load else 1.0)
 
 
 def design_rows(schedule: Schedule, step_of: np.ndarray, local: bool = False,
@@ -148,7 +153,7 @@ def _system(runs: list[Run], schedules: list[Schedule], masks: list[np.ndarray],
         for step_of, measured, after in targets:
             rows, offset, begin = design_rows(schedule, step_of, local, after)
             keep = mask & (measured > 0) & ~_overlaps_held(schedule, begin, step_of, out)
-            xs.append(rows[keep])
+            xs.append(rows[keep] * run.speed)
             ys.append(measured[keep] - offset[keep])
             ws.append(1.0 / measured[keep])
             ls.append(np.full(int(keep.sum()), run.machine_load or 0.0))

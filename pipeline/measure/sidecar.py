@@ -87,6 +87,14 @@ def write_sidecar(output: Path, document: dict, resume: bool) -> dict:
     return document
 
 
+def add_to_session(output: Path, fields: dict) -> dict:
+    """Add ``fields`` to the last session of OUTPUT's sidecar (rewritten atomically)."""
+    document = read_sidecar(output)
+    document["sessions"][-1].update(fields)
+    write_json_atomic(provenance_path(output), document)
+    return document
+
+
 def read_sidecar(output: str | Path) -> dict:
     """OUTPUT's sidecar (CLIError naming the file when missing or not one of ours)."""
     path = provenance_path(Path(output))

@@ -22,7 +22,8 @@ from pipeline.measure.llamacpp.engine import LlamaServer, LogObserver
 from pipeline.measure.llamacpp.gguf_model import ModelShape, vocabulary
 from pipeline.measure.llamacpp.local import FORCED_BIAS, N_CTX, prepare_model, server_context
 from pipeline.measure.output import provenance_path
-from pipeline.measure.sidecar import machine, sha256, write_sidecar
+from pipeline.measure.probe import PROBE_MAX_TOKENS, PROBE_PROMPTS, PROBE_TOKENS, run_probe
+from pipeline.measure.sidecar import add_to_session, machine, sha256, write_sidecar
 from pipeline.measure.traffic import Timing
 from pipeline.measure.workload import FORCED_WORD, Request
 
@@ -41,6 +42,8 @@ def local_replay(args: argparse.Namespace, todo: list[Request], workload: dict,
                  timing: Timing, options: dict, send: Callable) -> int:
     """Start the server, write the sidecar, send ``todo``, stop the server."""
     longest = max(r.doc_tokens + 1 for r in todo)
+    if getattr(args, "speed_probe", False):
+        longest = max(longest, PROBE_TOKENS + 1)
     most = max((r.max_tokens or args.max_tokens) for r in todo)
     if longest + most > N_CTX:
         raise CLIError(f"a prompt of {longest} tokens + {most} generated exceeds the tiny "
@@ -82,8 +85,15 @@ def local_replay(args: argparse.Namespace, todo: list[Request], workload: dict,
             print(f"measure: llama.cpp server on {server.base_url} (session {session}), "
                   f"{len(todo)} request(s), timing {timing.label}", file=sys.stderr)
         one_at_a_time = not timing.open_loop and timing.concurrency == 1
+        probe = getattr(args, "speed_probe", False)
+        before = run_probe(server.base_url, bias, args.timeout) if probe else None
         written = send(todo, args, server.base_url, {"session": session}, bias,
                        LogObserver(log) if one_at_a_time else None)
+        if probe:
+            add_to_session(args.output, {"speed_probe": {
+                "prompts": PROBE_PROMPTS, "tokens": PROBE_TOKENS,
+                "max_tokens": PROBE_MAX_TOKENS, "before_ms": before,
+                "after_ms": run_probe(server.base_url, bias, args.timeout)}})
     print(f"measure: wrote {written} line(s) to {args.output} (sidecar "
           f"{provenance_path(args.output)})", file=sys.stderr)
     return 0
