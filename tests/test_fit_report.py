@@ -4,6 +4,7 @@ and its measurements, the renderer's sections, and the group on run's page."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import polars as pl
@@ -103,12 +104,12 @@ def test_runs_report_draws_the_committed_fit_per_request():
     result = fitted_requests(FITTED_FILE)
     doc = json.loads(FITTED_FILE.read_text())
     assert result.frame.height == 150 and result.frame["load"].n_unique() == 5
-    assert result.provenance["fitted_file"] == "data/measured/llamacpp_calib.fitted.json"
+    assert result.provenance["fitted_file"] == "data/measured/llamacpp_calib2.fitted.json"
     assert result.provenance["engine"].startswith("llama.cpp")
     assert result.provenance["served_model"] == doc["served_model"]
     assert "AMD" in result.provenance["hardware"] or "CPU" in result.provenance["hardware"]
     heading, prelude, sections = report.fitted_engine_group(result.frame, result.provenance)
-    assert "fitted step time" in heading and "llamacpp_calib.fitted.json" in prelude
+    assert "fitted step time" in heading and "llamacpp_calib2.fitted.json" in prelude
     assert [s.key for s in sections] == ["fitted-ttft-scatter", "fitted-ttft-timeline"]
 
 
@@ -127,9 +128,11 @@ def test_the_serial_schedule_the_page_uses_is_the_engine_simulations_on_the_comm
     assert not serial_equal(EngineModel(max_num_seqs=1, block_size=1, num_gpu_blocks=4000),
                             runs)
     beta = np.array([doc["coefficients"][name] for name in FEATURES])
-    per_load = doc["machine_load"]["per_load_average"]
-    for run in runs:
-        coefficients = beta * load_scale(run, per_load)
+    per_load = (doc.get("machine_load") or {}).get("per_load_average", 0.0)
+    speeds = [r["speed"] for r in (doc.get("speed_probe") or {}).get("runs", [])]
+    assert len(speeds) in (0, len(runs))
+    for run, speed in zip(runs, speeds or [1.0] * len(runs)):
+        coefficients = beta * load_scale(replace(run, speed=speed), per_load)
         serial, engine_run = (f(run, engine, coefficients)
                               for f in (serial_schedule, engine_schedule))
         assert np.array_equal(serial.first_token_step, engine_run.first_token_step)
