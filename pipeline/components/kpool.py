@@ -24,7 +24,7 @@ from pipeline.components.kjit import helper, kernel
 from pipeline.components.engine_layout import FNEXT, FPREV, HASHED, HNEXT, HPREV, NONE, P_COLUMNS, REF
 
 __all__ = ["table_size", "table_find", "table_slot", "table_delete", "pool_init",
-           "pool_arrays", "get_new_blocks", "cache_full_blocks", "touch", "free_blocks",
+           "pool_arrays", "get_new_blocks", "cache_one", "cache_full_blocks", "append_free", "touch", "free_blocks",
            "longest_hit", "leading_cached", "run_alone"]
 
 _MIX = np.int64(0x9E3779B97F4A7C15 - (1 << 64))     # as int64 bits
@@ -167,22 +167,32 @@ def get_new_blocks(P, BH, HT, mask, BT, at, count):
 
 
 @helper
+def cache_one(P, BH, HT, mask, b, key):
+    """Give block ``b`` the key ``key`` (appended to the key's holders)."""
+    BH[b] = key
+    P[b, HASHED] = 1
+    s = table_slot(HT, mask, key)
+    tail = HT[s, 2]                                   # NONE for a new key
+    if HT[s, 1] < 0:
+        HT[s, 1] = b
+    else:
+        P[tail, HNEXT] = b
+    P[b, HPREV] = tail
+    P[b, HNEXT] = NONE
+    HT[s, 2] = b
+
+
+@helper
 def cache_full_blocks(P, BH, HT, mask, KEYS, koff, BT, boff, start, end):
     """Give blocks ``start..end-1`` of a request their keys (no de-duplication)."""
     for i in range(start, end):
-        b = BT[boff + i]
-        key = KEYS[koff + i]
-        BH[b] = key
-        P[b, HASHED] = 1
-        s = table_slot(HT, mask, key)
-        tail = HT[s, 2]                               # NONE for a new key
-        if HT[s, 1] < 0:
-            HT[s, 1] = b
-        else:
-            P[tail, HNEXT] = b
-        P[b, HPREV] = tail
-        P[b, HNEXT] = NONE
-        HT[s, 2] = b
+        cache_one(P, BH, HT, mask, BT[boff + i], KEYS[koff + i])
+
+
+@helper
+def append_free(P, b):
+    """Block ``b`` (no references left) to the free queue's tail."""
+    _insert_free_after(P, P[P.shape[0] - 1, FPREV], b)
 
 
 @helper

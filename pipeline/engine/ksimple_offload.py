@@ -333,7 +333,7 @@ def finished(S, O, slot):
     _sync_jobs(O)
 
 
-@helper
+@inlined
 def _event(O, stream, start, count):
     SC, SEV = O[I_SC], O[I_SEV]
     cap = SEV.shape[1]
@@ -372,7 +372,7 @@ def _eager_may_store(S, O, q):
     return False
 
 
-@helper
+@inlined
 def _eager_stores(S, O, q):
     """``_prepare_eager_store_specs``: the new requests' stores, then the cached ones'."""
     R, BQ, BMETA = S[2], S[10], S[12]

@@ -14,11 +14,11 @@ import numpy as np
 
 from pipeline.components.engine_layout import (
     F_END0, F_NEXTARR, F_NOW, G_NFREE, LOAD_DONE, LOAD_FLIGHT, NONE, O_DONE, O_KLEN, O_TIMED,
-    O_WSEQ, RF_END, RF_START, RF_SUBMIT, X_LDONE, X_LOAD)
+    O_WSEQ, REF, RF_END, RF_START, RF_SUBMIT, X_LDONE, X_LOAD)
 from pipeline.components.kjit import helper, inlined, kernel
-from pipeline.components.kpool import cache_full_blocks, free_blocks
+from pipeline.components.kpool import append_free, cache_one
 from pipeline.engine.ksimple_offload import (
-    E_COUNT, E_ID, E_START, E_SUB, I_CBH, I_CHT, I_CP, I_GINF, I_REG, I_RING, I_SC, I_SCR,
+    E_COUNT, E_ID, E_START, E_SUB, I_CBH, I_CHT, I_CP, I_GINF, I_REG, I_RING, I_SC,
     I_SEV, I_SEVT, I_SF, I_SQ, LOAD, SC_BBYTES, SC_EH0, SC_EH1, SC_EL0, SC_EL1, SC_FREE,
     SC_LWM, SC_RHEAD, SC_RLEN, SF_DLAT, SF_DRATE, SF_FREE0, SF_LAT, SF_RATE, SF_SLOTS, SQ_LEV,
     SQ_NLOAD, SQ_OFF, STORE, _free_gpu, _free_slots, _sync_jobs)
@@ -26,7 +26,7 @@ from pipeline.engine.ksimple_offload import (
 __all__ = ["worker_start", "any_done", "complete", "transfer_ms", "event_ms"]
 
 
-@helper
+@inlined
 def _submit(O, stream, at):
     """Submit the stream's events not submitted yet at ``at``; returns the last end."""
     OC, SC, SEV, SEVT, SF = O[0], O[I_SC], O[I_SEV], O[I_SEVT], O[I_SF]
@@ -202,42 +202,30 @@ def _loads_done(S, O, step):
 @inlined
 def _store_done(S, O, start, count):
     """``_process_store_completion``: each slot takes its GPU block's key, then the slots
-    and the GPU blocks are released (in the event's order)."""
-    BH = S[6]
-    RING, SC, SCR, GINF = O[I_RING], O[I_SC], O[I_SCR], O[I_GINF]
-    CP, CBH, CHT = O[I_CP], O[I_CBH], O[I_CHT]
+    and the GPU blocks are released (in the event's order). One pass: a pair's key, slot
+    and GPU block touch nothing another pair's do, and every block released is hashed (a
+    slot was just given its key; a GPU block in flight was hashed and held), so each goes
+    to its free queue's tail in the order vLLM's batched calls give."""
+    P, BH, G = S[5], S[6], S[1]
+    RING, SC, GINF = O[I_RING], O[I_SC], O[I_GINF]
+    CP, CHT = O[I_CP], O[I_CHT]
+    mask = CHT.shape[0] - 1
     cap = RING.shape[1]
+    freed_slots, freed_gpu = 0, 0
     for i in range(count):
         j = (start + i) % cap
-        SCR[2, i] = BH[RING[0, j]]
-        SCR[0, i] = RING[1, j]
-    cache_full_blocks(CP, CBH, CHT, CHT.shape[0] - 1, SCR[2], 0, SCR[0], 0, 0, count)
-    gpu = SCR[2]                                  # (keys no longer needed)
-    for i in range(count):
-        j = (start + i) % cap
-        gpu[i] = RING[1, j]
-    _free_slots_buf(O, count)
-    for i in range(count):
-        j = (start + i) % cap
-        gpu[i] = RING[0, j]
-        GINF[RING[0, j]] = 0
-    _free_gpu_buf(S, O, count)
+        gpu, slot = RING[0, j], RING[1, j]
+        cache_one(CP, O[I_CBH], CHT, mask, slot, BH[gpu])
+        CP[slot, REF] -= 1
+        if CP[slot, REF] == 0:
+            append_free(CP, slot)
+            freed_slots += 1
+        GINF[gpu] = 0
+        P[gpu, REF] -= 1
+        if P[gpu, REF] == 0:
+            append_free(P, gpu)
+            freed_gpu += 1
+    SC[SC_FREE] += freed_slots
+    G[G_NFREE] += freed_gpu
     SC[SC_RHEAD] = (start + count) % cap
     SC[SC_RLEN] -= count
-
-
-@inlined
-def _free_slots_buf(O, n):
-    """Release the slots in ``SCR[2, :n]`` in order (the other scratch rows as buffers)."""
-    SCR, SC = O[I_SCR], O[I_SC]
-    for i in range(n):
-        SCR[1, i] = SCR[2, n - 1 - i]
-    SC[SC_FREE] += free_blocks(O[I_CP], SCR[1], 0, n, SCR[0], np.bool_(True))
-
-
-@inlined
-def _free_gpu_buf(S, O, n):
-    SCR = O[I_SCR]
-    for i in range(n):
-        SCR[1, i] = SCR[2, n - 1 - i]
-    S[1][G_NFREE] += free_blocks(S[5], SCR[1], 0, n, SCR[0], np.bool_(True))
