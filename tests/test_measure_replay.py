@@ -229,3 +229,28 @@ def test_a_timed_pattern_records_its_whole_prompt_for_fit(tmp_path):
     # the server's usage says 7 prompt tokens (the test server's fixed reply): fit takes it
     assert run.prompt_tokens.tolist() == [7, 7, 7, 7]
     assert len({tuple(p.tolist()) for p in run.prompts}) == 2    # two documents, twice each
+
+
+def test_speed_probe_with_base_url_and_its_refusals(tmp_path, capsys):
+    trace = write_trace(tmp_path / "t.jsonl", [
+        {"timestamp": i, "input_length": 40, "output_length": 2, "hash_ids": [i]}
+        for i in range(2)])
+    out = tmp_path / "m.jsonl"
+    with SSEServer() as server:
+        assert cli_main(["measure", "--base-url", server.base_url, "--trace", str(trace),
+                         "--output", str(out), "--quiet", "--speed-probe"]) == 0
+    probe = json.loads((tmp_path / "m.provenance.json").read_text())["sessions"][0][
+        "speed_probe"]
+    assert len(probe["before_ms"]) == len(probe["after_ms"]) == 3
+    assert len(lines(out)) == 2
+    capsys.readouterr()
+    assert cli_main(["measure", "--base-url", "http://127.0.0.1:9", "--speed-probe",
+                     "--output", str(tmp_path / "lab.jsonl")]) == 2     # not a replay
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--speed-probe: only with a replay" in err[0]
+    assert cli_main(["measure", "--base-url", "http://127.0.0.1:9", "--trace", str(trace),
+                     "--speed-probe", "--output", str(tmp_path / "gone.jsonl")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--speed-probe: cannot connect" in err[0]
+    assert not (tmp_path / "gone.jsonl").exists()
+    assert not (tmp_path / "gone.provenance.json").exists()       # nothing written

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from pipeline.base.arguments import derive, pass_list, positive_float, positive_int
 from pipeline.base.config import BASELINE, LAB_DOCS, LAB_PASSES
-from pipeline.base.errors import CLIError
+from pipeline.base.errors import CLIError, UsageError
 from pipeline.measure.client import RequestFailed
 from pipeline.measure.output import check_output, kept_note
 from pipeline.measure.runner import run_requests, settings_from
@@ -135,10 +135,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     local.add_argument("--nice", type=int,
                        help="replay: the server's niceness (negative = higher priority, needs "
                             "root; keeps neighbours on a shared machine from setting the pace)")
-    local.add_argument("--speed-probe", action="store_true",
-                       help="replay: time 3 fixed 2,048-token prompts before and after the "
-                            "run and record them in the sidecar (fit --speed-probe scales "
-                            "each run by them)")
     local.add_argument("--work-dir", type=Path,
                        help="model file and server logs (default: a new temporary folder)")
 
@@ -165,6 +161,10 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
                         help="open loop at Poisson arrivals of RATE requests per second")
     replay.add_argument("--seed", type=int, default=0,
                         help="--rate's arrival seed (default %(default)s)")
+    replay.add_argument("--speed-probe", action="store_true",
+                        help="time 3 fixed prompts of 2,048 words on the server before and "
+                             "after the run, into the sidecar (fit --speed-probe scales each "
+                             "run's step times by them)")
     replay.add_argument("--engine", default="unknown",
                         help="engine behind --base-url, for the sidecar (vllm, sglang, ...)")
     replay.add_argument("--hardware", help="what it runs on, for the sidecar (e.g. '1x H100')")
@@ -188,6 +188,9 @@ def main(args: argparse.Namespace) -> int:
     from pipeline.measure.replay import is_replay, run_replay
     if is_replay(args):
         return run_replay(args)
+    if args.speed_probe:
+        raise UsageError("--speed-probe: only with a replay (--trace, or a pattern with "
+                         "--rate): fit reads it from the replay's sidecar")
     args = derive(args, concurrency=args.concurrency or 1)
     if args.local_engine or args.show:
         from pipeline.measure.llamacpp.local import run_local, show

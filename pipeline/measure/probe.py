@@ -15,13 +15,18 @@ from __future__ import annotations
 import asyncio
 import random
 import statistics
+from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 
-from pipeline.measure.client import stream_completion
+from pipeline.base.errors import CLIError
+from pipeline.measure.client import RequestFailed, stream_completion
+from pipeline.measure.sidecar import add_to_session
 from pipeline.measure.workload import BODY_WORDS, SEED
 
-__all__ = ["PROBE_PROMPTS", "PROBE_TOKENS", "probe_prompts", "probe_scale", "run_probe"]
+__all__ = ["PROBE_PROMPTS", "PROBE_TOKENS", "probe_prompts", "probe_scale", "probed",
+           "run_probe"]
 
 PROBE_TOKENS = 2048
 PROBE_PROMPTS = 3
@@ -48,12 +53,33 @@ async def _probe(url: str, payload: dict, timeout_s: float) -> list[float]:
     return times
 
 
-def run_probe(base_url: str, logit_bias: dict | None = None, timeout_s: float = 300.0) -> list[float]:
-    """The probe prompts' TTFTs in ms, sent one at a time to ``base_url``."""
-    payload = {"max_tokens": PROBE_MAX_TOKENS, "temperature": 0.0}
+def run_probe(base_url: str, logit_bias: dict | None = None, timeout_s: float = 300.0,
+              model: str | None = None) -> list[float]:
+    """The probe prompts' TTFTs in ms, sent one at a time to ``base_url``; CLIError when the
+    server does not answer one."""
+    payload: dict = {"max_tokens": PROBE_MAX_TOKENS, "temperature": 0.0}
     if logit_bias:
         payload["logit_bias"] = dict(logit_bias)
-    return asyncio.run(_probe(base_url.rstrip("/") + "/v1/completions", payload, timeout_s))
+    if model:
+        payload["model"] = model
+    try:
+        return asyncio.run(_probe(base_url.rstrip("/") + "/v1/completions", payload,
+                                  timeout_s))
+    except RequestFailed as exc:
+        raise CLIError(f"--speed-probe: {exc}") from None
+
+
+def probed(output: Path, base_url: str, before: list[float], send: Callable[[], int], *,
+           logit_bias: dict | None = None, timeout_s: float = 300.0,
+           model: str | None = None) -> int:
+    """``send()`` (a run's requests; returns the lines written) after the probe ``before``
+    (``run_probe``, taken before anything was written) and before a second one, both added
+    to OUTPUT's last sidecar session as ``speed_probe``."""
+    written = send()
+    add_to_session(output, {"speed_probe": {
+        "prompts": PROBE_PROMPTS, "tokens": PROBE_TOKENS, "max_tokens": PROBE_MAX_TOKENS,
+        "before_ms": before, "after_ms": run_probe(base_url, logit_bias, timeout_s, model)}})
+    return written
 
 
 def probe_scale(probe: dict | None) -> float | None:

@@ -20,6 +20,7 @@ import numpy as np
 from pipeline.base.errors import CLIError
 from pipeline.measure.client import RequestFailed
 from pipeline.measure.output import check_output, provenance_path
+from pipeline.measure.probe import probed, run_probe
 from pipeline.measure.runner import run_requests, settings_from
 from pipeline.measure.sidecar import machine, sha256, write_sidecar
 from pipeline.measure.traffic import Timing, send_times, trace_requests
@@ -142,17 +143,24 @@ def run_replay(args: argparse.Namespace) -> int:
         return local_replay(args, todo, workload, timing, options, _send)
     if not args.base_url.startswith(("http://", "https://")):
         raise CLIError(f"--base-url must start with http:// or https://, got {args.base_url!r}")
+    model = _served_model(args)
+    before = (run_probe(args.base_url, dict(args.logit_bias), args.timeout, model)
+              if args.speed_probe else None)
     document = write_sidecar(args.output, {
         "what": "a replay measured with python -m pipeline measure",
         "engine": {"name": args.engine, "base_url": args.base_url},
-        "served_model": _served_model(args),
+        "served_model": model,
         "hardware": {"described": args.hardware, "client_machine": machine()},
         "options": options, "workload": workload, "timing": timing.describe(),
         "engine_model": _engine_model(args)}, args.resume)
     if done:
         print(f"measure: resuming, {len(done)} answered line(s) already in {args.output}",
               file=sys.stderr)
-    written = _send(todo, args, args.base_url, {"session": len(document["sessions"]) - 1})
+    def run() -> int:
+        return _send(todo, args, args.base_url, {"session": len(document["sessions"]) - 1})
+    written = (probed(args.output, args.base_url, before, run,
+                      logit_bias=dict(args.logit_bias), timeout_s=args.timeout, model=model)
+               if before is not None else run())
     print(f"measure: wrote {written} line(s) to {args.output} (sidecar "
           f"{provenance_path(args.output)})", file=sys.stderr)
     return 0

@@ -22,8 +22,8 @@ from pipeline.measure.llamacpp.engine import LlamaServer, LogObserver
 from pipeline.measure.llamacpp.gguf_model import ModelShape, vocabulary
 from pipeline.measure.llamacpp.local import FORCED_BIAS, N_CTX, prepare_model, server_context
 from pipeline.measure.output import provenance_path
-from pipeline.measure.probe import PROBE_MAX_TOKENS, PROBE_PROMPTS, PROBE_TOKENS, run_probe
-from pipeline.measure.sidecar import add_to_session, machine, sha256, write_sidecar
+from pipeline.measure.probe import PROBE_TOKENS, probed, run_probe
+from pipeline.measure.sidecar import machine, sha256, write_sidecar
 from pipeline.measure.traffic import Timing
 from pipeline.measure.workload import FORCED_WORD, Request
 
@@ -60,6 +60,8 @@ def local_replay(args: argparse.Namespace, todo: list[Request], workload: dict,
     if nice is not None and nice < 0 and os.geteuid() != 0:
         raise CLIError(f"--nice {nice}: a negative niceness needs root")
     with LlamaServer(model, log, None, n_ctx, args.threads, nice=nice) as server:
+        probe = getattr(args, "speed_probe", False)
+        before = run_probe(server.base_url, bias, args.timeout) if probe else None
         document = write_sidecar(args.output, {
             "what": "a replay measured on llama.cpp (llama-cpp-python's server, one request at "
                     "a time) with the project's tiny random-weight model on this machine",
@@ -85,15 +87,11 @@ def local_replay(args: argparse.Namespace, todo: list[Request], workload: dict,
             print(f"measure: llama.cpp server on {server.base_url} (session {session}), "
                   f"{len(todo)} request(s), timing {timing.label}", file=sys.stderr)
         one_at_a_time = not timing.open_loop and timing.concurrency == 1
-        probe = getattr(args, "speed_probe", False)
-        before = run_probe(server.base_url, bias, args.timeout) if probe else None
-        written = send(todo, args, server.base_url, {"session": session}, bias,
-                       LogObserver(log) if one_at_a_time else None)
-        if probe:
-            add_to_session(args.output, {"speed_probe": {
-                "prompts": PROBE_PROMPTS, "tokens": PROBE_TOKENS,
-                "max_tokens": PROBE_MAX_TOKENS, "before_ms": before,
-                "after_ms": run_probe(server.base_url, bias, args.timeout)}})
+        def run() -> int:
+            return send(todo, args, server.base_url, {"session": session}, bias,
+                        LogObserver(log) if one_at_a_time else None)
+        written = (probed(args.output, server.base_url, before, run, logit_bias=bias,
+                          timeout_s=args.timeout) if before is not None else run())
     print(f"measure: wrote {written} line(s) to {args.output} (sidecar "
           f"{provenance_path(args.output)})", file=sys.stderr)
     return 0
