@@ -122,7 +122,9 @@ def load(args: argparse.Namespace) -> EngineRequests:
     if (workload.arrival_unit == "seconds" and args.clock == "steps" and args.rate is None
             and args.concurrency is None):
         raise CLIError(f"{workload.label}: arrivals are in seconds (timestamp/arrival_time), "
-                       f"not steps: give --rate or --concurrency for --clock steps")
+                       f"not steps: give --latency (e.g. roofline, with --model and "
+                       f"--gpu-type) to replay them on the time clock, or --rate or "
+                       f"--concurrency for --clock steps")
     if args.speed is not None and workload.arrival_unit is None:
         raise CLIError(f"{workload.label}: --speed needs arrival times in the trace (use "
                        f"--rate or --concurrency for an untimed workload)")
