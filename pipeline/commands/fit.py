@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -36,25 +35,18 @@ import polars as pl
 
 from pipeline.base.arguments import checked, deprecated_alias, positive_int
 from pipeline.base.errors import CLIError, UsageError
-from pipeline.sizes.units import Capacity, KVSize, one_capacity
-from pipeline.fit.evaluate import HOLDOUT_BY, error_summary, holdout_masks, predictions, residuals
+from pipeline.base.staging import Outputs, json_bytes
+from pipeline.commands.fit_bench import bench_form, main_bench
+from pipeline.commands.fit_metrics import add_metrics_arguments, main_metrics
+from pipeline.commands.fit_outputs import gpu_blocks, holdout_summary, print_holdout
+from pipeline.fit.evaluate import HOLDOUT_BY, holdout_masks, predictions, residuals
 from pipeline.fit.fitted import fitted_document
 from pipeline.fit.inputs import load_runs
 from pipeline.fit.schedule import FEATURES, EngineModel, simulate_run
 from pipeline.fit.solve import FitError, fit_runs
 from pipeline.fit.speed import speed_document, with_speeds
-from pipeline.base.staging import Outputs, json_bytes
-from pipeline.fit.profile_scale import ProfileForm, fit_scale, scale_document
-from pipeline.fit.roofline_fit import bench_engine, bench_fields, bench_figures, \
-    bench_provenance, efficiency_document, factor_lines, factors_of, fit_factors, peak_form, \
-    schedule_of
-from pipeline.fit.vllm_bench import load_bench
-from pipeline.commands.fit_metrics import add_metrics_arguments, main_metrics
-from pipeline.sizes.gpus import gpu_preset
-from pipeline.sizes.model_options import add_model_config_argument, add_parallel_arguments, \
-    kv_dtype, shape_from_args, tensor_parallel
-from pipeline.steptime.profile import read_profile
-from pipeline.sizes.units import preset
+from pipeline.sizes.model_options import add_model_config_argument, add_parallel_arguments
+from pipeline.sizes.units import one_capacity, preset
 from pipeline.steptime.options import add_latency_arguments
 from pipeline.steptime.roofline import DEFAULT_OVERHEAD_MS
 
@@ -145,25 +137,9 @@ def _engine(run_model: dict, args: argparse.Namespace) -> EngineModel:
             fields[name] = getattr(args, name)
     gpu = getattr(args, "gpu", None)
     if gpu is not None:
-        fields["num_gpu_blocks"] = _gpu_blocks(gpu, args.kv_bytes_per_token,
+        fields["num_gpu_blocks"] = gpu_blocks(gpu, args.kv_bytes_per_token,
                                                fields.get("block_size") or 16)
     return EngineModel.from_dict(fields)
-
-
-def _gpu_blocks(gpu: Capacity, kv_bytes_per_token: int | None, block_size: int) -> int:
-    """num_gpu_blocks of ``--gpu`` (tokens // block size); a size needs KV bytes per token
-    (--kv-bytes-per-token, or --vllm-bench's model), a pool under 2 blocks is refused (usage
-    errors)."""
-    if gpu.is_size and not kv_bytes_per_token:
-        raise UsageError(f"--gpu {gpu.text} needs --kv-bytes-per-token (or --gpu in tokens or "
-                         f"blocks): no model is assumed")
-    kv = KVSize("given", kv_bytes_per_token, "--kv-bytes-per-token") \
-        if kv_bytes_per_token else None
-    blocks = gpu.tokens(kv, block_size) // block_size
-    if blocks < 2:
-        raise UsageError(f"--gpu {gpu.text}: {blocks} blocks of {block_size}: at least 2 "
-                         f"(block 0 is vLLM's null block)")
-    return blocks
 
 
 def _one(values: set, what: str) -> object:
@@ -210,7 +186,7 @@ def _print_fit(fit, runs: list, train: list, frame: pl.DataFrame, table: pl.Data
                    float_precision=1, tbl_width_chars=120):
         print("TTFT residuals (predicted vs measured) per prompt-length band and load:")
         print(table)
-    _print_holdout(holdout)
+    print_holdout(holdout)
 
 
 def chart(frame: pl.DataFrame, fmt: str = "html") -> bytes:
@@ -229,126 +205,19 @@ def chart(frame: pl.DataFrame, fmt: str = "html") -> bytes:
                      [("Per request", "", fitted_ttft.page_sections(frame))]).encode("utf-8")
 
 
-def _holdout(args: argparse.Namespace, frame: pl.DataFrame) -> dict | None:
-    """What was held out and the error on it (None without --holdout)."""
-    if not args.holdout:
-        return None
-    out = frame.filter(pl.col("held_out"))
-    which = {"length": out["prompt_tokens"].unique().sort().to_list(),
-             "load": sorted(set(zip(out["file"].to_list(), out["load"].to_list())))
-             }.get(args.holdout_by)
-    return {"fraction": args.holdout, "by": args.holdout_by, "seed": args.seed,
-            **error_summary(out), **({"held_out": which} if which else {})}
-
-
-def _print_holdout(holdout: dict | None) -> None:
-    if holdout is None:
-        return
-    which = holdout.get("held_out")
-    shown = ("" if not which else ": " + ", ".join(
-        str(w) if holdout["by"] == "length" else w[1] for w in which) +
-        (" tokens" if holdout["by"] == "length" else ""))
-    print(f"held-out TTFT error: p50 {holdout['p50_pct']:.1f} %, "
-          f"p90 {holdout['p90_pct']:.1f} % ({holdout['requests']} requests held out "
-          f"by {holdout['by']}{shown})")
-
-
-def _bench_form(args: argparse.Namespace, option: str = "--vllm-bench"
-                ) -> tuple[object, object, int, str]:
-    """(the form fitted: the roofline's or ``--profile``'s, the GPU, KV bytes per token per
-    GPU, the model in words); ``option``: the input fitted, for errors."""
-    if not args.profile:
-        form = peak_form(args, option)
-        return (form, form.peak.gpu, form.peak.kv_bytes_per_token,
-                f"the roofline: {form.peak.label} at its peaks")
-    for option in ("mfu_prefill", "mbu_decode"):
-        if getattr(args, option) is not None:
-            raise UsageError(f"--{option.replace('_', '-')}: a roofline factor; --profile "
-                             f"fits the profile's scale")
-    profile = read_profile(args.profile, args)
-    shape = shape_from_args(args)
-    return (ProfileForm(profile), gpu_preset(args.gpu_type or "H100"),
-            shape.kv(kv_dtype(args), tensor_parallel(args)).bytes_per_token,
-            f"the profile: {profile.label}")
-
-
-def _main_bench(args: argparse.Namespace) -> int:
-    """``--vllm-bench``: fit the roofline's factors (or ``--profile``'s scale), print,
-    write."""
-    for option in ("machine_load", "speed_probe", "kv_bytes_per_token"):
-        if getattr(args, option):
-            raise UsageError(f"--{option.replace('_', '-')}: not with --vllm-bench (its "
-                             f"results record no load average; the model gives KV bytes)")
-    form, gpu, kv_bytes, described = _bench_form(args)
-    runs = load_bench(args.vllm_bench)
-    engine = bench_engine(args, gpu.memory_gb, gpu.name)
-    if args.gpu is not None:
-        engine = replace(engine, num_gpu_blocks=_gpu_blocks(args.gpu, kv_bytes,
-                                                            engine.block_size))
-    engines = [engine] * len(runs)
-    held = holdout_masks(runs, args.holdout or 0.0, args.holdout_by, args.seed)
-    train, absolute = [~h for h in held], (args.loss or "absolute") == "absolute"
-    if args.profile:
-        fit = fit_scale(runs, engines, train, held, form, not args.ttft_only, absolute)
-    else:
-        fit, form, why = fit_factors(runs, engines, train, held, form,
-                                     use_e2e=not args.ttft_only, absolute=absolute)
-    frame = predictions(runs, engines, fit.vector(), held, source=form.simulate)
-    table, figures = residuals(frame), bench_figures(runs, frame)
-    holdout = _holdout(args, frame)
-    common = bench_fields(runs, sorted({str(p) for p in args.vllm_bench}), engine, fit,
-                          holdout or {}, figures.to_dicts())
-    provenance = bench_provenance(described.split(": ", 1)[1], args.step_overhead_ms, engine,
-                                  fit, int((~frame["held_out"]).sum()), absolute)
-    if args.profile:
-        document = scale_document(fit=fit, form=form, provenance=provenance, common=common)
-        scale = document["scale"]
-        lines = [f"  profile scale  {scale['value']:.4g}"
-                 + ("" if scale["stderr"] is None else f" ± {scale['stderr']:.3g}")
-                 + " (its GPU milliseconds x this)"]
-    else:
-        factors = factors_of(fit, form, args, why)
-        document = efficiency_document(factors=factors, form=form, provenance=provenance,
-                                       common=common)
-        lines = factor_lines(factors)
-    outputs = Outputs()
-    outputs.add(args.output, json_bytes(document), "--output")
-    if args.report:
-        outputs.add(args.report / "requests.csv", frame.write_csv().encode(), "--report")
-        outputs.add(args.report / "residuals.csv", table.write_csv().encode(), "--report")
-        outputs.add(args.report / "figures.csv", figures.write_csv().encode(), "--report")
-    print(f"fit: {frame.height} measured requests in {len(runs)} vllm bench serve result(s), "
-          f"{fit.rows} rows, {fit.iterations} iteration(s)"
-          + ("" if fit.converged else " (schedule not converged)"))
-    print(f"{described}, {args.step_overhead_ms:g} ms per step (--step-overhead-ms, assumed); "
-          f"the schedule: {schedule_of(engine)}")
-    print("\n".join(lines + [f"note: {note}" for note in fit.notes]))
-    with pl.Config(tbl_rows=-1, tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True,
-                   float_precision=1, tbl_width_chars=120, fmt_str_lengths=60):
-        print("vllm bench serve's figures, measured vs predicted with the fitted values:")
-        print(figures)
-    _print_holdout(holdout)
-    outputs.commit()
-    print(f"fit: wrote {args.output}" + (f" and {args.report}/" if args.report else "")
-          + f" (use: --latency {args.output} with the model's --model or --model-config"
-          + ("" if args.profile else f" on --gpu-type {gpu.name.split()[0]}") + ")",
-          file=sys.stderr)
-    return 0
-
-
 def main(args: argparse.Namespace) -> int:
     """Fit, print, write (see the module docstring)."""
     if args.vllm_metrics or args.vllm_metrics_before or args.vllm_metrics_seconds:
         if args.files or args.vllm_bench:
             raise UsageError("--vllm-metrics: not with measure outputs (FILE) or "
                              "--vllm-bench: fit one kind of measurement at a time")
-        form, gpu, _, described = _bench_form(args, "--vllm-metrics")
+        form, gpu, _, described = bench_form(args, "--vllm-metrics")
         return main_metrics(args, form, gpu, described)
     if args.vllm_bench:
         if args.files:
             raise UsageError(f"{args.files[0]}: give measure outputs (FILE) or --vllm-bench, "
                              f"not both")
-        return _main_bench(args)
+        return main_bench(args)
     if not args.files:
         raise UsageError("give measure --trace outputs (FILE...), --vllm-bench FILE or "
                          "--vllm-metrics FILE")
@@ -376,7 +245,7 @@ def main(args: argparse.Namespace) -> int:
         raise CLIError(f"fit: {exc}") from None
     frame = predictions(runs, engines, fit.vector(), held, fit.per_load)
     table = residuals(frame)
-    holdout = _holdout(args, frame)
+    holdout = holdout_summary(args, frame)
     engine_names = {str(r.sidecar.get("engine", {}).get("name")) for r in runs}
     models = {str(r.sidecar.get("served_model")) for r in runs}
     fitted_rows = frame.filter(~pl.col("held_out"))
