@@ -35,7 +35,7 @@ from pipeline.engine.config import SchedulerConfig  # noqa: E402
 from pipeline.engine.cpu_tier import LMCacheTier  # noqa: E402
 from pipeline.engine.request import EngineRequests, SimRequest  # noqa: E402
 from pipeline.fleet.routers import ROUTERS  # noqa: E402
-from pipeline.fleet.sweep import Point, Settings, run_point  # noqa: E402
+from pipeline.fleet.sweep_point import Point, Settings, run_point  # noqa: E402
 from pipeline.steptime import Linear  # noqa: E402
 from pipeline.workloads.patterns import multi_turn, tenant_groups  # noqa: E402
 

@@ -207,7 +207,7 @@ def test_a_routers_look_touches_nothing():
     a request's keys, and changes no access time, split or count."""
     import numpy as np
 
-    from pipeline.components.sglang_kradix import T_EVICT, T_PROT
+    from pipeline.components.sglang_kradix_layout import T_EVICT, T_PROT
     from pipeline.components.sglang_settings import SchedulerSettings
     from pipeline.engine.request import SimRequest
     from pipeline.engine.sglang import SGLangConfig, SGLangInstance

@@ -11,6 +11,7 @@ import pytest
 from conftest import folder_snapshot
 from pipeline.cli import main
 from pipeline.fleet import sweep
+from pipeline.fleet.sweep_point import Point, Settings, point_path
 
 BASE = ["--pattern", "groups", "--groups", "3", "--users", "2", "--questions", "2",
         "--system-prompt-length", "128", "--question-length", "16", "--output-tokens", "4",
@@ -70,14 +71,14 @@ def test_resume_skips_finished_points_and_reruns_failed_ones(tmp_path, capsys, m
     status, _, stderr = run(capsys, "--gpu", "40blocks,80blocks", "--out", str(out))
     assert status == 1
     assert stderr.strip() == "error: point round-robin_n2_b80_l1: RuntimeError: boom"
-    assert sweep.point_path(out, "requests", sweep.Point("round-robin", 2, 40, 1.0)).exists()
-    assert not sweep.point_path(out, "requests", sweep.Point("round-robin", 2, 80, 1.0)).exists()
-    kept = sweep.point_path(out, "requests", sweep.Point("round-robin", 2, 40, 1.0)).read_bytes()
+    assert point_path(out, "requests", Point("round-robin", 2, 40, 1.0)).exists()
+    assert not point_path(out, "requests", Point("round-robin", 2, 80, 1.0)).exists()
+    kept = point_path(out, "requests", Point("round-robin", 2, 40, 1.0)).read_bytes()
     calls = []
     monkeypatch.setattr(sweep, "run_point", lambda s, p, w: calls.append(p) or real(s, p, w))
     status, _, _ = run(capsys, "--gpu", "40blocks,80blocks", "--out", str(out), "--resume")
     assert status == 0 and [p.gpu_blocks for p in calls] == [80]
-    assert sweep.point_path(out, "requests", sweep.Point("round-robin", 2, 40, 1.0)) \
+    assert point_path(out, "requests", Point("round-robin", 2, 40, 1.0)) \
         .read_bytes() == kept
     assert pl.read_parquet(out / "fleet.parquet").height == 2
     status, _, stderr = run(capsys, "--gpu", "40blocks,80blocks", "--out", str(out), "--resume",
@@ -119,9 +120,9 @@ def killed_worker_inputs(tmp_path):
                                         host_link_gbps=None, weights="bf16",
                                         step_overhead_ms=1.0, model_shape=None,
                                         model="qwen2.5-1.5b"))
-    settings = sweep.Settings(SchedulerConfig(num_gpu_blocks=64, max_model_len=256),
-                              KillOnce(model, str(tmp_path / "killed")))
-    points = [sweep.Point("round-robin", 2, 64, 1.0), sweep.Point("kv-cost", 2, 64, 1.0)]
+    settings = Settings(SchedulerConfig(num_gpu_blocks=64, max_model_len=256),
+                        KillOnce(model, str(tmp_path / "killed")))
+    points = [Point("round-robin", 2, 64, 1.0), Point("kv-cost", 2, 64, 1.0)]
     return settings, points, workload
 
 
@@ -133,7 +134,7 @@ def test_a_killed_worker_is_retried_in_a_fresh_pool(tmp_path):
     points = points[:1]
     failed = sweep.run_sweep(settings, points, workload, tmp_path, jobs=2, retries=1)
     assert failed == {} and (tmp_path / "killed").exists()
-    assert all(sweep.point_path(tmp_path, "requests", p).exists() for p in points)
+    assert all(point_path(tmp_path, "requests", p).exists() for p in points)
 
 
 @pytest.mark.parametrize("argv, status, message", [

@@ -19,7 +19,7 @@ from dataclasses import replace
 from pipeline.fleet.cost_search import Setup, cheapest_search, frontier, kind_of, \
     point_price, search_setups
 from pipeline.fleet.plan import Memory, Targets
-from pipeline.fleet.sweep import Point
+from pipeline.fleet.sweep_point import Point
 
 MEMORY = Memory(kv_bytes_per_token=1 << 16, block_size=16, cpu_tokens=4096)
 

@@ -155,7 +155,7 @@ def test_a_shared_cpu_pool_serves_blocks_another_instance_stored(model, served):
     from functools import partial
 
     from pipeline.engine.cpu_tier import LMCacheTier, ModelTier
-    from pipeline.fleet.sweep import Point, Settings, run_point
+    from pipeline.fleet.sweep_point import Point, Settings, run_point
     from pipeline.engine.request import EngineRequests
 
     prompt = np.arange(600)

@@ -61,6 +61,7 @@ def test_ray_retries_a_point_whose_worker_died(tmp_path):
     from test_fleet_command import killed_worker_inputs
 
     from pipeline.fleet import sweep
+    from pipeline.fleet.sweep_point import point_path
 
     ray.cloudpickle.register_pickle_by_value(test_fleet_command)   # workers lack tests/
 
@@ -68,7 +69,7 @@ def test_ray_retries_a_point_whose_worker_died(tmp_path):
     failed = sweep.run_sweep(settings, points, workload, tmp_path / "out", executor="ray",
                              retries=1)
     assert failed == {} and (tmp_path / "killed").exists()
-    assert all(sweep.point_path(tmp_path / "out", "requests", p).exists() for p in points)
+    assert all(point_path(tmp_path / "out", "requests", p).exists() for p in points)
 
 
 def test_ray_workers_run_a_cpu_tier_registered_in_the_driver(tmp_path, capsys):

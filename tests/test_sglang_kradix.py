@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oracles.sglang_radix import RadixTree as Oracle
-from pipeline.components.sglang_kradix import POLICIES, RadixTree
+from pipeline.components.sglang_kradix_layout import POLICIES
+from pipeline.components.sglang_kradix_tree import RadixTree
 from test_sglang_radix import OPERATIONS, leaf_paths, tree_rows
 
 

@@ -26,7 +26,8 @@ import numpy as np
 
 from pipeline.engine.request import EngineRequests
 from pipeline.fleet.routers import ROUTERS
-from pipeline.fleet.sweep import Point, Settings, run_sweep
+from pipeline.fleet.sweep import run_sweep
+from pipeline.fleet.sweep_point import Point, Settings
 
 #: The shared Mooncake trace beside the repository (``../shared/traces``).
 TRACE = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "synthetic_trace.jsonl"

@@ -35,7 +35,8 @@ from pipeline.fleet.cost_tiers import engine_tier_tokens
 from pipeline.fleet.plan import Memory, smallest_memory
 from pipeline.charts.fleet import report_html
 from pipeline.fleet.routers import ROUTERS, make_router, parse_router_options, router_class
-from pipeline.fleet.sweep import Disaggregation, Point, Settings, point_path, run_sweep
+from pipeline.fleet.sweep import run_sweep
+from pipeline.fleet.sweep_point import Disaggregation, Point, Settings, point_path
 from pipeline.fleet.workload import add_workload_arguments, load_workload, workload_usage_checks
 from pipeline.base.staging import Outputs, json_bytes, parquet_bytes
 from pipeline.sizes.units import size_lines

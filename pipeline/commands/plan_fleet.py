@@ -53,7 +53,8 @@ from pipeline.fleet.cost_tiers import TierChoice, engine_tier_choice, resolve_ti
     tier_option_list
 from pipeline.sizes.model_options import tensor_parallel
 from pipeline.fleet.plan import Memory, Targets, smallest_memory
-from pipeline.fleet.sweep import Point, point_path, run_sweep
+from pipeline.fleet.sweep import run_sweep
+from pipeline.fleet.sweep_point import Point, point_path
 from pipeline.fleet.workload import FLEET_PATTERNS, load_workload
 from pipeline.plan.output import exit_status
 from pipeline.sizes.units import kv_from_args

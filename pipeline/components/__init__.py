@@ -11,8 +11,9 @@ compiled, over a ``pipeline.workloads.stream.BlockStream``; their registry entri
   ``kgeneric``: the one place a tier plugs into the engine loop.
 * ``vllm_offload`` (+ ``_kernels``, ``_policies``): vLLM's native CPU offload manager
   (``lru``, ``arc``), compiled and allocation-free; not yet wired into the engine loop.
-* ``sglang_kradix``: SGLang 0.5.23's radix prefix tree over flat arrays (``RadixTree``, the
-  rules of its ``radix_cache.py``); ``sglang_ksched`` its scheduler loop over it, the
+* ``sglang_kradix``: SGLang 0.5.23's radix prefix tree over flat arrays (the rules of its
+  ``radix_cache.py``; ``sglang_kradix_layout`` the arrays, ``sglang_kradix_heap`` the
+  eviction heap, ``sglang_kradix_tree.RadixTree`` the Python-facing tree); ``sglang_ksched`` its scheduler loop over it, the
   ``sglang`` engine's (over ``sglang_kstate``, ``sglang_kadmit``, ``sglang_kbatch``);
   ``sglang_settings`` their settings; ``sglang_gpu`` the tree as a GPU model
   (docs/sglang.md).

@@ -38,8 +38,9 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.components.kjit import kernel
-from pipeline.components.sglang_kradix import (T_EVICT, T_PROT, dec_lock, evict, inc_lock,
-                                               insert, match_prefix, new_tree)
+from pipeline.components.sglang_kradix import (dec_lock, evict, inc_lock, insert, match_prefix,
+                                               new_tree)
+from pipeline.components.sglang_kradix_layout import T_EVICT, T_PROT
 from pipeline.components.sglang_settings import WAITING_PREFIX_REFRESH_INTERVAL
 from pipeline.workloads.stream import TAIL_FIRST, BlockStream, capacity_blocks, output_lengths
 

@@ -6,7 +6,8 @@ then ``prepare_for_extend`` (over ``sglang_kstate``'s state ``S``; the loop is
 from __future__ import annotations
 
 from pipeline.components.kjit import helper
-from pipeline.components.sglang_kradix import N_FC, N_NS, T_EVICT, insert, match_prefix, reset
+from pipeline.components.sglang_kradix import insert, match_prefix, reset
+from pipeline.components.sglang_kradix_layout import N_FC, N_NS, T_EVICT
 from pipeline.components.sglang_kstate import (
     CONTINUE, F_RATIO, F_TOTAL, G_CHUNK, G_CHUNKED, G_EXTEND, G_FREE, G_FULL, G_LRU,
     G_MAXPREFILL, G_MAXRUN, G_NB, G_NCAN, G_NEWCHUNK, G_NRUN, G_NTOK, G_NWAIT, G_P, G_POLICY,

@@ -3,7 +3,7 @@ and removal, the write-back registry, device and host leaves, the split, the loc
 eviction heaps. ``sglang_khiradix`` runs ``HiRadixTree``'s rules over it.
 
 A HiCache tree is the tuple ``(NI, TG, H, HN, HG, WA, LA, HH, X)``: ``NI`` / ``TG`` / ``H`` as
-in ``sglang_kradix`` (the node rows, the clock and sizes, an eviction heap; the plain tree's
+in ``sglang_kradix_layout`` (the node rows, the clock and sizes, an eviction heap; the plain tree's
 evictable-leaf flags and lazy heap are not used: eviction takes the device or host leaves of
 the moment, as the model does), and
 
@@ -26,10 +26,12 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.components.kjit import helper, kernel
-from pipeline.components.sglang_kradix import (
+from pipeline.components.sglang_kradix import (new_node, new_tree, take_place_above, tick,
+                                               unlink_child)
+from pipeline.components.sglang_kradix_heap import key_of, sift_down, sift_up
+from pipeline.components.sglang_kradix_layout import (
     N_ACC, N_CRE, N_FC, N_HIT, N_KL, N_LOCK, N_NEXTFREE, N_NS, N_PAR, N_PRIO,
-    ROOT_PRIORITY, T_EVICT, T_FREE, T_NLEAF, T_PAGE, T_PROT, T_USED, key_of, new_node,
-    new_tree, sift_down, sift_up, take_place_above, tick, unlink_child)
+    ROOT_PRIORITY, T_EVICT, T_FREE, T_NLEAF, T_PAGE, T_PROT, T_USED)
 
 __all__ = ["new_hitree", "WRITE_POLICIES", "LOAD_BACK_THRESHOLD", "H_DEV"]
 

@@ -17,9 +17,9 @@ from pipeline.components.sglang_khinodes import (
     X_CHAIN, X_SNAP, X_STACK, H_DNEXT, delete_tombstones, demote, device_leaf, dup_pop,
     dup_track, heap_pop, heap_push, hi_dec_lock, hi_inc_lock, hnew, host_leaf, host_lock,
     hsplit, leaves_heap, orphan, release_host_lock, remove)
-from pipeline.components.sglang_kradix import (
-    N_ACC, N_FC, N_HIT, N_KL, N_KS, N_LOCK, N_NS, N_PAR, N_PRIO, T_EVICT, T_PAGE, T_PROT,
-    append_child, find_child, match_len, tick)
+from pipeline.components.sglang_kradix import append_child, find_child, match_len, tick
+from pipeline.components.sglang_kradix_layout import (
+    N_ACC, N_FC, N_HIT, N_KL, N_KS, N_LOCK, N_NS, N_PAR, N_PRIO, T_EVICT, T_PAGE, T_PROT)
 
 __all__ = ["hi_match", "hi_insert", "hi_evict", "hi_evict_host", "hi_check_events",
            "hi_load_back", "hi_checkpoint"]

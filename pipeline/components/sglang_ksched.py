@@ -26,7 +26,8 @@ from __future__ import annotations
 from pipeline.components.kjit import helper, kernel
 from pipeline.components.sglang_kadmit import available, new_prefill_batch
 from pipeline.components.sglang_kbatch import process, update_running_batch
-from pipeline.components.sglang_kradix import N_KL, find_child, match_len
+from pipeline.components.sglang_kradix import find_child, match_len
+from pipeline.components.sglang_kradix_layout import N_KL
 from pipeline.components.sglang_kstate import (
     DONE, FAILED, FULL, G_BLOCK, G_CHUNKED, G_ERROR, G_EXTEND, G_FULL, G_LASTRAN, G_LOADMARK,
     G_MAXRUN, G_NB, G_NF, G_NLAST, G_NRUN, G_NWAIT, G_NX, G_OVERLAP, G_POLICY, G_POPPED,

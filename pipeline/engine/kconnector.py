@@ -1,13 +1,14 @@
 """The engine loop's KV connector, compiled: each hook of ``pipeline.engine.ksched`` goes to
 vLLM's ``OffloadingConnector`` (``pipeline.engine.knative``) or, when its arrays are on, to
-the ``SimpleCPUOffloadConnector`` (``pipeline.engine.ksimple_offload``, its worker
-``pipeline.engine.ksimple_worker``). An engine without
-offloading never calls them (``O_ON`` is 0)."""
+the ``SimpleCPUOffloadConnector`` (``pipeline.engine.ksimple_offload``, its stores
+``pipeline.engine.ksimple_stores``, its worker ``pipeline.engine.ksimple_worker``). An
+engine without offloading never calls them (``O_ON`` is 0)."""
 
 from __future__ import annotations
 
 from pipeline.components.kjit import inlined
-from pipeline.engine import knative, ksimple_offload as simple, ksimple_worker as worker
+from pipeline.engine import knative, ksimple_offload as simple, ksimple_stores as stores, \
+    ksimple_worker as worker
 from pipeline.engine.knative import inflight_reserved, step_in_flight
 
 __all__ = ["matched", "reserve_sync", "after_alloc", "inflight_reserved", "build_stores",
@@ -45,7 +46,7 @@ def after_alloc(S, O, slot, local, external, sync, step):
 @inlined
 def build_stores(S, O, q):
     if _simple(O):
-        simple.build_stores(S, O, q)
+        stores.build_stores(S, O, q)
     else:
         knative.build_stores(S, O, q)
 
@@ -71,4 +72,4 @@ def finished(S, O, slot):
     """A finished request, before its GPU blocks are freed (the simple connector's
     ``request_finished_all_groups``; the native one waits for the next schedule)."""
     if _simple(O):
-        simple.finished(S, O, slot)
+        stores.finished(S, O, slot)

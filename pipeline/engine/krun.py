@@ -20,7 +20,8 @@ import numpy as np
 
 from pipeline.components.kjit import helper, inlined, kernel
 from pipeline.components.kstack import stack_step_ms
-from pipeline.engine.ksched import engine_step, wait_append
+from pipeline.engine.ksched import engine_step
+from pipeline.engine.ksched_schedule import wait_append
 from pipeline.components.engine_layout import (
     B_NSAMP, B_NSCHED, BQ_NEW, BQ_START, C_ASYNC, C_BS, C_MAXBATCH, C_MAXE, C_MAXLEN,
     C_MAXSEQS, COMPUTED, G_ERROR, G_FIN, G_NEV, G_NFREE, G_NRUN, G_QHEAD, G_QLEN, G_STEP,

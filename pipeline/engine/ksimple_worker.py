@@ -21,7 +21,7 @@ from pipeline.engine.ksimple_offload import (
     E_COUNT, E_ID, E_START, E_SUB, I_CBH, I_CHT, I_CP, I_GINF, I_REG, I_RING, I_SC,
     I_SEV, I_SEVT, I_SF, I_SQ, LOAD, SC_BBYTES, SC_EH0, SC_EH1, SC_EL0, SC_EL1, SC_FREE,
     SC_LWM, SC_RHEAD, SC_RLEN, SF_DLAT, SF_DRATE, SF_FREE0, SF_LAT, SF_RATE, SF_SLOTS, SQ_LEV,
-    SQ_NLOAD, SQ_OFF, STORE, _free_gpu, _free_slots, _sync_jobs)
+    SQ_NLOAD, SQ_OFF, STORE, free_gpu, free_slots, sync_jobs)
 
 __all__ = ["worker_start", "any_done", "complete", "transfer_ms", "event_ms"]
 
@@ -176,7 +176,7 @@ def complete(S, O, q, step):
         SC[SC_EL1] -= 1
         done += 1
     OC[O_DONE] += done
-    _sync_jobs(O)
+    sync_jobs(O)
     return done
 
 
@@ -190,8 +190,8 @@ def _loads_done(S, O, step):
         if RX[slot, X_LOAD] != LOAD_FLIGHT or lev < 0 or lev > O[I_SC][SC_LWM]:
             continue
         off, n = SQ[slot, SQ_OFF], SQ[slot, SQ_NLOAD]
-        _free_slots(O, REG[2, off:off + n], n)
-        _free_gpu(S, O, REG[1, off:off + n], n)
+        free_slots(O, REG[2, off:off + n], n)
+        free_gpu(S, O, REG[1, off:off + n], n)
         SQ[slot, SQ_LEV] = -1
         SQ[slot, SQ_NLOAD] = 0
         RX[slot, X_LOAD] = LOAD_DONE

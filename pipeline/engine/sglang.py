@@ -27,7 +27,7 @@ import polars as pl
 
 from pipeline.components import engine_layout as L
 from pipeline.components import sglang_ksched as K
-from pipeline.components.sglang_kradix import T_EVICT, T_PROT
+from pipeline.components.sglang_kradix_layout import T_EVICT, T_PROT
 from pipeline.components.sglang_ksched import SGLangState
 from pipeline.engine.compiled import STUCK_MESSAGE, compiled_model, request_table, with_times
 from pipeline.engine.loop import STEP_COLUMNS, SimResult

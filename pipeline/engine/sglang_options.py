@@ -13,7 +13,7 @@ from pipeline.base.arguments import positive_int
 from pipeline.base.errors import UsageError
 from pipeline.components.sglang_histore import PREFETCH_POLICIES, STORAGE_BACKENDS, \
     StorageSpec
-from pipeline.components.sglang_kradix import POLICIES as EVICTION_POLICIES
+from pipeline.components.sglang_kradix_layout import POLICIES as EVICTION_POLICIES
 from pipeline.components.sglang_settings import SCHEDULE_POLICIES, SGLANG_POLICIES, \
     SchedulerSettings
 from pipeline.engine.config import EngineOption

@@ -19,7 +19,7 @@ import polars as pl
 
 from pipeline.fleet.cost import Prices, cheapest, with_cost
 from pipeline.fleet.plan import GIB, Memory, Targets
-from pipeline.fleet.sweep import Point
+from pipeline.fleet.sweep_point import Point
 
 __all__ = ["KINDS", "kind_of", "point_price", "tier_gib", "SearchResult", "cheapest_search",
            "Setup", "search_setups", "combined", "closest_miss", "frontier"]
