@@ -82,24 +82,7 @@ def apply_output(scheduler, worker, mods, batch, rows, live, outputs, step):
     for rid in loaded:
         if rows[int(rid)]["load_done"] is None:
             rows[int(rid)]["load_done"] = step
-    ids = list(out.num_scheduled_tokens)
-    sampled = [[outputs[int(rid)][len(live[int(rid)].output_token_ids)]]
-               if rid in samples else [] for rid in ids]
-    model_output = SimpleNamespace(
-        req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)},
-        sampled_token_ids=sampled, logprobs=None, prompt_logprobs_dict={},
-        prompt_token_id_logprobs_dict={}, pooler_output=[], num_nans_in_logits=None,
-        kv_connector_output=kv_output, ec_connector_output=None, cudagraph_stats=None,
-        aux_output_connector_output=None, sampling_masks=None)
-    before = {rid: len(live[int(rid)].output_token_ids) for rid in ids}
-    scheduler.update_from_output(out, model_output)
-    for rid in ids:
-        request, row = live[int(rid)], rows[int(rid)]
-        if len(request.output_token_ids) > before[rid]:
-            if row["first_token_step"] is None:
-                row["first_token_step"] = this
-            if request.is_finished() and row["finish_step"] is None:
-                row["finish_step"] = this
+    base.update_from_output(scheduler, out, samples, this, outputs, live, rows, kv_output)
     return kv_output, loaded
 
 
@@ -122,7 +105,7 @@ def drive(v, mods, scheduler, worker: Side, requests, config, *,
     live, steps = {}, []
     pending = sorted(requests, key=lambda r: ((r.arrival_s or 0.0) if timed
                                               else (r.arrival_step or 0), r.index))
-    pointer, step, idle, now = 0, 0, 0, 0.0
+    pointer, step, now = 0, 0, 0.0
     moved = [0, 0]                     # amounts loaded / stored since the last executed step
 
     def due(r):
@@ -142,7 +125,7 @@ def drive(v, mods, scheduler, worker: Side, requests, config, *,
             scheduler.add_request(request)
             pointer += 1
 
-    def schedule():
+    def schedule(queue):
         """schedule(), the worker's start of the step; returns the batch in flight."""
         nonlocal step, now, moved
         out = scheduler.schedule()
@@ -197,32 +180,18 @@ def drive(v, mods, scheduler, worker: Side, requests, config, *,
         return worker.reported(*apply_output(scheduler, worker, mods, batch, rows, live,
                                               outputs, step))
 
-    queue: list = []                                   # batches in flight, oldest first
-    depth = 2 if config.async_scheduling else 1
-    while True:
-        add_due()
-        if not scheduler.has_requests() and not queue:
-            if pointer == len(pending):
-                break
-            if timed:
-                now = max(now, due(pending[pointer]))
-            else:
-                step = max(step, due(pending[pointer]))
-            continue
-        executed = reported = False
-        if scheduler.has_requests():                   # step / step_with_batch_queue
-            batch = schedule()
-            executed = batch[2] is not None
-            queue.append(batch)
-            if len(queue) < depth and (executed or scheduler.has_requests()):
-                idle = 0 if executed else idle + 1
-                if idle > 64:
-                    raise RuntimeError("vLLM schedules nothing")
-                continue
-        reported = process(queue.pop(0))
-        idle = 0 if executed or reported else idle + 1
-        if idle > 64:
-            raise RuntimeError("vLLM schedules nothing")
+    def wait() -> bool:
+        nonlocal step, now
+        if pointer == len(pending):
+            return False
+        if timed:
+            now = max(now, due(pending[pointer]))
+        else:
+            step = max(step, due(pending[pointer]))
+        return True
+
+    base.engine_loop(scheduler, 2 if config.async_scheduling else 1, add_due, wait,
+                     schedule, process)
     result = {r.index: (rows[r.index]["first_scheduled_step"],
                         rows[r.index]["first_token_step"], rows[r.index]["finish_step"],
                         rows[r.index]["gpu"], rows[r.index]["cpu"],
