@@ -231,13 +231,9 @@ class FakeWorker:
 def run_vllm(requests, config, offload, *, step_ms=None, link_bytes_per_ms: float = 1.0,
              latency_ms: float = 0.0, version: str = DEFAULT_VERSION,
              cache: Path | None = None):
-    """Run ``requests`` through vLLM's scheduler + offloading connector. ``step_ms(prefill,
-    decodes)``: the time clock (arrivals by ``arrival_s``), else the step clock. Returns
-    (rows, steps): request -> (first_scheduled_step, first_token_step, finish_step,
-    gpu_hit_tokens, cpu_hit_tokens, preemptions, output_tokens, load_step, load_done_step)
-    and per step (step, running, waiting, free blocks, load chunks, store chunks, and on
-    the time clock its start and end ms); with the time clock also request -> its first
-    load's (submit, start, end) ms."""
+    """Run ``requests`` through vLLM's scheduler + offloading connector
+    (``vllm_connector_driver.drive``: its clocks and shapes; moved amounts in chunks, over a
+    link of ``link_bytes_per_ms`` and ``latency_ms`` a job)."""
     v, mods = _load(version, cache)
     spec = v.FullAttentionSpec(block_size=config.block_size, num_kv_heads=1, head_size=1,
                                dtype="float32")
