@@ -92,21 +92,10 @@ def _torch() -> types.ModuleType:
     return torch
 
 
-class _Env:
-    def __init__(self, value) -> None:
-        self.value = value
-
-    def get(self):
-        return self.value
-
-
-class _Envs:
+class _Envs(ref.Envs):
     """``sglang.srt.environ.envs`` at its defaults, with the Python tree core."""
 
     DEFAULTS = {"SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND": "python"}
-
-    def __getattr__(self, name):
-        return _Env(self.DEFAULTS.get(name, False))
 
 
 class _Finder(ref._SGLangFinder):
