@@ -101,14 +101,29 @@ def workload(count: int, groups: int, rate: float, seed: int) -> list[tuple]:
     return out
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def workload_parser(description: str) -> argparse.ArgumentParser:
+    """A parser with the synthetic workload's options (``workload``'s), the pool and the
+    policy."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--requests", type=int, default=10_000)
     parser.add_argument("--groups", type=int, default=20)
     parser.add_argument("--rate", type=float, default=0.5, help="requests per step")
     parser.add_argument("--pool", type=int, default=60_000, help="max_total_tokens")
     parser.add_argument("--policy", choices=SCHEDULE_POLICIES, default="fcfs")
     parser.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def workload_and_options(args) -> tuple[list, dict]:
+    """(``workload`` of the parsed options, the scheduler options both sides run with)."""
+    requests = workload(args.requests, args.groups, args.rate, args.seed)
+    options = dict(policy=args.policy, max_running=256, chunk=8192, max_prefill=16384,
+                   conservativeness=1.0, seed=args.seed, page=1)
+    return requests, options
+
+
+def main() -> int:
+    parser = workload_parser(__doc__.splitlines()[0])
     parser.add_argument("--hicache", choices=("write_through", "write_through_selective",
                                               "write_back"), default=None)
     parser.add_argument("--host", type=int, default=120_000, help="host pool tokens")
@@ -117,9 +132,7 @@ def main() -> int:
     parser.add_argument("--python", action="store_true",
                         help="also time the plain-Python HiCache engine (non-overlap)")
     args = parser.parse_args()
-    requests = workload(args.requests, args.groups, args.rate, args.seed)
-    options = dict(policy=args.policy, max_running=256, chunk=8192, max_prefill=16384,
-                   conservativeness=1.0, seed=args.seed, page=1)
+    requests, options = workload_and_options(args)
     if args.hicache:
         return bench_hicache(args, requests, options)
     inputs = [(p + o, len(p), len(o), a) for p, o, a in requests]

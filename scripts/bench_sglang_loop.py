@@ -14,7 +14,6 @@ Not a test: it takes a minute or more. Needs scripts/ensure_sglang_sources.sh.
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing
 import sys
 import time
@@ -25,7 +24,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts"), str(ROOT / "tests")]
 
 import bench_sglang as bench  # noqa: E402
-from pipeline.components.sglang_settings import SCHEDULE_POLICIES  # noqa: E402
 from pipeline.engine.sglang import SGLangInstance, run_on_steps  # noqa: E402
 
 
@@ -40,20 +38,12 @@ def sglangs_loop(inputs: list, pool: int, options: dict) -> tuple[dict, float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=10_000)
-    parser.add_argument("--groups", type=int, default=20)
-    parser.add_argument("--rate", type=float, default=0.5, help="requests per step")
-    parser.add_argument("--pool", type=int, default=60_000, help="max_total_tokens")
-    parser.add_argument("--policy", choices=SCHEDULE_POLICIES, default="fcfs")
-    parser.add_argument("--seed", type=int, default=0)
+    parser = bench.workload_parser(__doc__.splitlines()[0])
     args = parser.parse_args()
     for name in ("requests", "groups", "pool"):
         if getattr(args, name) < 1:
             parser.error(f"--{name}: must be at least 1")
-    requests = bench.workload(args.requests, args.groups, args.rate, args.seed)
-    options = dict(policy=args.policy, max_running=256, chunk=8192, max_prefill=16384,
-                   conservativeness=1.0, seed=args.seed, page=1)
+    requests, options = bench.workload_and_options(args)
     inputs = [(p + o, len(p), len(o), a) for p, o, a in requests]
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
         theirs, t_theirs = pool.submit(sglangs_loop, inputs, args.pool, options).result()

@@ -188,15 +188,12 @@ class HiTree(UnifiedTree):
     def node_states(self) -> list:
         """Every node but the root: (path, on device, on host, lock_ref, hits)."""
         full = self.m.FULL
-        rows, stack = [], [((), self.core.root_node)]
-        while stack:
-            prefix, node = stack.pop()
-            path = prefix + (tuple(node.key.token_ids) if node.key is not None else ())
+
+        def row(path, node):
             data = node.component_data[full]
-            rows.append((path, data.value is not None, data.host_value is not None,
-                         data.lock_ref, node.hit_count))
-            stack.extend((path, child) for child in node.children.values())
-        return sorted(rows)[1:]
+            return (path, data.value is not None, data.host_value is not None, data.lock_ref,
+                    node.hit_count)
+        return self.node_rows(row)
 
 
 def scenario(write_policy: str, host_tokens: int = 100, tree_class=None) -> dict:

@@ -109,6 +109,25 @@ class Values(list):
         return Values(self)
 
 
+class EnvValue:
+    """One of ``sglang.srt.environ.envs``' values: ``get()`` gives it."""
+
+    def __init__(self, value) -> None:
+        self.value = value
+
+    def get(self):
+        return self.value
+
+
+class Envs:
+    """``sglang.srt.environ.envs``: each name's value from ``DEFAULTS`` (False when absent)."""
+
+    DEFAULTS: dict = {}
+
+    def __getattr__(self, name):
+        return EnvValue(self.DEFAULTS.get(name, False))
+
+
 class FakeAllocator:
     """The token-to-KV pool allocator as the tree sees it: counts freed slots."""
 

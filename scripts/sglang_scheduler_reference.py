@@ -106,22 +106,11 @@ TORCH = types.SimpleNamespace(
     int64="int64", bool="bool", device=lambda name: name, Tensor=Slots)
 
 
-class _Env:
-    def __init__(self, value) -> None:
-        self.value = value
-
-    def get(self):
-        return self.value
-
-
-class _Envs:
+class _Envs(ref.Envs):
     """``sglang.srt.environ.envs`` at its defaults (the ones these paths read)."""
 
     DEFAULTS = {"SGLANG_ENABLE_WAITING_PREFIX_REFRESH": True, "SGLANG_RADIX_FORCE_MISS": False,
                 "SGLANG_EXACT_CHUNK_FILL": False, "SGLANG_RETRACT_DECODE_STEPS": 20}
-
-    def __getattr__(self, name):
-        return _Env(self.DEFAULTS.get(name, False))
 
 
 def load(policy: str, eviction: str = "lru", tree: str = "radix"):

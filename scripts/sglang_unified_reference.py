@@ -92,21 +92,10 @@ def _torch() -> types.ModuleType:
     return torch
 
 
-class _Env:
-    def __init__(self, value) -> None:
-        self.value = value
-
-    def get(self):
-        return self.value
-
-
-class _Envs:
+class _Envs(ref.Envs):
     """``sglang.srt.environ.envs`` at its defaults, with the Python tree core."""
 
     DEFAULTS = {"SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND": "python"}
-
-    def __getattr__(self, name):
-        return _Env(self.DEFAULTS.get(name, False))
 
 
 class _Finder(ref._SGLangFinder):
@@ -232,17 +221,21 @@ class UnifiedTree:
     def total_size(self) -> int:
         return self.cache.total_size()[0]
 
-    def rows(self) -> list:
-        """Every node but the root as (path tokens, lock_ref, hits, priority), sorted."""
-        full = self.m.FULL
+    def node_rows(self, row) -> list:
+        """``row(path tokens, node)`` of every node but the root, sorted."""
         rows, stack = [], [((), self.core.root_node)]
         while stack:
             prefix, node = stack.pop()
             path = prefix + (tuple(node.key.token_ids) if node.key is not None else ())
-            rows.append((path, node.component_data[full].lock_ref, node.hit_count,
-                         node.priority))
+            rows.append(row(path, node))
             stack.extend((path, child) for child in node.children.values())
         return sorted(rows)[1:]
+
+    def rows(self) -> list:
+        """Every node but the root as (path tokens, lock_ref, hits, priority), sorted."""
+        full = self.m.FULL
+        return self.node_rows(lambda path, node: (
+            path, node.component_data[full].lock_ref, node.hit_count, node.priority))
 
 
 def observe(tree, rows, capacity: int, operations) -> list:

@@ -128,6 +128,65 @@ def _sampling(max_tokens: int) -> Strict:
                   skip_reading_prefix_cache=None)
 
 
+def engine_loop(scheduler, depth: int, add_due, wait, schedule, process) -> None:
+    """vLLM's engine core until every request is done: ``EngineCore.step`` (``depth`` 1) or
+    ``step_with_batch_queue`` with a queue of ``depth`` batches (async scheduling).
+    ``add_due()`` adds the requests arrived; ``wait()`` moves the clock to the next arrival
+    when nothing is left to run (False when none is left); ``schedule(queue)`` schedules a
+    batch (``queue``: the batches in flight, oldest first; a batch's third item is its step,
+    None when it scheduled nothing); ``process(batch)`` feeds its result back, truthy when
+    the worker reported progress. Raises RuntimeError after 65 steps in a row with
+    neither."""
+    queue: list = []
+    idle = 0
+    while True:
+        add_due()
+        if not scheduler.has_requests() and not queue:
+            if not wait():
+                break
+            continue
+        executed = reported = False
+        if scheduler.has_requests():                   # step / step_with_batch_queue
+            batch = schedule(queue)
+            executed = batch[2] is not None
+            queue.append(batch)
+            if len(queue) < depth and (executed or scheduler.has_requests()):
+                idle = 0 if executed else idle + 1
+                if idle > 64:
+                    raise RuntimeError("vLLM schedules nothing")
+                continue
+        reported = process(queue.pop(0))
+        idle = 0 if executed or reported else idle + 1
+        if idle > 64:
+            raise RuntimeError("vLLM schedules nothing")
+
+
+def update_from_output(scheduler, out, samples, this, outputs, live, rows,
+                       kv_output=None) -> None:
+    """One batch's result through vLLM's ``update_from_output``: a token sampled for each
+    request in ``samples`` (its next output id in ``outputs``), ``kv_output`` as the
+    connector's report, and each request's first-token and finish steps (``this``) in
+    ``rows``."""
+    ids = list(out.num_scheduled_tokens)
+    sampled = [[outputs[int(rid)][len(live[int(rid)].output_token_ids)]]
+               if rid in samples else [] for rid in ids]
+    model_output = SimpleNamespace(
+        req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)},
+        sampled_token_ids=sampled, logprobs=None, prompt_logprobs_dict={},
+        prompt_token_id_logprobs_dict={}, pooler_output=[], num_nans_in_logits=None,
+        kv_connector_output=kv_output, ec_connector_output=None, cudagraph_stats=None,
+        aux_output_connector_output=None, sampling_masks=None)
+    before = {rid: len(live[int(rid)].output_token_ids) for rid in ids}
+    scheduler.update_from_output(out, model_output)
+    for rid in ids:
+        request, row = live[int(rid)], rows[int(rid)]
+        if len(request.output_token_ids) > before[rid]:
+            if row["first_token_step"] is None:
+                row["first_token_step"] = this
+            if request.is_finished() and row["finish_step"] is None:
+                row["finish_step"] = this
+
+
 def run_vllm(requests, config, version: str = DEFAULT_VERSION, cache: Path | None = None):
     """Run ``requests`` (``pipeline.engine.request.SimRequest``, arrival by step) through
     vLLM's scheduler. Returns (per-request rows, per-step rows) in the shapes of
@@ -152,10 +211,8 @@ def run_vllm(requests, config, version: str = DEFAULT_VERSION, cache: Path | Non
                       "finish_step": None, "gpu_hit_tokens": 0} for r in requests}
     live = {}
     steps = []
-    queue: list = []                                   # batches in flight, oldest first
-    depth = 2 if config.async_scheduling else 1
     pending = sorted(requests, key=lambda r: (r.arrival_step or 0, r.index))
-    pointer, step, idle = 0, 0, 0
+    pointer, step = 0, 0
 
     def add_due():
         nonlocal pointer
@@ -192,57 +249,17 @@ def run_vllm(requests, config, version: str = DEFAULT_VERSION, cache: Path | Non
 
     def process(batch):
         out, samples, this = batch
-        ids = list(out.num_scheduled_tokens)
-        sampled = []
-        for rid in ids:
-            request = live[int(rid)]
-            if rid in samples:
-                sampled.append([outputs[int(rid)][len(request.output_token_ids)]])
-            else:
-                sampled.append([])
-        model_output = SimpleNamespace(
-            req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)},
-            sampled_token_ids=sampled, logprobs=None, prompt_logprobs_dict={},
-            prompt_token_id_logprobs_dict={}, pooler_output=[], num_nans_in_logits=None,
-            kv_connector_output=None, ec_connector_output=None, cudagraph_stats=None,
-            aux_output_connector_output=None, sampling_masks=None)
-        before = {rid: len(live[int(rid)].output_token_ids) for rid in ids}
-        scheduler.update_from_output(out, model_output)
-        for rid in ids:
-            request = live[int(rid)]
-            row = rows[int(rid)]
-            if len(request.output_token_ids) > before[rid]:
-                if row["first_token_step"] is None:
-                    row["first_token_step"] = this
-                if request.is_finished() and row["finish_step"] is None:
-                    row["finish_step"] = this
+        update_from_output(scheduler, out, samples, this, outputs, live, rows)
 
-    while True:
-        add_due()
-        if not scheduler.has_requests() and not queue:
-            if pointer == len(pending):
-                break
-            step = max(step, pending[pointer].arrival_step or 0)
-            continue
-        executed = False
-        if depth == 1:
-            batch = schedule()
-            executed = batch[2] is not None
-            process(batch)
-        else:
-            if scheduler.has_requests():
-                batch = schedule()
-                executed = batch[2] is not None
-                queue.append(batch)
-                if len(queue) < depth and (executed or scheduler.has_requests()):
-                    idle = 0 if executed else idle + 1
-                    if idle > 64:
-                        raise RuntimeError("vLLM schedules nothing")
-                    continue
-            process(queue.pop(0))
-        idle = 0 if executed else idle + 1
-        if idle > 64:
-            raise RuntimeError("vLLM schedules nothing")
+    def wait() -> bool:
+        nonlocal step
+        if pointer == len(pending):
+            return False
+        step = max(step, pending[pointer].arrival_step or 0)
+        return True
+
+    engine_loop(scheduler, 2 if config.async_scheduling else 1, add_due, wait,
+                lambda queue: schedule(), process)
     result = {}
     for r in requests:
         request = live[r.index]

@@ -24,9 +24,6 @@ asynchronous (``WAITING_FOR_REMOTE_KVS``).
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import json
 import random
 import sys
 from pathlib import Path
@@ -36,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
+import vllm_connector_driver as driver  # noqa: E402
 import vllm_offload_engine_reference as native  # noqa: E402
 import vllm_scheduler_reference as base  # noqa: E402
 
@@ -137,6 +135,19 @@ class SimpleWorker:
             self._submit(1, len(meta.store_gpu_blocks),
                          end if self.timed else float(self.starts), "store", meta.store_event)
 
+    def begin(self, meta, now: float):
+        """``vllm_connector_driver.Side.begin``: loads and stores counted in blocks; the
+        forward pass waits for no load."""
+        loading = meta.load_event_to_reqs[meta.load_event] if meta.load_event >= 0 else ()
+        self.start(meta, now)
+        return loading, len(meta.load_gpu_blocks), len(meta.store_gpu_blocks), now
+
+    def end(self, meta, end: float) -> None:
+        self.save(meta, end)
+
+    def reported(self, kv_output, loaded) -> bool:
+        return bool(loaded or kv_output.kv_connector_worker_meta)
+
     def next_end(self) -> float | None:
         return min((f[0] for f in self.flight), default=None)
 
@@ -165,9 +176,7 @@ def run_vllm(requests, config, offload, *, step_ms=None, version: str = DEFAULT_
     ``offload_config``; on the time clock, ``step_ms(prefill, decodes)``, its events timed
     as ``offload.spec.event_ms``). Returns (rows, steps[, loads]) in the shapes of
     ``vllm_offload_engine_reference.run_vllm`` (steps' moved amounts in blocks)."""
-    from pipeline.engine.request import sequence_tokens
     v, mods = _load(version, cache)
-    timed = step_ms is not None
     bs = config.block_size
     spec = v.FullAttentionSpec(block_size=bs, num_kv_heads=1, head_size=1, dtype="float32")
     tensor = mods.interface.KVCacheTensor(size=config.num_gpu_blocks * KV_BYTES_PER_TOKEN * bs,
@@ -175,140 +184,12 @@ def run_vllm(requests, config, offload, *, step_ms=None, version: str = DEFAULT_
                                           block_stride=KV_BYTES_PER_TOKEN * bs)
     kv_config = v.KVCacheConfig(num_blocks=config.num_gpu_blocks, kv_cache_tensors=[tensor],
                                 kv_cache_groups=[v.KVCacheGroupSpec(["layer.0"], spec)])
-    vllm_config = base.vllm_config(config)
-    vllm_config.kv_transfer_config = base.Strict(kv_load_failure_policy="recompute",
-                                                 is_kv_consumer=True, is_kv_producer=True)
-    vllm_config.cache_config.prefix_cache_retention_interval = None
-    vllm_config.parallel_config.world_size = 1
+    vllm_config = driver.connector_vllm_config(config)
     connector = _connector(mods, vllm_config, kv_config, offload)
-    factory = mods.core.KVConnectorFactory
-    mods.core.KVConnectorFactory = SimpleNamespace(create_connector=lambda **_: connector)
-    try:
-        manager = base.Strict(accept_tokens=lambda request, tokens: True)
-        cls = v.AsyncScheduler if config.async_scheduling else v.Scheduler
-        scheduler = cls(vllm_config, kv_config, manager, block_size=bs, hash_block_size=bs,
-                        log_stats=False)
-    finally:
-        mods.core.KVConnectorFactory = factory
-    worker = SimpleWorker(KV_BYTES_PER_TOKEN * bs, offload.spec, timed)
-    hasher = base._hasher(bs)
-    outputs = {r.index: [int(t) for t in sequence_tokens(r)[len(r.prompt_token_ids):]]
-               for r in requests}
-    rows = {r.index: dict(first_scheduled_step=None, first_token_step=None, finish_step=None,
-                          gpu=0, cpu=0, load_step=None, load_done=None) for r in requests}
-    live, steps = {}, []
-    pending = sorted(requests, key=lambda r: ((r.arrival_s or 0.0) if timed
-                                              else (r.arrival_step or 0), r.index))
-    pointer, step, idle, now = 0, 0, 0, 0.0
-    moved = [0, 0]
-
-    def due(r):
-        return (r.arrival_s or 0.0) * 1000.0 if timed else (r.arrival_step or 0)
-
-    def add_due():
-        nonlocal pointer
-        clock = now if timed else step
-        while pointer < len(pending) and due(pending[pointer]) <= clock:
-            r = pending[pointer]
-            request = v.Request(str(r.index), [int(t) for t in r.prompt_token_ids],
-                                base._sampling(r.max_tokens), None,
-                                arrival_time=float(r.index), block_hasher=hasher)
-            request.structured_output_request = None
-            request.status = v.RequestStatus.WAITING
-            live[r.index] = request
-            scheduler.add_request(request)
-            pointer += 1
-
+    scheduler = driver.build_scheduler(v, mods, config, vllm_config, kv_config, connector)
+    worker = SimpleWorker(KV_BYTES_PER_TOKEN * bs, offload.spec, step_ms is not None)
     _bound_lazy_walk(connector.scheduler_manager)
-
-    def schedule():
-        nonlocal step, now, moved
-        out = scheduler.schedule()
-        meta = out.kv_connector_metadata
-        this = step if out.total_num_scheduled_tokens > 0 else None
-        if meta.load_event >= 0:
-            for rid in meta.load_event_to_reqs[meta.load_event]:
-                if rows[int(rid)]["load_step"] is None:
-                    rows[int(rid)]["load_step"] = step
-        moved[0] += len(meta.load_gpu_blocks)
-        moved[1] += len(meta.store_gpu_blocks)
-        worker.start(meta, now)
-        prefill = decodes = 0
-        samples = []
-        for rid, n in out.num_scheduled_tokens.items():
-            request = scheduler.requests[rid]
-            if n == 1 and request.num_computed_tokens - n >= request.num_prompt_tokens:
-                decodes += 1
-            else:
-                prefill += n
-            if not request.is_prefill_chunk:
-                samples.append(rid)
-        if this is not None:
-            step += 1
-            for rid in out.num_scheduled_tokens:
-                row = rows[int(rid)]
-                if row["first_scheduled_step"] is None:
-                    row["first_scheduled_step"] = this
-                    stats = live[int(rid)].prefill_stats
-                    row["gpu"] = stats.num_local_cached_tokens
-                    row["cpu"] = stats.num_external_cached_tokens
-            running, waiting = scheduler.get_request_counts()
-            end = now + (step_ms(prefill, decodes) if timed else 0.0)
-            steps.append((this, running, waiting,
-                          scheduler.kv_cache_manager.block_pool.get_num_free_blocks(),
-                          *moved) + ((now, end) if timed else ()))
-            moved = [0, 0]
-        else:
-            end = now
-            if timed and not (queue and queue[-1][2] is not None):
-                wake = [t for t in (worker.next_end(),
-                                    due(pending[pointer]) if pointer < len(pending)
-                                    else None) if t is not None]
-                end = max(now, min(wake)) if wake else now
-        worker.save(meta, end)
-        if timed:
-            now = end
-        return out, samples, this, worker.clock(end)
-
-    def process(batch) -> bool:
-        kv_output, loaded = native.apply_output(scheduler, worker, mods, batch, rows, live,
-                                                outputs, step)
-        return bool(loaded or kv_output.kv_connector_worker_meta)
-
-    queue: list = []
-    depth = 2 if config.async_scheduling else 1
-    while True:
-        add_due()
-        if not scheduler.has_requests() and not queue:
-            if pointer == len(pending):
-                break
-            if timed:
-                now = max(now, due(pending[pointer]))
-            else:
-                step = max(step, due(pending[pointer]))
-            continue
-        executed = reported = False
-        if scheduler.has_requests():
-            batch = schedule()
-            executed = batch[2] is not None
-            queue.append(batch)
-            if len(queue) < depth and (executed or scheduler.has_requests()):
-                idle = 0 if executed else idle + 1
-                if idle > 64:
-                    raise RuntimeError("vLLM schedules nothing")
-                continue
-        reported = process(queue.pop(0))
-        idle = 0 if executed or reported else idle + 1
-        if idle > 64:
-            raise RuntimeError("vLLM schedules nothing")
-    result = {r.index: (rows[r.index]["first_scheduled_step"],
-                        rows[r.index]["first_token_step"], rows[r.index]["finish_step"],
-                        rows[r.index]["gpu"], rows[r.index]["cpu"],
-                        live[r.index].num_preemptions, len(live[r.index].output_token_ids),
-                        rows[r.index]["load_step"], rows[r.index]["load_done"])
-              for r in requests}
-    loads = {int(k): t for k, t in worker.loads.items()}
-    return (result, steps, loads) if timed else (result, steps)
+    return driver.drive(v, mods, scheduler, worker, requests, config, step_ms=step_ms)
 
 
 def run_model(requests, config, offload, *, timed: bool = False):
@@ -318,20 +199,7 @@ def run_model(requests, config, offload, *, timed: bool = False):
     from pipeline.steptime.fitted import Linear
     kwargs = dict(clock="time", step_ms=Linear(native.COEF).step_ms) if timed else {}
     result = simulate(requests, config, offload=offload.spec, **kwargs)
-    block = KV_BYTES_PER_TOKEN * config.block_size
-    rows = {x["request"]: (x["first_scheduled_step"], x["first_token_step"], x["finish_step"],
-                           x["gpu_hit_tokens"], x["cpu_hit_tokens"], x["preemptions"],
-                           x["output_tokens"], x["load_step"], x["load_done_step"])
-            for x in result.requests.iter_rows(named=True)}
-    steps = [(x["step"], x["num_running"], x["num_waiting"], x["free_blocks"],
-              x["cpu_load_bytes"] // block, x["cpu_store_bytes"] // block)
-             + ((x["start_ms"], x["start_ms"] + x["duration_ms"]) if timed else ())
-             for x in result.steps.iter_rows(named=True)]
-    loads = {x["request"]: (x["load_end_s"] * 1000 - x["load_ms"], x["load_start_s"] * 1000,
-                            x["load_end_s"] * 1000)
-             for x in result.requests.iter_rows(named=True)
-             if timed and x["load_ms"] is not None}
-    return rows, steps, loads
+    return driver.model_shapes(result, KV_BYTES_PER_TOKEN * config.block_size, timed)
 
 
 def offload_config(num_cpu_blocks: int, lazy: bool = False, **link):
@@ -348,16 +216,11 @@ def random_case(rng: random.Random):
     stores; half on the time clock (slow links and disks, a disk medium half the time). Returns (requests, config,
     offload, timed)."""
     requests, config = base.random_workload(rng)
-    if rng.random() < 0.6:
-        need = max(-(-(min(len(r.prompt_token_ids) + r.max_tokens, config.max_model_len) - 1)
-                     // config.block_size) for r in requests)
-        config = dataclasses.replace(config, num_gpu_blocks=need + 1 + rng.choice([0, 1, 2]))
+    config = driver.tight_pool(rng, requests, config)
     timed = rng.random() < 0.5
     link = {}
     if timed:
-        scale = rng.choice([0.005, 0.02, 0.1])
-        requests = [dataclasses.replace(r, arrival_s=r.arrival_step * scale,
-                                        arrival_step=None) for r in requests]
+        requests = driver.on_time_clock(rng, requests)
         link = dict(rate_gbps=rng.choice([1e-6, 1e-5, 1e-4, 50.0]),
                     latency_ms=rng.choice([0.0, 3.0]))
         if rng.random() < 0.5:
@@ -374,28 +237,15 @@ def _both(requests, config, offload, timed):
             run_model(requests, config, offload, timed=timed))
 
 
+def _case(rng: random.Random):
+    """One random case through both: ``vllm_connector_driver.compare_main``'s shape."""
+    requests, config, offload, timed = random_case(rng)
+    theirs, ours = _both(requests, config, offload, timed)
+    return config, timed, theirs, ours, {"medium": offload.spec.medium, "lazy": offload.lazy}
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--random", type=int, default=10)
-    parser.add_argument("--seed", type=int, default=20261206)
-    args = parser.parse_args()
-    rng = random.Random(args.seed)
-    differ = 0
-    for case in range(args.random):
-        requests, config, offload, timed = random_case(rng)
-        theirs, ours = _both(requests, config, offload, timed)
-        same = theirs[:2] == ours[:2] and (not timed or theirs[2].keys() == ours[2].keys()
-                                           and all(abs(a - b) <= 1e-9 * max(1.0, abs(a))
-                                                   for request, times in theirs[2].items()
-                                                   for a, b in zip(times, ours[2][request])))
-        differ += not same
-        print(json.dumps({"case": case, "async": config.async_scheduling, "timed": timed,
-                          "medium": offload.spec.medium, "lazy": offload.lazy,
-                          "requests": len(theirs[0]), "steps": len(theirs[1]),
-                          "cpu_hits": sum(r[4] for r in theirs[0].values()),
-                          "equal": same}))
-    print(json.dumps({"cases": args.random, "differ": differ}))
-    return 1 if differ else 0
+    return driver.compare_main(__doc__.split("\n\n")[0], _case)
 
 
 if __name__ == "__main__":

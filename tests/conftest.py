@@ -149,6 +149,15 @@ def cli_in_process(*argv):
     return subprocess.CompletedProcess(argv, status, out.getvalue(), err.getvalue())
 
 
+def refused(argv, message: str, out) -> None:
+    """``python -m pipeline ARGV`` (``cli_in_process``) exits 2 with ``message`` in its last
+    line of stderr and writes nothing at ``out``."""
+    proc = cli_in_process(*argv)
+    assert proc.returncode == 2
+    assert message in proc.stderr.strip().splitlines()[-1]
+    assert not out.exists()
+
+
 #: Test files with a few tests that take seconds each (a real llama.cpp server, a Ray cluster,
 #: engine-model runs with their reports). xdist's loadfile hands out the files with the most
 #: tests first, so these came last and ran alone at the end on one core;

@@ -23,6 +23,7 @@ from pipeline.workloads.blocks import BLOCK_SCHEMA, document_blocks
 
 from conftest import cli_in_process
 from oracles import block_lru as literal_replay
+from trie_frames import trie_frame
 
 
 def distances_at(stream, capacity, order, touch_from=None):
@@ -37,18 +38,9 @@ def block_frames(draw, max_requests=14, max_blocks=7):
     """(frame, block_size): requests as paths in a small trie, so prefixes are shared
     across requests; a request may end in a partial block."""
     block_size = draw(st.integers(1, 4))
-    keys: dict[tuple, int] = {}
-    rows = []
-    for request in range(draw(st.integers(0, max_requests))):
-        path = draw(st.lists(st.integers(0, 2), min_size=1, max_size=max_blocks))
-        partial = draw(st.integers(0, block_size - 1)) if draw(st.booleans()) else 0
-        for index in range(len(path)):
-            key = keys.setdefault(tuple(path[:index + 1]), len(keys) * 7 + 3)
-            last = index == len(path) - 1
-            tokens = partial if last and partial else block_size
-            rows.append((request, index, key, tokens))
-    frame = pl.DataFrame(rows, schema=BLOCK_SCHEMA, orient="row")
-    return frame, block_size
+    return trie_frame(draw, block_size, max_requests=max_requests, branches=2,
+                      max_blocks=max_blocks, key_step=7, key_offset=3, partial_sometimes=True,
+                      key_tokens=False), block_size
 
 
 def edge_capacities(stream, drawn):

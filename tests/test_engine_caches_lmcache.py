@@ -18,6 +18,7 @@ from pipeline.components.lmcache import lmcache_chunks, lmcache_cpu, lmcache_hit
 from pipeline.onepass.vllm_fast import vllm_gpu
 from pipeline.workloads.blocks import BLOCK_SCHEMA, document_blocks
 from oracles.lmcache_cpu import replay_cpu, replay_lmcache
+from trie_frames import trie_frame
 
 LAB = ("fwd", "fwd", "rev")
 
@@ -96,17 +97,9 @@ def chunk_frames(draw, max_requests=12, max_blocks=9):
     (a partial block's key depends on its tokens, as a chained hash does)."""
     block_size = draw(st.integers(1, 3))
     chunk_size = block_size * draw(st.integers(1, 3))
-    keys: dict[tuple, int] = {}
-    rows = []
-    for request in range(draw(st.integers(0, max_requests))):
-        path = draw(st.lists(st.integers(0, 1), min_size=1, max_size=max_blocks))
-        partial = draw(st.integers(0, block_size - 1))
-        for index in range(len(path)):
-            last = index == len(path) - 1
-            tokens = partial if last and partial else block_size
-            key = keys.setdefault((tuple(path[:index + 1]), tokens), len(keys) * 3 + 2)
-            rows.append((request, index, key, tokens))
-    return pl.DataFrame(rows, schema=BLOCK_SCHEMA, orient="row"), block_size, chunk_size
+    frame = trie_frame(draw, block_size, max_requests=max_requests, branches=1,
+                       max_blocks=max_blocks, key_step=3, key_offset=2)
+    return frame, block_size, chunk_size
 
 
 @given(chunk_frames(), st.booleans(), st.lists(st.integers(0, 40), max_size=4))

@@ -20,6 +20,7 @@ from pipeline.components.vllm_layout import vllm_layout
 from pipeline.workloads.blocks import BLOCK_SCHEMA, document_blocks
 
 from oracles import vllm_pool as oracle
+from trie_frames import trie_frame
 
 
 CAPACITIES = [30000, 47000, 48000, 50110]
@@ -98,17 +99,8 @@ def vllm_frames(draw, max_requests=12, max_blocks=6):
     """(frame, block size): requests as paths in a small trie (shared prefixes), some ending
     in a partial block, some exactly on a block boundary (the hit cap's duplicates)."""
     block_size = draw(st.integers(1, 4))
-    keys: dict[tuple, int] = {}
-    rows = []
-    for request in range(draw(st.integers(0, max_requests))):
-        path = draw(st.lists(st.integers(0, 2), min_size=1, max_size=max_blocks))
-        partial = draw(st.integers(0, block_size - 1))
-        for index in range(len(path)):
-            last = index == len(path) - 1
-            tokens = partial if last and partial else block_size
-            key = keys.setdefault((tuple(path[:index + 1]), tokens), len(keys) * 5 + 1)
-            rows.append((request, index, key, tokens))
-    return pl.DataFrame(rows, schema=BLOCK_SCHEMA, orient="row"), block_size
+    return trie_frame(draw, block_size, max_requests=max_requests, branches=2,
+                      max_blocks=max_blocks, key_step=5, key_offset=1), block_size
 
 
 @given(vllm_frames(), st.integers(1, 9), st.sampled_from(["0.11.0", "0.33.0"]),

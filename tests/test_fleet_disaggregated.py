@@ -47,15 +47,36 @@ workloads = st.integers(1, 8).flatmap(lambda n: st.tuples(
     st.sampled_from([0, 16, 40])))
 
 
+def holding_config(requests, blocks: int) -> SchedulerConfig | None:
+    """A config of ``blocks`` GPU blocks of 8 tokens fitting the longest request; None
+    where the pool cannot hold it."""
+    longest = max(len(r.prompt_token_ids) + r.max_tokens for r in requests)
+    config = SchedulerConfig(num_gpu_blocks=blocks, max_model_len=longest, block_size=8,
+                             max_num_batched_tokens=64)
+    return None if (longest - 1) // 8 + 2 > blocks else config
+
+
+def decode_alone(requests, config, alone: pl.DataFrame):
+    """The decode engine alone after a prefill engine's run ``alone`` (every request cut to
+    its first token): each request arrives when its prefill finished (in that order), with
+    every prompt token but the last loaded at no cost. (Prefill finish ms, the arrival
+    order, the decode run's request frame.)"""
+    done = alone["finish_ms"].to_numpy()
+    order = np.lexsort((np.arange(done.size), done))
+    moved = [replace(requests[i], index=k, arrival_s=done[i] / 1e3)
+             for k, i in enumerate(order.tolist())]
+    decode = simulate(moved, config, clock="time", step_ms=WithoutReload(MODEL).step_ms,
+                      cpu_tier=RemotePrefill()).requests
+    return done, order, decode
+
+
 @settings(max_examples=25, deadline=None)
 @given(workloads, st.integers(24, 60))
 def test_one_prefill_one_decode_at_infinite_bandwidth_is_the_two_engines_composed(
         workload, blocks):
     requests = _requests(*workload)
-    longest = max(len(r.prompt_token_ids) + r.max_tokens for r in requests)
-    config = SchedulerConfig(num_gpu_blocks=blocks, max_model_len=longest, block_size=8,
-                             max_num_batched_tokens=64)
-    if (longest - 1) // 8 + 2 > blocks:
+    config = holding_config(requests, blocks)
+    if config is None:
         return
     pd = simulate_disaggregated(
         requests, Side(config, make_router("round-robin", 1, 8), MODEL),
@@ -68,12 +89,7 @@ def test_one_prefill_one_decode_at_infinite_bandwidth_is_the_two_engines_compose
     assert pd["gpu_hit_tokens"].to_list() == alone["gpu_hit_tokens"].to_list()
     # the decode engine alone: each request arrives when its prefill finished, with every
     # prompt token but the last loaded, and loads cost nothing
-    done = alone["finish_ms"].to_numpy()
-    order = np.lexsort((np.arange(done.size), done))
-    moved = [replace(requests[i], index=k, arrival_s=done[i] / 1e3)
-             for k, i in enumerate(order.tolist())]
-    decode = simulate(moved, config, clock="time", step_ms=WithoutReload(MODEL).step_ms,
-                      cpu_tier=RemotePrefill()).requests
+    done, order, decode = decode_alone(requests, config, alone)
     finish = np.empty(len(requests))
     finish[order] = decode["finish_ms"].to_numpy()
     assert pd["finish_ms"].to_list() == pytest.approx(finish.tolist())

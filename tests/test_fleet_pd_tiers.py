@@ -21,10 +21,10 @@ from pipeline.engine.config import SchedulerConfig
 from pipeline.engine.loop import simulate
 from pipeline.engine.native_tier import NativeSpec
 from pipeline.engine.vllm import VLLM
-from pipeline.fleet.disaggregated import Link, RemotePrefill, Side, WithoutReload, \
-    simulate_disaggregated
+from pipeline.fleet.disaggregated import Link, Side, simulate_disaggregated
 from pipeline.fleet.routers import make_router
-from test_fleet_disaggregated import KV, MODEL, _requests, workloads
+from test_fleet_disaggregated import KV, MODEL, _requests, decode_alone, holding_config, \
+    workloads
 
 
 @settings(max_examples=25, deadline=None)
@@ -33,10 +33,8 @@ from test_fleet_disaggregated import KV, MODEL, _requests, workloads
 def test_a_prefill_tier_at_infinite_bandwidth_is_the_tiered_engine_composed(
         workload, blocks, tier_tokens, kind):
     requests = _requests(*workload)
-    longest = max(len(r.prompt_token_ids) + r.max_tokens for r in requests)
-    config = SchedulerConfig(num_gpu_blocks=blocks, max_model_len=longest, block_size=8,
-                             max_num_batched_tokens=64)
-    if (longest - 1) // 8 + 2 > blocks:
+    config = holding_config(requests, blocks)
+    if config is None:
         return
     spec = NativeSpec(tier_tokens // 8, KV)
 
@@ -55,12 +53,7 @@ def test_a_prefill_tier_at_infinite_bandwidth_is_the_tiered_engine_composed(
         assert pd[column].to_list() == alone[column].to_list()
     assert pd["ttft_ms"].to_list() == pytest.approx(alone["ttft_ms"].to_list())
     # the decode side as without a tier: each request arrives when its prefill finished
-    done = alone["finish_ms"].to_numpy()
-    order = np.lexsort((np.arange(done.size), done))
-    moved = [replace(requests[i], index=k, arrival_s=done[i] / 1e3)
-             for k, i in enumerate(order.tolist())]
-    decode = simulate(moved, config, clock="time", step_ms=WithoutReload(MODEL).step_ms,
-                      cpu_tier=RemotePrefill()).requests
+    _, order, decode = decode_alone(requests, config, alone)
     finish = np.empty(len(requests))
     finish[order] = decode["finish_ms"].to_numpy()
     assert pd["finish_ms"].to_list() == pytest.approx(finish.tolist())

@@ -18,6 +18,7 @@ from pipeline.catalog import POLICIES, entry, names
 from pipeline.policies.blockmode import policy_cpu_model, policy_gpu_model
 from pipeline.policies.simple import LRU
 from pipeline.workloads.blocks import BLOCK_SCHEMA
+from trie_frames import trie_frame
 
 
 def fast_gpu(name: str):
@@ -36,16 +37,9 @@ def block_frames(draw, max_requests=12, max_blocks=6):
     """(frame, block_size): requests as paths in a small trie (shared prefixes), a request
     may end in a partial block."""
     block_size = draw(st.integers(1, 3))
-    keys: dict[tuple, int] = {}
-    rows = []
-    for request in range(draw(st.integers(1, max_requests))):
-        path = draw(st.lists(st.integers(0, 2), min_size=1, max_size=max_blocks))
-        partial = draw(st.integers(0, block_size - 1)) if draw(st.booleans()) else 0
-        for index in range(len(path)):
-            key = keys.setdefault(tuple(path[:index + 1]), len(keys) * 5 + 1)
-            tokens = partial if index == len(path) - 1 and partial else block_size
-            rows.append((request, index, key, tokens))
-    return pl.DataFrame(rows, schema=BLOCK_SCHEMA, orient="row"), block_size
+    return trie_frame(draw, block_size, min_requests=1, max_requests=max_requests,
+                      branches=2, max_blocks=max_blocks, key_step=5, key_offset=1,
+                      partial_sometimes=True, key_tokens=False), block_size
 
 
 @given(capacity=st.integers(0, 30),

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from oracles.sglang_radix import RadixTree as Oracle
 from pipeline.components.sglang_kradix_layout import POLICIES
 from pipeline.components.sglang_kradix_tree import RadixTree
-from test_sglang_radix import OPERATIONS, leaf_paths, tree_rows
+from test_sglang_radix import OPERATIONS, leaf_paths, run_operations, tree_rows
 
 
 def assert_same(ours: RadixTree, oracle: Oracle, step) -> None:
@@ -33,38 +33,7 @@ def assert_same(ours: RadixTree, oracle: Oracle, step) -> None:
 def test_equal_to_the_oracle_after_every_operation(policy, page_size, capacity, operations):
     ours = RadixTree(page_size, policy, nodes=2)                 # growth exercised too
     oracle = Oracle(page_size=page_size, policy=policy)
-    held = []
-    assert_same(ours, oracle, "init")
-    for step in operations:
-        kind = step[0]
-        if kind == "insert":
-            _, tokens, priority, inserted, lock = step
-            a, b = ours.insert(tokens, priority, inserted), oracle.insert(tokens, priority,
-                                                                          inserted)
-            assert a[0] == b[0], step
-            if lock:
-                assert ours.inc_lock_ref(a[1]) == oracle.inc_lock_ref(b[1]), step
-                held.append((a[1], b[1]))
-            excess = ours.total_size() - capacity
-            if excess > 0:
-                assert ours.evict(excess) == oracle.evict(excess), step
-        elif kind == "match":
-            _, tokens, lock = step
-            a, b = ours.match_prefix(tokens), oracle.match_prefix(tokens)
-            assert a[0] == b[0], step
-            if lock:
-                assert ours.inc_lock_ref(a[1]) == oracle.inc_lock_ref(b[1]), step
-                held.append((a[1], b[1]))
-        elif kind == "unlock" and held:
-            a, b = held.pop(step[1] % len(held))
-            assert ours.dec_lock_ref(a) == oracle.dec_lock_ref(b), step
-        elif kind == "evict":
-            assert ours.evict(step[1]) == oracle.evict(step[1]), step
-        assert_same(ours, oracle, step)
-    for a, b in held:
-        assert ours.dec_lock_ref(a) == oracle.dec_lock_ref(b)
-    assert ours.evict(10 ** 6) == oracle.evict(10 ** 6)
-    assert_same(ours, oracle, "drained")
+    run_operations(ours, oracle, capacity, operations, assert_same)
     assert ours.total_size() == 0
 
 

@@ -13,11 +13,10 @@ from hypothesis import strategies as st
 
 from oracles.sglang_sched import Scheduler
 from test_sglang_ksched import oracle
-from test_engine_sglang_equal import (outcome, pytestmark, scheduler_settings,  # noqa: F401
-                                     sglang_intake, theirs, workloads)
+from test_engine_sglang_equal import (outcome, pytestmark, refused_alike,  # noqa: F401
+                                     scheduler_settings, sglang_intake, theirs, turn_by_turn,
+                                     workloads)
 
-from pipeline.components import sglang_ksched as K
-from pipeline.engine.request import SimRequest
 from pipeline.engine.sglang import SGLangConfig, SGLangInstance, run_on_steps
 
 
@@ -56,28 +55,27 @@ def reference(requests, pool, options) -> dict:
     return theirs(requests, pool, {**options, "overlap": True})
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(workloads())
-def test_overlap_equal_to_sglangs_loop(workload):
+def check_overlap(workload) -> None:
+    """The Python model's overlap loop equals SGLang's, step by step and request by
+    request, or both refuse the workload alike."""
     mine, ref = outcome(overlap_model, *workload), outcome(reference, *workload)
-    if "error" in mine or "error" in ref:
-        assert mine.get("error") == ref.get("error")
+    if refused_alike(mine, ref):
         return
     assert mine["steps"] == ref["steps"]
     assert mine["requests"] == ref["requests"]
     launched(mine)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads())
+def test_overlap_equal_to_sglangs_loop(workload):
+    check_overlap(workload)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tight())
 def test_overlap_equal_on_tight_pools(workload):
-    mine, ref = outcome(overlap_model, *workload), outcome(reference, *workload)
-    if "error" in mine or "error" in ref:
-        assert mine.get("error") == ref.get("error")
-        return
-    assert mine["steps"] == ref["steps"]
-    assert mine["requests"] == ref["requests"]
-    launched(mine)
+    check_overlap(workload)
 
 
 def launched(run) -> None:
@@ -106,40 +104,20 @@ def compiled(requests, pool, options) -> dict:
     and whole (``run_on_steps``, its events: each batch's first tokens and finishes)."""
     config = SGLangConfig(2, 10 ** 6, options["page"], scheduler_settings(pool, options),
         overlap=True)
-    engine = SGLangInstance(config)
-    sims = [SimRequest(i, p, len(o), arrival_step=a, output_token_ids=o)
-            for i, (p, o, a) in enumerate(requests)]
-    steps, now, pointer = [], 0, 0
-    while pointer < len(sims) or engine.has_work():
-        if not engine.has_work():
-            now = max(now, requests[pointer][2])
-        while pointer < len(sims) and requests[pointer][2] <= now:
-            engine.add_request(sims[pointer])
-            pointer += 1
-        record = engine.step()
-        if record is None:
-            if engine.idle:
-                continue
-            raise RuntimeError("stuck")
-        steps.append((record.prefill_tokens > 0 or not record.decode_seqs,
-                      list(record.scheduled), record.first_tokens, record.finished))
-        now += 1
-    rows = [engine.request(i) for i in range(len(sims))]
+    run = turn_by_turn(config, requests)
     whole = SGLangInstance(config)
-    run_on_steps(sims, config, whole, record=True)
+    run_on_steps(run["sims"], config, whole, record=True)
     STEPS, SCHED, EVENTS = whole.steps
     bounds = STEPS[:, -1].tolist() + [len(SCHED)]
-    return {"requests": [(r[K.R_FSCHED], r[K.R_FTOK], r[K.R_FINSTEP], r[K.R_HIT],
-                          r[K.R_RETR]) for r in rows], "steps": steps,
+    return {"requests": run["requests"], "steps": run["steps"],
             "whole": [[tuple(r) for r in SCHED[bounds[j]:bounds[j + 1]].tolist()]
                       for j in range(len(STEPS))],
-            "events": [tuple(e) for e in EVENTS.tolist()], "engine": engine}
+            "events": [tuple(e) for e in EVENTS.tolist()], "engine": run["engine"]}
 
 
 def check_compiled(workload) -> None:
     mine, model = outcome(compiled, *workload), outcome(overlap_model, *workload)
-    if "error" in mine or "error" in model:
-        assert mine.get("error") == model.get("error")
+    if refused_alike(mine, model):
         return
     assert mine["steps"] == [(s[0], s[1], *launch) for s, launch in
                              zip(model["steps"], model["launch"])]

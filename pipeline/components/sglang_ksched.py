@@ -101,14 +101,22 @@ def iterate(S):
     if count > 0:
         process(S, S[12][:, 0], count, SG[G_EXTEND], SG[G_STEP])
         SG[G_STEP] += 1
-    if count > 0 and SG[G_EXTEND]:                 # the last batch, if a prefill
+    keep_last_batch(S, count)
+    return count
+
+
+@helper
+def keep_last_batch(S, count):
+    """The batch of ``count`` just scheduled as the last batch (``LB``, ``G_NLAST``) if a
+    prefill, else none."""
+    SG = S[5]
+    if count > 0 and SG[G_EXTEND]:
         LB, BQ = S[4], S[12]
         for i in range(count):
             LB[i] = BQ[i, 0]
         SG[G_NLAST] = count
     else:
         SG[G_NLAST] = 0
-    return count
 
 
 @helper
@@ -135,7 +143,7 @@ def iterate_overlap(S):
     """One turn of ``event_loop_overlap``: schedule and launch (queue) a batch, then
     process the last one's result (``G_POPPED``); the batch's size (0: none; -1: out of
     memory)."""
-    R, LB, SG, BQ, QB = S[1], S[4], S[5], S[12], S[15]
+    R, SG, BQ, QB = S[1], S[5], S[12], S[15]
     count = next_batch(S)
     if SG[G_ERROR]:
         return -1
@@ -156,12 +164,7 @@ def iterate_overlap(S):
     else:
         SG[G_QN] = 0
     SG[G_LASTRAN] = count > 0
-    if count > 0 and SG[G_EXTEND]:
-        for i in range(count):
-            LB[i] = BQ[i, 0]
-        SG[G_NLAST] = count
-    else:
-        SG[G_NLAST] = 0
+    keep_last_batch(S, count)
     return count
 
 

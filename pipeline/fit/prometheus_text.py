@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.base.errors import UsageError
+from pipeline.base.errors import UsageError, read_text
 
 __all__ = ["Sample", "read_samples"]
 
@@ -61,13 +61,7 @@ def read_samples(path: Path, option: str) -> list[Sample]:
     """Every sample of the scrape at ``path`` (module docstring); ``option`` names the
     command-line option in errors."""
     where = f"{option} {path}"
-    if not Path(path).is_file():
-        what = "is a folder" if Path(path).is_dir() else "no such file"
-        raise UsageError(f"{where}: cannot read ({what})")
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{where}: cannot read ({exc})") from None
+    text = read_text(path, where)
     samples = []
     for number, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.base.errors import UsageError
+from pipeline.base.errors import UsageError, read_text
 from pipeline.fit.inputs import Run
 
 __all__ = ["SUMMARY", "DETAILED", "load_bench", "read_results"]
@@ -41,13 +41,7 @@ DETAILED = ("input_lens", "output_lens", "ttfts", "latencies", "start_times")
 
 def read_results(path: Path) -> list[dict]:
     """The result objects of ``path`` (one, or one a line with --append-result)."""
-    if not Path(path).is_file():
-        what = "is a folder" if Path(path).is_dir() else "no such file"
-        raise UsageError(f"--vllm-bench {path}: cannot read ({what})")
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--vllm-bench {path}: cannot read ({exc})") from None
+    text = read_text(path, f"--vllm-bench {path}")
     try:
         results = [json.loads(text)]
     except json.JSONDecodeError:
