@@ -200,7 +200,8 @@ def test_mooncake_and_patterns_run(tmp_path):
     assert frame["output_tokens"].to_list() == [3, 2]
     untimed = _run(trace, "--format", "mooncake", "--gpu", "200blocks", "--out",
                    str(tmp_path / "x"))
-    assert untimed.returncode == 1 and "give --rate or --concurrency" in untimed.stderr
+    assert untimed.returncode == 1 and "give --latency" in untimed.stderr
+    assert "--rate or --concurrency" in untimed.stderr
     done = _run("--pattern", "long-doc-qa", "--num-documents", "3", "--document-length",
                 "100", "--gpu", "100blocks", "--rate", "0.5", "--out", str(tmp_path / "p"))
     assert done.returncode == 0, done.stderr
