@@ -37,7 +37,7 @@ import numpy as np
 from pipeline.components import engine_layout as L
 from pipeline.components.sglang_hisched import HiScheduler
 from pipeline.components.sglang_histore import StorageSpec
-from pipeline.components.sglang_sched import Req
+from pipeline.components.sglang_batch import Req
 from pipeline.engine.loop import STEP_COLUMNS
 from pipeline.engine.request import SimRequest, placeholder_tokens, sequence_tokens
 from pipeline.engine.step import StepRecord, TimedSteps, timed_batches
