@@ -36,7 +36,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from pipeline.components.sglang_hiradix import HiNode, HiRadixTree
+from pipeline.components.sglang_hinode import HiNode
+from pipeline.components.sglang_hiradix import HiRadixTree
 
 __all__ = ["STORAGE_BACKENDS", "PREFETCH_POLICIES", "StorageSpec", "StoreRadixTree"]
 
