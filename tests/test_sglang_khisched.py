@@ -22,8 +22,8 @@ from test_sglang_hisched import returning_stems
 from test_sglang_ksched import oracle, outcome
 from test_sglang_overlap import tight
 
-from pipeline.components.sglang_histore import StorageSpec
 from pipeline.components.sglang_settings import SchedulerSettings
+from pipeline.components.sglang_storage_spec import StorageSpec
 from pipeline.engine import sglang as engine_module
 from pipeline.engine.request import SimRequest
 from pipeline.engine.sglang import SGLang, SGLangConfig, SGLangInstance, run_on_steps, \

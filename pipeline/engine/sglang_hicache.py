@@ -35,9 +35,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.components import engine_layout as L
-from pipeline.components.sglang_hisched import HiScheduler
-from pipeline.components.sglang_histore import StorageSpec
 from pipeline.components.sglang_batch import Req
+from pipeline.components.sglang_hisched import HiScheduler
+from pipeline.components.sglang_storage_spec import StorageSpec
 from pipeline.engine.loop import STEP_COLUMNS
 from pipeline.engine.request import SimRequest, placeholder_tokens, sequence_tokens
 from pipeline.engine.step import StepRecord, TimedSteps, timed_batches
