@@ -18,7 +18,9 @@ from test_engine_sglang_equal import (outcome, pytestmark, scheduler_settings,  
 
 from pipeline.components import sglang_ksched as K
 from pipeline.engine.request import SimRequest
-from pipeline.engine.sglang import SGLangConfig, SGLangInstance, run_on_steps
+from pipeline.engine.sglang import SGLangConfig
+from pipeline.engine.sglang_instance import SGLangInstance
+from pipeline.engine.sglang_step_clock import run_on_steps
 
 
 @st.composite

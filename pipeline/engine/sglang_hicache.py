@@ -51,8 +51,9 @@ IDLE_TURNS = 4                  # turns in a row a prefetch in flight may hold e
 
 
 def request_symbols(request: SimRequest, block_size: int, codes: dict) -> np.ndarray:
-    """A request's prompt + output token symbols (``pipeline.engine.sglang``'s docstring):
-    its own token ids, or per block key (``codes`` numbers them) a run of its own."""
+    """A request's prompt + output token symbols (``pipeline.engine.sglang_instance``'s
+    docstring): its own token ids, or per block key (``codes`` numbers them) a run of its
+    own."""
     if request.prompt_keys is None:
         return np.asarray(sequence_tokens(request), np.int64)
     B = block_size
