@@ -65,6 +65,14 @@ class HiRadixTree(HiEviction, HiTransfers, RadixTree):
         else:
             self.duplicates.pop(node.id, None)
 
+    def _to_device(self, node: HiNode) -> None:
+        """A node without a device copy gets one (counted protected when locked)."""
+        node.device = True
+        if node.lock_ref:
+            self.protected_size += len(node.key)
+        else:
+            self.evictable_size += len(node.key)
+
     def _remove(self, node: HiNode) -> None:
         del node.parent.children[self._child_key(node.key)]
         self.duplicates.pop(node.id, None)
@@ -133,11 +141,7 @@ class HiRadixTree(HiEviction, HiTransfers, RadixTree):
             if node.device:
                 self.freed += max(0, length - max(0, prev_prefix_len - total))
             else:                                        # restored from the request's KV
-                node.device = True
-                if node.lock_ref:
-                    self.protected_size += len(node.key)
-                else:
-                    self.evictable_size += len(node.key)
+                self._to_device(node)
                 self._dup_track(node)
             total += length
             offset += length

@@ -103,11 +103,7 @@ class HiTransfers:
         for node in run:
             if self.write_back:
                 node.lb_pending = best.id
-            node.device = True
-            if node.lock_ref:
-                self.protected_size += len(node.key)
-            else:
-                self.evictable_size += len(node.key)
+            self._to_device(node)
         self.inc_lock_ref(best)
         self.load_acks.append((best, locked_host))
         return n, best, evicted
