@@ -48,8 +48,10 @@ import sglang_scheduler_reference as reference  # noqa: E402
 from pipeline.components import sglang_ksched as K  # noqa: E402
 from pipeline.components.sglang_settings import SCHEDULE_POLICIES, SchedulerSettings  # noqa
 from pipeline.engine.request import SimRequest  # noqa: E402
-from pipeline.engine.sglang import SGLangConfig, SGLangInstance, run_on_steps  # noqa: E402
+from pipeline.engine.sglang import SGLangConfig  # noqa: E402
 from pipeline.engine.sglang_hicache import HiCacheSpec, SGLangHiInstance  # noqa: E402
+from pipeline.engine.sglang_instance import SGLangInstance  # noqa: E402
+from pipeline.engine.sglang_step_clock import run_on_steps  # noqa: E402
 
 
 def engine_inputs(requests, pool: int, options: dict) -> tuple[list, SGLangConfig]:

@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts"), str(ROOT / "tests")]
 
 import bench_sglang as bench  # noqa: E402
-from pipeline.engine.sglang import SGLangInstance, run_on_steps  # noqa: E402
+from pipeline.engine.sglang_instance import SGLangInstance  # noqa: E402
+from pipeline.engine.sglang_step_clock import run_on_steps  # noqa: E402
 
 
 def sglangs_loop(inputs: list, pool: int, options: dict) -> tuple[dict, float]:

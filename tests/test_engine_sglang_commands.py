@@ -204,7 +204,8 @@ def test_a_routers_look_touches_nothing():
     from pipeline.components.sglang_kradix_layout import T_EVICT, T_PROT
     from pipeline.components.sglang_settings import SchedulerSettings
     from pipeline.engine.request import SimRequest
-    from pipeline.engine.sglang import SGLangConfig, SGLangInstance
+    from pipeline.engine.sglang import SGLangConfig
+    from pipeline.engine.sglang_instance import SGLangInstance
 
     engine = SGLangInstance(SGLangConfig(64, 10 ** 6, 4, SchedulerSettings(
         max_total_tokens=256, page_size=2)))
@@ -226,7 +227,8 @@ def test_a_routers_look_touches_nothing():
 
 def test_a_cpu_tier_is_refused_naming_hicache():
     from pipeline.components.sglang_settings import SchedulerSettings
-    from pipeline.engine.sglang import SGLangConfig, SGLangInstance
+    from pipeline.engine.sglang import SGLangConfig
+    from pipeline.engine.sglang_instance import SGLangInstance
 
     config = SGLangConfig(64, 10 ** 6, 4, SchedulerSettings(max_total_tokens=256))
     with pytest.raises(ValueError, match="--enable-hierarchical-cache") as error:

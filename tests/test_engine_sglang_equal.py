@@ -24,7 +24,8 @@ from conftest import ROOT
 from pipeline.components import sglang_ksched as K
 from pipeline.components.sglang_settings import SCHEDULE_POLICIES, SchedulerSettings
 from pipeline.engine.request import SimRequest
-from pipeline.engine.sglang import SGLangConfig, SGLangInstance, simulate
+from pipeline.engine.sglang import SGLangConfig, simulate
+from pipeline.engine.sglang_instance import SGLangInstance
 from pipeline.engine.sglang_intake import intake_limit, refusal
 
 sys.path.insert(0, str(ROOT / "scripts"))

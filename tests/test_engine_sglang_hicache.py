@@ -31,8 +31,9 @@ from pipeline.components.sglang_hiradix import WRITE_POLICIES
 from pipeline.components.sglang_sched import Scheduler
 from pipeline.engine import sglang as engine_module
 from pipeline.engine.request import SimRequest
-from pipeline.engine.sglang import SGLangConfig, SGLangInstance, simulate
+from pipeline.engine.sglang import SGLangConfig, simulate
 from pipeline.engine.sglang_hicache import HiCacheSpec, SGLangHiInstance
+from pipeline.engine.sglang_instance import SGLangInstance
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import sglang_reference as ref  # noqa: E402

@@ -27,7 +27,7 @@ from test_engine_sglang_hicache import KV_BYTES, batch_of, config, outcome, sims
 from test_sglang_hisched import returning_stems
 
 from pipeline.components.sglang_hiradix import WRITE_POLICIES
-from pipeline.components.sglang_histore import PREFETCH_POLICIES, StorageSpec
+from pipeline.components.sglang_storage_spec import PREFETCH_POLICIES, StorageSpec
 from pipeline.engine.sglang import simulate
 from pipeline.engine.sglang_hicache import HiCacheSpec, SGLangHiInstance
 

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import refused
 from pipeline.cli import main
-from pipeline.components.sglang_histore import StorageSpec
+from pipeline.components.sglang_storage_spec import StorageSpec
 from pipeline.engine.request import SimRequest
 from pipeline.engine.sglang import SGLangConfig, simulate
 from pipeline.engine.sglang_hicache import HiCacheSpec

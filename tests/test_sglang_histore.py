@@ -25,9 +25,9 @@ from hypothesis import strategies as st
 from conftest import ROOT, needs_sglang_sources
 from test_sglang_hiradix import OPERATIONS, TAILS, compare, prompts
 
-from pipeline.components.sglang_histore import PREFETCH_POLICIES, StorageSpec, \
-    StoreRadixTree
 from pipeline.components.sglang_hiradix import WRITE_POLICIES
+from pipeline.components.sglang_histore import StoreRadixTree
+from pipeline.components.sglang_storage_spec import PREFETCH_POLICIES, StorageSpec
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import sglang_hicache_reference as hi  # noqa: E402

@@ -22,13 +22,14 @@ from test_sglang_hisched import returning_stems
 from test_sglang_ksched import oracle, outcome
 from test_sglang_overlap import tight
 
-from pipeline.components.sglang_histore import StorageSpec
 from pipeline.components.sglang_settings import SchedulerSettings
+from pipeline.components.sglang_storage_spec import StorageSpec
 from pipeline.engine import sglang as engine_module
 from pipeline.engine.request import SimRequest
-from pipeline.engine.sglang import SGLang, SGLangConfig, SGLangInstance, run_on_steps, \
-    simulate
+from pipeline.engine.sglang import SGLang, SGLangConfig, simulate
 from pipeline.engine.sglang_hicache import HiCacheSpec, SGLangHiInstance
+from pipeline.engine.sglang_instance import SGLangInstance
+from pipeline.engine.sglang_step_clock import run_on_steps
 
 
 class Recording(HiScheduler):

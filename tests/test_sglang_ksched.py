@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from oracles.sglang_sched import Req, Scheduler
 from test_engine_sglang_equal import ours, scheduler_settings, workloads
 
-from pipeline.engine.sglang import SGLangInstance, run_on_steps
+from pipeline.engine.sglang_instance import SGLangInstance
+from pipeline.engine.sglang_step_clock import run_on_steps
 
 
 def oracle(requests, pool, options, make=Scheduler, overlap: bool = False) -> dict:

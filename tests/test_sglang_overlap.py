@@ -17,7 +17,9 @@ from test_engine_sglang_equal import (outcome, pytestmark, refused_alike,  # noq
                                      scheduler_settings, sglang_intake, theirs, turn_by_turn,
                                      workloads)
 
-from pipeline.engine.sglang import SGLangConfig, SGLangInstance, run_on_steps
+from pipeline.engine.sglang import SGLangConfig
+from pipeline.engine.sglang_instance import SGLangInstance
+from pipeline.engine.sglang_step_clock import run_on_steps
 
 
 @st.composite

@@ -32,10 +32,13 @@ admission loop the prefetch poll before the match (a request still prefetching i
 
 from __future__ import annotations
 
+from pipeline.components.sglang_batch import Batch, Req
 from pipeline.components.sglang_hiradix import HiRadixTree
-from pipeline.components.sglang_histore import StorageSpec, StoreRadixTree
-from pipeline.components.sglang_sched import CLIP_MAX_NEW_TOKENS, Adder, Batch, \
-    Req, Scheduler
+from pipeline.components.sglang_histore import StoreRadixTree
+from pipeline.components.sglang_prefill_adder import Adder
+from pipeline.components.sglang_sched import Scheduler
+from pipeline.components.sglang_settings import CLIP_MAX_NEW_TOKENS
+from pipeline.components.sglang_storage_spec import StorageSpec
 
 __all__ = ["HiScheduler"]
 

@@ -24,8 +24,7 @@ operation; docs/sglang.md cites the lines.
   first poll (whatever its drained acks completed); ``wait_complete`` waits for its last
   ack; ``timeout`` waits up to ``prefetch_timeout_base + pages * per_page`` seconds of the
   clock (never on the step clock, where a turn takes no time).
-* **Retries** (``StoragePrefetchRetries``): a prefetch that found nothing is asked again
-  after ``interval`` scheduling passes, at most ``max_attempts`` times per request.
+* **Retries**: ``sglang_prefetch.Retries``.
 
 Every queue drain counts what the queue held when the turn began (``_sync_hicache_ready_
 counts``): an ack put during the drain is drained the next turn.
@@ -34,103 +33,13 @@ counts``): an ack put during the drain is drained the next turn.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
-from pipeline.components.sglang_hiradix import HiNode, HiRadixTree
+from pipeline.components.sglang_hinode import HiNode
+from pipeline.components.sglang_hiradix import HiRadixTree
+from pipeline.components.sglang_prefetch import Prefetch, PrefetchWait, Retries
+from pipeline.components.sglang_storage_spec import STORAGE_BATCH_SIZE, StorageSpec
 
-__all__ = ["STORAGE_BACKENDS", "PREFETCH_POLICIES", "StorageSpec", "StoreRadixTree"]
-
-#: ``--hicache-storage-backend``'s choices (``arg_groups/fields/memory.py:150-167``).
-STORAGE_BACKENDS = ("file", "sim", "mooncake", "npu_memcache", "hf3fs", "nixl", "aibrix",
-                    "dynamic", "eic", "simm", "mori", "shm", "tensorcast", "seaweedfs")
-#: ``--hicache-storage-prefetch-policy``'s choices (SGLang's default: timeout).
-PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")
-STORAGE_BATCH_SIZE = 128                         # pages per storage call (hicache_storage:24)
-
-
-@dataclass(frozen=True)
-class StorageSpec:
-    """The L3 settings: SGLang's (backend, prefetch policy, the extra config's threshold
-    and timeouts, the retry pacing) and the lab's timing (``latency_ms`` per transfer,
-    ``bandwidth`` bytes per ms, ``page_bytes`` one page's KV)."""
-
-    backend: str = "file"
-    prefetch_policy: str = "timeout"
-    threshold: int = 256
-    timeout_base: float = 1.0
-    timeout_per_ki_token: float = 0.25
-    retry_interval: int = 8
-    retry_max_attempts: int = 8
-    latency_ms: float = 0.0
-    bandwidth: float = float("inf")
-    page_bytes: int = 0
-
-
-class Prefetch:
-    """One prefetch operation (``PrefetchOperation`` + its ``_OngoingPrefetch``)."""
-
-    __slots__ = ("rid", "anchor", "key", "receipt", "pages", "hit", "host", "completed",
-                 "terminated", "expired", "start", "span")
-
-    def __init__(self, rid, anchor: HiNode, key: tuple, receipt, start: int) -> None:
-        self.rid, self.anchor, self.key, self.receipt = rid, anchor, key, receipt
-        self.pages: list = []
-        self.hit = self.completed = 0
-        self.host: int | None = None                     # host tokens allocated
-        self.terminated = self.expired = False
-        self.start, self.span = start, len(key)
-
-
-class _Wait:
-    """``_StoragePrefetchWait``: the timeout policy's budget from the first blocked poll."""
-
-    __slots__ = ("since", "timeout_s", "expired")
-
-    def __init__(self, since: float, timeout_s: float) -> None:
-        self.since, self.timeout_s, self.expired = since, timeout_s, False
-
-
-class Retries:
-    """``StoragePrefetchRetries`` (``mem_cache/storage_prefetch.py``)."""
-
-    def __init__(self) -> None:
-        self.pending: dict = {}                          # rid -> [immediate, end, due]
-        self.step = 0
-
-    def poll_miss(self, rid, end=None) -> None:
-        self.pending[rid] = [False, end, None]
-
-    def cancel(self, rid) -> None:
-        self.pending.pop(rid, None)
-
-    def pop_ready(self, waiting: list, interval: int, max_attempts: int) -> list:
-        self.step += 1
-        if not waiting or not self.pending:
-            return []
-        head = self.pending.get(waiting[0].index)
-        if head is not None and not head[0]:
-            self.cancel(waiting[0].index)
-        if not any(r[2] is None or r[2] <= self.step for r in self.pending.values()):
-            return []
-        ready = []
-        for req in waiting:
-            retry = self.pending.get(req.index)
-            if retry is None:
-                continue
-            if req.storage_attempts >= max_attempts:
-                self.cancel(req.index)
-                continue
-            if not retry[0]:
-                if interval <= 0:
-                    self.cancel(req.index)
-                    continue
-                if retry[2] is None:
-                    retry[2] = self.step + interval
-                if retry[2] > self.step:
-                    continue
-            self.cancel(req.index)
-            ready.append((req, retry[1]))
-        return ready
+__all__ = ["StoreRadixTree"]
 
 
 class StoreRadixTree(HiRadixTree):
@@ -385,14 +294,14 @@ class StoreRadixTree(HiRadixTree):
             if not self._can_stop(op):
                 if self.spec.prefetch_policy == "timeout" and rid not in self.waits:
                     pages = op.span // self.page_size
-                    self.waits[rid] = _Wait(self.now_ms, self.spec.timeout_base + pages *
+                    self.waits[rid] = PrefetchWait(self.now_ms, self.spec.timeout_base + pages *
                                             self.page_size / 1024 *
                                             self.spec.timeout_per_ki_token)
                 return False
             if self.spec.prefetch_policy == "timeout":
                 op.expired = True
                 self.retries.cancel(rid)
-                self.waits.setdefault(rid, _Wait(self.now_ms, 0.0)).expired = True
+                self.waits.setdefault(rid, PrefetchWait(self.now_ms, 0.0)).expired = True
         op.terminated = True
         if op.host is None:
             if not op.expired:

@@ -14,12 +14,9 @@ docs/sglang.md cites the lines):
   (``update_running_batch``: ``check_decode_mem``, retract when it fails, else decay the
   new-token ratio; allocate one token each).
 * ``get_new_batch_prefill``: ``SchedulePolicy.calc_priority`` orders the waiting queue
-  (``fcfs``, ``lpm`` with in-batch prefix deprioritizing and its fcfs fallback above 128
-  waiting, ``dfs-weight``, ``lof``, ``random``; the LRU touch of waiting prefixes every 32
-  passes for the cache-agnostic ones), then ``PrefillAdder`` admits the chunked request and
-  then waiting requests in order against its budgets: the KV budget (available + evictable
-  - the running requests' remaining outputs x new-token ratio), the prefill token budget
-  (``max_prefill_tokens``) and the chunk (``chunked_prefill_size``), ``max_running_requests``.
+  (``sglang_schedule_policy``), then ``PrefillAdder`` (``sglang_prefill_adder``) admits the
+  chunked request and then waiting requests in order against its budgets, up to
+  ``max_running_requests``.
 * ``process_batch_result``: a prefill samples each finished prompt's first token and
   checkpoints its KV into the tree (``checkpoint_kv_cache``), a decode one token each; a
   request at ``max_tokens`` releases its KV into the tree (``release_kv_cache``).
@@ -44,60 +41,14 @@ speculative decoding, LoRA; HiCache is ``sglang_hisched`` (either loop).
 
 from __future__ import annotations
 
-import random
-from dataclasses import dataclass, field
-
+from pipeline.components.sglang_batch import Batch, Req
+from pipeline.components.sglang_prefill_adder import CONTINUE, NO_TOKEN, OTHER, Adder
 from pipeline.components.sglang_radix import RadixTree
-from pipeline.components.sglang_settings import (  # noqa: F401
-    CLIP_MAX_NEW_TOKENS, DECAY_STEPS, IN_BATCH_CHECK, IN_BATCH_DEPRIORITIZE,
-    INIT_NEW_TOKEN_RATIO, MIN_RATIO_FACTOR, RETRACT_DECODE_STEPS, SCHEDULE_POLICIES,
-    SGLANG_POLICIES, WAITING_PREFIX_REFRESH_INTERVAL, WAITING_QUEUE_PREFIX_MATCH_MAX,
-    SchedulerSettings)
+from pipeline.components.sglang_schedule_policy import SchedulePolicy
+from pipeline.components.sglang_settings import DECAY_STEPS, INIT_NEW_TOKEN_RATIO, \
+    MIN_RATIO_FACTOR, RETRACT_DECODE_STEPS, SchedulerSettings
 
-__all__ = ["SCHEDULE_POLICIES", "SGLANG_POLICIES", "SchedulerSettings", "Req", "Scheduler",
-           "Batch"]
-
-@dataclass(eq=False)
-class Req:
-    """One request: its whole token sequence (``tokens``: prompt then outputs), lengths and
-    the scheduler's per-request state (``Req`` and ``req.kv`` fields of the same names)."""
-
-    index: int
-    tokens: list
-    n: int                                          # len(origin_input_ids)
-    max_new: int                                    # sampling_params.max_new_tokens
-    out: int = 0                                    # len(output_ids)
-    prefix_len: int = 0
-    num_matched: int = 0
-    last_node: object = None
-    lock: object = None                             # the node req.lock holds
-    extend_end: int = 0
-    kv_len: int = 0                                 # kv_committed_len == kv_allocated_len
-    protected: int = 0                              # cache_protected_len
-    inserted: int = 0                               # cache_inserted_len
-    middle_chunks: int = 0                          # inflight_middle_chunks
-    finished: bool = False
-    retracted: bool = False                         # is_retracted: until re-prefilled
-    retractions: int = 0
-    first_sched: int = -1
-    first_token: int = -1
-    finish_step: int = -1
-    hit: int = -1                                   # prefix at the first admission
-
-    def fill(self) -> list:
-        return self.tokens[:self.n + self.out]
-
-
-@dataclass
-class Batch:
-    """A batch: ``extend`` (prefill) or decode; ``reqs`` in order; ``scheduled`` rows."""
-
-    extend: bool
-    reqs: list
-    scheduled: list = field(default_factory=list)
-    batch_is_full: bool = False
-    sampling: list = field(default_factory=list)    # overlap: first tokens at launch
-    finishing: list = field(default_factory=list)   # overlap: finishes at launch
+__all__ = ["Scheduler"]
 
 
 class Scheduler:
@@ -119,8 +70,7 @@ class Scheduler:
         self.ratio_min = min(init * MIN_RATIO_FACTOR, 1.0)
         self.ratio_decay = (init - self.ratio_min) / DECAY_STEPS
         self.ratio = init
-        self.refresh_calls = 0
-        self.random = random.Random(settings.seed)
+        self.policy = SchedulePolicy(settings)
 
     # ------------------------------------------------------------------ memory
 
@@ -182,46 +132,6 @@ class Scheduler:
         self.free += (self._pages(req.kv_len) - req.protected // self.P) * self.P
         self.unlock(req.lock)
         req.lock = None
-
-    # ------------------------------------------------------------------ the policy
-
-    def calc_priority(self) -> None:
-        """``SchedulePolicy.calc_priority`` on the waiting queue (in place)."""
-        queue, policy = self.waiting, self.s.schedule_policy
-        active = "fcfs" if policy == "lpm" and len(queue) > WAITING_QUEUE_PREFIX_MATCH_MAX \
-            else policy
-        if active in ("lpm", "dfs-weight"):
-            deprioritized = self._compute_prefix_matches()
-            if active == "lpm":
-                queue.sort(key=lambda r: -r.num_matched if r.index not in deprioritized
-                           else float("inf"))
-            else:
-                order = dfs_weight_order(self.tree.root, [r.last_node for r in queue])
-                queue[:] = [queue[i] for i in order]
-            return
-        if active == "lof":
-            queue.sort(key=lambda r: -r.max_new)
-        elif active == "random":
-            self.random.shuffle(queue)
-        if queue and self.s.radix_eviction_policy == "lru":      # _touch_waiting_prefixes
-            refresh = self.refresh_calls % WAITING_PREFIX_REFRESH_INTERVAL == 0
-            self.refresh_calls += 1
-            if refresh:
-                for r in reversed(queue[:WAITING_QUEUE_PREFIX_MATCH_MAX]):
-                    self.tree.match_prefix(r.fill())
-
-    def _compute_prefix_matches(self) -> set[int]:
-        deprioritized: set[int] = set()
-        in_batch = RadixTree(1, "lru")                   # waiting_queue_radix_tree, reset
-        for r in self.waiting:
-            self.match(r, limit=False)
-            if r.prefix_len <= IN_BATCH_CHECK:
-                fill = r.fill()
-                if in_batch.match_prefix(fill)[0] >= IN_BATCH_DEPRIORITIZE:
-                    deprioritized.add(r.index)
-                else:
-                    in_batch.insert(fill)
-        return deprioritized
 
     # ------------------------------------------------------------------ one iteration
 
@@ -299,7 +209,7 @@ class Scheduler:
         if allocatable <= 0 and self.chunked is None:
             running.batch_is_full = True
             return None
-        self.calc_priority()
+        self.policy.calc_priority(self.waiting, self.tree, self.match)
         adder = self.make_adder(running)
         if self.chunked is not None:
             self.chunked = adder.add_chunked_req(self.chunked)
@@ -449,132 +359,3 @@ class Scheduler:
             elif batch.extend:
                 self.checkpoint(r, r.extend_end)           # checkpoint_kv_cache
                 r.prefix_len = r.extend_end
-
-
-CONTINUE, NO_TOKEN, OTHER = "continue", "no_token", "other"
-
-
-class Adder:
-    """``PrefillAdder`` with the base ``PrefillBudget`` (one token pool)."""
-
-    def __init__(self, sched: Scheduler, running: Batch) -> None:
-        s = sched.s
-        self.sched, self.P = sched, sched.P
-        self.rem_input = s.max_prefill_tokens
-        self.rem_chunk = s.chunked_prefill_size
-        self.total_offset = sum(min(r.max_new - r.out, CLIP_MAX_NEW_TOKENS) * sched.ratio
-                                for r in running.reqs)
-        self.current_offset = 0
-        self.can_run: list[Req] = []
-        self.new_chunked: Req | None = None
-
-    def _ceil(self, tokens: int) -> int:
-        return -(-tokens // self.P) * self.P
-
-    def _available(self) -> int:
-        return self.sched.free + self.sched.tree.evictable_size
-
-    def remaining_total(self) -> float:
-        return self._available() - self.total_offset
-
-    def budget_state(self) -> str:
-        if not (self.remaining_total() > 0 and self._available() - self.current_offset > 0):
-            return NO_TOKEN
-        if self.rem_input <= 0 or (self.rem_chunk is not None and self.rem_chunk <= 0):
-            return OTHER
-        return CONTINUE
-
-    def _charge(self, extend_len: int, max_new: int) -> None:
-        """``_update_prefill_budget`` + ``PrefillBudget.reserve``."""
-        extend = self._ceil(extend_len)
-        self.total_offset += extend + self.P + max_new
-        self.current_offset += extend + self.P
-        self.rem_input -= extend
-        if self.rem_chunk is not None:
-            self.rem_chunk -= extend
-
-    def add_chunked_req(self, req: Req) -> Req | None:
-        rem = self.rem_chunk
-        available = min(rem, int(self.remaining_total()))
-        rem = available if available > 0 else rem
-        extend = len(req.fill()) - req.prefix_len
-        truncated = extend > rem
-        req.extend_end = req.prefix_len + min(extend, rem)
-        self.can_run.append(req)
-        self._charge(req.extend_end - req.prefix_len,
-                     0 if truncated else min(req.max_new, CLIP_MAX_NEW_TOKENS))
-        return req if truncated else None
-
-    def _select(self, req: Req, total: int, host: int = 0):
-        """``_select_prefill_admission``: (prefix, extend, max_new, chunked) or a verdict;
-        ``host`` tokens a load back would add to the prefix (HiCache)."""
-        prefix = req.prefix_len + host
-        extend = len(req.fill()) - prefix
-        input_tokens = self._ceil(extend)
-        if not total < self.remaining_total():
-            return NO_TOKEN
-        if self.rem_chunk is None and self.can_run and input_tokens >= self.rem_input:
-            return OTHER
-        chunked, new_tokens = False, min(req.max_new, CLIP_MAX_NEW_TOKENS)
-        if self.rem_chunk is not None and input_tokens > self.rem_chunk:
-            end = (prefix + self.rem_chunk // self.P * self.P) // self.P * self.P
-            extend = end - prefix
-            if extend <= 0:
-                return OTHER
-            chunked, new_tokens = True, 0
-        return prefix, extend, new_tokens, chunked
-
-    def add_one_req(self, req: Req, has_chunked: bool) -> str:
-        max_new = min(max(req.max_new - req.out, 0), CLIP_MAX_NEW_TOKENS)
-        total = len(req.fill()) - req.prefix_len + max_new + self.P
-        tree = self.sched.tree
-        tree.inc_lock_ref(req.last_node)                 # _lock_node
-        try:
-            admission = self._select(req, total)
-            if isinstance(admission, str):
-                return admission
-            prefix, extend, new_tokens, chunked = admission
-            req.extend_end = prefix + extend               # _commit_prefill_admission
-            req.lock = self.sched.lock(req.last_node)
-            self.can_run.append(req)
-            if chunked:
-                self.new_chunked = req
-            self._charge(extend, new_tokens)
-        finally:
-            tree.dec_lock_ref(req.last_node)
-        return self.budget_state()
-
-
-def dfs_weight_order(root, nodes: list) -> list[int]:
-    """``_dfs_weight_order`` (``base_prefix_cache.py``): request indices, depth first,
-    heavier subtrees first, a node's requests after its subtree."""
-    at: dict[int, list[int]] = {}
-    by_id: dict[int, object] = {}
-    for index, node in enumerate(nodes):
-        at.setdefault(id(node), []).append(index)
-        by_id[id(node)] = node
-    weight = {key: len(indices) for key, indices in at.items()}
-    stack = [(root, False)]
-    while stack:
-        node, visited = stack.pop()
-        if visited:
-            total = weight.get(id(node), 0)
-            for child in node.children.values():
-                total += weight.get(id(child), 0)
-            weight[id(node)] = total
-            continue
-        stack.append((node, True))
-        for child in reversed(list(node.children.values())):
-            stack.append((child, False))
-    order: list[int] = []
-    stack = [(root, False)]
-    while stack:
-        node, visited = stack.pop()
-        if visited:
-            order.extend(at.get(id(node), ()))
-            continue
-        children = sorted(node.children.values(), key=lambda c: -weight.get(id(c), 0))
-        stack.append((node, True))
-        for child in reversed(children):
-            stack.append((child, False))
-    return order

@@ -35,9 +35,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.components import engine_layout as L
+from pipeline.components.sglang_batch import Req
 from pipeline.components.sglang_hisched import HiScheduler
-from pipeline.components.sglang_histore import StorageSpec
-from pipeline.components.sglang_sched import Req
+from pipeline.components.sglang_storage_spec import StorageSpec
 from pipeline.engine.loop import STEP_COLUMNS
 from pipeline.engine.request import SimRequest, placeholder_tokens, sequence_tokens
 from pipeline.engine.step import StepRecord, TimedSteps, timed_batches
@@ -51,8 +51,9 @@ IDLE_TURNS = 4                  # turns in a row a prefetch in flight may hold e
 
 
 def request_symbols(request: SimRequest, block_size: int, codes: dict) -> np.ndarray:
-    """A request's prompt + output token symbols (``pipeline.engine.sglang``'s docstring):
-    its own token ids, or per block key (``codes`` numbers them) a run of its own."""
+    """A request's prompt + output token symbols (``pipeline.engine.sglang_instance``'s
+    docstring): its own token ids, or per block key (``codes`` numbers them) a run of its
+    own."""
     if request.prompt_keys is None:
         return np.asarray(sequence_tokens(request), np.int64)
     B = block_size

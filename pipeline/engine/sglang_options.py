@@ -11,11 +11,11 @@ from dataclasses import dataclass, replace
 
 from pipeline.base.arguments import positive_int
 from pipeline.base.errors import UsageError
-from pipeline.components.sglang_histore import PREFETCH_POLICIES, STORAGE_BACKENDS, \
-    StorageSpec
 from pipeline.components.sglang_kradix_layout import POLICIES as EVICTION_POLICIES
 from pipeline.components.sglang_settings import SCHEDULE_POLICIES, SGLANG_POLICIES, \
     SchedulerSettings
+from pipeline.components.sglang_storage_spec import PREFETCH_POLICIES, STORAGE_BACKENDS, \
+    StorageSpec
 from pipeline.engine.config import EngineOption
 from pipeline.engine.sglang_hicache import HiCacheSpec, host_pool_tokens
 from pipeline.engine.sglang_intake import clip_request

@@ -1,6 +1,6 @@
 """SGLang's HiCache tree in plain Python: the test oracle is the production module
-``pipeline.components.sglang_hiradix`` (one copy; ``--engine sglang --enable-hierarchical-cache``
-runs it), re-exported under the oracles' name."""
+``pipeline.components.sglang_hiradix`` (with its parts ``sglang_hinode``,
+``sglang_hieviction``, ``sglang_hitransfers``; one copy: ``--engine sglang
+--enable-hierarchical-cache`` runs it), re-exported under the oracles' name."""
 
-from pipeline.components.sglang_hiradix import (  # noqa: F401
-    LOAD_BACK_THRESHOLD, WRITE_POLICIES, HiNode, HiRadixTree)
+from pipeline.components.sglang_hiradix import WRITE_POLICIES, HiRadixTree  # noqa: F401

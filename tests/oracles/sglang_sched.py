@@ -1,7 +1,6 @@
-"""SGLang's scheduler loop in plain Python: the test oracle is the production module
-``pipeline.components.sglang_sched`` (one copy; ``--engine sglang --enable-hierarchical-cache``
-runs it), re-exported under the oracles' name."""
+"""SGLang's scheduler loop in plain Python: the test oracle is the production modules
+``pipeline.components.sglang_sched`` and ``sglang_batch`` (one copy; ``--engine sglang
+--enable-hierarchical-cache`` runs them), re-exported under the oracles' name."""
 
-from pipeline.components.sglang_sched import (  # noqa: F401
-    CLIP_MAX_NEW_TOKENS, CONTINUE, NO_TOKEN, OTHER, SCHEDULE_POLICIES, SGLANG_POLICIES, Adder,
-    Batch, Req, Scheduler, SchedulerSettings, dfs_weight_order)
+from pipeline.components.sglang_batch import Req  # noqa: F401
+from pipeline.components.sglang_sched import Scheduler  # noqa: F401
