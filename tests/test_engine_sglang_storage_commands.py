@@ -129,3 +129,16 @@ def test_best_effort_does_not_wait():
 def test_bad_storage_input_is_one_line(command, given, message, tmp_path):
     out = tmp_path / "out"
     refused([command, *WORKLOAD, *given, "--out", str(out)], message, out)
+
+
+
+def test_the_models_line_names_the_plain_python_engine_in_either_loop_flag(tmp_path, capsys):
+    """An L3 store runs the plain-Python HiCache engine (its own, non-overlap loop), with or
+    without --disable-overlap-schedule: the models line says so either way."""
+    from pipeline.engine.sglang_options import HICACHE_SUMMARY
+    for flag in ([], ["--disable-overlap-schedule"]):
+        assert main(["simulate", *WORKLOAD, *HICACHE, "--hicache-storage-backend", "file",
+                     *flag, "--out", str(tmp_path / f"s{len(flag)}")]) == 0
+        models = next(line for line in capsys.readouterr().out.splitlines()
+                      if line.startswith("models:"))
+        assert HICACHE_SUMMARY in models and "loop), compiled" not in models, models

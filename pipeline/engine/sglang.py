@@ -49,14 +49,15 @@ def compiled_hicache(spec) -> bool:
 def adjust_models_line(args, line: str) -> str:
     """The run's models line: which loop ran; with HiCache its host tier (and, with the L3
     storage options, the plain-Python HiCache engine, the non-overlap loop)."""
+    hicache = getattr(args, "enable_hierarchical_cache", False)
+    if hicache and getattr(args, "hicache_storage_backend", None):
+        line = line.replace(SGLang.SUMMARY, HICACHE_SUMMARY, 1)    # its own loop, named
+    elif hicache:
+        line = line.replace("radix cache", "radix cache with HiCache", 1)
     if getattr(args, "disable_overlap_schedule", False):
         line = line.replace("(overlap loop)", "(non-overlap loop)", 1)
-    if not getattr(args, "enable_hierarchical_cache", False):
+    if not hicache:
         return line
-    if getattr(args, "hicache_storage_backend", None):
-        line = line.replace(SGLang.SUMMARY, HICACHE_SUMMARY, 1)
-    else:
-        line = line.replace("radix cache", "radix cache with HiCache", 1)
     return line.replace("CPU none (no CPU tier)", "host tier HiCache (write policy "
                         f"{args.hicache_write_policy or HICACHE_WRITE_POLICY})"
                         f"{storage_clause(args)}", 1)
