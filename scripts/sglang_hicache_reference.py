@@ -590,18 +590,9 @@ def storage_loop(size: int, storage: dict, **settings):
         def first_scheduled(self, req) -> None:
             req.storage_loaded = req.storage_hit_length
 
-        def iterate(self, step: int):
-            """``Loop.iterate`` (normal loop) with the retries after the events."""
-            self.rc.time = self.clock
-            self.tree.check_hicache_events()
+        def after_events(self) -> None:
+            """``Loop.iterate``'s step after the events: the prefetch retries."""
             self.retries()
-            batch = self.next_batch(step)
-            if batch is None:
-                self.last = None
-                return None
-            first, done = self.process(batch, step)
-            self.last = (batch[0], list(batch[1]))
-            return batch[0], batch[2], first, done
 
     loop = StorageLoop(size, tree="unified", **settings)
     loop.store = attach_storage(loop.tree, loop.controller, **storage)

@@ -538,6 +538,7 @@ class Loop:
         self.rc.time = self.clock
         if self.hicache:                     # scheduler.py:3883-3889, before scheduling
             self.tree.check_hicache_events()
+            self.after_events()
         batch = self.next_batch(step)
         if batch is None:
             self.last = None
@@ -545,6 +546,10 @@ class Loop:
         first, done = self.process(batch, step)
         self.last = (batch[0], list(batch[1]))
         return batch[0], batch[2], first, done
+
+    def after_events(self) -> None:
+        """What the loop does right after HiCache's events, before scheduling (nothing here;
+        the L3 store's loop retries its prefetches)."""
 
 
 def run(requests: list[tuple[list, int, int, int]], size: int, **settings) -> dict:
