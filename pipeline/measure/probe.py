@@ -2,8 +2,10 @@
 
 The machine a measurement runs on may be slower in one run than in another (other jobs, a
 noisy neighbour, frequency scaling). The probe sends ``PROBE_PROMPTS`` fixed prompts of
-``PROBE_TOKENS`` words (one token each under the project's tiny model, no prefix shared with
-any trace block beyond the beginning-of-sequence token), one at a time, ``PROBE_MAX_TOKENS``
+``PROBE_TOKENS`` words (one token each under the project's tiny model; each starts with one
+of the last words of the lab's list, so a prompt shares at most the beginning-of-sequence
+token with them unless a trace block happens to start with that word), one at a time,
+``PROBE_MAX_TOKENS``
 generated, before the run's requests and again after them, and records each one's TTFT in the
 sidecar session (``speed_probe``). Identical work in every run, so the ratio of two runs'
 probes is the ratio of the machine's speed during them; ``fit --speed-probe`` scales each
