@@ -288,21 +288,23 @@ def orphan(T, n):
     and host tokens are not reclaimed). None under the write policies' invariants (a host
     copy's ancestors have one); kept so that the rows scanned are the tree's."""
     NI, HN, X = T[0], T[3], T[8]
-    top = 0
+    top = push_children(NI, X, n, 0)
+    while top > 0:
+        top -= 1
+        cur = X[top, X_STACK]
+        HN[cur, H_LIVE] = 0
+        top = push_children(NI, X, cur, top)
+
+
+@helper
+def push_children(NI, X, n, top):
+    """``n``'s children onto the scratch stack ``X[:, X_STACK]`` from ``top``; the new top."""
     c = NI[n, N_FC]
     while c >= 0:
         X[top, X_STACK] = c
         top += 1
         c = NI[c, N_NS]
-    while top > 0:
-        top -= 1
-        cur = X[top, X_STACK]
-        HN[cur, H_LIVE] = 0
-        c = NI[cur, N_FC]
-        while c >= 0:
-            X[top, X_STACK] = c
-            top += 1
-            c = NI[c, N_NS]
+    return top
 
 
 @helper

@@ -16,10 +16,10 @@ from pipeline.components.sglang_khinodes import (
     HG_THRESH, HG_USED, HG_WB, HG_WRITTEN, HG_DHEAD, LOAD_BACK_THRESHOLD, X_BACKUP, X_BELOW,
     X_CHAIN, X_SNAP, X_STACK, H_DNEXT, delete_tombstones, demote, device_leaf, dup_pop,
     dup_track, heap_pop, heap_push, hi_dec_lock, hi_inc_lock, hnew, host_leaf, host_lock,
-    hsplit, leaves_heap, orphan, release_host_lock, remove)
+    hsplit, leaves_heap, orphan, push_children, release_host_lock, remove)
 from pipeline.components.sglang_kradix import append_child, find_child, match_len, tick
 from pipeline.components.sglang_kradix_layout import (
-    N_ACC, N_FC, N_HIT, N_KL, N_KS, N_LOCK, N_NS, N_PAR, N_PRIO, T_EVICT, T_PAGE, T_PROT)
+    N_ACC, N_HIT, N_KL, N_KS, N_LOCK, N_PAR, N_PRIO, T_EVICT, T_PAGE, T_PROT)
 
 __all__ = ["hi_match", "hi_insert", "hi_evict", "hi_evict_host", "hi_check_events",
            "hi_load_back", "hi_checkpoint"]
@@ -205,12 +205,8 @@ def drop_subtree(T, n):
     NI, TG, HN, HG, X = T[0], T[1], T[3], T[4], T[8]
     if HN[n, H_LB] or NI[n, N_LOCK] or HN[n, H_HLOCK]:
         return 0
-    nb, top = 0, 0
-    c = NI[n, N_FC]
-    while c >= 0:
-        X[top, X_STACK] = c
-        top += 1
-        c = NI[c, N_NS]
+    nb = 0
+    top = push_children(NI, X, n, 0)
     while top > 0:
         top -= 1
         cur = X[top, X_STACK]
@@ -218,11 +214,7 @@ def drop_subtree(T, n):
             return 0
         X[nb, X_BELOW] = cur
         nb += 1
-        c = NI[cur, N_FC]
-        while c >= 0:
-            X[top, X_STACK] = c
-            top += 1
-            c = NI[c, N_NS]
+        top = push_children(NI, X, cur, top)
     for i in range(nb - 1, -1, -1):
         desc = X[i, X_BELOW]
         HG[HG_USED] -= NI[desc, N_KL]
