@@ -18,6 +18,7 @@ from pipeline.fit.speed import with_speeds
 from pipeline.measure.output import provenance_path
 from pipeline.measure.probe import PROBE_TOKENS, probe_prompts, probe_scale
 from pipeline.measure.traffic import block_words
+from conftest import ROOT
 from test_fit import SERIAL, synthetic_run, write_measurement
 
 TRUE = np.array([2.0, 0.3, 0.001, 3.0, 0.0, 2e-5])
@@ -33,16 +34,21 @@ def slowed_runs(rng, speeds, noise: float = 0.0, n: int = 12):
     return runs
 
 
-def test_probe_prompts_are_fixed_distinct_and_share_no_first_word_with_trace_blocks():
+def test_probe_prompts_are_fixed_distinct_and_share_no_first_word_with_the_calibration():
     prompts = probe_prompts()
     assert prompts == probe_prompts()                       # the same work in every run
     assert all(len(p.split(" ")) == PROBE_TOKENS for p in prompts)
-    assert len({p.split(" ")[0] for p in prompts}) == len(prompts)
+    firsts = {p.split(" ")[0] for p in prompts}
+    assert len(firsts) == len(prompts)
     assert probe_scale({"before_ms": [1.0, 3.0], "after_ms": [2.0, 100.0]}) == 2.5
     assert probe_scale({"before_ms": [], "after_ms": None}) is None
     assert probe_scale(None) is None
-    block = block_words(7, 16)
-    assert block != prompts[0].split(" ")[:16]
+    # docs/calibration.md: no prompt of the calibration trace starts with a probe's word,
+    # so a probe shares only the beginning-of-sequence token with the run's requests
+    trace = ROOT / "data" / "measured" / "llamacpp_calib.trace.jsonl"
+    starts = {block_words(json.loads(line)["hash_ids"][0], 1)[0]
+              for line in trace.read_text().splitlines() if line.strip()}
+    assert len(starts) > 10 and not firsts & starts
 
 
 def test_a_known_speed_scales_rows_and_schedule_and_recovers_the_reference_coefficients():
